@@ -1,0 +1,1 @@
+//! End-to-end suites against the lab: see tests/.
