@@ -1,1 +1,1 @@
-//! ferry-controller
+//! ferry-controller: reconciles VirtualMachineMigration and MigrationWave.

@@ -1,1 +1,23 @@
-//! ferry-harness
+//! The shared lab harness: every integration test and benchmark reaches the lab through here.
+//!
+//! `lab()` starts the lab once per test binary (building it first when needed) or reuses the
+//! one named by `FERRY_LAB_STATE`; each test takes its own namespace and its own vcsim VMs.
+
+mod error;
+mod info;
+mod namespace;
+mod process;
+mod start;
+mod vmdk;
+mod wait;
+
+pub use error::Error;
+pub use info::{InventoryDisk, InventoryNic, InventoryVm, LabInfo};
+pub use namespace::TestNamespace;
+pub use process::ChildGuard;
+pub use start::{Lab, lab, repo_root};
+pub use vmdk::{RealDisk, put_vmdk};
+pub use wait::eventually;
+
+/// Result of harness operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,117 @@
+//! The lab's own description of itself: `STATE/lab.json` and `STATE/inventory.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// `STATE/lab.json`, written by `ferry-lab` once every part answers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabInfo {
+    pub state_dir: PathBuf,
+    pub pid: u32,
+    pub kubeconfig: PathBuf,
+    pub apiserver: ApiServerInfo,
+    pub vcenter: VCenterInfo,
+    pub s3: S3Info,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiServerInfo {
+    pub url: String,
+    pub version: String,
+    pub ca_file: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VCenterInfo {
+    pub url: String,
+    pub username: String,
+    pub password: String,
+    pub thumbprint_sha1: String,
+    pub thumbprint_sha256: String,
+    pub datacenter: String,
+    pub datastore: String,
+    pub datastore_dir: PathBuf,
+    pub inventory: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Info {
+    pub endpoint: String,
+    pub region: String,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub data_dir: PathBuf,
+}
+
+/// One VM of the simulated vCenter, as the lab found it after start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryVm {
+    pub name: String,
+    pub moref: String,
+    pub uuid: String,
+    #[serde(default)]
+    pub instance_uuid: String,
+    pub power_state: String,
+    #[serde(default)]
+    pub guest_id: String,
+    #[serde(default)]
+    pub num_cpu: i64,
+    #[serde(default, rename = "memoryMiB")]
+    pub memory_mib: i64,
+    #[serde(default)]
+    pub firmware: String,
+    #[serde(default)]
+    pub disks: Vec<InventoryDisk>,
+    #[serde(default)]
+    pub nics: Vec<InventoryNic>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryDisk {
+    pub key: i64,
+    pub datastore_path: String,
+    pub local_path: PathBuf,
+    pub capacity_bytes: i64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryNic {
+    #[serde(default)]
+    pub mac: String,
+    #[serde(default)]
+    pub network: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Inventory {
+    pub vms: Vec<InventoryVm>,
+}
+
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text = std::fs::read(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
+    serde_json::from_slice(&text).map_err(|source| Error::Parse { path: path.to_owned(), source })
+}
+
+impl LabInfo {
+    /// Reads `lab.json` from a state directory.
+    pub fn load(state_dir: &Path) -> Result<Self> {
+        read_json(&state_dir.join("lab.json"))
+    }
+
+    /// Every VM of the simulated vCenter.
+    pub fn inventory(&self) -> Result<Vec<InventoryVm>> {
+        let inv: Inventory = read_json(&self.vcenter.inventory)?;
+        Ok(inv.vms)
+    }
+}

@@ -1,0 +1,230 @@
+//! Starting (or finding) the lab, once per test binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::info::LabInfo;
+use crate::namespace::TestNamespace;
+use crate::{Error, InventoryVm, Result};
+
+/// How long a lab may take from spawn to `ready` (a warm start takes seconds; etcd and the
+/// apiserver on a loaded 2-core machine can take much longer).
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default number of vcsim VMs in a lab the harness starts: enough for every suite to claim its own.
+const DEFAULT_VMS: u32 = 64;
+
+/// A running lab: either started by this process (and stopped when it exits) or found through
+/// `FERRY_LAB_STATE`.
+#[derive(Debug)]
+pub struct Lab {
+    pub info: LabInfo,
+    owned: Mutex<Option<OwnedProcess>>,
+}
+
+#[derive(Debug)]
+struct OwnedProcess {
+    child: Child,
+    // Held open for the life of the lab: the lab stops when this pipe reaches EOF, which the
+    // kernel guarantees when this process exits, however it exits (panic, abort, SIGKILL).
+    _stdin: ChildStdin,
+}
+
+static LAB: OnceLock<Lab> = OnceLock::new();
+
+/// The lab for this test binary, started on first use.
+///
+/// Guarantees: the returned lab answered `ready`; with `FERRY_LAB_STATE` set and a live lab in
+/// that directory, nothing is started; otherwise a lab is built if needed and started in a fresh
+/// directory under `target/lab/`, and it stops when this process exits.
+///
+/// Panics when the lab cannot be built or started: no test can run without it, and a loud
+/// failure beats a silent skip.
+pub fn lab() -> &'static Lab {
+    LAB.get_or_init(|| match Lab::find_or_start() {
+        Ok(lab) => lab,
+        Err(e) => panic!("ferry lab unavailable: {e}"),
+    })
+}
+
+/// The repository root (the workspace directory).
+pub fn repo_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().nth(2).map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+impl Lab {
+    fn find_or_start() -> Result<Lab> {
+        if let Some(dir) = std::env::var_os("FERRY_LAB_STATE") {
+            let dir = PathBuf::from(dir);
+            let info = LabInfo::load(&dir)?;
+            if !pid_alive(info.pid) {
+                return Err(Error::NotReady(format!(
+                    "FERRY_LAB_STATE={} names a lab whose process {} is gone; start it with `make lab`",
+                    dir.display(),
+                    info.pid
+                )));
+            }
+            return Ok(Lab { info, owned: Mutex::new(None) });
+        }
+        let base = repo_root().join("target/lab");
+        std::fs::create_dir_all(&base).map_err(|source| Error::Read { path: base.clone(), source })?;
+        let dir = base.join(format!("test-state-{}", std::process::id()));
+        Lab::start(&dir, DEFAULT_VMS)
+    }
+
+    /// Builds the lab when needed and starts a private one in `state_dir`, owned by this process.
+    ///
+    /// Reusing a `state_dir` restarts the same lab: same ports, certificates and data.
+    pub fn start(state_dir: &Path, vms: u32) -> Result<Lab> {
+        build()?;
+        let bin = repo_root().join("target/lab/bin/ferry-lab");
+        let started = Instant::now();
+        let mut child = Command::new(&bin)
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--vms")
+            .arg(vms.to_string())
+            .arg("--stop-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| Error::Spawn { what: bin.display().to_string(), source })?;
+        let stdin = child.stdin.take().ok_or_else(|| Error::NotReady("no stdin pipe".into()))?;
+        let stdout = child.stdout.take().ok_or_else(|| Error::NotReady("no stdout pipe".into()))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready_sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !ready_sent && line.trim() == "ready" {
+                    ready_sent = true;
+                    let _ = tx.send(());
+                }
+            }
+        });
+        if rx.recv_timeout(READY_TIMEOUT).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::NotReady(format!(
+                "no `ready` from {} within {}s; logs in {}/logs",
+                bin.display(),
+                READY_TIMEOUT.as_secs(),
+                state_dir.display()
+            )));
+        }
+        tracing::info!(elapsed = ?started.elapsed(), dir = %state_dir.display(), "lab ready");
+        let info = LabInfo::load(state_dir)?;
+        Ok(Lab { info, owned: Mutex::new(Some(OwnedProcess { child, _stdin: stdin })) })
+    }
+
+    /// Stops a lab this process started (SIGTERM, then waits), leaving its state directory for a
+    /// later [`Lab::start`] on the same directory. A lab found through `FERRY_LAB_STATE` is
+    /// left alone.
+    pub fn stop(&self) -> Result<()> {
+        let taken = self.owned.lock().map_err(|_| Error::NotReady("lab lock poisoned".into()))?.take();
+        if let Some(mut owned) = taken {
+            let pid = owned.child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if owned.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = owned.child.kill();
+                    let _ = owned.child.wait();
+                    return Err(Error::Timeout { what: "the lab to stop".into(), secs: 60 });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    /// A client with the lab's admin identity.
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.client_with(KubeConfigOptions::default()).await
+    }
+
+    /// A client with the lab's kubeconfig and the given options (e.g. impersonation is set on
+    /// the resulting `kube::Config` by the caller through [`Lab::config`]).
+    pub async fn client_with(&self, options: KubeConfigOptions) -> Result<kube::Client> {
+        let config = self.config(options).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// The lab's kubeconfig as a `kube::Config`.
+    pub async fn config(&self, options: KubeConfigOptions) -> Result<kube::Config> {
+        let kubeconfig =
+            Kubeconfig::read_from(&self.info.kubeconfig).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| Error::Kubeconfig(e.to_string()))
+    }
+
+    /// `kubectl` of the lab's version, pointed at the lab.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(repo_root().join("target/lab/bin/kubectl"));
+        cmd.arg("--kubeconfig").arg(&self.info.kubeconfig);
+        cmd
+    }
+
+    /// Runs `kubectl ARGS` and returns stdout, or an error carrying stderr.
+    pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .kubectl()
+            .args(args)
+            .output()
+            .map_err(|source| Error::Spawn { what: "kubectl".into(), source })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(Error::Command {
+                what: format!("kubectl {}", args.join(" ")),
+                detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+            })
+        }
+    }
+
+    /// A fresh namespace for one test, deleted when the returned guard drops.
+    pub async fn namespace(&self, prefix: &str) -> Result<TestNamespace> {
+        TestNamespace::create(self, prefix).await
+    }
+
+    /// Claims a vcsim VM that no other test (in any test binary sharing this lab) has claimed.
+    pub fn claim_vm(&self) -> Result<InventoryVm> {
+        let vms = self.info.inventory()?;
+        let claims = self.info.state_dir.join("claims");
+        std::fs::create_dir_all(&claims).map_err(|source| Error::Read { path: claims.clone(), source })?;
+        for vm in &vms {
+            let marker = claims.join(&vm.name);
+            if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_ok() {
+                return Ok(vm.clone());
+            }
+        }
+        Err(Error::NoFreeVm(vms.len()))
+    }
+}
+
+/// Builds (or finds cached) lab binaries; cheap when nothing changed.
+fn build() -> Result<()> {
+    let root = repo_root();
+    let status = Command::new(root.join("tests/lab/build.sh"))
+        .current_dir(&root)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|source| Error::Spawn { what: "tests/lab/build.sh".into(), source })?;
+    if status.success() { Ok(()) } else { Err(Error::Build(status.to_string())) }
+}
