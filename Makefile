@@ -1,0 +1,42 @@
+# ferry — the two set-up commands are `make demo` and `make test`; everything they need is
+# installed by the scripts they call, idempotently, and cached after the first run.
+SHELL := bash
+LAB_STATE ?= target/lab/state
+CARGO ?= cargo
+
+.PHONY: all tools lab-build lab build test bench demo crds fmt clippy
+
+all: build
+
+## Debian/cargo tools the lab and the tests use (qemu-img, tmux, ...): installed when missing.
+tools:
+	@tests/lab/ensure-tools.sh
+
+## Build the lab binaries (ferry-lab, kubectl, s3s-fs) when missing or stale.
+lab-build: tools
+	@tests/lab/build.sh
+
+## Run the lab in the foreground (state in $(LAB_STATE)); Ctrl-C stops it cleanly.
+lab: lab-build
+	target/lab/bin/ferry-lab --state-dir $(LAB_STATE)
+
+build:
+	$(CARGO) build --workspace --bins
+
+## Every test: unit, snapshot, lab integration and end-to-end, against one shared lab.
+test: lab-build
+	@tests/run-tests.sh
+
+## Benchmarks (timings live here, never in tests).
+bench: lab-build
+	$(CARGO) bench --workspace
+
+## Regenerate deploy/crds from the Rust types.
+crds:
+	$(CARGO) run -q -p ferry-crds --bin crdgen -- --out deploy/crds
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `make test`: build everything, start one lab for all suites, run every test against it, stop
+# the lab, check that nothing we started survives, and print one summary line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+STATE="$PWD/target/lab/test-state"
+LOG_DIR="$PWD/target/test-logs"
+mkdir -p "$LOG_DIR"
+
+echo "== building the workspace (a cold build takes several minutes on 2 cores)"
+cargo build --workspace --bins --tests --benches || exit 1
+
+echo "== starting the lab in $STATE"
+rm -rf "$STATE"
+mkdir -p "$STATE"
+# The lab reads its stdin from this shell's fd 3: if this script dies in any way, the pipe
+# closes and the lab stops itself.
+exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 64 --stop-on-stdin-eof \
+    >"$STATE.stdout" 2>"$STATE.stderr")
+LAB_STARTED=$(date +%s)
+until grep -qx ready "$STATE.stdout" 2>/dev/null; do
+    if (( $(date +%s) - LAB_STARTED > 300 )); then
+        echo "the lab did not become ready in 300 s; its stderr:"; tail -50 "$STATE.stderr"; exit 1
+    fi
+    if [[ -f "$STATE/lab.json" ]] && ! kill -0 "$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["pid"])' "$STATE/lab.json")" 2>/dev/null; then
+        echo "the lab exited; its stderr:"; tail -50 "$STATE.stderr"; exit 1
+    fi
+    sleep 0.5
+done
+echo "== lab ready in $(( $(date +%s) - LAB_STARTED )) s"
+
+export FERRY_LAB_STATE="$STATE"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG_DIR/cargo-test.log"
+STATUS=${PIPESTATUS[0]}
+
+echo "== stopping the lab"
+LAB_PID=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["pid"])' "$STATE/lab.json" 2>/dev/null || true)
+exec 3>&-
+if [[ -n "$LAB_PID" ]]; then
+    for _ in $(seq 1 600); do kill -0 "$LAB_PID" 2>/dev/null || break; sleep 0.1; done
+fi
+LEFT=$(pgrep -f -- "$STATE" || true)
+if [[ -n "$LEFT" ]]; then
+    echo "processes survived the lab:"; ps -o pid,args -p $LEFT; STATUS=1
+fi
+
+PASSED=$(grep -Eo '^test result: .* ([0-9]+) passed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+FAILED=$(grep -Eo '^test result: .* ([0-9]+) failed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+echo
+echo "$PASSED passed, $FAILED failed"
+exit "$STATUS"
