@@ -1,1 +1,52 @@
-//! API types of ferry (group `migration.platform.example`, version `v1alpha1`).
+//! API types of ferry (group `migration.platform.example`, version `v1alpha1`): the
+//! `VirtualMachineMigration` and `MigrationWave` custom resources and the pure helpers around them.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod condition;
+pub mod conversion;
+mod error;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
+pub mod history;
+pub mod manifest;
+pub mod migration;
+pub mod names;
+pub mod phase;
+pub mod rules;
+pub mod secret;
+pub mod source;
+pub mod staging;
+pub mod target;
+pub mod wave;
+pub mod wave_child;
+
+pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
+pub use conversion::{ConversionSpec, DiskFormat};
+pub use error::{Error, Result};
+pub use history::{MAX_HISTORY, PhaseTransition};
+pub use migration::{
+    DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,
+    VirtualMachineMigrationStatus,
+};
+pub use phase::Phase;
+pub use secret::SecretRef;
+pub use source::{
+    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, RestorePowerState,
+    SourceEndpoint, SourceSpec, VmLookup, VmSelector,
+};
+pub use staging::StagingSpec;
+pub use target::{
+    MultusNetwork, NetworkMapping, PodNetwork, RunStrategy, TargetSpec, TargetTemplate, VolumeMode,
+};
+pub use wave::{
+    MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSource,
+    WaveTemplate, WaveVm,
+};
+pub use wave_child::{child_migration, child_migration_name};
+
+/// API group of every ferry resource.
+pub const GROUP: &str = "migration.platform.example";
+/// API version served and stored.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every ferry object (`group/version`).
+pub const API_VERSION: &str = "migration.platform.example/v1alpha1";

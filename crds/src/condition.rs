@@ -1,0 +1,485 @@
+//! Conditions in `metav1.Condition` shape, their types and reasons, and the pure setter that
+//! moves `lastTransitionTime` only when a condition's status changes.
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The eight condition types of a migration, in the order the seed lists them (and the cockpit
+/// shows them).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ConditionType {
+    /// The source VM's inventory was read from vSphere.
+    SourceDiscovered,
+    /// Pre-flight checks passed (disk layout, firmware, power state, target name free).
+    Validated,
+    /// Every disk was converted and uploaded to staging, with its checksum recorded.
+    DiskConverted,
+    /// Every DataVolume reached `Succeeded`.
+    DiskImported,
+    /// The KubeVirt VirtualMachine exists.
+    VMCreated,
+    /// The VirtualMachineInstance was observed `Running`.
+    VMStarted,
+    /// The guest booted and its agent connected.
+    GuestReady,
+    /// The whole migration is done.
+    Ready,
+}
+
+/// A kind of condition type: [`ConditionType`] for migrations, [`WaveConditionType`] for waves.
+pub trait ConditionKind: Copy + Ord + fmt::Debug + 'static {
+    /// Every type of this kind, in display order.
+    const ALL: &'static [Self];
+}
+
+impl ConditionKind for ConditionType {
+    const ALL: &'static [Self] = &ConditionType::ALL;
+}
+
+/// The condition types of a MigrationWave.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum WaveConditionType {
+    /// Migrations of the wave are being worked on (False when paused, cancelled or finished).
+    Progressing,
+    /// Every migration of the wave succeeded.
+    Ready,
+}
+
+impl WaveConditionType {
+    /// Every wave condition type, in display order.
+    pub const ALL: [WaveConditionType; 2] = [WaveConditionType::Progressing, WaveConditionType::Ready];
+}
+
+impl ConditionKind for WaveConditionType {
+    const ALL: &'static [Self] = &WaveConditionType::ALL;
+}
+
+impl ConditionType {
+    /// Every condition type, in seed order.
+    pub const ALL: [ConditionType; 8] = [
+        ConditionType::SourceDiscovered,
+        ConditionType::Validated,
+        ConditionType::DiskConverted,
+        ConditionType::DiskImported,
+        ConditionType::VMCreated,
+        ConditionType::VMStarted,
+        ConditionType::GuestReady,
+        ConditionType::Ready,
+    ];
+
+    /// The name written in `status.conditions[].type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::SourceDiscovered => "SourceDiscovered",
+            ConditionType::Validated => "Validated",
+            ConditionType::DiskConverted => "DiskConverted",
+            ConditionType::DiskImported => "DiskImported",
+            ConditionType::VMCreated => "VMCreated",
+            ConditionType::VMStarted => "VMStarted",
+            ConditionType::GuestReady => "GuestReady",
+            ConditionType::Ready => "Ready",
+        }
+    }
+}
+
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Status of a condition, as in `metav1.Condition`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold; the reason says why.
+    False,
+    /// Not known yet (not evaluated, or in progress).
+    #[default]
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The status as written in the API (`"True"`, `"False"`, `"Unknown"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b { ConditionStatus::True } else { ConditionStatus::False }
+    }
+}
+
+impl fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a condition (or `status.lastFailure`) has its status: a CamelCase identifier that tools can
+/// match on, grouped here by the checkpoint that sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub enum Reason {
+    // --- any condition ---
+    /// Not evaluated yet: an earlier checkpoint has not finished.
+    NotStarted,
+    /// The checkpoint that sets this condition is being worked on.
+    InProgress,
+    /// Held in `Queued` by its MigrationWave.
+    HeldByWave,
+    /// spec.paused is true; no new step is taken.
+    Paused,
+    /// A transient error; the controller retries with backoff.
+    TransientError,
+    /// spec.retry was raised; the failed checkpoint is cleaned up and resumed.
+    RetryRequested,
+    /// spec.cancel is true; cleaning up.
+    Cancelling,
+    // --- SourceDiscovered / Validated (Preparing) ---
+    /// The VM was found and its inventory read.
+    Discovered,
+    /// A Secret named in the spec is missing or lacks a required key.
+    SecretNotFound,
+    /// vSphere refused the credentials from spec.source.credentialsSecretRef.
+    LoginFailed,
+    /// The vSphere endpoint in spec.source.url could not be reached.
+    EndpointUnreachable,
+    /// The server's TLS certificate does not match spec.source.thumbprint.
+    ThumbprintMismatch,
+    /// No VM matches the selector in spec.source.
+    VMNotFound,
+    /// More than one VM matches spec.source.name; select it by id or uuid instead.
+    VMAmbiguous,
+    /// Every pre-flight check passed.
+    Validated,
+    /// The VM's disks cannot be migrated (e.g. RDM, independent or shared disks, snapshots).
+    UnsupportedDiskLayout,
+    /// The VM is powered on and spec.source.powerOff is false.
+    SourcePoweredOn,
+    /// Powering the source VM off failed.
+    PowerOffFailed,
+    /// A VirtualMachine with the target name exists and does not belong to this migration.
+    TargetNameTaken,
+    // --- DiskConverted (Converting) ---
+    /// Every disk is converted, staged and checksummed.
+    Converted,
+    /// The conversion Job failed.
+    ConversionFailed,
+    /// The staging endpoint could not be reached or refused the credentials.
+    StagingUnavailable,
+    /// The bucket in spec.staging.bucket does not exist.
+    BucketNotFound,
+    /// A staged object's checksum differs from the one recorded.
+    ChecksumMismatch,
+    // --- DiskImported (Importing) ---
+    /// Every DataVolume reached `Succeeded`.
+    Imported,
+    /// A DataVolume failed.
+    ImportFailed,
+    // --- VMCreated / VMStarted / GuestReady ---
+    /// The VirtualMachine exists.
+    VMCreated,
+    /// Creating the VirtualMachine was rejected.
+    VMCreateFailed,
+    /// The VirtualMachineInstance is `Running`.
+    VMRunning,
+    /// The VirtualMachineInstance failed to start.
+    VMStartFailed,
+    /// The guest agent connected.
+    GuestAgentConnected,
+    /// The guest agent did not connect in time.
+    GuestAgentTimeout,
+    // --- Ready ---
+    /// The migration succeeded.
+    Succeeded,
+    /// The migration failed; see status.lastFailure.
+    Failed,
+    /// The migration was cancelled.
+    Cancelled,
+}
+
+impl Reason {
+    /// The reason as written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotStarted => "NotStarted",
+            Reason::InProgress => "InProgress",
+            Reason::HeldByWave => "HeldByWave",
+            Reason::Paused => "Paused",
+            Reason::TransientError => "TransientError",
+            Reason::RetryRequested => "RetryRequested",
+            Reason::Cancelling => "Cancelling",
+            Reason::Discovered => "Discovered",
+            Reason::SecretNotFound => "SecretNotFound",
+            Reason::LoginFailed => "LoginFailed",
+            Reason::EndpointUnreachable => "EndpointUnreachable",
+            Reason::ThumbprintMismatch => "ThumbprintMismatch",
+            Reason::VMNotFound => "VMNotFound",
+            Reason::VMAmbiguous => "VMAmbiguous",
+            Reason::Validated => "Validated",
+            Reason::UnsupportedDiskLayout => "UnsupportedDiskLayout",
+            Reason::SourcePoweredOn => "SourcePoweredOn",
+            Reason::PowerOffFailed => "PowerOffFailed",
+            Reason::TargetNameTaken => "TargetNameTaken",
+            Reason::Converted => "Converted",
+            Reason::ConversionFailed => "ConversionFailed",
+            Reason::StagingUnavailable => "StagingUnavailable",
+            Reason::BucketNotFound => "BucketNotFound",
+            Reason::ChecksumMismatch => "ChecksumMismatch",
+            Reason::Imported => "Imported",
+            Reason::ImportFailed => "ImportFailed",
+            Reason::VMCreated => "VMCreated",
+            Reason::VMCreateFailed => "VMCreateFailed",
+            Reason::VMRunning => "VMRunning",
+            Reason::VMStartFailed => "VMStartFailed",
+            Reason::GuestAgentConnected => "GuestAgentConnected",
+            Reason::GuestAgentTimeout => "GuestAgentTimeout",
+            Reason::Succeeded => "Succeeded",
+            Reason::Failed => "Failed",
+            Reason::Cancelled => "Cancelled",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// `T` is the kind of condition type: `ConditionType` for migrations, `WaveConditionType` for waves.
+/// One aspect of the object's state, in the shape of a Kubernetes metav1.Condition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition<T = ConditionType> {
+    /// Which aspect this condition reports.
+    #[serde(rename = "type")]
+    pub type_: T,
+    /// True, False or Unknown.
+    pub status: ConditionStatus,
+    /// CamelCase identifier of why the condition has this status, for tools to match on.
+    pub reason: Reason,
+    /// Human-readable details; may be empty.
+    #[schemars(length(max = 32768))]
+    pub message: String,
+    /// When status last changed (not when reason or message did).
+    pub last_transition_time: Time,
+    /// metadata.generation of the object this condition was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+}
+
+/// The condition of a type, if present.
+pub fn get_condition<T: ConditionKind>(conditions: &[Condition<T>], type_: T) -> Option<&Condition<T>> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Status of the condition of a type; `Unknown` when absent.
+pub fn condition_status<T: ConditionKind>(conditions: &[Condition<T>], type_: T) -> ConditionStatus {
+    get_condition(conditions, type_).map_or(ConditionStatus::Unknown, |c| c.status)
+}
+
+/// Whether the condition of a type is present and `True`.
+pub fn is_condition_true<T: ConditionKind>(conditions: &[Condition<T>], type_: T) -> bool {
+    condition_status(conditions, type_) == ConditionStatus::True
+}
+
+/// Sets the condition of `type_`, adding it (in seed order) when absent.
+///
+/// Pure: the clock is passed in. Returns whether anything changed, so callers can skip a status
+/// write that would change nothing.
+///
+/// # Guarantees
+/// * `lastTransitionTime` becomes `now` only when the condition is new or its status changes; a
+///   change of reason, message or generation alone keeps the old time.
+/// * At most one condition per type; the list stays in [`ConditionKind::ALL`] order when it was.
+pub fn set_condition<T: ConditionKind>(
+    conditions: &mut Vec<Condition<T>>,
+    type_: T,
+    status: ConditionStatus,
+    reason: Reason,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let message = message.into();
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        let before = c.clone();
+        if c.status != status {
+            c.status = status;
+            c.last_transition_time = now.clone();
+        }
+        c.reason = reason;
+        c.message = message;
+        c.observed_generation = observed_generation;
+        return *c != before;
+    }
+    let at = conditions.iter().position(|c| c.type_ > type_).unwrap_or(conditions.len());
+    conditions.insert(
+        at,
+        Condition {
+            type_,
+            status,
+            reason,
+            message,
+            last_transition_time: now.clone(),
+            observed_generation,
+        },
+    );
+    true
+}
+
+/// Adds every missing condition type as `Unknown` / `NotStarted`, leaving present ones alone, so
+/// that all conditions (eight for a migration) are visible from the first reconcile. Returns whether any was added.
+pub fn init_conditions<T: ConditionKind>(
+    conditions: &mut Vec<Condition<T>>,
+    observed_generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let mut changed = false;
+    for &t in T::ALL {
+        if get_condition(conditions, t).is_none() {
+            changed |= set_condition(
+                conditions,
+                t,
+                ConditionStatus::Unknown,
+                Reason::NotStarted,
+                "",
+                observed_generation,
+                now,
+            );
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{t0, t1};
+
+    fn cond(status: ConditionStatus, reason: Reason, msg: &str, gen_: i64, at: &Time) -> Condition {
+        Condition {
+            type_: ConditionType::DiskImported,
+            status,
+            reason,
+            message: msg.into(),
+            last_transition_time: at.clone(),
+            observed_generation: Some(gen_),
+        }
+    }
+
+    #[test]
+    fn set_condition_moves_transition_time_only_on_status_change() {
+        use ConditionStatus::*;
+        // (before, new status, reason, message, generation) -> (changed, transition time)
+        let cases = [
+            (None, Unknown, Reason::NotStarted, "", 1, true, t1()),
+            (Some((Unknown, Reason::NotStarted, "")), Unknown, Reason::NotStarted, "", 1, false, t0()),
+            (Some((Unknown, Reason::NotStarted, "")), Unknown, Reason::InProgress, "1 of 2", 1, true, t0()),
+            (Some((Unknown, Reason::InProgress, "")), True, Reason::Imported, "", 1, true, t1()),
+            (Some((True, Reason::Imported, "")), True, Reason::Imported, "", 2, true, t0()),
+            (Some((True, Reason::Imported, "")), True, Reason::Imported, "done", 1, true, t0()),
+            (Some((True, Reason::Imported, "")), False, Reason::ImportFailed, "boom", 1, true, t1()),
+            (Some((False, Reason::ImportFailed, "boom")), False, Reason::ImportFailed, "boom", 1, false, t0()),
+            (Some((False, Reason::ImportFailed, "")), Unknown, Reason::RetryRequested, "", 1, true, t1()),
+        ];
+        for (i, (before, status, reason, msg, gen_, changed, ltt)) in cases.into_iter().enumerate() {
+            let mut conds: Vec<Condition> =
+                before.map(|(s, r, m)| cond(s, r, m, 1, &t0())).into_iter().collect();
+            let got =
+                set_condition(&mut conds, ConditionType::DiskImported, status, reason, msg, Some(gen_), &t1());
+            assert_eq!(got, changed, "case {i}: changed");
+            assert_eq!(conds.len(), 1, "case {i}: one condition per type");
+            let c = &conds[0];
+            assert_eq!((c.status, c.reason, c.message.as_str()), (status, reason, msg), "case {i}");
+            assert_eq!(c.observed_generation, Some(gen_), "case {i}: generation");
+            assert_eq!(c.last_transition_time, ltt, "case {i}: lastTransitionTime");
+        }
+    }
+
+    #[test]
+    fn new_conditions_are_inserted_in_seed_order() {
+        let mut conds = vec![];
+        for t in [ConditionType::Ready, ConditionType::SourceDiscovered, ConditionType::DiskImported] {
+            set_condition(&mut conds, t, ConditionStatus::True, Reason::InProgress, "", None, &t0());
+        }
+        let types: Vec<_> = conds.iter().map(|c| c.type_).collect();
+        assert_eq!(
+            types,
+            [ConditionType::SourceDiscovered, ConditionType::DiskImported, ConditionType::Ready]
+        );
+    }
+
+    #[test]
+    fn init_conditions_adds_all_eight_once_and_keeps_existing() {
+        let mut conds = vec![];
+        set_condition(&mut conds, ConditionType::Validated, ConditionStatus::True, Reason::Validated, "", Some(1), &t0());
+        assert!(init_conditions(&mut conds, Some(1), &t1()));
+        let types: Vec<_> = conds.iter().map(|c| c.type_).collect();
+        assert_eq!(types, ConditionType::ALL);
+        assert_eq!(condition_status(&conds, ConditionType::Validated), ConditionStatus::True);
+        assert_eq!(condition_status(&conds, ConditionType::Ready), ConditionStatus::Unknown);
+        assert!(!init_conditions(&mut conds, Some(1), &t1()), "second call is a no-op");
+    }
+
+    #[test]
+    fn getters_treat_absent_as_unknown() {
+        let mut conds = vec![];
+        assert_eq!(condition_status(&conds, ConditionType::Ready), ConditionStatus::Unknown);
+        assert!(!is_condition_true(&conds, ConditionType::Ready));
+        set_condition(&mut conds, ConditionType::Ready, true.into(), Reason::Succeeded, "", None, &t0());
+        assert!(is_condition_true(&conds, ConditionType::Ready));
+        assert_eq!(get_condition(&conds, ConditionType::Ready).map(|c| c.reason), Some(Reason::Succeeded));
+    }
+
+    #[test]
+    fn condition_serializes_in_metav1_shape() {
+        let c = cond(ConditionStatus::False, Reason::ImportFailed, "disk 0", 3, &t0());
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "type": "DiskImported",
+                "status": "False",
+                "reason": "ImportFailed",
+                "message": "disk 0",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "observedGeneration": 3,
+            })
+        );
+        let back: Condition = serde_json::from_value(v).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn names_match_serialization() {
+        for t in ConditionType::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+        for s in [ConditionStatus::True, ConditionStatus::False, ConditionStatus::Unknown] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for r in [Reason::NotStarted, Reason::VMNotFound, Reason::GuestAgentTimeout, Reason::Cancelled] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! `VirtualMachineMigration`: one VM moved from vSphere to KubeVirt.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason, SourceSpec,
+    StagingSpec, TargetSpec, condition, names, phase::Phase, source::DiscoveredSource,
+};
+
+/// Desired state of a migration: where the VM comes from, what it becomes, where its disks are
+/// staged, and the operator's intents (cancel, paused, retry).
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "migration.platform.example",
+    version = "v1alpha1",
+    kind = "VirtualMachineMigration",
+    plural = "virtualmachinemigrations",
+    namespaced,
+    status = "VirtualMachineMigrationStatus",
+    derive = "PartialEq",
+    shortname = "vmm",
+    shortname = "vmmig",
+    category = "migration",
+    doc = "VirtualMachineMigration moves one VM from VMware vSphere (vCenter or ESXi) to a KubeVirt \
+           VirtualMachine: it converts the VM's disks, stages them in S3, imports them with CDI, \
+           creates and starts the VirtualMachine and waits for its guest. Set spec.cancel, \
+           spec.paused or raise spec.retry to steer it; status.phase and status.conditions tell \
+           where it stands.",
+    validation = crate::rules::name_fits_label(),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
+        description = "Checkpoint the migration is in"),
+    printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress.percent",
+        description = "Percent of disk bytes copied"),
+    printcolumn(name = "Wave", type_ = "string",
+        json_path = ".metadata.labels.migration\\.platform\\.example/wave",
+        description = "MigrationWave this migration belongs to"),
+    printcolumn(name = "Ready", type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Status of the Ready condition"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineMigrationSpec {
+    /// The vSphere endpoint, the VM to migrate and its power policy. Immutable.
+    #[x_kube(validation = crate::rules::source_immutable())]
+    pub source: SourceSpec,
+
+    /// The KubeVirt VirtualMachine to create. Immutable.
+    #[serde(default)]
+    #[x_kube(validation = crate::rules::target_immutable())]
+    pub target: TargetSpec,
+
+    /// Object storage where converted disk images wait to be imported.
+    pub staging: StagingSpec,
+
+    /// How disks are converted.
+    #[serde(default)]
+    pub conversion: ConversionSpec,
+
+    /// Set to true to stop the migration: its partial results (conversion Job, staged images,
+    /// unfinished DataVolumes and VM) are deleted and it ends Cancelled. To start again, set it
+    /// back to false and raise retry.
+    #[serde(default)]
+    pub cancel: bool,
+
+    /// Set to true to hold the migration: no new step is started (a running step may finish).
+    #[serde(default)]
+    pub paused: bool,
+
+    /// Retry token: raising it retries a Failed migration from the checkpoint that failed (a
+    /// Cancelled one from Preparing). It may never decrease.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    #[x_kube(validation = crate::rules::retry_only_grows())]
+    pub retry: i64,
+}
+
+/// Progress of a migration's disk copies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// Percent done, 0 to 100.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub percent: f64,
+    /// Bytes copied so far, over all disks and steps.
+    #[serde(default)]
+    pub bytes_done: i64,
+    /// Bytes to copy in all.
+    #[serde(default)]
+    pub bytes_total: i64,
+    /// Recent copy rate in bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_second: Option<i64>,
+    /// Estimated seconds until the copy is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
+}
+
+/// State of one disk through conversion, staging and import.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskStatus {
+    /// Position of the disk in status.source.disks, from 0.
+    #[schemars(range(min = 0))]
+    pub index: i32,
+    /// Datastore path of the source disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_path: Option<String>,
+    /// Capacity of the source disk in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<i64>,
+    /// Key of the converted image in the staging bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_object: Option<String>,
+    /// Size of the converted image in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_bytes: Option<i64>,
+    /// SHA-256 of the converted image, lowercase hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::rules::SHA256_HEX))]
+    pub checksum: Option<String>,
+    /// Format of the converted image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<DiskFormat>,
+    /// Name of the DataVolume importing this disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_volume: Option<String>,
+    /// The DataVolume's status.phase as CDI reports it, e.g. ImportInProgress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_phase: Option<String>,
+    /// Bytes of this disk copied in the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_done: Option<i64>,
+    /// Percent of this disk done in the current step, 0 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub percent: Option<f64>,
+    /// Recent copy rate of this disk in bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_second: Option<i64>,
+}
+
+/// The last failure of a migration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailure {
+    /// Checkpoint that failed; raising spec.retry resumes there.
+    pub phase: Phase,
+    /// Why, as a CamelCase identifier.
+    pub reason: Reason,
+    /// What happened and what to do about it.
+    #[schemars(length(max = 32768))]
+    pub message: String,
+    /// Whether retrying can help without changing anything else.
+    #[serde(default)]
+    pub retriable: bool,
+    /// When it failed.
+    pub time: Time,
+}
+
+/// Observed state of a migration, written only by the controller through the status subresource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineMigrationStatus {
+    /// The checkpoint the controller is trying to leave: Pending, Queued, Preparing, Converting,
+    /// Importing, CreatingVM, Starting, Validating, or the terminal Succeeded, Failed, Cancelled.
+    #[serde(default)]
+    pub phase: Phase,
+
+    /// metadata.generation of the spec the controller last finished a step for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// SourceDiscovered, Validated, DiskConverted, DiskImported, VMCreated, VMStarted,
+    /// GuestReady and Ready, one entry per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// What the controller discovered about the source VM, including its original power state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<DiscoveredSource>,
+
+    /// Per-disk state, one entry per source disk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["index".into()]))]
+    pub disks: Vec<DiskStatus>,
+
+    /// Overall copy progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
+
+    /// How many times the migration was started: 1 for the first run, +1 per retry.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub attempts: i32,
+
+    /// The spec.retry token last acted on; a spec.retry above it asks for a retry.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub retry_observed: i64,
+
+    /// The most recent failure, kept after a retry for reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<LastFailure>,
+
+    /// The latest phases with their times, oldest first, at most 32 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub history: Vec<PhaseTransition>,
+
+    /// When the controller started work (left Pending or Queued the first time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+
+    /// When the migration reached Succeeded, Failed or Cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+
+    /// One-line summary for people, e.g. "importing disk 1 of 2".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+}
+
+impl VirtualMachineMigrationStatus {
+    /// The condition of a type, if present.
+    pub fn condition(&self, type_: ConditionType) -> Option<&Condition> {
+        condition::get_condition(&self.conditions, type_)
+    }
+}
+
+impl VirtualMachineMigration {
+    /// `status.phase`, `Pending` when there is no status yet.
+    pub fn phase(&self) -> Phase {
+        self.status.as_ref().map_or(Phase::Pending, |s| s.phase)
+    }
+
+    /// The condition of a type, if the status has it.
+    pub fn condition(&self, type_: ConditionType) -> Option<&Condition> {
+        self.status.as_ref().and_then(|s| s.condition(type_))
+    }
+
+    /// Name of the MigrationWave this migration belongs to (its wave label).
+    pub fn wave(&self) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(names::WAVE_LABEL).map(String::as_str)
+    }
+
+    /// Whether its wave still holds it in `Queued` (the hold annotation is present).
+    pub fn is_held(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(names::HOLD_ANNOTATION))
+    }
+
+    /// Whether spec.retry is above the token the controller last acted on.
+    pub fn retry_requested(&self) -> bool {
+        self.spec.retry > self.status.as_ref().map_or(0, |s| s.retry_observed)
+    }
+}

@@ -1,0 +1,187 @@
+//! The phases of a migration: `status.phase` is the checkpoint the controller is trying to leave.
+
+use std::{fmt, str::FromStr};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// Where a `VirtualMachineMigration` stands. The six checkpoints (`Preparing` … `Validating`) each
+/// name the desired state the controller is making true; `Succeeded`, `Failed` and `Cancelled`
+/// are terminal until `spec.retry` is raised.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Phase {
+    /// Accepted; the controller has not started work yet.
+    #[default]
+    Pending,
+    /// Held by its MigrationWave until the wave's in-flight budget lets it start.
+    Queued,
+    /// Finding the source VM, validating it, recording and (if asked) switching off its power.
+    Preparing,
+    /// Converting every disk and uploading it to the staging bucket with its checksum.
+    Converting,
+    /// Importing every staged disk into a DataVolume.
+    Importing,
+    /// Creating the KubeVirt VirtualMachine on the imported volumes.
+    CreatingVM,
+    /// Starting the VirtualMachine and waiting for its instance to run.
+    Starting,
+    /// Waiting for the guest agent to connect.
+    Validating,
+    /// The VM runs in KubeVirt; staging has been cleaned up.
+    Succeeded,
+    /// Stopped on a permanent error; raise spec.retry to resume from the failed checkpoint.
+    Failed,
+    /// Stopped on request (spec.cancel); partial results were cleaned up.
+    Cancelled,
+}
+
+impl Phase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [Phase; 11] = [
+        Phase::Pending,
+        Phase::Queued,
+        Phase::Preparing,
+        Phase::Converting,
+        Phase::Importing,
+        Phase::CreatingVM,
+        Phase::Starting,
+        Phase::Validating,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Cancelled,
+    ];
+
+    /// The six checkpoints a migration passes through, in order.
+    pub const CHECKPOINTS: [Phase; 6] = [
+        Phase::Preparing,
+        Phase::Converting,
+        Phase::Importing,
+        Phase::CreatingVM,
+        Phase::Starting,
+        Phase::Validating,
+    ];
+
+    /// The six checkpoints, in order (see [`Phase::CHECKPOINTS`]).
+    pub fn checkpoints() -> &'static [Phase] {
+        &Self::CHECKPOINTS
+    }
+
+    /// The phase's name as written in `status.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Queued => "Queued",
+            Phase::Preparing => "Preparing",
+            Phase::Converting => "Converting",
+            Phase::Importing => "Importing",
+            Phase::CreatingVM => "CreatingVM",
+            Phase::Starting => "Starting",
+            Phase::Validating => "Validating",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Cancelled => "Cancelled",
+        }
+    }
+
+    /// `Succeeded`, `Failed` or `Cancelled`: the controller takes no further step unless
+    /// `spec.retry` is raised.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
+    }
+
+    /// One of the six checkpoints (`Preparing` … `Validating`).
+    pub fn is_checkpoint(self) -> bool {
+        self.checkpoint_index().is_some()
+    }
+
+    /// Work has started and not ended: what a wave counts against `maxInFlight`.
+    pub fn is_in_flight(self) -> bool {
+        self.is_checkpoint()
+    }
+
+    /// Position of a checkpoint in [`Phase::CHECKPOINTS`] (0 for `Preparing`), `None` otherwise.
+    pub fn checkpoint_index(self) -> Option<usize> {
+        Self::CHECKPOINTS.iter().position(|p| *p == self)
+    }
+
+    /// The phase that follows a checkpoint when its desired state holds: the next checkpoint, or
+    /// `Succeeded` after `Validating`. `Pending` and `Queued` lead to `Preparing`; terminal
+    /// phases have no successor.
+    pub fn next(self) -> Option<Phase> {
+        match self {
+            Phase::Pending | Phase::Queued => Some(Phase::Preparing),
+            Phase::Validating => Some(Phase::Succeeded),
+            p => p
+                .checkpoint_index()
+                .and_then(|i| Self::CHECKPOINTS.get(i + 1).copied()),
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Phase {
+    type Err = Error;
+
+    /// Parses a phase name; case-insensitive, so that filters typed by people work.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Phase::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| Error::UnknownPhase(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_phases_are_exactly_succeeded_failed_cancelled() {
+        let terminal: Vec<_> = Phase::ALL.into_iter().filter(|p| p.is_terminal()).collect();
+        assert_eq!(terminal, [Phase::Succeeded, Phase::Failed, Phase::Cancelled]);
+    }
+
+    #[test]
+    fn next_walks_the_checkpoints_in_order_and_ends_in_succeeded() {
+        let mut walked = vec![];
+        let mut p = Phase::Pending;
+        while let Some(n) = p.next() {
+            walked.push(n);
+            p = n;
+        }
+        let mut expected = Phase::CHECKPOINTS.to_vec();
+        expected.push(Phase::Succeeded);
+        assert_eq!(walked, expected);
+        assert_eq!(Phase::Queued.next(), Some(Phase::Preparing));
+        assert_eq!(Phase::Failed.next(), None);
+        assert_eq!(Phase::Cancelled.next(), None);
+    }
+
+    #[test]
+    fn serialized_name_display_and_parse_agree() {
+        for p in Phase::ALL {
+            let json = serde_json::to_value(p).unwrap_or_default();
+            assert_eq!(json, serde_json::Value::String(p.as_str().to_owned()));
+            assert_eq!(p.to_string(), p.as_str());
+            assert_eq!(p.as_str().parse::<Phase>().ok(), Some(p));
+            assert_eq!(p.as_str().to_lowercase().parse::<Phase>().ok(), Some(p));
+        }
+        assert!("Running".parse::<Phase>().is_err());
+    }
+
+    #[test]
+    fn only_checkpoints_are_in_flight() {
+        for p in Phase::ALL {
+            assert_eq!(p.is_in_flight(), Phase::CHECKPOINTS.contains(&p), "{p}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! References to Secrets, and the keys ferry reads from them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Key of the vSphere user name in the `spec.source.credentialsSecretRef` Secret.
+pub const VSPHERE_USERNAME_KEY: &str = "username";
+/// Key of the vSphere password in the `spec.source.credentialsSecretRef` Secret.
+pub const VSPHERE_PASSWORD_KEY: &str = "password";
+/// Key of the S3 access key id in the `spec.staging.credentialsSecretRef` Secret.
+pub const S3_ACCESS_KEY_ID_KEY: &str = "accessKeyId";
+/// Key of the S3 secret access key in the `spec.staging.credentialsSecretRef` Secret.
+pub const S3_SECRET_ACCESS_KEY_KEY: &str = "secretAccessKey";
+
+/// A Secret in the same namespace as the object that refers to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SecretRef {
+    /// Name of the Secret, in the same namespace.
+    #[schemars(length(min = 1, max = 253), pattern(crate::rules::DNS1123_SUBDOMAIN))]
+    pub name: String,
+}
+
+impl SecretRef {
+    /// A reference to the Secret `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}

@@ -1,0 +1,281 @@
+//! The vSphere side: the endpoint, how the VM is selected, what happens to its power, and what
+//! the controller discovered about it.
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, SecretRef};
+
+/// How to reach and trust a vCenter or ESXi SDK endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceEndpoint {
+    /// URL of the vCenter or ESXi SDK, e.g. https://vcenter.example.com/sdk.
+    #[x_kube(validation = crate::rules::vsphere_url())]
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+
+    /// Secret holding the vSphere user name (key `username`) and password (key `password`).
+    pub credentials_secret_ref: SecretRef,
+
+    /// Expected thumbprint of the endpoint's TLS certificate, SHA-1 or SHA-256 as colon-separated
+    /// hex pairs (as `govc about.cert -thumbprint` prints it). Exactly one of thumbprint and
+    /// insecureSkipTLSVerify: true is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 95), pattern(crate::rules::THUMBPRINT))]
+    pub thumbprint: Option<String>,
+
+    /// Skip verifying the endpoint's TLS certificate. Only for labs: anyone on the path can read
+    /// the credentials. Exactly one of thumbprint and insecureSkipTLSVerify: true is required.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "insecureSkipTLSVerify")]
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// Which VM to migrate: exactly one of `name`, `id` and `uuid`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct VmSelector {
+    /// Name of the VM as shown in the vSphere inventory, e.g. DC0_H0_VM0. Must be unique on the
+    /// endpoint; use id or uuid otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 80))]
+    pub name: Option<String>,
+
+    /// Managed object reference of the VM, e.g. vm-42 (a bare number on a standalone ESXi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(crate::rules::MOREF))]
+    pub id: Option<String>,
+
+    /// BIOS UUID of the VM (config.uuid), e.g. 42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 36), pattern(crate::rules::UUID))]
+    pub uuid: Option<String>,
+}
+
+/// How to find the VM, from a valid [`VmSelector`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmLookup<'a> {
+    /// By inventory name.
+    Name(&'a str),
+    /// By managed object reference.
+    Id(&'a str),
+    /// By BIOS UUID.
+    Uuid(&'a str),
+}
+
+impl VmSelector {
+    /// Selects the VM by name.
+    pub fn by_name(name: impl Into<String>) -> Self {
+        Self { name: Some(name.into()), ..Self::default() }
+    }
+
+    /// Selects the VM by managed object reference.
+    pub fn by_id(id: impl Into<String>) -> Self {
+        Self { id: Some(id.into()), ..Self::default() }
+    }
+
+    /// Selects the VM by BIOS UUID.
+    pub fn by_uuid(uuid: impl Into<String>) -> Self {
+        Self { uuid: Some(uuid.into()), ..Self::default() }
+    }
+
+    /// The one way this selector finds the VM.
+    ///
+    /// # Errors
+    /// [`Error::InvalidVmSelector`] when not exactly one of name, id and uuid is set (the API
+    /// server rejects such objects; only hand-built ones can have it).
+    pub fn lookup(&self) -> Result<VmLookup<'_>, Error> {
+        match (&self.name, &self.id, &self.uuid) {
+            (Some(n), None, None) => Ok(VmLookup::Name(n)),
+            (None, Some(i), None) => Ok(VmLookup::Id(i)),
+            (None, None, Some(u)) => Ok(VmLookup::Uuid(u)),
+            (n, i, u) => Err(Error::InvalidVmSelector {
+                set: [n.is_some(), i.is_some(), u.is_some()].into_iter().filter(|b| *b).count(),
+            }),
+        }
+    }
+
+    /// The selector's value (name, id or uuid), whichever is set first; for display and naming.
+    pub fn value(&self) -> Option<&str> {
+        self.name.as_deref().or(self.id.as_deref()).or(self.uuid.as_deref())
+    }
+}
+
+/// What to do with the source VM's power state when a migration does not succeed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RestorePowerState {
+    /// Leave the source VM as the migration left it.
+    Never,
+    /// Restore the original power state when the migration is cancelled or deleted.
+    #[default]
+    OnCancel,
+    /// Restore the original power state when the migration is cancelled, deleted or fails.
+    OnCancelOrFailure,
+}
+
+/// What ferry does with the source VM's power.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerPolicy {
+    /// Power the source VM off before its disks are copied (a consistent copy needs it). When
+    /// false, a powered-on VM fails validation with reason SourcePoweredOn.
+    #[serde(default = "default_true")]
+    pub power_off: bool,
+
+    /// When to power the source VM back to its original state: Never, OnCancel (cancel or
+    /// delete) or OnCancelOrFailure. Nothing else about the source VM is ever changed.
+    #[serde(default)]
+    pub restore_power_state: RestorePowerState,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for PowerPolicy {
+    fn default() -> Self {
+        Self { power_off: true, restore_power_state: RestorePowerState::default() }
+    }
+}
+
+/// The source of a migration: a vSphere endpoint, one VM on it, and its power policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::exactly_one_vm_selector())]
+#[x_kube(validation = crate::rules::tls_verification())]
+pub struct SourceSpec {
+    /// The vSphere endpoint and how to trust it.
+    #[serde(flatten)]
+    pub endpoint: SourceEndpoint,
+    /// The VM to migrate.
+    #[serde(flatten)]
+    pub vm: VmSelector,
+    /// What happens to the VM's power.
+    #[serde(flatten)]
+    pub power: PowerPolicy,
+}
+
+/// Power state of the VM before ferry changed anything, as vSphere names it (poweredOn,
+/// poweredOff, suspended); what restorePowerState restores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PowerState {
+    /// Running.
+    PoweredOn,
+    /// Off.
+    PoweredOff,
+    /// Suspended to disk.
+    Suspended,
+}
+
+/// Firmware of the VM: bios or efi.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Firmware {
+    /// Legacy BIOS.
+    Bios,
+    /// UEFI.
+    Efi,
+}
+
+/// A virtual disk of the source VM.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredDisk {
+    /// vSphere device key of the disk, e.g. 2000.
+    pub key: i32,
+    /// Device label, e.g. "Hard disk 1".
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// Datastore path of the disk's descriptor, e.g. "[datastore1] vm0/vm0.vmdk".
+    pub datastore_path: String,
+    /// Capacity of the disk in bytes.
+    pub capacity_bytes: i64,
+}
+
+/// A network adapter of the source VM.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredNic {
+    /// MAC address, e.g. 00:50:56:a1:b2:c3; kept on the target interface.
+    pub mac: String,
+    /// Name of the vSphere network (port group) the adapter is connected to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
+}
+
+/// What the controller read about the source VM in Preparing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredSource {
+    /// Inventory name of the VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Managed object reference, e.g. vm-42.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moref: Option<String>,
+    /// BIOS UUID (config.uuid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Instance UUID (config.instanceUuid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_uuid: Option<String>,
+    /// Power state found before ferry changed anything (poweredOn, poweredOff, suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// vSphere guest OS identifier, e.g. otherLinux64Guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_id: Option<String>,
+    /// Firmware: bios or efi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
+    /// Number of virtual CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_cpu: Option<i32>,
+    /// Memory in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "memoryMiB")]
+    pub memory_mib: Option<i64>,
+    /// Virtual disks, in device order; disk index N in status.disks is the Nth of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub disks: Vec<DiscoveredDisk>,
+    /// Network adapters, in device order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub nics: Vec<DiscoveredNic>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_accepts_exactly_one_selector() {
+        assert_eq!(VmSelector::by_name("DC0_H0_VM0").lookup().ok(), Some(VmLookup::Name("DC0_H0_VM0")));
+        assert_eq!(VmSelector::by_id("vm-42").lookup().ok(), Some(VmLookup::Id("vm-42")));
+        assert_eq!(VmSelector::by_uuid("u").lookup().ok(), Some(VmLookup::Uuid("u")));
+        assert!(matches!(VmSelector::default().lookup(), Err(Error::InvalidVmSelector { set: 0 })));
+        let two = VmSelector { name: Some("a".into()), id: Some("vm-1".into()), uuid: None };
+        assert!(matches!(two.lookup(), Err(Error::InvalidVmSelector { set: 2 })));
+    }
+
+    #[test]
+    fn source_spec_flattens_on_the_wire_and_defaults_power_policy() {
+        let json = serde_json::json!({
+            "url": "https://vc.example/sdk",
+            "credentialsSecretRef": {"name": "vc"},
+            "thumbprint": "AA:BB",
+            "name": "DC0_H0_VM0",
+        });
+        let s: SourceSpec = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(s.vm.lookup().ok(), Some(VmLookup::Name("DC0_H0_VM0")));
+        assert!(s.power.power_off, "powerOff defaults to true");
+        assert_eq!(s.power.restore_power_state, RestorePowerState::OnCancel);
+        assert!(!s.endpoint.insecure_skip_tls_verify);
+        let back = serde_json::to_value(&s).unwrap();
+        let mut expected = json;
+        expected["powerOff"] = true.into();
+        expected["restorePowerState"] = "OnCancel".into();
+        assert_eq!(back, expected);
+    }
+}

@@ -1,0 +1,294 @@
+//! `MigrationWave`: a batch of VMs migrated under one template, throttled by `maxInFlight`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Condition, ConversionSpec, Phase, StagingSpec, TargetTemplate,
+    condition::{self, WaveConditionType},
+    source::{PowerPolicy, SourceEndpoint, VmSelector},
+};
+
+/// The default `spec.maxInFlight`.
+pub const DEFAULT_MAX_IN_FLIGHT: i32 = 10;
+/// Most VMs one wave may list.
+pub const MAX_WAVE_VMS: usize = 5000;
+
+/// Desired state of a wave: the template shared by its VMs, the VMs, the throttle and the
+/// operator's intents.
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "migration.platform.example",
+    version = "v1alpha1",
+    kind = "MigrationWave",
+    plural = "migrationwaves",
+    namespaced,
+    status = "MigrationWaveStatus",
+    derive = "PartialEq",
+    shortname = "wave",
+    category = "migration",
+    doc = "MigrationWave migrates a batch of VMs under one template: it creates one \
+           VirtualMachineMigration per entry of spec.vms, lets at most spec.maxInFlight of them \
+           run at once, and sums up their progress in its status. spec.paused, spec.cancel and \
+           spec.retry steer every migration of the wave.",
+    validation = crate::rules::name_fits_label(),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
+        description = "Phase of the wave"),
+    printcolumn(name = "Done", type_ = "integer", json_path = ".status.counts.succeeded",
+        description = "Migrations that succeeded"),
+    printcolumn(name = "Total", type_ = "integer", json_path = ".status.total",
+        description = "Migrations in the wave"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.counts.failed",
+        description = "Migrations that failed"),
+    printcolumn(name = "In-Flight", type_ = "integer", json_path = ".status.inFlight",
+        description = "Migrations being worked on"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationWaveSpec {
+    /// What every migration of the wave shares: source endpoint, target, staging, conversion.
+    /// Changes apply to migrations the wave has not created yet.
+    pub template: WaveTemplate,
+
+    /// The VMs to migrate, one VirtualMachineMigration each (named <wave>-<vm>).
+    #[schemars(length(min = 1, max = 5000))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub vms: Vec<WaveVm>,
+
+    /// How many migrations of the wave may be past Queued and not yet finished at once.
+    #[serde(default = "default_max_in_flight")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_in_flight: i32,
+
+    /// Set to true to start no further migration; running ones go on.
+    #[serde(default)]
+    pub paused: bool,
+
+    /// Set to true to cancel every unfinished migration of the wave.
+    #[serde(default)]
+    pub cancel: bool,
+
+    /// Retry token: raising it retries every Failed migration of the wave. It may never decrease.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    #[x_kube(validation = crate::rules::retry_only_grows())]
+    pub retry: i64,
+}
+
+fn default_max_in_flight() -> i32 {
+    DEFAULT_MAX_IN_FLIGHT
+}
+
+/// The source endpoint and power policy shared by a wave's VMs (each VM is selected in spec.vms).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::tls_verification())]
+pub struct WaveSource {
+    /// The vSphere endpoint and how to trust it.
+    #[serde(flatten)]
+    pub endpoint: SourceEndpoint,
+    /// What happens to each VM's power.
+    #[serde(flatten)]
+    pub power: PowerPolicy,
+}
+
+/// What every migration of a wave shares.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveTemplate {
+    /// The vSphere endpoint and power policy.
+    pub source: WaveSource,
+    /// Storage, run strategy and networks of the new VirtualMachines (names come from spec.vms).
+    #[serde(default)]
+    pub target: TargetTemplate,
+    /// Object storage for the converted disk images.
+    pub staging: StagingSpec,
+    /// How disks are converted.
+    #[serde(default)]
+    pub conversion: ConversionSpec,
+}
+
+/// One VM of a wave: exactly one of `name`, `id`, `uuid`, and optionally the target name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::exactly_one_vm_selector())]
+pub struct WaveVm {
+    /// The VM to migrate.
+    #[serde(flatten)]
+    pub vm: VmSelector,
+    /// Name of the new VirtualMachine (a DNS-1123 label); defaults to the source VM's name made
+    /// valid, e.g. DC0_H0_VM0 becomes dc0-h0-vm0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(crate::rules::DNS1123_LABEL))]
+    pub target_name: Option<String>,
+}
+
+/// Phase of a wave.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum WavePhase {
+    /// Accepted; no migration created yet.
+    #[default]
+    Pending,
+    /// Migrations are being created and worked on.
+    Running,
+    /// spec.paused is true; no further migration starts.
+    Paused,
+    /// Every migration succeeded.
+    Succeeded,
+    /// Every migration finished, and at least one failed.
+    Failed,
+    /// The wave was cancelled.
+    Cancelled,
+}
+
+impl WavePhase {
+    /// `Succeeded`, `Failed` or `Cancelled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled)
+    }
+}
+
+/// How many of a wave's migrations are in each group of phases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveCounts {
+    /// Migrations in phase Pending.
+    #[serde(default)]
+    pub pending: i32,
+    /// Migrations in phase Queued (held by the wave).
+    #[serde(default)]
+    pub queued: i32,
+    /// Migrations in one of the checkpoints Preparing to Validating.
+    #[serde(default)]
+    pub running: i32,
+    /// Migrations that succeeded.
+    #[serde(default)]
+    pub succeeded: i32,
+    /// Migrations that failed (raise spec.retry to retry them).
+    #[serde(default)]
+    pub failed: i32,
+    /// Migrations that were cancelled.
+    #[serde(default)]
+    pub cancelled: i32,
+}
+
+impl WaveCounts {
+    /// Counts one migration in `phase`.
+    pub fn add(&mut self, phase: Phase) {
+        let slot = match phase {
+            Phase::Pending => &mut self.pending,
+            Phase::Queued => &mut self.queued,
+            Phase::Succeeded => &mut self.succeeded,
+            Phase::Failed => &mut self.failed,
+            Phase::Cancelled => &mut self.cancelled,
+            Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating => &mut self.running,
+        };
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Counts of the given phases.
+    pub fn from_phases(phases: impl IntoIterator<Item = Phase>) -> Self {
+        let mut c = Self::default();
+        phases.into_iter().for_each(|p| c.add(p));
+        c
+    }
+
+    /// Migrations counted.
+    pub fn total(&self) -> i32 {
+        self.pending + self.queued + self.running + self.finished()
+    }
+
+    /// Migrations in a terminal phase.
+    pub fn finished(&self) -> i32 {
+        self.succeeded + self.failed + self.cancelled
+    }
+}
+
+/// Observed state of a wave, written only by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationWaveStatus {
+    /// metadata.generation of the spec the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Pending, Running, Paused, Succeeded, Failed (finished with failures) or Cancelled.
+    #[serde(default)]
+    pub phase: WavePhase,
+    /// Number of VMs in spec.vms.
+    #[serde(default)]
+    pub total: i32,
+    /// Migrations per group of phases.
+    #[serde(default)]
+    pub counts: WaveCounts,
+    /// Migrations being worked on (past Queued, not finished); at most spec.maxInFlight.
+    #[serde(default)]
+    pub in_flight: i32,
+    /// When the first migration of the wave was released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the last migration of the wave finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Migrations finished per hour since the wave started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_per_hour: Option<f64>,
+    /// Estimated seconds until every migration is finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
+    /// Disk bytes copied over all migrations.
+    #[serde(default)]
+    pub bytes_done: i64,
+    /// Disk bytes to copy over all migrations (known once they are discovered).
+    #[serde(default)]
+    pub bytes_total: i64,
+    /// Progressing and Ready, one entry per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition<WaveConditionType>>,
+}
+
+impl MigrationWaveStatus {
+    /// The condition of a type, if present.
+    pub fn condition(&self, type_: WaveConditionType) -> Option<&Condition<WaveConditionType>> {
+        condition::get_condition(&self.conditions, type_)
+    }
+}
+
+impl MigrationWave {
+    /// `status.phase`, `Pending` when there is no status yet.
+    pub fn phase(&self) -> WavePhase {
+        self.status.as_ref().map_or(WavePhase::Pending, |s| s.phase)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_group_phases_and_sum_to_total() {
+        let c = WaveCounts::from_phases(Phase::ALL);
+        assert_eq!(
+            c,
+            WaveCounts { pending: 1, queued: 1, running: 6, succeeded: 1, failed: 1, cancelled: 1 }
+        );
+        assert_eq!(c.total(), Phase::ALL.len() as i32);
+        assert_eq!(c.finished(), 3);
+    }
+
+    #[test]
+    fn wave_vm_flattens_the_selector() {
+        let v: WaveVm =
+            serde_json::from_value(serde_json::json!({"id": "vm-42", "targetName": "db"})).unwrap();
+        assert_eq!(v.vm.id.as_deref(), Some("vm-42"));
+        assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!({"id": "vm-42", "targetName": "db"}));
+    }
+}

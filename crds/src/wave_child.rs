@@ -1,0 +1,143 @@
+//! Turns a wave and one of its `spec.vms` entries into the child `VirtualMachineMigration`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::{
+    Error, MigrationWave, SourceSpec, TargetSpec, VirtualMachineMigration,
+    VirtualMachineMigrationSpec, WaveVm, names,
+};
+
+/// Name of the migration a wave creates for `vm`: `<wave>-<vm name, id or uuid made a label>`,
+/// at most 63 characters (see [`names::wave_member_name`]).
+pub fn child_migration_name(wave_name: &str, vm: &WaveVm) -> String {
+    names::wave_member_name(wave_name, vm.vm.value().unwrap_or_default())
+}
+
+/// The `VirtualMachineMigration` a wave creates for one of its VMs. Pure.
+///
+/// # Guarantees
+/// * Deterministic name ([`child_migration_name`]) in the wave's namespace.
+/// * Carries the wave label, the hold annotation (it stays `Queued` until the wave releases it)
+///   and a controller owner reference to the wave, so deleting the wave deletes it.
+/// * Its spec is the wave's template with the entry's VM selector and target name; the intents
+///   start false/0 (the wave controller propagates cancel and retry itself).
+///
+/// # Errors
+/// [`Error::MissingMetadata`] when the wave has no name, namespace or uid (objects read from the
+/// API server always have them).
+pub fn child_migration(wave: &MigrationWave, vm: &WaveVm) -> Result<VirtualMachineMigration, Error> {
+    let missing = |field| Error::MissingMetadata { kind: "MigrationWave", field };
+    let wave_name = wave.metadata.name.as_deref().ok_or_else(|| missing("name"))?;
+    let namespace = wave.metadata.namespace.as_deref().ok_or_else(|| missing("namespace"))?;
+    let uid = wave.metadata.uid.as_deref().ok_or_else(|| missing("uid"))?;
+    let template = &wave.spec.template;
+
+    let owner = OwnerReference {
+        api_version: MigrationWave::api_version(&()).into_owned(),
+        kind: MigrationWave::kind(&()).into_owned(),
+        name: wave_name.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let spec = VirtualMachineMigrationSpec {
+        source: SourceSpec {
+            endpoint: template.source.endpoint.clone(),
+            vm: vm.vm.clone(),
+            power: template.source.power.clone(),
+        },
+        target: TargetSpec { name: vm.target_name.clone(), template: template.target.clone() },
+        staging: template.staging.clone(),
+        conversion: template.conversion.clone(),
+        cancel: false,
+        paused: false,
+        retry: 0,
+    };
+    Ok(VirtualMachineMigration {
+        metadata: ObjectMeta {
+            name: Some(child_migration_name(wave_name, vm)),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(names::WAVE_LABEL.to_owned(), wave_name.to_owned())])),
+            annotations: Some(BTreeMap::from([(
+                names::HOLD_ANNOTATION.to_owned(),
+                names::HOLD_VALUE.to_owned(),
+            )])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{VmSelector, fixtures::wave};
+
+    #[test]
+    fn child_copies_the_template_and_selects_the_vm() {
+        let w = wave("w1", 3);
+        let entry = &w.spec.vms[1];
+        let child = child_migration(&w, entry).unwrap();
+        assert_eq!(child.metadata.name.as_deref(), Some("w1-dc0-h0-vm1"));
+        assert_eq!(child.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(child.spec.source.endpoint, w.spec.template.source.endpoint);
+        assert_eq!(child.spec.source.power, w.spec.template.source.power);
+        assert_eq!(child.spec.source.vm, entry.vm);
+        assert_eq!(child.spec.target.template, w.spec.template.target);
+        assert_eq!(child.spec.staging, w.spec.template.staging);
+        assert_eq!(child.spec.conversion, w.spec.template.conversion);
+        assert_eq!((child.spec.cancel, child.spec.paused, child.spec.retry), (false, false, 0));
+    }
+
+    #[test]
+    fn child_is_labelled_held_and_owned_by_the_wave() {
+        let w = wave("w1", 1);
+        let child = child_migration(&w, &w.spec.vms[0]).unwrap();
+        assert_eq!(child.wave(), Some("w1"));
+        assert!(child.is_held());
+        let owners = child.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "MigrationWave");
+        assert_eq!(owners[0].api_version, crate::API_VERSION);
+        assert_eq!(Some(owners[0].uid.as_str()), w.metadata.uid.as_deref());
+        assert_eq!(owners[0].controller, Some(true));
+    }
+
+    #[test]
+    fn child_takes_the_entry_target_name() {
+        let mut w = wave("w1", 1);
+        w.spec.vms[0].target_name = Some("db".into());
+        let child = child_migration(&w, &w.spec.vms[0]).unwrap();
+        assert_eq!(child.spec.target.name.as_deref(), Some("db"));
+        assert_eq!(names::vm_name(&child), "db");
+    }
+
+    #[test]
+    fn child_of_an_id_or_uuid_entry_is_named_after_it() {
+        let w = wave("w1", 1);
+        let by_id = WaveVm { vm: VmSelector::by_id("vm-42"), target_name: None };
+        assert_eq!(child_migration(&w, &by_id).unwrap().metadata.name.as_deref(), Some("w1-vm-42"));
+    }
+
+    #[test]
+    fn child_name_is_bounded_for_long_waves() {
+        let w = wave(&"w".repeat(63), 2);
+        let a = child_migration_name(w.metadata.name.as_deref().unwrap(), &w.spec.vms[0]);
+        let b = child_migration_name(w.metadata.name.as_deref().unwrap(), &w.spec.vms[1]);
+        assert!(a.len() <= 63 && b.len() <= 63);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_wave_without_uid_is_an_error() {
+        let mut w = wave("w1", 1);
+        w.metadata.uid = None;
+        let err = child_migration(&w, &w.spec.vms[0]).unwrap_err();
+        assert!(matches!(err, Error::MissingMetadata { field: "uid", .. }), "{err}");
+    }
+}
