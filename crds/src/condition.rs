@@ -216,6 +216,45 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 35] = [
+        Reason::NotStarted,
+        Reason::InProgress,
+        Reason::HeldByWave,
+        Reason::Paused,
+        Reason::TransientError,
+        Reason::RetryRequested,
+        Reason::Cancelling,
+        Reason::Discovered,
+        Reason::SecretNotFound,
+        Reason::LoginFailed,
+        Reason::EndpointUnreachable,
+        Reason::ThumbprintMismatch,
+        Reason::VMNotFound,
+        Reason::VMAmbiguous,
+        Reason::Validated,
+        Reason::UnsupportedDiskLayout,
+        Reason::SourcePoweredOn,
+        Reason::PowerOffFailed,
+        Reason::TargetNameTaken,
+        Reason::Converted,
+        Reason::ConversionFailed,
+        Reason::StagingUnavailable,
+        Reason::BucketNotFound,
+        Reason::ChecksumMismatch,
+        Reason::Imported,
+        Reason::ImportFailed,
+        Reason::VMCreated,
+        Reason::VMCreateFailed,
+        Reason::VMRunning,
+        Reason::VMStartFailed,
+        Reason::GuestAgentConnected,
+        Reason::GuestAgentTimeout,
+        Reason::Succeeded,
+        Reason::Failed,
+        Reason::Cancelled,
+    ];
+
     /// The reason as written in the API.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -478,8 +517,9 @@ mod tests {
         for s in [ConditionStatus::True, ConditionStatus::False, ConditionStatus::Unknown] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
-        for r in [Reason::NotStarted, Reason::VMNotFound, Reason::GuestAgentTimeout, Reason::Cancelled] {
+        for r in Reason::ALL {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+            assert_eq!(r.to_string(), r.as_str());
         }
     }
 }

@@ -265,3 +265,108 @@ impl VirtualMachineMigration {
         self.spec.retry > self.status.as_ref().map_or(0, |s| s.retry_observed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        ConditionStatus, RestorePowerState, RunStrategy,
+        fixtures::{migration, t0, t1},
+        history::record_phase,
+    };
+
+    #[test]
+    fn a_minimal_manifest_gets_every_default() {
+        let vmm: VirtualMachineMigration = serde_json::from_value(serde_json::json!({
+            "apiVersion": "migration.platform.example/v1alpha1",
+            "kind": "VirtualMachineMigration",
+            "metadata": {"name": "m", "namespace": "default"},
+            "spec": {
+                "source": {
+                    "url": "https://vc/sdk",
+                    "credentialsSecretRef": {"name": "vc"},
+                    "insecureSkipTLSVerify": true,
+                    "id": "vm-42",
+                },
+                "staging": {
+                    "endpoint": "http://127.0.0.1:9000",
+                    "bucket": "ferry",
+                    "credentialsSecretRef": {"name": "s3"},
+                },
+            },
+        }))
+        .unwrap();
+        let spec = &vmm.spec;
+        assert!(spec.source.endpoint.insecure_skip_tls_verify);
+        assert!(spec.source.power.power_off);
+        assert_eq!(spec.source.power.restore_power_state, RestorePowerState::OnCancel);
+        assert_eq!(spec.target.template.run_strategy, RunStrategy::Always);
+        assert_eq!(spec.target.name, None);
+        assert_eq!(spec.staging.region, "us-east-1");
+        assert_eq!(spec.conversion.image, crate::conversion::DEFAULT_CONVERTER_IMAGE);
+        assert_eq!(spec.conversion.format, DiskFormat::Raw);
+        assert_eq!((spec.cancel, spec.paused, spec.retry), (false, false, 0));
+        assert_eq!(vmm.phase(), Phase::Pending);
+        assert!(!vmm.retry_requested());
+    }
+
+    #[test]
+    fn a_full_object_round_trips_through_json_and_yaml() {
+        let mut vmm = migration("web-1")
+            .in_wave("w1")
+            .with_disks(2)
+            .with_phase(Phase::Importing)
+            .with_initial_conditions()
+            .with_condition(ConditionType::SourceDiscovered, ConditionStatus::True, Reason::Discovered);
+        let status = vmm.status.as_mut().unwrap();
+        status.progress = Some(Progress {
+            percent: 45.23,
+            bytes_done: 1 << 20,
+            bytes_total: 128 << 20,
+            rate_bytes_per_second: Some(10 << 20),
+            eta_seconds: Some(12),
+        });
+        status.last_failure = Some(LastFailure {
+            phase: Phase::Importing,
+            reason: Reason::ImportFailed,
+            message: "DataVolume web-1-disk-0 failed".into(),
+            retriable: true,
+            time: t0(),
+        });
+        record_phase(&mut status.history, Phase::Preparing, 1, &t0());
+        record_phase(&mut status.history, Phase::Importing, 1, &t1());
+        status.started_at = Some(t0());
+        status.message = Some("importing disk 1 of 2".into());
+        status.source.as_mut().unwrap().memory_mib = Some(4096);
+        vmm.spec.source.endpoint.insecure_skip_tls_verify = true;
+
+        let json = serde_json::to_string(&vmm).unwrap();
+        assert_eq!(serde_json::from_str::<VirtualMachineMigration>(&json).unwrap(), vmm);
+        let yaml = serde_yaml::to_string(&vmm).unwrap();
+        assert_eq!(serde_yaml::from_str::<VirtualMachineMigration>(&yaml).unwrap(), vmm);
+        assert!(json.contains(r#""memoryMiB":4096"#), "{json}");
+        assert!(json.contains(r#""insecureSkipTLSVerify":true"#), "{json}");
+    }
+
+    #[test]
+    fn an_empty_status_serializes_to_almost_nothing() {
+        // Server-side apply claims every field it sends: an empty status must not claim lists.
+        let v = serde_json::to_value(VirtualMachineMigrationStatus::default()).unwrap();
+        assert_eq!(v, serde_json::json!({"phase": "Pending", "attempts": 0, "retryObserved": 0}));
+    }
+
+    #[test]
+    fn accessors_read_wave_hold_and_retry() {
+        let vmm = migration("m").in_wave("w1");
+        assert_eq!(vmm.wave(), Some("w1"));
+        assert!(vmm.is_held());
+        assert!(!vmm.clone().released().is_held());
+        let vmm = vmm.with_retry(1);
+        assert!(vmm.retry_requested());
+        let mut vmm = vmm.with_phase(Phase::Failed);
+        vmm.status.as_mut().unwrap().retry_observed = 1;
+        assert!(!vmm.retry_requested());
+        assert_eq!(vmm.phase(), Phase::Failed);
+        assert!(vmm.condition(ConditionType::Ready).is_none());
+    }
+}
