@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/view"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+const (
+	vcDatacenter = "DC0"
+	vcDatastore  = "LocalDS_0"
+)
+
+type vcsimLab struct {
+	model   *simulator.Model
+	server  *simulator.Server
+	url     string // https://127.0.0.1:PORT/sdk
+	dsDir   string // stable datastore directory (DIR/vcsim/LocalDS_0)
+	user    string
+	pass    string
+	vmCount int
+}
+
+// vmShape picks a vcsim model shape for n VMs. vcsim creates Model.Machine VMs in every "pool":
+// one per standalone host (DC0_H<i>) and one per cluster root resource pool (DC0_C<j>_RP0).
+// We use 1 standalone host plus k clusters of 3 hosts, k = ceil(n/500), and
+// Machine = ceil(n/(k+1)); the surplus (< k+1 VMs) is destroyed from the end of the last cluster,
+// so the inventory holds exactly n VMs.
+func vmShape(n int) (clusters, machine int) {
+	if n <= 0 {
+		return 1, 0
+	}
+	clusters = int(math.Ceil(float64(n) / 500))
+	machine = int(math.Ceil(float64(n) / float64(clusters+1)))
+	return clusters, machine
+}
+
+func startVcsim(ctx context.Context, dir string, port, n int, user, pass string, k *pki) (*vcsimLab, error) {
+	base := filepath.Join(dir, "vcsim")
+	run := filepath.Join(base, "run")
+	stable := filepath.Join(base, vcDatastore)
+	// vcsim keeps its inventory in memory only; its datastore is recreated on every start.
+	_ = os.RemoveAll(run)
+	_ = os.RemoveAll(stable)
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		return nil, err
+	}
+
+	clusters, machine := vmShape(n)
+	model := simulator.VPX()
+	model.Datacenter = 1
+	model.Host = 1
+	model.Cluster = clusters
+	model.ClusterHost = 3
+	model.Machine = machine
+	model.Datastore = 1
+	model.Portgroup = 1
+
+	// vcsim creates its datastore directories with os.MkdirTemp("", ...): point TMPDIR into DIR.
+	oldTmp, hadTmp := os.LookupEnv("TMPDIR")
+	os.Setenv("TMPDIR", run)
+	err := model.Create()
+	if hadTmp {
+		os.Setenv("TMPDIR", oldTmp)
+	} else {
+		os.Unsetenv("TMPDIR")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vcsim model: %w", err)
+	}
+
+	cert, err := tls.LoadX509KeyPair(k.vcsimCert, k.vcsimKey)
+	if err != nil {
+		return nil, err
+	}
+	model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	model.Service.Listen = &url.URL{Host: fmt.Sprintf("127.0.0.1:%d", port), User: url.UserPassword(user, pass)}
+	srv := model.Service.NewServer()
+
+	// vcsim itself serves /folder without any authentication. A real vCenter demands a session, so
+	// the lab puts a check in front: a vmware_soap_session cookie of a live SOAP session, or HTTP
+	// Basic with the lab credentials; anything else gets 401. The server has not been handed to any
+	// client yet, so swapping its handler here is safe.
+	mux := model.Service.ServeMux
+	srv.Config.Handler = folderAuth(mux, user, pass)
+
+	lab := &vcsimLab{model: model, server: srv, url: fmt.Sprintf("https://127.0.0.1:%d/sdk", port), user: user, pass: pass}
+
+	// Make the datastore directory stable: move vcsim's temporary one to DIR/vcsim/LocalDS_0 and
+	// leave a symlink behind, so vcsim keeps working on the same files.
+	c, err := lab.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Logout(context.Background())
+	ds, err := findDatastore(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	tmpDS := ds.Summary.Url
+	if err := os.Rename(tmpDS, stable); err != nil {
+		return nil, fmt.Errorf("moving datastore dir: %w", err)
+	}
+	if err := os.Symlink(stable, tmpDS); err != nil {
+		return nil, err
+	}
+	lab.dsDir = stable
+
+	if err := trimVMs(ctx, c, n); err != nil {
+		return nil, err
+	}
+	return lab, nil
+}
+
+func (v *vcsimLab) client(ctx context.Context) (*govmomi.Client, error) {
+	u, _ := url.Parse(v.url)
+	u.User = url.UserPassword(v.user, v.pass)
+	// In-process client to our own server: thumbprint pinning is the tests' job.
+	return govmomi.NewClient(ctx, u, true)
+}
+
+func (v *vcsimLab) close() {
+	if v.server != nil {
+		v.server.Close()
+	}
+	if v.model != nil {
+		v.model.Remove() // removes DIR/vcsim/run/govcsim-* (the symlink, not the stable dir)
+	}
+}
+
+func findDatastore(ctx context.Context, c *govmomi.Client) (*mo.Datastore, error) {
+	m := view.NewManager(c.Client)
+	cv, err := m.CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{"Datastore"}, true)
+	if err != nil {
+		return nil, err
+	}
+	defer cv.Destroy(ctx)
+	var dss []mo.Datastore
+	if err := cv.Retrieve(ctx, []string{"Datastore"}, []string{"name", "summary"}, &dss); err != nil {
+		return nil, err
+	}
+	for i := range dss {
+		if dss[i].Name == vcDatastore {
+			return &dss[i], nil
+		}
+	}
+	return nil, fmt.Errorf("datastore %s not found", vcDatastore)
+}
+
+// trimVMs destroys the surplus VMs of the model shape, from the end of the name order.
+func trimVMs(ctx context.Context, c *govmomi.Client, n int) error {
+	vms, err := listVMs(ctx, c, []string{"name"})
+	if err != nil {
+		return err
+	}
+	if len(vms) <= n {
+		return nil
+	}
+	sort.Slice(vms, func(i, j int) bool { return vmLess(vms[i].Name, vms[j].Name) })
+	for _, vm := range vms[n:] {
+		o := object.NewVirtualMachine(c.Client, vm.Self)
+		if t, err := o.PowerOff(ctx); err == nil {
+			_ = t.Wait(ctx)
+		}
+		t, err := o.Destroy(ctx)
+		if err != nil {
+			return err
+		}
+		if err := t.Wait(ctx); err != nil {
+			return fmt.Errorf("destroy %s: %w", vm.Name, err)
+		}
+	}
+	return nil
+}
+
+// vmLess orders vcsim names naturally: DC0_C0_RP0_VM2 < DC0_C0_RP0_VM10.
+func vmLess(a, b string) bool {
+	ka, kb := natKey(a), natKey(b)
+	for i := 0; i < len(ka) && i < len(kb); i++ {
+		if ka[i] != kb[i] {
+			return ka[i] < kb[i]
+		}
+	}
+	return len(ka) < len(kb)
+}
+
+func natKey(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, "_") {
+		// left-pad numeric suffixes so string comparison is numeric
+		i := len(p)
+		for i > 0 && p[i-1] >= '0' && p[i-1] <= '9' {
+			i--
+		}
+		out = append(out, p[:i]+fmt.Sprintf("%012s", p[i:]))
+	}
+	return out
+}
+
+func listVMs(ctx context.Context, c *govmomi.Client, props []string) ([]mo.VirtualMachine, error) {
+	m := view.NewManager(c.Client)
+	cv, err := m.CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{"VirtualMachine"}, true)
+	if err != nil {
+		return nil, err
+	}
+	defer cv.Destroy(ctx)
+	var vms []mo.VirtualMachine
+	if err := cv.Retrieve(ctx, []string{"VirtualMachine"}, props, &vms); err != nil {
+		return nil, err
+	}
+	return vms, nil
+}
+
+type invDisk struct {
+	Key           int32  `json:"key"`
+	DatastorePath string `json:"datastorePath"`
+	LocalPath     string `json:"localPath"`
+	CapacityBytes int64  `json:"capacityBytes"`
+}
+
+type invNIC struct {
+	MAC     string `json:"mac"`
+	Network string `json:"network"`
+}
+
+type invVM struct {
+	Name         string    `json:"name"`
+	Moref        string    `json:"moref"`
+	UUID         string    `json:"uuid"`
+	InstanceUUID string    `json:"instanceUuid"`
+	PowerState   string    `json:"powerState"`
+	GuestID      string    `json:"guestId"`
+	NumCPU       int32     `json:"numCpu"`
+	MemoryMiB    int32     `json:"memoryMiB"`
+	Firmware     string    `json:"firmware"`
+	Host         string    `json:"host"`
+	Disks        []invDisk `json:"disks"`
+	NICs         []invNIC  `json:"nics"`
+}
+
+type inventory struct {
+	VMs []invVM `json:"vms"`
+}
+
+// writeInventory reads every VM from the running simulator, makes sure each disk's backing file
+// exists in the datastore directory (placeholder if vcsim did not create one) and writes
+// inventory.json.
+func (v *vcsimLab) writeInventory(ctx context.Context, path string) error {
+	c, err := v.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Logout(context.Background())
+
+	vms, err := listVMs(ctx, c, []string{"name", "config", "runtime.powerState", "runtime.host"})
+	if err != nil {
+		return err
+	}
+	// names of hosts and portgroups
+	names := map[string]string{}
+	pc := property.DefaultCollector(c.Client)
+	m := view.NewManager(c.Client)
+	cv, err := m.CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{"HostSystem", "Network", "DistributedVirtualPortgroup"}, true)
+	if err != nil {
+		return err
+	}
+	var ents []mo.ManagedEntity
+	if err := cv.Retrieve(ctx, []string{"HostSystem", "Network", "DistributedVirtualPortgroup"}, []string{"name"}, &ents); err != nil {
+		return err
+	}
+	_ = cv.Destroy(ctx)
+	for _, e := range ents {
+		names[e.Self.Value] = e.Name
+	}
+	_ = pc
+
+	sort.Slice(vms, func(i, j int) bool { return vmLess(vms[i].Name, vms[j].Name) })
+	inv := inventory{VMs: make([]invVM, 0, len(vms))}
+	prefix := "[" + vcDatastore + "] "
+	for _, vm := range vms {
+		if vm.Config == nil {
+			continue
+		}
+		iv := invVM{
+			Name:         vm.Name,
+			Moref:        vm.Self.Value,
+			UUID:         vm.Config.Uuid,
+			InstanceUUID: vm.Config.InstanceUuid,
+			PowerState:   string(vm.Runtime.PowerState),
+			GuestID:      vm.Config.GuestId,
+			NumCPU:       vm.Config.Hardware.NumCPU,
+			MemoryMiB:    vm.Config.Hardware.MemoryMB,
+			Firmware:     vm.Config.Firmware,
+			Disks:        []invDisk{},
+			NICs:         []invNIC{},
+		}
+		if iv.Firmware == "" {
+			iv.Firmware = "bios"
+		}
+		if vm.Runtime.Host != nil {
+			iv.Host = names[vm.Runtime.Host.Value]
+		}
+		for _, dev := range vm.Config.Hardware.Device {
+			switch d := dev.(type) {
+			case *types.VirtualDisk:
+				fb, ok := d.Backing.(types.BaseVirtualDeviceFileBackingInfo)
+				if !ok {
+					continue
+				}
+				dsPath := fb.GetVirtualDeviceFileBackingInfo().FileName
+				disk := invDisk{Key: d.Key, DatastorePath: dsPath, CapacityBytes: d.CapacityInBytes}
+				if disk.CapacityBytes == 0 {
+					disk.CapacityBytes = d.CapacityInKB * 1024
+				}
+				if strings.HasPrefix(dsPath, prefix) {
+					disk.LocalPath = filepath.Join(v.dsDir, filepath.FromSlash(strings.TrimPrefix(dsPath, prefix)))
+					if err := ensureDiskFile(disk.LocalPath, disk.CapacityBytes); err != nil {
+						return err
+					}
+				}
+				iv.Disks = append(iv.Disks, disk)
+			case types.BaseVirtualEthernetCard:
+				e := d.GetVirtualEthernetCard()
+				nic := invNIC{MAC: e.MacAddress}
+				switch b := e.Backing.(type) {
+				case *types.VirtualEthernetCardNetworkBackingInfo:
+					nic.Network = b.DeviceName
+					if b.Network != nil && names[b.Network.Value] != "" {
+						nic.Network = names[b.Network.Value]
+					}
+				case *types.VirtualEthernetCardDistributedVirtualPortBackingInfo:
+					nic.Network = b.Port.PortgroupKey
+					if n := names[b.Port.PortgroupKey]; n != "" {
+						nic.Network = n
+					}
+				}
+				iv.NICs = append(iv.NICs, nic)
+			}
+		}
+		inv.VMs = append(inv.VMs, iv)
+	}
+	v.vmCount = len(inv.VMs)
+	b, err := json.MarshalIndent(inv, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'), 0o644)
+}
+
+// ensureDiskFile creates a placeholder VMDK when vcsim left none: a monolithicFlat descriptor
+// naming a sparse "-flat" extent of the disk's capacity (no blocks on disk). Tests overwrite it
+// with real VMDKs made by qemu-img.
+func ensureDiskFile(p string, capacity int64) error {
+	if exists(p) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	sectors := capacity / 512
+	flat := strings.TrimSuffix(filepath.Base(p), ".vmdk") + "-flat.vmdk"
+	cyl := sectors / (255 * 63)
+	if cyl > 65535 {
+		cyl = 65535
+	}
+	desc := fmt.Sprintf(`# Disk DescriptorFile
+version=1
+encoding="UTF-8"
+CID=fffffffe
+parentCID=ffffffff
+createType="monolithicFlat"
+
+# Extent description
+RW %d FLAT "%s" 0
+
+# The Disk Data Base
+#DDB
+
+ddb.adapterType = "lsilogic"
+ddb.geometry.cylinders = "%d"
+ddb.geometry.heads = "255"
+ddb.geometry.sectors = "63"
+ddb.virtualHWVersion = "13"
+`, sectors, flat, cyl)
+	if err := os.WriteFile(p, []byte(desc), 0o644); err != nil {
+		return err
+	}
+	fp := filepath.Join(filepath.Dir(p), flat)
+	if exists(fp) {
+		return nil
+	}
+	f, err := os.Create(fp)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(capacity)
+}
+
+// folderAuth guards /folder like a real vCenter does. Other paths go straight to vcsim.
+func folderAuth(mux *http.ServeMux, user, pass string) http.Handler {
+	soapCheck := func(cookie *http.Cookie) bool {
+		body := `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><CurrentTime xmlns="urn:vim25"><_this type="ServiceInstance">ServiceInstance</_this></CurrentTime></soapenv:Body></soapenv:Envelope>`
+		req := httptest.NewRequest(http.MethodPost, "/sdk", bytes.NewBufferString(body))
+		req.Header.Set("Content-Type", "text/xml; charset=utf-8")
+		req.Header.Set("SOAPAction", "urn:vim25/8.0.3.0")
+		req.AddCookie(cookie)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code == http.StatusOK
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/folder") {
+			ok := false
+			if u, p, has := r.BasicAuth(); has {
+				ok = subtle.ConstantTimeCompare([]byte(u), []byte(user)) == 1 &&
+					subtle.ConstantTimeCompare([]byte(p), []byte(pass)) == 1
+			} else if ck, err := r.Cookie("vmware_soap_session"); err == nil && ck.Value != "" {
+				ok = soapCheck(ck)
+			}
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Basic realm="VMware HTTP server"`)
+				http.Error(w, "401 Unauthorized: a vmware_soap_session cookie or HTTP Basic credentials are required", http.StatusUnauthorized)
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// vcsimAnswers does one unauthenticated SOAP round trip (RetrieveServiceContent).
+func vcsimAnswers(ctx context.Context, rawURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body := `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><RetrieveServiceContent xmlns="urn:vim25"><_this type="ServiceInstance">ServiceInstance</_this></RetrieveServiceContent></soapenv:Body></soapenv:Envelope>`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/xml; charset=utf-8")
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // probe of our own server
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("vcsim SOAP answered %s", resp.Status)
+	}
+	return nil
+}
