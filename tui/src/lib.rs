@@ -1,1 +1,9 @@
-//! ferry
+//! The ferry cockpit: a live board of every VM migration, with keyboard actions that patch the
+//! custom resources. `state` holds everything and changes only through actions; `ui` draws it.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod error;
+pub mod state;
+pub mod strings;
+
+pub use error::Error;

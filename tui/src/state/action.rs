@@ -1,0 +1,267 @@
+//! Everything that can change the state ([`Action`]) and every I/O the state asks for
+//! ([`Effect`]).
+
+use std::sync::Arc;
+
+use ferry_crds::{MigrationWave, VirtualMachineMigration};
+
+use super::{
+    ObjKey, Timestamp,
+    conn::{ConnState, Resource},
+    events::EventRow,
+};
+
+/// A mutation the operator can ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `spec.cancel: true`.
+    Cancel,
+    /// `spec.retry: n + 1`.
+    Retry,
+    /// `spec.paused: true`.
+    Pause,
+    /// `spec.paused: false`.
+    Resume,
+    /// Delete the object.
+    Delete,
+}
+
+impl Verb {
+    /// The verb as a command word (`ferry cancel ...`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Cancel => "cancel",
+            Verb::Retry => "retry",
+            Verb::Pause => "pause",
+            Verb::Resume => "resume",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// Kind of object acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TargetKind {
+    /// A `VirtualMachineMigration`.
+    Migration,
+    /// A `MigrationWave` (its intents reach every migration of the wave).
+    Wave,
+}
+
+/// One object acted on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Its kind.
+    pub kind: TargetKind,
+    /// Its namespace and name.
+    pub key: ObjKey,
+}
+
+/// What the API server said to one patch or delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Accepted; the board changes when the watch delivers it.
+    Applied,
+    /// RBAC refused it.
+    Forbidden(String),
+    /// The object changed since it was read (retry uses the resourceVersion).
+    Conflict,
+    /// The object is gone.
+    NotFound,
+    /// Anything else (network, validation), one line.
+    Failed(String),
+}
+
+impl Outcome {
+    /// Whether the request was accepted.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied)
+    }
+}
+
+/// A child object of a migration, read on demand.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Child {
+    /// `Job`, `DataVolume`, `VirtualMachine` or `VirtualMachineInstance`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its state in a few words (e.g. `ImportInProgress 45.2%`), `absent` when not found.
+    pub state: String,
+}
+
+/// Where the operator wants the watches to look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One namespace.
+    Namespace(String),
+    /// Every namespace (`-A`).
+    All,
+}
+
+impl Scope {
+    /// The one namespace, if not all.
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Scope::Namespace(n) => Some(n),
+            Scope::All => None,
+        }
+    }
+}
+
+/// Cursor movement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nav {
+    /// One up.
+    Up,
+    /// One down.
+    Down,
+    /// A page up.
+    PageUp,
+    /// A page down.
+    PageDown,
+    /// First.
+    Top,
+    /// Last.
+    Bottom,
+}
+
+/// Editing the filter or command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Edit {
+    /// Type a character.
+    Char(char),
+    /// Delete the character before the cursor.
+    Backspace,
+    /// Clear the line.
+    Clear,
+}
+
+/// Every change to the state.
+#[derive(Clone, Debug)]
+pub enum Action {
+    // --- from the watches ---
+    /// A migration was added or changed.
+    MigrationApplied(Box<VirtualMachineMigration>),
+    /// A migration is gone.
+    MigrationDeleted(ObjKey),
+    /// A (re-)list of every migration in scope finished.
+    MigrationsListed(Vec<VirtualMachineMigration>),
+    /// A wave was added or changed.
+    WaveApplied(Box<MigrationWave>),
+    /// A wave is gone.
+    WaveDeleted(ObjKey),
+    /// A (re-)list of every wave finished.
+    WavesListed(Vec<MigrationWave>),
+    /// An event about one of our objects arrived.
+    EventApplied(EventRow),
+    /// An event is gone.
+    EventDeleted(EventRow),
+    /// A (re-)list of the events finished.
+    EventsListed(Vec<EventRow>),
+    /// A watch changed state.
+    Connection(Resource, ConnState),
+    // --- from effects ---
+    /// What the API server said to one request of action `id`.
+    Outcome {
+        /// The action the request belongs to.
+        id: u64,
+        /// The object.
+        target: Target,
+        /// The answer.
+        outcome: Outcome,
+    },
+    /// Children of a migration were read.
+    Children {
+        /// The migration.
+        key: ObjKey,
+        /// Its children, or why they could not be read.
+        result: Result<Vec<Child>, String>,
+    },
+    /// The context changed (`:ctx`), with its default namespace.
+    ContextSwitched {
+        /// New context name.
+        context: String,
+        /// The scope the new watches use.
+        scope: Scope,
+    },
+    /// `:ctx` failed.
+    ContextFailed(String),
+    // --- time and screen ---
+    /// The clock moved (once a second, and before every batch of actions).
+    Tick(Timestamp),
+    /// The board can show this many rows.
+    Viewport(usize),
+    // --- from the operator ---
+    /// Move the cursor (or scroll a view).
+    Nav(Nav),
+    /// Open the details of the selected migration (or, on the wave strip, show that wave).
+    Enter,
+    /// Back out of a view, popup, input or filter.
+    Back,
+    /// Move focus between the board and the wave strip.
+    FocusNext,
+    /// Start typing a filter.
+    StartFilter,
+    /// Start typing a command.
+    StartCommand,
+    /// Edit the filter or command line.
+    Edit(Edit),
+    /// Submit the filter or command line.
+    Submit,
+    /// Next sort column.
+    CycleSort,
+    /// Reverse the sort.
+    ReverseSort,
+    /// Show the next wave only (then all again).
+    CycleWave,
+    /// Mark or unmark the selected row.
+    ToggleMark,
+    /// Mark every visible row (or unmark all when all are marked).
+    MarkAllVisible,
+    /// Ask for a mutation on the selection, the marks or the selected wave.
+    Request(Verb),
+    /// `p`: pause, or resume when everything targeted is paused.
+    TogglePause,
+    /// Answer yes in the confirm dialog.
+    Confirm,
+    /// Show the YAML of the selected object.
+    ShowYaml,
+    /// Show the events of the selected object.
+    ShowEvents,
+    /// Show or hide the log pane.
+    ToggleLogs,
+    /// Show or hide help.
+    ToggleHelp,
+    /// Leave.
+    Quit,
+}
+
+/// I/O the state asks for; the app runs it and reports back with actions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// A JSON merge patch.
+    Patch {
+        /// The action this request belongs to.
+        id: u64,
+        /// The object.
+        target: Target,
+        /// The merge patch body.
+        patch: serde_json::Value,
+    },
+    /// A delete.
+    Delete {
+        /// The action this request belongs to.
+        id: u64,
+        /// The object.
+        target: Target,
+    },
+    /// Read the children of a migration.
+    FetchChildren(Arc<VirtualMachineMigration>),
+    /// Restart the watches on a new scope.
+    Rewatch(Scope),
+    /// Switch to another kubeconfig context.
+    SwitchContext(String),
+    /// Leave the app.
+    Quit,
+}

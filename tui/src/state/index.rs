@@ -1,0 +1,339 @@
+//! The rows and the sorted, filtered view over them, kept up to date one watch event at a time:
+//! an update costs a binary search and a `Vec` shift, never a re-sort of every row.
+
+use std::{
+    cmp::Ordering,
+    collections::{BTreeMap, HashMap},
+};
+
+use ferry_crds::Phase;
+
+use super::{ObjKey, filter::Filter, row::Row};
+
+/// Column the board is sorted by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    /// Name, then namespace.
+    #[default]
+    Name,
+    /// Namespace, then name.
+    Namespace,
+    /// Wave label (rows without a wave last).
+    Wave,
+    /// Phase in lifecycle order.
+    Phase,
+    /// Progress percent.
+    Progress,
+    /// Attempt number.
+    Attempt,
+    /// Time in the current phase (longest first).
+    InPhase,
+}
+
+impl SortKey {
+    /// The order `s` walks through.
+    pub const ALL: [SortKey; 7] = [
+        SortKey::Name,
+        SortKey::Namespace,
+        SortKey::Wave,
+        SortKey::Phase,
+        SortKey::Progress,
+        SortKey::Attempt,
+        SortKey::InPhase,
+    ];
+
+    /// The next key for `s`; `Namespace` is skipped when only one namespace is shown.
+    pub fn next(self, all_namespaces: bool) -> SortKey {
+        let i = Self::ALL.iter().position(|k| *k == self).unwrap_or(0);
+        let n = Self::ALL[(i + 1) % Self::ALL.len()];
+        if n == SortKey::Namespace && !all_namespaces { n.next(all_namespaces) } else { n }
+    }
+
+    /// Column title.
+    pub fn title(self) -> &'static str {
+        match self {
+            SortKey::Name => "NAME",
+            SortKey::Namespace => "NAMESPACE",
+            SortKey::Wave => "WAVE",
+            SortKey::Phase => "PHASE",
+            SortKey::Progress => "PROGRESS",
+            SortKey::Attempt => "ATTEMPT",
+            SortKey::InPhase => "IN-PHASE",
+        }
+    }
+}
+
+/// Sort key and direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sort {
+    /// The column.
+    pub key: SortKey,
+    /// Descending.
+    pub reverse: bool,
+}
+
+/// A total order on rows (ties broken by namespace and name), so that binary search finds a row.
+pub fn compare(sort: Sort, a: &Row, b: &Row) -> Ordering {
+    let primary = match sort.key {
+        SortKey::Name | SortKey::Namespace => Ordering::Equal,
+        SortKey::Wave => match (&a.wave, &b.wave) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        },
+        SortKey::Phase => a.phase.cmp(&b.phase),
+        SortKey::Progress => a.percent.unwrap_or(-1.0).total_cmp(&b.percent.unwrap_or(-1.0)),
+        SortKey::Attempt => a.attempt.cmp(&b.attempt),
+        // Oldest entry first: the longest in its phase leads.
+        SortKey::InPhase => a.phase_since.cmp(&b.phase_since),
+    };
+    let tie = if sort.key == SortKey::Namespace {
+        a.key.namespace.cmp(&b.key.namespace).then_with(|| a.key.name.cmp(&b.key.name))
+    } else {
+        a.key.name.cmp(&b.key.name).then_with(|| a.key.namespace.cmp(&b.key.namespace))
+    };
+    let ord = primary.then(tie);
+    if sort.reverse { ord.reverse() } else { ord }
+}
+
+/// Every migration in scope, and the visible ones in board order.
+#[derive(Debug, Default)]
+pub struct Index {
+    slots: Vec<Option<Row>>,
+    free: Vec<usize>,
+    by_key: HashMap<ObjKey, usize>,
+    view: Vec<usize>,
+    sort: Sort,
+    filter: Filter,
+    wave_scope: Option<String>,
+    counts: [u32; Phase::ALL.len()],
+    /// wave → minute since the epoch → migrations that succeeded in it.
+    completions: HashMap<String, BTreeMap<i64, u32>>,
+}
+
+fn phase_slot(p: Phase) -> usize {
+    Phase::ALL.iter().position(|x| *x == p).unwrap_or(0)
+}
+
+impl Index {
+    /// Rows in scope.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// No rows at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Rows that pass the filter and the wave scope.
+    pub fn visible_len(&self) -> usize {
+        self.view.len()
+    }
+
+    /// The `i`-th visible row.
+    pub fn visible(&self, i: usize) -> Option<&Row> {
+        self.view.get(i).and_then(|id| self.slots[*id].as_ref())
+    }
+
+    /// Visible rows `range`, in board order.
+    pub fn visible_range(&self, start: usize, len: usize) -> impl Iterator<Item = &Row> {
+        let end = (start + len).min(self.view.len());
+        self.view[start.min(end)..end].iter().filter_map(|id| self.slots[*id].as_ref())
+    }
+
+    /// A row by key, visible or not.
+    pub fn get(&self, key: &ObjKey) -> Option<&Row> {
+        self.by_key.get(key).and_then(|id| self.slots[*id].as_ref())
+    }
+
+    /// Every row, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Row> {
+        self.slots.iter().flatten()
+    }
+
+    /// Position of a row on the board, if visible.
+    pub fn position(&self, key: &ObjKey) -> Option<usize> {
+        let row = self.get(key)?;
+        self.search(row).ok()
+    }
+
+    /// Rows per phase (whole scope, not only the visible ones), in [`Phase::ALL`] order.
+    pub fn counts(&self) -> impl Iterator<Item = (Phase, u32)> + '_ {
+        Phase::ALL.into_iter().zip(self.counts.iter().copied())
+    }
+
+    /// Count of one phase.
+    pub fn count(&self, phase: Phase) -> u32 {
+        self.counts[phase_slot(phase)]
+    }
+
+    /// Succeeded migrations of `wave` per minute for the `minutes` minutes up to `now_minute`,
+    /// oldest first.
+    pub fn completions_per_minute(&self, wave: &str, now_minute: i64, minutes: usize) -> Vec<u64> {
+        let mut out = vec![0u64; minutes];
+        if let Some(m) = self.completions.get(wave) {
+            let from = now_minute - minutes as i64 + 1;
+            for (minute, n) in m.range(from..=now_minute) {
+                out[(minute - from) as usize] = u64::from(*n);
+            }
+        }
+        out
+    }
+
+    /// Current sort.
+    pub fn sort(&self) -> Sort {
+        self.sort
+    }
+
+    /// Current filter.
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    /// Current wave scope.
+    pub fn wave_scope(&self) -> Option<&str> {
+        self.wave_scope.as_deref()
+    }
+
+    fn passes(&self, row: &Row) -> bool {
+        self.wave_scope.as_ref().is_none_or(|w| row.wave.as_ref() == Some(w)) && self.filter.matches(row)
+    }
+
+    fn search(&self, row: &Row) -> Result<usize, usize> {
+        let sort = self.sort;
+        self.view.binary_search_by(|id| match &self.slots[*id] {
+            Some(r) => compare(sort, r, row),
+            None => Ordering::Less,
+        })
+    }
+
+    fn account(&mut self, row: &Row, add: bool) {
+        let slot = &mut self.counts[phase_slot(row.phase)];
+        *slot = if add { *slot + 1 } else { slot.saturating_sub(1) };
+        if let (Phase::Succeeded, Some(w), Some(t)) = (row.phase, &row.wave, row.completed_at) {
+            let minute = t.as_second().div_euclid(60);
+            let m = self.completions.entry(w.clone()).or_default();
+            let n = m.entry(minute).or_default();
+            if add {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&minute);
+                }
+            }
+        }
+    }
+
+    /// Adds or replaces a row, moving it on the board only if its place changed.
+    pub fn upsert(&mut self, row: Row) {
+        let new_visible = self.passes(&row);
+        let Some(&id) = self.by_key.get(&row.key) else {
+            self.account(&row, true);
+            let id = match self.free.pop() {
+                Some(id) => id,
+                None => {
+                    self.slots.push(None);
+                    self.slots.len() - 1
+                }
+            };
+            self.by_key.insert(row.key.clone(), id);
+            let pos = if new_visible { self.search(&row).err() } else { None };
+            self.slots[id] = Some(row);
+            if let Some(pos) = pos {
+                self.view.insert(pos, id);
+            }
+            return;
+        };
+        let old_visible = self.slots[id].as_ref().is_some_and(|r| self.passes(r));
+        let same_place = old_visible
+            && new_visible
+            && self.slots[id].as_ref().is_some_and(|r| compare(self.sort, r, &row) == Ordering::Equal);
+        if old_visible && !same_place {
+            if let Some(pos) = self.slots[id].as_ref().and_then(|old| self.search(old).ok()) {
+                self.view.remove(pos);
+            }
+        }
+        if let Some(old) = self.slots[id].take() {
+            self.account(&old, false);
+        }
+        self.account(&row, true);
+        let pos = if new_visible && !same_place { self.search(&row).err() } else { None };
+        self.slots[id] = Some(row);
+        if let Some(pos) = pos {
+            self.view.insert(pos, id);
+        }
+    }
+
+    /// Removes a row; returns it.
+    pub fn remove(&mut self, key: &ObjKey) -> Option<Row> {
+        let id = self.by_key.remove(key)?;
+        if let Some(row) = self.slots[id].as_ref() {
+            if let Ok(pos) = self.search(row) {
+                self.view.remove(pos);
+            }
+        }
+        let row = self.slots[id].take()?;
+        self.account(&row, false);
+        self.free.push(id);
+        Some(row)
+    }
+
+    /// Replaces every row (a re-list), then sorts once.
+    pub fn replace_all(&mut self, rows: Vec<Row>) {
+        self.slots.clear();
+        self.free.clear();
+        self.by_key.clear();
+        self.counts = Default::default();
+        self.completions.clear();
+        self.slots.reserve(rows.len());
+        for row in rows {
+            if let Some(&id) = self.by_key.get(&row.key) {
+                // A list never repeats a key; keep the later one if it did.
+                if let Some(old) = self.slots[id].take() {
+                    self.account(&old, false);
+                }
+                self.account(&row, true);
+                self.slots[id] = Some(row);
+                continue;
+            }
+            self.account(&row, true);
+            self.by_key.insert(row.key.clone(), self.slots.len());
+            self.slots.push(Some(row));
+        }
+        self.rebuild();
+    }
+
+    /// Changes the sort and re-sorts the view.
+    pub fn set_sort(&mut self, sort: Sort) {
+        self.sort = sort;
+        self.rebuild();
+    }
+
+    /// Changes the filter and rebuilds the view.
+    pub fn set_filter(&mut self, filter: Filter) {
+        self.filter = filter;
+        self.rebuild();
+    }
+
+    /// Shows one wave only (or every row).
+    pub fn set_wave_scope(&mut self, wave: Option<String>) {
+        self.wave_scope = wave;
+        self.rebuild();
+    }
+
+    fn rebuild(&mut self) {
+        let mut view: Vec<usize> = (0..self.slots.len())
+            .filter(|id| self.slots[*id].as_ref().is_some_and(|r| self.passes(r)))
+            .collect();
+        let sort = self.sort;
+        let slots = &self.slots;
+        view.sort_unstable_by(|a, b| match (&slots[*a], &slots[*b]) {
+            (Some(x), Some(y)) => compare(sort, x, y),
+            _ => Ordering::Equal,
+        });
+        self.view = view;
+    }
+}

@@ -1,0 +1,320 @@
+//! The whole cockpit state. It changes only through [`update`], a pure function from an
+//! [`Action`] to the [`Effect`]s (I/O) it asks for; nothing here draws or talks to the cluster.
+
+pub mod action;
+pub mod conn;
+pub mod events;
+pub mod filter;
+pub mod index;
+pub mod row;
+mod update;
+pub mod wave;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+};
+
+pub use action::{Action, Child, Edit, Effect, Nav, Outcome, Scope, Target, TargetKind, Verb};
+pub use conn::{ConnState, Connection, Resource};
+pub use events::{EventKind, EventRow, EventStore};
+pub use filter::Filter;
+pub use index::{Index, Sort, SortKey};
+pub use row::Row;
+pub use update::update;
+pub use wave::WaveRow;
+
+/// Instants, as the Kubernetes types carry them.
+pub type Timestamp = k8s_openapi::jiff::Timestamp;
+
+/// Namespace and name of an object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjKey {
+    /// A key.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjKey {
+        ObjKey { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ObjKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Which part of the main screen takes the keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Focus {
+    /// The board of migrations.
+    #[default]
+    Board,
+    /// The wave strip: actions go to the selected `MigrationWave`.
+    Waves,
+}
+
+/// A full-screen view over the board.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Details of a migration.
+    Details(ObjKey),
+    /// YAML of an object.
+    Yaml(Target),
+    /// Events of an object.
+    Events(Target),
+}
+
+/// The line being typed at the bottom.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// Filter (`/`) or command (`:`).
+    pub kind: InputKind,
+    /// What was typed so far.
+    pub text: String,
+}
+
+/// What the bottom line is typing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// `/` filter, applied as it is typed.
+    Filter,
+    /// `:` command, run on Enter.
+    Command,
+}
+
+/// A mutation waiting for the operator's yes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Confirm {
+    /// What.
+    pub verb: Verb,
+    /// On what.
+    pub targets: Vec<Target>,
+    /// Targets left out because the verb does not apply to them, with why.
+    pub skipped: Vec<(Target, &'static str)>,
+}
+
+/// The per-object outcome of the last mutation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The action id.
+    pub id: u64,
+    /// What was asked.
+    pub verb: Verb,
+    /// Each object and its answer (`None` while waiting).
+    pub entries: Vec<(Target, Option<Outcome>)>,
+}
+
+impl Report {
+    /// Whether every request has been answered.
+    pub fn is_complete(&self) -> bool {
+        self.entries.iter().all(|(_, o)| o.is_some())
+    }
+
+    /// One line: `cancel: 2 applied, 1 forbidden`.
+    pub fn summary(&self) -> String {
+        let mut counts: Vec<(&'static str, usize)> = vec![];
+        for (_, o) in &self.entries {
+            let label = match o {
+                None => "waiting",
+                Some(Outcome::Applied) => "applied",
+                Some(Outcome::Forbidden(_)) => "forbidden",
+                Some(Outcome::Conflict) => "conflict",
+                Some(Outcome::NotFound) => "not found",
+                Some(Outcome::Failed(_)) => "failed",
+            };
+            match counts.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((label, 1)),
+            }
+        }
+        let parts: Vec<String> = counts.iter().map(|(l, n)| format!("{n} {l}")).collect();
+        format!("{}: {}", self.verb.as_str(), parts.join(", "))
+    }
+}
+
+/// A popup over the screen.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Popup {
+    /// Asks before a mutation.
+    Confirm(Confirm),
+    /// Shows the per-object outcome of the last mutation.
+    Report,
+    /// The key map.
+    Help,
+}
+
+/// What a pending action waits to see from the watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// `spec.cancel` true.
+    Cancel,
+    /// `spec.paused` equal to this.
+    Paused(bool),
+    /// `spec.retry` at least this.
+    RetryAtLeast(i64),
+    /// The object gone or being deleted.
+    Gone,
+}
+
+/// A row's pending marker: a request was sent and the watch has not shown its effect yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pending {
+    /// What was asked.
+    pub verb: Verb,
+    /// What ends it.
+    pub expect: Expect,
+    /// When it was sent.
+    pub since: Timestamp,
+}
+
+/// Children of the migration shown in details.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Children {
+    /// Whose.
+    pub key: ObjKey,
+    /// When they were asked for.
+    pub asked_at: Timestamp,
+    /// `None` while loading.
+    pub result: Option<Result<Vec<Child>, String>>,
+}
+
+/// A one-line message at the bottom, for a few seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flash {
+    /// The text.
+    pub text: String,
+    /// Whether it reports a problem.
+    pub error: bool,
+    /// When it disappears.
+    pub until: Timestamp,
+}
+
+/// The whole cockpit.
+#[derive(Debug)]
+pub struct State {
+    /// The injected clock.
+    pub now: Timestamp,
+    /// kubeconfig context name.
+    pub context: String,
+    /// Namespace scope of the watches.
+    pub scope: Scope,
+    /// `--readonly`: no mutation at all.
+    pub readonly: bool,
+    /// The migrations and the board view over them.
+    pub index: Index,
+    /// Waves in scope, by namespace and name.
+    pub waves: Vec<WaveRow>,
+    /// Events about our objects.
+    pub events: EventStore,
+    /// Watch states.
+    pub conn: Connection,
+    /// Board cursor (position in the visible rows).
+    pub cursor: usize,
+    /// First visible row on screen.
+    pub offset: usize,
+    /// Rows the board can show.
+    pub page: usize,
+    /// Key of the row under the cursor, kept across re-sorts.
+    pub selected: Option<ObjKey>,
+    /// Marked rows.
+    pub marks: HashSet<ObjKey>,
+    /// Board or wave strip.
+    pub focus: Focus,
+    /// Selected line of the wave strip.
+    pub wave_cursor: usize,
+    /// Views over the board, innermost last.
+    pub views: Vec<View>,
+    /// Scroll of the innermost view.
+    pub scroll: usize,
+    /// A popup, if open.
+    pub popup: Option<Popup>,
+    /// The bottom input line, if typing.
+    pub input: Option<Input>,
+    /// Whether the log pane is shown.
+    pub show_logs: bool,
+    /// Rows waiting for the watch to show an action's effect.
+    pub pending: HashMap<Target, Pending>,
+    /// Outcome of the last mutation.
+    pub report: Option<Report>,
+    /// Children of the migration in details.
+    pub children: Option<Children>,
+    /// Bottom-line message.
+    pub flash: Option<Flash>,
+    /// Set by `q` / `:q`.
+    pub quit: bool,
+    next_id: u64,
+}
+
+impl State {
+    /// An empty cockpit.
+    pub fn new(context: impl Into<String>, scope: Scope, readonly: bool, now: Timestamp) -> State {
+        State {
+            now,
+            context: context.into(),
+            scope,
+            readonly,
+            index: Index::default(),
+            waves: vec![],
+            events: EventStore::default(),
+            conn: Connection::default(),
+            cursor: 0,
+            offset: 0,
+            page: 20,
+            selected: None,
+            marks: HashSet::new(),
+            focus: Focus::Board,
+            wave_cursor: 0,
+            views: vec![],
+            scroll: 0,
+            popup: None,
+            input: None,
+            show_logs: false,
+            pending: HashMap::new(),
+            report: None,
+            children: None,
+            flash: None,
+            quit: false,
+            next_id: 1,
+        }
+    }
+
+    /// Whether the NAMESPACE column is shown.
+    pub fn all_namespaces(&self) -> bool {
+        self.scope == Scope::All
+    }
+
+    /// The row under the cursor.
+    pub fn selected_row(&self) -> Option<&Row> {
+        self.selected.as_ref().and_then(|k| self.index.get(k))
+    }
+
+    /// The wave the strip's sparkline is about: the scoped wave, else the strip's cursor.
+    pub fn selected_wave(&self) -> Option<&WaveRow> {
+        match self.index.wave_scope() {
+            Some(w) => self.waves.iter().find(|r| r.key.name == w),
+            None => self.waves.get(self.wave_cursor),
+        }
+    }
+
+    /// The pending marker of a migration, if any.
+    pub fn pending_of(&self, key: &ObjKey) -> Option<&Pending> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.pending.get(&Target { kind: TargetKind::Migration, key: key.clone() })
+    }
+
+    /// The innermost view, if any.
+    pub fn view(&self) -> Option<&View> {
+        self.views.last()
+    }
+}

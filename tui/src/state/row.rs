@@ -1,0 +1,113 @@
+//! One board row: the few fields of a `VirtualMachineMigration` the board shows, computed once
+//! per watch event so that drawing and sorting never walk the object again.
+
+use std::sync::Arc;
+
+use ferry_crds::{ConditionStatus, ConditionType, Phase, VirtualMachineMigration};
+use kube::ResourceExt;
+
+use super::{ObjKey, Timestamp};
+
+/// A migration as the board sees it. `obj` is the trimmed object, kept for details and YAML.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Namespace and name.
+    pub key: ObjKey,
+    /// The wave label, if any.
+    pub wave: Option<String>,
+    /// `status.phase` (`Pending` without a status).
+    pub phase: Phase,
+    /// `status.progress.percent`.
+    pub percent: Option<f64>,
+    /// `status.progress.rateBytesPerSecond`.
+    pub rate: Option<i64>,
+    /// The eight conditions in seed order; absent ones are `Unknown`.
+    pub pips: [ConditionStatus; 8],
+    /// `status.attempts`.
+    pub attempt: i32,
+    /// When the current phase was entered (history, else startedAt, else creation).
+    pub phase_since: Option<Timestamp>,
+    /// `status.completedAt`.
+    pub completed_at: Option<Timestamp>,
+    /// Last failure, else the status message, else the latest condition message.
+    pub message: String,
+    /// `spec.cancel`.
+    pub cancel: bool,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// `spec.retry`.
+    pub retry: i64,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The trimmed object.
+    pub obj: Arc<VirtualMachineMigration>,
+}
+
+impl Row {
+    /// The row of a (trimmed) migration.
+    pub fn from_object(obj: VirtualMachineMigration) -> Row {
+        let key = ObjKey::new(obj.namespace().unwrap_or_default(), obj.name_any());
+        let status = obj.status.as_ref();
+        let phase = obj.phase();
+        let mut pips = [ConditionStatus::Unknown; 8];
+        for (pip, t) in pips.iter_mut().zip(ConditionType::ALL) {
+            if let Some(c) = obj.condition(t) {
+                *pip = c.status;
+            }
+        }
+        let progress = status.and_then(|s| s.progress.as_ref());
+        let phase_since = status
+            .and_then(|s| s.history.last().filter(|h| h.phase == phase && h.left_at.is_none()))
+            .map(|h| h.entered_at.0)
+            .or_else(|| {
+                if phase.is_terminal() {
+                    status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0)
+                } else {
+                    None
+                }
+            })
+            .or_else(|| status.and_then(|s| s.started_at.as_ref()).map(|t| t.0))
+            .or_else(|| obj.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        Row {
+            key,
+            wave: obj.wave().map(str::to_owned),
+            phase,
+            percent: progress.map(|p| p.percent),
+            rate: progress.and_then(|p| p.rate_bytes_per_second),
+            pips,
+            attempt: status.map_or(0, |s| s.attempts),
+            phase_since,
+            completed_at: status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0),
+            message: message_of(&obj),
+            cancel: obj.spec.cancel,
+            paused: obj.spec.paused,
+            retry: obj.spec.retry,
+            deleting: obj.metadata.deletion_timestamp.is_some(),
+            obj: Arc::new(obj),
+        }
+    }
+}
+
+/// The one line a person wants to read: why it failed, else what it is doing.
+fn message_of(obj: &VirtualMachineMigration) -> String {
+    let Some(status) = obj.status.as_ref() else {
+        return String::new();
+    };
+    if let Some(f) = status.last_failure.as_ref().filter(|_| status.phase == Phase::Failed) {
+        return one_line(&format!("{}: {}", f.reason.as_str(), f.message));
+    }
+    if let Some(m) = status.message.as_deref().filter(|m| !m.is_empty()) {
+        return one_line(m);
+    }
+    status
+        .conditions
+        .iter()
+        .filter(|c| !c.message.is_empty())
+        .max_by_key(|c| c.last_transition_time.0)
+        .map(|c| one_line(&c.message))
+        .unwrap_or_default()
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
