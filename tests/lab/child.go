@@ -44,6 +44,8 @@ type child struct {
 	done     chan struct{} // closed when the supervisor loop has ended
 	exited   chan struct{} // closed when the current process exits
 	restarts int
+	stopCh   chan struct{} // closed by stop()
+	stopOnce sync.Once
 	onDeath  func(error) // called when it keeps dying
 }
 
@@ -79,6 +81,7 @@ func (c *child) startOnce() error {
 
 func (c *child) run() error {
 	c.done = make(chan struct{})
+	c.stopCh = make(chan struct{})
 	if err := c.startOnce(); err != nil {
 		close(c.done)
 		return fmt.Errorf("%s: %w", c.name, err)
@@ -109,7 +112,11 @@ func (c *child) run() error {
 			if c.restarts > 10 && c.onDeath != nil {
 				c.onDeath(fmt.Errorf("%s keeps exiting (%d restarts), see %s:\n%s", c.name, c.restarts, c.logPath, tail(c.logPath, 20)))
 			}
-			time.Sleep(backoff)
+			select {
+			case <-time.After(backoff):
+			case <-c.stopCh:
+				return
+			}
 			if backoff < 16*time.Second {
 				backoff *= 2
 			}
@@ -137,6 +144,9 @@ func (c *child) stop(grace time.Duration) {
 	c.stopping = true
 	cmd, exited := c.cmd, c.exited
 	c.mu.Unlock()
+	if c.stopCh != nil {
+		c.stopOnce.Do(func() { close(c.stopCh) })
+	}
 	if cmd == nil || cmd.Process == nil {
 		return
 	}

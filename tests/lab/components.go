@@ -86,6 +86,8 @@ func (l *lab) startAPIServer() {
 		"--proxy-client-cert-file=" + p.frontClientCert,
 		"--proxy-client-key-file=" + p.frontKey,
 		"--profiling=false",
+		// 127.0.0.1 cannot be published in the kubernetes Service endpoints
+		"--endpoint-reconciler-type=none",
 		"--v=1",
 	}
 	c := l.newChild("apiserver", l.self(), append([]string{"internal-apiserver"}, args...), syscall.SIGTERM)

@@ -175,6 +175,7 @@ func runLab(args []string) int {
 		if ctx.Err() != nil {
 			progress("stopping during start-up (%s)", <-stopReason)
 			l.stop()
+			progress("stopped")
 			return 0
 		}
 		progress("FAILED: %v", err)
@@ -242,7 +243,9 @@ func (l *lab) start(ctx context.Context) error {
 		return fmt.Errorf("another ferry-lab is running on %s (lab.lock is held)", l.dir)
 	}
 	l.lockFile = lf
-	_ = os.Remove(filepath.Join(l.dir, "lab.json")) // written again once ready
+	// written again once ready
+	_ = os.Remove(filepath.Join(l.dir, "lab.json"))
+	_ = os.Remove(filepath.Join(l.dir, "inventory.json"))
 
 	exe, err := os.Executable()
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/object"
-	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/view"
 	"github.com/vmware/govmomi/vim25/mo"
@@ -44,8 +43,8 @@ type vcsimLab struct {
 // vmShape picks a vcsim model shape for n VMs. vcsim creates Model.Machine VMs in every "pool":
 // one per standalone host (DC0_H<i>) and one per cluster root resource pool (DC0_C<j>_RP0).
 // We use 1 standalone host plus k clusters of 3 hosts, k = ceil(n/500), and
-// Machine = ceil(n/(k+1)); the surplus (< k+1 VMs) is destroyed from the end of the last cluster,
-// so the inventory holds exactly n VMs.
+// Machine = ceil(n/(k+1)); the surplus (< k+1 VMs) is destroyed,
+// so the inventory holds exactly n VMs (the surplus is the last VMs in natural name order).
 func vmShape(n int) (clusters, machine int) {
 	if n <= 0 {
 		return 1, 0
@@ -276,23 +275,33 @@ func (v *vcsimLab) writeInventory(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	// names of hosts and portgroups
+	// names of hosts, networks and portgroups (by moref value and by portgroup key)
 	names := map[string]string{}
-	pc := property.DefaultCollector(c.Client)
 	m := view.NewManager(c.Client)
-	cv, err := m.CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{"HostSystem", "Network", "DistributedVirtualPortgroup"}, true)
-	if err != nil {
-		return err
+	for _, kind := range []string{"HostSystem", "Network", "DistributedVirtualPortgroup"} {
+		cv, err := m.CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{kind}, true)
+		if err != nil {
+			return err
+		}
+		if kind == "DistributedVirtualPortgroup" {
+			var pgs []mo.DistributedVirtualPortgroup
+			err = cv.Retrieve(ctx, []string{kind}, []string{"name", "key"}, &pgs)
+			for _, e := range pgs {
+				names[e.Self.Value] = e.Name
+				names[e.Key] = e.Name
+			}
+		} else {
+			var ents []mo.ManagedEntity
+			err = cv.Retrieve(ctx, []string{kind}, []string{"name"}, &ents)
+			for _, e := range ents {
+				names[e.Self.Value] = e.Name
+			}
+		}
+		_ = cv.Destroy(ctx)
+		if err != nil {
+			return fmt.Errorf("listing %s: %w", kind, err)
+		}
 	}
-	var ents []mo.ManagedEntity
-	if err := cv.Retrieve(ctx, []string{"HostSystem", "Network", "DistributedVirtualPortgroup"}, []string{"name"}, &ents); err != nil {
-		return err
-	}
-	_ = cv.Destroy(ctx)
-	for _, e := range ents {
-		names[e.Self.Value] = e.Name
-	}
-	_ = pc
 
 	sort.Slice(vms, func(i, j int) bool { return vmLess(vms[i].Name, vms[j].Name) })
 	inv := inventory{VMs: make([]invVM, 0, len(vms))}
