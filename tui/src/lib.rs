@@ -3,7 +3,9 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod error;
+pub mod keys;
 pub mod state;
 pub mod strings;
+pub mod ui;
 
 pub use error::Error;
