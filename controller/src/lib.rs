@@ -1,1 +1,3 @@
 //! ferry-controller: reconciles VirtualMachineMigration and MigrationWave.
+pub mod tls;
+pub mod vsphere;

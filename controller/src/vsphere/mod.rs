@@ -1,0 +1,140 @@
+//! The vSphere source: log in over SOAP (vim_rs) with a pinned TLS thumbprint, find a VM, read
+//! what a migration needs to know about it, switch its power, and download its disks.
+
+mod datastore;
+mod error;
+mod inventory;
+mod layout;
+mod session;
+
+use std::fmt;
+
+pub use datastore::{DatastorePath, download_url};
+pub use error::Error;
+pub use layout::{LayoutProblem, validate_layout};
+pub use session::Session;
+
+pub use crate::tls::{DigestKind, Thumbprint, ThumbprintError, TlsPolicy};
+
+/// Result of vSphere operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where and as whom to log in.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The SDK URL, `https://HOST[:PORT]/sdk` (a bare host or `https://HOST` is accepted too).
+    pub url: String,
+    pub username: String,
+    pub password: String,
+    pub tls: TlsPolicy,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// How to find a VM: exactly one way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmSelector {
+    /// Inventory name; must be unique.
+    Name(String),
+    /// Managed object reference id, e.g. `vm-42`.
+    Id(String),
+    /// BIOS UUID (`config.uuid`), or else the instance UUID (`config.instanceUuid`).
+    Uuid(String),
+}
+
+impl fmt::Display for VmSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Name(n) => write!(f, "name {n:?}"),
+            Self::Id(i) => write!(f, "id {i}"),
+            Self::Uuid(u) => write!(f, "uuid {u}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PowerState {
+    PoweredOn,
+    PoweredOff,
+    Suspended,
+}
+
+impl PowerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PoweredOn => "poweredOn",
+            Self::PoweredOff => "poweredOff",
+            Self::Suspended => "suspended",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Firmware {
+    Bios,
+    Efi,
+}
+
+/// How a virtual disk is stored on the datastore.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DiskBacking {
+    /// A VMDK (flat, thin or thick): what ferry converts.
+    Flat,
+    /// A raw device mapping: the data lives on a LUN, not in a file.
+    Rdm,
+    /// A hosted-format sparse VMDK (Workstation style, ESXi-readable).
+    Sparse,
+    /// Anything else, by its vSphere type name (SeSparse, vVol, PMem, ...).
+    Other(String),
+}
+
+/// One virtual disk of a VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskInfo {
+    /// Device key, unique within the VM (2000, 2001, ...).
+    pub key: i32,
+    pub label: String,
+    /// `[datastore] dir/file.vmdk`
+    pub datastore_path: String,
+    pub capacity_bytes: u64,
+    pub backing: DiskBacking,
+    /// The backing is a snapshot delta on top of a parent disk.
+    pub has_parent: bool,
+}
+
+/// One network card of a VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicInfo {
+    pub mac: String,
+    /// Port group name (standard switch), port group key (distributed switch) or opaque network id.
+    pub network: String,
+}
+
+/// What a migration needs to know about a source VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmInfo {
+    pub moref: String,
+    pub name: String,
+    /// BIOS UUID (`config.uuid`).
+    pub uuid: String,
+    pub instance_uuid: String,
+    pub power_state: PowerState,
+    pub guest_id: String,
+    pub firmware: Firmware,
+    pub num_cpu: u32,
+    pub memory_mib: u64,
+    pub disks: Vec<DiskInfo>,
+    pub nics: Vec<NicInfo>,
+    /// Inventory path of the VM's datacenter (its name, or `folder/name` when nested): the
+    /// `dcPath` of datastore downloads.
+    pub datacenter: String,
+}
