@@ -1,1 +1,24 @@
-//! ferry-sim
+//! ferry-sim: plays CDI, KubeVirt and the kubelet for the ferry lab, through their public
+//! contracts only (object shapes and status fields), so the controller can be tested for real.
+//!
+//! Every decision is a pure function of the observed objects and the clock (tested without
+//! I/O); the watchers, status writes, S3 copies and host processes live at the edges.
+
+pub mod clock;
+pub mod conditions;
+pub mod datavolumes;
+mod error;
+pub mod faults;
+pub mod jobs;
+pub mod kubevirt;
+pub mod migration;
+pub mod process;
+pub mod pvcs;
+pub mod quantity;
+pub mod s3;
+pub mod sim;
+pub mod vms;
+pub mod volumes;
+
+pub use error::{Error, Result};
+pub use sim::{Settings, Sim};

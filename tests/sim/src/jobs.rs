@@ -1,0 +1,511 @@
+//! The kubelet (and the Job controller) for Jobs: each Job's pod template container runs on
+//! the host as a process; the Job's status follows its exits, in the order the apiserver
+//! accepts (`SuccessCriteriaMet` before `Complete`, `FailureTarget` before `Failed`,
+//! `completionTime` only with `Complete`), honouring `backoffLimit` and `completions`.
+//!
+//! No Pod object is created: the Job's status is the whole contract the controller reads, and
+//! the process output goes to `VOLUME_DIR/_jobs/<namespace>/<job>/attempt-<n>.log`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use crate::faults::Step;
+use crate::migration::{Child, Faults};
+use crate::process::{self, PodFacts, Sources};
+use crate::sim::Sim;
+use crate::{Error, Result, clock};
+
+/// What the sim makes of a Job it observes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// `spec.suspend: true`.
+    Suspended,
+    /// `Complete` or `Failed` is `True`.
+    Finished,
+    /// Needs (more) pods run.
+    Runnable,
+}
+
+fn condition_true(status: &JobStatus, type_: &str) -> bool {
+    status.conditions.iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Classifies a Job. Pure.
+pub fn observe(job: &Job) -> JobState {
+    let status = job.status.clone().unwrap_or_default();
+    if condition_true(&status, "Complete") || condition_true(&status, "Failed") {
+        return JobState::Finished;
+    }
+    if job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false) {
+        return JobState::Suspended;
+    }
+    JobState::Runnable
+}
+
+/// How one pod attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub success: bool,
+    /// A failure that must fail the Job at once (as a `FailJob` pod failure policy rule would).
+    pub terminal: bool,
+    pub message: String,
+}
+
+/// What follows an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Every completion done.
+    Complete,
+    /// Run another pod, after `backoff` (real time, before speed scaling).
+    RunAgain { backoff: Duration },
+    /// The Job failed.
+    Fail { reason: String, message: String },
+}
+
+/// The Job controller's pod-failure backoff: 10 s doubling, at most 6 min.
+pub fn failure_backoff(failed: i32) -> Duration {
+    let exp = u32::try_from((failed - 1).clamp(0, 6)).unwrap_or(0);
+    Duration::from_secs(10 * 2u64.pow(exp)).min(Duration::from_secs(360))
+}
+
+/// Decides what follows an attempt, given the status *after* counting it. Pure.
+pub fn after_exit(job: &Job, counted: &JobStatus, exit: &Exit) -> Next {
+    let spec = job.spec.clone().unwrap_or_default();
+    let completions = spec.completions.unwrap_or(1);
+    let backoff_limit = spec.backoff_limit.unwrap_or(6);
+    let succeeded = counted.succeeded.unwrap_or(0);
+    let failed = counted.failed.unwrap_or(0);
+    if exit.success {
+        return if succeeded >= completions { Next::Complete } else { Next::RunAgain { backoff: Duration::ZERO } };
+    }
+    if exit.terminal {
+        return Next::Fail { reason: "PodFailurePolicy".into(), message: exit.message.clone() };
+    }
+    if failed > backoff_limit {
+        return Next::Fail {
+            reason: "BackoffLimitExceeded".into(),
+            message: "Job has reached the specified backoff limit".into(),
+        };
+    }
+    Next::RunAgain { backoff: failure_backoff(failed) }
+}
+
+fn condition(type_: &str, reason: &str, message: &str, now: &Time) -> JobCondition {
+    JobCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_probe_time: Some(now.clone()),
+        last_transition_time: Some(now.clone()),
+    }
+}
+
+/// A pod is running: `startTime` (kept once set), `active` 1, `ready` 1. Pure.
+pub fn status_running(old: &JobStatus, now: &Time) -> JobStatus {
+    JobStatus {
+        start_time: old.start_time.clone().or_else(|| Some(now.clone())),
+        active: Some(1),
+        ready: Some(1),
+        terminating: Some(0),
+        ..old.clone()
+    }
+}
+
+/// The running pod ended: counted as succeeded or failed. Pure.
+pub fn status_counted(old: &JobStatus, success: bool) -> JobStatus {
+    let mut s = JobStatus { active: Some(0), ready: Some(0), ..old.clone() };
+    if success {
+        s.succeeded = Some(old.succeeded.unwrap_or(0) + 1);
+    } else {
+        s.failed = Some(old.failed.unwrap_or(0) + 1);
+    }
+    s
+}
+
+/// The Job finished: `SuccessCriteriaMet` + `Complete` with `completionTime`, or
+/// `FailureTarget` + `Failed` without it. Pure.
+pub fn status_finished(counted: &JobStatus, next: &Next, now: &Time) -> JobStatus {
+    let mut s = JobStatus { active: Some(0), ready: Some(0), terminating: Some(0), ..counted.clone() };
+    let mut conds = counted.conditions.clone().unwrap_or_default();
+    match next {
+        Next::Complete => {
+            let (r, m) = ("CompletionsReached", "Reached expected number of succeeded pods");
+            conds.push(condition("SuccessCriteriaMet", r, m, now));
+            conds.push(condition("Complete", r, m, now));
+            s.completion_time = Some(now.clone());
+        }
+        Next::Fail { reason, message } => {
+            conds.push(condition("FailureTarget", reason, message, now));
+            conds.push(condition("Failed", reason, message, now));
+        }
+        Next::RunAgain { .. } => {}
+    }
+    s.conditions = Some(conds);
+    s
+}
+
+struct Ctx {
+    sim: Arc<Sim>,
+    jobs: Store<Job>,
+}
+
+/// Runs the Job part until the watch ends.
+pub async fn run(sim: Arc<Sim>) {
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &sim.settings.job_selector {
+        wc = wc.labels(sel);
+    }
+    let controller = Controller::new(sim.scoped::<Job>(), wc);
+    let ctx = Arc::new(Ctx { sim, jobs: controller.store() });
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "job reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_job: Arc<Job>, e: &Error, _ctx: Arc<Ctx>) -> Action {
+    warn!(error = %e, label = e.metric_label(), "job");
+    Action::requeue(Duration::from_secs(2))
+}
+
+async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
+    if job.meta().deletion_timestamp.is_some() || observe(&job) != JobState::Runnable {
+        return Ok(Action::await_change());
+    }
+    let Some(uid) = job.uid() else { return Ok(Action::await_change()) };
+    let c = ctx.clone();
+    let j = job.clone();
+    ctx.sim.tasks.spawn_unique(format!("job/{uid}"), async move {
+        let key = format!("{}/{}", j.namespace().unwrap_or_default(), j.name_any());
+        if let Err(e) = execute(&c, &j).await {
+            warn!(job = %key, error = %e, "job runner stopped; it restarts on the next reconcile");
+        }
+    });
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+fn alive(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> bool {
+    ctx.jobs
+        .get(&ObjectRef::new(name).within(ns))
+        .is_some_and(|j| j.uid().as_deref() == Some(uid) && j.meta().deletion_timestamp.is_none())
+}
+
+async fn write(ctx: &Ctx, ns: &str, name: &str, status: &JobStatus) -> Result<()> {
+    let patch = serde_json::json!({"status": status});
+    ctx.sim.api::<Job>(ns).patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+fn now() -> Time {
+    Time(clock::now())
+}
+
+/// Runs pods for one Job until it completes or fails, or is deleted.
+async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let sim = &ctx.sim;
+    let mut status = job.status.clone().unwrap_or_default();
+    loop {
+        if !alive(ctx, &ns, &name, &uid) {
+            return Ok(());
+        }
+        let attempt = status.failed.unwrap_or(0) + status.succeeded.unwrap_or(0) + 1;
+        let mut faults = match Faults::load(&sim.client, &child_of(job)).await {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(job = %name, error = %e, "reading faults; running without");
+                Faults::none(&ns, &name)
+            }
+        };
+        let fault = faults.take(&sim.client, &sim.settings.rates, Step::Convert).await?;
+
+        status = status_running(&status, &now());
+        write(ctx, &ns, &name, &status).await?;
+        info!(job = %format!("{ns}/{name}"), attempt, "pod running");
+        let log = sim.settings.volumes.job_log(&ns, &name, attempt);
+        let exit = match fault {
+            Some(f) => {
+                tokio::time::sleep(sim.settings.speed.ms(1000)).await;
+                let message = format!(
+                    "injected {} convert fault (ferry-sim)",
+                    if f.terminal { "permanent" } else { "transient" }
+                );
+                append_log(&log, &message);
+                Exit { success: false, terminal: f.terminal, message }
+            }
+            None => match run_pod(ctx, job, attempt, &log).await? {
+                Some(exit) => exit,
+                None => return Ok(()),
+            },
+        };
+        info!(job = %format!("{ns}/{name}"), attempt, success = exit.success, "pod finished");
+        let counted = status_counted(&status, exit.success);
+        match after_exit(job, &counted, &exit) {
+            Next::RunAgain { backoff } => {
+                status = counted;
+                write(ctx, &ns, &name, &status).await?;
+                let deadline = tokio::time::Instant::now() + sim.settings.speed.delay(backoff);
+                while tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if !alive(ctx, &ns, &name, &uid) {
+                        return Ok(());
+                    }
+                }
+            }
+            next => {
+                // Counting the pod and finishing are two writes, as the Job controller does:
+                // the apiserver sees the terminal conditions arrive on a quiet Job.
+                write(ctx, &ns, &name, &counted).await?;
+                let done = status_finished(&counted, &next, &now());
+                write(ctx, &ns, &name, &done).await?;
+                info!(job = %format!("{ns}/{name}"), outcome = ?next, "job finished");
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn append_log(log: &std::path::Path, line: &str) {
+    use std::io::Write;
+    if let Some(dir) = log.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+fn child_of(job: &Job) -> Child<'_> {
+    Child {
+        api_version: "batch/v1",
+        kind: "Job",
+        plural: "jobs",
+        namespace: job.metadata.namespace.as_deref().unwrap_or(""),
+        name: job.metadata.name.as_deref().unwrap_or(""),
+        annotations: job.metadata.annotations.as_ref(),
+        owners: job.metadata.owner_references.as_deref().unwrap_or(&[]),
+    }
+}
+
+async fn sources(sim: &Sim, ns: &str, c: &Container) -> Result<Sources> {
+    let (secrets, maps) = process::references(c);
+    let mut src = Sources::default();
+    for name in secrets {
+        if let Some(s) = sim.api::<Secret>(ns).get_opt(&name).await? {
+            let mut data: std::collections::BTreeMap<String, String> = s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect();
+            data.extend(s.string_data.unwrap_or_default());
+            src.secrets.insert(name, data);
+        }
+    }
+    for name in maps {
+        if let Some(m) = sim.api::<ConfigMap>(ns).get_opt(&name).await? {
+            src.config_maps.insert(name, m.data.unwrap_or_default());
+        }
+    }
+    Ok(src)
+}
+
+/// Runs the Job's first container once; `None` when the Job went away meanwhile (the process,
+/// if any, is killed).
+async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> Result<Option<Exit>> {
+    let sim = &ctx.sim;
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let pod_spec = template.spec.clone().unwrap_or_default();
+    let Some(container) = pod_spec.containers.first().cloned() else {
+        return Ok(Some(Exit { success: false, terminal: true, message: "the pod template has no container".into() }));
+    };
+    let tmeta = template.metadata.clone().unwrap_or_default();
+    let pod = PodFacts {
+        name: format!("{name}-sim{attempt}"),
+        namespace: ns.clone(),
+        uid: format!("{uid}-{attempt}"),
+        node_name: sim.settings.node_name.clone(),
+        service_account: pod_spec.service_account_name.clone().unwrap_or_else(|| "default".into()),
+        labels: tmeta.labels.unwrap_or_default(),
+        annotations: tmeta.annotations.unwrap_or_default(),
+    };
+    // The kubelet retries a container it cannot configure (CreateContainerConfigError) forever.
+    let mut warned = false;
+    let (env, argv) = loop {
+        let src = sources(sim, &ns, &container).await?;
+        let resolved = process::resolve_env(&container, &pod, &src)
+            .and_then(|env| process::argv(&container, &env).map(|argv| (env, argv)));
+        match resolved {
+            Ok(ok) => break ok,
+            Err(msg) if msg.contains("has no command") => {
+                append_log(log, &msg);
+                return Ok(Some(Exit { success: false, terminal: true, message: msg }));
+            }
+            Err(msg) => {
+                if !warned {
+                    warn!(job = %format!("{ns}/{name}"), "CreateContainerConfigError: {msg}");
+                    append_log(log, &format!("CreateContainerConfigError: {msg}"));
+                    warned = true;
+                }
+                tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100))).await;
+                if !alive(ctx, &ns, &name, &uid) {
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    let Some(program) = process::find_executable(&argv[0], &sim.settings.bin_dir, &path_var) else {
+        let message = format!("exec: {:?}: executable file not found in {} or $PATH", argv[0], sim.settings.bin_dir.display());
+        append_log(log, &message);
+        return Ok(Some(Exit { success: false, terminal: false, message }));
+    };
+    let workdir = std::env::temp_dir().join(format!("ferry-sim-{uid}-{attempt}"));
+    let mut proc = process::spawn(&program, &argv[1..], &env, &workdir, log, &sim.settings.bin_dir)?;
+    debug!(job = %name, program = %program.display(), "started");
+    let status = loop {
+        tokio::select! {
+            st = proc.wait() => break Some(st),
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                if !alive(ctx, &ns, &name, &uid) { break None; }
+            }
+        }
+    };
+    drop(proc);
+    let _ = std::fs::remove_dir_all(&workdir);
+    let Some(status) = status else {
+        info!(job = %format!("{ns}/{name}"), "job deleted; killed its process");
+        return Ok(None);
+    };
+    let status = status.map_err(|e| Error::io(&program, e))?;
+    let message = if status.success() {
+        String::new()
+    } else {
+        let tail = process::tail(log, 3);
+        format!("exit {}: {tail}", status.code().map_or("signal".to_string(), |c| c.to_string()))
+    };
+    Ok(Some(Exit { success: status.success(), terminal: false, message }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use k8s_openapi::api::batch::v1::JobSpec;
+
+    use super::*;
+
+    fn job(backoff: i32, completions: i32) -> Job {
+        Job {
+            spec: Some(JobSpec { backoff_limit: Some(backoff), completions: Some(completions), ..JobSpec::default() }),
+            ..Job::default()
+        }
+    }
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn ok() -> Exit {
+        Exit { success: true, terminal: false, message: String::new() }
+    }
+
+    fn fail(terminal: bool) -> Exit {
+        Exit { success: false, terminal, message: "m".into() }
+    }
+
+    #[test]
+    fn observes_finished_and_suspended_jobs() {
+        let mut j = job(0, 1);
+        assert_eq!(observe(&j), JobState::Runnable);
+        j.spec.as_mut().unwrap().suspend = Some(true);
+        assert_eq!(observe(&j), JobState::Suspended);
+        j.status = Some(status_finished(&JobStatus::default(), &Next::Complete, &t("2026-01-01T00:00:00Z")));
+        assert_eq!(observe(&j), JobState::Finished);
+    }
+
+    #[test]
+    fn a_success_completes_and_a_failure_retries_within_the_backoff_limit() {
+        let j = job(2, 1);
+        let s = status_counted(&JobStatus::default(), true);
+        assert_eq!(after_exit(&j, &s, &ok()), Next::Complete);
+        let f1 = status_counted(&JobStatus::default(), false);
+        assert_eq!(after_exit(&j, &f1, &fail(false)), Next::RunAgain { backoff: Duration::from_secs(10) });
+        let f2 = status_counted(&f1, false);
+        assert_eq!(after_exit(&j, &f2, &fail(false)), Next::RunAgain { backoff: Duration::from_secs(20) });
+        let f3 = status_counted(&f2, false);
+        assert!(matches!(after_exit(&j, &f3, &fail(false)), Next::Fail { reason, .. } if reason == "BackoffLimitExceeded"));
+    }
+
+    #[test]
+    fn a_terminal_failure_fails_at_once() {
+        let j = job(6, 1);
+        let f1 = status_counted(&JobStatus::default(), false);
+        assert!(matches!(after_exit(&j, &f1, &fail(true)), Next::Fail { reason, .. } if reason == "PodFailurePolicy"));
+    }
+
+    #[test]
+    fn completions_run_one_after_another() {
+        let j = job(0, 2);
+        let s1 = status_counted(&JobStatus::default(), true);
+        assert_eq!(after_exit(&j, &s1, &ok()), Next::RunAgain { backoff: Duration::ZERO });
+        assert_eq!(after_exit(&j, &status_counted(&s1, true), &ok()), Next::Complete);
+    }
+
+    #[test]
+    fn default_backoff_limit_is_six() {
+        let mut s = JobStatus::default();
+        for _ in 0..6 {
+            s = status_counted(&s, false);
+        }
+        assert!(matches!(after_exit(&Job::default(), &s, &fail(false)), Next::RunAgain { .. }));
+        s = status_counted(&s, false);
+        assert!(matches!(after_exit(&Job::default(), &s, &fail(false)), Next::Fail { .. }));
+    }
+
+    #[test]
+    fn statuses_keep_start_time_and_order_terminal_conditions() {
+        let t0 = t("2026-01-01T00:00:00Z");
+        let t1 = t("2026-01-01T00:00:05Z");
+        let r = status_running(&JobStatus::default(), &t0);
+        assert_eq!((r.active, r.ready, r.start_time.clone()), (Some(1), Some(1), Some(t0.clone())));
+        let r2 = status_running(&status_counted(&r, false), &t1);
+        assert_eq!(r2.start_time, Some(t0.clone()));
+        assert_eq!(r2.failed, Some(1));
+        let done = status_finished(&status_counted(&r2, true), &Next::Complete, &t1);
+        let types: Vec<_> = done.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, vec!["SuccessCriteriaMet", "Complete"]);
+        assert_eq!((done.active, done.completion_time), (Some(0), Some(t1.clone())));
+        let failed = status_finished(&r2, &Next::Fail { reason: "BackoffLimitExceeded".into(), message: "x".into() }, &t1);
+        let types: Vec<_> = failed.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, vec!["FailureTarget", "Failed"]);
+        assert_eq!(failed.completion_time, None);
+    }
+
+    #[test]
+    fn failure_backoff_caps_at_six_minutes() {
+        assert_eq!(failure_backoff(1), Duration::from_secs(10));
+        assert_eq!(failure_backoff(3), Duration::from_secs(40));
+        assert_eq!(failure_backoff(20), Duration::from_secs(360));
+    }
+}
