@@ -1,0 +1,290 @@
+//! CDI's `DataVolume` (`cdi.kubevirt.io/v1beta1`): the fields ferry writes and reads, the
+//! builder of one DataVolume per staged disk, and the reading of its status contract.
+
+use std::collections::BTreeMap;
+
+use ferry_crds::{VirtualMachineMigration, VolumeMode, names};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Result;
+
+/// Annotation asking CDI to bind (and so import) at once even on a `WaitForFirstConsumer`
+/// StorageClass: the VirtualMachine that would consume the claim only exists after the import.
+pub const BIND_IMMEDIATE_ANNOTATION: &str = "cdi.kubevirt.io/storage.bind.immediate.requested";
+
+/// `DataVolume.spec`: an S3 source and a storage request. Unknown fields are kept.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[kube(
+    group = "cdi.kubevirt.io",
+    version = "v1beta1",
+    kind = "DataVolume",
+    namespaced,
+    status = "DataVolumeStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DataVolumeSpec {
+    /// Where the data comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<DataVolumeSource>,
+    /// CDI's `StorageSpec`: a claim spec whose blanks CDI fills in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+    /// Fields ferry does not use.
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// `spec.source`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct DataVolumeSource {
+    /// An object in S3, path-style URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+    /// Other source kinds.
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// `spec.source.s3`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Source {
+    /// `http(s)://host[:port]/bucket/key`.
+    pub url: String,
+    /// Secret with keys `accessKeyId` and `secretKey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
+}
+
+/// `spec.storage`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested size and the like.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Value>,
+    /// StorageClass; the cluster default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// `Filesystem` or `Block`; CDI's StorageProfile decides when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mode: Option<String>,
+    /// Other fields.
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// `DataVolume.status`, as CDI's DataVolume controller writes it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataVolumeStatus {
+    /// `Pending`, `ImportScheduled`, `ImportInProgress`, `Succeeded`, `Failed`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// `"45.23%"`, or `"N/A"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// How often the importer pod restarted.
+    #[serde(default)]
+    pub restart_count: i32,
+    /// `Bound`, `Running`, `Ready`.
+    #[serde(default)]
+    pub conditions: Vec<CdiCondition>,
+    /// Name of the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
+}
+
+/// A condition of a DataVolume.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct CdiCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `"True"`, `"False"` or `"Unknown"`.
+    pub status: String,
+    /// CamelCase reason.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Details.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// Where one DataVolume stands, read through CDI's status contract.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DvState {
+    /// Not created yet.
+    Absent,
+    /// Being deleted (a retry's cleanup); wait until it is gone.
+    Deleting,
+    /// Created, not finished: `percent` from `status.progress` when known; `restarts` is
+    /// `status.restartCount`; `failing` carries the `Running` condition's message while the
+    /// importer is down (`Running=False` with reason `Error`).
+    InProgress {
+        /// CDI phase.
+        phase: String,
+        /// Import progress, 0 to 100.
+        percent: Option<f64>,
+        /// Importer restarts so far.
+        restarts: i32,
+        /// Why the importer is down, when it is.
+        failing: Option<String>,
+    },
+    /// `Succeeded`.
+    Succeeded,
+    /// `Failed`: CDI gave up; the message says why.
+    Failed {
+        /// The `Running` condition's message.
+        message: String,
+    },
+}
+
+/// Parses CDI's progress string (`"45.23%"`); `None` for `"N/A"` or garbage.
+pub fn parse_progress(s: &str) -> Option<f64> {
+    let v: f64 = s.trim().strip_suffix('%')?.trim().parse().ok()?;
+    v.is_finite().then_some(v.clamp(0.0, 100.0))
+}
+
+/// Classifies a DataVolume (or its absence). Pure.
+pub fn observe(dv: Option<&DataVolume>) -> DvState {
+    let Some(dv) = dv else { return DvState::Absent };
+    if dv.metadata.deletion_timestamp.is_some() {
+        return DvState::Deleting;
+    }
+    let status = dv.status.clone().unwrap_or_default();
+    let running = status.conditions.iter().find(|c| c.type_ == "Running");
+    let running_message = running.and_then(|c| c.message.clone()).unwrap_or_default();
+    match status.phase.as_deref() {
+        Some("Succeeded") => DvState::Succeeded,
+        Some("Failed") => DvState::Failed { message: running_message },
+        phase => {
+            let failing = running
+                .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Error"))
+                .map(|c| c.message.clone().unwrap_or_else(|| "importer failed".to_owned()));
+            DvState::InProgress {
+                phase: phase.unwrap_or("Pending").to_owned(),
+                percent: status.progress.as_deref().and_then(parse_progress),
+                restarts: status.restart_count,
+                failing,
+            }
+        }
+    }
+}
+
+/// The path-style URL CDI reads a staged object from: `<endpoint>/<bucket>/<key>`.
+pub fn s3_url(endpoint: &str, bucket: &str, key: &str) -> String {
+    format!("{}/{}/{}", endpoint.trim_end_matches('/'), bucket, key.trim_start_matches('/'))
+}
+
+/// The DataVolume importing disk `index` of `vmm` from its staged object.
+///
+/// # Guarantees
+/// Named [`names::datavolume_name`]; owned by and labelled with the migration; `source.s3`
+/// points at [`names::staging_key`] with `secretRef` = `secret`; the storage request is the
+/// source disk's capacity with the target's StorageClass and volume mode.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn data_volume(vmm: &VirtualMachineMigration, index: usize, capacity_bytes: i64, secret: &str) -> Result<DataVolume> {
+    let mut meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
+    meta.annotations = Some(BTreeMap::from([(BIND_IMMEDIATE_ANNOTATION.to_owned(), "true".to_owned())]));
+    let staging = &vmm.spec.staging;
+    let target = &vmm.spec.target.template;
+    let spec = DataVolumeSpec {
+        source: Some(DataVolumeSource {
+            s3: Some(S3Source {
+                url: s3_url(&staging.endpoint, &staging.bucket, &names::staging_key(vmm, index)),
+                secret_ref: Some(secret.to_owned()),
+            }),
+            rest: Map::new(),
+        }),
+        storage: Some(StorageSpec {
+            resources: Some(serde_json::json!({"requests": {"storage": capacity_bytes.max(1).to_string()}})),
+            storage_class_name: target.storage_class_name.clone(),
+            volume_mode: target.volume_mode.map(|m| match m {
+                VolumeMode::Filesystem => "Filesystem".to_owned(),
+                VolumeMode::Block => "Block".to_owned(),
+            }),
+            rest: Map::new(),
+        }),
+        rest: Map::new(),
+    };
+    Ok(DataVolume { metadata: meta, spec, status: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::fixtures::migration;
+
+    fn dv_with(status: serde_json::Value) -> DataVolume {
+        let mut dv = DataVolume::new("d", DataVolumeSpec::default());
+        dv.status = Some(serde_json::from_value(status).unwrap());
+        dv
+    }
+
+    #[test]
+    fn progress_strings_parse_like_cdi_writes_them() {
+        assert_eq!(parse_progress("45.23%"), Some(45.23));
+        assert_eq!(parse_progress("100.0%"), Some(100.0));
+        assert_eq!(parse_progress(" 7 % "), Some(7.0));
+        assert_eq!(parse_progress("N/A"), None);
+        assert_eq!(parse_progress(""), None);
+        assert_eq!(parse_progress("120%"), Some(100.0));
+    }
+
+    #[test]
+    fn observe_reads_the_cdi_status_contract() {
+        assert_eq!(observe(None), DvState::Absent);
+        assert_eq!(observe(Some(&dv_with(serde_json::json!({"phase": "Succeeded"})))), DvState::Succeeded);
+        let failed = dv_with(serde_json::json!({"phase": "Failed",
+            "conditions": [{"type": "Running", "status": "False", "reason": "Error", "message": "checksum"}]}));
+        assert_eq!(observe(Some(&failed)), DvState::Failed { message: "checksum".into() });
+        let running = dv_with(serde_json::json!({"phase": "ImportInProgress", "progress": "45.23%", "restartCount": 0,
+            "conditions": [{"type": "Running", "status": "True", "reason": "Pod is running"}]}));
+        assert_eq!(
+            observe(Some(&running)),
+            DvState::InProgress { phase: "ImportInProgress".into(), percent: Some(45.23), restarts: 0, failing: None }
+        );
+        let restarting = dv_with(serde_json::json!({"phase": "ImportInProgress", "progress": "40.00%", "restartCount": 2,
+            "conditions": [{"type": "Running", "status": "False", "reason": "Error", "message": "boom"}]}));
+        assert_eq!(
+            observe(Some(&restarting)),
+            DvState::InProgress { phase: "ImportInProgress".into(), percent: Some(40.0), restarts: 2, failing: Some("boom".into()) }
+        );
+        let mut deleting = dv_with(serde_json::json!({"phase": "ImportInProgress"}));
+        deleting.metadata.deletion_timestamp = Some(ferry_crds::fixtures::t0());
+        assert_eq!(observe(Some(&deleting)), DvState::Deleting);
+        assert!(matches!(observe(Some(&dv_with(serde_json::json!({})))), DvState::InProgress { ref phase, .. } if phase == "Pending"));
+    }
+
+    #[test]
+    fn data_volume_imports_the_staged_object_path_style() {
+        let mut vmm = migration("web-1");
+        vmm.spec.target.template.storage_class_name = Some("fast".into());
+        vmm.spec.target.template.volume_mode = Some(VolumeMode::Block);
+        let dv = data_volume(&vmm, 1, 64 << 20, "web-1-staging-s3").unwrap();
+        assert_eq!(dv.metadata.name.as_deref(), Some("web-1-disk-1"));
+        let v = serde_json::to_value(&dv).unwrap();
+        assert_eq!(v["apiVersion"], "cdi.kubevirt.io/v1beta1");
+        assert_eq!(
+            v["spec"]["source"]["s3"]["url"],
+            "http://127.0.0.1:9000/ferry-staging/ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-1.raw"
+        );
+        assert_eq!(v["spec"]["source"]["s3"]["secretRef"], "web-1-staging-s3");
+        assert_eq!(v["spec"]["storage"]["resources"]["requests"]["storage"], "67108864");
+        assert_eq!(v["spec"]["storage"]["storageClassName"], "fast");
+        assert_eq!(v["spec"]["storage"]["volumeMode"], "Block");
+        assert_eq!(v["metadata"]["annotations"][BIND_IMMEDIATE_ANNOTATION], "true");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "VirtualMachineMigration");
+    }
+
+    #[test]
+    fn s3_url_joins_without_double_slashes() {
+        assert_eq!(s3_url("http://h:9000/", "b", "/k/x"), "http://h:9000/b/k/x");
+    }
+}

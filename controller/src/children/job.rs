@@ -1,0 +1,275 @@
+//! The conversion Job: one pod running `ferry-controller convert`, which downloads each disk
+//! from the datastore, converts it with `qemu-img` and uploads it to staging with its SHA-256.
+//!
+//! The contract with the converter is the environment below (credentials by `secretKeyRef`,
+//! never in the spec) plus one `--disk INDEX=DATASTORE_PATH=STAGING_KEY` argument per disk.
+
+use ferry_crds::{VirtualMachineMigration, names, secret as keys};
+use k8s_openapi::api::batch::v1::{Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, SecretKeySelector, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::Result;
+
+/// The converter's program name, looked up on the image's `PATH`.
+pub const CONVERTER_PROGRAM: &str = "ferry-controller";
+/// Pod attempts after the first; the controller retries on top of that with `spec.retry`.
+pub const BACKOFF_LIMIT: i32 = 2;
+/// Exit code with which the converter says "retrying cannot help" (bad credentials, missing
+/// disk): the Job fails at once through its pod failure policy.
+pub const PERMANENT_EXIT_CODE: i32 = 3;
+/// A conversion that runs longer than this is stopped (6 h).
+pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+
+/// Environment variable names of the converter contract.
+pub mod env {
+    /// vSphere SDK URL.
+    pub const VSPHERE_URL: &str = "FERRY_VSPHERE_URL";
+    /// vSphere user (from the Secret).
+    pub const VSPHERE_USERNAME: &str = "FERRY_VSPHERE_USERNAME";
+    /// vSphere password (from the Secret).
+    pub const VSPHERE_PASSWORD: &str = "FERRY_VSPHERE_PASSWORD";
+    /// Pinned TLS thumbprint, when set.
+    pub const VSPHERE_THUMBPRINT: &str = "FERRY_VSPHERE_THUMBPRINT";
+    /// `"true"` to skip TLS verification.
+    pub const VSPHERE_INSECURE: &str = "FERRY_VSPHERE_INSECURE";
+    /// Managed object reference of the VM, e.g. `vm-42`.
+    pub const VM_MOREF: &str = "FERRY_VM_MOREF";
+    /// Output format: `raw` or `qcow2`.
+    pub const FORMAT: &str = "FERRY_FORMAT";
+    /// S3 endpoint URL.
+    pub const S3_ENDPOINT: &str = "FERRY_S3_ENDPOINT";
+    /// Bucket.
+    pub const S3_BUCKET: &str = "FERRY_S3_BUCKET";
+    /// Region used to sign.
+    pub const S3_REGION: &str = "FERRY_S3_REGION";
+    /// Access key id (from the Secret).
+    pub const S3_ACCESS_KEY_ID: &str = "FERRY_S3_ACCESS_KEY_ID";
+    /// Secret access key (from the Secret).
+    pub const S3_SECRET_ACCESS_KEY: &str = "FERRY_S3_SECRET_ACCESS_KEY";
+}
+
+fn plain(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar { name: name.to_owned(), value: Some(value.into()), value_from: None }
+}
+
+fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector { name: secret.to_owned(), key: key.to_owned(), optional: Some(false) }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// The converter's arguments: `convert --disk INDEX=DATASTORE_PATH=STAGING_KEY ...`, one per
+/// discovered disk in device order. Pure.
+pub fn converter_args(vmm: &VirtualMachineMigration) -> Vec<String> {
+    let disks = vmm.status.as_ref().and_then(|s| s.source.as_ref()).map(|s| s.disks.as_slice()).unwrap_or_default();
+    let mut args = vec!["convert".to_owned()];
+    for (i, d) in disks.iter().enumerate() {
+        args.push("--disk".to_owned());
+        args.push(format!("{i}={}={}", d.datastore_path, names::staging_key(vmm, i)));
+    }
+    args
+}
+
+/// The conversion Job of `vmm` ([`names::job_name`]).
+///
+/// # Guarantees
+/// Owned by and labelled with the migration (pod template too); image from
+/// `spec.conversion.image`; credentials only by `secretKeyRef`; `backoffLimit` [`BACKOFF_LIMIT`];
+/// exit code [`PERMANENT_EXIT_CODE`] fails the Job at once; no service account token.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
+    let meta = super::child_meta(vmm, names::job_name(vmm))?;
+    let src = &vmm.spec.source.endpoint;
+    let staging = &vmm.spec.staging;
+    let moref = vmm.status.as_ref().and_then(|s| s.source.as_ref()).and_then(|s| s.moref.clone()).unwrap_or_default();
+    let vs_secret = &src.credentials_secret_ref.name;
+    let s3_secret = &staging.credentials_secret_ref.name;
+    let mut env_vars = vec![
+        plain(env::VSPHERE_URL, src.url.clone()),
+        from_secret(env::VSPHERE_USERNAME, vs_secret, keys::VSPHERE_USERNAME_KEY),
+        from_secret(env::VSPHERE_PASSWORD, vs_secret, keys::VSPHERE_PASSWORD_KEY),
+    ];
+    if let Some(t) = &src.thumbprint {
+        env_vars.push(plain(env::VSPHERE_THUMBPRINT, t.clone()));
+    }
+    if src.insecure_skip_tls_verify {
+        env_vars.push(plain(env::VSPHERE_INSECURE, "true"));
+    }
+    env_vars.extend([
+        plain(env::VM_MOREF, moref),
+        plain(env::FORMAT, vmm.spec.conversion.format.as_str()),
+        plain(env::S3_ENDPOINT, staging.endpoint.clone()),
+        plain(env::S3_BUCKET, staging.bucket.clone()),
+        plain(env::S3_REGION, staging.region.clone()),
+        from_secret(env::S3_ACCESS_KEY_ID, s3_secret, keys::S3_ACCESS_KEY_ID_KEY),
+        from_secret(env::S3_SECRET_ACCESS_KEY, s3_secret, keys::S3_SECRET_ACCESS_KEY_KEY),
+    ]);
+    let container = Container {
+        name: "convert".to_owned(),
+        image: Some(vmm.spec.conversion.image.clone()),
+        command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
+        args: Some(converter_args(vmm)),
+        env: Some(env_vars),
+        volume_mounts: Some(vec![VolumeMount { name: "scratch".to_owned(), mount_path: "/tmp".to_owned(), ..VolumeMount::default() }]),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        automount_service_account_token: Some(false),
+        volumes: Some(vec![Volume {
+            name: "scratch".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        }]),
+        ..PodSpec::default()
+    };
+    let spec = JobSpec {
+        backoff_limit: Some(BACKOFF_LIMIT),
+        active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
+        pod_failure_policy: Some(PodFailurePolicy {
+            rules: vec![PodFailurePolicyRule {
+                action: "FailJob".to_owned(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: Some("convert".to_owned()),
+                    operator: "In".to_owned(),
+                    values: vec![PERMANENT_EXIT_CODE],
+                }),
+                on_pod_conditions: None,
+            }],
+        }),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta { labels: Some(super::labels(vmm)), ..ObjectMeta::default() }),
+            spec: Some(pod),
+        },
+        ..JobSpec::default()
+    };
+    Ok(Job { metadata: meta, spec: Some(spec), status: None })
+}
+
+/// Where a conversion Job stands, read from its status conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Not created yet.
+    Absent,
+    /// Being deleted.
+    Deleting,
+    /// Pods are running or pending; `failed` pod attempts so far.
+    Running {
+        /// Failed pod attempts.
+        failed: i32,
+    },
+    /// `Complete=True`.
+    Complete,
+    /// `Failed=True`, with the condition's reason and message.
+    Failed {
+        /// e.g. `BackoffLimitExceeded`, `PodFailurePolicy`, `DeadlineExceeded`.
+        reason: String,
+        /// Details.
+        message: String,
+    },
+}
+
+/// Classifies a Job (or its absence). Pure.
+pub fn observe(job: Option<&Job>) -> JobState {
+    let Some(job) = job else { return JobState::Absent };
+    if job.metadata.deletion_timestamp.is_some() {
+        return JobState::Deleting;
+    }
+    let status = job.status.clone().unwrap_or_default();
+    let conds = status.conditions.unwrap_or_default();
+    let is_true = |t: &str| conds.iter().find(|c| c.type_ == t && c.status == "True");
+    if is_true("Complete").is_some() {
+        return JobState::Complete;
+    }
+    if let Some(c) = is_true("Failed") {
+        return JobState::Failed { reason: c.reason.clone().unwrap_or_default(), message: c.message.clone().unwrap_or_default() };
+    }
+    JobState::Running { failed: status.failed.unwrap_or(0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::fixtures::migration;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+
+    fn discovered() -> VirtualMachineMigration {
+        let mut vmm = migration("web-1").with_disks(2);
+        if let Some(s) = vmm.status.as_mut().and_then(|s| s.source.as_mut()) {
+            s.moref = Some("vm-42".into());
+        }
+        vmm
+    }
+
+    #[test]
+    fn the_job_runs_the_converter_with_secrets_by_reference() {
+        let job = conversion_job(&discovered()).unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("web-1-convert"));
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.backoff_limit, Some(BACKOFF_LIMIT));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some(ferry_crds::conversion::DEFAULT_CONVERTER_IMAGE));
+        assert_eq!(c.command.as_deref(), Some(&["ferry-controller".to_owned()][..]));
+        let args = c.args.clone().unwrap();
+        assert_eq!(args[0], "convert");
+        assert_eq!(
+            args[1..],
+            [
+                "--disk".to_owned(),
+                "0=[LocalDS_0] DC0_H0_VM0/disk0.vmdk=ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-0.raw".to_owned(),
+                "--disk".to_owned(),
+                "1=[LocalDS_0] DC0_H0_VM0/disk1.vmdk=ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-1.raw".to_owned(),
+            ]
+        );
+        let env = c.env.clone().unwrap();
+        let get = |n: &str| env.iter().find(|e| e.name == n).cloned().unwrap();
+        assert_eq!(get(env::VM_MOREF).value.as_deref(), Some("vm-42"));
+        assert_eq!(get(env::VSPHERE_THUMBPRINT).value.as_deref(), Some(ferry_crds::fixtures::THUMBPRINT));
+        let pw = get(env::VSPHERE_PASSWORD).value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!((pw.name.as_str(), pw.key.as_str()), ("vsphere-credentials", "password"));
+        let sk = get(env::S3_SECRET_ACCESS_KEY).value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!((sk.name.as_str(), sk.key.as_str()), ("s3-credentials", "secretAccessKey"));
+        assert!(env.iter().all(|e| e.value.as_deref().is_none_or(|v| !v.contains("secret"))));
+        assert!(!env.iter().any(|e| e.name == env::VSPHERE_INSECURE));
+    }
+
+    fn job_with(conds: &[(&str, &str)], failed: i32) -> Job {
+        Job {
+            status: Some(JobStatus {
+                failed: Some(failed),
+                conditions: Some(
+                    conds
+                        .iter()
+                        .map(|(t, r)| JobCondition { type_: (*t).into(), status: "True".into(), reason: Some((*r).into()), ..Default::default() })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Job::default()
+        }
+    }
+
+    #[test]
+    fn observe_reads_job_conditions() {
+        assert_eq!(observe(None), JobState::Absent);
+        assert_eq!(observe(Some(&job_with(&[], 1))), JobState::Running { failed: 1 });
+        assert_eq!(observe(Some(&job_with(&[("SuccessCriteriaMet", "x"), ("Complete", "x")], 0))), JobState::Complete);
+        assert_eq!(
+            observe(Some(&job_with(&[("FailureTarget", "BackoffLimitExceeded"), ("Failed", "BackoffLimitExceeded")], 3))),
+            JobState::Failed { reason: "BackoffLimitExceeded".into(), message: String::new() }
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! What every reconcile shares: the client, the edges (vSphere, S3), the injected clock, the
+//! policy knobs, metrics, the event recorder, and a little per-object memory that only saves
+//! work (losing it on a restart is harmless).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_crds::Phase;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::metrics::Metrics;
+use crate::reconcile::edges::{S3Staging, SourceApi, StagingApi, VsphereSource};
+use crate::reconcile::scope::Policy;
+
+/// The source of "now" for decisions, so that tests can fix it.
+pub trait Clock: Send + Sync + 'static {
+    /// The current instant.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Memo {
+    /// Transient retries counted in `phase` (attempt included, so a retry's new stay restarts it).
+    retries: Option<(Phase, i32, u32)>,
+    /// When progress was last written.
+    progress_written: Option<Instant>,
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The vSphere source.
+    pub source: Arc<dyn SourceApi>,
+    /// The S3 staging store.
+    pub staging: Arc<dyn StagingApi>,
+    /// Now.
+    pub clock: Arc<dyn Clock>,
+    /// Decision knobs.
+    pub policy: Policy,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Kubernetes Events.
+    pub recorder: Recorder,
+    memory: Mutex<HashMap<String, Memo>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+/// The reporting controller name on Events.
+pub const REPORTER: &str = "ferry-controller";
+
+impl Context {
+    /// A context on the real edges and the system clock.
+    pub fn new(client: kube::Client, policy: Policy, metrics: Arc<Metrics>) -> Self {
+        Self::with_edges(client, policy, metrics, Arc::new(VsphereSource), Arc::new(S3Staging), Arc::new(SystemClock))
+    }
+
+    /// A context on the given edges and clock.
+    pub fn with_edges(
+        client: kube::Client,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+        source: Arc<dyn SourceApi>,
+        staging: Arc<dyn StagingApi>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let reporter = Reporter { controller: REPORTER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, source, staging, clock, policy, metrics, recorder, memory: Mutex::default() }
+    }
+
+    fn memo<T>(&self, uid: &str, f: impl FnOnce(&mut Memo) -> T) -> T {
+        let mut map = self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map.entry(uid.to_owned()).or_default())
+    }
+
+    /// Transient retries so far in this stay of `phase`.
+    pub fn retries(&self, uid: &str, phase: Phase, attempt: i32) -> u32 {
+        self.memo(uid, |m| match m.retries {
+            Some((p, a, n)) if p == phase && a == attempt => n,
+            _ => 0,
+        })
+    }
+
+    /// Counts one more transient retry in `phase`; returns the count before it.
+    pub fn count_retry(&self, uid: &str, phase: Phase, attempt: i32) -> u32 {
+        self.memo(uid, |m| {
+            let n = match m.retries {
+                Some((p, a, n)) if p == phase && a == attempt => n,
+                _ => 0,
+            };
+            m.retries = Some((phase, attempt, n + 1));
+            n
+        })
+    }
+
+    /// How long ago progress was last written for `uid`.
+    pub fn since_progress_write(&self, uid: &str) -> Option<Duration> {
+        self.memo(uid, |m| m.progress_written.map(|t| t.elapsed()))
+    }
+
+    /// Notes a status write for `uid`.
+    pub fn note_write(&self, uid: &str) {
+        self.memo(uid, |m| m.progress_written = Some(Instant::now()));
+    }
+
+    /// Forgets `uid` (its migration is gone).
+    pub fn forget(&self, uid: &str) {
+        let mut map = self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(uid);
+    }
+}

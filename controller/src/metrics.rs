@@ -1,0 +1,124 @@
+//! Prometheus metrics of the controller (prometheus-client), served on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set with one `controller` label (`migration` or `wave`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Which controller.
+    pub controller: String,
+}
+
+/// Label set of a failed reconcile.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Which controller.
+    pub controller: String,
+    /// `Error::metric_label()`.
+    pub error: String,
+}
+
+/// Label set of an API write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `status`, `create`, `delete`, `patch`, `event`, `finalizer`.
+    pub verb: String,
+    /// Kind written.
+    pub kind: String,
+}
+
+/// Label set of a phase duration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// The phase left.
+    pub phase: String,
+}
+
+/// Every metric of the controller.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Reconciles run.
+    pub reconciles: Family<ControllerLabel, Counter>,
+    /// Reconciles that failed, by error label.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Writes to the Kubernetes API, by verb and kind.
+    pub writes: Family<WriteLabels, Counter>,
+    /// Seconds spent in each phase, observed when it is left.
+    pub phase_seconds: Family<PhaseLabel, Histogram>,
+    /// Seconds per reconcile.
+    pub reconcile_seconds: Histogram,
+    registry: Registry,
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.5, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("ferry_controller");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let writes = Family::<WriteLabels, Counter>::default();
+        let phase_seconds = Family::<PhaseLabel, Histogram>::new_with_constructor(phase_histogram as fn() -> Histogram);
+        let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register("reconcile_errors", "Reconciles that failed, by error", errors.clone());
+        registry.register("api_writes", "Writes to the Kubernetes API, by verb and kind", writes.clone());
+        registry.register("phase_duration_seconds", "Seconds a migration spent in a phase", phase_seconds.clone());
+        registry.register("reconcile_duration_seconds", "Seconds per reconcile", reconcile_seconds.clone());
+        Self { reconciles, errors, writes, phase_seconds, reconcile_seconds, registry }
+    }
+}
+
+impl Metrics {
+    /// Counts one write.
+    pub fn write(&self, verb: &str, kind: &str) {
+        self.writes.get_or_create(&WriteLabels { verb: verb.to_owned(), kind: kind.to_owned() }).inc();
+    }
+
+    /// Counts one reconcile of `controller`.
+    pub fn reconcile(&self, controller: &str) {
+        self.reconciles.get_or_create(&ControllerLabel { controller: controller.to_owned() }).inc();
+    }
+
+    /// Counts one failed reconcile.
+    pub fn error(&self, controller: &str, label: &str) {
+        self.errors.get_or_create(&ErrorLabels { controller: controller.to_owned(), error: label.to_owned() }).inc();
+    }
+
+    /// Observes the time spent in `phase`.
+    pub fn phase_left(&self, phase: &str, seconds: f64) {
+        self.phase_seconds.get_or_create(&PhaseLabel { phase: phase.to_owned() }).observe(seconds);
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_errors_show_up_in_the_exposition() {
+        let m = Metrics::default();
+        m.write("status", "VirtualMachineMigration");
+        m.write("status", "VirtualMachineMigration");
+        m.error("migration", "kube_api");
+        m.phase_left("Importing", 3.0);
+        let text = m.encode();
+        assert!(text.contains("ferry_controller_api_writes_total{verb=\"status\",kind=\"VirtualMachineMigration\"} 2"), "{text}");
+        assert!(text.contains("ferry_controller_reconcile_errors_total{controller=\"migration\",error=\"kube_api\"} 1"));
+        assert!(text.contains("ferry_controller_phase_duration_seconds_count{phase=\"Importing\"} 1"));
+    }
+}

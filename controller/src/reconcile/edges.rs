@@ -1,0 +1,303 @@
+//! The two outside systems a reconcile talks to besides Kubernetes, behind small traits so that
+//! decisions and tests do not need them: the vSphere source and the S3 staging store. Errors
+//! come back already classified as a [`Problem`] (reason, message, transient or not).
+
+use std::sync::Arc;
+
+use ferry_crds::{DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup};
+use futures::future::BoxFuture;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{Attribute, GetOptions, ObjectStore, ObjectStoreExt};
+
+use super::scope::{Problem, StagedObject};
+use crate::vsphere;
+
+/// How to log in to vSphere, with the Secret's credentials resolved.
+#[derive(Clone)]
+pub struct SourceLogin {
+    /// SDK URL.
+    pub url: String,
+    /// User.
+    pub username: String,
+    /// Password.
+    pub password: String,
+    /// Pinned thumbprint.
+    pub thumbprint: Option<String>,
+    /// Skip TLS verification.
+    pub insecure: bool,
+}
+
+impl std::fmt::Debug for SourceLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceLogin").field("url", &self.url).field("username", &self.username).finish_non_exhaustive()
+    }
+}
+
+/// What the source said about a VM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Discovered {
+    /// Inventory, with the current power state.
+    pub source: DiscoveredSource,
+    /// Why its disks cannot be migrated, if they cannot.
+    pub layout_problems: Vec<String>,
+}
+
+/// The vSphere source.
+pub trait SourceApi: Send + Sync + 'static {
+    /// Logs in, finds the VM, reads its inventory and validates its disk layout.
+    fn discover<'a>(&'a self, login: &'a SourceLogin, vm: VmLookup<'a>) -> BoxFuture<'a, Result<Discovered, Problem>>;
+    /// Powers the VM off; idempotent.
+    fn power_off<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+    /// Powers the VM on unless it runs; idempotent.
+    fn power_on<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+}
+
+/// Where staging is, with the Secret's credentials resolved.
+#[derive(Clone)]
+pub struct StagingLogin {
+    /// S3 endpoint URL.
+    pub endpoint: String,
+    /// Bucket.
+    pub bucket: String,
+    /// Region.
+    pub region: String,
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for StagingLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagingLogin").field("endpoint", &self.endpoint).field("bucket", &self.bucket).finish_non_exhaustive()
+    }
+}
+
+/// The S3 staging store.
+pub trait StagingApi: Send + Sync + 'static {
+    /// Checks that the bucket exists and the credentials are accepted.
+    fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>>;
+    /// Size and recorded SHA-256 of an object; `None` when absent.
+    fn head<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>>;
+    /// Deletes an object; absent is fine.
+    fn delete<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// vSphere through `crate::vsphere` (vim_rs).
+
+/// [`SourceApi`] on vim_rs, one session per call (Preparing runs a handful of times per
+/// migration; a long-lived session would need keep-alive and re-login handling for little gain).
+#[derive(Debug, Default)]
+pub struct VsphereSource;
+
+fn problem_of(e: &vsphere::Error) -> Problem {
+    use vsphere::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Unreachable { .. } => Problem::transient(Reason::EndpointUnreachable, format!("{msg}; check spec.source.url and the network")),
+        E::ThumbprintMismatch { .. } | E::TlsUntrusted { .. } => Problem::permanent(Reason::ThumbprintMismatch, msg),
+        E::BadCredentials { .. } => Problem::permanent(
+            Reason::LoginFailed,
+            format!("{msg}; fix the username/password in the spec.source.credentialsSecretRef Secret, then raise spec.retry"),
+        ),
+        E::NotFound(_) => Problem::permanent(Reason::VMNotFound, msg),
+        E::Ambiguous { .. } => Problem::permanent(Reason::VMAmbiguous, msg),
+        E::Invalid(_) => Problem::permanent(Reason::EndpointUnreachable, format!("{msg}; check spec.source.url")),
+        _ if e.is_transient() => Problem::transient(Reason::TransientError, msg),
+        _ => Problem::permanent(Reason::TransientError, msg),
+    }
+}
+
+fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
+    let tls = if let Some(t) = &login.thumbprint {
+        let t = vsphere::Thumbprint::parse(t)
+            .map_err(|e| Problem::permanent(Reason::ThumbprintMismatch, format!("spec.source.thumbprint: {e}")))?;
+        vsphere::TlsPolicy::Thumbprint(t)
+    } else if login.insecure {
+        vsphere::TlsPolicy::Insecure
+    } else {
+        vsphere::TlsPolicy::SystemRoots
+    };
+    Ok(vsphere::Endpoint { url: login.url.clone(), username: login.username.clone(), password: login.password.clone(), tls })
+}
+
+fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
+    DiscoveredSource {
+        name: Some(vm.name.clone()),
+        moref: Some(vm.moref.clone()),
+        uuid: Some(vm.uuid.clone()).filter(|s| !s.is_empty()),
+        instance_uuid: Some(vm.instance_uuid.clone()).filter(|s| !s.is_empty()),
+        power_state: Some(match vm.power_state {
+            vsphere::PowerState::PoweredOn => PowerState::PoweredOn,
+            vsphere::PowerState::PoweredOff => PowerState::PoweredOff,
+            vsphere::PowerState::Suspended => PowerState::Suspended,
+        }),
+        guest_id: Some(vm.guest_id.clone()).filter(|s| !s.is_empty()),
+        firmware: Some(match vm.firmware {
+            vsphere::Firmware::Bios => Firmware::Bios,
+            vsphere::Firmware::Efi => Firmware::Efi,
+        }),
+        num_cpu: i32::try_from(vm.num_cpu).ok(),
+        memory_mib: i64::try_from(vm.memory_mib).ok(),
+        disks: vm
+            .disks
+            .iter()
+            .map(|d| DiscoveredDisk {
+                key: d.key,
+                label: d.label.clone(),
+                datastore_path: d.datastore_path.clone(),
+                capacity_bytes: i64::try_from(d.capacity_bytes).unwrap_or(i64::MAX),
+            })
+            .collect(),
+        nics: vm.nics.iter().map(|n| DiscoveredNic { mac: n.mac.clone(), network: n.network.clone() }).collect(),
+    }
+}
+
+async fn session(login: &SourceLogin) -> Result<vsphere::Session, Problem> {
+    let ep = endpoint(login)?;
+    vsphere::Session::connect(&ep).await.map_err(|e| problem_of(&e))
+}
+
+impl SourceApi for VsphereSource {
+    fn discover<'a>(&'a self, login: &'a SourceLogin, vm: VmLookup<'a>) -> BoxFuture<'a, Result<Discovered, Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let selector = match vm {
+                VmLookup::Name(n) => vsphere::VmSelector::Name(n.to_owned()),
+                VmLookup::Id(i) => vsphere::VmSelector::Id(i.to_owned()),
+                VmLookup::Uuid(u) => vsphere::VmSelector::Uuid(u.to_owned()),
+            };
+            let found = s.find_vm(&selector).await;
+            let _ = s.logout().await;
+            let info = match found {
+                Ok(Some(info)) => info,
+                Ok(None) | Err(vsphere::Error::NotFound(_)) => {
+                    return Err(Problem::permanent(
+                        Reason::VMNotFound,
+                        format!("no VM with {selector} on {}; check spec.source", login.url),
+                    ));
+                }
+                Err(e) => return Err(problem_of(&e)),
+            };
+            let layout_problems = match vsphere::validate_layout(&info) {
+                Ok(()) => vec![],
+                Err(p) => p.iter().map(ToString::to_string).collect(),
+            };
+            Ok(Discovered { source: to_discovered(&info), layout_problems })
+        })
+    }
+
+    fn power_off<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let r = s.power_off(moref).await;
+            let _ = s.logout().await;
+            r.map_err(|e| {
+                let p = problem_of(&e);
+                if p.transient { p } else { Problem::permanent(Reason::PowerOffFailed, format!("powering {moref} off: {e}")) }
+            })
+        })
+    }
+
+    fn power_on<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let r = s.power_on(moref).await;
+            let _ = s.logout().await;
+            r.map_err(|e| problem_of(&e))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// S3 through object_store.
+
+/// [`StagingApi`] on object_store (path-style, SigV4).
+#[derive(Debug, Default)]
+pub struct S3Staging;
+
+fn store(login: &StagingLogin) -> Result<Arc<dyn ObjectStore>, Problem> {
+    let s = AmazonS3Builder::new()
+        .with_endpoint(&login.endpoint)
+        .with_bucket_name(&login.bucket)
+        .with_region(&login.region)
+        .with_access_key_id(&login.access_key_id)
+        .with_secret_access_key(&login.secret_access_key)
+        .with_allow_http(true)
+        .with_virtual_hosted_style_request(false)
+        .build()
+        .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))?;
+    Ok(Arc::new(s))
+}
+
+fn s3_problem(login: &StagingLogin, e: &object_store::Error) -> Problem {
+    let text = format!("{e}");
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("nosuchbucket") || (matches!(e, object_store::Error::NotFound { .. }) && lower.contains("bucket")) {
+        return Problem::permanent(
+            Reason::BucketNotFound,
+            format!("bucket {} does not exist on {}; create it or fix spec.staging.bucket", login.bucket, login.endpoint),
+        );
+    }
+    if lower.contains("403") || lower.contains("accessdenied") || lower.contains("signaturedoesnotmatch") || lower.contains("invalidaccesskeyid") {
+        return Problem::permanent(
+            Reason::StagingUnavailable,
+            format!("{} refused the staging credentials: {text}; fix the spec.staging.credentialsSecretRef Secret", login.endpoint),
+        );
+    }
+    Problem::transient(Reason::StagingUnavailable, format!("staging {}: {text}", login.endpoint))
+}
+
+fn object_path(key: &str) -> Result<ObjectPath, Problem> {
+    ObjectPath::parse(key).map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("staging key {key:?}: {e}")))
+}
+
+impl StagingApi for S3Staging {
+    fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let s = store(login)?;
+            match s.list_with_delimiter(Some(&ObjectPath::from("ferry-bucket-check"))).await {
+                Ok(_) => Ok(()),
+                Err(object_store::Error::NotFound { .. }) => Err(Problem::permanent(
+                    Reason::BucketNotFound,
+                    format!("bucket {} does not exist on {}; create it or fix spec.staging.bucket", login.bucket, login.endpoint),
+                )),
+                Err(e) => Err(s3_problem(login, &e)),
+            }
+        })
+    }
+
+    fn head<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
+        Box::pin(async move {
+            let s = store(login)?;
+            let opts = GetOptions { head: true, ..GetOptions::default() };
+            match s.get_opts(&object_path(key)?, opts).await {
+                Ok(r) => {
+                    let sha256 = r
+                        .attributes
+                        .get(&Attribute::Metadata("sha256".into()))
+                        .map(|v| v.as_ref().trim().to_ascii_lowercase())
+                        .filter(|v| v.len() == 64);
+                    Ok(Some(StagedObject { size: i64::try_from(r.meta.size).unwrap_or(i64::MAX), sha256 }))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(s3_problem(login, &e)),
+            }
+        })
+    }
+
+    fn delete<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let s = store(login)?;
+            match s.delete(&object_path(key)?).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => {
+                    let p = s3_problem(login, &e);
+                    if p.reason == Reason::BucketNotFound { Ok(()) } else { Err(p) }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,241 @@
+//! Importing: one CDI DataVolume per staged disk, all `Succeeded`.
+//!
+//! CDI's failure contract: a transient importer failure shows as `restartCount` rising with the
+//! `Running` condition `False` (reason `Error`) while the phase stays `ImportInProgress`; CDI
+//! restarts the importer itself. A permanent one is phase `Failed`. ferry gives up after
+//! [`Policy::max_import_restarts`](super::scope::Policy) restarts of one disk.
+
+use ferry_crds::{
+    ConditionStatus::{False, True, Unknown},
+    ConditionType::DiskImported,
+    DiskStatus, Phase, Progress, Reason, names,
+};
+
+use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
+use super::scope::{Scope, World};
+use crate::children::cdi::DvState;
+
+fn disk_size(old: &[DiskStatus], i: usize) -> i64 {
+    old.get(i).and_then(|d| d.capacity_bytes.or(d.staged_bytes)).unwrap_or(0).max(0)
+}
+
+/// Per-disk import status and overall progress (rate and ETA averaged over the time spent in
+/// Importing). Pure.
+fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
+    let old = scope.vmm.status.as_ref().map(|s| s.disks.as_slice()).unwrap_or_default();
+    let secs = scope.in_phase_for().as_secs_f64();
+    let mut disks = Vec::with_capacity(dvs.len());
+    let (mut done, mut total) = (0i64, 0i64);
+    for (i, dv) in dvs.iter().enumerate() {
+        let size = disk_size(old, i);
+        let (phase, pct) = match dv {
+            DvState::Absent => (None, 0.0),
+            DvState::Deleting => (Some("Deleting".to_owned()), 0.0),
+            DvState::InProgress { phase, percent, .. } => (Some(phase.clone()), percent.unwrap_or(0.0)),
+            DvState::Succeeded => (Some("Succeeded".to_owned()), 100.0),
+            DvState::Failed { .. } => (Some("Failed".to_owned()), 0.0),
+        };
+        let bytes = (size as f64 * pct / 100.0).round() as i64;
+        done += bytes;
+        total += size;
+        let mut d = old.get(i).cloned().unwrap_or_default();
+        d.index = i32::try_from(i).unwrap_or(i32::MAX);
+        d.data_volume = Some(names::datavolume_name(&scope.vmm, i));
+        d.import_phase = phase;
+        d.bytes_done = Some(bytes);
+        d.percent = Some((pct * 100.0).round() / 100.0);
+        d.rate_bytes_per_second = (secs >= 1.0 && bytes > 0 && pct < 100.0).then(|| (bytes as f64 / secs) as i64);
+        disks.push(d);
+    }
+    let percent = if total > 0 { ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0) } else { 0.0 };
+    let rate = (secs >= 1.0 && done > 0).then(|| (done as f64 / secs) as i64);
+    let eta = rate.filter(|r| *r > 0).map(|r| (total - done).max(0) / r);
+    Record {
+        source: None,
+        disks: Some(disks),
+        progress: Some(Progress { percent, bytes_done: done, bytes_total: total, rate_bytes_per_second: rate, eta_seconds: eta }),
+    }
+}
+
+/// Decides the Importing step. Pure.
+pub fn decide(scope: &Scope) -> Outcome {
+    let World::Importing { credentials, secret_present, dvs } = &scope.world else {
+        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the imports");
+    };
+    let record = progress(scope, dvs);
+    let n = dvs.len();
+    let fail = |message: String| {
+        Outcome::new(
+            Step::Fail { reason: Reason::ImportFailed, message: message.clone(), retriable: true, resume: Phase::Importing },
+            message.clone(),
+        )
+        .with(DiskImported, False, Reason::ImportFailed, message)
+        .recording(record.clone())
+    };
+    for (i, dv) in dvs.iter().enumerate() {
+        match dv {
+            DvState::Failed { message } => {
+                return fail(format!("DataVolume {} failed: {message}; fix the cause, then raise spec.retry", names::datavolume_name(&scope.vmm, i)));
+            }
+            DvState::InProgress { restarts, failing, .. } if *restarts > scope.policy.max_import_restarts => {
+                return fail(format!(
+                    "the importer of DataVolume {} restarted {restarts} times{}; raise spec.retry to import again",
+                    names::datavolume_name(&scope.vmm, i),
+                    failing.as_deref().map(|m| format!(" (last: {m})")).unwrap_or_default()
+                ));
+            }
+            _ => {}
+        }
+    }
+    if dvs.iter().all(|d| *d == DvState::Succeeded) && n > 0 {
+        let msg = format!("{n} DataVolume(s) imported");
+        return Outcome::new(Step::Advance { to: Phase::CreatingVM }, msg.clone()).with(DiskImported, True, Reason::Imported, msg).recording(record);
+    }
+    let mut actions = vec![];
+    if !secret_present {
+        if let Err(p) = credentials {
+            let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Importing);
+            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
+            return Outcome::new(step, p.message.clone()).with(DiskImported, status, p.reason, p.message.clone()).recording(record);
+        }
+        actions.push(Action::CreateS3Secret);
+    }
+    actions.extend(dvs.iter().enumerate().filter(|(_, d)| **d == DvState::Absent).map(|(i, _)| Action::CreateDataVolume(i)));
+    let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
+    let restarting: Vec<String> = dvs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match d {
+            DvState::InProgress { restarts, failing, .. } if *restarts > 0 => Some(format!(
+                "disk {i}: importer restarted {restarts} time(s){}",
+                failing.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            )),
+            _ => None,
+        })
+        .collect();
+    let (reason, msg) = if restarting.is_empty() {
+        (Reason::InProgress, format!("importing {n} disk(s): {pct:.1}%"))
+    } else {
+        (Reason::TransientError, format!("importing {n} disk(s): {pct:.1}%; {}", restarting.join("; ")))
+    };
+    let step = if actions.is_empty() { Step::Wait { requeue: scope.policy.wait_requeue } } else { Step::Act(actions) };
+    Outcome::new(step, msg.clone()).with(DiskImported, Unknown, reason, msg).recording(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::scope::{Policy, Problem};
+    use ferry_crds::fixtures::{migration, ts};
+    use proptest::prelude::*;
+
+    fn running(pct: f64, restarts: i32) -> DvState {
+        DvState::InProgress {
+            phase: "ImportInProgress".into(),
+            percent: Some(pct),
+            restarts,
+            failing: (restarts > 0).then(|| "boom".into()),
+        }
+    }
+
+    fn scope_with(dvs: Vec<DvState>, secret_present: bool, credentials: Result<(), Problem>) -> Scope {
+        let mut vmm = migration("m").with_disks(dvs.len()).with_phase(Phase::Importing);
+        if let Some(s) = vmm.status.as_mut() {
+            ferry_crds::history::record_phase(&mut s.history, Phase::Importing, 1, &ts(0));
+        }
+        Scope { vmm, now: ts(10).0, policy: Policy::default(), retries: 0, world: World::Importing { credentials, secret_present, dvs } }
+    }
+
+    fn decide_with(dvs: Vec<DvState>) -> Outcome {
+        decide(&scope_with(dvs, true, Ok(())))
+    }
+
+    #[test]
+    fn table() {
+        use DvState::*;
+        assert_eq!(decide_with(vec![Succeeded, Succeeded]).step, Step::Advance { to: Phase::CreatingVM });
+        assert_eq!(
+            decide_with(vec![Absent, Absent]).step,
+            Step::Act(vec![Action::CreateDataVolume(0), Action::CreateDataVolume(1)])
+        );
+        assert_eq!(decide_with(vec![Succeeded, Absent]).step, Step::Act(vec![Action::CreateDataVolume(1)]));
+        assert!(matches!(decide_with(vec![running(45.0, 0), Succeeded]).step, Step::Wait { .. }));
+        assert!(matches!(decide_with(vec![Deleting]).step, Step::Wait { .. }));
+        let transient = decide_with(vec![running(40.0, 1)]);
+        assert!(matches!(transient.step, Step::Wait { .. }), "CDI restarts the importer itself");
+        assert_eq!(transient.conditions[0].reason, Reason::TransientError);
+        let gave_up = decide_with(vec![running(40.0, Policy::default().max_import_restarts + 1)]);
+        assert!(matches!(gave_up.step, Step::Fail { reason: Reason::ImportFailed, resume: Phase::Importing, .. }));
+        let failed = decide_with(vec![Failed { message: "checksum".into() }, Succeeded]);
+        assert!(matches!(failed.step, Step::Fail { reason: Reason::ImportFailed, retriable: true, .. }));
+        assert_eq!(failed.conditions[0].status, False);
+    }
+
+    #[test]
+    fn the_cdi_secret_comes_first_and_waits_for_credentials() {
+        let o = decide(&scope_with(vec![DvState::Absent], false, Ok(())));
+        assert_eq!(o.step, Step::Act(vec![Action::CreateS3Secret, Action::CreateDataVolume(0)]));
+        let o = decide(&scope_with(vec![DvState::Absent], false, Err(Problem::transient(Reason::SecretNotFound, "no secret"))));
+        assert!(matches!(o.step, Step::Retry { reason: Reason::SecretNotFound, .. }));
+    }
+
+    #[test]
+    fn progress_is_weighted_by_disk_size_with_rate_and_eta() {
+        let o = decide_with(vec![running(50.0, 0), DvState::Succeeded]);
+        let p = o.record.progress.unwrap();
+        assert_eq!(p.bytes_total, 2 * (64 << 20));
+        assert_eq!(p.percent, 75.0);
+        assert_eq!(p.bytes_done, (64 << 20) * 3 / 2);
+        assert_eq!(p.rate_bytes_per_second, Some((64 << 20) * 3 / 2 / 10));
+        assert_eq!(p.eta_seconds, Some(3), "a quarter left at a tenth of the total per second");
+        let disks = o.record.disks.unwrap();
+        assert_eq!(disks[0].import_phase.as_deref(), Some("ImportInProgress"));
+        assert_eq!(disks[0].data_volume.as_deref(), Some("m-disk-0"));
+        assert_eq!(disks[1].percent, Some(100.0));
+    }
+
+    fn dv_state() -> impl Strategy<Value = DvState> {
+        prop_oneof![
+            Just(DvState::Absent),
+            Just(DvState::Deleting),
+            Just(DvState::Succeeded),
+            "[a-z]{0,8}".prop_map(|m| DvState::Failed { message: m }),
+            (0.0f64..100.0, 0i32..6, any::<bool>()).prop_map(|(p, r, f)| DvState::InProgress {
+                phase: "ImportInProgress".into(),
+                percent: Some(p),
+                restarts: r,
+                failing: f.then(|| "x".into())
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_observed_state_leads_to_exactly_the_right_kind_of_step(dvs in proptest::collection::vec(dv_state(), 1..5)) {
+            let o = decide_with(dvs.clone());
+            let max = Policy::default().max_import_restarts;
+            let failed = dvs.iter().any(|d| match d {
+                DvState::Failed { .. } => true,
+                DvState::InProgress { restarts, .. } => *restarts > max,
+                _ => false,
+            });
+            match &o.step {
+                Step::Fail { reason, .. } => prop_assert!(failed && *reason == Reason::ImportFailed),
+                Step::Advance { to } => prop_assert!(!failed && *to == Phase::CreatingVM && dvs.iter().all(|d| *d == DvState::Succeeded)),
+                Step::Act(actions) => {
+                    prop_assert!(!failed);
+                    for a in actions {
+                        let Action::CreateDataVolume(i) = a else { return Err(TestCaseError::fail("only DV creation")) };
+                        prop_assert_eq!(&dvs[*i], &DvState::Absent);
+                    }
+                    prop_assert_eq!(actions.len(), dvs.iter().filter(|d| **d == DvState::Absent).count());
+                }
+                Step::Wait { .. } => prop_assert!(!failed && !dvs.contains(&DvState::Absent)),
+                Step::Retry { .. } => prop_assert!(false, "the CDI secret exists here"),
+            }
+            let p = o.record.progress.unwrap();
+            prop_assert!((0.0..=100.0).contains(&p.percent));
+            prop_assert!(p.bytes_done <= p.bytes_total);
+        }
+    }
+}

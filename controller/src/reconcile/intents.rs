@@ -1,0 +1,220 @@
+//! "Should we act, and how?" — the operator's intents as a chain of pure policies, checked in
+//! order before any checkpoint runs: cancel → retry → paused → held by the wave → start.
+//! (Deletion comes first of all, through the finalizer.)
+
+use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
+
+/// A partial result to remove.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cleanup {
+    /// The conversion Job (and its pods).
+    Job,
+    /// The staged objects in S3.
+    Staging,
+    /// The CDI S3 Secret.
+    S3Secret,
+    /// DataVolumes that did not succeed.
+    UnfinishedDataVolumes,
+    /// Every DataVolume.
+    AllDataVolumes,
+    /// The VirtualMachine.
+    Vm,
+    /// The VirtualMachineInstance (KubeVirt starts a new one under Always).
+    Vmi,
+    /// Power the source VM back on, if ferry powered it off.
+    RestorePower,
+}
+
+/// What the intents ask for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Intent {
+    /// `spec.cancel` on an unfinished migration: clean up, then `Cancelled`.
+    Cancel {
+        /// What to remove.
+        cleanup: Vec<Cleanup>,
+    },
+    /// `spec.retry` raised on a `Failed` or `Cancelled` migration: clean up and resume.
+    Retry {
+        /// The checkpoint to resume.
+        resume: Phase,
+        /// What to remove first.
+        cleanup: Vec<Cleanup>,
+    },
+    /// `spec.retry` raised while nothing failed: take note of the token, nothing else.
+    AckRetry,
+    /// `spec.paused`: no new step.
+    Paused,
+    /// Held in `Queued` by its wave.
+    Held,
+    /// `Pending` (or a released `Queued`): start with Preparing.
+    Start,
+    /// A terminal phase, nothing asked: nothing to do.
+    Settled,
+    /// Work on the current checkpoint.
+    Proceed,
+}
+
+/// Whether the power policy asks to restore the source's power on a cancel or delete.
+pub fn restores_on_cancel(vmm: &VirtualMachineMigration) -> bool {
+    vmm.spec.source.power.restore_power_state != RestorePowerState::Never
+}
+
+/// Whether the power policy asks to restore the source's power when the migration fails.
+pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
+    vmm.spec.source.power.restore_power_state == RestorePowerState::OnCancelOrFailure
+}
+
+/// What a retry of checkpoint `phase` removes first: that checkpoint's partial results.
+pub fn retry_cleanup(phase: Phase) -> Vec<Cleanup> {
+    match phase {
+        Phase::Converting => vec![Cleanup::Job, Cleanup::Staging],
+        Phase::Importing => vec![Cleanup::UnfinishedDataVolumes],
+        Phase::Starting | Phase::Validating => vec![Cleanup::Vmi],
+        _ => vec![],
+    }
+}
+
+/// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM; and the power is
+/// restored when the policy asks.
+pub fn cancel_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
+    let mut c = vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::UnfinishedDataVolumes, Cleanup::Vm];
+    if restores_on_cancel(vmm) {
+        c.push(Cleanup::RestorePower);
+    }
+    c
+}
+
+/// What deleting the migration removes before the finalizer goes. A `Succeeded` migration has
+/// already released its VM and volumes and cleaned staging: nothing is touched then, least of
+/// all the source's power (the VM now runs in KubeVirt).
+pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
+    if vmm.phase() == Phase::Succeeded {
+        return vec![Cleanup::Staging, Cleanup::S3Secret];
+    }
+    cancel_cleanup(vmm)
+}
+
+/// Applies the intent policies in order. Pure.
+///
+/// # Guarantees
+/// * `cancel` wins over everything but deletion, and never touches a `Succeeded` migration;
+/// * a retry of a `Failed` migration resumes the checkpoint in `lastFailure.phase`, except when
+///   the source was powered back on after the failure: its staged data is stale then, so it
+///   starts over from Preparing; a retry of a `Cancelled` one starts over from Preparing;
+/// * a pending retry token on a `Cancelled` migration with `cancel` still true waits.
+pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
+    let phase = vmm.phase();
+    if vmm.spec.cancel && !matches!(phase, Phase::Succeeded | Phase::Cancelled) {
+        return Intent::Cancel { cleanup: cancel_cleanup(vmm) };
+    }
+    if vmm.retry_requested() {
+        match phase {
+            Phase::Failed => {
+                let failed_at = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref()).map_or(Phase::Preparing, |f| f.phase);
+                let powered_back = restores_on_failure(vmm) && failed_at != Phase::Preparing;
+                let resume = if powered_back || !failed_at.is_checkpoint() { Phase::Preparing } else { failed_at };
+                let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
+                    vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::AllDataVolumes, Cleanup::Vm]
+                } else {
+                    retry_cleanup(resume)
+                };
+                return Intent::Retry { resume, cleanup };
+            }
+            Phase::Cancelled if !vmm.spec.cancel => {
+                return Intent::Retry {
+                    resume: Phase::Preparing,
+                    cleanup: vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::AllDataVolumes, Cleanup::Vm],
+                };
+            }
+            Phase::Cancelled => {}
+            _ => return Intent::AckRetry,
+        }
+    }
+    if phase.is_terminal() {
+        return Intent::Settled;
+    }
+    if vmm.spec.paused {
+        return Intent::Paused;
+    }
+    if matches!(phase, Phase::Pending | Phase::Queued) {
+        return if vmm.is_held() { Intent::Held } else { Intent::Start };
+    }
+    Intent::Proceed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::{LastFailure, Reason, fixtures::{migration, t0}};
+
+    fn failed_at(phase: Phase) -> VirtualMachineMigration {
+        let mut vmm = migration("m").with_phase(Phase::Failed);
+        if let Some(s) = vmm.status.as_mut() {
+            s.last_failure =
+                Some(LastFailure { phase, reason: Reason::ImportFailed, message: String::new(), retriable: true, time: t0() });
+        }
+        vmm
+    }
+
+    #[test]
+    fn the_chain_in_order() {
+        let m = || migration("m");
+        let cases: Vec<(&str, VirtualMachineMigration, fn(&Intent) -> bool)> = vec![
+            ("pending starts", m(), |i| *i == Intent::Start),
+            ("queued and released starts", m().with_phase(Phase::Queued), |i| *i == Intent::Start),
+            ("held by the wave", m().in_wave("w"), |i| *i == Intent::Held),
+            ("queued and held", m().in_wave("w").with_phase(Phase::Queued), |i| *i == Intent::Held),
+            ("running proceeds", m().with_phase(Phase::Importing), |i| *i == Intent::Proceed),
+            ("paused", m().with_phase(Phase::Importing).paused(), |i| *i == Intent::Paused),
+            ("paused before start", m().paused(), |i| *i == Intent::Paused),
+            ("cancel wins over paused", m().with_phase(Phase::Importing).paused().cancelled(), |i| matches!(i, Intent::Cancel { .. })),
+            ("cancel of a held one", m().in_wave("w").cancelled(), |i| matches!(i, Intent::Cancel { .. })),
+            ("cancel of a failed one cleans it", failed_at(Phase::Importing).cancelled(), |i| matches!(i, Intent::Cancel { .. })),
+            ("cancel after success is ignored", m().with_phase(Phase::Succeeded).cancelled(), |i| *i == Intent::Settled),
+            ("cancelled stays", m().with_phase(Phase::Cancelled).cancelled(), |i| *i == Intent::Settled),
+            ("succeeded is settled", m().with_phase(Phase::Succeeded), |i| *i == Intent::Settled),
+            ("failed is settled", failed_at(Phase::Importing), |i| *i == Intent::Settled),
+            ("retry while running is acknowledged", m().with_phase(Phase::Importing).with_retry(1), |i| *i == Intent::AckRetry),
+            ("retry after success is acknowledged", m().with_phase(Phase::Succeeded).with_retry(1), |i| *i == Intent::AckRetry),
+            ("retry of a cancelled one waits for cancel=false", m().with_phase(Phase::Cancelled).cancelled().with_retry(1), |i| *i == Intent::Settled),
+            (
+                "retry of a cancelled one restarts",
+                m().with_phase(Phase::Cancelled).with_retry(1),
+                |i| matches!(i, Intent::Retry { resume: Phase::Preparing, cleanup } if cleanup.contains(&Cleanup::AllDataVolumes)),
+            ),
+            (
+                "retry of a failed import resumes importing",
+                failed_at(Phase::Importing).with_retry(1),
+                |i| *i == Intent::Retry { resume: Phase::Importing, cleanup: vec![Cleanup::UnfinishedDataVolumes] },
+            ),
+            (
+                "retry of a failed conversion drops the Job and staging",
+                failed_at(Phase::Converting).with_retry(1),
+                |i| *i == Intent::Retry { resume: Phase::Converting, cleanup: vec![Cleanup::Job, Cleanup::Staging] },
+            ),
+        ];
+        for (name, vmm, ok) in cases {
+            let got = decide(&vmm);
+            assert!(ok(&got), "{name}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_power_was_restored_starts_over() {
+        let mut vmm = failed_at(Phase::Importing).with_retry(1);
+        vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
+        assert!(matches!(decide(&vmm), Intent::Retry { resume: Phase::Preparing, .. }));
+    }
+
+    #[test]
+    fn cleanup_plans_follow_the_power_policy_and_spare_a_finished_migration() {
+        let mut vmm = migration("m").with_phase(Phase::Importing);
+        assert!(cancel_cleanup(&vmm).contains(&Cleanup::RestorePower));
+        vmm.spec.source.power.restore_power_state = RestorePowerState::Never;
+        assert!(!cancel_cleanup(&vmm).contains(&Cleanup::RestorePower));
+        let done = migration("m").with_phase(Phase::Succeeded);
+        let c = delete_cleanup(&done);
+        assert!(!c.contains(&Cleanup::RestorePower) && !c.contains(&Cleanup::Vm) && !c.contains(&Cleanup::AllDataVolumes));
+        assert!(delete_cleanup(&migration("m").with_phase(Phase::Converting)).contains(&Cleanup::Job));
+    }
+}

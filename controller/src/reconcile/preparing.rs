@@ -1,0 +1,207 @@
+//! Preparing: the source VM found and validated, its original power state recorded, powered off
+//! if asked; the staging bucket present; the target name free.
+
+use ferry_crds::{
+    ConditionStatus::{False, True, Unknown},
+    ConditionType::{SourceDiscovered, Validated},
+    DiskStatus, Phase, PowerState, Reason,
+};
+
+use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
+use super::scope::{Scope, SourceFacts, World};
+
+/// The discovered source to record: as read now, but with the power state found the first
+/// time (after our own power-off, "now" is always poweredOff). Pure.
+fn to_record(scope: &Scope, facts: &SourceFacts) -> Record {
+    let mut source = facts.vm.clone();
+    if let Some(original) = scope.original_power() {
+        source.power_state = Some(original);
+    }
+    let disks = source
+        .disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| DiskStatus {
+            index: i32::try_from(i).unwrap_or(i32::MAX),
+            source_path: Some(d.datastore_path.clone()),
+            capacity_bytes: Some(d.capacity_bytes),
+            ..DiskStatus::default()
+        })
+        .collect();
+    Record { source: Some(source), disks: Some(disks), progress: None }
+}
+
+/// Decides the Preparing step. Pure.
+pub fn decide(scope: &Scope) -> Outcome {
+    let World::Preparing(observed) = &scope.world else {
+        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the source");
+    };
+    let facts = match observed {
+        Err(p) => {
+            let step = if p.transient {
+                transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Preparing)
+            } else {
+                Step::Fail { reason: p.reason, message: p.message.clone(), retriable: false, resume: Phase::Preparing }
+            };
+            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
+            return Outcome::new(step, p.message.clone())
+                .with(SourceDiscovered, status, p.reason, p.message.clone())
+                .with(Validated, Unknown, Reason::NotStarted, "");
+        }
+        Ok(f) => f,
+    };
+    let record = to_record(scope, facts);
+    let name = facts.vm.name.clone().unwrap_or_default();
+    let discovered = format!(
+        "found {name} ({}) with {} disk(s) and {} NIC(s)",
+        facts.vm.moref.as_deref().unwrap_or("?"),
+        facts.vm.disks.len(),
+        facts.vm.nics.len()
+    );
+    let invalid = |reason: Reason, message: String, retriable: bool| {
+        Outcome::new(Step::Fail { reason, message: message.clone(), retriable, resume: Phase::Preparing }, message.clone())
+            .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
+            .with(Validated, False, reason, message)
+            .recording(record.clone())
+    };
+    if facts.vm.disks.is_empty() {
+        return invalid(Reason::UnsupportedDiskLayout, format!("{name} has no virtual disk to migrate"), false);
+    }
+    if !facts.layout_problems.is_empty() {
+        let msg = format!("{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry", facts.layout_problems.join("; "));
+        return invalid(Reason::UnsupportedDiskLayout, msg, false);
+    }
+    if facts.target_taken {
+        let msg = format!(
+            "a VirtualMachine named {} already exists in this namespace and is not this migration's; set spec.target.name",
+            ferry_crds::names::vm_name(&scope.vmm)
+        );
+        return invalid(Reason::TargetNameTaken, msg, false);
+    }
+    if let Err(p) = &facts.bucket {
+        if p.transient {
+            let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Preparing);
+            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
+            return Outcome::new(step, p.message.clone())
+                .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
+                .with(Validated, status, p.reason, p.message.clone())
+                .recording(record);
+        }
+        return invalid(p.reason, p.message.clone(), false);
+    }
+    let power_off = scope.vmm.spec.source.power.power_off;
+    match facts.vm.power_state {
+        Some(PowerState::PoweredOn | PowerState::Suspended) if !power_off => invalid(
+            Reason::SourcePoweredOn,
+            format!("{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"),
+            false,
+        ),
+        Some(PowerState::PoweredOn | PowerState::Suspended) => Outcome::new(Step::Act(vec![Action::PowerOff]), format!("powering {name} off"))
+            .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
+            .with(Validated, Unknown, Reason::InProgress, "powering the source VM off for a consistent copy")
+            .recording(record),
+        _ => Outcome::new(Step::Advance { to: Phase::Converting }, format!("{name} is ready to be converted"))
+            .with(SourceDiscovered, True, Reason::Discovered, discovered)
+            .with(Validated, True, Reason::Validated, "disk layout, power state, staging bucket and target name checked")
+            .recording(record),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::scope::{Policy, Problem};
+    use ferry_crds::{DiscoveredDisk, DiscoveredSource, VirtualMachineMigration, fixtures::{migration, ts}};
+
+    fn vm(power: PowerState) -> DiscoveredSource {
+        DiscoveredSource {
+            name: Some("DC0_H0_VM0".into()),
+            moref: Some("vm-42".into()),
+            power_state: Some(power),
+            disks: vec![DiscoveredDisk { key: 2000, datastore_path: "[ds] a.vmdk".into(), capacity_bytes: 1 << 26, ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    fn facts(power: PowerState) -> SourceFacts {
+        SourceFacts { vm: vm(power), layout_problems: vec![], bucket: Ok(()), target_taken: false }
+    }
+
+    fn scope(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>, retries: u32) -> Scope {
+        Scope { vmm: vmm.with_phase(Phase::Preparing), now: ts(10).0, policy: Policy::default(), retries, world: World::Preparing(world) }
+    }
+
+    fn step(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>) -> Step {
+        decide(&scope(vmm, world, 0)).step
+    }
+
+    fn fail_reason(s: &Step) -> Option<(Reason, bool)> {
+        match s {
+            Step::Fail { reason, retriable, .. } => Some((*reason, *retriable)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn satisfied_absent_partial_failed() {
+        // satisfied: powered off, everything valid
+        assert_eq!(step(migration("m"), Ok(facts(PowerState::PoweredOff))), Step::Advance { to: Phase::Converting });
+        // partial: powered on, powerOff asked
+        assert_eq!(step(migration("m"), Ok(facts(PowerState::PoweredOn))), Step::Act(vec![Action::PowerOff]));
+        assert_eq!(step(migration("m"), Ok(facts(PowerState::Suspended))), Step::Act(vec![Action::PowerOff]));
+        // failed: powered on, powerOff refused
+        let mut keep_on = migration("m");
+        keep_on.spec.source.power.power_off = false;
+        assert_eq!(fail_reason(&step(keep_on, Ok(facts(PowerState::PoweredOn)))), Some((Reason::SourcePoweredOn, false)));
+    }
+
+    #[test]
+    fn each_bad_input_fails_with_its_own_reason() {
+        let cases = [
+            (Problem::permanent(Reason::VMNotFound, "no VM"), Reason::VMNotFound),
+            (Problem::permanent(Reason::LoginFailed, "bad password"), Reason::LoginFailed),
+            (Problem::permanent(Reason::ThumbprintMismatch, "wrong cert"), Reason::ThumbprintMismatch),
+            (Problem::permanent(Reason::VMAmbiguous, "two"), Reason::VMAmbiguous),
+        ];
+        for (p, want) in cases {
+            let o = decide(&scope(migration("m"), Err(p), 0));
+            assert_eq!(fail_reason(&o.step), Some((want, false)));
+            let c = o.conditions.iter().find(|c| c.type_ == SourceDiscovered).unwrap();
+            assert_eq!((c.status, c.reason), (False, want));
+        }
+        let mut f = facts(PowerState::PoweredOff);
+        f.bucket = Err(Problem::permanent(Reason::BucketNotFound, "no bucket"));
+        let o = decide(&scope(migration("m"), Ok(f), 0));
+        assert_eq!(fail_reason(&o.step), Some((Reason::BucketNotFound, false)));
+        assert!(o.conditions.iter().any(|c| c.type_ == Validated && c.reason == Reason::BucketNotFound && c.status == False));
+        let mut f = facts(PowerState::PoweredOff);
+        f.layout_problems = vec!["disk 1 is an RDM".into()];
+        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::UnsupportedDiskLayout, false)));
+        let mut f = facts(PowerState::PoweredOff);
+        f.target_taken = true;
+        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::TargetNameTaken, false)));
+        let mut f = facts(PowerState::PoweredOff);
+        f.vm.disks.clear();
+        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::UnsupportedDiskLayout, false)));
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_retried_then_fails() {
+        let p = Problem::transient(Reason::EndpointUnreachable, "connection refused");
+        let o = decide(&scope(migration("m"), Err(p.clone()), 0));
+        assert!(matches!(o.step, Step::Retry { reason: Reason::EndpointUnreachable, .. }));
+        let o = decide(&scope(migration("m"), Err(p), Policy::default().max_transient_retries));
+        assert_eq!(fail_reason(&o.step), Some((Reason::EndpointUnreachable, true)));
+    }
+
+    #[test]
+    fn the_original_power_state_survives_our_own_power_off() {
+        let mut vmm = migration("m");
+        vmm.status.get_or_insert_with(Default::default).source = Some(vm(PowerState::PoweredOn));
+        let o = decide(&scope(vmm, Ok(facts(PowerState::PoweredOff)), 0));
+        assert_eq!(o.step, Step::Advance { to: Phase::Converting });
+        assert_eq!(o.record.source.unwrap().power_state, Some(PowerState::PoweredOn));
+        let disks = o.record.disks.unwrap();
+        assert_eq!((disks.len(), disks[0].capacity_bytes), (1, Some(1 << 26)));
+    }
+}

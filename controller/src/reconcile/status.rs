@@ -1,0 +1,347 @@
+//! The next status, computed in full from the scope and the decision; and whether it is worth a
+//! write. Every condition has one setter here; `lastTransitionTime` moves only on a status change
+//! (through `ferry_crds::condition::set_condition`).
+
+use std::time::Duration;
+
+use ferry_crds::{
+    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, VirtualMachineMigration,
+    VirtualMachineMigrationStatus as Status, condition, history,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::decision::{CondUpdate, Outcome, Step};
+
+/// The conditions a checkpoint sets.
+pub fn conditions_of(phase: Phase) -> &'static [ConditionType] {
+    use ConditionType::*;
+    match phase {
+        Phase::Preparing => &[SourceDiscovered, Validated],
+        Phase::Converting => &[DiskConverted],
+        Phase::Importing => &[DiskImported],
+        Phase::CreatingVM => &[VMCreated],
+        Phase::Starting => &[VMStarted],
+        Phase::Validating => &[GuestReady],
+        _ => &[],
+    }
+}
+
+/// The status as read, with all eight conditions present. Pure.
+pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let mut s = vmm.status.clone().unwrap_or_default();
+    condition::init_conditions(&mut s.conditions, vmm.metadata.generation, now);
+    s
+}
+
+fn set(s: &mut Status, generation: Option<i64>, now: &Time, u: &CondUpdate) {
+    condition::set_condition(&mut s.conditions, u.type_, u.status, u.reason, u.message.clone(), generation, now);
+}
+
+fn ready(s: &mut Status, generation: Option<i64>, now: &Time, status: ConditionStatus, reason: Reason, message: impl Into<String>) {
+    condition::set_condition(&mut s.conditions, ConditionType::Ready, status, reason, message, generation, now);
+}
+
+/// Enters `to`: phase, history, `startedAt` on the first start, `completedAt` on a terminal
+/// phase. Pure.
+pub fn enter(s: &mut Status, to: Phase, now: &Time) {
+    if s.phase == to && s.history.last().is_some_and(|h| h.phase == to) {
+        return;
+    }
+    if matches!(s.phase, Phase::Pending | Phase::Queued) && to.is_checkpoint() && s.started_at.is_none() {
+        s.started_at = Some(now.clone());
+    }
+    s.phase = to;
+    history::record_phase(&mut s.history, to, s.attempts, now);
+    s.completed_at = to.is_terminal().then(|| now.clone());
+}
+
+/// The status after a checkpoint's outcome. Pure.
+pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    for u in &outcome.conditions {
+        set(&mut s, generation, now, u);
+    }
+    if let Some(src) = &outcome.record.source {
+        s.source = Some(src.clone());
+    }
+    if let Some(d) = &outcome.record.disks {
+        s.disks = d.clone();
+    }
+    if let Some(p) = &outcome.record.progress {
+        s.progress = Some(p.clone());
+    }
+    s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
+    let phase = s.phase;
+    match &outcome.step {
+        Step::Advance { to } => {
+            enter(&mut s, *to, now);
+            if *to == Phase::Succeeded {
+                if let Some(p) = s.progress.as_mut() {
+                    *p = Progress { percent: 100.0, bytes_done: p.bytes_total, bytes_total: p.bytes_total, ..Progress::default() };
+                }
+                ready(&mut s, generation, now, ConditionStatus::True, Reason::Succeeded, "the VM runs in KubeVirt");
+            } else {
+                ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, format!("{to}"));
+            }
+        }
+        Step::Fail { reason, message, retriable, resume } => {
+            s.last_failure = Some(LastFailure { phase: *resume, reason: *reason, message: message.clone(), retriable: *retriable, time: now.clone() });
+            enter(&mut s, Phase::Failed, now);
+            ready(&mut s, generation, now, ConditionStatus::False, Reason::Failed, format!("{phase} failed: {message}"));
+        }
+        Step::Retry { reason, message } => {
+            ready(&mut s, generation, now, ConditionStatus::False, Reason::TransientError, format!("{reason}: {message}"));
+        }
+        Step::Act(_) | Step::Wait { .. } => {
+            ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, format!("{phase}"));
+        }
+    }
+    s.observed_generation = generation;
+    s
+}
+
+/// The status after a start (`Pending`/`Queued` → Preparing). Pure.
+pub fn started(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    s.attempts = s.attempts.max(1);
+    enter(&mut s, Phase::Preparing, now);
+    ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, "Preparing");
+    s.message = Some("looking for the source VM".to_owned());
+    s.observed_generation = generation;
+    s
+}
+
+/// The status of a migration its wave holds. Pure.
+pub fn held(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    enter(&mut s, Phase::Queued, now);
+    let wave = vmm.wave().unwrap_or("its wave");
+    ready(&mut s, generation, now, ConditionStatus::False, Reason::HeldByWave, format!("queued by MigrationWave {wave}"));
+    s.message = Some(format!("queued by MigrationWave {wave}"));
+    s.observed_generation = generation;
+    s
+}
+
+/// The status of a paused migration. Pure.
+pub fn paused(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    ready(&mut s, generation, now, ConditionStatus::False, Reason::Paused, "spec.paused is true; no new step is taken");
+    s.message = Some(format!("paused in {}", s.phase));
+    s.observed_generation = generation;
+    s
+}
+
+/// The status once a cancel has cleaned up. Pure.
+pub fn cancelled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    let from = s.phase;
+    for t in conditions_of(from) {
+        if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
+            condition::set_condition(&mut s.conditions, *t, ConditionStatus::False, Reason::Cancelled, "cancelled", generation, now);
+        }
+    }
+    enter(&mut s, Phase::Cancelled, now);
+    ready(&mut s, generation, now, ConditionStatus::False, Reason::Cancelled, format!("cancelled in {from}; partial results removed"));
+    s.message = Some(format!("cancelled in {from}"));
+    s.progress = None;
+    s.observed_generation = generation;
+    s
+}
+
+/// The status once a retry has cleaned up: back in `resume`, one more attempt, the token taken;
+/// conditions of `resume` and later checkpoints reset (`lastFailure` is kept). Pure.
+pub fn retried(vmm: &VirtualMachineMigration, resume: Phase, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    s.attempts = s.attempts.max(1) + 1;
+    s.retry_observed = vmm.spec.retry;
+    let from = resume.checkpoint_index().unwrap_or(0);
+    for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
+        let (reason, msg) = if i == from { (Reason::RetryRequested, format!("retrying from {resume}")) } else { (Reason::NotStarted, String::new()) };
+        for t in conditions_of(*p) {
+            condition::set_condition(&mut s.conditions, *t, ConditionStatus::Unknown, reason, msg.clone(), generation, now);
+        }
+    }
+    if resume == Phase::Preparing {
+        s.disks.clear();
+        s.progress = None;
+    }
+    s.completed_at = None;
+    enter(&mut s, resume, now);
+    let attempt_msg = format!("attempt {} from {resume}", s.attempts);
+    ready(&mut s, generation, now, ConditionStatus::False, Reason::RetryRequested, attempt_msg);
+    s.message = Some(format!("retrying from {resume} (attempt {})", s.attempts));
+    s.observed_generation = generation;
+    s
+}
+
+/// The status with a retry token merely acknowledged. Pure.
+pub fn acknowledged(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let mut s = initial(vmm, now);
+    s.retry_observed = vmm.spec.retry;
+    s.observed_generation = vmm.metadata.generation;
+    s
+}
+
+/// The status of a settled (terminal) migration: unchanged but for the conditions' presence and
+/// the observed generation. Pure.
+pub fn settled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+    let mut s = initial(vmm, now);
+    s.observed_generation = vmm.metadata.generation;
+    s
+}
+
+/// The status without the fields that move with every byte copied.
+fn steady_part(s: &Status) -> Status {
+    let mut s = s.clone();
+    s.progress = None;
+    s.message = None;
+    for d in &mut s.disks {
+        d.bytes_done = None;
+        d.percent = None;
+        d.rate_bytes_per_second = None;
+    }
+    s
+}
+
+fn percent(s: &Status) -> f64 {
+    s.progress.as_ref().map_or(0.0, |p| p.percent)
+}
+
+/// Minimum time between two writes that only move progress.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Whether `new` is worth a status write over `old`. Pure.
+///
+/// # Guarantees
+/// * No write when nothing changed.
+/// * Any change besides progress (percent, bytes, rates, ETA, the summary line) is written.
+/// * A change of progress alone is written when at least 1 point of percent moved (or 100 was
+///   reached) and [`PROGRESS_INTERVAL`] passed since this controller last wrote progress for the
+///   object (`since_last: None` = never).
+pub fn worth_writing(old: Option<&Status>, new: &Status, since_last: Option<Duration>) -> bool {
+    let Some(old) = old else { return true };
+    if old == new {
+        return false;
+    }
+    if steady_part(old) != steady_part(new) {
+        return true;
+    }
+    let moved = (percent(new) - percent(old)).abs() >= 1.0 || (percent(new) >= 100.0 && percent(old) < 100.0);
+    moved && since_last.is_none_or(|d| d >= PROGRESS_INTERVAL)
+}
+
+/// Whether every one of the eight conditions is present exactly once.
+pub fn has_all_conditions(conds: &[Condition]) -> bool {
+    ConditionType::ALL.iter().all(|t| conds.iter().filter(|c| c.type_ == *t).count() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::decision::{Action, Outcome};
+    use ferry_crds::fixtures::{migration, t0, t1, ts};
+    use ConditionStatus::*;
+
+    fn status_of(vmm: &VirtualMachineMigration, t: ConditionType) -> (ConditionStatus, Reason) {
+        let c = vmm.condition(t).unwrap();
+        (c.status, c.reason)
+    }
+
+    fn with_status(mut vmm: VirtualMachineMigration, s: Status) -> VirtualMachineMigration {
+        vmm.status = Some(s);
+        vmm
+    }
+
+    #[test]
+    fn the_first_status_has_all_eight_conditions_and_enters_preparing() {
+        let vmm = migration("m");
+        let s = started(&vmm, &t0());
+        assert!(has_all_conditions(&s.conditions));
+        assert_eq!(s.phase, Phase::Preparing);
+        assert_eq!((s.attempts, s.started_at.clone()), (1, Some(t0())));
+        assert_eq!(s.history.len(), 1);
+        assert_eq!(s.observed_generation, Some(1));
+        let vmm = with_status(vmm, s);
+        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::InProgress));
+        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (Unknown, Reason::NotStarted));
+    }
+
+    #[test]
+    fn advancing_records_history_and_moves_transition_time_only_on_change() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
+        let o = Outcome::new(Step::Advance { to: Phase::Converting }, "ok")
+            .with(ConditionType::SourceDiscovered, True, Reason::Discovered, "")
+            .with(ConditionType::Validated, True, Reason::Validated, "");
+        let s = after_outcome(&vmm, &o, &t1());
+        assert_eq!(s.phase, Phase::Converting);
+        assert_eq!(s.history.iter().map(|h| h.phase).collect::<Vec<_>>(), [Phase::Preparing, Phase::Converting]);
+        assert_eq!(s.history[0].left_at, Some(t1()));
+        let ready = s.conditions.iter().find(|c| c.type_ == ConditionType::Ready).unwrap();
+        assert_eq!(ready.last_transition_time, t0(), "Ready stayed False");
+        let sd = s.conditions.iter().find(|c| c.type_ == ConditionType::SourceDiscovered).unwrap();
+        assert_eq!(sd.last_transition_time, t1());
+        // the same outcome again changes nothing
+        let again = after_outcome(&with_status(migration("m"), s.clone()), &Outcome::new(Step::Wait { requeue: Duration::ZERO }, "ok"), &ts(120));
+        assert_eq!(again.history, s.history);
+    }
+
+    #[test]
+    fn failing_records_last_failure_and_a_terminal_time() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Importing);
+        let o = Outcome::new(
+            Step::Fail { reason: Reason::ImportFailed, message: "boom".into(), retriable: true, resume: Phase::Importing },
+            "boom",
+        )
+        .with(ConditionType::DiskImported, False, Reason::ImportFailed, "boom");
+        let s = after_outcome(&vmm, &o, &t1());
+        assert_eq!(s.phase, Phase::Failed);
+        assert_eq!(s.completed_at, Some(t1()));
+        let f = s.last_failure.clone().unwrap();
+        assert_eq!((f.phase, f.reason, f.retriable), (Phase::Importing, Reason::ImportFailed, true));
+        let vmm = with_status(migration("m").with_retry(1), s);
+        let r = retried(&vmm, Phase::Importing, &ts(120));
+        assert_eq!((r.phase, r.attempts, r.retry_observed), (Phase::Importing, 2, 1));
+        assert_eq!(r.completed_at, None);
+        assert!(r.last_failure.is_some(), "kept for reference");
+        let vmm = with_status(migration("m"), r);
+        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (Unknown, Reason::RetryRequested));
+        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::RetryRequested));
+    }
+
+    #[test]
+    fn cancelling_marks_the_unfinished_checkpoint() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Importing);
+        let vmm = with_status(migration("m"), cancelled(&vmm, &t1()));
+        assert_eq!(vmm.phase(), Phase::Cancelled);
+        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (False, Reason::Cancelled));
+        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::Cancelled));
+    }
+
+    #[test]
+    fn progress_writes_are_throttled_but_real_changes_are_not() {
+        let base = started(&migration("m"), &t0());
+        let mut a = base.clone();
+        a.progress = Some(Progress { percent: 10.0, ..Progress::default() });
+        let mut b = a.clone();
+        b.progress = Some(Progress { percent: 10.5, ..Progress::default() });
+        b.message = Some("importing 10.5%".into());
+        assert!(!worth_writing(Some(&a), &a, None), "no change, no write");
+        assert!(!worth_writing(Some(&a), &b, None), "half a point is not worth it");
+        let mut c = a.clone();
+        c.progress = Some(Progress { percent: 12.0, ..Progress::default() });
+        assert!(worth_writing(Some(&a), &c, Some(Duration::from_secs(3))));
+        assert!(!worth_writing(Some(&a), &c, Some(Duration::from_secs(1))), "too soon");
+        assert!(worth_writing(Some(&a), &c, None), "first progress write");
+        let mut d = a.clone();
+        d.phase = Phase::Converting;
+        assert!(worth_writing(Some(&a), &d, Some(Duration::ZERO)), "a phase change is always written");
+        assert!(worth_writing(None, &a, Some(Duration::ZERO)));
+        let _ = Action::CreateJob;
+    }
+}
