@@ -2,8 +2,11 @@
 //! custom resources. `state` holds everything and changes only through actions; `ui` draws it.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod app;
+pub mod cli;
 pub mod error;
 pub mod keys;
+pub mod kube;
 pub mod state;
 pub mod strings;
 pub mod ui;

@@ -1,1 +1,185 @@
-fn main() {}
+//! `ferry`: the cockpit, and its plain commands for scripts.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use ferry::{
+    app::{self, AppOptions},
+    cli,
+    kube::{self as cluster, ConnectOptions},
+    state::{Outcome, Scope, Verb},
+    strings,
+};
+use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
+
+/// Watch and steer VM migrations from vSphere to KubeVirt.
+#[derive(Parser, Debug)]
+#[command(name = "ferry", version, about)]
+struct Cli {
+    /// Path of the kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// kubeconfig context to use (default: the current context).
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Namespace to watch (default: the context's namespace).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    /// Watch every namespace.
+    #[arg(short = 'A', long, global = true, conflicts_with = "namespace")]
+    all_namespaces: bool,
+    /// Show (or act on) one MigrationWave only.
+    #[arg(long, global = true)]
+    wave: Option<String>,
+    /// Disable every mutation.
+    #[arg(long, global = true)]
+    readonly: bool,
+    /// User to impersonate (like kubectl --as).
+    #[arg(long = "as", global = true)]
+    as_user: Option<String>,
+    /// Group to impersonate (like kubectl --as-group); repeatable.
+    #[arg(long = "as-group", global = true)]
+    as_group: Vec<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The board (interactive unless --once).
+    Board {
+        /// Print the board once and exit.
+        #[arg(long)]
+        once: bool,
+        /// Output format with --once.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Set spec.cancel on migrations (or, with only --wave, on the wave).
+    Cancel(Names),
+    /// Raise spec.retry on failed or cancelled migrations (or the wave).
+    Retry(Names),
+    /// Set spec.paused on migrations (or the wave).
+    Pause(Names),
+    /// Clear spec.paused on migrations (or the wave).
+    Resume(Names),
+    /// Delete migrations (or the wave).
+    Delete(Names),
+}
+
+#[derive(clap::Args, Debug)]
+struct Names {
+    /// Names of VirtualMachineMigrations.
+    names: Vec<String>,
+}
+
+impl Cli {
+    fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            as_user: self.as_user.clone(),
+            as_groups: self.as_group.clone(),
+        }
+    }
+
+    fn scope(&self) -> Option<Scope> {
+        if self.all_namespaces {
+            Some(Scope::All)
+        } else {
+            self.namespace.clone().map(Scope::Namespace)
+        }
+    }
+}
+
+fn init_tui_logging() {
+    let _ = tui_logger::init_logger(tui_logger::LevelFilter::Debug);
+    let filter = EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,hyper=warn,tower=warn,rustls=warn"));
+    let _ = tracing_subscriber::registry().with(filter).with(tui_logger::TuiTracingSubscriberLayer).try_init();
+}
+
+fn init_stderr_logging() {
+    let filter = EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
+    if cli.readonly {
+        anyhow::bail!(strings::readonly_refused(verb));
+    }
+    if names.is_empty() && cli.wave.is_none() {
+        anyhow::bail!("name at least one migration, or a wave with --wave");
+    }
+    let c = cluster::connect(&cli.connect_options()).await?;
+    let ns = cli.namespace.clone().unwrap_or_else(|| c.namespace.clone());
+    let results = cli::act(&c, &ns, verb, names, cli.wave.as_deref()).await?;
+    let mut ok = true;
+    for r in &results {
+        let text = match &r.result {
+            Ok(o) => strings::outcome(Some(o)).replace(" (waiting for the watch)", ""),
+            Err(why) => why.clone(),
+        };
+        ok &= matches!(r.result, Ok(Outcome::Applied));
+        println!("{} {}/{}: {text}", verb.as_str(), r.target.key.namespace, r.target.key.name);
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match &cli.command {
+        None | Some(Command::Board { once: false, .. }) => {
+            init_tui_logging();
+            let opts = AppOptions {
+                connect: cli.connect_options(),
+                scope: cli.scope(),
+                wave: cli.wave.clone(),
+                readonly: cli.readonly,
+            };
+            app::run(opts).await.context("ferry")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Board { once: true, output }) => {
+            init_stderr_logging();
+            let c = cluster::connect(&cli.connect_options()).await?;
+            let scope = cli.scope().unwrap_or_else(|| Scope::Namespace(c.namespace.clone()));
+            let state = cli::load(&c, scope, cli.wave.clone()).await?;
+            match output {
+                Output::Text => print!("{}", cli::board_text(&state)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&cli::board_json(&state))?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(cmd) => {
+            init_stderr_logging();
+            let (verb, names) = match cmd {
+                Command::Cancel(n) => (Verb::Cancel, n),
+                Command::Retry(n) => (Verb::Retry, n),
+                Command::Pause(n) => (Verb::Pause, n),
+                Command::Resume(n) => (Verb::Resume, n),
+                Command::Delete(n) => (Verb::Delete, n),
+                Command::Board { .. } => unreachable!("handled above"),
+            };
+            act(&cli, verb, &names.names).await
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferry: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

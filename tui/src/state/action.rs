@@ -209,6 +209,8 @@ pub enum Action {
     Edit(Edit),
     /// Submit the filter or command line.
     Submit,
+    /// Run a `:` command line (without the colon), as if typed.
+    Command(String),
     /// Next sort column.
     CycleSort,
     /// Reverse the sort.

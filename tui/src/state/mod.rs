@@ -24,7 +24,7 @@ pub use events::{EventKind, EventRow, EventStore};
 pub use filter::Filter;
 pub use index::{Index, Sort, SortKey};
 pub use row::Row;
-pub use update::update;
+pub use update::{execute, plan, update};
 pub use wave::WaveRow;
 
 /// Instants, as the Kubernetes types carry them.

@@ -5,8 +5,8 @@ use k8s_openapi::jiff::SignedDuration;
 use serde_json::json;
 
 use super::{
-    Action, Children, Confirm, ConnState, Edit, Effect, Expect, Filter, Flash, Focus, Input,
-    InputKind, Nav, ObjKey, Outcome, Pending, Popup, Report, Resource, Row, Scope, Sort, State,
+    Action, Children, Confirm, Edit, Effect, Expect, Filter, Flash, Focus, Input,
+    InputKind, Nav, ObjKey, Outcome, Pending, Popup, Report, Row, Scope, Sort, State,
     Target, TargetKind, Verb, View, WaveRow,
 };
 use crate::strings;
@@ -161,6 +161,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
                 }
             }
         }
+        Action::Command(line) => command(state, line.trim(), &mut fx),
         Action::Submit => {
             if let Some(input) = state.input.take() {
                 if input.kind == InputKind::Command {
@@ -533,6 +534,19 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
     }
 }
 
+/// Splits `all` into the targets `verb` applies to and the skipped ones, with why.
+pub fn plan(state: &State, verb: Verb, all: Vec<Target>) -> Confirm {
+    let mut targets = vec![];
+    let mut skipped = vec![];
+    for t in all {
+        match skip_reason(state, verb, &t) {
+            Some(why) => skipped.push((t, why)),
+            None => targets.push(t),
+        }
+    }
+    Confirm { verb, targets, skipped }
+}
+
 fn request(state: &mut State, verb: Verb) {
     if state.readonly {
         flash(state, strings::readonly_refused(verb), true);
@@ -543,14 +557,7 @@ fn request(state: &mut State, verb: Verb) {
         flash(state, strings::NOTHING_SELECTED.to_owned(), true);
         return;
     }
-    let mut targets = vec![];
-    let mut skipped = vec![];
-    for t in all {
-        match skip_reason(state, verb, &t) {
-            Some(why) => skipped.push((t, why)),
-            None => targets.push(t),
-        }
-    }
+    let Confirm { targets, skipped, .. } = plan(state, verb, all);
     if targets.is_empty() {
         let (t, why) = &skipped[0];
         let text = strings::nothing_to_do(verb, &t.key.name, why, skipped.len());
@@ -590,6 +597,13 @@ fn patch_for(state: &State, verb: Verb, t: &Target) -> (serde_json::Value, Expec
             (patch, Expect::RetryAtLeast(retry + 1))
         }
     }
+}
+
+/// The requests of a confirmed plan; marks its targets pending and starts a [`Report`].
+pub fn execute(state: &mut State, c: Confirm) -> Vec<Effect> {
+    let mut fx = vec![];
+    confirm(state, c, &mut fx);
+    fx
 }
 
 fn confirm(state: &mut State, c: Confirm, fx: &mut Vec<Effect>) {
@@ -643,7 +657,3 @@ fn on_outcome(state: &mut State, id: u64, target: Target, outcome: Outcome) {
     }
 }
 
-#[allow(dead_code)]
-fn conn_is_live(state: &State) -> bool {
-    matches!(state.conn.get(Resource::Migrations), ConnState::Live)
-}

@@ -1,0 +1,84 @@
+//! The children of one migration, read on demand: conversion Job, DataVolumes, VirtualMachine
+//! and VirtualMachineInstance.
+
+use ::kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
+};
+use ferry_crds::{VirtualMachineMigration, names};
+use kube::ResourceExt;
+use serde_json::Value;
+
+use crate::state::{Child, ObjKey};
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn describe(kind: &str, status: &Value) -> String {
+    let s = |p: &str| status.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    match kind {
+        "Job" => {
+            let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+            format!("active {} succeeded {} failed {}", n("/active"), n("/succeeded"), n("/failed"))
+        }
+        "DataVolume" => {
+            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            match s("/progress") {
+                Some(p) => format!("{phase} {p}"),
+                None => phase,
+            }
+        }
+        "VirtualMachine" => s("/printableStatus").unwrap_or_else(|| {
+            if status.pointer("/ready").and_then(Value::as_bool) == Some(true) { "Ready".into() } else { "-".into() }
+        }),
+        "VirtualMachineInstance" => {
+            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            let agent = status
+                .pointer("/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
+                });
+            if agent { format!("{phase}, agent connected") } else { phase }
+        }
+        _ => String::new(),
+    }
+}
+
+async fn one(client: &Client, ns: &str, res: &ApiResource, name: String) -> Child {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, res);
+    let state = match api.get_opt(&name).await {
+        Ok(Some(o)) => describe(&res.kind, o.data.get("status").unwrap_or(&Value::Null)),
+        Ok(None) => "absent".into(),
+        Err(::kube::Error::Api(s)) if s.code == 404 => "absent".into(),
+        Err(::kube::Error::Api(s)) if s.code == 403 => "forbidden".into(),
+        Err(e) => super::one_line(&e),
+    };
+    Child { kind: res.kind.clone(), name, state }
+}
+
+/// Reads the children of `vmm`; never fails as a whole, each child says what became of it.
+pub async fn read(client: Client, vmm: &VirtualMachineMigration) -> (ObjKey, Result<Vec<Child>, String>) {
+    let ns = vmm.namespace().unwrap_or_default();
+    let key = ObjKey::new(ns.clone(), vmm.name_any());
+    let mut out = vec![];
+    out.push(one(&client, &ns, &ar("batch", "v1", "Job", "jobs"), names::job_name(vmm)).await);
+    let disks = vmm.status.as_ref().map_or(0, |s| s.disks.len()).max(1);
+    let dv = ar("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes");
+    for i in 0..disks {
+        let name = vmm
+            .status
+            .as_ref()
+            .and_then(|s| s.disks.get(i))
+            .and_then(|d| d.data_volume.clone())
+            .unwrap_or_else(|| names::datavolume_name(vmm, i));
+        out.push(one(&client, &ns, &dv, name).await);
+    }
+    let vm = names::vm_name(vmm);
+    out.push(one(&client, &ns, &ar("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"), vm.clone()).await);
+    out.push(
+        one(&client, &ns, &ar("kubevirt.io", "v1", "VirtualMachineInstance", "virtualmachineinstances"), vm).await,
+    );
+    (key, Ok(out))
+}

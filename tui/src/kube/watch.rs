@@ -1,0 +1,228 @@
+//! The watches: kube-runtime watchers on migrations, waves and events.k8s.io Events, with
+//! objects trimmed before they become actions, and every connection change reported.
+
+use std::time::Duration;
+
+use ::kube::{
+    Api, Client, Resource as KubeResource, ResourceExt,
+    runtime::watcher,
+};
+use ferry_crds::{GROUP, MigrationWave, VirtualMachineMigration};
+use futures::StreamExt;
+use k8s_openapi::{api::events::v1::Event, jiff::Timestamp};
+use serde::de::DeserializeOwned;
+use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
+
+use crate::state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope};
+
+/// Longest wait between tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Drops what the cockpit never shows and what makes objects big.
+pub fn trim_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// An object kind the cockpit watches.
+trait Watched: KubeResource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
+    const RESOURCE: Resource;
+    fn applied(self) -> Option<Action>;
+    fn deleted(self) -> Option<Action>;
+    fn listed(all: Vec<Self>) -> Action;
+}
+
+impl Watched for VirtualMachineMigration {
+    const RESOURCE: Resource = Resource::Migrations;
+    fn applied(mut self) -> Option<Action> {
+        trim_meta(&mut self.metadata);
+        Some(Action::MigrationApplied(Box::new(self)))
+    }
+    fn deleted(self) -> Option<Action> {
+        Some(Action::MigrationDeleted(ObjKey::new(self.namespace().unwrap_or_default(), self.name_any())))
+    }
+    fn listed(mut all: Vec<Self>) -> Action {
+        all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
+        Action::MigrationsListed(all)
+    }
+}
+
+impl Watched for MigrationWave {
+    const RESOURCE: Resource = Resource::Waves;
+    fn applied(mut self) -> Option<Action> {
+        trim_meta(&mut self.metadata);
+        Some(Action::WaveApplied(Box::new(self)))
+    }
+    fn deleted(self) -> Option<Action> {
+        Some(Action::WaveDeleted(ObjKey::new(self.namespace().unwrap_or_default(), self.name_any())))
+    }
+    fn listed(mut all: Vec<Self>) -> Action {
+        all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
+        Action::WavesListed(all)
+    }
+}
+
+/// The trimmed row of an Event about one of our objects; `None` for any other event.
+pub fn event_row(e: &Event) -> Option<EventRow> {
+    let r = e.regarding.as_ref()?;
+    if !r.api_version.as_deref().is_some_and(|v| v.starts_with(GROUP)) {
+        return None;
+    }
+    let kind = match r.kind.as_deref()? {
+        "VirtualMachineMigration" => EventKind::Migration,
+        "MigrationWave" => EventKind::Wave,
+        _ => return None,
+    };
+    let ns = r.namespace.clone().or_else(|| e.metadata.namespace.clone()).unwrap_or_default();
+    let time: Option<Timestamp> = e
+        .series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        .or_else(|| e.deprecated_last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    Some(EventRow {
+        uid: e.metadata.uid.clone().unwrap_or_else(|| e.name_any()),
+        kind,
+        regarding: ObjKey::new(ns, r.name.clone().unwrap_or_default()),
+        time,
+        type_: e.type_.clone().unwrap_or_else(|| "Normal".into()),
+        reason: e.reason.clone().unwrap_or_default(),
+        note: e.note.clone().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "),
+        count: e.series.as_ref().map_or(e.deprecated_count.unwrap_or(1), |s| s.count).max(1),
+    })
+}
+
+impl Watched for Event {
+    const RESOURCE: Resource = Resource::Events;
+    fn applied(self) -> Option<Action> {
+        event_row(&self).map(Action::EventApplied)
+    }
+    fn deleted(self) -> Option<Action> {
+        event_row(&self).map(Action::EventDeleted)
+    }
+    fn listed(all: Vec<Self>) -> Action {
+        Action::EventsListed(all.iter().filter_map(event_row).collect())
+    }
+}
+
+/// The running watches of one scope; dropping it stops them.
+#[derive(Debug)]
+pub struct Watches {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn api<K: Watched>(client: &Client, scope: &Scope) -> Api<K>
+where
+    K: KubeResource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match scope {
+        Scope::All => Api::all(client.clone()),
+        Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
+    }
+}
+
+/// Starts the three watches of `scope`; their actions go to `tx`.
+pub fn start(client: &Client, scope: &Scope, tx: UnboundedSender<Action>) -> Watches {
+    let tasks = vec![
+        tokio::spawn(run(api::<VirtualMachineMigration>(client, scope), tx.clone())),
+        tokio::spawn(run(api::<MigrationWave>(client, scope), tx.clone())),
+        tokio::spawn(run(api::<Event>(client, scope), tx)),
+    ];
+    Watches { tasks }
+}
+
+/// How a failed watch is reported.
+fn classify(err: &watcher::Error) -> Option<ConnState> {
+    let status = match err {
+        watcher::Error::InitialListFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => s,
+        watcher::Error::WatchError(s) => s,
+        _ => return None,
+    };
+    match status.code {
+        403 => Some(ConnState::Forbidden(status.message.clone())),
+        404 => Some(ConnState::CrdMissing),
+        _ => None,
+    }
+}
+
+async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
+    let r = K::RESOURCE;
+    let send = |a: Action| tx.send(a).is_ok();
+    let mut attempt: u32 = 0;
+    loop {
+        // A fresh watcher re-lists: after any failure the board is rebuilt from a full list,
+        // so nothing missed while disconnected lingers.
+        let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
+        let mut buf: Vec<K> = vec![];
+        let err = loop {
+            match stream.next().await {
+                None => break None,
+                Some(Ok(watcher::Event::Init)) => {
+                    buf.clear();
+                    if !send(Action::Connection(r, ConnState::Listing)) {
+                        return;
+                    }
+                }
+                Some(Ok(watcher::Event::InitApply(o))) => buf.push(o),
+                Some(Ok(watcher::Event::InitDone)) => {
+                    attempt = 0;
+                    if !send(K::listed(std::mem::take(&mut buf))) || !send(Action::Connection(r, ConnState::Live)) {
+                        return;
+                    }
+                }
+                Some(Ok(watcher::Event::Apply(o))) => {
+                    if let Some(a) = o.applied() {
+                        if !send(a) {
+                            return;
+                        }
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(o))) => {
+                    if let Some(a) = o.deleted() {
+                        if !send(a) {
+                            return;
+                        }
+                    }
+                }
+                Some(Err(e)) => break Some(e),
+            }
+        };
+        drop(stream);
+        attempt = attempt.saturating_add(1);
+        let delay = Duration::from_secs(1u64 << attempt.min(5).saturating_sub(1)).min(MAX_BACKOFF);
+        let retry_at = Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::try_from(delay).unwrap_or_default())
+            .unwrap_or_else(|_| Timestamp::now());
+        let state = match &err {
+            Some(e) => {
+                tracing::warn!(resource = r.plural(), error = %e, "watch failed");
+                classify(e).unwrap_or_else(|| ConnState::Reconnecting {
+                    retry_at,
+                    attempt,
+                    error: super::one_line(e),
+                })
+            }
+            None => ConnState::Reconnecting { retry_at, attempt, error: "watch ended".into() },
+        };
+        if !send(Action::Connection(r, state)) {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        if !send(Action::Connection(r, ConnState::Connecting)) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The board: one line per visible migration; only the rows on screen are drawn.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Rect},
+    style::Style,
+    text::{Line, Span},
+    widgets::{Block, Borders, Cell, Paragraph, Row as TRow, Table},
+};
+
+use super::{Theme, format};
+use crate::{
+    state::{Focus, Row, SortKey, State},
+    strings,
+};
+
+/// Column widths for a board `width` cells wide.
+#[derive(Clone, Copy, Debug)]
+struct Widths {
+    name: u16,
+    namespace: u16,
+    wave: u16,
+    gauge: u16,
+    progress: u16,
+    rate: bool,
+    attempt: u16,
+}
+
+fn widths(state: &State, width: u16) -> Widths {
+    let wide = width >= 120;
+    let longest = state
+        .index
+        .visible_range(state.offset, state.page)
+        .map(|r| r.key.name.chars().count())
+        .max()
+        .unwrap_or(4) as u16;
+    let name = longest.clamp(8, if wide { 32 } else { 18 });
+    let gauge = if wide { 10 } else { 4 };
+    Widths {
+        name,
+        namespace: if state.all_namespaces() { if wide { 14 } else { 10 } } else { 0 },
+        wave: if wide { 12 } else { 6 },
+        gauge,
+        // gauge, " 100%", and on wide screens " 123MiB/s"
+        progress: gauge + 5 + if wide { 10 } else { 0 },
+        rate: wide,
+        attempt: if wide { 7 } else { 3 },
+    }
+}
+
+fn gutter(state: &State, row: &Row, t: &Theme) -> Line<'static> {
+    let mark = if state.marks.contains(&row.key) { Span::styled("●", t.key()) } else { Span::raw(" ") };
+    let flag = if state.pending_of(&row.key).is_some() {
+        Span::styled("…", t.warn())
+    } else if row.deleting {
+        Span::styled("†", t.bad())
+    } else if row.cancel && !row.phase.is_terminal() {
+        Span::styled("✕", t.warn())
+    } else if row.paused {
+        Span::styled("‖", t.warn())
+    } else {
+        Span::raw(" ")
+    };
+    Line::from(vec![mark, flag])
+}
+
+fn progress(row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
+    let pct = match (row.percent, row.phase) {
+        (Some(p), _) => p,
+        (None, ferry_crds::Phase::Succeeded) => 100.0,
+        (None, _) => return Line::styled("-", t.dim()),
+    };
+    let (fill, empty) = format::gauge(pct, w.gauge as usize);
+    let mut spans = vec![
+        Span::styled(fill, t.gauge(row.phase)),
+        Span::styled(empty, t.dim()),
+        Span::raw(format!("{:>5}", format::percent(pct))),
+    ];
+    if w.rate {
+        if let Some(r) = row.rate.filter(|r| *r > 0 && !row.phase.is_terminal()) {
+            spans.push(Span::styled(format!(" {:>9}", format::rate(r)), t.dim()));
+        }
+    }
+    Line::from(spans)
+}
+
+fn pips(row: &Row, t: &Theme) -> Line<'static> {
+    Line::from(
+        row.pips
+            .iter()
+            .map(|s| {
+                let (g, st) = t.pip(*s);
+                Span::styled(g, st)
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn title(state: &State, t: &Theme) -> Line<'static> {
+    let sort = state.index.sort();
+    let mut spans = vec![
+        Span::styled(" migrations ", t.title()),
+        Span::raw(format!("{}/{} ", state.index.visible_len(), state.index.len())),
+        Span::styled(
+            format!("sort {}{} ", sort.key.title(), if sort.reverse { "↓" } else { "↑" }),
+            t.dim(),
+        ),
+    ];
+    if let Some(w) = state.index.wave_scope() {
+        spans.push(Span::styled(format!("wave {w} "), t.key()));
+    }
+    let f = state.index.filter();
+    if !f.raw.is_empty() && state.input.is_none() {
+        spans.push(Span::styled(format!("filter “{}” ", f.raw), t.key()));
+    }
+    if !state.marks.is_empty() {
+        spans.push(Span::styled(format!("{} marked ", state.marks.len()), t.key()));
+    }
+    if state.conn.is_stale() {
+        spans.push(Span::styled(" stale: last known state ", t.badge(true)));
+    }
+    Line::from(spans)
+}
+
+/// Draws the board; returns how many rows fit.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
+    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(title(state, t));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let page = inner.height.saturating_sub(1) as usize;
+    let w = widths(state, inner.width);
+    let sort = state.index.sort().key;
+    let head = |label: &'static str, key: Option<SortKey>| {
+        let style = if key == Some(sort) { t.key() } else { t.title() };
+        Cell::from(Span::styled(label, style))
+    };
+    let mut header = vec![Cell::from(""), head("NAME", Some(SortKey::Name))];
+    let mut cons = vec![Constraint::Length(2), Constraint::Length(w.name)];
+    if w.namespace > 0 {
+        header.push(head("NAMESPACE", Some(SortKey::Namespace)));
+        cons.push(Constraint::Length(w.namespace));
+    }
+    header.extend([
+        head("WAVE", Some(SortKey::Wave)),
+        head("PHASE", Some(SortKey::Phase)),
+        head("PROGRESS", Some(SortKey::Progress)),
+        head(if w.rate { "CONDITIONS" } else { "CONDS" }, None),
+        head(if w.rate { "ATTEMPT" } else { "ATT" }, Some(SortKey::Attempt)),
+        head("IN-PHASE", Some(SortKey::InPhase)),
+        head("MESSAGE", None),
+    ]);
+    cons.extend([
+        Constraint::Length(w.wave),
+        Constraint::Length(10),
+        Constraint::Length(w.progress),
+        Constraint::Length(if w.rate { 10 } else { 8 }),
+        Constraint::Length(w.attempt),
+        Constraint::Length(8),
+        Constraint::Fill(1),
+    ]);
+    let focused = state.focus == Focus::Board;
+    let rows: Vec<TRow> = state
+        .index
+        .visible_range(state.offset, page)
+        .enumerate()
+        .map(|(i, r)| {
+            let mut cells = vec![Cell::from(gutter(state, r, t)), Cell::from(format::fit(&r.key.name, w.name as usize))];
+            if w.namespace > 0 {
+                cells.push(Cell::from(Span::styled(format::fit(&r.key.namespace, w.namespace as usize), t.dim())));
+            }
+            cells.extend([
+                Cell::from(Span::styled(format::fit(r.wave.as_deref().unwrap_or("-"), w.wave as usize), t.dim())),
+                Cell::from(Span::styled(r.phase.as_str(), t.phase(r.phase))),
+                Cell::from(progress(r, &w, t)),
+                Cell::from(pips(r, t)),
+                Cell::from(format!("{:>3}", r.attempt)),
+                Cell::from(format!("{:>7}", format::age(r.phase_since, state.now))),
+                Cell::from(Span::styled(r.message.clone(), if r.phase == ferry_crds::Phase::Failed { t.bad() } else { t.text() })),
+            ]);
+            let row = TRow::new(cells);
+            if state.offset + i == state.cursor { row.style(t.cursor(focused)) } else { row.style(Style::new()) }
+        })
+        .collect();
+    let empty = rows.is_empty();
+    let table = Table::new(rows, cons).header(TRow::new(header)).column_spacing(1);
+    frame.render_widget(table, inner);
+    if empty && inner.height > 2 {
+        let msg = if !state.conn.ever_listed {
+            strings::LOADING
+        } else if state.index.is_empty() {
+            strings::EMPTY_BOARD
+        } else {
+            strings::EMPTY_FILTERED
+        };
+        let area = Rect { y: inner.y + 2, height: 1, ..inner };
+        frame.render_widget(Paragraph::new(Span::styled(msg, t.dim())).centered(), area);
+    }
+    page
+}

@@ -1,0 +1,122 @@
+//! Plain-text formatting shared by the screen and `ferry board --once`: ages, bytes, rates.
+
+use k8s_openapi::jiff::Timestamp;
+
+/// A duration in seconds as people read it: `42s`, `3m05s`, `1h02m`, `3d04h`.
+pub fn duration(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// Seconds from `then` to `now` (0 when `then` is later).
+pub fn secs_between(then: Timestamp, now: Timestamp) -> i64 {
+    now.as_second().saturating_sub(then.as_second()).max(0)
+}
+
+/// Age of `then` at `now`, or `-`.
+pub fn age(then: Option<Timestamp>, now: Timestamp) -> String {
+    then.map_or_else(|| "-".to_owned(), |t| duration(secs_between(t, now)))
+}
+
+/// Bytes in binary units: `512B`, `64.0MiB`, `1.5GiB`.
+pub fn bytes(n: i64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    if v < 10.0 { format!("{v:.1}{unit}") } else { format!("{v:.0}{unit}") }
+}
+
+/// A rate: `12MiB/s`.
+pub fn rate(bps: i64) -> String {
+    format!("{}/s", bytes(bps))
+}
+
+/// A percentage without decimals, clamped to 0..=100: `45%`.
+pub fn percent(p: f64) -> String {
+    format!("{:.0}%", p.clamp(0.0, 100.0).floor())
+}
+
+/// A text gauge `width` cells wide, with eighth blocks for the partial cell.
+pub fn gauge(p: f64, width: usize) -> (String, String) {
+    const PARTIAL: [&str; 8] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"];
+    let eighths = ((p.clamp(0.0, 100.0) / 100.0) * (width * 8) as f64).floor() as usize;
+    let full = eighths / 8;
+    let mut filled = "█".repeat(full);
+    let mut used = full;
+    if full < width && eighths % 8 > 0 {
+        filled.push_str(PARTIAL[eighths % 8]);
+        used += 1;
+    }
+    (filled, "░".repeat(width - used))
+}
+
+/// `12:00:03` (UTC).
+pub fn clock(t: Timestamp) -> String {
+    t.strftime("%H:%M:%S").to_string()
+}
+
+/// `s` cut to `width` characters, ending in `…` when cut.
+pub fn fit(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_owned();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out: String = s.chars().take(width - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_kubectl_ages() {
+        assert_eq!(duration(0), "0s");
+        assert_eq!(duration(59), "59s");
+        assert_eq!(duration(185), "3m05s");
+        assert_eq!(duration(3720), "1h02m");
+        assert_eq!(duration(273_600), "3d04h");
+        assert_eq!(duration(-5), "0s");
+    }
+
+    #[test]
+    fn bytes_use_binary_units() {
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(64 << 20), "64MiB");
+        assert_eq!(bytes(1536 << 20), "1.5GiB");
+    }
+
+    #[test]
+    fn gauge_fills_proportionally_and_keeps_its_width() {
+        assert_eq!(gauge(0.0, 4), (String::new(), "░░░░".into()));
+        assert_eq!(gauge(50.0, 4), ("██".into(), "░░".into()));
+        assert_eq!(gauge(100.0, 4), ("████".into(), String::new()));
+        let (f, e) = gauge(45.0, 10);
+        assert_eq!(f.chars().count() + e.chars().count(), 10);
+        assert_eq!(f, "████▌");
+    }
+
+    #[test]
+    fn fit_cuts_with_an_ellipsis() {
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+    }
+}

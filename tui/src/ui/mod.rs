@@ -1,0 +1,102 @@
+//! Drawing: functions from `&State` and a `Rect` to cells, one file per view or popup.
+
+pub mod board;
+pub mod confirm;
+pub mod details;
+pub mod events;
+pub mod footer;
+pub mod format;
+pub mod header;
+pub mod help;
+pub mod logs;
+pub mod theme;
+pub mod waves;
+pub mod yaml;
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    text::Line,
+    widgets::Paragraph,
+};
+
+pub use theme::Theme;
+
+use crate::{
+    state::{Popup, State, View},
+    strings,
+};
+
+/// The smallest terminal the cockpit draws in.
+pub const MIN_WIDTH: u16 = 80;
+/// See [`MIN_WIDTH`].
+pub const MIN_HEIGHT: u16 = 24;
+
+/// What a frame learned that the state needs (sent back as actions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drawn {
+    /// Rows the board (or the current view) can show.
+    pub page: usize,
+}
+
+/// Whether to draw the log pane (off in snapshot tests, whose logger is global).
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Styles.
+    pub theme: Theme,
+    /// Draw the tui-logger pane when the state asks for it.
+    pub logs: bool,
+}
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = Paragraph::new(vec![
+            Line::raw(""),
+            Line::styled(strings::too_small(area.width, area.height), opts.theme.bad()),
+            Line::raw("q quits"),
+        ])
+        .centered()
+        .wrap(ratatui::widgets::Wrap { trim: true });
+        frame.render_widget(msg, area);
+        return Drawn::default();
+    }
+    let t = &opts.theme;
+    let wave_lines = waves::height(state);
+    let log_lines = if state.show_logs { (area.height / 3).max(6) } else { 0 };
+    let [head, strip, body, logs_area, foot] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Length(wave_lines),
+        Constraint::Min(5),
+        Constraint::Length(log_lines),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    header::draw(frame, state, t, head);
+    waves::draw(frame, state, t, strip);
+    let page = match state.view() {
+        None => board::draw(frame, state, t, body),
+        Some(View::Details(key)) => details::draw(frame, state, t, body, key),
+        Some(View::Yaml(target)) => yaml::draw(frame, state, t, body, target),
+        Some(View::Events(target)) => events::draw(frame, state, t, body, target),
+    };
+    if state.show_logs {
+        logs::draw(frame, t, logs_area, opts.logs);
+    }
+    footer::draw(frame, state, t, foot);
+    match &state.popup {
+        Some(Popup::Help) => help::draw(frame, t, area),
+        Some(Popup::Confirm(c)) => confirm::draw_confirm(frame, state, t, area, c),
+        Some(Popup::Report) => confirm::draw_report(frame, state, t, area),
+        None => {}
+    }
+    Drawn { page }
+}
+
+/// A rectangle of `w`×`h` centred in `area`, clamped to it.
+pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+}

@@ -1,0 +1,87 @@
+//! The wave strip: one line per wave (done/total bar, failed, in flight vs maxInFlight,
+//! throughput, ETA) and a sparkline of completions per minute for the selected wave.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+    widgets::{Paragraph, Sparkline},
+};
+
+use super::{Theme, format};
+use crate::state::{Focus, State, WaveRow};
+
+/// Most wave lines shown at once.
+pub const MAX_LINES: u16 = 4;
+
+/// Lines the strip takes (none without waves).
+pub fn height(state: &State) -> u16 {
+    (state.waves.len() as u16).min(MAX_LINES)
+}
+
+fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Line<'static> {
+    let done = w.done();
+    let pct = if w.total > 0 { f64::from(done) * 100.0 / f64::from(w.total) } else { 0.0 };
+    let (fill, empty) = format::gauge(pct, if wide { 16 } else { 8 });
+    let mut spans = vec![
+        Span::styled(if selected { "▸ " } else { "  " }, t.key()),
+        Span::styled(format::fit(&w.key.name, if wide { 16 } else { 10 }), t.title()),
+        Span::raw(" "),
+        Span::styled(format!("{:<9}", format!("{:?}", w.phase)), t.wave_phase(w.phase)),
+        Span::styled(fill, t.ok()),
+        Span::styled(empty, t.dim()),
+        Span::raw(format!(" {done}/{}", w.total)),
+    ];
+    if w.counts.failed > 0 {
+        spans.push(Span::styled(format!(" ✕{} failed", w.counts.failed), t.bad()));
+    }
+    spans.push(Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)));
+    if wide {
+        spans.push(Span::styled(" in flight", t.dim()));
+    }
+    if let Some(tp) = w.throughput_per_hour {
+        spans.push(Span::raw(format!(" {tp:.0}/h")));
+    }
+    if let Some(eta) = w.eta_seconds {
+        spans.push(Span::raw(format!(" ETA {}", format::duration(eta))));
+    }
+    if w.paused {
+        spans.push(Span::styled(" ‖ paused", t.warn()));
+    }
+    if w.cancel {
+        spans.push(Span::styled(" ✕ cancel", t.warn()));
+    }
+    let mut l = Line::from(spans);
+    if selected && focused {
+        l = l.style(t.cursor(true));
+    }
+    l
+}
+
+/// Draws the strip.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
+    if area.height == 0 || state.waves.is_empty() {
+        return;
+    }
+    let wide = area.width >= 140;
+    let spark_w = if wide { 40 } else { 20 };
+    let [text, spark] = Layout::horizontal([Constraint::Min(40), Constraint::Length(spark_w)]).areas(area);
+    let selected = state.selected_wave().map(|w| w.key.clone());
+    let n = area.height as usize;
+    let first = state.wave_cursor.saturating_sub(n - 1).min(state.waves.len().saturating_sub(n));
+    let focused = state.focus == Focus::Waves;
+    let lines: Vec<Line> = state.waves[first..]
+        .iter()
+        .take(n)
+        .map(|w| line(w, t, Some(&w.key) == selected.as_ref(), focused, wide))
+        .collect();
+    frame.render_widget(Paragraph::new(lines), text);
+    if let Some(w) = state.selected_wave() {
+        let label = "done/min ";
+        let [l, s] = Layout::horizontal([Constraint::Length(label.len() as u16), Constraint::Min(1)]).areas(spark);
+        frame.render_widget(Paragraph::new(Span::styled(label, t.dim())), l);
+        let minute = state.now.as_second().div_euclid(60);
+        let data = state.index.completions_per_minute(&w.key.name, minute, s.width as usize);
+        frame.render_widget(Sparkline::default().data(&data).style(t.ok()), s);
+    }
+}
