@@ -32,6 +32,7 @@ vim_retrievable!(
         power_state = "runtime.power_state"?,
         parent = "parent"?,
         parent_v_app = "parent_v_app"?,
+        networks = "network"?,
     }
 );
 

@@ -8,10 +8,13 @@ use reqwest::Url;
 use reqwest::cookie::{CookieStore, Jar};
 use tokio::io::AsyncWriteExt;
 use vim_rs::core::client::{Client, ClientBuilder, TransportMode, VimClient};
+use vim_rs::core::pc_helpers::Queriable;
 use vim_rs::core::pc_retrieve::ObjectRetriever;
 use vim_rs::mo;
 use vim_rs::types::enums::{MoTypesEnum, TaskInfoStateEnum};
-use vim_rs::types::structs::ManagedObjectReference;
+use vim_rs::types::structs::{
+    ManagedObjectReference, ObjectContent, ObjectSpec, PropertyFilterSpec, RetrieveOptions,
+};
 
 use super::datastore::{download_url, sdk_url, server_address};
 use super::error::chain;
@@ -99,6 +102,39 @@ impl Session {
         ObjectRetriever::new(self.client.clone()).map_err(|e| self.pc(&e))
     }
 
+    /// Properties of one object; `None` when it does not exist.
+    ///
+    /// Not vim_rs' `retrieve_object`: that asks for missing objects to be reported in the
+    /// result, which vcsim answers with an empty `returnval` that does not parse. Without the
+    /// flag vCenter, ESXi and vcsim all answer a missing object with ManagedObjectNotFound.
+    async fn retrieve_one<T>(&self, obj: &ManagedObjectReference) -> Result<Option<T>>
+    where
+        T: Queriable + TryFrom<ObjectContent>,
+        <T as TryFrom<ObjectContent>>::Error: std::fmt::Display,
+    {
+        let pc = mo::PropertyCollector::new(self.client.clone(), &self.client.service_content().property_collector.value);
+        let spec = PropertyFilterSpec {
+            object_set: vec![ObjectSpec { obj: obj.clone(), skip: Some(false), select_set: None }],
+            prop_set: vec![T::prop_spec()],
+            report_missing_objects_in_results: None,
+        };
+        let result = match pc.retrieve_properties_ex(&[spec], &RetrieveOptions { max_objects: Some(1) }).await {
+            Ok(r) => r,
+            Err(e) => {
+                return match self.vim(&e) {
+                    Error::NotFound(_) => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        match result.and_then(|r| r.objects.into_iter().next()) {
+            Some(content) => T::try_from(content)
+                .map(Some)
+                .map_err(|e| Error::Protocol(format!("{} {}: {e}", obj.r#type.as_str(), obj.value))),
+            None => Ok(None),
+        }
+    }
+
     /// Finds a VM and reads what a migration needs to know about it.
     ///
     /// Guarantees: `Ok(None)` only when no VM matches; by name, more than one match is
@@ -143,15 +179,8 @@ impl Session {
 
     /// Everything about one VM by moref; `None` when it does not exist.
     pub async fn vm_info(&self, moref: &str) -> Result<Option<VmInfo>> {
-        let props: Option<VmProps> = match self.retriever()?.retrieve_object(&vm_ref(moref)).await {
-            Ok(p) => p,
-            Err(e) => match self.pc(&e) {
-                Error::NotFound(_) => None,
-                other => return Err(other),
-            },
-        };
-        // Missing objects come back either as a fault or as an object without properties.
-        let Some(p) = props.filter(|p| p.name.is_some()) else { return Ok(None) };
+        let props: Option<VmProps> = self.retrieve_one(&vm_ref(moref)).await?;
+        let Some(p) = props else { return Ok(None) };
         let devices = p.devices.unwrap_or_default();
         let power_state = p
             .power_state
@@ -163,6 +192,17 @@ impl Session {
             Some(parent) => self.datacenter_path(parent).await?,
             None => String::new(),
         };
+        let mut nics = inventory::nics(&devices);
+        // A distributed port group is named by its key in the NIC backing; in vCenter the key is
+        // also the port group's moref, so the VM's network list gives its name.
+        for net in p.networks.iter().flatten() {
+            if nics.iter().any(|n| n.network == net.value) {
+                let name = self.name_of(net).await?;
+                for n in nics.iter_mut().filter(|n| n.network == net.value) {
+                    n.network = name.clone();
+                }
+            }
+        }
         Ok(Some(VmInfo {
             moref: p.id.value,
             name: p.name.unwrap_or_default(),
@@ -174,7 +214,7 @@ impl Session {
             num_cpu: p.num_cpu.unwrap_or_default().max(0) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
             disks: inventory::disks(&devices),
-            nics: inventory::nics(&devices),
+            nics,
             datacenter,
         }))
     }
@@ -218,7 +258,7 @@ impl Session {
 
     /// The VM's current power state.
     pub async fn power_state(&self, moref: &str) -> Result<PowerState> {
-        let p: Option<VmPower> = self.retriever()?.retrieve_object(&vm_ref(moref)).await.map_err(|e| self.pc(&e))?;
+        let p: Option<VmPower> = self.retrieve_one(&vm_ref(moref)).await?;
         p.and_then(|p| p.power_state)
             .as_ref()
             .and_then(inventory::power_state)
@@ -263,7 +303,7 @@ impl Session {
         let started = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
-            let t: Option<TaskState> = self.retriever()?.retrieve_object(task).await.map_err(|e| self.pc(&e))?;
+            let t: Option<TaskState> = self.retrieve_one(task).await?;
             let t = t.ok_or_else(|| Error::NotFound(format!("task {}", task.value)))?;
             match t.state {
                 Some(TaskInfoStateEnum::Success) => return Ok(()),

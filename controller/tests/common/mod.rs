@@ -1,0 +1,373 @@
+//! Shared setup of the controller's end-to-end suites: the lab (real apiserver, vcsim, S3), the
+//! sim and the controller as processes, a migration of a claimed vcsim VM with a real VMDK.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ferry_crds::{
+    ConditionStatus, ConditionType, Phase, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
+    VirtualMachineMigration, VirtualMachineMigrationSpec, VmSelector,
+};
+use ferry_harness::{ChildGuard, InventoryVm, Lab, RealDisk, TestNamespace, eventually, lab, put_vmdk, repo_root};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+pub const VSPHERE_SECRET: &str = "vsphere";
+pub const S3_SECRET: &str = "staging";
+/// The fault annotation of ferry-sim.
+pub const FAULT: &str = "sim.ferry.example/fault";
+
+/// Makes sure the workspace binaries exist (the suites run them as processes).
+pub fn binaries() -> (PathBuf, PathBuf) {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = repo_root().join("target/debug");
+        if !(dir.join("ferry-controller").exists() && dir.join("ferry-sim").exists()) {
+            let st = Command::new(env!("CARGO"))
+                .args(["build", "-p", "ferry-controller", "-p", "ferry-sim", "--bins"])
+                .current_dir(repo_root())
+                .status()
+                .expect("cargo build");
+            assert!(st.success(), "building ferry-controller and ferry-sim failed");
+        }
+    });
+    let dir = repo_root().join("target/debug");
+    (dir.join("ferry-controller"), dir.join("ferry-sim"))
+}
+
+/// Installs the ferry CRDs (idempotent).
+pub fn install_crds(lab: &Lab) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let dir = repo_root().join("deploy/crds");
+        lab.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", dir.to_str().unwrap()]).expect("applying the CRDs");
+        lab.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", "crd/virtualmachinemigrations.migration.platform.example", "crd/migrationwaves.migration.platform.example"])
+            .expect("CRDs established");
+    });
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One test's world: its namespace, VM, disk, and the processes.
+pub struct Env {
+    pub lab: &'static Lab,
+    pub ns: TestNamespace,
+    pub vm: InventoryVm,
+    pub disk: RealDisk,
+    pub scratch: PathBuf,
+    pub volumes: PathBuf,
+    pub metrics_port: u16,
+    pub controller: Option<ChildGuard>,
+    pub sim: Option<ChildGuard>,
+    pub extra_controller_args: Vec<String>,
+}
+
+fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect::<BTreeMap<_, _>>()),
+        ..Secret::default()
+    }
+}
+
+impl Env {
+    /// A namespace with the credentials Secrets, a claimed VM with a real `mib`-MiB disk.
+    pub async fn new(prefix: &str, mib: u64) -> Env {
+        let lab = lab();
+        binaries();
+        install_crds(lab);
+        let ns = lab.namespace(prefix).await.unwrap();
+        let vm = lab.claim_vm().unwrap();
+        let scratch = repo_root().join(format!("target/e2e/{}", ns.name));
+        let disk = put_vmdk(&vm, &scratch, mib, 0x5eed ^ mib).unwrap();
+        let info = &lab.info;
+        let secrets: Api<Secret> = ns.api();
+        secrets
+            .create(&PostParams::default(), &secret(VSPHERE_SECRET, &[("username", &info.vcenter.username), ("password", &info.vcenter.password)]))
+            .await
+            .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret(S3_SECRET, &[("accessKeyId", &info.s3.access_key), ("secretAccessKey", &info.s3.secret_key)]))
+            .await
+            .unwrap();
+        let volumes = scratch.join("volumes");
+        std::fs::create_dir_all(&volumes).unwrap();
+        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![] }
+    }
+
+    /// The migration of this test's VM, trusted by SHA-256 thumbprint.
+    pub fn migration(&self, name: &str) -> VirtualMachineMigration {
+        let info = &self.lab.info;
+        let spec = VirtualMachineMigrationSpec {
+            source: SourceSpec {
+                endpoint: SourceEndpoint {
+                    url: info.vcenter.url.clone(),
+                    credentials_secret_ref: SecretRef::new(VSPHERE_SECRET),
+                    thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
+                    insecure_skip_tls_verify: false,
+                },
+                vm: VmSelector::by_name(self.vm.name.clone()),
+                power: Default::default(),
+            },
+            target: TargetSpec::default(),
+            staging: StagingSpec {
+                endpoint: info.s3.endpoint.clone(),
+                bucket: info.s3.bucket.clone(),
+                prefix: Some("e2e".into()),
+                region: info.s3.region.clone(),
+                credentials_secret_ref: SecretRef::new(S3_SECRET),
+            },
+            conversion: Default::default(),
+            cancel: false,
+            paused: false,
+            retry: 0,
+        };
+        VirtualMachineMigration::new(name, spec)
+    }
+
+    pub fn api(&self) -> Api<VirtualMachineMigration> {
+        self.ns.api()
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.lab.info.kubeconfig.clone()
+    }
+
+    fn log(&self, what: &str) -> std::fs::File {
+        std::fs::File::create(self.scratch.join(format!("{what}.log"))).unwrap()
+    }
+
+    /// Starts (or restarts) the controller, scoped to the namespace, fast backoffs.
+    pub fn start_controller(&mut self) {
+        let (ctl, _) = binaries();
+        let mut cmd = Command::new(ctl);
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["--namespace", &self.ns.name])
+            .args(["--metrics-addr", &format!("127.0.0.1:{}", self.metrics_port)])
+            .args(["--health-addr", ""])
+            .args(["--backoff-base", "200ms", "--backoff-cap", "2s"])
+            .args(&self.extra_controller_args)
+            .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
+            .stdout(Stdio::null())
+            .stderr(self.log_append("controller"));
+        self.controller = Some(ChildGuard::spawn("ferry-controller", cmd).unwrap());
+    }
+
+    fn log_append(&self, what: &str) -> std::fs::File {
+        std::fs::OpenOptions::new().create(true).append(true).open(self.scratch.join(format!("{what}.log"))).unwrap()
+    }
+
+    /// Starts the sim, scoped to the namespace, running Job commands from target/debug.
+    pub fn start_sim(&mut self) {
+        let (ctl, sim) = binaries();
+        let mut cmd = Command::new(sim);
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["--namespace", &self.ns.name])
+            .arg("--volume-dir")
+            .arg(&self.volumes)
+            .arg("--bin-dir")
+            .arg(ctl.parent().unwrap())
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(self.log("sim"));
+        self.sim = Some(ChildGuard::spawn("ferry-sim", cmd).unwrap());
+    }
+
+    /// Creates a migration.
+    pub async fn create(&self, vmm: &VirtualMachineMigration) -> VirtualMachineMigration {
+        self.api().create(&PostParams::default(), vmm).await.unwrap()
+    }
+
+    pub async fn get(&self, name: &str) -> VirtualMachineMigration {
+        self.api().get(name).await.unwrap()
+    }
+
+    pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
+        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"spec": spec}))).await.unwrap();
+    }
+
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    /// Waits until `pred` holds for the migration; the failure message shows its last status.
+    pub async fn wait_for(&self, name: &str, what: &str, secs: u64, pred: impl Fn(&VirtualMachineMigration) -> bool) -> VirtualMachineMigration {
+        let api = self.api();
+        let last = std::sync::Mutex::new(None);
+        let r = eventually(what, Duration::from_secs(secs), || async {
+            let v = api.get(name).await.ok()?;
+            let ok = pred(&v);
+            *last.lock().unwrap() = Some(v.clone());
+            ok.then_some(v)
+        })
+        .await;
+        match r {
+            Ok(v) => v,
+            Err(e) => {
+                let s = last.lock().unwrap().as_ref().map(|v| serde_yaml_status(v)).unwrap_or_default();
+                panic!("{e}\nlast status:\n{s}\nlogs in {}", self.scratch.display())
+            }
+        }
+    }
+
+    /// Waits until the migration is gone (its finalizer released).
+    pub async fn wait_gone(&self, name: &str, secs: u64) {
+        let api = self.api();
+        eventually(&format!("{name} to be gone"), Duration::from_secs(secs), || async {
+            matches!(api.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}; logs in {}", self.scratch.display()));
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: Phase, secs: u64) -> VirtualMachineMigration {
+        self.wait_for(name, &format!("{name} to reach {phase}"), secs, |v| v.phase() == phase).await
+    }
+
+    /// Reasons of the Events about `name`, oldest first.
+    pub async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events: Api<Event> = self.ns.api();
+        let mut list: Vec<Event> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect();
+        list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+        list.into_iter().filter_map(|e| e.reason).collect()
+    }
+
+    /// Files left under the migration's staging prefix in the S3 server's data directory.
+    pub fn staged_files(&self) -> Vec<PathBuf> {
+        let dir = self.lab.info.s3.data_dir.join(&self.lab.info.s3.bucket).join("e2e").join(&self.ns.name);
+        let mut out = vec![];
+        walk(&dir, &mut out);
+        out
+    }
+
+    /// The sim's volume file of a DataVolume.
+    pub fn volume(&self, dv: &str) -> PathBuf {
+        self.volumes.join(&self.ns.name).join(format!("{dv}.img"))
+    }
+
+    /// The controller's API writes so far, from its metrics.
+    pub fn api_writes(&self) -> BTreeMap<String, u64> {
+        let body = http_get(self.metrics_port, "/metrics");
+        let mut out = BTreeMap::new();
+        for line in body.lines().filter(|l| l.starts_with("ferry_controller_api_writes_total{")) {
+            let (labels, value) = line.rsplit_once(' ').unwrap();
+            out.insert(labels.trim_start_matches("ferry_controller_api_writes_total").to_owned(), value.parse::<f64>().unwrap_or(0.0) as u64);
+        }
+        out
+    }
+
+    /// The source VM's power state in vcsim, as the lab's govc-free way: through the controller's
+    /// own vSphere client.
+    pub async fn power_state(&self) -> String {
+        let info = &self.lab.info;
+        let ep = ferry_controller::vsphere::Endpoint {
+            url: info.vcenter.url.clone(),
+            username: info.vcenter.username.clone(),
+            password: info.vcenter.password.clone(),
+            tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        };
+        ferry_controller::tls::install_default_provider();
+        let s = ferry_controller::vsphere::Session::connect(&ep).await.unwrap();
+        let p = s.power_state(&self.vm.moref).await.unwrap();
+        let _ = s.logout().await;
+        p.as_str().to_owned()
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+pub fn serde_yaml_status(v: &VirtualMachineMigration) -> String {
+    serde_json::to_string_pretty(&v.status).unwrap_or_default()
+}
+
+/// Whether all eight conditions are `True`.
+pub fn all_conditions_true(v: &VirtualMachineMigration) -> bool {
+    ConditionType::ALL.iter().all(|t| v.condition(*t).is_some_and(|c| c.status == ConditionStatus::True))
+}
+
+/// `qemu-img convert -O raw` of `vmdk` into `out`.
+pub fn qemu_raw(vmdk: &Path, out: &Path) {
+    let st = Command::new("qemu-img").args(["convert", "-O", "raw"]).arg(vmdk).arg(out).status().unwrap();
+    assert!(st.success());
+}
+
+/// Whether two files have the same bytes.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else { return false };
+    if fa.metadata().map(|m| m.len()).ok() != fb.metadata().map(|m| m.len()).ok() {
+        return false;
+    }
+    let (mut ra, mut rb) = (std::io::BufReader::new(fa), std::io::BufReader::new(fb));
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = ra.read(&mut ba).unwrap();
+        let mut got = 0;
+        while got < n {
+            let m = rb.read(&mut bb[got..n]).unwrap();
+            if m == 0 {
+                return false;
+            }
+            got += m;
+        }
+        if n == 0 {
+            return rb.read(&mut bb).unwrap() == 0;
+        }
+        if ba[..n] != bb[..n] {
+            return false;
+        }
+    }
+}
+
+/// Elapsed since `t`, for reports.
+pub fn secs(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// The name of a child resource as the controller names it.
+pub fn dv_name(vmm: &str, i: usize) -> String {
+    format!("{vmm}-disk-{i}")
+}
+
+pub fn name_of(v: &VirtualMachineMigration) -> String {
+    v.name_any()
+}
