@@ -48,7 +48,9 @@ fn widths(state: &State, width: u16) -> Widths {
     }
 }
 
-fn gutter(state: &State, row: &Row, t: &Theme) -> Line<'static> {
+fn gutter(state: &State, row: &Row, t: &Theme, cursor: bool) -> Line<'static> {
+    // The cursor also has a glyph: under NO_COLOR a reversed row is not all a reader may see.
+    let arrow = if cursor { Span::styled("▸", t.key()) } else { Span::raw(" ") };
     let mark = if state.marks.contains(&row.key) { Span::styled("●", t.key()) } else { Span::raw(" ") };
     let flag = if state.pending_of(&row.key).is_some() {
         Span::styled("…", t.warn())
@@ -61,7 +63,7 @@ fn gutter(state: &State, row: &Row, t: &Theme) -> Line<'static> {
     } else {
         Span::raw(" ")
     };
-    Line::from(vec![mark, flag])
+    Line::from(vec![arrow, mark, flag])
 }
 
 fn progress(row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
@@ -135,7 +137,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         Cell::from(Span::styled(label, style))
     };
     let mut header = vec![Cell::from(""), head("NAME", Some(SortKey::Name))];
-    let mut cons = vec![Constraint::Length(2), Constraint::Length(w.name)];
+    let mut cons = vec![Constraint::Length(3), Constraint::Length(w.name)];
     if w.namespace > 0 {
         header.push(head("NAMESPACE", Some(SortKey::Namespace)));
         cons.push(Constraint::Length(w.namespace));
@@ -164,7 +166,8 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         .visible_range(state.offset, page)
         .enumerate()
         .map(|(i, r)| {
-            let mut cells = vec![Cell::from(gutter(state, r, t)), Cell::from(format::fit(&r.key.name, w.name as usize))];
+            let cursor = state.offset + i == state.cursor;
+            let mut cells = vec![Cell::from(gutter(state, r, t, cursor)), Cell::from(format::fit(&r.key.name, w.name as usize))];
             if w.namespace > 0 {
                 cells.push(Cell::from(Span::styled(format::fit(&r.key.namespace, w.namespace as usize), t.dim())));
             }
@@ -178,7 +181,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
                 Cell::from(Span::styled(r.message.clone(), if r.phase == ferry_crds::Phase::Failed { t.bad() } else { t.text() })),
             ]);
             let row = TRow::new(cells);
-            if state.offset + i == state.cursor { row.style(t.cursor(focused)) } else { row.style(Style::new()) }
+            if cursor { row.style(t.cursor(focused)) } else { row.style(Style::new()) }
         })
         .collect();
     let empty = rows.is_empty();

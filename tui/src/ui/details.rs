@@ -101,7 +101,7 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
 fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![
         section("conditions", t),
-        Line::styled(format!("  {:<17}{:<8}{:<22}{:<8}{}", "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), t.dim()),
+        Line::styled(format!("  {:<17}{:<10}{:<22}{:<8}{}", "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), t.dim()),
     ];
     for ty in ConditionType::ALL {
         let c = row.obj.condition(ty);
@@ -109,7 +109,7 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
         let (pip, style) = t.pip(status);
         out.push(Line::from(vec![
             Span::raw(format!("  {:<17}", ty.as_str())),
-            Span::styled(format!("{pip} {:<6}", status.as_str()), style),
+            Span::styled(format!("{pip} {:<8}", status.as_str()), style),
             Span::raw(format!("{:<22}", c.map_or("-", |c| c.reason.as_str()))),
             Span::raw(format!("{:<8}", format::age(c.map(|c| c.last_transition_time.0), state.now))),
             Span::styled(c.map(|c| c.message.clone()).unwrap_or_default(), t.dim()),

@@ -33,6 +33,23 @@ pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
     }
 }
 
+fn short(p: ferry_crds::Phase) -> &'static str {
+    use ferry_crds::Phase::*;
+    match p {
+        Pending => "Pend",
+        Queued => "Queue",
+        Preparing => "Prep",
+        Converting => "Conv",
+        Importing => "Imp",
+        CreatingVM => "VM",
+        Starting => "Start",
+        Validating => "Valid",
+        Succeeded => "Done",
+        Failed => "Failed",
+        Cancelled => "Canc",
+    }
+}
+
 /// Draws the header.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let ns = match &state.scope {
@@ -56,17 +73,18 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         first.push(Span::raw("  "));
         first.push(Span::styled(" READ-ONLY ", t.badge(false)));
     }
-    let mut second = vec![Span::raw(" ")];
-    let total = state.index.len();
-    second.push(Span::styled(format!("{total} migrations"), t.text()));
-    for (p, n) in state.index.counts().filter(|(_, n)| *n > 0) {
-        second.push(Span::styled("  ", t.dim()));
-        second.push(Span::styled(p.as_str(), t.phase(p)));
-        second.push(Span::raw(format!(" {n}")));
-    }
-    second.push(Span::styled(
-        format!("   last event {}", state.conn.last_event_at.map_or("-".to_owned(), |t| format!("{} ago", format::age(Some(t), state.now)))),
+    first.push(Span::styled(
+        format!("  last event {}", state.conn.last_event_at.map_or("-".to_owned(), |t| format!("{} ago", format::age(Some(t), state.now)))),
         t.dim(),
     ));
+    let narrow = area.width < 120;
+    let mut second = vec![Span::raw(" ")];
+    let total = state.index.len();
+    second.push(Span::styled(format!("{total} {}", if narrow { "vmm" } else { "migrations" }), t.text()));
+    for (p, n) in state.index.counts().filter(|(_, n)| *n > 0) {
+        second.push(Span::styled(if narrow { " " } else { "  " }, t.dim()));
+        second.push(Span::styled(if narrow { short(p) } else { p.as_str() }, t.phase(p)));
+        second.push(Span::raw(format!(" {n}")));
+    }
     frame.render_widget(Paragraph::new(vec![Line::from(first), Line::from(second)]), area);
 }

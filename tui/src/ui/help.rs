@@ -12,9 +12,24 @@ use crate::keys::BINDINGS;
 
 /// Draws help over `area`.
 pub fn draw(frame: &mut Frame, t: &Theme, area: Rect) {
-    let mut lines: Vec<Line> = BINDINGS
-        .iter()
-        .map(|b| Line::from(vec![Span::styled(format!(" {:>9}  ", b.label), t.key()), Span::raw(b.help)]))
+    // Two columns when one does not fit the height (80×24).
+    let two = BINDINGS.len() as u16 + 6 > area.height;
+    let width: usize = if two { 38 } else { 76 };
+    let cell = |i: usize| {
+        BINDINGS.get(i).map_or_else(Vec::new, |b| {
+            let help = super::format::fit(b.help, width - 11);
+            vec![Span::styled(format!(" {:>8}  ", b.label), t.key()), Span::raw(format!("{help:<w$}", w = width - 11))]
+        })
+    };
+    let rows = if two { BINDINGS.len().div_ceil(2) } else { BINDINGS.len() };
+    let mut lines: Vec<Line> = (0..rows)
+        .map(|i| {
+            let mut spans = cell(i);
+            if two {
+                spans.extend(cell(i + rows));
+            }
+            Line::from(spans)
+        })
         .collect();
     lines.push(Line::raw(""));
     lines.push(Line::styled(" Pips: SourceDiscovered Validated DiskConverted DiskImported", t.dim()));

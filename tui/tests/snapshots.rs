@@ -1,0 +1,241 @@
+//! Every screen of the cockpit, drawn with fixture data at 80×24 and 160×48.
+
+mod support;
+
+use ferry::{
+    state::{Action, ConnState, Edit, Nav, Outcome, Resource, Scope, State, Target, TargetKind, Verb, update},
+    ui::{self, Options, Theme},
+};
+use insta::assert_snapshot;
+use k8s_openapi::jiff::SignedDuration;
+use ratatui::{Terminal, backend::TestBackend};
+use support::{now, sample_state};
+
+fn render(state: &mut State, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    // Two passes: the first tells the state how many rows fit, as the app does.
+    for _ in 0..2 {
+        let mut drawn = ui::Drawn::default();
+        term.draw(|f| drawn = ui::draw(f, state, Options { theme: Theme::MONO, logs: false })).unwrap();
+        if drawn.page > 0 && drawn.page != state.page {
+            update(state, Action::Viewport(drawn.page));
+        }
+    }
+    term.backend().to_string()
+}
+
+fn at_both_sizes(name: &str, setup: impl Fn(&mut State)) {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        setup(&mut s);
+        assert_snapshot!(format!("{name}_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+fn apply(s: &mut State, actions: impl IntoIterator<Item = Action>) {
+    for a in actions {
+        update(s, a);
+    }
+}
+
+#[test]
+fn board() {
+    at_both_sizes("board", |_| {});
+}
+
+#[test]
+fn board_all_namespaces_shows_namespace_column() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::All);
+        assert_snapshot!(format!("board_all_namespaces_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn board_sorted_by_phase_reversed_with_marks_and_pending() {
+    at_both_sizes("board_sorted_marked", |s| {
+        apply(s, [Action::CycleSort, Action::CycleSort, Action::ReverseSort, Action::ToggleMark, Action::ToggleMark]);
+        apply(s, [Action::Nav(Nav::Down), Action::Request(Verb::Cancel), Action::Confirm]);
+    });
+}
+
+#[test]
+fn board_filter_being_typed() {
+    at_both_sizes("board_filter_typing", |s| {
+        apply(s, [Action::StartFilter]);
+        for c in "phase:Importing,Failed web".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+    });
+}
+
+#[test]
+fn board_filtered_to_nothing() {
+    at_both_sizes("board_filter_empty", |s| {
+        apply(s, [Action::StartFilter]);
+        for c in "nosuchvm".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit]);
+    });
+}
+
+#[test]
+fn board_scoped_to_one_wave_with_wave_strip_focused() {
+    at_both_sizes("board_wave_focus", |s| apply(s, [Action::CycleWave, Action::FocusNext]));
+}
+
+#[test]
+fn board_command_line() {
+    at_both_sizes("board_command", |s| {
+        apply(s, [Action::StartCommand]);
+        for c in "ns kube-system".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+    });
+}
+
+#[test]
+fn board_stale_while_reconnecting() {
+    at_both_sizes("board_stale_reconnecting", |s| {
+        let retry_at = now().checked_add(SignedDuration::from_secs(4)).unwrap();
+        apply(
+            s,
+            [
+                Action::Tick(now().checked_sub(SignedDuration::from_secs(12)).unwrap()),
+                Action::Connection(
+                    Resource::Migrations,
+                    ConnState::Reconnecting { retry_at, attempt: 3, error: "Connection refused (os error 111)".into() },
+                ),
+                Action::Tick(now()),
+            ],
+        );
+    });
+}
+
+#[test]
+fn board_forbidden() {
+    at_both_sizes("board_forbidden", |s| {
+        apply(
+            s,
+            [Action::Connection(
+                Resource::Waves,
+                ConnState::Forbidden(
+                    "migrationwaves.migration.platform.example is forbidden: User \"viewer\" cannot list resource".into(),
+                ),
+            )],
+        );
+    });
+}
+
+#[test]
+fn board_crd_missing_before_first_list() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = State::new("lab", Scope::Namespace("apps".into()), false, now());
+        update(&mut s, Action::Connection(Resource::Migrations, ConnState::CrdMissing));
+        assert_snapshot!(format!("board_crd_missing_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn board_readonly_refusing_cancel() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        s.readonly = true;
+        update(&mut s, Action::Request(Verb::Cancel));
+        assert_snapshot!(format!("board_readonly_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn board_with_log_pane() {
+    at_both_sizes("board_logs", |s| apply(s, [Action::ToggleLogs]));
+}
+
+#[test]
+fn details() {
+    at_both_sizes("details", |s| apply(s, [Action::Nav(Nav::Down), Action::Enter]));
+}
+
+#[test]
+fn details_of_a_failed_migration_with_children() {
+    at_both_sizes("details_failed", |s| {
+        apply(s, [Action::Command("wave w1".into()), Action::StartFilter]);
+        for c in "phase:Failed".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit, Action::Enter]);
+        let key = s.selected.clone().unwrap();
+        let child = |kind: &str, name: &str, state: &str| ferry::state::Child {
+            kind: kind.into(),
+            name: name.into(),
+            state: state.into(),
+        };
+        apply(
+            s,
+            [Action::Children {
+                key,
+                result: Ok(vec![
+                    child("Job", "w1-cache-02-convert", "active 0 succeeded 1 failed 0"),
+                    child("DataVolume", "w1-cache-02-disk-0", "Succeeded 100.0%"),
+                    child("DataVolume", "w1-cache-02-disk-1", "Failed 62.5%"),
+                    child("VirtualMachine", "dc0-h0-vm0", "absent"),
+                    child("VirtualMachineInstance", "dc0-h0-vm0", "absent"),
+                ]),
+            }],
+        );
+    });
+}
+
+#[test]
+fn yaml() {
+    at_both_sizes("yaml", |s| apply(s, [Action::ShowYaml]));
+}
+
+#[test]
+fn events() {
+    at_both_sizes("events", |s| apply(s, [Action::Nav(Nav::Down), Action::ShowEvents]));
+}
+
+#[test]
+fn help() {
+    at_both_sizes("help", |s| apply(s, [Action::ToggleHelp]));
+}
+
+#[test]
+fn confirm_cancel_of_marked_rows() {
+    at_both_sizes("confirm_cancel", |s| {
+        apply(s, [Action::Nav(Nav::Down)]);
+        apply(s, (0..4).map(|_| Action::ToggleMark));
+        apply(s, [Action::Request(Verb::Cancel)]);
+    });
+}
+
+#[test]
+fn report_with_a_forbidden_outcome() {
+    at_both_sizes("report_forbidden", |s| {
+        apply(s, [Action::StartFilter]);
+        for c in "phase:Importing".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit, Action::MarkAllVisible, Action::Request(Verb::Pause), Action::Confirm]);
+        let id = s.report.as_ref().unwrap().id;
+        let entries: Vec<Target> = s.report.as_ref().unwrap().entries.iter().map(|(t, _)| t.clone()).collect();
+        apply(s, [Action::Outcome { id, target: entries[0].clone(), outcome: Outcome::Applied }]);
+        apply(
+            s,
+            [Action::Outcome {
+                id,
+                target: entries[1].clone(),
+                outcome: Outcome::Forbidden("User \"viewer\" cannot patch resource \"virtualmachinemigrations\"".into()),
+            }],
+        );
+        assert_eq!(entries[0].kind, TargetKind::Migration);
+    });
+}
+
+#[test]
+fn too_small_terminal_says_so() {
+    let mut s = sample_state(Scope::Namespace("apps".into()));
+    assert_snapshot!("too_small_60x20", render(&mut s, 60, 20));
+}

@@ -1,0 +1,228 @@
+//! Fixture data for snapshot tests and benchmarks: a believable wave in every phase.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use ferry::state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update};
+use ferry_crds::{
+    ConditionStatus, ConditionType, LastFailure, Phase, PhaseTransition, Progress, Reason,
+    VirtualMachineMigration, MigrationWave, MigrationWaveStatus, WaveCounts, WavePhase,
+    fixtures::{migration, ts, wave},
+};
+
+/// The fixed "now" of every snapshot: one hour after the fixtures' t0.
+pub fn now() -> k8s_openapi::jiff::Timestamp {
+    ts(3600).0
+}
+
+fn reason_true(t: ConditionType) -> Reason {
+    match t {
+        ConditionType::SourceDiscovered => Reason::Discovered,
+        ConditionType::Validated => Reason::Validated,
+        ConditionType::DiskConverted => Reason::Converted,
+        ConditionType::DiskImported => Reason::Imported,
+        ConditionType::VMCreated => Reason::VMCreated,
+        ConditionType::VMStarted => Reason::VMRunning,
+        ConditionType::GuestReady => Reason::GuestAgentConnected,
+        ConditionType::Ready => Reason::Succeeded,
+    }
+}
+
+fn conditions_done(p: Phase) -> usize {
+    match p {
+        Phase::Pending | Phase::Queued | Phase::Preparing => 0,
+        Phase::Converting => 2,
+        Phase::Importing => 3,
+        Phase::CreatingVM => 4,
+        Phase::Starting => 5,
+        Phase::Validating => 6,
+        Phase::Succeeded => 8,
+        Phase::Failed | Phase::Cancelled => 3,
+    }
+}
+
+/// A migration `name` in `phase`, `i` varies times and progress.
+pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> VirtualMachineMigration {
+    let mut o = migration(name);
+    o.metadata.namespace = Some(ns.into());
+    o.metadata.uid = Some(format!("uid-{ns}-{name}"));
+    o.metadata.resource_version = Some(format!("{}", 1000 + i));
+    o.metadata.creation_timestamp = Some(ts(60 + i));
+    if let Some(w) = wave {
+        o = o.in_wave(w).released();
+    }
+    let mut o = o.with_phase(phase).with_initial_conditions().with_disks(2);
+    let done = conditions_done(phase);
+    for (k, t) in ConditionType::ALL.into_iter().enumerate() {
+        if k < done {
+            o = o.with_condition(t, ConditionStatus::True, reason_true(t));
+        }
+    }
+    let s = o.status.as_mut().unwrap();
+    s.attempts = if phase == Phase::Pending || phase == Phase::Queued { 0 } else { 1 + (i % 3 == 0) as i32 };
+    s.started_at = Some(ts(120 + i));
+    let mut hist = vec![];
+    let mut at = 120 + i;
+    for p in Phase::CHECKPOINTS {
+        if p >= phase && phase.is_checkpoint() || !phase.is_checkpoint() && p.checkpoint_index() > Some(3) {
+            break;
+        }
+        hist.push(PhaseTransition { phase: p, attempt: 1, entered_at: ts(at), left_at: Some(ts(at + 300)) });
+        at += 300;
+    }
+    if phase != Phase::Pending && phase != Phase::Queued {
+        hist.push(PhaseTransition { phase, attempt: s.attempts, entered_at: ts(at), left_at: None });
+    }
+    s.history = hist;
+    let pct = match phase {
+        Phase::Converting => Some(((i * 17) % 50) as f64),
+        Phase::Importing => Some(50.0 + ((i * 13) % 50) as f64),
+        Phase::CreatingVM | Phase::Starting | Phase::Validating | Phase::Succeeded => Some(100.0),
+        Phase::Failed => Some(62.5),
+        _ => None,
+    };
+    if let Some(p) = pct {
+        let total = 2 * (64 << 20);
+        s.progress = Some(Progress {
+            percent: p,
+            bytes_done: (total as f64 * p / 100.0) as i64,
+            bytes_total: total,
+            rate_bytes_per_second: matches!(phase, Phase::Converting | Phase::Importing).then_some((3 + i % 40) << 20),
+            eta_seconds: matches!(phase, Phase::Converting | Phase::Importing).then_some(30 + i),
+        });
+        for d in &mut s.disks {
+            d.percent = Some(p);
+            d.bytes_done = Some(((64 << 20) as f64 * p / 100.0) as i64);
+            d.data_volume = Some(format!("{name}-disk-{}", d.index));
+            if phase == Phase::Importing {
+                d.import_phase = Some("ImportInProgress".into());
+            }
+        }
+    }
+    match phase {
+        Phase::Failed => {
+            s.last_failure = Some(LastFailure {
+                phase: Phase::Importing,
+                reason: Reason::ImportFailed,
+                message: "DataVolume web-disk-1 failed: checksum of the imported image does not match".into(),
+                retriable: true,
+                time: ts(3000 + i),
+            });
+            s.completed_at = Some(ts(3000 + i));
+            ferry_crds::condition::set_condition(
+                &mut s.conditions,
+                ConditionType::DiskImported,
+                ConditionStatus::False,
+                Reason::ImportFailed,
+                "DataVolume failed",
+                Some(1),
+                &ts(3000 + i),
+            );
+        }
+        Phase::Succeeded => s.completed_at = Some(ts(3590 - 60 * (i % 9))),
+        Phase::Cancelled => s.completed_at = Some(ts(2500 + i)),
+        Phase::Importing => s.message = Some(format!("importing disk {} of 2", 1 + i % 2)),
+        Phase::Queued => s.message = Some("held by wave: 10 of 10 in flight".into()),
+        _ => {}
+    }
+    o
+}
+
+/// A wave with a status.
+pub fn wave_obj(ns: &str, name: &str, n: usize, counts: WaveCounts, phase: WavePhase) -> MigrationWave {
+    let mut w = wave(name, n);
+    w.metadata.namespace = Some(ns.into());
+    w.metadata.resource_version = Some("77".into());
+    w.spec.max_in_flight = 10;
+    w.status = Some(MigrationWaveStatus {
+        phase,
+        total: n as i32,
+        counts,
+        in_flight: counts.running,
+        started_at: Some(ts(120)),
+        throughput_per_hour: Some(42.0),
+        eta_seconds: Some(1260),
+        ..MigrationWaveStatus::default()
+    });
+    w
+}
+
+const PHASES: [Phase; 11] = Phase::ALL;
+
+/// The names used by [`sample`].
+pub fn sample_names() -> Vec<String> {
+    let vms = ["web", "db", "cache", "api", "worker", "mail", "ldap", "build", "proxy", "files", "metrics", "backup"];
+    let mut out = vec![];
+    for (i, v) in vms.iter().enumerate() {
+        out.push(format!("w1-{v}-{:02}", i));
+    }
+    out
+}
+
+/// The migrations of [`sample`]: 12 in wave w1 spread over the phases, 3 in w2, 1 alone.
+pub fn sample_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
+    let phases = [
+        Phase::Succeeded, Phase::Succeeded, Phase::Failed, Phase::Importing, Phase::Importing, Phase::Converting,
+        Phase::Preparing, Phase::CreatingVM, Phase::Validating, Phase::Queued, Phase::Queued, Phase::Cancelled,
+    ];
+    let mut out: Vec<_> = sample_names()
+        .iter()
+        .zip(phases)
+        .enumerate()
+        .map(|(i, (n, p))| vmm(ns, n, Some("w1"), p, i as i64))
+        .collect();
+    out.push(vmm(ns, "w2-dc0-h0-vm0", Some("w2"), Phase::Starting, 20));
+    out.push(vmm(ns, "w2-dc0-h0-vm1", Some("w2"), Phase::Pending, 21));
+    out.push(vmm(ns, "w2-dc0-h0-vm2", Some("w2"), Phase::Pending, 22).paused());
+    out.push(vmm(ns, "legacy-erp", None, Phase::Importing, 23));
+    out
+}
+
+/// Events about `w1-web-00`.
+pub fn sample_events(ns: &str) -> Vec<EventRow> {
+    let key = ObjKey::new(ns, "w1-db-01");
+    let mk = |i: i64, type_: &str, reason: &str, note: &str| EventRow {
+        uid: format!("ev-{i}"),
+        kind: EventKind::Migration,
+        regarding: key.clone(),
+        time: Some(ts(i).0),
+        type_: type_.into(),
+        reason: reason.into(),
+        note: note.into(),
+        count: 1,
+    };
+    vec![
+        mk(130, "Normal", "Discovered", "found DC0_H0_VM1 (2 disks, 128MiB)"),
+        mk(420, "Normal", "Converted", "2 disks converted and staged"),
+        mk(900, "Normal", "ImportStarted", "DataVolumes w1-db-01-disk-0, w1-db-01-disk-1 created"),
+        mk(3550, "Normal", "Succeeded", "VM w1-db-01 runs in KubeVirt, guest agent connected"),
+    ]
+}
+
+/// A live cockpit over the sample, namespace `apps`.
+pub fn sample_state(scope: Scope) -> State {
+    let mut s = State::new("lab", scope, false, now());
+    let ns = "apps";
+    update(&mut s, Action::MigrationsListed(sample_migrations(ns)));
+    update(
+        &mut s,
+        Action::WavesListed(vec![
+            wave_obj(ns, "w1", 12, WaveCounts { queued: 2, running: 6, succeeded: 2, failed: 1, cancelled: 1, pending: 0 }, WavePhase::Running),
+            wave_obj(ns, "w2", 3, WaveCounts { pending: 2, running: 1, ..WaveCounts::default() }, WavePhase::Running),
+        ]),
+    );
+    update(&mut s, Action::EventsListed(sample_events(ns)));
+    for r in Resource::ALL {
+        update(&mut s, Action::Connection(r, ConnState::Live));
+    }
+    s
+}
+
+/// `n` migrations over `waves` waves, for benchmarks.
+pub fn many(n: usize, waves: usize) -> Vec<VirtualMachineMigration> {
+    (0..n)
+        .map(|i| {
+            let w = format!("wave-{:02}", i % waves.max(1));
+            let p = PHASES[(i * 7) % PHASES.len()];
+            vmm(&format!("ns-{}", i % 5), &format!("{w}-dc0-h{}-vm{i:05}", i % 8), Some(&w), p, i as i64)
+        })
+        .collect()
+}
