@@ -188,7 +188,10 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
     let table = Table::new(rows, cons).header(TRow::new(header)).column_spacing(1);
     frame.render_widget(table, inner);
     if empty && inner.height > 2 {
-        let msg = if !state.conn.ever_listed {
+        let crd_missing = matches!(state.conn.migrations, crate::state::ConnState::CrdMissing);
+        let msg = if crd_missing {
+            strings::CRD_HINT
+        } else if !state.conn.ever_listed {
             strings::LOADING
         } else if state.index.is_empty() {
             strings::EMPTY_BOARD

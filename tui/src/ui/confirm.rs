@@ -48,7 +48,8 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
         Span::styled("n", t.key()),
         Span::raw("/Esc: no"),
     ]));
-    let h = (lines.len() as u16 + 2).min(area.height);
+    // +2 for the border, +1 for the sentence that wraps.
+    let h = (lines.len() as u16 + 3).min(area.height);
     let r = centered(area, 72, h);
     frame.render_widget(Clear, r);
     let block = Block::default().borders(Borders::ALL).border_style(t.bad()).title(" confirm ");
