@@ -1,0 +1,478 @@
+//! Transitions of the cockpit state, table-driven where the cases are alike.
+
+use ferry_crds::{Phase, VirtualMachineMigration, fixtures::{migration, ts}};
+use serde_json::json;
+
+use super::*;
+
+fn now() -> Timestamp {
+    ts(3600).0
+}
+
+fn vmm(name: &str, phase: Phase) -> VirtualMachineMigration {
+    let mut o = migration(name).with_phase(phase);
+    o.metadata.resource_version = Some("7".into());
+    o
+}
+
+fn in_wave(name: &str, wave: &str, phase: Phase) -> VirtualMachineMigration {
+    let mut o = vmm(name, phase).in_wave(wave).released();
+    o.metadata.resource_version = Some("7".into());
+    o
+}
+
+fn key(name: &str) -> ObjKey {
+    ObjKey::new("default", name)
+}
+
+fn state_with(objs: Vec<VirtualMachineMigration>) -> State {
+    let mut s = State::new("lab", Scope::Namespace("default".into()), false, now());
+    update(&mut s, Action::MigrationsListed(objs));
+    update(&mut s, Action::Connection(Resource::Migrations, ConnState::Live));
+    s
+}
+
+fn visible_names(s: &State) -> Vec<String> {
+    s.index.visible_range(0, s.index.visible_len()).map(|r| r.key.name.clone()).collect()
+}
+
+fn type_filter(s: &mut State, text: &str) {
+    update(s, Action::StartFilter);
+    update(s, Action::Edit(Edit::Clear));
+    for c in text.chars() {
+        update(s, Action::Edit(Edit::Char(c)));
+    }
+    update(s, Action::Submit);
+}
+
+#[test]
+fn filter_tokens_and_words_select_rows() {
+    let objs = vec![
+        in_wave("web-1", "w1", Phase::Failed),
+        in_wave("web-2", "w1", Phase::Importing),
+        in_wave("db-1", "w3", Phase::Failed),
+        vmm("lone", Phase::Pending),
+    ];
+    let cases: &[(&str, &[&str])] = &[
+        ("", &["db-1", "lone", "web-1", "web-2"]),
+        ("phase:Failed", &["db-1", "web-1"]),
+        ("phase:failed,pending", &["db-1", "lone", "web-1"]),
+        ("wave:w3", &["db-1"]),
+        ("phase:Failed wave:w1", &["web-1"]),
+        ("web", &["web-1", "web-2"]),
+        ("WEB importing", &["web-2"]),
+        ("ns:default lone", &["lone"]),
+        ("ns:apps", &[]),
+        ("w:w1 p:Importing", &["web-2"]),
+    ];
+    for (text, want) in cases {
+        let mut s = state_with(objs.clone());
+        type_filter(&mut s, text);
+        assert_eq!(visible_names(&s), *want, "filter {text:?}");
+    }
+}
+
+#[test]
+fn unknown_phase_in_a_filter_is_reported_not_fatal() {
+    let f = Filter::parse("phase:Running web");
+    assert_eq!(f.errors, vec!["unknown phase \"Running\"".to_owned()]);
+}
+
+#[test]
+fn sort_keys_order_rows_and_reverse_flips_them() {
+    let mut a = vmm("a", Phase::Succeeded);
+    a.status.as_mut().unwrap().attempts = 3;
+    let mut b = vmm("b", Phase::Importing);
+    b.status.as_mut().unwrap().progress = Some(ferry_crds::Progress { percent: 40.0, ..Default::default() });
+    let c = vmm("c", Phase::Pending);
+    let mut s = state_with(vec![c, a, b]);
+    assert_eq!(visible_names(&s), ["a", "b", "c"]);
+    let cases: &[(SortKey, &[&str])] = &[
+        (SortKey::Wave, &["a", "b", "c"]),
+        (SortKey::Phase, &["c", "b", "a"]),
+        (SortKey::Progress, &["a", "c", "b"]),
+        (SortKey::Attempt, &["b", "c", "a"]),
+    ];
+    for (k, want) in cases {
+        while s.index.sort().key != *k {
+            update(&mut s, Action::CycleSort);
+        }
+        assert_eq!(visible_names(&s), *want, "{k:?}");
+    }
+    update(&mut s, Action::ReverseSort);
+    assert_eq!(visible_names(&s), ["a", "c", "b"]);
+}
+
+#[test]
+fn the_cursor_follows_the_selected_row_when_an_update_moves_it() {
+    let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending), vmm("c", Phase::Pending)]);
+    while s.index.sort().key != SortKey::Phase {
+        update(&mut s, Action::CycleSort);
+    }
+    update(&mut s, Action::Nav(Nav::Bottom));
+    assert_eq!(s.selected, Some(key("c")));
+    update(&mut s, Action::MigrationApplied(Box::new(vmm("c", Phase::Queued)))); // still last
+    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Succeeded)))); // a moves to the end
+    assert_eq!(visible_names(&s), ["b", "c", "a"]);
+    assert_eq!(s.cursor, 1, "cursor moved with c");
+    assert_eq!(s.selected, Some(key("c")));
+}
+
+/// A deterministic pseudo-random walk of upserts and deletes: the incrementally kept view must
+/// equal a full re-sort after every step.
+#[test]
+fn incremental_view_equals_a_full_rebuild_after_every_event() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for sort_key in SortKey::ALL {
+        let mut s = state_with(vec![]);
+        s.scope = Scope::All;
+        while s.index.sort().key != sort_key {
+            update(&mut s, Action::CycleSort);
+        }
+        type_filter(&mut s, "wave:w1,w2");
+        for _ in 0..400 {
+            let name = format!("m{}", rnd(40));
+            if rnd(6) == 0 {
+                update(&mut s, Action::MigrationDeleted(key(&name)));
+            } else {
+                let mut o = in_wave(&name, &format!("w{}", rnd(3)), Phase::ALL[rnd(11) as usize]);
+                let st = o.status.as_mut().unwrap();
+                st.attempts = rnd(3) as i32;
+                st.progress = Some(ferry_crds::Progress { percent: rnd(100) as f64, ..Default::default() });
+                update(&mut s, Action::MigrationApplied(Box::new(o)));
+            }
+            let incremental = visible_names(&s);
+            let mut rebuilt = Index::default();
+            rebuilt.set_sort(s.index.sort());
+            rebuilt.set_filter(s.index.filter().clone());
+            rebuilt.replace_all(s.index.iter().cloned().collect());
+            let full: Vec<String> =
+                rebuilt.visible_range(0, rebuilt.visible_len()).map(|r| r.key.name.clone()).collect();
+            assert_eq!(incremental, full, "{sort_key:?}");
+            let counted: u32 = s.index.counts().map(|(_, n)| n).sum();
+            assert_eq!(counted as usize, s.index.len());
+        }
+    }
+}
+
+#[test]
+fn space_marks_and_moves_down_and_a_marks_all_visible_then_none() {
+    let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending), vmm("c", Phase::Failed)]);
+    update(&mut s, Action::ToggleMark);
+    assert_eq!(s.selected, Some(key("b")));
+    assert!(s.marks.contains(&key("a")));
+    update(&mut s, Action::Nav(Nav::Up));
+    update(&mut s, Action::ToggleMark);
+    assert!(s.marks.is_empty(), "space again unmarks");
+    type_filter(&mut s, "phase:Pending");
+    update(&mut s, Action::MarkAllVisible);
+    assert_eq!(s.marks.len(), 2);
+    update(&mut s, Action::MarkAllVisible);
+    assert!(s.marks.is_empty());
+}
+
+#[test]
+fn cancel_on_marks_confirms_patches_and_keeps_a_pending_marker_until_the_watch_shows_it() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing), vmm("b", Phase::Succeeded), vmm("c", Phase::Converting)]);
+    update(&mut s, Action::MarkAllVisible);
+    assert!(update(&mut s, Action::Request(Verb::Cancel)).is_empty(), "nothing before the yes");
+    let Some(Popup::Confirm(c)) = &s.popup else { panic!("confirm dialog expected") };
+    assert_eq!(c.targets.len(), 2);
+    assert_eq!(c.skipped, vec![(Target { kind: TargetKind::Migration, key: key("b") }, "already finished")]);
+    let fx = update(&mut s, Action::Confirm);
+    assert_eq!(fx.len(), 2);
+    for e in &fx {
+        let Effect::Patch { patch, .. } = e else { panic!("patch expected: {e:?}") };
+        assert_eq!(*patch, json!({"spec": {"cancel": true}}));
+    }
+    assert!(s.pending_of(&key("a")).is_some());
+    assert!(s.index.get(&key("a")).is_some_and(|r| !r.cancel), "the board never shows what the API lacks");
+    assert_eq!(s.popup, Some(Popup::Report));
+    assert!(s.marks.is_empty());
+    // The watch delivers the change: the marker goes.
+    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).cancelled())));
+    assert!(s.pending_of(&key("a")).is_none());
+    assert!(s.pending_of(&key("c")).is_some());
+}
+
+#[test]
+fn failed_outcomes_clear_the_pending_marker_and_show_the_report() {
+    let cases = [
+        (Outcome::Forbidden("no".into()), "forbidden"),
+        (Outcome::Conflict, "conflict"),
+        (Outcome::NotFound, "not found"),
+        (Outcome::Failed("boom".into()), "failed"),
+    ];
+    for (outcome, word) in cases {
+        let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+        update(&mut s, Action::Request(Verb::Pause));
+        let fx = update(&mut s, Action::Confirm);
+        let Some(Effect::Patch { id, target, patch }) = fx.first().cloned() else { panic!() };
+        assert_eq!(patch, json!({"spec": {"paused": true}}));
+        assert_eq!(s.popup, None, "a single applied action needs no popup");
+        update(&mut s, Action::Outcome { id, target, outcome });
+        assert!(s.pending_of(&key("a")).is_none(), "{word}");
+        assert_eq!(s.popup, Some(Popup::Report), "{word}");
+        let flash = s.flash.clone().unwrap();
+        assert!(flash.error && flash.text.contains(word), "{word}: {flash:?}");
+    }
+}
+
+#[test]
+fn an_applied_outcome_keeps_the_marker_until_the_watch() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    update(&mut s, Action::Request(Verb::Pause));
+    let fx = update(&mut s, Action::Confirm);
+    let Some(Effect::Patch { id, target, .. }) = fx.first().cloned() else { panic!() };
+    update(&mut s, Action::Outcome { id, target, outcome: Outcome::Applied });
+    assert!(s.pending_of(&key("a")).is_some());
+    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).paused())));
+    assert!(s.pending_of(&key("a")).is_none());
+}
+
+#[test]
+fn retry_raises_the_token_conditionally_and_clears_cancel_of_a_cancelled_one() {
+    let mut failed = vmm("f", Phase::Failed).with_retry(2);
+    failed.metadata.resource_version = Some("41".into());
+    let mut cancelled = vmm("x", Phase::Cancelled).cancelled();
+    cancelled.metadata.resource_version = Some("42".into());
+    let mut s = state_with(vec![failed, cancelled, vmm("ok", Phase::Importing)]);
+    update(&mut s, Action::MarkAllVisible);
+    update(&mut s, Action::Request(Verb::Retry));
+    let fx = update(&mut s, Action::Confirm);
+    let patches: Vec<_> = fx
+        .iter()
+        .map(|e| match e {
+            Effect::Patch { target, patch, .. } => (target.key.name.clone(), patch.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        patches,
+        vec![
+            ("f".into(), json!({"spec": {"retry": 3}, "metadata": {"resourceVersion": "41"}})),
+            ("x".into(), json!({"spec": {"retry": 1, "cancel": false}, "metadata": {"resourceVersion": "42"}})),
+        ]
+    );
+}
+
+#[test]
+fn p_pauses_and_resumes_when_everything_targeted_is_paused() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing).paused()]);
+    update(&mut s, Action::TogglePause);
+    assert!(matches!(&s.popup, Some(Popup::Confirm(c)) if c.verb == Verb::Resume));
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    update(&mut s, Action::TogglePause);
+    assert!(matches!(&s.popup, Some(Popup::Confirm(c)) if c.verb == Verb::Pause));
+}
+
+#[test]
+fn delete_sends_a_delete_and_the_marker_goes_with_the_object() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    update(&mut s, Action::Request(Verb::Delete));
+    let fx = update(&mut s, Action::Confirm);
+    assert!(matches!(fx.as_slice(), [Effect::Delete { target, .. }] if target.key == key("a")));
+    assert!(s.pending_of(&key("a")).is_some());
+    update(&mut s, Action::MigrationDeleted(key("a")));
+    assert!(s.pending.is_empty());
+    assert_eq!(s.index.len(), 0);
+    assert_eq!(s.selected, None);
+}
+
+#[test]
+fn readonly_refuses_every_mutation_without_effects() {
+    for verb in [Verb::Cancel, Verb::Retry, Verb::Pause, Verb::Resume, Verb::Delete] {
+        let mut s = state_with(vec![vmm("a", Phase::Failed).paused()]);
+        s.readonly = true;
+        assert!(update(&mut s, Action::Request(verb)).is_empty());
+        assert!(s.popup.is_none());
+        assert!(s.flash.as_ref().is_some_and(|f| f.text.contains("read-only")), "{verb:?}");
+        assert!(update(&mut s, Action::Confirm).is_empty());
+    }
+}
+
+#[test]
+fn nothing_applicable_flashes_why_instead_of_asking() {
+    let mut s = state_with(vec![vmm("a", Phase::Succeeded)]);
+    update(&mut s, Action::Request(Verb::Cancel));
+    assert!(s.popup.is_none());
+    assert_eq!(s.flash.unwrap().text, "nothing to cancel: a is already finished");
+}
+
+#[test]
+fn connection_states_mark_the_board_stale_and_live_again() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    assert!(!s.conn.is_stale());
+    let retry_at = ts(3605).0;
+    let steps = [
+        (ConnState::Reconnecting { retry_at, attempt: 1, error: "refused".into() }, true),
+        (ConnState::Connecting, true),
+        (ConnState::Listing, true),
+        (ConnState::Live, false),
+        (ConnState::Forbidden("no".into()), true),
+        (ConnState::Live, false),
+        (ConnState::CrdMissing, true),
+    ];
+    for (st, stale) in steps {
+        update(&mut s, Action::Connection(Resource::Migrations, st.clone()));
+        assert_eq!(s.conn.is_stale(), stale, "{st:?}");
+        assert_eq!(s.index.len(), 1, "the last board stays");
+    }
+    // Events failing do not make the board stale, but show in the header's worst state.
+    let mut s = state_with(vec![]);
+    update(&mut s, Action::Connection(Resource::Events, ConnState::Forbidden("no".into())));
+    assert!(!s.conn.is_stale());
+    assert_eq!(s.conn.worst().0, Resource::Events);
+}
+
+#[test]
+fn nothing_is_stale_before_the_first_list() {
+    let mut s = State::new("lab", Scope::All, false, now());
+    update(&mut s, Action::Connection(Resource::Migrations, ConnState::CrdMissing));
+    assert!(!s.conn.is_stale());
+}
+
+#[test]
+fn a_relist_replaces_rows_and_forgets_marks_of_vanished_ones() {
+    let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending)]);
+    update(&mut s, Action::MarkAllVisible);
+    update(&mut s, Action::MigrationsListed(vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]));
+    assert_eq!(visible_names(&s), ["b", "c"]);
+    assert_eq!(s.marks.len(), 1);
+    assert!(s.marks.contains(&key("b")));
+    assert_eq!(s.index.count(Phase::Queued), 1);
+}
+
+#[test]
+fn commands_switch_namespace_wave_context_and_quit() {
+    let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending), in_wave("b", "w2", Phase::Pending)]);
+    let fx = update(&mut s, Action::Command("wave w2".into()));
+    assert!(fx.is_empty());
+    assert_eq!(visible_names(&s), ["b"]);
+    update(&mut s, Action::Command("wave all".into()));
+    assert_eq!(visible_names(&s), ["a", "b"]);
+    let fx = update(&mut s, Action::Command("ns apps".into()));
+    assert_eq!(fx, vec![Effect::Rewatch(Scope::Namespace("apps".into()))]);
+    assert_eq!(s.index.len(), 0, "the old namespace's rows are not shown under the new scope");
+    assert_eq!(s.scope, Scope::Namespace("apps".into()));
+    assert_eq!(update(&mut s, Action::Command("ns all".into())), vec![Effect::Rewatch(Scope::All)]);
+    assert_eq!(update(&mut s, Action::Command("ctx prod".into())), vec![Effect::SwitchContext("prod".into())]);
+    update(&mut s, Action::Command("frobnicate".into()));
+    assert!(s.flash.as_ref().is_some_and(|f| f.error));
+    assert_eq!(update(&mut s, Action::Command("q".into())), vec![Effect::Quit]);
+    assert!(s.quit);
+}
+
+#[test]
+fn the_wave_strip_takes_actions_for_the_wave() {
+    let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending)]);
+    let mut w = ferry_crds::fixtures::wave("w1", 3);
+    w.metadata.resource_version = Some("9".into());
+    update(&mut s, Action::WavesListed(vec![w.clone()]));
+    update(&mut s, Action::FocusNext);
+    assert_eq!(s.focus, Focus::Waves);
+    update(&mut s, Action::Request(Verb::Pause));
+    let fx = update(&mut s, Action::Confirm);
+    assert!(
+        matches!(fx.as_slice(), [Effect::Patch { target, .. }] if target.kind == TargetKind::Wave && target.key == key("w1"))
+    );
+    update(&mut s, Action::WaveApplied(Box::new(w.paused())));
+    assert!(s.pending.is_empty());
+    update(&mut s, Action::Enter);
+    assert_eq!(s.focus, Focus::Board);
+    assert_eq!(s.index.wave_scope(), Some("w1"));
+}
+
+#[test]
+fn esc_backs_out_of_input_popup_view_then_filter_marks_and_wave() {
+    let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending), in_wave("b", "w1", Phase::Pending)]);
+    update(&mut s, Action::Command("wave w1".into()));
+    update(&mut s, Action::ToggleMark);
+    type_filter(&mut s, "a");
+    update(&mut s, Action::Enter);
+    update(&mut s, Action::ToggleHelp);
+    update(&mut s, Action::StartCommand);
+    let steps: [fn(&State) -> bool; 6] = [
+        |s| s.input.is_none() && s.popup.is_some(),
+        |s| s.popup.is_none() && !s.views.is_empty(),
+        |s| s.views.is_empty() && !s.index.filter().is_empty(),
+        |s| s.index.filter().is_empty() && !s.marks.is_empty(),
+        |s| s.marks.is_empty() && s.index.wave_scope().is_some(),
+        |s| s.index.wave_scope().is_none(),
+    ];
+    for (i, check) in steps.iter().enumerate() {
+        update(&mut s, Action::Back);
+        assert!(check(&s), "after Esc #{}", i + 1);
+    }
+}
+
+#[test]
+fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_seconds() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    let fx = update(&mut s, Action::Enter);
+    assert!(matches!(fx.as_slice(), [Effect::FetchChildren(o)] if o.metadata.name.as_deref() == Some("a")));
+    assert!(update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing)))).is_empty());
+    update(&mut s, Action::Tick(ts(3602).0));
+    let fx = update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::CreatingVM))));
+    assert_eq!(fx.len(), 1);
+    update(&mut s, Action::Children { key: key("a"), result: Ok(vec![]) });
+    assert_eq!(s.children.as_ref().and_then(|c| c.result.clone()), Some(Ok(vec![])));
+}
+
+#[test]
+fn paging_moves_by_the_viewport_and_keeps_the_cursor_on_screen() {
+    let objs: Vec<_> = (0..50).map(|i| vmm(&format!("m{i:02}"), Phase::Pending)).collect();
+    let mut s = state_with(objs);
+    update(&mut s, Action::Viewport(10));
+    update(&mut s, Action::Nav(Nav::PageDown));
+    assert_eq!((s.cursor, s.offset), (10, 1));
+    update(&mut s, Action::Nav(Nav::Bottom));
+    assert_eq!((s.cursor, s.offset), (49, 40));
+    update(&mut s, Action::Nav(Nav::PageUp));
+    assert_eq!((s.cursor, s.offset), (39, 39));
+    update(&mut s, Action::Nav(Nav::Top));
+    assert_eq!((s.cursor, s.offset), (0, 0));
+}
+
+#[test]
+fn events_are_kept_per_object_newest_last_and_bounded() {
+    let mut st = EventStore::default();
+    for i in 0..(events::PER_OBJECT as i64 + 5) {
+        st.upsert(EventRow {
+            uid: format!("e{i}"),
+            kind: EventKind::Migration,
+            regarding: key("a"),
+            time: Some(ts(100 - i).0),
+            type_: "Normal".into(),
+            reason: "R".into(),
+            note: String::new(),
+            count: 1,
+        });
+    }
+    let times: Vec<_> = st.of(EventKind::Migration, &key("a")).map(|e| e.time).collect();
+    assert_eq!(times.len(), events::PER_OBJECT);
+    assert!(times.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn row_message_prefers_the_last_failure_then_the_status_message() {
+    let mut o = vmm("a", Phase::Failed);
+    let st = o.status.as_mut().unwrap();
+    st.message = Some("importing disk 1".into());
+    st.last_failure = Some(ferry_crds::LastFailure {
+        phase: Phase::Importing,
+        reason: ferry_crds::Reason::ImportFailed,
+        message: "dv\nfailed".into(),
+        retriable: true,
+        time: ts(1),
+    });
+    assert_eq!(Row::from_object(o.clone()).message, "ImportFailed: dv failed");
+    o.status.as_mut().unwrap().phase = Phase::Importing;
+    assert_eq!(Row::from_object(o).message, "importing disk 1");
+}
