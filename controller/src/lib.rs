@@ -20,3 +20,4 @@ pub mod wave;
 pub use error::{Error, Result};
 pub use run::{RunOptions, run, run_until};
 pub mod staging;
+pub mod convert;

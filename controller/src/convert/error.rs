@@ -1,0 +1,104 @@
+//! The converter's errors, mapped to the exit codes the conversion Job's failure policy reads.
+
+use crate::children::job::PERMANENT_EXIT_CODE;
+use crate::{staging, vsphere};
+
+/// Exit code for a failure a new attempt may cure (the Job's `backoffLimit` retries it).
+pub const TRANSIENT_EXIT_CODE: i32 = 1;
+
+/// Everything that can stop a conversion run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The arguments cannot work (bad disk pair, bad thumbprint, no datacenter).
+    #[error("invalid arguments: {0}")]
+    Usage(String),
+    #[error("disk {disk}: {source}")]
+    Vsphere { disk: String, source: vsphere::Error },
+    #[error("{context}: {source}")]
+    Staging { context: String, source: staging::Error },
+    /// `qemu-img` could not be started or failed.
+    #[error("qemu-img {what} failed: {detail}")]
+    Qemu { what: String, detail: String, missing: bool },
+    /// The downloaded VMDK is not something we can follow.
+    #[error("disk {disk}: {detail}")]
+    BadDisk { disk: String, detail: String },
+    #[error("{path}: {source}")]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+}
+
+impl Error {
+    /// Whether a new attempt may succeed with the same arguments.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Usage(_) | Error::BadDisk { .. } => false,
+            Error::Vsphere { source, .. } => source.is_transient(),
+            Error::Staging { source, .. } => source.is_transient(),
+            // A missing qemu-img is an image problem; a failed conversion may be a full disk.
+            Error::Qemu { missing, .. } => !missing,
+            Error::Io { .. } => true,
+        }
+    }
+
+    /// The process exit code: [`TRANSIENT_EXIT_CODE`] or the Job's permanent code.
+    pub fn exit_code(&self) -> i32 {
+        if self.is_transient() { TRANSIENT_EXIT_CODE } else { PERMANENT_EXIT_CODE }
+    }
+
+    /// A short, stable label: the inner edge's reason where there is one.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Usage(_) => "Usage",
+            Error::Vsphere { source, .. } => source.reason(),
+            Error::Staging { source, .. } => source.reason(),
+            Error::Qemu { .. } => "QemuImg",
+            Error::BadDisk { .. } => "BadDisk",
+            Error::Io { .. } => "Io",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_split_permanent_from_transient() {
+        let cases: Vec<(Error, i32)> = vec![
+            (Error::Usage("x".into()), PERMANENT_EXIT_CODE),
+            (
+                Error::Vsphere { disk: "d".into(), source: vsphere::Error::BadCredentials { user: "u".into() } },
+                PERMANENT_EXIT_CODE,
+            ),
+            (
+                Error::Vsphere {
+                    disk: "d".into(),
+                    source: vsphere::Error::Unreachable { url: "u".into(), detail: "refused".into() },
+                },
+                TRANSIENT_EXIT_CODE,
+            ),
+            (
+                Error::Staging {
+                    context: "c".into(),
+                    source: staging::Error::NoSuchBucket { bucket: "b".into(), endpoint: "e".into() },
+                },
+                PERMANENT_EXIT_CODE,
+            ),
+            (
+                Error::Staging {
+                    context: "c".into(),
+                    source: staging::Error::Unreachable { endpoint: "e".into(), detail: "d".into() },
+                },
+                TRANSIENT_EXIT_CODE,
+            ),
+            (Error::Qemu { what: "convert".into(), detail: "not found".into(), missing: true }, PERMANENT_EXIT_CODE),
+            (Error::Qemu { what: "convert".into(), detail: "No space".into(), missing: false }, TRANSIENT_EXIT_CODE),
+            (Error::BadDisk { disk: "d".into(), detail: "x".into() }, PERMANENT_EXIT_CODE),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.exit_code(), code, "{e}");
+        }
+        assert_ne!(PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE);
+        // clap exits 2 on usage errors; the permanent code must not be confused with it... or be it.
+        assert_ne!(TRANSIENT_EXIT_CODE, 2);
+    }
+}
