@@ -7,17 +7,17 @@
 
 pub mod children;
 pub mod context;
+pub mod convert;
 mod error;
 pub mod events;
 pub mod health;
 pub mod metrics;
 pub mod reconcile;
 pub mod run;
+pub mod staging;
 pub mod tls;
 pub mod vsphere;
 pub mod wave;
 
 pub use error::{Error, Result};
 pub use run::{RunOptions, run, run_until};
-pub mod staging;
-pub mod convert;
