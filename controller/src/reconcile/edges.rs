@@ -2,16 +2,11 @@
 //! decisions and tests do not need them: the vSphere source and the S3 staging store. Errors
 //! come back already classified as a [`Problem`] (reason, message, transient or not).
 
-use std::sync::Arc;
-
 use ferry_crds::{DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup};
 use futures::future::BoxFuture;
-use object_store::aws::AmazonS3Builder;
-use object_store::path::Path as ObjectPath;
-use object_store::{Attribute, GetOptions, ObjectStore, ObjectStoreExt};
 
 use super::scope::{Problem, StagedObject};
-use crate::vsphere;
+use crate::{staging, vsphere};
 
 /// How to log in to vSphere, with the Secret's credentials resolved.
 #[derive(Clone)]
@@ -212,91 +207,66 @@ impl SourceApi for VsphereSource {
 }
 
 // ---------------------------------------------------------------------------------------------
-// S3 through object_store.
+// S3 through `crate::staging`.
 
-/// [`StagingApi`] on object_store (path-style, SigV4).
+/// [`StagingApi`] on [`crate::staging`] (object_store, path-style, SigV4), with full keys (the
+/// migration's keys already carry `spec.staging.prefix`).
 #[derive(Debug, Default)]
 pub struct S3Staging;
 
-fn store(login: &StagingLogin) -> Result<Arc<dyn ObjectStore>, Problem> {
-    let s = AmazonS3Builder::new()
-        .with_endpoint(&login.endpoint)
-        .with_bucket_name(&login.bucket)
-        .with_region(&login.region)
-        .with_access_key_id(&login.access_key_id)
-        .with_secret_access_key(&login.secret_access_key)
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .build()
-        .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))?;
-    Ok(Arc::new(s))
+fn store(login: &StagingLogin) -> Result<staging::Staging, Problem> {
+    staging::Staging::new(staging::StagingConfig {
+        endpoint: login.endpoint.clone(),
+        bucket: login.bucket.clone(),
+        region: login.region.clone(),
+        access_key: login.access_key_id.clone(),
+        secret_key: login.secret_access_key.clone(),
+        prefix: String::new(),
+    })
+    .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))
 }
 
-fn s3_problem(login: &StagingLogin, e: &object_store::Error) -> Problem {
-    let text = format!("{e}");
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("nosuchbucket") || (matches!(e, object_store::Error::NotFound { .. }) && lower.contains("bucket")) {
-        return Problem::permanent(
-            Reason::BucketNotFound,
-            format!("bucket {} does not exist on {}; create it or fix spec.staging.bucket", login.bucket, login.endpoint),
-        );
+fn s3_problem(e: &staging::Error) -> Problem {
+    use staging::Error as E;
+    match e {
+        E::NoSuchBucket { .. } => Problem::permanent(Reason::BucketNotFound, e.to_string()),
+        E::AccessDenied { .. } => {
+            Problem::permanent(Reason::StagingUnavailable, format!("{e}; fix the spec.staging.credentialsSecretRef Secret"))
+        }
+        _ if e.is_transient() => Problem::transient(Reason::StagingUnavailable, e.to_string()),
+        _ => Problem::permanent(Reason::StagingUnavailable, e.to_string()),
     }
-    if lower.contains("403") || lower.contains("accessdenied") || lower.contains("signaturedoesnotmatch") || lower.contains("invalidaccesskeyid") {
-        return Problem::permanent(
-            Reason::StagingUnavailable,
-            format!("{} refused the staging credentials: {text}; fix the spec.staging.credentialsSecretRef Secret", login.endpoint),
-        );
-    }
-    Problem::transient(Reason::StagingUnavailable, format!("staging {}: {text}", login.endpoint))
-}
-
-fn object_path(key: &str) -> Result<ObjectPath, Problem> {
-    ObjectPath::parse(key).map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("staging key {key:?}: {e}")))
 }
 
 impl StagingApi for S3Staging {
     fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let s = store(login)?;
-            match s.list_with_delimiter(Some(&ObjectPath::from("ferry-bucket-check"))).await {
-                Ok(_) => Ok(()),
-                Err(object_store::Error::NotFound { .. }) => Err(Problem::permanent(
-                    Reason::BucketNotFound,
-                    format!("bucket {} does not exist on {}; create it or fix spec.staging.bucket", login.bucket, login.endpoint),
-                )),
-                Err(e) => Err(s3_problem(login, &e)),
+            match store(login)?.bucket_exists().await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(s3_problem(&staging::Error::NoSuchBucket { bucket: login.bucket.clone(), endpoint: login.endpoint.clone() })),
+                Err(e) => Err(s3_problem(&e)),
             }
         })
     }
 
     fn head<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
         Box::pin(async move {
-            let s = store(login)?;
-            let opts = GetOptions { head: true, ..GetOptions::default() };
-            match s.get_opts(&object_path(key)?, opts).await {
-                Ok(r) => {
-                    let sha256 = r
-                        .attributes
-                        .get(&Attribute::Metadata("sha256".into()))
-                        .map(|v| v.as_ref().trim().to_ascii_lowercase())
-                        .filter(|v| v.len() == 64);
-                    Ok(Some(StagedObject { size: i64::try_from(r.meta.size).unwrap_or(i64::MAX), sha256 }))
-                }
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(s3_problem(login, &e)),
+            match store(login)?.head(key).await {
+                Ok(Some(o)) => Ok(Some(StagedObject {
+                    size: i64::try_from(o.size).unwrap_or(i64::MAX),
+                    sha256: o.sha256.map(|s| s.trim().to_ascii_lowercase()).filter(|s| s.len() == 64),
+                })),
+                Ok(None) => Ok(None),
+                Err(e) => Err(s3_problem(&e)),
             }
         })
     }
 
     fn delete<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let s = store(login)?;
-            match s.delete(&object_path(key)?).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => {
-                    let p = s3_problem(login, &e);
-                    if p.reason == Reason::BucketNotFound { Ok(()) } else { Err(p) }
-                }
+            match store(login)?.delete(key).await {
+                Ok(()) | Err(staging::Error::NotFound { .. } | staging::Error::NoSuchBucket { .. }) => Ok(()),
+                Err(e) => Err(s3_problem(&e)),
             }
         })
     }
