@@ -61,6 +61,8 @@ struct Cli {
 enum Command {
     /// Run the controllers (the default).
     Run,
+    /// Convert a VM's disks and stage them in S3 (what the conversion Job runs).
+    Convert(ferry_controller::convert::ConvertArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -117,6 +119,10 @@ async fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format);
     ferry_controller::tls::install_default_provider();
     match cli.command {
+        Some(Command::Convert(args)) => {
+            let code = ferry_controller::convert::run_to_exit_code(args).await;
+            std::process::exit(code);
+        }
         None | Some(Command::Run) => {
             let opts = RunOptions {
                 namespace: cli.namespace.clone(),
