@@ -1,7 +1,7 @@
 //! One namespace per test, removed afterwards.
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::{Lab, Result};
 
@@ -10,6 +10,7 @@ use crate::{Lab, Result};
 pub struct TestNamespace {
     pub name: String,
     pub client: kube::Client,
+    kubeconfig: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for TestNamespace {
@@ -31,7 +32,7 @@ impl TestNamespace {
             ..Namespace::default()
         };
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
-        Ok(TestNamespace { name, client })
+        Ok(TestNamespace { name, client, kubeconfig: lab.info.kubeconfig.clone() })
     }
 
     /// A typed API in this namespace.
@@ -46,19 +47,16 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        let client = self.client.clone();
-        let name = self.name.clone();
-        // Drop cannot await and may run outside any runtime (or inside one that is shutting
-        // down), so the delete runs on a small runtime of its own.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            rt.block_on(async move {
-                let _ = Api::<Namespace>::all(client).delete(&name, &DeleteParams::background()).await;
-            });
-        })
-        .join();
+        // Not through `self.client`: its connection task lives on the test's runtime, which is
+        // blocked right here (or already gone), so awaiting it would deadlock. kubectl is a
+        // separate process and needs no runtime.
+        let _ = std::process::Command::new(crate::repo_root().join("target/lab/bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 
