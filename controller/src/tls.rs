@@ -59,9 +59,8 @@ impl Thumbprint {
     ///
     /// Errors: not hex, or neither 20 (SHA-1) nor 32 (SHA-256) bytes.
     pub fn parse(text: &str) -> Result<Self, ThumbprintError> {
-        let hex: String =
-            text.chars().filter(|c| !matches!(c, ':' | ' ' | '-' | '\t')).collect::<String>();
-        if hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        let hex: String = text.chars().filter(|c| !matches!(c, ':' | ' ' | '-' | '\t')).collect::<String>();
+        if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(ThumbprintError::NotHex(text.to_owned()));
         }
         let bytes = (0..hex.len())

@@ -96,8 +96,14 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     assert_eq!(obj.metadata.get("virtual-size").map(String::as_str), Some("67108864"));
     let staged = dir.join("staged.raw");
     st.get_to_file(&key, &staged).await.unwrap();
-    assert!(std::fs::read(&staged).unwrap() == std::fs::read(&expected).unwrap(), "staged bytes differ from qemu-img convert");
-    assert!(std::fs::read(&staged).unwrap() == std::fs::read(&disk.raw).unwrap(), "staged bytes differ from the original disk");
+    assert!(
+        std::fs::read(&staged).unwrap() == std::fs::read(&expected).unwrap(),
+        "staged bytes differ from qemu-img convert"
+    );
+    assert!(
+        std::fs::read(&staged).unwrap() == std::fs::read(&disk.raw).unwrap(),
+        "staged bytes differ from the original disk"
+    );
 
     // The re-run finds the object staged and never logs in: a wrong password cannot hurt it.
     let mut again = args(&vm, vec![spec], OutputFormat::Raw, &work);

@@ -53,7 +53,8 @@ async fn login_with_either_thumbprint_finds_a_vm_by_name_moref_and_uuid() {
     assert_eq!(by_name.memory_mib as i64, vm.memory_mib);
     assert_eq!(by_name.firmware, if vm.firmware == "efi" { Firmware::Efi } else { Firmware::Bios });
     assert_eq!(by_name.datacenter, lab().info.vcenter.datacenter);
-    let disks: Vec<_> = by_name.disks.iter().map(|d| (d.key as i64, d.datastore_path.clone(), d.capacity_bytes as i64)).collect();
+    let disks: Vec<_> =
+        by_name.disks.iter().map(|d| (d.key as i64, d.datastore_path.clone(), d.capacity_bytes as i64)).collect();
     let want: Vec<_> = vm.disks.iter().map(|d| (d.key, d.datastore_path.clone(), d.capacity_bytes)).collect();
     assert_eq!(disks, want);
     assert!(by_name.disks.iter().all(|d| d.backing == DiskBacking::Flat && !d.has_parent), "{:?}", by_name.disks);
@@ -66,7 +67,8 @@ async fn login_with_either_thumbprint_finds_a_vm_by_name_moref_and_uuid() {
     assert_eq!(by_id, by_name);
     let by_uuid = s.find_vm(&VmSelector::Uuid(vm.uuid.clone())).await.unwrap().expect("found by bios uuid");
     assert_eq!(by_uuid.moref, vm.moref);
-    let by_instance = s.find_vm(&VmSelector::Uuid(vm.instance_uuid.clone())).await.unwrap().expect("found by instance uuid");
+    let by_instance =
+        s.find_vm(&VmSelector::Uuid(vm.instance_uuid.clone())).await.unwrap().expect("found by instance uuid");
     assert_eq!(by_instance.moref, vm.moref);
     assert_eq!(s.power_state(&vm.moref).await.unwrap(), power(&vm));
     s.logout().await.unwrap();

@@ -72,7 +72,8 @@ impl DiskSpec {
     /// is what follows the last `=` (datastore paths may contain `=`; generated keys do not).
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
-        let (front, key) = text.rsplit_once('=').ok_or_else(|| format!("{text:?} is not DATASTORE_PATH=STAGING_KEY"))?;
+        let (front, key) =
+            text.rsplit_once('=').ok_or_else(|| format!("{text:?} is not DATASTORE_PATH=STAGING_KEY"))?;
         let (index, path) = match front.split_once('=') {
             Some((i, p)) if !front.starts_with('[') => {
                 (Some(i.trim().parse::<usize>().map_err(|_| format!("{i:?} in {text:?} is not a disk index"))?), p)
@@ -497,7 +498,9 @@ mod tests {
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-        text.lines().find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned())).unwrap_or_else(|| panic!("no result in {text}"))
+        text.lines()
+            .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
+            .unwrap_or_else(|| panic!("no result in {text}"))
     }
 
     #[test]
@@ -555,8 +558,15 @@ mod tests {
         assert!(already_staged(&obj(&good), &disk, OutputFormat::Raw));
         assert!(!already_staged(&obj(&good), &disk, OutputFormat::Qcow2));
         assert!(!already_staged(&obj(&good[1..]), &disk, OutputFormat::Raw), "no checksum");
-        assert!(!already_staged(&obj(&[good[0], ("source-path", "[ds] other.vmdk"), good[2]]), &disk, OutputFormat::Raw));
-        assert!(!already_staged(&obj(&[("sha256", "abc"), good[1], good[2]]), &disk, OutputFormat::Raw), "bad checksum");
+        assert!(!already_staged(
+            &obj(&[good[0], ("source-path", "[ds] other.vmdk"), good[2]]),
+            &disk,
+            OutputFormat::Raw
+        ));
+        assert!(
+            !already_staged(&obj(&[("sha256", "abc"), good[1], good[2]]), &disk, OutputFormat::Raw),
+            "bad checksum"
+        );
     }
 
     #[test]

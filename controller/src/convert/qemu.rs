@@ -24,7 +24,15 @@ async fn run(qemu_img: &Path, what: &str, args: &[&std::ffi::OsStr]) -> Result<V
 
 /// `qemu-img convert -f vmdk -O FORMAT src dest`.
 pub async fn convert(qemu_img: &Path, src: &Path, dest: &Path, format: OutputFormat) -> Result<(), Error> {
-    let args = ["convert".as_ref(), "-f".as_ref(), "vmdk".as_ref(), "-O".as_ref(), format.as_str().as_ref(), src.as_os_str(), dest.as_os_str()];
+    let args = [
+        "convert".as_ref(),
+        "-f".as_ref(),
+        "vmdk".as_ref(),
+        "-O".as_ref(),
+        format.as_str().as_ref(),
+        src.as_os_str(),
+        dest.as_os_str(),
+    ];
     run(qemu_img, "convert", &args).await.map(|_| ())
 }
 

@@ -32,7 +32,8 @@ pub fn extent_files(descriptor: &str) -> Result<Vec<String>, DescriptorError> {
         let malformed = || DescriptorError::Malformed { line: i + 1, text: line.to_owned() };
         // RW <sectors> <type> ["file name" [offset]]
         let mut words = line.splitn(4, char::is_whitespace).filter(|w| !w.is_empty());
-        let (_access, _size, kind) = (words.next(), words.next().ok_or_else(malformed)?, words.next().ok_or_else(malformed)?);
+        let (_access, _size, kind) =
+            (words.next(), words.next().ok_or_else(malformed)?, words.next().ok_or_else(malformed)?);
         if kind.eq_ignore_ascii_case("ZERO") {
             continue;
         }

@@ -132,12 +132,7 @@ mod tests {
     #[test]
     fn classification_table() {
         let cases: Vec<(StoreKind, &str, &str, bool)> = vec![
-            (
-                StoreKind::NotFound,
-                "404 Not Found: <Error><Code>NoSuchBucket</Code></Error>",
-                "NoSuchBucket",
-                false,
-            ),
+            (StoreKind::NotFound, "404 Not Found: <Error><Code>NoSuchBucket</Code></Error>", "NoSuchBucket", false),
             (StoreKind::Other, "status code: 404 Not Found: <Code>NoSuchBucket</Code>", "NoSuchBucket", false),
             (StoreKind::NotFound, "Object at location a/b not found", "NotFound", false),
             (StoreKind::Denied, "permission denied", "AccessDenied", false),

@@ -224,12 +224,7 @@ impl Staging {
     /// atomic); an aborted multipart upload is cleaned up when possible.
     ///
     /// Errors: [`Error::Io`] reading the file; S3 errors classified.
-    pub async fn put_file(
-        &self,
-        key: &str,
-        file: &Path,
-        metadata: &BTreeMap<String, String>,
-    ) -> Result<StagedObject> {
+    pub async fn put_file(&self, key: &str, file: &Path, metadata: &BTreeMap<String, String>) -> Result<StagedObject> {
         let path = self.path(key)?;
         let io = |source| Error::Io { path: file.to_owned(), source };
         let size = tokio::fs::metadata(file).await.map_err(io)?.len();
@@ -426,7 +421,8 @@ mod tests {
         assert!(matches!(Staging::new(ftp), Err(Error::Invalid(_))));
         let no_bucket = StagingConfig { bucket: String::new(), ..base.clone() };
         assert!(matches!(Staging::new(no_bucket), Err(Error::Invalid(_))));
-        let url = Staging::new(StagingConfig { prefix: "stage".into(), ..base }).unwrap().object_url("ns/d.raw").unwrap();
+        let url =
+            Staging::new(StagingConfig { prefix: "stage".into(), ..base }).unwrap().object_url("ns/d.raw").unwrap();
         assert_eq!(url, "http://127.0.0.1:9000/ferry/stage/ns/d.raw");
     }
 
@@ -436,10 +432,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("abc");
         std::fs::write(&f, b"abc").unwrap();
-        assert_eq!(
-            sha256_file(&f).await.unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_file(&f).await.unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

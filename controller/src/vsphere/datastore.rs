@@ -62,8 +62,7 @@ pub fn download_url(sdk: &str, datastore_path: &str, datacenter: &str) -> Result
     let ds = DatastorePath::parse(datastore_path)?;
     let mut url = sdk_base(sdk)?;
     {
-        let mut segments =
-            url.path_segments_mut().map_err(|_| Error::Invalid(format!("{sdk} cannot carry a path")))?;
+        let mut segments = url.path_segments_mut().map_err(|_| Error::Invalid(format!("{sdk} cannot carry a path")))?;
         segments.clear().push("folder");
         for part in ds.path.split('/').filter(|p| !p.is_empty()) {
             segments.push(part);

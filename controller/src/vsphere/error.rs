@@ -172,7 +172,9 @@ impl Error {
             .join("; ");
         match name.as_str() {
             "InvalidLogin" | "InvalidLoginFault" => Error::BadCredentials { user: String::new() },
-            "ManagedObjectNotFound" | "FileNotFound" => Error::NotFound(if message.is_empty() { name } else { message }),
+            "ManagedObjectNotFound" | "FileNotFound" => {
+                Error::NotFound(if message.is_empty() { name } else { message })
+            }
             _ => Error::Fault { name, message },
         }
     }

@@ -5,10 +5,10 @@ use vim_rs::types::convert::CastFrom;
 use vim_rs::types::enums::VirtualMachinePowerStateEnum;
 use vim_rs::types::struct_enum::StructType;
 use vim_rs::types::structs::{
-    VirtualDisk, VirtualDiskFlatVer1BackingInfo, VirtualDiskFlatVer2BackingInfo, VirtualDiskRawDiskMappingVer1BackingInfo,
-    VirtualDiskSeSparseBackingInfo, VirtualDiskSparseVer1BackingInfo, VirtualDiskSparseVer2BackingInfo,
-    VirtualEthernetCardDistributedVirtualPortBackingInfo, VirtualEthernetCardNetworkBackingInfo,
-    VirtualEthernetCardOpaqueNetworkBackingInfo,
+    VirtualDisk, VirtualDiskFlatVer1BackingInfo, VirtualDiskFlatVer2BackingInfo,
+    VirtualDiskRawDiskMappingVer1BackingInfo, VirtualDiskSeSparseBackingInfo, VirtualDiskSparseVer1BackingInfo,
+    VirtualDiskSparseVer2BackingInfo, VirtualEthernetCardDistributedVirtualPortBackingInfo,
+    VirtualEthernetCardNetworkBackingInfo, VirtualEthernetCardOpaqueNetworkBackingInfo,
 };
 use vim_rs::types::traits::{
     VirtualDeviceBackingInfoTrait, VirtualDeviceFileBackingInfoTrait, VirtualDeviceTrait, VirtualEthernetCardTrait,
@@ -111,11 +111,8 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
             .and_then(|b| <dyn VirtualDeviceFileBackingInfoTrait>::from_ref(b))
             .map(|f| f.get_virtual_device_file_backing_info().file_name.clone())
             .unwrap_or_default();
-        let capacity_bytes = disk
-            .capacity_in_bytes
-            .filter(|b| *b > 0)
-            .unwrap_or(disk.capacity_in_kb.saturating_mul(1024))
-            .max(0) as u64;
+        let capacity_bytes =
+            disk.capacity_in_bytes.filter(|b| *b > 0).unwrap_or(disk.capacity_in_kb.saturating_mul(1024)).max(0) as u64;
         out.push(DiskInfo {
             key: dev.key,
             label: label(dev),

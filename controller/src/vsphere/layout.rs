@@ -9,13 +9,23 @@ use super::{DatastorePath, DiskBacking, VmInfo};
 pub enum LayoutProblem {
     NoDisks,
     /// A raw device mapping: the data is on a LUN, not in a datastore file.
-    RawDeviceMapping { disk: String },
+    RawDeviceMapping {
+        disk: String,
+    },
     /// The disk sits on a snapshot chain; the copy would miss the base or the deltas.
-    SnapshotDelta { disk: String },
+    SnapshotDelta {
+        disk: String,
+    },
     /// The backing file is not a `.vmdk` datastore file.
-    NotVmdk { disk: String, path: String },
+    NotVmdk {
+        disk: String,
+        path: String,
+    },
     /// A backing type ferry does not read (SeSparse, vVol, persistent memory, ...).
-    UnsupportedBacking { disk: String, kind: String },
+    UnsupportedBacking {
+        disk: String,
+        kind: String,
+    },
 }
 
 impl fmt::Display for LayoutProblem {
@@ -94,11 +104,13 @@ mod tests {
         }
     }
 
+    type Case = (&'static str, Vec<DiskInfo>, Result<(), Vec<LayoutProblem>>);
+
     #[test]
     fn layout_table() {
         use DiskBacking::*;
         let flat = "[ds] vm/vm.vmdk";
-        let cases: Vec<(&str, Vec<DiskInfo>, Result<(), Vec<LayoutProblem>>)> = vec![
+        let cases: Vec<Case> = vec![
             ("one flat disk", vec![disk(2000, flat, Flat, false)], Ok(())),
             ("hosted sparse disk", vec![disk(2000, flat, Sparse, false)], Ok(())),
             ("upper-case extension", vec![disk(2000, "[ds] vm/VM.VMDK", Flat, false)], Ok(())),

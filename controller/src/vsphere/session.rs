@@ -12,9 +12,7 @@ use vim_rs::core::pc_helpers::Queriable;
 use vim_rs::core::pc_retrieve::ObjectRetriever;
 use vim_rs::mo;
 use vim_rs::types::enums::{MoTypesEnum, TaskInfoStateEnum};
-use vim_rs::types::structs::{
-    ManagedObjectReference, ObjectContent, ObjectSpec, PropertyFilterSpec, RetrieveOptions,
-};
+use vim_rs::types::structs::{ManagedObjectReference, ObjectContent, ObjectSpec, PropertyFilterSpec, RetrieveOptions};
 
 use super::datastore::{download_url, sdk_url, server_address};
 use super::error::chain;
@@ -112,7 +110,8 @@ impl Session {
         T: Queriable + TryFrom<ObjectContent>,
         <T as TryFrom<ObjectContent>>::Error: std::fmt::Display,
     {
-        let pc = mo::PropertyCollector::new(self.client.clone(), &self.client.service_content().property_collector.value);
+        let pc =
+            mo::PropertyCollector::new(self.client.clone(), &self.client.service_content().property_collector.value);
         let spec = PropertyFilterSpec {
             object_set: vec![ObjectSpec { obj: obj.clone(), skip: Some(false), select_set: None }],
             prop_set: vec![T::prop_spec()],
@@ -245,9 +244,9 @@ impl Session {
     async fn parent_of(&self, obj: &ManagedObjectReference) -> Result<Option<ManagedObjectReference>> {
         match self.client.fetch_property_raw("", obj.r#type.as_str(), &obj.value, "parent").await {
             Ok(None) => Ok(None),
-            Ok(Some(v)) => vim_rs::core::client::extract_property::<ManagedObjectReference>(v)
-                .map(Some)
-                .map_err(|e| self.vim(&e)),
+            Ok(Some(v)) => {
+                vim_rs::core::client::extract_property::<ManagedObjectReference>(v).map(Some).map_err(|e| self.vim(&e))
+            }
             Err(e) => Err(self.vim(&e)),
         }
     }
