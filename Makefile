@@ -27,6 +27,10 @@ build:
 test: lab-build
 	@tests/run-tests.sh
 
+## The lab, the controller, ferry-sim and the cockpit on a sample wave (q quits and stops all).
+demo: lab-build
+	@assets/demo.sh
+
 ## Benchmarks (timings live here, never in tests).
 bench: lab-build
 	$(CARGO) bench --workspace

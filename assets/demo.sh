@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `make demo`: the lab, the controller, ferry-sim and the cockpit on a sample wave.
+#
+# Starts a lab in target/lab/demo (or $LAB_STATE), puts real VMDKs behind a handful of vcsim VMs,
+# applies the CRDs, Secrets filled from the lab's lab.json and a MigrationWave, starts the
+# controller and the sim in the background (logs in target/demo/), then runs the cockpit in the
+# foreground. Quitting the cockpit (q) stops everything the demo started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE="${LAB_STATE:-$PWD/target/lab/demo}"
+WORK="$PWD/target/demo"
+NS="${DEMO_NAMESPACE:-demo}"
+VMS="${DEMO_VMS:-6}"
+DISK_MIB="${DEMO_DISK_MIB:-48}"
+KUBECTL="$PWD/target/lab/bin/kubectl"
+BIN="$PWD/target/debug"
+
+mkdir -p "$WORK"
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    exec 3>&- 2>/dev/null || true
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+echo "== building ferry (a cold build takes several minutes on 2 cores)"
+cargo build --workspace --bins
+
+echo "== starting the lab in $STATE"
+mkdir -p "$STATE"
+rm -f "$STATE.stdout"
+exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 16 --stop-on-stdin-eof \
+    >"$STATE.stdout" 2>"$WORK/lab.log")
+until grep -qx ready "$STATE.stdout" 2>/dev/null; do sleep 0.5; done
+K=(--kubeconfig "$STATE/kubeconfig")
+lab() { python3 -c "import json,sys; d=json.load(open('$STATE/lab.json')); print(eval(sys.argv[1]))" "$1"; }
+
+echo "== real disks behind $VMS vcsim VMs (${DISK_MIB} MiB each, qemu-img)"
+mapfile -t NAMES < <(python3 - "$STATE/inventory.json" "$VMS" "$DISK_MIB" "$WORK" <<'PY'
+import json, os, subprocess, sys
+inv, n, mib, work = json.load(open(sys.argv[1]))["vms"], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+for i, vm in enumerate(inv[:n]):
+    raw = os.path.join(work, vm["name"] + ".raw")
+    with open(raw, "wb") as f:
+        for m in range(mib):
+            f.write(os.urandom(1 << 20) if m % 4 != 3 else bytes(1 << 20))
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "vmdk", raw, vm["disks"][0]["localPath"]], check=True)
+    os.remove(raw)
+    print(vm["name"])
+PY
+)
+
+echo "== CRDs, namespace $NS, Secrets from lab.json, wave demo-wave"
+"$KUBECTL" "${K[@]}" apply -f deploy/crds/ >/dev/null
+"$KUBECTL" "${K[@]}" wait --for=condition=Established crd --all --timeout=60s >/dev/null
+"$KUBECTL" "${K[@]}" create namespace "$NS" --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+"$KUBECTL" "${K[@]}" -n "$NS" create secret generic vsphere-credentials \
+    --from-literal=username="$(lab "d['vcenter']['username']")" \
+    --from-literal=password="$(lab "d['vcenter']['password']")" \
+    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+"$KUBECTL" "${K[@]}" -n "$NS" create secret generic s3-credentials \
+    --from-literal=accessKeyId="$(lab "d['s3']['accessKey']")" \
+    --from-literal=secretAccessKey="$(lab "d['s3']['secretKey']")" \
+    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+{
+cat <<YAML
+apiVersion: migration.platform.example/v1alpha1
+kind: MigrationWave
+metadata:
+  name: demo-wave
+  namespace: $NS
+spec:
+  maxInFlight: 3
+  template:
+    source:
+      url: $(lab "d['vcenter']['url']")
+      credentialsSecretRef: {name: vsphere-credentials}
+      thumbprint: "$(lab "d['vcenter']['thumbprintSha256']")"
+      powerOff: true
+      restorePowerState: OnCancelOrFailure
+    target:
+      runStrategy: Always
+    staging:
+      endpoint: $(lab "d['s3']['endpoint']")
+      bucket: $(lab "d['s3']['bucket']")
+      prefix: demo
+      credentialsSecretRef: {name: s3-credentials}
+  vms:
+YAML
+for n in "${NAMES[@]}"; do echo "    - name: $n"; done
+} | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+
+echo "== controller and sim (logs in $WORK)"
+"$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" >"$WORK/controller.log" 2>&1 &
+PIDS+=($!)
+"$BIN/ferry-sim" --kubeconfig "$STATE/kubeconfig" --volume-dir "$WORK/volumes" --bin-dir "$BIN" \
+    >"$WORK/sim.log" 2>&1 &
+PIDS+=($!)
+
+echo "== the cockpit (q quits and stops the demo)"
+"$BIN/ferry" --kubeconfig "$STATE/kubeconfig" -n "$NS"
