@@ -15,13 +15,20 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/session"
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/simulator/esx"
 	"github.com/vmware/govmomi/view"
+	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -40,18 +47,16 @@ type vcsimLab struct {
 	vmCount int
 }
 
-// vmShape picks a vcsim model shape for n VMs. vcsim creates Model.Machine VMs in every "pool":
-// one per standalone host (DC0_H<i>) and one per cluster root resource pool (DC0_C<j>_RP0).
-// We use 1 standalone host plus k clusters of 3 hosts, k = ceil(n/500), and
-// Machine = ceil(n/(k+1)); the surplus (< k+1 VMs) is destroyed,
-// so the inventory holds exactly n VMs (the surplus is the last VMs in natural name order).
-func vmShape(n int) (clusters, machine int) {
+// vmShape picks the vcsim inventory shape for n VMs: one standalone host DC0_H0 and
+// k = ceil(n/500) clusters DC0_C<j> of 3 hosts each; the n VMs are spread evenly over the k+1
+// pools (the standalone host's pool and each cluster's root pool "RP0"), named like vcsim's own
+// model does: DC0_H0_VM<i>, DC0_C<j>_RP0_VM<i>. vcsim's model would create them one at a time
+// (~40 ms each, mostly sleeps in its task polling), so the lab creates them itself, in parallel.
+func vmShape(n int) (clusters int) {
 	if n <= 0 {
-		return 1, 0
+		return 1
 	}
-	clusters = int(math.Ceil(float64(n) / 500))
-	machine = int(math.Ceil(float64(n) / float64(clusters+1)))
-	return clusters, machine
+	return int(math.Ceil(float64(n) / 500))
 }
 
 func startVcsim(ctx context.Context, dir string, port, n int, user, pass string, k *pki) (*vcsimLab, error) {
@@ -65,13 +70,13 @@ func startVcsim(ctx context.Context, dir string, port, n int, user, pass string,
 		return nil, err
 	}
 
-	clusters, machine := vmShape(n)
+	clusters := vmShape(n)
 	model := simulator.VPX()
 	model.Datacenter = 1
 	model.Host = 1
 	model.Cluster = clusters
 	model.ClusterHost = 3
-	model.Machine = machine
+	model.Machine = 0 // VMs are created below, in parallel
 	model.Datastore = 1
 	model.Portgroup = 1
 
@@ -125,17 +130,39 @@ func startVcsim(ctx context.Context, dir string, port, n int, user, pass string,
 	}
 	lab.dsDir = stable
 
-	if err := trimVMs(ctx, c, n); err != nil {
+	if err := createVMs(ctx, c, n, clusters); err != nil {
 		return nil, err
 	}
 	return lab, nil
 }
 
+// client returns a logged-in client that talks to the simulator in memory (no TCP, no TLS):
+// the lab's own set-up calls would otherwise spend most of their time in TLS handshakes.
 func (v *vcsimLab) client(ctx context.Context) (*govmomi.Client, error) {
 	u, _ := url.Parse(v.url)
-	u.User = url.UserPassword(v.user, v.pass)
-	// In-process client to our own server: thumbprint pinning is the tests' job.
-	return govmomi.NewClient(ctx, u, true)
+	sc := soap.NewClient(u, true)
+	sc.Client.Transport = handlerTransport{v.model.Service.ServeMux}
+	vc, err := vim25.NewClient(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	c := &govmomi.Client{Client: vc, SessionManager: session.NewManager(vc)}
+	if err := c.Login(ctx, url.UserPassword(v.user, v.pass)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// handlerTransport is an http.RoundTripper that serves requests with an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	r.RequestURI = r.URL.RequestURI()
+	t.h.ServeHTTP(rec, r)
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
 }
 
 func (v *vcsimLab) close() {
@@ -166,30 +193,180 @@ func findDatastore(ctx context.Context, c *govmomi.Client) (*mo.Datastore, error
 	return nil, fmt.Errorf("datastore %s not found", vcDatastore)
 }
 
-// trimVMs destroys the surplus VMs of the model shape, from the end of the name order.
-func trimVMs(ctx context.Context, c *govmomi.Client, n int) error {
-	vms, err := listVMs(ctx, c, []string{"name"})
+type vmJob struct {
+	name string
+	pool *object.ResourcePool
+	host *object.HostSystem
+}
+
+// createVMs creates n powered-on VMs shaped like vcsim's VPX model VMs: a pvscsi controller with
+// one 10 GiB disk "[LocalDS_0] <name>/disk1.vmdk", an IDE cdrom and an e1000 NIC on DC0_DVPG0.
+func createVMs(ctx context.Context, c *govmomi.Client, n, clusters int) error {
+	if n <= 0 {
+		return nil
+	}
+	finder := find.NewFinder(c.Client, false)
+	dc, err := finder.Datacenter(ctx, vcDatacenter)
 	if err != nil {
 		return err
 	}
-	if len(vms) <= n {
-		return nil
+	finder.SetDatacenter(dc)
+	folders, err := dc.Folders(ctx)
+	if err != nil {
+		return err
 	}
-	sort.Slice(vms, func(i, j int) bool { return vmLess(vms[i].Name, vms[j].Name) })
-	for _, vm := range vms[n:] {
-		o := object.NewVirtualMachine(c.Client, vm.Self)
-		if t, err := o.PowerOff(ctx); err == nil {
-			_ = t.Wait(ctx)
-		}
-		t, err := o.Destroy(ctx)
+	network, err := finder.Network(ctx, vcDatacenter+"_DVPG0")
+	if err != nil {
+		return err
+	}
+	backing, err := network.EthernetCardBackingInfo(ctx)
+	if err != nil {
+		return err
+	}
+	type pool struct {
+		prefix string
+		rp     *object.ResourcePool
+		host   *object.HostSystem
+	}
+	var pools []pool
+	host, err := finder.HostSystem(ctx, vcDatacenter+"_H0")
+	if err != nil {
+		return err
+	}
+	rp, err := host.ResourcePool(ctx)
+	if err != nil {
+		return err
+	}
+	pools = append(pools, pool{vcDatacenter + "_H0", rp, host})
+	for j := 0; j < clusters; j++ {
+		cl, err := finder.ClusterComputeResource(ctx, fmt.Sprintf("%s_C%d", vcDatacenter, j))
 		if err != nil {
 			return err
 		}
-		if err := t.Wait(ctx); err != nil {
-			return fmt.Errorf("destroy %s: %w", vm.Name, err)
+		rp, err := cl.ResourcePool(ctx)
+		if err != nil {
+			return err
+		}
+		pools = append(pools, pool{fmt.Sprintf("%s_C%d_RP0", vcDatacenter, j), rp, nil})
+	}
+	var jobs []vmJob
+	per, extra := n/len(pools), n%len(pools)
+	for i, p := range pools {
+		cnt := per
+		if i < extra {
+			cnt++
+		}
+		for k := 0; k < cnt; k++ {
+			jobs = append(jobs, vmJob{name: fmt.Sprintf("%s_VM%d", p.prefix, k), pool: p.rp, host: p.host})
 		}
 	}
-	return nil
+
+	create := func(j vmJob) error {
+		config := types.VirtualMachineConfigSpec{
+			Name:    j.name,
+			GuestId: string(types.VirtualMachineGuestOsIdentifierOtherGuest),
+			Files:   &types.VirtualMachineFileInfo{VmPathName: "[" + vcDatastore + "]"},
+		}
+		var devices object.VirtualDeviceList
+		scsi, err := devices.CreateSCSIController("pvscsi")
+		if err != nil {
+			return err
+		}
+		ide, err := devices.CreateIDEController()
+		if err != nil {
+			return err
+		}
+		cdrom, err := devices.CreateCdrom(ide.(*types.VirtualIDEController))
+		if err != nil {
+			return err
+		}
+		disk := devices.CreateDisk(scsi.(types.BaseVirtualController), types.ManagedObjectReference{},
+			"["+vcDatastore+"] "+j.name+"/disk1.vmdk")
+		disk.CapacityInKB = 10 << 20 // 10 GiB, as vcsim's model
+		nic := esx.EthernetCard
+		nic.Backing = backing
+		devices = append(devices, scsi, cdrom, disk, &nic)
+		config.DeviceChange, err = devices.ConfigSpec(types.VirtualDeviceConfigSpecOperationAdd)
+		if err != nil {
+			return err
+		}
+		task, err := folders.VmFolder.CreateVM(ctx, config, j.pool, j.host)
+		if err != nil {
+			return err
+		}
+		info, err := task.WaitForResult(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("create VM %s: %w", j.name, err)
+		}
+		vm := object.NewVirtualMachine(c.Client, info.Result.(types.ManagedObjectReference))
+		task, err = vm.PowerOn(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := task.WaitForResult(ctx, nil); err != nil {
+			return fmt.Errorf("power on VM %s: %w", j.name, err)
+		}
+		return nil
+	}
+
+	// Small inventories are created in order, so morefs are the same on every start. vcsim
+	// serialises VM creation on the VM folder's lock, so a few workers are all that helps.
+	workers := 1
+	if n > 64 {
+		workers = 4
+	}
+	var done atomic.Int64
+	jobCh := make(chan vmJob)
+	errCh := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobCh {
+				if err := create(j); err != nil {
+					errCh <- err
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	stopTick := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopTick:
+				return
+			case <-t.C:
+				progress("vcsim: %d of %d VMs created", done.Load(), n)
+			}
+		}
+	}()
+	var firstErr error
+feed:
+	for _, j := range jobs {
+		select {
+		case jobCh <- j:
+		case firstErr = <-errCh:
+			break feed
+		case <-ctx.Done():
+			firstErr = ctx.Err()
+			break feed
+		}
+	}
+	close(jobCh)
+	wg.Wait()
+	close(stopTick)
+	if firstErr == nil {
+		select {
+		case firstErr = <-errCh:
+		default:
+		}
+	}
+	return firstErr
 }
 
 // vmLess orders vcsim names naturally: DC0_C0_RP0_VM2 < DC0_C0_RP0_VM10.
