@@ -150,17 +150,6 @@ impl Error {
         }
     }
 
-    /// Classifies an error of vim_rs' PropertyCollector helpers.
-    pub(crate) fn from_pc(url: &str, err: &vim_rs::core::error::Error, tls: &TlsObserver) -> Self {
-        if let Some(client) = err.client_error() {
-            return Self::from_vim(url, client, tls);
-        }
-        if let Some(fault) = err.task_fault() {
-            return Self::from_fault(fault);
-        }
-        Error::Protocol(err.to_string())
-    }
-
     pub(crate) fn from_fault(f: &MethodFault) -> Self {
         let name = fault_name(f);
         let message = f
