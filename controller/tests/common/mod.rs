@@ -29,21 +29,14 @@ pub fn binaries() -> (PathBuf, PathBuf) {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = repo_root().join("target/debug");
-        let present = || dir.join("ferry-controller").exists() && dir.join("ferry-sim").exists();
-        // Another build may be relinking them this very moment.
-        for _ in 0..20 {
-            if present() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(500));
+        if !(dir.join("ferry-controller").exists() && dir.join("ferry-sim").exists()) {
+            let st = Command::new(env!("CARGO"))
+                .args(["build", "-p", "ferry-controller", "-p", "ferry-sim", "--bins"])
+                .current_dir(repo_root())
+                .status()
+                .expect("cargo build");
+            assert!(st.success(), "building ferry-controller and ferry-sim failed");
         }
-        // The same build as `make build`, so that its artifacts are reused.
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--workspace", "--bins"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build");
-        assert!(st.success(), "building the workspace binaries failed");
     });
     let dir = repo_root().join("target/debug");
     (dir.join("ferry-controller"), dir.join("ferry-sim"))
