@@ -54,7 +54,8 @@ pub enum WaveConditionType {
 
 impl WaveConditionType {
     /// Every wave condition type, in display order.
-    pub const ALL: [WaveConditionType; 2] = [WaveConditionType::Progressing, WaveConditionType::Ready];
+    pub const ALL: [WaveConditionType; 2] =
+        [WaveConditionType::Progressing, WaveConditionType::Ready];
 }
 
 impl ConditionKind for WaveConditionType {
@@ -96,9 +97,7 @@ impl fmt::Display for ConditionType {
 }
 
 /// Status of a condition, as in `metav1.Condition`.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ConditionStatus {
     /// The condition holds.
     True,
@@ -122,7 +121,11 @@ impl ConditionStatus {
 
 impl From<bool> for ConditionStatus {
     fn from(b: bool) -> Self {
-        if b { ConditionStatus::True } else { ConditionStatus::False }
+        if b {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
     }
 }
 
@@ -327,12 +330,18 @@ pub struct Condition<T = ConditionType> {
 }
 
 /// The condition of a type, if present.
-pub fn get_condition<T: ConditionKind>(conditions: &[Condition<T>], type_: T) -> Option<&Condition<T>> {
+pub fn get_condition<T: ConditionKind>(
+    conditions: &[Condition<T>],
+    type_: T,
+) -> Option<&Condition<T>> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
 /// Status of the condition of a type; `Unknown` when absent.
-pub fn condition_status<T: ConditionKind>(conditions: &[Condition<T>], type_: T) -> ConditionStatus {
+pub fn condition_status<T: ConditionKind>(
+    conditions: &[Condition<T>],
+    type_: T,
+) -> ConditionStatus {
     get_condition(conditions, type_).map_or(ConditionStatus::Unknown, |c| c.status)
 }
 
@@ -371,7 +380,10 @@ pub fn set_condition<T: ConditionKind>(
         c.observed_generation = observed_generation;
         return *c != before;
     }
-    let at = conditions.iter().position(|c| c.type_ > type_).unwrap_or(conditions.len());
+    let at = conditions
+        .iter()
+        .position(|c| c.type_ > type_)
+        .unwrap_or(conditions.len());
     conditions.insert(
         at,
         Condition {
@@ -432,24 +444,102 @@ mod tests {
         // (before, new status, reason, message, generation) -> (changed, transition time)
         let cases = [
             (None, Unknown, Reason::NotStarted, "", 1, true, t1()),
-            (Some((Unknown, Reason::NotStarted, "")), Unknown, Reason::NotStarted, "", 1, false, t0()),
-            (Some((Unknown, Reason::NotStarted, "")), Unknown, Reason::InProgress, "1 of 2", 1, true, t0()),
-            (Some((Unknown, Reason::InProgress, "")), True, Reason::Imported, "", 1, true, t1()),
-            (Some((True, Reason::Imported, "")), True, Reason::Imported, "", 2, true, t0()),
-            (Some((True, Reason::Imported, "")), True, Reason::Imported, "done", 1, true, t0()),
-            (Some((True, Reason::Imported, "")), False, Reason::ImportFailed, "boom", 1, true, t1()),
-            (Some((False, Reason::ImportFailed, "boom")), False, Reason::ImportFailed, "boom", 1, false, t0()),
-            (Some((False, Reason::ImportFailed, "")), Unknown, Reason::RetryRequested, "", 1, true, t1()),
+            (
+                Some((Unknown, Reason::NotStarted, "")),
+                Unknown,
+                Reason::NotStarted,
+                "",
+                1,
+                false,
+                t0(),
+            ),
+            (
+                Some((Unknown, Reason::NotStarted, "")),
+                Unknown,
+                Reason::InProgress,
+                "1 of 2",
+                1,
+                true,
+                t0(),
+            ),
+            (
+                Some((Unknown, Reason::InProgress, "")),
+                True,
+                Reason::Imported,
+                "",
+                1,
+                true,
+                t1(),
+            ),
+            (
+                Some((True, Reason::Imported, "")),
+                True,
+                Reason::Imported,
+                "",
+                2,
+                true,
+                t0(),
+            ),
+            (
+                Some((True, Reason::Imported, "")),
+                True,
+                Reason::Imported,
+                "done",
+                1,
+                true,
+                t0(),
+            ),
+            (
+                Some((True, Reason::Imported, "")),
+                False,
+                Reason::ImportFailed,
+                "boom",
+                1,
+                true,
+                t1(),
+            ),
+            (
+                Some((False, Reason::ImportFailed, "boom")),
+                False,
+                Reason::ImportFailed,
+                "boom",
+                1,
+                false,
+                t0(),
+            ),
+            (
+                Some((False, Reason::ImportFailed, "")),
+                Unknown,
+                Reason::RetryRequested,
+                "",
+                1,
+                true,
+                t1(),
+            ),
         ];
-        for (i, (before, status, reason, msg, gen_, changed, ltt)) in cases.into_iter().enumerate() {
-            let mut conds: Vec<Condition> =
-                before.map(|(s, r, m)| cond(s, r, m, 1, &t0())).into_iter().collect();
-            let got =
-                set_condition(&mut conds, ConditionType::DiskImported, status, reason, msg, Some(gen_), &t1());
+        for (i, (before, status, reason, msg, gen_, changed, ltt)) in cases.into_iter().enumerate()
+        {
+            let mut conds: Vec<Condition> = before
+                .map(|(s, r, m)| cond(s, r, m, 1, &t0()))
+                .into_iter()
+                .collect();
+            let got = set_condition(
+                &mut conds,
+                ConditionType::DiskImported,
+                status,
+                reason,
+                msg,
+                Some(gen_),
+                &t1(),
+            );
             assert_eq!(got, changed, "case {i}: changed");
             assert_eq!(conds.len(), 1, "case {i}: one condition per type");
             let c = &conds[0];
-            assert_eq!((c.status, c.reason, c.message.as_str()), (status, reason, msg), "case {i}");
+            assert_eq!(
+                (c.status, c.reason, c.message.as_str()),
+                (status, reason, msg),
+                "case {i}"
+            );
             assert_eq!(c.observed_generation, Some(gen_), "case {i}: generation");
             assert_eq!(c.last_transition_time, ltt, "case {i}: lastTransitionTime");
         }
@@ -458,41 +548,94 @@ mod tests {
     #[test]
     fn new_conditions_are_inserted_in_seed_order() {
         let mut conds = vec![];
-        for t in [ConditionType::Ready, ConditionType::SourceDiscovered, ConditionType::DiskImported] {
-            set_condition(&mut conds, t, ConditionStatus::True, Reason::InProgress, "", None, &t0());
+        for t in [
+            ConditionType::Ready,
+            ConditionType::SourceDiscovered,
+            ConditionType::DiskImported,
+        ] {
+            set_condition(
+                &mut conds,
+                t,
+                ConditionStatus::True,
+                Reason::InProgress,
+                "",
+                None,
+                &t0(),
+            );
         }
         let types: Vec<_> = conds.iter().map(|c| c.type_).collect();
         assert_eq!(
             types,
-            [ConditionType::SourceDiscovered, ConditionType::DiskImported, ConditionType::Ready]
+            [
+                ConditionType::SourceDiscovered,
+                ConditionType::DiskImported,
+                ConditionType::Ready
+            ]
         );
     }
 
     #[test]
     fn init_conditions_adds_all_eight_once_and_keeps_existing() {
         let mut conds = vec![];
-        set_condition(&mut conds, ConditionType::Validated, ConditionStatus::True, Reason::Validated, "", Some(1), &t0());
+        set_condition(
+            &mut conds,
+            ConditionType::Validated,
+            ConditionStatus::True,
+            Reason::Validated,
+            "",
+            Some(1),
+            &t0(),
+        );
         assert!(init_conditions(&mut conds, Some(1), &t1()));
         let types: Vec<_> = conds.iter().map(|c| c.type_).collect();
         assert_eq!(types, ConditionType::ALL);
-        assert_eq!(condition_status(&conds, ConditionType::Validated), ConditionStatus::True);
-        assert_eq!(condition_status(&conds, ConditionType::Ready), ConditionStatus::Unknown);
-        assert!(!init_conditions(&mut conds, Some(1), &t1()), "second call is a no-op");
+        assert_eq!(
+            condition_status(&conds, ConditionType::Validated),
+            ConditionStatus::True
+        );
+        assert_eq!(
+            condition_status(&conds, ConditionType::Ready),
+            ConditionStatus::Unknown
+        );
+        assert!(
+            !init_conditions(&mut conds, Some(1), &t1()),
+            "second call is a no-op"
+        );
     }
 
     #[test]
     fn getters_treat_absent_as_unknown() {
         let mut conds = vec![];
-        assert_eq!(condition_status(&conds, ConditionType::Ready), ConditionStatus::Unknown);
+        assert_eq!(
+            condition_status(&conds, ConditionType::Ready),
+            ConditionStatus::Unknown
+        );
         assert!(!is_condition_true(&conds, ConditionType::Ready));
-        set_condition(&mut conds, ConditionType::Ready, true.into(), Reason::Succeeded, "", None, &t0());
+        set_condition(
+            &mut conds,
+            ConditionType::Ready,
+            true.into(),
+            Reason::Succeeded,
+            "",
+            None,
+            &t0(),
+        );
         assert!(is_condition_true(&conds, ConditionType::Ready));
-        assert_eq!(get_condition(&conds, ConditionType::Ready).map(|c| c.reason), Some(Reason::Succeeded));
+        assert_eq!(
+            get_condition(&conds, ConditionType::Ready).map(|c| c.reason),
+            Some(Reason::Succeeded)
+        );
     }
 
     #[test]
     fn condition_serializes_in_metav1_shape() {
-        let c = cond(ConditionStatus::False, Reason::ImportFailed, "disk 0", 3, &t0());
+        let c = cond(
+            ConditionStatus::False,
+            Reason::ImportFailed,
+            "disk 0",
+            3,
+            &t0(),
+        );
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(
             v,
@@ -514,7 +657,11 @@ mod tests {
         for t in ConditionType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
         }
-        for s in [ConditionStatus::True, ConditionStatus::False, ConditionStatus::Unknown] {
+        for s in [
+            ConditionStatus::True,
+            ConditionStatus::False,
+            ConditionStatus::Unknown,
+        ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
         for r in Reason::ALL {

@@ -47,6 +47,9 @@ fn default_image() -> String {
 
 impl Default for ConversionSpec {
     fn default() -> Self {
-        Self { image: default_image(), format: DiskFormat::default() }
+        Self {
+            image: default_image(),
+            format: DiskFormat::default(),
+        }
     }
 }

@@ -7,10 +7,10 @@ use k8s_openapi::{
 };
 
 use crate::{
-    Condition, ConditionStatus, ConditionType, DiskStatus, MigrationWave, MigrationWaveSpec,
-    Phase, Reason, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
-    VirtualMachineMigration, VirtualMachineMigrationSpec, VirtualMachineMigrationStatus, VmSelector,
-    WaveSource, WaveTemplate, WaveVm, condition, names,
+    Condition, ConditionStatus, ConditionType, DiskStatus, MigrationWave, MigrationWaveSpec, Phase,
+    Reason, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
+    VirtualMachineMigration, VirtualMachineMigrationSpec, VirtualMachineMigrationStatus,
+    VmSelector, WaveSource, WaveTemplate, WaveVm, condition, names,
     source::{DiscoveredSource, PowerPolicy},
 };
 
@@ -35,7 +35,10 @@ pub fn t1() -> Time {
 pub fn ts(secs: i64) -> Time {
     const T0: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
     let base = Timestamp::from_second(T0).unwrap_or(Timestamp::UNIX_EPOCH);
-    Time(base.checked_add(SignedDuration::from_secs(secs)).unwrap_or(base))
+    Time(
+        base.checked_add(SignedDuration::from_secs(secs))
+            .unwrap_or(base),
+    )
 }
 
 /// The vSphere endpoint of the lab's shape, trusted by thumbprint.
@@ -95,13 +98,19 @@ pub fn migration(name: &str) -> VirtualMachineMigration {
 pub fn wave(name: &str, n: usize) -> MigrationWave {
     let spec = MigrationWaveSpec {
         template: WaveTemplate {
-            source: WaveSource { endpoint: source_endpoint(), power: PowerPolicy::default() },
+            source: WaveSource {
+                endpoint: source_endpoint(),
+                power: PowerPolicy::default(),
+            },
             target: Default::default(),
             staging: staging(),
             conversion: Default::default(),
         },
         vms: (0..n)
-            .map(|i| WaveVm { vm: VmSelector::by_name(format!("DC0_H0_VM{i}")), target_name: None })
+            .map(|i| WaveVm {
+                vm: VmSelector::by_name(format!("DC0_H0_VM{i}")),
+                target_name: None,
+            })
             .collect(),
         max_in_flight: crate::wave::DEFAULT_MAX_IN_FLIGHT,
         paused: false,
@@ -136,9 +145,22 @@ impl VirtualMachineMigration {
     }
 
     /// With a condition set at [`t0`] for the current generation.
-    pub fn with_condition(mut self, type_: ConditionType, status: ConditionStatus, reason: Reason) -> Self {
+    pub fn with_condition(
+        mut self,
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+    ) -> Self {
         let generation = self.metadata.generation;
-        condition::set_condition(&mut self.status_mut().conditions, type_, status, reason, "", generation, &t0());
+        condition::set_condition(
+            &mut self.status_mut().conditions,
+            type_,
+            status,
+            reason,
+            "",
+            generation,
+            &t0(),
+        );
         self
     }
 
@@ -162,14 +184,21 @@ impl VirtualMachineMigration {
             })
             .collect();
         status.disks = (0..n)
-            .map(|i| DiskStatus { index: i as i32, capacity_bytes: Some(64 << 20), ..DiskStatus::default() })
+            .map(|i| DiskStatus {
+                index: i as i32,
+                capacity_bytes: Some(64 << 20),
+                ..DiskStatus::default()
+            })
             .collect();
         self
     }
 
     /// With `status.source.name` as discovered.
     pub fn with_discovered_name(mut self, name: &str) -> Self {
-        self.status_mut().source.get_or_insert_with(DiscoveredSource::default).name = Some(name.into());
+        self.status_mut()
+            .source
+            .get_or_insert_with(DiscoveredSource::default)
+            .name = Some(name.into());
         self
     }
 
@@ -194,7 +223,10 @@ impl VirtualMachineMigration {
 
     /// With the cleanup finalizer.
     pub fn finalized(mut self) -> Self {
-        self.metadata.finalizers.get_or_insert_with(Vec::new).push(names::FINALIZER.into());
+        self.metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(names::FINALIZER.into());
         self
     }
 
@@ -206,7 +238,10 @@ impl VirtualMachineMigration {
 
     /// Labelled as a member of `wave` and held by it.
     pub fn in_wave(mut self, wave: &str) -> Self {
-        self.metadata.labels.get_or_insert_with(Default::default).insert(names::WAVE_LABEL.into(), wave.into());
+        self.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(names::WAVE_LABEL.into(), wave.into());
         self.metadata
             .annotations
             .get_or_insert_with(Default::default)

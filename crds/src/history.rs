@@ -45,7 +45,12 @@ pub fn record_phase(
             last.left_at = Some(now.clone());
         }
     }
-    history.push(PhaseTransition { phase, attempt, entered_at: now.clone(), left_at: None });
+    history.push(PhaseTransition {
+        phase,
+        attempt,
+        entered_at: now.clone(),
+        left_at: None,
+    });
     if history.len() > MAX_HISTORY {
         history.drain(..history.len() - MAX_HISTORY);
     }
@@ -89,7 +94,11 @@ mod tests {
     fn history_is_bounded_and_drops_the_oldest() {
         let mut h = vec![];
         for i in 0..(MAX_HISTORY as i64 + 10) {
-            let phase = if i % 2 == 0 { Phase::Importing } else { Phase::Failed };
+            let phase = if i % 2 == 0 {
+                Phase::Importing
+            } else {
+                Phase::Failed
+            };
             record_phase(&mut h, phase, i as i32, &ts(i));
         }
         assert_eq!(h.len(), MAX_HISTORY);

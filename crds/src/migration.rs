@@ -249,7 +249,11 @@ impl VirtualMachineMigration {
 
     /// Name of the MigrationWave this migration belongs to (its wave label).
     pub fn wave(&self) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(names::WAVE_LABEL).map(String::as_str)
+        self.metadata
+            .labels
+            .as_ref()?
+            .get(names::WAVE_LABEL)
+            .map(String::as_str)
     }
 
     /// Whether its wave still holds it in `Queued` (the hold annotation is present).
@@ -299,11 +303,17 @@ mod tests {
         let spec = &vmm.spec;
         assert!(spec.source.endpoint.insecure_skip_tls_verify);
         assert!(spec.source.power.power_off);
-        assert_eq!(spec.source.power.restore_power_state, RestorePowerState::OnCancel);
+        assert_eq!(
+            spec.source.power.restore_power_state,
+            RestorePowerState::OnCancel
+        );
         assert_eq!(spec.target.template.run_strategy, RunStrategy::Always);
         assert_eq!(spec.target.name, None);
         assert_eq!(spec.staging.region, "us-east-1");
-        assert_eq!(spec.conversion.image, crate::conversion::DEFAULT_CONVERTER_IMAGE);
+        assert_eq!(
+            spec.conversion.image,
+            crate::conversion::DEFAULT_CONVERTER_IMAGE
+        );
         assert_eq!(spec.conversion.format, DiskFormat::Raw);
         assert_eq!((spec.cancel, spec.paused, spec.retry), (false, false, 0));
         assert_eq!(vmm.phase(), Phase::Pending);
@@ -317,7 +327,11 @@ mod tests {
             .with_disks(2)
             .with_phase(Phase::Importing)
             .with_initial_conditions()
-            .with_condition(ConditionType::SourceDiscovered, ConditionStatus::True, Reason::Discovered);
+            .with_condition(
+                ConditionType::SourceDiscovered,
+                ConditionStatus::True,
+                Reason::Discovered,
+            );
         let status = vmm.status.as_mut().unwrap();
         status.progress = Some(Progress {
             percent: 45.23,
@@ -341,9 +355,15 @@ mod tests {
         vmm.spec.source.endpoint.insecure_skip_tls_verify = true;
 
         let json = serde_json::to_string(&vmm).unwrap();
-        assert_eq!(serde_json::from_str::<VirtualMachineMigration>(&json).unwrap(), vmm);
+        assert_eq!(
+            serde_json::from_str::<VirtualMachineMigration>(&json).unwrap(),
+            vmm
+        );
         let yaml = serde_yaml::to_string(&vmm).unwrap();
-        assert_eq!(serde_yaml::from_str::<VirtualMachineMigration>(&yaml).unwrap(), vmm);
+        assert_eq!(
+            serde_yaml::from_str::<VirtualMachineMigration>(&yaml).unwrap(),
+            vmm
+        );
         assert!(json.contains(r#""memoryMiB":4096"#), "{json}");
         assert!(json.contains(r#""insecureSkipTLSVerify":true"#), "{json}");
     }
@@ -352,7 +372,10 @@ mod tests {
     fn an_empty_status_serializes_to_almost_nothing() {
         // Server-side apply claims every field it sends: an empty status must not claim lists.
         let v = serde_json::to_value(VirtualMachineMigrationStatus::default()).unwrap();
-        assert_eq!(v, serde_json::json!({"phase": "Pending", "attempts": 0, "retryObserved": 0}));
+        assert_eq!(
+            v,
+            serde_json::json!({"phase": "Pending", "attempts": 0, "retryObserved": 0})
+        );
     }
 
     #[test]

@@ -113,9 +113,13 @@ pub fn vm_name(vmm: &VirtualMachineMigration) -> String {
     if let Some(name) = &vmm.spec.target.name {
         return name.clone();
     }
-    let source_name = vmm.spec.source.vm.name.as_deref().or_else(|| {
-        vmm.status.as_ref()?.source.as_ref()?.name.as_deref()
-    });
+    let source_name = vmm
+        .spec
+        .source
+        .vm
+        .name
+        .as_deref()
+        .or_else(|| vmm.status.as_ref()?.source.as_ref()?.name.as_deref());
     sanitize_dns1123_label(source_name.unwrap_or(&vmm.name_any()))
 }
 
@@ -125,7 +129,13 @@ pub fn vm_name(vmm: &VirtualMachineMigration) -> String {
 /// The uid keeps a re-created migration of the same name from reading an older one's objects;
 /// segments the object lacks (namespace, uid, prefix) are left out.
 pub fn staging_key(vmm: &VirtualMachineMigration, disk_index: usize) -> String {
-    let prefix = vmm.spec.staging.prefix.as_deref().unwrap_or("").trim_matches('/');
+    let prefix = vmm
+        .spec
+        .staging
+        .prefix
+        .as_deref()
+        .unwrap_or("")
+        .trim_matches('/');
     let file = format!("disk-{disk_index}.{}", vmm.spec.conversion.format.as_str());
     let name = vmm.name_any();
     [
@@ -158,7 +168,8 @@ mod tests {
     fn is_label(s: &str) -> bool {
         !s.is_empty()
             && s.len() <= MAX_NAME_LEN
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !s.starts_with('-')
             && !s.ends_with('-')
     }
@@ -244,7 +255,10 @@ mod tests {
     #[test]
     fn staging_key_is_namespaced_by_migration_uid_and_format() {
         let mut vmm = migration("web-1");
-        assert_eq!(staging_key(&vmm, 0), "ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-0.raw");
+        assert_eq!(
+            staging_key(&vmm, 0),
+            "ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-0.raw"
+        );
         vmm.spec.staging.prefix = None;
         vmm.spec.conversion.format = DiskFormat::Qcow2;
         vmm.metadata.uid = None;

@@ -11,7 +11,18 @@ use crate::Error;
 /// name the desired state the controller is making true; `Succeeded`, `Failed` and `Cancelled`
 /// are terminal until `spec.retry` is raised.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 pub enum Phase {
     /// Accepted; the controller has not started work yet.
@@ -147,7 +158,10 @@ mod tests {
     #[test]
     fn terminal_phases_are_exactly_succeeded_failed_cancelled() {
         let terminal: Vec<_> = Phase::ALL.into_iter().filter(|p| p.is_terminal()).collect();
-        assert_eq!(terminal, [Phase::Succeeded, Phase::Failed, Phase::Cancelled]);
+        assert_eq!(
+            terminal,
+            [Phase::Succeeded, Phase::Failed, Phase::Cancelled]
+        );
     }
 
     #[test]

@@ -90,9 +90,8 @@ pub fn source_immutable() -> Rule {
 
 /// `spec.target` cannot change after creation.
 pub fn target_immutable() -> Rule {
-    Rule::new("self == oldSelf").message(
-        "target is immutable: create a new VirtualMachineMigration to change the target",
-    )
+    Rule::new("self == oldSelf")
+        .message("target is immutable: create a new VirtualMachineMigration to change the target")
 }
 
 /// `spec.retry` is a token that only grows.

@@ -28,7 +28,11 @@ pub struct SourceEndpoint {
 
     /// Skip verifying the endpoint's TLS certificate. Only for labs: anyone on the path can read
     /// the credentials. Exactly one of thumbprint and insecureSkipTLSVerify: true is required.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not", rename = "insecureSkipTLSVerify")]
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        rename = "insecureSkipTLSVerify"
+    )]
     pub insecure_skip_tls_verify: bool,
 }
 
@@ -66,17 +70,26 @@ pub enum VmLookup<'a> {
 impl VmSelector {
     /// Selects the VM by name.
     pub fn by_name(name: impl Into<String>) -> Self {
-        Self { name: Some(name.into()), ..Self::default() }
+        Self {
+            name: Some(name.into()),
+            ..Self::default()
+        }
     }
 
     /// Selects the VM by managed object reference.
     pub fn by_id(id: impl Into<String>) -> Self {
-        Self { id: Some(id.into()), ..Self::default() }
+        Self {
+            id: Some(id.into()),
+            ..Self::default()
+        }
     }
 
     /// Selects the VM by BIOS UUID.
     pub fn by_uuid(uuid: impl Into<String>) -> Self {
-        Self { uuid: Some(uuid.into()), ..Self::default() }
+        Self {
+            uuid: Some(uuid.into()),
+            ..Self::default()
+        }
     }
 
     /// The one way this selector finds the VM.
@@ -90,14 +103,20 @@ impl VmSelector {
             (None, Some(i), None) => Ok(VmLookup::Id(i)),
             (None, None, Some(u)) => Ok(VmLookup::Uuid(u)),
             (n, i, u) => Err(Error::InvalidVmSelector {
-                set: [n.is_some(), i.is_some(), u.is_some()].into_iter().filter(|b| *b).count(),
+                set: [n.is_some(), i.is_some(), u.is_some()]
+                    .into_iter()
+                    .filter(|b| *b)
+                    .count(),
             }),
         }
     }
 
     /// The selector's value (name, id or uuid), whichever is set first; for display and naming.
     pub fn value(&self) -> Option<&str> {
-        self.name.as_deref().or(self.id.as_deref()).or(self.uuid.as_deref())
+        self.name
+            .as_deref()
+            .or(self.id.as_deref())
+            .or(self.uuid.as_deref())
     }
 }
 
@@ -134,7 +153,10 @@ fn default_true() -> bool {
 
 impl Default for PowerPolicy {
     fn default() -> Self {
-        Self { power_off: true, restore_power_state: RestorePowerState::default() }
+        Self {
+            power_off: true,
+            restore_power_state: RestorePowerState::default(),
+        }
     }
 }
 
@@ -251,12 +273,31 @@ mod tests {
 
     #[test]
     fn lookup_accepts_exactly_one_selector() {
-        assert_eq!(VmSelector::by_name("DC0_H0_VM0").lookup().ok(), Some(VmLookup::Name("DC0_H0_VM0")));
-        assert_eq!(VmSelector::by_id("vm-42").lookup().ok(), Some(VmLookup::Id("vm-42")));
-        assert_eq!(VmSelector::by_uuid("u").lookup().ok(), Some(VmLookup::Uuid("u")));
-        assert!(matches!(VmSelector::default().lookup(), Err(Error::InvalidVmSelector { set: 0 })));
-        let two = VmSelector { name: Some("a".into()), id: Some("vm-1".into()), uuid: None };
-        assert!(matches!(two.lookup(), Err(Error::InvalidVmSelector { set: 2 })));
+        assert_eq!(
+            VmSelector::by_name("DC0_H0_VM0").lookup().ok(),
+            Some(VmLookup::Name("DC0_H0_VM0"))
+        );
+        assert_eq!(
+            VmSelector::by_id("vm-42").lookup().ok(),
+            Some(VmLookup::Id("vm-42"))
+        );
+        assert_eq!(
+            VmSelector::by_uuid("u").lookup().ok(),
+            Some(VmLookup::Uuid("u"))
+        );
+        assert!(matches!(
+            VmSelector::default().lookup(),
+            Err(Error::InvalidVmSelector { set: 0 })
+        ));
+        let two = VmSelector {
+            name: Some("a".into()),
+            id: Some("vm-1".into()),
+            uuid: None,
+        };
+        assert!(matches!(
+            two.lookup(),
+            Err(Error::InvalidVmSelector { set: 2 })
+        ));
     }
 
     #[test]

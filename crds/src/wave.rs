@@ -146,7 +146,10 @@ pub enum WavePhase {
 impl WavePhase {
     /// `Succeeded`, `Failed` or `Cancelled`.
     pub fn is_terminal(self) -> bool {
-        matches!(self, WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled)
+        matches!(
+            self,
+            WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled
+        )
     }
 }
 
@@ -278,7 +281,14 @@ mod tests {
         let c = WaveCounts::from_phases(Phase::ALL);
         assert_eq!(
             c,
-            WaveCounts { pending: 1, queued: 1, running: 6, succeeded: 1, failed: 1, cancelled: 1 }
+            WaveCounts {
+                pending: 1,
+                queued: 1,
+                running: 6,
+                succeeded: 1,
+                failed: 1,
+                cancelled: 1
+            }
         );
         assert_eq!(c.total(), Phase::ALL.len() as i32);
         assert_eq!(c.finished(), 3);
@@ -289,6 +299,9 @@ mod tests {
         let v: WaveVm =
             serde_json::from_value(serde_json::json!({"id": "vm-42", "targetName": "db"})).unwrap();
         assert_eq!(v.vm.id.as_deref(), Some("vm-42"));
-        assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!({"id": "vm-42", "targetName": "db"}));
+        assert_eq!(
+            serde_json::to_value(&v).unwrap(),
+            serde_json::json!({"id": "vm-42", "targetName": "db"})
+        );
     }
 }

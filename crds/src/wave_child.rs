@@ -28,10 +28,24 @@ pub fn child_migration_name(wave_name: &str, vm: &WaveVm) -> String {
 /// # Errors
 /// [`Error::MissingMetadata`] when the wave has no name, namespace or uid (objects read from the
 /// API server always have them).
-pub fn child_migration(wave: &MigrationWave, vm: &WaveVm) -> Result<VirtualMachineMigration, Error> {
-    let missing = |field| Error::MissingMetadata { kind: "MigrationWave", field };
-    let wave_name = wave.metadata.name.as_deref().ok_or_else(|| missing("name"))?;
-    let namespace = wave.metadata.namespace.as_deref().ok_or_else(|| missing("namespace"))?;
+pub fn child_migration(
+    wave: &MigrationWave,
+    vm: &WaveVm,
+) -> Result<VirtualMachineMigration, Error> {
+    let missing = |field| Error::MissingMetadata {
+        kind: "MigrationWave",
+        field,
+    };
+    let wave_name = wave
+        .metadata
+        .name
+        .as_deref()
+        .ok_or_else(|| missing("name"))?;
+    let namespace = wave
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or_else(|| missing("namespace"))?;
     let uid = wave.metadata.uid.as_deref().ok_or_else(|| missing("uid"))?;
     let template = &wave.spec.template;
 
@@ -49,7 +63,10 @@ pub fn child_migration(wave: &MigrationWave, vm: &WaveVm) -> Result<VirtualMachi
             vm: vm.vm.clone(),
             power: template.source.power.clone(),
         },
-        target: TargetSpec { name: vm.target_name.clone(), template: template.target.clone() },
+        target: TargetSpec {
+            name: vm.target_name.clone(),
+            template: template.target.clone(),
+        },
         staging: template.staging.clone(),
         conversion: template.conversion.clone(),
         cancel: false,
@@ -60,7 +77,10 @@ pub fn child_migration(wave: &MigrationWave, vm: &WaveVm) -> Result<VirtualMachi
         metadata: ObjectMeta {
             name: Some(child_migration_name(wave_name, vm)),
             namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(names::WAVE_LABEL.to_owned(), wave_name.to_owned())])),
+            labels: Some(BTreeMap::from([(
+                names::WAVE_LABEL.to_owned(),
+                wave_name.to_owned(),
+            )])),
             annotations: Some(BTreeMap::from([(
                 names::HOLD_ANNOTATION.to_owned(),
                 names::HOLD_VALUE.to_owned(),
@@ -91,7 +111,10 @@ mod tests {
         assert_eq!(child.spec.target.template, w.spec.template.target);
         assert_eq!(child.spec.staging, w.spec.template.staging);
         assert_eq!(child.spec.conversion, w.spec.template.conversion);
-        assert_eq!((child.spec.cancel, child.spec.paused, child.spec.retry), (false, false, 0));
+        assert_eq!(
+            (child.spec.cancel, child.spec.paused, child.spec.retry),
+            (false, false, 0)
+        );
     }
 
     #[test]
@@ -120,8 +143,18 @@ mod tests {
     #[test]
     fn child_of_an_id_or_uuid_entry_is_named_after_it() {
         let w = wave("w1", 1);
-        let by_id = WaveVm { vm: VmSelector::by_id("vm-42"), target_name: None };
-        assert_eq!(child_migration(&w, &by_id).unwrap().metadata.name.as_deref(), Some("w1-vm-42"));
+        let by_id = WaveVm {
+            vm: VmSelector::by_id("vm-42"),
+            target_name: None,
+        };
+        assert_eq!(
+            child_migration(&w, &by_id)
+                .unwrap()
+                .metadata
+                .name
+                .as_deref(),
+            Some("w1-vm-42")
+        );
     }
 
     #[test]
@@ -138,6 +171,9 @@ mod tests {
         let mut w = wave("w1", 1);
         w.metadata.uid = None;
         let err = child_migration(&w, &w.spec.vms[0]).unwrap_err();
-        assert!(matches!(err, Error::MissingMetadata { field: "uid", .. }), "{err}");
+        assert!(
+            matches!(err, Error::MissingMetadata { field: "uid", .. }),
+            "{err}"
+        );
     }
 }
