@@ -1,1 +1,102 @@
-fn main() {}
+//! Render time per frame at 200×60 with 10,000 migrations, and the state's cost per watch event.
+//! A plain harness (no criterion): it prints the median and p99 of many runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ferry::{
+    state::{Action, Nav, Scope, State, update},
+    ui::{self, Options, Theme},
+};
+use ratatui::{Terminal, backend::TestBackend};
+
+fn stats(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "{name:<48} n={:<6} median {:>9.3} µs   p99 {:>9.3} µs   max {:>9.3} µs",
+        samples.len(),
+        pct(0.5).as_secs_f64() * 1e6,
+        pct(0.99).as_secs_f64() * 1e6,
+        samples[samples.len() - 1].as_secs_f64() * 1e6
+    );
+}
+
+fn loaded(n: usize) -> State {
+    let mut s = State::new("bench", Scope::All, false, support::now());
+    let t = Instant::now();
+    update(&mut s, Action::MigrationsListed(support::many(n, 20)));
+    println!("list of {n} migrations into the state: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    update(&mut s, Action::Viewport(50));
+    s
+}
+
+fn main() {
+    let n = 10_000;
+    let mut s = loaded(n);
+    let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    let opts = Options { theme: Theme::COLOR, logs: false };
+    // Warm up and let the state learn the page size.
+    for _ in 0..5 {
+        let mut d = ui::Drawn::default();
+        term.draw(|f| d = ui::draw(f, &s, opts)).unwrap();
+        update(&mut s, Action::Viewport(d.page));
+    }
+    let mut samples = vec![];
+    for i in 0..500 {
+        update(&mut s, Action::Nav(if i % 100 < 50 { Nav::PageDown } else { Nav::PageUp }));
+        let t = Instant::now();
+        term.draw(|f| {
+            ui::draw(f, &s, opts);
+        })
+        .unwrap();
+        samples.push(t.elapsed());
+    }
+    stats("render 200x60, 10k rows (board)", samples);
+
+    update(&mut s, Action::Nav(Nav::Top));
+    update(&mut s, Action::Enter);
+    let mut samples = vec![];
+    for _ in 0..200 {
+        let t = Instant::now();
+        term.draw(|f| {
+            ui::draw(f, &s, opts);
+        })
+        .unwrap();
+        samples.push(t.elapsed());
+    }
+    stats("render 200x60, 10k rows (details)", samples);
+    update(&mut s, Action::Back);
+
+    // Watch events: status changes of random rows (progress moves, sorted by progress so the
+    // row moves on the board), the state's work per event.
+    let objs = support::many(n, 20);
+    while s.index.sort().key != ferry::state::SortKey::Progress {
+        update(&mut s, Action::CycleSort);
+    }
+    let mut samples = vec![];
+    let mut seed: u64 = 42;
+    for i in 0..20_000usize {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let mut o = objs[(seed >> 33) as usize % n].clone();
+        if let Some(st) = o.status.as_mut() {
+            st.progress = Some(ferry_crds::Progress { percent: (i % 100) as f64, ..Default::default() });
+        }
+        let t = Instant::now();
+        update(&mut s, Action::MigrationApplied(Box::new(o)));
+        samples.push(t.elapsed());
+    }
+    stats("update per watch event (10k rows, sort PROGRESS)", samples);
+
+    let mut samples = vec![];
+    update(&mut s, Action::StartFilter);
+    for c in "phase:Importing".chars() {
+        let t = Instant::now();
+        update(&mut s, Action::Edit(ferry::state::Edit::Char(c)));
+        samples.push(t.elapsed());
+    }
+    stats("filter keystroke (10k rows, full rebuild)", samples);
+}
