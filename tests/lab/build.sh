@@ -89,7 +89,7 @@ if [ ! -x "$CACHE/ferry-lab" ]; then
   total=$(cd "$LAB_DIR" && go list -deps . 2>/dev/null | wc -l || true)
   say "building ferry-lab: kube-apiserver + kube-controller-manager + kubectl $K8S_VERSION, etcd 3.7, vcsim (Go, CGO_ENABLED=0)"
   say "  a cold build compiles ~${total:-2800} Go packages and takes roughly 15-25 minutes on 2 cores;"
-  say "  with a warm Go build cache (\$(go env GOCACHE)) it takes 1-3 minutes; the result is cached in $CACHE"
+  say "  with a warm Go build cache ($(go env GOCACHE)) it takes 1-3 minutes; the result is cached in $CACHE"
   tmp="$CACHE.tmp.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
   log="$tmp/build.log"
