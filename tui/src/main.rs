@@ -72,6 +72,18 @@ enum Command {
     Resume(Names),
     /// Delete migrations (or the wave).
     Delete(Names),
+    /// Run the bundled controller in this process (all namespaces unless -n), until Ctrl-C.
+    Controller {
+        /// Serve Prometheus metrics here, e.g. 127.0.0.1:9090.
+        #[arg(long)]
+        metrics_addr: Option<std::net::SocketAddr>,
+        /// Serve /healthz and /readyz here.
+        #[arg(long)]
+        health_addr: Option<std::net::SocketAddr>,
+        /// Reconciles running at once per controller.
+        #[arg(long, default_value_t = 16)]
+        concurrency: u16,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -157,6 +169,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Controller { metrics_addr, health_addr, concurrency }) => {
+            let filter = EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+            let c = cluster::connect(&cli.connect_options()).await?;
+            let opts = ferry_controller::RunOptions {
+                namespace: cli.namespace.clone(),
+                concurrency: *concurrency,
+                metrics_addr: *metrics_addr,
+                health_addr: *health_addr,
+                ..ferry_controller::RunOptions::default()
+            };
+            tracing::info!(context = %c.context, namespace = ?opts.namespace, "running the controller in-process");
+            ferry_controller::run(c.client, opts).await.context("controller")?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some(cmd) => {
             init_stderr_logging();
             let (verb, names) = match cmd {
@@ -165,7 +192,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Pause(n) => (Verb::Pause, n),
                 Command::Resume(n) => (Verb::Resume, n),
                 Command::Delete(n) => (Verb::Delete, n),
-                Command::Board { .. } => unreachable!("handled above"),
+                Command::Board { .. } | Command::Controller { .. } => unreachable!("handled above"),
             };
             act(&cli, verb, &names.names).await
         }
