@@ -31,7 +31,9 @@ done
 echo "== lab ready in $(( $(date +%s) - LAB_STARTED )) s"
 
 export FERRY_LAB_STATE="$STATE"
-cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG_DIR/cargo-test.log"
+# A hung test must fail the run with its name on screen, not eat CI's whole time budget.
+timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
+    cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG_DIR/cargo-test.log"
 STATUS=${PIPESTATUS[0]}
 
 echo "== stopping the lab"
