@@ -191,3 +191,58 @@ async fn failures_exit_permanent_or_transient() {
     assert_eq!(staging().list(&prefix("fail")).await.unwrap(), vec![], "nothing staged by failed runs");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
+    let vm = lab().claim_vm().unwrap();
+    let dir = scratch("convert-descriptor");
+    // What ESXi keeps on a datastore: a text descriptor beside the data in "-flat.vmdk".
+    let descriptor = &vm.disks[0].local_path;
+    let flat = descriptor.with_file_name("disk1-flat.vmdk");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..(8 << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    std::fs::write(&flat, &data).unwrap();
+    std::fs::write(
+        descriptor,
+        "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n\
+         # Extent description\nRW 16384 VMFS \"disk1-flat.vmdk\"\n\n# The Disk Data Base\n#DDB\nddb.adapterType = \"lsilogic\"\n",
+    )
+    .unwrap();
+    let key = format!("{}/disk-0.raw", prefix("descriptor"));
+    let spec = DiskSpec { index: Some(0), datastore_path: vm.disks[0].datastore_path.clone(), key: key.clone() };
+    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work"))).await.unwrap();
+    let d = &report.disks[0];
+    assert_eq!(d.status, DiskStatus::Converted);
+    assert_eq!(d.size, 8 << 20);
+    assert_eq!(d.downloaded, std::fs::metadata(descriptor).unwrap().len() + (8 << 20));
+    let staged = dir.join("staged.raw");
+    staging().get_to_file(&key, &staged).await.unwrap();
+    assert!(std::fs::read(&staged).unwrap() == data, "staged bytes differ from the flat extent");
+    staging().delete_prefix(&prefix("descriptor")).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros() {
+    // vcsim's own disks are a 10 GiB descriptor over an empty flat file.
+    let vm = lab().claim_vm().unwrap();
+    let dir = scratch("convert-short");
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: format!("{}/disk-0.raw", prefix("short")),
+    };
+    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work"))).await.unwrap_err();
+    assert_eq!(err.reason(), "BadDisk", "{err}");
+    assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
+    assert!(err.to_string().contains("disk1-flat.vmdk"), "{err}");
+    assert_eq!(staging().list(&prefix("short")).await.unwrap(), vec![]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

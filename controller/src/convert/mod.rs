@@ -16,7 +16,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use error::{Error, TRANSIENT_EXIT_CODE};
-pub use vmdk::{DescriptorError, extent_files, is_descriptor};
+pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
 use crate::children::job::env;
 use crate::staging::{self, META_SHA256, Staging, StagingConfig};
@@ -375,11 +375,18 @@ async fn convert_one(
     if tokio::fs::metadata(&vmdk).await.map_err(io(&vmdk))?.len() <= vmdk::MAX_DESCRIPTOR_BYTES {
         let text = tokio::fs::read(&vmdk).await.map_err(io(&vmdk))?;
         if is_descriptor(&text) {
-            let files = extent_files(&String::from_utf8_lossy(&text))
-                .map_err(|e| Error::BadDisk { disk: name.clone(), detail: e.to_string() })?;
-            for file in files {
-                let extent = ds.sibling(&file);
-                downloaded += download(src, &extent.to_string(), &dir.join(&file), &name).await.map_err(vs)?;
+            let bad = |detail: String| Error::BadDisk { disk: name.clone(), detail };
+            for extent in extents(&String::from_utf8_lossy(&text)).map_err(|e| bad(e.to_string()))? {
+                let local = dir.join(&extent.file);
+                downloaded += download(src, &ds.sibling(&extent.file).to_string(), &local, &name).await.map_err(vs)?;
+                // qemu-img reads a short flat extent as zeros: a silent wrong copy. Refuse it.
+                let len = tokio::fs::metadata(&local).await.map_err(io(&local))?.len();
+                if let Some(min) = extent.min_len().filter(|min| len < *min) {
+                    return Err(bad(format!(
+                        "extent {} has {len} bytes, but the descriptor needs {min}; the disk is incomplete",
+                        extent.file
+                    )));
+                }
             }
         }
     }
@@ -418,12 +425,12 @@ async fn convert_one(
     })
 }
 
-/// Downloads one datastore file, logging progress every 10%.
+/// Downloads one datastore file, logging progress every 10% of a large one.
 async fn download(src: &Source, path: &str, dest: &Path, disk: &str) -> Result<u64, vsphere::Error> {
     let mut next_tenth = 1u64;
     src.session
         .download(path, &src.datacenter, dest, |done, total| {
-            if let Some(total) = total.filter(|t| *t > 0) {
+            if let Some(total) = total.filter(|t| *t >= 64 << 20) {
                 while next_tenth <= 10 && done * 10 >= total * next_tenth {
                     tracing::info!(disk, file = path, percent = next_tenth * 10, bytes = done, "downloading");
                     next_tenth += 1;

@@ -20,9 +20,30 @@ pub enum DescriptorError {
     Malformed { line: usize, text: String },
 }
 
-/// The data files a descriptor names, in order (extents of type ZERO have none).
-pub fn extent_files(descriptor: &str) -> Result<Vec<String>, DescriptorError> {
-    let mut files = Vec::new();
+/// One extent line of a descriptor that names a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// File name, relative to the descriptor's directory.
+    pub file: String,
+    /// `FLAT`, `VMFS`, `SPARSE`, `VMFSSPARSE`, `SESPARSE`, ...
+    pub kind: String,
+    /// Size in 512-byte sectors.
+    pub sectors: u64,
+    /// Start of the data in the file, in sectors (flat extents only).
+    pub offset: u64,
+}
+
+impl Extent {
+    /// The least file size a flat extent needs; `None` for sparse kinds, whose files are smaller.
+    pub fn min_len(&self) -> Option<u64> {
+        let flat = self.kind.eq_ignore_ascii_case("FLAT") || self.kind.eq_ignore_ascii_case("VMFS");
+        flat.then(|| self.offset.saturating_add(self.sectors).saturating_mul(512))
+    }
+}
+
+/// The extents a descriptor names, in order (extents of type ZERO have no file and are left out).
+pub fn extents(descriptor: &str) -> Result<Vec<Extent>, DescriptorError> {
+    let mut out = Vec::new();
     for (i, raw) in descriptor.lines().enumerate() {
         let line = raw.trim();
         let Some(access) = line.split_whitespace().next() else { continue };
@@ -32,19 +53,24 @@ pub fn extent_files(descriptor: &str) -> Result<Vec<String>, DescriptorError> {
         let malformed = || DescriptorError::Malformed { line: i + 1, text: line.to_owned() };
         // RW <sectors> <type> ["file name" [offset]]
         let mut words = line.splitn(4, char::is_whitespace).filter(|w| !w.is_empty());
-        let (_access, _size, kind) =
-            (words.next(), words.next().ok_or_else(malformed)?, words.next().ok_or_else(malformed)?);
+        let _access = words.next();
+        let sectors: u64 = words.next().and_then(|w| w.parse().ok()).ok_or_else(malformed)?;
+        let kind = words.next().ok_or_else(malformed)?;
         if kind.eq_ignore_ascii_case("ZERO") {
             continue;
         }
         let rest = words.next().ok_or_else(malformed)?.trim();
-        let name = rest.strip_prefix('"').and_then(|r| r.split_once('"')).map(|(n, _)| n).ok_or_else(malformed)?;
+        let (name, tail) = rest.strip_prefix('"').and_then(|r| r.split_once('"')).ok_or_else(malformed)?;
         if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
             return Err(DescriptorError::UnsafeExtent { line: i + 1, name: name.to_owned() });
         }
-        files.push(name.to_owned());
+        let offset = match tail.trim() {
+            "" => 0,
+            t => t.parse().map_err(|_| malformed())?,
+        };
+        out.push(Extent { file: name.to_owned(), kind: kind.to_owned(), sectors, offset });
     }
-    Ok(files)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -70,23 +96,36 @@ ddb.adapterType = "lsilogic"
     #[test]
     fn an_esxi_descriptor_names_its_flat_extent() {
         assert!(is_descriptor(ESXI.as_bytes()));
-        assert_eq!(extent_files(ESXI).unwrap(), vec!["my vm-flat.vmdk".to_string()]);
+        let e = extents(ESXI).unwrap();
+        assert_eq!(
+            e,
+            vec![Extent { file: "my vm-flat.vmdk".into(), kind: "VMFS".into(), sectors: 20_971_520, offset: 0 }]
+        );
+        assert_eq!(e[0].min_len(), Some(10 << 30));
     }
 
     #[test]
     fn split_and_zero_extents() {
         let d = "# Disk DescriptorFile\nRW 4192256 SPARSE \"d-s001.vmdk\"\nRW 4192256 FLAT \"d-f002.vmdk\" 0\nRW 100 ZERO\nRDONLY 8 VMFSSPARSE \"d-delta.vmdk\"\n";
-        assert_eq!(extent_files(d).unwrap(), vec!["d-s001.vmdk", "d-f002.vmdk", "d-delta.vmdk"]);
+        let e = extents(d).unwrap();
+        let files: Vec<_> = e.iter().map(|e| e.file.as_str()).collect();
+        assert_eq!(files, vec!["d-s001.vmdk", "d-f002.vmdk", "d-delta.vmdk"]);
+        assert_eq!(e[0].min_len(), None, "sparse extents are smaller than their capacity");
+        assert_eq!(e[1].min_len(), Some(4_192_256 * 512));
+        let shifted = extents("RW 8 FLAT \"f.vmdk\" 2\n").unwrap();
+        assert_eq!(shifted[0].min_len(), Some(10 * 512));
     }
 
     #[test]
     fn extents_outside_the_directory_are_refused() {
         for name in ["../etc/passwd", "/abs-flat.vmdk", "sub/x.vmdk", ".."] {
             let d = format!("RW 1 FLAT \"{name}\" 0\n");
-            assert!(matches!(extent_files(&d), Err(DescriptorError::UnsafeExtent { .. })), "{name}");
+            assert!(matches!(extents(&d), Err(DescriptorError::UnsafeExtent { .. })), "{name}");
         }
-        assert!(matches!(extent_files("RW 1 FLAT\n"), Err(DescriptorError::Malformed { line: 1, .. })));
-        assert!(matches!(extent_files("RW 1 FLAT noquotes\n"), Err(DescriptorError::Malformed { .. })));
+        assert!(matches!(extents("RW 1 FLAT\n"), Err(DescriptorError::Malformed { line: 1, .. })));
+        assert!(matches!(extents("RW 1 FLAT noquotes\n"), Err(DescriptorError::Malformed { .. })));
+        assert!(matches!(extents("RW many FLAT \"f\"\n"), Err(DescriptorError::Malformed { .. })));
+        assert!(matches!(extents("RW 1 FLAT \"f\" x\n"), Err(DescriptorError::Malformed { .. })));
     }
 
     #[test]
