@@ -6,7 +6,9 @@ use k8s_openapi::jiff::{Timestamp, Unit};
 
 /// Now, rounded to milliseconds.
 pub fn now() -> Timestamp {
-    Timestamp::now().round(Unit::Millisecond).unwrap_or_else(|_| Timestamp::now())
+    Timestamp::now()
+        .round(Unit::Millisecond)
+        .unwrap_or_else(|_| Timestamp::now())
 }
 
 /// RFC 3339 with milliseconds: what `metav1.Time` parses, precise enough for scaled delays.
@@ -37,7 +39,11 @@ pub struct Speed(f64);
 impl Speed {
     /// `factor` must be positive; anything else means 1.
     pub fn new(factor: f64) -> Speed {
-        if factor.is_finite() && factor > 0.0 { Speed(factor) } else { Speed(1.0) }
+        if factor.is_finite() && factor > 0.0 {
+            Speed(factor)
+        } else {
+            Speed(1.0)
+        }
     }
 
     pub fn factor(self) -> f64 {
@@ -65,8 +71,14 @@ mod tests {
         let ts: Timestamp = "2026-03-01T10:00:00.123456Z".parse().unwrap();
         let s = format(ts);
         assert_eq!(s, "2026-03-01T10:00:00.123Z");
-        assert_eq!(parse(&s).unwrap(), "2026-03-01T10:00:00.123Z".parse::<Timestamp>().unwrap());
-        assert_eq!(format("2026-03-01T10:00:00Z".parse().unwrap()), "2026-03-01T10:00:00Z");
+        assert_eq!(
+            parse(&s).unwrap(),
+            "2026-03-01T10:00:00.123Z".parse::<Timestamp>().unwrap()
+        );
+        assert_eq!(
+            format("2026-03-01T10:00:00Z".parse().unwrap()),
+            "2026-03-01T10:00:00Z"
+        );
     }
 
     #[test]

@@ -38,12 +38,23 @@ pub enum Flavour {
 }
 
 /// Sets condition `type_` in `conds`, keeping `lastTransitionTime` unless the status changes.
-pub fn set(conds: &mut Vec<Condition>, flavour: Flavour, type_: &str, status: bool, reason: &str, message: &str, now: &str) {
+pub fn set(
+    conds: &mut Vec<Condition>,
+    flavour: Flavour,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
     let status = status_str(status);
     let idx = match conds.iter().position(|c| c.type_ == type_) {
         Some(i) => i,
         None => {
-            conds.push(Condition { type_: type_.to_string(), ..Condition::default() });
+            conds.push(Condition {
+                type_: type_.to_string(),
+                ..Condition::default()
+            });
             conds.len() - 1
         }
     };
@@ -84,23 +95,62 @@ mod tests {
     #[test]
     fn transition_time_moves_only_on_status_change() {
         let mut c = Vec::new();
-        set(&mut c, Flavour::Cdi, "Running", true, "Pod is running", "", "t1");
-        set(&mut c, Flavour::Cdi, "Running", true, "Pod is running", "", "t2");
+        set(
+            &mut c,
+            Flavour::Cdi,
+            "Running",
+            true,
+            "Pod is running",
+            "",
+            "t1",
+        );
+        set(
+            &mut c,
+            Flavour::Cdi,
+            "Running",
+            true,
+            "Pod is running",
+            "",
+            "t2",
+        );
         assert_eq!(c[0].last_transition_time.as_deref(), Some("t1"));
         assert_eq!(c[0].last_heartbeat_time.as_deref(), Some("t1"));
         set(&mut c, Flavour::Cdi, "Running", true, "Other", "", "t3");
         assert_eq!(c[0].last_transition_time.as_deref(), Some("t1"));
         assert_eq!(c[0].last_heartbeat_time.as_deref(), Some("t3"));
-        set(&mut c, Flavour::Cdi, "Running", false, "Error", "boom", "t4");
+        set(
+            &mut c,
+            Flavour::Cdi,
+            "Running",
+            false,
+            "Error",
+            "boom",
+            "t4",
+        );
         assert_eq!(c[0].last_transition_time.as_deref(), Some("t4"));
-        assert_eq!((c[0].status.as_str(), c[0].reason.as_str(), c[0].message.as_str()), ("False", "Error", "boom"));
+        assert_eq!(
+            (
+                c[0].status.as_str(),
+                c[0].reason.as_str(),
+                c[0].message.as_str()
+            ),
+            ("False", "Error", "boom")
+        );
     }
 
     #[test]
     fn kubevirt_flavour_has_no_heartbeat_and_conditions_can_go() {
         let mut c = Vec::new();
         set(&mut c, Flavour::KubeVirt, "Ready", true, "", "", "t1");
-        set(&mut c, Flavour::KubeVirt, "AgentConnected", true, "", "", "t2");
+        set(
+            &mut c,
+            Flavour::KubeVirt,
+            "AgentConnected",
+            true,
+            "",
+            "",
+            "t2",
+        );
         assert!(c.iter().all(|c| c.last_heartbeat_time.is_none()));
         assert!(is_true(&c, "AgentConnected"));
         remove(&mut c, "AgentConnected");
@@ -110,7 +160,15 @@ mod tests {
     #[test]
     fn serializes_like_the_go_types() {
         let mut c = Vec::new();
-        set(&mut c, Flavour::KubeVirt, "Ready", false, "GuestNotRunning", "", "2026-01-01T00:00:00Z");
+        set(
+            &mut c,
+            Flavour::KubeVirt,
+            "Ready",
+            false,
+            "GuestNotRunning",
+            "",
+            "2026-01-01T00:00:00Z",
+        );
         let v = serde_json::to_value(&c[0]).unwrap();
         assert_eq!(
             v,
@@ -118,7 +176,8 @@ mod tests {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"})
         );
         let back: Condition = serde_json::from_value(serde_json::json!(
-            {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": null})).unwrap();
+            {"type": "Ready", "status": "True", "lastProbeTime": null, "lastTransitionTime": null}))
+        .unwrap();
         assert_eq!(back.last_probe_time, None);
     }
 }

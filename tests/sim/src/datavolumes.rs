@@ -109,14 +109,24 @@ pub enum Stage {
     /// Claim bound, importer pod not running yet.
     Scheduled,
     /// The importer pod cannot start (e.g. `CreateContainerConfigError`: its Secret is missing).
-    Waiting { reason: String, message: String },
+    Waiting {
+        reason: String,
+        message: String,
+    },
     /// Importer running; `done` of `total` bytes copied (`total` 0 = not known yet).
-    Running { done: u64, total: u64 },
+    Running {
+        done: u64,
+        total: u64,
+    },
     /// The importer failed and will be restarted (`restartCount` +1).
-    Restarting { message: String },
+    Restarting {
+        message: String,
+    },
     Succeeded,
     /// A fatal importer error, or a source the sim cannot import.
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
 }
 
 /// CDI's progress string: `"45.23%"`, `"N/A"` when the total is unknown.
@@ -136,39 +146,86 @@ const REASON_TRANSFER_RUNNING: &str = "TransferRunning";
 /// Guarantees: `restartCount` grows by one exactly for `Restarting`; `progress` is "100.0%"
 /// once `Succeeded`; `Ready` is `True` only when `Succeeded`; condition transition times move
 /// only on status changes.
-pub fn next_status(old: &DataVolumeStatus, claim: &str, stage: &Stage, now: &str) -> DataVolumeStatus {
+pub fn next_status(
+    old: &DataVolumeStatus,
+    claim: &str,
+    stage: &Stage,
+    now: &str,
+) -> DataVolumeStatus {
     let mut s = old.clone();
     s.claim_name = Some(claim.to_string());
     let c = &mut s.conditions;
     let bound = !matches!(stage, Stage::Pending);
     if bound {
-        conditions::set(c, Flavour::Cdi, "Bound", true, "Bound", &format!("PVC {claim} Bound"), now);
+        conditions::set(
+            c,
+            Flavour::Cdi,
+            "Bound",
+            true,
+            "Bound",
+            &format!("PVC {claim} Bound"),
+            now,
+        );
     } else {
-        conditions::set(c, Flavour::Cdi, "Bound", false, "Pending", &format!("PVC {claim} Pending"), now);
+        conditions::set(
+            c,
+            Flavour::Cdi,
+            "Bound",
+            false,
+            "Pending",
+            &format!("PVC {claim} Pending"),
+            now,
+        );
     }
     // (status, reason, message) of `Ready` and of `Running`, as CDI derives them from the pod.
     type Cond<'a> = (bool, &'a str, String);
     let (phase, ready, running): (&str, Cond<'_>, Cond<'_>) = match stage {
-        Stage::Pending => (phase::PENDING, (false, "", String::new()), (false, "", String::new())),
-        Stage::Scheduled => (phase::IMPORT_SCHEDULED, (false, "", String::new()), (false, "", String::new())),
-        Stage::Waiting { reason, message } => {
-            (phase::IMPORT_SCHEDULED, (false, "", String::new()), (false, reason.as_str(), message.clone()))
-        }
+        Stage::Pending => (
+            phase::PENDING,
+            (false, "", String::new()),
+            (false, "", String::new()),
+        ),
+        Stage::Scheduled => (
+            phase::IMPORT_SCHEDULED,
+            (false, "", String::new()),
+            (false, "", String::new()),
+        ),
+        Stage::Waiting { reason, message } => (
+            phase::IMPORT_SCHEDULED,
+            (false, "", String::new()),
+            (false, reason.as_str(), message.clone()),
+        ),
         Stage::Running { .. } => (
             phase::IMPORT_IN_PROGRESS,
             (false, REASON_TRANSFER_RUNNING, String::new()),
             (true, REASON_POD_RUNNING, String::new()),
         ),
-        Stage::Restarting { message } => {
-            (phase::IMPORT_IN_PROGRESS, (false, "", String::new()), (false, "Error", message.clone()))
-        }
-        Stage::Succeeded => {
-            (phase::SUCCEEDED, (true, "", String::new()), (false, "Completed", "Import Complete".to_string()))
-        }
-        Stage::Failed { message } => (phase::FAILED, (false, "", String::new()), (false, "Error", message.clone())),
+        Stage::Restarting { message } => (
+            phase::IMPORT_IN_PROGRESS,
+            (false, "", String::new()),
+            (false, "Error", message.clone()),
+        ),
+        Stage::Succeeded => (
+            phase::SUCCEEDED,
+            (true, "", String::new()),
+            (false, "Completed", "Import Complete".to_string()),
+        ),
+        Stage::Failed { message } => (
+            phase::FAILED,
+            (false, "", String::new()),
+            (false, "Error", message.clone()),
+        ),
     };
     conditions::set(c, Flavour::Cdi, "Ready", ready.0, ready.1, &ready.2, now);
-    conditions::set(c, Flavour::Cdi, "Running", running.0, running.1, &running.2, now);
+    conditions::set(
+        c,
+        Flavour::Cdi,
+        "Running",
+        running.0,
+        running.1,
+        &running.2,
+        now,
+    );
     s.phase = Some(phase.to_string());
     match stage {
         Stage::Pending | Stage::Scheduled | Stage::Waiting { .. } => {
@@ -195,7 +252,9 @@ pub enum SourceKind<'a> {
 
 /// Classifies `spec.source`. Pure.
 pub fn classify(spec: &DataVolumeSpec) -> SourceKind<'_> {
-    let Some(src) = &spec.source else { return SourceKind::Missing };
+    let Some(src) = &spec.source else {
+        return SourceKind::Missing;
+    };
     if let Some(s3) = &src.s3 {
         return SourceKind::S3(s3);
     }
@@ -213,16 +272,27 @@ pub fn classify(spec: &DataVolumeSpec) -> SourceKind<'_> {
 /// (`ReadWriteOnce`, `Filesystem`, and `size_hint` bytes when no size is requested). Pure.
 ///
 /// Errors: neither `spec.pvc` nor `spec.storage`, or a spec that is not an object.
-pub fn claim_for(dv: &DataVolume, size_hint: u64) -> std::result::Result<PersistentVolumeClaim, String> {
+pub fn claim_for(
+    dv: &DataVolume,
+    size_hint: u64,
+) -> std::result::Result<PersistentVolumeClaim, String> {
     let mut spec = match (&dv.spec.pvc, &dv.spec.storage) {
         (Some(p), _) => p.clone(),
         (None, Some(s)) => s.clone(),
-        (None, None) => return Err("the DataVolume has neither spec.pvc nor spec.storage".to_string()),
+        (None, None) => {
+            return Err("the DataVolume has neither spec.pvc nor spec.storage".to_string());
+        }
     };
-    let obj = spec.as_object_mut().ok_or("spec.pvc/spec.storage is not an object")?;
+    let obj = spec
+        .as_object_mut()
+        .ok_or("spec.pvc/spec.storage is not an object")?;
     let is_storage = dv.spec.pvc.is_none();
     if is_storage {
-        if obj.get("accessModes").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+        if obj
+            .get("accessModes")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+        {
             obj.insert("accessModes".into(), serde_json::json!(["ReadWriteOnce"]));
         }
         if !obj.contains_key("volumeMode") {
@@ -235,7 +305,9 @@ pub fn claim_for(dv: &DataVolume, size_hint: u64) -> std::result::Result<Persist
         .and_then(|r| r.get("storage"))
         .is_some();
     if !has_size {
-        let resources = obj.entry("resources").or_insert_with(|| serde_json::json!({}));
+        let resources = obj
+            .entry("resources")
+            .or_insert_with(|| serde_json::json!({}));
         if let Some(r) = resources.as_object_mut() {
             let requests = r.entry("requests").or_insert_with(|| serde_json::json!({}));
             if let Some(req) = requests.as_object_mut() {
@@ -246,8 +318,14 @@ pub fn claim_for(dv: &DataVolume, size_hint: u64) -> std::result::Result<Persist
     let pvc_spec = serde_json::from_value(spec).map_err(|e| format!("claim spec: {e}"))?;
     let mut annotations = BTreeMap::new();
     if let SourceKind::S3(s3) = classify(&dv.spec) {
-        annotations.insert("cdi.kubevirt.io/storage.import.endpoint".to_string(), s3.url.clone());
-        annotations.insert("cdi.kubevirt.io/storage.import.source".to_string(), "s3".to_string());
+        annotations.insert(
+            "cdi.kubevirt.io/storage.import.endpoint".to_string(),
+            s3.url.clone(),
+        );
+        annotations.insert(
+            "cdi.kubevirt.io/storage.import.source".to_string(),
+            "s3".to_string(),
+        );
     }
     Ok(PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -255,8 +333,14 @@ pub fn claim_for(dv: &DataVolume, size_hint: u64) -> std::result::Result<Persist
             namespace: dv.namespace(),
             labels: Some(BTreeMap::from([
                 ("app".to_string(), "containerized-data-importer".to_string()),
-                ("app.kubernetes.io/component".to_string(), "storage".to_string()),
-                ("app.kubernetes.io/managed-by".to_string(), "cdi-controller".to_string()),
+                (
+                    "app.kubernetes.io/component".to_string(),
+                    "storage".to_string(),
+                ),
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "cdi-controller".to_string(),
+                ),
             ])),
             annotations: Some(annotations),
             owner_references: Some(vec![owner_ref(dv)]),
@@ -295,7 +379,11 @@ struct Ctx {
 pub async fn run(sim: Arc<Sim>, pvcs: Arc<Pvcs>) {
     let api = sim.scoped::<DataVolume>();
     let controller = Controller::new(api, watcher::Config::default());
-    let ctx = Arc::new(Ctx { sim: sim.clone(), pvcs, dvs: controller.store() });
+    let ctx = Arc::new(Ctx {
+        sim: sim.clone(),
+        pvcs,
+        dvs: controller.store(),
+    });
     let sweeper = tokio::spawn(sweep(ctx.clone()));
     controller
         .run(reconcile, error_policy, ctx)
@@ -322,7 +410,9 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Ctx>) -> Result<Action> {
     if dv.meta().deletion_timestamp.is_some() || finished(&dv) {
         return Ok(Action::await_change());
     }
-    let Some(uid) = dv.uid() else { return Ok(Action::await_change()) };
+    let Some(uid) = dv.uid() else {
+        return Ok(Action::await_change());
+    };
     let c = ctx.clone();
     let obj = dv.clone();
     if ctx.sim.tasks.spawn_unique(format!("dv/{uid}"), async move {
@@ -354,13 +444,19 @@ struct Importer<'a> {
 
 impl Importer<'_> {
     async fn write(&mut self, stage: &Stage) -> Result<()> {
-        let next = next_status(&self.status, &self.name, stage, &clock::format(clock::now()));
+        let next = next_status(
+            &self.status,
+            &self.name,
+            stage,
+            &clock::format(clock::now()),
+        );
         if next == self.status {
             return Ok(());
         }
         let api = self.ctx.sim.api::<DataVolume>(&self.ns);
         let patch = serde_json::json!({"status": next});
-        api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        api.patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         if next.phase != self.status.phase {
             info!(dv = %format!("{}/{}", self.ns, self.name), phase = next.phase.as_deref().unwrap_or(""), "datavolume phase");
         }
@@ -386,17 +482,32 @@ impl Importer<'_> {
     }
 }
 
-async fn credentials(sim: &Sim, ns: &str, secret: Option<&str>) -> std::result::Result<Option<Credentials>, String> {
-    let Some(name) = secret.filter(|s| !s.is_empty()) else { return Ok(None) };
-    let secret = sim.api::<Secret>(ns).get_opt(name).await.map_err(|e| e.to_string())?;
-    let Some(secret) = secret else { return Err(format!("secret \"{name}\" not found")) };
+async fn credentials(
+    sim: &Sim,
+    ns: &str,
+    secret: Option<&str>,
+) -> std::result::Result<Option<Credentials>, String> {
+    let Some(name) = secret.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let secret = sim
+        .api::<Secret>(ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(secret) = secret else {
+        return Err(format!("secret \"{name}\" not found"));
+    };
     let data = secret.data.unwrap_or_default();
     let get = |k: &str| {
         data.get(k)
             .map(|b| String::from_utf8_lossy(&b.0).into_owned())
             .ok_or_else(|| format!("couldn't find key {k} in Secret {ns}/{name}"))
     };
-    Ok(Some(Credentials { access_key_id: get("accessKeyId")?, secret_key: get("secretKey")? }))
+    Ok(Some(Credentials {
+        access_key_id: get("accessKeyId")?,
+        secret_key: get("secretKey")?,
+    }))
 }
 
 async fn ensure_claim(ctx: &Ctx, dv: &DataVolume, size_hint: u64) -> Result<()> {
@@ -429,7 +540,8 @@ async fn ensure_claim(ctx: &Ctx, dv: &DataVolume, size_hint: u64) -> Result<()> 
             "accessModes": spec.access_modes.unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
             "capacity": {"storage": size},
         }});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
     }
     Ok(())
 }
@@ -440,7 +552,25 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
     let name = dv.name_any();
     let uid = dv.uid().unwrap_or_default();
     let sim = &ctx.sim;
-    let mut imp = Importer { ctx, ns: ns.clone(), name: name.clone(), uid, status: dv.status.clone().unwrap_or_default() };
+    // The event that started this task may be older than the import that just finished: only
+    // the object as it is now says whether there is work left.
+    let Some(dv) = sim.api::<DataVolume>(&ns).get_opt(&name).await? else {
+        return Ok(());
+    };
+    if dv.uid().as_deref() != Some(uid.as_str())
+        || finished(&dv)
+        || dv.meta().deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let dv = &dv;
+    let mut imp = Importer {
+        ctx,
+        ns: ns.clone(),
+        name: name.clone(),
+        uid,
+        status: dv.status.clone().unwrap_or_default(),
+    };
     let vols = &sim.settings.volumes;
 
     if imp.status.phase.is_none() {
@@ -451,37 +581,67 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
         SourceKind::S3(s) => Some(s.clone()),
         SourceKind::Blank => None,
         SourceKind::Unsupported(kind) => {
-            let message = format!("ferry-sim cannot import source {kind:?}: only s3 and blank are simulated");
+            let message =
+                format!("ferry-sim cannot import source {kind:?}: only s3 and blank are simulated");
             return imp.write(&Stage::Failed { message }).await;
         }
         SourceKind::Missing => {
-            return imp.write(&Stage::Failed { message: "the DataVolume has no spec.source".into() }).await;
+            return imp
+                .write(&Stage::Failed {
+                    message: "the DataVolume has no spec.source".into(),
+                })
+                .await;
         }
     };
     let location = match s3src.as_ref().map(|s| s3::parse_url(&s.url)).transpose() {
         Ok(l) => l,
-        Err(e) => return imp.write(&Stage::Failed { message: e.to_string() }).await,
+        Err(e) => {
+            return imp
+                .write(&Stage::Failed {
+                    message: e.to_string(),
+                })
+                .await;
+        }
     };
 
     loop {
         if !imp.alive() {
             return Ok(());
         }
-        let creds = match credentials(sim, &ns, s3src.as_ref().and_then(|s| s.secret_ref.as_deref())).await {
+        let creds = match credentials(
+            sim,
+            &ns,
+            s3src.as_ref().and_then(|s| s.secret_ref.as_deref()),
+        )
+        .await
+        {
             Ok(c) => c,
             Err(message) => {
                 ensure_claim(ctx, dv, 1 << 30).await?;
-                imp.write(&Stage::Waiting { reason: "CreateContainerConfigError".into(), message }).await?;
+                imp.write(&Stage::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                })
+                .await?;
                 if !imp.sleep(Duration::from_secs(2)).await {
                     return Ok(());
                 }
                 continue;
             }
         };
-        let store = location.as_ref().map(|l| s3::store(l, creds.as_ref())).transpose();
+        let store = location
+            .as_ref()
+            .map(|l| s3::store(l, creds.as_ref()))
+            .transpose();
         let store = match store {
             Ok(s) => s,
-            Err(e) => return imp.write(&Stage::Failed { message: e.to_string() }).await,
+            Err(e) => {
+                return imp
+                    .write(&Stage::Failed {
+                        message: e.to_string(),
+                    })
+                    .await;
+            }
         };
         // The claim is sized from the object when the DataVolume names no size.
         let size_hint = match (&store, &location) {
@@ -495,27 +655,43 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
         }
 
         let dir = vols.root().join(&ns);
-        tokio::fs::create_dir_all(&dir).await.map_err(|e| Error::io(&dir, e))?;
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| Error::io(&dir, e))?;
         let (Some(store), Some(location)) = (store, &location) else {
-            let size = quantity::parse_bytes(&claim_size(ctx, &ns, &name).await).unwrap_or(size_hint);
+            let size =
+                quantity::parse_bytes(&claim_size(ctx, &ns, &name).await).unwrap_or(size_hint);
             blank(vols, &ns, &name, size).await?;
             return imp.write(&Stage::Succeeded).await;
         };
 
-        let mut faults = match Faults::load(&sim.client, &child_of(dv)).await {
+        // Fresh annotations: a `once` fault recorded on the DataVolume by the previous attempt counts.
+        let Some(fresh) = sim.api::<DataVolume>(&ns).get_opt(&name).await? else {
+            return Ok(());
+        };
+        let mut faults = match Faults::load(&sim.client, &child_of(&fresh)).await {
             Ok(f) => f,
             Err(e) => {
                 warn!(dv = %name, error = %e, "reading faults; importing without");
                 Faults::none(&ns, &name)
             }
         };
-        let fault = faults.take(&sim.client, &sim.settings.rates, Step::Import).await?;
+        let fault = faults
+            .take(&sim.client, &sim.settings.rates, Step::Import)
+            .await?;
 
         imp.write(&Stage::Running { done: 0, total: 0 }).await?;
         let part = vols.partial(&ns, &name);
         let (tx, mut rx) = watch::channel((0u64, 0u64));
         let rate = sim.settings.throughput * sim.settings.speed.factor();
-        let copy = s3::copy(store.as_ref(), &location.key, &part, rate, fault.map(|f| f.at_percent), &tx);
+        let copy = s3::copy(
+            store.as_ref(),
+            &location.key,
+            &part,
+            rate,
+            fault.map(|f| f.at_percent),
+            &tx,
+        );
         let mut copy = std::pin::pin!(copy);
         let tick = sim.settings.speed.ms(500).max(Duration::from_millis(50));
         let outcome = loop {
@@ -548,15 +724,29 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
                 }
                 imp.write(&Stage::Restarting { message }).await?;
             }
-            Ok(Copied::Done { sha256, expected, bytes }) => {
+            Ok(Copied::Done {
+                sha256,
+                expected,
+                bytes,
+            }) => {
                 if let Some(exp) = expected.filter(|e| *e != sha256) {
                     let _ = tokio::fs::remove_file(&part).await;
-                    let message = Error::Checksum { expected: exp, actual: sha256 }.to_string();
+                    let message = Error::Checksum {
+                        expected: exp,
+                        actual: sha256,
+                    }
+                    .to_string();
                     return imp.write(&Stage::Failed { message }).await;
                 }
                 let img = vols.image(&ns, &name);
-                tokio::fs::rename(&part, &img).await.map_err(|e| Error::io(&img, e))?;
-                imp.write(&Stage::Running { done: bytes, total: bytes }).await?;
+                tokio::fs::rename(&part, &img)
+                    .await
+                    .map_err(|e| Error::io(&img, e))?;
+                imp.write(&Stage::Running {
+                    done: bytes,
+                    total: bytes,
+                })
+                .await?;
                 imp.write(&Stage::Succeeded).await?;
                 return Ok(());
             }
@@ -566,7 +756,10 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
                 imp.write(&Stage::Restarting { message }).await?;
             }
         }
-        if !imp.sleep(restart_backoff(imp.status.restart_count - 1)).await {
+        if !imp
+            .sleep(restart_backoff(imp.status.restart_count - 1))
+            .await
+        {
             return Ok(());
         }
     }
@@ -588,7 +781,9 @@ async fn claim_size(ctx: &Ctx, ns: &str, name: &str) -> String {
 
 async fn blank(vols: &volumes::Volumes, ns: &str, name: &str, size: u64) -> Result<()> {
     let img = vols.image(ns, name);
-    let f = tokio::fs::File::create(&img).await.map_err(|e| Error::io(&img, e))?;
+    let f = tokio::fs::File::create(&img)
+        .await
+        .map_err(|e| Error::io(&img, e))?;
     f.set_len(size).await.map_err(|e| Error::io(&img, e))?;
     Ok(())
 }
@@ -607,19 +802,26 @@ fn child_of(dv: &DataVolume) -> Child<'_> {
 
 /// Deletes volume files whose DataVolume and claim are both gone, every few seconds.
 async fn sweep(ctx: Arc<Ctx>) {
-    let _ = ctx.dvs.wait_until_ready().await;
+    crate::pvcs::until_ready(&ctx.dvs).await;
     ctx.pvcs.ready().await;
+    debug!("volume sweep running");
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let mut live: HashSet<String> = ctx.pvcs.keys().into_iter().collect();
         for dv in ctx.dvs.state() {
-            live.insert(format!("{}/{}", dv.namespace().unwrap_or_default(), dv.name_any()));
+            live.insert(format!(
+                "{}/{}",
+                dv.namespace().unwrap_or_default(),
+                dv.name_any()
+            ));
         }
         let files = ctx.sim.settings.volumes.list();
         for path in volumes::orphans(&files, &live, ctx.sim.settings.namespace.as_deref()) {
             // A DataVolume created after the snapshot above would be in the store by now.
             match std::fs::remove_file(&path) {
-                Ok(()) => info!(path = %path.display(), "removed the volume of a deleted DataVolume"),
+                Ok(()) => {
+                    info!(path = %path.display(), "removed the volume of a deleted DataVolume")
+                }
                 Err(e) => debug!(path = %path.display(), error = %e, "removing a volume file"),
             }
         }
@@ -654,34 +856,87 @@ mod tests {
         assert_eq!(p.phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&p, "Bound"), ("False", "Pending", "PVC dv Pending"));
         let s = next_status(&p, "dv", &Stage::Scheduled, T);
-        assert_eq!((s.phase.as_deref(), s.claim_name.as_deref()), (Some("ImportScheduled"), Some("dv")));
+        assert_eq!(
+            (s.phase.as_deref(), s.claim_name.as_deref()),
+            (Some("ImportScheduled"), Some("dv"))
+        );
         assert_eq!(cond(&s, "Bound"), ("True", "Bound", "PVC dv Bound"));
-        let r = next_status(&s, "dv", &Stage::Running { done: 50, total: 200 }, T);
-        assert_eq!((r.phase.as_deref(), r.progress.as_deref()), (Some("ImportInProgress"), Some("25.00%")));
+        let r = next_status(
+            &s,
+            "dv",
+            &Stage::Running {
+                done: 50,
+                total: 200,
+            },
+            T,
+        );
+        assert_eq!(
+            (r.phase.as_deref(), r.progress.as_deref()),
+            (Some("ImportInProgress"), Some("25.00%"))
+        );
         assert_eq!(cond(&r, "Running"), ("True", "Pod is running", ""));
         assert_eq!(cond(&r, "Ready"), ("False", "TransferRunning", ""));
         let d = next_status(&r, "dv", &Stage::Succeeded, T);
-        assert_eq!((d.phase.as_deref(), d.progress.as_deref()), (Some("Succeeded"), Some("100.0%")));
+        assert_eq!(
+            (d.phase.as_deref(), d.progress.as_deref()),
+            (Some("Succeeded"), Some("100.0%"))
+        );
         assert_eq!(cond(&d, "Ready"), ("True", "", ""));
-        assert_eq!(cond(&d, "Running"), ("False", "Completed", "Import Complete"));
+        assert_eq!(
+            cond(&d, "Running"),
+            ("False", "Completed", "Import Complete")
+        );
         assert_eq!(d.restart_count, 0);
     }
 
     #[test]
     fn a_transient_failure_restarts_in_place() {
-        let r = next_status(&DataVolumeStatus::default(), "dv", &Stage::Running { done: 40, total: 100 }, T);
-        let f = next_status(&r, "dv", &Stage::Restarting { message: "boom".into() }, T);
+        let r = next_status(
+            &DataVolumeStatus::default(),
+            "dv",
+            &Stage::Running {
+                done: 40,
+                total: 100,
+            },
+            T,
+        );
+        let f = next_status(
+            &r,
+            "dv",
+            &Stage::Restarting {
+                message: "boom".into(),
+            },
+            T,
+        );
         assert_eq!(f.phase.as_deref(), Some("ImportInProgress"));
         assert_eq!(f.restart_count, 1);
         assert_eq!(f.progress.as_deref(), Some("40.00%"));
         assert_eq!(cond(&f, "Running"), ("False", "Error", "boom"));
-        let again = next_status(&f, "dv", &Stage::Running { done: 0, total: 100 }, T);
-        assert_eq!((again.restart_count, cond(&again, "Running").0), (1, "True"));
+        let again = next_status(
+            &f,
+            "dv",
+            &Stage::Running {
+                done: 0,
+                total: 100,
+            },
+            T,
+        );
+        assert_eq!(
+            (again.restart_count, cond(&again, "Running").0),
+            (1, "True")
+        );
     }
 
     #[test]
     fn a_fatal_failure_ends_the_import() {
-        let f = next_status(&DataVolumeStatus::default(), "dv", &Stage::Failed { message: "checksum".into() }, T);
+        let f = next_status(
+            &DataVolumeStatus::default(),
+            "dv",
+            &Stage::Failed {
+                message: "checksum".into(),
+            },
+            T,
+        );
         assert_eq!(f.phase.as_deref(), Some("Failed"));
         assert_eq!(cond(&f, "Running"), ("False", "Error", "checksum"));
         assert_eq!(cond(&f, "Ready").0, "False");
@@ -692,11 +947,21 @@ mod tests {
         let w = next_status(
             &DataVolumeStatus::default(),
             "dv",
-            &Stage::Waiting { reason: "CreateContainerConfigError".into(), message: "secret \"s\" not found".into() },
+            &Stage::Waiting {
+                reason: "CreateContainerConfigError".into(),
+                message: "secret \"s\" not found".into(),
+            },
             T,
         );
         assert_eq!(w.phase.as_deref(), Some("ImportScheduled"));
-        assert_eq!(cond(&w, "Running"), ("False", "CreateContainerConfigError", "secret \"s\" not found"));
+        assert_eq!(
+            cond(&w, "Running"),
+            (
+                "False",
+                "CreateContainerConfigError",
+                "secret \"s\" not found"
+            )
+        );
     }
 
     #[test]
@@ -715,32 +980,57 @@ mod tests {
 
     #[test]
     fn classifies_sources() {
-        let s3 = dv(serde_json::json!({"source": {"s3": {"url": "http://h/b/k", "secretRef": "s"}}, "storage": {}}));
-        assert!(matches!(classify(&s3.spec), SourceKind::S3(s) if s.secret_ref.as_deref() == Some("s")));
-        assert_eq!(classify(&dv(serde_json::json!({"source": {"blank": {}}})).spec), SourceKind::Blank);
+        let s3 = dv(
+            serde_json::json!({"source": {"s3": {"url": "http://h/b/k", "secretRef": "s"}}, "storage": {}}),
+        );
+        assert!(
+            matches!(classify(&s3.spec), SourceKind::S3(s) if s.secret_ref.as_deref() == Some("s"))
+        );
+        assert_eq!(
+            classify(&dv(serde_json::json!({"source": {"blank": {}}})).spec),
+            SourceKind::Blank
+        );
         assert_eq!(
             classify(&dv(serde_json::json!({"source": {"http": {"url": "x"}}})).spec),
             SourceKind::Unsupported("http".into())
         );
-        assert_eq!(classify(&dv(serde_json::json!({"sourceRef": {"kind": "DataSource", "name": "x"}})).spec), SourceKind::Missing);
+        assert_eq!(
+            classify(
+                &dv(serde_json::json!({"sourceRef": {"kind": "DataSource", "name": "x"}})).spec
+            ),
+            SourceKind::Missing
+        );
     }
 
     #[test]
     fn the_claim_is_owned_by_the_datavolume_and_defaults_like_cdi() {
-        let d = dv(serde_json::json!({"source": {"s3": {"url": "http://h/b/k"}}, "storage": {"storageClassName": "fast"}}));
+        let d = dv(
+            serde_json::json!({"source": {"s3": {"url": "http://h/b/k"}}, "storage": {"storageClassName": "fast"}}),
+        );
         let pvc = claim_for(&d, 64 * 1024 * 1024).unwrap();
         let owner = &pvc.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("DataVolume", "u-1", Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("DataVolume", "u-1", Some(true))
+        );
         let spec = pvc.spec.unwrap();
         assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
         assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
         assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
-        assert_eq!(spec.resources.unwrap().requests.unwrap()["storage"].0, "64Mi");
-        let p = dv(serde_json::json!({"pvc": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}}));
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"].0,
+            "64Mi"
+        );
+        let p = dv(
+            serde_json::json!({"pvc": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}}),
+        );
         let spec = claim_for(&p, 1).unwrap().spec.unwrap();
         assert_eq!(spec.access_modes, Some(vec!["ReadWriteMany".to_string()]));
         assert_eq!(spec.volume_mode, None);
-        assert_eq!(spec.resources.unwrap().requests.unwrap()["storage"].0, "2Gi");
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"].0,
+            "2Gi"
+        );
         assert!(claim_for(&dv(serde_json::json!({})), 1).is_err());
     }
 

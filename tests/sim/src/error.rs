@@ -12,10 +12,19 @@ pub enum Error {
     #[error("S3 URL {url:?}: {reason}")]
     S3Url { url: String, reason: String },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("secret {namespace}/{name}: {reason}")]
-    Secret { namespace: String, name: String, reason: String },
-    #[error("checksum mismatch: object metadata says sha256 {expected}, the imported bytes hash to {actual}")]
+    Secret {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+    #[error(
+        "checksum mismatch: object metadata says sha256 {expected}, the imported bytes hash to {actual}"
+    )]
     Checksum { expected: String, actual: String },
     #[error("container: {0}")]
     Container(String),
@@ -43,7 +52,10 @@ impl Error {
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// Whether the apiserver answered 404 (the object is gone).

@@ -112,7 +112,10 @@ pub struct FaultSpec {
 }
 
 fn spec_error(spec: &str, reason: impl Into<String>) -> Error {
-    Error::FaultSpec { spec: spec.to_string(), reason: reason.into() }
+    Error::FaultSpec {
+        spec: spec.to_string(),
+        reason: reason.into(),
+    }
 }
 
 fn steps_list() -> String {
@@ -136,7 +139,10 @@ impl FaultSpec {
                 .ok_or_else(|| spec_error(spec, format!("rule {raw:?} is not step=mode")))?;
             let step = step.trim();
             let step = Step::parse(step).ok_or_else(|| {
-                spec_error(spec, format!("unknown step {step:?} (steps: {})", steps_list()))
+                spec_error(
+                    spec,
+                    format!("unknown step {step:?} (steps: {})", steps_list()),
+                )
             })?;
             let (kind, at_percent) = parse_mode(spec, mode.trim())?;
             if at_percent > 0.0 && !step.has_progress() {
@@ -148,7 +154,11 @@ impl FaultSpec {
             if rules.iter().any(|r| r.step == step) {
                 return Err(spec_error(spec, format!("step {step} is named twice")));
             }
-            rules.push(Rule { step, kind, at_percent });
+            rules.push(Rule {
+                step,
+                kind,
+                at_percent,
+            });
         }
         Ok(FaultSpec { rules })
     }
@@ -165,7 +175,10 @@ fn parse_mode(spec: &str, mode: &str) -> Result<(Kind, f64)> {
         None => (mode, None),
     };
     let kind = Kind::parse(kind).ok_or_else(|| {
-        spec_error(spec, format!("unknown mode {kind:?} (modes: once, transient, always, permanent)"))
+        spec_error(
+            spec,
+            format!("unknown mode {kind:?} (modes: once, transient, always, permanent)"),
+        )
     })?;
     let at = match percent {
         None => 0.0,
@@ -211,22 +224,32 @@ impl Rates {
             if raw.is_empty() {
                 continue;
             }
-            let (lhs, rate) =
-                raw.split_once('=').ok_or_else(|| spec_error(value, format!("{raw:?} is not step[:kind]=rate")))?;
+            let (lhs, rate) = raw
+                .split_once('=')
+                .ok_or_else(|| spec_error(value, format!("{raw:?} is not step[:kind]=rate")))?;
             let (step, kind) = match lhs.split_once(':') {
                 Some((s, k)) => (s.trim(), Some(k.trim())),
                 None => (lhs.trim(), None),
             };
-            let step = Step::parse(step)
-                .ok_or_else(|| spec_error(value, format!("unknown step {step:?} (steps: {})", steps_list())))?;
+            let step = Step::parse(step).ok_or_else(|| {
+                spec_error(
+                    value,
+                    format!("unknown step {step:?} (steps: {})", steps_list()),
+                )
+            })?;
             let kind = match kind {
                 None => Kind::Once,
                 Some(k) => Kind::parse(k).ok_or_else(|| {
-                    spec_error(value, format!("unknown mode {k:?} (modes: once, transient, always, permanent)"))
+                    spec_error(
+                        value,
+                        format!("unknown mode {k:?} (modes: once, transient, always, permanent)"),
+                    )
                 })?,
             };
-            let rate: f64 =
-                rate.trim().parse().map_err(|_| spec_error(value, format!("rate {rate:?} is not a number")))?;
+            let rate: f64 = rate
+                .trim()
+                .parse()
+                .map_err(|_| spec_error(value, format!("rate {rate:?} is not a number")))?;
             if !(0.0..=1.0).contains(&rate) {
                 return Err(spec_error(value, format!("rate {rate} is outside 0..1")));
             }
@@ -245,8 +268,16 @@ impl Rates {
         if x >= rule.rate {
             return None;
         }
-        let at_percent = if step.has_progress() { (h % 90) as f64 + 5.0 } else { 0.0 };
-        Some(Rule { step, kind: rule.kind, at_percent })
+        let at_percent = if step.has_progress() {
+            (h % 90) as f64 + 5.0
+        } else {
+            0.0
+        };
+        Some(Rule {
+            step,
+            kind: rule.kind,
+            at_percent,
+        })
     }
 }
 
@@ -279,7 +310,13 @@ pub struct Fired(BTreeSet<Step>);
 impl Fired {
     /// Reads the annotation value; unknown words are ignored (they may come from a newer sim).
     pub fn parse(value: Option<&str>) -> Fired {
-        Fired(value.unwrap_or("").split(',').filter_map(|s| Step::parse(s.trim())).collect())
+        Fired(
+            value
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|s| Step::parse(s.trim()))
+                .collect(),
+        )
     }
 
     pub fn contains(&self, step: Step) -> bool {
@@ -310,13 +347,34 @@ pub struct Fault {
 ///
 /// Guarantees: pure; an annotation rule for the step wins over a rate rule; a `once` fault is
 /// never returned when `fired` already holds the step.
-pub fn decide(step: Step, spec: &FaultSpec, rates: &Rates, key: &str, fired: &Fired) -> Option<Fault> {
+pub fn decide(
+    step: Step,
+    spec: &FaultSpec,
+    rates: &Rates,
+    key: &str,
+    fired: &Fired,
+) -> Option<Fault> {
     let rule = spec.rule(step).copied().or_else(|| rates.draw(step, key))?;
     match rule.kind {
         Kind::Once if fired.contains(step) => None,
-        Kind::Once => Some(Fault { step, terminal: false, at_percent: rule.at_percent, record: true }),
-        Kind::Always => Some(Fault { step, terminal: false, at_percent: rule.at_percent, record: false }),
-        Kind::Permanent => Some(Fault { step, terminal: true, at_percent: rule.at_percent, record: false }),
+        Kind::Once => Some(Fault {
+            step,
+            terminal: false,
+            at_percent: rule.at_percent,
+            record: true,
+        }),
+        Kind::Always => Some(Fault {
+            step,
+            terminal: false,
+            at_percent: rule.at_percent,
+            record: false,
+        }),
+        Kind::Permanent => Some(Fault {
+            step,
+            terminal: true,
+            at_percent: rule.at_percent,
+            record: false,
+        }),
     }
 }
 
@@ -339,9 +397,21 @@ mod tests {
         assert_eq!(
             spec.rules,
             vec![
-                Rule { step: Step::Import, kind: Kind::Once, at_percent: 40.0 },
-                Rule { step: Step::Convert, kind: Kind::Once, at_percent: 0.0 },
-                Rule { step: Step::Vmi, kind: Kind::Always, at_percent: 0.0 },
+                Rule {
+                    step: Step::Import,
+                    kind: Kind::Once,
+                    at_percent: 40.0
+                },
+                Rule {
+                    step: Step::Convert,
+                    kind: Kind::Once,
+                    at_percent: 0.0
+                },
+                Rule {
+                    step: Step::Vmi,
+                    kind: Kind::Always,
+                    at_percent: 0.0
+                },
             ]
         );
     }
@@ -349,14 +419,25 @@ mod tests {
     #[test]
     fn tolerates_whitespace_and_empty_rules() {
         let spec = parse(" import = permanent @ 12.5 % , , agent=always ");
-        assert_eq!(spec.rule(Step::Import), Some(&Rule { step: Step::Import, kind: Kind::Permanent, at_percent: 12.5 }));
+        assert_eq!(
+            spec.rule(Step::Import),
+            Some(&Rule {
+                step: Step::Import,
+                kind: Kind::Permanent,
+                at_percent: 12.5
+            })
+        );
         assert_eq!(spec.rule(Step::Agent).map(|r| r.kind), Some(Kind::Always));
         assert_eq!(parse("").rules, vec![]);
     }
 
     #[test]
     fn rejects_bad_specs_with_a_reason() {
-        assert!(err("start=once").contains("unknown step \"start\""), "{}", err("start=once"));
+        assert!(
+            err("start=once").contains("unknown step \"start\""),
+            "{}",
+            err("start=once")
+        );
         assert!(err("import=sometimes").contains("unknown mode \"sometimes\""));
         assert!(err("import").contains("is not step=mode"));
         assert!(err("import=once@40").contains("must end with %"));
@@ -368,7 +449,10 @@ mod tests {
 
     #[test]
     fn zero_percent_is_allowed_on_any_step() {
-        assert_eq!(parse("vmi=permanent@0%").rule(Step::Vmi).map(|r| r.kind), Some(Kind::Permanent));
+        assert_eq!(
+            parse("vmi=permanent@0%").rule(Step::Vmi).map(|r| r.kind),
+            Some(Kind::Permanent)
+        );
     }
 
     #[test]
@@ -376,18 +460,43 @@ mod tests {
         let spec = parse("import=once@40%");
         let rates = Rates::default();
         let f = decide(Step::Import, &spec, &rates, "ns/a", &Fired::default()).unwrap();
-        assert_eq!(f, Fault { step: Step::Import, terminal: false, at_percent: 40.0, record: true });
+        assert_eq!(
+            f,
+            Fault {
+                step: Step::Import,
+                terminal: false,
+                at_percent: 40.0,
+                record: true
+            }
+        );
         let fired = Fired::parse(Some("import"));
         assert_eq!(decide(Step::Import, &spec, &rates, "ns/a", &fired), None);
-        assert_eq!(decide(Step::Convert, &spec, &rates, "ns/a", &Fired::default()), None);
+        assert_eq!(
+            decide(Step::Convert, &spec, &rates, "ns/a", &Fired::default()),
+            None
+        );
     }
 
     #[test]
     fn always_and_permanent_ignore_the_record() {
         let fired = Fired::parse(Some("convert,import"));
-        let always = decide(Step::Convert, &parse("convert=always"), &Rates::default(), "k", &fired).unwrap();
+        let always = decide(
+            Step::Convert,
+            &parse("convert=always"),
+            &Rates::default(),
+            "k",
+            &fired,
+        )
+        .unwrap();
         assert!(!always.terminal && !always.record);
-        let perm = decide(Step::Import, &parse("import=permanent@10%"), &Rates::default(), "k", &fired).unwrap();
+        let perm = decide(
+            Step::Import,
+            &parse("import=permanent@10%"),
+            &Rates::default(),
+            "k",
+            &fired,
+        )
+        .unwrap();
         assert!(perm.terminal && !perm.record);
         assert_eq!(perm.at_percent, 10.0);
     }
@@ -406,29 +515,75 @@ mod tests {
         r.add("import=0.05, convert:permanent=0.5").unwrap();
         r.add("vmi:always=1").unwrap();
         assert_eq!(r.rules.len(), 3);
-        assert_eq!(r.rules[1], RateRule { step: Step::Convert, kind: Kind::Permanent, rate: 0.5 });
-        assert!(r.add("import=2").unwrap_err().to_string().contains("outside 0..1"));
-        assert!(r.add("import:maybe=0.1").unwrap_err().to_string().contains("unknown mode"));
-        assert!(r.add("disk=0.1").unwrap_err().to_string().contains("unknown step"));
-        assert!(r.add("import").unwrap_err().to_string().contains("step[:kind]=rate"));
+        assert_eq!(
+            r.rules[1],
+            RateRule {
+                step: Step::Convert,
+                kind: Kind::Permanent,
+                rate: 0.5
+            }
+        );
+        assert!(
+            r.add("import=2")
+                .unwrap_err()
+                .to_string()
+                .contains("outside 0..1")
+        );
+        assert!(
+            r.add("import:maybe=0.1")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown mode")
+        );
+        assert!(
+            r.add("disk=0.1")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown step")
+        );
+        assert!(
+            r.add("import")
+                .unwrap_err()
+                .to_string()
+                .contains("step[:kind]=rate")
+        );
     }
 
     #[test]
     fn rate_draws_are_deterministic_and_near_the_rate() {
-        let mut r = Rates { seed: 7, ..Rates::default() };
+        let mut r = Rates {
+            seed: 7,
+            ..Rates::default()
+        };
         r.add("import=0.2").unwrap();
         let hits = |r: &Rates| {
             (0..2000)
-                .filter(|i| decide(Step::Import, &FaultSpec::default(), r, &format!("ns/dv-{i}"), &Fired::default()).is_some())
+                .filter(|i| {
+                    decide(
+                        Step::Import,
+                        &FaultSpec::default(),
+                        r,
+                        &format!("ns/dv-{i}"),
+                        &Fired::default(),
+                    )
+                    .is_some()
+                })
                 .count()
         };
         let a = hits(&r);
         assert_eq!(a, hits(&r));
         assert!((300..500).contains(&a), "{a} hits of 2000 at rate 0.2");
-        let other_seed = Rates { seed: 8, ..r.clone() };
+        let other_seed = Rates {
+            seed: 8,
+            ..r.clone()
+        };
         assert_ne!(
-            (0..50).map(|i| r.draw(Step::Import, &format!("k{i}")).is_some()).collect::<Vec<_>>(),
-            (0..50).map(|i| other_seed.draw(Step::Import, &format!("k{i}")).is_some()).collect::<Vec<_>>()
+            (0..50)
+                .map(|i| r.draw(Step::Import, &format!("k{i}")).is_some())
+                .collect::<Vec<_>>(),
+            (0..50)
+                .map(|i| other_seed.draw(Step::Import, &format!("k{i}")).is_some())
+                .collect::<Vec<_>>()
         );
     }
 
@@ -439,7 +594,10 @@ mod tests {
         for i in 0..100 {
             let f = r.draw(Step::Import, &format!("k{i}")).unwrap();
             assert!((5.0..95.0).contains(&f.at_percent));
-            assert_eq!(r.draw(Step::Convert, &format!("k{i}")).unwrap().at_percent, 0.0);
+            assert_eq!(
+                r.draw(Step::Convert, &format!("k{i}")).unwrap().at_percent,
+                0.0
+            );
         }
     }
 
@@ -447,7 +605,14 @@ mod tests {
     fn annotation_wins_over_rate() {
         let mut r = Rates::default();
         r.add("import:permanent=1").unwrap();
-        let f = decide(Step::Import, &parse("import=always"), &r, "k", &Fired::default()).unwrap();
+        let f = decide(
+            Step::Import,
+            &parse("import=always"),
+            &r,
+            "k",
+            &Fired::default(),
+        )
+        .unwrap();
         assert!(!f.terminal);
     }
 

@@ -38,7 +38,11 @@ pub enum JobState {
 }
 
 fn condition_true(status: &JobStatus, type_: &str) -> bool {
-    status.conditions.iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// Classifies a Job. Pure.
@@ -87,10 +91,19 @@ pub fn after_exit(job: &Job, counted: &JobStatus, exit: &Exit) -> Next {
     let succeeded = counted.succeeded.unwrap_or(0);
     let failed = counted.failed.unwrap_or(0);
     if exit.success {
-        return if succeeded >= completions { Next::Complete } else { Next::RunAgain { backoff: Duration::ZERO } };
+        return if succeeded >= completions {
+            Next::Complete
+        } else {
+            Next::RunAgain {
+                backoff: Duration::ZERO,
+            }
+        };
     }
     if exit.terminal {
-        return Next::Fail { reason: "PodFailurePolicy".into(), message: exit.message.clone() };
+        return Next::Fail {
+            reason: "PodFailurePolicy".into(),
+            message: exit.message.clone(),
+        };
     }
     if failed > backoff_limit {
         return Next::Fail {
@@ -98,7 +111,9 @@ pub fn after_exit(job: &Job, counted: &JobStatus, exit: &Exit) -> Next {
             message: "Job has reached the specified backoff limit".into(),
         };
     }
-    Next::RunAgain { backoff: failure_backoff(failed) }
+    Next::RunAgain {
+        backoff: failure_backoff(failed),
+    }
 }
 
 fn condition(type_: &str, reason: &str, message: &str, now: &Time) -> JobCondition {
@@ -125,7 +140,11 @@ pub fn status_running(old: &JobStatus, now: &Time) -> JobStatus {
 
 /// The running pod ended: counted as succeeded or failed. Pure.
 pub fn status_counted(old: &JobStatus, success: bool) -> JobStatus {
-    let mut s = JobStatus { active: Some(0), ready: Some(0), ..old.clone() };
+    let mut s = JobStatus {
+        active: Some(0),
+        ready: Some(0),
+        ..old.clone()
+    };
     if success {
         s.succeeded = Some(old.succeeded.unwrap_or(0) + 1);
     } else {
@@ -137,11 +156,19 @@ pub fn status_counted(old: &JobStatus, success: bool) -> JobStatus {
 /// The Job finished: `SuccessCriteriaMet` + `Complete` with `completionTime`, or
 /// `FailureTarget` + `Failed` without it. Pure.
 pub fn status_finished(counted: &JobStatus, next: &Next, now: &Time) -> JobStatus {
-    let mut s = JobStatus { active: Some(0), ready: Some(0), terminating: Some(0), ..counted.clone() };
+    let mut s = JobStatus {
+        active: Some(0),
+        ready: Some(0),
+        terminating: Some(0),
+        ..counted.clone()
+    };
     let mut conds = counted.conditions.clone().unwrap_or_default();
     match next {
         Next::Complete => {
-            let (r, m) = ("CompletionsReached", "Reached expected number of succeeded pods");
+            let (r, m) = (
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            );
             conds.push(condition("SuccessCriteriaMet", r, m, now));
             conds.push(condition("Complete", r, m, now));
             s.completion_time = Some(now.clone());
@@ -168,7 +195,10 @@ pub async fn run(sim: Arc<Sim>) {
         wc = wc.labels(sel);
     }
     let controller = Controller::new(sim.scoped::<Job>(), wc);
-    let ctx = Arc::new(Ctx { sim, jobs: controller.store() });
+    let ctx = Arc::new(Ctx {
+        sim,
+        jobs: controller.store(),
+    });
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
@@ -188,7 +218,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
     if job.meta().deletion_timestamp.is_some() || observe(&job) != JobState::Runnable {
         return Ok(Action::await_change());
     }
-    let Some(uid) = job.uid() else { return Ok(Action::await_change()) };
+    let Some(uid) = job.uid() else {
+        return Ok(Action::await_change());
+    };
     let c = ctx.clone();
     let j = job.clone();
     ctx.sim.tasks.spawn_unique(format!("job/{uid}"), async move {
@@ -208,7 +240,10 @@ fn alive(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> bool {
 
 async fn write(ctx: &Ctx, ns: &str, name: &str, status: &JobStatus) -> Result<()> {
     let patch = serde_json::json!({"status": status});
-    ctx.sim.api::<Job>(ns).patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    ctx.sim
+        .api::<Job>(ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
@@ -222,20 +257,35 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
     let sim = &ctx.sim;
+    // The event that started this runner may predate the end of the previous one: only the
+    // Job as it is now says whether pods are still due.
+    let Some(job) = sim.api::<Job>(&ns).get_opt(&name).await? else {
+        return Ok(());
+    };
+    if job.uid().as_deref() != Some(uid.as_str()) || observe(&job) != JobState::Runnable {
+        return Ok(());
+    }
+    let job = &job;
     let mut status = job.status.clone().unwrap_or_default();
     loop {
         if !alive(ctx, &ns, &name, &uid) {
             return Ok(());
         }
         let attempt = status.failed.unwrap_or(0) + status.succeeded.unwrap_or(0) + 1;
-        let mut faults = match Faults::load(&sim.client, &child_of(job)).await {
+        // Fresh annotations: a `once` fault recorded on the Job by the previous attempt counts.
+        let Some(fresh) = sim.api::<Job>(&ns).get_opt(&name).await? else {
+            return Ok(());
+        };
+        let mut faults = match Faults::load(&sim.client, &child_of(&fresh)).await {
             Ok(f) => f,
             Err(e) => {
                 warn!(job = %name, error = %e, "reading faults; running without");
                 Faults::none(&ns, &name)
             }
         };
-        let fault = faults.take(&sim.client, &sim.settings.rates, Step::Convert).await?;
+        let fault = faults
+            .take(&sim.client, &sim.settings.rates, Step::Convert)
+            .await?;
 
         status = status_running(&status, &now());
         write(ctx, &ns, &name, &status).await?;
@@ -249,7 +299,11 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
                     if f.terminal { "permanent" } else { "transient" }
                 );
                 append_log(&log, &message);
-                Exit { success: false, terminal: f.terminal, message }
+                Exit {
+                    success: false,
+                    terminal: f.terminal,
+                    message,
+                }
             }
             None => match run_pod(ctx, job, attempt, &log).await? {
                 Some(exit) => exit,
@@ -288,7 +342,11 @@ fn append_log(log: &std::path::Path, line: &str) {
     if let Some(dir) = log.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
         let _ = writeln!(f, "{line}");
     }
 }
@@ -330,15 +388,28 @@ async fn sources(sim: &Sim, ns: &str, c: &Container) -> Result<Sources> {
 
 /// Runs the Job's first container once; `None` when the Job went away meanwhile (the process,
 /// if any, is killed).
-async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> Result<Option<Exit>> {
+async fn run_pod(
+    ctx: &Ctx,
+    job: &Job,
+    attempt: i32,
+    log: &std::path::Path,
+) -> Result<Option<Exit>> {
     let sim = &ctx.sim;
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
-    let template = job.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let pod_spec = template.spec.clone().unwrap_or_default();
     let Some(container) = pod_spec.containers.first().cloned() else {
-        return Ok(Some(Exit { success: false, terminal: true, message: "the pod template has no container".into() }));
+        return Ok(Some(Exit {
+            success: false,
+            terminal: true,
+            message: "the pod template has no container".into(),
+        }));
     };
     let tmeta = template.metadata.clone().unwrap_or_default();
     let pod = PodFacts {
@@ -346,7 +417,10 @@ async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> R
         namespace: ns.clone(),
         uid: format!("{uid}-{attempt}"),
         node_name: sim.settings.node_name.clone(),
-        service_account: pod_spec.service_account_name.clone().unwrap_or_else(|| "default".into()),
+        service_account: pod_spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         labels: tmeta.labels.unwrap_or_default(),
         annotations: tmeta.annotations.unwrap_or_default(),
     };
@@ -360,7 +434,11 @@ async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> R
             Ok(ok) => break ok,
             Err(msg) if msg.contains("has no command") => {
                 append_log(log, &msg);
-                return Ok(Some(Exit { success: false, terminal: true, message: msg }));
+                return Ok(Some(Exit {
+                    success: false,
+                    terminal: true,
+                    message: msg,
+                }));
             }
             Err(msg) => {
                 if !warned {
@@ -368,7 +446,8 @@ async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> R
                     append_log(log, &format!("CreateContainerConfigError: {msg}"));
                     warned = true;
                 }
-                tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100))).await;
+                tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100)))
+                    .await;
                 if !alive(ctx, &ns, &name, &uid) {
                     return Ok(None);
                 }
@@ -377,12 +456,27 @@ async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> R
     };
     let path_var = std::env::var("PATH").unwrap_or_default();
     let Some(program) = process::find_executable(&argv[0], &sim.settings.bin_dir, &path_var) else {
-        let message = format!("exec: {:?}: executable file not found in {} or $PATH", argv[0], sim.settings.bin_dir.display());
+        let message = format!(
+            "exec: {:?}: executable file not found in {} or $PATH",
+            argv[0],
+            sim.settings.bin_dir.display()
+        );
         append_log(log, &message);
-        return Ok(Some(Exit { success: false, terminal: false, message }));
+        return Ok(Some(Exit {
+            success: false,
+            terminal: false,
+            message,
+        }));
     };
     let workdir = std::env::temp_dir().join(format!("ferry-sim-{uid}-{attempt}"));
-    let mut proc = process::spawn(&program, &argv[1..], &env, &workdir, log, &sim.settings.bin_dir)?;
+    let mut proc = process::spawn(
+        &program,
+        &argv[1..],
+        &env,
+        &workdir,
+        log,
+        &sim.settings.bin_dir,
+    )?;
     debug!(job = %name, program = %program.display(), "started");
     let status = loop {
         tokio::select! {
@@ -403,9 +497,18 @@ async fn run_pod(ctx: &Ctx, job: &Job, attempt: i32, log: &std::path::Path) -> R
         String::new()
     } else {
         let tail = process::tail(log, 3);
-        format!("exit {}: {tail}", status.code().map_or("signal".to_string(), |c| c.to_string()))
+        format!(
+            "exit {}: {tail}",
+            status
+                .code()
+                .map_or("signal".to_string(), |c| c.to_string())
+        )
     };
-    Ok(Some(Exit { success: status.success(), terminal: false, message }))
+    Ok(Some(Exit {
+        success: status.success(),
+        terminal: false,
+        message,
+    }))
 }
 
 #[cfg(test)]
@@ -417,7 +520,11 @@ mod tests {
 
     fn job(backoff: i32, completions: i32) -> Job {
         Job {
-            spec: Some(JobSpec { backoff_limit: Some(backoff), completions: Some(completions), ..JobSpec::default() }),
+            spec: Some(JobSpec {
+                backoff_limit: Some(backoff),
+                completions: Some(completions),
+                ..JobSpec::default()
+            }),
             ..Job::default()
         }
     }
@@ -427,11 +534,19 @@ mod tests {
     }
 
     fn ok() -> Exit {
-        Exit { success: true, terminal: false, message: String::new() }
+        Exit {
+            success: true,
+            terminal: false,
+            message: String::new(),
+        }
     }
 
     fn fail(terminal: bool) -> Exit {
-        Exit { success: false, terminal, message: "m".into() }
+        Exit {
+            success: false,
+            terminal,
+            message: "m".into(),
+        }
     }
 
     #[test]
@@ -440,7 +555,11 @@ mod tests {
         assert_eq!(observe(&j), JobState::Runnable);
         j.spec.as_mut().unwrap().suspend = Some(true);
         assert_eq!(observe(&j), JobState::Suspended);
-        j.status = Some(status_finished(&JobStatus::default(), &Next::Complete, &t("2026-01-01T00:00:00Z")));
+        j.status = Some(status_finished(
+            &JobStatus::default(),
+            &Next::Complete,
+            &t("2026-01-01T00:00:00Z"),
+        ));
         assert_eq!(observe(&j), JobState::Finished);
     }
 
@@ -450,26 +569,48 @@ mod tests {
         let s = status_counted(&JobStatus::default(), true);
         assert_eq!(after_exit(&j, &s, &ok()), Next::Complete);
         let f1 = status_counted(&JobStatus::default(), false);
-        assert_eq!(after_exit(&j, &f1, &fail(false)), Next::RunAgain { backoff: Duration::from_secs(10) });
+        assert_eq!(
+            after_exit(&j, &f1, &fail(false)),
+            Next::RunAgain {
+                backoff: Duration::from_secs(10)
+            }
+        );
         let f2 = status_counted(&f1, false);
-        assert_eq!(after_exit(&j, &f2, &fail(false)), Next::RunAgain { backoff: Duration::from_secs(20) });
+        assert_eq!(
+            after_exit(&j, &f2, &fail(false)),
+            Next::RunAgain {
+                backoff: Duration::from_secs(20)
+            }
+        );
         let f3 = status_counted(&f2, false);
-        assert!(matches!(after_exit(&j, &f3, &fail(false)), Next::Fail { reason, .. } if reason == "BackoffLimitExceeded"));
+        assert!(
+            matches!(after_exit(&j, &f3, &fail(false)), Next::Fail { reason, .. } if reason == "BackoffLimitExceeded")
+        );
     }
 
     #[test]
     fn a_terminal_failure_fails_at_once() {
         let j = job(6, 1);
         let f1 = status_counted(&JobStatus::default(), false);
-        assert!(matches!(after_exit(&j, &f1, &fail(true)), Next::Fail { reason, .. } if reason == "PodFailurePolicy"));
+        assert!(
+            matches!(after_exit(&j, &f1, &fail(true)), Next::Fail { reason, .. } if reason == "PodFailurePolicy")
+        );
     }
 
     #[test]
     fn completions_run_one_after_another() {
         let j = job(0, 2);
         let s1 = status_counted(&JobStatus::default(), true);
-        assert_eq!(after_exit(&j, &s1, &ok()), Next::RunAgain { backoff: Duration::ZERO });
-        assert_eq!(after_exit(&j, &status_counted(&s1, true), &ok()), Next::Complete);
+        assert_eq!(
+            after_exit(&j, &s1, &ok()),
+            Next::RunAgain {
+                backoff: Duration::ZERO
+            }
+        );
+        assert_eq!(
+            after_exit(&j, &status_counted(&s1, true), &ok()),
+            Next::Complete
+        );
     }
 
     #[test]
@@ -478,9 +619,15 @@ mod tests {
         for _ in 0..6 {
             s = status_counted(&s, false);
         }
-        assert!(matches!(after_exit(&Job::default(), &s, &fail(false)), Next::RunAgain { .. }));
+        assert!(matches!(
+            after_exit(&Job::default(), &s, &fail(false)),
+            Next::RunAgain { .. }
+        ));
         s = status_counted(&s, false);
-        assert!(matches!(after_exit(&Job::default(), &s, &fail(false)), Next::Fail { .. }));
+        assert!(matches!(
+            after_exit(&Job::default(), &s, &fail(false)),
+            Next::Fail { .. }
+        ));
     }
 
     #[test]
@@ -488,16 +635,39 @@ mod tests {
         let t0 = t("2026-01-01T00:00:00Z");
         let t1 = t("2026-01-01T00:00:05Z");
         let r = status_running(&JobStatus::default(), &t0);
-        assert_eq!((r.active, r.ready, r.start_time.clone()), (Some(1), Some(1), Some(t0.clone())));
+        assert_eq!(
+            (r.active, r.ready, r.start_time.clone()),
+            (Some(1), Some(1), Some(t0.clone()))
+        );
         let r2 = status_running(&status_counted(&r, false), &t1);
         assert_eq!(r2.start_time, Some(t0.clone()));
         assert_eq!(r2.failed, Some(1));
         let done = status_finished(&status_counted(&r2, true), &Next::Complete, &t1);
-        let types: Vec<_> = done.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        let types: Vec<_> = done
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
         assert_eq!(types, vec!["SuccessCriteriaMet", "Complete"]);
-        assert_eq!((done.active, done.completion_time), (Some(0), Some(t1.clone())));
-        let failed = status_finished(&r2, &Next::Fail { reason: "BackoffLimitExceeded".into(), message: "x".into() }, &t1);
-        let types: Vec<_> = failed.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            (done.active, done.completion_time),
+            (Some(0), Some(t1.clone()))
+        );
+        let failed = status_finished(
+            &r2,
+            &Next::Fail {
+                reason: "BackoffLimitExceeded".into(),
+                message: "x".into(),
+            },
+            &t1,
+        );
+        let types: Vec<_> = failed
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
         assert_eq!(types, vec!["FailureTarget", "Failed"]);
         assert_eq!(failed.completion_time, None);
     }

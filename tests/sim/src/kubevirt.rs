@@ -69,7 +69,11 @@ pub struct StartFailure {
     pub retry_after_timestamp: Option<String>,
     #[serde(default)]
     pub consecutive_fail_count: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "lastFailedVMIUID")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "lastFailedVMIUID"
+    )]
     pub last_failed_vmi_uid: Option<String>,
 }
 
@@ -128,7 +132,11 @@ impl Volume {
         self.data_volume
             .as_ref()
             .map(|d| d.name.as_str())
-            .or_else(|| self.persistent_volume_claim.as_ref().map(|p| p.claim_name.as_str()))
+            .or_else(|| {
+                self.persistent_volume_claim
+                    .as_ref()
+                    .map(|p| p.claim_name.as_str())
+            })
             .filter(|s| !s.is_empty())
     }
 }
@@ -147,7 +155,11 @@ pub struct VirtualMachineInstanceStatus {
     pub conditions: Vec<Condition>,
     #[serde(default)]
     pub phase_transition_timestamps: Vec<PhaseTransition>,
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "guestOSInfo")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "guestOSInfo"
+    )]
     pub guest_os_info: Option<Value>,
 }
 

@@ -59,7 +59,10 @@ async fn main() -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
     if cli.log_format == "json" {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
@@ -67,14 +70,19 @@ async fn main() -> anyhow::Result<()> {
     // object_store's HTTP client is rustls without a built-in provider: the workspace uses ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let mut rates = Rates { seed: cli.seed, ..Rates::default() };
+    let mut rates = Rates {
+        seed: cli.seed,
+        ..Rates::default()
+    };
     for r in &cli.fault_rate {
         rates.add(r).with_context(|| format!("--fault-rate {r}"))?;
     }
-    std::fs::create_dir_all(&cli.volume_dir).with_context(|| format!("creating {}", cli.volume_dir.display()))?;
+    std::fs::create_dir_all(&cli.volume_dir)
+        .with_context(|| format!("creating {}", cli.volume_dir.display()))?;
     let config = match &cli.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
         }
         None => kube::Config::infer().await?,

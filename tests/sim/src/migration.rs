@@ -77,7 +77,11 @@ impl Faults {
             spec: FaultSpec::default(),
             fired: Fired::default(),
             key: format!("{namespace}/{name}"),
-            record_on: Target { resource: resource_of("v1", "ConfigMap", "configmaps"), namespace: namespace.into(), name: name.into() },
+            record_on: Target {
+                resource: resource_of("v1", "ConfigMap", "configmaps"),
+                namespace: namespace.into(),
+                name: name.into(),
+            },
             enabled: false,
         }
     }
@@ -98,8 +102,13 @@ impl Faults {
             name: child.name.to_string(),
         };
         if let Some(owner) = migration_owner(child.owners) {
-            let resource = resource_of(&owner.api_version, MIGRATION_KIND, "virtualmachinemigrations");
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), child.namespace, &resource);
+            let resource = resource_of(
+                &owner.api_version,
+                MIGRATION_KIND,
+                "virtualmachinemigrations",
+            );
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), child.namespace, &resource);
             if let Some(vmm) = api.get_opt(&owner.name).await? {
                 let anns = vmm.metadata.annotations.unwrap_or_default();
                 let from_vmm = parse_spec(&owner.name, anns.get(FAULT_ANNOTATION));
@@ -109,17 +118,32 @@ impl Faults {
                     }
                 }
                 fired = Fired::parse(anns.get(FIRED_ANNOTATION).map(String::as_str));
-                record_on = Target { resource, namespace: child.namespace.to_string(), name: owner.name.clone() };
+                record_on = Target {
+                    resource,
+                    namespace: child.namespace.to_string(),
+                    name: owner.name.clone(),
+                };
             }
         }
-        Ok(Faults { spec, fired, key, record_on, enabled: true })
+        Ok(Faults {
+            spec,
+            fired,
+            key,
+            record_on,
+            enabled: true,
+        })
     }
 
     /// The fault for this attempt of `step`, if any; a `once` fault is recorded before it is
     /// returned, so that a sim restarted right after does not fire it again.
     ///
     /// Errors: the record could not be written (then the fault is not fired either).
-    pub async fn take(&mut self, client: &kube::Client, rates: &Rates, step: Step) -> Result<Option<faults::Fault>> {
+    pub async fn take(
+        &mut self,
+        client: &kube::Client,
+        rates: &Rates,
+        step: Step,
+    ) -> Result<Option<faults::Fault>> {
         if !self.enabled {
             return Ok(None);
         }
@@ -129,9 +153,12 @@ impl Faults {
         if fault.record {
             let value = self.fired.with(step);
             let t = &self.record_on;
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &t.resource);
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &t.namespace, &t.resource);
             let patch = serde_json::json!({"metadata": {"annotations": {FIRED_ANNOTATION: value}}});
-            api.patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+            api.patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
             self.fired = Fired::parse(Some(&value));
         }
         Ok(Some(fault))

@@ -94,7 +94,11 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
 }
 
 fn field(path: &str, pod: &PodFacts) -> std::result::Result<String, String> {
-    let bracket = |prefix: &str| path.strip_prefix(prefix).and_then(|s| s.strip_prefix("['")).and_then(|s| s.strip_suffix("']"));
+    let bracket = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|s| s.strip_prefix("['"))
+            .and_then(|s| s.strip_suffix("']"))
+    };
     if let Some(k) = bracket("metadata.labels") {
         return Ok(pod.labels.get(k).cloned().unwrap_or_default());
     }
@@ -118,7 +122,11 @@ fn field(path: &str, pod: &PodFacts) -> std::result::Result<String, String> {
 ///
 /// Errors: the message a kubelet gives for `CreateContainerConfigError` (a missing Secret,
 /// ConfigMap or key that is not optional, an unsupported field).
-pub fn resolve_env(c: &Container, pod: &PodFacts, src: &Sources) -> std::result::Result<Vec<(String, String)>, String> {
+pub fn resolve_env(
+    c: &Container,
+    pod: &PodFacts,
+    src: &Sources,
+) -> std::result::Result<Vec<(String, String)>, String> {
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
     let mut set = |vars: &mut BTreeMap<String, String>, k: String, v: String| {
@@ -130,9 +138,19 @@ pub fn resolve_env(c: &Container, pod: &PodFacts, src: &Sources) -> std::result:
     for f in c.env_from.iter().flatten() {
         let prefix = f.prefix.clone().unwrap_or_default();
         let (data, what, name, optional) = if let Some(s) = &f.secret_ref {
-            (src.secrets.get(&s.name), "secret", &s.name, s.optional.unwrap_or(false))
+            (
+                src.secrets.get(&s.name),
+                "secret",
+                &s.name,
+                s.optional.unwrap_or(false),
+            )
         } else if let Some(m) = &f.config_map_ref {
-            (src.config_maps.get(&m.name), "configmap", &m.name, m.optional.unwrap_or(false))
+            (
+                src.config_maps.get(&m.name),
+                "configmap",
+                &m.name,
+                m.optional.unwrap_or(false),
+            )
         } else {
             continue;
         };
@@ -152,7 +170,12 @@ pub fn resolve_env(c: &Container, pod: &PodFacts, src: &Sources) -> std::result:
                 match src.secrets.get(&s.name).map(|d| d.get(&s.key)) {
                     Some(Some(v)) => v.clone(),
                     _ if s.optional.unwrap_or(false) => continue,
-                    Some(None) => return Err(format!("couldn't find key {} in Secret {}/{}", s.key, pod.namespace, s.name)),
+                    Some(None) => {
+                        return Err(format!(
+                            "couldn't find key {} in Secret {}/{}",
+                            s.key, pod.namespace, s.name
+                        ));
+                    }
                     None => return Err(format!("secret \"{}\" not found", s.name)),
                 }
             } else if let Some(m) = &from.config_map_key_ref {
@@ -160,21 +183,30 @@ pub fn resolve_env(c: &Container, pod: &PodFacts, src: &Sources) -> std::result:
                     Some(Some(v)) => v.clone(),
                     _ if m.optional.unwrap_or(false) => continue,
                     Some(None) => {
-                        return Err(format!("couldn't find key {} in ConfigMap {}/{}", m.key, pod.namespace, m.name));
+                        return Err(format!(
+                            "couldn't find key {} in ConfigMap {}/{}",
+                            m.key, pod.namespace, m.name
+                        ));
                     }
                     None => return Err(format!("configmap \"{}\" not found", m.name)),
                 }
             } else if let Some(f) = &from.field_ref {
                 field(&f.field_path, pod)?
             } else {
-                return Err(format!("env {}: resourceFieldRef is not supported by ferry-sim", e.name));
+                return Err(format!(
+                    "env {}: resourceFieldRef is not supported by ferry-sim",
+                    e.name
+                ));
             }
         } else {
             expand(e.value.as_deref().unwrap_or(""), &vars)
         };
         set(&mut vars, e.name.clone(), value);
     }
-    Ok(order.into_iter().filter_map(|k| vars.get(&k).map(|v| (k.clone(), v.clone()))).collect())
+    Ok(order
+        .into_iter()
+        .filter_map(|k| vars.get(&k).map(|v| (k.clone(), v.clone())))
+        .collect())
 }
 
 /// `command` + `args`, expanded against the environment.
@@ -189,7 +221,11 @@ pub fn argv(c: &Container, env: &[(String, String)]) -> std::result::Result<Vec<
             c.name
         ));
     }
-    Ok(command.iter().chain(c.args.iter().flatten()).map(|s| expand(s, &vars)).collect())
+    Ok(command
+        .iter()
+        .chain(c.args.iter().flatten())
+        .map(|s| expand(s, &vars))
+        .collect())
 }
 
 /// Finds `command0` on the host: `bin_dir/<basename>` first, then the path itself when it is
@@ -204,7 +240,9 @@ pub fn find_executable(command0: &str, bin_dir: &Path, path_var: &str) -> Option
         let p = PathBuf::from(command0);
         return p.is_file().then_some(p);
     }
-    std::env::split_paths(path_var).map(|d| d.join(base)).find(|p| p.is_file())
+    std::env::split_paths(path_var)
+        .map(|d| d.join(base))
+        .find(|p| p.is_file())
 }
 
 /// A container process, in its own process group so that everything it starts dies with it.
@@ -217,12 +255,23 @@ pub struct Running {
 /// Starts `program` with exactly `env` (plus `PATH` and `HOME`), output appended to `log`.
 ///
 /// Errors: the log or work directory cannot be created, the program cannot be started.
-pub fn spawn(program: &Path, args: &[String], env: &[(String, String)], workdir: &Path, log: &Path, bin_dir: &Path) -> Result<Running> {
+pub fn spawn(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    workdir: &Path,
+    log: &Path,
+    bin_dir: &Path,
+) -> Result<Running> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
     std::fs::create_dir_all(workdir).map_err(|e| Error::io(workdir, e))?;
-    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(|e| Error::io(log, e))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| Error::io(log, e))?;
     let err = out.try_clone().map_err(|e| Error::io(log, e))?;
     let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     let mut cmd = tokio::process::Command::new(program);
@@ -277,12 +326,17 @@ pub fn tail(log: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
+    use k8s_openapi::api::core::v1::{
+        EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector,
+    };
 
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -297,7 +351,11 @@ mod tests {
     }
 
     fn env(name: &str, value: &str) -> EnvVar {
-        EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..EnvVar::default()
+        }
     }
 
     fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
@@ -319,7 +377,10 @@ mod tests {
         EnvVar {
             name: name.into(),
             value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..ObjectFieldSelector::default() }),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: path.into(),
+                    ..ObjectFieldSelector::default()
+                }),
                 ..EnvVarSource::default()
             }),
             ..EnvVar::default()
@@ -327,7 +388,12 @@ mod tests {
     }
 
     fn pod() -> PodFacts {
-        PodFacts { name: "job-a-x1".into(), namespace: "ns".into(), node_name: "sim-node".into(), ..PodFacts::default() }
+        PodFacts {
+            name: "job-a-x1".into(),
+            namespace: "ns".into(),
+            node_name: "sim-node".into(),
+            ..PodFacts::default()
+        }
     }
 
     #[test]
@@ -344,7 +410,8 @@ mod tests {
             ..Container::default()
         };
         let mut src = Sources::default();
-        src.secrets.insert("s3".into(), vars(&[("accessKeyId", "AK")]));
+        src.secrets
+            .insert("s3".into(), vars(&[("accessKeyId", "AK")]));
         let got = resolve_env(&c, &pod(), &src).unwrap();
         assert_eq!(
             got,
@@ -361,17 +428,31 @@ mod tests {
 
     #[test]
     fn missing_references_fail_like_the_kubelet() {
-        let c = |e: EnvVar| Container { name: "c".into(), env: Some(vec![e]), ..Container::default() };
+        let c = |e: EnvVar| Container {
+            name: "c".into(),
+            env: Some(vec![e]),
+            ..Container::default()
+        };
         let none = Sources::default();
-        assert_eq!(resolve_env(&c(secret_env("K", "s3", "k", false)), &pod(), &none).unwrap_err(), "secret \"s3\" not found");
-        assert_eq!(resolve_env(&c(secret_env("K", "s3", "k", true)), &pod(), &none).unwrap(), vec![]);
+        assert_eq!(
+            resolve_env(&c(secret_env("K", "s3", "k", false)), &pod(), &none).unwrap_err(),
+            "secret \"s3\" not found"
+        );
+        assert_eq!(
+            resolve_env(&c(secret_env("K", "s3", "k", true)), &pod(), &none).unwrap(),
+            vec![]
+        );
         let mut src = Sources::default();
         src.secrets.insert("s3".into(), vars(&[("other", "x")]));
         assert_eq!(
             resolve_env(&c(secret_env("K", "s3", "k", false)), &pod(), &src).unwrap_err(),
             "couldn't find key k in Secret ns/s3"
         );
-        assert!(resolve_env(&c(field_env("X", "status.phase")), &pod(), &none).unwrap_err().contains("unsupported fieldRef"));
+        assert!(
+            resolve_env(&c(field_env("X", "status.phase")), &pod(), &none)
+                .unwrap_err()
+                .contains("unsupported fieldRef")
+        );
     }
 
     #[test]
@@ -383,8 +464,15 @@ mod tests {
             ..Container::default()
         };
         let env = vec![("OUT".to_string(), "s3://b".to_string())];
-        assert_eq!(argv(&c, &env).unwrap(), vec!["ferry-controller", "convert", "--out=s3://b"]);
-        let bare = Container { name: "c".into(), args: Some(vec!["x".into()]), ..Container::default() };
+        assert_eq!(
+            argv(&c, &env).unwrap(),
+            vec!["ferry-controller", "convert", "--out=s3://b"]
+        );
+        let bare = Container {
+            name: "c".into(),
+            args: Some(vec!["x".into()]),
+            ..Container::default()
+        };
         assert!(argv(&bare, &env).unwrap_err().contains("has no command"));
     }
 
@@ -393,8 +481,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferry-sim-bin-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("tool"), b"#!/bin/sh\n").unwrap();
-        assert_eq!(find_executable("/usr/local/bin/tool", &dir, "/usr/bin"), Some(dir.join("tool")));
-        assert_eq!(find_executable("sh", &dir, "/bin:/usr/bin").map(|p| p.is_file()), Some(true));
+        assert_eq!(
+            find_executable("/usr/local/bin/tool", &dir, "/usr/bin"),
+            Some(dir.join("tool"))
+        );
+        assert_eq!(
+            find_executable("sh", &dir, "/bin:/usr/bin").map(|p| p.is_file()),
+            Some(true)
+        );
         assert_eq!(find_executable("/nonexistent/nothing", &dir, "/bin"), None);
         assert_eq!(find_executable("no-such-tool-xyz", &dir, "/bin"), None);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -47,7 +47,7 @@ impl Pvcs {
 
     /// Waits until the first list arrived.
     pub async fn ready(&self) {
-        let _ = self.store.wait_until_ready().await;
+        until_ready(&self.store).await;
     }
 
     /// Whether claim `name` exists in `namespace` and is not being deleted.
@@ -63,12 +63,37 @@ impl Pvcs {
             .state()
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or(""), p.metadata.name.as_deref().unwrap_or("")))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or(""),
+                    p.metadata.name.as_deref().unwrap_or("")
+                )
+            })
             .collect()
     }
 
     pub fn stop(&self) {
         self.task.abort();
+    }
+}
+
+/// Waits until `store` has its first list. `Store::wait_until_ready` sits on a oneshot
+/// receiver that keeps only the last waker, so with a second waiter (a Controller waits on its
+/// own store) the first can sleep forever; polling again now and then sidesteps that.
+pub async fn until_ready<K>(store: &Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        let wait = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            store.wait_until_ready(),
+        );
+        if wait.await.is_ok() {
+            return;
+        }
     }
 }
 
@@ -79,16 +104,35 @@ pub fn without_protection(pvc: &PersistentVolumeClaim) -> Option<Vec<String>> {
     if !finalizers.iter().any(|f| f == PVC_PROTECTION) {
         return None;
     }
-    Some(finalizers.iter().filter(|f| *f != PVC_PROTECTION).cloned().collect())
+    Some(
+        finalizers
+            .iter()
+            .filter(|f| *f != PVC_PROTECTION)
+            .cloned()
+            .collect(),
+    )
 }
 
 async fn release_protection(sim: &Sim, pvc: &PersistentVolumeClaim) {
-    let Some(keep) = without_protection(pvc) else { return };
-    let (Some(ns), Some(name)) = (pvc.metadata.namespace.as_deref(), pvc.metadata.name.as_deref()) else { return };
+    let Some(keep) = without_protection(pvc) else {
+        return;
+    };
+    let (Some(ns), Some(name)) = (
+        pvc.metadata.namespace.as_deref(),
+        pvc.metadata.name.as_deref(),
+    ) else {
+        return;
+    };
     let patch = serde_json::json!({"metadata": {"finalizers": keep, "resourceVersion": pvc.metadata.resource_version}});
-    match sim.api::<PersistentVolumeClaim>(ns).patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match sim
+        .api::<PersistentVolumeClaim>(ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => debug!(%ns, %name, "released pvc-protection"),
-        Err(e) => debug!(%ns, %name, error = %e, "releasing pvc-protection (will retry on the next event)"),
+        Err(e) => {
+            debug!(%ns, %name, error = %e, "releasing pvc-protection (will retry on the next event)")
+        }
     }
 }
 
@@ -102,7 +146,8 @@ mod tests {
     fn pvc(deleting: bool, finalizers: &[&str]) -> PersistentVolumeClaim {
         PersistentVolumeClaim {
             metadata: ObjectMeta {
-                deletion_timestamp: deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                deletion_timestamp: deleting
+                    .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
                 finalizers: Some(finalizers.iter().map(|s| s.to_string()).collect()),
                 ..ObjectMeta::default()
             },
@@ -114,6 +159,9 @@ mod tests {
     fn releases_protection_only_from_deleting_claims() {
         assert_eq!(without_protection(&pvc(false, &[PVC_PROTECTION])), None);
         assert_eq!(without_protection(&pvc(true, &["other"])), None);
-        assert_eq!(without_protection(&pvc(true, &[PVC_PROTECTION, "other"])), Some(vec!["other".to_string()]));
+        assert_eq!(
+            without_protection(&pvc(true, &[PVC_PROTECTION, "other"])),
+            Some(vec!["other".to_string()])
+        );
     }
 }

@@ -3,7 +3,9 @@
 /// Parses a storage quantity into bytes, rounding up. `None` for anything unparsable.
 pub fn parse_bytes(q: &str) -> Option<u64> {
     let q = q.trim();
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let n: f64 = num.parse().ok()?;
     let mult: f64 = match suffix {

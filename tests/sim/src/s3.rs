@@ -25,27 +25,43 @@ pub struct S3Location {
 }
 
 fn url_error(url: &str, reason: &str) -> Error {
-    Error::S3Url { url: url.to_string(), reason: reason.to_string() }
+    Error::S3Url {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 /// Splits a path-style S3 URL.
 ///
 /// Errors: a scheme other than http/https, no bucket, no key.
 pub fn parse_url(url: &str) -> Result<S3Location> {
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| url_error(url, "no scheme"))?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| url_error(url, "no scheme"))?;
     if scheme != "http" && scheme != "https" {
-        return Err(url_error(url, "only path-style http(s)://host/bucket/key URLs are supported"));
+        return Err(url_error(
+            url,
+            "only path-style http(s)://host/bucket/key URLs are supported",
+        ));
     }
-    let (host, path) = rest.split_once('/').ok_or_else(|| url_error(url, "no bucket in the path"))?;
+    let (host, path) = rest
+        .split_once('/')
+        .ok_or_else(|| url_error(url, "no bucket in the path"))?;
     if host.is_empty() {
         return Err(url_error(url, "no host"));
     }
     let path = path.split(['?', '#']).next().unwrap_or("");
-    let (bucket, key) = path.split_once('/').ok_or_else(|| url_error(url, "no object key after the bucket"))?;
+    let (bucket, key) = path
+        .split_once('/')
+        .ok_or_else(|| url_error(url, "no object key after the bucket"))?;
     if bucket.is_empty() || key.is_empty() {
         return Err(url_error(url, "empty bucket or key"));
     }
-    Ok(S3Location { endpoint: format!("{scheme}://{host}"), bucket: bucket.to_string(), key: key.to_string() })
+    Ok(S3Location {
+        endpoint: format!("{scheme}://{host}"),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+    })
 }
 
 /// Credentials from a CDI S3 Secret.
@@ -57,7 +73,9 @@ pub struct Credentials {
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
+        f.debug_struct("Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -70,7 +88,11 @@ pub fn store(loc: &S3Location, creds: Option<&Credentials>) -> Result<Arc<dyn Ob
         .with_allow_http(true)
         .with_virtual_hosted_style_request(false);
     match creds {
-        Some(c) => b = b.with_access_key_id(&c.access_key_id).with_secret_access_key(&c.secret_key),
+        Some(c) => {
+            b = b
+                .with_access_key_id(&c.access_key_id)
+                .with_secret_access_key(&c.secret_key)
+        }
         None => b = b.with_skip_signature(true),
     }
     Ok(Arc::new(b.build()?))
@@ -80,14 +102,21 @@ pub fn store(loc: &S3Location, creds: Option<&Credentials>) -> Result<Arc<dyn Ob
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Copied {
     /// Every byte arrived; `sha256` is their hash, `expected` the object's metadata if any.
-    Done { sha256: String, expected: Option<String>, bytes: u64 },
+    Done {
+        sha256: String,
+        expected: Option<String>,
+        bytes: u64,
+    },
     /// Stopped on purpose after `bytes` (an injected fault).
     Stopped { bytes: u64 },
 }
 
 /// The object key as a store path.
 pub fn object_path(key: &str) -> Result<ObjectPath> {
-    ObjectPath::from_url_path(key).map_err(|e| Error::S3Url { url: key.to_string(), reason: e.to_string() })
+    ObjectPath::from_url_path(key).map_err(|e| Error::S3Url {
+        url: key.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// Size of the object.
@@ -115,7 +144,9 @@ pub async fn copy(
         .get(&Attribute::Metadata("sha256".into()))
         .map(|v| v.as_ref().trim().to_ascii_lowercase());
     let _ = progress.send((0, total));
-    let mut file = tokio::fs::File::create(dest).await.map_err(|e| Error::io(dest, e))?;
+    let mut file = tokio::fs::File::create(dest)
+        .await
+        .map_err(|e| Error::io(dest, e))?;
     let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
     let mut stream = got.into_stream();
     let started = Instant::now();
@@ -126,7 +157,9 @@ pub async fn copy(
             let room = limit.saturating_sub(done);
             if (chunk.len() as u64) >= room {
                 chunk.truncate(usize::try_from(room).unwrap_or(usize::MAX));
-                file.write_all(&chunk).await.map_err(|e| Error::io(dest, e))?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| Error::io(dest, e))?;
                 done += chunk.len() as u64;
                 file.flush().await.map_err(|e| Error::io(dest, e))?;
                 let _ = progress.send((done, total));
@@ -134,7 +167,9 @@ pub async fn copy(
             }
         }
         hash.update(&chunk);
-        file.write_all(&chunk).await.map_err(|e| Error::io(dest, e))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| Error::io(dest, e))?;
         done += chunk.len() as u64;
         let _ = progress.send((done, total));
         let due = Duration::from_secs_f64(done as f64 / bytes_per_sec.max(1.0));
@@ -145,16 +180,22 @@ pub async fn copy(
     }
     file.flush().await.map_err(|e| Error::io(dest, e))?;
     file.sync_all().await.map_err(|e| Error::io(dest, e))?;
-    Ok(Copied::Done { sha256: hex(hash.finish().as_ref()), expected, bytes: done })
+    Ok(Copied::Done {
+        sha256: hex(hash.finish().as_ref()),
+        expected,
+        bytes: done,
+    })
 }
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 #[cfg(test)]
@@ -194,6 +235,9 @@ mod tests {
     fn hex_is_lower_case_and_padded() {
         assert_eq!(hex(&[0, 15, 255]), "000fff");
         let d = ring::digest::digest(&ring::digest::SHA256, b"abc");
-        assert_eq!(hex(d.as_ref()), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            hex(d.as_ref()),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

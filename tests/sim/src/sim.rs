@@ -44,13 +44,19 @@ pub struct Sim {
 
 impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sim").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Sim")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
 impl Sim {
     pub fn new(client: Client, settings: Settings) -> Arc<Sim> {
-        Arc::new(Sim { client, settings, tasks: Arc::new(Tasks::default()) })
+        Arc::new(Sim {
+            client,
+            settings,
+            tasks: Arc::new(Tasks::default()),
+        })
     }
 
     /// An API for `K` over the sim's scope (one namespace or all).
@@ -83,7 +89,15 @@ impl Sim {
         let dvs = datavolumes::run(self.clone(), pvc_store.clone());
         let jobs = jobs::run(self.clone());
         let vms = vms::run(self.clone(), pvc_store.clone());
-        info!(scope = self.settings.namespace.as_deref().unwrap_or("all namespaces"), speed = self.settings.speed.factor(), "ferry-sim running");
+        info!(
+            scope = self
+                .settings
+                .namespace
+                .as_deref()
+                .unwrap_or("all namespaces"),
+            speed = self.settings.speed.factor(),
+            "ferry-sim running"
+        );
         tokio::select! {
             () = shutdown => info!("shutting down"),
             () = dvs => {},
@@ -110,7 +124,9 @@ impl Tasks {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let Ok(mut map) = self.inner.lock() else { return false };
+        let Ok(mut map) = self.inner.lock() else {
+            return false;
+        };
         if map.get(&key).is_some_and(|(_, h)| !h.is_finished()) {
             return false;
         }
@@ -135,7 +151,10 @@ impl Tasks {
 
     /// Whether a task runs under `key`.
     pub fn running(&self, key: &str) -> bool {
-        self.inner.lock().map(|m| m.get(key).is_some_and(|(_, h)| !h.is_finished())).unwrap_or(false)
+        self.inner
+            .lock()
+            .map(|m| m.get(key).is_some_and(|(_, h)| !h.is_finished()))
+            .unwrap_or(false)
     }
 
     /// Aborts every task and waits for them to unwind (dropping a Job's process kills it).

@@ -24,8 +24,8 @@ use crate::clock::{self, Speed};
 use crate::conditions::{self, Flavour};
 use crate::faults::Step;
 use crate::kubevirt::{
-    PhaseTransition, StartFailure, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceStatus,
-    VirtualMachineStatus, phase,
+    PhaseTransition, StartFailure, VirtualMachine, VirtualMachineInstance,
+    VirtualMachineInstanceStatus, VirtualMachineStatus, phase,
 };
 use crate::migration::{Child, Faults};
 use crate::pvcs::Pvcs;
@@ -61,7 +61,10 @@ impl RunStrategy {
     }
 
     fn wants_vmi(self) -> bool {
-        matches!(self, RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once)
+        matches!(
+            self,
+            RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once
+        )
     }
 }
 
@@ -119,7 +122,11 @@ pub enum VolumeCheck {
 }
 
 /// Checks every claim the VMI's volumes name against the imported volume files and claims.
-pub fn check_volumes(vmi: &VirtualMachineInstance, vols: &Volumes, claim_exists: impl Fn(&str) -> bool) -> VolumeCheck {
+pub fn check_volumes(
+    vmi: &VirtualMachineInstance,
+    vols: &Volumes,
+    claim_exists: impl Fn(&str) -> bool,
+) -> VolumeCheck {
     let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
     for v in &vmi.spec.volumes {
         let Some(claim) = v.claim() else { continue };
@@ -137,8 +144,10 @@ pub fn check_volumes(vmi: &VirtualMachineInstance, vols: &Volumes, claim_exists:
 
 fn enter(s: &mut VirtualMachineInstanceStatus, phase: &str, now: &str) {
     s.phase = phase.to_string();
-    s.phase_transition_timestamps
-        .push(PhaseTransition { phase: phase.to_string(), phase_transition_timestamp: now.to_string() });
+    s.phase_transition_timestamps.push(PhaseTransition {
+        phase: phase.to_string(),
+        phase_transition_timestamp: now.to_string(),
+    });
 }
 
 /// The next status of a VMI that is not final, and when to look again. Pure.
@@ -158,14 +167,24 @@ pub fn step_vmi(
     let waited = clock::elapsed(since, now);
     let anns = vmi.metadata.annotations.clone().unwrap_or_default();
     let fate = anns.get(VMI_FATE_ANNOTATION).map(String::as_str);
-    let silent = anns.get(AGENT_FATE_ANNOTATION).is_some_and(|v| v == "silent");
+    let silent = anns
+        .get(AGENT_FATE_ANNOTATION)
+        .is_some_and(|v| v == "silent");
     let after = |d: Duration| Some(d.saturating_sub(waited).max(Duration::from_millis(10)));
     let kv = Flavour::KubeVirt;
     let changed = |s: VirtualMachineInstanceStatus| if s == old { None } else { Some(s) };
     match old.phase.as_str() {
         "" => {
             enter(&mut s, phase::PENDING, &now_s);
-            conditions::set(&mut s.conditions, kv, "Ready", false, "PodNotExists", "virt-launcher pod has not yet been scheduled", &now_s);
+            conditions::set(
+                &mut s.conditions,
+                kv,
+                "Ready",
+                false,
+                "PodNotExists",
+                "virt-launcher pod has not yet been scheduled",
+                &now_s,
+            );
             (Some(s), Some(t.pending))
         }
         phase::PENDING => {
@@ -173,18 +192,42 @@ pub fn step_vmi(
                 VolumeCheck::MissingClaim(c) => {
                     let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
                     let msg = format!("PVC {ns}/{c} does not exist, waiting for it to appear");
-                    conditions::set(&mut s.conditions, kv, "Synchronized", false, "FailedPvcNotFound", &msg, &now_s);
+                    conditions::set(
+                        &mut s.conditions,
+                        kv,
+                        "Synchronized",
+                        false,
+                        "FailedPvcNotFound",
+                        &msg,
+                        &now_s,
+                    );
                     return (changed(s), Some(t.recheck));
                 }
                 VolumeCheck::NotImported(_) => {
                     let msg = "Not all of the VMI's DVs are ready";
-                    conditions::set(&mut s.conditions, kv, "DataVolumesReady", false, "NotAllDVsReady", msg, &now_s);
+                    conditions::set(
+                        &mut s.conditions,
+                        kv,
+                        "DataVolumesReady",
+                        false,
+                        "NotAllDVsReady",
+                        msg,
+                        &now_s,
+                    );
                     return (changed(s), Some(t.recheck));
                 }
                 VolumeCheck::Ready => {
                     conditions::remove(&mut s.conditions, "Synchronized");
                     if conditions::find(&s.conditions, "DataVolumesReady").is_some() {
-                        conditions::set(&mut s.conditions, kv, "DataVolumesReady", true, "AllDVsReady", "All of the VMI's DVs are bound and ready", &now_s);
+                        conditions::set(
+                            &mut s.conditions,
+                            kv,
+                            "DataVolumesReady",
+                            true,
+                            "AllDVsReady",
+                            "All of the VMI's DVs are bound and ready",
+                            &now_s,
+                        );
                     }
                 }
             }
@@ -197,7 +240,15 @@ pub fn step_vmi(
         phase::SCHEDULING => {
             if fate == Some("unschedulable") {
                 let msg = "0/1 nodes are available: 1 Insufficient devices.kubevirt.io/kvm (fault injected by ferry-sim)";
-                conditions::set(&mut s.conditions, kv, "PodScheduled", false, "Unschedulable", msg, &now_s);
+                conditions::set(
+                    &mut s.conditions,
+                    kv,
+                    "PodScheduled",
+                    false,
+                    "Unschedulable",
+                    msg,
+                    &now_s,
+                );
                 return (changed(s), None);
             }
             if waited < t.scheduling {
@@ -206,8 +257,20 @@ pub fn step_vmi(
             enter(&mut s, phase::SCHEDULED, &now_s);
             s.node_name = Some(node.to_string());
             conditions::set(&mut s.conditions, kv, "PodScheduled", true, "", "", &now_s);
-            conditions::set(&mut s.conditions, kv, "Ready", false, "GuestNotRunning", "Guest VM is not reported as running", &now_s);
-            let next = if fate == Some("fail") { t.fail_after } else { t.scheduled };
+            conditions::set(
+                &mut s.conditions,
+                kv,
+                "Ready",
+                false,
+                "GuestNotRunning",
+                "Guest VM is not reported as running",
+                &now_s,
+            );
+            let next = if fate == Some("fail") {
+                t.fail_after
+            } else {
+                t.scheduled
+            };
             (Some(s), Some(next))
         }
         phase::SCHEDULED => {
@@ -217,7 +280,15 @@ pub fn step_vmi(
                 }
                 enter(&mut s, phase::FAILED, &now_s);
                 s.reason = Some("FaultInjected".into());
-                conditions::set(&mut s.conditions, kv, "Ready", false, "GuestNotRunning", "virt-launcher exited: fault injected by ferry-sim", &now_s);
+                conditions::set(
+                    &mut s.conditions,
+                    kv,
+                    "Ready",
+                    false,
+                    "GuestNotRunning",
+                    "virt-launcher exited: fault injected by ferry-sim",
+                    &now_s,
+                );
                 return (Some(s), None);
             }
             if waited < t.scheduled {
@@ -234,8 +305,18 @@ pub fn step_vmi(
             if waited < t.agent {
                 return (None, after(t.agent));
             }
-            conditions::set(&mut s.conditions, kv, "AgentConnected", true, "", "", &now_s);
-            s.guest_os_info = Some(serde_json::json!({"id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"}));
+            conditions::set(
+                &mut s.conditions,
+                kv,
+                "AgentConnected",
+                true,
+                "",
+                "",
+                &now_s,
+            );
+            s.guest_os_info = Some(
+                serde_json::json!({"id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"}),
+            );
             (Some(s), None)
         }
         _ => (None, None),
@@ -265,13 +346,23 @@ pub struct VmDecision {
     pub requeue: Option<Duration>,
 }
 
-fn printable(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, strategy: RunStrategy, start_failure: Option<&StartFailure>, deleting_vmi: bool) -> &'static str {
+fn printable(
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+    strategy: RunStrategy,
+    start_failure: Option<&StartFailure>,
+    deleting_vmi: bool,
+) -> &'static str {
     if vm.metadata.deletion_timestamp.is_some() {
         return "Terminating";
     }
     let Some(vmi) = vmi else {
         if strategy.wants_vmi() {
-            return if start_failure.is_some_and(|f| f.consecutive_fail_count > 0) { "CrashLoopBackOff" } else { "Starting" };
+            return if start_failure.is_some_and(|f| f.consecutive_fail_count > 0) {
+                "CrashLoopBackOff"
+            } else {
+                "Starting"
+            };
         }
         return "Stopped";
     };
@@ -280,19 +371,31 @@ fn printable(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, strategy
         return "Stopping";
     }
     let conds = &st.conditions;
-    let has = |t: &str, reason: &str| conditions::find(conds, t).is_some_and(|c| c.status == "False" && c.reason == reason);
+    let has = |t: &str, reason: &str| {
+        conditions::find(conds, t).is_some_and(|c| c.status == "False" && c.reason == reason)
+    };
     match st.phase.as_str() {
         phase::RUNNING => "Running",
         _ if has("Synchronized", "FailedPvcNotFound") => "ErrorPvcNotFound",
         _ if has("PodScheduled", "Unschedulable") => "ErrorUnschedulable",
         "" | phase::PENDING | phase::SCHEDULING | phase::SCHEDULED => "Starting",
-        _ if start_failure.is_some_and(|f| f.consecutive_fail_count > 0) && strategy != RunStrategy::Once => "CrashLoopBackOff",
+        _ if start_failure.is_some_and(|f| f.consecutive_fail_count > 0)
+            && strategy != RunStrategy::Once =>
+        {
+            "CrashLoopBackOff"
+        }
         _ => "Stopped",
     }
 }
 
 /// The VM status for the VM and its VMI as they will be after `action`. Pure.
-pub fn vm_status(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, action: &VmiAction, start_failure: Option<StartFailure>, now: &str) -> VirtualMachineStatus {
+pub fn vm_status(
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+    action: &VmiAction,
+    start_failure: Option<StartFailure>,
+    now: &str,
+) -> VirtualMachineStatus {
     let strategy = run_strategy(vm);
     let mut s = vm.status.clone().unwrap_or_default();
     let deleting = matches!(action, VmiAction::Delete);
@@ -307,16 +410,36 @@ pub fn vm_status(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, acti
         (v, _) => v,
     };
     s.created = vmi.is_some() && !deleting;
-    let vmi_conds = vmi.and_then(|v| v.status.as_ref()).map(|st| st.conditions.clone()).unwrap_or_default();
+    let vmi_conds = vmi
+        .and_then(|v| v.status.as_ref())
+        .map(|st| st.conditions.clone())
+        .unwrap_or_default();
     s.ready = s.created && conditions::is_true(&vmi_conds, "Ready");
     s.start_failure = start_failure;
-    s.printable_status = Some(printable(vm, vmi, strategy, s.start_failure.as_ref(), deleting).to_string());
+    s.printable_status =
+        Some(printable(vm, vmi, strategy, s.start_failure.as_ref(), deleting).to_string());
     match (s.created, conditions::find(&vmi_conds, "Ready")) {
         (true, Some(c)) => {
             let (st, reason, msg) = (c.status == "True", c.reason.clone(), c.message.clone());
-            conditions::set(&mut s.conditions, Flavour::KubeVirt, "Ready", st, &reason, &msg, now);
+            conditions::set(
+                &mut s.conditions,
+                Flavour::KubeVirt,
+                "Ready",
+                st,
+                &reason,
+                &msg,
+                now,
+            );
         }
-        _ => conditions::set(&mut s.conditions, Flavour::KubeVirt, "Ready", false, "VMINotExists", "VMI does not exist", now),
+        _ => conditions::set(
+            &mut s.conditions,
+            Flavour::KubeVirt,
+            "Ready",
+            false,
+            "VMINotExists",
+            "VMI does not exist",
+            now,
+        ),
     }
     s.observed_generation = vm.metadata.generation;
     s.desired_generation = vm.metadata.generation;
@@ -325,7 +448,14 @@ pub fn vm_status(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, acti
 }
 
 /// Decides the next step for a VM and its VMI. Pure.
-pub fn decide(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, volumes: &VolumeCheck, node: &str, t: &Timing, now: Timestamp) -> VmDecision {
+pub fn decide(
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+    volumes: &VolumeCheck,
+    node: &str,
+    t: &Timing,
+    now: Timestamp,
+) -> VmDecision {
     let strategy = run_strategy(vm);
     let now_s = clock::format(now);
     let old_failure = vm.status.as_ref().and_then(|s| s.start_failure.clone());
@@ -352,11 +482,17 @@ pub fn decide(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, volumes
                     if f.last_failed_vmi_uid != uid {
                         f.consecutive_fail_count += 1;
                         f.last_failed_vmi_uid = uid;
-                        f.retry_after_timestamp =
-                            Some(clock::format(clock::add(now, scaled_backoff(t, f.consecutive_fail_count))));
+                        f.retry_after_timestamp = Some(clock::format(clock::add(
+                            now,
+                            scaled_backoff(t, f.consecutive_fail_count),
+                        )));
                     }
                 }
-                if replace { VmiAction::Delete } else { VmiAction::Nothing }
+                if replace {
+                    VmiAction::Delete
+                } else {
+                    VmiAction::Nothing
+                }
             } else {
                 let (next, after) = step_vmi(v, volumes, node, t, now);
                 requeue = after;
@@ -367,7 +503,10 @@ pub fn decide(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, volumes
             }
         }
         None if strategy.wants_vmi() => {
-            let retry_at = failure.as_ref().and_then(|f| f.retry_after_timestamp.as_deref()).and_then(clock::parse);
+            let retry_at = failure
+                .as_ref()
+                .and_then(|f| f.retry_after_timestamp.as_deref())
+                .and_then(clock::parse);
             match retry_at {
                 Some(at) if at > now => {
                     requeue = Some(clock::elapsed(now, at).max(Duration::from_millis(10)));
@@ -379,7 +518,11 @@ pub fn decide(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, volumes
         None => VmiAction::Nothing,
     };
     let status = vm_status(vm, vmi, &action, failure, &now_s);
-    VmDecision { action, status, requeue }
+    VmDecision {
+        action,
+        status,
+        requeue,
+    }
 }
 
 fn scaled_backoff(t: &Timing, failures: i64) -> Duration {
@@ -391,7 +534,10 @@ fn scaled_backoff(t: &Timing, failures: i64) -> Duration {
 /// template's labels and annotations plus the fault fates decided for it. Pure.
 pub fn vmi_for(vm: &VirtualMachine, fates: &BTreeMap<String, String>) -> VirtualMachineInstance {
     let template = vm.spec.template.clone().unwrap_or_default();
-    let tmeta: ObjectMeta = template.metadata.and_then(|m| serde_json::from_value(m).ok()).unwrap_or_default();
+    let tmeta: ObjectMeta = template
+        .metadata
+        .and_then(|m| serde_json::from_value(m).ok())
+        .unwrap_or_default();
     let mut annotations = tmeta.annotations.unwrap_or_default();
     annotations.extend(fates.clone());
     let mut labels = tmeta.labels.unwrap_or_default();
@@ -421,7 +567,10 @@ struct Ctx {
 pub async fn run(sim: Arc<Sim>, pvcs: Arc<Pvcs>) {
     let timing = Timing::at(sim.settings.speed);
     let controller = Controller::new(sim.scoped::<VirtualMachine>(), watcher::Config::default())
-        .owns(sim.scoped::<VirtualMachineInstance>(), watcher::Config::default());
+        .owns(
+            sim.scoped::<VirtualMachineInstance>(),
+            watcher::Config::default(),
+        );
     let ctx = Arc::new(Ctx { sim, pvcs, timing });
     controller
         .run(reconcile, error_policy, ctx)
@@ -459,10 +608,20 @@ async fn fates(sim: &Sim, vm: &VirtualMachine) -> Result<BTreeMap<String, String
         }
     };
     let mut out = BTreeMap::new();
-    if let Some(f) = faults.take(&sim.client, &sim.settings.rates, Step::Vmi).await? {
-        out.insert(VMI_FATE_ANNOTATION.to_string(), if f.terminal { "unschedulable" } else { "fail" }.to_string());
+    if let Some(f) = faults
+        .take(&sim.client, &sim.settings.rates, Step::Vmi)
+        .await?
+    {
+        out.insert(
+            VMI_FATE_ANNOTATION.to_string(),
+            if f.terminal { "unschedulable" } else { "fail" }.to_string(),
+        );
     }
-    if faults.take(&sim.client, &sim.settings.rates, Step::Agent).await?.is_some() {
+    if faults
+        .take(&sim.client, &sim.settings.rates, Step::Agent)
+        .await?
+        .is_some()
+    {
         out.insert(AGENT_FATE_ANNOTATION.to_string(), "silent".to_string());
     }
     Ok(out)
@@ -475,15 +634,28 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
     let vmis = sim.api::<VirtualMachineInstance>(&ns);
     let vmi = vmis.get_opt(&name).await?;
     // A VMI of the same name that this VM does not control is none of its business.
-    let vmi = vmi.filter(|v| v.owner_references().iter().any(|o| Some(&o.uid) == vm.uid().as_ref()));
+    let vmi = vmi.filter(|v| {
+        v.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == vm.uid().as_ref())
+    });
     let check = match &vmi {
         Some(v) => check_volumes(v, &sim.settings.volumes, |c| ctx.pvcs.exists(&ns, c)),
         None => VolumeCheck::Ready,
     };
-    let d = decide(&vm, vmi.as_ref(), &check, &sim.settings.node_name, &ctx.timing, clock::now());
+    let d = decide(
+        &vm,
+        vmi.as_ref(),
+        &check,
+        &sim.settings.node_name,
+        &ctx.timing,
+        clock::now(),
+    );
     if vm.status.as_ref() != Some(&d.status) {
         let patch = serde_json::json!({"status": d.status});
-        sim.api::<VirtualMachine>(&ns).patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        sim.api::<VirtualMachine>(&ns)
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
     }
     match d.action {
         VmiAction::Nothing => {}
@@ -497,13 +669,22 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             return Ok(Action::requeue(Duration::from_millis(10)));
         }
         VmiAction::Delete => {
-            vmis.delete(&name, &DeleteParams::background()).await.map(|_| ()).or_else(ignore_not_found)?;
+            vmis.delete(&name, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .or_else(ignore_not_found)?;
             info!(vm = %format!("{ns}/{name}"), "deleted VMI");
         }
         VmiAction::Patch(status) => {
             let patch = serde_json::json!({"status": status});
-            vmis.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            if vmi.as_ref().and_then(|v| v.status.as_ref()).map(|s| s.phase.as_str()) != Some(status.phase.as_str()) {
+            vmis.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            if vmi
+                .as_ref()
+                .and_then(|v| v.status.as_ref())
+                .map(|s| s.phase.as_str())
+                != Some(status.phase.as_str())
+            {
                 info!(vmi = %format!("{ns}/{name}"), phase = %status.phase, "VMI phase");
             }
         }
@@ -548,14 +729,22 @@ mod tests {
     }
 
     fn vmi_of(v: &VirtualMachine, fates: &[(&str, &str)]) -> VirtualMachineInstance {
-        let f: BTreeMap<String, String> = fates.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let f: BTreeMap<String, String> = fates
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let mut vmi = vmi_for(v, &f);
         vmi.metadata.uid = Some("vmi-uid".into());
         vmi
     }
 
     /// Applies decisions until none is due, moving the clock by each requeue.
-    fn walk(v: &VirtualMachine, mut vmi: VirtualMachineInstance, mut now: Timestamp, steps: usize) -> (VirtualMachineInstance, Vec<String>) {
+    fn walk(
+        v: &VirtualMachine,
+        mut vmi: VirtualMachineInstance,
+        mut now: Timestamp,
+        steps: usize,
+    ) -> (VirtualMachineInstance, Vec<String>) {
         let mut phases = Vec::new();
         for _ in 0..steps {
             let d = decide(v, Some(&vmi), &VolumeCheck::Ready, "sim-node", &t(), now);
@@ -576,7 +765,10 @@ mod tests {
     #[test]
     fn run_strategies_and_legacy_running() {
         assert_eq!(run_strategy(&vm(Some("Always"), None)), RunStrategy::Always);
-        assert_eq!(run_strategy(&vm(Some("RerunOnFailure"), None)), RunStrategy::RerunOnFailure);
+        assert_eq!(
+            run_strategy(&vm(Some("RerunOnFailure"), None)),
+            RunStrategy::RerunOnFailure
+        );
         assert_eq!(run_strategy(&vm(Some("Halted"), None)), RunStrategy::Halted);
         assert_eq!(run_strategy(&vm(None, Some(true))), RunStrategy::Always);
         assert_eq!(run_strategy(&vm(None, None)), RunStrategy::Halted);
@@ -585,12 +777,22 @@ mod tests {
     #[test]
     fn always_creates_an_owned_vmi_from_the_template() {
         let v = vm(Some("Always"), None);
-        let d = decide(&v, None, &VolumeCheck::Ready, "sim-node", &t(), at("2026-01-01T00:00:00Z"));
+        let d = decide(
+            &v,
+            None,
+            &VolumeCheck::Ready,
+            "sim-node",
+            &t(),
+            at("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(d.action, VmiAction::Create);
         assert_eq!(d.status.printable_status.as_deref(), Some("Starting"));
         let vmi = vmi_for(&v, &BTreeMap::new());
         let o = &vmi.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((o.kind.as_str(), o.uid.as_str(), o.controller), ("VirtualMachine", "vm-uid", Some(true)));
+        assert_eq!(
+            (o.kind.as_str(), o.uid.as_str(), o.controller),
+            ("VirtualMachine", "vm-uid", Some(true))
+        );
         assert_eq!(vmi.metadata.labels.as_ref().unwrap()["app"], "x");
         assert_eq!(vmi.spec.volumes[0].claim(), Some("disk-0"));
         assert!(vmi.spec.rest.contains_key("domain"));
@@ -599,9 +801,26 @@ mod tests {
     #[test]
     fn halted_creates_nothing_and_deletes_a_running_vmi() {
         let v = vm(Some("Halted"), None);
-        let d = decide(&v, None, &VolumeCheck::Ready, "sim-node", &t(), at("2026-01-01T00:00:00Z"));
-        assert_eq!((d.action, d.status.printable_status.as_deref()), (VmiAction::Nothing, Some("Stopped")));
-        let d = decide(&v, Some(&vmi_of(&v, &[])), &VolumeCheck::Ready, "sim-node", &t(), at("2026-01-01T00:00:00Z"));
+        let d = decide(
+            &v,
+            None,
+            &VolumeCheck::Ready,
+            "sim-node",
+            &t(),
+            at("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            (d.action, d.status.printable_status.as_deref()),
+            (VmiAction::Nothing, Some("Stopped"))
+        );
+        let d = decide(
+            &v,
+            Some(&vmi_of(&v, &[])),
+            &VolumeCheck::Ready,
+            "sim-node",
+            &t(),
+            at("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(d.action, VmiAction::Delete);
         assert_eq!(d.status.printable_status.as_deref(), Some("Stopping"));
         assert!(!d.status.created);
@@ -611,14 +830,31 @@ mod tests {
     fn a_vmi_walks_to_running_then_the_agent_connects() {
         let v = vm(Some("Always"), None);
         let (vmi, phases) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 50);
-        assert_eq!(phases, vec!["Pending", "Scheduling", "Scheduled", "Running"]);
+        assert_eq!(
+            phases,
+            vec!["Pending", "Scheduling", "Scheduled", "Running"]
+        );
         let s = vmi.status.clone().unwrap();
         assert_eq!(s.node_name.as_deref(), Some("sim-node"));
         assert!(conditions::is_true(&s.conditions, "Ready"));
         assert!(conditions::is_true(&s.conditions, "AgentConnected"));
-        let d = decide(&v, Some(&vmi), &VolumeCheck::Ready, "sim-node", &t(), at("2026-01-01T00:01:00Z"));
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "sim-node",
+            &t(),
+            at("2026-01-01T00:01:00Z"),
+        );
         assert_eq!(d.action, VmiAction::Nothing);
-        assert_eq!((d.status.created, d.status.ready, d.status.printable_status.as_deref()), (true, true, Some("Running")));
+        assert_eq!(
+            (
+                d.status.created,
+                d.status.ready,
+                d.status.printable_status.as_deref()
+            ),
+            (true, true, Some("Running"))
+        );
         assert!(conditions::is_true(&d.status.conditions, "Ready"));
         assert_eq!(d.status.observed_generation, Some(2));
     }
@@ -628,10 +864,24 @@ mod tests {
         let v = vm(Some("Always"), None);
         let (vmi, _) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 1);
         assert_eq!(vmi.status.as_ref().unwrap().phase, "Pending");
-        let early = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T00:00:00.200Z"));
+        let early = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:00:00.200Z"),
+        );
         assert_eq!(early.action, VmiAction::Nothing);
         assert_eq!(early.requeue, Some(Duration::from_millis(300)));
-        let due = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T00:00:00.500Z"));
+        let due = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:00:00.500Z"),
+        );
         assert!(matches!(due.action, VmiAction::Patch(s) if s.phase == "Scheduling"));
     }
 
@@ -639,72 +889,181 @@ mod tests {
     fn missing_volumes_hold_the_vmi_pending_with_kubevirts_reasons() {
         let v = vm(Some("Always"), None);
         let (vmi, _) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 1);
-        let d = decide(&v, Some(&vmi), &VolumeCheck::MissingClaim("disk-0".into()), "n", &t(), at("2026-01-01T00:00:05Z"));
-        let VmiAction::Patch(s) = d.action else { panic!("{:?}", d.action) };
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::MissingClaim("disk-0".into()),
+            "n",
+            &t(),
+            at("2026-01-01T00:00:05Z"),
+        );
+        let VmiAction::Patch(s) = d.action else {
+            panic!("{:?}", d.action)
+        };
         assert_eq!(s.phase, "Pending");
         let c = conditions::find(&s.conditions, "Synchronized").unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "FailedPvcNotFound"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "FailedPvcNotFound")
+        );
         assert!(c.message.contains("ns/disk-0"));
-        assert_eq!(d.status.printable_status.as_deref(), Some("ErrorPvcNotFound"));
-        let d = decide(&v, Some(&vmi), &VolumeCheck::NotImported("disk-0".into()), "n", &t(), at("2026-01-01T00:00:05Z"));
-        let VmiAction::Patch(s) = d.action else { panic!() };
-        assert_eq!(conditions::find(&s.conditions, "DataVolumesReady").unwrap().reason, "NotAllDVsReady");
+        assert_eq!(
+            d.status.printable_status.as_deref(),
+            Some("ErrorPvcNotFound")
+        );
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::NotImported("disk-0".into()),
+            "n",
+            &t(),
+            at("2026-01-01T00:00:05Z"),
+        );
+        let VmiAction::Patch(s) = d.action else {
+            panic!()
+        };
+        assert_eq!(
+            conditions::find(&s.conditions, "DataVolumesReady")
+                .unwrap()
+                .reason,
+            "NotAllDVsReady"
+        );
     }
 
     #[test]
     fn an_unschedulable_vmi_stays_scheduling() {
         let v = vm(Some("Always"), None);
-        let (vmi, phases) = walk(&v, vmi_of(&v, &[(VMI_FATE_ANNOTATION, "unschedulable")]), at("2026-01-01T00:00:00Z"), 50);
+        let (vmi, phases) = walk(
+            &v,
+            vmi_of(&v, &[(VMI_FATE_ANNOTATION, "unschedulable")]),
+            at("2026-01-01T00:00:00Z"),
+            50,
+        );
         assert_eq!(phases, vec!["Pending", "Scheduling"]);
-        let d = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T00:10:00Z"));
-        assert_eq!(d.status.printable_status.as_deref(), Some("ErrorUnschedulable"));
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:10:00Z"),
+        );
+        assert_eq!(
+            d.status.printable_status.as_deref(),
+            Some("ErrorUnschedulable")
+        );
     }
 
     #[test]
     fn a_failing_vmi_is_replaced_after_a_backoff_under_always() {
         let v = vm(Some("Always"), None);
-        let (vmi, phases) = walk(&v, vmi_of(&v, &[(VMI_FATE_ANNOTATION, "fail")]), at("2026-01-01T00:00:00Z"), 50);
+        let (vmi, phases) = walk(
+            &v,
+            vmi_of(&v, &[(VMI_FATE_ANNOTATION, "fail")]),
+            at("2026-01-01T00:00:00Z"),
+            50,
+        );
         assert_eq!(phases, vec!["Pending", "Scheduling", "Scheduled", "Failed"]);
         let now = at("2026-01-01T00:01:00Z");
         let d = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), now);
         assert_eq!(d.action, VmiAction::Delete);
         let f = d.status.start_failure.clone().unwrap();
-        assert_eq!((f.consecutive_fail_count, f.last_failed_vmi_uid.as_deref()), (1, Some("vmi-uid")));
+        assert_eq!(
+            (f.consecutive_fail_count, f.last_failed_vmi_uid.as_deref()),
+            (1, Some("vmi-uid"))
+        );
         // The same failed VMI is not counted twice.
         let mut v2 = v.clone();
         v2.status = Some(d.status.clone());
         let again = decide(&v2, Some(&vmi), &VolumeCheck::Ready, "n", &t(), now);
-        assert_eq!(again.status.start_failure.unwrap().consecutive_fail_count, 1);
+        assert_eq!(
+            again.status.start_failure.unwrap().consecutive_fail_count,
+            1
+        );
         // Gone: wait for the backoff, then start again.
-        let wait = decide(&v2, None, &VolumeCheck::Ready, "n", &t(), clock::add(now, Duration::from_secs(5)));
+        let wait = decide(
+            &v2,
+            None,
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            clock::add(now, Duration::from_secs(5)),
+        );
         assert_eq!(wait.action, VmiAction::Nothing);
-        assert_eq!(wait.status.printable_status.as_deref(), Some("CrashLoopBackOff"));
-        let go = decide(&v2, None, &VolumeCheck::Ready, "n", &t(), clock::add(now, Duration::from_secs(12)));
+        assert_eq!(
+            wait.status.printable_status.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let go = decide(
+            &v2,
+            None,
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            clock::add(now, Duration::from_secs(12)),
+        );
         assert_eq!(go.action, VmiAction::Create);
     }
 
     #[test]
     fn once_and_rerun_on_failure_keep_final_vmis_as_they_should() {
         let failed = |v: &VirtualMachine| {
-            let (vmi, _) = walk(v, vmi_of(v, &[(VMI_FATE_ANNOTATION, "fail")]), at("2026-01-01T00:00:00Z"), 50);
+            let (vmi, _) = walk(
+                v,
+                vmi_of(v, &[(VMI_FATE_ANNOTATION, "fail")]),
+                at("2026-01-01T00:00:00Z"),
+                50,
+            );
             vmi
         };
         let once = vm(Some("Once"), None);
-        let d = decide(&once, Some(&failed(&once)), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T00:01:00Z"));
-        assert_eq!((d.action, d.status.printable_status.as_deref()), (VmiAction::Nothing, Some("Stopped")));
+        let d = decide(
+            &once,
+            Some(&failed(&once)),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(
+            (d.action, d.status.printable_status.as_deref()),
+            (VmiAction::Nothing, Some("Stopped"))
+        );
         let rerun = vm(Some("RerunOnFailure"), None);
-        let d = decide(&rerun, Some(&failed(&rerun)), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T00:01:00Z"));
+        let d = decide(
+            &rerun,
+            Some(&failed(&rerun)),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:01:00Z"),
+        );
         assert_eq!(d.action, VmiAction::Delete);
     }
 
     #[test]
     fn a_silent_agent_never_connects() {
         let v = vm(Some("Always"), None);
-        let (vmi, phases) = walk(&v, vmi_of(&v, &[(AGENT_FATE_ANNOTATION, "silent")]), at("2026-01-01T00:00:00Z"), 50);
+        let (vmi, phases) = walk(
+            &v,
+            vmi_of(&v, &[(AGENT_FATE_ANNOTATION, "silent")]),
+            at("2026-01-01T00:00:00Z"),
+            50,
+        );
         assert_eq!(phases.last().map(String::as_str), Some("Running"));
-        let d = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), at("2026-01-01T01:00:00Z"));
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T01:00:00Z"),
+        );
         assert_eq!((d.action, d.requeue), (VmiAction::Nothing, None));
-        assert!(!conditions::is_true(&vmi.status.unwrap().conditions, "AgentConnected"));
+        assert!(!conditions::is_true(
+            &vmi.status.unwrap().conditions,
+            "AgentConnected"
+        ));
     }
 
     #[test]

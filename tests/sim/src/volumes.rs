@@ -31,7 +31,11 @@ impl Volumes {
 
     /// The log of one attempt of a Job.
     pub fn job_log(&self, namespace: &str, job: &str, attempt: i32) -> PathBuf {
-        self.root.join("_jobs").join(namespace).join(job).join(format!("attempt-{attempt}.log"))
+        self.root
+            .join("_jobs")
+            .join(namespace)
+            .join(job)
+            .join(format!("attempt-{attempt}.log"))
     }
 
     /// Whether claim `name` has been imported (its file exists).
@@ -42,16 +46,22 @@ impl Volumes {
     /// Every volume file (finished or partial) on disk: `(namespace, claim, path)`.
     pub fn list(&self) -> Vec<(String, String, PathBuf)> {
         let mut out = Vec::new();
-        let Ok(namespaces) = std::fs::read_dir(&self.root) else { return out };
+        let Ok(namespaces) = std::fs::read_dir(&self.root) else {
+            return out;
+        };
         for ns in namespaces.flatten() {
             let ns_name = ns.file_name().to_string_lossy().into_owned();
             if ns_name.starts_with('_') || !ns.path().is_dir() {
                 continue;
             }
-            let Ok(files) = std::fs::read_dir(ns.path()) else { continue };
+            let Ok(files) = std::fs::read_dir(ns.path()) else {
+                continue;
+            };
             for f in files.flatten() {
                 let fname = f.file_name().to_string_lossy().into_owned();
-                let claim = fname.strip_suffix(".img.part").or_else(|| fname.strip_suffix(".img"));
+                let claim = fname
+                    .strip_suffix(".img.part")
+                    .or_else(|| fname.strip_suffix(".img"));
                 if let Some(claim) = claim {
                     out.push((ns_name.clone(), claim.to_string(), f.path()));
                 }
@@ -63,7 +73,11 @@ impl Volumes {
 
 /// The volume files to delete: those whose claim is in none of `live` (`namespace/claim`)
 /// and whose namespace is in scope. Pure.
-pub fn orphans(files: &[(String, String, PathBuf)], live: &HashSet<String>, scope: Option<&str>) -> Vec<PathBuf> {
+pub fn orphans(
+    files: &[(String, String, PathBuf)],
+    live: &HashSet<String>,
+    scope: Option<&str>,
+) -> Vec<PathBuf> {
     files
         .iter()
         .filter(|(ns, _, _)| scope.is_none_or(|s| s == ns))
@@ -87,7 +101,11 @@ mod tests {
         std::fs::write(v.partial("ns1", "b"), b"x").unwrap();
         std::fs::write(v.job_log("ns1", "j", 1), b"log").unwrap();
         std::fs::write(dir.join("ns1").join("notes.txt"), b"x").unwrap();
-        let mut got: Vec<_> = v.list().into_iter().map(|(n, c, _)| format!("{n}/{c}")).collect();
+        let mut got: Vec<_> = v
+            .list()
+            .into_iter()
+            .map(|(n, c, _)| format!("{n}/{c}"))
+            .collect();
         got.sort();
         assert_eq!(got, vec!["ns1/a", "ns1/b"]);
         assert!(v.has_image("ns1", "a") && !v.has_image("ns1", "b"));
@@ -97,12 +115,30 @@ mod tests {
     #[test]
     fn orphans_are_files_without_a_claim_in_scope() {
         let files = vec![
-            ("a".to_string(), "x".to_string(), PathBuf::from("/v/a/x.img")),
-            ("a".to_string(), "y".to_string(), PathBuf::from("/v/a/y.img")),
-            ("b".to_string(), "z".to_string(), PathBuf::from("/v/b/z.img")),
+            (
+                "a".to_string(),
+                "x".to_string(),
+                PathBuf::from("/v/a/x.img"),
+            ),
+            (
+                "a".to_string(),
+                "y".to_string(),
+                PathBuf::from("/v/a/y.img"),
+            ),
+            (
+                "b".to_string(),
+                "z".to_string(),
+                PathBuf::from("/v/b/z.img"),
+            ),
         ];
         let live: HashSet<String> = ["a/x".to_string()].into();
-        assert_eq!(orphans(&files, &live, None), vec![PathBuf::from("/v/a/y.img"), PathBuf::from("/v/b/z.img")]);
-        assert_eq!(orphans(&files, &live, Some("a")), vec![PathBuf::from("/v/a/y.img")]);
+        assert_eq!(
+            orphans(&files, &live, None),
+            vec![PathBuf::from("/v/a/y.img"), PathBuf::from("/v/b/z.img")]
+        );
+        assert_eq!(
+            orphans(&files, &live, Some("a")),
+            vec![PathBuf::from("/v/a/y.img")]
+        );
     }
 }

@@ -1,0 +1,702 @@
+//! ferry-sim against the real lab: Jobs run as processes, DataVolumes import from S3,
+//! VMs get VMIs, faults strike where asked, and a restarted sim carries on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{WAIT, World, condition, pattern, wait_for};
+use ferry_harness::eventually;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{CustomResourceExt, ResourceExt};
+
+fn dv_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"),
+        "datavolumes",
+    )
+}
+
+fn vm_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachine"),
+        "virtualmachines",
+    )
+}
+
+fn vmi_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
+        "virtualmachineinstances",
+    )
+}
+
+fn dyn_api(w: &World, ar: &ApiResource) -> Api<DynamicObject> {
+    Api::namespaced_with(w.client(), &w.ns.name, ar)
+}
+
+fn json(o: &DynamicObject) -> serde_json::Value {
+    serde_json::to_value(o).unwrap()
+}
+
+async fn create(api: &Api<DynamicObject>, v: serde_json::Value) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(v).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap()
+}
+
+fn job(name: &str, script: &str, backoff_limit: i32) -> Job {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "ferry"}},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "convert", "image": "ferry-converter:dev",
+                    "command": ["/bin/sh", "-c", script],
+                    "env": [
+                        {"name": "OUT_DIR", "value": "$(SCRATCH)"},
+                        {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "accessKeyId"}}}
+                    ]
+                }]
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+fn is_true(job: &Job, t: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == t && c.status == "True")
+}
+
+#[tokio::test]
+async fn a_job_runs_its_command_with_its_environment_and_completes() {
+    let w = World::new("sim-job-ok", &["--speed", "5"]).await;
+    w.s3_secret("s3").await;
+    let out = w.dir.join("job-out.txt");
+    let mut j = job(
+        "convert-ok",
+        &format!("echo \"$MY_NS $KEY\" > {}; echo converted", out.display()),
+        0,
+    );
+    // `$(SCRATCH)` stays as written when undefined, as Kubernetes leaves it.
+    let jobs: Api<Job> = w.ns.api();
+    j = jobs.create(&PostParams::default(), &j).await.unwrap();
+    let done = wait_for(&jobs, &j.name_any(), "job Complete", |j| {
+        is_true(j, "Complete")
+    })
+    .await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(
+        (st.succeeded, st.failed.unwrap_or(0), st.active.unwrap_or(0)),
+        (Some(1), 0, 0)
+    );
+    assert!(st.start_time.is_some() && st.completion_time.is_some());
+    let types: Vec<_> = st
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(types, vec!["SuccessCriteriaMet", "Complete"]);
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        written.trim(),
+        format!("{} {}", w.ns.name, w.lab.info.s3.access_key)
+    );
+    let log = w
+        .dir
+        .join("volumes/_jobs")
+        .join(&w.ns.name)
+        .join("convert-ok/attempt-1.log");
+    assert!(std::fs::read_to_string(log).unwrap().contains("converted"));
+}
+
+#[tokio::test]
+async fn a_failing_job_is_retried_up_to_its_backoff_limit_then_fails() {
+    let w = World::new("sim-job-fail", &["--speed", "20"]).await;
+    w.s3_secret("s3").await;
+    let jobs: Api<Job> = w.ns.api();
+    jobs.create(
+        &PostParams::default(),
+        &job("convert-bad", "echo no disk here >&2; exit 3", 1),
+    )
+    .await
+    .unwrap();
+    let done = wait_for(&jobs, "convert-bad", "job Failed", |j| is_true(j, "Failed")).await;
+    let st = done.status.unwrap();
+    assert_eq!((st.failed, st.succeeded.unwrap_or(0)), (Some(2), 0));
+    let conds = st.conditions.unwrap();
+    let types: Vec<_> = conds.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, vec!["FailureTarget", "Failed"]);
+    assert_eq!(conds[1].reason.as_deref(), Some("BackoffLimitExceeded"));
+    assert!(st.completion_time.is_none());
+}
+
+#[tokio::test]
+async fn a_job_with_a_missing_secret_waits_and_then_runs() {
+    let w = World::new("sim-job-secret", &["--speed", "10"]).await;
+    let jobs: Api<Job> = w.ns.api();
+    jobs.create(&PostParams::default(), &job("convert-wait", "echo ok", 0))
+        .await
+        .unwrap();
+    wait_for(&jobs, "convert-wait", "job active", |j| {
+        j.status.as_ref().and_then(|s| s.active) == Some(1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!is_true(
+        &jobs.get("convert-wait").await.unwrap(),
+        "Complete"
+    ));
+    w.s3_secret("s3").await;
+    wait_for(&jobs, "convert-wait", "job Complete", |j| {
+        is_true(j, "Complete")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_convert_fault_fails_one_attempt_and_the_job_recovers() {
+    let w = World::new("sim-job-fault", &["--speed", "20"]).await;
+    w.s3_secret("s3").await;
+    let jobs: Api<Job> = w.ns.api();
+    let mut j = job("convert-once", "echo ok", 2);
+    j.metadata.annotations = Some(
+        [(
+            "sim.ferry.example/fault".to_string(),
+            "convert=once".to_string(),
+        )]
+        .into(),
+    );
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    let done = wait_for(&jobs, "convert-once", "job Complete", |j| {
+        is_true(j, "Complete")
+    })
+    .await;
+    assert_eq!(done.status.as_ref().unwrap().failed, Some(1));
+    assert_eq!(
+        done.annotations()
+            .get("sim.ferry.example/fired")
+            .map(String::as_str),
+        Some("convert")
+    );
+}
+
+fn datavolume(name: &str, url: &str, annotations: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "source": {"s3": {"url": url, "secretRef": "s3"}},
+            "storage": {"resources": {"requests": {"storage": "64Mi"}}}
+        }
+    })
+}
+
+fn phase(o: &DynamicObject) -> String {
+    json(o)
+        .pointer("/status/phase")
+        .and_then(|p| p.as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_datavolume_imports_the_staged_object_with_observable_progress() {
+    let w = World::new("sim-dv-ok", &["--speed", "1", "--throughput-mib", "4"]).await;
+    w.s3_secret("s3").await;
+    let bytes = pattern(8 << 20, 7);
+    let url = w.stage("disk-0.img", &bytes, None).await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(&dvs, datavolume("disk-0", &url, serde_json::json!({}))).await;
+
+    // Progress strings strictly between 0% and 100% while the copy runs, as CDI shows them.
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    let done = eventually("DataVolume Succeeded", WAIT, || {
+        let dvs = dvs.clone();
+        let seen = &seen;
+        async move {
+            let dv = dvs.get("disk-0").await.ok()?;
+            if let Some(p) = json(&dv)
+                .pointer("/status/progress")
+                .and_then(|p| p.as_str())
+            {
+                seen.lock().unwrap().push(p.to_string());
+            }
+            (phase(&dv) == "Succeeded").then_some(dv)
+        }
+    })
+    .await
+    .unwrap();
+    let seen = seen.into_inner().unwrap();
+    let mid: Vec<f64> = seen
+        .iter()
+        .filter_map(|p| p.strip_suffix('%')?.parse().ok())
+        .filter(|p| *p > 0.0 && *p < 100.0)
+        .collect();
+    assert!(
+        !mid.is_empty(),
+        "no progress between 0 and 100% seen: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|p| p == "N/A"
+            || (p.ends_with('%') && p.split('.').nth(1).is_some_and(|d| d.len() <= 3))),
+        "{seen:?}"
+    );
+
+    let v = json(&done);
+    assert_eq!(v["status"]["progress"], "100.0%");
+    assert_eq!(v["status"]["claimName"], "disk-0");
+    assert_eq!(condition(&v, "Ready").unwrap().0, "True");
+    assert_eq!(
+        condition(&v, "Bound").unwrap(),
+        ("True".into(), "Bound".into(), "PVC disk-0 Bound".into())
+    );
+    assert_eq!(condition(&v, "Running").unwrap().1, "Completed");
+    assert_eq!(std::fs::read(w.volume("disk-0")).unwrap(), bytes);
+
+    let pvc =
+        w.ns.api::<PersistentVolumeClaim>()
+            .get("disk-0")
+            .await
+            .unwrap();
+    let owner = &pvc.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("DataVolume", done.uid().unwrap().as_str(), Some(true))
+    );
+    assert_eq!(pvc.status.unwrap().phase.as_deref(), Some("Bound"));
+
+    // Deleting the DataVolume takes its claim (GC) and its volume file (the sim) away.
+    dvs.delete("disk-0", &DeleteParams::background())
+        .await
+        .unwrap();
+    let path = w.volume("disk-0");
+    eventually("volume file removed", WAIT, || {
+        let gone = !path.exists();
+        async move { gone.then_some(()) }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_checksum_mismatch_fails_the_import() {
+    let w = World::new("sim-dv-sum", &["--speed", "10"]).await;
+    w.s3_secret("s3").await;
+    let url = w
+        .stage("bad.img", &pattern(1 << 20, 3), Some(&"0".repeat(64)))
+        .await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(&dvs, datavolume("bad", &url, serde_json::json!({}))).await;
+    let dv = wait_for(&dvs, "bad", "DataVolume Failed", |d| phase(d) == "Failed").await;
+    let (status, reason, message) = condition(&json(&dv), "Running").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Error"));
+    assert!(message.contains("checksum mismatch"), "{message}");
+    assert!(!w.volume("bad").exists());
+}
+
+#[tokio::test]
+async fn an_unsupported_source_fails_with_a_reason() {
+    let w = World::new("sim-dv-http", &["--speed", "10"]).await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(
+        &dvs,
+        serde_json::json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "web"},
+            "spec": {"source": {"http": {"url": "http://127.0.0.1:1/x.img"}}, "storage": {}}
+        }),
+    )
+    .await;
+    let dv = wait_for(&dvs, "web", "DataVolume Failed", |d| phase(d) == "Failed").await;
+    assert!(
+        condition(&json(&dv), "Running")
+            .unwrap()
+            .2
+            .contains("\"http\"")
+    );
+}
+
+#[tokio::test]
+async fn a_transient_import_fault_restarts_the_importer_and_the_import_succeeds() {
+    let w = World::new(
+        "sim-dv-transient",
+        &["--speed", "10", "--throughput-mib", "20"],
+    )
+    .await;
+    w.s3_secret("s3").await;
+    let bytes = pattern(4 << 20, 11);
+    let url = w.stage("t.img", &bytes, None).await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(
+        &dvs,
+        datavolume(
+            "t",
+            &url,
+            serde_json::json!({"sim.ferry.example/fault": "import=transient@40%"}),
+        ),
+    )
+    .await;
+    let failed = wait_for(&dvs, "t", "importer restart", |d| {
+        json(d)["status"]["restartCount"] == 1
+    })
+    .await;
+    let v = json(&failed);
+    let (status, reason, message) = condition(&v, "Running").unwrap();
+    if status == "False" {
+        assert_eq!(reason, "Error");
+        assert!(message.contains("40%"), "{message}");
+    }
+    assert_eq!(v["status"]["phase"], "ImportInProgress");
+    let done = wait_for(&dvs, "t", "DataVolume Succeeded", |d| {
+        phase(d) == "Succeeded"
+    })
+    .await;
+    assert_eq!(json(&done)["status"]["restartCount"], 1);
+    assert_eq!(
+        done.annotations()
+            .get("sim.ferry.example/fired")
+            .map(String::as_str),
+        Some("import")
+    );
+    assert_eq!(std::fs::read(w.volume("t")).unwrap(), bytes);
+}
+
+#[tokio::test]
+async fn a_permanent_import_fault_fails_the_datavolume() {
+    let w = World::new("sim-dv-permanent", &["--speed", "10"]).await;
+    w.s3_secret("s3").await;
+    let url = w.stage("p.img", &pattern(2 << 20, 5), None).await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(
+        &dvs,
+        datavolume(
+            "p",
+            &url,
+            serde_json::json!({"sim.ferry.example/fault": "import=permanent@30%"}),
+        ),
+    )
+    .await;
+    let dv = wait_for(&dvs, "p", "DataVolume Failed", |d| phase(d) == "Failed").await;
+    let v = json(&dv);
+    assert_eq!(v["status"]["progress"], "30.00%");
+    assert_eq!(condition(&v, "Running").unwrap().1, "Error");
+    assert_eq!(condition(&v, "Ready").unwrap().0, "False");
+    assert!(!w.volume("p").exists());
+}
+
+#[tokio::test]
+async fn a_restarted_sim_resumes_an_import_it_was_killed_in() {
+    let mut w = World::new("sim-dv-restart", &["--speed", "1", "--throughput-mib", "2"]).await;
+    w.s3_secret("s3").await;
+    let bytes = pattern(8 << 20, 13);
+    let url = w.stage("r.img", &bytes, None).await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(&dvs, datavolume("r", &url, serde_json::json!({}))).await;
+    wait_for(&dvs, "r", "import under way", |d| {
+        json(d)["status"]["progress"]
+            .as_str()
+            .and_then(|p| p.strip_suffix('%'))
+            .and_then(|p| p.parse::<f64>().ok())
+            .is_some_and(|p| p > 5.0)
+    })
+    .await;
+    w.restart_sim(1);
+    let done = wait_for(&dvs, "r", "DataVolume Succeeded after the restart", |d| {
+        phase(d) == "Succeeded"
+    })
+    .await;
+    assert_eq!(
+        json(&done)["status"]["restartCount"].as_i64().unwrap_or(0),
+        0
+    );
+    assert_eq!(std::fs::read(w.volume("r")).unwrap(), bytes);
+}
+
+fn virtual_machine(
+    name: &str,
+    strategy: &str,
+    claim: &str,
+    annotations: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "runStrategy": strategy,
+            "template": {
+                "metadata": {"labels": {"kubevirt.io/domain": name}},
+                "spec": {
+                    "domain": {"cpu": {"cores": 1}, "memory": {"guest": "1Gi"},
+                               "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+                    "volumes": [{"name": "root", "dataVolume": {"name": claim}}]
+                }
+            }
+        }
+    })
+}
+
+async fn blank_dv(w: &World, name: &str) {
+    let dvs = dyn_api(w, &dv_resource());
+    create(
+        &dvs,
+        serde_json::json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": name},
+            "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "16Mi"}}}}
+        }),
+    )
+    .await;
+    wait_for(&dvs, name, "blank DataVolume Succeeded", |d| {
+        phase(d) == "Succeeded"
+    })
+    .await;
+}
+
+fn vm_printable(o: &DynamicObject) -> String {
+    json(o)["status"]["printableStatus"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_removes_it() {
+    let w = World::new("sim-vm", &["--speed", "5"]).await;
+    blank_dv(&w, "root").await;
+    let vms = dyn_api(&w, &vm_resource());
+    let vmis = dyn_api(&w, &vmi_resource());
+    let vm = create(
+        &vms,
+        virtual_machine("web", "Always", "root", serde_json::json!({})),
+    )
+    .await;
+
+    let vmi = wait_for(&vmis, "web", "VMI AgentConnected", |v| {
+        condition(&json(v), "AgentConnected").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let v = json(&vmi);
+    assert_eq!(v["status"]["phase"], "Running");
+    assert_eq!(v["status"]["nodeName"], "sim-node");
+    assert_eq!(condition(&v, "Ready").unwrap().0, "True");
+    let phases: Vec<&str> = v["status"]["phaseTransitionTimestamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        phases,
+        vec!["Pending", "Scheduling", "Scheduled", "Running"]
+    );
+    let owner = &vmi.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("VirtualMachine", vm.uid().unwrap().as_str(), Some(true))
+    );
+    assert_eq!(v["spec"]["domain"]["cpu"]["cores"], 1);
+    let vm = wait_for(&vms, "web", "VM Running", |v| vm_printable(v) == "Running").await;
+    let vj = json(&vm);
+    assert_eq!(
+        (
+            vj["status"]["created"].as_bool(),
+            vj["status"]["ready"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+
+    vms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"runStrategy": "Halted"}})),
+    )
+    .await
+    .unwrap();
+    eventually("VMI deleted", WAIT, || {
+        let vmis = vmis.clone();
+        async move {
+            vmis.get_opt("web")
+                .await
+                .ok()
+                .and_then(|o| o.is_none().then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let vm = wait_for(&vms, "web", "VM Stopped", |v| vm_printable(v) == "Stopped").await;
+    assert_eq!(json(&vm)["status"]["created"].as_bool(), Some(false));
+}
+
+#[tokio::test]
+async fn a_vmi_whose_claim_is_missing_waits_pending_with_kubevirts_reason() {
+    let w = World::new("sim-vm-nopvc", &["--speed", "5"]).await;
+    let vms = dyn_api(&w, &vm_resource());
+    let vmis = dyn_api(&w, &vmi_resource());
+    create(
+        &vms,
+        virtual_machine("lost", "Always", "no-such-disk", serde_json::json!({})),
+    )
+    .await;
+    let vmi = wait_for(&vmis, "lost", "VMI waiting for its claim", |v| {
+        condition(&json(v), "Synchronized").is_some()
+    })
+    .await;
+    let v = json(&vmi);
+    assert_eq!(v["status"]["phase"], "Pending");
+    let (status, reason, message) = condition(&v, "Synchronized").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "FailedPvcNotFound")
+    );
+    assert!(message.contains("no-such-disk"));
+    wait_for(&vms, "lost", "VM ErrorPvcNotFound", |v| {
+        vm_printable(v) == "ErrorPvcNotFound"
+    })
+    .await;
+    // Once the volume is there, the VMI starts.
+    blank_dv(&w, "no-such-disk").await;
+    wait_for(&vmis, "lost", "VMI Running", |v| {
+        json(v)["status"]["phase"] == "Running"
+    })
+    .await;
+}
+
+async fn ensure_migration_crd(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = ferry_crds::VirtualMachineMigration::crd();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating the VirtualMachineMigration CRD: {e}"),
+    }
+    let name = crd.name_any();
+    wait_for(&crds, &name, "CRD Established", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn faults_on_the_owning_migration_fire_once_per_migration() {
+    let w = World::new("sim-vmm-faults", &["--speed", "20"]).await;
+    ensure_migration_crd(&w.client()).await;
+    blank_dv(&w, "root").await;
+    let mut vmm = ferry_crds::fixtures::migration("m1");
+    vmm.metadata.namespace = Some(w.ns.name.clone());
+    vmm.metadata.uid = None;
+    vmm.metadata.generation = None;
+    vmm.metadata.annotations = Some(
+        [(
+            "sim.ferry.example/fault".to_string(),
+            "vmi=once".to_string(),
+        )]
+        .into(),
+    );
+    let vmm =
+        w.ns.api::<ferry_crds::VirtualMachineMigration>()
+            .create(&PostParams::default(), &vmm)
+            .await
+            .unwrap();
+    let owner = serde_json::json!([{
+        "apiVersion": "migration.platform.example/v1alpha1", "kind": "VirtualMachineMigration",
+        "name": "m1", "uid": vmm.uid().unwrap(), "controller": true, "blockOwnerDeletion": true
+    }]);
+    let mut spec = virtual_machine("app", "Always", "root", serde_json::json!({}));
+    spec["metadata"]["ownerReferences"] = owner;
+    let vms = dyn_api(&w, &vm_resource());
+    let vmis = dyn_api(&w, &vmi_resource());
+    create(&vms, spec).await;
+
+    // The first VMI fails; KubeVirt's crash-loop bookkeeping shows on the VM; the next one runs.
+    wait_for(&vms, "app", "a start failure recorded", |v| {
+        json(v)["status"]["startFailure"]["consecutiveFailCount"] == 1
+    })
+    .await;
+    let vmi = wait_for(&vmis, "app", "the second VMI Running", |v| {
+        json(v)["status"]["phase"] == "Running"
+    })
+    .await;
+    assert!(
+        vmi.annotations()
+            .get("sim.ferry.example/vmi-fate")
+            .is_none()
+    );
+    let vmm =
+        w.ns.api::<ferry_crds::VirtualMachineMigration>()
+            .get("m1")
+            .await
+            .unwrap();
+    assert_eq!(
+        vmm.annotations()
+            .get("sim.ferry.example/fired")
+            .map(String::as_str),
+        Some("vmi")
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_sim_and_kills_running_job_processes() {
+    let mut w = World::new("sim-sigterm", &["--speed", "5"]).await;
+    w.s3_secret("s3").await;
+    let pidfile = w.dir.join("sleeper.pid");
+    let jobs: Api<Job> = w.ns.api();
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "sleeper", // `$$$$` is Kubernetes' escape for the shell's `$$`.
+            &format!("echo $$$$ > {}; exec sleep 300", pidfile.display()),
+            0,
+        ),
+    )
+    .await
+    .unwrap();
+    let pid = eventually("the job's process started", WAIT, || {
+        let p = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        async move { p }
+    })
+    .await
+    .unwrap();
+    assert!(alive(pid));
+    let status = w.sim.terminate().expect("the sim was running");
+    assert!(status.success(), "ferry-sim exited with {status}");
+    eventually("the job's process gone", Duration::from_secs(10), || {
+        let gone = !alive(pid);
+        async move { gone.then_some(()) }
+    })
+    .await
+    .unwrap();
+}
+
+/// Whether `pid` is a live process (a zombie waiting to be reaped is dead).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
