@@ -29,7 +29,10 @@ fn loaded(n: usize) -> State {
     let mut s = State::new("bench", Scope::All, false, support::now());
     let t = Instant::now();
     update(&mut s, Action::MigrationsListed(support::many(n, 20)));
-    println!("list of {n} migrations into the state: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "list of {n} migrations into the state: {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     update(&mut s, Action::Viewport(50));
     s
 }
@@ -38,7 +41,10 @@ fn main() {
     let n = 10_000;
     let mut s = loaded(n);
     let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
-    let opts = Options { theme: Theme::COLOR, logs: false };
+    let opts = Options {
+        theme: Theme::COLOR,
+        logs: false,
+    };
     // Warm up and let the state learn the page size.
     for _ in 0..5 {
         let mut d = ui::Drawn::default();
@@ -47,7 +53,14 @@ fn main() {
     }
     let mut samples = vec![];
     for i in 0..500 {
-        update(&mut s, Action::Nav(if i % 100 < 50 { Nav::PageDown } else { Nav::PageUp }));
+        update(
+            &mut s,
+            Action::Nav(if i % 100 < 50 {
+                Nav::PageDown
+            } else {
+                Nav::PageUp
+            }),
+        );
         let t = Instant::now();
         term.draw(|f| {
             ui::draw(f, &s, opts);
@@ -83,7 +96,10 @@ fn main() {
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         let mut o = objs[(seed >> 33) as usize % n].clone();
         if let Some(st) = o.status.as_mut() {
-            st.progress = Some(ferry_crds::Progress { percent: (i % 100) as f64, ..Default::default() });
+            st.progress = Some(ferry_crds::Progress {
+                percent: (i % 100) as f64,
+                ..Default::default()
+            });
         }
         let t = Instant::now();
         update(&mut s, Action::MigrationApplied(Box::new(o)));

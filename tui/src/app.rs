@@ -77,13 +77,22 @@ impl Runtime {
             }
             Effect::Rewatch(scope) => self.rewatch(&scope),
             Effect::SwitchContext(ctx) => {
-                let opts = ConnectOptions { context: Some(ctx), ..self.connect.clone() };
+                let opts = ConnectOptions {
+                    context: Some(ctx),
+                    ..self.connect.clone()
+                };
                 match cluster::connect(&opts).await {
                     Ok(c) => {
                         let scope = Scope::Namespace(c.namespace.clone());
                         self.cluster = c;
                         self.connect = opts;
-                        update(state, Action::ContextSwitched { context: self.cluster.context.clone(), scope: scope.clone() });
+                        update(
+                            state,
+                            Action::ContextSwitched {
+                                context: self.cluster.context.clone(),
+                                scope: scope.clone(),
+                            },
+                        );
                         self.rewatch(&scope);
                     }
                     Err(e) => {
@@ -103,15 +112,30 @@ impl Runtime {
 /// an error: the board stays, marked stale, and the watches retry.
 pub async fn run(opts: AppOptions) -> Result<()> {
     let cluster = cluster::connect(&opts.connect).await?;
-    let scope = opts.scope.clone().unwrap_or_else(|| Scope::Namespace(cluster.namespace.clone()));
-    let mut state = State::new(cluster.context.clone(), scope.clone(), opts.readonly, Timestamp::now());
+    let scope = opts
+        .scope
+        .clone()
+        .unwrap_or_else(|| Scope::Namespace(cluster.namespace.clone()));
+    let mut state = State::new(
+        cluster.context.clone(),
+        scope.clone(),
+        opts.readonly,
+        Timestamp::now(),
+    );
     if let Some(w) = &opts.wave {
         update(&mut state, Action::Command(format!("wave {w}")));
     }
     let (data_tx, data_rx) = mpsc::unbounded_channel();
     let (ui_tx, mut ui_rx) = mpsc::unbounded_channel();
     let watches = watch::start(&cluster.client, &scope, data_tx.clone());
-    let mut rt = Runtime { cluster, data_tx, data_rx, ui_tx, watches, connect: opts.connect.clone() };
+    let mut rt = Runtime {
+        cluster,
+        data_tx,
+        data_rx,
+        ui_tx,
+        watches,
+        connect: opts.connect.clone(),
+    };
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
@@ -126,7 +150,9 @@ pub async fn run(opts: AppOptions) -> Result<()> {
     let result: Result<()> = loop {
         if dirty && last_draw.elapsed() >= FRAME {
             let mut drawn = ui::Drawn::default();
-            if let Err(e) = terminal.draw(|f| drawn = ui::draw(f, &state, Options { theme, logs: true })) {
+            if let Err(e) =
+                terminal.draw(|f| drawn = ui::draw(f, &state, Options { theme, logs: true }))
+            {
                 break Err(e.into());
             }
             last_draw = Instant::now();

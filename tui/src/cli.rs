@@ -27,9 +27,18 @@ where
 /// # Errors
 /// Listing failed (RBAC, missing CRDs, no cluster).
 pub async fn load(cluster: &Cluster, scope: Scope, wave: Option<String>) -> Result<State> {
-    let mut state = State::new(cluster.context.clone(), scope.clone(), false, k8s_openapi::jiff::Timestamp::now());
-    let vmms = api::<VirtualMachineMigration>(cluster, &scope).list(&ListParams::default()).await?;
-    let waves = api::<MigrationWave>(cluster, &scope).list(&ListParams::default()).await?;
+    let mut state = State::new(
+        cluster.context.clone(),
+        scope.clone(),
+        false,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let vmms = api::<VirtualMachineMigration>(cluster, &scope)
+        .list(&ListParams::default())
+        .await?;
+    let waves = api::<MigrationWave>(cluster, &scope)
+        .list(&ListParams::default())
+        .await?;
     update(&mut state, Action::MigrationsListed(vmms.items));
     update(&mut state, Action::WavesListed(waves.items));
     if let Some(w) = wave {
@@ -46,7 +55,15 @@ pub fn board_text(state: &State) -> String {
     if all_ns {
         head.push("NAMESPACE");
     }
-    head.extend(["WAVE", "PHASE", "PROGRESS", "CONDITIONS", "ATTEMPT", "IN-PHASE", "MESSAGE"]);
+    head.extend([
+        "WAVE",
+        "PHASE",
+        "PROGRESS",
+        "CONDITIONS",
+        "ATTEMPT",
+        "IN-PHASE",
+        "MESSAGE",
+    ]);
     rows.push(head.into_iter().map(str::to_owned).collect());
     for r in state.index.visible_range(0, state.index.visible_len()) {
         let mut cells = vec![r.key.name.clone()];
@@ -74,14 +91,21 @@ pub fn board_text(state: &State) -> String {
         rows.push(cells);
     }
     let cols = rows[0].len();
-    let widths: Vec<usize> =
-        (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for r in rows {
         let line: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(i, c)| if i + 1 == cols { c.clone() } else { format!("{c:<w$}", w = widths[i]) })
+            .map(|(i, c)| {
+                if i + 1 == cols {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
@@ -142,26 +166,38 @@ pub async fn act(
 ) -> Result<Vec<ActResult>> {
     let mut state = load(cluster, Scope::Namespace(ns.to_owned()), None).await?;
     let targets: Vec<Target> = if names.is_empty() {
-        wave.map(|w| Target { kind: TargetKind::Wave, key: crate::state::ObjKey::new(ns, w) }).into_iter().collect()
+        wave.map(|w| Target {
+            kind: TargetKind::Wave,
+            key: crate::state::ObjKey::new(ns, w),
+        })
+        .into_iter()
+        .collect()
     } else {
         names
             .iter()
-            .map(|n| Target { kind: TargetKind::Migration, key: crate::state::ObjKey::new(ns, n) })
+            .map(|n| Target {
+                kind: TargetKind::Migration,
+                key: crate::state::ObjKey::new(ns, n),
+            })
             .collect()
     };
     let mut out = vec![];
     let mut keep = vec![];
     for t in targets {
         let in_wave = match (wave, t.kind) {
-            (Some(w), TargetKind::Migration) => {
-                state.index.get(&t.key).is_none_or(|r| r.wave.as_deref() == Some(w))
-            }
+            (Some(w), TargetKind::Migration) => state
+                .index
+                .get(&t.key)
+                .is_none_or(|r| r.wave.as_deref() == Some(w)),
             _ => true,
         };
         if in_wave {
             keep.push(t);
         } else {
-            out.push(ActResult { target: t, result: Err(format!("not in wave {}", wave.unwrap_or(""))) });
+            out.push(ActResult {
+                target: t,
+                result: Err(format!("not in wave {}", wave.unwrap_or(""))),
+            });
         }
     }
     let c = plan(&state, verb, keep);
@@ -171,11 +207,20 @@ pub async fn act(
         } else {
             Err(format!("skipped: {why}"))
         };
-        out.push(ActResult { target: t.clone(), result });
+        out.push(ActResult {
+            target: t.clone(),
+            result,
+        });
     }
     for fx in execute(&mut state, c) {
-        if let Some(Action::Outcome { target, outcome, .. }) = actions::run(cluster.client.clone(), fx).await {
-            out.push(ActResult { target, result: Ok(outcome) });
+        if let Some(Action::Outcome {
+            target, outcome, ..
+        }) = actions::run(cluster.client.clone(), fx).await
+        {
+            out.push(ActResult {
+                target,
+                result: Ok(outcome),
+            });
         }
     }
     Ok(out)

@@ -115,12 +115,18 @@ fn init_tui_logging() {
     let _ = tui_logger::init_logger(tui_logger::LevelFilter::Debug);
     let filter = EnvFilter::try_from_env("FERRY_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,hyper=warn,tower=warn,rustls=warn"));
-    let _ = tracing_subscriber::registry().with(filter).with(tui_logger::TuiTracingSubscriberLayer).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tui_logger::TuiTracingSubscriberLayer)
+        .try_init();
 }
 
 fn init_stderr_logging() {
     let filter = EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
@@ -140,9 +146,18 @@ async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
             Err(why) => why.clone(),
         };
         ok &= matches!(r.result, Ok(Outcome::Applied));
-        println!("{} {}/{}: {text}", verb.as_str(), r.target.key.namespace, r.target.key.name);
+        println!(
+            "{} {}/{}: {text}",
+            verb.as_str(),
+            r.target.key.namespace,
+            r.target.key.name
+        );
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
@@ -161,17 +176,30 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Board { once: true, output }) => {
             init_stderr_logging();
             let c = cluster::connect(&cli.connect_options()).await?;
-            let scope = cli.scope().unwrap_or_else(|| Scope::Namespace(c.namespace.clone()));
+            let scope = cli
+                .scope()
+                .unwrap_or_else(|| Scope::Namespace(c.namespace.clone()));
             let state = cli::load(&c, scope, cli.wave.clone()).await?;
             match output {
                 Output::Text => print!("{}", cli::board_text(&state)),
-                Output::Json => println!("{}", serde_json::to_string_pretty(&cli::board_json(&state))?),
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&cli::board_json(&state))?
+                ),
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Controller { metrics_addr, health_addr, concurrency }) => {
-            let filter = EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        Some(Command::Controller {
+            metrics_addr,
+            health_addr,
+            concurrency,
+        }) => {
+            let filter = EnvFilter::try_from_env("FERRY_LOG")
+                .unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .try_init();
             let c = cluster::connect(&cli.connect_options()).await?;
             let opts = ferry_controller::RunOptions {
                 namespace: cli.namespace.clone(),
@@ -181,7 +209,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ..ferry_controller::RunOptions::default()
             };
             tracing::info!(context = %c.context, namespace = ?opts.namespace, "running the controller in-process");
-            ferry_controller::run(c.client, opts).await.context("controller")?;
+            ferry_controller::run(c.client, opts)
+                .await
+                .context("controller")?;
             Ok(ExitCode::SUCCESS)
         }
         Some(cmd) => {

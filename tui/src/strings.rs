@@ -13,19 +13,18 @@ pub const CRD_HINT: &str = "CRD missing: kubectl apply -f deploy/crds/";
 /// Nothing under the cursor for an action.
 pub const NOTHING_SELECTED: &str = "nothing selected";
 /// Empty board, live.
-pub const EMPTY_BOARD: &str = "No migrations in scope. Create one with kubectl apply -f <vmm.yaml>.";
+pub const EMPTY_BOARD: &str =
+    "No migrations in scope. Create one with kubectl apply -f <vmm.yaml>.";
 /// Empty board, filtered.
 pub const EMPTY_FILTERED: &str = "No migration matches the filter (Esc clears it).";
 /// Empty board before the first list.
 pub const LOADING: &str = "Listing migrations…";
 /// Footer hints on the board.
-pub const HINTS_BOARD: &str =
-    "?:help  /:filter  s/S:sort  w:wave  Tab:waves  ␣:mark  c:cancel  r:retry  p:pause  ^d:delete  Enter:details  q:quit";
+pub const HINTS_BOARD: &str = "?:help  /:filter  s/S:sort  w:wave  Tab:waves  ␣:mark  c:cancel  r:retry  p:pause  ^d:delete  Enter:details  q:quit";
 /// Footer hints in a view.
 pub const HINTS_VIEW: &str = "Esc:back  j/k:scroll  y:yaml  e:events  c/r/p/^d:act  ?:help  q:quit";
 /// Footer hints in the wave strip.
-pub const HINTS_WAVES: &str =
-    "wave strip: j/k:select  Enter:show its migrations  c/r/p/^d:act on the MigrationWave  Tab/Esc:board";
+pub const HINTS_WAVES: &str = "wave strip: j/k:select  Enter:show its migrations  c/r/p/^d:act on the MigrationWave  Tab/Esc:board";
 
 /// `--readonly` refusing a verb.
 pub fn readonly_refused(verb: Verb) -> String {
@@ -47,7 +46,11 @@ pub fn nothing_to_do(verb: Verb, first: &str, why: &str, n: usize) -> String {
     if n == 1 {
         format!("nothing to {}: {first} is {why}", verb.as_str())
     } else {
-        format!("nothing to {}: {first} is {why} (and {} more)", verb.as_str(), n - 1)
+        format!(
+            "nothing to {}: {first} is {why} (and {} more)",
+            verb.as_str(),
+            n - 1
+        )
     }
 }
 
@@ -58,7 +61,9 @@ pub fn what_changes(verb: Verb) -> &'static str {
         Verb::Retry => "raises spec.retry by one — resumes from the checkpoint that failed",
         Verb::Pause => "sets spec.paused: true — no new step starts",
         Verb::Resume => "sets spec.paused: false — work goes on",
-        Verb::Delete => "deletes the object — the controller cleans up its staging and children first",
+        Verb::Delete => {
+            "deletes the object — the controller cleans up its staging and children first"
+        }
     }
 }
 
@@ -67,7 +72,11 @@ pub fn confirm_title(verb: Verb, n: usize, kind: &str) -> String {
     let v = verb.as_str();
     let mut cap = v[..1].to_uppercase();
     cap.push_str(&v[1..]);
-    let noun = if n == 1 { kind.to_owned() } else { format!("{kind}s") };
+    let noun = if n == 1 {
+        kind.to_owned()
+    } else {
+        format!("{kind}s")
+    };
     format!("{cap} {n} {noun}?")
 }
 

@@ -1,9 +1,13 @@
 //! Every screen of the cockpit, drawn with fixture data at 80×24 and 160×48.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use ferry::{
-    state::{Action, ConnState, Edit, Nav, Outcome, Resource, Scope, State, Target, TargetKind, Verb, update},
+    state::{
+        Action, ConnState, Edit, Nav, Outcome, Resource, Scope, State, Target, TargetKind, Verb,
+        update,
+    },
     ui::{self, Options, Theme},
 };
 use insta::assert_snapshot;
@@ -16,7 +20,17 @@ fn render(state: &mut State, w: u16, h: u16) -> String {
     // Two passes: the first tells the state how many rows fit, as the app does.
     for _ in 0..2 {
         let mut drawn = ui::Drawn::default();
-        term.draw(|f| drawn = ui::draw(f, state, Options { theme: Theme::MONO, logs: false })).unwrap();
+        term.draw(|f| {
+            drawn = ui::draw(
+                f,
+                state,
+                Options {
+                    theme: Theme::MONO,
+                    logs: false,
+                },
+            )
+        })
+        .unwrap();
         if drawn.page > 0 && drawn.page != state.page {
             update(state, Action::Viewport(drawn.page));
         }
@@ -47,15 +61,34 @@ fn board() {
 fn board_all_namespaces_shows_namespace_column() {
     for (w, h) in [(80, 24), (160, 48)] {
         let mut s = sample_state(Scope::All);
-        assert_snapshot!(format!("board_all_namespaces_{w}x{h}"), render(&mut s, w, h));
+        assert_snapshot!(
+            format!("board_all_namespaces_{w}x{h}"),
+            render(&mut s, w, h)
+        );
     }
 }
 
 #[test]
 fn board_sorted_by_phase_reversed_with_marks_and_pending() {
     at_both_sizes("board_sorted_marked", |s| {
-        apply(s, [Action::CycleSort, Action::CycleSort, Action::ReverseSort, Action::ToggleMark, Action::ToggleMark]);
-        apply(s, [Action::Nav(Nav::Down), Action::Request(Verb::Cancel), Action::Confirm]);
+        apply(
+            s,
+            [
+                Action::CycleSort,
+                Action::CycleSort,
+                Action::ReverseSort,
+                Action::ToggleMark,
+                Action::ToggleMark,
+            ],
+        );
+        apply(
+            s,
+            [
+                Action::Nav(Nav::Down),
+                Action::Request(Verb::Cancel),
+                Action::Confirm,
+            ],
+        );
     });
 }
 
@@ -82,7 +115,9 @@ fn board_filtered_to_nothing() {
 
 #[test]
 fn board_scoped_to_one_wave_with_wave_strip_focused() {
-    at_both_sizes("board_wave_focus", |s| apply(s, [Action::CycleWave, Action::FocusNext]));
+    at_both_sizes("board_wave_focus", |s| {
+        apply(s, [Action::CycleWave, Action::FocusNext])
+    });
 }
 
 #[test]
@@ -105,7 +140,11 @@ fn board_stale_while_reconnecting() {
                 Action::Tick(now().checked_sub(SignedDuration::from_secs(12)).unwrap()),
                 Action::Connection(
                     Resource::Migrations,
-                    ConnState::Reconnecting { retry_at, attempt: 3, error: "Connection refused (os error 111)".into() },
+                    ConnState::Reconnecting {
+                        retry_at,
+                        attempt: 3,
+                        error: "Connection refused (os error 111)".into(),
+                    },
                 ),
                 Action::Tick(now()),
             ],
@@ -132,7 +171,10 @@ fn board_forbidden() {
 fn board_crd_missing_before_first_list() {
     for (w, h) in [(80, 24), (160, 48)] {
         let mut s = State::new("lab", Scope::Namespace("apps".into()), false, now());
-        update(&mut s, Action::Connection(Resource::Migrations, ConnState::CrdMissing));
+        update(
+            &mut s,
+            Action::Connection(Resource::Migrations, ConnState::CrdMissing),
+        );
         assert_snapshot!(format!("board_crd_missing_{w}x{h}"), render(&mut s, w, h));
     }
 }
@@ -154,7 +196,9 @@ fn board_with_log_pane() {
 
 #[test]
 fn details() {
-    at_both_sizes("details", |s| apply(s, [Action::Nav(Nav::Down), Action::Enter]));
+    at_both_sizes("details", |s| {
+        apply(s, [Action::Nav(Nav::Down), Action::Enter])
+    });
 }
 
 #[test]
@@ -176,7 +220,11 @@ fn details_of_a_failed_migration_with_children() {
             [Action::Children {
                 key,
                 result: Ok(vec![
-                    child("Job", "w1-cache-02-convert", "active 0 succeeded 1 failed 0"),
+                    child(
+                        "Job",
+                        "w1-cache-02-convert",
+                        "active 0 succeeded 1 failed 0",
+                    ),
                     child("DataVolume", "w1-cache-02-disk-0", "Succeeded 100.0%"),
                     child("DataVolume", "w1-cache-02-disk-1", "Failed 62.5%"),
                     child("VirtualMachine", "dc0-h0-vm0", "absent"),
@@ -194,7 +242,9 @@ fn yaml() {
 
 #[test]
 fn events() {
-    at_both_sizes("events", |s| apply(s, [Action::Nav(Nav::Down), Action::ShowEvents]));
+    at_both_sizes("events", |s| {
+        apply(s, [Action::Nav(Nav::Down), Action::ShowEvents])
+    });
 }
 
 #[test]
@@ -218,16 +268,40 @@ fn report_with_a_forbidden_outcome() {
         for c in "phase:Importing".chars() {
             apply(s, [Action::Edit(Edit::Char(c))]);
         }
-        apply(s, [Action::Submit, Action::MarkAllVisible, Action::Request(Verb::Pause), Action::Confirm]);
+        apply(
+            s,
+            [
+                Action::Submit,
+                Action::MarkAllVisible,
+                Action::Request(Verb::Pause),
+                Action::Confirm,
+            ],
+        );
         let id = s.report.as_ref().unwrap().id;
-        let entries: Vec<Target> = s.report.as_ref().unwrap().entries.iter().map(|(t, _)| t.clone()).collect();
-        apply(s, [Action::Outcome { id, target: entries[0].clone(), outcome: Outcome::Applied }]);
+        let entries: Vec<Target> = s
+            .report
+            .as_ref()
+            .unwrap()
+            .entries
+            .iter()
+            .map(|(t, _)| t.clone())
+            .collect();
+        apply(
+            s,
+            [Action::Outcome {
+                id,
+                target: entries[0].clone(),
+                outcome: Outcome::Applied,
+            }],
+        );
         apply(
             s,
             [Action::Outcome {
                 id,
                 target: entries[1].clone(),
-                outcome: Outcome::Forbidden("User \"viewer\" cannot patch resource \"virtualmachinemigrations\"".into()),
+                outcome: Outcome::Forbidden(
+                    "User \"viewer\" cannot patch resource \"virtualmachinemigrations\"".into(),
+                ),
             }],
         );
         assert_eq!(entries[0].kind, TargetKind::Migration);

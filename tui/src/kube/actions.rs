@@ -27,7 +27,10 @@ async fn patch<K>(api: Api<K>, name: &str, body: &serde_json::Value) -> Outcome
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let pp = PatchParams { field_manager: Some(COCKPIT_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let pp = PatchParams {
+        field_manager: Some(COCKPIT_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
     outcome_of(api.patch(name, &pp, &Patch::Merge(body)).await)
 }
 
@@ -48,14 +51,40 @@ pub async fn run(client: Client, effect: Effect) -> Option<Action> {
     let Target { kind, key } = &target;
     let outcome = match (kind, &body) {
         (TargetKind::Migration, Some(b)) => {
-            patch(Api::<VirtualMachineMigration>::namespaced(client, &key.namespace), &key.name, b).await
+            patch(
+                Api::<VirtualMachineMigration>::namespaced(client, &key.namespace),
+                &key.name,
+                b,
+            )
+            .await
         }
         (TargetKind::Migration, None) => {
-            delete(Api::<VirtualMachineMigration>::namespaced(client, &key.namespace), &key.name).await
+            delete(
+                Api::<VirtualMachineMigration>::namespaced(client, &key.namespace),
+                &key.name,
+            )
+            .await
         }
-        (TargetKind::Wave, Some(b)) => patch(Api::<MigrationWave>::namespaced(client, &key.namespace), &key.name, b).await,
-        (TargetKind::Wave, None) => delete(Api::<MigrationWave>::namespaced(client, &key.namespace), &key.name).await,
+        (TargetKind::Wave, Some(b)) => {
+            patch(
+                Api::<MigrationWave>::namespaced(client, &key.namespace),
+                &key.name,
+                b,
+            )
+            .await
+        }
+        (TargetKind::Wave, None) => {
+            delete(
+                Api::<MigrationWave>::namespaced(client, &key.namespace),
+                &key.name,
+            )
+            .await
+        }
     };
     tracing::info!(verb = ?body.as_ref().map(|_| "patch").unwrap_or("delete"), object = %key, ?outcome, "action");
-    Some(Action::Outcome { id, target, outcome })
+    Some(Action::Outcome {
+        id,
+        target,
+        outcome,
+    })
 }

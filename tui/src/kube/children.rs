@@ -20,7 +20,12 @@ fn describe(kind: &str, status: &Value) -> String {
     match kind {
         "Job" => {
             let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-            format!("active {} succeeded {} failed {}", n("/active"), n("/succeeded"), n("/failed"))
+            format!(
+                "active {} succeeded {} failed {}",
+                n("/active"),
+                n("/succeeded"),
+                n("/failed")
+            )
         }
         "DataVolume" => {
             let phase = s("/phase").unwrap_or_else(|| "-".into());
@@ -30,7 +35,11 @@ fn describe(kind: &str, status: &Value) -> String {
             }
         }
         "VirtualMachine" => s("/printableStatus").unwrap_or_else(|| {
-            if status.pointer("/ready").and_then(Value::as_bool) == Some(true) { "Ready".into() } else { "-".into() }
+            if status.pointer("/ready").and_then(Value::as_bool) == Some(true) {
+                "Ready".into()
+            } else {
+                "-".into()
+            }
         }),
         "VirtualMachineInstance" => {
             let phase = s("/phase").unwrap_or_else(|| "-".into());
@@ -38,9 +47,14 @@ fn describe(kind: &str, status: &Value) -> String {
                 .pointer("/conditions")
                 .and_then(Value::as_array)
                 .is_some_and(|cs| {
-                    cs.iter().any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
+                    cs.iter()
+                        .any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
                 });
-            if agent { format!("{phase}, agent connected") } else { phase }
+            if agent {
+                format!("{phase}, agent connected")
+            } else {
+                phase
+            }
         }
         _ => String::new(),
     }
@@ -55,15 +69,30 @@ async fn one(client: &Client, ns: &str, res: &ApiResource, name: String) -> Chil
         Err(::kube::Error::Api(s)) if s.code == 403 => "forbidden".into(),
         Err(e) => super::one_line(&e),
     };
-    Child { kind: res.kind.clone(), name, state }
+    Child {
+        kind: res.kind.clone(),
+        name,
+        state,
+    }
 }
 
 /// Reads the children of `vmm`; never fails as a whole, each child says what became of it.
-pub async fn read(client: Client, vmm: &VirtualMachineMigration) -> (ObjKey, Result<Vec<Child>, String>) {
+pub async fn read(
+    client: Client,
+    vmm: &VirtualMachineMigration,
+) -> (ObjKey, Result<Vec<Child>, String>) {
     let ns = vmm.namespace().unwrap_or_default();
     let key = ObjKey::new(ns.clone(), vmm.name_any());
     let mut out = vec![];
-    out.push(one(&client, &ns, &ar("batch", "v1", "Job", "jobs"), names::job_name(vmm)).await);
+    out.push(
+        one(
+            &client,
+            &ns,
+            &ar("batch", "v1", "Job", "jobs"),
+            names::job_name(vmm),
+        )
+        .await,
+    );
     let disks = vmm.status.as_ref().map_or(0, |s| s.disks.len()).max(1);
     let dv = ar("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes");
     for i in 0..disks {
@@ -76,9 +105,28 @@ pub async fn read(client: Client, vmm: &VirtualMachineMigration) -> (ObjKey, Res
         out.push(one(&client, &ns, &dv, name).await);
     }
     let vm = names::vm_name(vmm);
-    out.push(one(&client, &ns, &ar("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"), vm.clone()).await);
     out.push(
-        one(&client, &ns, &ar("kubevirt.io", "v1", "VirtualMachineInstance", "virtualmachineinstances"), vm).await,
+        one(
+            &client,
+            &ns,
+            &ar("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"),
+            vm.clone(),
+        )
+        .await,
+    );
+    out.push(
+        one(
+            &client,
+            &ns,
+            &ar(
+                "kubevirt.io",
+                "v1",
+                "VirtualMachineInstance",
+                "virtualmachineinstances",
+            ),
+            vm,
+        )
+        .await,
     );
     (key, Ok(out))
 }

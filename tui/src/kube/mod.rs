@@ -39,7 +39,10 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster").field("context", &self.context).field("namespace", &self.namespace).finish()
+        f.debug_struct("Cluster")
+            .field("context", &self.context)
+            .field("namespace", &self.namespace)
+            .finish()
     }
 }
 
@@ -60,7 +63,10 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
     if !kubeconfig.contexts.iter().any(|c| c.name == context) {
         return Err(Error::NoContext(context));
     }
-    let kopts = KubeConfigOptions { context: Some(context.clone()), ..KubeConfigOptions::default() };
+    let kopts = KubeConfigOptions {
+        context: Some(context.clone()),
+        ..KubeConfigOptions::default()
+    };
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &kopts).await?;
     if let Some(user) = &opts.as_user {
         config.auth_info.impersonate = Some(user.clone());
@@ -70,7 +76,11 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
     }
     let namespace = config.default_namespace.clone();
     let client = Client::try_from(config)?;
-    Ok(Cluster { client, context, namespace })
+    Ok(Cluster {
+        client,
+        context,
+        namespace,
+    })
 }
 
 /// The innermost cause of an error, one line: what a person needs in a status bar.

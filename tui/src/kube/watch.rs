@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use ::kube::{
-    Api, Client, Resource as KubeResource, ResourceExt,
-    runtime::watcher,
-};
+use ::kube::{Api, Client, Resource as KubeResource, ResourceExt, runtime::watcher};
 use ferry_crds::{GROUP, MigrationWave, VirtualMachineMigration};
 use futures::StreamExt;
 use k8s_openapi::{api::events::v1::Event, jiff::Timestamp};
@@ -27,7 +24,9 @@ pub fn trim_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
 }
 
 /// An object kind the cockpit watches.
-trait Watched: KubeResource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
+trait Watched:
+    KubeResource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
     const RESOURCE: Resource;
     fn applied(self) -> Option<Action>;
     fn deleted(self) -> Option<Action>;
@@ -41,7 +40,10 @@ impl Watched for VirtualMachineMigration {
         Some(Action::MigrationApplied(Box::new(self)))
     }
     fn deleted(self) -> Option<Action> {
-        Some(Action::MigrationDeleted(ObjKey::new(self.namespace().unwrap_or_default(), self.name_any())))
+        Some(Action::MigrationDeleted(ObjKey::new(
+            self.namespace().unwrap_or_default(),
+            self.name_any(),
+        )))
     }
     fn listed(mut all: Vec<Self>) -> Action {
         all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
@@ -56,7 +58,10 @@ impl Watched for MigrationWave {
         Some(Action::WaveApplied(Box::new(self)))
     }
     fn deleted(self) -> Option<Action> {
-        Some(Action::WaveDeleted(ObjKey::new(self.namespace().unwrap_or_default(), self.name_any())))
+        Some(Action::WaveDeleted(ObjKey::new(
+            self.namespace().unwrap_or_default(),
+            self.name_any(),
+        )))
     }
     fn listed(mut all: Vec<Self>) -> Action {
         all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
@@ -67,7 +72,11 @@ impl Watched for MigrationWave {
 /// The trimmed row of an Event about one of our objects; `None` for any other event.
 pub fn event_row(e: &Event) -> Option<EventRow> {
     let r = e.regarding.as_ref()?;
-    if !r.api_version.as_deref().is_some_and(|v| v.starts_with(GROUP)) {
+    if !r
+        .api_version
+        .as_deref()
+        .is_some_and(|v| v.starts_with(GROUP))
+    {
         return None;
     }
     let kind = match r.kind.as_deref()? {
@@ -75,7 +84,11 @@ pub fn event_row(e: &Event) -> Option<EventRow> {
         "MigrationWave" => EventKind::Wave,
         _ => return None,
     };
-    let ns = r.namespace.clone().or_else(|| e.metadata.namespace.clone()).unwrap_or_default();
+    let ns = r
+        .namespace
+        .clone()
+        .or_else(|| e.metadata.namespace.clone())
+        .unwrap_or_default();
     let time: Option<Timestamp> = e
         .series
         .as_ref()
@@ -90,8 +103,18 @@ pub fn event_row(e: &Event) -> Option<EventRow> {
         time,
         type_: e.type_.clone().unwrap_or_else(|| "Normal".into()),
         reason: e.reason.clone().unwrap_or_default(),
-        note: e.note.clone().unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" "),
-        count: e.series.as_ref().map_or(e.deprecated_count.unwrap_or(1), |s| s.count).max(1),
+        note: e
+            .note
+            .clone()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        count: e
+            .series
+            .as_ref()
+            .map_or(e.deprecated_count.unwrap_or(1), |s| s.count)
+            .max(1),
     })
 }
 
@@ -122,9 +145,9 @@ impl Drop for Watches {
     }
 }
 
-fn api<K: Watched>(client: &Client, scope: &Scope) -> Api<K>
+fn api<K>(client: &Client, scope: &Scope) -> Api<K>
 where
-    K: KubeResource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Watched + KubeResource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     match scope {
         Scope::All => Api::all(client.clone()),
@@ -135,7 +158,10 @@ where
 /// Starts the three watches of `scope`; their actions go to `tx`.
 pub fn start(client: &Client, scope: &Scope, tx: UnboundedSender<Action>) -> Watches {
     let tasks = vec![
-        tokio::spawn(run(api::<VirtualMachineMigration>(client, scope), tx.clone())),
+        tokio::spawn(run(
+            api::<VirtualMachineMigration>(client, scope),
+            tx.clone(),
+        )),
         tokio::spawn(run(api::<MigrationWave>(client, scope), tx.clone())),
         tokio::spawn(run(api::<Event>(client, scope), tx)),
     ];
@@ -179,22 +205,24 @@ async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
                 Some(Ok(watcher::Event::InitApply(o))) => buf.push(o),
                 Some(Ok(watcher::Event::InitDone)) => {
                     attempt = 0;
-                    if !send(K::listed(std::mem::take(&mut buf))) || !send(Action::Connection(r, ConnState::Live)) {
+                    if !send(K::listed(std::mem::take(&mut buf)))
+                        || !send(Action::Connection(r, ConnState::Live))
+                    {
                         return;
                     }
                 }
                 Some(Ok(watcher::Event::Apply(o))) => {
-                    if let Some(a) = o.applied() {
-                        if !send(a) {
-                            return;
-                        }
+                    if let Some(a) = o.applied()
+                        && !send(a)
+                    {
+                        return;
                     }
                 }
                 Some(Ok(watcher::Event::Delete(o))) => {
-                    if let Some(a) = o.deleted() {
-                        if !send(a) {
-                            return;
-                        }
+                    if let Some(a) = o.deleted()
+                        && !send(a)
+                    {
+                        return;
                     }
                 }
                 Some(Err(e)) => break Some(e),
@@ -215,7 +243,11 @@ async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
                     error: super::one_line(e),
                 })
             }
-            None => ConnState::Reconnecting { retry_at, attempt, error: "watch ended".into() },
+            None => ConnState::Reconnecting {
+                retry_at,
+                attempt,
+                error: "watch ended".into(),
+            },
         };
         if !send(Action::Connection(r, state)) {
             return;

@@ -47,11 +47,17 @@ pub struct EventStore {
 impl EventStore {
     /// Adds or updates an event.
     pub fn upsert(&mut self, ev: EventRow) {
-        let list = self.by_obj.entry((ev.kind, ev.regarding.clone())).or_default();
+        let list = self
+            .by_obj
+            .entry((ev.kind, ev.regarding.clone()))
+            .or_default();
         if let Some(pos) = list.iter().position(|e| e.uid == ev.uid) {
             list.remove(pos);
         }
-        let at = list.iter().rposition(|e| e.time <= ev.time).map_or(0, |p| p + 1);
+        let at = list
+            .iter()
+            .rposition(|e| e.time <= ev.time)
+            .map_or(0, |p| p + 1);
         list.insert(at, ev);
         while list.len() > PER_OBJECT {
             list.pop_front();

@@ -21,7 +21,10 @@ pub struct Filter {
 impl Filter {
     /// Parses what was typed. Never fails: bad tokens end up in [`Filter::errors`].
     pub fn parse(raw: &str) -> Filter {
-        let mut f = Filter { raw: raw.to_owned(), ..Filter::default() };
+        let mut f = Filter {
+            raw: raw.to_owned(),
+            ..Filter::default()
+        };
         for token in raw.split_whitespace() {
             let (kind, value) = match token.split_once(':') {
                 Some((k, v)) if !v.is_empty() => (k.to_ascii_lowercase(), v),
@@ -60,11 +63,14 @@ impl Filter {
             return false;
         }
         if !self.waves.is_empty()
-            && !row.wave.as_deref().is_some_and(|w| self.waves.iter().any(|x| x == w))
+            && !row
+                .wave
+                .as_deref()
+                .is_some_and(|w| self.waves.iter().any(|x| x == w))
         {
             return false;
         }
-        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| *n == row.key.namespace) {
+        if !self.namespaces.is_empty() && !self.namespaces.contains(&row.key.namespace) {
             return false;
         }
         self.words.iter().all(|w| {

@@ -46,7 +46,11 @@ impl SortKey {
     pub fn next(self, all_namespaces: bool) -> SortKey {
         let i = Self::ALL.iter().position(|k| *k == self).unwrap_or(0);
         let n = Self::ALL[(i + 1) % Self::ALL.len()];
-        if n == SortKey::Namespace && !all_namespaces { n.next(all_namespaces) } else { n }
+        if n == SortKey::Namespace && !all_namespaces {
+            n.next(all_namespaces)
+        } else {
+            n
+        }
     }
 
     /// Column title.
@@ -83,15 +87,24 @@ pub fn compare(sort: Sort, a: &Row, b: &Row) -> Ordering {
             (None, None) => Ordering::Equal,
         },
         SortKey::Phase => a.phase.cmp(&b.phase),
-        SortKey::Progress => a.percent.unwrap_or(-1.0).total_cmp(&b.percent.unwrap_or(-1.0)),
+        SortKey::Progress => a
+            .percent
+            .unwrap_or(-1.0)
+            .total_cmp(&b.percent.unwrap_or(-1.0)),
         SortKey::Attempt => a.attempt.cmp(&b.attempt),
         // Oldest entry first: the longest in its phase leads.
         SortKey::InPhase => a.phase_since.cmp(&b.phase_since),
     };
     let tie = if sort.key == SortKey::Namespace {
-        a.key.namespace.cmp(&b.key.namespace).then_with(|| a.key.name.cmp(&b.key.name))
+        a.key
+            .namespace
+            .cmp(&b.key.namespace)
+            .then_with(|| a.key.name.cmp(&b.key.name))
     } else {
-        a.key.name.cmp(&b.key.name).then_with(|| a.key.namespace.cmp(&b.key.namespace))
+        a.key
+            .name
+            .cmp(&b.key.name)
+            .then_with(|| a.key.namespace.cmp(&b.key.namespace))
     };
     let ord = primary.then(tie);
     if sort.reverse { ord.reverse() } else { ord }
@@ -140,7 +153,9 @@ impl Index {
     /// Visible rows `range`, in board order.
     pub fn visible_range(&self, start: usize, len: usize) -> impl Iterator<Item = &Row> {
         let end = (start + len).min(self.view.len());
-        self.view[start.min(end)..end].iter().filter_map(|id| self.slots[*id].as_ref())
+        self.view[start.min(end)..end]
+            .iter()
+            .filter_map(|id| self.slots[*id].as_ref())
     }
 
     /// A row by key, visible or not.
@@ -198,7 +213,10 @@ impl Index {
     }
 
     fn passes(&self, row: &Row) -> bool {
-        self.wave_scope.as_ref().is_none_or(|w| row.wave.as_ref() == Some(w)) && self.filter.matches(row)
+        self.wave_scope
+            .as_ref()
+            .is_none_or(|w| row.wave.as_ref() == Some(w))
+            && self.filter.matches(row)
     }
 
     fn search(&self, row: &Row) -> Result<usize, usize> {
@@ -211,7 +229,11 @@ impl Index {
 
     fn account(&mut self, row: &Row, add: bool) {
         let slot = &mut self.counts[phase_slot(row.phase)];
-        *slot = if add { *slot + 1 } else { slot.saturating_sub(1) };
+        *slot = if add {
+            *slot + 1
+        } else {
+            slot.saturating_sub(1)
+        };
         if let (Phase::Succeeded, Some(w), Some(t)) = (row.phase, &row.wave, row.completed_at) {
             let minute = t.as_second().div_euclid(60);
             let m = self.completions.entry(w.clone()).or_default();
@@ -240,7 +262,11 @@ impl Index {
                 }
             };
             self.by_key.insert(row.key.clone(), id);
-            let pos = if new_visible { self.search(&row).err() } else { None };
+            let pos = if new_visible {
+                self.search(&row).err()
+            } else {
+                None
+            };
             self.slots[id] = Some(row);
             if let Some(pos) = pos {
                 self.view.insert(pos, id);
@@ -250,17 +276,26 @@ impl Index {
         let old_visible = self.slots[id].as_ref().is_some_and(|r| self.passes(r));
         let same_place = old_visible
             && new_visible
-            && self.slots[id].as_ref().is_some_and(|r| compare(self.sort, r, &row) == Ordering::Equal);
-        if old_visible && !same_place {
-            if let Some(pos) = self.slots[id].as_ref().and_then(|old| self.search(old).ok()) {
-                self.view.remove(pos);
-            }
+            && self.slots[id]
+                .as_ref()
+                .is_some_and(|r| compare(self.sort, r, &row) == Ordering::Equal);
+        if old_visible
+            && !same_place
+            && let Some(pos) = self.slots[id]
+                .as_ref()
+                .and_then(|old| self.search(old).ok())
+        {
+            self.view.remove(pos);
         }
         if let Some(old) = self.slots[id].take() {
             self.account(&old, false);
         }
         self.account(&row, true);
-        let pos = if new_visible && !same_place { self.search(&row).err() } else { None };
+        let pos = if new_visible && !same_place {
+            self.search(&row).err()
+        } else {
+            None
+        };
         self.slots[id] = Some(row);
         if let Some(pos) = pos {
             self.view.insert(pos, id);
@@ -270,10 +305,10 @@ impl Index {
     /// Removes a row; returns it.
     pub fn remove(&mut self, key: &ObjKey) -> Option<Row> {
         let id = self.by_key.remove(key)?;
-        if let Some(row) = self.slots[id].as_ref() {
-            if let Ok(pos) = self.search(row) {
-                self.view.remove(pos);
-            }
+        if let Some(row) = self.slots[id].as_ref()
+            && let Ok(pos) = self.search(row)
+        {
+            self.view.remove(pos);
         }
         let row = self.slots[id].take()?;
         self.account(&row, false);

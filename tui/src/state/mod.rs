@@ -42,7 +42,10 @@ pub struct ObjKey {
 impl ObjKey {
     /// A key.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjKey {
-        ObjKey { namespace: namespace.into(), name: name.into() }
+        ObjKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
@@ -310,7 +313,10 @@ impl State {
         if self.pending.is_empty() {
             return None;
         }
-        self.pending.get(&Target { kind: TargetKind::Migration, key: key.clone() })
+        self.pending.get(&Target {
+            kind: TargetKind::Migration,
+            key: key.clone(),
+        })
     }
 
     /// The innermost view, if any.

@@ -57,7 +57,11 @@ impl Row {
         }
         let progress = status.and_then(|s| s.progress.as_ref());
         let phase_since = status
-            .and_then(|s| s.history.last().filter(|h| h.phase == phase && h.left_at.is_none()))
+            .and_then(|s| {
+                s.history
+                    .last()
+                    .filter(|h| h.phase == phase && h.left_at.is_none())
+            })
             .map(|h| h.entered_at.0)
             .or_else(|| {
                 if phase.is_terminal() {
@@ -93,7 +97,11 @@ fn message_of(obj: &VirtualMachineMigration) -> String {
     let Some(status) = obj.status.as_ref() else {
         return String::new();
     };
-    if let Some(f) = status.last_failure.as_ref().filter(|_| status.phase == Phase::Failed) {
+    if let Some(f) = status
+        .last_failure
+        .as_ref()
+        .filter(|_| status.phase == Phase::Failed)
+    {
         return one_line(&format!("{}: {}", f.reason.as_str(), f.message));
     }
     if let Some(m) = status.message.as_deref().filter(|m| !m.is_empty()) {

@@ -1,6 +1,9 @@
 //! Transitions of the cockpit state, table-driven where the cases are alike.
 
-use ferry_crds::{Phase, VirtualMachineMigration, fixtures::{migration, ts}};
+use ferry_crds::{
+    Phase, VirtualMachineMigration,
+    fixtures::{migration, ts},
+};
 use serde_json::json;
 
 use super::*;
@@ -28,12 +31,18 @@ fn key(name: &str) -> ObjKey {
 fn state_with(objs: Vec<VirtualMachineMigration>) -> State {
     let mut s = State::new("lab", Scope::Namespace("default".into()), false, now());
     update(&mut s, Action::MigrationsListed(objs));
-    update(&mut s, Action::Connection(Resource::Migrations, ConnState::Live));
+    update(
+        &mut s,
+        Action::Connection(Resource::Migrations, ConnState::Live),
+    );
     s
 }
 
 fn visible_names(s: &State) -> Vec<String> {
-    s.index.visible_range(0, s.index.visible_len()).map(|r| r.key.name.clone()).collect()
+    s.index
+        .visible_range(0, s.index.visible_len())
+        .map(|r| r.key.name.clone())
+        .collect()
 }
 
 fn type_filter(s: &mut State, text: &str) {
@@ -83,7 +92,10 @@ fn sort_keys_order_rows_and_reverse_flips_them() {
     let mut a = vmm("a", Phase::Succeeded);
     a.status.as_mut().unwrap().attempts = 3;
     let mut b = vmm("b", Phase::Importing);
-    b.status.as_mut().unwrap().progress = Some(ferry_crds::Progress { percent: 40.0, ..Default::default() });
+    b.status.as_mut().unwrap().progress = Some(ferry_crds::Progress {
+        percent: 40.0,
+        ..Default::default()
+    });
     let c = vmm("c", Phase::Pending);
     let mut s = state_with(vec![c, a, b]);
     assert_eq!(visible_names(&s), ["a", "b", "c"]);
@@ -105,14 +117,24 @@ fn sort_keys_order_rows_and_reverse_flips_them() {
 
 #[test]
 fn the_cursor_follows_the_selected_row_when_an_update_moves_it() {
-    let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending), vmm("c", Phase::Pending)]);
+    let mut s = state_with(vec![
+        vmm("a", Phase::Pending),
+        vmm("b", Phase::Pending),
+        vmm("c", Phase::Pending),
+    ]);
     while s.index.sort().key != SortKey::Phase {
         update(&mut s, Action::CycleSort);
     }
     update(&mut s, Action::Nav(Nav::Bottom));
     assert_eq!(s.selected, Some(key("c")));
-    update(&mut s, Action::MigrationApplied(Box::new(vmm("c", Phase::Queued)))); // still last
-    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Succeeded)))); // a moves to the end
+    update(
+        &mut s,
+        Action::MigrationApplied(Box::new(vmm("c", Phase::Queued))),
+    ); // still last
+    update(
+        &mut s,
+        Action::MigrationApplied(Box::new(vmm("a", Phase::Succeeded))),
+    ); // a moves to the end
     assert_eq!(visible_names(&s), ["b", "c", "a"]);
     assert_eq!(s.cursor, 1, "cursor moved with c");
     assert_eq!(s.selected, Some(key("c")));
@@ -144,7 +166,10 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
                 let mut o = in_wave(&name, &format!("w{}", rnd(3)), Phase::ALL[rnd(11) as usize]);
                 let st = o.status.as_mut().unwrap();
                 st.attempts = rnd(3) as i32;
-                st.progress = Some(ferry_crds::Progress { percent: rnd(100) as f64, ..Default::default() });
+                st.progress = Some(ferry_crds::Progress {
+                    percent: rnd(100) as f64,
+                    ..Default::default()
+                });
                 update(&mut s, Action::MigrationApplied(Box::new(o)));
             }
             let incremental = visible_names(&s);
@@ -152,8 +177,10 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
             rebuilt.set_sort(s.index.sort());
             rebuilt.set_filter(s.index.filter().clone());
             rebuilt.replace_all(s.index.iter().cloned().collect());
-            let full: Vec<String> =
-                rebuilt.visible_range(0, rebuilt.visible_len()).map(|r| r.key.name.clone()).collect();
+            let full: Vec<String> = rebuilt
+                .visible_range(0, rebuilt.visible_len())
+                .map(|r| r.key.name.clone())
+                .collect();
             assert_eq!(incremental, full, "{sort_key:?}");
             let counted: u32 = s.index.counts().map(|(_, n)| n).sum();
             assert_eq!(counted as usize, s.index.len());
@@ -163,7 +190,11 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
 
 #[test]
 fn space_marks_and_moves_down_and_a_marks_all_visible_then_none() {
-    let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending), vmm("c", Phase::Failed)]);
+    let mut s = state_with(vec![
+        vmm("a", Phase::Pending),
+        vmm("b", Phase::Pending),
+        vmm("c", Phase::Failed),
+    ]);
     update(&mut s, Action::ToggleMark);
     assert_eq!(s.selected, Some(key("b")));
     assert!(s.marks.contains(&key("a")));
@@ -179,24 +210,50 @@ fn space_marks_and_moves_down_and_a_marks_all_visible_then_none() {
 
 #[test]
 fn cancel_on_marks_confirms_patches_and_keeps_a_pending_marker_until_the_watch_shows_it() {
-    let mut s = state_with(vec![vmm("a", Phase::Importing), vmm("b", Phase::Succeeded), vmm("c", Phase::Converting)]);
+    let mut s = state_with(vec![
+        vmm("a", Phase::Importing),
+        vmm("b", Phase::Succeeded),
+        vmm("c", Phase::Converting),
+    ]);
     update(&mut s, Action::MarkAllVisible);
-    assert!(update(&mut s, Action::Request(Verb::Cancel)).is_empty(), "nothing before the yes");
-    let Some(Popup::Confirm(c)) = &s.popup else { panic!("confirm dialog expected") };
+    assert!(
+        update(&mut s, Action::Request(Verb::Cancel)).is_empty(),
+        "nothing before the yes"
+    );
+    let Some(Popup::Confirm(c)) = &s.popup else {
+        panic!("confirm dialog expected")
+    };
     assert_eq!(c.targets.len(), 2);
-    assert_eq!(c.skipped, vec![(Target { kind: TargetKind::Migration, key: key("b") }, "already finished")]);
+    assert_eq!(
+        c.skipped,
+        vec![(
+            Target {
+                kind: TargetKind::Migration,
+                key: key("b")
+            },
+            "already finished"
+        )]
+    );
     let fx = update(&mut s, Action::Confirm);
     assert_eq!(fx.len(), 2);
     for e in &fx {
-        let Effect::Patch { patch, .. } = e else { panic!("patch expected: {e:?}") };
+        let Effect::Patch { patch, .. } = e else {
+            panic!("patch expected: {e:?}")
+        };
         assert_eq!(*patch, json!({"spec": {"cancel": true}}));
     }
     assert!(s.pending_of(&key("a")).is_some());
-    assert!(s.index.get(&key("a")).is_some_and(|r| !r.cancel), "the board never shows what the API lacks");
+    assert!(
+        s.index.get(&key("a")).is_some_and(|r| !r.cancel),
+        "the board never shows what the API lacks"
+    );
     assert_eq!(s.popup, Some(Popup::Report));
     assert!(s.marks.is_empty());
     // The watch delivers the change: the marker goes.
-    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).cancelled())));
+    update(
+        &mut s,
+        Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).cancelled())),
+    );
     assert!(s.pending_of(&key("a")).is_none());
     assert!(s.pending_of(&key("c")).is_some());
 }
@@ -213,14 +270,26 @@ fn failed_outcomes_clear_the_pending_marker_and_show_the_report() {
         let mut s = state_with(vec![vmm("a", Phase::Importing)]);
         update(&mut s, Action::Request(Verb::Pause));
         let fx = update(&mut s, Action::Confirm);
-        let Some(Effect::Patch { id, target, patch }) = fx.first().cloned() else { panic!() };
+        let Some(Effect::Patch { id, target, patch }) = fx.first().cloned() else {
+            panic!()
+        };
         assert_eq!(patch, json!({"spec": {"paused": true}}));
         assert_eq!(s.popup, None, "a single applied action needs no popup");
-        update(&mut s, Action::Outcome { id, target, outcome });
+        update(
+            &mut s,
+            Action::Outcome {
+                id,
+                target,
+                outcome,
+            },
+        );
         assert!(s.pending_of(&key("a")).is_none(), "{word}");
         assert_eq!(s.popup, Some(Popup::Report), "{word}");
         let flash = s.flash.clone().unwrap();
-        assert!(flash.error && flash.text.contains(word), "{word}: {flash:?}");
+        assert!(
+            flash.error && flash.text.contains(word),
+            "{word}: {flash:?}"
+        );
     }
 }
 
@@ -229,10 +298,22 @@ fn an_applied_outcome_keeps_the_marker_until_the_watch() {
     let mut s = state_with(vec![vmm("a", Phase::Importing)]);
     update(&mut s, Action::Request(Verb::Pause));
     let fx = update(&mut s, Action::Confirm);
-    let Some(Effect::Patch { id, target, .. }) = fx.first().cloned() else { panic!() };
-    update(&mut s, Action::Outcome { id, target, outcome: Outcome::Applied });
+    let Some(Effect::Patch { id, target, .. }) = fx.first().cloned() else {
+        panic!()
+    };
+    update(
+        &mut s,
+        Action::Outcome {
+            id,
+            target,
+            outcome: Outcome::Applied,
+        },
+    );
     assert!(s.pending_of(&key("a")).is_some());
-    update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).paused())));
+    update(
+        &mut s,
+        Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).paused())),
+    );
     assert!(s.pending_of(&key("a")).is_none());
 }
 
@@ -256,8 +337,14 @@ fn retry_raises_the_token_conditionally_and_clears_cancel_of_a_cancelled_one() {
     assert_eq!(
         patches,
         vec![
-            ("f".into(), json!({"spec": {"retry": 3}, "metadata": {"resourceVersion": "41"}})),
-            ("x".into(), json!({"spec": {"retry": 1, "cancel": false}, "metadata": {"resourceVersion": "42"}})),
+            (
+                "f".into(),
+                json!({"spec": {"retry": 3}, "metadata": {"resourceVersion": "41"}})
+            ),
+            (
+                "x".into(),
+                json!({"spec": {"retry": 1, "cancel": false}, "metadata": {"resourceVersion": "42"}})
+            ),
         ]
     );
 }
@@ -287,12 +374,23 @@ fn delete_sends_a_delete_and_the_marker_goes_with_the_object() {
 
 #[test]
 fn readonly_refuses_every_mutation_without_effects() {
-    for verb in [Verb::Cancel, Verb::Retry, Verb::Pause, Verb::Resume, Verb::Delete] {
+    for verb in [
+        Verb::Cancel,
+        Verb::Retry,
+        Verb::Pause,
+        Verb::Resume,
+        Verb::Delete,
+    ] {
         let mut s = state_with(vec![vmm("a", Phase::Failed).paused()]);
         s.readonly = true;
         assert!(update(&mut s, Action::Request(verb)).is_empty());
         assert!(s.popup.is_none());
-        assert!(s.flash.as_ref().is_some_and(|f| f.text.contains("read-only")), "{verb:?}");
+        assert!(
+            s.flash
+                .as_ref()
+                .is_some_and(|f| f.text.contains("read-only")),
+            "{verb:?}"
+        );
         assert!(update(&mut s, Action::Confirm).is_empty());
     }
 }
@@ -302,7 +400,10 @@ fn nothing_applicable_flashes_why_instead_of_asking() {
     let mut s = state_with(vec![vmm("a", Phase::Succeeded)]);
     update(&mut s, Action::Request(Verb::Cancel));
     assert!(s.popup.is_none());
-    assert_eq!(s.flash.unwrap().text, "nothing to cancel: a is already finished");
+    assert_eq!(
+        s.flash.unwrap().text,
+        "nothing to cancel: a is already finished"
+    );
 }
 
 #[test]
@@ -311,7 +412,14 @@ fn connection_states_mark_the_board_stale_and_live_again() {
     assert!(!s.conn.is_stale());
     let retry_at = ts(3605).0;
     let steps = [
-        (ConnState::Reconnecting { retry_at, attempt: 1, error: "refused".into() }, true),
+        (
+            ConnState::Reconnecting {
+                retry_at,
+                attempt: 1,
+                error: "refused".into(),
+            },
+            true,
+        ),
         (ConnState::Connecting, true),
         (ConnState::Listing, true),
         (ConnState::Live, false),
@@ -326,7 +434,10 @@ fn connection_states_mark_the_board_stale_and_live_again() {
     }
     // Events failing do not make the board stale, but show in the header's worst state.
     let mut s = state_with(vec![]);
-    update(&mut s, Action::Connection(Resource::Events, ConnState::Forbidden("no".into())));
+    update(
+        &mut s,
+        Action::Connection(Resource::Events, ConnState::Forbidden("no".into())),
+    );
     assert!(!s.conn.is_stale());
     assert_eq!(s.conn.worst().0, Resource::Events);
 }
@@ -334,7 +445,10 @@ fn connection_states_mark_the_board_stale_and_live_again() {
 #[test]
 fn nothing_is_stale_before_the_first_list() {
     let mut s = State::new("lab", Scope::All, false, now());
-    update(&mut s, Action::Connection(Resource::Migrations, ConnState::CrdMissing));
+    update(
+        &mut s,
+        Action::Connection(Resource::Migrations, ConnState::CrdMissing),
+    );
     assert!(!s.conn.is_stale());
 }
 
@@ -342,7 +456,10 @@ fn nothing_is_stale_before_the_first_list() {
 fn a_relist_replaces_rows_and_forgets_marks_of_vanished_ones() {
     let mut s = state_with(vec![vmm("a", Phase::Pending), vmm("b", Phase::Pending)]);
     update(&mut s, Action::MarkAllVisible);
-    update(&mut s, Action::MigrationsListed(vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]));
+    update(
+        &mut s,
+        Action::MigrationsListed(vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]),
+    );
     assert_eq!(visible_names(&s), ["b", "c"]);
     assert_eq!(s.marks.len(), 1);
     assert!(s.marks.contains(&key("b")));
@@ -351,7 +468,10 @@ fn a_relist_replaces_rows_and_forgets_marks_of_vanished_ones() {
 
 #[test]
 fn commands_switch_namespace_wave_context_and_quit() {
-    let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending), in_wave("b", "w2", Phase::Pending)]);
+    let mut s = state_with(vec![
+        in_wave("a", "w1", Phase::Pending),
+        in_wave("b", "w2", Phase::Pending),
+    ]);
     let fx = update(&mut s, Action::Command("wave w2".into()));
     assert!(fx.is_empty());
     assert_eq!(visible_names(&s), ["b"]);
@@ -359,13 +479,26 @@ fn commands_switch_namespace_wave_context_and_quit() {
     assert_eq!(visible_names(&s), ["a", "b"]);
     let fx = update(&mut s, Action::Command("ns apps".into()));
     assert_eq!(fx, vec![Effect::Rewatch(Scope::Namespace("apps".into()))]);
-    assert_eq!(s.index.len(), 0, "the old namespace's rows are not shown under the new scope");
+    assert_eq!(
+        s.index.len(),
+        0,
+        "the old namespace's rows are not shown under the new scope"
+    );
     assert_eq!(s.scope, Scope::Namespace("apps".into()));
-    assert_eq!(update(&mut s, Action::Command("ns all".into())), vec![Effect::Rewatch(Scope::All)]);
-    assert_eq!(update(&mut s, Action::Command("ctx prod".into())), vec![Effect::SwitchContext("prod".into())]);
+    assert_eq!(
+        update(&mut s, Action::Command("ns all".into())),
+        vec![Effect::Rewatch(Scope::All)]
+    );
+    assert_eq!(
+        update(&mut s, Action::Command("ctx prod".into())),
+        vec![Effect::SwitchContext("prod".into())]
+    );
     update(&mut s, Action::Command("frobnicate".into()));
     assert!(s.flash.as_ref().is_some_and(|f| f.error));
-    assert_eq!(update(&mut s, Action::Command("q".into())), vec![Effect::Quit]);
+    assert_eq!(
+        update(&mut s, Action::Command("q".into())),
+        vec![Effect::Quit]
+    );
     assert!(s.quit);
 }
 
@@ -391,7 +524,10 @@ fn the_wave_strip_takes_actions_for_the_wave() {
 
 #[test]
 fn esc_backs_out_of_input_popup_view_then_filter_marks_and_wave() {
-    let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending), in_wave("b", "w1", Phase::Pending)]);
+    let mut s = state_with(vec![
+        in_wave("a", "w1", Phase::Pending),
+        in_wave("b", "w1", Phase::Pending),
+    ]);
     update(&mut s, Action::Command("wave w1".into()));
     update(&mut s, Action::ToggleMark);
     type_filter(&mut s, "a");
@@ -416,18 +552,40 @@ fn esc_backs_out_of_input_popup_view_then_filter_marks_and_wave() {
 fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_seconds() {
     let mut s = state_with(vec![vmm("a", Phase::Importing)]);
     let fx = update(&mut s, Action::Enter);
-    assert!(matches!(fx.as_slice(), [Effect::FetchChildren(o)] if o.metadata.name.as_deref() == Some("a")));
-    assert!(update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::Importing)))).is_empty());
+    assert!(
+        matches!(fx.as_slice(), [Effect::FetchChildren(o)] if o.metadata.name.as_deref() == Some("a"))
+    );
+    assert!(
+        update(
+            &mut s,
+            Action::MigrationApplied(Box::new(vmm("a", Phase::Importing)))
+        )
+        .is_empty()
+    );
     update(&mut s, Action::Tick(ts(3602).0));
-    let fx = update(&mut s, Action::MigrationApplied(Box::new(vmm("a", Phase::CreatingVM))));
+    let fx = update(
+        &mut s,
+        Action::MigrationApplied(Box::new(vmm("a", Phase::CreatingVM))),
+    );
     assert_eq!(fx.len(), 1);
-    update(&mut s, Action::Children { key: key("a"), result: Ok(vec![]) });
-    assert_eq!(s.children.as_ref().and_then(|c| c.result.clone()), Some(Ok(vec![])));
+    update(
+        &mut s,
+        Action::Children {
+            key: key("a"),
+            result: Ok(vec![]),
+        },
+    );
+    assert_eq!(
+        s.children.as_ref().and_then(|c| c.result.clone()),
+        Some(Ok(vec![]))
+    );
 }
 
 #[test]
 fn paging_moves_by_the_viewport_and_keeps_the_cursor_on_screen() {
-    let objs: Vec<_> = (0..50).map(|i| vmm(&format!("m{i:02}"), Phase::Pending)).collect();
+    let objs: Vec<_> = (0..50)
+        .map(|i| vmm(&format!("m{i:02}"), Phase::Pending))
+        .collect();
     let mut s = state_with(objs);
     update(&mut s, Action::Viewport(10));
     update(&mut s, Action::Nav(Nav::PageDown));
@@ -455,7 +613,10 @@ fn events_are_kept_per_object_newest_last_and_bounded() {
             count: 1,
         });
     }
-    let times: Vec<_> = st.of(EventKind::Migration, &key("a")).map(|e| e.time).collect();
+    let times: Vec<_> = st
+        .of(EventKind::Migration, &key("a"))
+        .map(|e| e.time)
+        .collect();
     assert_eq!(times.len(), events::PER_OBJECT);
     assert!(times.windows(2).all(|w| w[0] <= w[1]));
 }
@@ -472,7 +633,10 @@ fn row_message_prefers_the_last_failure_then_the_status_message() {
         retriable: true,
         time: ts(1),
     });
-    assert_eq!(Row::from_object(o.clone()).message, "ImportFailed: dv failed");
+    assert_eq!(
+        Row::from_object(o.clone()).message,
+        "ImportFailed: dv failed"
+    );
     o.status.as_mut().unwrap().phase = Phase::Importing;
     assert_eq!(Row::from_object(o).message, "importing disk 1");
 }

@@ -5,9 +5,9 @@ use k8s_openapi::jiff::SignedDuration;
 use serde_json::json;
 
 use super::{
-    Action, Children, Confirm, Edit, Effect, Expect, Filter, Flash, Focus, Input,
-    InputKind, Nav, ObjKey, Outcome, Pending, Popup, Report, Row, Scope, Sort, State,
-    Target, TargetKind, Verb, View, WaveRow,
+    Action, Children, Confirm, Edit, Effect, Expect, Filter, Flash, Focus, Input, InputKind, Nav,
+    ObjKey, Outcome, Pending, Popup, Report, Row, Scope, Sort, State, Target, TargetKind, Verb,
+    View, WaveRow,
 };
 use crate::strings;
 
@@ -27,15 +27,22 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::MigrationApplied(obj) => {
             state.conn.last_event_at = Some(state.now);
             let row = Row::from_object(*obj);
-            settle_pending(state, TargetKind::Migration, &row.key, |e| expect_met_row(e, &row));
+            settle_pending(state, TargetKind::Migration, &row.key, |e| {
+                expect_met_row(e, &row)
+            });
             let key = row.key.clone();
             let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
                 && state.children.as_ref().is_none_or(|c| {
-                    c.key != key || state.now.duration_since(c.asked_at) >= secs(CHILDREN_REFRESH_SECS)
+                    c.key != key
+                        || state.now.duration_since(c.asked_at) >= secs(CHILDREN_REFRESH_SECS)
                 });
             if refetch {
                 fx.push(Effect::FetchChildren(row.obj.clone()));
-                state.children = Some(Children { key, asked_at: state.now, result: None });
+                state.children = Some(Children {
+                    key,
+                    asked_at: state.now,
+                    result: None,
+                });
             }
             state.index.upsert(row);
             resync_cursor(state);
@@ -44,7 +51,10 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
             state.conn.last_event_at = Some(state.now);
             state.index.remove(&key);
             state.marks.remove(&key);
-            state.pending.remove(&Target { kind: TargetKind::Migration, key });
+            state.pending.remove(&Target {
+                kind: TargetKind::Migration,
+                key,
+            });
             resync_cursor(state);
         }
         Action::MigrationsListed(objs) => {
@@ -74,7 +84,9 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::WaveApplied(obj) => {
             state.conn.last_event_at = Some(state.now);
             let row = WaveRow::from_object(*obj);
-            settle_pending(state, TargetKind::Wave, &row.key, |e| expect_met_wave(e, &row));
+            settle_pending(state, TargetKind::Wave, &row.key, |e| {
+                expect_met_wave(e, &row)
+            });
             match state.waves.binary_search_by(|w| w.key.cmp(&row.key)) {
                 Ok(i) => state.waves[i] = row,
                 Err(i) => state.waves.insert(i, row),
@@ -83,7 +95,10 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::WaveDeleted(key) => {
             state.conn.last_event_at = Some(state.now);
             state.waves.retain(|w| w.key != key);
-            state.pending.remove(&Target { kind: TargetKind::Wave, key });
+            state.pending.remove(&Target {
+                kind: TargetKind::Wave,
+                key,
+            });
             clamp_wave_cursor(state);
         }
         Action::WavesListed(objs) => {
@@ -93,7 +108,10 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
             let waves = &state.waves;
             state.pending.retain(|t, p| {
                 t.kind != TargetKind::Wave
-                    || waves.iter().find(|w| w.key == t.key).is_some_and(|w| !expect_met_wave(&p.expect, w))
+                    || waves
+                        .iter()
+                        .find(|w| w.key == t.key)
+                        .is_some_and(|w| !expect_met_wave(&p.expect, w))
             });
             clamp_wave_cursor(state);
         }
@@ -104,7 +122,11 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::EventDeleted(ev) => state.events.remove(ev.kind, &ev.regarding, &ev.uid),
         Action::EventsListed(evs) => state.events.replace_all(evs),
         Action::Connection(r, s) => state.conn.set(r, s, state.now),
-        Action::Outcome { id, target, outcome } => on_outcome(state, id, target, outcome),
+        Action::Outcome {
+            id,
+            target,
+            outcome,
+        } => on_outcome(state, id, target, outcome),
         Action::Children { key, result } => {
             if let Some(c) = state.children.as_mut().filter(|c| c.key == key) {
                 c.result = Some(result);
@@ -140,10 +162,16 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         }
         Action::StartFilter => {
             let text = state.index.filter().raw.clone();
-            state.input = Some(Input { kind: InputKind::Filter, text });
+            state.input = Some(Input {
+                kind: InputKind::Filter,
+                text,
+            });
         }
         Action::StartCommand => {
-            state.input = Some(Input { kind: InputKind::Command, text: String::new() });
+            state.input = Some(Input {
+                kind: InputKind::Command,
+                text: String::new(),
+            });
         }
         Action::Edit(edit) => {
             if let Some(input) = state.input.as_mut() {
@@ -163,21 +191,27 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         }
         Action::Command(line) => command(state, line.trim(), &mut fx),
         Action::Submit => {
-            if let Some(input) = state.input.take() {
-                if input.kind == InputKind::Command {
-                    command(state, input.text.trim(), &mut fx);
-                }
+            if let Some(input) = state.input.take()
+                && input.kind == InputKind::Command
+            {
+                command(state, input.text.trim(), &mut fx);
             }
         }
         Action::CycleSort => {
             let s = state.index.sort();
             let key = s.key.next(state.all_namespaces());
-            state.index.set_sort(Sort { key, reverse: s.reverse });
+            state.index.set_sort(Sort {
+                key,
+                reverse: s.reverse,
+            });
             resync_cursor(state);
         }
         Action::ReverseSort => {
             let s = state.index.sort();
-            state.index.set_sort(Sort { key: s.key, reverse: !s.reverse });
+            state.index.set_sort(Sort {
+                key: s.key,
+                reverse: !s.reverse,
+            });
             resync_cursor(state);
         }
         Action::CycleWave => {
@@ -216,7 +250,14 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::TogglePause => {
             let targets = targets(state);
             let all_paused = !targets.is_empty() && targets.iter().all(|t| is_paused(state, t));
-            request(state, if all_paused { Verb::Resume } else { Verb::Pause });
+            request(
+                state,
+                if all_paused {
+                    Verb::Resume
+                } else {
+                    Verb::Pause
+                },
+            );
         }
         Action::Request(verb) => request(state, verb),
         Action::Confirm => {
@@ -260,11 +301,19 @@ fn flash(state: &mut State, text: String, error: bool) {
     state.flash = Some(Flash { text, error, until });
 }
 
-fn settle_pending(state: &mut State, kind: TargetKind, key: &ObjKey, met: impl Fn(&Expect) -> bool) {
+fn settle_pending(
+    state: &mut State,
+    kind: TargetKind,
+    key: &ObjKey,
+    met: impl Fn(&Expect) -> bool,
+) {
     if state.pending.is_empty() {
         return;
     }
-    let t = Target { kind, key: key.clone() };
+    let t = Target {
+        kind,
+        key: key.clone(),
+    };
     if state.pending.get(&t).is_some_and(|p| met(&p.expect)) {
         state.pending.remove(&t);
     }
@@ -299,7 +348,11 @@ fn clamp_wave_cursor(state: &mut State) {
 /// when that row left the view.
 fn resync_cursor(state: &mut State) {
     let len = state.index.visible_len();
-    if let Some(pos) = state.selected.as_ref().and_then(|k| state.index.position(k)) {
+    if let Some(pos) = state
+        .selected
+        .as_ref()
+        .and_then(|k| state.index.position(k))
+    {
         state.cursor = pos;
     } else {
         state.cursor = state.cursor.min(len.saturating_sub(1));
@@ -362,10 +415,10 @@ fn navigate(state: &mut State, nav: Nav) {
 }
 
 fn set_wave_scope(state: &mut State, wave: Option<String>) {
-    if let Some(w) = wave.as_deref() {
-        if let Some(i) = state.waves.iter().position(|r| r.key.name == w) {
-            state.wave_cursor = i;
-        }
+    if let Some(w) = wave.as_deref()
+        && let Some(i) = state.waves.iter().position(|r| r.key.name == w)
+    {
+        state.wave_cursor = i;
     }
     state.index.set_wave_scope(wave);
     resync_cursor(state);
@@ -376,15 +429,24 @@ fn enter(state: &mut State, fx: &mut Vec<Effect>) {
         return;
     }
     if state.focus == Focus::Waves {
-        let name = state.waves.get(state.wave_cursor).map(|w| w.key.name.clone());
+        let name = state
+            .waves
+            .get(state.wave_cursor)
+            .map(|w| w.key.name.clone());
         set_wave_scope(state, name);
         state.focus = Focus::Board;
         return;
     }
-    let Some(row) = state.selected_row() else { return };
+    let Some(row) = state.selected_row() else {
+        return;
+    };
     let key = row.key.clone();
     fx.push(Effect::FetchChildren(row.obj.clone()));
-    state.children = Some(Children { key: key.clone(), asked_at: state.now, result: None });
+    state.children = Some(Children {
+        key: key.clone(),
+        asked_at: state.now,
+        result: None,
+    });
     state.views.push(View::Details(key));
     state.scroll = 0;
 }
@@ -463,17 +525,23 @@ fn command(state: &mut State, line: &str, fx: &mut Vec<Effect>) {
 fn focused_target(state: &State) -> Option<Target> {
     if let Some(v) = state.view() {
         return match v {
-            View::Details(k) => Some(Target { kind: TargetKind::Migration, key: k.clone() }),
+            View::Details(k) => Some(Target {
+                kind: TargetKind::Migration,
+                key: k.clone(),
+            }),
             View::Yaml(t) | View::Events(t) => Some(t.clone()),
         };
     }
     if state.focus == Focus::Waves {
-        return state
-            .waves
-            .get(state.wave_cursor)
-            .map(|w| Target { kind: TargetKind::Wave, key: w.key.clone() });
+        return state.waves.get(state.wave_cursor).map(|w| Target {
+            kind: TargetKind::Wave,
+            key: w.key.clone(),
+        });
     }
-    state.selected.clone().map(|key| Target { kind: TargetKind::Migration, key })
+    state.selected.clone().map(|key| Target {
+        kind: TargetKind::Migration,
+        key,
+    })
 }
 
 /// What a mutation applies to: the wave under the strip cursor, the migration in details, the
@@ -484,7 +552,10 @@ fn targets(state: &State) -> Vec<Target> {
         keys.sort();
         return keys
             .into_iter()
-            .map(|k| Target { kind: TargetKind::Migration, key: k.clone() })
+            .map(|k| Target {
+                kind: TargetKind::Migration,
+                key: k.clone(),
+            })
             .collect();
     }
     focused_target(state).into_iter().collect()
@@ -501,7 +572,9 @@ fn is_paused(state: &State, t: &Target) -> bool {
 fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
     match t.kind {
         TargetKind::Migration => {
-            let Some(r) = state.index.get(&t.key) else { return Some("not on the board") };
+            let Some(r) = state.index.get(&t.key) else {
+                return Some("not on the board");
+            };
             match verb {
                 Verb::Cancel if r.phase.is_terminal() => Some("already finished"),
                 Verb::Cancel if r.cancel => Some("already cancelling"),
@@ -522,7 +595,10 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
             match verb {
                 Verb::Cancel if w.cancel => Some("already cancelling"),
                 Verb::Cancel if w.phase.is_terminal() => Some("already finished"),
-                Verb::Retry if w.counts.failed + w.counts.cancelled == 0 && w.phase != WavePhase::Failed => {
+                Verb::Retry
+                    if w.counts.failed + w.counts.cancelled == 0
+                        && w.phase != WavePhase::Failed =>
+                {
                     Some("has nothing failed or cancelled")
                 }
                 Verb::Pause if w.paused => Some("already paused"),
@@ -544,7 +620,11 @@ pub fn plan(state: &State, verb: Verb, all: Vec<Target>) -> Confirm {
             None => targets.push(t),
         }
     }
-    Confirm { verb, targets, skipped }
+    Confirm {
+        verb,
+        targets,
+        skipped,
+    }
 }
 
 fn request(state: &mut State, verb: Verb) {
@@ -557,14 +637,20 @@ fn request(state: &mut State, verb: Verb) {
         flash(state, strings::NOTHING_SELECTED.to_owned(), true);
         return;
     }
-    let Confirm { targets, skipped, .. } = plan(state, verb, all);
+    let Confirm {
+        targets, skipped, ..
+    } = plan(state, verb, all);
     if targets.is_empty() {
         let (t, why) = &skipped[0];
         let text = strings::nothing_to_do(verb, &t.key.name, why, skipped.len());
         flash(state, text, true);
         return;
     }
-    state.popup = Some(Popup::Confirm(Confirm { verb, targets, skipped }));
+    state.popup = Some(Popup::Confirm(Confirm {
+        verb,
+        targets,
+        skipped,
+    }));
 }
 
 /// The merge patch and what the watch must show for `verb` on `t`, from its current state.
@@ -581,9 +667,13 @@ fn patch_for(state: &State, verb: Verb, t: &Target) -> (serde_json::Value, Expec
                 TargetKind::Migration => state.index.get(&t.key).map_or((0, false, None), |r| {
                     (r.retry, r.cancel, r.obj.metadata.resource_version.clone())
                 }),
-                TargetKind::Wave => state.waves.iter().find(|w| w.key == t.key).map_or((0, false, None), |w| {
-                    (w.retry, w.cancel, w.obj.metadata.resource_version.clone())
-                }),
+                TargetKind::Wave => state
+                    .waves
+                    .iter()
+                    .find(|w| w.key == t.key)
+                    .map_or((0, false, None), |w| {
+                        (w.retry, w.cancel, w.obj.metadata.resource_version.clone())
+                    }),
             };
             let mut spec = json!({"retry": retry + 1});
             if cancel {
@@ -616,10 +706,24 @@ fn confirm(state: &mut State, c: Confirm, fx: &mut Vec<Effect>) {
     for t in &c.targets {
         let (patch, expect) = patch_for(state, c.verb, t);
         fx.push(match c.verb {
-            Verb::Delete => Effect::Delete { id, target: t.clone() },
-            _ => Effect::Patch { id, target: t.clone(), patch },
+            Verb::Delete => Effect::Delete {
+                id,
+                target: t.clone(),
+            },
+            _ => Effect::Patch {
+                id,
+                target: t.clone(),
+                patch,
+            },
         });
-        state.pending.insert(t.clone(), Pending { verb: c.verb, expect, since: state.now });
+        state.pending.insert(
+            t.clone(),
+            Pending {
+                verb: c.verb,
+                expect,
+                since: state.now,
+            },
+        );
     }
     if c.targets.len() > 1 {
         state.popup = Some(Popup::Report);
@@ -636,14 +740,19 @@ fn on_outcome(state: &mut State, id: u64, target: Target, outcome: Outcome) {
     if !outcome.is_applied() {
         state.pending.remove(&target);
     }
-    let Some(report) = state.report.as_mut().filter(|r| r.id == id) else { return };
+    let Some(report) = state.report.as_mut().filter(|r| r.id == id) else {
+        return;
+    };
     let failed = !outcome.is_applied();
     if let Some(entry) = report.entries.iter_mut().find(|(t, _)| *t == target) {
         entry.1 = Some(outcome);
     }
     if report.is_complete() {
         let summary = report.summary();
-        let any_failed = report.entries.iter().any(|(_, o)| !o.as_ref().is_some_and(Outcome::is_applied));
+        let any_failed = report
+            .entries
+            .iter()
+            .any(|(_, o)| !o.as_ref().is_some_and(Outcome::is_applied));
         let text = if report.entries.len() == 1 {
             let (t, o) = &report.entries[0];
             strings::single_outcome(report.verb, &t.key.name, o.as_ref())
@@ -656,4 +765,3 @@ fn on_outcome(state: &mut State, id: u64, target: Target, outcome: Outcome) {
         state.popup = Some(Popup::Report);
     }
 }
-

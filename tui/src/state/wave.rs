@@ -44,7 +44,11 @@ impl WaveRow {
     /// The row of a (trimmed) wave.
     pub fn from_object(obj: MigrationWave) -> WaveRow {
         let status = obj.status.clone().unwrap_or_default();
-        let total = if status.total > 0 { status.total } else { obj.spec.vms.len() as i32 };
+        let total = if status.total > 0 {
+            status.total
+        } else {
+            obj.spec.vms.len() as i32
+        };
         WaveRow {
             key: ObjKey::new(obj.namespace().unwrap_or_default(), obj.name_any()),
             phase: status.phase,

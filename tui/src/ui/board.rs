@@ -38,7 +38,11 @@ fn widths(state: &State, width: u16) -> Widths {
     let gauge = if wide { 10 } else { 4 };
     Widths {
         name,
-        namespace: if state.all_namespaces() { if wide { 14 } else { 10 } } else { 0 },
+        namespace: if state.all_namespaces() {
+            if wide { 14 } else { 10 }
+        } else {
+            0
+        },
         wave: if wide { 12 } else { 6 },
         gauge,
         // gauge, " 100%", and on wide screens " 123MiB/s"
@@ -50,8 +54,16 @@ fn widths(state: &State, width: u16) -> Widths {
 
 fn gutter(state: &State, row: &Row, t: &Theme, cursor: bool) -> Line<'static> {
     // The cursor also has a glyph: under NO_COLOR a reversed row is not all a reader may see.
-    let arrow = if cursor { Span::styled("▸", t.key()) } else { Span::raw(" ") };
-    let mark = if state.marks.contains(&row.key) { Span::styled("●", t.key()) } else { Span::raw(" ") };
+    let arrow = if cursor {
+        Span::styled("▸", t.key())
+    } else {
+        Span::raw(" ")
+    };
+    let mark = if state.marks.contains(&row.key) {
+        Span::styled("●", t.key())
+    } else {
+        Span::raw(" ")
+    };
     let flag = if state.pending_of(&row.key).is_some() {
         Span::styled("…", t.warn())
     } else if row.deleting {
@@ -78,10 +90,10 @@ fn progress(row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
         Span::styled(empty, t.dim()),
         Span::raw(format!("{:>5}", format::percent(pct))),
     ];
-    if w.rate {
-        if let Some(r) = row.rate.filter(|r| *r > 0 && !row.phase.is_terminal()) {
-            spans.push(Span::styled(format!(" {:>9}", format::rate(r)), t.dim()));
-        }
+    if w.rate
+        && let Some(r) = row.rate.filter(|r| *r > 0 && !row.phase.is_terminal())
+    {
+        spans.push(Span::styled(format!(" {:>9}", format::rate(r)), t.dim()));
     }
     Line::from(spans)
 }
@@ -102,9 +114,17 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
     let sort = state.index.sort();
     let mut spans = vec![
         Span::styled(" migrations ", t.title()),
-        Span::raw(format!("{}/{} ", state.index.visible_len(), state.index.len())),
+        Span::raw(format!(
+            "{}/{} ",
+            state.index.visible_len(),
+            state.index.len()
+        )),
         Span::styled(
-            format!("sort {}{} ", sort.key.title(), if sort.reverse { "↓" } else { "↑" }),
+            format!(
+                "sort {}{} ",
+                sort.key.title(),
+                if sort.reverse { "↓" } else { "↑" }
+            ),
             t.dim(),
         ),
     ];
@@ -116,7 +136,10 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
         spans.push(Span::styled(format!("filter “{}” ", f.raw), t.key()));
     }
     if !state.marks.is_empty() {
-        spans.push(Span::styled(format!("{} marked ", state.marks.len()), t.key()));
+        spans.push(Span::styled(
+            format!("{} marked ", state.marks.len()),
+            t.key(),
+        ));
     }
     if state.conn.is_stale() {
         spans.push(Span::styled(" stale: last known state ", t.badge(true)));
@@ -126,14 +149,21 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
 
 /// Draws the board; returns how many rows fit.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
-    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(title(state, t));
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title(state, t));
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let page = inner.height.saturating_sub(1) as usize;
     let w = widths(state, inner.width);
     let sort = state.index.sort().key;
     let head = |label: &'static str, key: Option<SortKey>| {
-        let style = if key == Some(sort) { t.key() } else { t.title() };
+        let style = if key == Some(sort) {
+            t.key()
+        } else {
+            t.title()
+        };
         Cell::from(Span::styled(label, style))
     };
     let mut header = vec![Cell::from(""), head("NAME", Some(SortKey::Name))];
@@ -147,7 +177,10 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         head("PHASE", Some(SortKey::Phase)),
         head("PROGRESS", Some(SortKey::Progress)),
         head(if w.rate { "CONDITIONS" } else { "CONDS" }, None),
-        head(if w.rate { "ATTEMPT" } else { "ATT" }, Some(SortKey::Attempt)),
+        head(
+            if w.rate { "ATTEMPT" } else { "ATT" },
+            Some(SortKey::Attempt),
+        ),
         head("IN-PHASE", Some(SortKey::InPhase)),
         head("MESSAGE", None),
     ]);
@@ -167,25 +200,47 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         .enumerate()
         .map(|(i, r)| {
             let cursor = state.offset + i == state.cursor;
-            let mut cells = vec![Cell::from(gutter(state, r, t, cursor)), Cell::from(format::fit(&r.key.name, w.name as usize))];
+            let mut cells = vec![
+                Cell::from(gutter(state, r, t, cursor)),
+                Cell::from(format::fit(&r.key.name, w.name as usize)),
+            ];
             if w.namespace > 0 {
-                cells.push(Cell::from(Span::styled(format::fit(&r.key.namespace, w.namespace as usize), t.dim())));
+                cells.push(Cell::from(Span::styled(
+                    format::fit(&r.key.namespace, w.namespace as usize),
+                    t.dim(),
+                )));
             }
             cells.extend([
-                Cell::from(Span::styled(format::fit(r.wave.as_deref().unwrap_or("-"), w.wave as usize), t.dim())),
+                Cell::from(Span::styled(
+                    format::fit(r.wave.as_deref().unwrap_or("-"), w.wave as usize),
+                    t.dim(),
+                )),
                 Cell::from(Span::styled(r.phase.as_str(), t.phase(r.phase))),
                 Cell::from(progress(r, &w, t)),
                 Cell::from(pips(r, t)),
                 Cell::from(format!("{:>3}", r.attempt)),
                 Cell::from(format!("{:>7}", format::age(r.phase_since, state.now))),
-                Cell::from(Span::styled(r.message.clone(), if r.phase == ferry_crds::Phase::Failed { t.bad() } else { t.text() })),
+                Cell::from(Span::styled(
+                    r.message.clone(),
+                    if r.phase == ferry_crds::Phase::Failed {
+                        t.bad()
+                    } else {
+                        t.text()
+                    },
+                )),
             ]);
             let row = TRow::new(cells);
-            if cursor { row.style(t.cursor(focused)) } else { row.style(Style::new()) }
+            if cursor {
+                row.style(t.cursor(focused))
+            } else {
+                row.style(Style::new())
+            }
         })
         .collect();
     let empty = rows.is_empty();
-    let table = Table::new(rows, cons).header(TRow::new(header)).column_spacing(1);
+    let table = Table::new(rows, cons)
+        .header(TRow::new(header))
+        .column_spacing(1);
     frame.render_widget(table, inner);
     if empty && inner.height > 2 {
         let crd_missing = matches!(state.conn.migrations, crate::state::ConnState::CrdMissing);
@@ -198,7 +253,11 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         } else {
             strings::EMPTY_FILTERED
         };
-        let area = Rect { y: inner.y + 2, height: 1, ..inner };
+        let area = Rect {
+            y: inner.y + 2,
+            height: 1,
+            ..inner
+        };
         frame.render_widget(Paragraph::new(Span::styled(msg, t.dim())).centered(), area);
     }
     page

@@ -22,22 +22,40 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
         _ => "migration",
     };
     let mut lines = vec![
-        Line::styled(strings::confirm_title(c.verb, c.targets.len(), kind), t.bad()),
+        Line::styled(
+            strings::confirm_title(c.verb, c.targets.len(), kind),
+            t.bad(),
+        ),
         Line::raw(""),
         Line::raw(strings::what_changes(c.verb)),
         Line::raw(""),
     ];
     for target in c.targets.iter().take(MAX_LISTED) {
-        let ns = if state.all_namespaces() { format!("  ({})", target.key.namespace) } else { String::new() };
-        lines.push(Line::from(vec![Span::styled("  • ", t.key()), Span::raw(format!("{}{ns}", target.key.name))]));
+        let ns = if state.all_namespaces() {
+            format!("  ({})", target.key.namespace)
+        } else {
+            String::new()
+        };
+        lines.push(Line::from(vec![
+            Span::styled("  • ", t.key()),
+            Span::raw(format!("{}{ns}", target.key.name)),
+        ]));
     }
     if c.targets.len() > MAX_LISTED {
-        lines.push(Line::styled(format!("  … and {} more", c.targets.len() - MAX_LISTED), t.dim()));
+        lines.push(Line::styled(
+            format!("  … and {} more", c.targets.len() - MAX_LISTED),
+            t.dim(),
+        ));
     }
     if !c.skipped.is_empty() {
         let (first, why) = &c.skipped[0];
         lines.push(Line::styled(
-            format!("  skipped {}: {} is {why}{}", c.skipped.len(), first.key.name, if c.skipped.len() > 1 { ", …" } else { "" }),
+            format!(
+                "  skipped {}: {} is {why}{}",
+                c.skipped.len(),
+                first.key.name,
+                if c.skipped.len() > 1 { ", …" } else { "" }
+            ),
             t.dim(),
         ));
     }
@@ -52,8 +70,16 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
     let h = (lines.len() as u16 + 3).min(area.height);
     let r = centered(area, 72, h);
     frame.render_widget(Clear, r);
-    let block = Block::default().borders(Borders::ALL).border_style(t.bad()).title(" confirm ");
-    frame.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(t.bad())
+        .title(" confirm ");
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        r,
+    );
 }
 
 /// Draws the report of the last mutation.
@@ -73,13 +99,27 @@ pub fn draw_report(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         ]));
     }
     if report.entries.len() > room {
-        lines.push(Line::styled(format!("  … and {} more", report.entries.len() - room), t.dim()));
+        lines.push(Line::styled(
+            format!("  … and {} more", report.entries.len() - room),
+            t.dim(),
+        ));
     }
     lines.push(Line::raw(""));
-    lines.push(Line::styled("  Esc/Enter closes; rows show … until the watch delivers the change", t.dim()));
+    lines.push(Line::styled(
+        "  Esc/Enter closes; rows show … until the watch delivers the change",
+        t.dim(),
+    ));
     let h = (lines.len() as u16 + 2).min(area.height);
     let r = centered(area, 96, h);
     frame.render_widget(Clear, r);
-    let block = Block::default().borders(Borders::ALL).border_style(t.title()).title(" outcome ");
-    frame.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(t.title())
+        .title(" outcome ");
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        r,
+    );
 }

@@ -17,7 +17,10 @@ fn section(title: &str, t: &Theme) -> Line<'static> {
 }
 
 fn kv(k: &str, v: String, t: &Theme) -> Line<'static> {
-    Line::from(vec![Span::styled(format!("  {k:<9}"), t.dim()), Span::raw(v)])
+    Line::from(vec![
+        Span::styled(format!("  {k:<9}"), t.dim()),
+        Span::raw(v),
+    ])
 }
 
 fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
@@ -29,7 +32,10 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     out.push(kv("source", format!("{vm} @ {}", s.source.endpoint.url), t));
     out.push(kv(
         "power",
-        format!("powerOff {}  restore {:?}", s.source.power.power_off, s.source.power.restore_power_state),
+        format!(
+            "powerOff {}  restore {:?}",
+            s.source.power.power_off, s.source.power.restore_power_state
+        ),
         t,
     ));
     out.push(kv(
@@ -37,23 +43,43 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
         format!(
             "{}  storageClass {}  runStrategy {:?}",
             ferry_crds::names::vm_name(o),
-            s.target.template.storage_class_name.as_deref().unwrap_or("(default)"),
+            s.target
+                .template
+                .storage_class_name
+                .as_deref()
+                .unwrap_or("(default)"),
             s.target.template.run_strategy
         ),
         t,
     ));
     out.push(kv(
         "staging",
-        format!("{} bucket {}  format {}", s.staging.endpoint, s.staging.bucket, s.conversion.format.as_str()),
+        format!(
+            "{} bucket {}  format {}",
+            s.staging.endpoint,
+            s.staging.bucket,
+            s.conversion.format.as_str()
+        ),
         t,
     ));
     let mut intents = vec![Span::styled(format!("  {:<9}", "intents"), t.dim())];
-    let flag = |name: &str, on: bool| Span::styled(format!("{name} {on}  "), if on { t.warn() } else { t.text() });
+    let flag = |name: &str, on: bool| {
+        Span::styled(
+            format!("{name} {on}  "),
+            if on { t.warn() } else { t.text() },
+        )
+    };
     intents.push(flag("cancel", s.cancel));
     intents.push(flag("paused", s.paused));
-    intents.push(Span::raw(format!("retry {} (acted on {})", s.retry, status.retry_observed)));
+    intents.push(Span::raw(format!(
+        "retry {} (acted on {})",
+        s.retry, status.retry_observed
+    )));
     if let Some(p) = state.pending_of(&row.key) {
-        intents.push(Span::styled(format!("  … {} pending", p.verb.as_str()), t.warn()));
+        intents.push(Span::styled(
+            format!("  … {} pending", p.verb.as_str()),
+            t.warn(),
+        ));
     }
     out.push(Line::from(intents));
     out.push(section("status", t));
@@ -64,11 +90,19 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             "  for {}  attempt {}  started {}",
             format::age(row.phase_since, state.now),
             row.attempt,
-            status.started_at.as_ref().map_or("-".into(), |t| format!("{} ago", format::age(Some(t.0), state.now)))
+            status.started_at.as_ref().map_or("-".into(), |t| format!(
+                "{} ago",
+                format::age(Some(t.0), state.now)
+            ))
         )),
     ]));
     if let Some(p) = &status.progress {
-        let mut v = format!("{}  {} of {}", format::percent(p.percent), format::bytes(p.bytes_done), format::bytes(p.bytes_total));
+        let mut v = format!(
+            "{}  {} of {}",
+            format::percent(p.percent),
+            format::bytes(p.bytes_done),
+            format::bytes(p.bytes_total)
+        );
         if let Some(r) = p.rate_bytes_per_second {
             v.push_str(&format!("  {}", format::rate(r)));
         }
@@ -101,7 +135,13 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
 fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![
         section("conditions", t),
-        Line::styled(format!("  {:<17}{:<10}{:<22}{:<8}{}", "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"), t.dim()),
+        Line::styled(
+            format!(
+                "  {:<17}{:<10}{:<22}{:<8}{}",
+                "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"
+            ),
+            t.dim(),
+        ),
     ];
     for ty in ConditionType::ALL {
         let c = row.obj.condition(ty);
@@ -111,7 +151,10 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             Span::raw(format!("  {:<17}", ty.as_str())),
             Span::styled(format!("{pip} {:<8}", status.as_str()), style),
             Span::raw(format!("{:<22}", c.map_or("-", |c| c.reason.as_str()))),
-            Span::raw(format!("{:<8}", format::age(c.map(|c| c.last_transition_time.0), state.now))),
+            Span::raw(format!(
+                "{:<8}",
+                format::age(c.map(|c| c.last_transition_time.0), state.now)
+            )),
             Span::styled(c.map(|c| c.message.clone()).unwrap_or_default(), t.dim()),
         ]));
     }
@@ -156,13 +199,22 @@ fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
 
 fn children(key: &ObjKey, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![section("children", t)];
-    match state.children.as_ref().filter(|c| c.key == *key).and_then(|c| c.result.as_ref()) {
+    match state
+        .children
+        .as_ref()
+        .filter(|c| c.key == *key)
+        .and_then(|c| c.result.as_ref())
+    {
         None => out.push(Line::styled("  reading…", t.dim())),
         Some(Err(e)) => out.push(Line::styled(format!("  {e}"), t.bad())),
         Some(Ok(list)) if list.is_empty() => out.push(Line::styled("  none yet", t.dim())),
         Some(Ok(list)) => {
             for c in list {
-                let style = if c.state == "absent" { t.dim() } else { t.text() };
+                let style = if c.state == "absent" {
+                    t.dim()
+                } else {
+                    t.text()
+                };
                 out.push(Line::from(vec![
                     Span::styled(format!("  {:<23}", c.kind), t.dim()),
                     Span::raw(format!("{:<28} ", c.name)),
@@ -188,7 +240,11 @@ fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             Span::styled(format!("{:<11}", h.phase.as_str()), t.phase(h.phase)),
             Span::raw(format!("{:>7}", format::duration(took))),
             Span::styled(
-                format!("  attempt {}{}", h.attempt, if h.left_at.is_none() { "  (now)" } else { "" }),
+                format!(
+                    "  attempt {}{}",
+                    h.attempt,
+                    if h.left_at.is_none() { "  (now)" } else { "" }
+                ),
                 t.dim(),
             ),
         ]));
@@ -200,8 +256,16 @@ fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
 pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![];
     for e in state.events.of(kind, key).rev() {
-        let style = if e.type_ == "Warning" { t.bad() } else { t.text() };
-        let count = if e.count > 1 { format!(" ×{}", e.count) } else { String::new() };
+        let style = if e.type_ == "Warning" {
+            t.bad()
+        } else {
+            t.text()
+        };
+        let count = if e.count > 1 {
+            format!(" ×{}", e.count)
+        } else {
+            String::new()
+        };
         out.push(Line::from(vec![
             Span::styled(format!("  {:>7} ", format::age(e.time, state.now)), t.dim()),
             Span::styled(format!("{:<8}", e.type_), style),
@@ -221,25 +285,34 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         Span::styled(format!(" {} ", key.name), t.title()),
         Span::styled(format!("namespace {} ", key.namespace), t.dim()),
     ]);
-    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(title);
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let Some(row) = state.index.get(key) else {
-        frame.render_widget(Paragraph::new(Line::styled("  gone: the migration was deleted", t.bad())), inner);
+        frame.render_widget(
+            Paragraph::new(Line::styled("  gone: the migration was deleted", t.bad())),
+            inner,
+        );
         return inner.height as usize;
     };
     let mut events = vec![section("events", t)];
     events.extend(event_lines(state, EventKind::Migration, key, t));
     let page = inner.height as usize;
     if inner.width >= 140 {
-        let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(inner);
+        let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .areas(inner);
         let mut left = summary(row, state, t);
         left.extend(disks(row, t));
         left.extend(children(key, state, t));
         left.extend(timeline(row, state, t));
         let mut right = conditions(row, state, t);
         right.extend(events);
-        let scroll = state.scroll.min(left.len().max(right.len()).saturating_sub(page)) as u16;
+        let scroll = state
+            .scroll
+            .min(left.len().max(right.len()).saturating_sub(page)) as u16;
         frame.render_widget(Paragraph::new(left).scroll((scroll, 0)), l);
         frame.render_widget(Paragraph::new(right).scroll((scroll, 0)), r);
     } else {

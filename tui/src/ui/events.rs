@@ -20,10 +20,16 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
         Span::styled(format!(" events of {} ", target.key.name), t.title()),
         Span::styled(format!("namespace {} ", target.key.namespace), t.dim()),
     ]);
-    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(title);
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let mut lines = vec![Line::styled(format!("  {:>7} {:<8}{:<22}{}", "AGE", "TYPE", "REASON", "MESSAGE"), t.dim())];
+    let mut lines = vec![Line::styled(
+        format!("  {:>7} {:<8}{:<22}{}", "AGE", "TYPE", "REASON", "MESSAGE"),
+        t.dim(),
+    )];
     lines.extend(event_lines(state, kind, &target.key, t));
     let page = inner.height as usize;
     let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;

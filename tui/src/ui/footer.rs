@@ -30,12 +30,18 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             if !f.errors.is_empty() {
                 spans.push(Span::styled(format!("   {}", f.errors.join(", ")), t.bad()));
             } else {
-                spans.push(Span::styled("   Enter keeps it, Esc too; tokens phase: wave: ns:", t.dim()));
+                spans.push(Span::styled(
+                    "   Enter keeps it, Esc too; tokens phase: wave: ns:",
+                    t.dim(),
+                ));
             }
         }
         Line::from(spans)
     } else if let Some(f) = &state.flash {
-        Line::styled(format!(" {}", f.text), if f.error { t.bad() } else { t.ok() })
+        Line::styled(
+            format!(" {}", f.text),
+            if f.error { t.bad() } else { t.ok() },
+        )
     } else {
         let hints = if !state.views.is_empty() {
             strings::HINTS_VIEW

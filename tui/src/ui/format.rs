@@ -38,7 +38,11 @@ pub fn bytes(n: i64) -> String {
         v /= 1024.0;
         unit = u;
     }
-    if v < 10.0 { format!("{v:.1}{unit}") } else { format!("{v:.0}{unit}") }
+    if v < 10.0 {
+        format!("{v:.1}{unit}")
+    } else {
+        format!("{v:.0}{unit}")
+    }
 }
 
 /// A rate: `12MiB/s`.
@@ -58,7 +62,7 @@ pub fn gauge(p: f64, width: usize) -> (String, String) {
     let full = eighths / 8;
     let mut filled = "█".repeat(full);
     let mut used = full;
-    if full < width && eighths % 8 > 0 {
+    if full < width && !eighths.is_multiple_of(8) {
         filled.push_str(PARTIAL[eighths % 8]);
         used += 1;
     }

@@ -18,10 +18,17 @@ pub fn draw(frame: &mut Frame, t: &Theme, area: Rect) {
     let cell = |i: usize| {
         BINDINGS.get(i).map_or_else(Vec::new, |b| {
             let help = super::format::fit(b.help, width - 11);
-            vec![Span::styled(format!(" {:>8}  ", b.label), t.key()), Span::raw(format!("{help:<w$}", w = width - 11))]
+            vec![
+                Span::styled(format!(" {:>8}  ", b.label), t.key()),
+                Span::raw(format!("{help:<w$}", w = width - 11)),
+            ]
         })
     };
-    let rows = if two { BINDINGS.len().div_ceil(2) } else { BINDINGS.len() };
+    let rows = if two {
+        BINDINGS.len().div_ceil(2)
+    } else {
+        BINDINGS.len()
+    };
     let mut lines: Vec<Line> = (0..rows)
         .map(|i| {
             let mut spans = cell(i);
@@ -32,12 +39,24 @@ pub fn draw(frame: &mut Frame, t: &Theme, area: Rect) {
         })
         .collect();
     lines.push(Line::raw(""));
-    lines.push(Line::styled(" Pips: SourceDiscovered Validated DiskConverted DiskImported", t.dim()));
-    lines.push(Line::styled("       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)", t.dim()));
-    lines.push(Line::styled(" Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting", t.dim()));
+    lines.push(Line::styled(
+        " Pips: SourceDiscovered Validated DiskConverted DiskImported",
+        t.dim(),
+    ));
+    lines.push(Line::styled(
+        "       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)",
+        t.dim(),
+    ));
+    lines.push(Line::styled(
+        " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
+        t.dim(),
+    ));
     let h = (lines.len() as u16 + 2).min(area.height);
     let r = centered(area, 78, h);
     frame.render_widget(Clear, r);
-    let block = Block::default().borders(Borders::ALL).border_style(t.title()).title(" keys (Esc closes) ");
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(t.title())
+        .title(" keys (Esc closes) ");
     frame.render_widget(Paragraph::new(lines).block(block), r);
 }

@@ -11,7 +11,10 @@ use super::Theme;
 
 /// Draws the log pane; `live` false draws an empty pane (tests, whose logger is global).
 pub fn draw(frame: &mut Frame, t: &Theme, area: Rect, live: bool) {
-    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(" logs (l hides) ");
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(" logs (l hides) ");
     if live {
         let w = TuiLoggerWidget::default()
             .block(block)

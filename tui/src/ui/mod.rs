@@ -54,7 +54,10 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = Paragraph::new(vec![
             Line::raw(""),
-            Line::styled(strings::too_small(area.width, area.height), opts.theme.bad()),
+            Line::styled(
+                strings::too_small(area.width, area.height),
+                opts.theme.bad(),
+            ),
             Line::raw("q quits"),
         ])
         .centered()
@@ -64,7 +67,11 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
     }
     let t = &opts.theme;
     let wave_lines = waves::height(state);
-    let log_lines = if state.show_logs { (area.height / 3).max(6) } else { 0 };
+    let log_lines = if state.show_logs {
+        (area.height / 3).max(6)
+    } else {
+        0
+    };
     let [head, strip, body, logs_area, foot] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Length(wave_lines),
@@ -98,5 +105,10 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
 pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
     let w = w.min(area.width);
     let h = h.min(area.height);
-    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
 }

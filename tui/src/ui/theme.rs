@@ -24,7 +24,11 @@ impl Theme {
     }
 
     fn fg(&self, c: Color) -> Style {
-        if self.color { Style::new().fg(c) } else { Style::new() }
+        if self.color {
+            Style::new().fg(c)
+        } else {
+            Style::new()
+        }
     }
 
     /// Normal text.
@@ -34,7 +38,11 @@ impl Theme {
 
     /// Secondary text.
     pub fn dim(&self) -> Style {
-        if self.color { Style::new().fg(Color::DarkGray) } else { Style::new().add_modifier(Modifier::DIM) }
+        if self.color {
+            Style::new().fg(Color::DarkGray)
+        } else {
+            Style::new().add_modifier(Modifier::DIM)
+        }
     }
 
     /// Titles and column headers.
@@ -45,7 +53,9 @@ impl Theme {
     /// The row under the cursor.
     pub fn cursor(&self, focused: bool) -> Style {
         match (self.color, focused) {
-            (true, true) => Style::new().bg(Color::Rgb(40, 60, 90)).add_modifier(Modifier::BOLD),
+            (true, true) => Style::new()
+                .bg(Color::Rgb(40, 60, 90))
+                .add_modifier(Modifier::BOLD),
             (true, false) => Style::new().bg(Color::Rgb(45, 45, 45)),
             (false, true) => Style::new().add_modifier(Modifier::REVERSED),
             (false, false) => Style::new().add_modifier(Modifier::UNDERLINED),
@@ -76,7 +86,10 @@ impl Theme {
     pub fn badge(&self, bad: bool) -> Style {
         if self.color {
             let bg = if bad { Color::Red } else { Color::Blue };
-            Style::new().bg(bg).fg(Color::White).add_modifier(Modifier::BOLD)
+            Style::new()
+                .bg(bg)
+                .fg(Color::White)
+                .add_modifier(Modifier::BOLD)
         } else {
             Style::new().add_modifier(Modifier::REVERSED | Modifier::BOLD)
         }

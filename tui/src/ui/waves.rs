@@ -21,19 +21,32 @@ pub fn height(state: &State) -> u16 {
 
 fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Line<'static> {
     let done = w.done();
-    let pct = if w.total > 0 { f64::from(done) * 100.0 / f64::from(w.total) } else { 0.0 };
+    let pct = if w.total > 0 {
+        f64::from(done) * 100.0 / f64::from(w.total)
+    } else {
+        0.0
+    };
     let (fill, empty) = format::gauge(pct, if wide { 16 } else { 8 });
     let mut spans = vec![
         Span::styled(if selected { "▸ " } else { "  " }, t.key()),
-        Span::styled(format::fit(&w.key.name, if wide { 16 } else { 10 }), t.title()),
+        Span::styled(
+            format::fit(&w.key.name, if wide { 16 } else { 10 }),
+            t.title(),
+        ),
         Span::raw(" "),
-        Span::styled(format!("{:<9}", format!("{:?}", w.phase)), t.wave_phase(w.phase)),
+        Span::styled(
+            format!("{:<9}", format!("{:?}", w.phase)),
+            t.wave_phase(w.phase),
+        ),
         Span::styled(fill, t.ok()),
         Span::styled(empty, t.dim()),
         Span::raw(format!(" {done}/{}", w.total)),
     ];
     if w.counts.failed > 0 {
-        spans.push(Span::styled(format!(" ✕{} failed", w.counts.failed), t.bad()));
+        spans.push(Span::styled(
+            format!(" ✕{} failed", w.counts.failed),
+            t.bad(),
+        ));
     }
     spans.push(Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)));
     if wide {
@@ -65,10 +78,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     }
     let wide = area.width >= 140;
     let spark_w = if wide { 40 } else { 20 };
-    let [text, spark] = Layout::horizontal([Constraint::Min(40), Constraint::Length(spark_w)]).areas(area);
+    let [text, spark] =
+        Layout::horizontal([Constraint::Min(40), Constraint::Length(spark_w)]).areas(area);
     let selected = state.selected_wave().map(|w| w.key.clone());
     let n = area.height as usize;
-    let first = state.wave_cursor.saturating_sub(n - 1).min(state.waves.len().saturating_sub(n));
+    let first = state
+        .wave_cursor
+        .saturating_sub(n - 1)
+        .min(state.waves.len().saturating_sub(n));
     let focused = state.focus == Focus::Waves;
     let lines: Vec<Line> = state.waves[first..]
         .iter()
@@ -78,10 +95,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     frame.render_widget(Paragraph::new(lines), text);
     if let Some(w) = state.selected_wave() {
         let label = "done/min ";
-        let [l, s] = Layout::horizontal([Constraint::Length(label.len() as u16), Constraint::Min(1)]).areas(spark);
+        let [l, s] =
+            Layout::horizontal([Constraint::Length(label.len() as u16), Constraint::Min(1)])
+                .areas(spark);
         frame.render_widget(Paragraph::new(Span::styled(label, t.dim())), l);
         let minute = state.now.as_second().div_euclid(60);
-        let data = state.index.completions_per_minute(&w.key.name, minute, s.width as usize);
+        let data = state
+            .index
+            .completions_per_minute(&w.key.name, minute, s.width as usize);
         frame.render_widget(Sparkline::default().data(&data).style(t.ok()), s);
     }
 }

@@ -14,7 +14,9 @@ use crate::state::{State, Target, TargetKind};
 pub fn yaml_of(state: &State, target: &Target) -> Option<String> {
     let text = match target.kind {
         TargetKind::Migration => serde_yaml::to_string(&*state.index.get(&target.key)?.obj),
-        TargetKind::Wave => serde_yaml::to_string(&*state.waves.iter().find(|w| w.key == target.key)?.obj),
+        TargetKind::Wave => {
+            serde_yaml::to_string(&*state.waves.iter().find(|w| w.key == target.key)?.obj)
+        }
     };
     Some(text.unwrap_or_else(|e| format!("# cannot render: {e}")))
 }
@@ -29,12 +31,18 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
         Span::styled(format!(" yaml {kind} {} ", target.key.name), t.title()),
         Span::styled(format!("namespace {} ", target.key.namespace), t.dim()),
     ]);
-    let block = Block::default().borders(Borders::TOP).border_style(t.dim()).title(title);
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let page = inner.height as usize;
     let Some(text) = yaml_of(state, target) else {
-        frame.render_widget(Paragraph::new(Line::styled("  gone: the object was deleted", t.bad())), inner);
+        frame.render_widget(
+            Paragraph::new(Line::styled("  gone: the object was deleted", t.bad())),
+            inner,
+        );
         return page;
     };
     let lines: Vec<Line> = text
@@ -42,7 +50,10 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
         .map(|l| match l.find(':') {
             Some(i) if !l.trim_start().starts_with('-') || l.trim_start().len() > 2 => {
                 let (k, v) = l.split_at(i);
-                Line::from(vec![Span::styled(k.to_owned(), t.title()), Span::raw(v.to_owned())])
+                Line::from(vec![
+                    Span::styled(k.to_owned(), t.title()),
+                    Span::raw(v.to_owned()),
+                ])
             }
             _ => Line::raw(l.to_owned()),
         })

@@ -1,10 +1,12 @@
 //! Fixture data for snapshot tests and benchmarks: a believable wave in every phase.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use ferry::state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update};
+use ferry::state::{
+    Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update,
+};
 use ferry_crds::{
-    ConditionStatus, ConditionType, LastFailure, Phase, PhaseTransition, Progress, Reason,
-    VirtualMachineMigration, MigrationWave, MigrationWaveStatus, WaveCounts, WavePhase,
+    ConditionStatus, ConditionType, LastFailure, MigrationWave, MigrationWaveStatus, Phase,
+    PhaseTransition, Progress, Reason, VirtualMachineMigration, WaveCounts, WavePhase,
     fixtures::{migration, ts, wave},
 };
 
@@ -40,7 +42,13 @@ fn conditions_done(p: Phase) -> usize {
 }
 
 /// A migration `name` in `phase`, `i` varies times and progress.
-pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> VirtualMachineMigration {
+pub fn vmm(
+    ns: &str,
+    name: &str,
+    wave: Option<&str>,
+    phase: Phase,
+    i: i64,
+) -> VirtualMachineMigration {
     let mut o = migration(name);
     o.metadata.namespace = Some(ns.into());
     o.metadata.uid = Some(format!("uid-{ns}-{name}"));
@@ -57,19 +65,35 @@ pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> Vi
         }
     }
     let s = o.status.as_mut().unwrap();
-    s.attempts = if phase == Phase::Pending || phase == Phase::Queued { 0 } else { 1 + (i % 3 == 0) as i32 };
+    s.attempts = if phase == Phase::Pending || phase == Phase::Queued {
+        0
+    } else {
+        1 + (i % 3 == 0) as i32
+    };
     s.started_at = Some(ts(120 + i));
     let mut hist = vec![];
     let mut at = 120 + i;
     for p in Phase::CHECKPOINTS {
-        if p >= phase && phase.is_checkpoint() || !phase.is_checkpoint() && p.checkpoint_index() > Some(3) {
+        if p >= phase && phase.is_checkpoint()
+            || !phase.is_checkpoint() && p.checkpoint_index() > Some(3)
+        {
             break;
         }
-        hist.push(PhaseTransition { phase: p, attempt: 1, entered_at: ts(at), left_at: Some(ts(at + 300)) });
+        hist.push(PhaseTransition {
+            phase: p,
+            attempt: 1,
+            entered_at: ts(at),
+            left_at: Some(ts(at + 300)),
+        });
         at += 300;
     }
     if phase != Phase::Pending && phase != Phase::Queued {
-        hist.push(PhaseTransition { phase, attempt: s.attempts, entered_at: ts(at), left_at: None });
+        hist.push(PhaseTransition {
+            phase,
+            attempt: s.attempts,
+            entered_at: ts(at),
+            left_at: None,
+        });
     }
     s.history = hist;
     let pct = match phase {
@@ -85,7 +109,8 @@ pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> Vi
             percent: p,
             bytes_done: (total as f64 * p / 100.0) as i64,
             bytes_total: total,
-            rate_bytes_per_second: matches!(phase, Phase::Converting | Phase::Importing).then_some((3 + i % 40) << 20),
+            rate_bytes_per_second: matches!(phase, Phase::Converting | Phase::Importing)
+                .then_some((3 + i % 40) << 20),
             eta_seconds: matches!(phase, Phase::Converting | Phase::Importing).then_some(30 + i),
         });
         for d in &mut s.disks {
@@ -102,7 +127,9 @@ pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> Vi
             s.last_failure = Some(LastFailure {
                 phase: Phase::Importing,
                 reason: Reason::ImportFailed,
-                message: "DataVolume web-disk-1 failed: checksum of the imported image does not match".into(),
+                message:
+                    "DataVolume web-disk-1 failed: checksum of the imported image does not match"
+                        .into(),
                 retriable: true,
                 time: ts(3000 + i),
             });
@@ -127,7 +154,13 @@ pub fn vmm(ns: &str, name: &str, wave: Option<&str>, phase: Phase, i: i64) -> Vi
 }
 
 /// A wave with a status.
-pub fn wave_obj(ns: &str, name: &str, n: usize, counts: WaveCounts, phase: WavePhase) -> MigrationWave {
+pub fn wave_obj(
+    ns: &str,
+    name: &str,
+    n: usize,
+    counts: WaveCounts,
+    phase: WavePhase,
+) -> MigrationWave {
     let mut w = wave(name, n);
     w.metadata.namespace = Some(ns.into());
     w.metadata.resource_version = Some("77".into());
@@ -149,7 +182,10 @@ const PHASES: [Phase; 11] = Phase::ALL;
 
 /// The names used by [`sample`].
 pub fn sample_names() -> Vec<String> {
-    let vms = ["web", "db", "cache", "api", "worker", "mail", "ldap", "build", "proxy", "files", "metrics", "backup"];
+    let vms = [
+        "web", "db", "cache", "api", "worker", "mail", "ldap", "build", "proxy", "files",
+        "metrics", "backup",
+    ];
     let mut out = vec![];
     for (i, v) in vms.iter().enumerate() {
         out.push(format!("w1-{v}-{:02}", i));
@@ -160,8 +196,18 @@ pub fn sample_names() -> Vec<String> {
 /// The migrations of [`sample`]: 12 in wave w1 spread over the phases, 3 in w2, 1 alone.
 pub fn sample_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
     let phases = [
-        Phase::Succeeded, Phase::Succeeded, Phase::Failed, Phase::Importing, Phase::Importing, Phase::Converting,
-        Phase::Preparing, Phase::CreatingVM, Phase::Validating, Phase::Queued, Phase::Queued, Phase::Cancelled,
+        Phase::Succeeded,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Importing,
+        Phase::Importing,
+        Phase::Converting,
+        Phase::Preparing,
+        Phase::CreatingVM,
+        Phase::Validating,
+        Phase::Queued,
+        Phase::Queued,
+        Phase::Cancelled,
     ];
     let mut out: Vec<_> = sample_names()
         .iter()
@@ -190,10 +236,25 @@ pub fn sample_events(ns: &str) -> Vec<EventRow> {
         count: 1,
     };
     vec![
-        mk(130, "Normal", "Discovered", "found DC0_H0_VM1 (2 disks, 128MiB)"),
+        mk(
+            130,
+            "Normal",
+            "Discovered",
+            "found DC0_H0_VM1 (2 disks, 128MiB)",
+        ),
         mk(420, "Normal", "Converted", "2 disks converted and staged"),
-        mk(900, "Normal", "ImportStarted", "DataVolumes w1-db-01-disk-0, w1-db-01-disk-1 created"),
-        mk(3550, "Normal", "Succeeded", "VM w1-db-01 runs in KubeVirt, guest agent connected"),
+        mk(
+            900,
+            "Normal",
+            "ImportStarted",
+            "DataVolumes w1-db-01-disk-0, w1-db-01-disk-1 created",
+        ),
+        mk(
+            3550,
+            "Normal",
+            "Succeeded",
+            "VM w1-db-01 runs in KubeVirt, guest agent connected",
+        ),
     ]
 }
 
@@ -205,8 +266,31 @@ pub fn sample_state(scope: Scope) -> State {
     update(
         &mut s,
         Action::WavesListed(vec![
-            wave_obj(ns, "w1", 12, WaveCounts { queued: 2, running: 6, succeeded: 2, failed: 1, cancelled: 1, pending: 0 }, WavePhase::Running),
-            wave_obj(ns, "w2", 3, WaveCounts { pending: 2, running: 1, ..WaveCounts::default() }, WavePhase::Running),
+            wave_obj(
+                ns,
+                "w1",
+                12,
+                WaveCounts {
+                    queued: 2,
+                    running: 6,
+                    succeeded: 2,
+                    failed: 1,
+                    cancelled: 1,
+                    pending: 0,
+                },
+                WavePhase::Running,
+            ),
+            wave_obj(
+                ns,
+                "w2",
+                3,
+                WaveCounts {
+                    pending: 2,
+                    running: 1,
+                    ..WaveCounts::default()
+                },
+                WavePhase::Running,
+            ),
         ]),
     );
     update(&mut s, Action::EventsListed(sample_events(ns)));
@@ -222,7 +306,13 @@ pub fn many(n: usize, waves: usize) -> Vec<VirtualMachineMigration> {
         .map(|i| {
             let w = format!("wave-{:02}", i % waves.max(1));
             let p = PHASES[(i * 7) % PHASES.len()];
-            vmm(&format!("ns-{}", i % 5), &format!("{w}-dc0-h{}-vm{i:05}", i % 8), Some(&w), p, i as i64)
+            vmm(
+                &format!("ns-{}", i % 5),
+                &format!("{w}-dc0-h{}-vm{i:05}", i % 8),
+                Some(&w),
+                p,
+                i as i64,
+            )
         })
         .collect()
 }
