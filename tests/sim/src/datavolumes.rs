@@ -693,7 +693,8 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
             &tx,
         );
         let mut copy = std::pin::pin!(copy);
-        let tick = sim.settings.speed.ms(500).max(Duration::from_millis(50));
+        // CDI refreshes progress about every 500 ms; at high speeds a floor keeps the apiserver calm.
+        let tick = sim.settings.speed.ms(500).max(Duration::from_millis(100));
         let outcome = loop {
             tokio::select! {
                 r = &mut copy => break Some(r),

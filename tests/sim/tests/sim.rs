@@ -700,3 +700,69 @@ fn alive(pid: u32) -> bool {
         })
         .is_some_and(|zombie| !zombie)
 }
+
+#[tokio::test]
+async fn deleting_a_running_job_kills_its_process() {
+    let w = World::new("sim-job-delete", &["--speed", "5"]).await;
+    w.s3_secret("s3").await;
+    let pidfile = w.dir.join("sleeper.pid");
+    let jobs: Api<Job> = w.ns.api();
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "sleeper",
+            &format!("echo $$$$ > {}; exec sleep 300", pidfile.display()),
+            0,
+        ),
+    )
+    .await
+    .unwrap();
+    let pid = eventually("the job's process started", WAIT, || {
+        let p = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        async move { p }
+    })
+    .await
+    .unwrap();
+    jobs.delete("sleeper", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the job's process gone", Duration::from_secs(20), || {
+        let gone = !alive(pid);
+        async move { gone.then_some(()) }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_fault_keeps_agent_connected_away_from_a_running_vmi() {
+    let w = World::new("sim-agent", &["--speed", "10"]).await;
+    blank_dv(&w, "root").await;
+    let vms = dyn_api(&w, &vm_resource());
+    let vmis = dyn_api(&w, &vmi_resource());
+    create(
+        &vms,
+        virtual_machine(
+            "quiet",
+            "Always",
+            "root",
+            serde_json::json!({"sim.ferry.example/fault": "agent=always"}),
+        ),
+    )
+    .await;
+    wait_for(&vmis, "quiet", "VMI Running", |v| {
+        json(v)["status"]["phase"] == "Running"
+    })
+    .await;
+    // Ten times the agent's usual delay at this speed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let vmi = vmis.get("quiet").await.unwrap();
+    assert!(
+        condition(&json(&vmi), "AgentConnected").is_none(),
+        "{:?}",
+        json(&vmi)["status"]
+    );
+    assert_eq!(condition(&json(&vmi), "Ready").unwrap().0, "True");
+}
