@@ -295,3 +295,127 @@ async fn the_board_survives_the_apiserver_stopping_and_goes_from_stale_to_live()
     second.stop().expect("stop the lab");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A binary of another workspace crate, built by `cargo build --workspace --bins` (as
+/// `make test` does first); a loud failure when it is missing.
+fn workspace_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ferry"));
+    let bin = exe.with_file_name(name);
+    assert!(bin.exists(), "{} missing: run `cargo build --workspace --bins` first", bin.display());
+    bin
+}
+
+fn lab_migration(lab: &Lab, ns: &str, name: &str, vm: &str, fault: Option<&str>) -> String {
+    let v = &lab.info.vcenter;
+    let s = &lab.info.s3;
+    let annotations = fault.map_or(String::new(), |f| format!("\n  annotations: {{sim.ferry.example/fault: \"{f}\"}}"));
+    format!(
+        r#"apiVersion: migration.platform.example/v1alpha1
+kind: VirtualMachineMigration
+metadata:
+  name: {name}
+  namespace: {ns}{annotations}
+spec:
+  source:
+    url: {url}
+    credentialsSecretRef: {{name: vsphere-credentials}}
+    thumbprint: "{thumb}"
+    name: {vm}
+    powerOff: true
+  target: {{name: {name}}}
+  staging:
+    endpoint: {endpoint}
+    bucket: {bucket}
+    credentialsSecretRef: {{name: s3-credentials}}
+---
+"#,
+        url = v.url,
+        thumb = v.thumbprint_sha1,
+        endpoint = s.endpoint,
+        bucket = s.bucket,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries_a_failed_one() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-flow").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-flow-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let (good, bad) = (lab.claim_vm().expect("vm"), lab.claim_vm().expect("vm"));
+    ferry_harness::put_vmdk(&good, &scratch, 16, 1).expect("vmdk");
+    ferry_harness::put_vmdk(&bad, &scratch, 16, 2).expect("vmdk");
+    let secrets = format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: vsphere-credentials, namespace: {ns}}}
+stringData: {{username: "{u}", password: "{p}"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: s3-credentials, namespace: {ns}}}
+stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
+"#,
+        ns = ns.name,
+        u = lab.info.vcenter.username,
+        p = lab.info.vcenter.password,
+        a = lab.info.s3.access_key,
+        k = lab.info.s3.secret_key
+    );
+    kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
+
+    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    controller.args(["controller", "--kubeconfig"]).arg(&kc).args(["-n", &ns.name]);
+    let _controller = ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+    let mut sim = Command::new(workspace_bin("ferry-sim"));
+    sim.arg("--kubeconfig").arg(&kc).args(["-n", &ns.name, "--volume-dir"]).arg(scratch.join("volumes"));
+    sim.arg("--bin-dir").arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
+    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+
+    let tmux = Tmux::start("ferry-flow", &cockpit(&kc, &ns.name, ""), 160, 40);
+    tmux.wait_for("● live", T);
+    let yaml = lab_migration(lab, &ns.name, "good", &good.name, None)
+        + &lab_migration(lab, &ns.name, "bad", &bad.name, Some("import=permanent"));
+    kubectl(&kc, &["apply", "-f", "-"], Some(&yaml));
+
+    // Watch the good one move: collect every phase its row shows until it succeeds.
+    let row_phase = |screen: &str, name: &str| -> Option<String> {
+        let line = screen.lines().find(|l| l.split_whitespace().any(|w| w == name))?;
+        ferry_crds::Phase::ALL.iter().map(|p| p.as_str()).find(|p| line.contains(p)).map(str::to_owned)
+    };
+    let mut seen: Vec<String> = vec![];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let s = tmux.screen();
+        if let Some(p) = row_phase(&s, "good") {
+            if seen.last() != Some(&p) {
+                seen.push(p.clone());
+            }
+            if p == "Succeeded" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "good did not succeed; phases seen {seen:?}; screen:\n{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(seen.len() >= 3, "the board showed the phases moving: {seen:?}");
+
+    // The bad one fails; the operator removes the cause and presses r on it.
+    tmux.wait("bad Failed", Duration::from_secs(180), |s| row_phase(s, "bad").as_deref() == Some("Failed"));
+    kubectl(&kc, &["annotate", "vmm", "bad", "-n", &ns.name, "sim.ferry.example/fault-"], None);
+    tmux.keys(&["/"]);
+    for c in ["p", "h", "a", "s", "e", ":", "F", "a", "i", "l", "e", "d"] {
+        tmux.keys(&[c]);
+    }
+    tmux.keys(&["Enter", "r"]);
+    tmux.wait_for("Retry 1 migration?", T);
+    tmux.keys(&["y"]);
+    tmux.keys(&["Escape"]);
+    tmux.wait("bad Succeeded after the retry", Duration::from_secs(180), |s| {
+        row_phase(s, "bad").as_deref() == Some("Succeeded")
+    });
+    tmux.keys(&["q"]);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
