@@ -20,6 +20,12 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;
 }
 
+/// `now` cut to whole seconds: what the API server keeps of a `metav1.Time`, so that a status
+/// computed now compares equal to the same status read back.
+pub fn whole_seconds(now: Timestamp) -> Timestamp {
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;

@@ -15,8 +15,9 @@ use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
 use super::scope::{Scope, World};
 use crate::children::cdi::DvState;
 
+/// Bytes CDI copies for disk `i`: the staged image's size, else the disk's capacity.
 fn disk_size(old: &[DiskStatus], i: usize) -> i64 {
-    old.get(i).and_then(|d| d.capacity_bytes.or(d.staged_bytes)).unwrap_or(0).max(0)
+    old.get(i).and_then(|d| d.staged_bytes.or(d.capacity_bytes)).unwrap_or(0).max(0)
 }
 
 /// Per-disk import status and overall progress (rate and ETA averaged over the time spent in
@@ -113,13 +114,15 @@ pub fn decide(scope: &Scope) -> Outcome {
             _ => None,
         })
         .collect();
-    let (reason, msg) = if restarting.is_empty() {
-        (Reason::InProgress, format!("importing {n} disk(s): {pct:.1}%"))
+    // The condition's message stays put while bytes flow (a write per percent would follow);
+    // the percentage goes to the summary line, which is written throttled.
+    let (reason, cond_msg) = if restarting.is_empty() {
+        (Reason::InProgress, format!("importing {n} disk(s)"))
     } else {
-        (Reason::TransientError, format!("importing {n} disk(s): {pct:.1}%; {}", restarting.join("; ")))
+        (Reason::TransientError, format!("importing {n} disk(s); {}", restarting.join("; ")))
     };
     let step = if actions.is_empty() { Step::Wait { requeue: scope.policy.wait_requeue } } else { Step::Act(actions) };
-    Outcome::new(step, msg.clone()).with(DiskImported, Unknown, reason, msg).recording(record)
+    Outcome::new(step, format!("importing {n} disk(s): {pct:.1}%")).with(DiskImported, Unknown, reason, cond_msg).recording(record)
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ async fn write_status(ctx: &Context, vmm: &mut VirtualMachineMigration, new: Sta
 }
 
 async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
-    let now = Time(ctx.clock.now());
+    let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut vmm = vmm.clone();
     match intents::decide(&vmm) {
         Intent::Cancel { cleanup } => {

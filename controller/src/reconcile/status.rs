@@ -344,4 +344,25 @@ mod tests {
         assert!(worth_writing(None, &a, Some(Duration::ZERO)));
         let _ = Action::CreateJob;
     }
+
+    #[test]
+    fn applying_the_same_outcome_twice_changes_nothing_the_second_time() {
+        // (A failure is applied once: the next reconcile of a Failed migration is settled.)
+        let steps = [
+            Step::Wait { requeue: Duration::ZERO },
+            Step::Act(vec![Action::CreateJob]),
+            Step::Retry { reason: Reason::StagingUnavailable, message: "down".into() },
+            Step::Advance { to: Phase::Importing },
+        ];
+        for phase in Phase::CHECKPOINTS {
+            for step in &steps {
+                let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(phase);
+                let o = Outcome::new(step.clone(), "m").with(ConditionType::DiskConverted, Unknown, Reason::InProgress, "c");
+                let once = after_outcome(&vmm, &o, &t1());
+                let twice = after_outcome(&with_status(migration("m"), once.clone()), &o, &ts(300));
+                assert_eq!(once, twice, "{phase} {step:?}");
+                assert!(!worth_writing(Some(&once), &twice, None), "{phase} {step:?}: no second write");
+            }
+        }
+    }
 }

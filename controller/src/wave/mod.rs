@@ -35,7 +35,7 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = format!("{}={}", names::WAVE_LABEL, wave.name_any());
     let children = vmms.list(&ListParams::default().labels(&selector)).await?.items;
-    let now = Time(ctx.clock.now());
+    let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let plan = decide::decide(&wave, &children, &now);
     let params = PatchParams::default();
     for i in &plan.create {

@@ -12,7 +12,7 @@ use ferry_crds::{
     ConditionStatus, ConditionType, Phase, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
     VirtualMachineMigration, VirtualMachineMigrationSpec, VmSelector,
 };
-use ferry_harness::{ChildGuard, InventoryVm, Lab, RealDisk, TestNamespace, eventually, lab, put_vmdk, repo_root};
+use ferry_harness::{ChildGuard, InventoryVm, Lab, RealDisk, TestNamespace, eventually, lab, put_vmdk};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -24,29 +24,46 @@ pub const S3_SECRET: &str = "staging";
 /// The fault annotation of ferry-sim.
 pub const FAULT: &str = "sim.ferry.example/fault";
 
-/// Makes sure the workspace binaries exist (the suites run them as processes).
+/// The directory of this build's binaries: the test executable lives in `<target>/<profile>/deps`.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).map(Path::to_path_buf).expect("target/<profile>")
+}
+
+/// Makes sure the workspace binaries exist (the suites run them as processes); they are built by
+/// `cargo build --workspace --bins` (what `make test` does first).
 pub fn binaries() -> (PathBuf, PathBuf) {
     static BUILT: OnceLock<()> = OnceLock::new();
+    let dir = bin_dir();
     BUILT.get_or_init(|| {
-        let dir = repo_root().join("target/debug");
-        if !(dir.join("ferry-controller").exists() && dir.join("ferry-sim").exists()) {
-            let st = Command::new(env!("CARGO"))
-                .args(["build", "-p", "ferry-controller", "-p", "ferry-sim", "--bins"])
-                .current_dir(repo_root())
-                .status()
-                .expect("cargo build");
-            assert!(st.success(), "building ferry-controller and ferry-sim failed");
+        let present = || dir.join("ferry-controller").exists() && dir.join("ferry-sim").exists();
+        // Another build may be relinking them this very moment.
+        for _ in 0..20 {
+            if present() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
         }
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--workspace", "--bins"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build");
+        assert!(st.success(), "building the workspace binaries failed");
     });
-    let dir = repo_root().join("target/debug");
     (dir.join("ferry-controller"), dir.join("ferry-sim"))
+}
+
+/// The workspace root, from this crate's manifest directory.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
 }
 
 /// Installs the ferry CRDs (idempotent).
 pub fn install_crds(lab: &Lab) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let dir = repo_root().join("deploy/crds");
+        let dir = workspace().join("deploy/crds");
         lab.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", dir.to_str().unwrap()]).expect("applying the CRDs");
         lab.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", "crd/virtualmachinemigrations.migration.platform.example", "crd/migrationwaves.migration.platform.example"])
             .expect("CRDs established");
@@ -70,6 +87,7 @@ pub struct Env {
     pub controller: Option<ChildGuard>,
     pub sim: Option<ChildGuard>,
     pub extra_controller_args: Vec<String>,
+    pub sim_args: Vec<String>,
 }
 
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
@@ -88,7 +106,7 @@ impl Env {
         install_crds(lab);
         let ns = lab.namespace(prefix).await.unwrap();
         let vm = lab.claim_vm().unwrap();
-        let scratch = repo_root().join(format!("target/e2e/{}", ns.name));
+        let scratch = bin_dir().join("e2e").join(&ns.name);
         let disk = put_vmdk(&vm, &scratch, mib, 0x5eed ^ mib).unwrap();
         let info = &lab.info;
         let secrets: Api<Secret> = ns.api();
@@ -102,7 +120,7 @@ impl Env {
             .unwrap();
         let volumes = scratch.join("volumes");
         std::fs::create_dir_all(&volumes).unwrap();
-        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![] }
+        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![], sim_args: vec![] }
     }
 
     /// The migration of this test's VM, trusted by SHA-256 thumbprint.
@@ -179,9 +197,10 @@ impl Env {
             .arg(&self.volumes)
             .arg("--bin-dir")
             .arg(ctl.parent().unwrap())
+            .args(&self.sim_args)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
-            .stderr(self.log("sim"));
+            .stderr(self.log_append("sim"));
         self.sim = Some(ChildGuard::spawn("ferry-sim", cmd).unwrap());
     }
 
@@ -370,4 +389,65 @@ pub fn dv_name(vmm: &str, i: usize) -> String {
 
 pub fn name_of(v: &VirtualMachineMigration) -> String {
     v.name_any()
+}
+
+/// Every (kind/name → uids) seen of the children in a namespace, from a watch started before
+/// the migration: a name with two uids was created twice.
+pub struct Creations {
+    seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Creations {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn track<K>(api: Api<K>, kind: &'static str, seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>>) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    tokio::spawn(async move {
+        let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Some(ev) = s.next().await {
+            if let Ok(o) = ev {
+                let key = format!("{kind}/{}", o.name_any());
+                if let Some(uid) = o.uid() {
+                    seen.lock().unwrap().entry(key).or_default().insert(uid);
+                }
+            }
+        }
+    })
+}
+
+impl Creations {
+    /// Starts watching Jobs, DataVolumes, VirtualMachines and Secrets of `env`'s namespace.
+    pub async fn watch(env: &Env) -> Creations {
+        use ferry_controller::children::{cdi::DataVolume, kubevirt::VirtualMachine};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let tasks = vec![
+            track::<k8s_openapi::api::batch::v1::Job>(env.ns.api(), "Job", seen.clone()),
+            track::<DataVolume>(env.ns.api(), "DataVolume", seen.clone()),
+            track::<VirtualMachine>(env.ns.api(), "VirtualMachine", seen.clone()),
+            track::<Secret>(env.ns.api(), "Secret", seen.clone()),
+        ];
+        // Let the initial lists land before anything is created.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Creations { seen, tasks }
+    }
+
+    /// Names seen with more than one uid.
+    pub fn duplicates(&self) -> Vec<(String, usize)> {
+        self.seen.lock().unwrap().iter().filter(|(_, u)| u.len() > 1).map(|(k, u)| (k.clone(), u.len())).collect()
+    }
+
+    /// Every name seen.
+    pub fn names(&self) -> Vec<String> {
+        self.seen.lock().unwrap().keys().cloned().collect()
+    }
 }
