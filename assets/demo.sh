@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 STATE="${LAB_STATE:-$PWD/target/lab/demo}"
 WORK="$PWD/target/demo"
 NS="${DEMO_NAMESPACE:-demo}"
-VMS="${DEMO_VMS:-6}"
-DISK_MIB="${DEMO_DISK_MIB:-48}"
+VMS="${DEMO_VMS:-8}"
+DISK_MIB="${DEMO_DISK_MIB:-64}"
+# The sim imports at this rate so that a person can watch progress move (CDI on real storage
+# is slower still); the tests run it far faster.
+IMPORT_MIB_S="${DEMO_IMPORT_MIB_S:-6}"
 KUBECTL="$PWD/target/lab/bin/kubectl"
 BIN="$PWD/target/debug"
 
@@ -29,6 +32,8 @@ echo "== building ferry (a cold build takes several minutes on 2 cores)"
 cargo build --workspace --bins
 
 echo "== starting the lab in $STATE"
+# Each demo starts from a clean cluster, so the wave runs again from the beginning.
+rm -rf "$STATE"
 mkdir -p "$STATE"
 rm -f "$STATE.stdout"
 exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 16 --stop-on-stdin-eof \
@@ -93,10 +98,11 @@ for n in "${NAMES[@]}"; do echo "    - name: $n"; done
 } | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 
 echo "== controller and sim (logs in $WORK)"
-"$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" >"$WORK/controller.log" 2>&1 &
+"$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" \
+    --metrics-addr 127.0.0.1:18080 --health-addr 127.0.0.1:18081 >"$WORK/controller.log" 2>&1 &
 PIDS+=($!)
 "$BIN/ferry-sim" --kubeconfig "$STATE/kubeconfig" --volume-dir "$WORK/volumes" --bin-dir "$BIN" \
-    >"$WORK/sim.log" 2>&1 &
+    --throughput-mib "$IMPORT_MIB_S" >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
 
 echo "== the cockpit (q quits and stops the demo)"
