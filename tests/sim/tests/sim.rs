@@ -82,7 +82,7 @@ fn is_true(job: &Job, t: &str) -> bool {
         .any(|c| c.type_ == t && c.status == "True")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_its_command_with_its_environment_and_completes() {
     let w = World::new("sim-job-ok", &["--speed", "5"]).await;
     w.s3_secret("s3").await;
@@ -125,7 +125,7 @@ async fn a_job_runs_its_command_with_its_environment_and_completes() {
     assert!(std::fs::read_to_string(log).unwrap().contains("converted"));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_is_retried_up_to_its_backoff_limit_then_fails() {
     let w = World::new("sim-job-fail", &["--speed", "20"]).await;
     w.s3_secret("s3").await;
@@ -146,7 +146,7 @@ async fn a_failing_job_is_retried_up_to_its_backoff_limit_then_fails() {
     assert!(st.completion_time.is_none());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_with_a_missing_secret_waits_and_then_runs() {
     let w = World::new("sim-job-secret", &["--speed", "10"]).await;
     let jobs: Api<Job> = w.ns.api();
@@ -169,7 +169,7 @@ async fn a_job_with_a_missing_secret_waits_and_then_runs() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_convert_fault_fails_one_attempt_and_the_job_recovers() {
     let w = World::new("sim-job-fault", &["--speed", "20"]).await;
     w.s3_secret("s3").await;
@@ -215,7 +215,7 @@ fn phase(o: &DynamicObject) -> String {
         .to_string()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_datavolume_imports_the_staged_object_with_observable_progress() {
     let w = World::new("sim-dv-ok", &["--speed", "1", "--throughput-mib", "4"]).await;
     w.s3_secret("s3").await;
@@ -294,7 +294,7 @@ async fn a_datavolume_imports_the_staged_object_with_observable_progress() {
     .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checksum_mismatch_fails_the_import() {
     let w = World::new("sim-dv-sum", &["--speed", "10"]).await;
     w.s3_secret("s3").await;
@@ -310,7 +310,7 @@ async fn a_checksum_mismatch_fails_the_import() {
     assert!(!w.volume("bad").exists());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_source_fails_with_a_reason() {
     let w = World::new("sim-dv-http", &["--speed", "10"]).await;
     let dvs = dyn_api(&w, &dv_resource());
@@ -332,7 +332,7 @@ async fn an_unsupported_source_fails_with_a_reason() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_import_fault_restarts_the_importer_and_the_import_succeeds() {
     let w = World::new(
         "sim-dv-transient",
@@ -377,7 +377,7 @@ async fn a_transient_import_fault_restarts_the_importer_and_the_import_succeeds(
     assert_eq!(std::fs::read(w.volume("t")).unwrap(), bytes);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_import_fault_fails_the_datavolume() {
     let w = World::new("sim-dv-permanent", &["--speed", "10"]).await;
     w.s3_secret("s3").await;
@@ -400,7 +400,7 @@ async fn a_permanent_import_fault_fails_the_datavolume() {
     assert!(!w.volume("p").exists());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_sim_resumes_an_import_it_was_killed_in() {
     let mut w = World::new("sim-dv-restart", &["--speed", "1", "--throughput-mib", "2"]).await;
     w.s3_secret("s3").await;
@@ -475,7 +475,7 @@ fn vm_printable(o: &DynamicObject) -> String {
         .to_string()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_removes_it() {
     let w = World::new("sim-vm", &["--speed", "5"]).await;
     blank_dv(&w, "root").await;
@@ -543,7 +543,7 @@ async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_remo
     assert_eq!(json(&vm)["status"]["created"].as_bool(), Some(false));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vmi_whose_claim_is_missing_waits_pending_with_kubevirts_reason() {
     let w = World::new("sim-vm-nopvc", &["--speed", "5"]).await;
     let vms = dyn_api(&w, &vm_resource());
@@ -597,7 +597,7 @@ async fn ensure_migration_crd(client: &kube::Client) {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_on_the_owning_migration_fire_once_per_migration() {
     let w = World::new("sim-vmm-faults", &["--speed", "20"]).await;
     ensure_migration_crd(&w.client()).await;
@@ -655,7 +655,7 @@ async fn faults_on_the_owning_migration_fire_once_per_migration() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_sim_and_kills_running_job_processes() {
     let mut w = World::new("sim-sigterm", &["--speed", "5"]).await;
     w.s3_secret("s3").await;
@@ -701,7 +701,7 @@ fn alive(pid: u32) -> bool {
         .is_some_and(|zombie| !zombie)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_running_job_kills_its_process() {
     let w = World::new("sim-job-delete", &["--speed", "5"]).await;
     w.s3_secret("s3").await;
@@ -736,7 +736,7 @@ async fn deleting_a_running_job_kills_its_process() {
     .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_fault_keeps_agent_connected_away_from_a_running_vmi() {
     let w = World::new("sim-agent", &["--speed", "10"]).await;
     blank_dv(&w, "root").await;

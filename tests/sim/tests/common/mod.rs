@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, lab, repo_root};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{Attribute, AttributeValue, Attributes, ObjectStore, PutOptions};
@@ -109,6 +110,46 @@ impl World {
             .await
             .unwrap();
         format!("{}/{}/{key}", s3.endpoint.trim_end_matches('/'), s3.bucket)
+    }
+}
+
+impl Drop for World {
+    /// Stops the sim, then releases the claims' `kubernetes.io/pvc-protection` finalizers (which
+    /// the sim would release on deletion, but it is gone now) so the namespace can be deleted.
+    fn drop(&mut self) {
+        self.sim.kill();
+        let lab = self.lab;
+        let ns = self.ns.name.clone();
+        // A client of its own: the test's client serves requests from a task of the test's
+        // runtime, which this drop blocks.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(client) = lab.client().await else {
+                    return;
+                };
+                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client, &ns);
+                let Ok(list) = pvcs.list(&ListParams::default()).await else {
+                    return;
+                };
+                for p in list {
+                    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+                    let _ = pvcs
+                        .patch(
+                            &p.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await;
+                }
+            });
+        })
+        .join();
     }
 }
 
