@@ -70,7 +70,7 @@ heartbeat() {
 S3S_ROOT="$CACHE_ROOT/s3s-fs-$S3S_VERSION"
 S3S_BIN="$S3S_ROOT/bin/s3s-fs"
 if [ ! -x "$S3S_BIN" ]; then
-  say "building s3s-fs $S3S_VERSION (cargo install --locked, feature 'binary'): takes roughly 3-6 minutes the first time"
+  say "building s3s-fs $S3S_VERSION (cargo install --locked, feature 'binary'): takes roughly 3-10 minutes the first time"
   log="$CACHE_ROOT/s3s-fs-$S3S_VERSION.build.log"
   cargo install --locked s3s-fs --version "$S3S_VERSION" --features binary --root "$S3S_ROOT" >"$log" 2>&1 &
   pid=$!
@@ -88,7 +88,7 @@ fi
 if [ ! -x "$CACHE/ferry-lab" ]; then
   total=$(cd "$LAB_DIR" && go list -deps . 2>/dev/null | wc -l || true)
   say "building ferry-lab: kube-apiserver + kube-controller-manager + kubectl $K8S_VERSION, etcd 3.7, vcsim (Go, CGO_ENABLED=0)"
-  say "  a cold build compiles ~${total:-2800} Go packages and takes roughly 15-25 minutes on 2 cores;"
+  say "  a cold build compiles ~${total:-2800} Go packages and takes roughly 15-30 minutes on 2 cores (20 min measured on a busy machine);"
   say "  with a warm Go build cache ($(go env GOCACHE)) it takes 1-3 minutes; the result is cached in $CACHE"
   tmp="$CACHE.tmp.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
