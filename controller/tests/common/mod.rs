@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,7 @@ pub struct Env {
     pub sim: Option<ChildGuard>,
     pub extra_controller_args: Vec<String>,
     pub sim_args: Vec<String>,
+    pub controller_kubeconfig: Option<PathBuf>,
 }
 
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
@@ -120,7 +121,7 @@ impl Env {
             .unwrap();
         let volumes = scratch.join("volumes");
         std::fs::create_dir_all(&volumes).unwrap();
-        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![], sim_args: vec![] }
+        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![], sim_args: vec![], controller_kubeconfig: None }
     }
 
     /// The migration of this test's VM, trusted by SHA-256 thumbprint.
@@ -158,11 +159,22 @@ impl Env {
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
-        self.lab.info.kubeconfig.clone()
+        self.controller_kubeconfig.clone().unwrap_or_else(|| self.lab.info.kubeconfig.clone())
     }
 
-    fn log(&self, what: &str) -> std::fs::File {
-        std::fs::File::create(self.scratch.join(format!("{what}.log"))).unwrap()
+    /// Makes the controller (not the sim) talk to the API server as `user` (impersonation).
+    pub fn impersonate(&mut self, user: &str, groups: &[&str]) {
+        let mut kc = kube::config::Kubeconfig::read_from(&self.lab.info.kubeconfig).unwrap();
+        for a in &mut kc.auth_infos {
+            if let Some(info) = a.auth_info.as_mut() {
+                info.impersonate = Some(user.to_owned());
+                info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+            }
+        }
+        let path = self.scratch.join("controller.kubeconfig");
+        // JSON is YAML: the kubeconfig loader reads it.
+        std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
+        self.controller_kubeconfig = Some(path);
     }
 
     /// Starts (or restarts) the controller, scoped to the namespace, fast backoffs.
@@ -177,7 +189,7 @@ impl Env {
             .args(["--backoff-base", "200ms", "--backoff-cap", "2s"])
             .args(&self.extra_controller_args)
             .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
-            .stdout(Stdio::null())
+            .stdout(self.log_append("controller"))
             .stderr(self.log_append("controller"));
         self.controller = Some(ChildGuard::spawn("ferry-controller", cmd).unwrap());
     }
@@ -191,7 +203,7 @@ impl Env {
         let (ctl, sim) = binaries();
         let mut cmd = Command::new(sim);
         cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig())
+            .arg(&self.lab.info.kubeconfig)
             .args(["--namespace", &self.ns.name])
             .arg("--volume-dir")
             .arg(&self.volumes)
@@ -199,7 +211,7 @@ impl Env {
             .arg(ctl.parent().unwrap())
             .args(&self.sim_args)
             .env("RUST_LOG", "info,kube=warn")
-            .stdout(Stdio::null())
+            .stdout(self.log_append("sim"))
             .stderr(self.log_append("sim"));
         self.sim = Some(ChildGuard::spawn("ferry-sim", cmd).unwrap());
     }
