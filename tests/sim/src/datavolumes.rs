@@ -740,9 +740,11 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
                     return imp.write(&Stage::Failed { message }).await;
                 }
                 let img = vols.image(&ns, &name);
-                tokio::fs::rename(&part, &img)
-                    .await
-                    .map_err(|e| Error::io(&img, e))?;
+                if let Err(e) = crate::image::install_raw(&part, &img).await {
+                    let _ = tokio::fs::remove_file(&part).await;
+                    let message = format!("Unable to convert the image to raw: {e}");
+                    return imp.write(&Stage::Failed { message }).await;
+                }
                 imp.write(&Stage::Running {
                     done: bytes,
                     total: bytes,

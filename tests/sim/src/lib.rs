@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod datavolumes;
 mod error;
 pub mod faults;
+pub mod image;
 pub mod jobs;
 pub mod kubevirt;
 pub mod migration;

@@ -766,3 +766,34 @@ async fn an_agent_fault_keeps_agent_connected_away_from_a_running_vmi() {
     );
     assert_eq!(condition(&json(&vmi), "Ready").unwrap().0, "True");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_image_is_imported_as_raw_like_cdi_does() {
+    let w = World::new("sim-dv-qcow2", &["--speed", "10"]).await;
+    w.s3_secret("s3").await;
+    let raw = pattern(4 << 20, 17);
+    let raw_path = w.dir.join("disk.raw");
+    let qcow_path = w.dir.join("disk.qcow2");
+    std::fs::write(&raw_path, &raw).unwrap();
+    let out = std::process::Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw_path)
+        .arg(&qcow_path)
+        .output()
+        .expect("qemu-img (qemu-utils) is part of the lab's tools");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = w
+        .stage("disk.qcow2", &std::fs::read(&qcow_path).unwrap(), None)
+        .await;
+    let dvs = dyn_api(&w, &dv_resource());
+    create(&dvs, datavolume("q", &url, serde_json::json!({}))).await;
+    wait_for(&dvs, "q", "DataVolume Succeeded", |d| {
+        phase(d) == "Succeeded"
+    })
+    .await;
+    assert_eq!(std::fs::read(w.volume("q")).unwrap(), raw);
+}
