@@ -62,7 +62,7 @@ enum Command {
     /// Run the controllers (the default).
     Run,
     /// Convert a VM's disks and stage them in S3 (what the conversion Job runs).
-    Convert(ferry_controller::convert::ConvertArgs),
+    Convert(Box<ferry_controller::convert::ConvertArgs>),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -120,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     ferry_controller::tls::install_default_provider();
     match cli.command {
         Some(Command::Convert(args)) => {
-            let code = ferry_controller::convert::run_to_exit_code(args).await;
+            let code = ferry_controller::convert::run_to_exit_code(*args).await;
             std::process::exit(code);
         }
         None | Some(Command::Run) => {

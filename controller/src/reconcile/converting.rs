@@ -109,7 +109,9 @@ mod tests {
         use JobState::*;
         let done = || vec![obj(Some("aa")), obj(Some("bb"))];
         let partial = || vec![obj(Some("aa")), Ok(None)];
-        let cases: Vec<(&str, JobState, Vec<Result<Option<StagedObject>, Problem>>, fn(&Step) -> bool)> = vec![
+        type Staged = Vec<Result<Option<StagedObject>, Problem>>;
+        type Case = (&'static str, JobState, Staged, fn(&Step) -> bool);
+        let cases: Vec<Case> = vec![
             ("absent job, nothing staged: create", Absent, vec![Ok(None), Ok(None)], |s| *s == Step::Act(vec![Action::CreateJob])),
             ("absent job, partial staging: create", Absent, partial(), |s| *s == Step::Act(vec![Action::CreateJob])),
             ("absent job, all staged: satisfied", Absent, done(), |s| *s == Step::Advance { to: Phase::Importing }),

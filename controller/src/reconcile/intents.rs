@@ -159,7 +159,8 @@ mod tests {
     #[test]
     fn the_chain_in_order() {
         let m = || migration("m");
-        let cases: Vec<(&str, VirtualMachineMigration, fn(&Intent) -> bool)> = vec![
+        type Case = (&'static str, VirtualMachineMigration, fn(&Intent) -> bool);
+        let cases: Vec<Case> = vec![
             ("pending starts", m(), |i| *i == Intent::Start),
             ("queued and released starts", m().with_phase(Phase::Queued), |i| *i == Intent::Start),
             ("held by the wave", m().in_wave("w"), |i| *i == Intent::Held),

@@ -248,7 +248,7 @@ impl Env {
         match r {
             Ok(v) => v,
             Err(e) => {
-                let s = last.lock().unwrap().as_ref().map(|v| serde_yaml_status(v)).unwrap_or_default();
+                let s = last.lock().unwrap().as_ref().map(serde_yaml_status).unwrap_or_default();
                 panic!("{e}\nlast status:\n{s}\nlogs in {}", self.scratch.display())
             }
         }
