@@ -301,14 +301,20 @@ async fn the_board_survives_the_apiserver_stopping_and_goes_from_stale_to_live()
 fn workspace_bin(name: &str) -> std::path::PathBuf {
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ferry"));
     let bin = exe.with_file_name(name);
-    assert!(bin.exists(), "{} missing: run `cargo build --workspace --bins` first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: run `cargo build --workspace --bins` first",
+        bin.display()
+    );
     bin
 }
 
 fn lab_migration(lab: &Lab, ns: &str, name: &str, vm: &str, fault: Option<&str>) -> String {
     let v = &lab.info.vcenter;
     let s = &lab.info.s3;
-    let annotations = fault.map_or(String::new(), |f| format!("\n  annotations: {{sim.ferry.example/fault: \"{f}\"}}"));
+    let annotations = fault.map_or(String::new(), |f| {
+        format!("\n  annotations: {{sim.ferry.example/fault: \"{f}\"}}")
+    });
     format!(
         r#"apiVersion: migration.platform.example/v1alpha1
 kind: VirtualMachineMigration
@@ -367,11 +373,19 @@ stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
     kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
 
     let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    controller.args(["controller", "--kubeconfig"]).arg(&kc).args(["-n", &ns.name]);
-    let _controller = ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+    controller
+        .args(["controller", "--kubeconfig"])
+        .arg(&kc)
+        .args(["-n", &ns.name]);
+    let _controller =
+        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
     let mut sim = Command::new(workspace_bin("ferry-sim"));
-    sim.arg("--kubeconfig").arg(&kc).args(["-n", &ns.name, "--volume-dir"]).arg(scratch.join("volumes"));
-    sim.arg("--bin-dir").arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
+    sim.arg("--kubeconfig")
+        .arg(&kc)
+        .args(["-n", &ns.name, "--volume-dir"])
+        .arg(scratch.join("volumes"));
+    sim.arg("--bin-dir")
+        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
     let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
 
     let tmux = Tmux::start("ferry-flow", &cockpit(&kc, &ns.name, ""), 160, 40);
@@ -382,8 +396,14 @@ stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
 
     // Watch the good one move: collect every phase its row shows until it succeeds.
     let row_phase = |screen: &str, name: &str| -> Option<String> {
-        let line = screen.lines().find(|l| l.split_whitespace().any(|w| w == name))?;
-        ferry_crds::Phase::ALL.iter().map(|p| p.as_str()).find(|p| line.contains(p)).map(str::to_owned)
+        let line = screen
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == name))?;
+        ferry_crds::Phase::ALL
+            .iter()
+            .map(|p| p.as_str())
+            .find(|p| line.contains(p))
+            .map(str::to_owned)
     };
     let mut seen: Vec<String> = vec![];
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -397,14 +417,33 @@ stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "good did not succeed; phases seen {seen:?}; screen:\n{s}");
+        assert!(
+            Instant::now() < deadline,
+            "good did not succeed; phases seen {seen:?}; screen:\n{s}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(seen.len() >= 3, "the board showed the phases moving: {seen:?}");
+    assert!(
+        seen.len() >= 3,
+        "the board showed the phases moving: {seen:?}"
+    );
 
     // The bad one fails; the operator removes the cause and presses r on it.
-    tmux.wait("bad Failed", Duration::from_secs(180), |s| row_phase(s, "bad").as_deref() == Some("Failed"));
-    kubectl(&kc, &["annotate", "vmm", "bad", "-n", &ns.name, "sim.ferry.example/fault-"], None);
+    tmux.wait("bad Failed", Duration::from_secs(180), |s| {
+        row_phase(s, "bad").as_deref() == Some("Failed")
+    });
+    kubectl(
+        &kc,
+        &[
+            "annotate",
+            "vmm",
+            "bad",
+            "-n",
+            &ns.name,
+            "sim.ferry.example/fault-",
+        ],
+        None,
+    );
     tmux.keys(&["/"]);
     for c in ["p", "h", "a", "s", "e", ":", "F", "a", "i", "l", "e", "d"] {
         tmux.keys(&[c]);
@@ -413,9 +452,11 @@ stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
     tmux.wait_for("Retry 1 migration?", T);
     tmux.keys(&["y"]);
     tmux.keys(&["Escape"]);
-    tmux.wait("bad Succeeded after the retry", Duration::from_secs(180), |s| {
-        row_phase(s, "bad").as_deref() == Some("Succeeded")
-    });
+    tmux.wait(
+        "bad Succeeded after the retry",
+        Duration::from_secs(180),
+        |s| row_phase(s, "bad").as_deref() == Some("Succeeded"),
+    );
     tmux.keys(&["q"]);
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -220,11 +220,7 @@ fn details_of_a_failed_migration_with_children() {
             [Action::Children {
                 key,
                 result: Ok(vec![
-                    child(
-                        "Job",
-                        "w1-cache-02-convert",
-                        "active 0 succeeded 1 failed 0",
-                    ),
+                    child("Job", "w1-cache-02-convert", "Complete"),
                     child("DataVolume", "w1-cache-02-disk-0", "Succeeded 100.0%"),
                     child("DataVolume", "w1-cache-02-disk-1", "Failed 62.5%"),
                     child("VirtualMachine", "dc0-h0-vm0", "absent"),

@@ -20,12 +20,13 @@ fn describe(kind: &str, status: &Value) -> String {
     match kind {
         "Job" => {
             let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-            format!(
-                "active {} succeeded {} failed {}",
-                n("/active"),
-                n("/succeeded"),
-                n("/failed")
-            )
+            match (n("/succeeded"), n("/active"), n("/failed")) {
+                (s, _, _) if s > 0 => "Complete".into(),
+                (_, a, f) if a > 0 && f > 0 => format!("Running (failed pods: {f})"),
+                (_, a, _) if a > 0 => "Running".into(),
+                (_, _, f) if f > 0 => format!("Failed (failed pods: {f})"),
+                _ => "Pending".into(),
+            }
         }
         "DataVolume" => {
             let phase = s("/phase").unwrap_or_else(|| "-".into());

@@ -215,9 +215,15 @@ fn children(key: &ObjKey, state: &State, t: &Theme) -> Vec<Line<'static>> {
                 } else {
                     t.text()
                 };
+                // The full kind name would eat the line; VMI is what everyone says.
+                let kind = if c.kind == "VirtualMachineInstance" {
+                    "VMI"
+                } else {
+                    c.kind.as_str()
+                };
                 out.push(Line::from(vec![
-                    Span::styled(format!("  {:<23}", c.kind), t.dim()),
-                    Span::raw(format!("{:<28} ", c.name)),
+                    Span::styled(format!("  {kind:<15}"), t.dim()),
+                    Span::raw(format!("{:<30} ", c.name)),
                     Span::styled(c.state.clone(), style),
                 ]));
             }

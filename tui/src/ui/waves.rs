@@ -35,7 +35,7 @@ fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Li
         ),
         Span::raw(" "),
         Span::styled(
-            format!("{:<9}", format!("{:?}", w.phase)),
+            format!("{:<10}", format!("{:?}", w.phase)),
             t.wave_phase(w.phase),
         ),
         Span::styled(fill, t.ok()),
