@@ -206,6 +206,12 @@ pub struct VirtualMachineMigrationStatus {
     #[schemars(range(min = 0))]
     pub retry_observed: i64,
 
+    /// Transient failures retried so far in the current phase (reset when the phase changes);
+    /// the controller backs off exponentially on it and fails the migration past its budget.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub retries: i32,
+
     /// The most recent failure, kept after a retry for reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<LastFailure>,
@@ -374,7 +380,7 @@ mod tests {
         let v = serde_json::to_value(VirtualMachineMigrationStatus::default()).unwrap();
         assert_eq!(
             v,
-            serde_json::json!({"phase": "Pending", "attempts": 0, "retryObserved": 0})
+            serde_json::json!({"phase": "Pending", "attempts": 0, "retryObserved": 0, "retries": 0})
         );
     }
 
