@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_crds::Phase;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 
@@ -38,8 +37,6 @@ impl Clock for SystemClock {
 
 #[derive(Debug, Default, Clone)]
 struct Memo {
-    /// Transient retries counted in `phase` (attempt included, so a retry's new stay restarts it).
-    retries: Option<(Phase, i32, u32)>,
     /// When progress was last written.
     progress_written: Option<Instant>,
 }
@@ -95,26 +92,6 @@ impl Context {
     fn memo<T>(&self, uid: &str, f: impl FnOnce(&mut Memo) -> T) -> T {
         let mut map = self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         f(map.entry(uid.to_owned()).or_default())
-    }
-
-    /// Transient retries so far in this stay of `phase`.
-    pub fn retries(&self, uid: &str, phase: Phase, attempt: i32) -> u32 {
-        self.memo(uid, |m| match m.retries {
-            Some((p, a, n)) if p == phase && a == attempt => n,
-            _ => 0,
-        })
-    }
-
-    /// Counts one more transient retry in `phase`; returns the count before it.
-    pub fn count_retry(&self, uid: &str, phase: Phase, attempt: i32) -> u32 {
-        self.memo(uid, |m| {
-            let n = match m.retries {
-                Some((p, a, n)) if p == phase && a == attempt => n,
-                _ => 0,
-            };
-            m.retries = Some((phase, attempt, n + 1));
-            n
-        })
     }
 
     /// How long ago progress was last written for `uid`.

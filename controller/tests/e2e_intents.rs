@@ -59,7 +59,7 @@ async fn cancel_during_importing_cleans_up_and_powers_the_source_back_on() {
     wait_children_gone(&env).await;
     assert!(env.staged_files().is_empty(), "staging left: {:?}", env.staged_files());
     assert_eq!(env.power_state().await, "poweredOn", "restorePowerState OnCancel powers the source back on");
-    assert!(env.event_reasons("cancel-me").await.iter().any(|r| r == "Cancelled"));
+    env.wait_event("cancel-me", "Cancelled").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,8 +76,7 @@ async fn a_transient_import_fault_is_retried_and_the_migration_succeeds() {
     assert!(all_conditions_true(&v));
     let dv = Api::<DataVolume>::namespaced(env.ns.client.clone(), &env.ns.name).get(&dv_name("flaky", 0)).await.unwrap();
     assert_eq!(dv.status.unwrap().restart_count, 1, "CDI restarted the importer once");
-    let reasons = env.event_reasons("flaky").await;
-    assert!(reasons.iter().any(|r| r == "TransientError"), "a Warning for the importer restart: {reasons:?}");
+    env.wait_event("flaky", "TransientError").await;
     assert_eq!(v.status.unwrap().attempts, 1, "no operator retry was needed");
 }
 
@@ -97,7 +96,7 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
     assert_eq!((f.phase, f.reason, f.retriable), (Phase::Importing, Reason::ImportFailed, true));
     let c = v.condition(ConditionType::DiskImported).unwrap();
     assert_eq!((c.status, c.reason), (ConditionStatus::False, Reason::ImportFailed));
-    assert!(env.event_reasons("broken").await.iter().any(|r| r == "ImportFailed"));
+    env.wait_event("broken", "ImportFailed").await;
 
     env.annotate("broken", FAULT, None).await;
     env.patch_spec("broken", serde_json::json!({"retry": 1})).await;
@@ -108,7 +107,7 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
     let failed_at = phases.iter().position(|p| *p == Phase::Failed).unwrap();
     assert_eq!(phases[failed_at + 1], Phase::Importing, "resumed at the failed checkpoint: {phases:?}");
     assert_eq!(phases.iter().filter(|p| **p == Phase::Converting).count(), 1, "no second conversion: {phases:?}");
-    assert!(env.event_reasons("broken").await.iter().any(|r| r == "RetryRequested"));
+    env.wait_event("broken", "RetryRequested").await;
     assert_eq!(creations.names().iter().filter(|n| n.starts_with("Job/")).count(), 1);
     let dups = creations.duplicates();
     assert_eq!(dups, vec![(format!("DataVolume/{}", dv_name("broken", 0)), 2)], "only the failed DataVolume was made again");

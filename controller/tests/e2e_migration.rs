@@ -47,7 +47,7 @@ async fn a_64_mib_vm_migrates_to_succeeded_through_every_checkpoint() {
     assert!(same_file(&env.volume(&dv_name("happy", 0)), &raw), "the imported volume equals qemu-img convert -O raw of the VMDK");
 
     // Events for each transition.
-    let reasons = env.event_reasons("happy").await;
+    let reasons = env.wait_event("happy", "Succeeded").await;
     for want in ["Preparing", "Converting", "Importing", "CreatingVM", "Starting", "Validating", "Succeeded"] {
         assert!(reasons.iter().any(|r| r == want), "an Event {want} among {reasons:?}");
     }

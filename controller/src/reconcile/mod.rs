@@ -210,8 +210,7 @@ async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> 
     let world = observe::world(ctx, &vmm).await?;
     let uid = vmm.uid().unwrap_or_default();
     let phase = vmm.phase();
-    let attempt = vmm.status.as_ref().map_or(0, |s| s.attempts);
-    let retries = ctx.retries(&uid, phase, attempt);
+    let retries = vmm.status.as_ref().map_or(0, |s| u32::try_from(s.retries).unwrap_or(0));
     let scope = Scope { vmm: vmm.clone(), now: now.0, policy: ctx.policy.clone(), retries, world };
     let outcome = decide(&scope);
     if let Step::Fail { .. } = outcome.step
@@ -239,15 +238,16 @@ async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> 
         }
         let new = status::after_outcome(&vmm, &o, &now);
         write_status(ctx, &mut vmm, new).await?;
-        return Ok(requeue_for(ctx, &vmm, &o.step, &uid, phase, attempt).await);
+        return Ok(requeue_for(ctx, &vmm, &o.step, &uid, phase, retries).await);
     }
-    Ok(requeue_for(ctx, &vmm, &outcome.step, &uid, phase, attempt).await)
+    Ok(requeue_for(ctx, &vmm, &outcome.step, &uid, phase, retries).await)
 }
 
-async fn requeue_for(ctx: &Context, vmm: &VirtualMachineMigration, step: &Step, uid: &str, phase: Phase, attempt: i32) -> Requeue {
+/// When to look again after `step`; `retries` is the count of transient retries before this one.
+async fn requeue_for(ctx: &Context, vmm: &VirtualMachineMigration, step: &Step, uid: &str, phase: Phase, retries: u32) -> Requeue {
     match step {
         Step::Retry { reason, message } => {
-            let n = ctx.count_retry(uid, phase, attempt);
+            let n = retries;
             let delay = backoff(n, ctx.policy.backoff_base, ctx.policy.backoff_cap, uid);
             publish(ctx, vmm, &[events::retrying(phase, *reason, message, delay.as_secs(), n)]).await;
             Requeue::requeue(delay)

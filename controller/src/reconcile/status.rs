@@ -51,6 +51,7 @@ pub fn enter(s: &mut Status, to: Phase, now: &Time) {
         s.started_at = Some(now.clone());
     }
     s.phase = to;
+    s.retries = 0;
     history::record_phase(&mut s.history, to, s.attempts, now);
     s.completed_at = to.is_terminal().then(|| now.clone());
 }
@@ -91,6 +92,7 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
             ready(&mut s, generation, now, ConditionStatus::False, Reason::Failed, format!("{phase} failed: {message}"));
         }
         Step::Retry { reason, message } => {
+            s.retries = s.retries.saturating_add(1);
             ready(&mut s, generation, now, ConditionStatus::False, Reason::TransientError, format!("{reason}: {message}"));
         }
         Step::Act(_) | Step::Wait { .. } => {
@@ -351,7 +353,6 @@ mod tests {
         let steps = [
             Step::Wait { requeue: Duration::ZERO },
             Step::Act(vec![Action::CreateJob]),
-            Step::Retry { reason: Reason::StagingUnavailable, message: "down".into() },
             Step::Advance { to: Phase::Importing },
         ];
         for phase in Phase::CHECKPOINTS {
@@ -364,5 +365,16 @@ mod tests {
                 assert!(!worth_writing(Some(&once), &twice, None), "{phase} {step:?}: no second write");
             }
         }
+    }
+
+    #[test]
+    fn transient_retries_are_counted_in_the_status_and_reset_by_a_phase_change() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
+        let retry = Outcome::new(Step::Retry { reason: Reason::StagingUnavailable, message: "down".into() }, "down");
+        let s1 = after_outcome(&vmm, &retry, &t1());
+        let s2 = after_outcome(&with_status(migration("m"), s1.clone()), &retry, &ts(120));
+        assert_eq!((s1.retries, s2.retries), (1, 2));
+        let moved = after_outcome(&with_status(migration("m"), s2), &Outcome::new(Step::Advance { to: Phase::Converting }, ""), &ts(180));
+        assert_eq!(moved.retries, 0);
     }
 }

@@ -283,6 +283,20 @@ impl Env {
         list.into_iter().filter_map(|e| e.reason).collect()
     }
 
+    /// Waits for an Event with `reason` about `name` (Events follow the status write they
+    /// describe, so a test that saw the status may look a moment too early).
+    pub async fn wait_event(&self, name: &str, reason: &str) -> Vec<String> {
+        let r = eventually(&format!("an Event {reason} about {name}"), Duration::from_secs(30), || async {
+            let reasons = self.event_reasons(name).await;
+            reasons.iter().any(|r| r == reason).then_some(reasons)
+        })
+        .await;
+        match r {
+            Ok(v) => v,
+            Err(e) => panic!("{e}; events: {:?}", self.event_reasons(name).await),
+        }
+    }
+
     /// Files left under the migration's staging prefix in the S3 server's data directory.
     pub fn staged_files(&self) -> Vec<PathBuf> {
         let dir = self.lab.info.s3.data_dir.join(&self.lab.info.s3.bucket).join("e2e").join(&self.ns.name);
