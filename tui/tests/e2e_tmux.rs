@@ -80,9 +80,22 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.name])
-            .status();
+        // Tests start sessions concurrently and a kill can race the server's start; make sure
+        // the session (and the cockpit in it) is gone before the test ends.
+        for _ in 0..20 {
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", &self.name])
+                .status();
+            let alive = Command::new("tmux")
+                .args(["has-session", "-t", &self.name])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !alive {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -142,7 +155,7 @@ fn create_vmm(kubeconfig: &Path, ns: &str, name: &str) {
 
 fn cockpit(kubeconfig: &Path, ns: &str, extra: &str) -> String {
     format!(
-        "{} --kubeconfig {} -n {ns} {extra}; sleep 600",
+        "{} --kubeconfig {} -n {ns} {extra}; sleep 60",
         env!("CARGO_BIN_EXE_ferry"),
         kubeconfig.display()
     )
