@@ -131,3 +131,23 @@ async fn deleting_a_migration_mid_converting_cleans_up_everything() {
     assert!(env.staged_files().is_empty(), "staging left: {:?}", env.staged_files());
     assert_eq!(env.power_state().await, "poweredOn", "deleting restores the power (OnCancel)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_migration_takes_no_step_until_resumed() {
+    let mut env = Env::new("e2e-paused", 16).await;
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("held");
+    vmm.spec.paused = true;
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("held", "the paused status", 60, |v| v.condition(ConditionType::Ready).is_some_and(|c| c.reason == Reason::Paused))
+        .await;
+    assert_eq!(v.phase(), Phase::Pending, "no step while paused");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(env.get("held").await.phase(), Phase::Pending);
+    assert_eq!(env.power_state().await, "poweredOn", "the source is untouched while paused");
+    env.patch_spec("held", serde_json::json!({"paused": false})).await;
+    let v = env.wait_for("held", "held to finish", 300, |v| v.phase().is_terminal()).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+}

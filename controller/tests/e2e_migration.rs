@@ -64,6 +64,17 @@ async fn a_64_mib_vm_migrates_to_succeeded_through_every_checkpoint() {
     let total: u64 = writes.values().sum();
     println!("E2E 64MiB migration: wall {wall:.1}s, controller API writes {total}: {writes:?}");
 
+    // A settled migration costs nothing: a restarted controller reconciles it and writes nothing.
+    env.start_controller();
+    ferry_harness::eventually("the restarted controller to reconcile", std::time::Duration::from_secs(30), || async {
+        (env.reconciles() >= 1).then_some(())
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let after_restart = env.api_writes();
+    assert_eq!(after_restart.values().sum::<u64>(), 0, "no write for a settled migration: {after_restart:?}");
+
     // Deleting the finished migration leaves the VM alone.
     env.api().delete("happy", &Default::default()).await.unwrap();
     env.wait_gone("happy", 60).await;

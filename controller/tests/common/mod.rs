@@ -321,6 +321,16 @@ impl Env {
         out
     }
 
+    /// Migration reconciles the running controller did, from its metrics.
+    pub fn reconciles(&self) -> u64 {
+        let body = http_get(self.metrics_port, "/metrics");
+        body.lines()
+            .find(|l| l.starts_with("ferry_controller_reconciles_total{controller=\"migration\"}"))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
     /// The source VM's power state in vcsim, as the lab's govc-free way: through the controller's
     /// own vSphere client.
     pub async fn power_state(&self) -> String {
@@ -336,6 +346,22 @@ impl Env {
         let p = s.power_state(&self.vm.moref).await.unwrap();
         let _ = s.logout().await;
         p.as_str().to_owned()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        // Stop the processes first, then drop the disk images (hundreds of MiB per test); a
+        // failed test keeps its directory and logs for the post-mortem.
+        if let Some(mut c) = self.controller.take() {
+            c.kill();
+        }
+        if let Some(mut s) = self.sim.take() {
+            s.kill();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.scratch);
+        }
     }
 }
 
