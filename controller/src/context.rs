@@ -62,7 +62,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("policy", &self.policy).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -72,7 +74,14 @@ pub const REPORTER: &str = "ferry-controller";
 impl Context {
     /// A context on the real edges and the system clock.
     pub fn new(client: kube::Client, policy: Policy, metrics: Arc<Metrics>) -> Self {
-        Self::with_edges(client, policy, metrics, Arc::new(VsphereSource), Arc::new(S3Staging), Arc::new(SystemClock))
+        Self::with_edges(
+            client,
+            policy,
+            metrics,
+            Arc::new(VsphereSource),
+            Arc::new(S3Staging),
+            Arc::new(SystemClock),
+        )
     }
 
     /// A context on the given edges and clock.
@@ -84,13 +93,28 @@ impl Context {
         staging: Arc<dyn StagingApi>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let reporter = Reporter { controller: REPORTER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: REPORTER.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, source, staging, clock, policy, metrics, recorder, memory: Mutex::default() }
+        Self {
+            client,
+            source,
+            staging,
+            clock,
+            policy,
+            metrics,
+            recorder,
+            memory: Mutex::default(),
+        }
     }
 
     fn memo<T>(&self, uid: &str, f: impl FnOnce(&mut Memo) -> T) -> T {
-        let mut map = self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(map.entry(uid.to_owned()).or_default())
     }
 
@@ -106,7 +130,10 @@ impl Context {
 
     /// Forgets `uid` (its migration is gone).
     pub fn forget(&self, uid: &str) {
-        let mut map = self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.remove(uid);
     }
 }

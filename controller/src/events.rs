@@ -19,17 +19,31 @@ pub struct Note {
 
 impl Note {
     fn normal(reason: impl Into<String>, action: &str, note: impl Into<String>) -> Self {
-        Self { warning: false, reason: reason.into(), action: action.to_owned(), note: note.into() }
+        Self {
+            warning: false,
+            reason: reason.into(),
+            action: action.to_owned(),
+            note: note.into(),
+        }
     }
 
     fn warning(reason: impl Into<String>, action: &str, note: impl Into<String>) -> Self {
-        Self { warning: true, reason: reason.into(), action: action.to_owned(), note: note.into() }
+        Self {
+            warning: true,
+            reason: reason.into(),
+            action: action.to_owned(),
+            note: note.into(),
+        }
     }
 
     /// The kube-runtime Event.
     pub fn to_event(&self) -> Event {
         Event {
-            type_: if self.warning { EventType::Warning } else { EventType::Normal },
+            type_: if self.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: self.reason.clone(),
             note: Some(truncate(&self.note, 1000)),
             action: self.action.clone(),
@@ -68,24 +82,56 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
         out.push(Note::normal(
             Reason::RetryRequested.as_str(),
             "Retry",
-            format!("attempt {} resumes {} (last failure: {})", new.attempts, new.phase, old.last_failure.as_ref().map_or("none".into(), |f| f.reason.to_string())),
+            format!(
+                "attempt {} resumes {} (last failure: {})",
+                new.attempts,
+                new.phase,
+                old.last_failure
+                    .as_ref()
+                    .map_or("none".into(), |f| f.reason.to_string())
+            ),
         ));
     } else if new.phase != old.phase {
         match new.phase {
             Phase::Failed => {
-                let (reason, msg) = new.last_failure.as_ref().map_or((Reason::Failed, String::new()), |f| (f.reason, f.message.clone()));
-                out.push(Note::warning(reason.as_str(), "Fail", format!("{} failed: {msg}", old.phase)));
+                let (reason, msg) = new
+                    .last_failure
+                    .as_ref()
+                    .map_or((Reason::Failed, String::new()), |f| {
+                        (f.reason, f.message.clone())
+                    });
+                out.push(Note::warning(
+                    reason.as_str(),
+                    "Fail",
+                    format!("{} failed: {msg}", old.phase),
+                ));
             }
-            Phase::Cancelled => out.push(Note::normal("Cancelled", "Cancel", format!("cancelled in {}; partial results removed", old.phase))),
-            Phase::Succeeded => out.push(Note::normal("Succeeded", "Complete", "the VM runs in KubeVirt; staging cleaned up")),
-            p => out.push(Note::normal(p.as_str(), "Transition", format!("{} → {p}", old.phase))),
+            Phase::Cancelled => out.push(Note::normal(
+                "Cancelled",
+                "Cancel",
+                format!("cancelled in {}; partial results removed", old.phase),
+            )),
+            Phase::Succeeded => out.push(Note::normal(
+                "Succeeded",
+                "Complete",
+                "the VM runs in KubeVirt; staging cleaned up",
+            )),
+            p => out.push(Note::normal(
+                p.as_str(),
+                "Transition",
+                format!("{} → {p}", old.phase),
+            )),
         }
     }
     for t in ConditionType::ALL {
         if let Some((Reason::TransientError, msg)) = condition(new, t)
             && condition(old, t) != Some((Reason::TransientError, msg))
         {
-            out.push(Note::warning(Reason::TransientError.as_str(), "Retry", format!("{t}: {msg}")));
+            out.push(Note::warning(
+                Reason::TransientError.as_str(),
+                "Retry",
+                format!("{t}: {msg}"),
+            ));
         }
     }
     out
@@ -93,14 +139,21 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
 
 /// The Event for a transient failure retried in the phase. Pure.
 pub fn retrying(phase: Phase, reason: Reason, message: &str, delay_secs: u64, retry: u32) -> Note {
-    Note::warning(reason.as_str(), "Retry", format!("{phase}: {message}; retry {} in {delay_secs}s", retry + 1))
+    Note::warning(
+        reason.as_str(),
+        "Retry",
+        format!("{phase}: {message}; retry {} in {delay_secs}s", retry + 1),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::reconcile::status;
-    use ferry_crds::{LastFailure, fixtures::{migration, t0, t1}};
+    use ferry_crds::{
+        LastFailure,
+        fixtures::{migration, t0, t1},
+    };
 
     #[test]
     fn one_event_per_transition() {
@@ -112,10 +165,19 @@ mod tests {
         assert_eq!((n[0].reason.as_str(), n[0].warning), ("Converting", false));
         assert!(notes(&s1, &s1).is_empty());
         let mut f = s1.clone();
-        f.last_failure = Some(LastFailure { phase: Phase::Converting, reason: Reason::ConversionFailed, message: "x".into(), retriable: true, time: t1() });
+        f.last_failure = Some(LastFailure {
+            phase: Phase::Converting,
+            reason: Reason::ConversionFailed,
+            message: "x".into(),
+            retriable: true,
+            time: t1(),
+        });
         status::enter(&mut f, Phase::Failed, &t1());
         let n = notes(&s1, &f);
-        assert_eq!((n[0].reason.as_str(), n[0].warning), ("ConversionFailed", true));
+        assert_eq!(
+            (n[0].reason.as_str(), n[0].warning),
+            ("ConversionFailed", true)
+        );
         let mut r = f.clone();
         r.attempts = 2;
         status::enter(&mut r, Phase::Converting, &t1());
@@ -126,7 +188,15 @@ mod tests {
     fn a_new_transient_error_is_a_warning() {
         let s0 = status::started(&migration("m"), &t0());
         let mut s1 = s0.clone();
-        ferry_crds::condition::set_condition(&mut s1.conditions, ConditionType::DiskImported, ferry_crds::ConditionStatus::Unknown, Reason::TransientError, "restarted 1", None, &t1());
+        ferry_crds::condition::set_condition(
+            &mut s1.conditions,
+            ConditionType::DiskImported,
+            ferry_crds::ConditionStatus::Unknown,
+            Reason::TransientError,
+            "restarted 1",
+            None,
+            &t1(),
+        );
         let n = notes(&s0, &s1);
         assert_eq!(n.len(), 1);
         assert!(n[0].warning && n[0].note.contains("restarted 1"));

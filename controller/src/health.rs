@@ -57,11 +57,19 @@ fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Full<
 pub fn route(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
     match (path, &endpoints.health, &endpoints.metrics) {
         ("/healthz", Some(_), _) => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        ("/readyz", Some(r), _) if r.is_ready() => respond(StatusCode::OK, "text/plain", "ready\n".into()),
-        ("/readyz", Some(_), _) => respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "caches not synced\n".into()),
-        ("/metrics", _, Some(m)) => {
-            respond(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", m.encode())
+        ("/readyz", Some(r), _) if r.is_ready() => {
+            respond(StatusCode::OK, "text/plain", "ready\n".into())
         }
+        ("/readyz", Some(_), _) => respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "caches not synced\n".into(),
+        ),
+        ("/metrics", _, Some(m)) => respond(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            m.encode(),
+        ),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }
@@ -70,20 +78,34 @@ pub fn route(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
 ///
 /// # Errors
 /// [`Error::Io`] when the address cannot be bound.
-pub async fn bind(addr: SocketAddr, endpoints: Endpoints) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Io { what: format!("binding {addr}"), source })?;
-    let local = listener.local_addr().map_err(|source| Error::Io { what: format!("address of {addr}"), source })?;
+pub async fn bind(
+    addr: SocketAddr,
+    endpoints: Endpoints,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Io {
+        what: format!("binding {addr}"),
+        source,
+    })?;
+    let local = listener.local_addr().map_err(|source| Error::Io {
+        what: format!("address of {addr}"),
+        source,
+    })?;
     info!(addr = %local, health = endpoints.health.is_some(), metrics = endpoints.metrics.is_some(), "serving");
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let endpoints = endpoints.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let r = route(&endpoints, req.uri().path());
                     async move { Ok::<_, Infallible>(r) }
                 });
-                if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                if let Err(e) = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await
+                {
                     debug!(error = %e, "http connection");
                 }
             });
@@ -99,14 +121,26 @@ mod tests {
     #[test]
     fn routes() {
         let ready = Arc::new(Readiness::default());
-        let e = Endpoints { health: Some(ready.clone()), metrics: Some(Arc::new(Metrics::default())) };
+        let e = Endpoints {
+            health: Some(ready.clone()),
+            metrics: Some(Arc::new(Metrics::default())),
+        };
         assert_eq!(route(&e, "/healthz").status(), StatusCode::OK);
-        assert_eq!(route(&e, "/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            route(&e, "/readyz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         ready.set_ready();
         assert_eq!(route(&e, "/readyz").status(), StatusCode::OK);
         assert_eq!(route(&e, "/metrics").status(), StatusCode::OK);
         assert_eq!(route(&e, "/nope").status(), StatusCode::NOT_FOUND);
-        let only_metrics = Endpoints { health: None, metrics: Some(Arc::new(Metrics::default())) };
-        assert_eq!(route(&only_metrics, "/healthz").status(), StatusCode::NOT_FOUND);
+        let only_metrics = Endpoints {
+            health: None,
+            metrics: Some(Arc::new(Metrics::default())),
+        };
+        assert_eq!(
+            route(&only_metrics, "/healthz").status(),
+            StatusCode::NOT_FOUND
+        );
     }
 }

@@ -74,8 +74,12 @@ enum LogFormat {
 /// `250ms`, `2s`, `5m`, `1h`, or plain seconds.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 2s, 5m"))?;
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 2s, 5m"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,
@@ -90,16 +94,21 @@ fn addr(s: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse().map(Some).with_context(|| format!("{flag} {s:?} is not host:port"))
+    s.parse()
+        .map(Some)
+        .with_context(|| format!("{flag} {s:?} is not host:port"))
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
         }
-        None => kube::Config::infer().await.context("no kubeconfig and not in a cluster")?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
     };
     Ok(kube::Client::try_from(config)?)
 }
@@ -108,7 +117,10 @@ fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,vim_rs=warn"));
     match format {
-        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init(),
         LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
     }
 }

@@ -64,36 +64,79 @@ impl Default for Metrics {
         let reconciles = Family::<ControllerLabel, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let writes = Family::<WriteLabels, Counter>::default();
-        let phase_seconds = Family::<PhaseLabel, Histogram>::new_with_constructor(phase_histogram as fn() -> Histogram);
+        let phase_seconds = Family::<PhaseLabel, Histogram>::new_with_constructor(
+            phase_histogram as fn() -> Histogram,
+        );
         let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by error", errors.clone());
-        registry.register("api_writes", "Writes to the Kubernetes API, by verb and kind", writes.clone());
-        registry.register("phase_duration_seconds", "Seconds a migration spent in a phase", phase_seconds.clone());
-        registry.register("reconcile_duration_seconds", "Seconds per reconcile", reconcile_seconds.clone());
-        Self { reconciles, errors, writes, phase_seconds, reconcile_seconds, registry }
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error",
+            errors.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes to the Kubernetes API, by verb and kind",
+            writes.clone(),
+        );
+        registry.register(
+            "phase_duration_seconds",
+            "Seconds a migration spent in a phase",
+            phase_seconds.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Seconds per reconcile",
+            reconcile_seconds.clone(),
+        );
+        Self {
+            reconciles,
+            errors,
+            writes,
+            phase_seconds,
+            reconcile_seconds,
+            registry,
+        }
     }
 }
 
 impl Metrics {
     /// Counts one write.
     pub fn write(&self, verb: &str, kind: &str) {
-        self.writes.get_or_create(&WriteLabels { verb: verb.to_owned(), kind: kind.to_owned() }).inc();
+        self.writes
+            .get_or_create(&WriteLabels {
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one reconcile of `controller`.
     pub fn reconcile(&self, controller: &str) {
-        self.reconciles.get_or_create(&ControllerLabel { controller: controller.to_owned() }).inc();
+        self.reconciles
+            .get_or_create(&ControllerLabel {
+                controller: controller.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one failed reconcile.
     pub fn error(&self, controller: &str, label: &str) {
-        self.errors.get_or_create(&ErrorLabels { controller: controller.to_owned(), error: label.to_owned() }).inc();
+        self.errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_owned(),
+                error: label.to_owned(),
+            })
+            .inc();
     }
 
     /// Observes the time spent in `phase`.
     pub fn phase_left(&self, phase: &str, seconds: f64) {
-        self.phase_seconds.get_or_create(&PhaseLabel { phase: phase.to_owned() }).observe(seconds);
+        self.phase_seconds
+            .get_or_create(&PhaseLabel {
+                phase: phase.to_owned(),
+            })
+            .observe(seconds);
     }
 
     /// The text exposition of every metric.
@@ -118,7 +161,11 @@ mod tests {
         m.phase_left("Importing", 3.0);
         let text = m.encode();
         assert!(text.contains("ferry_controller_api_writes_total{verb=\"status\",kind=\"VirtualMachineMigration\"} 2"), "{text}");
-        assert!(text.contains("ferry_controller_reconcile_errors_total{controller=\"migration\",error=\"kube_api\"} 1"));
-        assert!(text.contains("ferry_controller_phase_duration_seconds_count{phase=\"Importing\"} 1"));
+        assert!(text.contains(
+            "ferry_controller_reconcile_errors_total{controller=\"migration\",error=\"kube_api\"} 1"
+        ));
+        assert!(
+            text.contains("ferry_controller_phase_duration_seconds_count{phase=\"Importing\"} 1")
+        );
     }
 }

@@ -41,7 +41,14 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { namespace: None, concurrency: 16, metrics_addr: None, health_addr: None, policy: Policy::default(), waves: true }
+        Self {
+            namespace: None,
+            concurrency: 16,
+            metrics_addr: None,
+            health_addr: None,
+            policy: Policy::default(),
+            waves: true,
+        }
     }
 }
 
@@ -66,24 +73,59 @@ where
 ///
 /// # Errors
 /// [`crate::Error::Io`] when an endpoint address cannot be bound.
-pub async fn run_until(client: Client, opts: RunOptions, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+pub async fn run_until(
+    client: Client,
+    opts: RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     let readiness = Arc::new(Readiness::default());
     let mut servers = vec![];
     match (opts.metrics_addr, opts.health_addr) {
         (Some(m), Some(h)) if m == h => {
-            servers.push(health::bind(m, Endpoints { health: Some(readiness.clone()), metrics: Some(metrics.clone()) }).await?);
+            servers.push(
+                health::bind(
+                    m,
+                    Endpoints {
+                        health: Some(readiness.clone()),
+                        metrics: Some(metrics.clone()),
+                    },
+                )
+                .await?,
+            );
         }
         (m, h) => {
             if let Some(m) = m {
-                servers.push(health::bind(m, Endpoints { health: None, metrics: Some(metrics.clone()) }).await?);
+                servers.push(
+                    health::bind(
+                        m,
+                        Endpoints {
+                            health: None,
+                            metrics: Some(metrics.clone()),
+                        },
+                    )
+                    .await?,
+                );
             }
             if let Some(h) = h {
-                servers.push(health::bind(h, Endpoints { health: Some(readiness.clone()), metrics: None }).await?);
+                servers.push(
+                    health::bind(
+                        h,
+                        Endpoints {
+                            health: Some(readiness.clone()),
+                            metrics: None,
+                        },
+                    )
+                    .await?,
+                );
             }
         }
     }
-    let ctx = Arc::new(Context::new(client.clone(), opts.policy.clone(), metrics.clone()));
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        opts.policy.clone(),
+        metrics.clone(),
+    ));
     let ns = opts.namespace.as_deref();
     let config = ControllerConfig::default().concurrency(opts.concurrency);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -94,34 +136,54 @@ pub async fn run_until(client: Client, opts: RunOptions, shutdown: impl Future<O
         }
     };
 
-    let migrations = Controller::new(api::<VirtualMachineMigration>(&client, ns), watcher::Config::default())
-        .with_config(config.clone())
-        .owns(api::<Job>(&client, ns), watcher::Config::default())
-        .owns(api::<DataVolume>(&client, ns), watcher::Config::default())
-        .owns(api::<VirtualMachine>(&client, ns), watcher::Config::default())
-        .watches(
-            api::<VirtualMachineInstance>(&client, ns),
-            watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL),
-            |vmi| kubevirt::migration_of(&vmi).map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns)),
-        )
-        .graceful_shutdown_on(stopped())
-        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                debug!(error = %e, "migration controller");
-            }
-        });
-    let waves = Controller::new(api::<MigrationWave>(&client, ns), watcher::Config::default())
-        .with_config(config)
-        .owns(api::<VirtualMachineMigration>(&client, ns), watcher::Config::default())
-        .graceful_shutdown_on(stopped())
-        .run(wave::reconcile, wave::error_policy, ctx.clone())
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                debug!(error = %e, "wave controller");
-            }
-        });
-    info!(namespace = ns.unwrap_or("all"), concurrency = opts.concurrency, waves = opts.waves, "controllers running");
+    let migrations = Controller::new(
+        api::<VirtualMachineMigration>(&client, ns),
+        watcher::Config::default(),
+    )
+    .with_config(config.clone())
+    .owns(api::<Job>(&client, ns), watcher::Config::default())
+    .owns(api::<DataVolume>(&client, ns), watcher::Config::default())
+    .owns(
+        api::<VirtualMachine>(&client, ns),
+        watcher::Config::default(),
+    )
+    .watches(
+        api::<VirtualMachineInstance>(&client, ns),
+        watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL),
+        |vmi| {
+            kubevirt::migration_of(&vmi)
+                .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
+        },
+    )
+    .graceful_shutdown_on(stopped())
+    .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            debug!(error = %e, "migration controller");
+        }
+    });
+    let waves = Controller::new(
+        api::<MigrationWave>(&client, ns),
+        watcher::Config::default(),
+    )
+    .with_config(config)
+    .owns(
+        api::<VirtualMachineMigration>(&client, ns),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(stopped())
+    .run(wave::reconcile, wave::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            debug!(error = %e, "wave controller");
+        }
+    });
+    info!(
+        namespace = ns.unwrap_or("all"),
+        concurrency = opts.concurrency,
+        waves = opts.waves,
+        "controllers running"
+    );
     readiness.set_ready();
     tokio::spawn(async move {
         shutdown.await;
@@ -152,7 +214,9 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<()> {
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             tokio::select! {
                 _ = term.recv() => {},
                 _ = tokio::signal::ctrl_c() => {},

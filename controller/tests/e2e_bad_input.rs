@@ -18,16 +18,25 @@ async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeed
     env.start_controller();
     let secrets: kube::Api<Secret> = env.ns.api();
     let wrong = Secret {
-        metadata: ObjectMeta { name: Some("wrong-password".into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some("wrong-password".into()),
+            ..ObjectMeta::default()
+        },
         data: Some(
-            [("username", env.lab.info.vcenter.username.as_str()), ("password", "not-the-password")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
+            [
+                ("username", env.lab.info.vcenter.username.as_str()),
+                ("password", "not-the-password"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect(),
         ),
         ..Secret::default()
     };
-    secrets.create(&PostParams::default(), &wrong).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &wrong)
+        .await
+        .unwrap();
 
     let named = |name: &str| {
         let mut m = env.migration(name);
@@ -45,10 +54,26 @@ async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeed
     let mut no_bucket = named("no-bucket");
     no_bucket.spec.staging.bucket = "no-such-bucket".into();
     let cases = [
-        (unknown_vm, Reason::VMNotFound, ConditionType::SourceDiscovered),
-        (bad_password, Reason::LoginFailed, ConditionType::SourceDiscovered),
-        (bad_thumbprint, Reason::ThumbprintMismatch, ConditionType::SourceDiscovered),
-        (unreachable, Reason::EndpointUnreachable, ConditionType::SourceDiscovered),
+        (
+            unknown_vm,
+            Reason::VMNotFound,
+            ConditionType::SourceDiscovered,
+        ),
+        (
+            bad_password,
+            Reason::LoginFailed,
+            ConditionType::SourceDiscovered,
+        ),
+        (
+            bad_thumbprint,
+            Reason::ThumbprintMismatch,
+            ConditionType::SourceDiscovered,
+        ),
+        (
+            unreachable,
+            Reason::EndpointUnreachable,
+            ConditionType::SourceDiscovered,
+        ),
         (no_bucket, Reason::BucketNotFound, ConditionType::Validated),
     ];
     for (m, _, _) in &cases {
@@ -58,16 +83,48 @@ async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeed
 
     for (m, reason, cond) in &cases {
         let name = name_of(m);
-        let v = env.wait_for(&name, &format!("{name} to fail"), 180, |v| v.phase().is_terminal()).await;
-        assert_eq!(v.phase(), Phase::Failed, "{name}: {}", serde_yaml_status(&v));
+        let v = env
+            .wait_for(&name, &format!("{name} to fail"), 180, |v| {
+                v.phase().is_terminal()
+            })
+            .await;
+        assert_eq!(
+            v.phase(),
+            Phase::Failed,
+            "{name}: {}",
+            serde_yaml_status(&v)
+        );
         let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
-        assert_eq!((f.phase, f.reason), (Phase::Preparing, *reason), "{name}: {}", f.message);
+        assert_eq!(
+            (f.phase, f.reason),
+            (Phase::Preparing, *reason),
+            "{name}: {}",
+            f.message
+        );
         let c = v.condition(*cond).unwrap();
-        assert_eq!((c.status, c.reason), (ConditionStatus::False, *reason), "{name}");
-        assert!(!c.message.is_empty(), "{name}: the condition says what to do");
+        assert_eq!(
+            (c.status, c.reason),
+            (ConditionStatus::False, *reason),
+            "{name}"
+        );
+        assert!(
+            !c.message.is_empty(),
+            "{name}: the condition says what to do"
+        );
         env.wait_event(&name, reason.as_str()).await;
     }
-    let good = env.wait_for("good", "good to finish", 300, |v| v.phase().is_terminal()).await;
-    assert_eq!(good.phase(), Phase::Succeeded, "{}", serde_yaml_status(&good));
-    assert_eq!(env.power_state().await, "poweredOff", "only the good migration powered the VM off");
+    let good = env
+        .wait_for("good", "good to finish", 300, |v| v.phase().is_terminal())
+        .await;
+    assert_eq!(
+        good.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&good)
+    );
+    assert_eq!(
+        env.power_state().await,
+        "poweredOff",
+        "only the good migration powered the VM off"
+    );
 }

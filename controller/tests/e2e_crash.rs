@@ -22,16 +22,24 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
     let creations = Creations::watch(&env).await;
     let api = env.api();
     let mut phases = std::pin::pin!(
-        watcher(api.clone(), watcher::Config::default().fields("metadata.name=crashy")).applied_objects().filter_map(|v| async move {
-            v.ok().map(|v: VirtualMachineMigration| v.phase())
-        })
+        watcher(
+            api.clone(),
+            watcher::Config::default().fields("metadata.name=crashy")
+        )
+        .applied_objects()
+        .filter_map(|v| async move { v.ok().map(|v: VirtualMachineMigration| v.phase()) })
     );
     env.create(&env.migration("crashy")).await;
     let mut killed = BTreeSet::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(420);
     loop {
         let next = tokio::time::timeout_at(deadline, phases.next()).await;
-        let Ok(Some(phase)) = next else { panic!("no progress; killed in {killed:?}; logs in {}", env.scratch.display()) };
+        let Ok(Some(phase)) = next else {
+            panic!(
+                "no progress; killed in {killed:?}; logs in {}",
+                env.scratch.display()
+            )
+        };
         if phase.is_checkpoint() && killed.insert(phase) {
             if let Some(c) = env.controller.as_mut() {
                 c.kill();
@@ -46,12 +54,19 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
     }
     let v = env.get("crashy").await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
-    assert_eq!(killed, Phase::CHECKPOINTS.into_iter().collect::<BTreeSet<_>>(), "killed once inside each checkpoint");
+    assert_eq!(
+        killed,
+        Phase::CHECKPOINTS.into_iter().collect::<BTreeSet<_>>(),
+        "killed once inside each checkpoint"
+    );
     assert!(all_conditions_true(&v));
     assert_eq!(creations.duplicates(), vec![], "no child created twice");
     let names = creations.names();
     for kind in ["Job/", "DataVolume/", "VirtualMachine/", "Secret/"] {
-        assert!(names.iter().any(|n| n.starts_with(kind)), "a {kind} was created: {names:?}");
+        assert!(
+            names.iter().any(|n| n.starts_with(kind)),
+            "a {kind} was created: {names:?}"
+        );
     }
     let raw = env.scratch.join("expected.raw");
     qemu_raw(&env.disk.vmdk, &raw);

@@ -11,21 +11,49 @@ use ferry_crds::Phase;
 async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
     let mut env = Env::new("e2e-deploy", 16).await;
     let base = workspace().join("deploy/controller");
-    let out = env.lab.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-k", base.to_str().unwrap()]).unwrap();
-    for kind in ["serviceaccount/ferry-controller", "clusterrole.rbac.authorization.k8s.io/ferry-controller", "deployment.apps/ferry-controller", "poddisruptionbudget.policy/ferry-controller"] {
+    let out = env
+        .lab
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-k",
+            base.to_str().unwrap(),
+        ])
+        .unwrap();
+    for kind in [
+        "serviceaccount/ferry-controller",
+        "clusterrole.rbac.authorization.k8s.io/ferry-controller",
+        "deployment.apps/ferry-controller",
+        "poddisruptionbudget.policy/ferry-controller",
+    ] {
         assert!(out.contains(kind), "{kind} applied:\n{out}");
     }
     env.impersonate(
         "system:serviceaccount:ferry-system:ferry-controller",
-        &["system:serviceaccounts", "system:serviceaccounts:ferry-system", "system:authenticated"],
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:ferry-system",
+            "system:authenticated",
+        ],
     );
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("rbac")).await;
-    let v = env.wait_for("rbac", "rbac to finish", 300, |v| v.phase().is_terminal()).await;
+    let v = env
+        .wait_for("rbac", "rbac to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(all_conditions_true(&v));
     env.wait_event("rbac", "Succeeded").await;
     let log = std::fs::read_to_string(env.scratch.join("controller.log")).unwrap_or_default();
-    assert!(!log.contains("forbidden"), "no RBAC denial in the controller's log:\n{}", log.lines().filter(|l| l.contains("forbidden")).take(5).collect::<Vec<_>>().join("\n"));
+    assert!(
+        !log.contains("forbidden"),
+        "no RBAC denial in the controller's log:\n{}",
+        log.lines()
+            .filter(|l| l.contains("forbidden"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

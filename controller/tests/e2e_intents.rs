@@ -32,8 +32,24 @@ async fn wait_children_gone(env: &Env) {
     let vms: Api<VirtualMachine> = env.ns.api();
     let secrets: Api<Secret> = env.ns.api();
     eventually("children to be gone", Duration::from_secs(60), || async {
-        let cdi_secrets = secrets.list(&ListParams::default()).await.ok()?.items.iter().filter(|s| s.metadata.name.as_deref().is_some_and(|n| n.ends_with("-staging-s3"))).count();
-        (count(&jobs).await == 0 && count(&dvs).await == 0 && count(&vms).await == 0 && cdi_secrets == 0).then_some(())
+        let cdi_secrets = secrets
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with("-staging-s3"))
+            })
+            .count();
+        (count(&jobs).await == 0
+            && count(&dvs).await == 0
+            && count(&vms).await == 0
+            && cdi_secrets == 0)
+            .then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
@@ -47,18 +63,38 @@ async fn cancel_during_importing_cleans_up_and_powers_the_source_back_on() {
     env.start_controller();
     env.create(&env.migration("cancel-me")).await;
     env.wait_for("cancel-me", "an import in progress", 240, |v| {
-        v.phase() == Phase::Importing && v.status.as_ref().is_some_and(|s| s.disks.iter().any(|d| d.import_phase.as_deref() == Some("ImportInProgress")))
+        v.phase() == Phase::Importing
+            && v.status.as_ref().is_some_and(|s| {
+                s.disks
+                    .iter()
+                    .any(|d| d.import_phase.as_deref() == Some("ImportInProgress"))
+            })
     })
     .await;
     assert_eq!(env.power_state().await, "poweredOff");
-    env.patch_spec("cancel-me", serde_json::json!({"cancel": true})).await;
+    env.patch_spec("cancel-me", serde_json::json!({"cancel": true}))
+        .await;
     let v = env.wait_phase("cancel-me", Phase::Cancelled, 120).await;
     let ready = v.condition(ConditionType::Ready).unwrap();
-    assert_eq!((ready.status, ready.reason), (ConditionStatus::False, Reason::Cancelled));
-    assert_eq!(v.condition(ConditionType::DiskImported).unwrap().reason, Reason::Cancelled);
+    assert_eq!(
+        (ready.status, ready.reason),
+        (ConditionStatus::False, Reason::Cancelled)
+    );
+    assert_eq!(
+        v.condition(ConditionType::DiskImported).unwrap().reason,
+        Reason::Cancelled
+    );
     wait_children_gone(&env).await;
-    assert!(env.staged_files().is_empty(), "staging left: {:?}", env.staged_files());
-    assert_eq!(env.power_state().await, "poweredOn", "restorePowerState OnCancel powers the source back on");
+    assert!(
+        env.staged_files().is_empty(),
+        "staging left: {:?}",
+        env.staged_files()
+    );
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "restorePowerState OnCancel powers the source back on"
+    );
     env.wait_event("cancel-me", "Cancelled").await;
 }
 
@@ -69,15 +105,31 @@ async fn a_transient_import_fault_is_retried_and_the_migration_succeeds() {
     env.start_sim();
     env.start_controller();
     let mut vmm = env.migration("flaky");
-    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), "import=transient@40%".to_owned())]));
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "import=transient@40%".to_owned(),
+    )]));
     env.create(&vmm).await;
-    let v = env.wait_for("flaky", "flaky to finish", 300, |v| v.phase().is_terminal()).await;
+    let v = env
+        .wait_for("flaky", "flaky to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(all_conditions_true(&v));
-    let dv = Api::<DataVolume>::namespaced(env.ns.client.clone(), &env.ns.name).get(&dv_name("flaky", 0)).await.unwrap();
-    assert_eq!(dv.status.unwrap().restart_count, 1, "CDI restarted the importer once");
+    let dv = Api::<DataVolume>::namespaced(env.ns.client.clone(), &env.ns.name)
+        .get(&dv_name("flaky", 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        dv.status.unwrap().restart_count,
+        1,
+        "CDI restarted the importer once"
+    );
     env.wait_event("flaky", "TransientError").await;
-    assert_eq!(v.status.unwrap().attempts, 1, "no operator retry was needed");
+    assert_eq!(
+        v.status.unwrap().attempts,
+        1,
+        "no operator retry was needed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,29 +140,64 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
     env.start_controller();
     let creations = Creations::watch(&env).await;
     let mut vmm = env.migration("broken");
-    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), "import=permanent@30%".to_owned())]));
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "import=permanent@30%".to_owned(),
+    )]));
     env.create(&vmm).await;
-    let v = env.wait_for("broken", "broken to fail", 300, |v| v.phase().is_terminal()).await;
+    let v = env
+        .wait_for("broken", "broken to fail", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
-    assert_eq!((f.phase, f.reason, f.retriable), (Phase::Importing, Reason::ImportFailed, true));
+    assert_eq!(
+        (f.phase, f.reason, f.retriable),
+        (Phase::Importing, Reason::ImportFailed, true)
+    );
     let c = v.condition(ConditionType::DiskImported).unwrap();
-    assert_eq!((c.status, c.reason), (ConditionStatus::False, Reason::ImportFailed));
+    assert_eq!(
+        (c.status, c.reason),
+        (ConditionStatus::False, Reason::ImportFailed)
+    );
     env.wait_event("broken", "ImportFailed").await;
 
     env.annotate("broken", FAULT, None).await;
-    env.patch_spec("broken", serde_json::json!({"retry": 1})).await;
-    let v = env.wait_for("broken", "broken to succeed after the retry", 300, |v| v.phase() == Phase::Succeeded).await;
+    env.patch_spec("broken", serde_json::json!({"retry": 1}))
+        .await;
+    let v = env
+        .wait_for("broken", "broken to succeed after the retry", 300, |v| {
+            v.phase() == Phase::Succeeded
+        })
+        .await;
     let s = v.status.clone().unwrap();
     assert_eq!((s.attempts, s.retry_observed), (2, 1));
     let phases: Vec<Phase> = s.history.iter().map(|h| h.phase).collect();
     let failed_at = phases.iter().position(|p| *p == Phase::Failed).unwrap();
-    assert_eq!(phases[failed_at + 1], Phase::Importing, "resumed at the failed checkpoint: {phases:?}");
-    assert_eq!(phases.iter().filter(|p| **p == Phase::Converting).count(), 1, "no second conversion: {phases:?}");
+    assert_eq!(
+        phases[failed_at + 1],
+        Phase::Importing,
+        "resumed at the failed checkpoint: {phases:?}"
+    );
+    assert_eq!(
+        phases.iter().filter(|p| **p == Phase::Converting).count(),
+        1,
+        "no second conversion: {phases:?}"
+    );
     env.wait_event("broken", "RetryRequested").await;
-    assert_eq!(creations.names().iter().filter(|n| n.starts_with("Job/")).count(), 1);
+    assert_eq!(
+        creations
+            .names()
+            .iter()
+            .filter(|n| n.starts_with("Job/"))
+            .count(),
+        1
+    );
     let dups = creations.duplicates();
-    assert_eq!(dups, vec![(format!("DataVolume/{}", dv_name("broken", 0)), 2)], "only the failed DataVolume was made again");
+    assert_eq!(
+        dups,
+        vec![(format!("DataVolume/{}", dv_name("broken", 0)), 2)],
+        "only the failed DataVolume was made again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,16 +207,34 @@ async fn deleting_a_migration_mid_converting_cleans_up_everything() {
     env.start_controller();
     let mut vmm = env.migration("doomed");
     // Every converter attempt fails and is retried by the Job: Converting lasts.
-    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), "convert=always".to_owned())]));
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "convert=always".to_owned(),
+    )]));
     env.create(&vmm).await;
     env.wait_phase("doomed", Phase::Converting, 180).await;
     let jobs: Api<Job> = env.ns.api();
-    eventually("the conversion Job", Duration::from_secs(60), || async { jobs.get_opt("doomed-convert").await.ok().flatten() }).await.unwrap();
-    env.api().delete("doomed", &Default::default()).await.unwrap();
+    eventually("the conversion Job", Duration::from_secs(60), || async {
+        jobs.get_opt("doomed-convert").await.ok().flatten()
+    })
+    .await
+    .unwrap();
+    env.api()
+        .delete("doomed", &Default::default())
+        .await
+        .unwrap();
     env.wait_gone("doomed", 120).await;
     wait_children_gone(&env).await;
-    assert!(env.staged_files().is_empty(), "staging left: {:?}", env.staged_files());
-    assert_eq!(env.power_state().await, "poweredOn", "deleting restores the power (OnCancel)");
+    assert!(
+        env.staged_files().is_empty(),
+        "staging left: {:?}",
+        env.staged_files()
+    );
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "deleting restores the power (OnCancel)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,13 +246,23 @@ async fn a_paused_migration_takes_no_step_until_resumed() {
     vmm.spec.paused = true;
     env.create(&vmm).await;
     let v = env
-        .wait_for("held", "the paused status", 60, |v| v.condition(ConditionType::Ready).is_some_and(|c| c.reason == Reason::Paused))
+        .wait_for("held", "the paused status", 60, |v| {
+            v.condition(ConditionType::Ready)
+                .is_some_and(|c| c.reason == Reason::Paused)
+        })
         .await;
     assert_eq!(v.phase(), Phase::Pending, "no step while paused");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(env.get("held").await.phase(), Phase::Pending);
-    assert_eq!(env.power_state().await, "poweredOn", "the source is untouched while paused");
-    env.patch_spec("held", serde_json::json!({"paused": false})).await;
-    let v = env.wait_for("held", "held to finish", 300, |v| v.phase().is_terminal()).await;
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "the source is untouched while paused"
+    );
+    env.patch_spec("held", serde_json::json!({"paused": false}))
+        .await;
+    let v = env
+        .wait_for("held", "held to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
 }

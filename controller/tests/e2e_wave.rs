@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::*;
 use ferry_crds::wave::WaveSource;
 use ferry_crds::{
-    MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector, WavePhase, WaveTemplate, WaveVm, names,
+    MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector, WavePhase,
+    WaveTemplate, WaveVm, names,
 };
 use ferry_harness::{eventually, put_vmdk};
 use futures::StreamExt;
@@ -32,12 +33,21 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
     let template = env.migration("template").spec;
     let spec = MigrationWaveSpec {
         template: WaveTemplate {
-            source: WaveSource { endpoint: template.source.endpoint.clone(), power: template.source.power.clone() },
+            source: WaveSource {
+                endpoint: template.source.endpoint.clone(),
+                power: template.source.power.clone(),
+            },
             target: template.target.template.clone(),
             staging: template.staging.clone(),
             conversion: template.conversion.clone(),
         },
-        vms: vms.iter().map(|n| WaveVm { vm: VmSelector::by_name(n.clone()), target_name: None }).collect(),
+        vms: vms
+            .iter()
+            .map(|n| WaveVm {
+                vm: VmSelector::by_name(n.clone()),
+                target_name: None,
+            })
+            .collect(),
         max_in_flight: 1,
         paused: false,
         cancel: false,
@@ -61,10 +71,16 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
             }
         })
     };
-    waves.create(&PostParams::default(), &MigrationWave::new("w1", spec)).await.unwrap();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("w1", spec))
+        .await
+        .unwrap();
     let w = eventually("the wave to finish", Duration::from_secs(600), || async {
         let w = waves.get("w1").await.ok()?;
-        w.status.as_ref().is_some_and(|s| s.phase.is_terminal()).then_some(w)
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal())
+            .then_some(w)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
@@ -73,9 +89,16 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
     assert_eq!(s.phase, WavePhase::Succeeded, "{s:?}");
     assert_eq!((s.total, s.counts.succeeded, s.in_flight), (3, 3, 0));
     assert!(s.completed_at.is_some() && s.throughput_per_hour.is_some());
-    assert_eq!(peak.load(std::sync::atomic::Ordering::Relaxed), 1, "never more than maxInFlight at once");
+    assert_eq!(
+        peak.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "never more than maxInFlight at once"
+    );
     for child in vmms.list(&Default::default()).await.unwrap().items {
-        assert_eq!(child.labels().get(names::WAVE_LABEL).map(String::as_str), Some("w1"));
+        assert_eq!(
+            child.labels().get(names::WAVE_LABEL).map(String::as_str),
+            Some("w1")
+        );
         assert!(!child.is_held());
         assert_eq!(child.phase(), Phase::Succeeded);
     }

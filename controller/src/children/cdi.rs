@@ -160,11 +160,17 @@ pub fn observe(dv: Option<&DataVolume>) -> DvState {
     let running_message = running.and_then(|c| c.message.clone()).unwrap_or_default();
     match status.phase.as_deref() {
         Some("Succeeded") => DvState::Succeeded,
-        Some("Failed") => DvState::Failed { message: running_message },
+        Some("Failed") => DvState::Failed {
+            message: running_message,
+        },
         phase => {
             let failing = running
                 .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Error"))
-                .map(|c| c.message.clone().unwrap_or_else(|| "importer failed".to_owned()));
+                .map(|c| {
+                    c.message
+                        .clone()
+                        .unwrap_or_else(|| "importer failed".to_owned())
+                });
             DvState::InProgress {
                 phase: phase.unwrap_or("Pending").to_owned(),
                 percent: status.progress.as_deref().and_then(parse_progress),
@@ -177,7 +183,12 @@ pub fn observe(dv: Option<&DataVolume>) -> DvState {
 
 /// The path-style URL CDI reads a staged object from: `<endpoint>/<bucket>/<key>`.
 pub fn s3_url(endpoint: &str, bucket: &str, key: &str) -> String {
-    format!("{}/{}/{}", endpoint.trim_end_matches('/'), bucket, key.trim_start_matches('/'))
+    format!(
+        "{}/{}/{}",
+        endpoint.trim_end_matches('/'),
+        bucket,
+        key.trim_start_matches('/')
+    )
 }
 
 /// The DataVolume importing disk `index` of `vmm` from its staged object.
@@ -189,21 +200,35 @@ pub fn s3_url(endpoint: &str, bucket: &str, key: &str) -> String {
 ///
 /// # Errors
 /// When the migration lacks a uid or namespace.
-pub fn data_volume(vmm: &VirtualMachineMigration, index: usize, capacity_bytes: i64, secret: &str) -> Result<DataVolume> {
+pub fn data_volume(
+    vmm: &VirtualMachineMigration,
+    index: usize,
+    capacity_bytes: i64,
+    secret: &str,
+) -> Result<DataVolume> {
     let mut meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
-    meta.annotations = Some(BTreeMap::from([(BIND_IMMEDIATE_ANNOTATION.to_owned(), "true".to_owned())]));
+    meta.annotations = Some(BTreeMap::from([(
+        BIND_IMMEDIATE_ANNOTATION.to_owned(),
+        "true".to_owned(),
+    )]));
     let staging = &vmm.spec.staging;
     let target = &vmm.spec.target.template;
     let spec = DataVolumeSpec {
         source: Some(DataVolumeSource {
             s3: Some(S3Source {
-                url: s3_url(&staging.endpoint, &staging.bucket, &names::staging_key(vmm, index)),
+                url: s3_url(
+                    &staging.endpoint,
+                    &staging.bucket,
+                    &names::staging_key(vmm, index),
+                ),
                 secret_ref: Some(secret.to_owned()),
             }),
             rest: Map::new(),
         }),
         storage: Some(StorageSpec {
-            resources: Some(serde_json::json!({"requests": {"storage": capacity_bytes.max(1).to_string()}})),
+            resources: Some(
+                serde_json::json!({"requests": {"storage": capacity_bytes.max(1).to_string()}}),
+            ),
             storage_class_name: target.storage_class_name.clone(),
             volume_mode: target.volume_mode.map(|m| match m {
                 VolumeMode::Filesystem => "Filesystem".to_owned(),
@@ -213,7 +238,11 @@ pub fn data_volume(vmm: &VirtualMachineMigration, index: usize, capacity_bytes: 
         }),
         rest: Map::new(),
     };
-    Ok(DataVolume { metadata: meta, spec, status: None })
+    Ok(DataVolume {
+        metadata: meta,
+        spec,
+        status: None,
+    })
 }
 
 #[cfg(test)]
@@ -240,26 +269,50 @@ mod tests {
     #[test]
     fn observe_reads_the_cdi_status_contract() {
         assert_eq!(observe(None), DvState::Absent);
-        assert_eq!(observe(Some(&dv_with(serde_json::json!({"phase": "Succeeded"})))), DvState::Succeeded);
+        assert_eq!(
+            observe(Some(&dv_with(serde_json::json!({"phase": "Succeeded"})))),
+            DvState::Succeeded
+        );
         let failed = dv_with(serde_json::json!({"phase": "Failed",
             "conditions": [{"type": "Running", "status": "False", "reason": "Error", "message": "checksum"}]}));
-        assert_eq!(observe(Some(&failed)), DvState::Failed { message: "checksum".into() });
-        let running = dv_with(serde_json::json!({"phase": "ImportInProgress", "progress": "45.23%", "restartCount": 0,
-            "conditions": [{"type": "Running", "status": "True", "reason": "Pod is running"}]}));
+        assert_eq!(
+            observe(Some(&failed)),
+            DvState::Failed {
+                message: "checksum".into()
+            }
+        );
+        let running = dv_with(
+            serde_json::json!({"phase": "ImportInProgress", "progress": "45.23%", "restartCount": 0,
+            "conditions": [{"type": "Running", "status": "True", "reason": "Pod is running"}]}),
+        );
         assert_eq!(
             observe(Some(&running)),
-            DvState::InProgress { phase: "ImportInProgress".into(), percent: Some(45.23), restarts: 0, failing: None }
+            DvState::InProgress {
+                phase: "ImportInProgress".into(),
+                percent: Some(45.23),
+                restarts: 0,
+                failing: None
+            }
         );
-        let restarting = dv_with(serde_json::json!({"phase": "ImportInProgress", "progress": "40.00%", "restartCount": 2,
-            "conditions": [{"type": "Running", "status": "False", "reason": "Error", "message": "boom"}]}));
+        let restarting = dv_with(
+            serde_json::json!({"phase": "ImportInProgress", "progress": "40.00%", "restartCount": 2,
+            "conditions": [{"type": "Running", "status": "False", "reason": "Error", "message": "boom"}]}),
+        );
         assert_eq!(
             observe(Some(&restarting)),
-            DvState::InProgress { phase: "ImportInProgress".into(), percent: Some(40.0), restarts: 2, failing: Some("boom".into()) }
+            DvState::InProgress {
+                phase: "ImportInProgress".into(),
+                percent: Some(40.0),
+                restarts: 2,
+                failing: Some("boom".into())
+            }
         );
         let mut deleting = dv_with(serde_json::json!({"phase": "ImportInProgress"}));
         deleting.metadata.deletion_timestamp = Some(ferry_crds::fixtures::t0());
         assert_eq!(observe(Some(&deleting)), DvState::Deleting);
-        assert!(matches!(observe(Some(&dv_with(serde_json::json!({})))), DvState::InProgress { ref phase, .. } if phase == "Pending"));
+        assert!(
+            matches!(observe(Some(&dv_with(serde_json::json!({})))), DvState::InProgress { ref phase, .. } if phase == "Pending")
+        );
     }
 
     #[test]
@@ -276,11 +329,20 @@ mod tests {
             "http://127.0.0.1:9000/ferry-staging/ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-1.raw"
         );
         assert_eq!(v["spec"]["source"]["s3"]["secretRef"], "web-1-staging-s3");
-        assert_eq!(v["spec"]["storage"]["resources"]["requests"]["storage"], "67108864");
+        assert_eq!(
+            v["spec"]["storage"]["resources"]["requests"]["storage"],
+            "67108864"
+        );
         assert_eq!(v["spec"]["storage"]["storageClassName"], "fast");
         assert_eq!(v["spec"]["storage"]["volumeMode"], "Block");
-        assert_eq!(v["metadata"]["annotations"][BIND_IMMEDIATE_ANNOTATION], "true");
-        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "VirtualMachineMigration");
+        assert_eq!(
+            v["metadata"]["annotations"][BIND_IMMEDIATE_ANNOTATION],
+            "true"
+        );
+        assert_eq!(
+            v["metadata"]["ownerReferences"][0]["kind"],
+            "VirtualMachineMigration"
+        );
     }
 
     #[test]

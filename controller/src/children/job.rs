@@ -5,9 +5,12 @@
 //! never in the spec) plus one `--disk INDEX=DATASTORE_PATH=STAGING_KEY` argument per disk.
 
 use ferry_crds::{VirtualMachineMigration, names, secret as keys};
-use k8s_openapi::api::batch::v1::{Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, SecretKeySelector, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
+    SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -52,7 +55,11 @@ pub mod env {
 }
 
 fn plain(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar { name: name.to_owned(), value: Some(value.into()), value_from: None }
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
 }
 
 fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
@@ -60,7 +67,11 @@ fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
         name: name.to_owned(),
         value: None,
         value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector { name: secret.to_owned(), key: key.to_owned(), optional: Some(false) }),
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: Some(false),
+            }),
             ..EnvVarSource::default()
         }),
     }
@@ -69,11 +80,20 @@ fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
 /// The converter's arguments: `convert --disk INDEX=DATASTORE_PATH=STAGING_KEY ...`, one per
 /// discovered disk in device order. Pure.
 pub fn converter_args(vmm: &VirtualMachineMigration) -> Vec<String> {
-    let disks = vmm.status.as_ref().and_then(|s| s.source.as_ref()).map(|s| s.disks.as_slice()).unwrap_or_default();
+    let disks = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
     let mut args = vec!["convert".to_owned()];
     for (i, d) in disks.iter().enumerate() {
         args.push("--disk".to_owned());
-        args.push(format!("{i}={}={}", d.datastore_path, names::staging_key(vmm, i)));
+        args.push(format!(
+            "{i}={}={}",
+            d.datastore_path,
+            names::staging_key(vmm, i)
+        ));
     }
     args
 }
@@ -91,7 +111,12 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
     let meta = super::child_meta(vmm, names::job_name(vmm))?;
     let src = &vmm.spec.source.endpoint;
     let staging = &vmm.spec.staging;
-    let moref = vmm.status.as_ref().and_then(|s| s.source.as_ref()).and_then(|s| s.moref.clone()).unwrap_or_default();
+    let moref = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+        .unwrap_or_default();
     let vs_secret = &src.credentials_secret_ref.name;
     let s3_secret = &staging.credentials_secret_ref.name;
     let mut env_vars = vec![
@@ -112,7 +137,11 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
         plain(env::S3_BUCKET, staging.bucket.clone()),
         plain(env::S3_REGION, staging.region.clone()),
         from_secret(env::S3_ACCESS_KEY_ID, s3_secret, keys::S3_ACCESS_KEY_ID_KEY),
-        from_secret(env::S3_SECRET_ACCESS_KEY, s3_secret, keys::S3_SECRET_ACCESS_KEY_KEY),
+        from_secret(
+            env::S3_SECRET_ACCESS_KEY,
+            s3_secret,
+            keys::S3_SECRET_ACCESS_KEY_KEY,
+        ),
     ]);
     let container = Container {
         name: "convert".to_owned(),
@@ -120,7 +149,11 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
         command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(converter_args(vmm)),
         env: Some(env_vars),
-        volume_mounts: Some(vec![VolumeMount { name: "scratch".to_owned(), mount_path: "/tmp".to_owned(), ..VolumeMount::default() }]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "scratch".to_owned(),
+            mount_path: "/tmp".to_owned(),
+            ..VolumeMount::default()
+        }]),
         ..Container::default()
     };
     let pod = PodSpec {
@@ -149,12 +182,19 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
             }],
         }),
         template: PodTemplateSpec {
-            metadata: Some(ObjectMeta { labels: Some(super::labels(vmm)), ..ObjectMeta::default() }),
+            metadata: Some(ObjectMeta {
+                labels: Some(super::labels(vmm)),
+                ..ObjectMeta::default()
+            }),
             spec: Some(pod),
         },
         ..JobSpec::default()
     };
-    Ok(Job { metadata: meta, spec: Some(spec), status: None })
+    Ok(Job {
+        metadata: meta,
+        spec: Some(spec),
+        status: None,
+    })
 }
 
 /// Where a conversion Job stands, read from its status conditions.
@@ -182,7 +222,9 @@ pub enum JobState {
 
 /// Classifies a Job (or its absence). Pure.
 pub fn observe(job: Option<&Job>) -> JobState {
-    let Some(job) = job else { return JobState::Absent };
+    let Some(job) = job else {
+        return JobState::Absent;
+    };
     if job.metadata.deletion_timestamp.is_some() {
         return JobState::Deleting;
     }
@@ -193,9 +235,14 @@ pub fn observe(job: Option<&Job>) -> JobState {
         return JobState::Complete;
     }
     if let Some(c) = is_true("Failed") {
-        return JobState::Failed { reason: c.reason.clone().unwrap_or_default(), message: c.message.clone().unwrap_or_default() };
+        return JobState::Failed {
+            reason: c.reason.clone().unwrap_or_default(),
+            message: c.message.clone().unwrap_or_default(),
+        };
     }
-    JobState::Running { failed: status.failed.unwrap_or(0) }
+    JobState::Running {
+        failed: status.failed.unwrap_or(0),
+    }
 }
 
 #[cfg(test)]
@@ -221,8 +268,14 @@ mod tests {
         let pod = spec.template.spec.unwrap();
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
         let c = &pod.containers[0];
-        assert_eq!(c.image.as_deref(), Some(ferry_crds::conversion::DEFAULT_CONVERTER_IMAGE));
-        assert_eq!(c.command.as_deref(), Some(&["ferry-controller".to_owned()][..]));
+        assert_eq!(
+            c.image.as_deref(),
+            Some(ferry_crds::conversion::DEFAULT_CONVERTER_IMAGE)
+        );
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["ferry-controller".to_owned()][..])
+        );
         let args = c.args.clone().unwrap();
         assert_eq!(args[0], "convert");
         assert_eq!(
@@ -237,12 +290,32 @@ mod tests {
         let env = c.env.clone().unwrap();
         let get = |n: &str| env.iter().find(|e| e.name == n).cloned().unwrap();
         assert_eq!(get(env::VM_MOREF).value.as_deref(), Some("vm-42"));
-        assert_eq!(get(env::VSPHERE_THUMBPRINT).value.as_deref(), Some(ferry_crds::fixtures::THUMBPRINT));
-        let pw = get(env::VSPHERE_PASSWORD).value_from.unwrap().secret_key_ref.unwrap();
-        assert_eq!((pw.name.as_str(), pw.key.as_str()), ("vsphere-credentials", "password"));
-        let sk = get(env::S3_SECRET_ACCESS_KEY).value_from.unwrap().secret_key_ref.unwrap();
-        assert_eq!((sk.name.as_str(), sk.key.as_str()), ("s3-credentials", "secretAccessKey"));
-        assert!(env.iter().all(|e| e.value.as_deref().is_none_or(|v| !v.contains("secret"))));
+        assert_eq!(
+            get(env::VSPHERE_THUMBPRINT).value.as_deref(),
+            Some(ferry_crds::fixtures::THUMBPRINT)
+        );
+        let pw = get(env::VSPHERE_PASSWORD)
+            .value_from
+            .unwrap()
+            .secret_key_ref
+            .unwrap();
+        assert_eq!(
+            (pw.name.as_str(), pw.key.as_str()),
+            ("vsphere-credentials", "password")
+        );
+        let sk = get(env::S3_SECRET_ACCESS_KEY)
+            .value_from
+            .unwrap()
+            .secret_key_ref
+            .unwrap();
+        assert_eq!(
+            (sk.name.as_str(), sk.key.as_str()),
+            ("s3-credentials", "secretAccessKey")
+        );
+        assert!(
+            env.iter()
+                .all(|e| e.value.as_deref().is_none_or(|v| !v.contains("secret")))
+        );
         assert!(!env.iter().any(|e| e.name == env::VSPHERE_INSECURE));
     }
 
@@ -253,7 +326,12 @@ mod tests {
                 conditions: Some(
                     conds
                         .iter()
-                        .map(|(t, r)| JobCondition { type_: (*t).into(), status: "True".into(), reason: Some((*r).into()), ..Default::default() })
+                        .map(|(t, r)| JobCondition {
+                            type_: (*t).into(),
+                            status: "True".into(),
+                            reason: Some((*r).into()),
+                            ..Default::default()
+                        })
                         .collect(),
                 ),
                 ..Default::default()
@@ -265,11 +343,29 @@ mod tests {
     #[test]
     fn observe_reads_job_conditions() {
         assert_eq!(observe(None), JobState::Absent);
-        assert_eq!(observe(Some(&job_with(&[], 1))), JobState::Running { failed: 1 });
-        assert_eq!(observe(Some(&job_with(&[("SuccessCriteriaMet", "x"), ("Complete", "x")], 0))), JobState::Complete);
         assert_eq!(
-            observe(Some(&job_with(&[("FailureTarget", "BackoffLimitExceeded"), ("Failed", "BackoffLimitExceeded")], 3))),
-            JobState::Failed { reason: "BackoffLimitExceeded".into(), message: String::new() }
+            observe(Some(&job_with(&[], 1))),
+            JobState::Running { failed: 1 }
+        );
+        assert_eq!(
+            observe(Some(&job_with(
+                &[("SuccessCriteriaMet", "x"), ("Complete", "x")],
+                0
+            ))),
+            JobState::Complete
+        );
+        assert_eq!(
+            observe(Some(&job_with(
+                &[
+                    ("FailureTarget", "BackoffLimitExceeded"),
+                    ("Failed", "BackoffLimitExceeded")
+                ],
+                3
+            ))),
+            JobState::Failed {
+                reason: "BackoffLimitExceeded".into(),
+                message: String::new()
+            }
         );
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use ferry_crds::{DiscoveredNic, Firmware, NetworkMapping, RunStrategy, VirtualMachineMigration, names};
+use ferry_crds::{
+    DiscoveredNic, Firmware, NetworkMapping, RunStrategy, VirtualMachineMigration, names,
+};
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -95,7 +97,9 @@ pub struct KvCondition {
 impl VirtualMachineInstanceStatus {
     /// Whether condition `type_` is `True`.
     pub fn condition_true(&self, type_: &str) -> bool {
-        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
     }
 }
 
@@ -124,7 +128,10 @@ pub fn disk_bus(guest_id: Option<&str>) -> &'static str {
 /// With no mapping, the first NIC goes to the pod network (masquerade) and the others are left
 /// out; with a mapping, NICs on listed networks go where it says (pod: masquerade, Multus:
 /// bridge) and the others are left out. MAC addresses are kept. Pure.
-pub fn network_wiring(nics: &[DiscoveredNic], mapping: &[NetworkMapping]) -> (Vec<Value>, Vec<Value>) {
+pub fn network_wiring(
+    nics: &[DiscoveredNic],
+    mapping: &[NetworkMapping],
+) -> (Vec<Value>, Vec<Value>) {
     let mut interfaces = vec![];
     let mut networks = vec![];
     for (i, nic) in nics.iter().enumerate() {
@@ -132,13 +139,21 @@ pub fn network_wiring(nics: &[DiscoveredNic], mapping: &[NetworkMapping]) -> (Ve
         let binding = if mapping.is_empty() {
             (i == 0).then(|| (json!({"masquerade": {}}), json!({"pod": {}})))
         } else {
-            mapping.iter().find(|m| m.source == nic.network).and_then(|m| match (&m.pod, &m.multus) {
-                (Some(_), _) => Some((json!({"masquerade": {}}), json!({"pod": {}}))),
-                (None, Some(mu)) => Some((json!({"bridge": {}}), json!({"multus": {"networkName": mu.network_name}}))),
-                (None, None) => None,
-            })
+            mapping
+                .iter()
+                .find(|m| m.source == nic.network)
+                .and_then(|m| match (&m.pod, &m.multus) {
+                    (Some(_), _) => Some((json!({"masquerade": {}}), json!({"pod": {}}))),
+                    (None, Some(mu)) => Some((
+                        json!({"bridge": {}}),
+                        json!({"multus": {"networkName": mu.network_name}}),
+                    )),
+                    (None, None) => None,
+                })
         };
-        let Some((iface_binding, network)) = binding else { continue };
+        let Some((iface_binding, network)) = binding else {
+            continue;
+        };
         let mut iface = json!({"name": name});
         if let (Some(obj), Some(b)) = (iface.as_object_mut(), iface_binding.as_object()) {
             obj.extend(b.clone());
@@ -169,7 +184,11 @@ pub fn network_wiring(nics: &[DiscoveredNic], mapping: &[NetworkMapping]) -> (Ve
 /// When the migration lacks a uid or namespace.
 pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> {
     let meta = super::child_meta(vmm, names::vm_name(vmm))?;
-    let source = vmm.status.as_ref().and_then(|s| s.source.clone()).unwrap_or_default();
+    let source = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.clone())
+        .unwrap_or_default();
     let bus = disk_bus(source.guest_id.as_deref());
     let (disks, volumes): (Vec<Value>, Vec<Value>) = (0..source.disks.len())
         .map(|i| {
@@ -178,7 +197,10 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
             if i == 0 {
                 disk["bootOrder"] = json!(1);
             }
-            (disk, json!({"name": name, "dataVolume": {"name": names::datavolume_name(vmm, i)}}))
+            (
+                disk,
+                json!({"name": name, "dataVolume": {"name": names::datavolume_name(vmm, i)}}),
+            )
         })
         .unzip();
     let (interfaces, networks) = network_wiring(&source.nics, &vmm.spec.target.template.networks);
@@ -216,7 +238,11 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
         template: Some(json!({"metadata": {"labels": template_labels}, "spec": vmi_spec})),
         rest: Map::new(),
     };
-    Ok(VirtualMachine { metadata: meta, spec, status: None })
+    Ok(VirtualMachine {
+        metadata: meta,
+        spec,
+        status: None,
+    })
 }
 
 /// The migration a VMI belongs to, from the label its VM's template put on it.
@@ -228,10 +254,15 @@ pub fn migration_of(vmi: &VirtualMachineInstance) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_crds::{DiscoveredDisk, DiscoveredSource, MultusNetwork, PodNetwork, fixtures::migration};
+    use ferry_crds::{
+        DiscoveredDisk, DiscoveredSource, MultusNetwork, PodNetwork, fixtures::migration,
+    };
 
     fn nic(mac: &str, network: &str) -> DiscoveredNic {
-        DiscoveredNic { mac: mac.into(), network: network.into() }
+        DiscoveredNic {
+            mac: mac.into(),
+            network: network.into(),
+        }
     }
 
     fn discovered() -> VirtualMachineMigration {
@@ -245,9 +276,17 @@ mod tests {
                 memory_mib: Some(2048),
                 guest_id: Some("otherLinux64Guest".into()),
                 disks: (0..2)
-                    .map(|i| DiscoveredDisk { key: 2000 + i, datastore_path: format!("[ds] d{i}.vmdk"), capacity_bytes: 1 << 26, ..Default::default() })
+                    .map(|i| DiscoveredDisk {
+                        key: 2000 + i,
+                        datastore_path: format!("[ds] d{i}.vmdk"),
+                        capacity_bytes: 1 << 26,
+                        ..Default::default()
+                    })
                     .collect(),
-                nics: vec![nic("00:50:56:aa:bb:01", "VM Network"), nic("00:50:56:aa:bb:02", "DVS0")],
+                nics: vec![
+                    nic("00:50:56:aa:bb:01", "VM Network"),
+                    nic("00:50:56:aa:bb:02", "DVS0"),
+                ],
                 ..Default::default()
             }),
             ..Default::default()
@@ -268,11 +307,26 @@ mod tests {
         assert_eq!(d["cpu"]["cores"], 2);
         assert_eq!(d["memory"]["guest"], "2048Mi");
         assert_eq!(d["firmware"]["bootloader"]["efi"]["secureBoot"], false);
-        assert_eq!(d["firmware"]["uuid"], "42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d");
-        assert_eq!(d["devices"]["disks"][0], json!({"name": "disk-0", "disk": {"bus": "virtio"}, "bootOrder": 1}));
-        assert_eq!(d["devices"]["disks"][1], json!({"name": "disk-1", "disk": {"bus": "virtio"}}));
-        assert_eq!(t["spec"]["volumes"][1], json!({"name": "disk-1", "dataVolume": {"name": "web-1-disk-1"}}));
-        assert_eq!(d["devices"]["interfaces"], json!([{"name": "net-0", "masquerade": {}, "macAddress": "00:50:56:aa:bb:01"}]));
+        assert_eq!(
+            d["firmware"]["uuid"],
+            "42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d"
+        );
+        assert_eq!(
+            d["devices"]["disks"][0],
+            json!({"name": "disk-0", "disk": {"bus": "virtio"}, "bootOrder": 1})
+        );
+        assert_eq!(
+            d["devices"]["disks"][1],
+            json!({"name": "disk-1", "disk": {"bus": "virtio"}})
+        );
+        assert_eq!(
+            t["spec"]["volumes"][1],
+            json!({"name": "disk-1", "dataVolume": {"name": "web-1-disk-1"}})
+        );
+        assert_eq!(
+            d["devices"]["interfaces"],
+            json!([{"name": "net-0", "masquerade": {}, "macAddress": "00:50:56:aa:bb:01"}])
+        );
         assert_eq!(t["spec"]["networks"], json!([{"name": "net-0", "pod": {}}]));
     }
 
@@ -291,27 +345,58 @@ mod tests {
 
     #[test]
     fn network_mapping_routes_nics_and_drops_unmapped_ones() {
-        let nics = [nic("m0", "VM Network"), nic("m1", "DVS0"), nic("m2", "other")];
+        let nics = [
+            nic("m0", "VM Network"),
+            nic("m1", "DVS0"),
+            nic("m2", "other"),
+        ];
         let mapping = [
-            NetworkMapping { source: "DVS0".into(), pod: Some(PodNetwork {}), multus: None },
-            NetworkMapping { source: "VM Network".into(), pod: None, multus: Some(MultusNetwork { network_name: "ns/br0".into() }) },
+            NetworkMapping {
+                source: "DVS0".into(),
+                pod: Some(PodNetwork {}),
+                multus: None,
+            },
+            NetworkMapping {
+                source: "VM Network".into(),
+                pod: None,
+                multus: Some(MultusNetwork {
+                    network_name: "ns/br0".into(),
+                }),
+            },
         ];
         let (ifaces, nets) = network_wiring(&nics, &mapping);
         assert_eq!(
             ifaces,
-            vec![json!({"name": "net-0", "bridge": {}, "macAddress": "m0"}), json!({"name": "net-1", "masquerade": {}, "macAddress": "m1"})]
+            vec![
+                json!({"name": "net-0", "bridge": {}, "macAddress": "m0"}),
+                json!({"name": "net-1", "masquerade": {}, "macAddress": "m1"})
+            ]
         );
-        assert_eq!(nets, vec![json!({"name": "net-0", "multus": {"networkName": "ns/br0"}}), json!({"name": "net-1", "pod": {}})]);
+        assert_eq!(
+            nets,
+            vec![
+                json!({"name": "net-0", "multus": {"networkName": "ns/br0"}}),
+                json!({"name": "net-1", "pod": {}})
+            ]
+        );
         let (ifaces, nets) = network_wiring(&nics, &[]);
-        assert_eq!((ifaces.len(), nets.len()), (1, 1), "without a mapping only the first NIC is wired");
+        assert_eq!(
+            (ifaces.len(), nets.len()),
+            (1, 1),
+            "without a mapping only the first NIC is wired"
+        );
         assert_eq!(network_wiring(&[], &[]), (vec![], vec![]));
     }
 
     #[test]
     fn vmi_conditions_and_owner_mapping() {
-        let mut vmi = VirtualMachineInstance::new("dc0-h0-vm0", VirtualMachineInstanceSpec::default());
+        let mut vmi =
+            VirtualMachineInstance::new("dc0-h0-vm0", VirtualMachineInstanceSpec::default());
         vmi.metadata.namespace = Some("ns".into());
-        vmi.metadata.labels = Some(BTreeMap::from([(names::MIGRATION_LABEL.to_owned(), "web-1".to_owned())]));
+        vmi.metadata.labels = Some(BTreeMap::from([(
+            names::MIGRATION_LABEL.to_owned(),
+            "web-1".to_owned(),
+        )]));
         assert_eq!(migration_of(&vmi), Some(("ns".into(), "web-1".into())));
         let s: VirtualMachineInstanceStatus = serde_json::from_value(json!({
             "phase": "Running", "conditions": [{"type": "AgentConnected", "status": "True"}, {"type": "Ready", "status": "False"}]

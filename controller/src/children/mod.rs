@@ -21,7 +21,10 @@ use crate::{Error, Result};
 /// # Errors
 /// [`Error::MissingField`] when the migration has no uid (only hand-built objects lack it).
 pub fn owner_reference(vmm: &VirtualMachineMigration) -> Result<OwnerReference> {
-    let uid = vmm.metadata.uid.clone().ok_or(Error::MissingField { kind: "VirtualMachineMigration", field: "metadata.uid" })?;
+    let uid = vmm.metadata.uid.clone().ok_or(Error::MissingField {
+        kind: "VirtualMachineMigration",
+        field: "metadata.uid",
+    })?;
     Ok(OwnerReference {
         api_version: VirtualMachineMigration::api_version(&()).into_owned(),
         kind: VirtualMachineMigration::kind(&()).into_owned(),
@@ -36,7 +39,10 @@ pub fn owner_reference(vmm: &VirtualMachineMigration) -> Result<OwnerReference> 
 pub fn labels(vmm: &VirtualMachineMigration) -> BTreeMap<String, String> {
     BTreeMap::from([
         (names::MIGRATION_LABEL.to_owned(), vmm.name_any()),
-        ("app.kubernetes.io/managed-by".to_owned(), "ferry-controller".to_owned()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "ferry-controller".to_owned(),
+        ),
     ])
 }
 
@@ -45,8 +51,10 @@ pub fn labels(vmm: &VirtualMachineMigration) -> BTreeMap<String, String> {
 /// # Errors
 /// As [`owner_reference`], and when the migration has no namespace.
 pub fn child_meta(vmm: &VirtualMachineMigration, name: String) -> Result<ObjectMeta> {
-    let namespace =
-        vmm.metadata.namespace.clone().ok_or(Error::MissingField { kind: "VirtualMachineMigration", field: "metadata.namespace" })?;
+    let namespace = vmm.metadata.namespace.clone().ok_or(Error::MissingField {
+        kind: "VirtualMachineMigration",
+        field: "metadata.namespace",
+    })?;
     Ok(ObjectMeta {
         name: Some(name),
         namespace: Some(namespace),
@@ -58,8 +66,13 @@ pub fn child_meta(vmm: &VirtualMachineMigration, name: String) -> Result<ObjectM
 
 /// Whether `meta` names `vmm` as its controller owner (by uid).
 pub fn is_owned_by(meta: &ObjectMeta, vmm: &VirtualMachineMigration) -> bool {
-    let Some(uid) = vmm.metadata.uid.as_deref() else { return false };
-    meta.owner_references.iter().flatten().any(|o| o.uid == uid && o.controller == Some(true))
+    let Some(uid) = vmm.metadata.uid.as_deref() else {
+        return false;
+    };
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.controller == Some(true))
 }
 
 #[cfg(test)]
@@ -72,10 +85,16 @@ mod tests {
         let vmm = migration("web-1");
         let meta = child_meta(&vmm, "web-1-convert".into()).unwrap();
         let owner = &meta.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("VirtualMachineMigration", MIGRATION_UID));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("VirtualMachineMigration", MIGRATION_UID)
+        );
         assert_eq!(owner.api_version, ferry_crds::API_VERSION);
         assert_eq!(owner.controller, Some(true));
-        assert_eq!(meta.labels.as_ref().unwrap()[names::MIGRATION_LABEL], "web-1");
+        assert_eq!(
+            meta.labels.as_ref().unwrap()[names::MIGRATION_LABEL],
+            "web-1"
+        );
         assert_eq!(meta.namespace.as_deref(), Some("default"));
         assert!(is_owned_by(&meta, &vmm));
     }
@@ -84,6 +103,9 @@ mod tests {
     fn a_migration_without_uid_cannot_own_children() {
         let mut vmm = migration("web-1");
         vmm.metadata.uid = None;
-        assert!(matches!(child_meta(&vmm, "x".into()), Err(Error::MissingField { .. })));
+        assert!(matches!(
+            child_meta(&vmm, "x".into()),
+            Err(Error::MissingField { .. })
+        ));
     }
 }

@@ -31,7 +31,9 @@ pub struct S3Credentials {
 
 impl std::fmt::Debug for S3Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Credentials").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -44,8 +46,14 @@ pub fn cdi_s3_secret(vmm: &VirtualMachineMigration, creds: &S3Credentials) -> Re
         metadata: super::child_meta(vmm, s3_secret_name(vmm))?,
         type_: Some("Opaque".to_owned()),
         data: Some(BTreeMap::from([
-            (CDI_ACCESS_KEY_ID.to_owned(), ByteString(creds.access_key_id.clone().into_bytes())),
-            (CDI_SECRET_KEY.to_owned(), ByteString(creds.secret_access_key.clone().into_bytes())),
+            (
+                CDI_ACCESS_KEY_ID.to_owned(),
+                ByteString(creds.access_key_id.clone().into_bytes()),
+            ),
+            (
+                CDI_SECRET_KEY.to_owned(),
+                ByteString(creds.secret_access_key.clone().into_bytes()),
+            ),
         ])),
         ..Secret::default()
     })
@@ -58,13 +66,19 @@ mod tests {
 
     #[test]
     fn the_cdi_secret_renames_the_staging_keys() {
-        let creds = S3Credentials { access_key_id: "AK".into(), secret_access_key: "SK".into() };
+        let creds = S3Credentials {
+            access_key_id: "AK".into(),
+            secret_access_key: "SK".into(),
+        };
         let s = cdi_s3_secret(&migration("web-1"), &creds).unwrap();
         assert_eq!(s.metadata.name.as_deref(), Some("web-1-staging-s3"));
         let data = s.data.unwrap();
         assert_eq!(data[CDI_ACCESS_KEY_ID].0, b"AK");
         assert_eq!(data[CDI_SECRET_KEY].0, b"SK");
         assert_eq!(s.metadata.owner_references.unwrap()[0].name, "web-1");
-        assert!(!format!("{creds:?}").contains("SK"), "the secret key is never printed");
+        assert!(
+            !format!("{creds:?}").contains("SK"),
+            "the secret key is never printed"
+        );
     }
 }

@@ -25,7 +25,11 @@ pub type Unfinished = Vec<String>;
 ///
 /// # Errors
 /// Kubernetes API errors; staging that cannot be cleaned ([`Error::Staging`]).
-pub async fn run(ctx: &Context, vmm: &VirtualMachineMigration, plan: &[Cleanup]) -> Result<Unfinished> {
+pub async fn run(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+    plan: &[Cleanup],
+) -> Result<Unfinished> {
     let mut unfinished = vec![];
     let n = observe::staged_keys(vmm).len();
     for step in plan {
@@ -43,14 +47,22 @@ pub async fn run(ctx: &Context, vmm: &VirtualMachineMigration, plan: &[Cleanup])
                 }
             }
             Cleanup::S3Secret => {
-                delete_if_present(ctx, &api::<Secret>(ctx, vmm), &crate::children::secret::s3_secret_name(vmm)).await?;
+                delete_if_present(
+                    ctx,
+                    &api::<Secret>(ctx, vmm),
+                    &crate::children::secret::s3_secret_name(vmm),
+                )
+                .await?;
             }
             Cleanup::UnfinishedDataVolumes | Cleanup::AllDataVolumes => {
                 let dvs = api::<DataVolume>(ctx, vmm);
                 for i in 0..n {
                     let name = names::datavolume_name(vmm, i);
-                    let Some(dv) = dvs.get_opt(&name).await? else { continue };
-                    let keep = *step == Cleanup::UnfinishedDataVolumes && cdi::observe(Some(&dv)) == DvState::Succeeded;
+                    let Some(dv) = dvs.get_opt(&name).await? else {
+                        continue;
+                    };
+                    let keep = *step == Cleanup::UnfinishedDataVolumes
+                        && cdi::observe(Some(&dv)) == DvState::Succeeded;
                     if !keep && is_owned_by(&dv.metadata, vmm) {
                         delete_if_present(ctx, &dvs, &name).await?;
                     }
@@ -86,14 +98,27 @@ pub async fn run(ctx: &Context, vmm: &VirtualMachineMigration, plan: &[Cleanup])
 }
 
 /// Powers the source VM back on when it was on before ferry powered it off.
-async fn restore_power(ctx: &Context, vmm: &VirtualMachineMigration) -> std::result::Result<(), String> {
-    let Some(src) = vmm.status.as_ref().and_then(|s| s.source.as_ref()) else { return Ok(()) };
+async fn restore_power(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> std::result::Result<(), String> {
+    let Some(src) = vmm.status.as_ref().and_then(|s| s.source.as_ref()) else {
+        return Ok(());
+    };
     if src.power_state != Some(PowerState::PoweredOn) || !vmm.spec.source.power.power_off {
         return Ok(());
     }
-    let Some(moref) = src.moref.as_deref() else { return Ok(()) };
-    let login = observe::source_login(ctx, vmm).await.map_err(|e| e.to_string())?.map_err(|p| p.message)?;
-    ctx.source.power_on(&login, moref).await.map_err(|p| p.message)?;
+    let Some(moref) = src.moref.as_deref() else {
+        return Ok(());
+    };
+    let login = observe::source_login(ctx, vmm)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|p| p.message)?;
+    ctx.source
+        .power_on(&login, moref)
+        .await
+        .map_err(|p| p.message)?;
     info!(migration = %vmm.name_any(), %moref, "source VM powered back on");
     Ok(())
 }

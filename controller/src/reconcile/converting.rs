@@ -12,7 +12,12 @@ use crate::children::job::JobState;
 
 /// The per-disk status with what staging holds recorded. Pure.
 fn staged_disks(scope: &Scope, staged: &[StagedObject]) -> Vec<DiskStatus> {
-    let old = scope.vmm.status.as_ref().map(|s| s.disks.as_slice()).unwrap_or_default();
+    let old = scope
+        .vmm
+        .status
+        .as_ref()
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
     staged
         .iter()
         .enumerate()
@@ -31,16 +36,42 @@ fn staged_disks(scope: &Scope, staged: &[StagedObject]) -> Vec<DiskStatus> {
 /// Decides the Converting step. Pure.
 pub fn decide(scope: &Scope) -> Outcome {
     let World::Converting { job, staged } = &scope.world else {
-        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the conversion");
+        return Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "observing the conversion",
+        );
     };
     if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
-        let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Converting);
-        let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
-        return Outcome::new(step, p.message.clone()).with(DiskConverted, status, p.reason, p.message.clone());
+        let step = transient_or_fail(
+            scope.retries,
+            scope.policy.max_transient_retries,
+            p.reason,
+            p.message.clone(),
+            Phase::Converting,
+        );
+        let status = if matches!(step, Step::Retry { .. }) {
+            Unknown
+        } else {
+            False
+        };
+        return Outcome::new(step, p.message.clone()).with(
+            DiskConverted,
+            status,
+            p.reason,
+            p.message.clone(),
+        );
     }
-    let objects: Vec<Option<&StagedObject>> = staged.iter().map(|s| s.as_ref().ok().and_then(Option::as_ref)).collect();
-    let complete: Option<Vec<StagedObject>> =
-        objects.iter().map(|o| o.filter(|o| o.sha256.is_some()).cloned()).collect::<Option<Vec<_>>>().filter(|v| !v.is_empty());
+    let objects: Vec<Option<&StagedObject>> = staged
+        .iter()
+        .map(|s| s.as_ref().ok().and_then(Option::as_ref))
+        .collect();
+    let complete: Option<Vec<StagedObject>> = objects
+        .iter()
+        .map(|o| o.filter(|o| o.sha256.is_some()).cloned())
+        .collect::<Option<Vec<_>>>()
+        .filter(|v| !v.is_empty());
     let n = scope.disk_count();
     match job {
         JobState::Complete | JobState::Absent if complete.is_some() => {
@@ -48,43 +79,118 @@ pub fn decide(scope: &Scope) -> Outcome {
             let bytes: i64 = staged.iter().map(|o| o.size).sum();
             let record = Record {
                 disks: Some(staged_disks(scope, &staged)),
-                progress: Some(Progress { percent: 0.0, bytes_done: 0, bytes_total: bytes, ..Progress::default() }),
+                progress: Some(Progress {
+                    percent: 0.0,
+                    bytes_done: 0,
+                    bytes_total: bytes,
+                    ..Progress::default()
+                }),
                 source: None,
             };
-            let msg = format!("{n} disk(s) converted and staged, {bytes} bytes, checksums recorded");
-            Outcome::new(Step::Advance { to: Phase::Importing }, msg.clone()).with(DiskConverted, True, Reason::Converted, msg).recording(record)
+            let msg =
+                format!("{n} disk(s) converted and staged, {bytes} bytes, checksums recorded");
+            Outcome::new(
+                Step::Advance {
+                    to: Phase::Importing,
+                },
+                msg.clone(),
+            )
+            .with(DiskConverted, True, Reason::Converted, msg)
+            .recording(record)
         }
-        JobState::Absent => Outcome::new(Step::Act(vec![Action::CreateJob]), "starting the conversion Job")
-            .with(DiskConverted, Unknown, Reason::InProgress, "conversion Job created"),
-        JobState::Deleting => Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "waiting for the old conversion Job to go")
-            .with(DiskConverted, Unknown, Reason::InProgress, "an earlier conversion Job is being deleted"),
+        JobState::Absent => Outcome::new(
+            Step::Act(vec![Action::CreateJob]),
+            "starting the conversion Job",
+        )
+        .with(
+            DiskConverted,
+            Unknown,
+            Reason::InProgress,
+            "conversion Job created",
+        ),
+        JobState::Deleting => Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "waiting for the old conversion Job to go",
+        )
+        .with(
+            DiskConverted,
+            Unknown,
+            Reason::InProgress,
+            "an earlier conversion Job is being deleted",
+        ),
         JobState::Running { failed } => {
             let msg = if *failed > 0 {
-                format!("converting {n} disk(s); {failed} converter attempt(s) failed and were retried")
+                format!(
+                    "converting {n} disk(s); {failed} converter attempt(s) failed and were retried"
+                )
             } else {
                 format!("converting {n} disk(s)")
             };
-            let reason = if *failed > 0 { Reason::TransientError } else { Reason::InProgress };
-            Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, msg.clone()).with(DiskConverted, Unknown, reason, msg)
+            let reason = if *failed > 0 {
+                Reason::TransientError
+            } else {
+                Reason::InProgress
+            };
+            Outcome::new(
+                Step::Wait {
+                    requeue: scope.policy.wait_requeue,
+                },
+                msg.clone(),
+            )
+            .with(DiskConverted, Unknown, reason, msg)
         }
         JobState::Complete => {
             let missing: Vec<String> = objects
                 .iter()
                 .enumerate()
                 .filter(|(_, o)| o.is_none_or(|o| o.sha256.is_none()))
-                .map(|(i, o)| format!("disk {i} {}", if o.is_none() { "is not in staging" } else { "has no sha256 metadata" }))
+                .map(|(i, o)| {
+                    format!(
+                        "disk {i} {}",
+                        if o.is_none() {
+                            "is not in staging"
+                        } else {
+                            "has no sha256 metadata"
+                        }
+                    )
+                })
                 .collect();
-            let msg = format!("the conversion Job completed but {}; raise spec.retry to convert again", missing.join(", "));
-            Outcome::new(Step::Fail { reason: Reason::ConversionFailed, message: msg.clone(), retriable: true, resume: Phase::Converting }, msg.clone())
-                .with(DiskConverted, False, Reason::ConversionFailed, msg)
+            let msg = format!(
+                "the conversion Job completed but {}; raise spec.retry to convert again",
+                missing.join(", ")
+            );
+            Outcome::new(
+                Step::Fail {
+                    reason: Reason::ConversionFailed,
+                    message: msg.clone(),
+                    retriable: true,
+                    resume: Phase::Converting,
+                },
+                msg.clone(),
+            )
+            .with(DiskConverted, False, Reason::ConversionFailed, msg)
         }
         JobState::Failed { reason, message } => {
             let msg = format!(
                 "the conversion Job failed ({reason}{}); see its pod logs, then raise spec.retry",
-                if message.is_empty() { String::new() } else { format!(": {message}") }
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                }
             );
-            Outcome::new(Step::Fail { reason: Reason::ConversionFailed, message: msg.clone(), retriable: true, resume: Phase::Converting }, msg.clone())
-                .with(DiskConverted, False, Reason::ConversionFailed, msg)
+            Outcome::new(
+                Step::Fail {
+                    reason: Reason::ConversionFailed,
+                    message: msg.clone(),
+                    retriable: true,
+                    resume: Phase::Converting,
+                },
+                msg.clone(),
+            )
+            .with(DiskConverted, False, Reason::ConversionFailed, msg)
         }
     }
 }
@@ -96,12 +202,27 @@ mod tests {
     use ferry_crds::fixtures::{migration, ts};
 
     fn obj(sha: Option<&str>) -> Result<Option<StagedObject>, Problem> {
-        Ok(Some(StagedObject { size: 1 << 26, sha256: sha.map(str::to_owned) }))
+        Ok(Some(StagedObject {
+            size: 1 << 26,
+            sha256: sha.map(str::to_owned),
+        }))
     }
 
-    fn decide_with(job: JobState, staged: Vec<Result<Option<StagedObject>, Problem>>, retries: u32) -> Outcome {
-        let vmm = migration("m").with_disks(staged.len()).with_phase(Phase::Converting);
-        decide(&Scope { vmm, now: ts(0).0, policy: Policy::default(), retries, world: World::Converting { job, staged } })
+    fn decide_with(
+        job: JobState,
+        staged: Vec<Result<Option<StagedObject>, Problem>>,
+        retries: u32,
+    ) -> Outcome {
+        let vmm = migration("m")
+            .with_disks(staged.len())
+            .with_phase(Phase::Converting);
+        decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries,
+            world: World::Converting { job, staged },
+        })
     }
 
     #[test]
@@ -112,44 +233,133 @@ mod tests {
         type Staged = Vec<Result<Option<StagedObject>, Problem>>;
         type Case = (&'static str, JobState, Staged, fn(&Step) -> bool);
         let cases: Vec<Case> = vec![
-            ("absent job, nothing staged: create", Absent, vec![Ok(None), Ok(None)], |s| *s == Step::Act(vec![Action::CreateJob])),
-            ("absent job, partial staging: create", Absent, partial(), |s| *s == Step::Act(vec![Action::CreateJob])),
-            ("absent job, all staged: satisfied", Absent, done(), |s| *s == Step::Advance { to: Phase::Importing }),
-            ("running: wait", Running { failed: 0 }, partial(), |s| matches!(s, Step::Wait { .. })),
-            ("running after a failed pod: wait", Running { failed: 1 }, partial(), |s| matches!(s, Step::Wait { .. })),
-            ("deleting: wait", Deleting, partial(), |s| matches!(s, Step::Wait { .. })),
-            ("complete and staged: advance", Complete, done(), |s| *s == Step::Advance { to: Phase::Importing }),
-            ("complete, one missing: fail", Complete, partial(), |s| matches!(s, Step::Fail { reason: Reason::ConversionFailed, .. })),
-            ("complete, no checksum: fail", Complete, vec![obj(None)], |s| matches!(s, Step::Fail { reason: Reason::ConversionFailed, .. })),
+            (
+                "absent job, nothing staged: create",
+                Absent,
+                vec![Ok(None), Ok(None)],
+                |s| *s == Step::Act(vec![Action::CreateJob]),
+            ),
+            (
+                "absent job, partial staging: create",
+                Absent,
+                partial(),
+                |s| *s == Step::Act(vec![Action::CreateJob]),
+            ),
+            ("absent job, all staged: satisfied", Absent, done(), |s| {
+                *s == Step::Advance {
+                    to: Phase::Importing,
+                }
+            }),
+            ("running: wait", Running { failed: 0 }, partial(), |s| {
+                matches!(s, Step::Wait { .. })
+            }),
+            (
+                "running after a failed pod: wait",
+                Running { failed: 1 },
+                partial(),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            ("deleting: wait", Deleting, partial(), |s| {
+                matches!(s, Step::Wait { .. })
+            }),
+            ("complete and staged: advance", Complete, done(), |s| {
+                *s == Step::Advance {
+                    to: Phase::Importing,
+                }
+            }),
+            ("complete, one missing: fail", Complete, partial(), |s| {
+                matches!(
+                    s,
+                    Step::Fail {
+                        reason: Reason::ConversionFailed,
+                        ..
+                    }
+                )
+            }),
+            (
+                "complete, no checksum: fail",
+                Complete,
+                vec![obj(None)],
+                |s| {
+                    matches!(
+                        s,
+                        Step::Fail {
+                            reason: Reason::ConversionFailed,
+                            ..
+                        }
+                    )
+                },
+            ),
             (
                 "job failed: fail retriable",
-                Failed { reason: "BackoffLimitExceeded".into(), message: String::new() },
+                Failed {
+                    reason: "BackoffLimitExceeded".into(),
+                    message: String::new(),
+                },
                 partial(),
-                |s| matches!(s, Step::Fail { reason: Reason::ConversionFailed, retriable: true, resume: Phase::Converting, .. }),
+                |s| {
+                    matches!(
+                        s,
+                        Step::Fail {
+                            reason: Reason::ConversionFailed,
+                            retriable: true,
+                            resume: Phase::Converting,
+                            ..
+                        }
+                    )
+                },
             ),
             (
                 "staging unreachable: retry",
                 Running { failed: 0 },
-                vec![Err(Problem::transient(Reason::StagingUnavailable, "refused"))],
-                |s| matches!(s, Step::Retry { reason: Reason::StagingUnavailable, .. }),
+                vec![Err(Problem::transient(
+                    Reason::StagingUnavailable,
+                    "refused",
+                ))],
+                |s| {
+                    matches!(
+                        s,
+                        Step::Retry {
+                            reason: Reason::StagingUnavailable,
+                            ..
+                        }
+                    )
+                },
             ),
         ];
         for (name, job, staged, ok) in cases {
             let o = decide_with(job, staged, 0);
             assert!(ok(&o.step), "{name}: {:?}", o.step);
-            assert!(o.conditions.iter().any(|c| c.type_ == DiskConverted), "{name}: sets DiskConverted");
+            assert!(
+                o.conditions.iter().any(|c| c.type_ == DiskConverted),
+                "{name}: sets DiskConverted"
+            );
         }
     }
 
     #[test]
     fn advancing_records_size_checksum_and_key_per_disk() {
-        let o = decide_with(JobState::Complete, vec![obj(Some("aa")), obj(Some("bb"))], 0);
+        let o = decide_with(
+            JobState::Complete,
+            vec![obj(Some("aa")), obj(Some("bb"))],
+            0,
+        );
         let disks = o.record.disks.unwrap();
         assert_eq!(disks.len(), 2);
         assert_eq!(disks[1].checksum.as_deref(), Some("bb"));
         assert_eq!(disks[1].staged_bytes, Some(1 << 26));
-        assert_eq!(disks[1].capacity_bytes, Some(64 << 20), "kept from Preparing");
-        assert!(disks[1].staged_object.as_deref().unwrap().ends_with("/disk-1.raw"));
+        assert_eq!(
+            disks[1].capacity_bytes,
+            Some(64 << 20),
+            "kept from Preparing"
+        );
+        assert!(
+            disks[1]
+                .staged_object
+                .as_deref()
+                .unwrap()
+                .ends_with("/disk-1.raw")
+        );
         assert_eq!(o.record.progress.unwrap().bytes_total, 2 << 26);
     }
 }

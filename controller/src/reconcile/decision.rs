@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use ferry_crds::{ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, Progress, Reason, RunStrategy};
+use ferry_crds::{
+    ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, Progress, Reason,
+    RunStrategy,
+};
 
 /// One idempotent action on the world; the executor turns it into API calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,8 +79,18 @@ pub struct CondUpdate {
 
 impl CondUpdate {
     /// A condition update.
-    pub fn new(type_: ConditionType, status: ConditionStatus, reason: Reason, message: impl Into<String>) -> Self {
-        Self { type_, status, reason, message: message.into() }
+    pub fn new(
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
     }
 }
 
@@ -109,12 +122,24 @@ pub struct Outcome {
 impl Outcome {
     /// An outcome with no conditions and nothing recorded.
     pub fn new(step: Step, message: impl Into<String>) -> Self {
-        Self { step, conditions: vec![], record: Record::default(), message: message.into() }
+        Self {
+            step,
+            conditions: vec![],
+            record: Record::default(),
+            message: message.into(),
+        }
     }
 
     /// Adds a condition update.
-    pub fn with(mut self, type_: ConditionType, status: ConditionStatus, reason: Reason, message: impl Into<String>) -> Self {
-        self.conditions.push(CondUpdate::new(type_, status, reason, message));
+    pub fn with(
+        mut self,
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        self.conditions
+            .push(CondUpdate::new(type_, status, reason, message));
         self
     }
 
@@ -135,9 +160,20 @@ impl Outcome {
 
 /// A transient problem within the retry budget is retried; past it, the migration fails
 /// (retriable, so that `spec.retry` can take it up again). Pure.
-pub fn transient_or_fail(retries: u32, max: u32, reason: Reason, message: String, resume: Phase) -> Step {
+pub fn transient_or_fail(
+    retries: u32,
+    max: u32,
+    reason: Reason,
+    message: String,
+    resume: Phase,
+) -> Step {
     if retries >= max {
-        Step::Fail { reason, message: format!("{message} (gave up after {retries} retries)"), retriable: true, resume }
+        Step::Fail {
+            reason,
+            message: format!("{message} (gave up after {retries} retries)"),
+            retriable: true,
+            resume,
+        }
     } else {
         Step::Retry { reason, message }
     }
@@ -149,11 +185,18 @@ pub fn transient_or_fail(retries: u32, max: u32, reason: Reason, message: String
 pub fn backoff(retry: u32, base: Duration, cap: Duration, seed: &str) -> Duration {
     let exp = base.saturating_mul(2u32.saturating_pow(retry.min(20)));
     let capped = exp.min(cap);
-    let h = seed.bytes().chain(retry.to_le_bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let h = seed
+        .bytes()
+        .chain(retry.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
     let quarter = capped / 4;
-    let jitter_ms = if quarter.as_millis() == 0 { 0 } else { h % (quarter.as_millis() as u64 + 1) };
+    let jitter_ms = if quarter.as_millis() == 0 {
+        0
+    } else {
+        h % (quarter.as_millis() as u64 + 1)
+    };
     capped.saturating_sub(Duration::from_millis(jitter_ms))
 }
 
@@ -169,9 +212,16 @@ mod tests {
         let d: Vec<_> = (0..8).map(|r| backoff(r, base, cap, "uid")).collect();
         for (r, d) in d.iter().enumerate() {
             let nominal = (base * 2u32.pow(r as u32)).min(cap);
-            assert!(*d <= nominal && *d >= nominal * 3 / 4, "retry {r}: {d:?} vs {nominal:?}");
+            assert!(
+                *d <= nominal && *d >= nominal * 3 / 4,
+                "retry {r}: {d:?} vs {nominal:?}"
+            );
         }
-        assert_eq!(backoff(3, base, cap, "a"), backoff(3, base, cap, "a"), "deterministic");
+        assert_eq!(
+            backoff(3, base, cap, "a"),
+            backoff(3, base, cap, "a"),
+            "deterministic"
+        );
     }
 
     proptest! {
@@ -188,9 +238,34 @@ mod tests {
 
     #[test]
     fn transient_problems_fail_once_the_budget_is_spent() {
-        let s = transient_or_fail(2, 3, Reason::EndpointUnreachable, "down".into(), Phase::Preparing);
-        assert_eq!(s, Step::Retry { reason: Reason::EndpointUnreachable, message: "down".into() });
-        let s = transient_or_fail(3, 3, Reason::EndpointUnreachable, "down".into(), Phase::Preparing);
-        assert!(matches!(s, Step::Fail { retriable: true, resume: Phase::Preparing, .. }));
+        let s = transient_or_fail(
+            2,
+            3,
+            Reason::EndpointUnreachable,
+            "down".into(),
+            Phase::Preparing,
+        );
+        assert_eq!(
+            s,
+            Step::Retry {
+                reason: Reason::EndpointUnreachable,
+                message: "down".into()
+            }
+        );
+        let s = transient_or_fail(
+            3,
+            3,
+            Reason::EndpointUnreachable,
+            "down".into(),
+            Phase::Preparing,
+        );
+        assert!(matches!(
+            s,
+            Step::Fail {
+                retriable: true,
+                resume: Phase::Preparing,
+                ..
+            }
+        ));
     }
 }

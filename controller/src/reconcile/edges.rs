@@ -2,7 +2,9 @@
 //! decisions and tests do not need them: the vSphere source and the S3 staging store. Errors
 //! come back already classified as a [`Problem`] (reason, message, transient or not).
 
-use ferry_crds::{DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup};
+use ferry_crds::{
+    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup,
+};
 use futures::future::BoxFuture;
 
 use super::scope::{Problem, StagedObject};
@@ -25,7 +27,10 @@ pub struct SourceLogin {
 
 impl std::fmt::Debug for SourceLogin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SourceLogin").field("url", &self.url).field("username", &self.username).finish_non_exhaustive()
+        f.debug_struct("SourceLogin")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
     }
 }
 
@@ -41,11 +46,23 @@ pub struct Discovered {
 /// The vSphere source.
 pub trait SourceApi: Send + Sync + 'static {
     /// Logs in, finds the VM, reads its inventory and validates its disk layout.
-    fn discover<'a>(&'a self, login: &'a SourceLogin, vm: VmLookup<'a>) -> BoxFuture<'a, Result<Discovered, Problem>>;
+    fn discover<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        vm: VmLookup<'a>,
+    ) -> BoxFuture<'a, Result<Discovered, Problem>>;
     /// Powers the VM off; idempotent.
-    fn power_off<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+    fn power_off<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>>;
     /// Powers the VM on unless it runs; idempotent.
-    fn power_on<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+    fn power_on<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>>;
 }
 
 /// Where staging is, with the Secret's credentials resolved.
@@ -65,7 +82,10 @@ pub struct StagingLogin {
 
 impl std::fmt::Debug for StagingLogin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StagingLogin").field("endpoint", &self.endpoint).field("bucket", &self.bucket).finish_non_exhaustive()
+        f.debug_struct("StagingLogin")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .finish_non_exhaustive()
     }
 }
 
@@ -74,9 +94,17 @@ pub trait StagingApi: Send + Sync + 'static {
     /// Checks that the bucket exists and the credentials are accepted.
     fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>>;
     /// Size and recorded SHA-256 of an object; `None` when absent.
-    fn head<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>>;
+    fn head<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>>;
     /// Deletes an object; absent is fine.
-    fn delete<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<(), Problem>>;
+    fn delete<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -91,15 +119,25 @@ fn problem_of(e: &vsphere::Error) -> Problem {
     use vsphere::Error as E;
     let msg = e.to_string();
     match e {
-        E::Unreachable { .. } => Problem::transient(Reason::EndpointUnreachable, format!("{msg}; check spec.source.url and the network")),
-        E::ThumbprintMismatch { .. } | E::TlsUntrusted { .. } => Problem::permanent(Reason::ThumbprintMismatch, msg),
+        E::Unreachable { .. } => Problem::transient(
+            Reason::EndpointUnreachable,
+            format!("{msg}; check spec.source.url and the network"),
+        ),
+        E::ThumbprintMismatch { .. } | E::TlsUntrusted { .. } => {
+            Problem::permanent(Reason::ThumbprintMismatch, msg)
+        }
         E::BadCredentials { .. } => Problem::permanent(
             Reason::LoginFailed,
-            format!("{msg}; fix the username/password in the spec.source.credentialsSecretRef Secret, then raise spec.retry"),
+            format!(
+                "{msg}; fix the username/password in the spec.source.credentialsSecretRef Secret, then raise spec.retry"
+            ),
         ),
         E::NotFound(_) => Problem::permanent(Reason::VMNotFound, msg),
         E::Ambiguous { .. } => Problem::permanent(Reason::VMAmbiguous, msg),
-        E::Invalid(_) => Problem::permanent(Reason::EndpointUnreachable, format!("{msg}; check spec.source.url")),
+        E::Invalid(_) => Problem::permanent(
+            Reason::EndpointUnreachable,
+            format!("{msg}; check spec.source.url"),
+        ),
         _ if e.is_transient() => Problem::transient(Reason::TransientError, msg),
         _ => Problem::permanent(Reason::TransientError, msg),
     }
@@ -107,15 +145,24 @@ fn problem_of(e: &vsphere::Error) -> Problem {
 
 fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
     let tls = if let Some(t) = &login.thumbprint {
-        let t = vsphere::Thumbprint::parse(t)
-            .map_err(|e| Problem::permanent(Reason::ThumbprintMismatch, format!("spec.source.thumbprint: {e}")))?;
+        let t = vsphere::Thumbprint::parse(t).map_err(|e| {
+            Problem::permanent(
+                Reason::ThumbprintMismatch,
+                format!("spec.source.thumbprint: {e}"),
+            )
+        })?;
         vsphere::TlsPolicy::Thumbprint(t)
     } else if login.insecure {
         vsphere::TlsPolicy::Insecure
     } else {
         vsphere::TlsPolicy::SystemRoots
     };
-    Ok(vsphere::Endpoint { url: login.url.clone(), username: login.username.clone(), password: login.password.clone(), tls })
+    Ok(vsphere::Endpoint {
+        url: login.url.clone(),
+        username: login.username.clone(),
+        password: login.password.clone(),
+        tls,
+    })
 }
 
 fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
@@ -146,17 +193,30 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
                 capacity_bytes: i64::try_from(d.capacity_bytes).unwrap_or(i64::MAX),
             })
             .collect(),
-        nics: vm.nics.iter().map(|n| DiscoveredNic { mac: n.mac.clone(), network: n.network.clone() }).collect(),
+        nics: vm
+            .nics
+            .iter()
+            .map(|n| DiscoveredNic {
+                mac: n.mac.clone(),
+                network: n.network.clone(),
+            })
+            .collect(),
     }
 }
 
 async fn session(login: &SourceLogin) -> Result<vsphere::Session, Problem> {
     let ep = endpoint(login)?;
-    vsphere::Session::connect(&ep).await.map_err(|e| problem_of(&e))
+    vsphere::Session::connect(&ep)
+        .await
+        .map_err(|e| problem_of(&e))
 }
 
 impl SourceApi for VsphereSource {
-    fn discover<'a>(&'a self, login: &'a SourceLogin, vm: VmLookup<'a>) -> BoxFuture<'a, Result<Discovered, Problem>> {
+    fn discover<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        vm: VmLookup<'a>,
+    ) -> BoxFuture<'a, Result<Discovered, Problem>> {
         Box::pin(async move {
             let s = session(login).await?;
             let selector = match vm {
@@ -180,23 +240,38 @@ impl SourceApi for VsphereSource {
                 Ok(()) => vec![],
                 Err(p) => p.iter().map(ToString::to_string).collect(),
             };
-            Ok(Discovered { source: to_discovered(&info), layout_problems })
+            Ok(Discovered {
+                source: to_discovered(&info),
+                layout_problems,
+            })
         })
     }
 
-    fn power_off<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+    fn power_off<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
             let s = session(login).await?;
             let r = s.power_off(moref).await;
             let _ = s.logout().await;
             r.map_err(|e| {
                 let p = problem_of(&e);
-                if p.transient { p } else { Problem::permanent(Reason::PowerOffFailed, format!("powering {moref} off: {e}")) }
+                if p.transient {
+                    p
+                } else {
+                    Problem::permanent(Reason::PowerOffFailed, format!("powering {moref} off: {e}"))
+                }
             })
         })
     }
 
-    fn power_on<'a>(&'a self, login: &'a SourceLogin, moref: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+    fn power_on<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
             let s = session(login).await?;
             let r = s.power_on(moref).await;
@@ -230,9 +305,10 @@ fn s3_problem(e: &staging::Error) -> Problem {
     use staging::Error as E;
     match e {
         E::NoSuchBucket { .. } => Problem::permanent(Reason::BucketNotFound, e.to_string()),
-        E::AccessDenied { .. } => {
-            Problem::permanent(Reason::StagingUnavailable, format!("{e}; fix the spec.staging.credentialsSecretRef Secret"))
-        }
+        E::AccessDenied { .. } => Problem::permanent(
+            Reason::StagingUnavailable,
+            format!("{e}; fix the spec.staging.credentialsSecretRef Secret"),
+        ),
         _ if e.is_transient() => Problem::transient(Reason::StagingUnavailable, e.to_string()),
         _ => Problem::permanent(Reason::StagingUnavailable, e.to_string()),
     }
@@ -243,18 +319,28 @@ impl StagingApi for S3Staging {
         Box::pin(async move {
             match store(login)?.bucket_exists().await {
                 Ok(true) => Ok(()),
-                Ok(false) => Err(s3_problem(&staging::Error::NoSuchBucket { bucket: login.bucket.clone(), endpoint: login.endpoint.clone() })),
+                Ok(false) => Err(s3_problem(&staging::Error::NoSuchBucket {
+                    bucket: login.bucket.clone(),
+                    endpoint: login.endpoint.clone(),
+                })),
                 Err(e) => Err(s3_problem(&e)),
             }
         })
     }
 
-    fn head<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
+    fn head<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
         Box::pin(async move {
             match store(login)?.head(key).await {
                 Ok(Some(o)) => Ok(Some(StagedObject {
                     size: i64::try_from(o.size).unwrap_or(i64::MAX),
-                    sha256: o.sha256.map(|s| s.trim().to_ascii_lowercase()).filter(|s| s.len() == 64),
+                    sha256: o
+                        .sha256
+                        .map(|s| s.trim().to_ascii_lowercase())
+                        .filter(|s| s.len() == 64),
                 })),
                 Ok(None) => Ok(None),
                 Err(e) => Err(s3_problem(&e)),
@@ -262,10 +348,17 @@ impl StagingApi for S3Staging {
         })
     }
 
-    fn delete<'a>(&'a self, login: &'a StagingLogin, key: &'a str) -> BoxFuture<'a, Result<(), Problem>> {
+    fn delete<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
             match store(login)?.delete(key).await {
-                Ok(()) | Err(staging::Error::NotFound { .. } | staging::Error::NoSuchBucket { .. }) => Ok(()),
+                Ok(())
+                | Err(staging::Error::NotFound { .. } | staging::Error::NoSuchBucket { .. }) => {
+                    Ok(())
+                }
                 Err(e) => Err(s3_problem(&e)),
             }
         })

@@ -30,7 +30,16 @@ pub async fn create_if_absent<K>(ctx: &Context, api: &Api<K>, obj: &K) -> Result
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    match api.create(&PostParams { field_manager: Some(names::CONTROLLER_FIELD_MANAGER.to_owned()), ..PostParams::default() }, obj).await {
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(names::CONTROLLER_FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            },
+            obj,
+        )
+        .await
+    {
         Ok(_) => {
             ctx.metrics.write("create", &K::kind(&()));
             info!(kind = %K::kind(&()), name = %obj.name_any(), "created");
@@ -72,7 +81,11 @@ fn rejected(e: &kube::Error) -> Option<String> {
 ///
 /// # Errors
 /// Kubernetes API errors (the work queue retries the reconcile).
-pub async fn run(ctx: &Context, vmm: &VirtualMachineMigration, actions: &[Action]) -> Result<Option<Problem>> {
+pub async fn run(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+    actions: &[Action],
+) -> Result<Option<Problem>> {
     for a in actions {
         if let Some(p) = run_one(ctx, vmm, a).await? {
             return Ok(Some(p));
@@ -81,14 +94,23 @@ pub async fn run(ctx: &Context, vmm: &VirtualMachineMigration, actions: &[Action
     Ok(None)
 }
 
-async fn run_one(ctx: &Context, vmm: &VirtualMachineMigration, action: &Action) -> Result<Option<Problem>> {
+async fn run_one(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+    action: &Action,
+) -> Result<Option<Problem>> {
     match action {
         Action::PowerOff => {
             let login = match observe::source_login(ctx, vmm).await? {
                 Ok(l) => l,
                 Err(p) => return Ok(Some(p)),
             };
-            let moref = vmm.status.as_ref().and_then(|s| s.source.as_ref()).and_then(|s| s.moref.clone()).unwrap_or_default();
+            let moref = vmm
+                .status
+                .as_ref()
+                .and_then(|s| s.source.as_ref())
+                .and_then(|s| s.moref.clone())
+                .unwrap_or_default();
             if let Err(p) = ctx.source.power_off(&login, &moref).await {
                 return Ok(Some(p));
             }
@@ -102,8 +124,16 @@ async fn run_one(ctx: &Context, vmm: &VirtualMachineMigration, action: &Action) 
                 Ok(l) => l,
                 Err(p) => return Ok(Some(p)),
             };
-            let creds = secret::S3Credentials { access_key_id: login.access_key_id, secret_access_key: login.secret_access_key };
-            create_if_absent(ctx, &api::<Secret>(ctx, vmm), &secret::cdi_s3_secret(vmm, &creds)?).await?;
+            let creds = secret::S3Credentials {
+                access_key_id: login.access_key_id,
+                secret_access_key: login.secret_access_key,
+            };
+            create_if_absent(
+                ctx,
+                &api::<Secret>(ctx, vmm),
+                &secret::cdi_s3_secret(vmm, &creds)?,
+            )
+            .await?;
         }
         Action::CreateDataVolume(i) => {
             let cap = vmm
@@ -121,14 +151,24 @@ async fn run_one(ctx: &Context, vmm: &VirtualMachineMigration, action: &Action) 
                 Ok(_) => {}
                 Err(Error::Kube(e)) if rejected(&e).is_some() => {
                     let msg = rejected(&e).unwrap_or_default();
-                    return Ok(Some(Problem::permanent(Reason::VMCreateFailed, format!("the VirtualMachine was rejected: {msg}"))));
+                    return Ok(Some(Problem::permanent(
+                        Reason::VMCreateFailed,
+                        format!("the VirtualMachine was rejected: {msg}"),
+                    )));
                 }
                 Err(e) => return Err(e),
             }
         }
         Action::SetRunStrategy(s) => {
-            let patch = serde_json::json!({"spec": {"runStrategy": kubevirt::run_strategy_name(*s)}});
-            api::<VirtualMachine>(ctx, vmm).patch(&names::vm_name(vmm), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            let patch =
+                serde_json::json!({"spec": {"runStrategy": kubevirt::run_strategy_name(*s)}});
+            api::<VirtualMachine>(ctx, vmm)
+                .patch(
+                    &names::vm_name(vmm),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
             ctx.metrics.write("patch", "VirtualMachine");
         }
         Action::Finish => return finish(ctx, vmm).await,
@@ -147,7 +187,12 @@ async fn finish(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Option<P
     if let Some(vm) = vms.get_opt(&names::vm_name(vmm)).await?
         && is_owned_by(&vm.metadata, vmm)
     {
-        vms.patch(&vm.name_any(), &PatchParams::default(), &Patch::Merge(&release)).await?;
+        vms.patch(
+            &vm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&release),
+        )
+        .await?;
         ctx.metrics.write("patch", "VirtualMachine");
     }
     let dvs = api::<DataVolume>(ctx, vmm);
@@ -156,7 +201,8 @@ async fn finish(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Option<P
         if let Some(dv) = dvs.get_opt(&name).await?
             && is_owned_by(&dv.metadata, vmm)
         {
-            dvs.patch(&name, &PatchParams::default(), &Patch::Merge(&release)).await?;
+            dvs.patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+                .await?;
             ctx.metrics.write("patch", "DataVolume");
         }
     }
@@ -167,7 +213,10 @@ async fn finish(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Option<P
 ///
 /// # Errors
 /// Kubernetes API errors reading the staging Secret; S3 failures come back as a [`Problem`].
-pub async fn delete_staging(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Option<Problem>> {
+pub async fn delete_staging(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> Result<Option<Problem>> {
     let keys = observe::staged_keys(vmm);
     if keys.is_empty() {
         return Ok(None);

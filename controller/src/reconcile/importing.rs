@@ -17,13 +17,21 @@ use crate::children::cdi::DvState;
 
 /// Bytes CDI copies for disk `i`: the staged image's size, else the disk's capacity.
 fn disk_size(old: &[DiskStatus], i: usize) -> i64 {
-    old.get(i).and_then(|d| d.staged_bytes.or(d.capacity_bytes)).unwrap_or(0).max(0)
+    old.get(i)
+        .and_then(|d| d.staged_bytes.or(d.capacity_bytes))
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// Per-disk import status and overall progress (rate and ETA averaged over the time spent in
 /// Importing). Pure.
 fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
-    let old = scope.vmm.status.as_ref().map(|s| s.disks.as_slice()).unwrap_or_default();
+    let old = scope
+        .vmm
+        .status
+        .as_ref()
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
     let secs = scope.in_phase_for().as_secs_f64();
     let mut disks = Vec::with_capacity(dvs.len());
     let (mut done, mut total) = (0i64, 0i64);
@@ -32,7 +40,9 @@ fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
         let (phase, pct) = match dv {
             DvState::Absent => (None, 0.0),
             DvState::Deleting => (Some("Deleting".to_owned()), 0.0),
-            DvState::InProgress { phase, percent, .. } => (Some(phase.clone()), percent.unwrap_or(0.0)),
+            DvState::InProgress { phase, percent, .. } => {
+                (Some(phase.clone()), percent.unwrap_or(0.0))
+            }
             DvState::Succeeded => (Some("Succeeded".to_owned()), 100.0),
             DvState::Failed { .. } => (Some("Failed".to_owned()), 0.0),
         };
@@ -45,29 +55,55 @@ fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
         d.import_phase = phase;
         d.bytes_done = Some(bytes);
         d.percent = Some((pct * 100.0).round() / 100.0);
-        d.rate_bytes_per_second = (secs >= 1.0 && bytes > 0 && pct < 100.0).then(|| (bytes as f64 / secs) as i64);
+        d.rate_bytes_per_second =
+            (secs >= 1.0 && bytes > 0 && pct < 100.0).then(|| (bytes as f64 / secs) as i64);
         disks.push(d);
     }
-    let percent = if total > 0 { ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0) } else { 0.0 };
+    let percent = if total > 0 {
+        ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0)
+    } else {
+        0.0
+    };
     let rate = (secs >= 1.0 && done > 0).then(|| (done as f64 / secs) as i64);
     let eta = rate.filter(|r| *r > 0).map(|r| (total - done).max(0) / r);
     Record {
         source: None,
         disks: Some(disks),
-        progress: Some(Progress { percent, bytes_done: done, bytes_total: total, rate_bytes_per_second: rate, eta_seconds: eta }),
+        progress: Some(Progress {
+            percent,
+            bytes_done: done,
+            bytes_total: total,
+            rate_bytes_per_second: rate,
+            eta_seconds: eta,
+        }),
     }
 }
 
 /// Decides the Importing step. Pure.
 pub fn decide(scope: &Scope) -> Outcome {
-    let World::Importing { credentials, secret_present, dvs } = &scope.world else {
-        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the imports");
+    let World::Importing {
+        credentials,
+        secret_present,
+        dvs,
+    } = &scope.world
+    else {
+        return Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "observing the imports",
+        );
     };
     let record = progress(scope, dvs);
     let n = dvs.len();
     let fail = |message: String| {
         Outcome::new(
-            Step::Fail { reason: Reason::ImportFailed, message: message.clone(), retriable: true, resume: Phase::Importing },
+            Step::Fail {
+                reason: Reason::ImportFailed,
+                message: message.clone(),
+                retriable: true,
+                resume: Phase::Importing,
+            },
             message.clone(),
         )
         .with(DiskImported, False, Reason::ImportFailed, message)
@@ -76,13 +112,21 @@ pub fn decide(scope: &Scope) -> Outcome {
     for (i, dv) in dvs.iter().enumerate() {
         match dv {
             DvState::Failed { message } => {
-                return fail(format!("DataVolume {} failed: {message}; fix the cause, then raise spec.retry", names::datavolume_name(&scope.vmm, i)));
+                return fail(format!(
+                    "DataVolume {} failed: {message}; fix the cause, then raise spec.retry",
+                    names::datavolume_name(&scope.vmm, i)
+                ));
             }
-            DvState::InProgress { restarts, failing, .. } if *restarts > scope.policy.max_import_restarts => {
+            DvState::InProgress {
+                restarts, failing, ..
+            } if *restarts > scope.policy.max_import_restarts => {
                 return fail(format!(
                     "the importer of DataVolume {} restarted {restarts} times{}; raise spec.retry to import again",
                     names::datavolume_name(&scope.vmm, i),
-                    failing.as_deref().map(|m| format!(" (last: {m})")).unwrap_or_default()
+                    failing
+                        .as_deref()
+                        .map(|m| format!(" (last: {m})"))
+                        .unwrap_or_default()
                 ));
             }
             _ => {}
@@ -90,26 +134,55 @@ pub fn decide(scope: &Scope) -> Outcome {
     }
     if dvs.iter().all(|d| *d == DvState::Succeeded) && n > 0 {
         let msg = format!("{n} DataVolume(s) imported");
-        return Outcome::new(Step::Advance { to: Phase::CreatingVM }, msg.clone()).with(DiskImported, True, Reason::Imported, msg).recording(record);
+        return Outcome::new(
+            Step::Advance {
+                to: Phase::CreatingVM,
+            },
+            msg.clone(),
+        )
+        .with(DiskImported, True, Reason::Imported, msg)
+        .recording(record);
     }
     let mut actions = vec![];
     if !secret_present {
         if let Err(p) = credentials {
-            let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Importing);
-            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
-            return Outcome::new(step, p.message.clone()).with(DiskImported, status, p.reason, p.message.clone()).recording(record);
+            let step = transient_or_fail(
+                scope.retries,
+                scope.policy.max_transient_retries,
+                p.reason,
+                p.message.clone(),
+                Phase::Importing,
+            );
+            let status = if matches!(step, Step::Retry { .. }) {
+                Unknown
+            } else {
+                False
+            };
+            return Outcome::new(step, p.message.clone())
+                .with(DiskImported, status, p.reason, p.message.clone())
+                .recording(record);
         }
         actions.push(Action::CreateS3Secret);
     }
-    actions.extend(dvs.iter().enumerate().filter(|(_, d)| **d == DvState::Absent).map(|(i, _)| Action::CreateDataVolume(i)));
+    actions.extend(
+        dvs.iter()
+            .enumerate()
+            .filter(|(_, d)| **d == DvState::Absent)
+            .map(|(i, _)| Action::CreateDataVolume(i)),
+    );
     let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
     let restarting: Vec<String> = dvs
         .iter()
         .enumerate()
         .filter_map(|(i, d)| match d {
-            DvState::InProgress { restarts, failing, .. } if *restarts > 0 => Some(format!(
+            DvState::InProgress {
+                restarts, failing, ..
+            } if *restarts > 0 => Some(format!(
                 "disk {i}: importer restarted {restarts} time(s){}",
-                failing.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                failing
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             )),
             _ => None,
         })
@@ -119,10 +192,21 @@ pub fn decide(scope: &Scope) -> Outcome {
     let (reason, cond_msg) = if restarting.is_empty() {
         (Reason::InProgress, format!("importing {n} disk(s)"))
     } else {
-        (Reason::TransientError, format!("importing {n} disk(s); {}", restarting.join("; ")))
+        (
+            Reason::TransientError,
+            format!("importing {n} disk(s); {}", restarting.join("; ")),
+        )
     };
-    let step = if actions.is_empty() { Step::Wait { requeue: scope.policy.wait_requeue } } else { Step::Act(actions) };
-    Outcome::new(step, format!("importing {n} disk(s): {pct:.1}%")).with(DiskImported, Unknown, reason, cond_msg).recording(record)
+    let step = if actions.is_empty() {
+        Step::Wait {
+            requeue: scope.policy.wait_requeue,
+        }
+    } else {
+        Step::Act(actions)
+    };
+    Outcome::new(step, format!("importing {n} disk(s): {pct:.1}%"))
+        .with(DiskImported, Unknown, reason, cond_msg)
+        .recording(record)
 }
 
 #[cfg(test)]
@@ -141,12 +225,28 @@ mod tests {
         }
     }
 
-    fn scope_with(dvs: Vec<DvState>, secret_present: bool, credentials: Result<(), Problem>) -> Scope {
-        let mut vmm = migration("m").with_disks(dvs.len()).with_phase(Phase::Importing);
+    fn scope_with(
+        dvs: Vec<DvState>,
+        secret_present: bool,
+        credentials: Result<(), Problem>,
+    ) -> Scope {
+        let mut vmm = migration("m")
+            .with_disks(dvs.len())
+            .with_phase(Phase::Importing);
         if let Some(s) = vmm.status.as_mut() {
             ferry_crds::history::record_phase(&mut s.history, Phase::Importing, 1, &ts(0));
         }
-        Scope { vmm, now: ts(10).0, policy: Policy::default(), retries: 0, world: World::Importing { credentials, secret_present, dvs } }
+        Scope {
+            vmm,
+            now: ts(10).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: World::Importing {
+                credentials,
+                secret_present,
+                dvs,
+            },
+        }
     }
 
     fn decide_with(dvs: Vec<DvState>) -> Outcome {
@@ -156,30 +256,85 @@ mod tests {
     #[test]
     fn table() {
         use DvState::*;
-        assert_eq!(decide_with(vec![Succeeded, Succeeded]).step, Step::Advance { to: Phase::CreatingVM });
+        assert_eq!(
+            decide_with(vec![Succeeded, Succeeded]).step,
+            Step::Advance {
+                to: Phase::CreatingVM
+            }
+        );
         assert_eq!(
             decide_with(vec![Absent, Absent]).step,
-            Step::Act(vec![Action::CreateDataVolume(0), Action::CreateDataVolume(1)])
+            Step::Act(vec![
+                Action::CreateDataVolume(0),
+                Action::CreateDataVolume(1)
+            ])
         );
-        assert_eq!(decide_with(vec![Succeeded, Absent]).step, Step::Act(vec![Action::CreateDataVolume(1)]));
-        assert!(matches!(decide_with(vec![running(45.0, 0), Succeeded]).step, Step::Wait { .. }));
-        assert!(matches!(decide_with(vec![Deleting]).step, Step::Wait { .. }));
+        assert_eq!(
+            decide_with(vec![Succeeded, Absent]).step,
+            Step::Act(vec![Action::CreateDataVolume(1)])
+        );
+        assert!(matches!(
+            decide_with(vec![running(45.0, 0), Succeeded]).step,
+            Step::Wait { .. }
+        ));
+        assert!(matches!(
+            decide_with(vec![Deleting]).step,
+            Step::Wait { .. }
+        ));
         let transient = decide_with(vec![running(40.0, 1)]);
-        assert!(matches!(transient.step, Step::Wait { .. }), "CDI restarts the importer itself");
+        assert!(
+            matches!(transient.step, Step::Wait { .. }),
+            "CDI restarts the importer itself"
+        );
         assert_eq!(transient.conditions[0].reason, Reason::TransientError);
-        let gave_up = decide_with(vec![running(40.0, Policy::default().max_import_restarts + 1)]);
-        assert!(matches!(gave_up.step, Step::Fail { reason: Reason::ImportFailed, resume: Phase::Importing, .. }));
-        let failed = decide_with(vec![Failed { message: "checksum".into() }, Succeeded]);
-        assert!(matches!(failed.step, Step::Fail { reason: Reason::ImportFailed, retriable: true, .. }));
+        let gave_up = decide_with(vec![running(
+            40.0,
+            Policy::default().max_import_restarts + 1,
+        )]);
+        assert!(matches!(
+            gave_up.step,
+            Step::Fail {
+                reason: Reason::ImportFailed,
+                resume: Phase::Importing,
+                ..
+            }
+        ));
+        let failed = decide_with(vec![
+            Failed {
+                message: "checksum".into(),
+            },
+            Succeeded,
+        ]);
+        assert!(matches!(
+            failed.step,
+            Step::Fail {
+                reason: Reason::ImportFailed,
+                retriable: true,
+                ..
+            }
+        ));
         assert_eq!(failed.conditions[0].status, False);
     }
 
     #[test]
     fn the_cdi_secret_comes_first_and_waits_for_credentials() {
         let o = decide(&scope_with(vec![DvState::Absent], false, Ok(())));
-        assert_eq!(o.step, Step::Act(vec![Action::CreateS3Secret, Action::CreateDataVolume(0)]));
-        let o = decide(&scope_with(vec![DvState::Absent], false, Err(Problem::transient(Reason::SecretNotFound, "no secret"))));
-        assert!(matches!(o.step, Step::Retry { reason: Reason::SecretNotFound, .. }));
+        assert_eq!(
+            o.step,
+            Step::Act(vec![Action::CreateS3Secret, Action::CreateDataVolume(0)])
+        );
+        let o = decide(&scope_with(
+            vec![DvState::Absent],
+            false,
+            Err(Problem::transient(Reason::SecretNotFound, "no secret")),
+        ));
+        assert!(matches!(
+            o.step,
+            Step::Retry {
+                reason: Reason::SecretNotFound,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -190,7 +345,11 @@ mod tests {
         assert_eq!(p.percent, 75.0);
         assert_eq!(p.bytes_done, (64 << 20) * 3 / 2);
         assert_eq!(p.rate_bytes_per_second, Some((64 << 20) * 3 / 2 / 10));
-        assert_eq!(p.eta_seconds, Some(3), "a quarter left at a tenth of the total per second");
+        assert_eq!(
+            p.eta_seconds,
+            Some(3),
+            "a quarter left at a tenth of the total per second"
+        );
         let disks = o.record.disks.unwrap();
         assert_eq!(disks[0].import_phase.as_deref(), Some("ImportInProgress"));
         assert_eq!(disks[0].data_volume.as_deref(), Some("m-disk-0"));

@@ -77,7 +77,13 @@ pub fn retry_cleanup(phase: Phase) -> Vec<Cleanup> {
 /// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM; and the power is
 /// restored when the policy asks.
 pub fn cancel_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
-    let mut c = vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::UnfinishedDataVolumes, Cleanup::Vm];
+    let mut c = vec![
+        Cleanup::Job,
+        Cleanup::Staging,
+        Cleanup::S3Secret,
+        Cleanup::UnfinishedDataVolumes,
+        Cleanup::Vm,
+    ];
     if restores_on_cancel(vmm) {
         c.push(Cleanup::RestorePower);
     }
@@ -105,16 +111,32 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
 pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
     let phase = vmm.phase();
     if vmm.spec.cancel && !matches!(phase, Phase::Succeeded | Phase::Cancelled) {
-        return Intent::Cancel { cleanup: cancel_cleanup(vmm) };
+        return Intent::Cancel {
+            cleanup: cancel_cleanup(vmm),
+        };
     }
     if vmm.retry_requested() {
         match phase {
             Phase::Failed => {
-                let failed_at = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref()).map_or(Phase::Preparing, |f| f.phase);
+                let failed_at = vmm
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_failure.as_ref())
+                    .map_or(Phase::Preparing, |f| f.phase);
                 let powered_back = restores_on_failure(vmm) && failed_at != Phase::Preparing;
-                let resume = if powered_back || !failed_at.is_checkpoint() { Phase::Preparing } else { failed_at };
+                let resume = if powered_back || !failed_at.is_checkpoint() {
+                    Phase::Preparing
+                } else {
+                    failed_at
+                };
                 let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
-                    vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::AllDataVolumes, Cleanup::Vm]
+                    vec![
+                        Cleanup::Job,
+                        Cleanup::Staging,
+                        Cleanup::S3Secret,
+                        Cleanup::AllDataVolumes,
+                        Cleanup::Vm,
+                    ]
                 } else {
                     retry_cleanup(resume)
                 };
@@ -123,7 +145,13 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
             Phase::Cancelled if !vmm.spec.cancel => {
                 return Intent::Retry {
                     resume: Phase::Preparing,
-                    cleanup: vec![Cleanup::Job, Cleanup::Staging, Cleanup::S3Secret, Cleanup::AllDataVolumes, Cleanup::Vm],
+                    cleanup: vec![
+                        Cleanup::Job,
+                        Cleanup::Staging,
+                        Cleanup::S3Secret,
+                        Cleanup::AllDataVolumes,
+                        Cleanup::Vm,
+                    ],
                 };
             }
             Phase::Cancelled => {}
@@ -137,7 +165,11 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
         return Intent::Paused;
     }
     if matches!(phase, Phase::Pending | Phase::Queued) {
-        return if vmm.is_held() { Intent::Held } else { Intent::Start };
+        return if vmm.is_held() {
+            Intent::Held
+        } else {
+            Intent::Start
+        };
     }
     Intent::Proceed
 }
@@ -145,13 +177,21 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_crds::{LastFailure, Reason, fixtures::{migration, t0}};
+    use ferry_crds::{
+        LastFailure, Reason,
+        fixtures::{migration, t0},
+    };
 
     fn failed_at(phase: Phase) -> VirtualMachineMigration {
         let mut vmm = migration("m").with_phase(Phase::Failed);
         if let Some(s) = vmm.status.as_mut() {
-            s.last_failure =
-                Some(LastFailure { phase, reason: Reason::ImportFailed, message: String::new(), retriable: true, time: t0() });
+            s.last_failure = Some(LastFailure {
+                phase,
+                reason: Reason::ImportFailed,
+                message: String::new(),
+                retriable: true,
+                time: t0(),
+            });
         }
         vmm
     }
@@ -162,22 +202,72 @@ mod tests {
         type Case = (&'static str, VirtualMachineMigration, fn(&Intent) -> bool);
         let cases: Vec<Case> = vec![
             ("pending starts", m(), |i| *i == Intent::Start),
-            ("queued and released starts", m().with_phase(Phase::Queued), |i| *i == Intent::Start),
+            (
+                "queued and released starts",
+                m().with_phase(Phase::Queued),
+                |i| *i == Intent::Start,
+            ),
             ("held by the wave", m().in_wave("w"), |i| *i == Intent::Held),
-            ("queued and held", m().in_wave("w").with_phase(Phase::Queued), |i| *i == Intent::Held),
-            ("running proceeds", m().with_phase(Phase::Importing), |i| *i == Intent::Proceed),
-            ("paused", m().with_phase(Phase::Importing).paused(), |i| *i == Intent::Paused),
-            ("paused before start", m().paused(), |i| *i == Intent::Paused),
-            ("cancel wins over paused", m().with_phase(Phase::Importing).paused().cancelled(), |i| matches!(i, Intent::Cancel { .. })),
-            ("cancel of a held one", m().in_wave("w").cancelled(), |i| matches!(i, Intent::Cancel { .. })),
-            ("cancel of a failed one cleans it", failed_at(Phase::Importing).cancelled(), |i| matches!(i, Intent::Cancel { .. })),
-            ("cancel after success is ignored", m().with_phase(Phase::Succeeded).cancelled(), |i| *i == Intent::Settled),
-            ("cancelled stays", m().with_phase(Phase::Cancelled).cancelled(), |i| *i == Intent::Settled),
-            ("succeeded is settled", m().with_phase(Phase::Succeeded), |i| *i == Intent::Settled),
-            ("failed is settled", failed_at(Phase::Importing), |i| *i == Intent::Settled),
-            ("retry while running is acknowledged", m().with_phase(Phase::Importing).with_retry(1), |i| *i == Intent::AckRetry),
-            ("retry after success is acknowledged", m().with_phase(Phase::Succeeded).with_retry(1), |i| *i == Intent::AckRetry),
-            ("retry of a cancelled one waits for cancel=false", m().with_phase(Phase::Cancelled).cancelled().with_retry(1), |i| *i == Intent::Settled),
+            (
+                "queued and held",
+                m().in_wave("w").with_phase(Phase::Queued),
+                |i| *i == Intent::Held,
+            ),
+            ("running proceeds", m().with_phase(Phase::Importing), |i| {
+                *i == Intent::Proceed
+            }),
+            ("paused", m().with_phase(Phase::Importing).paused(), |i| {
+                *i == Intent::Paused
+            }),
+            ("paused before start", m().paused(), |i| {
+                *i == Intent::Paused
+            }),
+            (
+                "cancel wins over paused",
+                m().with_phase(Phase::Importing).paused().cancelled(),
+                |i| matches!(i, Intent::Cancel { .. }),
+            ),
+            ("cancel of a held one", m().in_wave("w").cancelled(), |i| {
+                matches!(i, Intent::Cancel { .. })
+            }),
+            (
+                "cancel of a failed one cleans it",
+                failed_at(Phase::Importing).cancelled(),
+                |i| matches!(i, Intent::Cancel { .. }),
+            ),
+            (
+                "cancel after success is ignored",
+                m().with_phase(Phase::Succeeded).cancelled(),
+                |i| *i == Intent::Settled,
+            ),
+            (
+                "cancelled stays",
+                m().with_phase(Phase::Cancelled).cancelled(),
+                |i| *i == Intent::Settled,
+            ),
+            (
+                "succeeded is settled",
+                m().with_phase(Phase::Succeeded),
+                |i| *i == Intent::Settled,
+            ),
+            ("failed is settled", failed_at(Phase::Importing), |i| {
+                *i == Intent::Settled
+            }),
+            (
+                "retry while running is acknowledged",
+                m().with_phase(Phase::Importing).with_retry(1),
+                |i| *i == Intent::AckRetry,
+            ),
+            (
+                "retry after success is acknowledged",
+                m().with_phase(Phase::Succeeded).with_retry(1),
+                |i| *i == Intent::AckRetry,
+            ),
+            (
+                "retry of a cancelled one waits for cancel=false",
+                m().with_phase(Phase::Cancelled).cancelled().with_retry(1),
+                |i| *i == Intent::Settled,
+            ),
             (
                 "retry of a cancelled one restarts",
                 m().with_phase(Phase::Cancelled).with_retry(1),
@@ -186,12 +276,22 @@ mod tests {
             (
                 "retry of a failed import resumes importing",
                 failed_at(Phase::Importing).with_retry(1),
-                |i| *i == Intent::Retry { resume: Phase::Importing, cleanup: vec![Cleanup::UnfinishedDataVolumes] },
+                |i| {
+                    *i == Intent::Retry {
+                        resume: Phase::Importing,
+                        cleanup: vec![Cleanup::UnfinishedDataVolumes],
+                    }
+                },
             ),
             (
                 "retry of a failed conversion drops the Job and staging",
                 failed_at(Phase::Converting).with_retry(1),
-                |i| *i == Intent::Retry { resume: Phase::Converting, cleanup: vec![Cleanup::Job, Cleanup::Staging] },
+                |i| {
+                    *i == Intent::Retry {
+                        resume: Phase::Converting,
+                        cleanup: vec![Cleanup::Job, Cleanup::Staging],
+                    }
+                },
             ),
         ];
         for (name, vmm, ok) in cases {
@@ -204,7 +304,13 @@ mod tests {
     fn a_retry_after_power_was_restored_starts_over() {
         let mut vmm = failed_at(Phase::Importing).with_retry(1);
         vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
-        assert!(matches!(decide(&vmm), Intent::Retry { resume: Phase::Preparing, .. }));
+        assert!(matches!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::Preparing,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -215,7 +321,13 @@ mod tests {
         assert!(!cancel_cleanup(&vmm).contains(&Cleanup::RestorePower));
         let done = migration("m").with_phase(Phase::Succeeded);
         let c = delete_cleanup(&done);
-        assert!(!c.contains(&Cleanup::RestorePower) && !c.contains(&Cleanup::Vm) && !c.contains(&Cleanup::AllDataVolumes));
-        assert!(delete_cleanup(&migration("m").with_phase(Phase::Converting)).contains(&Cleanup::Job));
+        assert!(
+            !c.contains(&Cleanup::RestorePower)
+                && !c.contains(&Cleanup::Vm)
+                && !c.contains(&Cleanup::AllDataVolumes)
+        );
+        assert!(
+            delete_cleanup(&migration("m").with_phase(Phase::Converting)).contains(&Cleanup::Job)
+        );
     }
 }

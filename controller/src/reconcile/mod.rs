@@ -49,7 +49,12 @@ pub fn decide(scope: &Scope) -> Outcome {
         Phase::CreatingVM => creating_vm::decide(scope),
         Phase::Starting => starting::decide(scope),
         Phase::Validating => validating::decide(scope),
-        _ => Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, ""),
+        _ => Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "",
+        ),
     }
 }
 
@@ -60,7 +65,10 @@ pub fn decide(scope: &Scope) -> Outcome {
 pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> Result<Requeue> {
     ctx.metrics.reconcile(CONTROLLER);
     let started = Instant::now();
-    let ns = obj.namespace().ok_or(Error::MissingField { kind: "VirtualMachineMigration", field: "metadata.namespace" })?;
+    let ns = obj.namespace().ok_or(Error::MissingField {
+        kind: "VirtualMachineMigration",
+        field: "metadata.namespace",
+    })?;
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     // The cache may lag behind our own last write; decisions are taken on a fresh read.
     let Some(fresh) = api.get_opt(&obj.name_any()).await? else {
@@ -75,21 +83,29 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
     }
     let c = ctx.clone();
-    let result = finalizer(&api, names::FINALIZER, Arc::new(fresh), |event| async move {
-        match event {
-            Finalizer::Apply(vmm) => apply(&vmm, &c).await,
-            Finalizer::Cleanup(vmm) => on_delete(&vmm, &c).await,
-        }
-    })
+    let result = finalizer(
+        &api,
+        names::FINALIZER,
+        Arc::new(fresh),
+        |event| async move {
+            match event {
+                Finalizer::Apply(vmm) => apply(&vmm, &c).await,
+                Finalizer::Cleanup(vmm) => on_delete(&vmm, &c).await,
+            }
+        },
+    )
     .await
     .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => Error::Finalizer(Box::new(other)),
     });
     if has_finalizer && deleting && result.is_ok() {
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
     }
-    ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
     result
 }
 
@@ -109,7 +125,9 @@ async fn publish(ctx: &Context, vmm: &VirtualMachineMigration, notes: &[Note]) {
     for n in notes {
         match ctx.recorder.publish(&n.to_event(), &reference).await {
             Ok(()) => ctx.metrics.write("create", "Event"),
-            Err(e) => warn!(migration = %vmm.name_any(), error = %e, reason = %n.reason, "publishing an event"),
+            Err(e) => {
+                warn!(migration = %vmm.name_any(), error = %e, reason = %n.reason, "publishing an event")
+            }
         }
     }
 }
@@ -119,12 +137,17 @@ async fn publish(ctx: &Context, vmm: &VirtualMachineMigration, notes: &[Note]) {
 /// the controller's field manager and `vmm`'s resourceVersion as precondition. On success `vmm`
 /// carries the written status and its new resourceVersion, and the transition's Events are
 /// published. Returns whether it wrote.
-async fn write_status(ctx: &Context, vmm: &mut VirtualMachineMigration, new: Status) -> Result<bool> {
+async fn write_status(
+    ctx: &Context,
+    vmm: &mut VirtualMachineMigration,
+    new: Status,
+) -> Result<bool> {
     let uid = vmm.uid().unwrap_or_default();
     if !status::worth_writing(vmm.status.as_ref(), &new, ctx.since_progress_write(&uid)) {
         return Ok(false);
     }
-    let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default());
+    let api: Api<VirtualMachineMigration> =
+        Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "apiVersion": ferry_crds::API_VERSION,
         "kind": "VirtualMachineMigration",
@@ -132,7 +155,10 @@ async fn write_status(ctx: &Context, vmm: &mut VirtualMachineMigration, new: Sta
         "status": new,
     });
     let params = PatchParams::apply(names::CONTROLLER_FIELD_MANAGER).force();
-    let written = match api.patch_status(&vmm.name_any(), &params, &Patch::Apply(&patch)).await {
+    let written = match api
+        .patch_status(&vmm.name_any(), &params, &Patch::Apply(&patch))
+        .await
+    {
         Ok(w) => w,
         Err(kube::Error::Api(s)) if s.code == 409 => return Err(Error::Conflict),
         Err(e) => return Err(e.into()),
@@ -142,7 +168,11 @@ async fn write_status(ctx: &Context, vmm: &mut VirtualMachineMigration, new: Sta
     let old = vmm.status.clone().unwrap_or_default();
     if old.phase != new.phase {
         info!(migration = %vmm.name_any(), from = %old.phase, to = %new.phase, "phase");
-        if let Some(entered) = old.history.last().filter(|h| h.phase == old.phase).map(|h| h.entered_at.0)
+        if let Some(entered) = old
+            .history
+            .last()
+            .filter(|h| h.phase == old.phase)
+            .map(|h| h.entered_at.0)
             && let Ok(d) = Duration::try_from(ctx.clock.now().duration_since(entered))
         {
             ctx.metrics.phase_left(old.phase.as_str(), d.as_secs_f64());
@@ -203,15 +233,29 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
 }
 
 fn cleanup_warning(what: &str) -> Note {
-    Note { warning: true, reason: "CleanupIncomplete".into(), action: "Cleanup".into(), note: what.to_owned() }
+    Note {
+        warning: true,
+        reason: "CleanupIncomplete".into(),
+        action: "Cleanup".into(),
+        note: what.to_owned(),
+    }
 }
 
 async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> Result<Requeue> {
     let world = observe::world(ctx, &vmm).await?;
     let uid = vmm.uid().unwrap_or_default();
     let phase = vmm.phase();
-    let retries = vmm.status.as_ref().map_or(0, |s| u32::try_from(s.retries).unwrap_or(0));
-    let scope = Scope { vmm: vmm.clone(), now: now.0, policy: ctx.policy.clone(), retries, world };
+    let retries = vmm
+        .status
+        .as_ref()
+        .map_or(0, |s| u32::try_from(s.retries).unwrap_or(0));
+    let scope = Scope {
+        vmm: vmm.clone(),
+        now: now.0,
+        policy: ctx.policy.clone(),
+        retries,
+        world,
+    };
     let outcome = decide(&scope);
     if let Step::Fail { .. } = outcome.step
         && intents::restores_on_failure(&vmm)
@@ -227,11 +271,26 @@ async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> 
     if let Some(problem) = execute::run(ctx, &vmm, outcome.actions()).await? {
         let failed_at = outcome.actions().first().map_or(phase, execute::phase_of);
         let step = if problem.transient {
-            transient_or_fail(retries, ctx.policy.max_transient_retries, problem.reason, problem.message.clone(), failed_at)
+            transient_or_fail(
+                retries,
+                ctx.policy.max_transient_retries,
+                problem.reason,
+                problem.message.clone(),
+                failed_at,
+            )
         } else {
-            Step::Fail { reason: problem.reason, message: problem.message.clone(), retriable: true, resume: failed_at }
+            Step::Fail {
+                reason: problem.reason,
+                message: problem.message.clone(),
+                retriable: true,
+                resume: failed_at,
+            }
         };
-        let cond_status = if matches!(step, Step::Retry { .. }) { ConditionStatus::Unknown } else { ConditionStatus::False };
+        let cond_status = if matches!(step, Step::Retry { .. }) {
+            ConditionStatus::Unknown
+        } else {
+            ConditionStatus::False
+        };
         let mut o = Outcome::new(step, problem.message.clone());
         if let Some(t) = status::conditions_of(phase).last() {
             o = o.with(*t, cond_status, problem.reason, problem.message.clone());
@@ -244,12 +303,30 @@ async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> 
 }
 
 /// When to look again after `step`; `retries` is the count of transient retries before this one.
-async fn requeue_for(ctx: &Context, vmm: &VirtualMachineMigration, step: &Step, uid: &str, phase: Phase, retries: u32) -> Requeue {
+async fn requeue_for(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+    step: &Step,
+    uid: &str,
+    phase: Phase,
+    retries: u32,
+) -> Requeue {
     match step {
         Step::Retry { reason, message } => {
             let n = retries;
             let delay = backoff(n, ctx.policy.backoff_base, ctx.policy.backoff_cap, uid);
-            publish(ctx, vmm, &[events::retrying(phase, *reason, message, delay.as_secs(), n)]).await;
+            publish(
+                ctx,
+                vmm,
+                &[events::retrying(
+                    phase,
+                    *reason,
+                    message,
+                    delay.as_secs(),
+                    n,
+                )],
+            )
+            .await;
             Requeue::requeue(delay)
         }
         Step::Wait { requeue } => Requeue::requeue(*requeue),
@@ -265,7 +342,12 @@ async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Reque
     let plan = intents::delete_cleanup(vmm);
     let unfinished = cleanup::run(ctx, vmm, &plan).await?;
     let mut notes: Vec<Note> = unfinished.iter().map(|u| cleanup_warning(u)).collect();
-    notes.push(Note { warning: false, reason: "Deleted".into(), action: "Cleanup".into(), note: format!("cleaned up in {}", vmm.phase()) });
+    notes.push(Note {
+        warning: false,
+        reason: "Deleted".into(),
+        action: "Cleanup".into(),
+        note: format!("cleaned up in {}", vmm.phase()),
+    });
     publish(ctx, vmm, &notes).await;
     if let Some(uid) = vmm.uid() {
         ctx.forget(&uid);

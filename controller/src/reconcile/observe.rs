@@ -23,20 +23,36 @@ where
     Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default())
 }
 
-async fn secret_data(ctx: &Context, vmm: &VirtualMachineMigration, name: &str, wanted: &[&str], what: &str) -> Result<Result<Vec<String>, Problem>> {
+async fn secret_data(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+    name: &str,
+    wanted: &[&str],
+    what: &str,
+) -> Result<Result<Vec<String>, Problem>> {
     let Some(s) = api::<Secret>(ctx, vmm).get_opt(name).await? else {
         return Ok(Err(Problem::transient(
             Reason::SecretNotFound,
-            format!("Secret {name} ({what}) not found in namespace {}; create it", vmm.namespace().unwrap_or_default()),
+            format!(
+                "Secret {name} ({what}) not found in namespace {}; create it",
+                vmm.namespace().unwrap_or_default()
+            ),
         )));
     };
     let data = s.data.unwrap_or_default();
     let mut out = Vec::with_capacity(wanted.len());
     for k in wanted {
-        match data.get(*k).map(|b| String::from_utf8_lossy(&b.0).trim().to_owned()).filter(|v| !v.is_empty()) {
+        match data
+            .get(*k)
+            .map(|b| String::from_utf8_lossy(&b.0).trim().to_owned())
+            .filter(|v| !v.is_empty())
+        {
             Some(v) => out.push(v),
             None => {
-                return Ok(Err(Problem::transient(Reason::SecretNotFound, format!("Secret {name} ({what}) has no key {k:?}; add it"))));
+                return Ok(Err(Problem::transient(
+                    Reason::SecretNotFound,
+                    format!("Secret {name} ({what}) has no key {k:?}; add it"),
+                )));
             }
         }
     }
@@ -47,13 +63,29 @@ async fn secret_data(ctx: &Context, vmm: &VirtualMachineMigration, name: &str, w
 ///
 /// # Errors
 /// Kubernetes API errors; a missing Secret or key is a [`Problem`].
-pub async fn source_login(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Result<SourceLogin, Problem>> {
+pub async fn source_login(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> Result<Result<SourceLogin, Problem>> {
     let ep = &vmm.spec.source.endpoint;
-    let data = secret_data(ctx, vmm, &ep.credentials_secret_ref.name, &[keys::VSPHERE_USERNAME_KEY, keys::VSPHERE_PASSWORD_KEY], "vSphere credentials").await?;
+    let data = secret_data(
+        ctx,
+        vmm,
+        &ep.credentials_secret_ref.name,
+        &[keys::VSPHERE_USERNAME_KEY, keys::VSPHERE_PASSWORD_KEY],
+        "vSphere credentials",
+    )
+    .await?;
     Ok(data.map(|mut v| {
         let password = v.pop().unwrap_or_default();
         let username = v.pop().unwrap_or_default();
-        SourceLogin { url: ep.url.clone(), username, password, thumbprint: ep.thumbprint.clone(), insecure: ep.insecure_skip_tls_verify }
+        SourceLogin {
+            url: ep.url.clone(),
+            username,
+            password,
+            thumbprint: ep.thumbprint.clone(),
+            insecure: ep.insecure_skip_tls_verify,
+        }
     }))
 }
 
@@ -61,13 +93,29 @@ pub async fn source_login(ctx: &Context, vmm: &VirtualMachineMigration) -> Resul
 ///
 /// # Errors
 /// Kubernetes API errors; a missing Secret or key is a [`Problem`].
-pub async fn staging_login(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Result<StagingLogin, Problem>> {
+pub async fn staging_login(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> Result<Result<StagingLogin, Problem>> {
     let st = &vmm.spec.staging;
-    let data = secret_data(ctx, vmm, &st.credentials_secret_ref.name, &[keys::S3_ACCESS_KEY_ID_KEY, keys::S3_SECRET_ACCESS_KEY_KEY], "staging credentials").await?;
+    let data = secret_data(
+        ctx,
+        vmm,
+        &st.credentials_secret_ref.name,
+        &[keys::S3_ACCESS_KEY_ID_KEY, keys::S3_SECRET_ACCESS_KEY_KEY],
+        "staging credentials",
+    )
+    .await?;
     Ok(data.map(|mut v| {
         let secret_access_key = v.pop().unwrap_or_default();
         let access_key_id = v.pop().unwrap_or_default();
-        StagingLogin { endpoint: st.endpoint.clone(), bucket: st.bucket.clone(), region: st.region.clone(), access_key_id, secret_access_key }
+        StagingLogin {
+            endpoint: st.endpoint.clone(),
+            bucket: st.bucket.clone(),
+            region: st.region.clone(),
+            access_key_id,
+            secret_access_key,
+        }
     }))
 }
 
@@ -76,12 +124,20 @@ pub async fn staging_login(ctx: &Context, vmm: &VirtualMachineMigration) -> Resu
 /// # Errors
 /// Kubernetes API errors.
 pub async fn vm_state(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<VmState> {
-    let vm = api::<VirtualMachine>(ctx, vmm).get_opt(&names::vm_name(vmm)).await?;
+    let vm = api::<VirtualMachine>(ctx, vmm)
+        .get_opt(&names::vm_name(vmm))
+        .await?;
     Ok(match vm {
         None => VmState::Absent,
         // A VM we released at the end of a successful attempt still carries our label.
-        Some(vm) if is_owned_by(&vm.metadata, vmm) || vm.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any()) && vm.owner_references().is_empty() => {
-            VmState::Ours { run_strategy: vm.spec.run_strategy.clone() }
+        Some(vm)
+            if is_owned_by(&vm.metadata, vmm)
+                || vm.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any())
+                    && vm.owner_references().is_empty() =>
+        {
+            VmState::Ours {
+                run_strategy: vm.spec.run_strategy.clone(),
+            }
         }
         Some(_) => VmState::Foreign,
     })
@@ -92,7 +148,9 @@ pub async fn vm_state(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Vm
 /// # Errors
 /// Kubernetes API errors.
 pub async fn vmi_state(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<VmiState> {
-    let vmi = api::<VirtualMachineInstance>(ctx, vmm).get_opt(&names::vm_name(vmm)).await?;
+    let vmi = api::<VirtualMachineInstance>(ctx, vmm)
+        .get_opt(&names::vm_name(vmm))
+        .await?;
     Ok(match vmi {
         Some(v) if v.metadata.deletion_timestamp.is_none() => {
             let s = v.status.clone().unwrap_or_default();
@@ -108,7 +166,11 @@ pub async fn vmi_state(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<V
 
 /// Keys of the staged objects, one per discovered disk.
 pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
-    let n = vmm.status.as_ref().and_then(|s| s.source.as_ref()).map_or(0, |s| s.disks.len());
+    let n = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map_or(0, |s| s.disks.len());
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
 }
 
@@ -120,7 +182,12 @@ pub async fn world(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<World
     Ok(match vmm.phase() {
         Phase::Preparing => World::Preparing(preparing(ctx, vmm).await?),
         Phase::Converting => {
-            let job = job::observe(api::<Job>(ctx, vmm).get_opt(&names::job_name(vmm)).await?.as_ref());
+            let job = job::observe(
+                api::<Job>(ctx, vmm)
+                    .get_opt(&names::job_name(vmm))
+                    .await?
+                    .as_ref(),
+            );
             let keys = staged_keys(vmm);
             let staged = match staging_login(ctx, vmm).await? {
                 Err(p) => keys.iter().map(|_| Err(p.clone())).collect(),
@@ -135,14 +202,30 @@ pub async fn world(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<World
             World::Converting { job, staged }
         }
         Phase::Importing => {
-            let secret_present = api::<Secret>(ctx, vmm).get_opt(&secret::s3_secret_name(vmm)).await?.is_some();
-            let credentials = if secret_present { Ok(()) } else { staging_login(ctx, vmm).await?.map(|_| ()) };
+            let secret_present = api::<Secret>(ctx, vmm)
+                .get_opt(&secret::s3_secret_name(vmm))
+                .await?
+                .is_some();
+            let credentials = if secret_present {
+                Ok(())
+            } else {
+                staging_login(ctx, vmm).await?.map(|_| ())
+            };
             let dv_api = api::<DataVolume>(ctx, vmm);
             let mut dvs = vec![];
             for i in 0..staged_keys(vmm).len() {
-                dvs.push(cdi::observe(dv_api.get_opt(&names::datavolume_name(vmm, i)).await?.as_ref()));
+                dvs.push(cdi::observe(
+                    dv_api
+                        .get_opt(&names::datavolume_name(vmm, i))
+                        .await?
+                        .as_ref(),
+                ));
             }
-            World::Importing { credentials, secret_present, dvs }
+            World::Importing {
+                credentials,
+                secret_present,
+                dvs,
+            }
         }
         Phase::CreatingVM => World::CreatingVM(vm_state(ctx, vmm).await?),
         Phase::Starting => World::Starting(vm_state(ctx, vmm).await?, vmi_state(ctx, vmm).await?),
@@ -156,7 +239,10 @@ pub async fn world(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<World
     })
 }
 
-async fn preparing(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Result<SourceFacts, Problem>> {
+async fn preparing(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> Result<Result<SourceFacts, Problem>> {
     let login = match source_login(ctx, vmm).await? {
         Ok(l) => l,
         Err(p) => return Ok(Err(p)),
@@ -177,7 +263,12 @@ async fn preparing(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Resul
     let mut probe = vmm.clone();
     probe.status.get_or_insert_with(Default::default).source = Some(discovered.source.clone());
     let target_taken = vm_state(ctx, &probe).await? == VmState::Foreign;
-    Ok(Ok(SourceFacts { vm: discovered.source, layout_problems: discovered.layout_problems, bucket, target_taken }))
+    Ok(Ok(SourceFacts {
+        vm: discovered.source,
+        layout_problems: discovered.layout_problems,
+        bucket,
+        target_taken,
+    }))
 }
 
 /// Whether staging objects, the CDI Secret, or owner references on the VM and DataVolumes
@@ -185,11 +276,20 @@ async fn preparing(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Resul
 ///
 /// # Errors
 /// Kubernetes API errors; S3 problems are returned as the inner `Err`.
-pub async fn leftovers(ctx: &Context, vmm: &VirtualMachineMigration) -> Result<Result<bool, Problem>> {
-    if api::<Secret>(ctx, vmm).get_opt(&secret::s3_secret_name(vmm)).await?.is_some() {
+pub async fn leftovers(
+    ctx: &Context,
+    vmm: &VirtualMachineMigration,
+) -> Result<Result<bool, Problem>> {
+    if api::<Secret>(ctx, vmm)
+        .get_opt(&secret::s3_secret_name(vmm))
+        .await?
+        .is_some()
+    {
         return Ok(Ok(true));
     }
-    if let Some(vm) = api::<VirtualMachine>(ctx, vmm).get_opt(&names::vm_name(vmm)).await?
+    if let Some(vm) = api::<VirtualMachine>(ctx, vmm)
+        .get_opt(&names::vm_name(vmm))
+        .await?
         && is_owned_by(&vm.metadata, vmm)
     {
         return Ok(Ok(true));

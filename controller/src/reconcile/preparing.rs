@@ -28,22 +28,46 @@ fn to_record(scope: &Scope, facts: &SourceFacts) -> Record {
             ..DiskStatus::default()
         })
         .collect();
-    Record { source: Some(source), disks: Some(disks), progress: None }
+    Record {
+        source: Some(source),
+        disks: Some(disks),
+        progress: None,
+    }
 }
 
 /// Decides the Preparing step. Pure.
 pub fn decide(scope: &Scope) -> Outcome {
     let World::Preparing(observed) = &scope.world else {
-        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the source");
+        return Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "observing the source",
+        );
     };
     let facts = match observed {
         Err(p) => {
             let step = if p.transient {
-                transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Preparing)
+                transient_or_fail(
+                    scope.retries,
+                    scope.policy.max_transient_retries,
+                    p.reason,
+                    p.message.clone(),
+                    Phase::Preparing,
+                )
             } else {
-                Step::Fail { reason: p.reason, message: p.message.clone(), retriable: false, resume: Phase::Preparing }
+                Step::Fail {
+                    reason: p.reason,
+                    message: p.message.clone(),
+                    retriable: false,
+                    resume: Phase::Preparing,
+                }
             };
-            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
+            let status = if matches!(step, Step::Retry { .. }) {
+                Unknown
+            } else {
+                False
+            };
             return Outcome::new(step, p.message.clone())
                 .with(SourceDiscovered, status, p.reason, p.message.clone())
                 .with(Validated, Unknown, Reason::NotStarted, "");
@@ -59,16 +83,36 @@ pub fn decide(scope: &Scope) -> Outcome {
         facts.vm.nics.len()
     );
     let invalid = |reason: Reason, message: String, retriable: bool| {
-        Outcome::new(Step::Fail { reason, message: message.clone(), retriable, resume: Phase::Preparing }, message.clone())
-            .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
-            .with(Validated, False, reason, message)
-            .recording(record.clone())
+        Outcome::new(
+            Step::Fail {
+                reason,
+                message: message.clone(),
+                retriable,
+                resume: Phase::Preparing,
+            },
+            message.clone(),
+        )
+        .with(
+            SourceDiscovered,
+            True,
+            Reason::Discovered,
+            discovered.clone(),
+        )
+        .with(Validated, False, reason, message)
+        .recording(record.clone())
     };
     if facts.vm.disks.is_empty() {
-        return invalid(Reason::UnsupportedDiskLayout, format!("{name} has no virtual disk to migrate"), false);
+        return invalid(
+            Reason::UnsupportedDiskLayout,
+            format!("{name} has no virtual disk to migrate"),
+            false,
+        );
     }
     if !facts.layout_problems.is_empty() {
-        let msg = format!("{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry", facts.layout_problems.join("; "));
+        let msg = format!(
+            "{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry",
+            facts.layout_problems.join("; ")
+        );
         return invalid(Reason::UnsupportedDiskLayout, msg, false);
     }
     if facts.target_taken {
@@ -80,10 +124,25 @@ pub fn decide(scope: &Scope) -> Outcome {
     }
     if let Err(p) = &facts.bucket {
         if p.transient {
-            let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Preparing);
-            let status = if matches!(step, Step::Retry { .. }) { Unknown } else { False };
+            let step = transient_or_fail(
+                scope.retries,
+                scope.policy.max_transient_retries,
+                p.reason,
+                p.message.clone(),
+                Phase::Preparing,
+            );
+            let status = if matches!(step, Step::Retry { .. }) {
+                Unknown
+            } else {
+                False
+            };
             return Outcome::new(step, p.message.clone())
-                .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
+                .with(
+                    SourceDiscovered,
+                    True,
+                    Reason::Discovered,
+                    discovered.clone(),
+                )
                 .with(Validated, status, p.reason, p.message.clone())
                 .recording(record);
         }
@@ -93,17 +152,42 @@ pub fn decide(scope: &Scope) -> Outcome {
     match facts.vm.power_state {
         Some(PowerState::PoweredOn | PowerState::Suspended) if !power_off => invalid(
             Reason::SourcePoweredOn,
-            format!("{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"),
+            format!(
+                "{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"
+            ),
             false,
         ),
-        Some(PowerState::PoweredOn | PowerState::Suspended) => Outcome::new(Step::Act(vec![Action::PowerOff]), format!("powering {name} off"))
-            .with(SourceDiscovered, True, Reason::Discovered, discovered.clone())
-            .with(Validated, Unknown, Reason::InProgress, "powering the source VM off for a consistent copy")
-            .recording(record),
-        _ => Outcome::new(Step::Advance { to: Phase::Converting }, format!("{name} is ready to be converted"))
-            .with(SourceDiscovered, True, Reason::Discovered, discovered)
-            .with(Validated, True, Reason::Validated, "disk layout, power state, staging bucket and target name checked")
-            .recording(record),
+        Some(PowerState::PoweredOn | PowerState::Suspended) => Outcome::new(
+            Step::Act(vec![Action::PowerOff]),
+            format!("powering {name} off"),
+        )
+        .with(
+            SourceDiscovered,
+            True,
+            Reason::Discovered,
+            discovered.clone(),
+        )
+        .with(
+            Validated,
+            Unknown,
+            Reason::InProgress,
+            "powering the source VM off for a consistent copy",
+        )
+        .recording(record),
+        _ => Outcome::new(
+            Step::Advance {
+                to: Phase::Converting,
+            },
+            format!("{name} is ready to be converted"),
+        )
+        .with(SourceDiscovered, True, Reason::Discovered, discovered)
+        .with(
+            Validated,
+            True,
+            Reason::Validated,
+            "disk layout, power state, staging bucket and target name checked",
+        )
+        .recording(record),
     }
 }
 
@@ -111,24 +195,47 @@ pub fn decide(scope: &Scope) -> Outcome {
 mod tests {
     use super::*;
     use crate::reconcile::scope::{Policy, Problem};
-    use ferry_crds::{DiscoveredDisk, DiscoveredSource, VirtualMachineMigration, fixtures::{migration, ts}};
+    use ferry_crds::{
+        DiscoveredDisk, DiscoveredSource, VirtualMachineMigration,
+        fixtures::{migration, ts},
+    };
 
     fn vm(power: PowerState) -> DiscoveredSource {
         DiscoveredSource {
             name: Some("DC0_H0_VM0".into()),
             moref: Some("vm-42".into()),
             power_state: Some(power),
-            disks: vec![DiscoveredDisk { key: 2000, datastore_path: "[ds] a.vmdk".into(), capacity_bytes: 1 << 26, ..Default::default() }],
+            disks: vec![DiscoveredDisk {
+                key: 2000,
+                datastore_path: "[ds] a.vmdk".into(),
+                capacity_bytes: 1 << 26,
+                ..Default::default()
+            }],
             ..Default::default()
         }
     }
 
     fn facts(power: PowerState) -> SourceFacts {
-        SourceFacts { vm: vm(power), layout_problems: vec![], bucket: Ok(()), target_taken: false }
+        SourceFacts {
+            vm: vm(power),
+            layout_problems: vec![],
+            bucket: Ok(()),
+            target_taken: false,
+        }
     }
 
-    fn scope(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>, retries: u32) -> Scope {
-        Scope { vmm: vmm.with_phase(Phase::Preparing), now: ts(10).0, policy: Policy::default(), retries, world: World::Preparing(world) }
+    fn scope(
+        vmm: VirtualMachineMigration,
+        world: Result<SourceFacts, Problem>,
+        retries: u32,
+    ) -> Scope {
+        Scope {
+            vmm: vmm.with_phase(Phase::Preparing),
+            now: ts(10).0,
+            policy: Policy::default(),
+            retries,
+            world: World::Preparing(world),
+        }
     }
 
     fn step(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>) -> Step {
@@ -137,7 +244,9 @@ mod tests {
 
     fn fail_reason(s: &Step) -> Option<(Reason, bool)> {
         match s {
-            Step::Fail { reason, retriable, .. } => Some((*reason, *retriable)),
+            Step::Fail {
+                reason, retriable, ..
+            } => Some((*reason, *retriable)),
             _ => None,
         }
     }
@@ -145,53 +254,107 @@ mod tests {
     #[test]
     fn satisfied_absent_partial_failed() {
         // satisfied: powered off, everything valid
-        assert_eq!(step(migration("m"), Ok(facts(PowerState::PoweredOff))), Step::Advance { to: Phase::Converting });
+        assert_eq!(
+            step(migration("m"), Ok(facts(PowerState::PoweredOff))),
+            Step::Advance {
+                to: Phase::Converting
+            }
+        );
         // partial: powered on, powerOff asked
-        assert_eq!(step(migration("m"), Ok(facts(PowerState::PoweredOn))), Step::Act(vec![Action::PowerOff]));
-        assert_eq!(step(migration("m"), Ok(facts(PowerState::Suspended))), Step::Act(vec![Action::PowerOff]));
+        assert_eq!(
+            step(migration("m"), Ok(facts(PowerState::PoweredOn))),
+            Step::Act(vec![Action::PowerOff])
+        );
+        assert_eq!(
+            step(migration("m"), Ok(facts(PowerState::Suspended))),
+            Step::Act(vec![Action::PowerOff])
+        );
         // failed: powered on, powerOff refused
         let mut keep_on = migration("m");
         keep_on.spec.source.power.power_off = false;
-        assert_eq!(fail_reason(&step(keep_on, Ok(facts(PowerState::PoweredOn)))), Some((Reason::SourcePoweredOn, false)));
+        assert_eq!(
+            fail_reason(&step(keep_on, Ok(facts(PowerState::PoweredOn)))),
+            Some((Reason::SourcePoweredOn, false))
+        );
     }
 
     #[test]
     fn each_bad_input_fails_with_its_own_reason() {
         let cases = [
-            (Problem::permanent(Reason::VMNotFound, "no VM"), Reason::VMNotFound),
-            (Problem::permanent(Reason::LoginFailed, "bad password"), Reason::LoginFailed),
-            (Problem::permanent(Reason::ThumbprintMismatch, "wrong cert"), Reason::ThumbprintMismatch),
-            (Problem::permanent(Reason::VMAmbiguous, "two"), Reason::VMAmbiguous),
+            (
+                Problem::permanent(Reason::VMNotFound, "no VM"),
+                Reason::VMNotFound,
+            ),
+            (
+                Problem::permanent(Reason::LoginFailed, "bad password"),
+                Reason::LoginFailed,
+            ),
+            (
+                Problem::permanent(Reason::ThumbprintMismatch, "wrong cert"),
+                Reason::ThumbprintMismatch,
+            ),
+            (
+                Problem::permanent(Reason::VMAmbiguous, "two"),
+                Reason::VMAmbiguous,
+            ),
         ];
         for (p, want) in cases {
             let o = decide(&scope(migration("m"), Err(p), 0));
             assert_eq!(fail_reason(&o.step), Some((want, false)));
-            let c = o.conditions.iter().find(|c| c.type_ == SourceDiscovered).unwrap();
+            let c = o
+                .conditions
+                .iter()
+                .find(|c| c.type_ == SourceDiscovered)
+                .unwrap();
             assert_eq!((c.status, c.reason), (False, want));
         }
         let mut f = facts(PowerState::PoweredOff);
         f.bucket = Err(Problem::permanent(Reason::BucketNotFound, "no bucket"));
         let o = decide(&scope(migration("m"), Ok(f), 0));
         assert_eq!(fail_reason(&o.step), Some((Reason::BucketNotFound, false)));
-        assert!(o.conditions.iter().any(|c| c.type_ == Validated && c.reason == Reason::BucketNotFound && c.status == False));
+        assert!(o.conditions.iter().any(|c| c.type_ == Validated
+            && c.reason == Reason::BucketNotFound
+            && c.status == False));
         let mut f = facts(PowerState::PoweredOff);
         f.layout_problems = vec!["disk 1 is an RDM".into()];
-        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::UnsupportedDiskLayout, false)));
+        assert_eq!(
+            fail_reason(&step(migration("m"), Ok(f))),
+            Some((Reason::UnsupportedDiskLayout, false))
+        );
         let mut f = facts(PowerState::PoweredOff);
         f.target_taken = true;
-        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::TargetNameTaken, false)));
+        assert_eq!(
+            fail_reason(&step(migration("m"), Ok(f))),
+            Some((Reason::TargetNameTaken, false))
+        );
         let mut f = facts(PowerState::PoweredOff);
         f.vm.disks.clear();
-        assert_eq!(fail_reason(&step(migration("m"), Ok(f))), Some((Reason::UnsupportedDiskLayout, false)));
+        assert_eq!(
+            fail_reason(&step(migration("m"), Ok(f))),
+            Some((Reason::UnsupportedDiskLayout, false))
+        );
     }
 
     #[test]
     fn an_unreachable_endpoint_is_retried_then_fails() {
         let p = Problem::transient(Reason::EndpointUnreachable, "connection refused");
         let o = decide(&scope(migration("m"), Err(p.clone()), 0));
-        assert!(matches!(o.step, Step::Retry { reason: Reason::EndpointUnreachable, .. }));
-        let o = decide(&scope(migration("m"), Err(p), Policy::default().max_transient_retries));
-        assert_eq!(fail_reason(&o.step), Some((Reason::EndpointUnreachable, true)));
+        assert!(matches!(
+            o.step,
+            Step::Retry {
+                reason: Reason::EndpointUnreachable,
+                ..
+            }
+        ));
+        let o = decide(&scope(
+            migration("m"),
+            Err(p),
+            Policy::default().max_transient_retries,
+        ));
+        assert_eq!(
+            fail_reason(&o.step),
+            Some((Reason::EndpointUnreachable, true))
+        );
     }
 
     #[test]
@@ -199,8 +362,16 @@ mod tests {
         let mut vmm = migration("m");
         vmm.status.get_or_insert_with(Default::default).source = Some(vm(PowerState::PoweredOn));
         let o = decide(&scope(vmm, Ok(facts(PowerState::PoweredOff)), 0));
-        assert_eq!(o.step, Step::Advance { to: Phase::Converting });
-        assert_eq!(o.record.source.unwrap().power_state, Some(PowerState::PoweredOn));
+        assert_eq!(
+            o.step,
+            Step::Advance {
+                to: Phase::Converting
+            }
+        );
+        assert_eq!(
+            o.record.source.unwrap().power_state,
+            Some(PowerState::PoweredOn)
+        );
         let disks = o.record.disks.unwrap();
         assert_eq!((disks.len(), disks[0].capacity_bytes), (1, Some(1 << 26)));
     }

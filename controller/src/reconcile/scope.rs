@@ -23,12 +23,20 @@ pub struct Problem {
 impl Problem {
     /// A problem that retrying may fix.
     pub fn transient(reason: Reason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into(), transient: true }
+        Self {
+            reason,
+            message: message.into(),
+            transient: true,
+        }
     }
 
     /// A problem that needs the operator.
     pub fn permanent(reason: Reason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into(), transient: false }
+        Self {
+            reason,
+            message: message.into(),
+            transient: false,
+        }
     }
 }
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use ferry_crds::{
-    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, VirtualMachineMigration,
-    VirtualMachineMigrationStatus as Status, condition, history,
+    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason,
+    VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -34,11 +34,34 @@ pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
 }
 
 fn set(s: &mut Status, generation: Option<i64>, now: &Time, u: &CondUpdate) {
-    condition::set_condition(&mut s.conditions, u.type_, u.status, u.reason, u.message.clone(), generation, now);
+    condition::set_condition(
+        &mut s.conditions,
+        u.type_,
+        u.status,
+        u.reason,
+        u.message.clone(),
+        generation,
+        now,
+    );
 }
 
-fn ready(s: &mut Status, generation: Option<i64>, now: &Time, status: ConditionStatus, reason: Reason, message: impl Into<String>) {
-    condition::set_condition(&mut s.conditions, ConditionType::Ready, status, reason, message, generation, now);
+fn ready(
+    s: &mut Status,
+    generation: Option<i64>,
+    now: &Time,
+    status: ConditionStatus,
+    reason: Reason,
+    message: impl Into<String>,
+) {
+    condition::set_condition(
+        &mut s.conditions,
+        ConditionType::Ready,
+        status,
+        reason,
+        message,
+        generation,
+        now,
+    );
 }
 
 /// Enters `to`: phase, history, `startedAt` on the first start, `completedAt` on a terminal
@@ -47,7 +70,10 @@ pub fn enter(s: &mut Status, to: Phase, now: &Time) {
     if s.phase == to && s.history.last().is_some_and(|h| h.phase == to) {
         return;
     }
-    if matches!(s.phase, Phase::Pending | Phase::Queued) && to.is_checkpoint() && s.started_at.is_none() {
+    if matches!(s.phase, Phase::Pending | Phase::Queued)
+        && to.is_checkpoint()
+        && s.started_at.is_none()
+    {
         s.started_at = Some(now.clone());
     }
     s.phase = to;
@@ -79,24 +105,75 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
             enter(&mut s, *to, now);
             if *to == Phase::Succeeded {
                 if let Some(p) = s.progress.as_mut() {
-                    *p = Progress { percent: 100.0, bytes_done: p.bytes_total, bytes_total: p.bytes_total, ..Progress::default() };
+                    *p = Progress {
+                        percent: 100.0,
+                        bytes_done: p.bytes_total,
+                        bytes_total: p.bytes_total,
+                        ..Progress::default()
+                    };
                 }
-                ready(&mut s, generation, now, ConditionStatus::True, Reason::Succeeded, "the VM runs in KubeVirt");
+                ready(
+                    &mut s,
+                    generation,
+                    now,
+                    ConditionStatus::True,
+                    Reason::Succeeded,
+                    "the VM runs in KubeVirt",
+                );
             } else {
-                ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, format!("{to}"));
+                ready(
+                    &mut s,
+                    generation,
+                    now,
+                    ConditionStatus::False,
+                    Reason::InProgress,
+                    format!("{to}"),
+                );
             }
         }
-        Step::Fail { reason, message, retriable, resume } => {
-            s.last_failure = Some(LastFailure { phase: *resume, reason: *reason, message: message.clone(), retriable: *retriable, time: now.clone() });
+        Step::Fail {
+            reason,
+            message,
+            retriable,
+            resume,
+        } => {
+            s.last_failure = Some(LastFailure {
+                phase: *resume,
+                reason: *reason,
+                message: message.clone(),
+                retriable: *retriable,
+                time: now.clone(),
+            });
             enter(&mut s, Phase::Failed, now);
-            ready(&mut s, generation, now, ConditionStatus::False, Reason::Failed, format!("{phase} failed: {message}"));
+            ready(
+                &mut s,
+                generation,
+                now,
+                ConditionStatus::False,
+                Reason::Failed,
+                format!("{phase} failed: {message}"),
+            );
         }
         Step::Retry { reason, message } => {
             s.retries = s.retries.saturating_add(1);
-            ready(&mut s, generation, now, ConditionStatus::False, Reason::TransientError, format!("{reason}: {message}"));
+            ready(
+                &mut s,
+                generation,
+                now,
+                ConditionStatus::False,
+                Reason::TransientError,
+                format!("{reason}: {message}"),
+            );
         }
         Step::Act(_) | Step::Wait { .. } => {
-            ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, format!("{phase}"));
+            ready(
+                &mut s,
+                generation,
+                now,
+                ConditionStatus::False,
+                Reason::InProgress,
+                format!("{phase}"),
+            );
         }
     }
     s.observed_generation = generation;
@@ -109,7 +186,14 @@ pub fn started(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     let mut s = initial(vmm, now);
     s.attempts = s.attempts.max(1);
     enter(&mut s, Phase::Preparing, now);
-    ready(&mut s, generation, now, ConditionStatus::False, Reason::InProgress, "Preparing");
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::InProgress,
+        "Preparing",
+    );
     s.message = Some("looking for the source VM".to_owned());
     s.observed_generation = generation;
     s
@@ -121,7 +205,14 @@ pub fn held(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     let mut s = initial(vmm, now);
     enter(&mut s, Phase::Queued, now);
     let wave = vmm.wave().unwrap_or("its wave");
-    ready(&mut s, generation, now, ConditionStatus::False, Reason::HeldByWave, format!("queued by MigrationWave {wave}"));
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::HeldByWave,
+        format!("queued by MigrationWave {wave}"),
+    );
     s.message = Some(format!("queued by MigrationWave {wave}"));
     s.observed_generation = generation;
     s
@@ -131,7 +222,14 @@ pub fn held(vmm: &VirtualMachineMigration, now: &Time) -> Status {
 pub fn paused(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
-    ready(&mut s, generation, now, ConditionStatus::False, Reason::Paused, "spec.paused is true; no new step is taken");
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::Paused,
+        "spec.paused is true; no new step is taken",
+    );
     s.message = Some(format!("paused in {}", s.phase));
     s.observed_generation = generation;
     s
@@ -144,11 +242,26 @@ pub fn cancelled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     let from = s.phase;
     for t in conditions_of(from) {
         if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
-            condition::set_condition(&mut s.conditions, *t, ConditionStatus::False, Reason::Cancelled, "cancelled", generation, now);
+            condition::set_condition(
+                &mut s.conditions,
+                *t,
+                ConditionStatus::False,
+                Reason::Cancelled,
+                "cancelled",
+                generation,
+                now,
+            );
         }
     }
     enter(&mut s, Phase::Cancelled, now);
-    ready(&mut s, generation, now, ConditionStatus::False, Reason::Cancelled, format!("cancelled in {from}; partial results removed"));
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::Cancelled,
+        format!("cancelled in {from}; partial results removed"),
+    );
     s.message = Some(format!("cancelled in {from}"));
     s.progress = None;
     s.observed_generation = generation;
@@ -164,9 +277,21 @@ pub fn retried(vmm: &VirtualMachineMigration, resume: Phase, now: &Time) -> Stat
     s.retry_observed = vmm.spec.retry;
     let from = resume.checkpoint_index().unwrap_or(0);
     for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
-        let (reason, msg) = if i == from { (Reason::RetryRequested, format!("retrying from {resume}")) } else { (Reason::NotStarted, String::new()) };
+        let (reason, msg) = if i == from {
+            (Reason::RetryRequested, format!("retrying from {resume}"))
+        } else {
+            (Reason::NotStarted, String::new())
+        };
         for t in conditions_of(*p) {
-            condition::set_condition(&mut s.conditions, *t, ConditionStatus::Unknown, reason, msg.clone(), generation, now);
+            condition::set_condition(
+                &mut s.conditions,
+                *t,
+                ConditionStatus::Unknown,
+                reason,
+                msg.clone(),
+                generation,
+                now,
+            );
         }
     }
     if resume == Phase::Preparing {
@@ -176,7 +301,14 @@ pub fn retried(vmm: &VirtualMachineMigration, resume: Phase, now: &Time) -> Stat
     s.completed_at = None;
     enter(&mut s, resume, now);
     let attempt_msg = format!("attempt {} from {resume}", s.attempts);
-    ready(&mut s, generation, now, ConditionStatus::False, Reason::RetryRequested, attempt_msg);
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::RetryRequested,
+        attempt_msg,
+    );
     s.message = Some(format!("retrying from {resume} (attempt {})", s.attempts));
     s.observed_generation = generation;
     s
@@ -234,21 +366,24 @@ pub fn worth_writing(old: Option<&Status>, new: &Status, since_last: Option<Dura
     if steady_part(old) != steady_part(new) {
         return true;
     }
-    let moved = (percent(new) - percent(old)).abs() >= 1.0 || (percent(new) >= 100.0 && percent(old) < 100.0);
+    let moved = (percent(new) - percent(old)).abs() >= 1.0
+        || (percent(new) >= 100.0 && percent(old) < 100.0);
     moved && since_last.is_none_or(|d| d >= PROGRESS_INTERVAL)
 }
 
 /// Whether every one of the eight conditions is present exactly once.
 pub fn has_all_conditions(conds: &[Condition]) -> bool {
-    ConditionType::ALL.iter().all(|t| conds.iter().filter(|c| c.type_ == *t).count() == 1)
+    ConditionType::ALL
+        .iter()
+        .all(|t| conds.iter().filter(|c| c.type_ == *t).count() == 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::reconcile::decision::{Action, Outcome};
-    use ferry_crds::fixtures::{migration, t0, t1, ts};
     use ConditionStatus::*;
+    use ferry_crds::fixtures::{migration, t0, t1, ts};
 
     fn status_of(vmm: &VirtualMachineMigration, t: ConditionType) -> (ConditionStatus, Reason) {
         let c = vmm.condition(t).unwrap();
@@ -270,79 +405,163 @@ mod tests {
         assert_eq!(s.history.len(), 1);
         assert_eq!(s.observed_generation, Some(1));
         let vmm = with_status(vmm, s);
-        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::InProgress));
-        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (Unknown, Reason::NotStarted));
+        assert_eq!(
+            status_of(&vmm, ConditionType::Ready),
+            (False, Reason::InProgress)
+        );
+        assert_eq!(
+            status_of(&vmm, ConditionType::DiskImported),
+            (Unknown, Reason::NotStarted)
+        );
     }
 
     #[test]
     fn advancing_records_history_and_moves_transition_time_only_on_change() {
         let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
-        let o = Outcome::new(Step::Advance { to: Phase::Converting }, "ok")
-            .with(ConditionType::SourceDiscovered, True, Reason::Discovered, "")
-            .with(ConditionType::Validated, True, Reason::Validated, "");
+        let o = Outcome::new(
+            Step::Advance {
+                to: Phase::Converting,
+            },
+            "ok",
+        )
+        .with(
+            ConditionType::SourceDiscovered,
+            True,
+            Reason::Discovered,
+            "",
+        )
+        .with(ConditionType::Validated, True, Reason::Validated, "");
         let s = after_outcome(&vmm, &o, &t1());
         assert_eq!(s.phase, Phase::Converting);
-        assert_eq!(s.history.iter().map(|h| h.phase).collect::<Vec<_>>(), [Phase::Preparing, Phase::Converting]);
+        assert_eq!(
+            s.history.iter().map(|h| h.phase).collect::<Vec<_>>(),
+            [Phase::Preparing, Phase::Converting]
+        );
         assert_eq!(s.history[0].left_at, Some(t1()));
-        let ready = s.conditions.iter().find(|c| c.type_ == ConditionType::Ready).unwrap();
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Ready)
+            .unwrap();
         assert_eq!(ready.last_transition_time, t0(), "Ready stayed False");
-        let sd = s.conditions.iter().find(|c| c.type_ == ConditionType::SourceDiscovered).unwrap();
+        let sd = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::SourceDiscovered)
+            .unwrap();
         assert_eq!(sd.last_transition_time, t1());
         // the same outcome again changes nothing
-        let again = after_outcome(&with_status(migration("m"), s.clone()), &Outcome::new(Step::Wait { requeue: Duration::ZERO }, "ok"), &ts(120));
+        let again = after_outcome(
+            &with_status(migration("m"), s.clone()),
+            &Outcome::new(
+                Step::Wait {
+                    requeue: Duration::ZERO,
+                },
+                "ok",
+            ),
+            &ts(120),
+        );
         assert_eq!(again.history, s.history);
     }
 
     #[test]
     fn failing_records_last_failure_and_a_terminal_time() {
-        let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Importing);
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Importing);
         let o = Outcome::new(
-            Step::Fail { reason: Reason::ImportFailed, message: "boom".into(), retriable: true, resume: Phase::Importing },
+            Step::Fail {
+                reason: Reason::ImportFailed,
+                message: "boom".into(),
+                retriable: true,
+                resume: Phase::Importing,
+            },
             "boom",
         )
-        .with(ConditionType::DiskImported, False, Reason::ImportFailed, "boom");
+        .with(
+            ConditionType::DiskImported,
+            False,
+            Reason::ImportFailed,
+            "boom",
+        );
         let s = after_outcome(&vmm, &o, &t1());
         assert_eq!(s.phase, Phase::Failed);
         assert_eq!(s.completed_at, Some(t1()));
         let f = s.last_failure.clone().unwrap();
-        assert_eq!((f.phase, f.reason, f.retriable), (Phase::Importing, Reason::ImportFailed, true));
+        assert_eq!(
+            (f.phase, f.reason, f.retriable),
+            (Phase::Importing, Reason::ImportFailed, true)
+        );
         let vmm = with_status(migration("m").with_retry(1), s);
         let r = retried(&vmm, Phase::Importing, &ts(120));
-        assert_eq!((r.phase, r.attempts, r.retry_observed), (Phase::Importing, 2, 1));
+        assert_eq!(
+            (r.phase, r.attempts, r.retry_observed),
+            (Phase::Importing, 2, 1)
+        );
         assert_eq!(r.completed_at, None);
         assert!(r.last_failure.is_some(), "kept for reference");
         let vmm = with_status(migration("m"), r);
-        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (Unknown, Reason::RetryRequested));
-        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::RetryRequested));
+        assert_eq!(
+            status_of(&vmm, ConditionType::DiskImported),
+            (Unknown, Reason::RetryRequested)
+        );
+        assert_eq!(
+            status_of(&vmm, ConditionType::Ready),
+            (False, Reason::RetryRequested)
+        );
     }
 
     #[test]
     fn cancelling_marks_the_unfinished_checkpoint() {
-        let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Importing);
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Importing);
         let vmm = with_status(migration("m"), cancelled(&vmm, &t1()));
         assert_eq!(vmm.phase(), Phase::Cancelled);
-        assert_eq!(status_of(&vmm, ConditionType::DiskImported), (False, Reason::Cancelled));
-        assert_eq!(status_of(&vmm, ConditionType::Ready), (False, Reason::Cancelled));
+        assert_eq!(
+            status_of(&vmm, ConditionType::DiskImported),
+            (False, Reason::Cancelled)
+        );
+        assert_eq!(
+            status_of(&vmm, ConditionType::Ready),
+            (False, Reason::Cancelled)
+        );
     }
 
     #[test]
     fn progress_writes_are_throttled_but_real_changes_are_not() {
         let base = started(&migration("m"), &t0());
         let mut a = base.clone();
-        a.progress = Some(Progress { percent: 10.0, ..Progress::default() });
+        a.progress = Some(Progress {
+            percent: 10.0,
+            ..Progress::default()
+        });
         let mut b = a.clone();
-        b.progress = Some(Progress { percent: 10.5, ..Progress::default() });
+        b.progress = Some(Progress {
+            percent: 10.5,
+            ..Progress::default()
+        });
         b.message = Some("importing 10.5%".into());
         assert!(!worth_writing(Some(&a), &a, None), "no change, no write");
-        assert!(!worth_writing(Some(&a), &b, None), "half a point is not worth it");
+        assert!(
+            !worth_writing(Some(&a), &b, None),
+            "half a point is not worth it"
+        );
         let mut c = a.clone();
-        c.progress = Some(Progress { percent: 12.0, ..Progress::default() });
+        c.progress = Some(Progress {
+            percent: 12.0,
+            ..Progress::default()
+        });
         assert!(worth_writing(Some(&a), &c, Some(Duration::from_secs(3))));
-        assert!(!worth_writing(Some(&a), &c, Some(Duration::from_secs(1))), "too soon");
+        assert!(
+            !worth_writing(Some(&a), &c, Some(Duration::from_secs(1))),
+            "too soon"
+        );
         assert!(worth_writing(Some(&a), &c, None), "first progress write");
         let mut d = a.clone();
         d.phase = Phase::Converting;
-        assert!(worth_writing(Some(&a), &d, Some(Duration::ZERO)), "a phase change is always written");
+        assert!(
+            worth_writing(Some(&a), &d, Some(Duration::ZERO)),
+            "a phase change is always written"
+        );
         assert!(worth_writing(None, &a, Some(Duration::ZERO)));
         let _ = Action::CreateJob;
     }
@@ -351,18 +570,31 @@ mod tests {
     fn applying_the_same_outcome_twice_changes_nothing_the_second_time() {
         // (A failure is applied once: the next reconcile of a Failed migration is settled.)
         let steps = [
-            Step::Wait { requeue: Duration::ZERO },
+            Step::Wait {
+                requeue: Duration::ZERO,
+            },
             Step::Act(vec![Action::CreateJob]),
-            Step::Advance { to: Phase::Importing },
+            Step::Advance {
+                to: Phase::Importing,
+            },
         ];
         for phase in Phase::CHECKPOINTS {
             for step in &steps {
-                let vmm = with_status(migration("m"), started(&migration("m"), &t0())).with_phase(phase);
-                let o = Outcome::new(step.clone(), "m").with(ConditionType::DiskConverted, Unknown, Reason::InProgress, "c");
+                let vmm =
+                    with_status(migration("m"), started(&migration("m"), &t0())).with_phase(phase);
+                let o = Outcome::new(step.clone(), "m").with(
+                    ConditionType::DiskConverted,
+                    Unknown,
+                    Reason::InProgress,
+                    "c",
+                );
                 let once = after_outcome(&vmm, &o, &t1());
                 let twice = after_outcome(&with_status(migration("m"), once.clone()), &o, &ts(300));
                 assert_eq!(once, twice, "{phase} {step:?}");
-                assert!(!worth_writing(Some(&once), &twice, None), "{phase} {step:?}: no second write");
+                assert!(
+                    !worth_writing(Some(&once), &twice, None),
+                    "{phase} {step:?}: no second write"
+                );
             }
         }
     }
@@ -370,11 +602,26 @@ mod tests {
     #[test]
     fn transient_retries_are_counted_in_the_status_and_reset_by_a_phase_change() {
         let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
-        let retry = Outcome::new(Step::Retry { reason: Reason::StagingUnavailable, message: "down".into() }, "down");
+        let retry = Outcome::new(
+            Step::Retry {
+                reason: Reason::StagingUnavailable,
+                message: "down".into(),
+            },
+            "down",
+        );
         let s1 = after_outcome(&vmm, &retry, &t1());
         let s2 = after_outcome(&with_status(migration("m"), s1.clone()), &retry, &ts(120));
         assert_eq!((s1.retries, s2.retries), (1, 2));
-        let moved = after_outcome(&with_status(migration("m"), s2), &Outcome::new(Step::Advance { to: Phase::Converting }, ""), &ts(180));
+        let moved = after_outcome(
+            &with_status(migration("m"), s2),
+            &Outcome::new(
+                Step::Advance {
+                    to: Phase::Converting,
+                },
+                "",
+            ),
+            &ts(180),
+        );
         assert_eq!(moved.retries, 0);
     }
 }

@@ -13,15 +13,26 @@ use super::scope::{Scope, VmState, VmiState, World};
 /// Decides the Validating step. Pure.
 pub fn decide(scope: &Scope) -> Outcome {
     let World::Validating { vm, vmi, leftovers } = &scope.world else {
-        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, "observing the guest");
+        return Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            "observing the guest",
+        );
     };
     let halted = scope.vmm.spec.target.template.run_strategy == RunStrategy::Halted;
-    let ready = halted || matches!(vmi, VmiState::Present { phase, agent_connected: true, .. } if phase == "Running");
+    let ready = halted
+        || matches!(vmi, VmiState::Present { phase, agent_connected: true, .. } if phase == "Running");
     if !ready {
         if matches!(vm, VmState::Absent | VmState::Foreign) {
             let msg = "the VirtualMachine is gone; raise spec.retry to create it again".to_owned();
             return Outcome::new(
-                Step::Fail { reason: Reason::GuestAgentTimeout, message: msg.clone(), retriable: true, resume: Phase::CreatingVM },
+                Step::Fail {
+                    reason: Reason::GuestAgentTimeout,
+                    message: msg.clone(),
+                    retriable: true,
+                    resume: Phase::CreatingVM,
+                },
                 msg.clone(),
             )
             .with(GuestReady, False, Reason::GuestAgentTimeout, msg);
@@ -33,30 +44,69 @@ pub fn decide(scope: &Scope) -> Outcome {
                 waited.as_secs()
             );
             return Outcome::new(
-                Step::Fail { reason: Reason::GuestAgentTimeout, message: msg.clone(), retriable: true, resume: Phase::Validating },
+                Step::Fail {
+                    reason: Reason::GuestAgentTimeout,
+                    message: msg.clone(),
+                    retriable: true,
+                    resume: Phase::Validating,
+                },
                 msg.clone(),
             )
             .with(GuestReady, False, Reason::GuestAgentTimeout, msg);
         }
         let msg = match vmi {
-            VmiState::Present { phase, .. } if phase == "Running" => "waiting for the guest agent".to_owned(),
-            VmiState::Present { phase, .. } => format!("waiting for the guest: the VirtualMachineInstance is {phase}"),
+            VmiState::Present { phase, .. } if phase == "Running" => {
+                "waiting for the guest agent".to_owned()
+            }
+            VmiState::Present { phase, .. } => {
+                format!("waiting for the guest: the VirtualMachineInstance is {phase}")
+            }
             VmiState::Absent => "waiting for the guest: no VirtualMachineInstance".to_owned(),
         };
-        return Outcome::new(Step::Wait { requeue: scope.policy.wait_requeue }, msg.clone()).with(GuestReady, Unknown, Reason::InProgress, msg);
+        return Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            msg.clone(),
+        )
+        .with(GuestReady, Unknown, Reason::InProgress, msg);
     }
     let (status, reason, msg) = if halted {
-        (True, Reason::Validated, "runStrategy Halted: boot validation skipped")
+        (
+            True,
+            Reason::Validated,
+            "runStrategy Halted: boot validation skipped",
+        )
     } else {
-        (True, Reason::GuestAgentConnected, "the guest agent connected")
+        (
+            True,
+            Reason::GuestAgentConnected,
+            "the guest agent connected",
+        )
     };
     match leftovers {
         Err(p) => {
-            let step = transient_or_fail(scope.retries, scope.policy.max_transient_retries, p.reason, p.message.clone(), Phase::Validating);
+            let step = transient_or_fail(
+                scope.retries,
+                scope.policy.max_transient_retries,
+                p.reason,
+                p.message.clone(),
+                Phase::Validating,
+            );
             Outcome::new(step, p.message.clone()).with(GuestReady, status, reason, msg)
         }
-        Ok(true) => Outcome::new(Step::Act(vec![Action::Finish]), "removing the staged images and releasing the VM").with(GuestReady, status, reason, msg),
-        Ok(false) => Outcome::new(Step::Advance { to: Phase::Succeeded }, "migrated").with(GuestReady, status, reason, msg),
+        Ok(true) => Outcome::new(
+            Step::Act(vec![Action::Finish]),
+            "removing the staged images and releasing the VM",
+        )
+        .with(GuestReady, status, reason, msg),
+        Ok(false) => Outcome::new(
+            Step::Advance {
+                to: Phase::Succeeded,
+            },
+            "migrated",
+        )
+        .with(GuestReady, status, reason, msg),
     }
 }
 
@@ -67,20 +117,39 @@ mod tests {
     use ferry_crds::fixtures::{migration, ts};
 
     fn ours() -> VmState {
-        VmState::Ours { run_strategy: Some("Always".into()) }
+        VmState::Ours {
+            run_strategy: Some("Always".into()),
+        }
     }
 
     fn vmi(phase: &str, agent: bool) -> VmiState {
-        VmiState::Present { phase: phase.into(), agent_connected: agent, reason: None }
+        VmiState::Present {
+            phase: phase.into(),
+            agent_connected: agent,
+            reason: None,
+        }
     }
 
-    fn step_with(strategy: RunStrategy, vm: VmState, vmi: VmiState, leftovers: Result<bool, Problem>, elapsed: i64) -> Step {
+    fn step_with(
+        strategy: RunStrategy,
+        vm: VmState,
+        vmi: VmiState,
+        leftovers: Result<bool, Problem>,
+        elapsed: i64,
+    ) -> Step {
         let mut vmm = migration("m").with_phase(Phase::Validating);
         vmm.spec.target.template.run_strategy = strategy;
         if let Some(s) = vmm.status.as_mut() {
             ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
         }
-        decide(&Scope { vmm, now: ts(elapsed).0, policy: Policy::default(), retries: 0, world: World::Validating { vm, vmi, leftovers } }).step
+        decide(&Scope {
+            vmm,
+            now: ts(elapsed).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: World::Validating { vm, vmi, leftovers },
+        })
+        .step
     }
 
     fn step(vmi: VmiState, leftovers: Result<bool, Problem>) -> Step {
@@ -89,17 +158,64 @@ mod tests {
 
     #[test]
     fn table() {
-        assert!(matches!(step(vmi("Running", false), Ok(true)), Step::Wait { .. }));
-        assert!(matches!(step(VmiState::Absent, Ok(true)), Step::Wait { .. }));
-        assert_eq!(step(vmi("Running", true), Ok(true)), Step::Act(vec![Action::Finish]));
-        assert_eq!(step(vmi("Running", true), Ok(false)), Step::Advance { to: Phase::Succeeded });
-        assert!(matches!(step(vmi("Running", true), Err(Problem::transient(Reason::StagingUnavailable, "x"))), Step::Retry { .. }));
+        assert!(matches!(
+            step(vmi("Running", false), Ok(true)),
+            Step::Wait { .. }
+        ));
+        assert!(matches!(
+            step(VmiState::Absent, Ok(true)),
+            Step::Wait { .. }
+        ));
+        assert_eq!(
+            step(vmi("Running", true), Ok(true)),
+            Step::Act(vec![Action::Finish])
+        );
+        assert_eq!(
+            step(vmi("Running", true), Ok(false)),
+            Step::Advance {
+                to: Phase::Succeeded
+            }
+        );
+        assert!(matches!(
+            step(
+                vmi("Running", true),
+                Err(Problem::transient(Reason::StagingUnavailable, "x"))
+            ),
+            Step::Retry { .. }
+        ));
         let late = Policy::default().agent_timeout.as_secs() as i64 + 1;
         assert!(matches!(
-            step_with(RunStrategy::Always, ours(), vmi("Running", false), Ok(true), late),
-            Step::Fail { reason: Reason::GuestAgentTimeout, resume: Phase::Validating, .. }
+            step_with(
+                RunStrategy::Always,
+                ours(),
+                vmi("Running", false),
+                Ok(true),
+                late
+            ),
+            Step::Fail {
+                reason: Reason::GuestAgentTimeout,
+                resume: Phase::Validating,
+                ..
+            }
         ));
-        assert_eq!(step_with(RunStrategy::Halted, ours(), VmiState::Absent, Ok(false), 5), Step::Advance { to: Phase::Succeeded });
-        assert!(matches!(step_with(RunStrategy::Always, VmState::Absent, VmiState::Absent, Ok(false), 5), Step::Fail { resume: Phase::CreatingVM, .. }));
+        assert_eq!(
+            step_with(RunStrategy::Halted, ours(), VmiState::Absent, Ok(false), 5),
+            Step::Advance {
+                to: Phase::Succeeded
+            }
+        );
+        assert!(matches!(
+            step_with(
+                RunStrategy::Always,
+                VmState::Absent,
+                VmiState::Absent,
+                Ok(false),
+                5
+            ),
+            Step::Fail {
+                resume: Phase::CreatingVM,
+                ..
+            }
+        ));
     }
 }

@@ -3,8 +3,8 @@
 
 use ferry_crds::condition::{self, WaveConditionType};
 use ferry_crds::{
-    ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration, WaveCounts, WavePhase,
-    child_migration_name,
+    ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
+    WaveCounts, WavePhase, child_migration_name,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -40,8 +40,13 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
     let name = wave.name_any();
     let by_name = |n: &str| children.iter().find(|c| c.name_any() == n);
     let mut plan = Plan::default();
-    let ordered: Vec<(usize, String)> =
-        wave.spec.vms.iter().enumerate().map(|(i, vm)| (i, child_migration_name(&name, vm))).collect();
+    let ordered: Vec<(usize, String)> = wave
+        .spec
+        .vms
+        .iter()
+        .enumerate()
+        .map(|(i, vm)| (i, child_migration_name(&name, vm)))
+        .collect();
     for (i, child) in &ordered {
         if by_name(child).is_none() {
             plan.create.push(*i);
@@ -64,12 +69,18 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
         }
     }
     if wave.spec.cancel {
-        plan.cancel = children.iter().filter(|c| !c.phase().is_terminal() && !c.spec.cancel).map(ResourceExt::name_any).collect();
+        plan.cancel = children
+            .iter()
+            .filter(|c| !c.phase().is_terminal() && !c.spec.cancel)
+            .map(ResourceExt::name_any)
+            .collect();
     }
     if wave.spec.retry > 0 {
         plan.retry = children
             .iter()
-            .filter(|c| c.phase() == Phase::Failed && c.spec.retry < wave.spec.retry && !wave.spec.cancel)
+            .filter(|c| {
+                c.phase() == Phase::Failed && c.spec.retry < wave.spec.retry && !wave.spec.cancel
+            })
             .map(ResourceExt::name_any)
             .collect();
     }
@@ -77,33 +88,54 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
     plan
 }
 
-fn status(wave: &MigrationWave, children: &[VirtualMachineMigration], releasing: usize, now: &Time) -> MigrationWaveStatus {
+fn status(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    releasing: usize,
+    now: &Time,
+) -> MigrationWaveStatus {
     let old = wave.status.clone().unwrap_or_default();
     let generation = wave.metadata.generation;
     let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
     let total = i32::try_from(wave.spec.vms.len()).unwrap_or(i32::MAX);
-    let in_flight = i32::try_from(children.iter().filter(|c| occupies_slot(c)).count() + releasing).unwrap_or(i32::MAX);
+    let in_flight = i32::try_from(children.iter().filter(|c| occupies_slot(c)).count() + releasing)
+        .unwrap_or(i32::MAX);
     let finished = counts.finished();
     let all_done = finished >= total && total > 0 && children.len() >= wave.spec.vms.len();
-    let started_at = old.started_at.clone().or_else(|| (in_flight > 0 || finished > 0).then(|| now.clone()));
-    let last_completion = children.iter().filter_map(|c| c.status.as_ref()?.completed_at.clone()).max_by_key(|t| t.0);
+    let started_at = old
+        .started_at
+        .clone()
+        .or_else(|| (in_flight > 0 || finished > 0).then(|| now.clone()));
+    let last_completion = children
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.completed_at.clone())
+        .max_by_key(|t| t.0);
     let (throughput, eta) = match (&started_at, &last_completion) {
         (Some(s), Some(l)) if finished > 0 => {
             let hours = (l.0.as_second() - s.0.as_second()).max(1) as f64 / 3600.0;
             let per_hour = f64::from(finished) / hours;
             let remaining = f64::from((total - finished).max(0));
-            (Some((per_hour * 100.0).round() / 100.0), Some((remaining / per_hour * 3600.0).round() as i64))
+            (
+                Some((per_hour * 100.0).round() / 100.0),
+                Some((remaining / per_hour * 3600.0).round() as i64),
+            )
         }
         _ => (None, None),
     };
     let (bytes_done, bytes_total) = children
         .iter()
         .filter_map(|c| c.status.as_ref()?.progress.as_ref())
-        .fold((0i64, 0i64), |(d, t), p| (d + p.bytes_done, t + p.bytes_total));
+        .fold((0i64, 0i64), |(d, t), p| {
+            (d + p.bytes_done, t + p.bytes_total)
+        });
     let phase = if wave.spec.cancel {
         WavePhase::Cancelled
     } else if all_done {
-        if counts.succeeded == total { WavePhase::Succeeded } else { WavePhase::Failed }
+        if counts.succeeded == total {
+            WavePhase::Succeeded
+        } else {
+            WavePhase::Failed
+        }
     } else if wave.spec.paused {
         WavePhase::Paused
     } else if children.is_empty() {
@@ -111,19 +143,63 @@ fn status(wave: &MigrationWave, children: &[VirtualMachineMigration], releasing:
     } else {
         WavePhase::Running
     };
-    let completed_at = if phase.is_terminal() && all_done { old.completed_at.clone().or(last_completion) } else { None };
+    let completed_at = if phase.is_terminal() && all_done {
+        old.completed_at.clone().or(last_completion)
+    } else {
+        None
+    };
     let mut conditions = old.conditions.clone();
     condition::init_conditions(&mut conditions, generation, now);
     let (p_status, p_reason, p_msg) = match phase {
-        WavePhase::Running | WavePhase::Pending => (ConditionStatus::True, Reason::InProgress, format!("{in_flight} in flight, {finished} of {total} finished")),
-        WavePhase::Paused => (ConditionStatus::False, Reason::Paused, "spec.paused is true".to_owned()),
-        WavePhase::Cancelled => (ConditionStatus::False, Reason::Cancelled, "spec.cancel is true".to_owned()),
-        WavePhase::Succeeded => (ConditionStatus::False, Reason::Succeeded, format!("all {total} migrations succeeded")),
-        WavePhase::Failed => (ConditionStatus::False, Reason::Failed, format!("{} failed, {} cancelled", counts.failed, counts.cancelled)),
+        WavePhase::Running | WavePhase::Pending => (
+            ConditionStatus::True,
+            Reason::InProgress,
+            format!("{in_flight} in flight, {finished} of {total} finished"),
+        ),
+        WavePhase::Paused => (
+            ConditionStatus::False,
+            Reason::Paused,
+            "spec.paused is true".to_owned(),
+        ),
+        WavePhase::Cancelled => (
+            ConditionStatus::False,
+            Reason::Cancelled,
+            "spec.cancel is true".to_owned(),
+        ),
+        WavePhase::Succeeded => (
+            ConditionStatus::False,
+            Reason::Succeeded,
+            format!("all {total} migrations succeeded"),
+        ),
+        WavePhase::Failed => (
+            ConditionStatus::False,
+            Reason::Failed,
+            format!("{} failed, {} cancelled", counts.failed, counts.cancelled),
+        ),
     };
-    condition::set_condition(&mut conditions, WaveConditionType::Progressing, p_status, p_reason, p_msg, generation, now);
-    let (r_status, r_reason) = if phase == WavePhase::Succeeded { (ConditionStatus::True, Reason::Succeeded) } else { (ConditionStatus::False, Reason::InProgress) };
-    condition::set_condition(&mut conditions, WaveConditionType::Ready, r_status, r_reason, format!("{} of {total} succeeded", counts.succeeded), generation, now);
+    condition::set_condition(
+        &mut conditions,
+        WaveConditionType::Progressing,
+        p_status,
+        p_reason,
+        p_msg,
+        generation,
+        now,
+    );
+    let (r_status, r_reason) = if phase == WavePhase::Succeeded {
+        (ConditionStatus::True, Reason::Succeeded)
+    } else {
+        (ConditionStatus::False, Reason::InProgress)
+    };
+    condition::set_condition(
+        &mut conditions,
+        WaveConditionType::Ready,
+        r_status,
+        r_reason,
+        format!("{} of {total} succeeded", counts.succeeded),
+        generation,
+        now,
+    );
     MigrationWaveStatus {
         observed_generation: generation,
         phase,
@@ -143,7 +219,10 @@ fn status(wave: &MigrationWave, children: &[VirtualMachineMigration], releasing:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_crds::{child_migration, fixtures::{t0, wave}};
+    use ferry_crds::{
+        child_migration,
+        fixtures::{t0, wave},
+    };
     use proptest::prelude::*;
 
     fn children_of(w: &MigrationWave, phases: &[(Phase, bool)]) -> Vec<VirtualMachineMigration> {
@@ -167,25 +246,57 @@ mod tests {
         let p = decide(&w, &[], &t0());
         assert_eq!(p.create, vec![0, 1, 2, 3]);
         assert!(p.release.is_empty());
-        let kids = children_of(&w, &[(Phase::Queued, true), (Phase::Queued, true), (Phase::Queued, true), (Phase::Queued, true)]);
+        let kids = children_of(
+            &w,
+            &[
+                (Phase::Queued, true),
+                (Phase::Queued, true),
+                (Phase::Queued, true),
+                (Phase::Queued, true),
+            ],
+        );
         let p = decide(&w, &kids, &t0());
-        assert_eq!(p.release, vec!["w-dc0-h0-vm0".to_owned(), "w-dc0-h0-vm1".to_owned()]);
+        assert_eq!(
+            p.release,
+            vec!["w-dc0-h0-vm0".to_owned(), "w-dc0-h0-vm1".to_owned()]
+        );
         assert_eq!(p.status.in_flight, 2);
-        let kids = children_of(&w, &[(Phase::Succeeded, false), (Phase::Importing, false), (Phase::Queued, true), (Phase::Queued, true)]);
-        assert_eq!(decide(&w, &kids, &t0()).release, vec!["w-dc0-h0-vm2".to_owned()]);
+        let kids = children_of(
+            &w,
+            &[
+                (Phase::Succeeded, false),
+                (Phase::Importing, false),
+                (Phase::Queued, true),
+                (Phase::Queued, true),
+            ],
+        );
+        assert_eq!(
+            decide(&w, &kids, &t0()).release,
+            vec!["w-dc0-h0-vm2".to_owned()]
+        );
     }
 
     #[test]
     fn paused_and_cancelled_waves_release_nothing_and_cancel_reaches_every_unfinished_child() {
         let w = wave("w", 3).paused();
-        let kids = children_of(&w, &[(Phase::Queued, true), (Phase::Importing, false), (Phase::Succeeded, false)]);
+        let kids = children_of(
+            &w,
+            &[
+                (Phase::Queued, true),
+                (Phase::Importing, false),
+                (Phase::Succeeded, false),
+            ],
+        );
         let p = decide(&w, &kids, &t0());
         assert!(p.release.is_empty());
         assert_eq!(p.status.phase, WavePhase::Paused);
         let w = wave("w", 3).cancelled();
         let p = decide(&w, &kids, &t0());
         assert!(p.release.is_empty());
-        assert_eq!(p.cancel, vec!["w-dc0-h0-vm0".to_owned(), "w-dc0-h0-vm1".to_owned()]);
+        assert_eq!(
+            p.cancel,
+            vec!["w-dc0-h0-vm0".to_owned(), "w-dc0-h0-vm1".to_owned()]
+        );
         assert_eq!(p.status.phase, WavePhase::Cancelled);
     }
 
@@ -193,7 +304,10 @@ mod tests {
     fn retry_reaches_failed_children_once_per_token() {
         let w = wave("w", 2).with_retry(1);
         let mut kids = children_of(&w, &[(Phase::Failed, false), (Phase::Succeeded, false)]);
-        assert_eq!(decide(&w, &kids, &t0()).retry, vec!["w-dc0-h0-vm0".to_owned()]);
+        assert_eq!(
+            decide(&w, &kids, &t0()).retry,
+            vec!["w-dc0-h0-vm0".to_owned()]
+        );
         kids[0].spec.retry = 1;
         assert!(decide(&w, &kids, &t0()).retry.is_empty());
     }
@@ -203,17 +317,25 @@ mod tests {
         let w = wave("w", 2);
         let mut kids = children_of(&w, &[(Phase::Succeeded, false), (Phase::Succeeded, false)]);
         for k in &mut kids {
-            k.status.get_or_insert_with(Default::default).completed_at = Some(ferry_crds::fixtures::ts(1800));
+            k.status.get_or_insert_with(Default::default).completed_at =
+                Some(ferry_crds::fixtures::ts(1800));
         }
         let mut w2 = w.clone();
-        w2.status = Some(MigrationWaveStatus { started_at: Some(t0()), ..Default::default() });
+        w2.status = Some(MigrationWaveStatus {
+            started_at: Some(t0()),
+            ..Default::default()
+        });
         let p = decide(&w2, &kids, &t0());
         assert_eq!(p.status.phase, WavePhase::Succeeded);
         assert_eq!(p.status.counts.succeeded, 2);
         assert_eq!(p.status.throughput_per_hour, Some(4.0));
         assert_eq!(p.status.eta_seconds, Some(0));
         assert_eq!(p.status.completed_at, Some(ferry_crds::fixtures::ts(1800)));
-        assert!(p.status.condition(WaveConditionType::Ready).is_some_and(|c| c.status == ConditionStatus::True));
+        assert!(
+            p.status
+                .condition(WaveConditionType::Ready)
+                .is_some_and(|c| c.status == ConditionStatus::True)
+        );
     }
 
     proptest! {

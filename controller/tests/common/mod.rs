@@ -9,10 +9,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ferry_crds::{
-    ConditionStatus, ConditionType, Phase, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
-    VirtualMachineMigration, VirtualMachineMigrationSpec, VmSelector,
+    ConditionStatus, ConditionType, Phase, SecretRef, SourceEndpoint, SourceSpec, StagingSpec,
+    TargetSpec, VirtualMachineMigration, VirtualMachineMigrationSpec, VmSelector,
 };
-use ferry_harness::{ChildGuard, InventoryVm, Lab, RealDisk, TestNamespace, eventually, lab, put_vmdk};
+use ferry_harness::{
+    ChildGuard, InventoryVm, Lab, RealDisk, TestNamespace, eventually, lab, put_vmdk,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -27,7 +29,10 @@ pub const FAULT: &str = "sim.ferry.example/fault";
 /// The directory of this build's binaries: the test executable lives in `<target>/<profile>/deps`.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).map(Path::to_path_buf).expect("target/<profile>")
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .expect("target/<profile>")
 }
 
 /// Makes sure the workspace binaries exist (the suites run them as processes); they are built by
@@ -56,7 +61,10 @@ pub fn binaries() -> (PathBuf, PathBuf) {
 
 /// The workspace root, from this crate's manifest directory.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
 }
 
 /// Installs the ferry CRDs (idempotent).
@@ -64,15 +72,32 @@ pub fn install_crds(lab: &Lab) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let dir = workspace().join("deploy/crds");
-        lab.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", dir.to_str().unwrap()]).expect("applying the CRDs");
-        lab.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", "crd/virtualmachinemigrations.migration.platform.example", "crd/migrationwaves.migration.platform.example"])
-            .expect("CRDs established");
+        lab.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            dir.to_str().unwrap(),
+        ])
+        .expect("applying the CRDs");
+        lab.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/virtualmachinemigrations.migration.platform.example",
+            "crd/migrationwaves.migration.platform.example",
+        ])
+        .expect("CRDs established");
     });
 }
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One test's world: its namespace, VM, disk, and the processes.
@@ -93,8 +118,15 @@ pub struct Env {
 
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
     Secret {
-        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-        data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect::<BTreeMap<_, _>>()),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                .collect::<BTreeMap<_, _>>(),
+        ),
         ..Secret::default()
     }
 }
@@ -112,16 +144,47 @@ impl Env {
         let info = &lab.info;
         let secrets: Api<Secret> = ns.api();
         secrets
-            .create(&PostParams::default(), &secret(VSPHERE_SECRET, &[("username", &info.vcenter.username), ("password", &info.vcenter.password)]))
+            .create(
+                &PostParams::default(),
+                &secret(
+                    VSPHERE_SECRET,
+                    &[
+                        ("username", &info.vcenter.username),
+                        ("password", &info.vcenter.password),
+                    ],
+                ),
+            )
             .await
             .unwrap();
         secrets
-            .create(&PostParams::default(), &secret(S3_SECRET, &[("accessKeyId", &info.s3.access_key), ("secretAccessKey", &info.s3.secret_key)]))
+            .create(
+                &PostParams::default(),
+                &secret(
+                    S3_SECRET,
+                    &[
+                        ("accessKeyId", &info.s3.access_key),
+                        ("secretAccessKey", &info.s3.secret_key),
+                    ],
+                ),
+            )
             .await
             .unwrap();
         let volumes = scratch.join("volumes");
         std::fs::create_dir_all(&volumes).unwrap();
-        Env { lab, ns, vm, disk, scratch, volumes, metrics_port: free_port(), controller: None, sim: None, extra_controller_args: vec![], sim_args: vec![], controller_kubeconfig: None }
+        Env {
+            lab,
+            ns,
+            vm,
+            disk,
+            scratch,
+            volumes,
+            metrics_port: free_port(),
+            controller: None,
+            sim: None,
+            extra_controller_args: vec![],
+            sim_args: vec![],
+            controller_kubeconfig: None,
+        }
     }
 
     /// The migration of this test's VM, trusted by SHA-256 thumbprint.
@@ -159,7 +222,9 @@ impl Env {
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
-        self.controller_kubeconfig.clone().unwrap_or_else(|| self.lab.info.kubeconfig.clone())
+        self.controller_kubeconfig
+            .clone()
+            .unwrap_or_else(|| self.lab.info.kubeconfig.clone())
     }
 
     /// Makes the controller (not the sim) talk to the API server as `user` (impersonation).
@@ -184,7 +249,10 @@ impl Env {
         cmd.arg("--kubeconfig")
             .arg(self.kubeconfig())
             .args(["--namespace", &self.ns.name])
-            .args(["--metrics-addr", &format!("127.0.0.1:{}", self.metrics_port)])
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", self.metrics_port),
+            ])
             .args(["--health-addr", ""])
             .args(["--backoff-base", "200ms", "--backoff-cap", "2s"])
             .args(&self.extra_controller_args)
@@ -195,7 +263,11 @@ impl Env {
     }
 
     fn log_append(&self, what: &str) -> std::fs::File {
-        std::fs::OpenOptions::new().create(true).append(true).open(self.scratch.join(format!("{what}.log"))).unwrap()
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.scratch.join(format!("{what}.log")))
+            .unwrap()
     }
 
     /// Starts the sim, scoped to the namespace, running Job commands from target/debug.
@@ -218,7 +290,10 @@ impl Env {
 
     /// Creates a migration.
     pub async fn create(&self, vmm: &VirtualMachineMigration) -> VirtualMachineMigration {
-        self.api().create(&PostParams::default(), vmm).await.unwrap()
+        self.api()
+            .create(&PostParams::default(), vmm)
+            .await
+            .unwrap()
     }
 
     pub async fn get(&self, name: &str) -> VirtualMachineMigration {
@@ -226,16 +301,32 @@ impl Env {
     }
 
     pub async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
-        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"spec": spec}))).await.unwrap();
+        self.api()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"spec": spec})),
+            )
+            .await
+            .unwrap();
     }
 
     pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
         let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
-        self.api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        self.api()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     /// Waits until `pred` holds for the migration; the failure message shows its last status.
-    pub async fn wait_for(&self, name: &str, what: &str, secs: u64, pred: impl Fn(&VirtualMachineMigration) -> bool) -> VirtualMachineMigration {
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        secs: u64,
+        pred: impl Fn(&VirtualMachineMigration) -> bool,
+    ) -> VirtualMachineMigration {
         let api = self.api();
         let last = std::sync::Mutex::new(None);
         let r = eventually(what, Duration::from_secs(secs), || async {
@@ -248,7 +339,12 @@ impl Env {
         match r {
             Ok(v) => v,
             Err(e) => {
-                let s = last.lock().unwrap().as_ref().map(serde_yaml_status).unwrap_or_default();
+                let s = last
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .map(serde_yaml_status)
+                    .unwrap_or_default();
                 panic!("{e}\nlast status:\n{s}\nlogs in {}", self.scratch.display())
             }
         }
@@ -257,15 +353,20 @@ impl Env {
     /// Waits until the migration is gone (its finalizer released).
     pub async fn wait_gone(&self, name: &str, secs: u64) {
         let api = self.api();
-        eventually(&format!("{name} to be gone"), Duration::from_secs(secs), || async {
-            matches!(api.get_opt(name).await, Ok(None)).then_some(())
-        })
+        eventually(
+            &format!("{name} to be gone"),
+            Duration::from_secs(secs),
+            || async { matches!(api.get_opt(name).await, Ok(None)).then_some(()) },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}; logs in {}", self.scratch.display()));
     }
 
     pub async fn wait_phase(&self, name: &str, phase: Phase, secs: u64) -> VirtualMachineMigration {
-        self.wait_for(name, &format!("{name} to reach {phase}"), secs, |v| v.phase() == phase).await
+        self.wait_for(name, &format!("{name} to reach {phase}"), secs, |v| {
+            v.phase() == phase
+        })
+        .await
     }
 
     /// Reasons of the Events about `name`, oldest first.
@@ -286,10 +387,14 @@ impl Env {
     /// Waits for an Event with `reason` about `name` (Events follow the status write they
     /// describe, so a test that saw the status may look a moment too early).
     pub async fn wait_event(&self, name: &str, reason: &str) -> Vec<String> {
-        let r = eventually(&format!("an Event {reason} about {name}"), Duration::from_secs(30), || async {
-            let reasons = self.event_reasons(name).await;
-            reasons.iter().any(|r| r == reason).then_some(reasons)
-        })
+        let r = eventually(
+            &format!("an Event {reason} about {name}"),
+            Duration::from_secs(30),
+            || async {
+                let reasons = self.event_reasons(name).await;
+                reasons.iter().any(|r| r == reason).then_some(reasons)
+            },
+        )
         .await;
         match r {
             Ok(v) => v,
@@ -299,7 +404,14 @@ impl Env {
 
     /// Files left under the migration's staging prefix in the S3 server's data directory.
     pub fn staged_files(&self) -> Vec<PathBuf> {
-        let dir = self.lab.info.s3.data_dir.join(&self.lab.info.s3.bucket).join("e2e").join(&self.ns.name);
+        let dir = self
+            .lab
+            .info
+            .s3
+            .data_dir
+            .join(&self.lab.info.s3.bucket)
+            .join("e2e")
+            .join(&self.ns.name);
         let mut out = vec![];
         walk(&dir, &mut out);
         out
@@ -314,9 +426,17 @@ impl Env {
     pub fn api_writes(&self) -> BTreeMap<String, u64> {
         let body = http_get(self.metrics_port, "/metrics");
         let mut out = BTreeMap::new();
-        for line in body.lines().filter(|l| l.starts_with("ferry_controller_api_writes_total{")) {
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("ferry_controller_api_writes_total{"))
+        {
             let (labels, value) = line.rsplit_once(' ').unwrap();
-            out.insert(labels.trim_start_matches("ferry_controller_api_writes_total").to_owned(), value.parse::<f64>().unwrap_or(0.0) as u64);
+            out.insert(
+                labels
+                    .trim_start_matches("ferry_controller_api_writes_total")
+                    .to_owned(),
+                value.parse::<f64>().unwrap_or(0.0) as u64,
+            );
         }
         out
     }
@@ -342,7 +462,9 @@ impl Env {
             tls: ferry_controller::vsphere::TlsPolicy::Insecure,
         };
         ferry_controller::tls::install_default_provider();
-        let s = ferry_controller::vsphere::Session::connect(&ep).await.unwrap();
+        let s = ferry_controller::vsphere::Session::connect(&ep)
+            .await
+            .unwrap();
         let p = s.power_state(&self.vm.moref).await.unwrap();
         let _ = s.logout().await;
         p.as_str().to_owned()
@@ -366,7 +488,9 @@ impl Drop for Env {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -379,7 +503,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
     let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
@@ -392,19 +518,29 @@ pub fn serde_yaml_status(v: &VirtualMachineMigration) -> String {
 
 /// Whether all eight conditions are `True`.
 pub fn all_conditions_true(v: &VirtualMachineMigration) -> bool {
-    ConditionType::ALL.iter().all(|t| v.condition(*t).is_some_and(|c| c.status == ConditionStatus::True))
+    ConditionType::ALL.iter().all(|t| {
+        v.condition(*t)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    })
 }
 
 /// `qemu-img convert -O raw` of `vmdk` into `out`.
 pub fn qemu_raw(vmdk: &Path, out: &Path) {
-    let st = Command::new("qemu-img").args(["convert", "-O", "raw"]).arg(vmdk).arg(out).status().unwrap();
+    let st = Command::new("qemu-img")
+        .args(["convert", "-O", "raw"])
+        .arg(vmdk)
+        .arg(out)
+        .status()
+        .unwrap();
     assert!(st.success());
 }
 
 /// Whether two files have the same bytes.
 pub fn same_file(a: &Path, b: &Path) -> bool {
     use std::io::Read;
-    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else { return false };
+    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else {
+        return false;
+    };
     if fa.metadata().map(|m| m.len()).ok() != fb.metadata().map(|m| m.len()).ok() {
         return false;
     }
@@ -458,7 +594,11 @@ impl Drop for Creations {
     }
 }
 
-fn track<K>(api: Api<K>, kind: &'static str, seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>>) -> tokio::task::JoinHandle<()>
+fn track<K>(
+    api: Api<K>,
+    kind: &'static str,
+    seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>>,
+) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
@@ -495,7 +635,13 @@ impl Creations {
 
     /// Names seen with more than one uid.
     pub fn duplicates(&self) -> Vec<(String, usize)> {
-        self.seen.lock().unwrap().iter().filter(|(_, u)| u.len() > 1).map(|(k, u)| (k.clone(), u.len())).collect()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, u)| u.len() > 1)
+            .map(|(k, u)| (k.clone(), u.len()))
+            .collect()
     }
 
     /// Every name seen.
