@@ -98,15 +98,16 @@ pub fn decide(scope: &Scope) -> Outcome {
             .with(DiskConverted, True, Reason::Converted, msg)
             .recording(record)
         }
+        // Worded as the running Job will be, so that its start costs no second write.
         JobState::Absent => Outcome::new(
             Step::Act(vec![Action::CreateJob]),
-            "starting the conversion Job",
+            format!("converting {n} disk(s)"),
         )
         .with(
             DiskConverted,
             Unknown,
             Reason::InProgress,
-            "conversion Job created",
+            format!("converting {n} disk(s)"),
         ),
         JobState::Deleting => Outcome::new(
             Step::Wait {
