@@ -103,3 +103,90 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
         assert_eq!(child.phase(), Phase::Succeeded);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
+    let mut env = Env::new("e2e-wave-cancel", 16).await;
+    let second = env.lab.claim_vm().unwrap();
+    put_vmdk(&second, &env.scratch.join("second"), 16, 99).unwrap();
+    env.sim_args = vec!["--throughput-mib".into(), "1".into()];
+    env.start_sim();
+    env.start_controller();
+    let template = env.migration("template").spec;
+    let spec = MigrationWaveSpec {
+        template: WaveTemplate {
+            source: WaveSource {
+                endpoint: template.source.endpoint.clone(),
+                power: template.source.power.clone(),
+            },
+            target: template.target.template.clone(),
+            staging: template.staging.clone(),
+            conversion: template.conversion.clone(),
+        },
+        vms: [env.vm.name.clone(), second.name.clone()]
+            .into_iter()
+            .map(|n| WaveVm {
+                vm: VmSelector::by_name(n),
+                target_name: None,
+            })
+            .collect(),
+        max_in_flight: 1,
+        paused: false,
+        cancel: false,
+        retry: 0,
+    };
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("w2", spec))
+        .await
+        .unwrap();
+    let first = ferry_crds::child_migration_name(
+        "w2",
+        &WaveVm {
+            vm: VmSelector::by_name(env.vm.name.clone()),
+            target_name: None,
+        },
+    );
+    let queued = ferry_crds::child_migration_name(
+        "w2",
+        &WaveVm {
+            vm: VmSelector::by_name(second.name.clone()),
+            target_name: None,
+        },
+    );
+    env.wait_phase(&first, Phase::Importing, 240).await;
+    assert_eq!(
+        env.get(&queued).await.phase(),
+        Phase::Queued,
+        "held while the first one runs"
+    );
+    waves
+        .patch(
+            "w2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&serde_json::json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    env.wait_phase(&first, Phase::Cancelled, 120).await;
+    env.wait_phase(&queued, Phase::Cancelled, 120).await;
+    let w = eventually(
+        "the wave to be Cancelled",
+        Duration::from_secs(60),
+        || async {
+            let w = waves.get("w2").await.ok()?;
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.phase == WavePhase::Cancelled && s.counts.cancelled == 2)
+                .then_some(w)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(w.status.unwrap().in_flight, 0);
+    assert!(
+        env.staged_files().is_empty(),
+        "staging left: {:?}",
+        env.staged_files()
+    );
+}
