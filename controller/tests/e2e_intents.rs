@@ -266,3 +266,38 @@ async fn a_paused_migration_takes_no_step_until_resumed() {
         .await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
+    let mut env = Env::new("e2e-agent", 16).await;
+    env.extra_controller_args = vec!["--agent-timeout".into(), "3s".into()];
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("silent");
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "agent=permanent".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("silent", "silent to finish", 300, |v| {
+            v.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert_eq!(
+        (f.phase, f.reason),
+        (Phase::Validating, Reason::GuestAgentTimeout)
+    );
+    let c = v.condition(ConditionType::GuestReady).unwrap();
+    assert_eq!(
+        (c.status, c.reason),
+        (ConditionStatus::False, Reason::GuestAgentTimeout)
+    );
+    assert_eq!(
+        v.condition(ConditionType::VMStarted).unwrap().status,
+        ConditionStatus::True
+    );
+    env.wait_event("silent", "GuestAgentTimeout").await;
+}

@@ -198,6 +198,13 @@ impl Scope {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// How long to wait before looking again when nothing may happen in a watch before
+    /// `timeout` (in the phase) runs out: the safety-net requeue, or just past the deadline.
+    pub fn requeue_within(&self, timeout: Duration) -> Duration {
+        let left = timeout.saturating_sub(self.in_phase_for()) + Duration::from_secs(1);
+        self.policy.wait_requeue.min(left)
+    }
+
     /// The discovered source, if Preparing recorded it.
     pub fn source(&self) -> Option<&DiscoveredSource> {
         self.vmm.status.as_ref()?.source.as_ref()

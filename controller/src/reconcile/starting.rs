@@ -119,7 +119,7 @@ pub fn decide(scope: &Scope) -> Outcome {
             };
             Outcome::new(
                 Step::Wait {
-                    requeue: scope.policy.wait_requeue,
+                    requeue: scope.requeue_within(scope.policy.start_timeout),
                 },
                 msg.clone(),
             )
@@ -127,7 +127,7 @@ pub fn decide(scope: &Scope) -> Outcome {
         }
         VmiState::Absent => Outcome::new(
             Step::Wait {
-                requeue: scope.policy.wait_requeue,
+                requeue: scope.requeue_within(scope.policy.start_timeout),
             },
             "waiting for KubeVirt to start the VM",
         )

@@ -65,7 +65,7 @@ pub fn decide(scope: &Scope) -> Outcome {
         };
         return Outcome::new(
             Step::Wait {
-                requeue: scope.policy.wait_requeue,
+                requeue: scope.requeue_within(scope.policy.agent_timeout),
             },
             msg.clone(),
         )
