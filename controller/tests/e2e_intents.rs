@@ -301,3 +301,79 @@ async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
     );
     env.wait_event("silent", "GuestAgentTimeout").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_converter_pod_is_retried_by_its_job_and_the_migration_succeeds() {
+    let mut env = Env::new("e2e-convert-once", 16).await;
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("bumpy");
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "convert=once".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("bumpy", "bumpy to finish", 300, |v| v.phase().is_terminal())
+        .await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    env.wait_event("bumpy", "TransientError").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_conversion_is_retried_from_converting_with_a_new_job() {
+    let mut env = Env::new("e2e-convert-retry", 16).await;
+    env.start_sim();
+    env.start_controller();
+    let creations = Creations::watch(&env).await;
+    let mut vmm = env.migration("reconvert");
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "convert=permanent".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("reconvert", "reconvert to fail", 300, |v| {
+            v.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert_eq!(
+        (f.phase, f.reason),
+        (Phase::Converting, Reason::ConversionFailed)
+    );
+    env.annotate("reconvert", FAULT, None).await;
+    env.patch_spec("reconvert", serde_json::json!({"retry": 1}))
+        .await;
+    let v = env
+        .wait_for("reconvert", "reconvert to succeed", 300, |v| {
+            v.phase() == Phase::Succeeded
+        })
+        .await;
+    let phases: Vec<Phase> = v.status.unwrap().history.iter().map(|h| h.phase).collect();
+    let failed_at = phases.iter().position(|p| *p == Phase::Failed).unwrap();
+    assert_eq!(phases[failed_at + 1], Phase::Converting, "{phases:?}");
+    assert_eq!(
+        creations.duplicates(),
+        vec![("Job/reconvert-convert".to_owned(), 2)],
+        "only the failed Job was made again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vmi_that_fails_once_is_restarted_and_the_migration_succeeds() {
+    let mut env = Env::new("e2e-vmi-once", 16).await;
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("reboot");
+    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), "vmi=once".to_owned())]));
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("reboot", "reboot to finish", 300, |v| {
+            v.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    assert!(all_conditions_true(&v));
+}
