@@ -5,9 +5,11 @@
 pub mod condition;
 pub mod conversion;
 mod error;
+pub mod event;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod history;
+pub mod intent;
 pub mod manifest;
 pub mod migration;
 pub mod names;
@@ -23,6 +25,7 @@ pub mod wave_child;
 pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
 pub use conversion::{ConversionSpec, DiskFormat};
 pub use error::{Error, Result};
+pub use event::{EventAction, EventReason};
 pub use history::{MAX_HISTORY, PhaseTransition};
 pub use migration::{
     DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,
