@@ -1,4 +1,4 @@
-//! What every reconcile shares: the client, the edges (vSphere, S3), the injected clock, the
+//! What every reconcile shares: the client, the ports (vSphere, S3), the injected clock, the
 //! policy knobs, metrics, the event recorder, and a little per-object memory that only saves
 //! work (losing it on a restart is harmless).
 
@@ -10,8 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::metrics::Metrics;
-use crate::reconcile::edges::{S3Staging, SourceApi, StagingApi, VsphereSource};
-use crate::reconcile::scope::Policy;
+use crate::policy::Policy;
+use crate::ports::{S3Staging, SourceApi, StagingApi, VsphereSource};
 
 /// The source of "now" for decisions, so that tests can fix it.
 pub trait Clock: Send + Sync + 'static {
@@ -72,7 +72,7 @@ impl std::fmt::Debug for Context {
 pub const REPORTER: &str = "ferry-controller";
 
 impl Context {
-    /// A context on the real edges and the system clock.
+    /// A context on the real ports and the system clock.
     pub fn new(client: kube::Client, policy: Policy, metrics: Arc<Metrics>) -> Self {
         Self::with_edges(
             client,
@@ -84,7 +84,7 @@ impl Context {
         )
     }
 
-    /// A context on the given edges and clock.
+    /// A context on the given ports and clock.
     pub fn with_edges(
         client: kube::Client,
         policy: Policy,

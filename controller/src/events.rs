@@ -1,7 +1,9 @@
 //! Kubernetes Events (events.k8s.io) for every phase transition, failure, retry and cancel,
 //! derived purely from the status before and after a reconcile.
 
-use ferry_crds::{ConditionType, Phase, Reason, VirtualMachineMigrationStatus as Status};
+use ferry_crds::{
+    ConditionType, EventAction, EventReason, Phase, Reason, VirtualMachineMigrationStatus as Status,
+};
 use kube::runtime::events::{Event, EventType};
 
 /// One Event to publish.
@@ -9,29 +11,29 @@ use kube::runtime::events::{Event, EventType};
 pub struct Note {
     /// Normal or Warning.
     pub warning: bool,
-    /// CamelCase reason.
-    pub reason: String,
+    /// Why.
+    pub reason: EventReason,
     /// The action taken.
-    pub action: String,
+    pub action: EventAction,
     /// Human-readable details.
     pub note: String,
 }
 
 impl Note {
-    fn normal(reason: impl Into<String>, action: &str, note: impl Into<String>) -> Self {
+    fn normal(reason: EventReason, action: EventAction, note: impl Into<String>) -> Self {
         Self {
             warning: false,
-            reason: reason.into(),
-            action: action.to_owned(),
+            reason,
+            action,
             note: note.into(),
         }
     }
 
-    fn warning(reason: impl Into<String>, action: &str, note: impl Into<String>) -> Self {
+    fn warning(reason: EventReason, action: EventAction, note: impl Into<String>) -> Self {
         Self {
             warning: true,
-            reason: reason.into(),
-            action: action.to_owned(),
+            reason,
+            action,
             note: note.into(),
         }
     }
@@ -44,9 +46,9 @@ impl Note {
             } else {
                 EventType::Normal
             },
-            reason: self.reason.clone(),
+            reason: self.reason.as_str().to_owned(),
             note: Some(truncate(&self.note, 1000)),
-            action: self.action.clone(),
+            action: self.action.as_str().to_owned(),
             secondary: None,
         }
     }
@@ -80,8 +82,8 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
     let mut out = vec![];
     if new.attempts > old.attempts.max(1) {
         out.push(Note::normal(
-            Reason::RetryRequested.as_str(),
-            "Retry",
+            EventReason::RetryRequested,
+            EventAction::Retry,
             format!(
                 "attempt {} resumes {} (last failure: {})",
                 new.attempts,
@@ -101,24 +103,31 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
                         (f.reason, f.message.clone())
                     });
                 out.push(Note::warning(
-                    reason.as_str(),
-                    "Fail",
+                    EventReason::Condition(reason),
+                    EventAction::Fail,
                     format!("{} failed: {msg}", old.phase),
                 ));
             }
             Phase::Cancelled => out.push(Note::normal(
-                "Cancelled",
-                "Cancel",
+                EventReason::Entered(Phase::Cancelled),
+                EventAction::Cancel,
                 format!("cancelled in {}; partial results removed", old.phase),
             )),
             Phase::Succeeded => out.push(Note::normal(
-                "Succeeded",
-                "Complete",
+                EventReason::Entered(Phase::Succeeded),
+                EventAction::Complete,
                 "the VM runs in KubeVirt; staging cleaned up",
             )),
-            p => out.push(Note::normal(
-                p.as_str(),
-                "Transition",
+            p @ (Phase::Pending
+            | Phase::Queued
+            | Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating) => out.push(Note::normal(
+                EventReason::Entered(p),
+                EventAction::Transition,
                 format!("{} → {p}", old.phase),
             )),
         }
@@ -128,8 +137,8 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
             && condition(old, t) != Some((Reason::TransientError, msg))
         {
             out.push(Note::warning(
-                Reason::TransientError.as_str(),
-                "Retry",
+                EventReason::Condition(Reason::TransientError),
+                EventAction::Retry,
                 format!("{t}: {msg}"),
             ));
         }
@@ -140,29 +149,48 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
 /// The Event for a transient failure retried in the phase. Pure.
 pub fn retrying(phase: Phase, reason: Reason, message: &str, delay_secs: u64, retry: u32) -> Note {
     Note::warning(
-        reason.as_str(),
-        "Retry",
+        EventReason::Condition(reason),
+        EventAction::Retry,
         format!("{phase}: {message}; retry {} in {delay_secs}s", retry + 1),
+    )
+}
+
+/// The Warning for something a cleanup let go (best effort). Pure.
+pub fn cleanup_incomplete(what: &str) -> Note {
+    Note::warning(EventReason::CleanupIncomplete, EventAction::Cleanup, what)
+}
+
+/// The Event of a deleted migration whose partial results were removed in `phase`. Pure.
+pub fn deleted(phase: Phase) -> Note {
+    Note::normal(
+        EventReason::Deleted,
+        EventAction::Cleanup,
+        format!("cleaned up in {phase}"),
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::status;
+    use crate::reconcile::{intents::Intent, status};
     use ferry_crds::{
         LastFailure,
         fixtures::{migration, t0, t1},
     };
 
+    fn started() -> Status {
+        status::after_intent(&migration("m"), &Intent::Start, &t0()).unwrap()
+    }
+
     #[test]
     fn one_event_per_transition() {
-        let s0 = status::started(&migration("m"), &t0());
+        let s0 = started();
         let mut s1 = s0.clone();
         status::enter(&mut s1, Phase::Converting, &t1());
         let n = notes(&s0, &s1);
         assert_eq!(n.len(), 1);
         assert_eq!((n[0].reason.as_str(), n[0].warning), ("Converting", false));
+        assert_eq!(n[0].action, EventAction::Transition);
         assert!(notes(&s1, &s1).is_empty());
         let mut f = s1.clone();
         f.last_failure = Some(LastFailure {
@@ -181,12 +209,12 @@ mod tests {
         let mut r = f.clone();
         r.attempts = 2;
         status::enter(&mut r, Phase::Converting, &t1());
-        assert_eq!(notes(&f, &r)[0].reason, "RetryRequested");
+        assert_eq!(notes(&f, &r)[0].reason, EventReason::RetryRequested);
     }
 
     #[test]
     fn a_new_transient_error_is_a_warning() {
-        let s0 = status::started(&migration("m"), &t0());
+        let s0 = started();
         let mut s1 = s0.clone();
         ferry_crds::condition::set_condition(
             &mut s1.conditions,
@@ -205,7 +233,8 @@ mod tests {
 
     #[test]
     fn long_notes_are_cut_on_a_char_boundary() {
-        let e = Note::normal("R", "A", "é".repeat(600)).to_event();
+        let e =
+            Note::normal(EventReason::Deleted, EventAction::Cleanup, "é".repeat(600)).to_event();
         assert!(e.note.unwrap().len() <= 1004);
     }
 }

@@ -1,17 +1,24 @@
 //! ferry-controller: reconciles VirtualMachineMigration and MigrationWave.
 //!
 //! `reconcile` holds the migration controller (one module per checkpoint, pure decisions over a
-//! scope, I/O at the edges), `children` the pure builders of what it creates, `wave` the
-//! MigrationWave controller; [`run`] runs both, in-cluster or inside the cockpit.
+//! scope, I/O at the edges), `ports` the vSphere and S3 systems it talks to, `apis` the CDI,
+//! KubeVirt and Job contracts its children live in, `children` the pure builders of what it
+//! creates, `wave` the MigrationWave controller; [`run`] runs both, in-cluster or inside the
+//! cockpit. See ARCHITECTURE.md at the repository root.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod apis;
 pub mod children;
 pub mod context;
 pub mod convert;
 mod error;
 pub mod events;
 pub mod health;
+pub mod kubeio;
 pub mod metrics;
+pub mod policy;
+pub mod ports;
+pub mod problem;
 pub mod reconcile;
 pub mod run;
 pub mod staging;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use ferry_controller::RunOptions;
-use ferry_controller::reconcile::scope::Policy;
+use ferry_controller::policy::Policy;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// Moves VMs from vSphere to KubeVirt: reconciles VirtualMachineMigration and MigrationWave.

@@ -14,12 +14,12 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::{debug, info};
 
-use crate::children::cdi::DataVolume;
-use crate::children::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
+use crate::apis::cdi::DataVolume;
+use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
 use crate::metrics::Metrics;
-use crate::reconcile::scope::Policy;
+use crate::policy::Policy;
 use crate::{Result, reconcile, wave};
 
 /// How to run the controllers.

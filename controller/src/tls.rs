@@ -59,7 +59,10 @@ impl Thumbprint {
     ///
     /// Errors: not hex, or neither 20 (SHA-1) nor 32 (SHA-256) bytes.
     pub fn parse(text: &str) -> Result<Self, ThumbprintError> {
-        let hex: String = text.chars().filter(|c| !matches!(c, ':' | ' ' | '-' | '\t')).collect::<String>();
+        let hex: String = text
+            .chars()
+            .filter(|c| !matches!(c, ':' | ' ' | '-' | '\t'))
+            .collect::<String>();
         if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(ThumbprintError::NotHex(text.to_owned()));
         }
@@ -82,7 +85,10 @@ impl Thumbprint {
             DigestKind::Sha1 => &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
             DigestKind::Sha256 => &ring::digest::SHA256,
         };
-        Self { kind, bytes: ring::digest::digest(alg, der).as_ref().to_vec() }
+        Self {
+            kind,
+            bytes: ring::digest::digest(alg, der).as_ref().to_vec(),
+        }
     }
 
     pub fn kind(&self) -> DigestKind {
@@ -151,7 +157,9 @@ impl TlsObserver {
 /// The ring provider, shared.
 pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())).clone()
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
 }
 
 /// Installs ring as the process-wide rustls provider, for clients we do not configure ourselves
@@ -165,14 +173,23 @@ pub fn install_default_provider() {
 /// A rustls client configuration for `policy`, and the observer its verifier reports to.
 ///
 /// Errors: the platform trust store could not be loaded (SystemRoots only).
-pub fn client_config(policy: &TlsPolicy) -> Result<(rustls::ClientConfig, TlsObserver), rustls::Error> {
+pub fn client_config(
+    policy: &TlsPolicy,
+) -> Result<(rustls::ClientConfig, TlsObserver), rustls::Error> {
     let provider = provider();
     let observer = TlsObserver::default();
     let inner: Option<Arc<dyn ServerCertVerifier>> = match policy {
-        TlsPolicy::SystemRoots => Some(Arc::new(rustls_platform_verifier::Verifier::new(provider.clone())?)),
+        TlsPolicy::SystemRoots => Some(Arc::new(rustls_platform_verifier::Verifier::new(
+            provider.clone(),
+        )?)),
         TlsPolicy::Thumbprint(_) | TlsPolicy::Insecure => None,
     };
-    let verifier = Verifier { policy: policy.clone(), provider: provider.clone(), inner, observer: observer.clone() };
+    let verifier = Verifier {
+        policy: policy.clone(),
+        provider: provider.clone(),
+        inner,
+        observer: observer.clone(),
+    };
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .dangerous()
@@ -210,17 +227,25 @@ impl ServerCertVerifier for Verifier {
                         expected: expected.to_string(),
                         actual: actual.to_string(),
                     });
-                    Err(rustls::Error::InvalidCertificate(rustls::CertificateError::ApplicationVerificationFailure))
+                    Err(rustls::Error::InvalidCertificate(
+                        rustls::CertificateError::ApplicationVerificationFailure,
+                    ))
                 }
             }
             TlsPolicy::SystemRoots => {
-                let inner = self.inner.as_ref().ok_or(rustls::Error::General("no verifier".into()))?;
-                inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now).inspect_err(|e| {
-                    self.observer.record(TlsRejection::Untrusted {
-                        detail: e.to_string(),
-                        sha256: Thumbprint::of_certificate(end_entity, DigestKind::Sha256).to_string(),
-                    });
-                })
+                let inner = self
+                    .inner
+                    .as_ref()
+                    .ok_or(rustls::Error::General("no verifier".into()))?;
+                inner
+                    .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+                    .inspect_err(|e| {
+                        self.observer.record(TlsRejection::Untrusted {
+                            detail: e.to_string(),
+                            sha256: Thumbprint::of_certificate(end_entity, DigestKind::Sha256)
+                                .to_string(),
+                        });
+                    })
             }
         }
     }
@@ -233,7 +258,12 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -242,11 +272,18 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -259,24 +296,41 @@ mod tests {
     #[test]
     fn thumbprint_accepts_colons_and_any_case() {
         let plain = Thumbprint::parse(SHA1_HEX).unwrap();
-        let colons = Thumbprint::parse("01:23:45:67:89:AB:CD:EF:01:23:45:67:89:ab:cd:ef:01:23:45:67").unwrap();
+        let colons =
+            Thumbprint::parse("01:23:45:67:89:AB:CD:EF:01:23:45:67:89:ab:cd:ef:01:23:45:67")
+                .unwrap();
         assert_eq!(plain, colons);
         assert_eq!(plain.kind(), DigestKind::Sha1);
-        assert_eq!(plain.to_string(), "01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67");
+        assert_eq!(
+            plain.to_string(),
+            "01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67"
+        );
     }
 
     #[test]
     fn thumbprint_length_decides_the_digest() {
         let sha256 = "ab".repeat(32);
-        assert_eq!(Thumbprint::parse(&sha256).unwrap().kind(), DigestKind::Sha256);
-        assert_eq!(Thumbprint::parse(&"ab".repeat(16)), Err(ThumbprintError::BadLength(16)));
+        assert_eq!(
+            Thumbprint::parse(&sha256).unwrap().kind(),
+            DigestKind::Sha256
+        );
+        assert_eq!(
+            Thumbprint::parse(&"ab".repeat(16)),
+            Err(ThumbprintError::BadLength(16))
+        );
         assert_eq!(Thumbprint::parse(""), Err(ThumbprintError::BadLength(0)));
     }
 
     #[test]
     fn thumbprint_rejects_non_hex_and_odd_length() {
-        assert!(matches!(Thumbprint::parse("zz".repeat(20).as_str()), Err(ThumbprintError::NotHex(_))));
-        assert!(matches!(Thumbprint::parse("abc"), Err(ThumbprintError::NotHex(_))));
+        assert!(matches!(
+            Thumbprint::parse("zz".repeat(20).as_str()),
+            Err(ThumbprintError::NotHex(_))
+        ));
+        assert!(matches!(
+            Thumbprint::parse("abc"),
+            Err(ThumbprintError::NotHex(_))
+        ));
     }
 
     #[test]
@@ -297,7 +351,10 @@ mod tests {
 
     #[test]
     fn every_policy_builds_a_client_config() {
-        for policy in [TlsPolicy::Insecure, TlsPolicy::Thumbprint(Thumbprint::parse(SHA1_HEX).unwrap())] {
+        for policy in [
+            TlsPolicy::Insecure,
+            TlsPolicy::Thumbprint(Thumbprint::parse(SHA1_HEX).unwrap()),
+        ] {
             assert!(client_config(&policy).is_ok(), "{policy:?}");
         }
     }

@@ -6,12 +6,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ferry_controller::children::job::PERMANENT_EXIT_CODE;
-use ferry_controller::convert::{self, ConvertArgs, DiskSpec, DiskStatus, OutputFormat, TRANSIENT_EXIT_CODE};
+use ferry_controller::convert::{
+    self, ConvertArgs, DiskSpec, DiskStatus, OutputFormat, TRANSIENT_EXIT_CODE,
+};
 use ferry_controller::staging::{Staging, StagingConfig, sha256_file};
 use ferry_harness::{InventoryVm, lab};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = ferry_harness::repo_root().join("target/test-scratch").join(format!("{name}-{}", std::process::id()));
+    let dir = ferry_harness::repo_root()
+        .join("target/test-scratch")
+        .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -25,7 +29,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
     ConvertArgs {
         vsphere_url: info.vcenter.url.clone(),
         username: info.vcenter.username.clone(),
-        password: info.vcenter.password.clone(),
+        password: info.vcenter.password.clone().into(),
         thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
         insecure: false,
         // The datacenter is found from the VM, as in the Job.
@@ -37,7 +41,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         s3_bucket: info.s3.bucket.clone(),
         s3_region: info.s3.region.clone(),
         s3_access_key: info.s3.access_key.clone(),
-        s3_secret_key: info.s3.secret_key.clone(),
+        s3_secret_key: info.s3.secret_key.clone().into(),
         s3_prefix: String::new(),
         work_dir: work.to_owned(),
         qemu_img: "qemu-img".into(),
@@ -51,7 +55,7 @@ fn staging() -> Staging {
         bucket: s3.bucket.clone(),
         region: s3.region.clone(),
         access_key: s3.access_key.clone(),
-        secret_key: s3.secret_key.clone(),
+        secret_key: s3.secret_key.clone().into(),
         prefix: String::new(),
     })
     .unwrap()
@@ -59,11 +63,17 @@ fn staging() -> Staging {
 
 fn qemu_img(args: &[&str]) {
     let out = Command::new("qemu-img").args(args).output().unwrap();
-    assert!(out.status.success(), "qemu-img {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "qemu-img {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn is_empty_dir(dir: &Path) -> bool {
-    std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true)
+    std::fs::read_dir(dir)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -72,12 +82,26 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     let dir = scratch("convert-raw");
     let disk = ferry_harness::put_vmdk(&vm, &dir, 64, 42).unwrap();
     let expected = dir.join("expected.raw");
-    qemu_img(&["convert", "-f", "vmdk", "-O", "raw", disk.vmdk.to_str().unwrap(), expected.to_str().unwrap()]);
+    qemu_img(&[
+        "convert",
+        "-f",
+        "vmdk",
+        "-O",
+        "raw",
+        disk.vmdk.to_str().unwrap(),
+        expected.to_str().unwrap(),
+    ]);
     let work = dir.join("work");
     let key = format!("{}/disk-0.raw", prefix("raw"));
-    let spec = DiskSpec { index: Some(0), datastore_path: vm.disks[0].datastore_path.clone(), key: key.clone() };
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
 
-    let report = convert::run(args(&vm, vec![spec.clone()], OutputFormat::Raw, &work)).await.unwrap();
+    let report = convert::run(args(&vm, vec![spec.clone()], OutputFormat::Raw, &work))
+        .await
+        .unwrap();
     assert_eq!(report.disks.len(), 1);
     let d = &report.disks[0];
     assert_eq!(d.status, DiskStatus::Converted);
@@ -91,9 +115,15 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     let obj = st.head(&key).await.unwrap().expect("staged");
     assert_eq!(obj.size, 64 << 20);
     assert_eq!(obj.sha256.as_deref(), Some(d.sha256.as_str()));
-    assert_eq!(obj.metadata.get("source-path"), Some(&vm.disks[0].datastore_path));
+    assert_eq!(
+        obj.metadata.get("source-path"),
+        Some(&vm.disks[0].datastore_path)
+    );
     assert_eq!(obj.metadata.get("format").map(String::as_str), Some("raw"));
-    assert_eq!(obj.metadata.get("virtual-size").map(String::as_str), Some("67108864"));
+    assert_eq!(
+        obj.metadata.get("virtual-size").map(String::as_str),
+        Some("67108864")
+    );
     let staged = dir.join("staged.raw");
     st.get_to_file(&key, &staged).await.unwrap();
     assert!(
@@ -123,7 +153,11 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
     let dir = scratch("convert-qcow2");
     let disk = ferry_harness::put_vmdk(&vm, &dir, 16, 9).unwrap();
     let key = format!("{}/disk-0.qcow2", prefix("qcow2"));
-    let spec = DiskSpec { index: None, datastore_path: vm.disks[0].datastore_path.clone(), key: key.clone() };
+    let spec = DiskSpec {
+        index: None,
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
     let mut a = args(&vm, vec![spec], OutputFormat::Qcow2, &dir.join("work"));
     // Insecure mode and an explicit datacenter take the other paths through the arguments.
     a.thumbprint = None;
@@ -139,7 +173,15 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
     st.get_to_file(&key, &staged).await.unwrap();
     assert_eq!(sha256_file(&staged).await.unwrap(), report.disks[0].sha256);
     let back = dir.join("back.raw");
-    qemu_img(&["convert", "-f", "qcow2", "-O", "raw", staged.to_str().unwrap(), back.to_str().unwrap()]);
+    qemu_img(&[
+        "convert",
+        "-f",
+        "qcow2",
+        "-O",
+        "raw",
+        staged.to_str().unwrap(),
+        back.to_str().unwrap(),
+    ]);
     assert!(std::fs::read(&back).unwrap() == std::fs::read(&disk.raw).unwrap());
     st.delete_prefix(&prefix("qcow2")).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -175,20 +217,33 @@ async fn failures_exit_permanent_or_transient() {
     assert_eq!(err.reason(), "ThumbprintMismatch", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut closed = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
     closed.vsphere_url = format!("https://127.0.0.1:{port}/sdk");
     let err = convert::run(closed).await.unwrap_err();
     assert_eq!(err.reason(), "Unreachable", "{err}");
     assert_eq!(err.exit_code(), TRANSIENT_EXIT_CODE);
 
-    let missing_disk = DiskSpec { datastore_path: "[LocalDS_0] no-such-vm/disk.vmdk".into(), ..spec.clone() };
-    let err = convert::run(args(&vm, vec![missing_disk], OutputFormat::Raw, &work)).await.unwrap_err();
+    let missing_disk = DiskSpec {
+        datastore_path: "[LocalDS_0] no-such-vm/disk.vmdk".into(),
+        ..spec.clone()
+    };
+    let err = convert::run(args(&vm, vec![missing_disk], OutputFormat::Raw, &work))
+        .await
+        .unwrap_err();
     assert_eq!(err.reason(), "NotFound", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
     assert!(is_empty_dir(&work), "work dir left behind after failures");
-    assert_eq!(staging().list(&prefix("fail")).await.unwrap(), vec![], "nothing staged by failed runs");
+    assert_eq!(
+        staging().list(&prefix("fail")).await.unwrap(),
+        vec![],
+        "nothing staged by failed runs"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -216,16 +271,31 @@ async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
     )
     .unwrap();
     let key = format!("{}/disk-0.raw", prefix("descriptor"));
-    let spec = DiskSpec { index: Some(0), datastore_path: vm.disks[0].datastore_path.clone(), key: key.clone() };
-    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work"))).await.unwrap();
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
+    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
+        .await
+        .unwrap();
     let d = &report.disks[0];
     assert_eq!(d.status, DiskStatus::Converted);
     assert_eq!(d.size, 8 << 20);
-    assert_eq!(d.downloaded, std::fs::metadata(descriptor).unwrap().len() + (8 << 20));
+    assert_eq!(
+        d.downloaded,
+        std::fs::metadata(descriptor).unwrap().len() + (8 << 20)
+    );
     let staged = dir.join("staged.raw");
     staging().get_to_file(&key, &staged).await.unwrap();
-    assert!(std::fs::read(&staged).unwrap() == data, "staged bytes differ from the flat extent");
-    staging().delete_prefix(&prefix("descriptor")).await.unwrap();
+    assert!(
+        std::fs::read(&staged).unwrap() == data,
+        "staged bytes differ from the flat extent"
+    );
+    staging()
+        .delete_prefix(&prefix("descriptor"))
+        .await
+        .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -239,7 +309,9 @@ async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros(
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: format!("{}/disk-0.raw", prefix("short")),
     };
-    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work"))).await.unwrap_err();
+    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
+        .await
+        .unwrap_err();
     assert_eq!(err.reason(), "BadDisk", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
     assert!(err.to_string().contains("disk1-flat.vmdk"), "{err}");

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use ferry_controller::children::cdi::DataVolume;
-use ferry_controller::children::kubevirt::VirtualMachine;
+use ferry_controller::apis::cdi::DataVolume;
+use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_crds::{ConditionStatus, ConditionType, Phase, Reason};
 use ferry_harness::eventually;
 use k8s_openapi::api::batch::v1::Job;

@@ -11,8 +11,8 @@ use ferry_crds::{Phase, names};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 
-use ferry_controller::children::cdi::DataVolume;
-use ferry_controller::children::kubevirt::VirtualMachine;
+use ferry_controller::apis::cdi::DataVolume;
+use ferry_controller::apis::kubevirt::VirtualMachine;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_mib_vm_migrates_to_succeeded_through_every_checkpoint() {

@@ -14,14 +14,16 @@ fn config(prefix: &str) -> StagingConfig {
         bucket: s3.bucket.clone(),
         region: s3.region.clone(),
         access_key: s3.access_key.clone(),
-        secret_key: s3.secret_key.clone(),
+        secret_key: s3.secret_key.clone().into(),
         // Every test in its own prefix, every run too: the lab's bucket outlives test runs.
         prefix: format!("tests/{prefix}-{}", std::process::id()),
     }
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = ferry_harness::repo_root().join("target/test-scratch").join(format!("{name}-{}", std::process::id()));
+    let dir = ferry_harness::repo_root()
+        .join("target/test-scratch")
+        .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -41,7 +43,10 @@ fn write_pattern(path: &std::path::Path, len: usize, seed: u64) {
 }
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -52,7 +57,11 @@ async fn put_head_get_list_delete_round_trip_with_metadata() {
     let src = dir.join("disk.raw");
     write_pattern(&src, 3 * 1024 * 1024 + 17, 1);
     let sha = sha256_file(&src).await.unwrap();
-    let m = meta(&[("sha256", &sha), ("source-path", "[LocalDS_0] vm/disk1.vmdk"), ("format", "raw")]);
+    let m = meta(&[
+        ("sha256", &sha),
+        ("source-path", "[LocalDS_0] vm/disk1.vmdk"),
+        ("format", "raw"),
+    ]);
 
     let key = "ns/vm/disk-2000.raw";
     assert_eq!(st.head(key).await.unwrap(), None);
@@ -76,7 +85,10 @@ async fn put_head_get_list_delete_round_trip_with_metadata() {
     st.delete(key).await.unwrap();
     assert_eq!(st.head(key).await.unwrap(), None);
     st.delete(key).await.unwrap();
-    assert!(matches!(st.get_to_file(key, &back).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        st.get_to_file(key, &back).await,
+        Err(Error::NotFound { .. })
+    ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -88,7 +100,9 @@ async fn a_large_file_goes_up_in_parts_and_keeps_its_metadata() {
     write_pattern(&src, 40 * 1024 * 1024 + 5, 2);
     let sha = sha256_file(&src).await.unwrap();
     let key = "big.raw";
-    st.put_file(key, &src, &meta(&[("sha256", &sha)])).await.unwrap();
+    st.put_file(key, &src, &meta(&[("sha256", &sha)]))
+        .await
+        .unwrap();
     let head = st.head(key).await.unwrap().unwrap();
     assert_eq!(head.size, 40 * 1024 * 1024 + 5);
     assert_eq!(head.sha256.as_deref(), Some(sha.as_str()));
@@ -109,7 +123,13 @@ async fn delete_prefix_removes_everything_below_it_and_nothing_else() {
         st.put_file(k, &src, &BTreeMap::new()).await.unwrap();
     }
     assert_eq!(st.delete_prefix("a").await.unwrap(), 3);
-    let left: Vec<_> = st.list("").await.unwrap().into_iter().map(|o| o.key).collect();
+    let left: Vec<_> = st
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
     assert_eq!(left, vec!["ab/4".to_string()]);
     assert_eq!(st.delete_prefix("a").await.unwrap(), 0);
     assert!(matches!(st.delete_prefix("").await, Err(Error::Invalid(_))));
@@ -119,13 +139,19 @@ async fn delete_prefix_removes_everything_below_it_and_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_bucket_is_reported_as_such_and_permanent() {
-    let cfg = StagingConfig { bucket: "no-such-bucket".into(), ..config("nobucket") };
+    let cfg = StagingConfig {
+        bucket: "no-such-bucket".into(),
+        ..config("nobucket")
+    };
     let st = Staging::new(cfg).unwrap();
     assert!(!st.bucket_exists().await.unwrap());
     // No PUT here: s3s-fs creates a missing bucket's directory on PUT, where S3 says NoSuchBucket
     // (the unit tests hold that classification). Callers check bucket_exists first for that reason.
     let err = st.head("k").await.unwrap_err();
-    assert!(matches!(&err, Error::NoSuchBucket { bucket, .. } if bucket == "no-such-bucket"), "{err:?}");
+    assert!(
+        matches!(&err, Error::NoSuchBucket { bucket, .. } if bucket == "no-such-bucket"),
+        "{err:?}"
+    );
     assert!(!err.is_transient());
     let err = st.list("").await.unwrap_err();
     assert!(matches!(err, Error::NoSuchBucket { .. }), "{err:?}");
@@ -133,20 +159,41 @@ async fn a_missing_bucket_is_reported_as_such_and_permanent() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_keys_are_access_denied() {
-    let cfg = StagingConfig { secret_key: "wrong-secret".into(), ..config("badkeys") };
-    let err = Staging::new(cfg).unwrap().bucket_exists().await.unwrap_err();
+    let cfg = StagingConfig {
+        secret_key: "wrong-secret".into(),
+        ..config("badkeys")
+    };
+    let err = Staging::new(cfg)
+        .unwrap()
+        .bucket_exists()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::AccessDenied { .. }), "{err:?}");
     assert!(!err.is_transient());
-    let cfg = StagingConfig { access_key: "NOSUCHKEY".into(), ..config("badkeys") };
+    let cfg = StagingConfig {
+        access_key: "NOSUCHKEY".into(),
+        ..config("badkeys")
+    };
     let err = Staging::new(cfg).unwrap().head("k").await.unwrap_err();
     assert!(matches!(err, Error::AccessDenied { .. }), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_closed_port_is_unreachable_and_transient() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let cfg = StagingConfig { endpoint: format!("http://127.0.0.1:{port}"), ..config("closed") };
-    let err = Staging::new(cfg).unwrap().bucket_exists().await.unwrap_err();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = StagingConfig {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        ..config("closed")
+    };
+    let err = Staging::new(cfg)
+        .unwrap()
+        .bucket_exists()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
     assert!(err.is_transient());
 }

@@ -2,21 +2,31 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ferry_controller::vsphere::{
-    DiskBacking, Endpoint, Error, Firmware, PowerState, Session, Thumbprint, TlsPolicy, VmSelector, validate_layout,
+    DiskBacking, Endpoint, Error, Firmware, PowerState, Session, Thumbprint, TlsPolicy, VmSelector,
+    validate_layout,
 };
 use ferry_harness::{InventoryVm, lab};
 
 fn endpoint(tls: TlsPolicy) -> Endpoint {
     let vc = &lab().info.vcenter;
-    Endpoint { url: vc.url.clone(), username: vc.username.clone(), password: vc.password.clone(), tls }
+    Endpoint {
+        url: vc.url.clone(),
+        username: vc.username.clone(),
+        password: vc.password.clone().into(),
+        tls,
+    }
 }
 
 fn pinned_sha1() -> Endpoint {
-    endpoint(TlsPolicy::Thumbprint(Thumbprint::parse(&lab().info.vcenter.thumbprint_sha1).unwrap()))
+    endpoint(TlsPolicy::Thumbprint(
+        Thumbprint::parse(&lab().info.vcenter.thumbprint_sha1).unwrap(),
+    ))
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = ferry_harness::repo_root().join("target/test-scratch").join(format!("{name}-{}", std::process::id()));
+    let dir = ferry_harness::repo_root()
+        .join("target/test-scratch")
+        .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -32,17 +42,28 @@ fn power(inv: &InventoryVm) -> PowerState {
 #[tokio::test(flavor = "multi_thread")]
 async fn login_with_either_thumbprint_finds_a_vm_by_name_moref_and_uuid() {
     let vm = lab().claim_vm().unwrap();
-    for t in [&lab().info.vcenter.thumbprint_sha1, &lab().info.vcenter.thumbprint_sha256] {
+    for t in [
+        &lab().info.vcenter.thumbprint_sha1,
+        &lab().info.vcenter.thumbprint_sha256,
+    ] {
         // Lower case without colons must work as well as vSphere's own spelling.
         let loose = t.replace(':', "").to_lowercase();
         for text in [t.as_str(), loose.as_str()] {
-            let s = Session::connect(&endpoint(TlsPolicy::Thumbprint(Thumbprint::parse(text).unwrap()))).await.unwrap();
+            let s = Session::connect(&endpoint(TlsPolicy::Thumbprint(
+                Thumbprint::parse(text).unwrap(),
+            )))
+            .await
+            .unwrap();
             s.logout().await.unwrap();
         }
     }
 
     let s = Session::connect(&pinned_sha1()).await.unwrap();
-    let by_name = s.find_vm(&VmSelector::Name(vm.name.clone())).await.unwrap().expect("found by name");
+    let by_name = s
+        .find_vm(&VmSelector::Name(vm.name.clone()))
+        .await
+        .unwrap()
+        .expect("found by name");
     assert_eq!(by_name.moref, vm.moref);
     assert_eq!(by_name.name, vm.name);
     assert_eq!(by_name.uuid, vm.uuid);
@@ -51,24 +72,70 @@ async fn login_with_either_thumbprint_finds_a_vm_by_name_moref_and_uuid() {
     assert_eq!(by_name.guest_id, vm.guest_id);
     assert_eq!(by_name.num_cpu as i64, vm.num_cpu);
     assert_eq!(by_name.memory_mib as i64, vm.memory_mib);
-    assert_eq!(by_name.firmware, if vm.firmware == "efi" { Firmware::Efi } else { Firmware::Bios });
+    assert_eq!(
+        by_name.firmware,
+        if vm.firmware == "efi" {
+            Firmware::Efi
+        } else {
+            Firmware::Bios
+        }
+    );
     assert_eq!(by_name.datacenter, lab().info.vcenter.datacenter);
-    let disks: Vec<_> =
-        by_name.disks.iter().map(|d| (d.key as i64, d.datastore_path.clone(), d.capacity_bytes as i64)).collect();
-    let want: Vec<_> = vm.disks.iter().map(|d| (d.key, d.datastore_path.clone(), d.capacity_bytes)).collect();
+    let disks: Vec<_> = by_name
+        .disks
+        .iter()
+        .map(|d| {
+            (
+                d.key as i64,
+                d.datastore_path.clone(),
+                d.capacity_bytes as i64,
+            )
+        })
+        .collect();
+    let want: Vec<_> = vm
+        .disks
+        .iter()
+        .map(|d| (d.key, d.datastore_path.clone(), d.capacity_bytes))
+        .collect();
     assert_eq!(disks, want);
-    assert!(by_name.disks.iter().all(|d| d.backing == DiskBacking::Flat && !d.has_parent), "{:?}", by_name.disks);
-    let nics: Vec<_> = by_name.nics.iter().map(|n| (n.mac.clone(), n.network.clone())).collect();
-    let want: Vec<_> = vm.nics.iter().map(|n| (n.mac.clone(), n.network.clone())).collect();
+    assert!(
+        by_name
+            .disks
+            .iter()
+            .all(|d| d.backing == DiskBacking::Flat && !d.has_parent),
+        "{:?}",
+        by_name.disks
+    );
+    let nics: Vec<_> = by_name
+        .nics
+        .iter()
+        .map(|n| (n.mac.clone(), n.network.clone()))
+        .collect();
+    let want: Vec<_> = vm
+        .nics
+        .iter()
+        .map(|n| (n.mac.clone(), n.network.clone()))
+        .collect();
     assert_eq!(nics, want);
     assert_eq!(validate_layout(&by_name), Ok(()));
 
-    let by_id = s.find_vm(&VmSelector::Id(vm.moref.clone())).await.unwrap().expect("found by moref");
+    let by_id = s
+        .find_vm(&VmSelector::Id(vm.moref.clone()))
+        .await
+        .unwrap()
+        .expect("found by moref");
     assert_eq!(by_id, by_name);
-    let by_uuid = s.find_vm(&VmSelector::Uuid(vm.uuid.clone())).await.unwrap().expect("found by bios uuid");
+    let by_uuid = s
+        .find_vm(&VmSelector::Uuid(vm.uuid.clone()))
+        .await
+        .unwrap()
+        .expect("found by bios uuid");
     assert_eq!(by_uuid.moref, vm.moref);
-    let by_instance =
-        s.find_vm(&VmSelector::Uuid(vm.instance_uuid.clone())).await.unwrap().expect("found by instance uuid");
+    let by_instance = s
+        .find_vm(&VmSelector::Uuid(vm.instance_uuid.clone()))
+        .await
+        .unwrap()
+        .expect("found by instance uuid");
     assert_eq!(by_instance.moref, vm.moref);
     assert_eq!(s.power_state(&vm.moref).await.unwrap(), power(&vm));
     s.logout().await.unwrap();
@@ -93,23 +160,38 @@ async fn power_off_and_on_wait_for_the_task_and_are_idempotent() {
     let vm = lab().claim_vm().unwrap();
     let s = Session::connect(&pinned_sha1()).await.unwrap();
     s.power_on(&vm.moref).await.unwrap();
-    assert_eq!(s.power_state(&vm.moref).await.unwrap(), PowerState::PoweredOn);
+    assert_eq!(
+        s.power_state(&vm.moref).await.unwrap(),
+        PowerState::PoweredOn
+    );
     s.power_off(&vm.moref).await.unwrap();
-    assert_eq!(s.power_state(&vm.moref).await.unwrap(), PowerState::PoweredOff);
+    assert_eq!(
+        s.power_state(&vm.moref).await.unwrap(),
+        PowerState::PoweredOff
+    );
     s.power_off(&vm.moref).await.unwrap();
-    assert_eq!(s.power_state(&vm.moref).await.unwrap(), PowerState::PoweredOff);
+    assert_eq!(
+        s.power_state(&vm.moref).await.unwrap(),
+        PowerState::PoweredOff
+    );
     s.power_on(&vm.moref).await.unwrap();
     s.power_on(&vm.moref).await.unwrap();
-    assert_eq!(s.power_state(&vm.moref).await.unwrap(), PowerState::PoweredOn);
+    assert_eq!(
+        s.power_state(&vm.moref).await.unwrap(),
+        PowerState::PoweredOn
+    );
     s.logout().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_password_is_bad_credentials() {
     let mut ep = pinned_sha1();
-    ep.password.push_str("-wrong");
+    ep.password = format!("{}-wrong", lab().info.vcenter.password).into();
     let err = Session::connect(&ep).await.unwrap_err();
-    assert!(matches!(&err, Error::BadCredentials { user } if *user == ep.username), "{err:?}");
+    assert!(
+        matches!(&err, Error::BadCredentials { user } if *user == ep.username),
+        "{err:?}"
+    );
     assert!(!err.is_transient());
     assert_eq!(err.reason(), "BadCredentials");
 }
@@ -117,7 +199,11 @@ async fn a_wrong_password_is_bad_credentials() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_thumbprint_is_a_mismatch_naming_both_digests() {
     let wrong = "00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33";
-    let err = Session::connect(&endpoint(TlsPolicy::Thumbprint(Thumbprint::parse(wrong).unwrap()))).await.unwrap_err();
+    let err = Session::connect(&endpoint(TlsPolicy::Thumbprint(
+        Thumbprint::parse(wrong).unwrap(),
+    )))
+    .await
+    .unwrap_err();
     match &err {
         Error::ThumbprintMismatch { expected, actual } => {
             assert_eq!(expected, wrong);
@@ -127,14 +213,21 @@ async fn a_wrong_thumbprint_is_a_mismatch_naming_both_digests() {
     }
     assert!(!err.is_transient());
     let msg = err.to_string();
-    assert!(msg.contains(wrong) && msg.contains(&lab().info.vcenter.thumbprint_sha1), "{msg}");
+    assert!(
+        msg.contains(wrong) && msg.contains(&lab().info.vcenter.thumbprint_sha1),
+        "{msg}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_self_signed_endpoint_without_thumbprint_is_untrusted() {
-    let err = Session::connect(&endpoint(TlsPolicy::SystemRoots)).await.unwrap_err();
+    let err = Session::connect(&endpoint(TlsPolicy::SystemRoots))
+        .await
+        .unwrap_err();
     match &err {
-        Error::TlsUntrusted { sha256, .. } => assert_eq!(sha256, &lab().info.vcenter.thumbprint_sha256),
+        Error::TlsUntrusted { sha256, .. } => {
+            assert_eq!(sha256, &lab().info.vcenter.thumbprint_sha256)
+        }
         other => panic!("expected TlsUntrusted, got {other:?}"),
     }
     assert!(!err.is_transient());
@@ -142,7 +235,9 @@ async fn a_self_signed_endpoint_without_thumbprint_is_untrusted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn insecure_mode_logs_in_without_a_thumbprint() {
-    let s = Session::connect(&endpoint(TlsPolicy::Insecure)).await.unwrap();
+    let s = Session::connect(&endpoint(TlsPolicy::Insecure))
+        .await
+        .unwrap();
     s.logout().await.unwrap();
 }
 
@@ -165,20 +260,32 @@ async fn a_disk_placed_by_put_vmdk_downloads_byte_identical() {
     let dir = scratch("download");
     let disk = ferry_harness::put_vmdk(&vm, &dir, 8, 7).unwrap();
     let s = Session::connect(&pinned_sha1()).await.unwrap();
-    let info = s.find_vm(&VmSelector::Id(vm.moref.clone())).await.unwrap().unwrap();
+    let info = s
+        .find_vm(&VmSelector::Id(vm.moref.clone()))
+        .await
+        .unwrap()
+        .unwrap();
     let dest = dir.join("downloaded.vmdk");
     let mut calls = 0u32;
     let mut last = (0, None);
     let n = s
-        .download(&info.disks[0].datastore_path, &info.datacenter, &dest, |done, total| {
-            calls += 1;
-            last = (done, total);
-        })
+        .download(
+            &info.disks[0].datastore_path,
+            &info.datacenter,
+            &dest,
+            |done, total| {
+                calls += 1;
+                last = (done, total);
+            },
+        )
         .await
         .unwrap();
     let original = std::fs::read(&disk.vmdk).unwrap();
     assert_eq!(n, original.len() as u64);
-    assert!(std::fs::read(&dest).unwrap() == original, "downloaded bytes differ from the datastore file");
+    assert!(
+        std::fs::read(&dest).unwrap() == original,
+        "downloaded bytes differ from the datastore file"
+    );
     assert!(calls >= 2);
     assert_eq!(last, (n, Some(n)));
     assert!(!dir.join("downloaded.vmdk.part").exists());
@@ -190,13 +297,28 @@ async fn a_disk_placed_by_put_vmdk_downloads_byte_identical() {
 async fn the_folder_service_wants_the_session_cookie() {
     let vm = lab().claim_vm().unwrap();
     let s = Session::connect(&pinned_sha1()).await.unwrap();
-    let url = s.download_url(&vm.disks[0].datastore_path, &lab().info.vcenter.datacenter).unwrap();
-    let cookie = s.session_cookie().expect("a vmware_soap_session cookie after login");
+    let url = s
+        .download_url(&vm.disks[0].datastore_path, &lab().info.vcenter.datacenter)
+        .unwrap();
+    let cookie = s
+        .session_cookie()
+        .expect("a vmware_soap_session cookie after login");
     // A client with neither cookie nor credentials is turned away; the session cookie alone is enough.
     let (config, _) = ferry_controller::tls::client_config(&TlsPolicy::Insecure).unwrap();
-    let bare = reqwest::Client::builder().use_preconfigured_tls(config).build().unwrap();
-    assert_eq!(bare.head(url.clone()).send().await.unwrap().status(), reqwest::StatusCode::UNAUTHORIZED);
-    let ok = bare.head(url).header(reqwest::header::COOKIE, cookie).send().await.unwrap();
+    let bare = reqwest::Client::builder()
+        .use_preconfigured_tls(config)
+        .build()
+        .unwrap();
+    assert_eq!(
+        bare.head(url.clone()).send().await.unwrap().status(),
+        reqwest::StatusCode::UNAUTHORIZED
+    );
+    let ok = bare
+        .head(url)
+        .header(reqwest::header::COOKIE, cookie)
+        .send()
+        .await
+        .unwrap();
     assert!(ok.status().is_success(), "{}", ok.status());
     s.logout().await.unwrap();
 }
@@ -206,7 +328,12 @@ async fn a_missing_datastore_file_is_not_found() {
     let s = Session::connect(&pinned_sha1()).await.unwrap();
     let dir = scratch("missing");
     let err = s
-        .download("[LocalDS_0] no-such-vm/none.vmdk", &lab().info.vcenter.datacenter, &dir.join("x"), |_, _| {})
+        .download(
+            "[LocalDS_0] no-such-vm/none.vmdk",
+            &lab().info.vcenter.datacenter,
+            &dir.join("x"),
+            |_, _| {},
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err:?}");

@@ -52,7 +52,10 @@ mod tests {
             retry(0, true, Some("42")),
             json!({"spec": {"retry": 1, "cancel": false}, "metadata": {"resourceVersion": "42"}})
         );
-        assert_eq!(retry(i64::MAX, false, None)["spec"]["retry"], json!(i64::MAX));
+        assert_eq!(
+            retry(i64::MAX, false, None)["spec"]["retry"],
+            json!(i64::MAX)
+        );
     }
 
     #[test]

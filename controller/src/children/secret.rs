@@ -6,6 +6,7 @@ use ferry_crds::VirtualMachineMigration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::Result;
 
@@ -21,20 +22,12 @@ pub fn s3_secret_name(vmm: &VirtualMachineMigration) -> String {
 }
 
 /// S3 credentials, read from the `spec.staging.credentialsSecretRef` Secret.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct S3Credentials {
     /// Access key id.
     pub access_key_id: String,
     /// Secret access key.
-    pub secret_access_key: String,
-}
-
-impl std::fmt::Debug for S3Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Credentials")
-            .field("access_key_id", &self.access_key_id)
-            .finish_non_exhaustive()
-    }
+    pub secret_access_key: SecretString,
 }
 
 /// The CDI S3 Secret for `vmm`, owned by it, carrying `creds` under CDI's keys.
@@ -52,7 +45,7 @@ pub fn cdi_s3_secret(vmm: &VirtualMachineMigration, creds: &S3Credentials) -> Re
             ),
             (
                 CDI_SECRET_KEY.to_owned(),
-                ByteString(creds.secret_access_key.clone().into_bytes()),
+                ByteString(creds.secret_access_key.expose_secret().as_bytes().to_vec()),
             ),
         ])),
         ..Secret::default()

@@ -13,17 +13,30 @@ pub enum Error {
     #[error("invalid arguments: {0}")]
     Usage(String),
     #[error("disk {disk}: {source}")]
-    Vsphere { disk: String, source: vsphere::Error },
+    Vsphere {
+        disk: String,
+        source: vsphere::Error,
+    },
     #[error("{context}: {source}")]
-    Staging { context: String, source: staging::Error },
+    Staging {
+        context: String,
+        source: staging::Error,
+    },
     /// `qemu-img` could not be started or failed.
     #[error("qemu-img {what} failed: {detail}")]
-    Qemu { what: String, detail: String, missing: bool },
+    Qemu {
+        what: String,
+        detail: String,
+        missing: bool,
+    },
     /// The downloaded VMDK is not something we can follow.
     #[error("disk {disk}: {detail}")]
     BadDisk { disk: String, detail: String },
     #[error("{path}: {source}")]
-    Io { path: std::path::PathBuf, source: std::io::Error },
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -41,7 +54,11 @@ impl Error {
 
     /// The process exit code: [`TRANSIENT_EXIT_CODE`] or the Job's permanent code.
     pub fn exit_code(&self) -> i32 {
-        if self.is_transient() { TRANSIENT_EXIT_CODE } else { PERMANENT_EXIT_CODE }
+        if self.is_transient() {
+            TRANSIENT_EXIT_CODE
+        } else {
+            PERMANENT_EXIT_CODE
+        }
     }
 
     /// A short, stable label: the inner edge's reason where there is one.
@@ -66,33 +83,65 @@ mod tests {
         let cases: Vec<(Error, i32)> = vec![
             (Error::Usage("x".into()), PERMANENT_EXIT_CODE),
             (
-                Error::Vsphere { disk: "d".into(), source: vsphere::Error::BadCredentials { user: "u".into() } },
+                Error::Vsphere {
+                    disk: "d".into(),
+                    source: vsphere::Error::BadCredentials { user: "u".into() },
+                },
                 PERMANENT_EXIT_CODE,
             ),
             (
                 Error::Vsphere {
                     disk: "d".into(),
-                    source: vsphere::Error::Unreachable { url: "u".into(), detail: "refused".into() },
+                    source: vsphere::Error::Unreachable {
+                        url: "u".into(),
+                        detail: "refused".into(),
+                    },
                 },
                 TRANSIENT_EXIT_CODE,
             ),
             (
                 Error::Staging {
                     context: "c".into(),
-                    source: staging::Error::NoSuchBucket { bucket: "b".into(), endpoint: "e".into() },
+                    source: staging::Error::NoSuchBucket {
+                        bucket: "b".into(),
+                        endpoint: "e".into(),
+                    },
                 },
                 PERMANENT_EXIT_CODE,
             ),
             (
                 Error::Staging {
                     context: "c".into(),
-                    source: staging::Error::Unreachable { endpoint: "e".into(), detail: "d".into() },
+                    source: staging::Error::Unreachable {
+                        endpoint: "e".into(),
+                        detail: "d".into(),
+                    },
                 },
                 TRANSIENT_EXIT_CODE,
             ),
-            (Error::Qemu { what: "convert".into(), detail: "not found".into(), missing: true }, PERMANENT_EXIT_CODE),
-            (Error::Qemu { what: "convert".into(), detail: "No space".into(), missing: false }, TRANSIENT_EXIT_CODE),
-            (Error::BadDisk { disk: "d".into(), detail: "x".into() }, PERMANENT_EXIT_CODE),
+            (
+                Error::Qemu {
+                    what: "convert".into(),
+                    detail: "not found".into(),
+                    missing: true,
+                },
+                PERMANENT_EXIT_CODE,
+            ),
+            (
+                Error::Qemu {
+                    what: "convert".into(),
+                    detail: "No space".into(),
+                    missing: false,
+                },
+                TRANSIENT_EXIT_CODE,
+            ),
+            (
+                Error::BadDisk {
+                    disk: "d".into(),
+                    detail: "x".into(),
+                },
+                PERMANENT_EXIT_CODE,
+            ),
         ];
         for (e, code) in cases {
             assert_eq!(e.exit_code(), code, "{e}");

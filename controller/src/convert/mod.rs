@@ -9,10 +9,10 @@ mod qemu;
 mod vmdk;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use secrecy::SecretString;
 use serde::Serialize;
 
 pub use error::{Error, TRANSIENT_EXIT_CODE};
@@ -72,33 +72,48 @@ impl DiskSpec {
     /// is what follows the last `=` (datastore paths may contain `=`; generated keys do not).
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
-        let (front, key) =
-            text.rsplit_once('=').ok_or_else(|| format!("{text:?} is not DATASTORE_PATH=STAGING_KEY"))?;
+        let (front, key) = text
+            .rsplit_once('=')
+            .ok_or_else(|| format!("{text:?} is not DATASTORE_PATH=STAGING_KEY"))?;
         let (index, path) = match front.split_once('=') {
-            Some((i, p)) if !front.starts_with('[') => {
-                (Some(i.trim().parse::<usize>().map_err(|_| format!("{i:?} in {text:?} is not a disk index"))?), p)
-            }
+            Some((i, p)) if !front.starts_with('[') => (
+                Some(
+                    i.trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("{i:?} in {text:?} is not a disk index"))?,
+                ),
+                p,
+            ),
             _ => (None, front),
         };
         DatastorePath::parse(path).map_err(|e| e.to_string())?;
         if key.trim().is_empty() {
             return Err(format!("{text:?} has an empty staging key"));
         }
-        Ok(Self { index, datastore_path: path.trim().to_owned(), key: key.trim().to_owned() })
+        Ok(Self {
+            index,
+            datastore_path: path.trim().to_owned(),
+            key: key.trim().to_owned(),
+        })
     }
+}
+
+/// A secret argument: held in a [`SecretString`] so that `Debug` never shows it.
+fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(s))
 }
 
 /// Arguments of `ferry-controller convert`; every one can come from the environment, so a Job
 /// passes credentials with `valueFrom.secretKeyRef`.
-#[derive(Clone, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct ConvertArgs {
     /// vSphere SDK URL, e.g. https://vcenter.example.com/sdk.
     #[arg(long, env = env::VSPHERE_URL)]
     pub vsphere_url: String,
     #[arg(long, env = env::VSPHERE_USERNAME)]
     pub username: String,
-    #[arg(long, env = env::VSPHERE_PASSWORD, hide_env_values = true)]
-    pub password: String,
+    #[arg(long, env = env::VSPHERE_PASSWORD, hide_env_values = true, value_parser = secret)]
+    pub password: SecretString,
     /// Pinned SHA-1 or SHA-256 thumbprint of the vSphere certificate.
     #[arg(long, env = env::VSPHERE_THUMBPRINT)]
     pub thumbprint: Option<String>,
@@ -124,8 +139,8 @@ pub struct ConvertArgs {
     pub s3_region: String,
     #[arg(long, env = env::S3_ACCESS_KEY_ID, hide_env_values = true)]
     pub s3_access_key: String,
-    #[arg(long, env = env::S3_SECRET_ACCESS_KEY, hide_env_values = true)]
-    pub s3_secret_key: String,
+    #[arg(long, env = env::S3_SECRET_ACCESS_KEY, hide_env_values = true, value_parser = secret)]
+    pub s3_secret_key: SecretString,
     #[arg(long, env = extra_env::S3_PREFIX, default_value = "")]
     pub s3_prefix: String,
     #[arg(long, env = extra_env::WORK_DIR, default_value = "/tmp/ferry-convert")]
@@ -134,36 +149,19 @@ pub struct ConvertArgs {
     pub qemu_img: PathBuf,
 }
 
-impl fmt::Debug for ConvertArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConvertArgs")
-            .field("vsphere_url", &self.vsphere_url)
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .field("thumbprint", &self.thumbprint)
-            .field("insecure", &self.insecure)
-            .field("vm_moref", &self.vm_moref)
-            .field("datacenter", &self.datacenter)
-            .field("disks", &self.disks)
-            .field("format", &self.format)
-            .field("s3_endpoint", &self.s3_endpoint)
-            .field("s3_bucket", &self.s3_bucket)
-            .field("s3_region", &self.s3_region)
-            .field("s3_access_key", &self.s3_access_key)
-            .field("s3_secret_key", &"<redacted>")
-            .field("s3_prefix", &self.s3_prefix)
-            .field("work_dir", &self.work_dir)
-            .field("qemu_img", &self.qemu_img)
-            .finish()
-    }
-}
-
 impl ConvertArgs {
     /// The TLS policy the arguments ask for: a thumbprint wins over `insecure`; neither means
     /// the platform trust store.
     pub fn tls_policy(&self) -> Result<TlsPolicy, Error> {
-        match self.thumbprint.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            Some(t) => Thumbprint::parse(t).map(TlsPolicy::Thumbprint).map_err(|e| Error::Usage(e.to_string())),
+        match self
+            .thumbprint
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            Some(t) => Thumbprint::parse(t)
+                .map(TlsPolicy::Thumbprint)
+                .map_err(|e| Error::Usage(e.to_string())),
             None if self.insecure => Ok(TlsPolicy::Insecure),
             None => Ok(TlsPolicy::SystemRoots),
         }
@@ -228,9 +226,13 @@ pub struct ConvertReport {
 
 /// Whether a staged object is the finished result of this disk in this format.
 pub fn already_staged(obj: &staging::StagedObject, disk: &DiskSpec, format: OutputFormat) -> bool {
-    let sha_ok = obj.sha256.as_deref().is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+    let sha_ok = obj
+        .sha256
+        .as_deref()
+        .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
     sha_ok
-        && obj.metadata.get(META_SOURCE_PATH).map(String::as_str) == Some(disk.datastore_path.as_str())
+        && obj.metadata.get(META_SOURCE_PATH).map(String::as_str)
+            == Some(disk.datastore_path.as_str())
         && obj.metadata.get(META_FORMAT).map(String::as_str) == Some(format.as_str())
 }
 
@@ -242,9 +244,19 @@ pub fn already_staged(obj: &staging::StagedObject, disk: &DiskSpec, format: Outp
 ///
 /// Errors: the first failure, classified ([`Error::exit_code`]).
 pub async fn run(args: ConvertArgs) -> Result<ConvertReport, Error> {
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let work = args.work_dir.join(format!("run-{}-{stamp}", std::process::id()));
-    tokio::fs::create_dir_all(&work).await.map_err(|source| Error::Io { path: work.clone(), source })?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let work = args
+        .work_dir
+        .join(format!("run-{}-{stamp}", std::process::id()));
+    tokio::fs::create_dir_all(&work)
+        .await
+        .map_err(|source| Error::Io {
+            path: work.clone(),
+            source,
+        })?;
     let result = convert_all(&args, &work).await;
     if let Err(e) = tokio::fs::remove_dir_all(&work).await {
         tracing::warn!(dir = %work.display(), error = %e, "could not remove the work directory");
@@ -257,8 +269,15 @@ pub async fn run_to_exit_code(args: ConvertArgs) -> i32 {
     match run(args).await {
         Ok(_) => 0,
         Err(e) => {
-            let kind = if e.is_transient() { "transient" } else { "permanent" };
-            eprintln!("ferry-controller convert: {kind} failure ({}): {e}", e.reason());
+            let kind = if e.is_transient() {
+                "transient"
+            } else {
+                "permanent"
+            };
+            eprintln!(
+                "ferry-controller convert: {kind} failure ({}): {e}",
+                e.reason()
+            );
             e.exit_code()
         }
     }
@@ -271,17 +290,29 @@ struct Source {
 
 async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, Error> {
     let endpoint = args.endpoint()?;
-    let staging = Staging::new(args.staging_config())
-        .map_err(|source| Error::Staging { context: "staging configuration".into(), source })?;
+    let staging = Staging::new(args.staging_config()).map_err(|source| Error::Staging {
+        context: "staging configuration".into(),
+        source,
+    })?;
     // Checked up front: some S3 servers create a missing bucket on PUT instead of refusing.
     match staging.bucket_exists().await {
         Ok(true) => {}
         Ok(false) => {
-            let source =
-                staging::Error::NoSuchBucket { bucket: args.s3_bucket.clone(), endpoint: args.s3_endpoint.clone() };
-            return Err(Error::Staging { context: "staging".into(), source });
+            let source = staging::Error::NoSuchBucket {
+                bucket: args.s3_bucket.clone(),
+                endpoint: args.s3_endpoint.clone(),
+            };
+            return Err(Error::Staging {
+                context: "staging".into(),
+                source,
+            });
         }
-        Err(source) => return Err(Error::Staging { context: "staging".into(), source }),
+        Err(source) => {
+            return Err(Error::Staging {
+                context: "staging".into(),
+                source,
+            });
+        }
     }
     let mut source: Option<Source> = None;
     let mut report = ConvertReport::default();
@@ -292,7 +323,10 @@ async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, E
             let staged = staging
                 .head(&disk.key)
                 .await
-                .map_err(|source| Error::Staging { context: format!("staged object {}", disk.key), source })?;
+                .map_err(|source| Error::Staging {
+                    context: format!("staged object {}", disk.key),
+                    source,
+                })?;
             let line = match staged.filter(|o| already_staged(o, disk, args.format)) {
                 Some(obj) => DiskReport {
                     disk: index,
@@ -302,7 +336,10 @@ async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, E
                     format: args.format,
                     size: obj.size,
                     sha256: obj.sha256.clone().unwrap_or_default(),
-                    virtual_size: obj.metadata.get(META_VIRTUAL_SIZE).and_then(|v| v.parse().ok()),
+                    virtual_size: obj
+                        .metadata
+                        .get(META_VIRTUAL_SIZE)
+                        .and_then(|v| v.parse().ok()),
                     downloaded: 0,
                     seconds: started.elapsed().as_secs_f64(),
                 },
@@ -331,13 +368,20 @@ async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, E
 }
 
 async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, Error> {
-    let login = |source| Error::Vsphere { disk: "login".into(), source };
+    let login = |source| Error::Vsphere {
+        disk: "login".into(),
+        source,
+    };
     let session = Session::connect(endpoint).await.map_err(login)?;
-    let datacenter = match (args.datacenter.as_deref().filter(|d| !d.is_empty()), args.vm_moref.as_deref()) {
+    let datacenter = match (
+        args.datacenter.as_deref().filter(|d| !d.is_empty()),
+        args.vm_moref.as_deref(),
+    ) {
         (Some(dc), _) => dc.to_owned(),
         (None, Some(moref)) if !moref.is_empty() => {
             let vm = session.vm_info(moref).await.map_err(login)?;
-            vm.ok_or_else(|| login(vsphere::Error::NotFound(format!("VM {moref}"))))?.datacenter
+            vm.ok_or_else(|| login(vsphere::Error::NotFound(format!("VM {moref}"))))?
+                .datacenter
         }
         _ => {
             let _ = session.logout().await;
@@ -348,7 +392,10 @@ async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, 
             )));
         }
     };
-    Ok(Source { session, datacenter })
+    Ok(Source {
+        session,
+        datacenter,
+    })
 }
 
 async fn convert_one(
@@ -361,7 +408,10 @@ async fn convert_one(
     started: Instant,
 ) -> Result<DiskReport, Error> {
     let name = format!("disk {index} ({})", disk.datastore_path);
-    let vs = |source| Error::Vsphere { disk: name.clone(), source };
+    let vs = |source| Error::Vsphere {
+        disk: name.clone(),
+        source,
+    };
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
@@ -371,14 +421,23 @@ async fn convert_one(
     tokio::fs::create_dir_all(&dir).await.map_err(io(&dir))?;
 
     let vmdk = dir.join(ds.file_name());
-    let mut downloaded = download(src, &ds.to_string(), &vmdk, &name).await.map_err(vs)?;
+    let mut downloaded = download(src, &ds.to_string(), &vmdk, &name)
+        .await
+        .map_err(vs)?;
     if tokio::fs::metadata(&vmdk).await.map_err(io(&vmdk))?.len() <= vmdk::MAX_DESCRIPTOR_BYTES {
         let text = tokio::fs::read(&vmdk).await.map_err(io(&vmdk))?;
         if is_descriptor(&text) {
-            let bad = |detail: String| Error::BadDisk { disk: name.clone(), detail };
-            for extent in extents(&String::from_utf8_lossy(&text)).map_err(|e| bad(e.to_string()))? {
+            let bad = |detail: String| Error::BadDisk {
+                disk: name.clone(),
+                detail,
+            };
+            for extent in
+                extents(&String::from_utf8_lossy(&text)).map_err(|e| bad(e.to_string()))?
+            {
                 let local = dir.join(&extent.file);
-                downloaded += download(src, &ds.sibling(&extent.file).to_string(), &local, &name).await.map_err(vs)?;
+                downloaded += download(src, &ds.sibling(&extent.file).to_string(), &local, &name)
+                    .await
+                    .map_err(vs)?;
                 // qemu-img reads a short flat extent as zeros: a silent wrong copy. Refuse it.
                 let len = tokio::fs::metadata(&local).await.map_err(io(&local))?.len();
                 if let Some(min) = extent.min_len().filter(|min| len < *min) {
@@ -396,7 +455,10 @@ async fn convert_one(
     let virtual_size = qemu::virtual_size(&args.qemu_img, &out, args.format).await?;
     let sha256 = staging::sha256_file(&out)
         .await
-        .map_err(|source| Error::Staging { context: format!("{name}: checksum"), source })?;
+        .map_err(|source| Error::Staging {
+            context: format!("{name}: checksum"),
+            source,
+        })?;
     let metadata: BTreeMap<String, String> = [
         (META_SHA256, sha256.clone()),
         (META_SOURCE_PATH, disk.datastore_path.clone()),
@@ -409,7 +471,10 @@ async fn convert_one(
     let staged = staging
         .put_file(&disk.key, &out, &metadata)
         .await
-        .map_err(|source| Error::Staging { context: format!("{name}: upload to {}", disk.key), source })?;
+        .map_err(|source| Error::Staging {
+            context: format!("{name}: upload to {}", disk.key),
+            source,
+        })?;
     tokio::fs::remove_dir_all(&dir).await.map_err(io(&dir))?;
     Ok(DiskReport {
         disk: index,
@@ -426,13 +491,24 @@ async fn convert_one(
 }
 
 /// Downloads one datastore file, logging progress every 10% of a large one.
-async fn download(src: &Source, path: &str, dest: &Path, disk: &str) -> Result<u64, vsphere::Error> {
+async fn download(
+    src: &Source,
+    path: &str,
+    dest: &Path,
+    disk: &str,
+) -> Result<u64, vsphere::Error> {
     let mut next_tenth = 1u64;
     src.session
         .download(path, &src.datacenter, dest, |done, total| {
             if let Some(total) = total.filter(|t| *t >= 64 << 20) {
                 while next_tenth <= 10 && done * 10 >= total * next_tenth {
-                    tracing::info!(disk, file = path, percent = next_tenth * 10, bytes = done, "downloading");
+                    tracing::info!(
+                        disk,
+                        file = path,
+                        percent = next_tenth * 10,
+                        bytes = done,
+                        "downloading"
+                    );
                     next_tenth += 1;
                 }
             }
@@ -445,6 +521,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+    use secrecy::ExposeSecret;
 
     #[derive(Debug, Parser)]
     struct Cli {
@@ -456,8 +533,12 @@ mod tests {
     /// environment it was started with and prints the outcome. Does nothing in a normal run.
     #[test]
     fn env_child() {
-        let Ok(flags) = std::env::var("FERRY_TEST_ENV_CHILD") else { return };
-        let argv: Vec<&str> = std::iter::once("convert").chain(flags.split_whitespace()).collect();
+        let Ok(flags) = std::env::var("FERRY_TEST_ENV_CHILD") else {
+            return;
+        };
+        let argv: Vec<&str> = std::iter::once("convert")
+            .chain(flags.split_whitespace())
+            .collect();
         match Cli::try_parse_from(argv) {
             Ok(cli) => {
                 let a = cli.args;
@@ -467,24 +548,30 @@ mod tests {
                     Ok(TlsPolicy::SystemRoots) => "system",
                     Err(_) => "invalid",
                 };
-                let disks: Vec<String> =
-                    a.disks.iter().map(|d| format!("{:?}|{}|{}", d.index, d.datastore_path, d.key)).collect();
+                let disks: Vec<String> = a
+                    .disks
+                    .iter()
+                    .map(|d| format!("{:?}|{}|{}", d.index, d.datastore_path, d.key))
+                    .collect();
                 println!(
                     "RESULT url={} user={} pass={} moref={:?} dc={:?} format={} region={} bucket={} ak={} sk={} tls={tls} work={} disks={}",
                     a.vsphere_url,
                     a.username,
-                    a.password,
+                    a.password.expose_secret(),
                     a.vm_moref,
                     a.datacenter,
                     a.format.as_str(),
                     a.s3_region,
                     a.s3_bucket,
                     a.s3_access_key,
-                    a.s3_secret_key,
+                    a.s3_secret_key.expose_secret(),
                     a.work_dir.display(),
                     disks.join(";")
                 );
-                assert!(!format!("{a:?}").contains(&a.password), "Debug shows the password");
+                assert!(
+                    !format!("{a:?}").contains(a.password.expose_secret()),
+                    "Debug shows the password"
+                );
             }
             Err(e) => println!("RESULT error={:?}", e.kind()),
         }
@@ -495,16 +582,26 @@ mod tests {
     fn parse_in_child(env: &[(&str, &str)], flags: &str) -> String {
         let exe = std::env::current_exe().unwrap();
         let mut cmd = std::process::Command::new(exe);
-        cmd.args(["--exact", "convert::tests::env_child", "--nocapture", "--test-threads=1"]);
+        cmd.args([
+            "--exact",
+            "convert::tests::env_child",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
         for (k, _) in std::env::vars() {
             if k.starts_with("FERRY_") {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("FERRY_TEST_ENV_CHILD", flags).envs(env.iter().copied());
+        cmd.env("FERRY_TEST_ENV_CHILD", flags)
+            .envs(env.iter().copied());
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "child failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         text.lines()
             .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
             .unwrap_or_else(|| panic!("no result in {text}"))
@@ -523,22 +620,44 @@ mod tests {
             (env::S3_BUCKET, "b"),
             (env::S3_ACCESS_KEY_ID, "AK"),
             (env::S3_SECRET_ACCESS_KEY, "SK"),
-            (extra_env::DISKS, "0=[ds] a/a.vmdk=k/disk-0.qcow2\n1=[ds] a/b.vmdk=k/disk-1.qcow2"),
+            (
+                extra_env::DISKS,
+                "0=[ds] a/a.vmdk=k/disk-0.qcow2\n1=[ds] a/b.vmdk=k/disk-1.qcow2",
+            ),
         ];
         // FERRY_DISKS holds one disk per line, as a Job's env value can.
         let mut env: Vec<(&str, &str)> = base.to_vec();
-        env.extend([(env::VSPHERE_THUMBPRINT, sha1.as_str()), (extra_env::WORK_DIR, "/scratch")]);
+        env.extend([
+            (env::VSPHERE_THUMBPRINT, sha1.as_str()),
+            (extra_env::WORK_DIR, "/scratch"),
+        ]);
         let r = parse_in_child(&env, "");
-        assert!(r.contains("url=https://vc/sdk user=u pass=p4ss moref=Some(\"vm-42\") dc=None"), "{r}");
-        assert!(r.contains("format=qcow2 region=us-east-1 bucket=b ak=AK sk=SK tls=thumbprint work=/scratch"), "{r}");
-        assert!(r.ends_with("disks=Some(0)|[ds] a/a.vmdk|k/disk-0.qcow2;Some(1)|[ds] a/b.vmdk|k/disk-1.qcow2"), "{r}");
+        assert!(
+            r.contains("url=https://vc/sdk user=u pass=p4ss moref=Some(\"vm-42\") dc=None"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "format=qcow2 region=us-east-1 bucket=b ak=AK sk=SK tls=thumbprint work=/scratch"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.ends_with(
+                "disks=Some(0)|[ds] a/a.vmdk|k/disk-0.qcow2;Some(1)|[ds] a/b.vmdk|k/disk-1.qcow2"
+            ),
+            "{r}"
+        );
 
         // The Job's "true" turns insecure on; flags beat the environment.
         env.retain(|(k, _)| *k != env::VSPHERE_THUMBPRINT);
         env.push((env::VSPHERE_INSECURE, "true"));
         env.push((extra_env::DATACENTER, "DC0"));
         let r = parse_in_child(&env, "--format raw --disk [ds]x.vmdk=x.raw");
-        assert!(r.contains("dc=Some(\"DC0\") format=raw") && r.contains("tls=insecure"), "{r}");
+        assert!(
+            r.contains("dc=Some(\"DC0\") format=raw") && r.contains("tls=insecure"),
+            "{r}"
+        );
         assert!(r.ends_with("disks=None|[ds]x.vmdk|x.raw"), "{r}");
 
         env.retain(|(k, _)| *k != env::VSPHERE_INSECURE);
@@ -553,25 +672,46 @@ mod tests {
 
     #[test]
     fn only_matching_metadata_counts_as_already_staged() {
-        let disk = DiskSpec { index: None, datastore_path: "[ds] a/a.vmdk".into(), key: "k".into() };
+        let disk = DiskSpec {
+            index: None,
+            datastore_path: "[ds] a/a.vmdk".into(),
+            key: "k".into(),
+        };
         let sha = "0".repeat(64);
         let obj = |pairs: &[(&str, &str)]| staging::StagedObject {
             key: "k".into(),
             size: 1,
-            sha256: pairs.iter().find(|(k, _)| *k == "sha256").map(|(_, v)| v.to_string()),
-            metadata: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            sha256: pairs
+                .iter()
+                .find(|(k, _)| *k == "sha256")
+                .map(|(_, v)| v.to_string()),
+            metadata: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
-        let good = [("sha256", sha.as_str()), ("source-path", "[ds] a/a.vmdk"), ("format", "raw")];
+        let good = [
+            ("sha256", sha.as_str()),
+            ("source-path", "[ds] a/a.vmdk"),
+            ("format", "raw"),
+        ];
         assert!(already_staged(&obj(&good), &disk, OutputFormat::Raw));
         assert!(!already_staged(&obj(&good), &disk, OutputFormat::Qcow2));
-        assert!(!already_staged(&obj(&good[1..]), &disk, OutputFormat::Raw), "no checksum");
+        assert!(
+            !already_staged(&obj(&good[1..]), &disk, OutputFormat::Raw),
+            "no checksum"
+        );
         assert!(!already_staged(
             &obj(&[good[0], ("source-path", "[ds] other.vmdk"), good[2]]),
             &disk,
             OutputFormat::Raw
         ));
         assert!(
-            !already_staged(&obj(&[("sha256", "abc"), good[1], good[2]]), &disk, OutputFormat::Raw),
+            !already_staged(
+                &obj(&[("sha256", "abc"), good[1], good[2]]),
+                &disk,
+                OutputFormat::Raw
+            ),
             "bad checksum"
         );
     }
@@ -590,7 +730,8 @@ mod tests {
             downloaded: 0,
             seconds: 0.5,
         };
-        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&line).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&line).unwrap()).unwrap();
         assert_eq!(v["datastorePath"], "[ds] a.vmdk");
         assert_eq!(v["status"], "skipped");
         assert_eq!(v["format"], "raw");

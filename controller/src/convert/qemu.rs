@@ -7,15 +7,24 @@ use tokio::process::Command;
 use super::{Error, OutputFormat};
 
 async fn run(qemu_img: &Path, what: &str, args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, Error> {
-    let out = Command::new(qemu_img).args(args).kill_on_drop(true).output().await.map_err(|e| Error::Qemu {
-        what: what.to_owned(),
-        detail: format!("cannot run {}: {e}", qemu_img.display()),
-        missing: e.kind() == std::io::ErrorKind::NotFound,
-    })?;
+    let out = Command::new(qemu_img)
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| Error::Qemu {
+            what: what.to_owned(),
+            detail: format!("cannot run {}: {e}", qemu_img.display()),
+            missing: e.kind() == std::io::ErrorKind::NotFound,
+        })?;
     if !out.status.success() {
         return Err(Error::Qemu {
             what: what.to_owned(),
-            detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
             missing: false,
         });
     }
@@ -23,7 +32,12 @@ async fn run(qemu_img: &Path, what: &str, args: &[&std::ffi::OsStr]) -> Result<V
 }
 
 /// `qemu-img convert -f vmdk -O FORMAT src dest`.
-pub async fn convert(qemu_img: &Path, src: &Path, dest: &Path, format: OutputFormat) -> Result<(), Error> {
+pub async fn convert(
+    qemu_img: &Path,
+    src: &Path,
+    dest: &Path,
+    format: OutputFormat,
+) -> Result<(), Error> {
     let args = [
         "convert".as_ref(),
         "-f".as_ref(),
@@ -37,8 +51,18 @@ pub async fn convert(qemu_img: &Path, src: &Path, dest: &Path, format: OutputFor
 }
 
 /// The virtual size in bytes of an image (`qemu-img info --output=json`).
-pub async fn virtual_size(qemu_img: &Path, image: &Path, format: OutputFormat) -> Result<u64, Error> {
-    let args = ["info".as_ref(), "--output=json".as_ref(), "-f".as_ref(), format.as_str().as_ref(), image.as_os_str()];
+pub async fn virtual_size(
+    qemu_img: &Path,
+    image: &Path,
+    format: OutputFormat,
+) -> Result<u64, Error> {
+    let args = [
+        "info".as_ref(),
+        "--output=json".as_ref(),
+        "-f".as_ref(),
+        format.as_str().as_ref(),
+        image.as_os_str(),
+    ];
     let out = run(qemu_img, "info", &args).await?;
     parse_virtual_size(&out).ok_or_else(|| Error::Qemu {
         what: "info".into(),
@@ -48,7 +72,10 @@ pub async fn virtual_size(qemu_img: &Path, image: &Path, format: OutputFormat) -
 }
 
 fn parse_virtual_size(json: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(json).ok()?.get("virtual-size")?.as_u64()
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()?
+        .get("virtual-size")?
+        .as_u64()
 }
 
 #[cfg(test)]

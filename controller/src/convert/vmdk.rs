@@ -46,29 +46,55 @@ pub fn extents(descriptor: &str) -> Result<Vec<Extent>, DescriptorError> {
     let mut out = Vec::new();
     for (i, raw) in descriptor.lines().enumerate() {
         let line = raw.trim();
-        let Some(access) = line.split_whitespace().next() else { continue };
+        let Some(access) = line.split_whitespace().next() else {
+            continue;
+        };
         if !matches!(access, "RW" | "RDONLY" | "NOACCESS") {
             continue;
         }
-        let malformed = || DescriptorError::Malformed { line: i + 1, text: line.to_owned() };
+        let malformed = || DescriptorError::Malformed {
+            line: i + 1,
+            text: line.to_owned(),
+        };
         // RW <sectors> <type> ["file name" [offset]]
-        let mut words = line.splitn(4, char::is_whitespace).filter(|w| !w.is_empty());
+        let mut words = line
+            .splitn(4, char::is_whitespace)
+            .filter(|w| !w.is_empty());
         let _access = words.next();
-        let sectors: u64 = words.next().and_then(|w| w.parse().ok()).ok_or_else(malformed)?;
+        let sectors: u64 = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(malformed)?;
         let kind = words.next().ok_or_else(malformed)?;
         if kind.eq_ignore_ascii_case("ZERO") {
             continue;
         }
         let rest = words.next().ok_or_else(malformed)?.trim();
-        let (name, tail) = rest.strip_prefix('"').and_then(|r| r.split_once('"')).ok_or_else(malformed)?;
-        if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
-            return Err(DescriptorError::UnsafeExtent { line: i + 1, name: name.to_owned() });
+        let (name, tail) = rest
+            .strip_prefix('"')
+            .and_then(|r| r.split_once('"'))
+            .ok_or_else(malformed)?;
+        if name.is_empty()
+            || name.contains('/')
+            || name.contains('\\')
+            || name == "."
+            || name == ".."
+        {
+            return Err(DescriptorError::UnsafeExtent {
+                line: i + 1,
+                name: name.to_owned(),
+            });
         }
         let offset = match tail.trim() {
             "" => 0,
             t => t.parse().map_err(|_| malformed())?,
         };
-        out.push(Extent { file: name.to_owned(), kind: kind.to_owned(), sectors, offset });
+        out.push(Extent {
+            file: name.to_owned(),
+            kind: kind.to_owned(),
+            sectors,
+            offset,
+        });
     }
     Ok(out)
 }
@@ -99,7 +125,12 @@ ddb.adapterType = "lsilogic"
         let e = extents(ESXI).unwrap();
         assert_eq!(
             e,
-            vec![Extent { file: "my vm-flat.vmdk".into(), kind: "VMFS".into(), sectors: 20_971_520, offset: 0 }]
+            vec![Extent {
+                file: "my vm-flat.vmdk".into(),
+                kind: "VMFS".into(),
+                sectors: 20_971_520,
+                offset: 0
+            }]
         );
         assert_eq!(e[0].min_len(), Some(10 << 30));
     }
@@ -110,7 +141,11 @@ ddb.adapterType = "lsilogic"
         let e = extents(d).unwrap();
         let files: Vec<_> = e.iter().map(|e| e.file.as_str()).collect();
         assert_eq!(files, vec!["d-s001.vmdk", "d-f002.vmdk", "d-delta.vmdk"]);
-        assert_eq!(e[0].min_len(), None, "sparse extents are smaller than their capacity");
+        assert_eq!(
+            e[0].min_len(),
+            None,
+            "sparse extents are smaller than their capacity"
+        );
         assert_eq!(e[1].min_len(), Some(4_192_256 * 512));
         let shifted = extents("RW 8 FLAT \"f.vmdk\" 2\n").unwrap();
         assert_eq!(shifted[0].min_len(), Some(10 * 512));
@@ -120,12 +155,27 @@ ddb.adapterType = "lsilogic"
     fn extents_outside_the_directory_are_refused() {
         for name in ["../etc/passwd", "/abs-flat.vmdk", "sub/x.vmdk", ".."] {
             let d = format!("RW 1 FLAT \"{name}\" 0\n");
-            assert!(matches!(extents(&d), Err(DescriptorError::UnsafeExtent { .. })), "{name}");
+            assert!(
+                matches!(extents(&d), Err(DescriptorError::UnsafeExtent { .. })),
+                "{name}"
+            );
         }
-        assert!(matches!(extents("RW 1 FLAT\n"), Err(DescriptorError::Malformed { line: 1, .. })));
-        assert!(matches!(extents("RW 1 FLAT noquotes\n"), Err(DescriptorError::Malformed { .. })));
-        assert!(matches!(extents("RW many FLAT \"f\"\n"), Err(DescriptorError::Malformed { .. })));
-        assert!(matches!(extents("RW 1 FLAT \"f\" x\n"), Err(DescriptorError::Malformed { .. })));
+        assert!(matches!(
+            extents("RW 1 FLAT\n"),
+            Err(DescriptorError::Malformed { line: 1, .. })
+        ));
+        assert!(matches!(
+            extents("RW 1 FLAT noquotes\n"),
+            Err(DescriptorError::Malformed { .. })
+        ));
+        assert!(matches!(
+            extents("RW many FLAT \"f\"\n"),
+            Err(DescriptorError::Malformed { .. })
+        ));
+        assert!(matches!(
+            extents("RW 1 FLAT \"f\" x\n"),
+            Err(DescriptorError::Malformed { .. })
+        ));
     }
 
     #[test]

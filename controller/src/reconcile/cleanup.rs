@@ -1,19 +1,21 @@
 //! Removing partial results for a cancel, a retry or a delete (the plans are pure, in
 //! `intents`); the source VM is never touched beyond its power state.
 
-use ferry_crds::{PowerState, VirtualMachineMigration, names};
+use ferry_crds::{PowerState, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use tracing::{info, warn};
 
-use super::execute::{delete_if_present, delete_staging};
+use super::checkpoint::Io;
+use super::credentials;
 use super::intents::Cleanup;
-use super::observe::{self, api};
-use crate::children::cdi::{self, DataVolume, DvState};
-use crate::children::is_owned_by;
-use crate::children::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::context::Context;
+use super::world::staged_keys;
+use crate::apis::cdi::{self, DataVolume, DvState};
+use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use crate::children::{is_owned_by, secret};
+use crate::kubeio::delete_if_present;
+use crate::problem::Problem;
 use crate::{Error, Result};
 
 /// What a cleanup could not do and let go (best effort), for an Event.
@@ -25,20 +27,18 @@ pub type Unfinished = Vec<String>;
 ///
 /// # Errors
 /// Kubernetes API errors; staging that cannot be cleaned ([`Error::Staging`]).
-pub async fn run(
-    ctx: &Context,
-    vmm: &VirtualMachineMigration,
-    plan: &[Cleanup],
-) -> Result<Unfinished> {
+pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    let m = &ctx.metrics;
     let mut unfinished = vec![];
-    let n = observe::staged_keys(vmm).len();
+    let n = staged_keys(vmm).len();
     for step in plan {
         match step {
             Cleanup::Job => {
-                delete_if_present(ctx, &api::<Job>(ctx, vmm), &names::job_name(vmm)).await?;
+                delete_if_present(m, &io.api::<Job>(), &names::job_name(vmm)).await?;
             }
             Cleanup::Staging => {
-                if let Some(p) = delete_staging(ctx, vmm).await? {
+                if let Some(p) = delete_staging(io).await? {
                     if p.transient {
                         return Err(Error::Staging(p.message));
                     }
@@ -47,15 +47,10 @@ pub async fn run(
                 }
             }
             Cleanup::S3Secret => {
-                delete_if_present(
-                    ctx,
-                    &api::<Secret>(ctx, vmm),
-                    &crate::children::secret::s3_secret_name(vmm),
-                )
-                .await?;
+                delete_if_present(m, &io.api::<Secret>(), &secret::s3_secret_name(vmm)).await?;
             }
             Cleanup::UnfinishedDataVolumes | Cleanup::AllDataVolumes => {
-                let dvs = api::<DataVolume>(ctx, vmm);
+                let dvs = io.api::<DataVolume>();
                 for i in 0..n {
                     let name = names::datavolume_name(vmm, i);
                     let Some(dv) = dvs.get_opt(&name).await? else {
@@ -64,30 +59,30 @@ pub async fn run(
                     let keep = *step == Cleanup::UnfinishedDataVolumes
                         && cdi::observe(Some(&dv)) == DvState::Succeeded;
                     if !keep && is_owned_by(&dv.metadata, vmm) {
-                        delete_if_present(ctx, &dvs, &name).await?;
+                        delete_if_present(m, &dvs, &name).await?;
                     }
                 }
             }
             Cleanup::Vm => {
-                let vms = api::<VirtualMachine>(ctx, vmm);
+                let vms = io.api::<VirtualMachine>();
                 let name = names::vm_name(vmm);
                 if let Some(vm) = vms.get_opt(&name).await?
                     && is_owned_by(&vm.metadata, vmm)
                 {
-                    delete_if_present(ctx, &vms, &name).await?;
+                    delete_if_present(m, &vms, &name).await?;
                 }
             }
             Cleanup::Vmi => {
-                let vmis = api::<VirtualMachineInstance>(ctx, vmm);
+                let vmis = io.api::<VirtualMachineInstance>();
                 let name = names::vm_name(vmm);
                 if let Some(vmi) = vmis.get_opt(&name).await?
                     && vmi.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any())
                 {
-                    delete_if_present(ctx, &vmis, &name).await?;
+                    delete_if_present(m, &vmis, &name).await?;
                 }
             }
             Cleanup::RestorePower => {
-                if let Err(why) = restore_power(ctx, vmm).await {
+                if let Err(why) = restore_power(io).await {
                     warn!(migration = %vmm.name_any(), %why, "source power not restored");
                     unfinished.push(format!("source power: {why}"));
                 }
@@ -97,11 +92,31 @@ pub async fn run(
     Ok(unfinished)
 }
 
+/// Deletes every staged object of the migration (absent objects and a missing bucket are fine).
+///
+/// # Errors
+/// Kubernetes API errors reading the staging Secret; S3 failures come back as a [`Problem`].
+async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
+    let keys = staged_keys(io.vmm);
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let login = match credentials::staging_login(io).await? {
+        Ok(l) => l,
+        Err(p) => return Ok(Some(p)),
+    };
+    for k in &keys {
+        if let Err(p) = io.ctx.staging.delete(&login, k).await {
+            return Ok(Some(p));
+        }
+    }
+    info!(migration = %io.vmm.name_any(), objects = keys.len(), "staging cleaned");
+    Ok(None)
+}
+
 /// Powers the source VM back on when it was on before ferry powered it off.
-async fn restore_power(
-    ctx: &Context,
-    vmm: &VirtualMachineMigration,
-) -> std::result::Result<(), String> {
+async fn restore_power(io: Io<'_>) -> std::result::Result<(), String> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
     let Some(src) = vmm.status.as_ref().and_then(|s| s.source.as_ref()) else {
         return Ok(());
     };
@@ -111,7 +126,7 @@ async fn restore_power(
     let Some(moref) = src.moref.as_deref() else {
         return Ok(());
     };
-    let login = observe::source_login(ctx, vmm)
+    let login = credentials::source_login(io)
         .await
         .map_err(|e| e.to_string())?
         .map_err(|p| p.message)?;

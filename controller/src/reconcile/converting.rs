@@ -2,16 +2,95 @@
 
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
-    ConditionType::DiskConverted,
+    ConditionType::{self, DiskConverted},
     DiskStatus, Phase, Progress, Reason, names,
 };
+use k8s_openapi::api::batch::v1::Job;
 
-use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
-use super::scope::{Scope, StagedObject, World};
-use crate::children::job::JobState;
+use super::checkpoint::{Checkpoint, Io};
+use super::credentials;
+use super::intents::Cleanup;
+use super::outcome::{Outcome, Record, Step};
+use super::scope::Scope;
+use super::world::staged_keys;
+use crate::Result;
+use crate::apis::job::{self as job_state, JobState};
+use crate::children::job;
+use crate::kubeio::create_if_absent;
+use crate::ports::StagedObject;
+use crate::problem::Problem;
+
+/// The Converting checkpoint.
+#[derive(Debug)]
+pub struct Converting;
+
+/// What Converting observes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// The conversion Job.
+    pub job: JobState,
+    /// HEAD of each disk's staged object (`Err` when S3 or its credentials failed).
+    pub staged: Vec<Result<Option<StagedObject>, Problem>>,
+}
+
+/// What Converting does to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the conversion Job.
+    CreateJob,
+}
+
+impl Checkpoint for Converting {
+    const PHASE: Phase = Phase::Converting;
+    const CONDITIONS: &'static [ConditionType] = &[DiskConverted];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::Job, Cleanup::Staging];
+    type Observed = Observed;
+    type Action = Action;
+
+    async fn observe(io: Io<'_>) -> Result<Observed> {
+        let job = job_state::observe(
+            io.api::<Job>()
+                .get_opt(&names::job_name(io.vmm))
+                .await?
+                .as_ref(),
+        );
+        let keys = staged_keys(io.vmm);
+        let staged = match credentials::staging_login(io).await? {
+            Err(p) => keys.iter().map(|_| Err(p.clone())).collect(),
+            Ok(login) => {
+                let mut v = Vec::with_capacity(keys.len());
+                for k in &keys {
+                    v.push(io.ctx.staging.head(&login, k).await);
+                }
+                v
+            }
+        };
+        Ok(Observed { job, staged })
+    }
+
+    fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+        decide(scope)
+    }
+
+    async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
+        match action {
+            Action::CreateJob => {
+                let job = job::conversion_job(io.vmm)?;
+                create_if_absent(
+                    &io.ctx.metrics,
+                    &io.api::<Job>(),
+                    &job,
+                    names::CONTROLLER_FIELD_MANAGER,
+                )
+                .await?;
+            }
+        }
+        Ok(None)
+    }
+}
 
 /// The per-disk status with what staging holds recorded. Pure.
-fn staged_disks(scope: &Scope, staged: &[StagedObject]) -> Vec<DiskStatus> {
+fn staged_disks(scope: &Scope<Observed>, staged: &[StagedObject]) -> Vec<DiskStatus> {
     let old = scope
         .vmm
         .status
@@ -34,34 +113,10 @@ fn staged_disks(scope: &Scope, staged: &[StagedObject]) -> Vec<DiskStatus> {
 }
 
 /// Decides the Converting step. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    let World::Converting { job, staged } = &scope.world else {
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "observing the conversion",
-        );
-    };
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+    let Observed { job, staged } = &scope.world;
     if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
-        let step = transient_or_fail(
-            scope.retries,
-            scope.policy.max_transient_retries,
-            p.reason,
-            p.message.clone(),
-            Phase::Converting,
-        );
-        let status = if matches!(step, Step::Retry { .. }) {
-            Unknown
-        } else {
-            False
-        };
-        return Outcome::new(step, p.message.clone()).with(
-            DiskConverted,
-            status,
-            p.reason,
-            p.message.clone(),
-        );
+        return Outcome::from_problem(scope, p, Some(DiskConverted));
     }
     let objects: Vec<Option<&StagedObject>> = staged
         .iter()
@@ -199,7 +254,7 @@ pub fn decide(scope: &Scope) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::{Policy, Problem};
+    use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
     fn obj(sha: Option<&str>) -> Result<Option<StagedObject>, Problem> {
@@ -213,7 +268,7 @@ mod tests {
         job: JobState,
         staged: Vec<Result<Option<StagedObject>, Problem>>,
         retries: u32,
-    ) -> Outcome {
+    ) -> Outcome<Action> {
         let vmm = migration("m")
             .with_disks(staged.len())
             .with_phase(Phase::Converting);
@@ -222,7 +277,7 @@ mod tests {
             now: ts(0).0,
             policy: Policy::default(),
             retries,
-            world: World::Converting { job, staged },
+            world: Observed { job, staged },
         })
     }
 
@@ -232,7 +287,7 @@ mod tests {
         let done = || vec![obj(Some("aa")), obj(Some("bb"))];
         let partial = || vec![obj(Some("aa")), Ok(None)];
         type Staged = Vec<Result<Option<StagedObject>, Problem>>;
-        type Case = (&'static str, JobState, Staged, fn(&Step) -> bool);
+        type Case = (&'static str, JobState, Staged, fn(&Step<Action>) -> bool);
         let cases: Vec<Case> = vec![
             (
                 "absent job, nothing staged: create",

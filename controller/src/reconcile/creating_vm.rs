@@ -2,23 +2,73 @@
 
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
-    ConditionType::VMCreated,
+    ConditionType::{self, VMCreated},
     Phase, Reason, names,
 };
 
-use super::decision::{Action, Outcome, Step};
-use super::scope::{Scope, VmState, World};
+use super::checkpoint::{Checkpoint, Io};
+use super::intents::Cleanup;
+use super::outcome::{Outcome, Step};
+use super::scope::Scope;
+use super::world::{self, VmState};
+use crate::apis::kubevirt::VirtualMachine;
+use crate::children::virtual_machine;
+use crate::kubeio::create_if_absent;
+use crate::problem::Problem;
+use crate::{Error, Result};
+
+/// The CreatingVM checkpoint.
+#[derive(Debug)]
+pub struct CreatingVm;
+
+/// What CreatingVM does to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the KubeVirt VirtualMachine.
+    CreateVm,
+}
+
+impl Checkpoint for CreatingVm {
+    const PHASE: Phase = Phase::CreatingVM;
+    const CONDITIONS: &'static [ConditionType] = &[VMCreated];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[];
+    type Observed = VmState;
+    type Action = Action;
+
+    async fn observe(io: Io<'_>) -> Result<VmState> {
+        world::vm_state(io).await
+    }
+
+    fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
+        decide(scope)
+    }
+
+    async fn execute(io: Io<'_>, _: &VmState, action: &Action) -> Result<Option<Problem>> {
+        match action {
+            Action::CreateVm => {
+                let vm = virtual_machine::virtual_machine(io.vmm)?;
+                let api = io.api::<VirtualMachine>();
+                match create_if_absent(&io.ctx.metrics, &api, &vm, names::CONTROLLER_FIELD_MANAGER)
+                    .await
+                {
+                    Ok(_) => Ok(None),
+                    // The API server refused the object itself: no retry changes that.
+                    Err(Error::Kube(kube::Error::Api(s))) if matches!(s.code, 400 | 403 | 422) => {
+                        Ok(Some(Problem::permanent(
+                            Reason::VMCreateFailed,
+                            format!("the VirtualMachine was rejected: {}", s.message),
+                        )))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}
 
 /// Decides the CreatingVM step. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    let World::CreatingVM(vm) = &scope.world else {
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "observing the VirtualMachine",
-        );
-    };
+pub fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
+    let vm = &scope.world;
     let name = names::vm_name(&scope.vmm);
     match vm {
         VmState::Absent => Outcome::new(
@@ -64,17 +114,17 @@ pub fn decide(scope: &Scope) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::Policy;
+    use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
-    fn step(vm: VmState) -> Step {
+    fn step(vm: VmState) -> Step<Action> {
         let vmm = migration("m").with_phase(Phase::CreatingVM);
         decide(&Scope {
             vmm,
             now: ts(0).0,
             policy: Policy::default(),
             retries: 0,
-            world: World::CreatingVM(vm),
+            world: vm,
         })
         .step
     }
@@ -84,7 +134,8 @@ mod tests {
         assert_eq!(step(VmState::Absent), Step::Act(vec![Action::CreateVm]));
         assert_eq!(
             step(VmState::Ours {
-                run_strategy: Some("Halted".into())
+                run_strategy: Some("Halted".into()),
+                owned: true,
             }),
             Step::Advance {
                 to: Phase::Starting

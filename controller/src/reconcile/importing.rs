@@ -7,13 +7,120 @@
 
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
-    ConditionType::DiskImported,
+    ConditionType::{self, DiskImported},
     DiskStatus, Phase, Progress, Reason, names,
 };
+use k8s_openapi::api::core::v1::Secret;
 
-use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
-use super::scope::{Scope, World};
-use crate::children::cdi::DvState;
+use super::checkpoint::{Checkpoint, Io};
+use super::credentials;
+use super::intents::Cleanup;
+use super::outcome::{Outcome, Record, Step};
+use super::scope::Scope;
+use super::world::staged_keys;
+use crate::Result;
+use crate::apis::cdi::{self, DataVolume, DvState};
+use crate::children::{datavolume, secret};
+use crate::kubeio::create_if_absent;
+use crate::ports::StagingLogin;
+use crate::problem::Problem;
+
+/// The Importing checkpoint.
+#[derive(Debug)]
+pub struct Importing;
+
+/// What Importing observes.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The staging login the CDI Secret is made from; read only while that Secret is missing.
+    pub credentials: Result<Option<StagingLogin>, Problem>,
+    /// The CDI S3 Secret exists.
+    pub secret_present: bool,
+    /// One per disk.
+    pub dvs: Vec<DvState>,
+}
+
+/// What Importing does to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create the CDI S3 Secret from the staging credentials.
+    CreateS3Secret,
+    /// Create the DataVolume of disk `n`.
+    CreateDataVolume(usize),
+}
+
+impl Checkpoint for Importing {
+    const PHASE: Phase = Phase::Importing;
+    const CONDITIONS: &'static [ConditionType] = &[DiskImported];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::UnfinishedDataVolumes];
+    type Observed = Observed;
+    type Action = Action;
+
+    async fn observe(io: Io<'_>) -> Result<Observed> {
+        let secret_present = io
+            .api::<Secret>()
+            .get_opt(&secret::s3_secret_name(io.vmm))
+            .await?
+            .is_some();
+        let credentials = if secret_present {
+            Ok(None)
+        } else {
+            credentials::staging_login(io).await?.map(Some)
+        };
+        let dv_api = io.api::<DataVolume>();
+        let mut dvs = vec![];
+        for i in 0..staged_keys(io.vmm).len() {
+            dvs.push(cdi::observe(
+                dv_api
+                    .get_opt(&names::datavolume_name(io.vmm, i))
+                    .await?
+                    .as_ref(),
+            ));
+        }
+        Ok(Observed {
+            credentials,
+            secret_present,
+            dvs,
+        })
+    }
+
+    fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+        decide(scope)
+    }
+
+    async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
+        let m = &io.ctx.metrics;
+        let fm = names::CONTROLLER_FIELD_MANAGER;
+        match action {
+            Action::CreateS3Secret => {
+                let login = match &observed.credentials {
+                    Ok(Some(l)) => l,
+                    // The decision asks for the Secret only with the credentials in hand.
+                    Ok(None) => return Ok(None),
+                    Err(p) => return Ok(Some(p.clone())),
+                };
+                let creds = secret::S3Credentials {
+                    access_key_id: login.access_key_id.clone(),
+                    secret_access_key: login.secret_access_key.clone(),
+                };
+                let obj = secret::cdi_s3_secret(io.vmm, &creds)?;
+                create_if_absent(m, &io.api::<Secret>(), &obj, fm).await?;
+            }
+            Action::CreateDataVolume(i) => {
+                let cap = io
+                    .vmm
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.source.as_ref())
+                    .and_then(|s| s.disks.get(*i))
+                    .map_or(0, |d| d.capacity_bytes);
+                let dv = datavolume::data_volume(io.vmm, *i, cap, &secret::s3_secret_name(io.vmm))?;
+                create_if_absent(m, &io.api::<DataVolume>(), &dv, fm).await?;
+            }
+        }
+        Ok(None)
+    }
+}
 
 /// Bytes CDI copies for disk `i`: the staged image's size, else the disk's capacity.
 fn disk_size(old: &[DiskStatus], i: usize) -> i64 {
@@ -25,7 +132,7 @@ fn disk_size(old: &[DiskStatus], i: usize) -> i64 {
 
 /// Per-disk import status and overall progress (rate and ETA averaged over the time spent in
 /// Importing). Pure.
-fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
+fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
     let old = scope
         .vmm
         .status
@@ -80,20 +187,12 @@ fn progress(scope: &Scope, dvs: &[DvState]) -> Record {
 }
 
 /// Decides the Importing step. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    let World::Importing {
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+    let Observed {
         credentials,
         secret_present,
         dvs,
-    } = &scope.world
-    else {
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "observing the imports",
-        );
-    };
+    } = &scope.world;
     let record = progress(scope, dvs);
     let n = dvs.len();
     let fail = |message: String| {
@@ -146,21 +245,7 @@ pub fn decide(scope: &Scope) -> Outcome {
     let mut actions = vec![];
     if !secret_present {
         if let Err(p) = credentials {
-            let step = transient_or_fail(
-                scope.retries,
-                scope.policy.max_transient_retries,
-                p.reason,
-                p.message.clone(),
-                Phase::Importing,
-            );
-            let status = if matches!(step, Step::Retry { .. }) {
-                Unknown
-            } else {
-                False
-            };
-            return Outcome::new(step, p.message.clone())
-                .with(DiskImported, status, p.reason, p.message.clone())
-                .recording(record);
+            return Outcome::from_problem(scope, p, Some(DiskImported)).recording(record);
         }
         actions.push(Action::CreateS3Secret);
     }
@@ -212,7 +297,7 @@ pub fn decide(scope: &Scope) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::{Policy, Problem};
+    use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
     use proptest::prelude::*;
 
@@ -229,7 +314,7 @@ mod tests {
         dvs: Vec<DvState>,
         secret_present: bool,
         credentials: Result<(), Problem>,
-    ) -> Scope {
+    ) -> Scope<Observed> {
         let mut vmm = migration("m")
             .with_disks(dvs.len())
             .with_phase(Phase::Importing);
@@ -241,15 +326,15 @@ mod tests {
             now: ts(10).0,
             policy: Policy::default(),
             retries: 0,
-            world: World::Importing {
-                credentials,
+            world: Observed {
+                credentials: credentials.map(|()| None),
                 secret_present,
                 dvs,
             },
         }
     }
 
-    fn decide_with(dvs: Vec<DvState>) -> Outcome {
+    fn decide_with(dvs: Vec<DvState>) -> Outcome<Action> {
         decide(&scope_with(dvs, true, Ok(())))
     }
 

@@ -4,6 +4,8 @@
 
 use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
 
+use super::checkpoint::retry_cleanup;
+
 /// A partial result to remove.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Cleanup {
@@ -24,6 +26,15 @@ pub enum Cleanup {
     /// Power the source VM back on, if ferry powered it off.
     RestorePower,
 }
+
+/// What a retry that starts over from Preparing removes: every partial result.
+const START_OVER: [Cleanup; 5] = [
+    Cleanup::Job,
+    Cleanup::Staging,
+    Cleanup::S3Secret,
+    Cleanup::AllDataVolumes,
+    Cleanup::Vm,
+];
 
 /// What the intents ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,16 +73,6 @@ pub fn restores_on_cancel(vmm: &VirtualMachineMigration) -> bool {
 /// Whether the power policy asks to restore the source's power when the migration fails.
 pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
     vmm.spec.source.power.restore_power_state == RestorePowerState::OnCancelOrFailure
-}
-
-/// What a retry of checkpoint `phase` removes first: that checkpoint's partial results.
-pub fn retry_cleanup(phase: Phase) -> Vec<Cleanup> {
-    match phase {
-        Phase::Converting => vec![Cleanup::Job, Cleanup::Staging],
-        Phase::Importing => vec![Cleanup::UnfinishedDataVolumes],
-        Phase::Starting | Phase::Validating => vec![Cleanup::Vmi],
-        _ => vec![],
-    }
 }
 
 /// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM; and the power is
@@ -130,32 +131,28 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
                     failed_at
                 };
                 let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
-                    vec![
-                        Cleanup::Job,
-                        Cleanup::Staging,
-                        Cleanup::S3Secret,
-                        Cleanup::AllDataVolumes,
-                        Cleanup::Vm,
-                    ]
+                    START_OVER.to_vec()
                 } else {
-                    retry_cleanup(resume)
+                    retry_cleanup(resume).to_vec()
                 };
                 return Intent::Retry { resume, cleanup };
             }
             Phase::Cancelled if !vmm.spec.cancel => {
                 return Intent::Retry {
                     resume: Phase::Preparing,
-                    cleanup: vec![
-                        Cleanup::Job,
-                        Cleanup::Staging,
-                        Cleanup::S3Secret,
-                        Cleanup::AllDataVolumes,
-                        Cleanup::Vm,
-                    ],
+                    cleanup: START_OVER.to_vec(),
                 };
             }
             Phase::Cancelled => {}
-            _ => return Intent::AckRetry,
+            Phase::Pending
+            | Phase::Queued
+            | Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating
+            | Phase::Succeeded => return Intent::AckRetry,
         }
     }
     if phase.is_terminal() {

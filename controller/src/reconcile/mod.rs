@@ -1,62 +1,46 @@
-//! The VirtualMachineMigration reconcile: read the migration and the world fresh, run the pure
-//! intent policies and the current checkpoint's pure decision, write the status once (server-side
-//! apply, only when it changed), then carry out the decision's actions idempotently.
+//! The VirtualMachineMigration reconcile. Read the migration fresh; run the pure intent chain
+//! (delete → cancel → retry → paused → held → start); when it proceeds, the current
+//! checkpoint observes the world, decides (pure), carries out its actions, and — should one
+//! fail — decides again on that failure (pure). Then the status is written once (server-side
+//! apply, only when it changed) and the transition's Events are published.
 
+pub mod checkpoint;
 pub mod cleanup;
 pub mod converting;
 pub mod creating_vm;
-pub mod decision;
-pub mod edges;
-pub mod execute;
+pub mod credentials;
 pub mod importing;
 pub mod intents;
-pub mod observe;
+pub mod outcome;
 pub mod preparing;
 pub mod scope;
 pub mod starting;
 pub mod status;
 pub mod validating;
+pub mod world;
+pub mod write;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_crds::{
-    ConditionStatus, Phase, VirtualMachineMigration, VirtualMachineMigrationStatus as Status, names,
-};
+use ferry_crds::{VirtualMachineMigration, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use self::decision::{Outcome, Step, backoff, transient_or_fail};
+use self::checkpoint::{Checkpoint, Io, with_checkpoint};
 use self::intents::{Cleanup, Intent};
+use self::outcome::{Outcome, Step, backoff};
 use self::scope::Scope;
 use crate::context::Context;
 use crate::events::{self, Note};
+use crate::policy::Policy;
 use crate::{Error, Result};
 
 /// Metric label of this controller.
 pub const CONTROLLER: &str = "migration";
-
-/// Runs the checkpoint decision of the scope's phase. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    match scope.phase() {
-        Phase::Preparing => preparing::decide(scope),
-        Phase::Converting => converting::decide(scope),
-        Phase::Importing => importing::decide(scope),
-        Phase::CreatingVM => creating_vm::decide(scope),
-        Phase::Starting => starting::decide(scope),
-        Phase::Validating => validating::decide(scope),
-        _ => Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "",
-        ),
-    }
-}
 
 /// Reconciles one migration.
 ///
@@ -120,235 +104,116 @@ pub fn error_policy(obj: Arc<VirtualMachineMigration>, err: &Error, ctx: Arc<Con
     Requeue::requeue(Duration::from_secs(5))
 }
 
-async fn publish(ctx: &Context, vmm: &VirtualMachineMigration, notes: &[Note]) {
-    let reference = vmm.object_ref(&());
-    for n in notes {
-        match ctx.recorder.publish(&n.to_event(), &reference).await {
-            Ok(()) => ctx.metrics.write("create", "Event"),
-            Err(e) => {
-                warn!(migration = %vmm.name_any(), error = %e, reason = %n.reason, "publishing an event")
-            }
-        }
-    }
-}
-
-/// Writes `new` as the status of `vmm` when it is worth a write (see
-/// [`status::worth_writing`]; `force` skips the progress throttle), with server-side apply under
-/// the controller's field manager and `vmm`'s resourceVersion as precondition. On success `vmm`
-/// carries the written status and its new resourceVersion, and the transition's Events are
-/// published. Returns whether it wrote.
-async fn write_status(
-    ctx: &Context,
-    vmm: &mut VirtualMachineMigration,
-    new: Status,
-) -> Result<bool> {
-    let uid = vmm.uid().unwrap_or_default();
-    if !status::worth_writing(vmm.status.as_ref(), &new, ctx.since_progress_write(&uid)) {
-        return Ok(false);
-    }
-    let api: Api<VirtualMachineMigration> =
-        Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": ferry_crds::API_VERSION,
-        "kind": "VirtualMachineMigration",
-        "metadata": {"name": vmm.name_any(), "resourceVersion": vmm.resource_version()},
-        "status": new,
-    });
-    let params = PatchParams::apply(names::CONTROLLER_FIELD_MANAGER).force();
-    let written = match api
-        .patch_status(&vmm.name_any(), &params, &Patch::Apply(&patch))
-        .await
-    {
-        Ok(w) => w,
-        Err(kube::Error::Api(s)) if s.code == 409 => return Err(Error::Conflict),
-        Err(e) => return Err(e.into()),
-    };
-    ctx.metrics.write("status", "VirtualMachineMigration");
-    ctx.note_write(&uid);
-    let old = vmm.status.clone().unwrap_or_default();
-    if old.phase != new.phase {
-        info!(migration = %vmm.name_any(), from = %old.phase, to = %new.phase, "phase");
-        if let Some(entered) = old
-            .history
-            .last()
-            .filter(|h| h.phase == old.phase)
-            .map(|h| h.entered_at.0)
-            && let Ok(d) = Duration::try_from(ctx.clock.now().duration_since(entered))
-        {
-            ctx.metrics.phase_left(old.phase.as_str(), d.as_secs_f64());
-        }
-    }
-    let notes = events::notes(&old, &new);
-    vmm.metadata.resource_version = written.metadata.resource_version;
-    vmm.status = Some(new);
-    publish(ctx, vmm, &notes).await;
-    Ok(true)
-}
-
 async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
-    let mut vmm = vmm.clone();
-    match intents::decide(&vmm) {
+    let intent = intents::decide(vmm);
+    let io = Io { ctx, vmm };
+    let mut notes = vec![];
+    match &intent {
+        Intent::Proceed => {
+            return with_checkpoint!(
+                vmm.phase(),
+                |C| step::<C>(io, now).await,
+                otherwise Ok(Requeue::requeue(ctx.policy.wait_requeue))
+            );
+        }
         Intent::Cancel { cleanup } => {
-            let unfinished = cleanup::run(ctx, &vmm, &cleanup).await?;
-            let new = status::cancelled(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            let notes: Vec<Note> = unfinished.iter().map(|u| cleanup_warning(u)).collect();
-            publish(ctx, &vmm, &notes).await;
-            Ok(Requeue::await_change())
+            let unfinished = cleanup::run(io, cleanup).await?;
+            notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
         }
-        Intent::Retry { resume, cleanup } => {
-            cleanup::run(ctx, &vmm, &cleanup).await?;
-            let new = status::retried(&vmm, resume, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::requeue(ctx.policy.wait_requeue))
+        Intent::Retry { cleanup, .. } => {
+            cleanup::run(io, cleanup).await?;
         }
-        Intent::AckRetry => {
-            let new = status::acknowledged(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::requeue(Duration::from_millis(100)))
+        Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
+    }
+    if let Some(new) = status::after_intent(vmm, &intent, &now) {
+        write::status(ctx, &mut vmm.clone(), new, notes).await?;
+    }
+    Ok(requeue_after_intent(&intent, &ctx.policy))
+}
+
+/// When to look again after carrying out `intent`. Pure.
+fn requeue_after_intent(intent: &Intent, policy: &Policy) -> Requeue {
+    match intent {
+        Intent::Retry { .. } | Intent::Start | Intent::Proceed => {
+            Requeue::requeue(policy.wait_requeue)
         }
-        Intent::Paused => {
-            let new = status::paused(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::await_change())
+        Intent::AckRetry => Requeue::requeue(Duration::from_millis(100)),
+        Intent::Cancel { .. } | Intent::Paused | Intent::Held | Intent::Settled => {
+            Requeue::await_change()
         }
-        Intent::Held => {
-            let new = status::held(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::await_change())
-        }
-        Intent::Start => {
-            let new = status::started(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::requeue(ctx.policy.wait_requeue))
-        }
-        Intent::Settled => {
-            let new = status::settled(&vmm, &now);
-            write_status(ctx, &mut vmm, new).await?;
-            Ok(Requeue::await_change())
-        }
-        Intent::Proceed => proceed(vmm, ctx, now).await,
     }
 }
 
-fn cleanup_warning(what: &str) -> Note {
-    Note {
-        warning: true,
-        reason: "CleanupIncomplete".into(),
-        action: "Cleanup".into(),
-        note: what.to_owned(),
+/// One reconcile of checkpoint `C`: observe, decide, act, decide on a failed action, write.
+async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    let observed = C::observe(io).await?;
+    let scope = Scope::new(vmm.clone(), now.0, ctx.policy.clone(), observed);
+    let outcome = act::<C>(io, &scope, C::decide(&scope)).await?;
+    let mut notes = vec![];
+    if matches!(outcome.step, Step::Fail { .. }) && intents::restores_on_failure(vmm) {
+        let unfinished = cleanup::run(io, &[Cleanup::RestorePower]).await?;
+        notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
     }
+    let (requeue, retrying) = requeue_after_step(&outcome.step, &scope);
+    notes.extend(retrying);
+    let new = status::after_outcome(vmm, &outcome, &now);
+    write::status(ctx, &mut vmm.clone(), new, notes).await?;
+    Ok(requeue)
 }
 
-async fn proceed(mut vmm: VirtualMachineMigration, ctx: &Context, now: Time) -> Result<Requeue> {
-    let world = observe::world(ctx, &vmm).await?;
-    let uid = vmm.uid().unwrap_or_default();
-    let phase = vmm.phase();
-    let retries = vmm
-        .status
-        .as_ref()
-        .map_or(0, |s| u32::try_from(s.retries).unwrap_or(0));
-    let scope = Scope {
-        vmm: vmm.clone(),
-        now: now.0,
-        policy: ctx.policy.clone(),
-        retries,
-        world,
-    };
-    let outcome = decide(&scope);
-    if let Step::Fail { .. } = outcome.step
-        && intents::restores_on_failure(&vmm)
-    {
-        let unfinished = cleanup::run(ctx, &vmm, &[Cleanup::RestorePower]).await?;
-        let notes: Vec<Note> = unfinished.iter().map(|u| cleanup_warning(u)).collect();
-        publish(ctx, &vmm, &notes).await;
-    }
-    let new = status::after_outcome(&vmm, &outcome, &now);
-    write_status(ctx, &mut vmm, new).await?;
-    // Actions come after the status: what they rely on (the discovered source, the original
-    // power state) is recorded before anything changes in the world.
-    if let Some(problem) = execute::run(ctx, &vmm, outcome.actions()).await? {
-        let failed_at = outcome.actions().first().map_or(phase, execute::phase_of);
-        let step = if problem.transient {
-            transient_or_fail(
-                retries,
-                ctx.policy.max_transient_retries,
-                problem.reason,
-                problem.message.clone(),
-                failed_at,
-            )
-        } else {
-            Step::Fail {
-                reason: problem.reason,
-                message: problem.message.clone(),
-                retriable: true,
-                resume: failed_at,
-            }
-        };
-        let cond_status = if matches!(step, Step::Retry { .. }) {
-            ConditionStatus::Unknown
-        } else {
-            ConditionStatus::False
-        };
-        let mut o = Outcome::new(step, problem.message.clone());
-        if let Some(t) = status::conditions_of(phase).last() {
-            o = o.with(*t, cond_status, problem.reason, problem.message.clone());
+/// Carries out `planned`'s actions in order; the first that fails turns the outcome into
+/// [`Checkpoint::on_action_failed`]'s.
+async fn act<C: Checkpoint>(
+    io: Io<'_>,
+    scope: &Scope<C::Observed>,
+    planned: Outcome<C::Action>,
+) -> Result<Outcome<C::Action>> {
+    let actions = planned.actions().to_vec();
+    for action in &actions {
+        if let Some(problem) = C::execute(io, &scope.world, action).await? {
+            info!(migration = %io.vmm.name_any(), ?action, reason = %problem.reason, "action failed");
+            return Ok(C::on_action_failed(scope, planned, action, &problem));
         }
-        let new = status::after_outcome(&vmm, &o, &now);
-        write_status(ctx, &mut vmm, new).await?;
-        return Ok(requeue_for(ctx, &vmm, &o.step, &uid, phase, retries).await);
     }
-    Ok(requeue_for(ctx, &vmm, &outcome.step, &uid, phase, retries).await)
+    Ok(planned)
 }
 
-/// When to look again after `step`; `retries` is the count of transient retries before this one.
-async fn requeue_for(
-    ctx: &Context,
-    vmm: &VirtualMachineMigration,
-    step: &Step,
-    uid: &str,
-    phase: Phase,
-    retries: u32,
-) -> Requeue {
+/// When to look again after `step`, and the Event of a transient retry. Pure.
+fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Requeue, Option<Note>) {
     match step {
         Step::Retry { reason, message } => {
-            let n = retries;
-            let delay = backoff(n, ctx.policy.backoff_base, ctx.policy.backoff_cap, uid);
-            publish(
-                ctx,
-                vmm,
-                &[events::retrying(
-                    phase,
-                    *reason,
-                    message,
-                    delay.as_secs(),
-                    n,
-                )],
-            )
-            .await;
-            Requeue::requeue(delay)
+            let uid = scope.vmm.metadata.uid.as_deref().unwrap_or_default();
+            let p = &scope.policy;
+            let delay = backoff(scope.retries, p.backoff_base, p.backoff_cap, uid);
+            let note = events::retrying(
+                scope.phase(),
+                *reason,
+                message,
+                delay.as_secs(),
+                scope.retries,
+            );
+            (Requeue::requeue(delay), Some(note))
         }
-        Step::Wait { requeue } => Requeue::requeue(*requeue),
+        Step::Wait { requeue } => (Requeue::requeue(*requeue), None),
         // A power-off or the end of staging shows in no watch; children's creation does, but
         // looking again soon costs one read.
-        Step::Act(_) => Requeue::requeue(Duration::from_secs(1)),
-        Step::Advance { .. } => Requeue::requeue(Duration::from_millis(50)),
-        Step::Fail { .. } => Requeue::await_change(),
+        Step::Act(_) => (Requeue::requeue(Duration::from_secs(1)), None),
+        Step::Advance { .. } => (Requeue::requeue(Duration::from_millis(50)), None),
+        Step::Fail { .. } => (Requeue::await_change(), None),
     }
 }
 
 async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
-    let plan = intents::delete_cleanup(vmm);
-    let unfinished = cleanup::run(ctx, vmm, &plan).await?;
-    let mut notes: Vec<Note> = unfinished.iter().map(|u| cleanup_warning(u)).collect();
-    notes.push(Note {
-        warning: false,
-        reason: "Deleted".into(),
-        action: "Cleanup".into(),
-        note: format!("cleaned up in {}", vmm.phase()),
-    });
-    publish(ctx, vmm, &notes).await;
+    let io = Io { ctx, vmm };
+    let unfinished = cleanup::run(io, &intents::delete_cleanup(vmm)).await?;
+    let mut notes: Vec<Note> = unfinished
+        .iter()
+        .map(|u| events::cleanup_incomplete(u))
+        .collect();
+    notes.push(events::deleted(vmm.phase()));
+    write::publish(ctx, vmm, &notes).await;
     if let Some(uid) = vmm.uid() {
         ctx.forget(&uid);
     }

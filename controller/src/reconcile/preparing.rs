@@ -1,18 +1,143 @@
 //! Preparing: the source VM found and validated, its original power state recorded, powered off
 //! if asked; the staging bucket present; the target name free.
 
+use std::time::Duration;
+
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
-    ConditionType::{SourceDiscovered, Validated},
-    DiskStatus, Phase, PowerState, Reason,
+    ConditionType::{self, SourceDiscovered, Validated},
+    DiscoveredSource, DiskStatus, Phase, PowerState, Reason,
 };
+use tracing::info;
 
-use super::decision::{Action, Outcome, Record, Step, transient_or_fail};
-use super::scope::{Scope, SourceFacts, World};
+use super::checkpoint::{Checkpoint, Io};
+use super::credentials;
+use super::intents::Cleanup;
+use super::outcome::{Outcome, Record, Step};
+use super::scope::Scope;
+use super::world::{self, VmState};
+use crate::Result;
+use crate::ports::SourceLogin;
+use crate::problem::Problem;
+
+/// The Preparing checkpoint.
+#[derive(Debug)]
+pub struct Preparing;
+
+/// What Preparing found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceFacts {
+    /// The VM as read now (its power state is the current one).
+    pub vm: DiscoveredSource,
+    /// Why its disk layout cannot be migrated (empty when it can).
+    pub layout_problems: Vec<String>,
+    /// The staging bucket: reachable and present, or why not.
+    pub bucket: Result<(), Problem>,
+    /// A VirtualMachine with the target name that this migration does not own.
+    pub target_taken: bool,
+}
+
+/// What Preparing observes: the facts, and the login it found them with (for the power-off).
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The source and its surroundings, or why they could not be read.
+    pub facts: Result<SourceFacts, Problem>,
+    /// The vSphere login, when its Secret could be read.
+    pub login: Option<SourceLogin>,
+}
+
+/// What Preparing does to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Power the source VM off.
+    PowerOff,
+}
+
+impl Checkpoint for Preparing {
+    const PHASE: Phase = Phase::Preparing;
+    const CONDITIONS: &'static [ConditionType] = &[SourceDiscovered, Validated];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[];
+    type Observed = Observed;
+    type Action = Action;
+
+    async fn observe(io: Io<'_>) -> Result<Observed> {
+        let login = match credentials::source_login(io).await? {
+            Ok(l) => l,
+            Err(p) => {
+                return Ok(Observed {
+                    facts: Err(p),
+                    login: None,
+                });
+            }
+        };
+        let facts = facts(io, &login).await?;
+        Ok(Observed {
+            facts,
+            login: Some(login),
+        })
+    }
+
+    fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+        decide(scope)
+    }
+
+    async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
+        match action {
+            Action::PowerOff => {
+                let (Some(login), Some(moref)) = (
+                    observed.login.as_ref(),
+                    io.vmm
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.source.as_ref())
+                        .and_then(|s| s.moref.as_deref()),
+                ) else {
+                    // The decision powers off only what it found and recorded.
+                    return Ok(None);
+                };
+                if let Err(p) = io.ctx.source.power_off(login, moref).await {
+                    return Ok(Some(p));
+                }
+                info!(migration = %io.vmm.metadata.name.as_deref().unwrap_or_default(), %moref, "source VM powered off");
+                Ok(None)
+            }
+        }
+    }
+}
+
+async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Problem>> {
+    let lookup = match io.vmm.spec.source.vm.lookup() {
+        Ok(l) => l,
+        Err(e) => return Ok(Err(Problem::permanent(Reason::VMNotFound, e.to_string()))),
+    };
+    let discovered = match io.ctx.source.discover(login, lookup).await {
+        Ok(d) => d,
+        Err(p) => return Ok(Err(p)),
+    };
+    let bucket = match credentials::staging_login(io).await? {
+        Ok(s) => io.ctx.staging.check_bucket(&s).await,
+        Err(p) => Err(p),
+    };
+    // The target name is derived from the discovered name when the spec gives none.
+    let mut probe = io.vmm.clone();
+    probe.status.get_or_insert_with(Default::default).source = Some(discovered.source.clone());
+    let target_taken = world::vm_state(Io {
+        ctx: io.ctx,
+        vmm: &probe,
+    })
+    .await?
+        == VmState::Foreign;
+    Ok(Ok(SourceFacts {
+        vm: discovered.source,
+        layout_problems: discovered.layout_problems,
+        bucket,
+        target_taken,
+    }))
+}
 
 /// The discovered source to record: as read now, but with the power state found the first
 /// time (after our own power-off, "now" is always poweredOff). Pure.
-fn to_record(scope: &Scope, facts: &SourceFacts) -> Record {
+fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
     let mut source = facts.vm.clone();
     if let Some(original) = scope.original_power() {
         source.power_state = Some(original);
@@ -36,41 +161,20 @@ fn to_record(scope: &Scope, facts: &SourceFacts) -> Record {
 }
 
 /// Decides the Preparing step. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    let World::Preparing(observed) = &scope.world else {
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "observing the source",
-        );
-    };
-    let facts = match observed {
+///
+/// # Guarantees
+/// The source is powered off only once its original power state is recorded in the status
+/// (actions run before this reconcile's status write: a crash between the two must not make
+/// ferry forget that the VM was on).
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+    let facts = match &scope.world.facts {
         Err(p) => {
-            let step = if p.transient {
-                transient_or_fail(
-                    scope.retries,
-                    scope.policy.max_transient_retries,
-                    p.reason,
-                    p.message.clone(),
-                    Phase::Preparing,
-                )
-            } else {
-                Step::Fail {
-                    reason: p.reason,
-                    message: p.message.clone(),
-                    retriable: false,
-                    resume: Phase::Preparing,
-                }
-            };
-            let status = if matches!(step, Step::Retry { .. }) {
-                Unknown
-            } else {
-                False
-            };
-            return Outcome::new(step, p.message.clone())
-                .with(SourceDiscovered, status, p.reason, p.message.clone())
-                .with(Validated, Unknown, Reason::NotStarted, "");
+            return Outcome::from_problem(scope, p, Some(SourceDiscovered)).with(
+                Validated,
+                Unknown,
+                Reason::NotStarted,
+                "",
+            );
         }
         Ok(f) => f,
     };
@@ -123,30 +227,14 @@ pub fn decide(scope: &Scope) -> Outcome {
         return invalid(Reason::TargetNameTaken, msg, false);
     }
     if let Err(p) = &facts.bucket {
-        if p.transient {
-            let step = transient_or_fail(
-                scope.retries,
-                scope.policy.max_transient_retries,
-                p.reason,
-                p.message.clone(),
-                Phase::Preparing,
-            );
-            let status = if matches!(step, Step::Retry { .. }) {
-                Unknown
-            } else {
-                False
-            };
-            return Outcome::new(step, p.message.clone())
-                .with(
-                    SourceDiscovered,
-                    True,
-                    Reason::Discovered,
-                    discovered.clone(),
-                )
-                .with(Validated, status, p.reason, p.message.clone())
-                .recording(record);
-        }
-        return invalid(p.reason, p.message.clone(), false);
+        return Outcome::from_problem(scope, p, Some(Validated))
+            .with(
+                SourceDiscovered,
+                True,
+                Reason::Discovered,
+                discovered.clone(),
+            )
+            .recording(record);
     }
     let power_off = scope.vmm.spec.source.power.power_off;
     match facts.vm.power_state {
@@ -158,7 +246,14 @@ pub fn decide(scope: &Scope) -> Outcome {
             false,
         ),
         Some(PowerState::PoweredOn | PowerState::Suspended) => Outcome::new(
-            Step::Act(vec![Action::PowerOff]),
+            if scope.original_power().is_some() {
+                Step::Act(vec![Action::PowerOff])
+            } else {
+                // Record first; the next reconcile (right after the write) powers off.
+                Step::Wait {
+                    requeue: Duration::from_millis(50),
+                }
+            },
             format!("powering {name} off"),
         )
         .with(
@@ -194,9 +289,9 @@ pub fn decide(scope: &Scope) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::{Policy, Problem};
+    use crate::policy::Policy;
     use ferry_crds::{
-        DiscoveredDisk, DiscoveredSource, VirtualMachineMigration,
+        DiscoveredDisk, VirtualMachineMigration,
         fixtures::{migration, ts},
     };
 
@@ -228,21 +323,31 @@ mod tests {
         vmm: VirtualMachineMigration,
         world: Result<SourceFacts, Problem>,
         retries: u32,
-    ) -> Scope {
+    ) -> Scope<Observed> {
         Scope {
             vmm: vmm.with_phase(Phase::Preparing),
             now: ts(10).0,
             policy: Policy::default(),
             retries,
-            world: World::Preparing(world),
+            world: Observed {
+                facts: world,
+                login: None,
+            },
         }
     }
 
-    fn step(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>) -> Step {
+    fn step(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>) -> Step<Action> {
         decide(&scope(vmm, world, 0)).step
     }
 
-    fn fail_reason(s: &Step) -> Option<(Reason, bool)> {
+    /// A migration whose first Preparing reconcile recorded the source as `power`.
+    fn recorded(power: PowerState) -> VirtualMachineMigration {
+        let mut vmm = migration("m");
+        vmm.status.get_or_insert_with(Default::default).source = Some(vm(power));
+        vmm
+    }
+
+    fn fail_reason(s: &Step<Action>) -> Option<(Reason, bool)> {
         match s {
             Step::Fail {
                 reason, retriable, ..
@@ -260,13 +365,19 @@ mod tests {
                 to: Phase::Converting
             }
         );
-        // partial: powered on, powerOff asked
+        // partial: powered on, powerOff asked, original power state recorded
         assert_eq!(
-            step(migration("m"), Ok(facts(PowerState::PoweredOn))),
+            step(
+                recorded(PowerState::PoweredOn),
+                Ok(facts(PowerState::PoweredOn))
+            ),
             Step::Act(vec![Action::PowerOff])
         );
         assert_eq!(
-            step(migration("m"), Ok(facts(PowerState::Suspended))),
+            step(
+                recorded(PowerState::Suspended),
+                Ok(facts(PowerState::Suspended))
+            ),
             Step::Act(vec![Action::PowerOff])
         );
         // failed: powered on, powerOff refused
@@ -354,6 +465,17 @@ mod tests {
         assert_eq!(
             fail_reason(&o.step),
             Some((Reason::EndpointUnreachable, true))
+        );
+    }
+
+    #[test]
+    fn the_source_is_powered_off_only_after_its_power_state_is_recorded() {
+        let o = decide(&scope(migration("m"), Ok(facts(PowerState::PoweredOn)), 0));
+        assert!(matches!(o.step, Step::Wait { .. }), "{:?}", o.step);
+        assert_eq!(
+            o.record.source.unwrap().power_state,
+            Some(PowerState::PoweredOn),
+            "recorded in this reconcile's write"
         );
     }
 

@@ -2,24 +2,79 @@
 
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
-    ConditionType::VMStarted,
-    Phase, Reason, RunStrategy,
+    ConditionType::{self, VMStarted},
+    Phase, Reason, RunStrategy, names,
 };
+use kube::api::{Patch, PatchParams};
 
-use super::decision::{Action, Outcome, Step};
-use super::scope::{Scope, VmState, VmiState, World};
-use crate::children::kubevirt::run_strategy_name;
+use super::checkpoint::{Checkpoint, Io};
+use super::intents::Cleanup;
+use super::outcome::{Outcome, Step};
+use super::scope::Scope;
+use super::world::{self, VmState, VmiState};
+use crate::Result;
+use crate::apis::kubevirt::{VirtualMachine, VmiPhase, run_strategy_name};
+use crate::problem::Problem;
+
+/// The Starting checkpoint.
+#[derive(Debug)]
+pub struct Starting;
+
+/// What Starting observes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The VirtualMachine.
+    pub vm: VmState,
+    /// Its instance.
+    pub vmi: VmiState,
+}
+
+/// What Starting does to the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Set the VirtualMachine's run strategy.
+    SetRunStrategy(RunStrategy),
+}
+
+impl Checkpoint for Starting {
+    const PHASE: Phase = Phase::Starting;
+    const CONDITIONS: &'static [ConditionType] = &[VMStarted];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::Vmi];
+    type Observed = Observed;
+    type Action = Action;
+
+    async fn observe(io: Io<'_>) -> Result<Observed> {
+        Ok(Observed {
+            vm: world::vm_state(io).await?,
+            vmi: world::vmi_state(io).await?,
+        })
+    }
+
+    fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+        decide(scope)
+    }
+
+    async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
+        match action {
+            Action::SetRunStrategy(s) => {
+                let patch = serde_json::json!({"spec": {"runStrategy": run_strategy_name(*s)}});
+                io.api::<VirtualMachine>()
+                    .patch(
+                        &names::vm_name(io.vmm),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await?;
+                io.ctx.metrics.write("patch", "VirtualMachine");
+            }
+        }
+        Ok(None)
+    }
+}
 
 /// Decides the Starting step. Pure.
-pub fn decide(scope: &Scope) -> Outcome {
-    let World::Starting(vm, vmi) = &scope.world else {
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            "observing the VirtualMachine",
-        );
-    };
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+    let Observed { vm, vmi } = &scope.world;
     let wanted = scope.vmm.spec.target.template.run_strategy;
     let fail = |reason: Reason, message: String, resume: Phase| {
         Outcome::new(
@@ -41,7 +96,7 @@ pub fn decide(scope: &Scope) -> Outcome {
                 Phase::CreatingVM,
             );
         }
-        VmState::Ours { run_strategy } => run_strategy,
+        VmState::Ours { run_strategy, .. } => run_strategy,
     };
     if wanted == RunStrategy::Halted {
         return Outcome::new(
@@ -74,7 +129,10 @@ pub fn decide(scope: &Scope) -> Outcome {
     }
     let waited = scope.in_phase_for();
     match vmi {
-        VmiState::Present { phase, .. } if phase == "Running" => Outcome::new(
+        VmiState::Present {
+            phase: VmiPhase::Running,
+            ..
+        } => Outcome::new(
             Step::Advance {
                 to: Phase::Validating,
             },
@@ -87,8 +145,7 @@ pub fn decide(scope: &Scope) -> Outcome {
             "VirtualMachineInstance is Running",
         ),
         VmiState::Present { phase, reason, .. }
-            if (phase == "Failed" || phase == "Succeeded")
-                && matches!(wanted, RunStrategy::Once | RunStrategy::Manual) =>
+            if phase.is_final() && matches!(wanted, RunStrategy::Once | RunStrategy::Manual) =>
         {
             fail(
                 Reason::VMStartFailed,
@@ -112,7 +169,7 @@ pub fn decide(scope: &Scope) -> Outcome {
         ),
         VmiState::Present { phase, .. } => {
             let msg = format!("VirtualMachineInstance is {phase}");
-            let reason = if phase == "Failed" {
+            let reason = if *phase == VmiPhase::Failed {
                 Reason::TransientError
             } else {
                 Reason::InProgress
@@ -143,24 +200,25 @@ pub fn decide(scope: &Scope) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::scope::Policy;
+    use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
     fn ours(s: &str) -> VmState {
         VmState::Ours {
             run_strategy: Some(s.into()),
+            owned: true,
         }
     }
 
     fn vmi(phase: &str) -> VmiState {
         VmiState::Present {
-            phase: phase.into(),
+            phase: serde_json::from_value(serde_json::json!(phase)).unwrap(),
             agent_connected: false,
             reason: None,
         }
     }
 
-    fn step_with(strategy: RunStrategy, vm: VmState, vmi: VmiState, elapsed: i64) -> Step {
+    fn step_with(strategy: RunStrategy, vm: VmState, vmi: VmiState, elapsed: i64) -> Step<Action> {
         let mut vmm = migration("m").with_phase(Phase::Starting);
         vmm.spec.target.template.run_strategy = strategy;
         if let Some(s) = vmm.status.as_mut() {
@@ -171,12 +229,12 @@ mod tests {
             now: ts(elapsed).0,
             policy: Policy::default(),
             retries: 0,
-            world: World::Starting(vm, vmi),
+            world: Observed { vm, vmi },
         })
         .step
     }
 
-    fn step(vm: VmState, vmi: VmiState) -> Step {
+    fn step(vm: VmState, vmi: VmiState) -> Step<Action> {
         step_with(RunStrategy::Always, vm, vmi, 5)
     }
 

@@ -10,21 +10,9 @@ use ferry_crds::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::decision::{CondUpdate, Outcome, Step};
-
-/// The conditions a checkpoint sets.
-pub fn conditions_of(phase: Phase) -> &'static [ConditionType] {
-    use ConditionType::*;
-    match phase {
-        Phase::Preparing => &[SourceDiscovered, Validated],
-        Phase::Converting => &[DiskConverted],
-        Phase::Importing => &[DiskImported],
-        Phase::CreatingVM => &[VMCreated],
-        Phase::Starting => &[VMStarted],
-        Phase::Validating => &[GuestReady],
-        _ => &[],
-    }
-}
+use super::checkpoint::conditions_of;
+use super::intents::Intent;
+use super::outcome::{CondUpdate, Outcome, Step};
 
 /// The status as read, with all eight conditions present. Pure.
 pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
@@ -83,7 +71,11 @@ pub fn enter(s: &mut Status, to: Phase, now: &Time) {
 }
 
 /// The status after a checkpoint's outcome. Pure.
-pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Time) -> Status {
+///
+/// # Guarantees
+/// `observedGeneration` moves to the spec's generation only when the outcome is not a failure:
+/// a transient retry or a failure has not reconciled that generation.
+pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now: &Time) -> Status {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
     for u in &outcome.conditions {
@@ -100,7 +92,7 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
     }
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
     let phase = s.phase;
-    match &outcome.step {
+    let reconciled = match &outcome.step {
         Step::Advance { to } => {
             enter(&mut s, *to, now);
             if *to == Phase::Succeeded {
@@ -130,6 +122,7 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
                     format!("{to}"),
                 );
             }
+            true
         }
         Step::Fail {
             reason,
@@ -153,6 +146,7 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
                 Reason::Failed,
                 format!("{phase} failed: {message}"),
             );
+            false
         }
         Step::Retry { reason, message } => {
             s.retries = s.retries.saturating_add(1);
@@ -164,6 +158,7 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
                 Reason::TransientError,
                 format!("{reason}: {message}"),
             );
+            false
         }
         Step::Act(_) | Step::Wait { .. } => {
             ready(
@@ -174,160 +169,133 @@ pub fn after_outcome(vmm: &VirtualMachineMigration, outcome: &Outcome, now: &Tim
                 Reason::InProgress,
                 format!("{phase}"),
             );
+            true
         }
+    };
+    if reconciled {
+        s.observed_generation = generation;
     }
-    s.observed_generation = generation;
     s
 }
 
-/// The status after a start (`Pending`/`Queued` → Preparing). Pure.
-pub fn started(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+/// The status once `intent` was carried out (its cleanup done); `None` for
+/// [`Intent::Proceed`], whose status the checkpoint decides. Pure.
+///
+/// # Guarantees
+/// * `Start` enters Preparing (first attempt); `Held` enters Queued; `Cancel` enters Cancelled,
+///   marking the unfinished checkpoint's conditions; `Retry` enters the resumed checkpoint with
+///   one more attempt, the token taken and the conditions from there on reset (`lastFailure` is
+///   kept); `AckRetry` only takes the token; `Paused` and `Settled` change no phase.
+/// * `observedGeneration` moves to the spec's generation, except on a settled `Failed` migration
+///   (its failure did not reconcile that generation).
+pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) -> Option<Status> {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
-    s.attempts = s.attempts.max(1);
-    enter(&mut s, Phase::Preparing, now);
-    ready(
-        &mut s,
-        generation,
-        now,
-        ConditionStatus::False,
-        Reason::InProgress,
-        "Preparing",
-    );
-    s.message = Some("looking for the source VM".to_owned());
-    s.observed_generation = generation;
-    s
-}
-
-/// The status of a migration its wave holds. Pure.
-pub fn held(vmm: &VirtualMachineMigration, now: &Time) -> Status {
-    let generation = vmm.metadata.generation;
-    let mut s = initial(vmm, now);
-    enter(&mut s, Phase::Queued, now);
-    let wave = vmm.wave().unwrap_or("its wave");
-    ready(
-        &mut s,
-        generation,
-        now,
-        ConditionStatus::False,
-        Reason::HeldByWave,
-        format!("queued by MigrationWave {wave}"),
-    );
-    s.message = Some(format!("queued by MigrationWave {wave}"));
-    s.observed_generation = generation;
-    s
-}
-
-/// The status of a paused migration. Pure.
-pub fn paused(vmm: &VirtualMachineMigration, now: &Time) -> Status {
-    let generation = vmm.metadata.generation;
-    let mut s = initial(vmm, now);
-    ready(
-        &mut s,
-        generation,
-        now,
-        ConditionStatus::False,
-        Reason::Paused,
-        "spec.paused is true; no new step is taken",
-    );
-    s.message = Some(format!("paused in {}", s.phase));
-    s.observed_generation = generation;
-    s
-}
-
-/// The status once a cancel has cleaned up. Pure.
-pub fn cancelled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
-    let generation = vmm.metadata.generation;
-    let mut s = initial(vmm, now);
-    let from = s.phase;
-    for t in conditions_of(from) {
-        if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
-            condition::set_condition(
-                &mut s.conditions,
-                *t,
+    let ready_and_message: Option<(ConditionStatus, Reason, String, String)> = match intent {
+        Intent::Proceed => return None,
+        Intent::Start => {
+            s.attempts = s.attempts.max(1);
+            enter(&mut s, Phase::Preparing, now);
+            Some((
+                ConditionStatus::False,
+                Reason::InProgress,
+                "Preparing".to_owned(),
+                "looking for the source VM".to_owned(),
+            ))
+        }
+        Intent::Held => {
+            enter(&mut s, Phase::Queued, now);
+            let held = format!(
+                "queued by MigrationWave {}",
+                vmm.wave().unwrap_or("its wave")
+            );
+            Some((
+                ConditionStatus::False,
+                Reason::HeldByWave,
+                held.clone(),
+                held,
+            ))
+        }
+        Intent::Paused => Some((
+            ConditionStatus::False,
+            Reason::Paused,
+            "spec.paused is true; no new step is taken".to_owned(),
+            format!("paused in {}", s.phase),
+        )),
+        Intent::Cancel { .. } => {
+            let from = s.phase;
+            for t in conditions_of(from) {
+                if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
+                    condition::set_condition(
+                        &mut s.conditions,
+                        *t,
+                        ConditionStatus::False,
+                        Reason::Cancelled,
+                        "cancelled",
+                        generation,
+                        now,
+                    );
+                }
+            }
+            enter(&mut s, Phase::Cancelled, now);
+            s.progress = None;
+            Some((
                 ConditionStatus::False,
                 Reason::Cancelled,
-                "cancelled",
-                generation,
-                now,
-            );
+                format!("cancelled in {from}; partial results removed"),
+                format!("cancelled in {from}"),
+            ))
         }
-    }
-    enter(&mut s, Phase::Cancelled, now);
-    ready(
-        &mut s,
-        generation,
-        now,
-        ConditionStatus::False,
-        Reason::Cancelled,
-        format!("cancelled in {from}; partial results removed"),
-    );
-    s.message = Some(format!("cancelled in {from}"));
-    s.progress = None;
-    s.observed_generation = generation;
-    s
-}
-
-/// The status once a retry has cleaned up: back in `resume`, one more attempt, the token taken;
-/// conditions of `resume` and later checkpoints reset (`lastFailure` is kept). Pure.
-pub fn retried(vmm: &VirtualMachineMigration, resume: Phase, now: &Time) -> Status {
-    let generation = vmm.metadata.generation;
-    let mut s = initial(vmm, now);
-    s.attempts = s.attempts.max(1) + 1;
-    s.retry_observed = vmm.spec.retry;
-    let from = resume.checkpoint_index().unwrap_or(0);
-    for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
-        let (reason, msg) = if i == from {
-            (Reason::RetryRequested, format!("retrying from {resume}"))
-        } else {
-            (Reason::NotStarted, String::new())
-        };
-        for t in conditions_of(*p) {
-            condition::set_condition(
-                &mut s.conditions,
-                *t,
-                ConditionStatus::Unknown,
-                reason,
-                msg.clone(),
-                generation,
-                now,
-            );
+        Intent::Retry { resume, .. } => {
+            let resume = *resume;
+            s.attempts = s.attempts.max(1) + 1;
+            s.retry_observed = vmm.spec.retry;
+            let from = resume.checkpoint_index().unwrap_or(0);
+            for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
+                let (reason, msg) = if i == from {
+                    (Reason::RetryRequested, format!("retrying from {resume}"))
+                } else {
+                    (Reason::NotStarted, String::new())
+                };
+                for t in conditions_of(*p) {
+                    condition::set_condition(
+                        &mut s.conditions,
+                        *t,
+                        ConditionStatus::Unknown,
+                        reason,
+                        msg.clone(),
+                        generation,
+                        now,
+                    );
+                }
+            }
+            if resume == Phase::Preparing {
+                s.disks.clear();
+                s.progress = None;
+            }
+            s.completed_at = None;
+            enter(&mut s, resume, now);
+            Some((
+                ConditionStatus::False,
+                Reason::RetryRequested,
+                format!("attempt {} from {resume}", s.attempts),
+                format!("retrying from {resume} (attempt {})", s.attempts),
+            ))
         }
+        Intent::AckRetry => {
+            s.retry_observed = vmm.spec.retry;
+            None
+        }
+        Intent::Settled => None,
+    };
+    if let Some((status, reason, ready_message, message)) = ready_and_message {
+        ready(&mut s, generation, now, status, reason, ready_message);
+        s.message = Some(message);
     }
-    if resume == Phase::Preparing {
-        s.disks.clear();
-        s.progress = None;
+    if !(matches!(intent, Intent::Settled) && s.phase == Phase::Failed) {
+        s.observed_generation = generation;
     }
-    s.completed_at = None;
-    enter(&mut s, resume, now);
-    let attempt_msg = format!("attempt {} from {resume}", s.attempts);
-    ready(
-        &mut s,
-        generation,
-        now,
-        ConditionStatus::False,
-        Reason::RetryRequested,
-        attempt_msg,
-    );
-    s.message = Some(format!("retrying from {resume} (attempt {})", s.attempts));
-    s.observed_generation = generation;
-    s
-}
-
-/// The status with a retry token merely acknowledged. Pure.
-pub fn acknowledged(vmm: &VirtualMachineMigration, now: &Time) -> Status {
-    let mut s = initial(vmm, now);
-    s.retry_observed = vmm.spec.retry;
-    s.observed_generation = vmm.metadata.generation;
-    s
-}
-
-/// The status of a settled (terminal) migration: unchanged but for the conditions' presence and
-/// the observed generation. Pure.
-pub fn settled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
-    let mut s = initial(vmm, now);
-    s.observed_generation = vmm.metadata.generation;
-    s
+    Some(s)
 }
 
 /// The status without the fields that move with every byte copied.
@@ -381,7 +349,27 @@ pub fn has_all_conditions(conds: &[Condition]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::decision::{Action, Outcome};
+    use crate::reconcile::intents::Cleanup;
+    use crate::reconcile::outcome::Outcome;
+
+    fn started(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+        after_intent(vmm, &Intent::Start, now).unwrap()
+    }
+
+    fn retried(vmm: &VirtualMachineMigration, resume: Phase, now: &Time) -> Status {
+        let intent = Intent::Retry {
+            resume,
+            cleanup: vec![],
+        };
+        after_intent(vmm, &intent, now).unwrap()
+    }
+
+    fn cancelled(vmm: &VirtualMachineMigration, now: &Time) -> Status {
+        let intent = Intent::Cancel {
+            cleanup: vec![Cleanup::Job],
+        };
+        after_intent(vmm, &intent, now).unwrap()
+    }
     use ConditionStatus::*;
     use ferry_crds::fixtures::{migration, t0, t1, ts};
 
@@ -418,7 +406,7 @@ mod tests {
     #[test]
     fn advancing_records_history_and_moves_transition_time_only_on_change() {
         let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
-        let o = Outcome::new(
+        let o = Outcome::<()>::new(
             Step::Advance {
                 to: Phase::Converting,
             },
@@ -453,7 +441,7 @@ mod tests {
         // the same outcome again changes nothing
         let again = after_outcome(
             &with_status(migration("m"), s.clone()),
-            &Outcome::new(
+            &Outcome::<()>::new(
                 Step::Wait {
                     requeue: Duration::ZERO,
                 },
@@ -468,7 +456,7 @@ mod tests {
     fn failing_records_last_failure_and_a_terminal_time() {
         let vmm = with_status(migration("m"), started(&migration("m"), &t0()))
             .with_phase(Phase::Importing);
-        let o = Outcome::new(
+        let o = Outcome::<()>::new(
             Step::Fail {
                 reason: Reason::ImportFailed,
                 message: "boom".into(),
@@ -563,7 +551,6 @@ mod tests {
             "a phase change is always written"
         );
         assert!(worth_writing(None, &a, Some(Duration::ZERO)));
-        let _ = Action::CreateJob;
     }
 
     #[test]
@@ -573,7 +560,7 @@ mod tests {
             Step::Wait {
                 requeue: Duration::ZERO,
             },
-            Step::Act(vec![Action::CreateJob]),
+            Step::Act(vec![()]),
             Step::Advance {
                 to: Phase::Importing,
             },
@@ -582,7 +569,7 @@ mod tests {
             for step in &steps {
                 let vmm =
                     with_status(migration("m"), started(&migration("m"), &t0())).with_phase(phase);
-                let o = Outcome::new(step.clone(), "m").with(
+                let o = Outcome::<()>::new(step.clone(), "m").with(
                     ConditionType::DiskConverted,
                     Unknown,
                     Reason::InProgress,
@@ -602,7 +589,7 @@ mod tests {
     #[test]
     fn transient_retries_are_counted_in_the_status_and_reset_by_a_phase_change() {
         let vmm = with_status(migration("m"), started(&migration("m"), &t0()));
-        let retry = Outcome::new(
+        let retry = Outcome::<()>::new(
             Step::Retry {
                 reason: Reason::StagingUnavailable,
                 message: "down".into(),
@@ -614,7 +601,7 @@ mod tests {
         assert_eq!((s1.retries, s2.retries), (1, 2));
         let moved = after_outcome(
             &with_status(migration("m"), s2),
-            &Outcome::new(
+            &Outcome::<()>::new(
                 Step::Advance {
                     to: Phase::Converting,
                 },
@@ -623,5 +610,73 @@ mod tests {
             &ts(180),
         );
         assert_eq!(moved.retries, 0);
+    }
+
+    #[test]
+    fn observed_generation_moves_only_when_the_generation_was_reconciled() {
+        let mut vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Importing);
+        vmm.metadata.generation = Some(2);
+        let wait = Outcome::<()>::new(
+            Step::Wait {
+                requeue: Duration::ZERO,
+            },
+            "",
+        );
+        assert_eq!(
+            after_outcome(&vmm, &wait, &t1()).observed_generation,
+            Some(2)
+        );
+        let retry = Outcome::<()>::new(
+            Step::Retry {
+                reason: Reason::StagingUnavailable,
+                message: "down".into(),
+            },
+            "",
+        );
+        assert_eq!(
+            after_outcome(&vmm, &retry, &t1()).observed_generation,
+            Some(1),
+            "a transient failure"
+        );
+        let fail = Outcome::<()>::new(
+            Step::Fail {
+                reason: Reason::ImportFailed,
+                message: "x".into(),
+                retriable: true,
+                resume: Phase::Importing,
+            },
+            "",
+        );
+        let failed = after_outcome(&vmm, &fail, &t1());
+        assert_eq!(failed.observed_generation, Some(1), "a failure");
+        let mut settled = with_status(migration("m"), failed);
+        settled.metadata.generation = Some(3);
+        assert_eq!(
+            after_intent(&settled, &Intent::Settled, &t1())
+                .unwrap()
+                .observed_generation,
+            Some(1),
+            "settling a failure does not claim the new generation"
+        );
+    }
+
+    #[test]
+    fn intents_without_a_phase_change_keep_the_phase_and_take_what_they_must() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Importing);
+        assert_eq!(after_intent(&vmm, &Intent::Proceed, &t1()), None);
+        let paused = after_intent(&vmm.clone().paused(), &Intent::Paused, &t1()).unwrap();
+        assert_eq!(
+            (paused.phase, paused.message.as_deref()),
+            (Phase::Importing, Some("paused in Importing"))
+        );
+        let acked = after_intent(&vmm.clone().with_retry(4), &Intent::AckRetry, &t1()).unwrap();
+        assert_eq!((acked.phase, acked.retry_observed), (Phase::Importing, 4));
+        let held = after_intent(&migration("m").in_wave("w"), &Intent::Held, &t1()).unwrap();
+        assert_eq!(
+            (held.phase, held.message.as_deref()),
+            (Phase::Queued, Some("queued by MigrationWave w"))
+        );
     }
 }

@@ -18,7 +18,9 @@ pub enum Error {
     AccessDenied { detail: String },
 
     /// The bucket does not exist.
-    #[error("S3 bucket {bucket:?} does not exist at {endpoint}; create it or fix spec.staging.bucket")]
+    #[error(
+        "S3 bucket {bucket:?} does not exist at {endpoint}; create it or fix spec.staging.bucket"
+    )]
     NoSuchBucket { bucket: String, endpoint: String },
 
     /// The object does not exist.
@@ -35,13 +37,19 @@ pub enum Error {
 
     /// A local file could not be read or written.
     #[error("{path}: {source}")]
-    Io { path: std::path::PathBuf, source: std::io::Error },
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl Error {
     /// Whether retrying later may succeed without a change to the spec or the store.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unreachable { .. } | Error::Server(_) | Error::Io { .. })
+        matches!(
+            self,
+            Error::Unreachable { .. } | Error::Server(_) | Error::Io { .. }
+        )
     }
 
     /// A short, stable label (metrics, condition reasons, exit messages).
@@ -82,19 +90,37 @@ pub(crate) struct Context<'a> {
 pub(crate) fn classify(kind: StoreKind, text: &str, cx: Context<'_>) -> Error {
     let has = |s: &str| text.contains(s);
     if has("NoSuchBucket") {
-        return Error::NoSuchBucket { bucket: cx.bucket.to_owned(), endpoint: cx.endpoint.to_owned() };
+        return Error::NoSuchBucket {
+            bucket: cx.bucket.to_owned(),
+            endpoint: cx.endpoint.to_owned(),
+        };
     }
     if kind == StoreKind::Denied
-        || ["AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403 Forbidden", "401 Unauthorized"]
-            .iter()
-            .any(|s| has(s))
+        || [
+            "AccessDenied",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "403 Forbidden",
+            "401 Unauthorized",
+        ]
+        .iter()
+        .any(|s| has(s))
     {
-        return Error::AccessDenied { detail: text.to_owned() };
+        return Error::AccessDenied {
+            detail: text.to_owned(),
+        };
     }
     match kind {
-        StoreKind::NotFound => return Error::NotFound { key: cx.key.to_owned() },
+        StoreKind::NotFound => {
+            return Error::NotFound {
+                key: cx.key.to_owned(),
+            };
+        }
         StoreKind::Network => {
-            return Error::Unreachable { endpoint: cx.endpoint.to_owned(), detail: text.to_owned() };
+            return Error::Unreachable {
+                endpoint: cx.endpoint.to_owned(),
+                detail: text.to_owned(),
+            };
         }
         StoreKind::Denied | StoreKind::Other => {}
     }
@@ -107,14 +133,18 @@ pub(crate) fn classify(kind: StoreKind, text: &str, cx: Context<'_>) -> Error {
 pub(crate) fn from_store(err: &object_store::Error, cx: Context<'_>) -> Error {
     let mut kind = match err {
         object_store::Error::NotFound { .. } => StoreKind::NotFound,
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => StoreKind::Denied,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => StoreKind::Denied,
         _ => StoreKind::Other,
     };
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = next {
         if let Some(h) = e.downcast_ref::<object_store::client::HttpError>() {
             use object_store::client::HttpErrorKind as K;
-            if matches!(h.kind(), K::Connect | K::Timeout | K::Request | K::Interrupted) {
+            if matches!(
+                h.kind(),
+                K::Connect | K::Timeout | K::Request | K::Interrupted
+            ) {
                 kind = StoreKind::Network;
             }
         }
@@ -127,20 +157,69 @@ pub(crate) fn from_store(err: &object_store::Error, cx: Context<'_>) -> Error {
 mod tests {
     use super::*;
 
-    const CX: Context<'static> = Context { endpoint: "http://127.0.0.1:9000", bucket: "ferry", key: "a/b" };
+    const CX: Context<'static> = Context {
+        endpoint: "http://127.0.0.1:9000",
+        bucket: "ferry",
+        key: "a/b",
+    };
 
     #[test]
     fn classification_table() {
         let cases: Vec<(StoreKind, &str, &str, bool)> = vec![
-            (StoreKind::NotFound, "404 Not Found: <Error><Code>NoSuchBucket</Code></Error>", "NoSuchBucket", false),
-            (StoreKind::Other, "status code: 404 Not Found: <Code>NoSuchBucket</Code>", "NoSuchBucket", false),
-            (StoreKind::NotFound, "Object at location a/b not found", "NotFound", false),
-            (StoreKind::Denied, "permission denied", "AccessDenied", false),
-            (StoreKind::Other, "status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>", "AccessDenied", false),
-            (StoreKind::Other, "<Code>SignatureDoesNotMatch</Code>", "AccessDenied", false),
-            (StoreKind::Network, "error sending request: Connection refused", "Unreachable", true),
-            (StoreKind::Other, "Server returned non-2xx status code: 503 Service Unavailable", "Server", true),
-            (StoreKind::Other, "Server returned non-2xx status code: 400 Bad Request", "Other", false),
+            (
+                StoreKind::NotFound,
+                "404 Not Found: <Error><Code>NoSuchBucket</Code></Error>",
+                "NoSuchBucket",
+                false,
+            ),
+            (
+                StoreKind::Other,
+                "status code: 404 Not Found: <Code>NoSuchBucket</Code>",
+                "NoSuchBucket",
+                false,
+            ),
+            (
+                StoreKind::NotFound,
+                "Object at location a/b not found",
+                "NotFound",
+                false,
+            ),
+            (
+                StoreKind::Denied,
+                "permission denied",
+                "AccessDenied",
+                false,
+            ),
+            (
+                StoreKind::Other,
+                "status code: 403 Forbidden: <Code>InvalidAccessKeyId</Code>",
+                "AccessDenied",
+                false,
+            ),
+            (
+                StoreKind::Other,
+                "<Code>SignatureDoesNotMatch</Code>",
+                "AccessDenied",
+                false,
+            ),
+            (
+                StoreKind::Network,
+                "error sending request: Connection refused",
+                "Unreachable",
+                true,
+            ),
+            (
+                StoreKind::Other,
+                "Server returned non-2xx status code: 503 Service Unavailable",
+                "Server",
+                true,
+            ),
+            (
+                StoreKind::Other,
+                "Server returned non-2xx status code: 400 Bad Request",
+                "Other",
+                false,
+            ),
         ];
         for (kind, text, reason, transient) in cases {
             let e = classify(kind, text, CX);
@@ -152,6 +231,9 @@ mod tests {
     #[test]
     fn missing_bucket_message_names_bucket_and_endpoint() {
         let msg = classify(StoreKind::Other, "NoSuchBucket", CX).to_string();
-        assert!(msg.contains("\"ferry\"") && msg.contains("127.0.0.1:9000"), "{msg}");
+        assert!(
+            msg.contains("\"ferry\"") && msg.contains("127.0.0.1:9000"),
+            "{msg}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 mod error;
 
+use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -13,8 +14,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt,
-    PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
+    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, RetryConfig, WriteMultipart,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -33,29 +34,16 @@ const PART_CONCURRENCY: usize = 4;
 pub const META_SHA256: &str = "sha256";
 
 /// Where staging lives and how to sign in.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct StagingConfig {
     /// `https://s3.example.com` or `http://127.0.0.1:9000`; the bucket is addressed path-style.
     pub endpoint: String,
     pub bucket: String,
     pub region: String,
     pub access_key: String,
-    pub secret_key: String,
+    pub secret_key: secrecy::SecretString,
     /// Prepended to every key, e.g. `ferry`; empty for none.
     pub prefix: String,
-}
-
-impl fmt::Debug for StagingConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StagingConfig")
-            .field("endpoint", &self.endpoint)
-            .field("bucket", &self.bucket)
-            .field("region", &self.region)
-            .field("access_key", &self.access_key)
-            .field("secret_key", &"<redacted>")
-            .field("prefix", &self.prefix)
-            .finish()
-    }
 }
 
 /// A staged object with its user metadata.
@@ -87,7 +75,9 @@ pub struct Staging {
 
 impl fmt::Debug for Staging {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Staging").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Staging")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -112,14 +102,19 @@ fn relative_key(prefix: &str, path: &ObjectPath) -> String {
     if prefix.is_empty() {
         return full.to_owned();
     }
-    full.strip_prefix(prefix).map(|k| k.trim_start_matches('/').to_owned()).unwrap_or_else(|| full.to_owned())
+    full.strip_prefix(prefix)
+        .map(|k| k.trim_start_matches('/').to_owned())
+        .unwrap_or_else(|| full.to_owned())
 }
 
 /// Lower-case hex SHA-256 of a file, read in 1 MiB blocks.
 ///
 /// Errors: [`Error::Io`].
 pub async fn sha256_file(path: &Path) -> Result<String> {
-    let io = |source| Error::Io { path: path.to_owned(), source };
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
     let mut file = tokio::fs::File::open(path).await.map_err(io)?;
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let mut buf = vec![0u8; 1 << 20];
@@ -151,7 +146,11 @@ impl Staging {
             "https" => false,
             // Plain http only when the URL says so explicitly (a loopback lab, an in-cluster service).
             "http" => true,
-            other => return Err(Error::Invalid(format!("S3 endpoint scheme {other:?}; use http or https"))),
+            other => {
+                return Err(Error::Invalid(format!(
+                    "S3 endpoint scheme {other:?}; use http or https"
+                )));
+            }
         };
         if config.bucket.is_empty() {
             return Err(Error::Invalid("no bucket".into()));
@@ -170,19 +169,26 @@ impl Staging {
             max_retries: 2,
             retry_timeout: Duration::from_secs(20),
         };
-        let region = if config.region.is_empty() { "us-east-1" } else { config.region.as_str() };
+        let region = if config.region.is_empty() {
+            "us-east-1"
+        } else {
+            config.region.as_str()
+        };
         let store = AmazonS3Builder::new()
             .with_endpoint(endpoint)
             .with_bucket_name(&config.bucket)
             .with_region(region)
             .with_access_key_id(&config.access_key)
-            .with_secret_access_key(&config.secret_key)
+            .with_secret_access_key(config.secret_key.expose_secret())
             .with_virtual_hosted_style_request(false)
             .with_client_options(options)
             .with_retry(retry)
             .build()
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        Ok(Self { store: Arc::new(store), config })
+        Ok(Self {
+            store: Arc::new(store),
+            config,
+        })
     }
 
     pub fn config(&self) -> &StagingConfig {
@@ -190,7 +196,11 @@ impl Staging {
     }
 
     fn cx<'a>(&'a self, key: &'a str) -> Context<'a> {
-        Context { endpoint: &self.config.endpoint, bucket: &self.config.bucket, key }
+        Context {
+            endpoint: &self.config.endpoint,
+            bucket: &self.config.bucket,
+            key,
+        }
     }
 
     fn path(&self, key: &str) -> Result<ObjectPath> {
@@ -200,7 +210,12 @@ impl Staging {
     /// The path-style URL of an object, `ENDPOINT/BUCKET/PREFIX/KEY` (what CDI's `source.s3` takes).
     pub fn object_url(&self, key: &str) -> Result<String> {
         let path = self.path(key)?;
-        Ok(format!("{}/{}/{}", self.config.endpoint.trim_end_matches('/'), self.config.bucket, path))
+        Ok(format!(
+            "{}/{}/{}",
+            self.config.endpoint.trim_end_matches('/'),
+            self.config.bucket,
+            path
+        ))
     }
 
     /// Whether the bucket exists (one small listing).
@@ -224,24 +239,48 @@ impl Staging {
     /// atomic); an aborted multipart upload is cleaned up when possible.
     ///
     /// Errors: [`Error::Io`] reading the file; S3 errors classified.
-    pub async fn put_file(&self, key: &str, file: &Path, metadata: &BTreeMap<String, String>) -> Result<StagedObject> {
+    pub async fn put_file(
+        &self,
+        key: &str,
+        file: &Path,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<StagedObject> {
         let path = self.path(key)?;
-        let io = |source| Error::Io { path: file.to_owned(), source };
+        let io = |source| Error::Io {
+            path: file.to_owned(),
+            source,
+        };
         let size = tokio::fs::metadata(file).await.map_err(io)?.len();
         let mut attributes = Attributes::new();
         for (k, v) in metadata {
-            attributes.insert(Attribute::Metadata(k.to_ascii_lowercase().into()), AttributeValue::from(v.clone()));
+            attributes.insert(
+                Attribute::Metadata(k.to_ascii_lowercase().into()),
+                AttributeValue::from(v.clone()),
+            );
         }
         let store_err = |e: object_store::Error| from_store(&e, self.cx(key));
         let mut reader = tokio::fs::File::open(file).await.map_err(io)?;
         if size <= PART_SIZE as u64 {
             let mut buf = Vec::with_capacity(size as usize);
             reader.read_to_end(&mut buf).await.map_err(io)?;
-            let opts = PutOptions { attributes, ..PutOptions::default() };
-            self.store.put_opts(&path, PutPayload::from(buf), opts).await.map_err(store_err)?;
+            let opts = PutOptions {
+                attributes,
+                ..PutOptions::default()
+            };
+            self.store
+                .put_opts(&path, PutPayload::from(buf), opts)
+                .await
+                .map_err(store_err)?;
         } else {
-            let opts = PutMultipartOptions { attributes, ..PutMultipartOptions::default() };
-            let upload = self.store.put_multipart_opts(&path, opts).await.map_err(store_err)?;
+            let opts = PutMultipartOptions {
+                attributes,
+                ..PutMultipartOptions::default()
+            };
+            let upload = self
+                .store
+                .put_multipart_opts(&path, opts)
+                .await
+                .map_err(store_err)?;
             let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
             let mut buf = vec![0u8; PART_SIZE];
             let outcome: Result<()> = async {
@@ -250,7 +289,10 @@ impl Staging {
                     if n == 0 {
                         break;
                     }
-                    writer.wait_for_capacity(PART_CONCURRENCY).await.map_err(store_err)?;
+                    writer
+                        .wait_for_capacity(PART_CONCURRENCY)
+                        .await
+                        .map_err(store_err)?;
                     writer.write(&buf[..n]);
                 }
                 Ok(())
@@ -270,7 +312,10 @@ impl Staging {
             key: key.to_owned(),
             size,
             sha256: metadata.get(META_SHA256).cloned(),
-            metadata: metadata.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect(),
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
         })
     }
 
@@ -280,7 +325,10 @@ impl Staging {
     /// object with one extra listing, since HEAD answers carry no body); others classified.
     pub async fn head(&self, key: &str) -> Result<Option<StagedObject>> {
         let path = self.path(key)?;
-        let opts = GetOptions { head: true, ..GetOptions::default() };
+        let opts = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
         let got = match self.store.get_opts(&path, opts).await {
             Ok(g) => g,
             Err(e) => {
@@ -298,7 +346,9 @@ impl Staging {
             .attributes
             .iter()
             .filter_map(|(k, v)| match k {
-                Attribute::Metadata(name) => Some((name.to_ascii_lowercase(), v.as_ref().to_owned())),
+                Attribute::Metadata(name) => {
+                    Some((name.to_ascii_lowercase(), v.as_ref().to_owned()))
+                }
                 _ => None,
             })
             .collect();
@@ -317,7 +367,10 @@ impl Staging {
         let path = self.path(key)?;
         let store_err = |e: object_store::Error| from_store(&e, self.cx(key));
         let got = self.store.get(&path).await.map_err(store_err)?;
-        let io = |source| Error::Io { path: dest.to_owned(), source };
+        let io = |source| Error::Io {
+            path: dest.to_owned(),
+            source,
+        };
         let mut out = tokio::io::BufWriter::new(tokio::fs::File::create(dest).await.map_err(io)?);
         let mut stream = got.into_stream();
         let mut n = 0u64;
@@ -332,16 +385,25 @@ impl Staging {
 
     /// Every object under `prefix` (relative to the configured prefix; empty for all).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        let base = if prefix.trim_matches('/').is_empty() && self.config.prefix.trim_matches('/').is_empty() {
+        let base = if prefix.trim_matches('/').is_empty()
+            && self.config.prefix.trim_matches('/').is_empty()
+        {
             None
         } else {
             Some(object_path(&self.config.prefix, prefix)?)
         };
-        let metas: Vec<_> =
-            self.store.list(base.as_ref()).try_collect().await.map_err(|e| from_store(&e, self.cx(prefix)))?;
+        let metas: Vec<_> = self
+            .store
+            .list(base.as_ref())
+            .try_collect()
+            .await
+            .map_err(|e| from_store(&e, self.cx(prefix)))?;
         Ok(metas
             .into_iter()
-            .map(|m| ObjectInfo { key: relative_key(&self.config.prefix, &m.location), size: m.size })
+            .map(|m| ObjectInfo {
+                key: relative_key(&self.config.prefix, &m.location),
+                size: m.size,
+            })
             .collect())
     }
 
@@ -360,7 +422,9 @@ impl Staging {
     /// Deletes every object under `prefix`; returns how many. Idempotent.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize> {
         if prefix.trim_matches('/').is_empty() {
-            return Err(Error::Invalid("refusing to delete everything: empty prefix".into()));
+            return Err(Error::Invalid(
+                "refusing to delete everything: empty prefix".into(),
+            ));
         }
         let objects = self.list(prefix).await?;
         for o in &objects {
@@ -389,7 +453,12 @@ mod tests {
 
     #[test]
     fn object_paths_join_prefix_and_key() {
-        assert_eq!(object_path("ferry", "ns/vm/disk-2000.raw").unwrap().as_ref(), "ferry/ns/vm/disk-2000.raw");
+        assert_eq!(
+            object_path("ferry", "ns/vm/disk-2000.raw")
+                .unwrap()
+                .as_ref(),
+            "ferry/ns/vm/disk-2000.raw"
+        );
         assert_eq!(object_path("", "/ns/vm/").unwrap().as_ref(), "ns/vm");
         assert_eq!(object_path("/a/b/", "c").unwrap().as_ref(), "a/b/c");
         assert!(matches!(object_path("", ""), Err(Error::Invalid(_))));
@@ -417,12 +486,23 @@ mod tests {
         };
         assert!(Staging::new(base.clone()).is_ok());
         assert!(!format!("{base:?}").contains("very-secret"));
-        let ftp = StagingConfig { endpoint: "ftp://x".into(), ..base.clone() };
+        let ftp = StagingConfig {
+            endpoint: "ftp://x".into(),
+            ..base.clone()
+        };
         assert!(matches!(Staging::new(ftp), Err(Error::Invalid(_))));
-        let no_bucket = StagingConfig { bucket: String::new(), ..base.clone() };
+        let no_bucket = StagingConfig {
+            bucket: String::new(),
+            ..base.clone()
+        };
         assert!(matches!(Staging::new(no_bucket), Err(Error::Invalid(_))));
-        let url =
-            Staging::new(StagingConfig { prefix: "stage".into(), ..base }).unwrap().object_url("ns/d.raw").unwrap();
+        let url = Staging::new(StagingConfig {
+            prefix: "stage".into(),
+            ..base
+        })
+        .unwrap()
+        .object_url("ns/d.raw")
+        .unwrap();
         assert_eq!(url, "http://127.0.0.1:9000/ferry/stage/ns/d.raw");
     }
 
@@ -432,7 +512,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("abc");
         std::fs::write(&f, b"abc").unwrap();
-        assert_eq!(sha256_file(&f).await.unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha256_file(&f).await.unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

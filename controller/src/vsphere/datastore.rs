@@ -19,14 +19,21 @@ impl DatastorePath {
     ///
     /// Errors: [`Error::Invalid`] without the bracketed datastore name or without a file path.
     pub fn parse(text: &str) -> Result<Self> {
-        let invalid = || Error::Invalid(format!("{text:?} is not a datastore path like \"[datastore] dir/file.vmdk\""));
+        let invalid = || {
+            Error::Invalid(format!(
+                "{text:?} is not a datastore path like \"[datastore] dir/file.vmdk\""
+            ))
+        };
         let rest = text.trim().strip_prefix('[').ok_or_else(invalid)?;
         let (ds, path) = rest.split_once(']').ok_or_else(invalid)?;
         let path = path.trim().trim_start_matches('/');
         if ds.is_empty() || path.is_empty() {
             return Err(invalid());
         }
-        Ok(Self { datastore: ds.to_owned(), path: path.to_owned() })
+        Ok(Self {
+            datastore: ds.to_owned(),
+            path: path.to_owned(),
+        })
     }
 
     /// The last path component: the file name.
@@ -41,7 +48,10 @@ impl DatastorePath {
             Some(d) => format!("{d}/{file}"),
             None => file.to_owned(),
         };
-        Self { datastore: self.datastore.clone(), path }
+        Self {
+            datastore: self.datastore.clone(),
+            path,
+        }
     }
 }
 
@@ -62,13 +72,18 @@ pub fn download_url(sdk: &str, datastore_path: &str, datacenter: &str) -> Result
     let ds = DatastorePath::parse(datastore_path)?;
     let mut url = sdk_base(sdk)?;
     {
-        let mut segments = url.path_segments_mut().map_err(|_| Error::Invalid(format!("{sdk} cannot carry a path")))?;
+        let mut segments = url
+            .path_segments_mut()
+            .map_err(|_| Error::Invalid(format!("{sdk} cannot carry a path")))?;
         segments.clear().push("folder");
         for part in ds.path.split('/').filter(|p| !p.is_empty()) {
             segments.push(part);
         }
     }
-    url.query_pairs_mut().clear().append_pair("dcPath", datacenter).append_pair("dsName", &ds.datastore);
+    url.query_pairs_mut()
+        .clear()
+        .append_pair("dcPath", datacenter)
+        .append_pair("dsName", &ds.datastore);
     Ok(url)
 }
 
@@ -81,10 +96,17 @@ pub(crate) fn sdk_url(text: &str) -> Result<Url> {
 
 fn sdk_base(text: &str) -> Result<Url> {
     let text = text.trim();
-    let with_scheme = if text.contains("://") { text.to_owned() } else { format!("https://{text}") };
-    let mut url = Url::parse(&with_scheme).map_err(|e| Error::Invalid(format!("vSphere URL {text:?}: {e}")))?;
+    let with_scheme = if text.contains("://") {
+        text.to_owned()
+    } else {
+        format!("https://{text}")
+    };
+    let mut url = Url::parse(&with_scheme)
+        .map_err(|e| Error::Invalid(format!("vSphere URL {text:?}: {e}")))?;
     if url.scheme() != "https" {
-        return Err(Error::Invalid(format!("vSphere URL {text:?} must use https")));
+        return Err(Error::Invalid(format!(
+            "vSphere URL {text:?} must use https"
+        )));
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(Error::Invalid(format!("vSphere URL {text:?} has no host")));
@@ -117,7 +139,10 @@ mod tests {
         assert_eq!(p.path, "DC0_H0_VM0/disk1.vmdk");
         assert_eq!(p.file_name(), "disk1.vmdk");
         assert_eq!(p.to_string(), "[LocalDS_0] DC0_H0_VM0/disk1.vmdk");
-        assert_eq!(p.sibling("disk1-flat.vmdk").path, "DC0_H0_VM0/disk1-flat.vmdk");
+        assert_eq!(
+            p.sibling("disk1-flat.vmdk").path,
+            "DC0_H0_VM0/disk1-flat.vmdk"
+        );
     }
 
     #[test]
@@ -126,32 +151,58 @@ mod tests {
         assert_eq!(p.datastore, "my ds");
         assert_eq!(p.path, "my vm/my vm.vmdk");
         assert_eq!(p.sibling("x.vmdk").path, "my vm/x.vmdk");
-        assert_eq!(DatastorePath::parse("[ds] top.vmdk").unwrap().sibling("y").path, "y");
+        assert_eq!(
+            DatastorePath::parse("[ds] top.vmdk")
+                .unwrap()
+                .sibling("y")
+                .path,
+            "y"
+        );
     }
 
     #[test]
     fn datastore_path_rejects_malformed_input() {
         for bad in ["", "ds/file.vmdk", "[ds]", "[] a.vmdk", "[ds a.vmdk"] {
-            assert!(matches!(DatastorePath::parse(bad), Err(Error::Invalid(_))), "{bad:?}");
+            assert!(
+                matches!(DatastorePath::parse(bad), Err(Error::Invalid(_))),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn download_url_follows_the_folder_service_layout() {
-        let url = download_url("https://127.0.0.1:8989/sdk", "[LocalDS_0] DC0_H0_VM0/disk1.vmdk", "DC0").unwrap();
-        assert_eq!(url.as_str(), "https://127.0.0.1:8989/folder/DC0_H0_VM0/disk1.vmdk?dcPath=DC0&dsName=LocalDS_0");
+        let url = download_url(
+            "https://127.0.0.1:8989/sdk",
+            "[LocalDS_0] DC0_H0_VM0/disk1.vmdk",
+            "DC0",
+        )
+        .unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://127.0.0.1:8989/folder/DC0_H0_VM0/disk1.vmdk?dcPath=DC0&dsName=LocalDS_0"
+        );
     }
 
     #[test]
     fn download_url_escapes_names() {
         let url = download_url("vc.example.com", "[ds 1] my vm/a#b.vmdk", "folder/DC 1").unwrap();
-        assert_eq!(url.as_str(), "https://vc.example.com/folder/my%20vm/a%23b.vmdk?dcPath=folder%2FDC+1&dsName=ds+1");
+        assert_eq!(
+            url.as_str(),
+            "https://vc.example.com/folder/my%20vm/a%23b.vmdk?dcPath=folder%2FDC+1&dsName=ds+1"
+        );
     }
 
     #[test]
     fn sdk_url_normalizes_and_insists_on_https() {
-        assert_eq!(sdk_url("vc.example.com").unwrap().as_str(), "https://vc.example.com/sdk");
-        assert_eq!(sdk_url("https://u:p@vc:443/sdk?x#y").unwrap().as_str(), "https://vc/sdk");
+        assert_eq!(
+            sdk_url("vc.example.com").unwrap().as_str(),
+            "https://vc.example.com/sdk"
+        );
+        assert_eq!(
+            sdk_url("https://u:p@vc:443/sdk?x#y").unwrap().as_str(),
+            "https://vc/sdk"
+        );
         let u = sdk_url("https://[::1]:8443/").unwrap();
         assert_eq!(server_address(&u), "[::1]:8443");
         assert!(matches!(sdk_url("http://vc/sdk"), Err(Error::Invalid(_))));

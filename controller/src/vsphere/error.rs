@@ -25,7 +25,11 @@ pub enum Error {
         "the TLS certificate of {url} is not trusted ({detail}); pin it with thumbprint {sha256} \
          or set insecureSkipTLSVerify"
     )]
-    TlsUntrusted { url: String, detail: String, sha256: String },
+    TlsUntrusted {
+        url: String,
+        detail: String,
+        sha256: String,
+    },
 
     /// The user name or password was refused (InvalidLogin).
     #[error("vSphere login refused for user {user:?}: wrong user name or password")]
@@ -57,7 +61,10 @@ pub enum Error {
 
     /// A local file could not be written.
     #[error("{path}: {source}")]
-    Io { path: std::path::PathBuf, source: std::io::Error },
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Faults that say "try again later" rather than "this cannot work".
@@ -111,27 +118,46 @@ impl Error {
             return Self::from_rejection(url, rejection);
         }
         if let Some(status) = err.status() {
-            return Error::Http { status: status.as_u16(), url: url.to_owned() };
+            return Error::Http {
+                status: status.as_u16(),
+                url: url.to_owned(),
+            };
         }
         if err.is_connect() || err.is_timeout() {
-            return Error::Unreachable { url: url.to_owned(), detail: chain(err) };
+            return Error::Unreachable {
+                url: url.to_owned(),
+                detail: chain(err),
+            };
         }
         if err.is_builder() {
             return Error::Invalid(chain(err));
         }
         // Bodies cut off mid-stream, resets: the network, not the request.
-        Error::Unreachable { url: url.to_owned(), detail: chain(err) }
+        Error::Unreachable {
+            url: url.to_owned(),
+            detail: chain(err),
+        }
     }
 
     fn from_rejection(url: &str, r: TlsRejection) -> Self {
         match r {
-            TlsRejection::ThumbprintMismatch { expected, actual } => Error::ThumbprintMismatch { expected, actual },
-            TlsRejection::Untrusted { detail, sha256 } => Error::TlsUntrusted { url: url.to_owned(), detail, sha256 },
+            TlsRejection::ThumbprintMismatch { expected, actual } => {
+                Error::ThumbprintMismatch { expected, actual }
+            }
+            TlsRejection::Untrusted { detail, sha256 } => Error::TlsUntrusted {
+                url: url.to_owned(),
+                detail,
+                sha256,
+            },
         }
     }
 
     /// Classifies an error of a vim_rs SOAP call.
-    pub(crate) fn from_vim(url: &str, err: &vim_rs::core::client::Error, tls: &TlsObserver) -> Self {
+    pub(crate) fn from_vim(
+        url: &str,
+        err: &vim_rs::core::client::Error,
+        tls: &TlsObserver,
+    ) -> Self {
         use vim_rs::core::client::Error as V;
         match err {
             V::MethodFault(f) => Self::from_fault(f),
@@ -140,12 +166,17 @@ impl Error {
                 // vim_rs reports SOAP faults without a typed detail as parse errors carrying the
                 // faultstring; vcsim words a refused login this way.
                 if s.contains("InvalidLogin") || s.to_ascii_lowercase().contains("login failure") {
-                    Error::BadCredentials { user: String::new() }
+                    Error::BadCredentials {
+                        user: String::new(),
+                    }
                 } else {
                     Error::Protocol(s.clone())
                 }
             }
-            V::MissingOrInvalidSessionKey => Error::Fault { name: "NotAuthenticated".into(), message: err.to_string() },
+            V::MissingOrInvalidSessionKey => Error::Fault {
+                name: "NotAuthenticated".into(),
+                message: err.to_string(),
+            },
             other => Error::Protocol(other.to_string()),
         }
     }
@@ -156,11 +187,18 @@ impl Error {
             .fault_message
             .iter()
             .flatten()
-            .filter_map(|m| m.message.clone().or_else(|| Some(m.key.clone())).filter(|s| !s.is_empty()))
+            .filter_map(|m| {
+                m.message
+                    .clone()
+                    .or_else(|| Some(m.key.clone()))
+                    .filter(|s| !s.is_empty())
+            })
             .collect::<Vec<_>>()
             .join("; ");
         match name.as_str() {
-            "InvalidLogin" | "InvalidLoginFault" => Error::BadCredentials { user: String::new() },
+            "InvalidLogin" | "InvalidLoginFault" => Error::BadCredentials {
+                user: String::new(),
+            },
             "ManagedObjectNotFound" | "FileNotFound" => {
                 Error::NotFound(if message.is_empty() { name } else { message })
             }
@@ -171,7 +209,9 @@ impl Error {
     /// Adds the user name to a [`Error::BadCredentials`] built without it.
     pub(crate) fn for_user(self, user: &str) -> Self {
         match self {
-            Error::BadCredentials { .. } => Error::BadCredentials { user: user.to_owned() },
+            Error::BadCredentials { .. } => Error::BadCredentials {
+                user: user.to_owned(),
+            },
             other => other,
         }
     }
@@ -179,7 +219,9 @@ impl Error {
 
 /// The vSphere type name of a fault (`InvalidLogin`, `InvalidPowerState`, ...).
 pub(crate) fn fault_name(f: &MethodFault) -> String {
-    f.type_.map(|t| t.as_str().to_owned()).unwrap_or_else(|| "MethodFault".to_owned())
+    f.type_
+        .map(|t| t.as_str().to_owned())
+        .unwrap_or_else(|| "MethodFault".to_owned())
 }
 
 /// An error and its sources on one line: reqwest's own message alone ("error sending request")
@@ -221,7 +263,10 @@ mod tests {
 
     #[test]
     fn missing_object_is_not_found() {
-        assert!(matches!(Error::from_fault(&fault("ManagedObjectNotFound")), Error::NotFound(_)));
+        assert!(matches!(
+            Error::from_fault(&fault("ManagedObjectNotFound")),
+            Error::NotFound(_)
+        ));
     }
 
     #[test]
@@ -237,14 +282,64 @@ mod tests {
     #[test]
     fn classification_table() {
         let cases: Vec<(Error, bool, &str)> = vec![
-            (Error::Unreachable { url: "u".into(), detail: "refused".into() }, true, "Unreachable"),
-            (Error::ThumbprintMismatch { expected: "A".into(), actual: "B".into() }, false, "ThumbprintMismatch"),
-            (Error::TlsUntrusted { url: "u".into(), detail: "d".into(), sha256: "s".into() }, false, "TlsUntrusted"),
+            (
+                Error::Unreachable {
+                    url: "u".into(),
+                    detail: "refused".into(),
+                },
+                true,
+                "Unreachable",
+            ),
+            (
+                Error::ThumbprintMismatch {
+                    expected: "A".into(),
+                    actual: "B".into(),
+                },
+                false,
+                "ThumbprintMismatch",
+            ),
+            (
+                Error::TlsUntrusted {
+                    url: "u".into(),
+                    detail: "d".into(),
+                    sha256: "s".into(),
+                },
+                false,
+                "TlsUntrusted",
+            ),
             (Error::NotFound("vm-1".into()), false, "NotFound"),
-            (Error::Ambiguous { name: "a".into(), count: 2 }, false, "Ambiguous"),
-            (Error::Http { status: 503, url: "u".into() }, true, "Http"),
-            (Error::Http { status: 401, url: "u".into() }, false, "Http"),
-            (Error::Http { status: 404, url: "u".into() }, false, "Http"),
+            (
+                Error::Ambiguous {
+                    name: "a".into(),
+                    count: 2,
+                },
+                false,
+                "Ambiguous",
+            ),
+            (
+                Error::Http {
+                    status: 503,
+                    url: "u".into(),
+                },
+                true,
+                "Http",
+            ),
+            (
+                Error::Http {
+                    status: 401,
+                    url: "u".into(),
+                },
+                false,
+                "Http",
+            ),
+            (
+                Error::Http {
+                    status: 404,
+                    url: "u".into(),
+                },
+                false,
+                "Http",
+            ),
             (Error::Invalid("x".into()), false, "Invalid"),
         ];
         for (e, transient, reason) in cases {
@@ -255,7 +350,10 @@ mod tests {
 
     #[test]
     fn thumbprint_mismatch_message_shows_both_digests() {
-        let e = Error::ThumbprintMismatch { expected: "AA:BB".into(), actual: "CC:DD".into() };
+        let e = Error::ThumbprintMismatch {
+            expected: "AA:BB".into(),
+            actual: "CC:DD".into(),
+        };
         let msg = e.to_string();
         assert!(msg.contains("AA:BB") && msg.contains("CC:DD"), "{msg}");
     }

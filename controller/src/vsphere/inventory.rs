@@ -6,12 +6,14 @@ use vim_rs::types::enums::VirtualMachinePowerStateEnum;
 use vim_rs::types::struct_enum::StructType;
 use vim_rs::types::structs::{
     VirtualDisk, VirtualDiskFlatVer1BackingInfo, VirtualDiskFlatVer2BackingInfo,
-    VirtualDiskRawDiskMappingVer1BackingInfo, VirtualDiskSeSparseBackingInfo, VirtualDiskSparseVer1BackingInfo,
-    VirtualDiskSparseVer2BackingInfo, VirtualEthernetCardDistributedVirtualPortBackingInfo,
-    VirtualEthernetCardNetworkBackingInfo, VirtualEthernetCardOpaqueNetworkBackingInfo,
+    VirtualDiskRawDiskMappingVer1BackingInfo, VirtualDiskSeSparseBackingInfo,
+    VirtualDiskSparseVer1BackingInfo, VirtualDiskSparseVer2BackingInfo,
+    VirtualEthernetCardDistributedVirtualPortBackingInfo, VirtualEthernetCardNetworkBackingInfo,
+    VirtualEthernetCardOpaqueNetworkBackingInfo,
 };
 use vim_rs::types::traits::{
-    VirtualDeviceBackingInfoTrait, VirtualDeviceFileBackingInfoTrait, VirtualDeviceTrait, VirtualEthernetCardTrait,
+    VirtualDeviceBackingInfoTrait, VirtualDeviceFileBackingInfoTrait, VirtualDeviceTrait,
+    VirtualEthernetCardTrait,
 };
 use vim_rs::vim_retrievable;
 
@@ -75,29 +77,43 @@ pub(crate) fn firmware(text: Option<&str>) -> Firmware {
 /// The backing kind, by vSphere type name.
 pub(crate) fn backing_kind(t: StructType) -> DiskBacking {
     match t {
-        StructType::VirtualDiskFlatVer2BackingInfo | StructType::VirtualDiskFlatVer1BackingInfo => DiskBacking::Flat,
-        StructType::VirtualDiskSparseVer2BackingInfo | StructType::VirtualDiskSparseVer1BackingInfo => {
-            DiskBacking::Sparse
+        StructType::VirtualDiskFlatVer2BackingInfo | StructType::VirtualDiskFlatVer1BackingInfo => {
+            DiskBacking::Flat
         }
-        StructType::VirtualDiskRawDiskMappingVer1BackingInfo | StructType::VirtualDiskRawDiskVer2BackingInfo => {
-            DiskBacking::Rdm
-        }
+        StructType::VirtualDiskSparseVer2BackingInfo
+        | StructType::VirtualDiskSparseVer1BackingInfo => DiskBacking::Sparse,
+        StructType::VirtualDiskRawDiskMappingVer1BackingInfo
+        | StructType::VirtualDiskRawDiskVer2BackingInfo => DiskBacking::Rdm,
         other => DiskBacking::Other(other.as_str().to_owned()),
     }
 }
 
 fn has_parent(b: &dyn VirtualDeviceBackingInfoTrait) -> bool {
     let any = b.as_any_ref();
-    any.downcast_ref::<VirtualDiskFlatVer2BackingInfo>().is_some_and(|x| x.parent.is_some())
-        || any.downcast_ref::<VirtualDiskFlatVer1BackingInfo>().is_some_and(|x| x.parent.is_some())
-        || any.downcast_ref::<VirtualDiskSparseVer2BackingInfo>().is_some_and(|x| x.parent.is_some())
-        || any.downcast_ref::<VirtualDiskSparseVer1BackingInfo>().is_some_and(|x| x.parent.is_some())
-        || any.downcast_ref::<VirtualDiskSeSparseBackingInfo>().is_some_and(|x| x.parent.is_some())
-        || any.downcast_ref::<VirtualDiskRawDiskMappingVer1BackingInfo>().is_some_and(|x| x.parent.is_some())
+    any.downcast_ref::<VirtualDiskFlatVer2BackingInfo>()
+        .is_some_and(|x| x.parent.is_some())
+        || any
+            .downcast_ref::<VirtualDiskFlatVer1BackingInfo>()
+            .is_some_and(|x| x.parent.is_some())
+        || any
+            .downcast_ref::<VirtualDiskSparseVer2BackingInfo>()
+            .is_some_and(|x| x.parent.is_some())
+        || any
+            .downcast_ref::<VirtualDiskSparseVer1BackingInfo>()
+            .is_some_and(|x| x.parent.is_some())
+        || any
+            .downcast_ref::<VirtualDiskSeSparseBackingInfo>()
+            .is_some_and(|x| x.parent.is_some())
+        || any
+            .downcast_ref::<VirtualDiskRawDiskMappingVer1BackingInfo>()
+            .is_some_and(|x| x.parent.is_some())
 }
 
 fn label(dev: &(dyn VirtualDeviceTrait + 'static)) -> String {
-    dev.device_info.as_ref().map(|d| d.get_description().label.clone()).unwrap_or_default()
+    dev.device_info
+        .as_ref()
+        .map(|d| d.get_description().label.clone())
+        .unwrap_or_default()
 }
 
 /// The disks of a VM, in device order.
@@ -105,20 +121,27 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
     let mut out = Vec::new();
     for dev in devices {
         let dev: &(dyn VirtualDeviceTrait + 'static) = dev.as_ref();
-        let Some(disk) = dev.as_any_ref().downcast_ref::<VirtualDisk>() else { continue };
+        let Some(disk) = dev.as_any_ref().downcast_ref::<VirtualDisk>() else {
+            continue;
+        };
         let backing = dev.backing.as_deref();
         let datastore_path = backing
             .and_then(|b| <dyn VirtualDeviceFileBackingInfoTrait>::from_ref(b))
             .map(|f| f.get_virtual_device_file_backing_info().file_name.clone())
             .unwrap_or_default();
-        let capacity_bytes =
-            disk.capacity_in_bytes.filter(|b| *b > 0).unwrap_or(disk.capacity_in_kb.saturating_mul(1024)).max(0) as u64;
+        let capacity_bytes = disk
+            .capacity_in_bytes
+            .filter(|b| *b > 0)
+            .unwrap_or(disk.capacity_in_kb.saturating_mul(1024))
+            .max(0) as u64;
         out.push(DiskInfo {
             key: dev.key,
             label: label(dev),
             datastore_path,
             capacity_bytes,
-            backing: backing.map_or(DiskBacking::Other("none".into()), |b| backing_kind(b.data_type())),
+            backing: backing.map_or(DiskBacking::Other("none".into()), |b| {
+                backing_kind(b.data_type())
+            }),
             has_parent: backing.is_some_and(has_parent),
         });
     }
@@ -130,7 +153,9 @@ pub(crate) fn nics(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<NicInfo> {
     let mut out = Vec::new();
     for dev in devices {
         let dev: &(dyn VirtualDeviceTrait + 'static) = dev.as_ref();
-        let Some(card) = <dyn VirtualEthernetCardTrait>::from_ref(dev) else { continue };
+        let Some(card) = <dyn VirtualEthernetCardTrait>::from_ref(dev) else {
+            continue;
+        };
         let eth = card.get_virtual_ethernet_card();
         let network = dev
             .backing
@@ -139,16 +164,26 @@ pub(crate) fn nics(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<NicInfo> {
                 let any = b.as_any_ref();
                 if let Some(n) = any.downcast_ref::<VirtualEthernetCardNetworkBackingInfo>() {
                     n.virtual_device_device_backing_info_.device_name.clone()
-                } else if let Some(d) = any.downcast_ref::<VirtualEthernetCardDistributedVirtualPortBackingInfo>() {
-                    d.port.portgroup_key.clone().unwrap_or_else(|| d.port.switch_uuid.clone())
-                } else if let Some(o) = any.downcast_ref::<VirtualEthernetCardOpaqueNetworkBackingInfo>() {
+                } else if let Some(d) =
+                    any.downcast_ref::<VirtualEthernetCardDistributedVirtualPortBackingInfo>()
+                {
+                    d.port
+                        .portgroup_key
+                        .clone()
+                        .unwrap_or_else(|| d.port.switch_uuid.clone())
+                } else if let Some(o) =
+                    any.downcast_ref::<VirtualEthernetCardOpaqueNetworkBackingInfo>()
+                {
                     o.opaque_network_id.clone()
                 } else {
                     String::new()
                 }
             })
             .unwrap_or_default();
-        out.push(NicInfo { mac: eth.mac_address.clone().unwrap_or_default(), network });
+        out.push(NicInfo {
+            mac: eth.mac_address.clone().unwrap_or_default(),
+            network,
+        });
     }
     out
 }
@@ -159,9 +194,18 @@ mod tests {
 
     #[test]
     fn backing_kinds_by_type_name() {
-        assert_eq!(backing_kind(StructType::VirtualDiskFlatVer2BackingInfo), DiskBacking::Flat);
-        assert_eq!(backing_kind(StructType::VirtualDiskSparseVer2BackingInfo), DiskBacking::Sparse);
-        assert_eq!(backing_kind(StructType::VirtualDiskRawDiskMappingVer1BackingInfo), DiskBacking::Rdm);
+        assert_eq!(
+            backing_kind(StructType::VirtualDiskFlatVer2BackingInfo),
+            DiskBacking::Flat
+        );
+        assert_eq!(
+            backing_kind(StructType::VirtualDiskSparseVer2BackingInfo),
+            DiskBacking::Sparse
+        );
+        assert_eq!(
+            backing_kind(StructType::VirtualDiskRawDiskMappingVer1BackingInfo),
+            DiskBacking::Rdm
+        );
         assert_eq!(
             backing_kind(StructType::VirtualDiskSeSparseBackingInfo),
             DiskBacking::Other("VirtualDiskSeSparseBackingInfo".into())
@@ -177,7 +221,13 @@ mod tests {
 
     #[test]
     fn unknown_power_states_are_not_guessed() {
-        assert_eq!(power_state(&VirtualMachinePowerStateEnum::Suspended), Some(PowerState::Suspended));
-        assert_eq!(power_state(&VirtualMachinePowerStateEnum::Other_("x".into())), None);
+        assert_eq!(
+            power_state(&VirtualMachinePowerStateEnum::Suspended),
+            Some(PowerState::Suspended)
+        );
+        assert_eq!(
+            power_state(&VirtualMachinePowerStateEnum::Other_("x".into())),
+            None
+        );
     }
 }

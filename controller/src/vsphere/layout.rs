@@ -34,10 +34,18 @@ impl fmt::Display for LayoutProblem {
             Self::NoDisks => f.write_str("the VM has no virtual disks"),
             Self::RawDeviceMapping { disk } => write!(f, "{disk} is a raw device mapping (RDM)"),
             Self::SnapshotDelta { disk } => {
-                write!(f, "{disk} is a snapshot delta disk; consolidate or delete the VM's snapshots first")
+                write!(
+                    f,
+                    "{disk} is a snapshot delta disk; consolidate or delete the VM's snapshots first"
+                )
             }
-            Self::NotVmdk { disk, path } => write!(f, "{disk} is backed by {path:?}, not a datastore .vmdk file"),
-            Self::UnsupportedBacking { disk, kind } => write!(f, "{disk} has an unsupported backing ({kind})"),
+            Self::NotVmdk { disk, path } => write!(
+                f,
+                "{disk} is backed by {path:?}, not a datastore .vmdk file"
+            ),
+            Self::UnsupportedBacking { disk, kind } => {
+                write!(f, "{disk} has an unsupported backing ({kind})")
+            }
         }
     }
 }
@@ -51,12 +59,19 @@ pub fn validate_layout(vm: &VmInfo) -> Result<(), Vec<LayoutProblem>> {
     }
     let mut problems = Vec::new();
     for d in &vm.disks {
-        let disk = if d.label.is_empty() { format!("disk {}", d.key) } else { d.label.clone() };
+        let disk = if d.label.is_empty() {
+            format!("disk {}", d.key)
+        } else {
+            d.label.clone()
+        };
         match &d.backing {
-            DiskBacking::Rdm => problems.push(LayoutProblem::RawDeviceMapping { disk: disk.clone() }),
-            DiskBacking::Other(kind) => {
-                problems.push(LayoutProblem::UnsupportedBacking { disk: disk.clone(), kind: kind.clone() })
+            DiskBacking::Rdm => {
+                problems.push(LayoutProblem::RawDeviceMapping { disk: disk.clone() })
             }
+            DiskBacking::Other(kind) => problems.push(LayoutProblem::UnsupportedBacking {
+                disk: disk.clone(),
+                kind: kind.clone(),
+            }),
             DiskBacking::Flat | DiskBacking::Sparse => {}
         }
         if d.has_parent {
@@ -65,10 +80,17 @@ pub fn validate_layout(vm: &VmInfo) -> Result<(), Vec<LayoutProblem>> {
         let is_vmdk = DatastorePath::parse(&d.datastore_path)
             .is_ok_and(|p| p.file_name().to_ascii_lowercase().ends_with(".vmdk"));
         if d.backing != DiskBacking::Rdm && !is_vmdk {
-            problems.push(LayoutProblem::NotVmdk { disk, path: d.datastore_path.clone() });
+            problems.push(LayoutProblem::NotVmdk {
+                disk,
+                path: d.datastore_path.clone(),
+            });
         }
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 #[cfg(test)]
@@ -112,38 +134,66 @@ mod tests {
         let flat = "[ds] vm/vm.vmdk";
         let cases: Vec<Case> = vec![
             ("one flat disk", vec![disk(2000, flat, Flat, false)], Ok(())),
-            ("hosted sparse disk", vec![disk(2000, flat, Sparse, false)], Ok(())),
-            ("upper-case extension", vec![disk(2000, "[ds] vm/VM.VMDK", Flat, false)], Ok(())),
+            (
+                "hosted sparse disk",
+                vec![disk(2000, flat, Sparse, false)],
+                Ok(()),
+            ),
+            (
+                "upper-case extension",
+                vec![disk(2000, "[ds] vm/VM.VMDK", Flat, false)],
+                Ok(()),
+            ),
             ("no disks", vec![], Err(vec![LayoutProblem::NoDisks])),
             (
                 "rdm",
-                vec![disk(2000, flat, Flat, false), disk(2001, "[ds] vm/rdm.vmdk", Rdm, false)],
-                Err(vec![LayoutProblem::RawDeviceMapping { disk: "Hard disk 2".into() }]),
+                vec![
+                    disk(2000, flat, Flat, false),
+                    disk(2001, "[ds] vm/rdm.vmdk", Rdm, false),
+                ],
+                Err(vec![LayoutProblem::RawDeviceMapping {
+                    disk: "Hard disk 2".into(),
+                }]),
             ),
             (
                 "snapshot delta",
                 vec![disk(2000, "[ds] vm/vm-000001.vmdk", Flat, true)],
-                Err(vec![LayoutProblem::SnapshotDelta { disk: "Hard disk 1".into() }]),
+                Err(vec![LayoutProblem::SnapshotDelta {
+                    disk: "Hard disk 1".into(),
+                }]),
             ),
             (
                 "not a vmdk",
                 vec![disk(2000, "[ds] vm/vm.img", Flat, false)],
-                Err(vec![LayoutProblem::NotVmdk { disk: "Hard disk 1".into(), path: "[ds] vm/vm.img".into() }]),
+                Err(vec![LayoutProblem::NotVmdk {
+                    disk: "Hard disk 1".into(),
+                    path: "[ds] vm/vm.img".into(),
+                }]),
             ),
             (
                 "no datastore path",
                 vec![disk(2000, "", Flat, false)],
-                Err(vec![LayoutProblem::NotVmdk { disk: "Hard disk 1".into(), path: String::new() }]),
+                Err(vec![LayoutProblem::NotVmdk {
+                    disk: "Hard disk 1".into(),
+                    path: String::new(),
+                }]),
             ),
             (
                 "unsupported backing and delta together",
-                vec![disk(2000, flat, Other("VirtualDiskSeSparseBackingInfo".into()), true)],
+                vec![disk(
+                    2000,
+                    flat,
+                    Other("VirtualDiskSeSparseBackingInfo".into()),
+                    true,
+                )],
                 Err(vec![
                     LayoutProblem::UnsupportedBacking {
                         disk: "Hard disk 1".into(),
                         kind: "VirtualDiskSeSparseBackingInfo".into(),
                     },
-                    LayoutProblem::SnapshotDelta { disk: "Hard disk 1".into() },
+                    LayoutProblem::SnapshotDelta {
+                        disk: "Hard disk 1".into(),
+                    },
                 ]),
             ),
         ];
@@ -154,10 +204,17 @@ mod tests {
 
     #[test]
     fn problems_read_as_operator_advice() {
-        let p = LayoutProblem::SnapshotDelta { disk: "Hard disk 1".into() };
+        let p = LayoutProblem::SnapshotDelta {
+            disk: "Hard disk 1".into(),
+        };
         assert!(p.to_string().contains("snapshots"));
-        let label_less = DiskInfo { label: String::new(), ..disk(2003, "", DiskBacking::Flat, false) };
-        let Err(problems) = validate_layout(&vm(vec![label_less])) else { panic!("expected a problem") };
+        let label_less = DiskInfo {
+            label: String::new(),
+            ..disk(2003, "", DiskBacking::Flat, false)
+        };
+        let Err(problems) = validate_layout(&vm(vec![label_less])) else {
+            panic!("expected a problem")
+        };
         assert!(problems[0].to_string().starts_with("disk 2003"));
     }
 }

@@ -21,24 +21,13 @@ pub use crate::tls::{DigestKind, Thumbprint, ThumbprintError, TlsPolicy};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where and as whom to log in.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Endpoint {
     /// The SDK URL, `https://HOST[:PORT]/sdk` (a bare host or `https://HOST` is accepted too).
     pub url: String,
     pub username: String,
-    pub password: String,
+    pub password: secrecy::SecretString,
     pub tls: TlsPolicy,
-}
-
-impl fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("url", &self.url)
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 /// How to find a VM: exactly one way.

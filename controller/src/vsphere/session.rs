@@ -1,5 +1,6 @@
 //! A logged-in SOAP session: inventory reads, power operations, datastore downloads.
 
+use secrecy::ExposeSecret;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,8 +13,8 @@ use vim_rs::core::pc_helpers::Queriable;
 use vim_rs::mo;
 use vim_rs::types::enums::{MoTypesEnum, TaskInfoStateEnum};
 use vim_rs::types::structs::{
-    ManagedObjectReference, ObjectContent, ObjectSpec, PropertyFilterSpec, RetrieveOptions, SelectionSpec,
-    TraversalSpec,
+    ManagedObjectReference, ObjectContent, ObjectSpec, PropertyFilterSpec, RetrieveOptions,
+    SelectionSpec, TraversalSpec,
 };
 
 use super::datastore::{download_url, sdk_url, server_address};
@@ -40,12 +41,17 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("sdk", &self.sdk.as_str()).finish_non_exhaustive()
+        f.debug_struct("Session")
+            .field("sdk", &self.sdk.as_str())
+            .finish_non_exhaustive()
     }
 }
 
 fn vm_ref(moref: &str) -> ManagedObjectReference {
-    ManagedObjectReference { r#type: MoTypesEnum::VirtualMachine, value: moref.to_owned() }
+    ManagedObjectReference {
+        r#type: MoTypesEnum::VirtualMachine,
+        value: moref.to_owned(),
+    }
 }
 
 impl Session {
@@ -57,8 +63,8 @@ impl Session {
     /// [`Error::TlsUntrusted`], [`Error::BadCredentials`], other faults.
     pub async fn connect(endpoint: &Endpoint) -> Result<Session> {
         let sdk = sdk_url(&endpoint.url)?;
-        let (config, tls) =
-            tls::client_config(&endpoint.tls).map_err(|e| Error::Invalid(format!("TLS configuration: {e}")))?;
+        let (config, tls) = tls::client_config(&endpoint.tls)
+            .map_err(|e| Error::Invalid(format!("TLS configuration: {e}")))?;
         let jar = Arc::new(Jar::default());
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(config)
@@ -68,13 +74,19 @@ impl Session {
             .build()
             .map_err(|e| Error::Invalid(format!("HTTP client: {}", chain(&e))))?;
         let client = ClientBuilder::new(&server_address(&sdk), http.clone())
-            .basic_authn(&endpoint.username, &endpoint.password)
+            .basic_authn(&endpoint.username, endpoint.password.expose_secret())
             .app_details("ferry", env!("CARGO_PKG_VERSION"))
             .transport(TransportMode::Soap)
             .build()
             .await
             .map_err(|e| Error::from_vim(sdk.as_str(), &e, &tls).for_user(&endpoint.username))?;
-        Ok(Session { client, http, jar, tls, sdk })
+        Ok(Session {
+            client,
+            http,
+            jar,
+            tls,
+            sdk,
+        })
     }
 
     /// The normalized SDK URL, `https://HOST[:PORT]/sdk`.
@@ -87,7 +99,10 @@ impl Session {
     pub fn session_cookie(&self) -> Option<String> {
         let header = self.jar.cookies(&self.sdk)?;
         let text = header.to_str().ok()?;
-        text.split(';').map(str::trim).find(|c| c.starts_with("vmware_soap_session=")).map(str::to_owned)
+        text.split(';')
+            .map(str::trim)
+            .find(|c| c.starts_with("vmware_soap_session="))
+            .map(str::to_owned)
     }
 
     fn vim(&self, err: &vim_rs::core::client::Error) -> Error {
@@ -104,14 +119,28 @@ impl Session {
         T: Queriable + TryFrom<ObjectContent>,
         <T as TryFrom<ObjectContent>>::Error: std::fmt::Display,
     {
-        let pc =
-            mo::PropertyCollector::new(self.client.clone(), &self.client.service_content().property_collector.value);
+        let pc = mo::PropertyCollector::new(
+            self.client.clone(),
+            &self.client.service_content().property_collector.value,
+        );
         let spec = PropertyFilterSpec {
-            object_set: vec![ObjectSpec { obj: obj.clone(), skip: Some(false), select_set: None }],
+            object_set: vec![ObjectSpec {
+                obj: obj.clone(),
+                skip: Some(false),
+                select_set: None,
+            }],
             prop_set: vec![T::prop_spec()],
             report_missing_objects_in_results: None,
         };
-        let result = match pc.retrieve_properties_ex(&[spec], &RetrieveOptions { max_objects: Some(1) }).await {
+        let result = match pc
+            .retrieve_properties_ex(
+                &[spec],
+                &RetrieveOptions {
+                    max_objects: Some(1),
+                },
+            )
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 return match self.vim(&e) {
@@ -121,9 +150,9 @@ impl Session {
             }
         };
         match result.and_then(|r| r.objects.into_iter().next()) {
-            Some(content) => T::try_from(content)
-                .map(Some)
-                .map_err(|e| Error::Protocol(format!("{} {}: {e}", obj.r#type.as_str(), obj.value))),
+            Some(content) => T::try_from(content).map(Some).map_err(|e| {
+                Error::Protocol(format!("{} {}: {e}", obj.r#type.as_str(), obj.value))
+            }),
             None => Ok(None),
         }
     }
@@ -145,11 +174,18 @@ impl Session {
     }
 
     async fn find_by_name(&self, name: &str) -> Result<Option<String>> {
-        let mut hits = self.vm_names().await?.into_iter().filter(|v| v.name.as_deref() == Some(name));
+        let mut hits = self
+            .vm_names()
+            .await?
+            .into_iter()
+            .filter(|v| v.name.as_deref() == Some(name));
         match (hits.next(), hits.next()) {
             (None, _) => Ok(None),
             (Some(one), None) => Ok(Some(one.id.value)),
-            (Some(_), Some(_)) => Err(Error::Ambiguous { name: name.to_owned(), count: 2 + hits.count() }),
+            (Some(_), Some(_)) => Err(Error::Ambiguous {
+                name: name.to_owned(),
+                count: 2 + hits.count(),
+            }),
         }
     }
 
@@ -157,18 +193,25 @@ impl Session {
     /// retriever asks for 100 a page: 100 round trips for a 10,000-VM inventory).
     async fn vm_names(&self) -> Result<Vec<VmName>> {
         let content = self.client.service_content();
-        let vm_mgr = content.view_manager.as_ref().ok_or_else(|| Error::Protocol("no ViewManager".into()))?;
+        let vm_mgr = content
+            .view_manager
+            .as_ref()
+            .ok_or_else(|| Error::Protocol("no ViewManager".into()))?;
         let views = mo::ViewManager::new(self.client.clone(), &vm_mgr.value);
         let types = [MoTypesEnum::VirtualMachine.as_str().to_owned()];
-        let view =
-            views.create_container_view(&content.root_folder, Some(&types), true).await.map_err(|e| self.vim(&e))?;
+        let view = views
+            .create_container_view(&content.root_folder, Some(&types), true)
+            .await
+            .map_err(|e| self.vim(&e))?;
         let pc = mo::PropertyCollector::new(self.client.clone(), &content.property_collector.value);
         let spec = PropertyFilterSpec {
             object_set: vec![ObjectSpec {
                 obj: view.clone(),
                 skip: Some(true),
                 select_set: Some(vec![Box::new(TraversalSpec {
-                    selection_spec_: SelectionSpec { name: Some("view".into()) },
+                    selection_spec_: SelectionSpec {
+                        name: Some("view".into()),
+                    },
                     r#type: view.r#type.as_str().to_owned(),
                     path: "view".into(),
                     skip: Some(false),
@@ -181,22 +224,36 @@ impl Session {
         let result: Result<Vec<VmName>> = async {
             let mut out = Vec::new();
             let mut page = pc
-                .retrieve_properties_ex(&[spec], &RetrieveOptions { max_objects: Some(5000) })
+                .retrieve_properties_ex(
+                    &[spec],
+                    &RetrieveOptions {
+                        max_objects: Some(5000),
+                    },
+                )
                 .await
                 .map_err(|e| self.vim(&e))?;
             while let Some(p) = page {
                 for content in p.objects {
-                    out.push(VmName::try_from(content).map_err(|e| Error::Protocol(format!("VM name: {e}")))?);
+                    out.push(
+                        VmName::try_from(content)
+                            .map_err(|e| Error::Protocol(format!("VM name: {e}")))?,
+                    );
                 }
                 page = match p.token {
-                    Some(token) => Some(pc.continue_retrieve_properties_ex(&token).await.map_err(|e| self.vim(&e))?),
+                    Some(token) => Some(
+                        pc.continue_retrieve_properties_ex(&token)
+                            .await
+                            .map_err(|e| self.vim(&e))?,
+                    ),
                     None => None,
                 };
             }
             Ok(out)
         }
         .await;
-        let _ = mo::ContainerView::new(self.client.clone(), &view.value).destroy_view().await;
+        let _ = mo::ContainerView::new(self.client.clone(), &view.value)
+            .destroy_view()
+            .await;
         result
     }
 
@@ -206,7 +263,10 @@ impl Session {
         };
         let index = mo::SearchIndex::new(self.client.clone(), &si.value);
         for instance in [false, true] {
-            let found = index.find_by_uuid(None, uuid, true, Some(instance)).await.map_err(|e| self.vim(&e))?;
+            let found = index
+                .find_by_uuid(None, uuid, true, Some(instance))
+                .await
+                .map_err(|e| self.vim(&e))?;
             if let Some(m) = found {
                 return Ok(Some(m.value));
             }
@@ -276,21 +336,32 @@ impl Session {
                 None => break,
             }
         }
-        dc.map(|p| p.join("/")).ok_or_else(|| Error::Protocol("the VM is not inside a datacenter".into()))
+        dc.map(|p| p.join("/"))
+            .ok_or_else(|| Error::Protocol("the VM is not inside a datacenter".into()))
     }
 
-    async fn parent_of(&self, obj: &ManagedObjectReference) -> Result<Option<ManagedObjectReference>> {
-        match self.client.fetch_property_raw("", obj.r#type.as_str(), &obj.value, "parent").await {
+    async fn parent_of(
+        &self,
+        obj: &ManagedObjectReference,
+    ) -> Result<Option<ManagedObjectReference>> {
+        match self
+            .client
+            .fetch_property_raw("", obj.r#type.as_str(), &obj.value, "parent")
+            .await
+        {
             Ok(None) => Ok(None),
-            Ok(Some(v)) => {
-                vim_rs::core::client::extract_property::<ManagedObjectReference>(v).map(Some).map_err(|e| self.vim(&e))
-            }
+            Ok(Some(v)) => vim_rs::core::client::extract_property::<ManagedObjectReference>(v)
+                .map(Some)
+                .map_err(|e| self.vim(&e)),
             Err(e) => Err(self.vim(&e)),
         }
     }
 
     async fn name_of(&self, obj: &ManagedObjectReference) -> Result<String> {
-        self.client.fetch_property::<String>(obj.clone(), "name").await.map_err(|e| self.vim(&e))
+        self.client
+            .fetch_property::<String>(obj.clone(), "name")
+            .await
+            .map_err(|e| self.vim(&e))
     }
 
     /// The VM's current power state.
@@ -329,7 +400,9 @@ impl Session {
         };
         match outcome {
             // Someone else (or a retried call) got there first.
-            Err(Error::Fault { name, .. }) if name == "InvalidPowerState" && self.power_state(moref).await? == want => {
+            Err(Error::Fault { name, .. })
+                if name == "InvalidPowerState" && self.power_state(moref).await? == want =>
+            {
                 Ok(())
             }
             other => other,
@@ -346,7 +419,10 @@ impl Session {
                 Some(TaskInfoStateEnum::Success) => return Ok(()),
                 Some(TaskInfoStateEnum::Error) => {
                     return Err(t.error.as_ref().map_or_else(
-                        || Error::Fault { name: "TaskFailed".into(), message: task.value.clone() },
+                        || Error::Fault {
+                            name: "TaskFailed".into(),
+                            message: task.value.clone(),
+                        },
                         Error::from_fault,
                     ));
                 }
@@ -355,7 +431,11 @@ impl Session {
             if started.elapsed() > TASK_TIMEOUT {
                 return Err(Error::Fault {
                     name: "Timedout".into(),
-                    message: format!("task {} unfinished after {}s", task.value, TASK_TIMEOUT.as_secs()),
+                    message: format!(
+                        "task {} unfinished after {}s",
+                        task.value,
+                        TASK_TIMEOUT.as_secs()
+                    ),
                 });
             }
             tokio::time::sleep(delay).await;
@@ -387,17 +467,25 @@ impl Session {
         let resp = self.http.get(url.clone()).send().await.map_err(net)?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(Error::NotFound(format!("datastore file {datastore_path} (datacenter {datacenter:?})")));
+            return Err(Error::NotFound(format!(
+                "datastore file {datastore_path} (datacenter {datacenter:?})"
+            )));
         }
         if !status.is_success() {
-            return Err(Error::Http { status: status.as_u16(), url: url.to_string() });
+            return Err(Error::Http {
+                status: status.as_u16(),
+                url: url.to_string(),
+            });
         }
         let total = resp.content_length();
         let part = dest.with_extension(match dest.extension() {
             Some(ext) => format!("{}.part", ext.to_string_lossy()),
             None => "part".into(),
         });
-        let io = |source| Error::Io { path: part.clone(), source };
+        let io = |source| Error::Io {
+            path: part.clone(),
+            source,
+        };
         let file = tokio::fs::File::create(&part).await.map_err(io)?;
         let mut out = tokio::io::BufWriter::with_capacity(1 << 20, file);
         let mut resp = resp;
@@ -416,7 +504,12 @@ impl Session {
                 detail: format!("download ended after {done} of {t} bytes"),
             });
         }
-        tokio::fs::rename(&part, dest).await.map_err(|source| Error::Io { path: dest.to_owned(), source })?;
+        tokio::fs::rename(&part, dest)
+            .await
+            .map_err(|source| Error::Io {
+                path: dest.to_owned(),
+                source,
+            })?;
         Ok(done)
     }
 

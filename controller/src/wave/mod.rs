@@ -6,15 +6,15 @@ pub mod decide;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, names};
+use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, intent, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
-use crate::error::is_already_exists;
+use crate::kubeio::create_if_absent;
 use crate::{Error, Result};
 
 /// Metric label of this controller.
@@ -48,40 +48,22 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     let params = PatchParams::default();
     for i in &plan.create {
         let child = child_migration(&wave, &wave.spec.vms[*i])?;
-        let pp = PostParams {
-            field_manager: Some(names::WAVE_FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        match vmms.create(&pp, &child).await {
-            Ok(_) => ctx.metrics.write("create", "VirtualMachineMigration"),
-            Err(e) if is_already_exists(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
+        create_if_absent(&ctx.metrics, &vmms, &child, names::WAVE_FIELD_MANAGER).await?;
     }
-    for name in &plan.release {
-        let patch =
-            serde_json::json!({"metadata": {"annotations": {names::HOLD_ANNOTATION: null}}});
+    let patches = plan
+        .release
+        .iter()
+        .map(|n| (n, intent::release()))
+        .chain(plan.cancel.iter().map(|n| (n, intent::cancel())))
+        .chain(
+            plan.retry
+                .iter()
+                .map(|n| (n, intent::retry_to(wave.spec.retry))),
+        );
+    for (name, patch) in patches {
         vmms.patch(name, &params, &Patch::Merge(&patch)).await?;
         ctx.metrics.write("patch", "VirtualMachineMigration");
-        info!(wave = %wave.name_any(), migration = %name, "released");
-    }
-    for name in &plan.cancel {
-        vmms.patch(
-            name,
-            &params,
-            &Patch::Merge(&serde_json::json!({"spec": {"cancel": true}})),
-        )
-        .await?;
-        ctx.metrics.write("patch", "VirtualMachineMigration");
-    }
-    for name in &plan.retry {
-        vmms.patch(
-            name,
-            &params,
-            &Patch::Merge(&serde_json::json!({"spec": {"retry": wave.spec.retry}})),
-        )
-        .await?;
-        ctx.metrics.write("patch", "VirtualMachineMigration");
+        info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
     if wave.status.as_ref() != Some(&plan.status) {
         let patch = serde_json::json!({

@@ -458,7 +458,7 @@ impl Env {
         let ep = ferry_controller::vsphere::Endpoint {
             url: info.vcenter.url.clone(),
             username: info.vcenter.username.clone(),
-            password: info.vcenter.password.clone(),
+            password: info.vcenter.password.clone().into(),
             tls: ferry_controller::vsphere::TlsPolicy::Insecure,
         };
         ferry_controller::tls::install_default_provider();
@@ -620,7 +620,7 @@ where
 impl Creations {
     /// Starts watching Jobs, DataVolumes, VirtualMachines and Secrets of `env`'s namespace.
     pub async fn watch(env: &Env) -> Creations {
-        use ferry_controller::children::{cdi::DataVolume, kubevirt::VirtualMachine};
+        use ferry_controller::apis::{cdi::DataVolume, kubevirt::VirtualMachine};
         let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let tasks = vec![
             track::<k8s_openapi::api::batch::v1::Job>(env.ns.api(), "Job", seen.clone()),

@@ -1,37 +1,28 @@
-//! The two outside systems a reconcile talks to besides Kubernetes, behind small traits so that
-//! decisions and tests do not need them: the vSphere source and the S3 staging store. Errors
-//! come back already classified as a [`Problem`] (reason, message, transient or not).
+//! The vSphere source: the trait decisions and tests see, and its implementation on
+//! `crate::vsphere` (vim_rs). Errors come back classified as a [`Problem`].
 
 use ferry_crds::{
     DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup,
 };
 use futures::future::BoxFuture;
+use secrecy::SecretString;
 
-use super::scope::{Problem, StagedObject};
-use crate::{staging, vsphere};
+use crate::problem::Problem;
+use crate::vsphere;
 
 /// How to log in to vSphere, with the Secret's credentials resolved.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SourceLogin {
     /// SDK URL.
     pub url: String,
     /// User.
     pub username: String,
     /// Password.
-    pub password: String,
+    pub password: SecretString,
     /// Pinned thumbprint.
     pub thumbprint: Option<String>,
     /// Skip TLS verification.
     pub insecure: bool,
-}
-
-impl std::fmt::Debug for SourceLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SourceLogin")
-            .field("url", &self.url)
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
 }
 
 /// What the source said about a VM.
@@ -64,51 +55,6 @@ pub trait SourceApi: Send + Sync + 'static {
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>>;
 }
-
-/// Where staging is, with the Secret's credentials resolved.
-#[derive(Clone)]
-pub struct StagingLogin {
-    /// S3 endpoint URL.
-    pub endpoint: String,
-    /// Bucket.
-    pub bucket: String,
-    /// Region.
-    pub region: String,
-    /// Access key id.
-    pub access_key_id: String,
-    /// Secret access key.
-    pub secret_access_key: String,
-}
-
-impl std::fmt::Debug for StagingLogin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StagingLogin")
-            .field("endpoint", &self.endpoint)
-            .field("bucket", &self.bucket)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The S3 staging store.
-pub trait StagingApi: Send + Sync + 'static {
-    /// Checks that the bucket exists and the credentials are accepted.
-    fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>>;
-    /// Size and recorded SHA-256 of an object; `None` when absent.
-    fn head<'a>(
-        &'a self,
-        login: &'a StagingLogin,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>>;
-    /// Deletes an object; absent is fine.
-    fn delete<'a>(
-        &'a self,
-        login: &'a StagingLogin,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<(), Problem>>;
-}
-
-// ---------------------------------------------------------------------------------------------
-// vSphere through `crate::vsphere` (vim_rs).
 
 /// [`SourceApi`] on vim_rs, one session per call (Preparing runs a handful of times per
 /// migration; a long-lived session would need keep-alive and re-login handling for little gain).
@@ -277,90 +223,6 @@ impl SourceApi for VsphereSource {
             let r = s.power_on(moref).await;
             let _ = s.logout().await;
             r.map_err(|e| problem_of(&e))
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// S3 through `crate::staging`.
-
-/// [`StagingApi`] on [`crate::staging`] (object_store, path-style, SigV4), with full keys (the
-/// migration's keys already carry `spec.staging.prefix`).
-#[derive(Debug, Default)]
-pub struct S3Staging;
-
-fn store(login: &StagingLogin) -> Result<staging::Staging, Problem> {
-    staging::Staging::new(staging::StagingConfig {
-        endpoint: login.endpoint.clone(),
-        bucket: login.bucket.clone(),
-        region: login.region.clone(),
-        access_key: login.access_key_id.clone(),
-        secret_key: login.secret_access_key.clone(),
-        prefix: String::new(),
-    })
-    .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))
-}
-
-fn s3_problem(e: &staging::Error) -> Problem {
-    use staging::Error as E;
-    match e {
-        E::NoSuchBucket { .. } => Problem::permanent(Reason::BucketNotFound, e.to_string()),
-        E::AccessDenied { .. } => Problem::permanent(
-            Reason::StagingUnavailable,
-            format!("{e}; fix the spec.staging.credentialsSecretRef Secret"),
-        ),
-        _ if e.is_transient() => Problem::transient(Reason::StagingUnavailable, e.to_string()),
-        _ => Problem::permanent(Reason::StagingUnavailable, e.to_string()),
-    }
-}
-
-impl StagingApi for S3Staging {
-    fn check_bucket<'a>(&'a self, login: &'a StagingLogin) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            match store(login)?.bucket_exists().await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(s3_problem(&staging::Error::NoSuchBucket {
-                    bucket: login.bucket.clone(),
-                    endpoint: login.endpoint.clone(),
-                })),
-                Err(e) => Err(s3_problem(&e)),
-            }
-        })
-    }
-
-    fn head<'a>(
-        &'a self,
-        login: &'a StagingLogin,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
-        Box::pin(async move {
-            match store(login)?.head(key).await {
-                Ok(Some(o)) => Ok(Some(StagedObject {
-                    size: i64::try_from(o.size).unwrap_or(i64::MAX),
-                    sha256: o
-                        .sha256
-                        .map(|s| s.trim().to_ascii_lowercase())
-                        .filter(|s| s.len() == 64),
-                })),
-                Ok(None) => Ok(None),
-                Err(e) => Err(s3_problem(&e)),
-            }
-        })
-    }
-
-    fn delete<'a>(
-        &'a self,
-        login: &'a StagingLogin,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            match store(login)?.delete(key).await {
-                Ok(())
-                | Err(staging::Error::NotFound { .. } | staging::Error::NoSuchBucket { .. }) => {
-                    Ok(())
-                }
-                Err(e) => Err(s3_problem(&e)),
-            }
         })
     }
 }

@@ -1,14 +1,9 @@
-//! CDI's `DataVolume` (`cdi.kubevirt.io/v1beta1`): the fields ferry writes and reads, the
-//! builder of one DataVolume per staged disk, and the reading of its status contract.
+//! CDI's `DataVolume` (`cdi.kubevirt.io/v1beta1`): the fields ferry writes and reads, and the
+//! reading of its status contract.
 
-use std::collections::BTreeMap;
-
-use ferry_crds::{VirtualMachineMigration, VolumeMode, names};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::Result;
 
 /// Annotation asking CDI to bind (and so import) at once even on a `WaitForFirstConsumer`
 /// StorageClass: the VirtualMachine that would consume the claim only exists after the import.
@@ -191,64 +186,9 @@ pub fn s3_url(endpoint: &str, bucket: &str, key: &str) -> String {
     )
 }
 
-/// The DataVolume importing disk `index` of `vmm` from its staged object.
-///
-/// # Guarantees
-/// Named [`names::datavolume_name`]; owned by and labelled with the migration; `source.s3`
-/// points at [`names::staging_key`] with `secretRef` = `secret`; the storage request is the
-/// source disk's capacity with the target's StorageClass and volume mode.
-///
-/// # Errors
-/// When the migration lacks a uid or namespace.
-pub fn data_volume(
-    vmm: &VirtualMachineMigration,
-    index: usize,
-    capacity_bytes: i64,
-    secret: &str,
-) -> Result<DataVolume> {
-    let mut meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
-    meta.annotations = Some(BTreeMap::from([(
-        BIND_IMMEDIATE_ANNOTATION.to_owned(),
-        "true".to_owned(),
-    )]));
-    let staging = &vmm.spec.staging;
-    let target = &vmm.spec.target.template;
-    let spec = DataVolumeSpec {
-        source: Some(DataVolumeSource {
-            s3: Some(S3Source {
-                url: s3_url(
-                    &staging.endpoint,
-                    &staging.bucket,
-                    &names::staging_key(vmm, index),
-                ),
-                secret_ref: Some(secret.to_owned()),
-            }),
-            rest: Map::new(),
-        }),
-        storage: Some(StorageSpec {
-            resources: Some(
-                serde_json::json!({"requests": {"storage": capacity_bytes.max(1).to_string()}}),
-            ),
-            storage_class_name: target.storage_class_name.clone(),
-            volume_mode: target.volume_mode.map(|m| match m {
-                VolumeMode::Filesystem => "Filesystem".to_owned(),
-                VolumeMode::Block => "Block".to_owned(),
-            }),
-            rest: Map::new(),
-        }),
-        rest: Map::new(),
-    };
-    Ok(DataVolume {
-        metadata: meta,
-        spec,
-        status: None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_crds::fixtures::migration;
 
     fn dv_with(status: serde_json::Value) -> DataVolume {
         let mut dv = DataVolume::new("d", DataVolumeSpec::default());
@@ -312,36 +252,6 @@ mod tests {
         assert_eq!(observe(Some(&deleting)), DvState::Deleting);
         assert!(
             matches!(observe(Some(&dv_with(serde_json::json!({})))), DvState::InProgress { ref phase, .. } if phase == "Pending")
-        );
-    }
-
-    #[test]
-    fn data_volume_imports_the_staged_object_path_style() {
-        let mut vmm = migration("web-1");
-        vmm.spec.target.template.storage_class_name = Some("fast".into());
-        vmm.spec.target.template.volume_mode = Some(VolumeMode::Block);
-        let dv = data_volume(&vmm, 1, 64 << 20, "web-1-staging-s3").unwrap();
-        assert_eq!(dv.metadata.name.as_deref(), Some("web-1-disk-1"));
-        let v = serde_json::to_value(&dv).unwrap();
-        assert_eq!(v["apiVersion"], "cdi.kubevirt.io/v1beta1");
-        assert_eq!(
-            v["spec"]["source"]["s3"]["url"],
-            "http://127.0.0.1:9000/ferry-staging/ferry/default/web-1/00000000-0000-0000-0000-000000000001/disk-1.raw"
-        );
-        assert_eq!(v["spec"]["source"]["s3"]["secretRef"], "web-1-staging-s3");
-        assert_eq!(
-            v["spec"]["storage"]["resources"]["requests"]["storage"],
-            "67108864"
-        );
-        assert_eq!(v["spec"]["storage"]["storageClassName"], "fast");
-        assert_eq!(v["spec"]["storage"]["volumeMode"], "Block");
-        assert_eq!(
-            v["metadata"]["annotations"][BIND_IMMEDIATE_ANNOTATION],
-            "true"
-        );
-        assert_eq!(
-            v["metadata"]["ownerReferences"][0]["kind"],
-            "VirtualMachineMigration"
         );
     }
 

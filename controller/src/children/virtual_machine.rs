@@ -1,118 +1,15 @@
-//! KubeVirt's `VirtualMachine` and `VirtualMachineInstance` (`kubevirt.io/v1`): the fields ferry
-//! writes and reads, and the builder of the migrated VirtualMachine.
+//! The migrated KubeVirt VirtualMachine: devices, firmware and networks from the discovered
+//! source, disks on the imported DataVolumes.
 
 use std::collections::BTreeMap;
 
 use ferry_crds::{
     DiscoveredNic, Firmware, NetworkMapping, RunStrategy, VirtualMachineMigration, names,
 };
-use kube::{CustomResource, ResourceExt};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::Result;
-
-/// `VirtualMachine.spec`: run strategy and the instance template (kept as JSON).
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[kube(
-    group = "kubevirt.io",
-    version = "v1",
-    kind = "VirtualMachine",
-    namespaced,
-    status = "VirtualMachineStatus",
-    schema = "disabled"
-)]
-#[serde(rename_all = "camelCase")]
-pub struct VirtualMachineSpec {
-    /// `Always`, `Halted`, `Manual`, `RerunOnFailure`, `Once`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_strategy: Option<String>,
-    /// The VMI template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<Value>,
-    /// Other fields.
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-/// `VirtualMachine.status`: only what ferry reads.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VirtualMachineStatus {
-    /// e.g. `Running`, `Stopped`, `ErrorUnschedulable`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub printable_status: Option<String>,
-    /// Other fields.
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-/// `VirtualMachineInstance.spec`, kept as JSON: ferry never writes a VMI.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[kube(
-    group = "kubevirt.io",
-    version = "v1",
-    kind = "VirtualMachineInstance",
-    namespaced,
-    status = "VirtualMachineInstanceStatus",
-    schema = "disabled"
-)]
-pub struct VirtualMachineInstanceSpec {
-    /// Everything.
-    #[serde(flatten)]
-    pub rest: Map<String, Value>,
-}
-
-/// `VirtualMachineInstance.status`: phase and conditions.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VirtualMachineInstanceStatus {
-    /// `Pending`, `Scheduling`, `Scheduled`, `Running`, `Succeeded`, `Failed`, `Unknown`.
-    #[serde(default)]
-    pub phase: Option<String>,
-    /// `Ready`, `AgentConnected`, `PodScheduled`, ...
-    #[serde(default)]
-    pub conditions: Vec<KvCondition>,
-    /// Why the VMI is in its phase, when KubeVirt says.
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// A KubeVirt condition.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-pub struct KvCondition {
-    /// Condition type.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `"True"`, `"False"`, `"Unknown"`.
-    pub status: String,
-    /// Reason.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// Message.
-    #[serde(default)]
-    pub message: Option<String>,
-}
-
-impl VirtualMachineInstanceStatus {
-    /// Whether condition `type_` is `True`.
-    pub fn condition_true(&self, type_: &str) -> bool {
-        self.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == "True")
-    }
-}
-
-/// KubeVirt's name of a run strategy.
-pub fn run_strategy_name(s: RunStrategy) -> &'static str {
-    match s {
-        RunStrategy::Always => "Always",
-        RunStrategy::Halted => "Halted",
-        RunStrategy::Manual => "Manual",
-        RunStrategy::RerunOnFailure => "RerunOnFailure",
-        RunStrategy::Once => "Once",
-    }
-}
+use crate::apis::kubevirt::{VirtualMachine, VirtualMachineSpec, run_strategy_name};
 
 /// Disk bus for a guest: Windows guests migrated without driver injection have no virtio
 /// drivers, so they get SATA; everything else gets virtio.
@@ -243,12 +140,6 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
         spec,
         status: None,
     })
-}
-
-/// The migration a VMI belongs to, from the label its VM's template put on it.
-pub fn migration_of(vmi: &VirtualMachineInstance) -> Option<(String, String)> {
-    let name = vmi.labels().get(names::MIGRATION_LABEL)?.clone();
-    Some((vmi.namespace()?, name))
 }
 
 #[cfg(test)]
@@ -386,23 +277,5 @@ mod tests {
             "without a mapping only the first NIC is wired"
         );
         assert_eq!(network_wiring(&[], &[]), (vec![], vec![]));
-    }
-
-    #[test]
-    fn vmi_conditions_and_owner_mapping() {
-        let mut vmi =
-            VirtualMachineInstance::new("dc0-h0-vm0", VirtualMachineInstanceSpec::default());
-        vmi.metadata.namespace = Some("ns".into());
-        vmi.metadata.labels = Some(BTreeMap::from([(
-            names::MIGRATION_LABEL.to_owned(),
-            "web-1".to_owned(),
-        )]));
-        assert_eq!(migration_of(&vmi), Some(("ns".into(), "web-1".into())));
-        let s: VirtualMachineInstanceStatus = serde_json::from_value(json!({
-            "phase": "Running", "conditions": [{"type": "AgentConnected", "status": "True"}, {"type": "Ready", "status": "False"}]
-        }))
-        .unwrap();
-        assert!(s.condition_true("AgentConnected"));
-        assert!(!s.condition_true("Ready"));
     }
 }

@@ -1,0 +1,63 @@
+//! The two idempotent writes every controller of ferry makes on its children: create-if-absent
+//! under a deterministic name, and delete-if-present. Each counts itself in the write metrics.
+
+use std::fmt::Debug;
+
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::info;
+
+use crate::Result;
+use crate::error::{is_already_exists, is_not_found};
+use crate::metrics::Metrics;
+
+/// Creates `obj` under `field_manager` unless an object of that name exists; returns whether it
+/// created it. An existing object is *not* checked here: who owns it is the caller's question
+/// (see [`crate::children::is_owned_by`]).
+///
+/// # Errors
+/// Kubernetes API errors other than "already exists".
+pub async fn create_if_absent<K>(
+    metrics: &Metrics,
+    api: &Api<K>,
+    obj: &K,
+    field_manager: &str,
+) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let params = PostParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PostParams::default()
+    };
+    match api.create(&params, obj).await {
+        Ok(_) => {
+            metrics.write("create", &K::kind(&()));
+            info!(kind = %K::kind(&()), name = %obj.name_any(), "created");
+            Ok(true)
+        }
+        Err(e) if is_already_exists(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes `name` (background propagation) if it exists; returns whether it asked.
+///
+/// # Errors
+/// Kubernetes API errors other than "not found".
+pub async fn delete_if_present<K>(metrics: &Metrics, api: &Api<K>, name: &str) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            metrics.write("delete", &K::kind(&()));
+            info!(kind = %K::kind(&()), %name, "deleted");
+            Ok(true)
+        }
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,37 @@
+//! The knobs of the decisions: defaults suit production, tests shorten them, the binary's flags
+//! set them.
+
+use std::time::Duration;
+
+/// Decision knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// First delay of an in-phase retry.
+    pub backoff_base: Duration,
+    /// Longest delay of an in-phase retry.
+    pub backoff_cap: Duration,
+    /// Transient failures tolerated in one phase before the migration fails.
+    pub max_transient_retries: u32,
+    /// Importer restarts (CDI `restartCount`) tolerated per disk before the import is failed.
+    pub max_import_restarts: i32,
+    /// How long `Starting` may wait for the VMI to run.
+    pub start_timeout: Duration,
+    /// How long `Validating` may wait for the guest agent.
+    pub agent_timeout: Duration,
+    /// Safety-net requeue while waiting on children (watch events normally come first).
+    pub wait_requeue: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            backoff_base: Duration::from_secs(2),
+            backoff_cap: Duration::from_secs(300),
+            max_transient_retries: 8,
+            max_import_restarts: 3,
+            start_timeout: Duration::from_secs(600),
+            agent_timeout: Duration::from_secs(900),
+            wait_requeue: Duration::from_secs(60),
+        }
+    }
+}

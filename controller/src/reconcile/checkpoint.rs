@@ -1,0 +1,162 @@
+//! A checkpoint is one module: what it observes of the world, its pure decision, the
+//! conditions it sets, what a retry of it removes, its actions and how they are carried out.
+//! The reconcile core reaches a phase's checkpoint only through [`with_checkpoint!`], the one
+//! place that maps phases to modules — adding a checkpoint is adding a file and a line there.
+
+use std::fmt::Debug;
+use std::future::Future;
+
+use ferry_crds::{ConditionType, Phase, VirtualMachineMigration};
+use kube::{Api, ResourceExt};
+
+use super::intents::Cleanup;
+use super::outcome::Outcome;
+use super::scope::Scope;
+use crate::Result;
+use crate::context::Context;
+use crate::problem::Problem;
+
+/// What observing and acting need: the shared context and the migration being reconciled.
+#[derive(Clone, Copy, Debug)]
+pub struct Io<'a> {
+    /// Client, ports, clock, metrics.
+    pub ctx: &'a Context,
+    /// The migration, as read at the start of this reconcile.
+    pub vmm: &'a VirtualMachineMigration,
+}
+
+impl Io<'_> {
+    /// The namespaced API of `K` in the migration's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(
+            self.ctx.client.clone(),
+            &self.vmm.namespace().unwrap_or_default(),
+        )
+    }
+}
+
+/// One checkpoint of the state machine.
+pub trait Checkpoint {
+    /// The phase it is the checkpoint of.
+    const PHASE: Phase;
+    /// The conditions it sets, the main one last (the one a failed action marks).
+    const CONDITIONS: &'static [ConditionType];
+    /// What a retry resuming this checkpoint removes first: its partial results.
+    const RETRY_CLEANUP: &'static [Cleanup];
+    /// What it reads of the world, fresh in every reconcile (credentials it will act with
+    /// included, so that acting never reads them again).
+    type Observed: Debug + Send + Sync;
+    /// What it may do to the world; each action idempotent.
+    type Action: Clone + Debug + PartialEq + Send + Sync;
+
+    /// Reads what the decision needs.
+    ///
+    /// # Errors
+    /// Kubernetes API errors (problems of vSphere and S3 are part of the observation).
+    fn observe(io: Io<'_>) -> impl Future<Output = Result<Self::Observed>> + Send;
+
+    /// The decision. Pure.
+    fn decide(scope: &Scope<Self::Observed>) -> Outcome<Self::Action>;
+
+    /// Carries out one action, idempotently. `Some(problem)` when it failed in a way the
+    /// migration must record (vSphere refused, the API rejected an object).
+    ///
+    /// # Errors
+    /// Kubernetes API errors (the work queue retries the reconcile).
+    fn execute(
+        io: Io<'_>,
+        observed: &Self::Observed,
+        action: &Self::Action,
+    ) -> impl Future<Output = Result<Option<Problem>>> + Send;
+
+    /// What the outcome becomes when `failed`, one of `planned`'s actions, met `problem`. Pure.
+    ///
+    /// The default: the problem decides the step ([`Outcome::from_problem`]) and marks the main
+    /// condition; what `planned` recorded (discovered source, progress) is kept.
+    fn on_action_failed(
+        scope: &Scope<Self::Observed>,
+        planned: Outcome<Self::Action>,
+        failed: &Self::Action,
+        problem: &Problem,
+    ) -> Outcome<Self::Action> {
+        let _ = failed;
+        Outcome::from_problem(scope, problem, Self::CONDITIONS.last().copied())
+            .recording(planned.record)
+    }
+}
+
+/// Evaluates `$body` with the type name `$c` bound to the [`Checkpoint`] of `$phase`, or `$none`
+/// for a phase that is not a checkpoint. The match is exhaustive: a new phase does not compile
+/// until it is placed here.
+macro_rules! with_checkpoint {
+    ($phase:expr, |$c:ident| $body:expr, otherwise $none:expr) => {{
+        use ferry_crds::Phase as P;
+        match $phase {
+            P::Preparing => {
+                type $c = $crate::reconcile::preparing::Preparing;
+                $body
+            }
+            P::Converting => {
+                type $c = $crate::reconcile::converting::Converting;
+                $body
+            }
+            P::Importing => {
+                type $c = $crate::reconcile::importing::Importing;
+                $body
+            }
+            P::CreatingVM => {
+                type $c = $crate::reconcile::creating_vm::CreatingVm;
+                $body
+            }
+            P::Starting => {
+                type $c = $crate::reconcile::starting::Starting;
+                $body
+            }
+            P::Validating => {
+                type $c = $crate::reconcile::validating::Validating;
+                $body
+            }
+            P::Pending | P::Queued | P::Succeeded | P::Failed | P::Cancelled => $none,
+        }
+    }};
+}
+pub(crate) use with_checkpoint;
+
+/// The conditions the checkpoint of `phase` sets (none for other phases).
+pub fn conditions_of(phase: Phase) -> &'static [ConditionType] {
+    with_checkpoint!(phase, |C| C::CONDITIONS, otherwise & [])
+}
+
+/// What a retry resuming `phase` removes first (nothing for other phases).
+pub fn retry_cleanup(phase: Phase) -> &'static [Cleanup] {
+    with_checkpoint!(phase, |C| C::RETRY_CLEANUP, otherwise & [])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_checkpoint_is_placed_and_names_its_own_phase() {
+        for phase in Phase::ALL {
+            let placed = with_checkpoint!(phase, |C| Some(C::PHASE), otherwise None);
+            assert_eq!(placed, phase.is_checkpoint().then_some(phase), "{phase}");
+        }
+    }
+
+    #[test]
+    fn every_condition_but_ready_belongs_to_exactly_one_checkpoint() {
+        for t in ConditionType::ALL {
+            let owners = Phase::CHECKPOINTS
+                .iter()
+                .filter(|p| conditions_of(**p).contains(&t))
+                .count();
+            let want = usize::from(t != ConditionType::Ready);
+            assert_eq!(owners, want, "{t}");
+        }
+    }
+}

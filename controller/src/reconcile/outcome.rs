@@ -1,0 +1,349 @@
+//! What a checkpoint decides: the step to take, the actions that step needs (of the
+//! checkpoint's own action type `A`), and what to record in the status; the one mapping from a
+//! [`Problem`] to a step; and the capped exponential backoff with deterministic jitter.
+
+use std::time::Duration;
+
+use ferry_crds::{
+    ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, Progress, Reason,
+};
+
+use super::scope::Scope;
+use crate::problem::Problem;
+
+/// The step a checkpoint takes now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step<A> {
+    /// The checkpoint's desired state holds: move on to `to`.
+    Advance {
+        /// The next phase.
+        to: Phase,
+    },
+    /// Take these actions (create-if-absent, idempotent) and wait for the world to move.
+    Act(Vec<A>),
+    /// Work is under way; look again after `requeue` at the latest.
+    Wait {
+        /// Safety-net requeue (watch events normally come first).
+        requeue: Duration,
+    },
+    /// A transient failure: stay in the phase and try again after a backoff.
+    Retry {
+        /// Why.
+        reason: Reason,
+        /// Details for the operator.
+        message: String,
+    },
+    /// A permanent failure: the migration fails; `resume` is the checkpoint a retry goes back to.
+    Fail {
+        /// Why, for `lastFailure` and the conditions.
+        reason: Reason,
+        /// What happened and what to do about it.
+        message: String,
+        /// Whether a plain retry may help (`lastFailure.retriable`).
+        retriable: bool,
+        /// The checkpoint that a raised `spec.retry` resumes.
+        resume: Phase,
+    },
+}
+
+/// A condition the checkpoint sets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CondUpdate {
+    /// Which.
+    pub type_: ConditionType,
+    /// True, False, Unknown.
+    pub status: ConditionStatus,
+    /// Why.
+    pub reason: Reason,
+    /// Details.
+    pub message: String,
+}
+
+impl CondUpdate {
+    /// A condition update.
+    pub fn new(
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// What a checkpoint learnt, to record in the status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Record {
+    /// The discovered source (Preparing).
+    pub source: Option<DiscoveredSource>,
+    /// Per-disk status, whole list.
+    pub disks: Option<Vec<DiskStatus>>,
+    /// Overall progress.
+    pub progress: Option<Progress>,
+}
+
+/// A checkpoint's decision: the step, the conditions it sets, what it records, and a one-line
+/// summary for people.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome<A> {
+    /// The step.
+    pub step: Step<A>,
+    /// Conditions of this checkpoint.
+    pub conditions: Vec<CondUpdate>,
+    /// What to record.
+    pub record: Record,
+    /// `status.message`.
+    pub message: String,
+}
+
+impl<A> Outcome<A> {
+    /// An outcome with no conditions and nothing recorded.
+    pub fn new(step: Step<A>, message: impl Into<String>) -> Self {
+        Self {
+            step,
+            conditions: vec![],
+            record: Record::default(),
+            message: message.into(),
+        }
+    }
+
+    /// Adds a condition update.
+    pub fn with(
+        mut self,
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        self.conditions
+            .push(CondUpdate::new(type_, status, reason, message));
+        self
+    }
+
+    /// Sets what to record.
+    pub fn recording(mut self, record: Record) -> Self {
+        self.record = record;
+        self
+    }
+
+    /// The actions of the step (none unless it is [`Step::Act`]).
+    pub fn actions(&self) -> &[A] {
+        match &self.step {
+            Step::Act(a) => a,
+            Step::Advance { .. } | Step::Wait { .. } | Step::Retry { .. } | Step::Fail { .. } => {
+                &[]
+            }
+        }
+    }
+
+    /// The outcome of a [`Problem`] met in the scope's checkpoint — the one place where a problem
+    /// becomes a step. Pure.
+    ///
+    /// # Guarantees
+    /// * A transient problem is retried in the phase (`Step::Retry`) while the scope's retries are
+    ///   within [`Policy::max_transient_retries`](crate::policy::Policy); past that budget it
+    ///   fails, retriable, resuming this checkpoint.
+    /// * A permanent problem fails at once, not retriable (nothing changes by itself), resuming
+    ///   this checkpoint when `spec.retry` is raised.
+    /// * `marks` (when given) is set `Unknown` while retrying and `False` on failure, with the
+    ///   problem's reason and message.
+    pub fn from_problem<W>(
+        scope: &Scope<W>,
+        problem: &Problem,
+        marks: Option<ConditionType>,
+    ) -> Self {
+        let phase = scope.phase();
+        let step = if !problem.transient {
+            Step::Fail {
+                reason: problem.reason,
+                message: problem.message.clone(),
+                retriable: false,
+                resume: phase,
+            }
+        } else if scope.retries >= scope.policy.max_transient_retries {
+            Step::Fail {
+                reason: problem.reason,
+                message: format!(
+                    "{} (gave up after {} retries)",
+                    problem.message, scope.retries
+                ),
+                retriable: true,
+                resume: phase,
+            }
+        } else {
+            Step::Retry {
+                reason: problem.reason,
+                message: problem.message.clone(),
+            }
+        };
+        let status = if matches!(step, Step::Retry { .. }) {
+            ConditionStatus::Unknown
+        } else {
+            ConditionStatus::False
+        };
+        let out = Outcome::new(step, problem.message.clone());
+        match marks {
+            Some(t) => out.with(t, status, problem.reason, problem.message.clone()),
+            None => out,
+        }
+    }
+}
+
+/// Delay before in-phase retry number `retry` (0 for the first): `base · 2^retry`, capped at
+/// `cap`, minus up to a quarter of it as jitter derived from `seed` (the migration's uid), so
+/// that migrations failing together do not retry together. Pure and deterministic.
+pub fn backoff(retry: u32, base: Duration, cap: Duration, seed: &str) -> Duration {
+    let exp = base.saturating_mul(2u32.saturating_pow(retry.min(20)));
+    let capped = exp.min(cap);
+    let h = seed
+        .bytes()
+        .chain(retry.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let quarter = capped / 4;
+    let jitter_ms = if quarter.as_millis() == 0 {
+        0
+    } else {
+        h % (quarter.as_millis() as u64 + 1)
+    };
+    capped.saturating_sub(Duration::from_millis(jitter_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let base = Duration::from_secs(2);
+        let cap = Duration::from_secs(60);
+        let d: Vec<_> = (0..8).map(|r| backoff(r, base, cap, "uid")).collect();
+        for (r, d) in d.iter().enumerate() {
+            let nominal = (base * 2u32.pow(r as u32)).min(cap);
+            assert!(
+                *d <= nominal && *d >= nominal * 3 / 4,
+                "retry {r}: {d:?} vs {nominal:?}"
+            );
+        }
+        assert_eq!(
+            backoff(3, base, cap, "a"),
+            backoff(3, base, cap, "a"),
+            "deterministic"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn backoff_stays_within_three_quarters_and_the_cap(retry in 0u32..100, seed in ".{0,40}", base_ms in 1u64..10_000, cap_ms in 1u64..600_000) {
+            let base = Duration::from_millis(base_ms);
+            let cap = Duration::from_millis(cap_ms);
+            let d = backoff(retry, base, cap, &seed);
+            let nominal = base.saturating_mul(2u32.saturating_pow(retry.min(20))).min(cap);
+            prop_assert!(d <= nominal);
+            prop_assert!(d >= nominal - nominal / 4);
+        }
+    }
+
+    #[test]
+    fn a_problem_becomes_a_retry_within_the_budget_and_a_failure_past_it() {
+        use crate::policy::Policy;
+        use ferry_crds::fixtures::{migration, ts};
+        let scope = |retries: u32| Scope {
+            vmm: migration("m").with_phase(Phase::Converting),
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries,
+            world: (),
+        };
+        let down = Problem::transient(Reason::StagingUnavailable, "down");
+        let max = Policy::default().max_transient_retries;
+        type Case = (
+            &'static str,
+            u32,
+            Problem,
+            fn(&Step<()>) -> bool,
+            ConditionStatus,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "transient, first time: retry",
+                0,
+                down.clone(),
+                |s| {
+                    matches!(
+                        s,
+                        Step::Retry {
+                            reason: Reason::StagingUnavailable,
+                            ..
+                        }
+                    )
+                },
+                ConditionStatus::Unknown,
+            ),
+            (
+                "transient, last retry: retry",
+                max - 1,
+                down.clone(),
+                |s| matches!(s, Step::Retry { .. }),
+                ConditionStatus::Unknown,
+            ),
+            (
+                "transient, budget spent: fail retriable",
+                max,
+                down.clone(),
+                |s| {
+                    matches!(
+                        s,
+                        Step::Fail {
+                            retriable: true,
+                            resume: Phase::Converting,
+                            ..
+                        }
+                    )
+                },
+                ConditionStatus::False,
+            ),
+            (
+                "permanent: fail at once, not retriable",
+                0,
+                Problem::permanent(Reason::LoginFailed, "no"),
+                |s| {
+                    matches!(
+                        s,
+                        Step::Fail {
+                            retriable: false,
+                            resume: Phase::Converting,
+                            reason: Reason::LoginFailed,
+                            ..
+                        }
+                    )
+                },
+                ConditionStatus::False,
+            ),
+        ];
+        for (name, retries, p, ok, status) in cases {
+            let o: Outcome<()> =
+                Outcome::from_problem(&scope(retries), &p, Some(ConditionType::DiskConverted));
+            assert!(ok(&o.step), "{name}: {:?}", o.step);
+            assert_eq!(o.conditions.len(), 1, "{name}");
+            assert_eq!(
+                (
+                    o.conditions[0].type_,
+                    o.conditions[0].status,
+                    o.conditions[0].reason
+                ),
+                (ConditionType::DiskConverted, status, p.reason),
+                "{name}"
+            );
+            let unmarked: Outcome<()> = Outcome::from_problem(&scope(retries), &p, None);
+            assert!(unmarked.conditions.is_empty(), "{name}");
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! What several checkpoints read of the world alike: the target VirtualMachine (ours or not),
+//! its instance, and the keys of the staged objects.
+
+use ferry_crds::{VirtualMachineMigration, names};
+use kube::ResourceExt;
+
+use super::checkpoint::Io;
+use crate::Result;
+use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use crate::children::is_owned_by;
+
+/// The KubeVirt VirtualMachine with the target name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// None.
+    Absent,
+    /// One that this migration does not own.
+    Foreign,
+    /// Ours, with its current run strategy; `owned` while its owner reference is still on it
+    /// (Validating releases it).
+    Ours {
+        /// `spec.runStrategy`.
+        run_strategy: Option<String>,
+        /// Still carries the migration's controller owner reference.
+        owned: bool,
+    },
+}
+
+/// The VirtualMachineInstance of the target VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmiState {
+    /// None (not started yet, or between restarts).
+    Absent,
+    /// Present in `phase`, with whether the guest agent is connected.
+    Present {
+        /// VMI phase.
+        phase: VmiPhase,
+        /// Condition `AgentConnected` is `True`.
+        agent_connected: bool,
+        /// KubeVirt's reason for the phase, if any.
+        reason: Option<String>,
+    },
+}
+
+impl VmiState {
+    /// Whether the instance is `Running`.
+    pub fn is_running(&self) -> bool {
+        matches!(
+            self,
+            VmiState::Present {
+                phase: VmiPhase::Running,
+                ..
+            }
+        )
+    }
+}
+
+/// The target VirtualMachine, classified.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn vm_state(io: Io<'_>) -> Result<VmState> {
+    let vm = io
+        .api::<VirtualMachine>()
+        .get_opt(&names::vm_name(io.vmm))
+        .await?;
+    Ok(classify_vm(vm.as_ref(), io.vmm))
+}
+
+/// Classifies a VirtualMachine found under the target name. Pure.
+pub fn classify_vm(vm: Option<&VirtualMachine>, vmm: &VirtualMachineMigration) -> VmState {
+    match vm {
+        None => VmState::Absent,
+        Some(vm) => {
+            let owned = is_owned_by(&vm.metadata, vmm);
+            // A VM we released at the end of a successful attempt still carries our label.
+            let released = vm.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any())
+                && vm.owner_references().is_empty();
+            if owned || released {
+                VmState::Ours {
+                    run_strategy: vm.spec.run_strategy.clone(),
+                    owned,
+                }
+            } else {
+                VmState::Foreign
+            }
+        }
+    }
+}
+
+/// The target VMI, classified (only one that is not being deleted counts).
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
+    let vmi = io
+        .api::<VirtualMachineInstance>()
+        .get_opt(&names::vm_name(io.vmm))
+        .await?;
+    Ok(match vmi {
+        Some(v) if v.metadata.deletion_timestamp.is_none() => {
+            let s = v.status.clone().unwrap_or_default();
+            VmiState::Present {
+                phase: s.phase.unwrap_or_default(),
+                agent_connected: s.condition_true("AgentConnected"),
+                reason: s.reason.clone(),
+            }
+        }
+        Some(_) | None => VmiState::Absent,
+    })
+}
+
+/// Keys of the staged objects, one per discovered disk.
+pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
+    let n = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map_or(0, |s| s.disks.len());
+    (0..n).map(|i| names::staging_key(vmm, i)).collect()
+}

@@ -1,0 +1,88 @@
+//! The reconcile's one write of the status (server-side apply under the controller's field
+//! manager, only when worth it) and the Events that go with it.
+
+use std::time::Duration;
+
+use ferry_crds::{VirtualMachineMigration, VirtualMachineMigrationStatus as Status, names};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::status;
+use crate::context::Context;
+use crate::events::{self, Note};
+use crate::{Error, Result};
+
+/// Publishes `notes` on `vmm`, best effort (an Event that cannot be written is logged).
+pub async fn publish(ctx: &Context, vmm: &VirtualMachineMigration, notes: &[Note]) {
+    let reference = vmm.object_ref(&());
+    for n in notes {
+        match ctx.recorder.publish(&n.to_event(), &reference).await {
+            Ok(()) => ctx.metrics.write("create", "Event"),
+            Err(e) => {
+                warn!(migration = %vmm.name_any(), error = %e, reason = %n.reason, "publishing an event");
+            }
+        }
+    }
+}
+
+/// Writes `new` as the status of `vmm` when it is worth a write (see
+/// [`status::worth_writing`]), with `vmm`'s resourceVersion as precondition, then publishes the
+/// transition's Events and `extra`. Returns whether it wrote.
+///
+/// # Guarantees
+/// At most one status write; on success `vmm` carries the written status and its new
+/// resourceVersion. `extra` is published whether or not the status changed.
+///
+/// # Errors
+/// [`Error::Conflict`] when the object changed since it was read; other Kubernetes API errors.
+pub async fn status(
+    ctx: &Context,
+    vmm: &mut VirtualMachineMigration,
+    new: Status,
+    extra: Vec<Note>,
+) -> Result<bool> {
+    let uid = vmm.uid().unwrap_or_default();
+    let mut notes = vec![];
+    let wrote = status::worth_writing(vmm.status.as_ref(), &new, ctx.since_progress_write(&uid));
+    if wrote {
+        let api: Api<VirtualMachineMigration> =
+            Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default());
+        let patch = serde_json::json!({
+            "apiVersion": ferry_crds::API_VERSION,
+            "kind": "VirtualMachineMigration",
+            "metadata": {"name": vmm.name_any(), "resourceVersion": vmm.resource_version()},
+            "status": new,
+        });
+        let params = PatchParams::apply(names::CONTROLLER_FIELD_MANAGER).force();
+        let written = match api
+            .patch_status(&vmm.name_any(), &params, &Patch::Apply(&patch))
+            .await
+        {
+            Ok(w) => w,
+            Err(kube::Error::Api(s)) if s.code == 409 => return Err(Error::Conflict),
+            Err(e) => return Err(e.into()),
+        };
+        ctx.metrics.write("status", "VirtualMachineMigration");
+        ctx.note_write(&uid);
+        let old = vmm.status.clone().unwrap_or_default();
+        if old.phase != new.phase {
+            info!(migration = %vmm.name_any(), from = %old.phase, to = %new.phase, "phase");
+            if let Some(entered) = old
+                .history
+                .last()
+                .filter(|h| h.phase == old.phase)
+                .map(|h| h.entered_at.0)
+                && let Ok(d) = Duration::try_from(ctx.clock.now().duration_since(entered))
+            {
+                ctx.metrics.phase_left(old.phase.as_str(), d.as_secs_f64());
+            }
+        }
+        notes = events::notes(&old, &new);
+        vmm.metadata.resource_version = written.metadata.resource_version;
+        vmm.status = Some(new);
+    }
+    notes.extend(extra);
+    publish(ctx, vmm, &notes).await;
+    Ok(wrote)
+}
