@@ -74,7 +74,7 @@ pub const REPORTER: &str = "ferry-controller";
 impl Context {
     /// A context on the real ports and the system clock.
     pub fn new(client: kube::Client, policy: Policy, metrics: Arc<Metrics>) -> Self {
-        Self::with_edges(
+        Self::with_ports(
             client,
             policy,
             metrics,
@@ -85,7 +85,7 @@ impl Context {
     }
 
     /// A context on the given ports and clock.
-    pub fn with_edges(
+    pub fn with_ports(
         client: kube::Client,
         policy: Policy,
         metrics: Arc<Metrics>,

@@ -159,4 +159,161 @@ mod tests {
             assert_eq!(owners, want, "{t}");
         }
     }
+
+    /// A scope of `C` in its own phase, with `world` observed and `retries` spent.
+    fn scope_of<W>(phase: Phase, world: W, retries: u32) -> Scope<W> {
+        use ferry_crds::fixtures::{migration, ts};
+        Scope {
+            vmm: migration("m").with_disks(1).with_phase(phase),
+            now: ts(10).0,
+            policy: crate::policy::Policy::default(),
+            retries,
+            world,
+        }
+    }
+
+    /// What `C::on_action_failed` made of `problem` after `retries`: the step's kind, the reason,
+    /// whether a retry of the migration may help, and the main condition's status.
+    fn failed<C: Checkpoint>(
+        world: C::Observed,
+        action: C::Action,
+        problem: Problem,
+        retries: u32,
+    ) -> (
+        String,
+        ferry_crds::Reason,
+        Option<bool>,
+        Option<ferry_crds::ConditionStatus>,
+        bool,
+    ) {
+        use super::super::outcome::{Record, Step};
+        let scope = scope_of(C::PHASE, world, retries);
+        let planned = Outcome::new(Step::Act(vec![action.clone()]), "planned").recording(Record {
+            progress: Some(ferry_crds::Progress::default()),
+            ..Record::default()
+        });
+        let o = C::on_action_failed(&scope, planned, &action, &problem);
+        let (kind, retriable) = match &o.step {
+            Step::Retry { .. } => ("retry", None),
+            Step::Fail {
+                retriable, resume, ..
+            } => {
+                assert_eq!(
+                    *resume,
+                    C::PHASE,
+                    "a failed action resumes its own checkpoint"
+                );
+                ("fail", Some(*retriable))
+            }
+            Step::Advance { .. } | Step::Act(_) | Step::Wait { .. } => ("other", None),
+        };
+        let main = C::CONDITIONS.last().copied();
+        let cond = o
+            .conditions
+            .iter()
+            .find(|c| Some(c.type_) == main)
+            .map(|c| c.status);
+        (
+            kind.to_owned(),
+            problem.reason,
+            retriable,
+            cond,
+            o.record.progress.is_some(),
+        )
+    }
+
+    #[test]
+    fn a_failed_action_becomes_an_outcome_by_its_problem_alone() {
+        use ferry_crds::ConditionStatus::{False, Unknown};
+        use ferry_crds::Reason;
+        let t = |r: Reason| Problem::transient(r, "down");
+        let p = |r: Reason| Problem::permanent(r, "refused");
+        let max = crate::policy::Policy::default().max_transient_retries;
+        let prep = || super::super::preparing::Observed {
+            facts: Err(p(Reason::VMNotFound)),
+            login: None,
+        };
+        let imp = || super::super::importing::Observed {
+            credentials: Ok(None),
+            secret_present: false,
+            dvs: vec![],
+        };
+        let val = || super::super::validating::Observed {
+            vm: super::super::world::VmState::Absent,
+            vmi: super::super::world::VmiState::Absent,
+            leftovers: None,
+        };
+        use super::super::{creating_vm, importing, preparing, validating};
+        let rows = vec![
+            (
+                "power-off refused",
+                failed::<preparing::Preparing>(
+                    prep(),
+                    preparing::Action::PowerOff,
+                    p(Reason::PowerOffFailed),
+                    0,
+                ),
+                ("fail", Some(false), Some(False)),
+            ),
+            (
+                "power-off, vCenter down",
+                failed::<preparing::Preparing>(
+                    prep(),
+                    preparing::Action::PowerOff,
+                    t(Reason::EndpointUnreachable),
+                    0,
+                ),
+                ("retry", None, Some(Unknown)),
+            ),
+            (
+                "power-off, vCenter down past the budget",
+                failed::<preparing::Preparing>(
+                    prep(),
+                    preparing::Action::PowerOff,
+                    t(Reason::EndpointUnreachable),
+                    max,
+                ),
+                ("fail", Some(true), Some(False)),
+            ),
+            (
+                "CDI secret, credentials gone",
+                failed::<importing::Importing>(
+                    imp(),
+                    importing::Action::CreateS3Secret,
+                    t(Reason::SecretNotFound),
+                    0,
+                ),
+                ("retry", None, Some(Unknown)),
+            ),
+            (
+                "VM rejected by the API",
+                failed::<creating_vm::CreatingVm>(
+                    super::super::world::VmState::Absent,
+                    creating_vm::Action::CreateVm,
+                    p(Reason::VMCreateFailed),
+                    0,
+                ),
+                ("fail", Some(false), Some(False)),
+            ),
+            (
+                "finish, staging down",
+                failed::<validating::Validating>(
+                    val(),
+                    validating::Action::Finish,
+                    t(Reason::StagingUnavailable),
+                    1,
+                ),
+                ("retry", None, Some(Unknown)),
+            ),
+        ];
+        for (name, (kind, _, retriable, cond, kept), (want_kind, want_retriable, want_cond)) in rows
+        {
+            assert_eq!(
+                (kind.as_str(), retriable, cond),
+                (want_kind, want_retriable, want_cond),
+                "{name}"
+            );
+            assert!(kept, "{name}: what the plan recorded is kept");
+        }
+    }
 }
