@@ -392,7 +392,8 @@ func (l *lab) vcsimStart(ctx context.Context) (func(), error) {
 	if f, err := os.OpenFile(filepath.Join(l.logDir, "vcsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		log.SetOutput(f) // vcsim logs through the standard logger
 	}
-	vc, err := startVcsim(ctx, l.dir, l.port("vcsim"), l.vms, l.secrets.VCUser, l.secrets.VCPass, l.pki)
+	vc, err := startVcsim(ctx, filepath.Join(l.dir, "vcsim"), l.port("vcsim"), l.vms, l.secrets.VCUser, l.secrets.VCPass,
+		l.pki.vcsimCert, l.pki.vcsimKey)
 	if err != nil {
 		return nil, err
 	}
