@@ -84,7 +84,7 @@ func (c *child) run() error {
 	c.stopCh = make(chan struct{})
 	if err := c.startOnce(); err != nil {
 		close(c.done)
-		return fmt.Errorf("%s: %w", c.name, err)
+		return err
 	}
 	go func() {
 		defer close(c.done)

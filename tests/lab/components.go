@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,27 +10,96 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	etcdembed "go.etcd.io/etcd/server/v3/embed"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
+
+// components is the lab: every part it runs, in the order their lab.json entries appear. Adding
+// a part means adding an entry here (and its start function, probe and entry below); lab.go
+// allocates its ports, starts it after what it needs, waits for its probe, writes its lab.json
+// entry and stops it.
+func (l *lab) components() []*component {
+	return []*component{{
+		name:  "kubeconfig", // DIR/kubeconfig: the admin identity, for users of the lab
+		start: l.kubeconfigWrite,
+		json:  "kubeconfig",
+		info:  func() (any, error) { return l.kubeconfigPath(), nil },
+	}, {
+		name:  "etcd",
+		ports: []string{"etcdClient", "etcdPeer"},
+		start: l.etcdStart,
+		ready: probe{what: "serving", timeout: time.Minute, every: 100 * time.Millisecond, check: l.etcdReady},
+	}, {
+		name:  "apiserver",
+		ports: []string{"apiserver"},
+		needs: []string{"etcd"},
+		start: l.apiserverStart,
+		ready: probe{what: "/readyz ok", timeout: 5 * time.Minute, every: 300 * time.Millisecond, check: l.apiserverReady},
+		json:  "apiserver",
+		info:  l.apiserverInfo,
+		url:   l.apiURL,
+	}, {
+		name:  "controller-manager",
+		needs: []string{"apiserver"},
+		start: l.controllerManagerStart,
+		ready: probe{what: "namespace default and ServiceAccount default/default exist", timeout: 3 * time.Minute,
+			every: 300 * time.Millisecond, check: l.controllerManagerReady},
+	}, {
+		name:  "crds",
+		needs: []string{"apiserver"},
+		start: l.crdsApply,
+		ready: probe{what: "CRDs Established", timeout: time.Minute, every: 200 * time.Millisecond, check: l.crdsEstablished},
+		log:   "apiserver.log",
+	}, {
+		name:  "vcsim",
+		ports: []string{"vcsim"},
+		start: l.vcsimStart,
+		ready: probe{what: "SOAP answers", timeout: time.Minute, every: 200 * time.Millisecond, check: l.vcsimReady},
+		json:  "vcenter",
+		info:  l.vcenterInfo,
+		url:   func() string { return l.vc.url },
+	}, {
+		name:  "s3s-fs",
+		ports: []string{"s3"},
+		start: l.s3Start,
+		ready: probe{what: "signed HEAD /" + s3Bucket + " ok", timeout: time.Minute, every: 200 * time.Millisecond, check: l.s3Ready},
+		json:  "s3",
+		info:  l.s3Info,
+		url:   l.s3URL,
+	}}
+}
+
+// componentState is what the components' start functions keep for their probes, lab.json
+// entries and each other.
+type componentState struct {
+	etcd     *etcdembed.Etcd
+	apiHTTP  *http.Client         // admin client certificate, for /readyz
+	kube     kubernetes.Interface // admin
+	apiext   apiextclient.Interface
+	crdNames []string
+	vc       *vcsimLab
+}
 
 //go:embed crds/*.yaml
 var crdFS embed.FS
@@ -37,11 +107,14 @@ var crdFS embed.FS
 const defaultControllers = "garbage-collector-controller,namespace-controller,serviceaccount-controller," +
 	"serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller"
 
+const s3Bucket = "ferry-staging"
+
 func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
+// newChild prepares a supervised child process logging to DIR/logs/NAME.log.
 func (l *lab) newChild(name, path string, args []string, stopSig syscall.Signal) *child {
-	c := &child{
-		name: name, path: path, args: args, env: os.Environ(),
+	return &child{
+		name: name, path: path, args: args, env: slices.Clone(l.env),
 		logPath: filepath.Join(l.logDir, name+".log"), stopSig: stopSig,
 		onDeath: func(err error) {
 			select {
@@ -50,8 +123,14 @@ func (l *lab) newChild(name, path string, args []string, stopSig syscall.Signal)
 			}
 		},
 	}
-	l.children = append(l.children, c)
-	return c
+}
+
+// runChild starts c; stopping it sends its stop signal, then SIGKILL after 20 s.
+func runChild(c *child) (func(), error) {
+	if err := c.run(); err != nil {
+		return nil, err
+	}
+	return func() { c.stop(20 * time.Second) }, nil
 }
 
 func (l *lab) self() string {
@@ -59,21 +138,54 @@ func (l *lab) self() string {
 	return exe
 }
 
+// ---------- kubeconfig ----------
+
+func (l *lab) kubeconfigPath() string { return filepath.Join(l.dir, "kubeconfig") }
+
+func (l *lab) kubeconfigWrite(context.Context) (func(), error) {
+	return nil, writeKubeconfig(l.kubeconfigPath(), l.apiURL(), l.pki.caCert, l.pki.adminCert, l.pki.adminKey, "ferry-lab-admin")
+}
+
+// ---------- etcd ----------
+
+func (l *lab) etcdStart(context.Context) (func(), error) {
+	progress("etcd: starting on 127.0.0.1:%d (data %s)", l.port("etcdClient"), filepath.Join(l.dir, "etcd"))
+	e, err := startEtcd(l.dir, l.port("etcdClient"), l.port("etcdPeer"), filepath.Join(l.logDir, "etcd.log"))
+	if err != nil {
+		return nil, err
+	}
+	l.etcd = e
+	return e.Close, nil
+}
+
+func (l *lab) etcdReady(context.Context) error {
+	select {
+	case <-l.etcd.Server.ReadyNotify():
+		return nil
+	case err := <-l.etcd.Err():
+		return failed{cmp.Or(err, errors.New("etcd stopped"))}
+	default:
+		return errors.New("not serving yet")
+	}
+}
+
 // ---------- kube-apiserver ----------
 
-func (l *lab) startAPIServer() {
+func (l *lab) apiURL() string { return fmt.Sprintf("https://127.0.0.1:%d", l.port("apiserver")) }
+
+func (l *lab) apiserverStart(context.Context) (func(), error) {
 	p := l.pki
 	args := []string{
-		"--etcd-servers=" + fmt.Sprintf("http://127.0.0.1:%d", l.ports.EtcdClient),
+		"--etcd-servers=" + fmt.Sprintf("http://127.0.0.1:%d", l.port("etcdClient")),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(l.ports.APIServer),
+		"--secure-port=" + strconv.Itoa(l.port("apiserver")),
 		"--cert-dir=" + filepath.Join(p.dir, "apiserver-generated"),
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
 		"--client-ca-file=" + p.caCert,
 		"--authorization-mode=Node,RBAC",
-		"--service-account-issuer=" + l.apiURL,
+		"--service-account-issuer=" + l.apiURL(),
 		"--service-account-key-file=" + p.saPub,
 		"--service-account-signing-key-file=" + p.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
@@ -90,22 +202,32 @@ func (l *lab) startAPIServer() {
 		"--endpoint-reconciler-type=none",
 		"--v=1",
 	}
-	c := l.newChild("apiserver", l.self(), append([]string{"internal-apiserver"}, args...), syscall.SIGTERM)
-	progress("kube-apiserver %s: starting on %s (child process, log %s)", k8sVersion, l.apiURL, c.logPath)
-	if err := c.run(); err != nil {
-		l.fatal <- err
-	}
-}
-
-func (l *lab) restConfig() (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(l.dir, "kubeconfig"))
-	if err != nil {
+	// The lab's own clients, for the probes of the apiserver and what runs on it.
+	var err error
+	if l.apiHTTP, err = l.httpsClient(); err != nil {
 		return nil, err
 	}
-	cfg.QPS = 50
-	cfg.Burst = 100
-	cfg.Timeout = 15 * time.Second
-	return cfg, nil
+	cfg := l.restConfig()
+	if l.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if l.apiext, err = apiextclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	c := l.newChild("apiserver", l.self(), append([]string{"internal-apiserver"}, args...), syscall.SIGTERM)
+	progress("apiserver: kube-apiserver %s starting on %s (child process, log %s)", k8sVersion, l.apiURL(), c.logPath)
+	return runChild(c)
+}
+
+// restConfig is the admin identity of the kubeconfig, with the lab's own rate limits.
+func (l *lab) restConfig() *rest.Config {
+	return &rest.Config{
+		Host: l.apiURL(),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: l.pki.caCert, CertFile: l.pki.adminCert, KeyFile: l.pki.adminKey,
+		},
+		QPS: 50, Burst: 100, Timeout: 15 * time.Second,
+	}
 }
 
 func (l *lab) httpsClient() (*http.Client, error) {
@@ -124,45 +246,43 @@ func (l *lab) httpsClient() (*http.Client, error) {
 	}}, nil
 }
 
-func (l *lab) waitAPIServer(ctx context.Context) error {
-	hc, err := l.httpsClient()
+func (l *lab) apiserverReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.apiURL()+"/readyz", nil)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	last := ""
-	for {
-		resp, err := hc.Get(l.apiURL + "/readyz")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				progress("kube-apiserver: /readyz ok")
-				return nil
-			}
-			last = fmt.Sprintf("/readyz %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-apiserver not ready after 5m (%s); log tail:\n%s", last, tail(filepath.Join(l.logDir, "apiserver.log"), 30))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-l.fatal:
-			return err
-		case <-time.After(300 * time.Millisecond):
-		}
+	resp, err := l.apiHTTP.Do(req)
+	if err != nil {
+		return err
 	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+type apiserverInfo struct {
+	URL     string `json:"url"`
+	Version string `json:"version"`
+	CAFile  string `json:"caFile"`
+}
+
+func (l *lab) apiserverInfo() (any, error) {
+	return apiserverInfo{URL: l.apiURL(), Version: k8sVersion, CAFile: l.pki.caCert}, nil
 }
 
 // ---------- kube-controller-manager ----------
 
-func (l *lab) startControllerManager() {
+func (l *lab) controllerManagerStart(context.Context) (func(), error) {
 	p := l.pki
+	kubeconfig := filepath.Join(p.dir, "controller-manager.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, l.apiURL(), p.caCert, p.kcmCert, p.kcmKey, "system:kube-controller-manager"); err != nil {
+		return nil, err
+	}
 	args := []string{
-		"--kubeconfig=" + filepath.Join(p.dir, "controller-manager.kubeconfig"),
+		"--kubeconfig=" + kubeconfig,
 		"--controllers=" + l.controllers,
 		"--service-account-private-key-file=" + p.saKey,
 		"--root-ca-file=" + p.caCert,
@@ -172,71 +292,32 @@ func (l *lab) startControllerManager() {
 		"--v=1",
 	}
 	c := l.newChild("controller-manager", l.self(), append([]string{"internal-controller-manager"}, args...), syscall.SIGTERM)
-	progress("kube-controller-manager: starting (child process, controllers %s, log %s)", l.controllers, c.logPath)
-	if err := c.run(); err != nil {
-		l.fatal <- err
-	}
+	progress("controller-manager: kube-controller-manager starting (child process, controllers %s, log %s)", l.controllers, c.logPath)
+	return runChild(c)
 }
 
-// waitControllerManager waits for the ServiceAccount controller to create default/default: proof
-// that the controller-manager is up and talking to the apiserver.
-func (l *lab) waitControllerManager(ctx context.Context) error {
-	cfg, err := l.restConfig()
-	if err != nil {
+// controllerManagerReady: the ServiceAccount controller has created default/default, proof that
+// the controller-manager is up and talking to the apiserver.
+func (l *lab) controllerManagerReady(ctx context.Context) error {
+	if _, err := l.kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	nsOK := false
-	for {
-		if !nsOK {
-			if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
-				nsOK = true
-			}
-		}
-		if nsOK {
-			if _, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
-				progress("kube-controller-manager: ready (namespace default and ServiceAccount default/default exist)")
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ServiceAccount default/default not created within 3m; controller-manager log tail:\n%s",
-				tail(filepath.Join(l.logDir, "controller-manager.log"), 30))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-l.fatal:
-			return err
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
+	_, err := l.kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	return err
 }
 
 // ---------- CRDs ----------
 
-func (l *lab) installCRDs(ctx context.Context) error {
-	cfg, err := l.restConfig()
-	if err != nil {
-		return err
-	}
-	cs, err := apiextclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+// crdsApply creates or updates the CRDs of crds/*.yaml.
+func (l *lab) crdsApply(ctx context.Context) (func(), error) {
 	files, err := fs.Glob(crdFS, "crds/*.yaml")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var names []string
 	for _, f := range files {
 		b, err := crdFS.ReadFile(f)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, doc := range strings.Split(string(b), "\n---") {
 			if strings.TrimSpace(doc) == "" {
@@ -244,42 +325,38 @@ func (l *lab) installCRDs(ctx context.Context) error {
 			}
 			var crd apiextv1.CustomResourceDefinition
 			if err := yaml.UnmarshalStrict([]byte(doc), &crd); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
+				return nil, fmt.Errorf("%s: %w", f, err)
 			}
 			if crd.Name == "" {
 				continue
 			}
-			names = append(names, crd.Name)
+			l.crdNames = append(l.crdNames, crd.Name)
 			for attempt := 0; ; attempt++ {
-				err = applyCRD(ctx, cs, &crd)
+				err = applyCRD(ctx, l.apiext, &crd)
 				if err == nil || attempt >= 5 {
 					break
 				}
 				time.Sleep(time.Second)
 			}
 			if err != nil {
-				return fmt.Errorf("CRD %s: %w", crd.Name, err)
+				return nil, fmt.Errorf("CRD %s: %w", crd.Name, err)
 			}
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
-	for _, n := range names {
-		for {
-			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, n, metav1.GetOptions{})
-			if err == nil && established(crd) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("CRD %s not Established within 1m (%v)", n, err)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
+	progress("crds: applied %s", strings.Join(l.crdNames, ", "))
+	return nil, nil
+}
+
+func (l *lab) crdsEstablished(ctx context.Context) error {
+	for _, n := range l.crdNames {
+		crd, err := l.apiext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !established(crd) {
+			return fmt.Errorf("CRD %s not Established", n)
 		}
 	}
-	progress("CRDs established: %s", strings.Join(names, ", "))
 	return nil
 }
 
@@ -308,6 +385,55 @@ func established(crd *apiextv1.CustomResourceDefinition) bool {
 	return false
 }
 
+// ---------- vcsim ----------
+
+func (l *lab) vcsimStart(ctx context.Context) (func(), error) {
+	progress("vcsim: creating VPX inventory with %d VMs", l.vms)
+	if f, err := os.OpenFile(filepath.Join(l.logDir, "vcsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		log.SetOutput(f) // vcsim logs through the standard logger
+	}
+	vc, err := startVcsim(ctx, filepath.Join(l.dir, "vcsim"), l.port("vcsim"), l.vms, l.secrets.VCUser, l.secrets.VCPass,
+		l.pki.vcsimCert, l.pki.vcsimKey)
+	if err != nil {
+		return nil, err
+	}
+	l.vc = vc
+	if err := vc.writeInventory(ctx, l.inventoryPath()); err != nil {
+		return vc.close, fmt.Errorf("inventory: %w", err)
+	}
+	progress("vcsim: %d VMs at %s, datastore %s", vc.vmCount, vc.url, vc.dsDir)
+	return vc.close, nil
+}
+
+func (l *lab) inventoryPath() string { return filepath.Join(l.dir, "inventory.json") }
+
+func (l *lab) vcsimReady(ctx context.Context) error { return vcsimAnswers(ctx, l.vc.url) }
+
+type vcenterInfo struct {
+	URL              string `json:"url"`
+	Username         string `json:"username"`
+	Password         string `json:"password"`
+	ThumbprintSHA1   string `json:"thumbprintSha1"`
+	ThumbprintSHA256 string `json:"thumbprintSha256"`
+	Datacenter       string `json:"datacenter"`
+	Datastore        string `json:"datastore"`
+	DatastoreDir     string `json:"datastoreDir"`
+	Inventory        string `json:"inventory"`
+}
+
+func (l *lab) vcenterInfo() (any, error) {
+	s1, s256, err := thumbprints(l.pki.vcsimCert)
+	if err != nil {
+		return nil, err
+	}
+	return vcenterInfo{
+		URL: l.vc.url, Username: l.secrets.VCUser, Password: l.secrets.VCPass,
+		ThumbprintSHA1: s1, ThumbprintSHA256: s256,
+		Datacenter: vcDatacenter, Datastore: vcDatastore, DatastoreDir: l.vc.dsDir,
+		Inventory: l.inventoryPath(),
+	}, nil
+}
+
 // ---------- S3 (s3s-fs) ----------
 
 func (l *lab) findHelper(name, envVar string) (string, error) {
@@ -324,58 +450,66 @@ func (l *lab) findHelper(name, envVar string) (string, error) {
 	return "", fmt.Errorf("%s not found next to %s (nor $%s, nor PATH); build it with tests/lab/build.sh", name, l.binDir, envVar)
 }
 
-func (l *lab) startS3() error {
+func (l *lab) s3URL() string { return fmt.Sprintf("http://127.0.0.1:%d", l.port("s3")) }
+
+func (l *lab) s3DataDir() string { return filepath.Join(l.dir, "s3") }
+
+func (l *lab) s3Start(context.Context) (func(), error) {
 	bin, err := l.findHelper("s3s-fs", "FERRY_LAB_S3S_FS")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	data := filepath.Join(l.dir, "s3")
+	data := l.s3DataDir()
 	// For s3s-fs a bucket is a directory under its root.
 	if err := os.MkdirAll(filepath.Join(data, s3Bucket), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	args := []string{
 		"--host", "127.0.0.1",
-		"--port", strconv.Itoa(l.ports.S3),
+		"--port", strconv.Itoa(l.port("s3")),
 		"--access-key", l.secrets.AccessKey,
 		"--secret-key", l.secrets.SecretKey,
 		data,
 	}
 	c := l.newChild("s3s-fs", bin, args, syscall.SIGINT)
 	c.env = append(c.env, "RUST_LOG=info", "NO_COLOR=1")
-	progress("s3s-fs: starting on %s (bucket %s, data %s, log %s)", l.s3URL, s3Bucket, data, c.logPath)
-	return c.run()
+	progress("s3s-fs: starting on %s (bucket %s, data %s, log %s)", l.s3URL(), s3Bucket, data, c.logPath)
+	return runChild(c)
 }
 
-func (l *lab) waitS3(ctx context.Context) error {
-	deadline := time.Now().Add(time.Minute)
-	hc := &http.Client{Timeout: 5 * time.Second}
-	last := ""
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodHead, l.s3URL+"/"+s3Bucket, nil)
-		signV4(req, l.secrets.AccessKey, l.secrets.SecretKey, "us-east-1", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				progress("s3s-fs: ready, signed HEAD /%s ok", s3Bucket)
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("S3 not answering within 1m (%s); log tail:\n%s", last, tail(filepath.Join(l.logDir, "s3s-fs.log"), 20))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-l.fatal:
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
+func (l *lab) s3Ready(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, l.s3URL()+"/"+s3Bucket, nil)
+	if err != nil {
+		return err
 	}
+	signV4(req, l.secrets.AccessKey, l.secrets.SecretKey, "us-east-1", nil)
+	resp, err := s3ProbeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+var s3ProbeClient = &http.Client{Timeout: 5 * time.Second}
+
+type s3Info struct {
+	Endpoint  string `json:"endpoint"`
+	Region    string `json:"region"`
+	Bucket    string `json:"bucket"`
+	AccessKey string `json:"accessKey"`
+	SecretKey string `json:"secretKey"`
+	DataDir   string `json:"dataDir"`
+}
+
+func (l *lab) s3Info() (any, error) {
+	return s3Info{
+		Endpoint: l.s3URL(), Region: "us-east-1", Bucket: s3Bucket,
+		AccessKey: l.secrets.AccessKey, SecretKey: l.secrets.SecretKey, DataDir: l.s3DataDir(),
+	}, nil
 }
 
 // signV4 signs a request with AWS Signature Version 4 (service s3), for the readiness probe.

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
-	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// startEtcd runs etcd embedded in the lab process, data in DIR/etcd, plain HTTP on loopback only.
-// The apiserver (a child process) talks to it over 127.0.0.1.
+// startEtcd starts etcd embedded in the lab process, data in DIR/etcd, plain HTTP on loopback
+// only; it is ready once e.Server.ReadyNotify() is closed. The apiserver (a child process)
+// talks to it over 127.0.0.1.
 func startEtcd(dir string, clientPort, peerPort int, logFile string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "ferry-lab"
@@ -31,20 +31,5 @@ func startEtcd(dir string, clientPort, peerPort int, logFile string) (*embed.Etc
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "10m"
 	cfg.SnapshotCount = 10000
-
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-time.After(60 * time.Second):
-		e.Server.Stop()
-		e.Close()
-		return nil, fmt.Errorf("etcd did not become ready within 60s (see %s)", logFile)
-	}
+	return embed.StartEtcd(cfg)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,11 +12,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,12 +36,66 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(progressOut, "ferry-lab [%5.1fs] %s\n", time.Since(labStart).Seconds(), fmt.Sprintf(format, args...))
 }
 
-type ports struct {
-	APIServer  int `json:"apiserver"`
-	EtcdClient int `json:"etcdClient"`
-	EtcdPeer   int `json:"etcdPeer"`
-	Vcsim      int `json:"vcsim"`
-	S3         int `json:"s3"`
+// component is one part of the lab: one entry of the table in components.go. The lab allocates
+// its ports, starts it once the components it needs are ready, waits for its probe, writes its
+// entry into lab.json and stops it, all by walking that table.
+type component struct {
+	name  string   // progress prefix; its log is DIR/logs/NAME.log unless log says otherwise
+	ports []string // its keys in ports.json: picked free at the first start, kept after
+	needs []string // components (earlier in the table) that must be ready before it starts
+	// start starts it and returns how to stop it (nil: nothing to stop), with a stop function
+	// also when it fails halfway. Its ctx ends with the lab's start-up: nothing may keep it.
+	start func(ctx context.Context) (stop func(), err error)
+	ready probe               // zero probe: ready as soon as start returns
+	json  string              // its key in lab.json ("" for none); info gives the value
+	info  func() (any, error) // its lab.json entry, asked for once every component is ready
+	url   func() string       // where it answers, for the "ready" progress line
+	log   string              // the log (under DIR/logs) whose tail explains a failure
+}
+
+// probe says when a started component is ready.
+type probe struct {
+	what    string                          // what ready means, for progress and errors
+	timeout time.Duration                   // how long it may take
+	every   time.Duration                   // how often to look
+	check   func(ctx context.Context) error // nil once ready, otherwise why not yet
+}
+
+// failed marks a probe error after which waiting longer cannot help: the component died.
+type failed struct{ error }
+
+func (f failed) Unwrap() error { return f.error }
+
+// waitReady calls p.check every p.every until it returns nil. It fails after p.timeout, or at
+// once when check returns a failed error, with check's last answer and the last lines of logPath.
+func waitReady(ctx context.Context, name, logPath string, p probe) error {
+	deadline := time.Now().Add(p.timeout)
+	for {
+		err := p.check(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var f failed
+		if gaveUp := errors.As(err, &f); gaveUp || time.Now().After(deadline) {
+			if gaveUp {
+				err = fmt.Errorf("%s failed before it was ready (%s): %w", name, p.what, f.error)
+			} else {
+				err = fmt.Errorf("%s not ready within %s (%s): %w", name, p.timeout, p.what, err)
+			}
+			if t := tail(logPath, 30); t != "" {
+				err = fmt.Errorf("%w\nlast lines of %s:\n%s", err, logPath, t)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(p.every):
+		}
+	}
 }
 
 type secrets struct {
@@ -48,44 +105,20 @@ type secrets struct {
 	SecretKey string `json:"s3SecretKey"`
 }
 
-type labJSON struct {
-	StateDir   string `json:"stateDir"`
-	PID        int    `json:"pid"`
-	Kubeconfig string `json:"kubeconfig"`
-	APIServer  struct {
-		URL     string `json:"url"`
-		Version string `json:"version"`
-		CAFile  string `json:"caFile"`
-	} `json:"apiserver"`
-	VCenter struct {
-		URL              string `json:"url"`
-		Username         string `json:"username"`
-		Password         string `json:"password"`
-		ThumbprintSHA1   string `json:"thumbprintSha1"`
-		ThumbprintSHA256 string `json:"thumbprintSha256"`
-		Datacenter       string `json:"datacenter"`
-		Datastore        string `json:"datastore"`
-		DatastoreDir     string `json:"datastoreDir"`
-		Inventory        string `json:"inventory"`
-	} `json:"vcenter"`
-	S3 struct {
-		Endpoint  string `json:"endpoint"`
-		Region    string `json:"region"`
-		Bucket    string `json:"bucket"`
-		AccessKey string `json:"accessKey"`
-		SecretKey string `json:"secretKey"`
-		DataDir   string `json:"dataDir"`
-	} `json:"s3"`
-}
-
-const s3Bucket = "ferry-staging"
-
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, mode); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+func writeJSON(path string, v any, mode os.FileMode) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'), mode)
 }
 
 func randHex(n int) string {
@@ -111,8 +144,7 @@ func loadOrCreateJSON(path string, v any, create func() error) error {
 	if err := create(); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return writeFileAtomic(path, append(b, '\n'), 0o600)
+	return writeJSON(path, v, 0o600)
 }
 
 func checkPortFree(name string, port int) error {
@@ -182,8 +214,13 @@ func runLab(args []string) int {
 		l.stop()
 		return 1
 	}
-	progress("ready in %.1fs: apiserver %s, vcenter %s, s3 %s (state %s)",
-		time.Since(labStart).Seconds(), l.apiURL, l.vc.url, l.s3URL, dir)
+	var where []string
+	for _, c := range l.comps {
+		if c.url != nil {
+			where = append(where, cmp.Or(c.json, c.name)+" "+c.url())
+		}
+	}
+	progress("ready in %.1fs: %s (state %s)", time.Since(labStart).Seconds(), strings.Join(where, ", "), dir)
 	fmt.Fprintln(os.Stdout, "ready")
 
 	// Stay up; a child that exits unexpectedly is restarted by its supervisor.
@@ -208,22 +245,40 @@ type lab struct {
 	lockFile *os.File
 	logDir   string
 	binDir   string
+	env      []string // environment for children, taken before anything starts
 	pki      *pki
-	ports    ports
+	ports    map[string]int // ports.json
 	secrets  secrets
-	apiURL   string
-	s3URL    string
+	comps    []*component // the table, from components()
+	fatal    chan error   // a child that keeps dying
 
-	etcd     interface{ Close() }
-	vc       *vcsimLab
-	children []*child
-	fatal    chan error
+	componentState // what the components' start functions keep for their probes and entries
 
+	mu       sync.Mutex
+	stops    map[string]func() // component name -> how to stop it
 	stopOnce sync.Once
 }
 
 func (l *lab) start(ctx context.Context) error {
+	if err := l.prepare(); err != nil {
+		return err
+	}
+	if err := l.startComponents(ctx); err != nil {
+		return err
+	}
+	return l.writeLabJSON()
+}
+
+// prepare sets up what every component shares: the state dir and its lock, logs, ports,
+// credentials and certificates.
+func (l *lab) prepare() error {
 	l.fatal = make(chan error, 8)
+	l.stops = map[string]func(){}
+	l.env = os.Environ()
+	l.comps = l.components()
+	if err := checkTable(l.comps); err != nil {
+		return fmt.Errorf("component table: %w", err)
+	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return err
 	}
@@ -254,31 +309,8 @@ func (l *lab) start(ctx context.Context) error {
 	l.binDir = filepath.Dir(exe)
 	progress("starting %s, %s, state dir %s", labVersion(), filepath.Base(exe), l.dir)
 
-	// Ports: chosen once, then reused so that URLs survive a restart.
-	if err := loadOrCreateJSON(filepath.Join(l.dir, "ports.json"), &l.ports, func() error {
-		seen := map[int]bool{}
-		for _, p := range []*int{&l.ports.APIServer, &l.ports.EtcdClient, &l.ports.EtcdPeer, &l.ports.Vcsim, &l.ports.S3} {
-			for {
-				n, err := freePort()
-				if err != nil {
-					return err
-				}
-				if !seen[n] {
-					seen[n] = true
-					*p = n
-					break
-				}
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := l.allocatePorts(); err != nil {
 		return fmt.Errorf("ports.json: %w", err)
-	}
-	for name, p := range map[string]int{"apiserver": l.ports.APIServer, "etcd client": l.ports.EtcdClient,
-		"etcd peer": l.ports.EtcdPeer, "vcsim": l.ports.Vcsim, "s3": l.ports.S3} {
-		if err := checkPortFree(name, p); err != nil {
-			return err
-		}
 	}
 	if err := loadOrCreateJSON(filepath.Join(l.dir, "secrets.json"), &l.secrets, func() error {
 		l.secrets = secrets{
@@ -289,134 +321,245 @@ func (l *lab) start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("secrets.json: %w", err)
 	}
-
 	l.pki = newPKI(filepath.Join(l.dir, "pki"))
 	if err := l.pki.ensure(); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
-	l.apiURL = fmt.Sprintf("https://127.0.0.1:%d", l.ports.APIServer)
-	l.s3URL = fmt.Sprintf("http://127.0.0.1:%d", l.ports.S3)
-	kubeconfig := filepath.Join(l.dir, "kubeconfig")
-	if err := writeKubeconfig(kubeconfig, l.apiURL, l.pki.caCert, l.pki.adminCert, l.pki.adminKey, "ferry-lab-admin"); err != nil {
-		return err
-	}
-	kcmKubeconfig := filepath.Join(l.pki.dir, "controller-manager.kubeconfig")
-	if err := writeKubeconfig(kcmKubeconfig, l.apiURL, l.pki.caCert, l.pki.kcmCert, l.pki.kcmKey, "system:kube-controller-manager"); err != nil {
-		return err
-	}
+	return nil
+}
 
-	// S3 first: it is a separate program and starts in parallel with everything else.
-	if err := l.startS3(); err != nil {
-		return err
-	}
-
-	progress("etcd: starting on 127.0.0.1:%d (data %s)", l.ports.EtcdClient, filepath.Join(l.dir, "etcd"))
-	e, err := startEtcd(l.dir, l.ports.EtcdClient, l.ports.EtcdPeer, filepath.Join(l.logDir, "etcd.log"))
-	if err != nil {
-		return fmt.Errorf("etcd: %w", err)
-	}
-	l.etcd = e
-	progress("etcd: ready")
-
-	l.startAPIServer()
-
-	// vcsim runs in this process; build it while the apiserver starts.
-	vcErr := make(chan error, 1)
-	go func() {
-		progress("vcsim: creating VPX inventory with %d VMs", l.vms)
-		vcLog, err := os.OpenFile(filepath.Join(l.logDir, "vcsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err == nil {
-			log.SetOutput(vcLog) // vcsim logs through the standard logger
+// checkTable rejects a component table the lab could not run: names and ports.json and
+// lab.json keys must be unique, and needs must name earlier entries (so there is no cycle).
+func checkTable(comps []*component) error {
+	names := map[string]bool{}
+	ports := map[string]bool{}
+	keys := map[string]bool{"stateDir": true, "pid": true}
+	for _, c := range comps {
+		switch {
+		case c.name == "" || names[c.name]:
+			return fmt.Errorf("component name %q is empty or not unique", c.name)
+		case c.start == nil:
+			return fmt.Errorf("component %s has no start function", c.name)
+		case (c.ready.check == nil) != (c.ready.timeout == 0) || (c.ready.check != nil && c.ready.every <= 0):
+			return fmt.Errorf("component %s: a probe needs check, timeout and every", c.name)
+		case (c.json == "") != (c.info == nil):
+			return fmt.Errorf("component %s: a lab.json entry needs both json and info", c.name)
+		case c.json != "" && keys[c.json]:
+			return fmt.Errorf("component %s: lab.json key %q is taken", c.name, c.json)
 		}
-		vc, err := startVcsim(ctx, l.dir, l.ports.Vcsim, l.vms, l.secrets.VCUser, l.secrets.VCPass, l.pki)
-		if err != nil {
-			vcErr <- fmt.Errorf("vcsim: %w", err)
-			return
+		for _, n := range c.needs {
+			if !names[n] {
+				return fmt.Errorf("component %s needs %q, which is not an earlier entry", c.name, n)
+			}
 		}
-		l.vc = vc
-		if err := vc.writeInventory(ctx, filepath.Join(l.dir, "inventory.json")); err != nil {
-			vcErr <- fmt.Errorf("vcsim inventory: %w", err)
-			return
+		for _, p := range c.ports {
+			if ports[p] {
+				return fmt.Errorf("component %s: ports.json key %q is taken", c.name, p)
+			}
+			ports[p] = true
 		}
-		if err := vcsimAnswers(ctx, vc.url); err != nil {
-			vcErr <- fmt.Errorf("vcsim: %w", err)
-			return
+		names[c.name] = true
+		if c.json != "" {
+			keys[c.json] = true
 		}
-		progress("vcsim: ready at %s with %d VMs, datastore %s", vc.url, vc.vmCount, vc.dsDir)
-		vcErr <- nil
-	}()
+	}
+	return nil
+}
 
-	if err := l.waitAPIServer(ctx); err != nil {
-		return err
-	}
-	l.startControllerManager()
-	if err := l.installCRDs(ctx); err != nil {
-		return err
-	}
-	if err := l.waitControllerManager(ctx); err != nil {
-		return err
-	}
-	select {
-	case err := <-vcErr:
-		if err != nil {
+// allocatePorts reads ports.json and picks a free port for every key a component lists that it
+// lacks (all of them at the first start), so a restart keeps its URLs. Every port must be free.
+func (l *lab) allocatePorts() error {
+	path := filepath.Join(l.dir, "ports.json")
+	l.ports = map[string]int{}
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &l.ports); err != nil {
 			return err
 		}
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := l.waitS3(ctx); err != nil {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return l.writeLabJSON(kubeconfig)
+	taken := map[int]bool{}
+	for _, p := range l.ports {
+		taken[p] = true
+	}
+	added := false
+	for _, c := range l.comps {
+		for _, key := range c.ports {
+			if l.ports[key] != 0 {
+				continue
+			}
+			for {
+				p, err := freePort()
+				if err != nil {
+					return err
+				}
+				if !taken[p] {
+					taken[p], l.ports[key], added = true, p, true
+					break
+				}
+			}
+		}
+	}
+	if added {
+		if err := writeJSON(path, l.ports, 0o600); err != nil {
+			return err
+		}
+	}
+	for _, c := range l.comps {
+		for _, key := range c.ports {
+			if err := checkPortFree(key, l.ports[key]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
-func (l *lab) writeLabJSON(kubeconfig string) error {
-	var j labJSON
-	j.StateDir = l.dir
-	j.PID = os.Getpid()
-	j.Kubeconfig = kubeconfig
-	j.APIServer.URL = l.apiURL
-	j.APIServer.Version = k8sVersion
-	j.APIServer.CAFile = l.pki.caCert
-	j.VCenter.URL = l.vc.url
-	j.VCenter.Username = l.secrets.VCUser
-	j.VCenter.Password = l.secrets.VCPass
-	s1, s256, err := thumbprints(l.pki.vcsimCert)
+// port is the port recorded under key in ports.json; key must be listed by some component.
+func (l *lab) port(key string) int {
+	p, ok := l.ports[key]
+	if !ok {
+		panic("ferry-lab: no component lists port " + key)
+	}
+	return p
+}
+
+// startComponents starts every component once the components it needs are ready (the others
+// in parallel) and returns when all are ready, or at the first failure once every start
+// function has returned.
+func (l *lab) startComponents(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(map[string]chan struct{}, len(l.comps))
+	for _, c := range l.comps {
+		ready[c.name] = make(chan struct{})
+	}
+	results := make(chan error, len(l.comps))
+	var wg sync.WaitGroup
+	for _, c := range l.comps {
+		wg.Go(func() {
+			err := l.bringUp(ctx, c, ready)
+			if err == nil {
+				close(ready[c.name])
+			}
+			results <- err
+		})
+	}
+	var err error
+	for pending := len(l.comps); pending > 0 && err == nil; {
+		select {
+		case err = <-results:
+			pending--
+		case err = <-l.fatal:
+		}
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+func (l *lab) bringUp(ctx context.Context, c *component, ready map[string]chan struct{}) error {
+	for _, n := range c.needs {
+		select {
+		case <-ready[n]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	stop, err := c.start(ctx)
+	if stop != nil {
+		l.mu.Lock()
+		l.stops[c.name] = stop
+		l.mu.Unlock()
+	}
 	if err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	if c.ready.check == nil {
+		return nil
+	}
+	if err := waitReady(ctx, c.name, filepath.Join(l.logDir, cmp.Or(c.log, c.name+".log")), c.ready); err != nil {
 		return err
 	}
-	j.VCenter.ThumbprintSHA1 = s1
-	j.VCenter.ThumbprintSHA256 = s256
-	j.VCenter.Datacenter = vcDatacenter
-	j.VCenter.Datastore = vcDatastore
-	j.VCenter.DatastoreDir = l.vc.dsDir
-	j.VCenter.Inventory = filepath.Join(l.dir, "inventory.json")
-	j.S3.Endpoint = l.s3URL
-	j.S3.Region = "us-east-1"
-	j.S3.Bucket = s3Bucket
-	j.S3.AccessKey = l.secrets.AccessKey
-	j.S3.SecretKey = l.secrets.SecretKey
-	j.S3.DataDir = filepath.Join(l.dir, "s3")
-	b, _ := json.MarshalIndent(j, "", "  ")
-	return writeFileAtomic(filepath.Join(l.dir, "lab.json"), append(b, '\n'), 0o644)
+	progress("%s: ready (%s)", c.name, c.ready.what)
+	return nil
 }
 
+// field is one member of an orderedObject: a JSON object whose members keep their order.
+type field struct {
+	key   string
+	value any
+}
+
+type orderedObject []field
+
+func (o orderedObject) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range o {
+		k, err := json.Marshal(f.key)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(f.value)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// writeLabJSON writes DIR/lab.json: stateDir, pid, then every component's entry in table order.
+func (l *lab) writeLabJSON() error {
+	doc := orderedObject{{"stateDir", l.dir}, {"pid", os.Getpid()}}
+	for _, c := range l.comps {
+		if c.json == "" {
+			continue
+		}
+		v, err := c.info()
+		if err != nil {
+			return fmt.Errorf("%s: lab.json entry: %w", c.name, err)
+		}
+		doc = append(doc, field{c.json, v})
+	}
+	return writeJSON(filepath.Join(l.dir, "lab.json"), doc, 0o644)
+}
+
+// stop stops every component that started, each once the components that need it have
+// stopped, the others in parallel.
 func (l *lab) stop() {
 	l.stopOnce.Do(func() {
+		l.mu.Lock()
+		stops := l.stops
+		l.mu.Unlock()
+		stopped := make(map[string]chan struct{}, len(l.comps))
+		for _, c := range l.comps {
+			stopped[c.name] = make(chan struct{})
+		}
 		var wg sync.WaitGroup
-		for _, c := range l.children {
-			wg.Add(1)
-			go func(c *child) { defer wg.Done(); c.stop(20 * time.Second) }(c)
+		for _, c := range l.comps {
+			wg.Go(func() {
+				defer close(stopped[c.name])
+				for _, d := range l.comps {
+					if slices.Contains(d.needs, c.name) {
+						<-stopped[d.name]
+					}
+				}
+				if stop := stops[c.name]; stop != nil {
+					stop()
+				}
+			})
 		}
 		wg.Wait()
-		if l.vc != nil {
-			l.vc.close()
-		}
-		if l.etcd != nil {
-			l.etcd.Close()
-		}
-		_ = os.Remove(filepath.Join(l.dir, "lab.json"))
-		if l.lockFile != nil {
+		if l.lockFile != nil { // not another lab's lab.json
+			_ = os.Remove(filepath.Join(l.dir, "lab.json"))
 			_ = l.lockFile.Close()
 		}
 	})
@@ -440,5 +583,3 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-var errStopped = errors.New("stopped")

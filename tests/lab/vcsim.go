@@ -59,8 +59,10 @@ func vmShape(n int) (clusters int) {
 	return int(math.Ceil(float64(n) / 500))
 }
 
-func startVcsim(ctx context.Context, dir string, port, n int, user, pass string, k *pki) (*vcsimLab, error) {
-	base := filepath.Join(dir, "vcsim")
+// startVcsim runs a simulated vCenter with n VMs on 127.0.0.1:port over TLS (certFile, keyFile),
+// accepting only user/pass. Its files live under base (DIR/vcsim): base/run for vcsim's own and
+// the stable datastore directory base/LocalDS_0.
+func startVcsim(ctx context.Context, base string, port, n int, user, pass, certFile, keyFile string) (*vcsimLab, error) {
 	run := filepath.Join(base, "run")
 	stable := filepath.Join(base, vcDatastore)
 	// vcsim keeps its inventory in memory only; its datastore is recreated on every start.
@@ -80,20 +82,11 @@ func startVcsim(ctx context.Context, dir string, port, n int, user, pass string,
 	model.Datastore = 1
 	model.Portgroup = 1
 
-	// vcsim creates its datastore directories with os.MkdirTemp("", ...): point TMPDIR into DIR.
-	oldTmp, hadTmp := os.LookupEnv("TMPDIR")
-	os.Setenv("TMPDIR", run)
-	err := model.Create()
-	if hadTmp {
-		os.Setenv("TMPDIR", oldTmp)
-	} else {
-		os.Unsetenv("TMPDIR")
-	}
-	if err != nil {
+	if err := createModel(model, run); err != nil {
 		return nil, fmt.Errorf("vcsim model: %w", err)
 	}
 
-	cert, err := tls.LoadX509KeyPair(k.vcsimCert, k.vcsimKey)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +127,27 @@ func startVcsim(ctx context.Context, dir string, port, n int, user, pass string,
 		return nil, err
 	}
 	return lab, nil
+}
+
+// tmpdirMu serialises createModel: TMPDIR is process-wide.
+var tmpdirMu sync.Mutex
+
+// createModel creates the model's inventory with its datastore directories under dir: vcsim
+// makes them with os.MkdirTemp("", ...), so TMPDIR points into dir meanwhile. (Children take
+// their environment from the lab's start, so they never see this TMPDIR.)
+func createModel(model *simulator.Model, dir string) error {
+	tmpdirMu.Lock()
+	defer tmpdirMu.Unlock()
+	oldTmp, hadTmp := os.LookupEnv("TMPDIR")
+	os.Setenv("TMPDIR", dir)
+	defer func() {
+		if hadTmp {
+			os.Setenv("TMPDIR", oldTmp)
+		} else {
+			os.Unsetenv("TMPDIR")
+		}
+	}()
+	return model.Create()
 }
 
 // client returns a logged-in client that talks to the simulator in memory (no TCP, no TLS):
