@@ -1,1 +1,0 @@
-//! End-to-end suites against the lab: see tests/.
