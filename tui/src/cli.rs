@@ -9,6 +9,7 @@ use crate::{
     error::Result,
     kube::{Cluster, actions},
     state::{Action, Outcome, Scope, State, Target, TargetKind, Verb, execute, plan, update},
+    strings::skip,
     ui::format,
 };
 
@@ -202,7 +203,7 @@ pub async fn act(
     }
     let c = plan(&state, verb, keep);
     for (t, why) in &c.skipped {
-        let result = if *why == "not on the board" || *why == "not in the wave strip" {
+        let result = if [skip::NOT_ON_THE_BOARD, skip::NOT_IN_THE_WAVE_STRIP].contains(why) {
             Ok(Outcome::NotFound)
         } else {
             Err(format!("skipped: {why}"))

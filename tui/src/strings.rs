@@ -96,3 +96,25 @@ pub fn outcome(o: Option<&Outcome>) -> String {
 pub fn single_outcome(verb: Verb, name: &str, o: Option<&Outcome>) -> String {
     format!("{} {name}: {}", verb.as_str(), outcome(o))
 }
+
+/// Why a verb leaves an object out, after "NAME is".
+pub mod skip {
+    /// The migration is not in the state (a script named it).
+    pub const NOT_ON_THE_BOARD: &str = "not on the board";
+    /// The wave is not in the state (a script named it).
+    pub const NOT_IN_THE_WAVE_STRIP: &str = "not in the wave strip";
+    /// Cancel or pause of a finished one.
+    pub const FINISHED: &str = "already finished";
+    /// Cancel again.
+    pub const CANCELLING: &str = "already cancelling";
+    /// Retry of a migration that neither failed nor was cancelled.
+    pub const NEITHER_FAILED_NOR_CANCELLED: &str = "neither failed nor cancelled";
+    /// Retry of a wave with nothing to retry.
+    pub const NOTHING_FAILED_OR_CANCELLED: &str = "has nothing failed or cancelled";
+    /// Pause again.
+    pub const PAUSED: &str = "already paused";
+    /// Resume of a running one.
+    pub const NOT_PAUSED: &str = "not paused";
+    /// Delete again.
+    pub const DELETING: &str = "already being deleted";
+}

@@ -147,8 +147,8 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-/// Draws the board; returns how many rows fit.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
+/// Draws the board: the rows from `state.offset` that fit.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(t.dim())
@@ -260,5 +260,4 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         };
         frame.render_widget(Paragraph::new(Span::styled(msg, t.dim())).centered(), area);
     }
-    page
 }

@@ -285,8 +285,8 @@ pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> V
     out
 }
 
-/// Draws the details of `key`; returns the lines a page holds.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKey) -> usize {
+/// Draws the details of `key`.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKey) {
     let title = Line::from(vec![
         Span::styled(format!(" {} ", key.name), t.title()),
         Span::styled(format!("namespace {} ", key.namespace), t.dim()),
@@ -302,7 +302,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
             Paragraph::new(Line::styled("  gone: the migration was deleted", t.bad())),
             inner,
         );
-        return inner.height as usize;
+        return;
     };
     let mut events = vec![section("events", t)];
     events.extend(event_lines(state, EventKind::Migration, key, t));
@@ -331,5 +331,4 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;
         frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), inner);
     }
-    page
 }

@@ -10,8 +10,8 @@ use ratatui::{
 use super::{Theme, details::event_lines};
 use crate::state::{EventKind, State, Target, TargetKind};
 
-/// Draws the events view; returns the lines a page holds.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) -> usize {
+/// Draws the events view.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) {
     let kind = match target.kind {
         TargetKind::Migration => EventKind::Migration,
         TargetKind::Wave => EventKind::Wave,
@@ -34,5 +34,4 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
     let page = inner.height as usize;
     let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;
     frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), inner);
-    page
 }

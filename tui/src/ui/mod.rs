@@ -23,21 +23,11 @@ use ratatui::{
 pub use theme::Theme;
 
 use crate::{
-    state::{Popup, State, View},
+    state::{Popup, Screen, State, View, layout::Bands},
     strings,
 };
 
-/// The smallest terminal the cockpit draws in.
-pub const MIN_WIDTH: u16 = 80;
-/// See [`MIN_WIDTH`].
-pub const MIN_HEIGHT: u16 = 24;
-
-/// What a frame learned that the state needs (sent back as actions).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Drawn {
-    /// Rows the board (or the current view) can show.
-    pub page: usize,
-}
+pub use crate::state::layout::{MIN_HEIGHT, MIN_WIDTH};
 
 /// Whether to draw the log pane (off in snapshot tests, whose logger is global).
 #[derive(Clone, Copy, Debug)]
@@ -49,9 +39,13 @@ pub struct Options {
 }
 
 /// Draws the whole screen.
-pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
+pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
     let area = frame.area();
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+    let screen = Screen {
+        width: area.width,
+        height: area.height,
+    };
+    if screen.too_small() {
         let msg = Paragraph::new(vec![
             Line::raw(""),
             Line::styled(
@@ -63,31 +57,27 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
         .centered()
         .wrap(ratatui::widgets::Wrap { trim: true });
         frame.render_widget(msg, area);
-        return Drawn::default();
+        return;
     }
     let t = &opts.theme;
-    let wave_lines = waves::height(state);
-    let log_lines = if state.show_logs {
-        (area.height / 3).max(6)
-    } else {
-        0
-    };
+    // The same bands the state takes its page from.
+    let bands = Bands::of(area.height, state);
     let [head, strip, body, logs_area, foot] = Layout::vertical([
-        Constraint::Length(2),
-        Constraint::Length(wave_lines),
-        Constraint::Min(5),
-        Constraint::Length(log_lines),
-        Constraint::Length(1),
+        Constraint::Length(bands.header),
+        Constraint::Length(bands.strip),
+        Constraint::Length(bands.body),
+        Constraint::Length(bands.logs),
+        Constraint::Length(bands.footer),
     ])
     .areas(area);
     header::draw(frame, state, t, head);
     waves::draw(frame, state, t, strip);
-    let page = match state.view() {
+    match state.view() {
         None => board::draw(frame, state, t, body),
         Some(View::Details(key)) => details::draw(frame, state, t, body, key),
         Some(View::Yaml(target)) => yaml::draw(frame, state, t, body, target),
         Some(View::Events(target)) => events::draw(frame, state, t, body, target),
-    };
+    }
     if state.show_logs {
         logs::draw(frame, t, logs_area, opts.logs);
     }
@@ -98,7 +88,6 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
         Some(Popup::Report) => confirm::draw_report(frame, state, t, area),
         None => {}
     }
-    Drawn { page }
 }
 
 /// A rectangle of `w`×`h` centred in `area`, clamped to it.

@@ -11,14 +11,6 @@ use ratatui::{
 use super::{Theme, format};
 use crate::state::{Focus, State, WaveRow};
 
-/// Most wave lines shown at once.
-pub const MAX_LINES: u16 = 4;
-
-/// Lines the strip takes (none without waves).
-pub fn height(state: &State) -> u16 {
-    (state.waves.len() as u16).min(MAX_LINES)
-}
-
 fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Line<'static> {
     let done = w.done();
     let pct = if w.total > 0 {

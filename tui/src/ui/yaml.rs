@@ -21,8 +21,8 @@ pub fn yaml_of(state: &State, target: &Target) -> Option<String> {
     Some(text.unwrap_or_else(|e| format!("# cannot render: {e}")))
 }
 
-/// Draws the YAML view; returns the lines a page holds.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) -> usize {
+/// Draws the YAML view.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) {
     let kind = match target.kind {
         TargetKind::Migration => "VirtualMachineMigration",
         TargetKind::Wave => "MigrationWave",
@@ -43,7 +43,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
             Paragraph::new(Line::styled("  gone: the object was deleted", t.bad())),
             inner,
         );
-        return page;
+        return;
     };
     let lines: Vec<Line> = text
         .lines()
@@ -60,5 +60,4 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
         .collect();
     let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;
     frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), inner);
-    page
 }
