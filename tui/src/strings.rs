@@ -118,3 +118,206 @@ pub mod skip {
     /// Delete again.
     pub const DELETING: &str = "already being deleted";
 }
+
+/// The full-screen views over the board: details, YAML, events.
+pub mod view {
+    /// After the object's name on the view's rule.
+    pub fn in_namespace(ns: &str) -> String {
+        format!("namespace {ns} ")
+    }
+
+    /// Heading of the YAML view.
+    pub fn yaml_heading(kind: &str, name: &str) -> String {
+        format!("yaml {kind} {name}")
+    }
+
+    /// Heading of the events view.
+    pub fn events_heading(name: &str) -> String {
+        format!("events of {name}")
+    }
+
+    /// The object of a YAML or events view was deleted.
+    pub const OBJECT_GONE: &str = "gone: the object was deleted";
+
+    /// The YAML could not be written.
+    pub fn cannot_render(e: &dyn std::fmt::Display) -> String {
+        format!("# cannot render: {e}")
+    }
+
+    /// Column header of the events view.
+    pub fn events_header() -> String {
+        format!("  {:>7} {:<8}{:<22}{}", "AGE", "TYPE", "REASON", "MESSAGE")
+    }
+
+    /// No event about the object.
+    pub const NO_EVENTS: &str = "no events";
+
+    /// An event seen `n` times.
+    pub fn repeated(n: i32) -> String {
+        format!(" ×{n}")
+    }
+}
+
+/// The details view of one migration.
+pub mod details {
+    use std::fmt::Debug;
+
+    /// Section titles.
+    pub const SPEC: &str = "spec";
+    /// See [`SPEC`].
+    pub const STATUS: &str = "status";
+    /// See [`SPEC`].
+    pub const CONDITIONS: &str = "conditions";
+    /// See [`SPEC`].
+    pub const DISKS: &str = "disks";
+    /// See [`SPEC`].
+    pub const CHILDREN: &str = "children";
+    /// See [`SPEC`].
+    pub const TIMELINE: &str = "timeline";
+    /// See [`SPEC`].
+    pub const EVENTS: &str = "events";
+
+    /// Labels in front of a value.
+    pub const SOURCE: &str = "source";
+    /// See [`SOURCE`].
+    pub const POWER: &str = "power";
+    /// See [`SOURCE`].
+    pub const TARGET: &str = "target";
+    /// See [`SOURCE`].
+    pub const STAGING: &str = "staging";
+    /// See [`SOURCE`].
+    pub const INTENTS: &str = "intents";
+    /// See [`SOURCE`].
+    pub const PHASE: &str = "phase";
+    /// See [`SOURCE`].
+    pub const PROGRESS: &str = "progress";
+    /// See [`SOURCE`].
+    pub const MESSAGE: &str = "message";
+    /// See [`SOURCE`].
+    pub const FAILURE: &str = "failure";
+
+    /// The migration was deleted while shown.
+    pub const GONE: &str = "gone: the migration was deleted";
+    /// A value not known (a source VM named by neither name, id nor uuid; a disk's size).
+    pub const UNKNOWN: &str = "?";
+    /// Nothing to show for a value.
+    pub const NONE: &str = "-";
+
+    /// The source VM and its endpoint.
+    pub fn source(vm: &str, url: &str) -> String {
+        format!("{vm} @ {url}")
+    }
+
+    /// The source power settings.
+    pub fn power(power_off: bool, restore: &dyn Debug) -> String {
+        format!("powerOff {power_off}  restore {restore:?}")
+    }
+
+    /// The target VM, its storage class (`None`: the cluster's default) and run strategy.
+    pub fn target(vm: &str, storage_class: Option<&str>, run_strategy: &dyn Debug) -> String {
+        format!(
+            "{vm}  storageClass {}  runStrategy {run_strategy:?}",
+            storage_class.unwrap_or("(default)")
+        )
+    }
+
+    /// Where the converted disks are staged, and their format.
+    pub fn staging(endpoint: &str, bucket: &str, format: &str) -> String {
+        format!("{endpoint} bucket {bucket}  format {format}")
+    }
+
+    /// The `spec.cancel` intent.
+    pub const CANCEL: &str = "cancel";
+    /// The `spec.paused` intent.
+    pub const PAUSED: &str = "paused";
+
+    /// One boolean intent.
+    pub fn flag(name: &str, on: bool) -> String {
+        format!("{name} {on}  ")
+    }
+
+    /// The retry token and the one the controller acted on.
+    pub fn retry(token: i64, observed: i64) -> String {
+        format!("retry {token} (acted on {observed})")
+    }
+
+    /// A request sent, not yet shown by the watch.
+    pub fn pending(verb: &str) -> String {
+        format!("  … {verb} pending")
+    }
+
+    /// Time in the phase, attempt, and how long ago it started (`None`: not yet).
+    pub fn in_phase(age: &str, attempt: i32, started_ago: Option<&str>) -> String {
+        let started = started_ago.map_or(NONE.to_owned(), ago);
+        format!("  for {age}  attempt {attempt}  started {started}")
+    }
+
+    /// A time in the past.
+    pub fn ago(age: &str) -> String {
+        format!("{age} ago")
+    }
+
+    /// Bytes done of the total, with the percentage.
+    pub fn progress(percent: &str, done: &str, total: &str) -> String {
+        format!("{percent}  {done} of {total}")
+    }
+
+    /// Time left.
+    pub fn eta(left: &str) -> String {
+        format!("ETA {left}")
+    }
+
+    /// The last failure.
+    pub fn failure(
+        reason: &str,
+        phase: &dyn std::fmt::Display,
+        message: &str,
+        retriable: bool,
+    ) -> String {
+        let retriable = if retriable { " (retriable)" } else { "" };
+        format!("{reason} in {phase}: {message}{retriable}")
+    }
+
+    /// Column header of the conditions.
+    pub fn conditions_header() -> String {
+        format!(
+            "  {:<17}{:<10}{:<22}{:<8}{}",
+            "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"
+        )
+    }
+
+    /// No disk discovered yet.
+    pub const NO_DISKS: &str = "(not discovered yet)";
+
+    /// Start of a disk's line.
+    pub fn disk(index: impl std::fmt::Display) -> String {
+        format!("  disk {index} ")
+    }
+
+    /// The DataVolume of a disk.
+    pub fn data_volume(name: &str) -> String {
+        format!("  dv {name}")
+    }
+
+    /// A disk whose checksum was recorded.
+    pub const CHECKSUM_RECORDED: &str = "  sha256 ✓";
+
+    /// Children being read.
+    pub const READING: &str = "reading…";
+    /// No child yet.
+    pub const NO_CHILDREN: &str = "none yet";
+    /// A child that is not there (also what `kube::children` reports for it).
+    pub const ABSENT: &str = "absent";
+    /// A child we may not read.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// `VirtualMachineInstance`, shortened as everyone says it.
+    pub const VMI: &str = "VMI";
+
+    /// No phase in the history yet.
+    pub const NO_HISTORY: &str = "(no phase recorded yet)";
+
+    /// Attempt of a history entry, and whether it is the current phase.
+    pub fn attempt(n: i32, current: bool) -> String {
+        format!("  attempt {n}{}", if current { "  (now)" } else { "" })
+    }
+}

@@ -9,7 +9,10 @@ use ferry_crds::{VirtualMachineMigration, names};
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::state::{Child, ObjKey};
+use crate::{
+    state::{Child, ObjKey},
+    strings::details,
+};
 
 fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -65,9 +68,9 @@ async fn one(client: &Client, ns: &str, res: &ApiResource, name: String) -> Chil
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, res);
     let state = match api.get_opt(&name).await {
         Ok(Some(o)) => describe(&res.kind, o.data.get("status").unwrap_or(&Value::Null)),
-        Ok(None) => "absent".into(),
-        Err(::kube::Error::Api(s)) if s.code == 404 => "absent".into(),
-        Err(::kube::Error::Api(s)) if s.code == 403 => "forbidden".into(),
+        Ok(None) => details::ABSENT.into(),
+        Err(::kube::Error::Api(s)) if s.code == 404 => details::ABSENT.into(),
+        Err(::kube::Error::Api(s)) if s.code == 403 => details::FORBIDDEN.into(),
         Err(e) => super::one_line(&e),
     };
     Child {

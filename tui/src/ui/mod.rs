@@ -9,6 +9,7 @@ pub mod format;
 pub mod header;
 pub mod help;
 pub mod logs;
+pub mod scrolled;
 pub mod theme;
 pub mod waves;
 pub mod yaml;
