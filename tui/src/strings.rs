@@ -19,12 +19,8 @@ pub const EMPTY_BOARD: &str =
 pub const EMPTY_FILTERED: &str = "No migration matches the filter (Esc clears it).";
 /// Empty board before the first list.
 pub const LOADING: &str = "Listing migrations…";
-/// Footer hints on the board.
-pub const HINTS_BOARD: &str = "?:help  /:filter  s/S:sort  w:wave  Tab:waves  ␣:mark  c:cancel  r:retry  p:pause  ^d:delete  Enter:details  q:quit";
-/// Footer hints in a view.
-pub const HINTS_VIEW: &str = "Esc:back  j/k:scroll  y:yaml  e:events  c/r/p/^d:act  ?:help  q:quit";
-/// Footer hints in the wave strip.
-pub const HINTS_WAVES: &str = "wave strip: j/k:select  Enter:show its migrations  c/r/p/^d:act on the MigrationWave  Tab/Esc:board";
+/// After the filter being typed, when it parses.
+pub const FILTER_TYPING: &str = "Enter keeps it, Esc too; tokens phase: wave: ns:";
 
 /// `--readonly` refusing a verb.
 pub fn readonly_refused(verb: Verb) -> String {
@@ -320,4 +316,85 @@ pub mod details {
     pub fn attempt(n: i32, current: bool) -> String {
         format!("  attempt {n}{}", if current { "  (now)" } else { "" })
     }
+}
+
+/// What each key does, for the help overlay (in `keys::BINDINGS` order).
+pub mod help {
+    /// Up.
+    pub const UP: &str = "up (scroll in views)";
+    /// Down.
+    pub const DOWN: &str = "down";
+    /// Page up.
+    pub const PAGE_UP: &str = "page up";
+    /// Page down.
+    pub const PAGE_DOWN: &str = "page down";
+    /// Top.
+    pub const TOP: &str = "first row";
+    /// Bottom.
+    pub const BOTTOM: &str = "last row";
+    /// Enter.
+    pub const ENTER: &str = "details (on the wave strip: show that wave)";
+    /// Focus.
+    pub const FOCUS: &str = "focus board / wave strip";
+    /// Back.
+    pub const BACK: &str = "back; clear filter, then marks, then wave";
+    /// Filter.
+    pub const FILTER: &str = "filter: text, phase:Failed wave:w3 ns:apps";
+    /// Sort.
+    pub const SORT: &str = "sort by next column";
+    /// Reverse sort.
+    pub const REVERSE_SORT: &str = "reverse sort";
+    /// Wave.
+    pub const WAVE: &str = "show next wave only (then all)";
+    /// Mark.
+    pub const MARK: &str = "mark / unmark";
+    /// Mark all.
+    pub const MARK_ALL: &str = "mark all visible (again: unmark all)";
+    /// Cancel.
+    pub const CANCEL: &str = "cancel (marked, selected, or the wave)";
+    /// Retry.
+    pub const RETRY: &str = "retry a failed or cancelled one";
+    /// Pause.
+    pub const PAUSE: &str = "pause / resume";
+    /// Delete.
+    pub const DELETE: &str = "delete";
+    /// Yaml.
+    pub const YAML: &str = "YAML";
+    /// Events.
+    pub const EVENTS: &str = "events";
+    /// Logs.
+    pub const LOGS: &str = "show / hide logs";
+    /// Command.
+    pub const COMMAND: &str = "command: ns NAME|all, wave NAME|all, ctx NAME, q";
+    /// Help.
+    pub const HELP: &str = "help";
+    /// Quit.
+    pub const QUIT: &str = "quit";
+}
+
+/// Footer words, after the keys `keys::BOARD_HINTS` and its siblings take from the key map.
+pub mod hint {
+    pub const HELP: &str = "help";
+    pub const FILTER: &str = "filter";
+    pub const SORT: &str = "sort";
+    pub const WAVE: &str = "wave";
+    pub const WAVES: &str = "waves";
+    pub const MARK: &str = "mark";
+    pub const CANCEL: &str = "cancel";
+    pub const RETRY: &str = "retry";
+    pub const PAUSE: &str = "pause";
+    pub const DELETE: &str = "delete";
+    pub const DETAILS: &str = "details";
+    pub const QUIT: &str = "quit";
+    pub const BACK: &str = "back";
+    pub const SCROLL: &str = "scroll";
+    pub const YAML: &str = "yaml";
+    pub const EVENTS: &str = "events";
+    pub const ACT: &str = "act";
+    pub const SELECT: &str = "select";
+    pub const SHOW_WAVE: &str = "show its migrations";
+    pub const ACT_ON_WAVE: &str = "act on the MigrationWave";
+    pub const BOARD: &str = "board";
+    /// In front of the wave strip's hints.
+    pub const WAVE_STRIP: &str = "wave strip: ";
 }
