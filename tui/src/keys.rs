@@ -5,7 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::{
     state::{Action, Edit, Nav, Popup, State, Verb},
-    strings::{help, hint},
+    strings::{confirm, help, hint},
 };
 
 /// A key with its modifiers.
@@ -359,6 +359,22 @@ pub fn hints(list: &[Hint]) -> String {
     parts.join("  ")
 }
 
+/// The keys of the confirm dialog, which takes every key while it is open.
+pub const CONFIRM_BINDINGS: &[Binding] = &[
+    Binding {
+        keys: &[k('y'), code(KeyCode::Enter)],
+        label: "y/Enter",
+        help: confirm::YES,
+        action: || Action::Confirm,
+    },
+    Binding {
+        keys: &[k('n'), code(KeyCode::Esc), k('q')],
+        label: "n/Esc",
+        help: confirm::NO,
+        action: || Action::Back,
+    },
+];
+
 fn normalize(ev: &KeyEvent) -> Key {
     // Terminals report `G` as Shift+'G'; match on the character alone.
     let mods = ev.modifiers & (KeyModifiers::CONTROL | KeyModifiers::ALT);
@@ -391,11 +407,11 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
     }
     match &state.popup {
         Some(Popup::Confirm(_)) => {
-            return match key.code {
-                KeyCode::Char('y') | KeyCode::Enter => Some(Action::Confirm),
-                KeyCode::Char('n') | KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
-                _ => None,
-            };
+            // Any modifier still answers: a held Alt must not leave the dialog deaf.
+            return CONFIRM_BINDINGS
+                .iter()
+                .find(|b| b.keys.iter().any(|k| k.code == key.code))
+                .map(|b| (b.action)());
         }
         Some(Popup::Help | Popup::Report) => {
             return match key.code {

@@ -1,17 +1,68 @@
-//! Every user-facing sentence of the cockpit, in one place.
+//! Every user-facing sentence and word of the cockpit, in one place, grouped by the screen that
+//! shows it. Key names (`Ctrl-d`, `PgUp`) live with the keys in `keys.rs`.
 
-use crate::state::{Outcome, Verb};
+use crate::state::{
+    Outcome, Verb,
+    layout::{MIN_HEIGHT, MIN_WIDTH},
+};
 
 /// App name in the header.
 pub const APP: &str = "ferry";
 /// Shown when the terminal is too small.
 pub fn too_small(w: u16, h: u16) -> String {
-    format!("ferry needs a terminal of at least 80×24 (this one is {w}×{h})")
+    format!("ferry needs a terminal of at least {MIN_WIDTH}×{MIN_HEIGHT} (this one is {w}×{h})")
 }
+
 /// The hint when the CRDs are missing.
 pub const CRD_HINT: &str = "CRD missing: kubectl apply -f deploy/crds/";
 /// Nothing under the cursor for an action.
 pub const NOTHING_SELECTED: &str = "nothing selected";
+/// Nothing to show for a value.
+pub const NONE: &str = "-";
+/// A value not known (a source VM named by neither name, id nor uuid; a disk's size).
+pub const UNKNOWN: &str = "?";
+
+/// Under the "too small" message.
+pub fn quits(key: &str) -> String {
+    format!("{key} quits")
+}
+
+/// Title of the log pane.
+pub fn logs_title(key: &str) -> String {
+    format!(" logs ({key} hides) ")
+}
+
+/// A time in the past.
+pub fn ago(age: &str) -> String {
+    format!("{age} ago")
+}
+
+/// Time left.
+pub fn eta(left: &str) -> String {
+    format!("ETA {left}")
+}
+
+/// A watch stream ended (the apiserver closed it); it is started again.
+pub const WATCH_ENDED: &str = "watch ended";
+
+/// A `phase:` filter token naming no phase.
+pub fn unknown_phase(v: &str) -> String {
+    format!("unknown phase {v:?}")
+}
+
+/// `ferry cancel` (and the other verbs) with nothing named.
+pub const NAME_SOMETHING: &str = "name at least one migration, or a wave with --wave";
+
+/// A script named a migration outside the wave it named.
+pub fn not_in_wave(wave: &str) -> String {
+    format!("not in wave {wave}")
+}
+
+/// A script named an object the verb does not apply to.
+pub fn skipped(why: &str) -> String {
+    format!("skipped: {why}")
+}
+
 /// Empty board, live.
 pub const EMPTY_BOARD: &str =
     "No migrations in scope. Create one with kubectl apply -f <vmm.yaml>.";
@@ -74,6 +125,26 @@ pub fn confirm_title(verb: Verb, n: usize, kind: &str) -> String {
         format!("{kind}s")
     };
     format!("{cap} {n} {noun}?")
+}
+
+/// One outcome in a word, for counts (`2 applied, 1 forbidden`).
+pub fn outcome_word(o: Option<&Outcome>) -> &'static str {
+    match o {
+        None => "waiting",
+        Some(Outcome::Applied) => "applied",
+        Some(Outcome::Forbidden(_)) => "forbidden",
+        Some(Outcome::Conflict) => "conflict",
+        Some(Outcome::NotFound) => "not found",
+        Some(Outcome::Failed(_)) => "failed",
+    }
+}
+
+/// One outcome for a script, which does not wait for the watch.
+pub fn final_outcome(o: &Outcome) -> String {
+    match o {
+        Outcome::Applied => outcome_word(Some(o)).to_owned(),
+        o => outcome(Some(o)),
+    }
 }
 
 /// One outcome, as a word or a short sentence.
@@ -158,46 +229,28 @@ pub mod view {
 pub mod details {
     use std::fmt::Debug;
 
-    /// Section titles.
+    // Section titles.
     pub const SPEC: &str = "spec";
-    /// See [`SPEC`].
     pub const STATUS: &str = "status";
-    /// See [`SPEC`].
     pub const CONDITIONS: &str = "conditions";
-    /// See [`SPEC`].
     pub const DISKS: &str = "disks";
-    /// See [`SPEC`].
     pub const CHILDREN: &str = "children";
-    /// See [`SPEC`].
     pub const TIMELINE: &str = "timeline";
-    /// See [`SPEC`].
     pub const EVENTS: &str = "events";
 
-    /// Labels in front of a value.
+    // Labels in front of a value.
     pub const SOURCE: &str = "source";
-    /// See [`SOURCE`].
     pub const POWER: &str = "power";
-    /// See [`SOURCE`].
     pub const TARGET: &str = "target";
-    /// See [`SOURCE`].
     pub const STAGING: &str = "staging";
-    /// See [`SOURCE`].
     pub const INTENTS: &str = "intents";
-    /// See [`SOURCE`].
     pub const PHASE: &str = "phase";
-    /// See [`SOURCE`].
     pub const PROGRESS: &str = "progress";
-    /// See [`SOURCE`].
     pub const MESSAGE: &str = "message";
-    /// See [`SOURCE`].
     pub const FAILURE: &str = "failure";
 
     /// The migration was deleted while shown.
     pub const GONE: &str = "gone: the migration was deleted";
-    /// A value not known (a source VM named by neither name, id nor uuid; a disk's size).
-    pub const UNKNOWN: &str = "?";
-    /// Nothing to show for a value.
-    pub const NONE: &str = "-";
 
     /// The source VM and its endpoint.
     pub fn source(vm: &str, url: &str) -> String {
@@ -244,23 +297,13 @@ pub mod details {
 
     /// Time in the phase, attempt, and how long ago it started (`None`: not yet).
     pub fn in_phase(age: &str, attempt: i32, started_ago: Option<&str>) -> String {
-        let started = started_ago.map_or(NONE.to_owned(), ago);
+        let started = started_ago.map_or(super::NONE.to_owned(), super::ago);
         format!("  for {age}  attempt {attempt}  started {started}")
-    }
-
-    /// A time in the past.
-    pub fn ago(age: &str) -> String {
-        format!("{age} ago")
     }
 
     /// Bytes done of the total, with the percentage.
     pub fn progress(percent: &str, done: &str, total: &str) -> String {
         format!("{percent}  {done} of {total}")
-    }
-
-    /// Time left.
-    pub fn eta(left: &str) -> String {
-        format!("ETA {left}")
     }
 
     /// The last failure.
@@ -309,6 +352,16 @@ pub mod details {
     /// `VirtualMachineInstance`, shortened as everyone says it.
     pub const VMI: &str = "VMI";
 
+    /// A Job or DataVolume state, with its failed pods.
+    pub fn with_failed_pods(state: &str, failed: i64) -> String {
+        format!("{state} (failed pods: {failed})")
+    }
+
+    /// A VMI phase once its guest agent connected.
+    pub fn agent_connected(phase: &str) -> String {
+        format!("{phase}, agent connected")
+    }
+
     /// No phase in the history yet.
     pub const NO_HISTORY: &str = "(no phase recorded yet)";
 
@@ -320,55 +373,39 @@ pub mod details {
 
 /// What each key does, for the help overlay (in `keys::BINDINGS` order).
 pub mod help {
-    /// Up.
+    /// Title of the overlay.
+    pub const TITLE: &str = "keys (Esc closes)";
+    /// The legend under the keys.
+    pub const LEGEND: [&str; 3] = [
+        " Pips: SourceDiscovered Validated DiskConverted DiskImported",
+        "       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)",
+        " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
+    ];
+
     pub const UP: &str = "up (scroll in views)";
-    /// Down.
     pub const DOWN: &str = "down";
-    /// Page up.
     pub const PAGE_UP: &str = "page up";
-    /// Page down.
     pub const PAGE_DOWN: &str = "page down";
-    /// Top.
     pub const TOP: &str = "first row";
-    /// Bottom.
     pub const BOTTOM: &str = "last row";
-    /// Enter.
     pub const ENTER: &str = "details (on the wave strip: show that wave)";
-    /// Focus.
     pub const FOCUS: &str = "focus board / wave strip";
-    /// Back.
     pub const BACK: &str = "back; clear filter, then marks, then wave";
-    /// Filter.
     pub const FILTER: &str = "filter: text, phase:Failed wave:w3 ns:apps";
-    /// Sort.
     pub const SORT: &str = "sort by next column";
-    /// Reverse sort.
     pub const REVERSE_SORT: &str = "reverse sort";
-    /// Wave.
     pub const WAVE: &str = "show next wave only (then all)";
-    /// Mark.
     pub const MARK: &str = "mark / unmark";
-    /// Mark all.
     pub const MARK_ALL: &str = "mark all visible (again: unmark all)";
-    /// Cancel.
     pub const CANCEL: &str = "cancel (marked, selected, or the wave)";
-    /// Retry.
     pub const RETRY: &str = "retry a failed or cancelled one";
-    /// Pause.
     pub const PAUSE: &str = "pause / resume";
-    /// Delete.
     pub const DELETE: &str = "delete";
-    /// Yaml.
     pub const YAML: &str = "YAML";
-    /// Events.
     pub const EVENTS: &str = "events";
-    /// Logs.
     pub const LOGS: &str = "show / hide logs";
-    /// Command.
     pub const COMMAND: &str = "command: ns NAME|all, wave NAME|all, ctx NAME, q";
-    /// Help.
     pub const HELP: &str = "help";
-    /// Quit.
     pub const QUIT: &str = "quit";
 }
 
@@ -395,6 +432,182 @@ pub mod hint {
     pub const SHOW_WAVE: &str = "show its migrations";
     pub const ACT_ON_WAVE: &str = "act on the MigrationWave";
     pub const BOARD: &str = "board";
-    /// In front of the wave strip's hints.
     pub const WAVE_STRIP: &str = "wave strip: ";
+}
+
+/// The header: context, scope, connection, counts.
+pub mod header {
+    use ferry_crds::Phase;
+
+    /// Every watch is live.
+    pub const LIVE: &str = "● live";
+    /// Scope `-A`.
+    pub const ALL_NAMESPACES: &str = "all namespaces";
+    /// In front of the context.
+    pub const CTX: &str = " ctx ";
+    /// In front of the namespace.
+    pub const NS: &str = "  ns ";
+    /// `--readonly`.
+    pub const READ_ONLY: &str = " READ-ONLY ";
+    /// Count of migrations, wide and narrow.
+    pub const MIGRATIONS: &str = "migrations";
+    /// See [`MIGRATIONS`].
+    pub const MIGRATIONS_SHORT: &str = "vmm";
+
+    /// Which watch, when it is not the migrations'.
+    pub fn about(plural: &str) -> String {
+        format!(" ({plural})")
+    }
+
+    /// A watch listing.
+    pub fn listing(about: &str) -> String {
+        format!("◌ listing{about}…")
+    }
+
+    /// A watch connecting.
+    pub fn connecting(about: &str) -> String {
+        format!("◌ connecting{about}…")
+    }
+
+    /// A watch waiting to reconnect.
+    pub fn reconnecting(about: &str, wait: i64, attempt: u32, error: &str) -> String {
+        format!("✕ reconnecting{about} in {wait}s (try {attempt}): {error}")
+    }
+
+    /// A watch refused by RBAC.
+    pub fn forbidden(about: &str, message: &str) -> String {
+        format!("✕ forbidden{about}: {message}")
+    }
+
+    /// A watch whose CRD is not installed.
+    pub fn crd_missing(about: &str) -> String {
+        format!("✕ {}{about}", super::CRD_HINT)
+    }
+
+    /// The board shows the last known state, since `age`.
+    pub fn stale(age: &str) -> String {
+        format!(" STALE {age} ")
+    }
+
+    /// How long ago the watches delivered something (`None`: never).
+    pub fn last_event(ago: Option<&str>) -> String {
+        format!(
+            "  last event {}",
+            ago.map_or(super::NONE.to_owned(), super::ago)
+        )
+    }
+
+    /// A phase in a few letters, for narrow terminals.
+    pub fn short_phase(p: Phase) -> &'static str {
+        match p {
+            Phase::Pending => "Pend",
+            Phase::Queued => "Queue",
+            Phase::Preparing => "Prep",
+            Phase::Converting => "Conv",
+            Phase::Importing => "Imp",
+            Phase::CreatingVM => "VM",
+            Phase::Starting => "Start",
+            Phase::Validating => "Valid",
+            Phase::Succeeded => "Done",
+            Phase::Failed => "Failed",
+            Phase::Cancelled => "Canc",
+        }
+    }
+}
+
+/// Column titles of the board (and of `ferry board --once`).
+pub mod column {
+    pub const NAME: &str = "NAME";
+    pub const NAMESPACE: &str = "NAMESPACE";
+    pub const WAVE: &str = "WAVE";
+    pub const PHASE: &str = "PHASE";
+    pub const PROGRESS: &str = "PROGRESS";
+    pub const CONDITIONS: &str = "CONDITIONS";
+    pub const CONDITIONS_SHORT: &str = "CONDS";
+    pub const ATTEMPT: &str = "ATTEMPT";
+    pub const ATTEMPT_SHORT: &str = "ATT";
+    pub const IN_PHASE: &str = "IN-PHASE";
+    pub const MESSAGE: &str = "MESSAGE";
+}
+
+/// The board's title line.
+pub mod board {
+    /// What the board lists.
+    pub const TITLE: &str = " migrations ";
+    /// The board shows the last known state.
+    pub const STALE: &str = " stale: last known state ";
+
+    /// The sort column and direction.
+    pub fn sort(column: &str, reverse: bool) -> String {
+        format!("sort {column}{} ", if reverse { "↓" } else { "↑" })
+    }
+
+    /// The one wave shown.
+    pub fn wave(name: &str) -> String {
+        format!("wave {name} ")
+    }
+
+    /// The filter applied.
+    pub fn filter(raw: &str) -> String {
+        format!("filter “{raw}” ")
+    }
+
+    /// How many rows are marked.
+    pub fn marked(n: usize) -> String {
+        format!("{n} marked ")
+    }
+}
+
+/// The wave strip.
+pub mod waves {
+    /// Migrations of the wave that failed.
+    pub fn failed(n: i32) -> String {
+        format!(" ✕{n} failed")
+    }
+
+    /// After `⇉in/max` on wide terminals.
+    pub const IN_FLIGHT: &str = " in flight";
+    /// The wave is paused.
+    pub const PAUSED: &str = " ‖ paused";
+    /// The wave is being cancelled.
+    pub const CANCEL: &str = " ✕ cancel";
+    /// In front of the sparkline.
+    pub const DONE_PER_MINUTE: &str = "done/min ";
+
+    /// Migrations finished per hour.
+    pub fn per_hour(n: f64) -> String {
+        format!(" {n:.0}/h")
+    }
+}
+
+/// The confirm dialog and the report after it.
+pub mod confirm {
+    /// Title of the dialog.
+    pub const TITLE: &str = " confirm ";
+    /// Title of the report.
+    pub const REPORT_TITLE: &str = " outcome ";
+    /// The object kinds a verb acts on, for the dialog's question.
+    pub const WAVE: &str = "wave";
+    /// See [`WAVE`].
+    pub const MIGRATION: &str = "migration";
+    /// The answers, after their keys.
+    pub const YES: &str = "yes";
+    /// See [`YES`].
+    pub const NO: &str = "no";
+    /// Under the report.
+    pub const REPORT_CLOSES: &str =
+        "  Esc/Enter closes; rows show … until the watch delivers the change";
+
+    /// Lines left out of a list.
+    pub fn more(n: usize) -> String {
+        format!("  … and {n} more")
+    }
+
+    /// Targets the verb does not apply to, with why for the first.
+    pub fn skipped(n: usize, first: &str, why: &str) -> String {
+        format!(
+            "  skipped {n}: {first} is {why}{}",
+            if n > 1 { ", …" } else { "" }
+        )
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     state::{Child, ObjKey},
-    strings::details,
+    strings::{self, details},
 };
 
 fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -25,14 +25,14 @@ fn describe(kind: &str, status: &Value) -> String {
             let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
             match (n("/succeeded"), n("/active"), n("/failed")) {
                 (s, _, _) if s > 0 => "Complete".into(),
-                (_, a, f) if a > 0 && f > 0 => format!("Running (failed pods: {f})"),
+                (_, a, f) if a > 0 && f > 0 => details::with_failed_pods("Running", f),
                 (_, a, _) if a > 0 => "Running".into(),
-                (_, _, f) if f > 0 => format!("Failed (failed pods: {f})"),
+                (_, _, f) if f > 0 => details::with_failed_pods("Failed", f),
                 _ => "Pending".into(),
             }
         }
         "DataVolume" => {
-            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            let phase = s("/phase").unwrap_or_else(|| strings::NONE.into());
             match s("/progress") {
                 Some(p) => format!("{phase} {p}"),
                 None => phase,
@@ -42,11 +42,11 @@ fn describe(kind: &str, status: &Value) -> String {
             if status.pointer("/ready").and_then(Value::as_bool) == Some(true) {
                 "Ready".into()
             } else {
-                "-".into()
+                strings::NONE.into()
             }
         }),
         "VirtualMachineInstance" => {
-            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            let phase = s("/phase").unwrap_or_else(|| strings::NONE.into());
             let agent = status
                 .pointer("/conditions")
                 .and_then(Value::as_array)
@@ -55,7 +55,7 @@ fn describe(kind: &str, status: &Value) -> String {
                         .any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
                 });
             if agent {
-                format!("{phase}, agent connected")
+                details::agent_connected(&phase)
             } else {
                 phase
             }

@@ -19,6 +19,8 @@ use std::{
     fmt,
 };
 
+use crate::strings;
+
 pub use action::{Action, Child, Edit, Effect, Nav, Outcome, Scope, Target, TargetKind, Verb};
 pub use conn::{ConnState, Connection, Resource};
 pub use events::{EventKind, EventRow, EventStore};
@@ -128,14 +130,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut counts: Vec<(&'static str, usize)> = vec![];
         for (_, o) in &self.entries {
-            let label = match o {
-                None => "waiting",
-                Some(Outcome::Applied) => "applied",
-                Some(Outcome::Forbidden(_)) => "forbidden",
-                Some(Outcome::Conflict) => "conflict",
-                Some(Outcome::NotFound) => "not found",
-                Some(Outcome::Failed(_)) => "failed",
-            };
+            let label = strings::outcome_word(o.as_ref());
             match counts.iter_mut().find(|(l, _)| *l == label) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((label, 1)),

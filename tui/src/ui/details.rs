@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     state::{EventKind, ObjKey, Row, State},
-    strings::{details as text, view},
+    strings::{self, details as text, view},
 };
 
 fn section(title: &str, t: &Theme) -> Line<'static> {
@@ -34,7 +34,7 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let s = &o.spec;
     let status = o.status.clone().unwrap_or_default();
     let mut out = vec![section(text::SPEC, t)];
-    let vm = s.source.vm.value().unwrap_or(text::UNKNOWN);
+    let vm = s.source.vm.value().unwrap_or(strings::UNKNOWN);
     out.push(kv(
         text::SOURCE,
         text::source(vm, &s.source.endpoint.url),
@@ -101,7 +101,7 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             v.push_str(&format!("  {}", format::rate(r)));
         }
         if let Some(e) = p.eta_seconds {
-            v.push_str(&format!("  {}", text::eta(&format::duration(e))));
+            v.push_str(&format!("  {}", strings::eta(&format::duration(e))));
         }
         out.push(kv(text::PROGRESS, v, t));
     }
@@ -134,7 +134,7 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             Span::styled(format!("{pip} {:<8}", status.as_str()), style),
             Span::raw(format!(
                 "{:<22}",
-                c.map_or(text::NONE, |c| c.reason.as_str())
+                c.map_or(strings::NONE, |c| c.reason.as_str())
             )),
             Span::raw(format!(
                 "{:<8}",
@@ -160,7 +160,10 @@ fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
             Span::styled(fill, t.gauge(row.phase)),
             Span::styled(empty, t.dim()),
             Span::raw(format!("{:>5} ", format::percent(pct))),
-            Span::raw(d.capacity_bytes.map_or(text::UNKNOWN.into(), format::bytes)),
+            Span::raw(
+                d.capacity_bytes
+                    .map_or(strings::UNKNOWN.into(), format::bytes),
+            ),
         ];
         if let Some(r) = d.rate_bytes_per_second {
             spans.push(Span::raw(format!("  {}", format::rate(r))));

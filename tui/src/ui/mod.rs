@@ -24,7 +24,8 @@ use ratatui::{
 pub use theme::Theme;
 
 use crate::{
-    state::{Popup, Screen, State, View, layout::Bands},
+    keys,
+    state::{Action, Popup, Screen, State, View, layout::Bands},
     strings,
 };
 
@@ -53,7 +54,9 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
                 strings::too_small(area.width, area.height),
                 opts.theme.bad(),
             ),
-            Line::raw("q quits"),
+            Line::raw(strings::quits(
+                &keys::footer_key(&Action::Quit).unwrap_or_default(),
+            )),
         ])
         .centered()
         .wrap(ratatui::widgets::Wrap { trim: true });
