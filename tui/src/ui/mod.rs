@@ -105,3 +105,105 @@ pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
         height: h,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use ferry_crds::fixtures::{migration, ts, wave};
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use super::*;
+    use crate::state::{Action, EventKind, EventRow, Nav, Scope, update};
+
+    const SIZES: [(u16, u16); 4] = [(80, 24), (90, 25), (120, 40), (160, 48)];
+
+    /// A board of 200 migrations `m000`…, with `waves` waves and maybe the log pane, told the
+    /// terminal is `w`×`h`.
+    fn state(w: u16, h: u16, waves: usize, logs: bool) -> State {
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(0).0);
+        let rows = (0..200).map(|i| migration(&format!("m{i:03}"))).collect();
+        update(&mut s, Action::MigrationsListed(rows));
+        let strip = (0..waves).map(|i| wave(&format!("w{i}"), 1)).collect();
+        update(&mut s, Action::WavesListed(strip));
+        if logs {
+            update(&mut s, Action::ToggleLogs);
+        }
+        update(
+            &mut s,
+            Action::Resize(Screen {
+                width: w,
+                height: h,
+            }),
+        );
+        s
+    }
+
+    /// The words on screen that `keep` accepts.
+    fn words_on_screen(s: &State, w: u16, h: u16, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        let opts = Options {
+            theme: Theme::MONO,
+            logs: false,
+        };
+        term.draw(|f| draw(f, s, opts)).unwrap();
+        term.backend()
+            .to_string()
+            .split(|c: char| !c.is_alphanumeric() && c != '-')
+            .filter(|w| keep(w))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_board_draws_exactly_the_page_the_state_pages_by() {
+        let is_row = |w: &str| w.len() == 4 && w.starts_with('m') && w[1..].parse::<u32>().is_ok();
+        for (w, h) in SIZES {
+            for waves in [0, 2, 6] {
+                for logs in [false, true] {
+                    let s = state(w, h, waves, logs);
+                    let want: BTreeSet<String> = (0..s.page).map(|i| format!("m{i:03}")).collect();
+                    let seen = words_on_screen(&s, w, h, is_row);
+                    assert_eq!(seen, want, "{w}×{h}, {waves} waves, logs {logs}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_down_in_a_view_moves_by_exactly_the_lines_it_shows() {
+        let is_note = |w: &str| w.len() == 5 && w.starts_with('n') && w[1..].parse::<u32>().is_ok();
+        for (w, h) in [(80, 24), (90, 25)] {
+            for logs in [false, true] {
+                let mut s = state(w, h, 0, logs);
+                let key = s.selected.clone().unwrap();
+                // Newest first: line 0 is the column header, line i the note `n{50 - i}`.
+                let events = (1..=50)
+                    .map(|i| EventRow {
+                        uid: format!("e{i}"),
+                        kind: EventKind::Migration,
+                        regarding: key.clone(),
+                        time: Some(ts(i).0),
+                        type_: "Normal".into(),
+                        reason: "R".into(),
+                        note: format!("n{i:04}"),
+                        count: 1,
+                    })
+                    .collect();
+                update(&mut s, Action::EventsListed(events));
+                update(&mut s, Action::ShowEvents);
+                update(&mut s, Action::Nav(Nav::PageDown));
+                let page = s.page;
+                assert!(2 * page <= 51, "the test needs two full pages");
+                let want: BTreeSet<String> = (page..2 * page)
+                    .map(|line| format!("n{:04}", 51 - line))
+                    .collect();
+                assert_eq!(
+                    words_on_screen(&s, w, h, is_note),
+                    want,
+                    "{w}×{h}, logs {logs}"
+                );
+            }
+        }
+    }
+}
