@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ferry::{
-    state::{Action, Nav, Scope, State, update},
+    state::{Action, Nav, Scope, Screen, State, update},
     ui::{self, Options, Theme},
 };
 use ratatui::{Terminal, backend::TestBackend};
@@ -33,7 +33,13 @@ fn loaded(n: usize) -> State {
         "list of {n} migrations into the state: {:.1} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
-    update(&mut s, Action::Viewport(50));
+    update(
+        &mut s,
+        Action::Resize(Screen {
+            width: 200,
+            height: 60,
+        }),
+    );
     s
 }
 
@@ -45,11 +51,8 @@ fn main() {
         theme: Theme::COLOR,
         logs: false,
     };
-    // Warm up and let the state learn the page size.
     for _ in 0..5 {
-        let mut d = ui::Drawn::default();
-        term.draw(|f| d = ui::draw(f, &s, opts)).unwrap();
-        update(&mut s, Action::Viewport(d.page));
+        term.draw(|f| ui::draw(f, &s, opts)).unwrap();
     }
     let mut samples = vec![];
     for i in 0..500 {
@@ -62,10 +65,7 @@ fn main() {
             }),
         );
         let t = Instant::now();
-        term.draw(|f| {
-            ui::draw(f, &s, opts);
-        })
-        .unwrap();
+        term.draw(|f| ui::draw(f, &s, opts)).unwrap();
         samples.push(t.elapsed());
     }
     stats("render 200x60, 10k rows (board)", samples);
@@ -75,10 +75,7 @@ fn main() {
     let mut samples = vec![];
     for _ in 0..200 {
         let t = Instant::now();
-        term.draw(|f| {
-            ui::draw(f, &s, opts);
-        })
-        .unwrap();
+        term.draw(|f| ui::draw(f, &s, opts)).unwrap();
         samples.push(t.elapsed());
     }
     stats("render 200x60, 10k rows (details)", samples);

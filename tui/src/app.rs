@@ -1,11 +1,13 @@
-//! The event loop: keys, watch actions and the clock go into `update`; effects go out to the
-//! cluster; the screen is redrawn only when something changed, at most ~30 times a second.
+//! The event loop: keys, the terminal size, watch actions and the clock go into `update` (here
+//! and nowhere else); every effect it returns is carried out; the screen is redrawn only when
+//! something changed, at most ~30 times a second, and drawing only reads the state.
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 use crossterm::event::{Event as TermEvent, EventStream};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
+use ratatui::layout::Size;
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::mpsc::{self, UnboundedReceiver, UnboundedSender},
@@ -16,7 +18,7 @@ use crate::{
     error::Result,
     keys,
     kube::{self as cluster, Cluster, ConnectOptions, actions, children, watch},
-    state::{Action, Effect, Scope, State, update},
+    state::{Action, Effect, Scope, Screen, State, update},
     ui::{self, Options, Theme},
 };
 
@@ -45,6 +47,16 @@ struct Runtime {
     connect: ConnectOptions,
 }
 
+/// What the loop does after an effect.
+enum After {
+    /// Go on.
+    Continue,
+    /// Feed this action to `update` next.
+    Feed(Action),
+    /// Leave.
+    Quit,
+}
+
 impl Runtime {
     fn rewatch(&mut self, scope: &Scope) {
         // A new channel: actions of the old watches still queued are dropped with it.
@@ -54,10 +66,11 @@ impl Runtime {
         self.data_rx = rx;
     }
 
-    /// Runs one effect; `false` means quit.
-    async fn run(&mut self, effect: Effect, state: &mut State) -> bool {
+    /// Carries out one effect. What it learns at once comes back as an action to feed to
+    /// `update`; what takes longer comes back later on the ui channel.
+    async fn run(&mut self, effect: Effect) -> After {
         match effect {
-            Effect::Quit => return false,
+            Effect::Quit => return After::Quit,
             e @ (Effect::Patch { .. } | Effect::Delete { .. }) => {
                 let client = self.cluster.client.clone();
                 let tx = self.ui_tx.clone();
@@ -81,28 +94,30 @@ impl Runtime {
                     context: Some(ctx),
                     ..self.connect.clone()
                 };
-                match cluster::connect(&opts).await {
+                return match cluster::connect(&opts).await {
                     Ok(c) => {
                         let scope = Scope::Namespace(c.namespace.clone());
                         self.cluster = c;
                         self.connect = opts;
-                        update(
-                            state,
-                            Action::ContextSwitched {
-                                context: self.cluster.context.clone(),
-                                scope: scope.clone(),
-                            },
-                        );
                         self.rewatch(&scope);
+                        After::Feed(Action::ContextSwitched {
+                            context: self.cluster.context.clone(),
+                            scope,
+                        })
                     }
-                    Err(e) => {
-                        update(state, Action::ContextFailed(e.to_string()));
-                    }
-                }
+                    Err(e) => After::Feed(Action::ContextFailed(e.to_string())),
+                };
             }
         }
-        true
+        After::Continue
     }
+}
+
+fn screen(size: Size) -> Action {
+    Action::Resize(Screen {
+        width: size.width,
+        height: size.height,
+    })
 }
 
 /// Runs the cockpit until `q`, `:q`, Ctrl-C, SIGTERM or SIGHUP.
@@ -122,9 +137,6 @@ pub async fn run(opts: AppOptions) -> Result<()> {
         opts.readonly,
         Timestamp::now(),
     );
-    if let Some(w) = &opts.wave {
-        update(&mut state, Action::Command(format!("wave {w}")));
-    }
     let (data_tx, data_rx) = mpsc::unbounded_channel();
     let (ui_tx, mut ui_rx) = mpsc::unbounded_channel();
     let watches = watch::start(&cluster.client, &scope, data_tx.clone());
@@ -147,57 +159,66 @@ pub async fn run(opts: AppOptions) -> Result<()> {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
+    // Actions waiting for `update`: from the terminal, the watches, the clock, and what
+    // effects answer at once. This loop is the only caller of `update`.
+    let mut queue: VecDeque<Action> = VecDeque::new();
+    match terminal.size() {
+        Ok(size) => queue.push_back(screen(size)),
+        Err(e) => {
+            ratatui::restore();
+            return Err(e.into());
+        }
+    }
+    if let Some(w) = &opts.wave {
+        queue.push_back(Action::Command(format!("wave {w}")));
+    }
     let result: Result<()> = loop {
-        if dirty && last_draw.elapsed() >= FRAME {
-            let mut drawn = ui::Drawn::default();
-            if let Err(e) =
-                terminal.draw(|f| drawn = ui::draw(f, &state, Options { theme, logs: true }))
-            {
-                break Err(e.into());
-            }
-            last_draw = Instant::now();
-            dirty = false;
-            if drawn.page > 0 && drawn.page != state.page {
-                update(&mut state, Action::Viewport(drawn.page));
-                dirty = true;
-            }
-        }
-        let mut batch: Vec<Action> = vec![];
-        tokio::select! {
-            _ = tokio::time::sleep_until(last_draw + FRAME), if dirty => continue,
-            _ = tick.tick() => batch.push(Action::Tick(Timestamp::now())),
-            ev = keys_in.next() => match ev {
-                Some(Ok(TermEvent::Key(k))) => {
-                    if let Some(a) = keys::action_for(&state, k) { batch.push(a) }
-                }
-                Some(Ok(TermEvent::Resize(..))) => dirty = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => break Err(e.into()),
-                None => break Ok(()),
-            },
-            Some(a) = rt.data_rx.recv() => {
-                batch.push(Action::Tick(Timestamp::now()));
-                batch.push(a);
-                // Drain what else is queued: one frame for a burst of watch events.
-                while batch.len() < 4096 {
-                    match rt.data_rx.try_recv() { Ok(a) => batch.push(a), Err(_) => break }
-                }
-            }
-            Some(a) = ui_rx.recv() => batch.push(a),
-            _ = sigterm.recv() => break Ok(()),
-            _ = sighup.recv() => break Ok(()),
-        }
         let mut quit = false;
-        for a in batch {
+        while let Some(a) = queue.pop_front() {
             dirty = true;
             for fx in update(&mut state, a) {
-                if !rt.run(fx, &mut state).await {
-                    quit = true;
+                match rt.run(fx).await {
+                    After::Continue => {}
+                    After::Feed(a) => queue.push_back(a),
+                    After::Quit => quit = true,
                 }
             }
         }
         if quit || state.quit {
             break Ok(());
+        }
+        if dirty && last_draw.elapsed() >= FRAME {
+            if let Err(e) = terminal.draw(|f| ui::draw(f, &state, Options { theme, logs: true })) {
+                break Err(e.into());
+            }
+            last_draw = Instant::now();
+            dirty = false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(last_draw + FRAME), if dirty => {}
+            _ = tick.tick() => queue.push_back(Action::Tick(Timestamp::now())),
+            ev = keys_in.next() => match ev {
+                Some(Ok(TermEvent::Key(k))) => {
+                    if let Some(a) = keys::action_for(&state, k) { queue.push_back(a) }
+                }
+                Some(Ok(TermEvent::Resize(width, height))) => {
+                    queue.push_back(Action::Resize(Screen { width, height }));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => break Err(e.into()),
+                None => break Ok(()),
+            },
+            Some(a) = rt.data_rx.recv() => {
+                queue.push_back(Action::Tick(Timestamp::now()));
+                queue.push_back(a);
+                // Drain what else is queued: one frame for a burst of watch events.
+                while queue.len() < 4096 {
+                    match rt.data_rx.try_recv() { Ok(a) => queue.push_back(a), Err(_) => break }
+                }
+            }
+            Some(a) = ui_rx.recv() => queue.push_back(a),
+            _ = sigterm.recv() => break Ok(()),
+            _ = sighup.recv() => break Ok(()),
         }
     };
     drop(rt);

@@ -9,6 +9,7 @@ use crate::{
     error::Result,
     kube::{Cluster, actions},
     state::{Action, Outcome, Scope, State, Target, TargetKind, Verb, execute, plan, update},
+    strings::{self, column, skip},
     ui::format,
 };
 
@@ -51,18 +52,18 @@ pub async fn load(cluster: &Cluster, scope: Scope, wave: Option<String>) -> Resu
 pub fn board_text(state: &State) -> String {
     let all_ns = state.all_namespaces();
     let mut rows: Vec<Vec<String>> = vec![];
-    let mut head = vec!["NAME"];
+    let mut head = vec![column::NAME];
     if all_ns {
-        head.push("NAMESPACE");
+        head.push(column::NAMESPACE);
     }
     head.extend([
-        "WAVE",
-        "PHASE",
-        "PROGRESS",
-        "CONDITIONS",
-        "ATTEMPT",
-        "IN-PHASE",
-        "MESSAGE",
+        column::WAVE,
+        column::PHASE,
+        column::PROGRESS,
+        column::CONDITIONS,
+        column::ATTEMPT,
+        column::IN_PHASE,
+        column::MESSAGE,
     ]);
     rows.push(head.into_iter().map(str::to_owned).collect());
     for r in state.index.visible_range(0, state.index.visible_len()) {
@@ -80,9 +81,9 @@ pub fn board_text(state: &State) -> String {
             })
             .collect();
         cells.extend([
-            r.wave.clone().unwrap_or_else(|| "-".into()),
+            r.wave.clone().unwrap_or_else(|| strings::NONE.into()),
             r.phase.as_str().to_owned(),
-            r.percent.map_or("-".into(), format::percent),
+            r.percent.map_or(strings::NONE.into(), format::percent),
             pips,
             r.attempt.to_string(),
             format::age(r.phase_since, state.now),
@@ -196,16 +197,16 @@ pub async fn act(
         } else {
             out.push(ActResult {
                 target: t,
-                result: Err(format!("not in wave {}", wave.unwrap_or(""))),
+                result: Err(strings::not_in_wave(wave.unwrap_or(""))),
             });
         }
     }
     let c = plan(&state, verb, keep);
     for (t, why) in &c.skipped {
-        let result = if *why == "not on the board" || *why == "not in the wave strip" {
+        let result = if [skip::NOT_ON_THE_BOARD, skip::NOT_IN_THE_WAVE_STRIP].contains(why) {
             Ok(Outcome::NotFound)
         } else {
-            Err(format!("skipped: {why}"))
+            Err(strings::skipped(why))
         };
         out.push(ActResult {
             target: t.clone(),

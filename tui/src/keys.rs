@@ -1,8 +1,12 @@
-//! The one key map. Dispatch and the help overlay both read [`BINDINGS`].
+//! The one key map. Dispatch, the help overlay and the footer hints all read [`BINDINGS`]: a
+//! hint names actions, and the keys it shows are the ones bound to them.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::state::{Action, Edit, Nav, Popup, State, Verb};
+use crate::{
+    state::{Action, Edit, Nav, Popup, State, Verb},
+    strings::{confirm, help, hint},
+};
 
 /// A key with its modifiers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,152 +54,324 @@ pub const BINDINGS: &[Binding] = &[
     Binding {
         keys: &[code(KeyCode::Up), k('k')],
         label: "↑ k",
-        help: "up (scroll in views)",
+        help: help::UP,
         action: || Action::Nav(Nav::Up),
     },
     Binding {
         keys: &[code(KeyCode::Down), k('j')],
         label: "↓ j",
-        help: "down",
+        help: help::DOWN,
         action: || Action::Nav(Nav::Down),
     },
     Binding {
         keys: &[code(KeyCode::PageUp), ctrl('b')],
         label: "PgUp",
-        help: "page up",
+        help: help::PAGE_UP,
         action: || Action::Nav(Nav::PageUp),
     },
     Binding {
         keys: &[code(KeyCode::PageDown), ctrl('f')],
         label: "PgDn",
-        help: "page down",
+        help: help::PAGE_DOWN,
         action: || Action::Nav(Nav::PageDown),
     },
     Binding {
         keys: &[k('g'), code(KeyCode::Home)],
         label: "g",
-        help: "first row",
+        help: help::TOP,
         action: || Action::Nav(Nav::Top),
     },
     Binding {
         keys: &[k('G'), code(KeyCode::End)],
         label: "G",
-        help: "last row",
+        help: help::BOTTOM,
         action: || Action::Nav(Nav::Bottom),
     },
     Binding {
         keys: &[code(KeyCode::Enter)],
         label: "Enter",
-        help: "details (on the wave strip: show that wave)",
+        help: help::ENTER,
         action: || Action::Enter,
     },
     Binding {
         keys: &[code(KeyCode::Tab), code(KeyCode::BackTab)],
         label: "Tab",
-        help: "focus board / wave strip",
+        help: help::FOCUS,
         action: || Action::FocusNext,
     },
     Binding {
         keys: &[code(KeyCode::Esc)],
         label: "Esc",
-        help: "back; clear filter, then marks, then wave",
+        help: help::BACK,
         action: || Action::Back,
     },
     Binding {
         keys: &[k('/')],
         label: "/",
-        help: "filter: text, phase:Failed wave:w3 ns:apps",
+        help: help::FILTER,
         action: || Action::StartFilter,
     },
     Binding {
         keys: &[k('s')],
         label: "s",
-        help: "sort by next column",
+        help: help::SORT,
         action: || Action::CycleSort,
     },
     Binding {
         keys: &[k('S')],
         label: "S",
-        help: "reverse sort",
+        help: help::REVERSE_SORT,
         action: || Action::ReverseSort,
     },
     Binding {
         keys: &[k('w')],
         label: "w",
-        help: "show next wave only (then all)",
+        help: help::WAVE,
         action: || Action::CycleWave,
     },
     Binding {
         keys: &[k(' ')],
         label: "Space",
-        help: "mark / unmark",
+        help: help::MARK,
         action: || Action::ToggleMark,
     },
     Binding {
         keys: &[k('a')],
         label: "a",
-        help: "mark all visible (again: unmark all)",
+        help: help::MARK_ALL,
         action: || Action::MarkAllVisible,
     },
     Binding {
         keys: &[k('c')],
         label: "c",
-        help: "cancel (marked, selected, or the wave)",
+        help: help::CANCEL,
         action: || Action::Request(Verb::Cancel),
     },
     Binding {
         keys: &[k('r')],
         label: "r",
-        help: "retry a failed or cancelled one",
+        help: help::RETRY,
         action: || Action::Request(Verb::Retry),
     },
     Binding {
         keys: &[k('p')],
         label: "p",
-        help: "pause / resume",
+        help: help::PAUSE,
         action: || Action::TogglePause,
     },
     Binding {
         keys: &[ctrl('d')],
         label: "Ctrl-d",
-        help: "delete",
+        help: help::DELETE,
         action: || Action::Request(Verb::Delete),
     },
     Binding {
         keys: &[k('y')],
         label: "y",
-        help: "YAML",
+        help: help::YAML,
         action: || Action::ShowYaml,
     },
     Binding {
         keys: &[k('e')],
         label: "e",
-        help: "events",
+        help: help::EVENTS,
         action: || Action::ShowEvents,
     },
     Binding {
         keys: &[k('l')],
         label: "l",
-        help: "show / hide logs",
+        help: help::LOGS,
         action: || Action::ToggleLogs,
     },
     Binding {
         keys: &[k(':')],
         label: ":",
-        help: "command: ns NAME|all, wave NAME|all, ctx NAME, q",
+        help: help::COMMAND,
         action: || Action::StartCommand,
     },
     Binding {
         keys: &[k('?')],
         label: "?",
-        help: "help",
+        help: help::HELP,
         action: || Action::ToggleHelp,
     },
     Binding {
         keys: &[k('q'), ctrl('c')],
         label: "q Ctrl-c",
-        help: "quit",
+        help: help::QUIT,
         action: || Action::Quit,
+    },
+];
+
+/// A footer hint: the footer keys of these actions, then what they do.
+#[derive(Debug)]
+pub struct Hint {
+    /// Actions bound in [`BINDINGS`], whose keys are shown joined by `/`.
+    pub actions: &'static [Action],
+    /// What they do.
+    pub word: &'static str,
+}
+
+/// Footer hints on the board.
+pub const BOARD_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+    Hint {
+        actions: &[Action::StartFilter],
+        word: hint::FILTER,
+    },
+    Hint {
+        actions: &[Action::CycleSort, Action::ReverseSort],
+        word: hint::SORT,
+    },
+    Hint {
+        actions: &[Action::CycleWave],
+        word: hint::WAVE,
+    },
+    Hint {
+        actions: &[Action::FocusNext],
+        word: hint::WAVES,
+    },
+    Hint {
+        actions: &[Action::ToggleMark],
+        word: hint::MARK,
+    },
+    Hint {
+        actions: &[Action::Request(Verb::Cancel)],
+        word: hint::CANCEL,
+    },
+    Hint {
+        actions: &[Action::Request(Verb::Retry)],
+        word: hint::RETRY,
+    },
+    Hint {
+        actions: &[Action::TogglePause],
+        word: hint::PAUSE,
+    },
+    Hint {
+        actions: &[Action::Request(Verb::Delete)],
+        word: hint::DELETE,
+    },
+    Hint {
+        actions: &[Action::Enter],
+        word: hint::DETAILS,
+    },
+    Hint {
+        actions: &[Action::Quit],
+        word: hint::QUIT,
+    },
+];
+
+/// The verbs, as one hint.
+const VERBS: &[Action] = &[
+    Action::Request(Verb::Cancel),
+    Action::Request(Verb::Retry),
+    Action::TogglePause,
+    Action::Request(Verb::Delete),
+];
+
+/// Footer hints in a view over the board.
+pub const VIEW_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SCROLL,
+    },
+    Hint {
+        actions: &[Action::ShowYaml],
+        word: hint::YAML,
+    },
+    Hint {
+        actions: &[Action::ShowEvents],
+        word: hint::EVENTS,
+    },
+    Hint {
+        actions: VERBS,
+        word: hint::ACT,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+    Hint {
+        actions: &[Action::Quit],
+        word: hint::QUIT,
+    },
+];
+
+/// Footer hints on the wave strip (after [`hint::WAVE_STRIP`]).
+pub const WAVE_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SELECT,
+    },
+    Hint {
+        actions: &[Action::Enter],
+        word: hint::SHOW_WAVE,
+    },
+    Hint {
+        actions: VERBS,
+        word: hint::ACT_ON_WAVE,
+    },
+    Hint {
+        actions: &[Action::FocusNext, Action::Back],
+        word: hint::BOARD,
+    },
+];
+
+/// How the footer writes a key: as short as it can.
+fn short(key: Key) -> String {
+    match key.code {
+        KeyCode::Char(' ') => "␣".into(),
+        KeyCode::Char(c) if key.mods.contains(KeyModifiers::CONTROL) => format!("^{c}"),
+        KeyCode::Char(c) => c.into(),
+        KeyCode::Up => "↑".into(),
+        KeyCode::Down => "↓".into(),
+        code => code.to_string(),
+    }
+}
+
+/// The key the footer shows for `action`: the first plain character bound to it (what one
+/// types), else its first key; `None` when nothing binds it.
+pub fn footer_key(action: &Action) -> Option<String> {
+    let b = BINDINGS.iter().find(|b| (b.action)() == *action)?;
+    let plain = b
+        .keys
+        .iter()
+        .find(|k| k.mods.is_empty() && matches!(k.code, KeyCode::Char(_)));
+    plain.or(b.keys.first()).map(|k| short(*k))
+}
+
+/// One footer line: `?:help  /:filter  s/S:sort`.
+pub fn hints(list: &[Hint]) -> String {
+    let parts: Vec<String> = list
+        .iter()
+        .map(|h| {
+            let keys: Vec<String> = h.actions.iter().filter_map(footer_key).collect();
+            format!("{}:{}", keys.join("/"), h.word)
+        })
+        .collect();
+    parts.join("  ")
+}
+
+/// The keys of the confirm dialog, which takes every key while it is open.
+pub const CONFIRM_BINDINGS: &[Binding] = &[
+    Binding {
+        keys: &[k('y'), code(KeyCode::Enter)],
+        label: "y/Enter",
+        help: confirm::YES,
+        action: || Action::Confirm,
+    },
+    Binding {
+        keys: &[k('n'), code(KeyCode::Esc), k('q')],
+        label: "n/Esc",
+        help: confirm::NO,
+        action: || Action::Back,
     },
 ];
 
@@ -231,11 +407,11 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
     }
     match &state.popup {
         Some(Popup::Confirm(_)) => {
-            return match key.code {
-                KeyCode::Char('y') | KeyCode::Enter => Some(Action::Confirm),
-                KeyCode::Char('n') | KeyCode::Esc | KeyCode::Char('q') => Some(Action::Back),
-                _ => None,
-            };
+            // Any modifier still answers: a held Alt must not leave the dialog deaf.
+            return CONFIRM_BINDINGS
+                .iter()
+                .find(|b| b.keys.iter().any(|k| k.code == key.code))
+                .map(|b| (b.action)());
         }
         Some(Popup::Help | Popup::Report) => {
             return match key.code {
@@ -249,4 +425,63 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
         .iter()
         .find(|b| b.keys.contains(&key))
         .map(|b| (b.action)())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_footer_hint_shows_keys_bound_in_the_one_key_map() {
+        for h in BOARD_HINTS.iter().chain(VIEW_HINTS).chain(WAVE_HINTS) {
+            for a in h.actions {
+                assert!(footer_key(a).is_some(), "{a:?} ({}) is not bound", h.word);
+            }
+        }
+    }
+
+    #[test]
+    fn pressing_the_key_a_footer_hint_shows_does_what_the_hint_says() {
+        let state = State::new(
+            "lab",
+            crate::state::Scope::All,
+            false,
+            ferry_crds::fixtures::ts(0).0,
+        );
+        for h in BOARD_HINTS.iter().chain(VIEW_HINTS).chain(WAVE_HINTS) {
+            for a in h.actions {
+                let key = footer_key(a).unwrap();
+                let ev = match key.as_str() {
+                    "␣" => KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE),
+                    "Tab" => KeyEvent::new(KeyCode::Tab, KeyModifiers::NONE),
+                    "Enter" => KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE),
+                    "Esc" => KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE),
+                    k => match k.strip_prefix('^') {
+                        Some(c) => KeyEvent::new(
+                            KeyCode::Char(c.chars().next().unwrap()),
+                            KeyModifiers::CONTROL,
+                        ),
+                        None => KeyEvent::new(
+                            KeyCode::Char(k.chars().next().unwrap()),
+                            KeyModifiers::NONE,
+                        ),
+                    },
+                };
+                assert_eq!(action_for(&state, ev).as_ref(), Some(a), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn footer_keys_are_the_short_plain_ones() {
+        assert_eq!(footer_key(&Action::Nav(Nav::Up)).as_deref(), Some("k"));
+        assert_eq!(footer_key(&Action::Quit).as_deref(), Some("q"));
+        assert_eq!(footer_key(&Action::ToggleMark).as_deref(), Some("␣"));
+        assert_eq!(
+            footer_key(&Action::Request(Verb::Delete)).as_deref(),
+            Some("^d")
+        );
+        assert_eq!(footer_key(&Action::FocusNext).as_deref(), Some("Tab"));
+        assert_eq!(footer_key(&Action::Confirm), None);
+    }
 }

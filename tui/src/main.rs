@@ -134,7 +134,7 @@ async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
         anyhow::bail!(strings::readonly_refused(verb));
     }
     if names.is_empty() && cli.wave.is_none() {
-        anyhow::bail!("name at least one migration, or a wave with --wave");
+        anyhow::bail!(strings::NAME_SOMETHING);
     }
     let c = cluster::connect(&cli.connect_options()).await?;
     let ns = cli.namespace.clone().unwrap_or_else(|| c.namespace.clone());
@@ -142,7 +142,7 @@ async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
     let mut ok = true;
     for r in &results {
         let text = match &r.result {
-            Ok(o) => strings::outcome(Some(o)).replace(" (waiting for the watch)", ""),
+            Ok(o) => strings::final_outcome(o),
             Err(why) => why.clone(),
         };
         ok &= matches!(r.result, Ok(Outcome::Applied));

@@ -1,17 +1,68 @@
-//! Every user-facing sentence of the cockpit, in one place.
+//! Every user-facing sentence and word of the cockpit, in one place, grouped by the screen that
+//! shows it. Key names (`Ctrl-d`, `PgUp`) live with the keys in `keys.rs`.
 
-use crate::state::{Outcome, Verb};
+use crate::state::{
+    Outcome, Verb,
+    layout::{MIN_HEIGHT, MIN_WIDTH},
+};
 
 /// App name in the header.
 pub const APP: &str = "ferry";
 /// Shown when the terminal is too small.
 pub fn too_small(w: u16, h: u16) -> String {
-    format!("ferry needs a terminal of at least 80×24 (this one is {w}×{h})")
+    format!("ferry needs a terminal of at least {MIN_WIDTH}×{MIN_HEIGHT} (this one is {w}×{h})")
 }
+
 /// The hint when the CRDs are missing.
 pub const CRD_HINT: &str = "CRD missing: kubectl apply -f deploy/crds/";
 /// Nothing under the cursor for an action.
 pub const NOTHING_SELECTED: &str = "nothing selected";
+/// Nothing to show for a value.
+pub const NONE: &str = "-";
+/// A value not known (a source VM named by neither name, id nor uuid; a disk's size).
+pub const UNKNOWN: &str = "?";
+
+/// Under the "too small" message.
+pub fn quits(key: &str) -> String {
+    format!("{key} quits")
+}
+
+/// Title of the log pane.
+pub fn logs_title(key: &str) -> String {
+    format!(" logs ({key} hides) ")
+}
+
+/// A time in the past.
+pub fn ago(age: &str) -> String {
+    format!("{age} ago")
+}
+
+/// Time left.
+pub fn eta(left: &str) -> String {
+    format!("ETA {left}")
+}
+
+/// A watch stream ended (the apiserver closed it); it is started again.
+pub const WATCH_ENDED: &str = "watch ended";
+
+/// A `phase:` filter token naming no phase.
+pub fn unknown_phase(v: &str) -> String {
+    format!("unknown phase {v:?}")
+}
+
+/// `ferry cancel` (and the other verbs) with nothing named.
+pub const NAME_SOMETHING: &str = "name at least one migration, or a wave with --wave";
+
+/// A script named a migration outside the wave it named.
+pub fn not_in_wave(wave: &str) -> String {
+    format!("not in wave {wave}")
+}
+
+/// A script named an object the verb does not apply to.
+pub fn skipped(why: &str) -> String {
+    format!("skipped: {why}")
+}
+
 /// Empty board, live.
 pub const EMPTY_BOARD: &str =
     "No migrations in scope. Create one with kubectl apply -f <vmm.yaml>.";
@@ -19,12 +70,8 @@ pub const EMPTY_BOARD: &str =
 pub const EMPTY_FILTERED: &str = "No migration matches the filter (Esc clears it).";
 /// Empty board before the first list.
 pub const LOADING: &str = "Listing migrations…";
-/// Footer hints on the board.
-pub const HINTS_BOARD: &str = "?:help  /:filter  s/S:sort  w:wave  Tab:waves  ␣:mark  c:cancel  r:retry  p:pause  ^d:delete  Enter:details  q:quit";
-/// Footer hints in a view.
-pub const HINTS_VIEW: &str = "Esc:back  j/k:scroll  y:yaml  e:events  c/r/p/^d:act  ?:help  q:quit";
-/// Footer hints in the wave strip.
-pub const HINTS_WAVES: &str = "wave strip: j/k:select  Enter:show its migrations  c/r/p/^d:act on the MigrationWave  Tab/Esc:board";
+/// After the filter being typed, when it parses.
+pub const FILTER_TYPING: &str = "Enter keeps it, Esc too; tokens phase: wave: ns:";
 
 /// `--readonly` refusing a verb.
 pub fn readonly_refused(verb: Verb) -> String {
@@ -80,6 +127,26 @@ pub fn confirm_title(verb: Verb, n: usize, kind: &str) -> String {
     format!("{cap} {n} {noun}?")
 }
 
+/// One outcome in a word, for counts (`2 applied, 1 forbidden`).
+pub fn outcome_word(o: Option<&Outcome>) -> &'static str {
+    match o {
+        None => "waiting",
+        Some(Outcome::Applied) => "applied",
+        Some(Outcome::Forbidden(_)) => "forbidden",
+        Some(Outcome::Conflict) => "conflict",
+        Some(Outcome::NotFound) => "not found",
+        Some(Outcome::Failed(_)) => "failed",
+    }
+}
+
+/// One outcome for a script, which does not wait for the watch.
+pub fn final_outcome(o: &Outcome) -> String {
+    match o {
+        Outcome::Applied => outcome_word(Some(o)).to_owned(),
+        o => outcome(Some(o)),
+    }
+}
+
 /// One outcome, as a word or a short sentence.
 pub fn outcome(o: Option<&Outcome>) -> String {
     match o {
@@ -95,4 +162,452 @@ pub fn outcome(o: Option<&Outcome>) -> String {
 /// The outcome of a single-object action.
 pub fn single_outcome(verb: Verb, name: &str, o: Option<&Outcome>) -> String {
     format!("{} {name}: {}", verb.as_str(), outcome(o))
+}
+
+/// Why a verb leaves an object out, after "NAME is".
+pub mod skip {
+    /// The migration is not in the state (a script named it).
+    pub const NOT_ON_THE_BOARD: &str = "not on the board";
+    /// The wave is not in the state (a script named it).
+    pub const NOT_IN_THE_WAVE_STRIP: &str = "not in the wave strip";
+    /// Cancel or pause of a finished one.
+    pub const FINISHED: &str = "already finished";
+    /// Cancel again.
+    pub const CANCELLING: &str = "already cancelling";
+    /// Retry of a migration that neither failed nor was cancelled.
+    pub const NEITHER_FAILED_NOR_CANCELLED: &str = "neither failed nor cancelled";
+    /// Retry of a wave with nothing to retry.
+    pub const NOTHING_FAILED_OR_CANCELLED: &str = "has nothing failed or cancelled";
+    /// Pause again.
+    pub const PAUSED: &str = "already paused";
+    /// Resume of a running one.
+    pub const NOT_PAUSED: &str = "not paused";
+    /// Delete again.
+    pub const DELETING: &str = "already being deleted";
+}
+
+/// The full-screen views over the board: details, YAML, events.
+pub mod view {
+    /// After the object's name on the view's rule.
+    pub fn in_namespace(ns: &str) -> String {
+        format!("namespace {ns} ")
+    }
+
+    /// Heading of the YAML view.
+    pub fn yaml_heading(kind: &str, name: &str) -> String {
+        format!("yaml {kind} {name}")
+    }
+
+    /// Heading of the events view.
+    pub fn events_heading(name: &str) -> String {
+        format!("events of {name}")
+    }
+
+    /// The object of a YAML or events view was deleted.
+    pub const OBJECT_GONE: &str = "gone: the object was deleted";
+
+    /// The YAML could not be written.
+    pub fn cannot_render(e: &dyn std::fmt::Display) -> String {
+        format!("# cannot render: {e}")
+    }
+
+    /// Column header of the events view.
+    pub fn events_header() -> String {
+        format!("  {:>7} {:<8}{:<22}{}", "AGE", "TYPE", "REASON", "MESSAGE")
+    }
+
+    /// No event about the object.
+    pub const NO_EVENTS: &str = "no events";
+
+    /// An event seen `n` times.
+    pub fn repeated(n: i32) -> String {
+        format!(" ×{n}")
+    }
+}
+
+/// The details view of one migration.
+pub mod details {
+    use std::fmt::Debug;
+
+    // Section titles.
+    pub const SPEC: &str = "spec";
+    pub const STATUS: &str = "status";
+    pub const CONDITIONS: &str = "conditions";
+    pub const DISKS: &str = "disks";
+    pub const CHILDREN: &str = "children";
+    pub const TIMELINE: &str = "timeline";
+    pub const EVENTS: &str = "events";
+
+    // Labels in front of a value.
+    pub const SOURCE: &str = "source";
+    pub const POWER: &str = "power";
+    pub const TARGET: &str = "target";
+    pub const STAGING: &str = "staging";
+    pub const INTENTS: &str = "intents";
+    pub const PHASE: &str = "phase";
+    pub const PROGRESS: &str = "progress";
+    pub const MESSAGE: &str = "message";
+    pub const FAILURE: &str = "failure";
+
+    /// The migration was deleted while shown.
+    pub const GONE: &str = "gone: the migration was deleted";
+
+    /// The source VM and its endpoint.
+    pub fn source(vm: &str, url: &str) -> String {
+        format!("{vm} @ {url}")
+    }
+
+    /// The source power settings.
+    pub fn power(power_off: bool, restore: &dyn Debug) -> String {
+        format!("powerOff {power_off}  restore {restore:?}")
+    }
+
+    /// The target VM, its storage class (`None`: the cluster's default) and run strategy.
+    pub fn target(vm: &str, storage_class: Option<&str>, run_strategy: &dyn Debug) -> String {
+        format!(
+            "{vm}  storageClass {}  runStrategy {run_strategy:?}",
+            storage_class.unwrap_or("(default)")
+        )
+    }
+
+    /// Where the converted disks are staged, and their format.
+    pub fn staging(endpoint: &str, bucket: &str, format: &str) -> String {
+        format!("{endpoint} bucket {bucket}  format {format}")
+    }
+
+    /// The `spec.cancel` intent.
+    pub const CANCEL: &str = "cancel";
+    /// The `spec.paused` intent.
+    pub const PAUSED: &str = "paused";
+
+    /// One boolean intent.
+    pub fn flag(name: &str, on: bool) -> String {
+        format!("{name} {on}  ")
+    }
+
+    /// The retry token and the one the controller acted on.
+    pub fn retry(token: i64, observed: i64) -> String {
+        format!("retry {token} (acted on {observed})")
+    }
+
+    /// A request sent, not yet shown by the watch.
+    pub fn pending(verb: &str) -> String {
+        format!("  … {verb} pending")
+    }
+
+    /// Time in the phase, attempt, and how long ago it started (`None`: not yet).
+    pub fn in_phase(age: &str, attempt: i32, started_ago: Option<&str>) -> String {
+        let started = started_ago.map_or(super::NONE.to_owned(), super::ago);
+        format!("  for {age}  attempt {attempt}  started {started}")
+    }
+
+    /// Bytes done of the total, with the percentage.
+    pub fn progress(percent: &str, done: &str, total: &str) -> String {
+        format!("{percent}  {done} of {total}")
+    }
+
+    /// The last failure.
+    pub fn failure(
+        reason: &str,
+        phase: &dyn std::fmt::Display,
+        message: &str,
+        retriable: bool,
+    ) -> String {
+        let retriable = if retriable { " (retriable)" } else { "" };
+        format!("{reason} in {phase}: {message}{retriable}")
+    }
+
+    /// Column header of the conditions.
+    pub fn conditions_header() -> String {
+        format!(
+            "  {:<17}{:<10}{:<22}{:<8}{}",
+            "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"
+        )
+    }
+
+    /// No disk discovered yet.
+    pub const NO_DISKS: &str = "(not discovered yet)";
+
+    /// Start of a disk's line.
+    pub fn disk(index: impl std::fmt::Display) -> String {
+        format!("  disk {index} ")
+    }
+
+    /// The DataVolume of a disk.
+    pub fn data_volume(name: &str) -> String {
+        format!("  dv {name}")
+    }
+
+    /// A disk whose checksum was recorded.
+    pub const CHECKSUM_RECORDED: &str = "  sha256 ✓";
+
+    /// Children being read.
+    pub const READING: &str = "reading…";
+    /// No child yet.
+    pub const NO_CHILDREN: &str = "none yet";
+    /// A child that is not there (also what `kube::children` reports for it).
+    pub const ABSENT: &str = "absent";
+    /// A child we may not read.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// `VirtualMachineInstance`, shortened as everyone says it.
+    pub const VMI: &str = "VMI";
+
+    /// A Job or DataVolume state, with its failed pods.
+    pub fn with_failed_pods(state: &str, failed: i64) -> String {
+        format!("{state} (failed pods: {failed})")
+    }
+
+    /// A VMI phase once its guest agent connected.
+    pub fn agent_connected(phase: &str) -> String {
+        format!("{phase}, agent connected")
+    }
+
+    /// No phase in the history yet.
+    pub const NO_HISTORY: &str = "(no phase recorded yet)";
+
+    /// Attempt of a history entry, and whether it is the current phase.
+    pub fn attempt(n: i32, current: bool) -> String {
+        format!("  attempt {n}{}", if current { "  (now)" } else { "" })
+    }
+}
+
+/// What each key does, for the help overlay (in `keys::BINDINGS` order).
+pub mod help {
+    /// Title of the overlay.
+    pub const TITLE: &str = "keys (Esc closes)";
+    /// The legend under the keys.
+    pub const LEGEND: [&str; 3] = [
+        " Pips: SourceDiscovered Validated DiskConverted DiskImported",
+        "       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)",
+        " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
+    ];
+
+    pub const UP: &str = "up (scroll in views)";
+    pub const DOWN: &str = "down";
+    pub const PAGE_UP: &str = "page up";
+    pub const PAGE_DOWN: &str = "page down";
+    pub const TOP: &str = "first row";
+    pub const BOTTOM: &str = "last row";
+    pub const ENTER: &str = "details (on the wave strip: show that wave)";
+    pub const FOCUS: &str = "focus board / wave strip";
+    pub const BACK: &str = "back; clear filter, then marks, then wave";
+    pub const FILTER: &str = "filter: text, phase:Failed wave:w3 ns:apps";
+    pub const SORT: &str = "sort by next column";
+    pub const REVERSE_SORT: &str = "reverse sort";
+    pub const WAVE: &str = "show next wave only (then all)";
+    pub const MARK: &str = "mark / unmark";
+    pub const MARK_ALL: &str = "mark all visible (again: unmark all)";
+    pub const CANCEL: &str = "cancel (marked, selected, or the wave)";
+    pub const RETRY: &str = "retry a failed or cancelled one";
+    pub const PAUSE: &str = "pause / resume";
+    pub const DELETE: &str = "delete";
+    pub const YAML: &str = "YAML";
+    pub const EVENTS: &str = "events";
+    pub const LOGS: &str = "show / hide logs";
+    pub const COMMAND: &str = "command: ns NAME|all, wave NAME|all, ctx NAME, q";
+    pub const HELP: &str = "help";
+    pub const QUIT: &str = "quit";
+}
+
+/// Footer words, after the keys `keys::BOARD_HINTS` and its siblings take from the key map.
+pub mod hint {
+    pub const HELP: &str = "help";
+    pub const FILTER: &str = "filter";
+    pub const SORT: &str = "sort";
+    pub const WAVE: &str = "wave";
+    pub const WAVES: &str = "waves";
+    pub const MARK: &str = "mark";
+    pub const CANCEL: &str = "cancel";
+    pub const RETRY: &str = "retry";
+    pub const PAUSE: &str = "pause";
+    pub const DELETE: &str = "delete";
+    pub const DETAILS: &str = "details";
+    pub const QUIT: &str = "quit";
+    pub const BACK: &str = "back";
+    pub const SCROLL: &str = "scroll";
+    pub const YAML: &str = "yaml";
+    pub const EVENTS: &str = "events";
+    pub const ACT: &str = "act";
+    pub const SELECT: &str = "select";
+    pub const SHOW_WAVE: &str = "show its migrations";
+    pub const ACT_ON_WAVE: &str = "act on the MigrationWave";
+    pub const BOARD: &str = "board";
+    pub const WAVE_STRIP: &str = "wave strip: ";
+}
+
+/// The header: context, scope, connection, counts.
+pub mod header {
+    use ferry_crds::Phase;
+
+    /// Every watch is live.
+    pub const LIVE: &str = "● live";
+    /// Scope `-A`.
+    pub const ALL_NAMESPACES: &str = "all namespaces";
+    /// In front of the context.
+    pub const CTX: &str = " ctx ";
+    /// In front of the namespace.
+    pub const NS: &str = "  ns ";
+    /// `--readonly`.
+    pub const READ_ONLY: &str = " READ-ONLY ";
+    /// Count of migrations, wide and narrow.
+    pub const MIGRATIONS: &str = "migrations";
+    /// See [`MIGRATIONS`].
+    pub const MIGRATIONS_SHORT: &str = "vmm";
+
+    /// Which watch, when it is not the migrations'.
+    pub fn about(plural: &str) -> String {
+        format!(" ({plural})")
+    }
+
+    /// A watch listing.
+    pub fn listing(about: &str) -> String {
+        format!("◌ listing{about}…")
+    }
+
+    /// A watch connecting.
+    pub fn connecting(about: &str) -> String {
+        format!("◌ connecting{about}…")
+    }
+
+    /// A watch waiting to reconnect.
+    pub fn reconnecting(about: &str, wait: i64, attempt: u32, error: &str) -> String {
+        format!("✕ reconnecting{about} in {wait}s (try {attempt}): {error}")
+    }
+
+    /// A watch refused by RBAC.
+    pub fn forbidden(about: &str, message: &str) -> String {
+        format!("✕ forbidden{about}: {message}")
+    }
+
+    /// A watch whose CRD is not installed.
+    pub fn crd_missing(about: &str) -> String {
+        format!("✕ {}{about}", super::CRD_HINT)
+    }
+
+    /// The board shows the last known state, since `age`.
+    pub fn stale(age: &str) -> String {
+        format!(" STALE {age} ")
+    }
+
+    /// How long ago the watches delivered something (`None`: never).
+    pub fn last_event(ago: Option<&str>) -> String {
+        format!(
+            "  last event {}",
+            ago.map_or(super::NONE.to_owned(), super::ago)
+        )
+    }
+
+    /// A phase in a few letters, for narrow terminals.
+    pub fn short_phase(p: Phase) -> &'static str {
+        match p {
+            Phase::Pending => "Pend",
+            Phase::Queued => "Queue",
+            Phase::Preparing => "Prep",
+            Phase::Converting => "Conv",
+            Phase::Importing => "Imp",
+            Phase::CreatingVM => "VM",
+            Phase::Starting => "Start",
+            Phase::Validating => "Valid",
+            Phase::Succeeded => "Done",
+            Phase::Failed => "Failed",
+            Phase::Cancelled => "Canc",
+        }
+    }
+}
+
+/// Column titles of the board (and of `ferry board --once`).
+pub mod column {
+    pub const NAME: &str = "NAME";
+    pub const NAMESPACE: &str = "NAMESPACE";
+    pub const WAVE: &str = "WAVE";
+    pub const PHASE: &str = "PHASE";
+    pub const PROGRESS: &str = "PROGRESS";
+    pub const CONDITIONS: &str = "CONDITIONS";
+    pub const CONDITIONS_SHORT: &str = "CONDS";
+    pub const ATTEMPT: &str = "ATTEMPT";
+    pub const ATTEMPT_SHORT: &str = "ATT";
+    pub const IN_PHASE: &str = "IN-PHASE";
+    pub const MESSAGE: &str = "MESSAGE";
+}
+
+/// The board's title line.
+pub mod board {
+    /// What the board lists.
+    pub const TITLE: &str = " migrations ";
+    /// The board shows the last known state.
+    pub const STALE: &str = " stale: last known state ";
+
+    /// The sort column and direction.
+    pub fn sort(column: &str, reverse: bool) -> String {
+        format!("sort {column}{} ", if reverse { "↓" } else { "↑" })
+    }
+
+    /// The one wave shown.
+    pub fn wave(name: &str) -> String {
+        format!("wave {name} ")
+    }
+
+    /// The filter applied.
+    pub fn filter(raw: &str) -> String {
+        format!("filter “{raw}” ")
+    }
+
+    /// How many rows are marked.
+    pub fn marked(n: usize) -> String {
+        format!("{n} marked ")
+    }
+}
+
+/// The wave strip.
+pub mod waves {
+    /// Migrations of the wave that failed.
+    pub fn failed(n: i32) -> String {
+        format!(" ✕{n} failed")
+    }
+
+    /// After `⇉in/max` on wide terminals.
+    pub const IN_FLIGHT: &str = " in flight";
+    /// The wave is paused.
+    pub const PAUSED: &str = " ‖ paused";
+    /// The wave is being cancelled.
+    pub const CANCEL: &str = " ✕ cancel";
+    /// In front of the sparkline.
+    pub const DONE_PER_MINUTE: &str = "done/min ";
+
+    /// Migrations finished per hour.
+    pub fn per_hour(n: f64) -> String {
+        format!(" {n:.0}/h")
+    }
+}
+
+/// The confirm dialog and the report after it.
+pub mod confirm {
+    /// Title of the dialog.
+    pub const TITLE: &str = " confirm ";
+    /// Title of the report.
+    pub const REPORT_TITLE: &str = " outcome ";
+    /// The object kinds a verb acts on, for the dialog's question.
+    pub const WAVE: &str = "wave";
+    /// See [`WAVE`].
+    pub const MIGRATION: &str = "migration";
+    /// The answers, after their keys.
+    pub const YES: &str = "yes";
+    /// See [`YES`].
+    pub const NO: &str = "no";
+    /// Under the report.
+    pub const REPORT_CLOSES: &str =
+        "  Esc/Enter closes; rows show … until the watch delivers the change";
+
+    /// Lines left out of a list.
+    pub fn more(n: usize) -> String {
+        format!("  … and {n} more")
+    }
+
+    /// Targets the verb does not apply to, with why for the first.
+    pub fn skipped(n: usize, first: &str, why: &str) -> String {
+        format!(
+            "  skipped {n}: {first} is {why}{}",
+            if n > 1 { ", …" } else { "" }
+        )
+    }
 }

@@ -5,8 +5,8 @@ mod support;
 
 use ferry::{
     state::{
-        Action, ConnState, Edit, Nav, Outcome, Resource, Scope, State, Target, TargetKind, Verb,
-        update,
+        Action, ConnState, Edit, Nav, Outcome, Resource, Scope, Screen, State, Target, TargetKind,
+        Verb, update,
     },
     ui::{self, Options, Theme},
 };
@@ -17,24 +17,25 @@ use support::{now, sample_state};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    // Two passes: the first tells the state how many rows fit, as the app does.
-    for _ in 0..2 {
-        let mut drawn = ui::Drawn::default();
-        term.draw(|f| {
-            drawn = ui::draw(
-                f,
-                state,
-                Options {
-                    theme: Theme::MONO,
-                    logs: false,
-                },
-            )
-        })
-        .unwrap();
-        if drawn.page > 0 && drawn.page != state.page {
-            update(state, Action::Viewport(drawn.page));
-        }
-    }
+    // As the app does: the state learns the terminal size before the frame is drawn.
+    update(
+        state,
+        Action::Resize(Screen {
+            width: w,
+            height: h,
+        }),
+    );
+    term.draw(|f| {
+        ui::draw(
+            f,
+            state,
+            Options {
+                theme: Theme::MONO,
+                logs: false,
+            },
+        )
+    })
+    .unwrap();
     term.backend().to_string()
 }
 

@@ -9,7 +9,10 @@ use ferry_crds::{VirtualMachineMigration, names};
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::state::{Child, ObjKey};
+use crate::{
+    state::{Child, ObjKey},
+    strings::{self, details},
+};
 
 fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -22,14 +25,14 @@ fn describe(kind: &str, status: &Value) -> String {
             let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
             match (n("/succeeded"), n("/active"), n("/failed")) {
                 (s, _, _) if s > 0 => "Complete".into(),
-                (_, a, f) if a > 0 && f > 0 => format!("Running (failed pods: {f})"),
+                (_, a, f) if a > 0 && f > 0 => details::with_failed_pods("Running", f),
                 (_, a, _) if a > 0 => "Running".into(),
-                (_, _, f) if f > 0 => format!("Failed (failed pods: {f})"),
+                (_, _, f) if f > 0 => details::with_failed_pods("Failed", f),
                 _ => "Pending".into(),
             }
         }
         "DataVolume" => {
-            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            let phase = s("/phase").unwrap_or_else(|| strings::NONE.into());
             match s("/progress") {
                 Some(p) => format!("{phase} {p}"),
                 None => phase,
@@ -39,11 +42,11 @@ fn describe(kind: &str, status: &Value) -> String {
             if status.pointer("/ready").and_then(Value::as_bool) == Some(true) {
                 "Ready".into()
             } else {
-                "-".into()
+                strings::NONE.into()
             }
         }),
         "VirtualMachineInstance" => {
-            let phase = s("/phase").unwrap_or_else(|| "-".into());
+            let phase = s("/phase").unwrap_or_else(|| strings::NONE.into());
             let agent = status
                 .pointer("/conditions")
                 .and_then(Value::as_array)
@@ -52,7 +55,7 @@ fn describe(kind: &str, status: &Value) -> String {
                         .any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
                 });
             if agent {
-                format!("{phase}, agent connected")
+                details::agent_connected(&phase)
             } else {
                 phase
             }
@@ -65,9 +68,9 @@ async fn one(client: &Client, ns: &str, res: &ApiResource, name: String) -> Chil
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, res);
     let state = match api.get_opt(&name).await {
         Ok(Some(o)) => describe(&res.kind, o.data.get("status").unwrap_or(&Value::Null)),
-        Ok(None) => "absent".into(),
-        Err(::kube::Error::Api(s)) if s.code == 404 => "absent".into(),
-        Err(::kube::Error::Api(s)) if s.code == 403 => "forbidden".into(),
+        Ok(None) => details::ABSENT.into(),
+        Err(::kube::Error::Api(s)) if s.code == 404 => details::ABSENT.into(),
+        Err(::kube::Error::Api(s)) if s.code == 403 => details::FORBIDDEN.into(),
         Err(e) => super::one_line(&e),
     };
     Child {

@@ -10,7 +10,10 @@ use k8s_openapi::{api::events::v1::Event, jiff::Timestamp};
 use serde::de::DeserializeOwned;
 use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
 
-use crate::state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope};
+use crate::{
+    state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope},
+    strings,
+};
 
 /// Longest wait between tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -246,7 +249,7 @@ async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
             None => ConnState::Reconnecting {
                 retry_at,
                 attempt,
-                error: "watch ended".into(),
+                error: strings::WATCH_ENDED.into(),
             },
         };
         if !send(Action::Connection(r, state)) {

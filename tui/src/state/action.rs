@@ -9,6 +9,7 @@ use super::{
     ObjKey, Timestamp,
     conn::{ConnState, Resource},
     events::EventRow,
+    layout::Screen,
 };
 
 /// A mutation the operator can ask for.
@@ -138,7 +139,7 @@ pub enum Edit {
 }
 
 /// Every change to the state.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     // --- from the watches ---
     /// A migration was added or changed.
@@ -190,8 +191,8 @@ pub enum Action {
     // --- time and screen ---
     /// The clock moved (once a second, and before every batch of actions).
     Tick(Timestamp),
-    /// The board can show this many rows.
-    Viewport(usize),
+    /// The terminal has this size (at start and on every resize).
+    Resize(Screen),
     // --- from the operator ---
     /// Move the cursor (or scroll a view).
     Nav(Nav),

@@ -3,6 +3,7 @@
 use ferry_crds::Phase;
 
 use super::row::Row;
+use crate::strings;
 
 /// A parsed filter. Tokens of one kind are alternatives (`phase:Failed phase:Cancelled`, or
 /// `phase:Failed,Cancelled`); different kinds and free words must all match.
@@ -37,7 +38,7 @@ impl Filter {
                 match kind.as_str() {
                     "phase" | "p" => match v.parse::<Phase>() {
                         Ok(p) => f.phases.push(p),
-                        Err(_) => f.errors.push(format!("unknown phase {v:?}")),
+                        Err(_) => f.errors.push(strings::unknown_phase(v)),
                     },
                     "wave" | "w" => f.waves.push(v.to_owned()),
                     "ns" | "namespace" | "n" => f.namespaces.push(v.to_owned()),

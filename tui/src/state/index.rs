@@ -9,6 +9,7 @@ use std::{
 use ferry_crds::Phase;
 
 use super::{ObjKey, filter::Filter, row::Row};
+use crate::strings::column;
 
 /// Column the board is sorted by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,13 +57,13 @@ impl SortKey {
     /// Column title.
     pub fn title(self) -> &'static str {
         match self {
-            SortKey::Name => "NAME",
-            SortKey::Namespace => "NAMESPACE",
-            SortKey::Wave => "WAVE",
-            SortKey::Phase => "PHASE",
-            SortKey::Progress => "PROGRESS",
-            SortKey::Attempt => "ATTEMPT",
-            SortKey::InPhase => "IN-PHASE",
+            SortKey::Name => column::NAME,
+            SortKey::Namespace => column::NAMESPACE,
+            SortKey::Wave => column::WAVE,
+            SortKey::Phase => column::PHASE,
+            SortKey::Progress => column::PROGRESS,
+            SortKey::Attempt => column::ATTEMPT,
+            SortKey::InPhase => column::IN_PHASE,
         }
     }
 }

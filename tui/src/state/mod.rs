@@ -6,6 +6,7 @@ pub mod conn;
 pub mod events;
 pub mod filter;
 pub mod index;
+pub mod layout;
 pub mod row;
 mod update;
 pub mod wave;
@@ -18,11 +19,14 @@ use std::{
     fmt,
 };
 
+use crate::strings;
+
 pub use action::{Action, Child, Edit, Effect, Nav, Outcome, Scope, Target, TargetKind, Verb};
 pub use conn::{ConnState, Connection, Resource};
 pub use events::{EventKind, EventRow, EventStore};
 pub use filter::Filter;
 pub use index::{Index, Sort, SortKey};
+pub use layout::Screen;
 pub use row::Row;
 pub use update::{execute, plan, update};
 pub use wave::WaveRow;
@@ -126,14 +130,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut counts: Vec<(&'static str, usize)> = vec![];
         for (_, o) in &self.entries {
-            let label = match o {
-                None => "waiting",
-                Some(Outcome::Applied) => "applied",
-                Some(Outcome::Forbidden(_)) => "forbidden",
-                Some(Outcome::Conflict) => "conflict",
-                Some(Outcome::NotFound) => "not found",
-                Some(Outcome::Failed(_)) => "failed",
-            };
+            let label = strings::outcome_word(o.as_ref());
             match counts.iter_mut().find(|(l, _)| *l == label) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((label, 1)),
@@ -224,7 +221,10 @@ pub struct State {
     pub cursor: usize,
     /// First visible row on screen.
     pub offset: usize,
-    /// Rows the board can show.
+    /// The terminal's size, once the event loop reported it.
+    pub screen: Option<Screen>,
+    /// Rows a page of the board (or of the innermost view) holds; derived from `screen` by
+    /// [`layout::page`] after every action.
     pub page: usize,
     /// Key of the row under the cursor, kept across re-sorts.
     pub selected: Option<ObjKey>,
@@ -271,6 +271,7 @@ impl State {
             conn: Connection::default(),
             cursor: 0,
             offset: 0,
+            screen: None,
             page: 20,
             selected: None,
             marks: HashSet::new(),

@@ -587,7 +587,16 @@ fn paging_moves_by_the_viewport_and_keeps_the_cursor_on_screen() {
         .map(|i| vmm(&format!("m{i:02}"), Phase::Pending))
         .collect();
     let mut s = state_with(objs);
-    update(&mut s, Action::Viewport(10));
+    // 15 rows: header 2, footer 1 and the board's rule and column header 2 leave 10 rows
+    // (smaller than the cockpit draws in, which does not change the arithmetic).
+    update(
+        &mut s,
+        Action::Resize(Screen {
+            width: 80,
+            height: 15,
+        }),
+    );
+    assert_eq!(s.page, 10);
     update(&mut s, Action::Nav(Nav::PageDown));
     assert_eq!((s.cursor, s.offset), (10, 1));
     update(&mut s, Action::Nav(Nav::Bottom));
@@ -596,6 +605,53 @@ fn paging_moves_by_the_viewport_and_keeps_the_cursor_on_screen() {
     assert_eq!((s.cursor, s.offset), (39, 39));
     update(&mut s, Action::Nav(Nav::Top));
     assert_eq!((s.cursor, s.offset), (0, 0));
+}
+
+#[test]
+fn the_page_follows_what_is_on_screen_and_the_cursor_stays_on_it() {
+    let objs: Vec<_> = (0..50)
+        .map(|i| vmm(&format!("m{i:02}"), Phase::Pending))
+        .collect();
+    let mut s = state_with(objs);
+    assert_eq!(s.page, 20, "no screen reported yet: the page is left alone");
+    update(
+        &mut s,
+        Action::Resize(Screen {
+            width: 80,
+            height: 24,
+        }),
+    );
+    // 24 rows: header 2, footer 1, the board's rule and column header 2.
+    assert_eq!(s.page, 19);
+    for _ in 0..18 {
+        update(&mut s, Action::Nav(Nav::Down));
+    }
+    assert_eq!((s.cursor, s.offset), (18, 0));
+    update(&mut s, Action::ToggleLogs);
+    assert_eq!(s.page, 11, "the log pane takes 8 rows");
+    assert_eq!(
+        (s.cursor, s.offset),
+        (18, 8),
+        "the cursor stays on the last row shown"
+    );
+    update(
+        &mut s,
+        Action::WavesListed(vec![ferry_crds::fixtures::wave("w1", 1)]),
+    );
+    assert_eq!(s.page, 10, "a wave line takes one");
+    update(&mut s, Action::Enter);
+    assert_eq!(s.page, 11, "a view has no column header");
+    update(&mut s, Action::Back);
+    update(&mut s, Action::ToggleLogs);
+    update(
+        &mut s,
+        Action::Resize(Screen {
+            width: 160,
+            height: 48,
+        }),
+    );
+    assert_eq!(s.page, 42);
+    assert_eq!(s.cursor, 18);
 }
 
 #[test]

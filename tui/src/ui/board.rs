@@ -11,7 +11,7 @@ use ratatui::{
 use super::{Theme, format};
 use crate::{
     state::{Focus, Row, SortKey, State},
-    strings,
+    strings::{self, board as text, column},
 };
 
 /// Column widths for a board `width` cells wide.
@@ -82,7 +82,7 @@ fn progress(row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
     let pct = match (row.percent, row.phase) {
         (Some(p), _) => p,
         (None, ferry_crds::Phase::Succeeded) => 100.0,
-        (None, _) => return Line::styled("-", t.dim()),
+        (None, _) => return Line::styled(strings::NONE, t.dim()),
     };
     let (fill, empty) = format::gauge(pct, w.gauge as usize);
     let mut spans = vec![
@@ -113,42 +113,32 @@ fn pips(row: &Row, t: &Theme) -> Line<'static> {
 fn title(state: &State, t: &Theme) -> Line<'static> {
     let sort = state.index.sort();
     let mut spans = vec![
-        Span::styled(" migrations ", t.title()),
+        Span::styled(text::TITLE, t.title()),
         Span::raw(format!(
             "{}/{} ",
             state.index.visible_len(),
             state.index.len()
         )),
-        Span::styled(
-            format!(
-                "sort {}{} ",
-                sort.key.title(),
-                if sort.reverse { "↓" } else { "↑" }
-            ),
-            t.dim(),
-        ),
+        Span::styled(text::sort(sort.key.title(), sort.reverse), t.dim()),
     ];
     if let Some(w) = state.index.wave_scope() {
-        spans.push(Span::styled(format!("wave {w} "), t.key()));
+        spans.push(Span::styled(text::wave(w), t.key()));
     }
     let f = state.index.filter();
     if !f.raw.is_empty() && state.input.is_none() {
-        spans.push(Span::styled(format!("filter “{}” ", f.raw), t.key()));
+        spans.push(Span::styled(text::filter(&f.raw), t.key()));
     }
     if !state.marks.is_empty() {
-        spans.push(Span::styled(
-            format!("{} marked ", state.marks.len()),
-            t.key(),
-        ));
+        spans.push(Span::styled(text::marked(state.marks.len()), t.key()));
     }
     if state.conn.is_stale() {
-        spans.push(Span::styled(" stale: last known state ", t.badge(true)));
+        spans.push(Span::styled(text::STALE, t.badge(true)));
     }
     Line::from(spans)
 }
 
-/// Draws the board; returns how many rows fit.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
+/// Draws the board: the rows from `state.offset` that fit.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(t.dim())
@@ -166,23 +156,34 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         };
         Cell::from(Span::styled(label, style))
     };
-    let mut header = vec![Cell::from(""), head("NAME", Some(SortKey::Name))];
+    let mut header = vec![Cell::from(""), head(column::NAME, Some(SortKey::Name))];
     let mut cons = vec![Constraint::Length(3), Constraint::Length(w.name)];
     if w.namespace > 0 {
-        header.push(head("NAMESPACE", Some(SortKey::Namespace)));
+        header.push(head(column::NAMESPACE, Some(SortKey::Namespace)));
         cons.push(Constraint::Length(w.namespace));
     }
     header.extend([
-        head("WAVE", Some(SortKey::Wave)),
-        head("PHASE", Some(SortKey::Phase)),
-        head("PROGRESS", Some(SortKey::Progress)),
-        head(if w.rate { "CONDITIONS" } else { "CONDS" }, None),
+        head(column::WAVE, Some(SortKey::Wave)),
+        head(column::PHASE, Some(SortKey::Phase)),
+        head(column::PROGRESS, Some(SortKey::Progress)),
         head(
-            if w.rate { "ATTEMPT" } else { "ATT" },
+            if w.rate {
+                column::CONDITIONS
+            } else {
+                column::CONDITIONS_SHORT
+            },
+            None,
+        ),
+        head(
+            if w.rate {
+                column::ATTEMPT
+            } else {
+                column::ATTEMPT_SHORT
+            },
             Some(SortKey::Attempt),
         ),
-        head("IN-PHASE", Some(SortKey::InPhase)),
-        head("MESSAGE", None),
+        head(column::IN_PHASE, Some(SortKey::InPhase)),
+        head(column::MESSAGE, None),
     ]);
     cons.extend([
         Constraint::Length(w.wave),
@@ -212,7 +213,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
             }
             cells.extend([
                 Cell::from(Span::styled(
-                    format::fit(r.wave.as_deref().unwrap_or("-"), w.wave as usize),
+                    format::fit(r.wave.as_deref().unwrap_or(strings::NONE), w.wave as usize),
                     t.dim(),
                 )),
                 Cell::from(Span::styled(r.phase.as_str(), t.phase(r.phase))),
@@ -260,5 +261,4 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) -> usize {
         };
         frame.render_widget(Paragraph::new(Span::styled(msg, t.dim())).centered(), area);
     }
-    page
 }

@@ -9,8 +9,9 @@ use ratatui::{
 
 use super::{Theme, centered};
 use crate::{
+    keys,
     state::{Confirm, Outcome, State, TargetKind},
-    strings,
+    strings::{self, confirm as text},
 };
 
 const MAX_LISTED: usize = 8;
@@ -18,8 +19,8 @@ const MAX_LISTED: usize = 8;
 /// Draws the confirm dialog.
 pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: &Confirm) {
     let kind = match c.targets.first().map(|t| t.kind) {
-        Some(TargetKind::Wave) => "wave",
-        _ => "migration",
+        Some(TargetKind::Wave) => text::WAVE,
+        _ => text::MIGRATION,
     };
     let mut lines = vec![
         Line::styled(
@@ -43,29 +44,29 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
     }
     if c.targets.len() > MAX_LISTED {
         lines.push(Line::styled(
-            format!("  … and {} more", c.targets.len() - MAX_LISTED),
+            text::more(c.targets.len() - MAX_LISTED),
             t.dim(),
         ));
     }
     if !c.skipped.is_empty() {
         let (first, why) = &c.skipped[0];
         lines.push(Line::styled(
-            format!(
-                "  skipped {}: {} is {why}{}",
-                c.skipped.len(),
-                first.key.name,
-                if c.skipped.len() > 1 { ", …" } else { "" }
-            ),
+            text::skipped(c.skipped.len(), &first.key.name, why),
             t.dim(),
         ));
     }
     lines.push(Line::raw(""));
-    lines.push(Line::from(vec![
-        Span::styled("  y", t.key()),
-        Span::raw("/Enter: yes    "),
-        Span::styled("n", t.key()),
-        Span::raw("/Esc: no"),
-    ]));
+    let mut answers = vec![Span::raw("  ")];
+    for (i, b) in keys::CONFIRM_BINDINGS.iter().enumerate() {
+        if i > 0 {
+            answers.push(Span::raw("    "));
+        }
+        // The first key stands out; the others follow it plainly, as in `y/Enter`.
+        let (first, rest) = b.label.split_at(b.label.find('/').unwrap_or(b.label.len()));
+        answers.push(Span::styled(first, t.key()));
+        answers.push(Span::raw(format!("{rest}: {}", b.help)));
+    }
+    lines.push(Line::from(answers));
     // +2 for the border, +1 for the sentence that wraps.
     let h = (lines.len() as u16 + 3).min(area.height);
     let r = centered(area, 72, h);
@@ -73,7 +74,7 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(t.bad())
-        .title(" confirm ");
+        .title(text::TITLE);
     frame.render_widget(
         Paragraph::new(lines)
             .block(block)
@@ -100,22 +101,19 @@ pub fn draw_report(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     }
     if report.entries.len() > room {
         lines.push(Line::styled(
-            format!("  … and {} more", report.entries.len() - room),
+            text::more(report.entries.len() - room),
             t.dim(),
         ));
     }
     lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        "  Esc/Enter closes; rows show … until the watch delivers the change",
-        t.dim(),
-    ));
+    lines.push(Line::styled(text::REPORT_CLOSES, t.dim()));
     let h = (lines.len() as u16 + 2).min(area.height);
     let r = centered(area, 96, h);
     frame.render_widget(Clear, r);
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(t.title())
-        .title(" outcome ");
+        .title(text::REPORT_TITLE);
     frame.render_widget(
         Paragraph::new(lines)
             .block(block)

@@ -4,127 +4,115 @@
 use ferry_crds::{ConditionType, VirtualMachineMigration};
 use ratatui::{
     Frame,
-    layout::{Constraint, Layout, Rect},
+    layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
 };
 
-use super::{Theme, format};
-use crate::state::{EventKind, ObjKey, Row, State};
+use super::{
+    Theme, format,
+    scrolled::{self, Body},
+};
+use crate::{
+    state::{EventKind, ObjKey, Row, State},
+    strings::{self, details as text, view},
+};
 
 fn section(title: &str, t: &Theme) -> Line<'static> {
     Line::styled(format!("── {title} "), t.title())
 }
 
+fn label(k: &str, t: &Theme) -> Span<'static> {
+    Span::styled(format!("  {k:<9}"), t.dim())
+}
+
 fn kv(k: &str, v: String, t: &Theme) -> Line<'static> {
-    Line::from(vec![
-        Span::styled(format!("  {k:<9}"), t.dim()),
-        Span::raw(v),
-    ])
+    Line::from(vec![label(k, t), Span::raw(v)])
 }
 
 fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let o: &VirtualMachineMigration = &row.obj;
     let s = &o.spec;
     let status = o.status.clone().unwrap_or_default();
-    let mut out = vec![section("spec", t)];
-    let vm = s.source.vm.value().unwrap_or("?").to_owned();
-    out.push(kv("source", format!("{vm} @ {}", s.source.endpoint.url), t));
+    let mut out = vec![section(text::SPEC, t)];
+    let vm = s.source.vm.value().unwrap_or(strings::UNKNOWN);
     out.push(kv(
-        "power",
-        format!(
-            "powerOff {}  restore {:?}",
-            s.source.power.power_off, s.source.power.restore_power_state
+        text::SOURCE,
+        text::source(vm, &s.source.endpoint.url),
+        t,
+    ));
+    out.push(kv(
+        text::POWER,
+        text::power(
+            s.source.power.power_off,
+            &s.source.power.restore_power_state,
         ),
         t,
     ));
     out.push(kv(
-        "target",
-        format!(
-            "{}  storageClass {}  runStrategy {:?}",
-            ferry_crds::names::vm_name(o),
-            s.target
-                .template
-                .storage_class_name
-                .as_deref()
-                .unwrap_or("(default)"),
-            s.target.template.run_strategy
+        text::TARGET,
+        text::target(
+            &ferry_crds::names::vm_name(o),
+            s.target.template.storage_class_name.as_deref(),
+            &s.target.template.run_strategy,
         ),
         t,
     ));
     out.push(kv(
-        "staging",
-        format!(
-            "{} bucket {}  format {}",
-            s.staging.endpoint,
-            s.staging.bucket,
-            s.conversion.format.as_str()
+        text::STAGING,
+        text::staging(
+            &s.staging.endpoint,
+            &s.staging.bucket,
+            s.conversion.format.as_str(),
         ),
         t,
     ));
-    let mut intents = vec![Span::styled(format!("  {:<9}", "intents"), t.dim())];
+    let mut intents = vec![label(text::INTENTS, t)];
     let flag = |name: &str, on: bool| {
-        Span::styled(
-            format!("{name} {on}  "),
-            if on { t.warn() } else { t.text() },
-        )
+        Span::styled(text::flag(name, on), if on { t.warn() } else { t.text() })
     };
-    intents.push(flag("cancel", s.cancel));
-    intents.push(flag("paused", s.paused));
-    intents.push(Span::raw(format!(
-        "retry {} (acted on {})",
-        s.retry, status.retry_observed
-    )));
+    intents.push(flag(text::CANCEL, s.cancel));
+    intents.push(flag(text::PAUSED, s.paused));
+    intents.push(Span::raw(text::retry(s.retry, status.retry_observed)));
     if let Some(p) = state.pending_of(&row.key) {
-        intents.push(Span::styled(
-            format!("  … {} pending", p.verb.as_str()),
-            t.warn(),
-        ));
+        intents.push(Span::styled(text::pending(p.verb.as_str()), t.warn()));
     }
     out.push(Line::from(intents));
-    out.push(section("status", t));
+    out.push(section(text::STATUS, t));
+    let started = status
+        .started_at
+        .as_ref()
+        .map(|t| format::age(Some(t.0), state.now));
     out.push(Line::from(vec![
-        Span::styled(format!("  {:<9}", "phase"), t.dim()),
+        label(text::PHASE, t),
         Span::styled(row.phase.as_str(), t.phase(row.phase)),
-        Span::raw(format!(
-            "  for {}  attempt {}  started {}",
-            format::age(row.phase_since, state.now),
+        Span::raw(text::in_phase(
+            &format::age(row.phase_since, state.now),
             row.attempt,
-            status.started_at.as_ref().map_or("-".into(), |t| format!(
-                "{} ago",
-                format::age(Some(t.0), state.now)
-            ))
+            started.as_deref(),
         )),
     ]));
     if let Some(p) = &status.progress {
-        let mut v = format!(
-            "{}  {} of {}",
-            format::percent(p.percent),
-            format::bytes(p.bytes_done),
-            format::bytes(p.bytes_total)
+        let mut v = text::progress(
+            &format::percent(p.percent),
+            &format::bytes(p.bytes_done),
+            &format::bytes(p.bytes_total),
         );
         if let Some(r) = p.rate_bytes_per_second {
             v.push_str(&format!("  {}", format::rate(r)));
         }
         if let Some(e) = p.eta_seconds {
-            v.push_str(&format!("  ETA {}", format::duration(e)));
+            v.push_str(&format!("  {}", strings::eta(&format::duration(e))));
         }
-        out.push(kv("progress", v, t));
+        out.push(kv(text::PROGRESS, v, t));
     }
     if let Some(m) = status.message.as_deref() {
-        out.push(kv("message", m.to_owned(), t));
+        out.push(kv(text::MESSAGE, m.to_owned(), t));
     }
     if let Some(f) = &status.last_failure {
         out.push(Line::from(vec![
-            Span::styled(format!("  {:<9}", "failure"), t.dim()),
+            label(text::FAILURE, t),
             Span::styled(
-                format!(
-                    "{} in {}: {}{}",
-                    f.reason.as_str(),
-                    f.phase,
-                    f.message,
-                    if f.retriable { " (retriable)" } else { "" }
-                ),
+                text::failure(f.reason.as_str(), &f.phase, &f.message, f.retriable),
                 t.bad(),
             ),
         ]));
@@ -134,14 +122,8 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
 
 fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![
-        section("conditions", t),
-        Line::styled(
-            format!(
-                "  {:<17}{:<10}{:<22}{:<8}{}",
-                "TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"
-            ),
-            t.dim(),
-        ),
+        section(text::CONDITIONS, t),
+        Line::styled(text::conditions_header(), t.dim()),
     ];
     for ty in ConditionType::ALL {
         let c = row.obj.condition(ty);
@@ -150,7 +132,10 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
         out.push(Line::from(vec![
             Span::raw(format!("  {:<17}", ty.as_str())),
             Span::styled(format!("{pip} {:<8}", status.as_str()), style),
-            Span::raw(format!("{:<22}", c.map_or("-", |c| c.reason.as_str()))),
+            Span::raw(format!(
+                "{:<22}",
+                c.map_or(strings::NONE, |c| c.reason.as_str())
+            )),
             Span::raw(format!(
                 "{:<8}",
                 format::age(c.map(|c| c.last_transition_time.0), state.now)
@@ -162,20 +147,23 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
 }
 
 fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
-    let mut out = vec![section("disks", t)];
+    let mut out = vec![section(text::DISKS, t)];
     let status = row.obj.status.clone().unwrap_or_default();
     if status.disks.is_empty() {
-        out.push(Line::styled("  (not discovered yet)", t.dim()));
+        out.push(Line::styled(format!("  {}", text::NO_DISKS), t.dim()));
     }
     for d in &status.disks {
         let pct = d.percent.unwrap_or(0.0);
         let (fill, empty) = format::gauge(pct, 10);
         let mut spans = vec![
-            Span::raw(format!("  disk {} ", d.index)),
+            Span::raw(text::disk(d.index)),
             Span::styled(fill, t.gauge(row.phase)),
             Span::styled(empty, t.dim()),
             Span::raw(format!("{:>5} ", format::percent(pct))),
-            Span::raw(d.capacity_bytes.map_or("?".into(), format::bytes)),
+            Span::raw(
+                d.capacity_bytes
+                    .map_or(strings::UNKNOWN.into(), format::bytes),
+            ),
         ];
         if let Some(r) = d.rate_bytes_per_second {
             spans.push(Span::raw(format!("  {}", format::rate(r))));
@@ -184,10 +172,10 @@ fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
             spans.push(Span::styled(format!("  {p}"), t.dim()));
         }
         if let Some(dv) = &d.data_volume {
-            spans.push(Span::styled(format!("  dv {dv}"), t.dim()));
+            spans.push(Span::styled(text::data_volume(dv), t.dim()));
         }
         if d.checksum.is_some() {
-            spans.push(Span::styled("  sha256 ✓", t.ok()));
+            spans.push(Span::styled(text::CHECKSUM_RECORDED, t.ok()));
         }
         out.push(Line::from(spans));
         if let Some(p) = &d.source_path {
@@ -198,26 +186,28 @@ fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
 }
 
 fn children(key: &ObjKey, state: &State, t: &Theme) -> Vec<Line<'static>> {
-    let mut out = vec![section("children", t)];
+    let mut out = vec![section(text::CHILDREN, t)];
     match state
         .children
         .as_ref()
         .filter(|c| c.key == *key)
         .and_then(|c| c.result.as_ref())
     {
-        None => out.push(Line::styled("  reading…", t.dim())),
+        None => out.push(Line::styled(format!("  {}", text::READING), t.dim())),
         Some(Err(e)) => out.push(Line::styled(format!("  {e}"), t.bad())),
-        Some(Ok(list)) if list.is_empty() => out.push(Line::styled("  none yet", t.dim())),
+        Some(Ok(list)) if list.is_empty() => {
+            out.push(Line::styled(format!("  {}", text::NO_CHILDREN), t.dim()))
+        }
         Some(Ok(list)) => {
             for c in list {
-                let style = if c.state == "absent" {
+                let style = if c.state == text::ABSENT {
                     t.dim()
                 } else {
                     t.text()
                 };
                 // The full kind name would eat the line; VMI is what everyone says.
                 let kind = if c.kind == "VirtualMachineInstance" {
-                    "VMI"
+                    text::VMI
                 } else {
                     c.kind.as_str()
                 };
@@ -233,10 +223,10 @@ fn children(key: &ObjKey, state: &State, t: &Theme) -> Vec<Line<'static>> {
 }
 
 fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
-    let mut out = vec![section("timeline", t)];
+    let mut out = vec![section(text::TIMELINE, t)];
     let status = row.obj.status.clone().unwrap_or_default();
     if status.history.is_empty() {
-        out.push(Line::styled("  (no phase recorded yet)", t.dim()));
+        out.push(Line::styled(format!("  {}", text::NO_HISTORY), t.dim()));
     }
     for h in &status.history {
         let end = h.left_at.as_ref().map_or(state.now, |t| t.0);
@@ -245,14 +235,7 @@ fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
             Span::raw(format!("  {} ", format::clock(h.entered_at.0))),
             Span::styled(format!("{:<11}", h.phase.as_str()), t.phase(h.phase)),
             Span::raw(format!("{:>7}", format::duration(took))),
-            Span::styled(
-                format!(
-                    "  attempt {}{}",
-                    h.attempt,
-                    if h.left_at.is_none() { "  (now)" } else { "" }
-                ),
-                t.dim(),
-            ),
+            Span::styled(text::attempt(h.attempt, h.left_at.is_none()), t.dim()),
         ]));
     }
     out
@@ -268,7 +251,7 @@ pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> V
             t.text()
         };
         let count = if e.count > 1 {
-            format!(" ×{}", e.count)
+            view::repeated(e.count)
         } else {
             String::new()
         };
@@ -280,47 +263,29 @@ pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> V
         ]));
     }
     if out.is_empty() {
-        out.push(Line::styled("  no events", t.dim()));
+        out.push(Line::styled(format!("  {}", view::NO_EVENTS), t.dim()));
     }
     out
 }
 
-/// Draws the details of `key`; returns the lines a page holds.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKey) -> usize {
-    let title = Line::from(vec![
-        Span::styled(format!(" {} ", key.name), t.title()),
-        Span::styled(format!("namespace {} ", key.namespace), t.dim()),
-    ]);
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+/// Draws the details of `key`: two columns on wide screens, else one.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKey) {
+    let heading = (key.name.clone(), key);
     let Some(row) = state.index.get(key) else {
-        frame.render_widget(
-            Paragraph::new(Line::styled("  gone: the migration was deleted", t.bad())),
-            inner,
-        );
-        return inner.height as usize;
+        scrolled::draw(frame, state, t, area, heading, Body::Gone(text::GONE));
+        return;
     };
-    let mut events = vec![section("events", t)];
+    let mut events = vec![section(text::EVENTS, t)];
     events.extend(event_lines(state, EventKind::Migration, key, t));
-    let page = inner.height as usize;
-    if inner.width >= 140 {
-        let [l, r] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
-            .areas(inner);
+    // The rule above the view takes a row, never a column.
+    let columns = if area.width >= 140 {
         let mut left = summary(row, state, t);
         left.extend(disks(row, t));
         left.extend(children(key, state, t));
         left.extend(timeline(row, state, t));
         let mut right = conditions(row, state, t);
         right.extend(events);
-        let scroll = state
-            .scroll
-            .min(left.len().max(right.len()).saturating_sub(page)) as u16;
-        frame.render_widget(Paragraph::new(left).scroll((scroll, 0)), l);
-        frame.render_widget(Paragraph::new(right).scroll((scroll, 0)), r);
+        vec![left, right]
     } else {
         let mut lines = summary(row, state, t);
         lines.extend(conditions(row, state, t));
@@ -328,8 +293,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         lines.extend(children(key, state, t));
         lines.extend(timeline(row, state, t));
         lines.extend(events);
-        let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;
-        frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), inner);
-    }
-    page
+        vec![lines]
+    };
+    scrolled::draw(frame, state, t, area, heading, Body::Columns(columns));
 }

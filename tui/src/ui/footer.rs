@@ -1,4 +1,5 @@
-//! The bottom line: the filter or command being typed, else a message, else key hints.
+//! The bottom line: the filter or command being typed, else a message, else key hints (from
+//! the key map, see `keys::BOARD_HINTS`).
 
 use ratatui::{
     Frame,
@@ -9,19 +10,20 @@ use ratatui::{
 
 use super::Theme;
 use crate::{
-    state::{Filter, Focus, InputKind, State},
+    keys,
+    state::{Action, Filter, Focus, InputKind, State},
     strings,
 };
 
 /// Draws the footer.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let line = if let Some(input) = &state.input {
-        let prefix = match input.kind {
-            InputKind::Filter => "/",
-            InputKind::Command => ":",
+        let start = match input.kind {
+            InputKind::Filter => Action::StartFilter,
+            InputKind::Command => Action::StartCommand,
         };
         let mut spans = vec![
-            Span::styled(prefix, t.key()),
+            Span::styled(keys::footer_key(&start).unwrap_or_default(), t.key()),
             Span::raw(input.text.clone()),
             Span::styled("█", t.key()),
         ];
@@ -31,7 +33,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                 spans.push(Span::styled(format!("   {}", f.errors.join(", ")), t.bad()));
             } else {
                 spans.push(Span::styled(
-                    "   Enter keeps it, Esc too; tokens phase: wave: ns:",
+                    format!("   {}", strings::FILTER_TYPING),
                     t.dim(),
                 ));
             }
@@ -44,11 +46,15 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         )
     } else {
         let hints = if !state.views.is_empty() {
-            strings::HINTS_VIEW
+            keys::hints(keys::VIEW_HINTS)
         } else if state.focus == Focus::Waves {
-            strings::HINTS_WAVES
+            format!(
+                "{}{}",
+                strings::hint::WAVE_STRIP,
+                keys::hints(keys::WAVE_HINTS)
+            )
         } else {
-            strings::HINTS_BOARD
+            keys::hints(keys::BOARD_HINTS)
         };
         Line::styled(format!(" {hints}"), t.dim())
     };

@@ -10,7 +10,7 @@ use ratatui::{
 use super::{Theme, format};
 use crate::{
     state::{ConnState, Resource, Scope, State},
-    strings,
+    strings::{self, header as text},
 };
 
 /// One span describing a connection state.
@@ -19,12 +19,12 @@ pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
     let what = if r == Resource::Migrations {
         String::new()
     } else {
-        format!(" ({})", r.plural())
+        text::about(r.plural())
     };
     match s {
-        ConnState::Live => vec![Span::styled("● live", t.ok())],
-        ConnState::Listing => vec![Span::styled(format!("◌ listing{what}…"), t.warn())],
-        ConnState::Connecting => vec![Span::styled(format!("◌ connecting{what}…"), t.warn())],
+        ConnState::Live => vec![Span::styled(text::LIVE, t.ok())],
+        ConnState::Listing => vec![Span::styled(text::listing(&what), t.warn())],
+        ConnState::Connecting => vec![Span::styled(text::connecting(&what), t.warn())],
         ConnState::Reconnecting {
             retry_at,
             attempt,
@@ -32,52 +32,32 @@ pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
         } => {
             let wait = format::secs_between(state.now, *retry_at);
             vec![Span::styled(
-                format!("✕ reconnecting{what} in {wait}s (try {attempt}): {error}"),
+                text::reconnecting(&what, wait, *attempt, error),
                 t.bad(),
             )]
         }
-        ConnState::Forbidden(m) => vec![Span::styled(format!("✕ forbidden{what}: {m}"), t.bad())],
-        ConnState::CrdMissing => vec![Span::styled(
-            format!("✕ {}{what}", strings::CRD_HINT),
-            t.bad(),
-        )],
-    }
-}
-
-fn short(p: ferry_crds::Phase) -> &'static str {
-    use ferry_crds::Phase::*;
-    match p {
-        Pending => "Pend",
-        Queued => "Queue",
-        Preparing => "Prep",
-        Converting => "Conv",
-        Importing => "Imp",
-        CreatingVM => "VM",
-        Starting => "Start",
-        Validating => "Valid",
-        Succeeded => "Done",
-        Failed => "Failed",
-        Cancelled => "Canc",
+        ConnState::Forbidden(m) => vec![Span::styled(text::forbidden(&what, m), t.bad())],
+        ConnState::CrdMissing => vec![Span::styled(text::crd_missing(&what), t.bad())],
     }
 }
 
 /// Draws the header.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let ns = match &state.scope {
-        Scope::All => "all namespaces".to_owned(),
+        Scope::All => text::ALL_NAMESPACES.to_owned(),
         Scope::Namespace(n) => n.clone(),
     };
     let mut first = vec![
         Span::styled(format!(" {} ", strings::APP), t.badge(false)),
-        Span::raw(" ctx "),
+        Span::raw(text::CTX),
         Span::styled(state.context.clone(), t.title()),
-        Span::raw("  ns "),
+        Span::raw(text::NS),
         Span::styled(ns, t.title()),
         Span::raw("  "),
     ];
     if let Some(since) = state.conn.stale_since {
         first.push(Span::styled(
-            format!(" STALE {} ", format::age(Some(since), state.now)),
+            text::stale(&format::age(Some(since), state.now)),
             t.badge(true),
         ));
         first.push(Span::raw(" "));
@@ -85,29 +65,35 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     first.extend(conn_span(state, t));
     if state.readonly {
         first.push(Span::raw("  "));
-        first.push(Span::styled(" READ-ONLY ", t.badge(false)));
+        first.push(Span::styled(text::READ_ONLY, t.badge(false)));
     }
-    first.push(Span::styled(
-        format!(
-            "  last event {}",
-            state.conn.last_event_at.map_or("-".to_owned(), |t| format!(
-                "{} ago",
-                format::age(Some(t), state.now)
-            ))
-        ),
-        t.dim(),
-    ));
+    let last = state
+        .conn
+        .last_event_at
+        .map(|t| format::age(Some(t), state.now));
+    first.push(Span::styled(text::last_event(last.as_deref()), t.dim()));
     let narrow = area.width < 120;
     let mut second = vec![Span::raw(" ")];
     let total = state.index.len();
     second.push(Span::styled(
-        format!("{total} {}", if narrow { "vmm" } else { "migrations" }),
+        format!(
+            "{total} {}",
+            if narrow {
+                text::MIGRATIONS_SHORT
+            } else {
+                text::MIGRATIONS
+            }
+        ),
         t.text(),
     ));
     for (p, n) in state.index.counts().filter(|(_, n)| *n > 0) {
         second.push(Span::styled(if narrow { " " } else { "  " }, t.dim()));
         second.push(Span::styled(
-            if narrow { short(p) } else { p.as_str() },
+            if narrow {
+                text::short_phase(p)
+            } else {
+                p.as_str()
+            },
             t.phase(p),
         ));
         second.push(Span::raw(format!(" {n}")));

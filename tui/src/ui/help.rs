@@ -8,7 +8,7 @@ use ratatui::{
 };
 
 use super::{Theme, centered};
-use crate::keys::BINDINGS;
+use crate::{keys::BINDINGS, strings::help};
 
 /// Draws help over `area`.
 pub fn draw(frame: &mut Frame, t: &Theme, area: Rect) {
@@ -39,24 +39,13 @@ pub fn draw(frame: &mut Frame, t: &Theme, area: Rect) {
         })
         .collect();
     lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        " Pips: SourceDiscovered Validated DiskConverted DiskImported",
-        t.dim(),
-    ));
-    lines.push(Line::styled(
-        "       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)",
-        t.dim(),
-    ));
-    lines.push(Line::styled(
-        " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
-        t.dim(),
-    ));
+    lines.extend(help::LEGEND.iter().map(|l| Line::styled(*l, t.dim())));
     let h = (lines.len() as u16 + 2).min(area.height);
     let r = centered(area, 78, h);
     frame.render_widget(Clear, r);
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(t.title())
-        .title(" keys (Esc closes) ");
+        .title(format!(" {} ", help::TITLE));
     frame.render_widget(Paragraph::new(lines).block(block), r);
 }

@@ -8,13 +8,16 @@ use ratatui::{
 use tui_logger::{TuiLoggerLevelOutput, TuiLoggerWidget};
 
 use super::Theme;
+use crate::{keys, state::Action, strings};
 
 /// Draws the log pane; `live` false draws an empty pane (tests, whose logger is global).
 pub fn draw(frame: &mut Frame, t: &Theme, area: Rect, live: bool) {
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(t.dim())
-        .title(" logs (l hides) ");
+        .title(strings::logs_title(
+            &keys::footer_key(&Action::ToggleLogs).unwrap_or_default(),
+        ));
     if live {
         let w = TuiLoggerWidget::default()
             .block(block)

@@ -9,6 +9,7 @@ pub mod format;
 pub mod header;
 pub mod help;
 pub mod logs;
+pub mod scrolled;
 pub mod theme;
 pub mod waves;
 pub mod yaml;
@@ -23,21 +24,12 @@ use ratatui::{
 pub use theme::Theme;
 
 use crate::{
-    state::{Popup, State, View},
+    keys,
+    state::{Action, Popup, Screen, State, View, layout::Bands},
     strings,
 };
 
-/// The smallest terminal the cockpit draws in.
-pub const MIN_WIDTH: u16 = 80;
-/// See [`MIN_WIDTH`].
-pub const MIN_HEIGHT: u16 = 24;
-
-/// What a frame learned that the state needs (sent back as actions).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Drawn {
-    /// Rows the board (or the current view) can show.
-    pub page: usize,
-}
+pub use crate::state::layout::{MIN_HEIGHT, MIN_WIDTH};
 
 /// Whether to draw the log pane (off in snapshot tests, whose logger is global).
 #[derive(Clone, Copy, Debug)]
@@ -49,45 +41,47 @@ pub struct Options {
 }
 
 /// Draws the whole screen.
-pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
+pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
     let area = frame.area();
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+    let screen = Screen {
+        width: area.width,
+        height: area.height,
+    };
+    if screen.too_small() {
         let msg = Paragraph::new(vec![
             Line::raw(""),
             Line::styled(
                 strings::too_small(area.width, area.height),
                 opts.theme.bad(),
             ),
-            Line::raw("q quits"),
+            Line::raw(strings::quits(
+                &keys::footer_key(&Action::Quit).unwrap_or_default(),
+            )),
         ])
         .centered()
         .wrap(ratatui::widgets::Wrap { trim: true });
         frame.render_widget(msg, area);
-        return Drawn::default();
+        return;
     }
     let t = &opts.theme;
-    let wave_lines = waves::height(state);
-    let log_lines = if state.show_logs {
-        (area.height / 3).max(6)
-    } else {
-        0
-    };
+    // The same bands the state takes its page from.
+    let bands = Bands::of(area.height, state);
     let [head, strip, body, logs_area, foot] = Layout::vertical([
-        Constraint::Length(2),
-        Constraint::Length(wave_lines),
-        Constraint::Min(5),
-        Constraint::Length(log_lines),
-        Constraint::Length(1),
+        Constraint::Length(bands.header),
+        Constraint::Length(bands.strip),
+        Constraint::Length(bands.body),
+        Constraint::Length(bands.logs),
+        Constraint::Length(bands.footer),
     ])
     .areas(area);
     header::draw(frame, state, t, head);
     waves::draw(frame, state, t, strip);
-    let page = match state.view() {
+    match state.view() {
         None => board::draw(frame, state, t, body),
         Some(View::Details(key)) => details::draw(frame, state, t, body, key),
         Some(View::Yaml(target)) => yaml::draw(frame, state, t, body, target),
         Some(View::Events(target)) => events::draw(frame, state, t, body, target),
-    };
+    }
     if state.show_logs {
         logs::draw(frame, t, logs_area, opts.logs);
     }
@@ -98,7 +92,6 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) -> Drawn {
         Some(Popup::Report) => confirm::draw_report(frame, state, t, area),
         None => {}
     }
-    Drawn { page }
 }
 
 /// A rectangle of `w`×`h` centred in `area`, clamped to it.
@@ -110,5 +103,107 @@ pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
         y: area.y + (area.height - h) / 2,
         width: w,
         height: h,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use ferry_crds::fixtures::{migration, ts, wave};
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use super::*;
+    use crate::state::{Action, EventKind, EventRow, Nav, Scope, update};
+
+    const SIZES: [(u16, u16); 4] = [(80, 24), (90, 25), (120, 40), (160, 48)];
+
+    /// A board of 200 migrations `m000`…, with `waves` waves and maybe the log pane, told the
+    /// terminal is `w`×`h`.
+    fn state(w: u16, h: u16, waves: usize, logs: bool) -> State {
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(0).0);
+        let rows = (0..200).map(|i| migration(&format!("m{i:03}"))).collect();
+        update(&mut s, Action::MigrationsListed(rows));
+        let strip = (0..waves).map(|i| wave(&format!("w{i}"), 1)).collect();
+        update(&mut s, Action::WavesListed(strip));
+        if logs {
+            update(&mut s, Action::ToggleLogs);
+        }
+        update(
+            &mut s,
+            Action::Resize(Screen {
+                width: w,
+                height: h,
+            }),
+        );
+        s
+    }
+
+    /// The words on screen that `keep` accepts.
+    fn words_on_screen(s: &State, w: u16, h: u16, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        let opts = Options {
+            theme: Theme::MONO,
+            logs: false,
+        };
+        term.draw(|f| draw(f, s, opts)).unwrap();
+        term.backend()
+            .to_string()
+            .split(|c: char| !c.is_alphanumeric() && c != '-')
+            .filter(|w| keep(w))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_board_draws_exactly_the_page_the_state_pages_by() {
+        let is_row = |w: &str| w.len() == 4 && w.starts_with('m') && w[1..].parse::<u32>().is_ok();
+        for (w, h) in SIZES {
+            for waves in [0, 2, 6] {
+                for logs in [false, true] {
+                    let s = state(w, h, waves, logs);
+                    let want: BTreeSet<String> = (0..s.page).map(|i| format!("m{i:03}")).collect();
+                    let seen = words_on_screen(&s, w, h, is_row);
+                    assert_eq!(seen, want, "{w}×{h}, {waves} waves, logs {logs}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_down_in_a_view_moves_by_exactly_the_lines_it_shows() {
+        let is_note = |w: &str| w.len() == 5 && w.starts_with('n') && w[1..].parse::<u32>().is_ok();
+        for (w, h) in [(80, 24), (90, 25)] {
+            for logs in [false, true] {
+                let mut s = state(w, h, 0, logs);
+                let key = s.selected.clone().unwrap();
+                // Newest first: line 0 is the column header, line i the note `n{50 - i}`.
+                let events = (1..=50)
+                    .map(|i| EventRow {
+                        uid: format!("e{i}"),
+                        kind: EventKind::Migration,
+                        regarding: key.clone(),
+                        time: Some(ts(i).0),
+                        type_: "Normal".into(),
+                        reason: "R".into(),
+                        note: format!("n{i:04}"),
+                        count: 1,
+                    })
+                    .collect();
+                update(&mut s, Action::EventsListed(events));
+                update(&mut s, Action::ShowEvents);
+                update(&mut s, Action::Nav(Nav::PageDown));
+                let page = s.page;
+                assert!(2 * page <= 51, "the test needs two full pages");
+                let want: BTreeSet<String> = (page..2 * page)
+                    .map(|line| format!("n{:04}", 51 - line))
+                    .collect();
+                assert_eq!(
+                    words_on_screen(&s, w, h, is_note),
+                    want,
+                    "{w}×{h}, logs {logs}"
+                );
+            }
+        }
     }
 }

@@ -9,15 +9,10 @@ use ratatui::{
 };
 
 use super::{Theme, format};
-use crate::state::{Focus, State, WaveRow};
-
-/// Most wave lines shown at once.
-pub const MAX_LINES: u16 = 4;
-
-/// Lines the strip takes (none without waves).
-pub fn height(state: &State) -> u16 {
-    (state.waves.len() as u16).min(MAX_LINES)
-}
+use crate::{
+    state::{Focus, State, WaveRow},
+    strings::{self, waves as text},
+};
 
 fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Line<'static> {
     let done = w.done();
@@ -43,26 +38,26 @@ fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Li
         Span::raw(format!(" {done}/{}", w.total)),
     ];
     if w.counts.failed > 0 {
-        spans.push(Span::styled(
-            format!(" ✕{} failed", w.counts.failed),
-            t.bad(),
-        ));
+        spans.push(Span::styled(text::failed(w.counts.failed), t.bad()));
     }
     spans.push(Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)));
     if wide {
-        spans.push(Span::styled(" in flight", t.dim()));
+        spans.push(Span::styled(text::IN_FLIGHT, t.dim()));
     }
     if let Some(tp) = w.throughput_per_hour {
-        spans.push(Span::raw(format!(" {tp:.0}/h")));
+        spans.push(Span::raw(text::per_hour(tp)));
     }
     if let Some(eta) = w.eta_seconds {
-        spans.push(Span::raw(format!(" ETA {}", format::duration(eta))));
+        spans.push(Span::raw(format!(
+            " {}",
+            strings::eta(&format::duration(eta))
+        )));
     }
     if w.paused {
-        spans.push(Span::styled(" ‖ paused", t.warn()));
+        spans.push(Span::styled(text::PAUSED, t.warn()));
     }
     if w.cancel {
-        spans.push(Span::styled(" ✕ cancel", t.warn()));
+        spans.push(Span::styled(text::CANCEL, t.warn()));
     }
     let mut l = Line::from(spans);
     if selected && focused {
@@ -94,7 +89,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         .collect();
     frame.render_widget(Paragraph::new(lines), text);
     if let Some(w) = state.selected_wave() {
-        let label = "done/min ";
+        let label = text::DONE_PER_MINUTE;
         let [l, s] =
             Layout::horizontal([Constraint::Length(label.len() as u16), Constraint::Min(1)])
                 .areas(spark);

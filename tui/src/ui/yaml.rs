@@ -1,14 +1,21 @@
 //! The YAML of one object, as the watch delivered it (managedFields trimmed).
 
+use ::kube::Resource;
+use ferry_crds::{MigrationWave, VirtualMachineMigration};
 use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
 };
 
-use super::Theme;
-use crate::state::{State, Target, TargetKind};
+use super::{
+    Theme,
+    scrolled::{self, Body},
+};
+use crate::{
+    state::{State, Target, TargetKind},
+    strings::view,
+};
 
 /// The YAML text of a target, if it is known.
 pub fn yaml_of(state: &State, target: &Target) -> Option<String> {
@@ -18,32 +25,26 @@ pub fn yaml_of(state: &State, target: &Target) -> Option<String> {
             serde_yaml::to_string(&*state.waves.iter().find(|w| w.key == target.key)?.obj)
         }
     };
-    Some(text.unwrap_or_else(|e| format!("# cannot render: {e}")))
+    Some(text.unwrap_or_else(|e| view::cannot_render(&e)))
 }
 
-/// Draws the YAML view; returns the lines a page holds.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) -> usize {
+/// Draws the YAML view.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Target) {
     let kind = match target.kind {
-        TargetKind::Migration => "VirtualMachineMigration",
-        TargetKind::Wave => "MigrationWave",
+        TargetKind::Migration => VirtualMachineMigration::kind(&()),
+        TargetKind::Wave => MigrationWave::kind(&()),
     };
-    let title = Line::from(vec![
-        Span::styled(format!(" yaml {kind} {} ", target.key.name), t.title()),
-        Span::styled(format!("namespace {} ", target.key.namespace), t.dim()),
-    ]);
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
-    let page = inner.height as usize;
+    let heading = (view::yaml_heading(&kind, &target.key.name), &target.key);
     let Some(text) = yaml_of(state, target) else {
-        frame.render_widget(
-            Paragraph::new(Line::styled("  gone: the object was deleted", t.bad())),
-            inner,
+        scrolled::draw(
+            frame,
+            state,
+            t,
+            area,
+            heading,
+            Body::Gone(view::OBJECT_GONE),
         );
-        return page;
+        return;
     };
     let lines: Vec<Line> = text
         .lines()
@@ -58,7 +59,5 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
             _ => Line::raw(l.to_owned()),
         })
         .collect();
-    let scroll = state.scroll.min(lines.len().saturating_sub(page)) as u16;
-    frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), inner);
-    page
+    scrolled::draw(frame, state, t, area, heading, Body::Columns(vec![lines]));
 }

@@ -1,0 +1,261 @@
+//! Moving around the screen: the board cursor and its page, the wave strip, views over the
+//! board, marks, sort and the wave scope.
+
+use super::super::{
+    Children, Effect, Filter, Focus, Nav, ObjKey, Popup, Sort, State, Target, TargetKind, View,
+    layout,
+};
+
+/// Takes the page from the screen layout; when it changed, keeps the cursor on screen.
+pub(super) fn relayout(state: &mut State) {
+    if let Some(page) = layout::page(state)
+        && page != state.page
+    {
+        state.page = page;
+        ensure_visible(state);
+    }
+}
+
+pub(super) fn clamp_wave_cursor(state: &mut State) {
+    state.wave_cursor = state.wave_cursor.min(state.waves.len().saturating_sub(1));
+    if state.waves.is_empty() && state.focus == Focus::Waves {
+        state.focus = Focus::Board;
+    }
+}
+
+/// Puts the cursor back on the selected row after the view changed, or keeps its position
+/// when that row left the view.
+pub(super) fn resync_cursor(state: &mut State) {
+    let len = state.index.visible_len();
+    if let Some(pos) = state
+        .selected
+        .as_ref()
+        .and_then(|k| state.index.position(k))
+    {
+        state.cursor = pos;
+    } else {
+        state.cursor = state.cursor.min(len.saturating_sub(1));
+        state.selected = state.index.visible(state.cursor).map(|r| r.key.clone());
+    }
+    ensure_visible(state);
+}
+
+fn ensure_visible(state: &mut State) {
+    let len = state.index.visible_len();
+    let page = state.page.max(1);
+    if state.cursor < state.offset {
+        state.offset = state.cursor;
+    } else if state.cursor >= state.offset + page {
+        state.offset = state.cursor + 1 - page;
+    }
+    state.offset = state.offset.min(len.saturating_sub(page));
+}
+
+pub(super) fn navigate(state: &mut State, nav: Nav) {
+    if !state.views.is_empty() {
+        let page = state.page.max(1);
+        state.scroll = match nav {
+            Nav::Up => state.scroll.saturating_sub(1),
+            Nav::Down => state.scroll + 1,
+            Nav::PageUp => state.scroll.saturating_sub(page),
+            Nav::PageDown => state.scroll + page,
+            Nav::Top => 0,
+            // The view clamps it to its length.
+            Nav::Bottom => usize::MAX / 2,
+        };
+        return;
+    }
+    if state.focus == Focus::Waves {
+        let last = state.waves.len().saturating_sub(1);
+        state.wave_cursor = match nav {
+            Nav::Up | Nav::PageUp => state.wave_cursor.saturating_sub(1),
+            Nav::Down | Nav::PageDown => (state.wave_cursor + 1).min(last),
+            Nav::Top => 0,
+            Nav::Bottom => last,
+        };
+        return;
+    }
+    let len = state.index.visible_len();
+    if len == 0 {
+        return;
+    }
+    let page = state.page.max(1);
+    let last = len - 1;
+    state.cursor = match nav {
+        Nav::Up => state.cursor.saturating_sub(1),
+        Nav::Down => (state.cursor + 1).min(last),
+        Nav::PageUp => state.cursor.saturating_sub(page),
+        Nav::PageDown => (state.cursor + page).min(last),
+        Nav::Top => 0,
+        Nav::Bottom => last,
+    };
+    state.selected = state.index.visible(state.cursor).map(|r| r.key.clone());
+    ensure_visible(state);
+}
+
+pub(super) fn set_wave_scope(state: &mut State, wave: Option<String>) {
+    if let Some(w) = wave.as_deref()
+        && let Some(i) = state.waves.iter().position(|r| r.key.name == w)
+    {
+        state.wave_cursor = i;
+    }
+    state.index.set_wave_scope(wave);
+    resync_cursor(state);
+}
+
+pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
+    if state.popup.is_some() || !state.views.is_empty() {
+        return;
+    }
+    if state.focus == Focus::Waves {
+        let name = state
+            .waves
+            .get(state.wave_cursor)
+            .map(|w| w.key.name.clone());
+        set_wave_scope(state, name);
+        state.focus = Focus::Board;
+        return;
+    }
+    let Some(row) = state.selected_row() else {
+        return;
+    };
+    let key = row.key.clone();
+    fx.push(Effect::FetchChildren(row.obj.clone()));
+    state.children = Some(Children {
+        key: key.clone(),
+        asked_at: state.now,
+        result: None,
+    });
+    state.views.push(View::Details(key));
+    state.scroll = 0;
+}
+
+pub(super) fn back(state: &mut State) {
+    if state.input.take().is_some() {
+        return;
+    }
+    if state.popup.take().is_some() {
+        return;
+    }
+    if state.views.pop().is_some() {
+        state.scroll = 0;
+        if state.views.is_empty() {
+            state.children = None;
+        }
+        return;
+    }
+    if state.focus == Focus::Waves {
+        state.focus = Focus::Board;
+    } else if !state.index.filter().is_empty() {
+        state.index.set_filter(Filter::default());
+        resync_cursor(state);
+    } else if !state.marks.is_empty() {
+        state.marks.clear();
+    } else if state.index.wave_scope().is_some() {
+        set_wave_scope(state, None);
+    }
+}
+
+pub(super) fn focus_next(state: &mut State) {
+    if state.views.is_empty() {
+        state.focus = match state.focus {
+            Focus::Board if !state.waves.is_empty() => Focus::Waves,
+            _ => Focus::Board,
+        };
+    }
+}
+
+pub(super) fn cycle_sort(state: &mut State) {
+    let s = state.index.sort();
+    let key = s.key.next(state.all_namespaces());
+    state.index.set_sort(Sort {
+        key,
+        reverse: s.reverse,
+    });
+    resync_cursor(state);
+}
+
+pub(super) fn reverse_sort(state: &mut State) {
+    let s = state.index.sort();
+    state.index.set_sort(Sort {
+        key: s.key,
+        reverse: !s.reverse,
+    });
+    resync_cursor(state);
+}
+
+/// Shows the first wave only, then the next, then all again.
+pub(super) fn cycle_wave(state: &mut State) {
+    let mut names: Vec<&str> = state.waves.iter().map(|w| w.key.name.as_str()).collect();
+    names.dedup();
+    let next = match state.index.wave_scope() {
+        None => names.first().map(|s| (*s).to_owned()),
+        Some(cur) => names
+            .iter()
+            .position(|n| *n == cur)
+            .and_then(|i| names.get(i + 1))
+            .map(|s| (*s).to_owned()),
+    };
+    set_wave_scope(state, next);
+}
+
+pub(super) fn toggle_mark(state: &mut State) {
+    if let Some(k) = state.selected.clone() {
+        if !state.marks.remove(&k) {
+            state.marks.insert(k);
+        }
+        navigate(state, Nav::Down);
+    }
+}
+
+pub(super) fn mark_all_visible(state: &mut State) {
+    let visible: Vec<ObjKey> = state
+        .index
+        .visible_range(0, state.index.visible_len())
+        .map(|r| r.key.clone())
+        .collect();
+    if !visible.is_empty() && visible.iter().all(|k| state.marks.contains(k)) {
+        state.marks.clear();
+    } else {
+        state.marks.extend(visible);
+    }
+}
+
+/// Opens a view (YAML, events) of the focused object.
+pub(super) fn show(state: &mut State, view: fn(Target) -> View) {
+    if let Some(t) = focused_target(state) {
+        state.views.push(view(t));
+        state.scroll = 0;
+    }
+}
+
+pub(super) fn toggle_help(state: &mut State) {
+    state.popup = match state.popup {
+        Some(Popup::Help) => None,
+        _ => Some(Popup::Help),
+    }
+}
+
+/// The one object the keys are about: the one in the innermost view, the wave under the strip
+/// cursor, else the selected migration.
+pub(super) fn focused_target(state: &State) -> Option<Target> {
+    if let Some(v) = state.view() {
+        return match v {
+            View::Details(k) => Some(Target {
+                kind: TargetKind::Migration,
+                key: k.clone(),
+            }),
+            View::Yaml(t) | View::Events(t) => Some(t.clone()),
+        };
+    }
+    if state.focus == Focus::Waves {
+        return state.waves.get(state.wave_cursor).map(|w| Target {
+            kind: TargetKind::Wave,
+            key: w.key.clone(),
+        });
+    }
+    state.selected.clone().map(|key| Target {
+        kind: TargetKind::Migration,
+        key,
+    })
+}

@@ -1,0 +1,164 @@
+//! What the watches deliver, applied as it comes: a pending marker ends only when the watch
+//! shows its effect, and the details view re-reads children as its migration changes.
+
+use ferry_crds::{MigrationWave, VirtualMachineMigration};
+use k8s_openapi::jiff::SignedDuration;
+
+use super::{
+    super::{
+        Child, Children, Effect, EventRow, Expect, ObjKey, Row, State, Target, TargetKind, View,
+        WaveRow,
+    },
+    navigation::{clamp_wave_cursor, resync_cursor},
+};
+
+/// Children of the migration in details are re-read at most this often, on its changes.
+const CHILDREN_REFRESH: SignedDuration = SignedDuration::from_secs(2);
+
+pub(super) fn migration_applied(
+    state: &mut State,
+    obj: VirtualMachineMigration,
+    fx: &mut Vec<Effect>,
+) {
+    state.conn.last_event_at = Some(state.now);
+    let row = Row::from_object(obj);
+    settle_pending(state, TargetKind::Migration, &row.key, |e| {
+        expect_met_row(e, &row)
+    });
+    let key = row.key.clone();
+    let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
+        && state.children.as_ref().is_none_or(|c| {
+            c.key != key || state.now.duration_since(c.asked_at) >= CHILDREN_REFRESH
+        });
+    if refetch {
+        fx.push(Effect::FetchChildren(row.obj.clone()));
+        state.children = Some(Children {
+            key,
+            asked_at: state.now,
+            result: None,
+        });
+    }
+    state.index.upsert(row);
+    resync_cursor(state);
+}
+
+pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
+    state.conn.last_event_at = Some(state.now);
+    state.index.remove(&key);
+    state.marks.remove(&key);
+    state.pending.remove(&Target {
+        kind: TargetKind::Migration,
+        key,
+    });
+    resync_cursor(state);
+}
+
+pub(super) fn migrations_listed(state: &mut State, objs: Vec<VirtualMachineMigration>) {
+    state.conn.last_event_at = Some(state.now);
+    let rows: Vec<Row> = objs.into_iter().map(Row::from_object).collect();
+    state.index.replace_all(rows);
+    let index = &state.index;
+    state.marks.retain(|k| index.get(k).is_some());
+    let pending: Vec<Target> = state
+        .pending
+        .keys()
+        .filter(|t| t.kind == TargetKind::Migration)
+        .cloned()
+        .collect();
+    for t in pending {
+        let met = match (state.index.get(&t.key), state.pending.get(&t)) {
+            (None, _) => true,
+            (Some(row), Some(p)) => expect_met_row(&p.expect, row),
+            (Some(_), None) => false,
+        };
+        if met {
+            state.pending.remove(&t);
+        }
+    }
+    resync_cursor(state);
+}
+
+pub(super) fn wave_applied(state: &mut State, obj: MigrationWave) {
+    state.conn.last_event_at = Some(state.now);
+    let row = WaveRow::from_object(obj);
+    settle_pending(state, TargetKind::Wave, &row.key, |e| {
+        expect_met_wave(e, &row)
+    });
+    match state.waves.binary_search_by(|w| w.key.cmp(&row.key)) {
+        Ok(i) => state.waves[i] = row,
+        Err(i) => state.waves.insert(i, row),
+    }
+}
+
+pub(super) fn wave_deleted(state: &mut State, key: ObjKey) {
+    state.conn.last_event_at = Some(state.now);
+    state.waves.retain(|w| w.key != key);
+    state.pending.remove(&Target {
+        kind: TargetKind::Wave,
+        key,
+    });
+    clamp_wave_cursor(state);
+}
+
+pub(super) fn waves_listed(state: &mut State, objs: Vec<MigrationWave>) {
+    let mut rows: Vec<WaveRow> = objs.into_iter().map(WaveRow::from_object).collect();
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    state.waves = rows;
+    let waves = &state.waves;
+    state.pending.retain(|t, p| {
+        t.kind != TargetKind::Wave
+            || waves
+                .iter()
+                .find(|w| w.key == t.key)
+                .is_some_and(|w| !expect_met_wave(&p.expect, w))
+    });
+    clamp_wave_cursor(state);
+}
+
+pub(super) fn event_applied(state: &mut State, ev: EventRow) {
+    state.conn.last_event_at = Some(state.now);
+    state.events.upsert(ev);
+}
+
+/// Children read for details; an answer about a migration no longer shown is dropped.
+pub(super) fn children(state: &mut State, key: ObjKey, result: Result<Vec<Child>, String>) {
+    if let Some(c) = state.children.as_mut().filter(|c| c.key == key) {
+        c.result = Some(result);
+    }
+}
+
+fn settle_pending(
+    state: &mut State,
+    kind: TargetKind,
+    key: &ObjKey,
+    met: impl Fn(&Expect) -> bool,
+) {
+    if state.pending.is_empty() {
+        return;
+    }
+    let t = Target {
+        kind,
+        key: key.clone(),
+    };
+    if state.pending.get(&t).is_some_and(|p| met(&p.expect)) {
+        state.pending.remove(&t);
+    }
+}
+
+fn expect_met_row(e: &Expect, row: &Row) -> bool {
+    match *e {
+        Expect::Cancel => row.cancel,
+        Expect::Paused(p) => row.paused == p,
+        Expect::RetryAtLeast(n) => row.retry >= n,
+        Expect::Gone => row.deleting,
+    }
+}
+
+fn expect_met_wave(e: &Expect, w: &WaveRow) -> bool {
+    match *e {
+        Expect::Cancel => w.cancel,
+        Expect::Paused(p) => w.paused == p,
+        Expect::RetryAtLeast(n) => w.retry >= n,
+        Expect::Gone => w.deleting,
+    }
+}
