@@ -1,7 +1,7 @@
 //! Converting: every disk converted by the Job and staged, with its size and SHA-256 recorded.
 
 use ferry_crds::{
-    ConditionStatus::{False, True, Unknown},
+    ConditionStatus::{True, Unknown},
     ConditionType::{self, DiskConverted},
     DiskStatus, Phase, Progress, Reason, names,
 };
@@ -217,16 +217,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                 "the conversion Job completed but {}; raise spec.retry to convert again",
                 missing.join(", ")
             );
-            Outcome::new(
-                Step::Fail {
-                    reason: Reason::ConversionFailed,
-                    message: msg.clone(),
-                    retriable: true,
-                    resume: Phase::Converting,
-                },
-                msg.clone(),
+            Outcome::failure(
+                Reason::ConversionFailed,
+                msg,
+                true,
+                Phase::Converting,
+                DiskConverted,
             )
-            .with(DiskConverted, False, Reason::ConversionFailed, msg)
         }
         JobState::Failed { reason, message } => {
             let msg = format!(
@@ -237,16 +234,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                     format!(": {message}")
                 }
             );
-            Outcome::new(
-                Step::Fail {
-                    reason: Reason::ConversionFailed,
-                    message: msg.clone(),
-                    retriable: true,
-                    resume: Phase::Converting,
-                },
-                msg.clone(),
+            Outcome::failure(
+                Reason::ConversionFailed,
+                msg,
+                true,
+                Phase::Converting,
+                DiskConverted,
             )
-            .with(DiskConverted, False, Reason::ConversionFailed, msg)
         }
     }
 }

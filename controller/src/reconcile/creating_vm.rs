@@ -1,7 +1,7 @@
 //! CreatingVM: the KubeVirt VirtualMachine exists, `Halted`, wired to the imported volumes.
 
 use ferry_crds::{
-    ConditionStatus::{False, True, Unknown},
+    ConditionStatus::{True, Unknown},
     ConditionType::{self, VMCreated},
     Phase, Reason, names,
 };
@@ -97,16 +97,13 @@ pub fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
             let msg = format!(
                 "a VirtualMachine named {name} exists and is not this migration's; delete it or set spec.target.name"
             );
-            Outcome::new(
-                Step::Fail {
-                    reason: Reason::TargetNameTaken,
-                    message: msg.clone(),
-                    retriable: false,
-                    resume: Phase::CreatingVM,
-                },
-                msg.clone(),
+            Outcome::failure(
+                Reason::TargetNameTaken,
+                msg,
+                false,
+                Phase::CreatingVM,
+                VMCreated,
             )
-            .with(VMCreated, False, Reason::TargetNameTaken, msg)
         }
     }
 }

@@ -6,7 +6,7 @@
 //! [`Policy::max_import_restarts`](super::scope::Policy) restarts of one disk.
 
 use ferry_crds::{
-    ConditionStatus::{False, True, Unknown},
+    ConditionStatus::{True, Unknown},
     ConditionType::{self, DiskImported},
     DiskStatus, Phase, Progress, Reason, names,
 };
@@ -196,16 +196,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let record = progress(scope, dvs);
     let n = dvs.len();
     let fail = |message: String| {
-        Outcome::new(
-            Step::Fail {
-                reason: Reason::ImportFailed,
-                message: message.clone(),
-                retriable: true,
-                resume: Phase::Importing,
-            },
-            message.clone(),
+        Outcome::failure(
+            Reason::ImportFailed,
+            message,
+            true,
+            Phase::Importing,
+            DiskImported,
         )
-        .with(DiskImported, False, Reason::ImportFailed, message)
         .recording(record.clone())
     };
     for (i, dv) in dvs.iter().enumerate() {
@@ -398,7 +395,10 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(failed.conditions[0].status, False);
+        assert_eq!(
+            failed.conditions[0].status,
+            ferry_crds::ConditionStatus::False
+        );
     }
 
     #[test]

@@ -141,6 +141,28 @@ impl<A> Outcome<A> {
         }
     }
 
+    /// A failure of the migration for `reason`, resuming `resume` when `spec.retry` is raised,
+    /// with condition `marks` set `False` for the same reason and message.
+    pub fn failure(
+        reason: Reason,
+        message: impl Into<String>,
+        retriable: bool,
+        resume: Phase,
+        marks: ConditionType,
+    ) -> Self {
+        let message = message.into();
+        Outcome::new(
+            Step::Fail {
+                reason,
+                message: message.clone(),
+                retriable,
+                resume,
+            },
+            message.clone(),
+        )
+        .with(marks, ConditionStatus::False, reason, message)
+    }
+
     /// The outcome of a [`Problem`] met in the scope's checkpoint — the one place where a problem
     /// becomes a step. Pure.
     ///

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use ferry_crds::{
-    ConditionStatus::{False, True, Unknown},
+    ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
     DiscoveredSource, DiskStatus, Phase, PowerState, Reason,
 };
@@ -187,23 +187,14 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         facts.vm.nics.len()
     );
     let invalid = |reason: Reason, message: String, retriable: bool| {
-        Outcome::new(
-            Step::Fail {
-                reason,
-                message: message.clone(),
-                retriable,
-                resume: Phase::Preparing,
-            },
-            message.clone(),
-        )
-        .with(
-            SourceDiscovered,
-            True,
-            Reason::Discovered,
-            discovered.clone(),
-        )
-        .with(Validated, False, reason, message)
-        .recording(record.clone())
+        Outcome::failure(reason, message, retriable, Phase::Preparing, Validated)
+            .with(
+                SourceDiscovered,
+                True,
+                Reason::Discovered,
+                discovered.clone(),
+            )
+            .recording(record.clone())
     };
     if facts.vm.disks.is_empty() {
         return invalid(
@@ -417,7 +408,10 @@ mod tests {
                 .iter()
                 .find(|c| c.type_ == SourceDiscovered)
                 .unwrap();
-            assert_eq!((c.status, c.reason), (False, want));
+            assert_eq!(
+                (c.status, c.reason),
+                (ferry_crds::ConditionStatus::False, want)
+            );
         }
         let mut f = facts(PowerState::PoweredOff);
         f.bucket = Err(Problem::permanent(Reason::BucketNotFound, "no bucket"));
@@ -425,7 +419,7 @@ mod tests {
         assert_eq!(fail_reason(&o.step), Some((Reason::BucketNotFound, false)));
         assert!(o.conditions.iter().any(|c| c.type_ == Validated
             && c.reason == Reason::BucketNotFound
-            && c.status == False));
+            && c.status == ferry_crds::ConditionStatus::False));
         let mut f = facts(PowerState::PoweredOff);
         f.layout_problems = vec!["disk 1 is an RDM".into()];
         assert_eq!(

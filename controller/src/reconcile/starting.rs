@@ -77,16 +77,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let Observed { vm, vmi } = &scope.world;
     let wanted = scope.vmm.spec.target.template.run_strategy;
     let fail = |reason: Reason, message: String, resume: Phase| {
-        Outcome::new(
-            Step::Fail {
-                reason,
-                message: message.clone(),
-                retriable: true,
-                resume,
-            },
-            message.clone(),
-        )
-        .with(VMStarted, False, reason, message)
+        Outcome::failure(reason, message, true, resume, VMStarted)
     };
     let run_strategy = match vm {
         VmState::Absent | VmState::Foreign => {

@@ -2,7 +2,7 @@
 //! removed and the VM and its volumes released from the migration; only then does it succeed.
 
 use ferry_crds::{
-    ConditionStatus::{False, True, Unknown},
+    ConditionStatus::{True, Unknown},
     ConditionType::{self, GuestReady},
     Phase, Reason, RunStrategy, VirtualMachineMigration, names,
 };
@@ -204,16 +204,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     if !guest_ready(&scope.vmm, vmi) {
         if matches!(vm, VmState::Absent | VmState::Foreign) {
             let msg = "the VirtualMachine is gone; raise spec.retry to create it again".to_owned();
-            return Outcome::new(
-                Step::Fail {
-                    reason: Reason::GuestAgentTimeout,
-                    message: msg.clone(),
-                    retriable: true,
-                    resume: Phase::CreatingVM,
-                },
-                msg.clone(),
-            )
-            .with(GuestReady, False, Reason::GuestAgentTimeout, msg);
+            return Outcome::failure(
+                Reason::GuestAgentTimeout,
+                msg,
+                true,
+                Phase::CreatingVM,
+                GuestReady,
+            );
         }
         let waited = scope.in_phase_for();
         if waited > scope.policy.agent_timeout {
@@ -221,16 +218,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                 "the guest agent did not connect within {}s; check that the guest boots and runs qemu-guest-agent, then raise spec.retry",
                 waited.as_secs()
             );
-            return Outcome::new(
-                Step::Fail {
-                    reason: Reason::GuestAgentTimeout,
-                    message: msg.clone(),
-                    retriable: true,
-                    resume: Phase::Validating,
-                },
-                msg.clone(),
-            )
-            .with(GuestReady, False, Reason::GuestAgentTimeout, msg);
+            return Outcome::failure(
+                Reason::GuestAgentTimeout,
+                msg,
+                true,
+                Phase::Validating,
+                GuestReady,
+            );
         }
         let msg = match vmi {
             VmiState::Present {

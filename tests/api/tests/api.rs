@@ -20,7 +20,7 @@ use kube::{
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
-const MANAGER: &str = "ferry-e2e-api";
+const MANAGER: &str = "ferry-api-tests";
 
 /// Installs the committed CRDs (deploy/crds) with server-side apply and waits until both kinds
 /// are served. Idempotent, so every test (and every test binary sharing the lab) may call it.

@@ -137,7 +137,15 @@ impl Theme {
         match p {
             Phase::Failed => self.fg(Color::Red),
             Phase::Succeeded => self.fg(Color::Green),
-            _ => self.fg(Color::Cyan),
+            Phase::Pending
+            | Phase::Queued
+            | Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating
+            | Phase::Cancelled => self.fg(Color::Cyan),
         }
     }
 }

@@ -101,7 +101,7 @@ pub fn vmm(
         Phase::Importing => Some(50.0 + ((i * 13) % 50) as f64),
         Phase::CreatingVM | Phase::Starting | Phase::Validating | Phase::Succeeded => Some(100.0),
         Phase::Failed => Some(62.5),
-        _ => None,
+        Phase::Pending | Phase::Queued | Phase::Preparing | Phase::Cancelled => None,
     };
     if let Some(p) = pct {
         let total = 2 * (64 << 20);
@@ -148,7 +148,12 @@ pub fn vmm(
         Phase::Cancelled => s.completed_at = Some(ts(2500 + i)),
         Phase::Importing => s.message = Some(format!("importing disk {} of 2", 1 + i % 2)),
         Phase::Queued => s.message = Some("held by wave: 10 of 10 in flight".into()),
-        _ => {}
+        Phase::Pending
+        | Phase::Preparing
+        | Phase::Converting
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating => {}
     }
     o
 }
