@@ -30,6 +30,11 @@ until grep -qx ready "$STATE.stdout" 2>/dev/null; do
 done
 echo "== lab ready in $(( $(date +%s) - LAB_STARTED )) s"
 
+echo "== the lab's own Go tests (component table, readiness, start/stop order)"
+(cd tests/lab && ../../target/lab/bin/ferry-lab.test -test.count=1 -test.v >"$LOG_DIR/go-test.log" 2>&1)
+GO_STATUS=$?
+grep -E '^(--- |ok|FAIL)' "$LOG_DIR/go-test.log"
+
 export FERRY_LAB_STATE="$STATE"
 # A hung test must fail the run with its name on screen, not eat CI's whole time budget.
 timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
@@ -49,6 +54,10 @@ fi
 
 PASSED=$(grep -Eo '^test result: .* ([0-9]+) passed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 FAILED=$(grep -Eo '^test result: .* ([0-9]+) failed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+GO_PASSED=$(grep -c '^--- PASS' "$LOG_DIR/go-test.log" || true)
+GO_FAILED=$(grep -c '^--- FAIL' "$LOG_DIR/go-test.log" || true)
+PASSED=$((PASSED + GO_PASSED)); FAILED=$((FAILED + GO_FAILED))
+if [[ "$GO_STATUS" != 0 && "$STATUS" == 0 ]]; then STATUS=$GO_STATUS; fi
 echo
 echo "$PASSED passed, $FAILED failed"
 exit "$STATUS"
