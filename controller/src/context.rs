@@ -39,6 +39,8 @@ impl Clock for SystemClock {
 struct Memo {
     /// When progress was last written.
     progress_written: Option<Instant>,
+    /// Reconciles failed in a row (a Kubernetes API error, a cleanup that could not finish).
+    failures: u32,
 }
 
 /// Shared state of the controllers.
@@ -126,6 +128,26 @@ impl Context {
     /// Notes a status write for `uid`.
     pub fn note_write(&self, uid: &str) {
         self.memo(uid, |m| m.progress_written = Some(Instant::now()));
+    }
+
+    /// Counts a failed reconcile of `uid`; returns how many failed in a row before this one.
+    pub fn note_failure(&self, uid: &str) -> u32 {
+        self.memo(uid, |m| {
+            let before = m.failures;
+            m.failures = m.failures.saturating_add(1);
+            before
+        })
+    }
+
+    /// A reconcile of `uid` succeeded: the next failure starts the backoff over.
+    pub fn note_success(&self, uid: &str) {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(m) = map.get_mut(uid) {
+            m.failures = 0;
+        }
     }
 
     /// Forgets `uid` (its migration is gone).

@@ -58,6 +58,10 @@ pub enum Error {
     /// Another reconcile changed the object meanwhile; the work queue retries at once.
     #[error("the object changed while it was being reconciled")]
     Conflict,
+
+    /// This instance lost the leader Lease (it stops; a restart makes it a standby).
+    #[error("leadership lost: {0}")]
+    LeadershipLost(#[from] crate::leader::Lost),
 }
 
 impl Error {
@@ -65,6 +69,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(e) if crate::leader::is_fenced(e) => "fenced",
             Error::Kube(kube::Error::Api(_)) => "kube_api",
             Error::Kube(_) => "kube",
             Error::Finalizer(_) => "finalizer",
@@ -75,6 +80,7 @@ impl Error {
             Error::Crds(_) => "crds",
             Error::Io { .. } => "io",
             Error::Conflict => "conflict",
+            Error::LeadershipLost(_) => "leadership_lost",
         }
     }
 
@@ -83,6 +89,24 @@ impl Error {
         match self {
             Error::Conflict => true,
             Error::Kube(kube::Error::Api(s)) => s.code == 409,
+            _ => false,
+        }
+    }
+
+    /// Whether a write was refused by the fence (this instance is not surely the leader).
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Error::Kube(e) => crate::leader::is_fenced(e),
+            Error::Finalizer(f) => match f.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_fenced(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => {
+                    crate::leader::is_fenced(e)
+                }
+                kube::runtime::finalizer::Error::UnnamedObject
+                | kube::runtime::finalizer::Error::InvalidFinalizer => false,
+            },
             _ => false,
         }
     }

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -19,19 +19,49 @@ use tracing::{debug, info};
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 
-/// Readiness, set once the controllers' caches have synced.
+/// Where the controller stands, for `/readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stand {
+    /// Starting, or leading with caches not synced yet: not ready.
+    Syncing,
+    /// A standby under leader election: ready (it can take over), not leading.
+    Standby,
+    /// Leading (or running alone) with every cache synced.
+    Ready,
+}
+
+/// Readiness: ready only once the controllers' caches have synced, or as a standby.
 #[derive(Debug, Default)]
-pub struct Readiness(AtomicBool);
+pub struct Readiness(AtomicU8);
 
 impl Readiness {
-    /// Marks the controller ready.
+    /// Marks the controller ready (caches synced).
     pub fn set_ready(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.store(2, Ordering::Release);
     }
 
-    /// Whether it is ready.
+    /// Marks it a standby.
+    pub fn set_standby(&self) {
+        self.0.store(1, Ordering::Release);
+    }
+
+    /// Marks it not ready (caches syncing).
+    pub fn set_syncing(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    /// Where it stands.
+    pub fn stand(&self) -> Stand {
+        match self.0.load(Ordering::Acquire) {
+            2 => Stand::Ready,
+            1 => Stand::Standby,
+            _ => Stand::Syncing,
+        }
+    }
+
+    /// Whether `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.stand() != Stand::Syncing
     }
 }
 
@@ -57,14 +87,19 @@ fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Full<
 pub fn route(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
     match (path, &endpoints.health, &endpoints.metrics) {
         ("/healthz", Some(_), _) => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        ("/readyz", Some(r), _) if r.is_ready() => {
-            respond(StatusCode::OK, "text/plain", "ready\n".into())
-        }
-        ("/readyz", Some(_), _) => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "caches not synced\n".into(),
-        ),
+        ("/readyz", Some(r), _) => match r.stand() {
+            Stand::Ready => respond(StatusCode::OK, "text/plain", "ready\n".into()),
+            Stand::Standby => respond(
+                StatusCode::OK,
+                "text/plain",
+                "ready: standby, not the leader\n".into(),
+            ),
+            Stand::Syncing => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "caches not synced\n".into(),
+            ),
+        },
         ("/metrics", _, Some(m)) => respond(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -126,6 +161,13 @@ mod tests {
             metrics: Some(Arc::new(Metrics::default())),
         };
         assert_eq!(route(&e, "/healthz").status(), StatusCode::OK);
+        assert_eq!(
+            route(&e, "/readyz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        ready.set_standby();
+        assert_eq!(route(&e, "/readyz").status(), StatusCode::OK);
+        ready.set_syncing();
         assert_eq!(
             route(&e, "/readyz").status(),
             StatusCode::SERVICE_UNAVAILABLE

@@ -15,6 +15,7 @@ mod error;
 pub mod events;
 pub mod health;
 pub mod kubeio;
+pub mod leader;
 pub mod metrics;
 pub mod policy;
 pub mod ports;
@@ -27,4 +28,4 @@ pub mod vsphere;
 pub mod wave;
 
 pub use error::{Error, Result};
-pub use run::{RunOptions, run, run_until};
+pub use run::{RunOptions, run, run_elected, run_until};

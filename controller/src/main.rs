@@ -53,8 +53,63 @@ struct Cli {
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
+    #[command(flatten)]
+    leader: LeaderFlags,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// High availability: leader election on a Lease, graceful stop.
+#[derive(Debug, clap::Args)]
+struct LeaderFlags {
+    /// Act only while holding the leader Lease (run several replicas; one leads).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "ferry-controller")]
+    leader_elect_lease_name: String,
+    /// Namespace of the leader Lease (default: the pod's namespace, $POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_elect_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: $POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    leader_elect_identity: Option<String>,
+    /// How long a Lease that is no longer renewed keeps the standbys waiting.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader may write after sending its last successful renewal.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and a standby looks.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    leader_elect_retry_period: Duration,
+    /// After SIGTERM, how long running reconciles may take before the Lease is released.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    shutdown_grace: Duration,
+}
+
+impl LeaderFlags {
+    fn election(&self) -> anyhow::Result<ferry_controller::leader::ElectionConfig> {
+        let namespace = self.leader_elect_namespace.clone().context(
+            "--leader-elect needs --leader-elect-namespace (or $POD_NAMESPACE)",
+        )?;
+        let identity = self.leader_elect_identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "ferry".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let cfg = ferry_controller::leader::ElectionConfig {
+            lease_name: self.leader_elect_lease_name.clone(),
+            namespace,
+            identity,
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(cfg)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,8 +154,8 @@ fn addr(s: &str, flag: &str) -> anyhow::Result<Option<SocketAddr>> {
         .with_context(|| format!("{flag} {s:?} is not host:port"))
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+async fn config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -109,8 +164,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
         None => kube::Config::infer()
             .await
             .context("no kubeconfig and not in a cluster")?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    })
 }
 
 fn init_logging(format: LogFormat) {
@@ -151,9 +205,22 @@ async fn main() -> anyhow::Result<()> {
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,
+                shutdown_grace: cli.leader.shutdown_grace,
             };
-            let client = client(cli.kubeconfig.as_ref()).await?;
-            ferry_controller::run(client, opts).await?;
+            let config = config(cli.kubeconfig.as_ref()).await?;
+            if cli.leader.leader_elect {
+                let election = cli.leader.election()?;
+                let shutdown = ferry_controller::run::shutdown_signal();
+                if let Err(e) =
+                    ferry_controller::run_elected(config, opts, election, shutdown).await
+                {
+                    // Lost leadership: exit non-zero so the pod restarts as a standby.
+                    tracing::error!(error = %e, "stopping");
+                    std::process::exit(3);
+                }
+            } else {
+                ferry_controller::run(kube::Client::try_from(config)?, opts).await?;
+            }
         }
     }
     Ok(())

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -51,6 +52,12 @@ pub struct Metrics {
     pub phase_seconds: Family<PhaseLabel, Histogram>,
     /// Seconds per reconcile.
     pub reconcile_seconds: Histogram,
+    /// Seconds per wave reconcile.
+    pub wave_reconcile_seconds: Histogram,
+    /// 1 while this instance leads (always 1 without leader election), 0 as a standby.
+    pub leader: Gauge,
+    /// Writes the fence refused because leadership was not surely held.
+    pub fenced_writes: Counter,
     registry: Registry,
 }
 
@@ -89,12 +96,33 @@ impl Default for Metrics {
             "Seconds per reconcile",
             reconcile_seconds.clone(),
         );
+        let wave_reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "wave_reconcile_duration_seconds",
+            "Seconds per wave reconcile",
+            wave_reconcile_seconds.clone(),
+        );
+        let leader = Gauge::default();
+        let fenced_writes = Counter::default();
+        registry.register(
+            "leader",
+            "1 while this instance is the leader, 0 as a standby",
+            leader.clone(),
+        );
+        registry.register(
+            "fenced_writes",
+            "Writes refused because leadership was not surely held",
+            fenced_writes.clone(),
+        );
         Self {
             reconciles,
             errors,
             writes,
             phase_seconds,
             reconcile_seconds,
+            wave_reconcile_seconds,
+            leader,
+            fenced_writes,
             registry,
         }
     }

@@ -1,23 +1,27 @@
-//! Running both controllers (migrations and waves) with their metrics and health endpoints;
-//! what the binary and the cockpit's in-process mode call.
+//! Running both controllers (migrations and waves) with their metrics and health endpoints,
+//! alone ([`run_until`]: the cockpit's in-process mode, a single replica) or under leader
+//! election ([`run_elected`]: the Deployment's replicas).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use kube::client::ClientBuilder;
 use kube::{Api, Client};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
+use crate::leader::{ElectionConfig, Elector, Fence, FenceLayer};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::{Result, reconcile, wave};
@@ -37,6 +41,8 @@ pub struct RunOptions {
     pub policy: Policy,
     /// Run the MigrationWave controller too.
     pub waves: bool,
+    /// How long running reconciles may take to finish after a shutdown was asked for.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for RunOptions {
@@ -48,6 +54,7 @@ impl Default for RunOptions {
             health_addr: None,
             policy: Policy::default(),
             waves: true,
+            shutdown_grace: Duration::from_secs(20),
         }
     }
 }
@@ -63,21 +70,22 @@ where
     }
 }
 
-/// Runs the controllers until `shutdown` resolves (or a watch cannot start), serving metrics
-/// and health as asked.
-///
-/// # Guarantees
-/// * Migrations are reconciled on changes to themselves and to the Jobs, DataVolumes and
-///   VirtualMachines they own, and to VirtualMachineInstances carrying their label.
-/// * `/readyz` answers 200 once the controllers run.
-///
-/// # Errors
-/// [`crate::Error::Io`] when an endpoint address cannot be bound.
-pub async fn run_until(
-    client: Client,
-    opts: RunOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
+/// The endpoints' state: metrics, readiness, and the listeners serving them.
+struct Served {
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    servers: Vec<(SocketAddr, tokio::task::JoinHandle<()>)>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for (_, task) in &self.servers {
+            task.abort();
+        }
+    }
+}
+
+async fn serve(opts: &RunOptions) -> Result<Served> {
     let metrics = Arc::new(Metrics::default());
     let readiness = Arc::new(Readiness::default());
     let mut servers = vec![];
@@ -121,21 +129,145 @@ pub async fn run_until(
             }
         }
     }
+    Ok(Served {
+        metrics,
+        readiness,
+        servers,
+    })
+}
+
+/// Runs the controllers until `shutdown` resolves (or a watch cannot start), serving metrics
+/// and health as asked. No leader election: this process is the only writer (the cockpit's
+/// in-process mode, a single replica).
+///
+/// # Guarantees
+/// * Migrations are reconciled on changes to themselves and to the Jobs, DataVolumes and
+///   VirtualMachines they own, and to VirtualMachineInstances carrying their label.
+/// * `/readyz` answers 200 once the controllers' caches have synced.
+/// * On `shutdown` no new reconcile starts; running ones get `opts.shutdown_grace` to finish.
+///
+/// # Errors
+/// [`crate::Error::Io`] when an endpoint address cannot be bound.
+pub async fn run_until(
+    client: Client,
+    opts: RunOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let served = serve(&opts).await?;
+    served.metrics.leader.set(1);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controllers = controllers(client, &opts, &served, stop_rx);
+    tokio::pin!(controllers);
+    tokio::select! {
+        () = &mut controllers => {}
+        () = shutdown => {
+            let _ = stop_tx.send(true);
+            finish_within(controllers, opts.shutdown_grace).await;
+        }
+    }
+    info!("controllers stopped");
+    Ok(())
+}
+
+/// Runs the controllers only while this candidate holds the Lease of `election`.
+///
+/// # Guarantees
+/// * As a standby nothing is watched or written but the Lease; `/readyz` answers 200
+///   ("standby") and `ferry_controller_leader` is 0.
+/// * Every write of the controllers goes through a client behind the [`Fence`]: none leaves
+///   once the renew deadline passed without a renewal, whatever the controllers are doing.
+/// * On `shutdown`: no new reconcile starts, running ones get `opts.shutdown_grace`, then the
+///   fence closes and the Lease is released (a standby takes it at once); returns `Ok`.
+///
+/// # Errors
+/// [`crate::Error::LeadershipLost`] when leadership is lost (the process should exit and be
+/// restarted as a standby); [`crate::Error::Io`] for endpoints; client construction errors.
+pub async fn run_elected(
+    config: kube::Config,
+    opts: RunOptions,
+    election: ElectionConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let served = serve(&opts).await?;
+    served.readiness.set_standby();
+    served.metrics.leader.set(0);
+    let fence = Fence::elected(served.metrics.fenced_writes.clone());
+    let mut config = config;
+    // kube's retry layer would resend a write long after the fence let it through.
+    config.default_retry = false;
+    let lease_client = Client::try_from(config.clone())?;
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&FenceLayer(fence.clone()))
+        .build();
+    let mut elector = Elector::new(lease_client, election, fence.clone());
+    let shutdown = shutdown.shared();
+    info!(identity = %elector.identity(), "standing by for the lease");
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = shutdown.clone() => {
+            info!("stopped as a standby");
+            return Ok(());
+        }
+    }
+    served.metrics.leader.set(1);
+    served.readiness.set_syncing();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controllers = controllers(client, &opts, &served, stop_rx);
+    tokio::pin!(controllers);
+    let lost = tokio::select! {
+        lost = elector.hold() => Some(lost),
+        () = &mut controllers => None,
+        () = shutdown => {
+            let _ = stop_tx.send(true);
+            // Keep renewing while the running reconciles finish.
+            tokio::select! {
+                lost = elector.hold() => Some(lost),
+                () = finish_within(&mut controllers, opts.shutdown_grace) => None,
+            }
+        }
+    };
+    served.metrics.leader.set(0);
+    if let Some(lost) = lost {
+        // Dropping the controllers ends every reconcile; the fence already refuses writes.
+        warn!(reason = %lost, "leadership lost; stopping");
+        return Err(crate::Error::LeadershipLost(lost));
+    }
+    elector.release().await;
+    info!("controllers stopped");
+    Ok(())
+}
+
+/// Waits for `controllers` to end, at most `grace`.
+async fn finish_within(controllers: impl Future<Output = ()>, grace: Duration) {
+    if tokio::time::timeout(grace, controllers).await.is_err() {
+        warn!(
+            ?grace,
+            "reconciles still running after the shutdown grace; stopping them"
+        );
+    }
+}
+
+/// Both controllers, ending when `stop` turns true (after their running reconciles); marks
+/// `served` ready once their caches have synced.
+fn controllers(
+    client: Client,
+    opts: &RunOptions,
+    served: &Served,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(Context::new(
         client.clone(),
         opts.policy.clone(),
-        metrics.clone(),
+        served.metrics.clone(),
     ));
     let ns = opts.namespace.as_deref();
     let config = ControllerConfig::default().concurrency(opts.concurrency);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
-        let mut rx = stop_rx.clone();
+        let mut rx = stop.clone();
         async move {
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-
     let migrations = Controller::new(
         api::<VirtualMachineMigration>(&client, ns),
         watcher::Config::default(),
@@ -155,13 +287,7 @@ pub async fn run_until(
                 .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
         },
     )
-    .graceful_shutdown_on(stopped())
-    .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            debug!(error = %e, "migration controller");
-        }
-    });
+    .graceful_shutdown_on(stopped());
     let waves = Controller::new(
         api::<MigrationWave>(&client, ns),
         watcher::Config::default(),
@@ -171,34 +297,51 @@ pub async fn run_until(
         api::<VirtualMachineMigration>(&client, ns),
         watcher::Config::default(),
     )
-    .graceful_shutdown_on(stopped())
-    .run(wave::reconcile, wave::error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            debug!(error = %e, "wave controller");
+    .graceful_shutdown_on(stopped());
+    let (migration_store, wave_store) = (migrations.store(), waves.store());
+    let run_waves = opts.waves;
+    let readiness = served.readiness.clone();
+    let synced = async move {
+        let m = migration_store.wait_until_ready().await;
+        let w = if run_waves {
+            wave_store.wait_until_ready().await
+        } else {
+            Ok(())
+        };
+        if m.is_ok() && w.is_ok() {
+            readiness.set_ready();
+            info!("caches synced; ready");
         }
-    });
+    };
+    let migrations = migrations
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "migration controller");
+            }
+        });
+    let waves = waves
+        .run(wave::reconcile, wave::error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "wave controller");
+            }
+        });
     info!(
         namespace = ns.unwrap_or("all"),
         concurrency = opts.concurrency,
         waves = opts.waves,
         "controllers running"
     );
-    readiness.set_ready();
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    if opts.waves {
-        futures::join!(migrations, waves);
-    } else {
-        migrations.await;
+    async move {
+        let synced = tokio::spawn(synced);
+        if run_waves {
+            futures::join!(migrations, waves);
+        } else {
+            migrations.await;
+        }
+        synced.abort();
     }
-    for (_, task) in servers {
-        task.abort();
-    }
-    info!("controllers stopped");
-    Ok(())
 }
 
 /// Runs the controllers until SIGTERM or Ctrl-C (what the cockpit's `ferry controller` and the

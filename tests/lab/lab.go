@@ -220,6 +220,11 @@ func runLab(args []string) int {
 			where = append(where, cmp.Or(c.json, c.name)+" "+c.url())
 		}
 	}
+	if err := l.serveControl(ctx); err != nil {
+		progress("FAILED: %v", err)
+		l.stop()
+		return 1
+	}
 	progress("ready in %.1fs: %s (state %s)", time.Since(labStart).Seconds(), strings.Join(where, ", "), dir)
 	fmt.Fprintln(os.Stdout, "ready")
 
@@ -254,9 +259,10 @@ type lab struct {
 
 	componentState // what the components' start functions keep for their probes and entries
 
-	mu       sync.Mutex
-	stops    map[string]func() // component name -> how to stop it
-	stopOnce sync.Once
+	mu        sync.Mutex
+	stops     map[string]func() // component name -> how to stop it
+	stopOnce  sync.Once
+	restartMu sync.Mutex // one restart at a time (restart.go)
 }
 
 func (l *lab) start(ctx context.Context) error {

@@ -87,21 +87,38 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
     if has_finalizer && deleting && result.is_ok() {
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
     }
+    if result.is_ok()
+        && let Some(uid) = obj.uid()
+    {
+        ctx.note_success(&uid);
+    }
     ctx.metrics
         .reconcile_seconds
         .observe(started.elapsed().as_secs_f64());
     result
 }
 
-/// What the work queue does after a failed reconcile.
+/// What the work queue does after a failed reconcile: a conflict is retried at once, anything
+/// else (a Kubernetes API error, an apiserver away) with the policy's backoff per object.
 pub fn error_policy(obj: Arc<VirtualMachineMigration>, err: &Error, ctx: Arc<Context>) -> Requeue {
     ctx.metrics.error(CONTROLLER, err.metric_label());
-    if err.is_conflict() {
-        debug!(migration = %obj.name_any(), "conflict; retrying");
-        return Requeue::requeue(Duration::from_millis(200));
+    let uid = obj.uid().unwrap_or_default();
+    let delay = retry_delay(err, ctx.note_failure(&uid), &ctx.policy, &uid);
+    if err.is_conflict() || err.is_fenced() {
+        debug!(migration = %obj.name_any(), error = %err, "retrying");
+    } else {
+        warn!(migration = %obj.name_any(), error = %err, label = err.metric_label(), ?delay, "reconcile failed");
     }
-    warn!(migration = %obj.name_any(), error = %err, label = err.metric_label(), "reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
+    Requeue::requeue(delay)
+}
+
+/// How long to wait after a failed reconcile, the `failures`-th failure in a row of the object
+/// with `uid`. Pure.
+pub fn retry_delay(err: &Error, failures: u32, policy: &Policy, uid: &str) -> Duration {
+    if err.is_conflict() {
+        return Duration::from_millis(200);
+    }
+    backoff(failures, policy.backoff_base, policy.backoff_cap, uid)
 }
 
 async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {

@@ -26,6 +26,20 @@ pub const CONTROLLER: &str = "wave";
 /// Kubernetes API failures; the work queue retries.
 pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Requeue> {
     ctx.metrics.reconcile(CONTROLLER);
+    let started = std::time::Instant::now();
+    let result = reconcile_wave(&wave, &ctx).await;
+    if result.is_ok()
+        && let Some(uid) = wave.uid()
+    {
+        ctx.note_success(&uid);
+    }
+    ctx.metrics
+        .wave_reconcile_seconds
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> {
     let ns = wave.namespace().ok_or(Error::MissingField {
         kind: "MigrationWave",
         field: "metadata.namespace",
@@ -88,11 +102,14 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     })
 }
 
-/// What the work queue does after a failed wave reconcile.
+/// What the work queue does after a failed wave reconcile: the policy's backoff per wave
+/// (a conflict at once).
 pub fn error_policy(wave: Arc<MigrationWave>, err: &Error, ctx: Arc<Context>) -> Requeue {
     ctx.metrics.error(CONTROLLER, err.metric_label());
-    if !err.is_conflict() {
-        warn!(wave = %wave.name_any(), error = %err, "wave reconcile failed");
+    let uid = wave.uid().unwrap_or_default();
+    let delay = crate::reconcile::retry_delay(err, ctx.note_failure(&uid), &ctx.policy, &uid);
+    if !err.is_conflict() && !err.is_fenced() {
+        warn!(wave = %wave.name_any(), error = %err, ?delay, "wave reconcile failed");
     }
-    Requeue::requeue(Duration::from_secs(if err.is_conflict() { 1 } else { 5 }))
+    Requeue::requeue(delay)
 }
