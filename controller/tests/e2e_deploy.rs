@@ -24,6 +24,7 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
     for kind in [
         "serviceaccount/ferry-controller",
         "clusterrole.rbac.authorization.k8s.io/ferry-controller",
+        "role.rbac.authorization.k8s.io/ferry-controller-leader",
         "deployment.apps/ferry-controller",
         "poddisruptionbudget.policy/ferry-controller",
     ] {
@@ -37,6 +38,13 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
             "system:authenticated",
         ],
     );
+    // Under leader election, as deployed: the Lease in ferry-system (a name of this test's own).
+    let lease = format!("ferry-controller-{}", env.ns.name);
+    env.extra_controller_args = ["--leader-elect", "--leader-elect-namespace", "ferry-system"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(["--leader-elect-lease-name".to_owned(), lease])
+        .collect();
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("rbac")).await;

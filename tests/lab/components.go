@@ -198,9 +198,19 @@ func (l *lab) apiserverStart(context.Context) (func(), error) {
 		"--proxy-client-cert-file=" + p.frontClientCert,
 		"--proxy-client-key-file=" + p.frontKey,
 		"--profiling=false",
+		// Every write, as the apiserver saw it (who, impersonating whom, what, when): how a test
+		// proves from the apiserver's side that a fenced controller wrote nothing (auditWrites).
+		"--audit-policy-file=" + auditPolicyPath(l.dir),
+		"--audit-log-path=" + filepath.Join(l.logDir, "audit.log"),
+		"--audit-log-format=json",
+		"--audit-log-maxsize=200",
+		"--audit-log-maxbackup=1",
 		// 127.0.0.1 cannot be published in the kubernetes Service endpoints
 		"--endpoint-reconciler-type=none",
 		"--v=1",
+	}
+	if err := writeAuditPolicy(l.dir); err != nil {
+		return nil, err
 	}
 	// The lab's own clients, for the probes of the apiserver and what runs on it.
 	var err error

@@ -152,6 +152,25 @@ impl Lab {
         Ok(())
     }
 
+    /// Restarts one component of the lab (`apiserver`, `controller-manager`, `s3s-fs`) through
+    /// its control socket: stopped, started again on the same ports and data, and ready when this
+    /// returns. Other components keep running.
+    pub fn restart(&self, component: &str) -> Result<()> {
+        use std::io::{Read, Write};
+        let path = self.info.state_dir.join("control.sock");
+        let what = format!("restarting {component}");
+        let io = |source| Error::Command { what: what.clone(), detail: format!("{}: {source}", path.display()) };
+        let mut s = std::os::unix::net::UnixStream::connect(&path).map_err(io)?;
+        s.set_read_timeout(Some(READY_TIMEOUT)).map_err(io)?;
+        writeln!(s, "restart {component}").map_err(io)?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).map_err(io)?;
+        match answer.trim() {
+            "ok" => Ok(()),
+            other => Err(Error::Command { what, detail: other.to_owned() }),
+        }
+    }
+
     /// A client with the lab's admin identity.
     pub async fn client(&self) -> Result<kube::Client> {
         self.client_with(KubeConfigOptions::default()).await
