@@ -302,16 +302,19 @@ fn controllers(
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
     let synced = async move {
-        let m = migration_store.wait_until_ready().await;
-        let w = if run_waves {
-            wave_store.wait_until_ready().await
-        } else {
-            Ok(())
-        };
-        if m.is_ok() && w.is_ok() {
-            readiness.set_ready();
-            info!("caches synced; ready");
+        // The controllers' own runners wait on the same stores, and a store wakes one waiter
+        // only: look, rather than wait.
+        while !matches!(
+            migration_store.wait_until_ready().now_or_never(),
+            Some(Ok(()))
+        ) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        while run_waves && !matches!(wave_store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        readiness.set_ready();
+        info!("caches synced; ready");
     };
     let migrations = migrations
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())

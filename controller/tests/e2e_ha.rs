@@ -89,7 +89,11 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
     );
     assert!(b.log().contains("lease released"), "{}", b.log());
     wait_ready(&a, "ready").await;
-    env.create(&env.migration("m2")).await;
+    let second = env.lab.claim_vm().unwrap();
+    ferry_harness::put_vmdk(&second, &env.scratch.join("second"), 8, 7).unwrap();
+    let mut m2 = env.migration("m2");
+    m2.spec.source.vm = ferry_crds::VmSelector::by_name(second.name.clone());
+    env.create(&m2).await;
     let m2 = env.wait_for("m2", "m2 to finish", 300, |v| v.phase().is_terminal()).await;
     assert_eq!(m2.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m2));
 }

@@ -50,12 +50,21 @@ pub enum WaveConditionType {
     Progressing,
     /// Every migration of the wave succeeded.
     Ready,
+    /// Every migration of the wave finished (succeeded, failed or cancelled), or the wave was
+    /// cancelled.
+    Completed,
+    /// At least one migration of the wave failed (the message gives how many).
+    Degraded,
 }
 
 impl WaveConditionType {
     /// Every wave condition type, in display order.
-    pub const ALL: [WaveConditionType; 2] =
-        [WaveConditionType::Progressing, WaveConditionType::Ready];
+    pub const ALL: [WaveConditionType; 4] = [
+        WaveConditionType::Progressing,
+        WaveConditionType::Completed,
+        WaveConditionType::Degraded,
+        WaveConditionType::Ready,
+    ];
 }
 
 impl ConditionKind for WaveConditionType {

@@ -230,6 +230,9 @@ pub struct MigrationWaveStatus {
     /// Migrations per group of phases.
     #[serde(default)]
     pub counts: WaveCounts,
+    /// Migrations per phase (only phases with at least one).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub phases: std::collections::BTreeMap<String, i32>,
     /// Migrations being worked on (past Queued, not finished); at most spec.maxInFlight.
     #[serde(default)]
     pub in_flight: i32,
@@ -251,7 +254,8 @@ pub struct MigrationWaveStatus {
     /// Disk bytes to copy over all migrations (known once they are discovered).
     #[serde(default)]
     pub bytes_total: i64,
-    /// Progressing and Ready, one entry per type.
+    /// Progressing, Completed, Degraded (True with the failed count when a migration failed) and
+    /// Ready, one entry per type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]

@@ -186,6 +186,60 @@ fn status(
         generation,
         now,
     );
+    let (c_status, c_reason, c_msg) = match phase {
+        WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled => (
+            ConditionStatus::True,
+            p_reason,
+            format!("{finished} of {total} finished"),
+        ),
+        WavePhase::Pending | WavePhase::Running | WavePhase::Paused => (
+            ConditionStatus::False,
+            if phase == WavePhase::Paused {
+                Reason::Paused
+            } else {
+                Reason::InProgress
+            },
+            format!("{finished} of {total} finished"),
+        ),
+    };
+    condition::set_condition(
+        &mut conditions,
+        WaveConditionType::Completed,
+        c_status,
+        c_reason,
+        c_msg,
+        generation,
+        now,
+    );
+    let (d_status, d_reason, d_msg) = if counts.failed > 0 {
+        (
+            ConditionStatus::True,
+            Reason::Failed,
+            format!(
+                "{} of {total} failed; raise spec.retry to retry them",
+                counts.failed
+            ),
+        )
+    } else {
+        (
+            ConditionStatus::False,
+            if phase == WavePhase::Succeeded {
+                Reason::Succeeded
+            } else {
+                Reason::InProgress
+            },
+            "no migration failed".to_owned(),
+        )
+    };
+    condition::set_condition(
+        &mut conditions,
+        WaveConditionType::Degraded,
+        d_status,
+        d_reason,
+        d_msg,
+        generation,
+        now,
+    );
     let (r_status, r_reason) = if phase == WavePhase::Succeeded {
         (ConditionStatus::True, Reason::Succeeded)
     } else {
@@ -200,11 +254,16 @@ fn status(
         generation,
         now,
     );
+    let mut phases = std::collections::BTreeMap::new();
+    for c in children {
+        *phases.entry(c.phase().as_str().to_owned()).or_insert(0) += 1;
+    }
     MigrationWaveStatus {
         observed_generation: generation,
         phase,
         total,
         counts,
+        phases,
         in_flight,
         started_at,
         completed_at,
@@ -335,6 +394,64 @@ mod tests {
             p.status
                 .condition(WaveConditionType::Ready)
                 .is_some_and(|c| c.status == ConditionStatus::True)
+        );
+    }
+
+    #[test]
+    fn completed_and_degraded_conditions_and_per_phase_counts() {
+        let cond = |p: &Plan, t| {
+            let c = p.status.condition(t).unwrap();
+            (c.status, c.reason)
+        };
+        let w = wave("w", 3);
+        let kids = children_of(
+            &w,
+            &[
+                (Phase::Failed, false),
+                (Phase::Importing, false),
+                (Phase::Queued, true),
+            ],
+        );
+        let p = decide(&w, &kids, &t0());
+        assert_eq!(
+            cond(&p, WaveConditionType::Degraded),
+            (ConditionStatus::True, Reason::Failed)
+        );
+        assert!(
+            p.status
+                .condition(WaveConditionType::Degraded)
+                .unwrap()
+                .message
+                .starts_with("1 of 3 failed")
+        );
+        assert_eq!(
+            cond(&p, WaveConditionType::Completed),
+            (ConditionStatus::False, Reason::InProgress)
+        );
+        assert_eq!(p.status.phases.get("Importing"), Some(&1));
+        assert_eq!(p.status.phases.get("Failed"), Some(&1));
+        assert_eq!(p.status.phases.get("Queued"), Some(&1));
+        let done = children_of(
+            &w,
+            &[
+                (Phase::Succeeded, false),
+                (Phase::Succeeded, false),
+                (Phase::Succeeded, false),
+            ],
+        );
+        let p = decide(&w, &done, &t0());
+        assert_eq!(
+            cond(&p, WaveConditionType::Completed),
+            (ConditionStatus::True, Reason::Succeeded)
+        );
+        assert_eq!(
+            cond(&p, WaveConditionType::Degraded),
+            (ConditionStatus::False, Reason::Succeeded)
+        );
+        let p = decide(&w.clone().paused(), &kids, &t0());
+        assert_eq!(
+            cond(&p, WaveConditionType::Completed),
+            (ConditionStatus::False, Reason::Paused)
         );
     }
 
