@@ -9,6 +9,7 @@
 
 pub mod apis;
 pub mod children;
+pub mod client;
 pub mod context;
 pub mod convert;
 mod error;

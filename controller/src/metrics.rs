@@ -58,6 +58,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Writes the fence refused because leadership was not surely held.
     pub fenced_writes: Counter,
+    /// Requests to the Kubernetes API, by verb (under leader election, where the client is
+    /// built by the controller).
+    pub requests: Family<crate::client::RequestLabels, Counter>,
     registry: Registry,
 }
 
@@ -114,7 +117,14 @@ impl Default for Metrics {
             "Writes refused because leadership was not surely held",
             fenced_writes.clone(),
         );
+        let requests = Family::<crate::client::RequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API, by verb",
+            requests.clone(),
+        );
         Self {
+            requests,
             reconciles,
             errors,
             writes,

@@ -13,7 +13,6 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::client::ClientBuilder;
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
@@ -21,7 +20,7 @@ use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
-use crate::leader::{ElectionConfig, Elector, Fence, FenceLayer};
+use crate::leader::{ElectionConfig, Elector, Fence};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::{Result, reconcile, wave};
@@ -192,13 +191,8 @@ pub async fn run_elected(
     served.readiness.set_standby();
     served.metrics.leader.set(0);
     let fence = Fence::elected(served.metrics.fenced_writes.clone());
-    let mut config = config;
-    // kube's retry layer would resend a write long after the fence let it through.
-    config.default_retry = false;
     let lease_client = Client::try_from(config.clone())?;
-    let client = ClientBuilder::try_from(config)?
-        .with_layer(&FenceLayer(fence.clone()))
-        .build();
+    let client = crate::client::build(config, &fence, &served.metrics.requests)?;
     let mut elector = Elector::new(lease_client, election, fence.clone());
     let shutdown = shutdown.shared();
     info!(identity = %elector.identity(), "standing by for the lease");

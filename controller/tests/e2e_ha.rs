@@ -50,6 +50,8 @@ fn replica(env: &Env, name: &str, server: Option<&str>) -> Replica {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_one() {
     let mut env = Env::new("e2e-ha-takeover", 8).await;
+    // Imports of 8 s: the leader is killed mid-migration.
+    env.sim_args = vec!["--throughput-mib".into(), "1".into()];
     env.start_sim();
     let mut a = replica(&env, "a", None);
     let mut b = replica(&env, "b", None);
@@ -65,7 +67,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
 
     // The leader works; then it dies mid-migration and the standby finishes the job.
     env.create(&env.migration("m1")).await;
-    env.wait_phase("m1", Phase::Converting, 120).await;
+    env.wait_phase("m1", Phase::Importing, 180).await;
     a.kill();
     let after_kill = wait_holder(&env, "b", 60).await;
     println!("takeover after SIGKILL: {:.1} s (lease 4 s)", after_kill.as_secs_f64());

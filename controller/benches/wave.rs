@@ -1,0 +1,418 @@
+//! `make bench`: a 1,000-VM wave through the sim at speed, and a settled cluster of 10,000
+//! migrations, on a lab of their own. Prints a table with the target beside each figure and
+//! writes it to `target/bench/wave.{txt,json}`.
+//!
+//! The ideal wall time is what the sim's step times and `maxInFlight` allow: one migration alone
+//! (measured first, same sim speed) times the number of rounds, `ceil(N / maxInFlight)`.
+//! `FERRY_BENCH_VMS`, `FERRY_BENCH_SETTLED`, `FERRY_BENCH_MAX_IN_FLIGHT`, `FERRY_BENCH_SPEED`
+//! resize it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ferry_crds::wave::WaveSource;
+use ferry_crds::{
+    MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec,
+    VirtualMachineMigration, VmSelector, WaveTemplate, WaveVm, names,
+};
+use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, put_vmdk, repo_root};
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::Api;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn release_bins() -> (PathBuf, PathBuf) {
+    // The controller is this package's binary (built for benches); the sim is another package.
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "ferry-sim", "-p", "ferry-controller", "--bins"])
+        .current_dir(repo_root())
+        .status()
+        .unwrap();
+    assert!(st.success(), "building the release binaries");
+    let dir = repo_root().join("target/release");
+    (dir.join("ferry-controller"), dir.join("ferry-sim"))
+}
+
+fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Secret::default()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// Sum of the samples of metric `name` whose labels contain `filter`.
+fn metric(text: &str, name: &str, filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter(|l| l.contains(filter))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// The q-quantile of a Prometheus histogram (linear inside the bucket).
+fn quantile(text: &str, name: &str, q: f64) -> f64 {
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, l.rsplit_once(' ')?.1.parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    if total == 0.0 {
+        return 0.0;
+    }
+    let want = q * total;
+    let (mut lo, mut below) = (0.0, 0.0);
+    for (le, count) in buckets {
+        if count >= want {
+            if le.is_infinite() {
+                return lo;
+            }
+            let frac = if count > below { (want - below) / (count - below) } else { 1.0 };
+            return lo + (le - lo) * frac;
+        }
+        (lo, below) = (le, count);
+    }
+    lo
+}
+
+/// CPU seconds and (peak, current) resident MiB of a process.
+fn usage(pid: u32) -> (f64, f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (cpu, kib("VmHWM:") / 1024.0, kib("VmRSS:") / 1024.0)
+}
+
+struct Controller {
+    proc: ChildGuard,
+    metrics: u16,
+}
+
+fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controller {
+    let metrics = free_port();
+    let out = || std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.arg("--kubeconfig")
+        .arg(&lab.info.kubeconfig)
+        .args(["--namespace", ns, "--concurrency", "64"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}"), "--health-addr", ""])
+        .args(["--leader-elect", "--leader-elect-namespace", ns])
+        .env("RUST_LOG", "info,kube=warn")
+        .stdout(out())
+        .stderr(out());
+    Controller {
+        proc: ChildGuard::spawn("ferry-controller", cmd).unwrap(),
+        metrics,
+    }
+}
+
+fn template(lab: &Lab) -> WaveTemplate {
+    let info = &lab.info;
+    WaveTemplate {
+        source: WaveSource {
+            endpoint: SourceEndpoint {
+                url: info.vcenter.url.clone(),
+                credentials_secret_ref: SecretRef::new("vsphere"),
+                thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
+                insecure_skip_tls_verify: false,
+            },
+            power: Default::default(),
+        },
+        target: Default::default(),
+        staging: StagingSpec {
+            endpoint: info.s3.endpoint.clone(),
+            bucket: info.s3.bucket.clone(),
+            prefix: Some("bench".into()),
+            region: info.s3.region.clone(),
+            credentials_secret_ref: SecretRef::new("staging"),
+        },
+        conversion: Default::default(),
+    }
+}
+
+async fn run_wave(
+    waves: &Api<MigrationWave>,
+    name: &str,
+    lab: &Lab,
+    vms: &[String],
+    max_in_flight: i32,
+) -> Duration {
+    let spec = MigrationWaveSpec {
+        template: template(lab),
+        vms: vms
+            .iter()
+            .map(|n| WaveVm {
+                vm: VmSelector::by_name(n.clone()),
+                target_name: None,
+            })
+            .collect(),
+        max_in_flight,
+        paused: false,
+        cancel: false,
+        retry: 0,
+    };
+    let t = Instant::now();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new(name, spec))
+        .await
+        .unwrap();
+    let w = eventually(&format!("wave {name} to finish"), Duration::from_secs(7200), || async {
+        let w = waves.get(name).await.ok()?;
+        w.status.as_ref().is_some_and(|s| s.phase.is_terminal()).then_some(w)
+    })
+    .await
+    .unwrap();
+    let s = w.status.unwrap();
+    assert_eq!(s.counts.succeeded as usize, vms.len(), "wave {name}: {s:?}");
+    t.elapsed()
+}
+
+struct Row {
+    what: String,
+    figure: String,
+    target: String,
+}
+
+fn row(what: &str, figure: String, target: &str) -> Row {
+    Row {
+        what: what.into(),
+        figure,
+        target: target.into(),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    // `cargo bench` passes --bench; a filter that does not name us skips (as libtest would).
+    if let Some(f) = std::env::args().skip(1).find(|a| !a.starts_with('-'))
+        && !"wave".contains(&f)
+    {
+        return;
+    }
+    ferry_controller::tls::install_default_provider();
+    let n = env_or("FERRY_BENCH_VMS", 1000);
+    let settled = env_or("FERRY_BENCH_SETTLED", 10_000);
+    let max_in_flight = env_or("FERRY_BENCH_MAX_IN_FLIGHT", 50) as i32;
+    let speed = env_or("FERRY_BENCH_SPEED", 20);
+    let (ctl_bin, sim_bin) = release_bins();
+    let state = repo_root().join("target/lab/bench-state");
+    let _ = std::fs::remove_dir_all(&state);
+    let t = Instant::now();
+    let lab = Lab::start(&state, (n + 1) as u32).unwrap();
+    println!("bench: lab with {} VMs in {:.0} s", n + 1, t.elapsed().as_secs_f64());
+    let crds = repo_root().join("deploy/crds");
+    lab.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]).unwrap();
+    lab.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/virtualmachinemigrations.migration.platform.example",
+        "crd/migrationwaves.migration.platform.example",
+    ])
+    .unwrap();
+    let ns: TestNamespace = lab.namespace("bench").await.unwrap();
+    let scratch = repo_root().join("target/bench/scratch");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let info = lab.info.clone();
+    let secrets: Api<Secret> = ns.api();
+    for s in [
+        secret("vsphere", &[("username", &info.vcenter.username), ("password", &info.vcenter.password)]),
+        secret("staging", &[("accessKeyId", &info.s3.access_key), ("secretAccessKey", &info.s3.secret_key)]),
+    ] {
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let inventory: Vec<_> = info.inventory().unwrap().into_iter().take(n + 1).collect();
+    let t = Instant::now();
+    for (i, vm) in inventory.iter().enumerate() {
+        put_vmdk(vm, &scratch.join("disks"), 1, i as u64).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(scratch.join("disks"));
+    println!("bench: {} 1 MiB disks written in {:.0} s", n + 1, t.elapsed().as_secs_f64());
+
+    let volumes = scratch.join("volumes");
+    std::fs::create_dir_all(&volumes).unwrap();
+    let log = |what: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(scratch.join(format!("{what}.log")))
+            .unwrap()
+    };
+    let mut sim = Command::new(&sim_bin);
+    sim.arg("--kubeconfig")
+        .arg(&info.kubeconfig)
+        .args(["--namespace", &ns.name, "--speed", &speed.to_string()])
+        .arg("--volume-dir")
+        .arg(&volumes)
+        .arg("--bin-dir")
+        .arg(ctl_bin.parent().unwrap())
+        .env("RUST_LOG", "warn")
+        .stdout(log("sim"))
+        .stderr(log("sim"));
+    let sim = ChildGuard::spawn("ferry-sim", sim).unwrap();
+    let mut ctl = start_controller(&ctl_bin, &lab, &ns.name, &scratch.join("controller.log"));
+    let waves: Api<MigrationWave> = ns.api();
+
+    // One migration alone: the per-migration floor at this sim speed.
+    let names: Vec<String> = inventory.iter().map(|v| v.name.clone()).collect();
+    let single = run_wave(&waves, "single", &lab, &names[..1], 1).await;
+    let base = http_get(ctl.metrics, "/metrics");
+    let (cpu0, _, _) = usage(ctl.proc.id().unwrap());
+    let wall = run_wave(&waves, "big", &lab, &names[1..], max_in_flight).await;
+    let after = http_get(ctl.metrics, "/metrics");
+    let (cpu1, peak_rss, _) = usage(ctl.proc.id().unwrap());
+    let rounds = n.div_ceil(max_in_flight as usize);
+    let ideal = single.as_secs_f64() * rounds as f64;
+    let delta = |name: &str, filter: &str| metric(&after, name, filter) - metric(&base, name, filter);
+    let requests = delta("ferry_controller_api_requests_total", "");
+    let status_writes = delta("ferry_controller_api_writes_total", "verb=\"status\",kind=\"VirtualMachineMigration\"");
+    let writes = delta("ferry_controller_api_writes_total", "");
+    let p50 = quantile(&after, "ferry_controller_reconcile_duration_seconds", 0.5);
+    let p99 = quantile(&after, "ferry_controller_reconcile_duration_seconds", 0.99);
+    let wp50 = quantile(&after, "ferry_controller_wave_reconcile_duration_seconds", 0.5);
+    let wp99 = quantile(&after, "ferry_controller_wave_reconcile_duration_seconds", 0.99);
+    let sim_cpu = usage(sim.id().unwrap()).0;
+    let nf = n as f64;
+
+    // A settled cluster: the wave's migrations plus copies of one of them, all Succeeded.
+    let vmms: Api<VirtualMachineMigration> = ns.api();
+    let done = vmms.list(&ListParams::default()).await.unwrap().items;
+    let model = done.iter().find(|v| v.phase() == Phase::Succeeded).unwrap().clone();
+    let extra = settled.saturating_sub(done.len());
+    let t = Instant::now();
+    futures::stream::iter(0..extra)
+        .for_each_concurrent(32, |i| {
+            let (vmms, model) = (vmms.clone(), model.clone());
+            async move {
+                let name = format!("settled-{i:05}");
+                let mut v = VirtualMachineMigration::new(&name, model.spec.clone());
+                v.metadata.finalizers = Some(vec![names::FINALIZER.to_owned()]);
+                v.metadata.annotations = model.metadata.annotations.clone().map(|mut a| {
+                    a.remove(names::HOLD_ANNOTATION);
+                    a
+                });
+                vmms.create(&PostParams::default(), &v).await.unwrap();
+                let patch = serde_json::json!({"status": model.status});
+                vmms.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    println!("bench: {extra} settled migrations added in {:.0} s", t.elapsed().as_secs_f64());
+    ctl.proc.terminate();
+    let mut ctl = start_controller(&ctl_bin, &lab, &ns.name, &scratch.join("controller-settled.log"));
+    let total = vmms.list(&ListParams::default()).await.unwrap().items.len();
+    let synced = eventually("the controller to reconcile every settled migration", Duration::from_secs(900), || async {
+        let m = http_get(ctl.metrics, "/metrics");
+        (metric(&m, "ferry_controller_reconciles_total", "migration") >= total as f64).then_some(())
+    })
+    .await;
+    synced.unwrap();
+    let m0 = http_get(ctl.metrics, "/metrics");
+    let window = Duration::from_secs(env_or("FERRY_BENCH_SETTLED_WINDOW", 120) as u64);
+    tokio::time::sleep(window).await;
+    let m1 = http_get(ctl.metrics, "/metrics");
+    let settled_writes = metric(&m1, "ferry_controller_api_writes_total", "") - metric(&m0, "ferry_controller_api_writes_total", "");
+    let settled_startup_writes = metric(&m0, "ferry_controller_api_writes_total", "");
+    let per_min = settled_writes / window.as_secs_f64() * 60.0;
+    let (_, settled_peak, settled_rss) = usage(ctl.proc.id().unwrap());
+    ctl.proc.terminate();
+    drop(sim);
+
+    let rows = vec![
+        row(&format!("{n}-VM wave, maxInFlight {max_in_flight}, sim speed {speed}: wall time"),
+            format!("{:.0} s", wall.as_secs_f64()),
+            &format!("≤ {:.0} s (ideal {:.0} s + 5 %)", ideal * 1.05, ideal)),
+        row("  one migration alone (the per-migration floor)", format!("{:.1} s", single.as_secs_f64()), "-"),
+        row("  ideal: floor × ceil(N / maxInFlight)", format!("{:.0} s ({rounds} rounds)", ideal), "-"),
+        row("  wall / ideal", format!("{:.2}", wall.as_secs_f64() / ideal), "≤ 1.05"),
+        row("API requests per migration (controller client)", format!("{:.1}", requests / nf), "-"),
+        row("API writes per migration (all kinds)", format!("{:.1}", writes / nf), "-"),
+        row("status writes per migration", format!("{:.1}", status_writes / nf), "-"),
+        row("controller CPU seconds (wave)", format!("{:.1} s ({:.2} s per migration)", cpu1 - cpu0, (cpu1 - cpu0) / nf), "-"),
+        row("sim CPU seconds (both runs)", format!("{sim_cpu:.1} s"), "-"),
+        row("controller peak RSS (wave)", format!("{peak_rss:.0} MiB"), "-"),
+        row("migration reconcile latency p50 / p99", format!("{:.1} / {:.1} ms", p50 * 1e3, p99 * 1e3), "-"),
+        row("wave reconcile latency p50 / p99", format!("{:.1} / {:.1} ms", wp50 * 1e3, wp99 * 1e3), "-"),
+        row(&format!("settled cluster of {total}: writes per minute"), format!("{per_min:.1} ({settled_writes:.0} in {} s)", window.as_secs()), "0"),
+        row("  writes while syncing after a restart", format!("{settled_startup_writes:.0}"), "0"),
+        row("  controller RSS (peak)", format!("{settled_rss:.0} MiB ({settled_peak:.0} MiB)"), "-"),
+    ];
+    let width = rows.iter().map(|r| r.what.chars().count()).max().unwrap_or(0);
+    let fig = rows.iter().map(|r| r.figure.chars().count()).max().unwrap_or(0);
+    let mut text = format!("{:<width$}  {:<fig$}  target\n", "ferry-controller: waves at scale", "figure");
+    for r in &rows {
+        text += &format!("{:<width$}  {:<fig$}  {}\n", r.what, r.figure, r.target);
+    }
+    print!("{text}");
+    let out = repo_root().join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("wave.txt"), &text).unwrap();
+    let json: Vec<BTreeMap<&str, &str>> = rows
+        .iter()
+        .map(|r| BTreeMap::from([("what", r.what.as_str()), ("figure", r.figure.as_str()), ("target", r.target.as_str())]))
+        .collect();
+    std::fs::write(out.join("wave.json"), serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    drop(ns);
+    lab.stop().unwrap();
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&state);
+}
