@@ -22,8 +22,8 @@ use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, put_vmdk, repo_r
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -35,7 +35,15 @@ fn env_or(name: &str, default: usize) -> usize {
 fn release_bins() -> (PathBuf, PathBuf) {
     // The controller is this package's binary (built for benches); the sim is another package.
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "ferry-sim", "-p", "ferry-controller", "--bins"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "ferry-sim",
+            "-p",
+            "ferry-controller",
+            "--bins",
+        ])
         .current_dir(repo_root())
         .status()
         .unwrap();
@@ -82,7 +90,11 @@ fn http_get(port: u16, path: &str) -> String {
 fn metric(text: &str, name: &str, filter: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter(|l| {
+            l.starts_with(name)
+                && (l.as_bytes().get(name.len()) == Some(&b'{')
+                    || l.as_bytes().get(name.len()) == Some(&b' '))
+        })
         .filter(|l| l.contains(filter))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
@@ -95,7 +107,11 @@ fn quantile(text: &str, name: &str, q: f64) -> f64 {
         .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
             Some((le, l.rsplit_once(' ')?.1.parse().ok()?))
         })
         .collect();
@@ -111,7 +127,11 @@ fn quantile(text: &str, name: &str, q: f64) -> f64 {
             if le.is_infinite() {
                 return lo;
             }
-            let frac = if count > below { (want - below) / (count - below) } else { 1.0 };
+            let frac = if count > below {
+                (want - below) / (count - below)
+            } else {
+                1.0
+            };
             return lo + (le - lo) * frac;
         }
         (lo, below) = (le, count);
@@ -126,7 +146,12 @@ fn usage(pid: u32) -> (f64, f64, f64) {
         .rsplit_once(')')
         .map(|(_, r)| r.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     let cpu = (ticks(11) + ticks(12)) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
@@ -146,12 +171,23 @@ struct Controller {
 
 fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controller {
     let metrics = free_port();
-    let out = || std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let out = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap()
+    };
     let mut cmd = Command::new(bin);
     cmd.arg("--kubeconfig")
         .arg(&lab.info.kubeconfig)
         .args(["--namespace", ns, "--concurrency", "64"])
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}"), "--health-addr", ""])
+        .args([
+            "--metrics-addr",
+            &format!("127.0.0.1:{metrics}"),
+            "--health-addr",
+            "",
+        ])
         .args(["--leader-elect", "--leader-elect-namespace", ns])
         .env("RUST_LOG", "info,kube=warn")
         .stdout(out())
@@ -212,10 +248,17 @@ async fn run_wave(
         .create(&PostParams::default(), &MigrationWave::new(name, spec))
         .await
         .unwrap();
-    let w = eventually(&format!("wave {name} to finish"), Duration::from_secs(7200), || async {
-        let w = waves.get(name).await.ok()?;
-        w.status.as_ref().is_some_and(|s| s.phase.is_terminal()).then_some(w)
-    })
+    let w = eventually(
+        &format!("wave {name} to finish"),
+        Duration::from_secs(7200),
+        || async {
+            let w = waves.get(name).await.ok()?;
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.phase.is_terminal())
+                .then_some(w)
+        },
+    )
     .await
     .unwrap();
     let s = w.status.unwrap();
@@ -255,9 +298,14 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&state);
     let t = Instant::now();
     let lab = Lab::start(&state, (n + 1) as u32).unwrap();
-    println!("bench: lab with {} VMs in {:.0} s", n + 1, t.elapsed().as_secs_f64());
+    println!(
+        "bench: lab with {} VMs in {:.0} s",
+        n + 1,
+        t.elapsed().as_secs_f64()
+    );
     let crds = repo_root().join("deploy/crds");
-    lab.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]).unwrap();
+    lab.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()])
+        .unwrap();
     lab.kubectl_ok(&[
         "wait",
         "--for=condition=Established",
@@ -273,8 +321,20 @@ async fn main() {
     let info = lab.info.clone();
     let secrets: Api<Secret> = ns.api();
     for s in [
-        secret("vsphere", &[("username", &info.vcenter.username), ("password", &info.vcenter.password)]),
-        secret("staging", &[("accessKeyId", &info.s3.access_key), ("secretAccessKey", &info.s3.secret_key)]),
+        secret(
+            "vsphere",
+            &[
+                ("username", &info.vcenter.username),
+                ("password", &info.vcenter.password),
+            ],
+        ),
+        secret(
+            "staging",
+            &[
+                ("accessKeyId", &info.s3.access_key),
+                ("secretAccessKey", &info.s3.secret_key),
+            ],
+        ),
     ] {
         secrets.create(&PostParams::default(), &s).await.unwrap();
     }
@@ -284,7 +344,11 @@ async fn main() {
         put_vmdk(vm, &scratch.join("disks"), 1, i as u64).unwrap();
     }
     let _ = std::fs::remove_dir_all(scratch.join("disks"));
-    println!("bench: {} 1 MiB disks written in {:.0} s", n + 1, t.elapsed().as_secs_f64());
+    println!(
+        "bench: {} 1 MiB disks written in {:.0} s",
+        n + 1,
+        t.elapsed().as_secs_f64()
+    );
 
     let volumes = scratch.join("volumes");
     std::fs::create_dir_all(&volumes).unwrap();
@@ -320,21 +384,37 @@ async fn main() {
     let (cpu1, peak_rss, _) = usage(ctl.proc.id().unwrap());
     let rounds = n.div_ceil(max_in_flight as usize);
     let ideal = single.as_secs_f64() * rounds as f64;
-    let delta = |name: &str, filter: &str| metric(&after, name, filter) - metric(&base, name, filter);
+    let delta =
+        |name: &str, filter: &str| metric(&after, name, filter) - metric(&base, name, filter);
     let requests = delta("ferry_controller_api_requests_total", "");
-    let status_writes = delta("ferry_controller_api_writes_total", "verb=\"status\",kind=\"VirtualMachineMigration\"");
+    let status_writes = delta(
+        "ferry_controller_api_writes_total",
+        "verb=\"status\",kind=\"VirtualMachineMigration\"",
+    );
     let writes = delta("ferry_controller_api_writes_total", "");
     let p50 = quantile(&after, "ferry_controller_reconcile_duration_seconds", 0.5);
     let p99 = quantile(&after, "ferry_controller_reconcile_duration_seconds", 0.99);
-    let wp50 = quantile(&after, "ferry_controller_wave_reconcile_duration_seconds", 0.5);
-    let wp99 = quantile(&after, "ferry_controller_wave_reconcile_duration_seconds", 0.99);
+    let wp50 = quantile(
+        &after,
+        "ferry_controller_wave_reconcile_duration_seconds",
+        0.5,
+    );
+    let wp99 = quantile(
+        &after,
+        "ferry_controller_wave_reconcile_duration_seconds",
+        0.99,
+    );
     let sim_cpu = usage(sim.id().unwrap()).0;
     let nf = n as f64;
 
     // A settled cluster: the wave's migrations plus copies of one of them, all Succeeded.
     let vmms: Api<VirtualMachineMigration> = ns.api();
     let done = vmms.list(&ListParams::default()).await.unwrap().items;
-    let model = done.iter().find(|v| v.phase() == Phase::Succeeded).unwrap().clone();
+    let model = done
+        .iter()
+        .find(|v| v.phase() == Phase::Succeeded)
+        .unwrap()
+        .clone();
     let extra = settled.saturating_sub(done.len());
     let t = Instant::now();
     futures::stream::iter(0..extra)
@@ -356,21 +436,35 @@ async fn main() {
             }
         })
         .await;
-    println!("bench: {extra} settled migrations added in {:.0} s", t.elapsed().as_secs_f64());
+    println!(
+        "bench: {extra} settled migrations added in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
     ctl.proc.terminate();
-    let mut ctl = start_controller(&ctl_bin, &lab, &ns.name, &scratch.join("controller-settled.log"));
+    let mut ctl = start_controller(
+        &ctl_bin,
+        &lab,
+        &ns.name,
+        &scratch.join("controller-settled.log"),
+    );
     let total = vmms.list(&ListParams::default()).await.unwrap().items.len();
-    let synced = eventually("the controller to reconcile every settled migration", Duration::from_secs(900), || async {
-        let m = http_get(ctl.metrics, "/metrics");
-        (metric(&m, "ferry_controller_reconciles_total", "migration") >= total as f64).then_some(())
-    })
+    let synced = eventually(
+        "the controller to reconcile every settled migration",
+        Duration::from_secs(900),
+        || async {
+            let m = http_get(ctl.metrics, "/metrics");
+            (metric(&m, "ferry_controller_reconciles_total", "migration") >= total as f64)
+                .then_some(())
+        },
+    )
     .await;
     synced.unwrap();
     let m0 = http_get(ctl.metrics, "/metrics");
     let window = Duration::from_secs(env_or("FERRY_BENCH_SETTLED_WINDOW", 120) as u64);
     tokio::time::sleep(window).await;
     let m1 = http_get(ctl.metrics, "/metrics");
-    let settled_writes = metric(&m1, "ferry_controller_api_writes_total", "") - metric(&m0, "ferry_controller_api_writes_total", "");
+    let settled_writes = metric(&m1, "ferry_controller_api_writes_total", "")
+        - metric(&m0, "ferry_controller_api_writes_total", "");
     let settled_startup_writes = metric(&m0, "ferry_controller_api_writes_total", "");
     let per_min = settled_writes / window.as_secs_f64() * 60.0;
     let (_, settled_peak, settled_rss) = usage(ctl.proc.id().unwrap());
@@ -378,27 +472,103 @@ async fn main() {
     drop(sim);
 
     let rows = vec![
-        row(&format!("{n}-VM wave, maxInFlight {max_in_flight}, sim speed {speed}: wall time"),
+        row(
+            &format!("{n}-VM wave, maxInFlight {max_in_flight}, sim speed {speed}: wall time"),
             format!("{:.0} s", wall.as_secs_f64()),
-            &format!("≤ {:.0} s (ideal {:.0} s + 5 %)", ideal * 1.05, ideal)),
-        row("  one migration alone (the per-migration floor)", format!("{:.1} s", single.as_secs_f64()), "-"),
-        row("  ideal: floor × ceil(N / maxInFlight)", format!("{:.0} s ({rounds} rounds)", ideal), "-"),
-        row("  wall / ideal", format!("{:.2}", wall.as_secs_f64() / ideal), "≤ 1.05"),
-        row("API requests per migration (controller client)", format!("{:.1}", requests / nf), "-"),
-        row("API writes per migration (all kinds)", format!("{:.1}", writes / nf), "-"),
-        row("status writes per migration", format!("{:.1}", status_writes / nf), "-"),
-        row("controller CPU seconds (wave)", format!("{:.1} s ({:.2} s per migration)", cpu1 - cpu0, (cpu1 - cpu0) / nf), "-"),
-        row("sim CPU seconds (both runs)", format!("{sim_cpu:.1} s"), "-"),
-        row("controller peak RSS (wave)", format!("{peak_rss:.0} MiB"), "-"),
-        row("migration reconcile latency p50 / p99", format!("{:.1} / {:.1} ms", p50 * 1e3, p99 * 1e3), "-"),
-        row("wave reconcile latency p50 / p99", format!("{:.1} / {:.1} ms", wp50 * 1e3, wp99 * 1e3), "-"),
-        row(&format!("settled cluster of {total}: writes per minute"), format!("{per_min:.1} ({settled_writes:.0} in {} s)", window.as_secs()), "0"),
-        row("  writes while syncing after a restart", format!("{settled_startup_writes:.0}"), "0"),
-        row("  controller RSS (peak)", format!("{settled_rss:.0} MiB ({settled_peak:.0} MiB)"), "-"),
+            &format!("≤ {:.0} s (ideal {:.0} s + 5 %)", ideal * 1.05, ideal),
+        ),
+        row(
+            "  one migration alone (the per-migration floor)",
+            format!("{:.1} s", single.as_secs_f64()),
+            "-",
+        ),
+        row(
+            "  ideal: floor × ceil(N / maxInFlight)",
+            format!("{:.0} s ({rounds} rounds)", ideal),
+            "-",
+        ),
+        row(
+            "  wall / ideal",
+            format!("{:.2}", wall.as_secs_f64() / ideal),
+            "≤ 1.05",
+        ),
+        row(
+            "API requests per migration (controller client)",
+            format!("{:.1}", requests / nf),
+            "-",
+        ),
+        row(
+            "API writes per migration (all kinds)",
+            format!("{:.1}", writes / nf),
+            "-",
+        ),
+        row(
+            "status writes per migration",
+            format!("{:.1}", status_writes / nf),
+            "-",
+        ),
+        row(
+            "controller CPU seconds (wave)",
+            format!(
+                "{:.1} s ({:.2} s per migration)",
+                cpu1 - cpu0,
+                (cpu1 - cpu0) / nf
+            ),
+            "-",
+        ),
+        row(
+            "sim CPU seconds (both runs)",
+            format!("{sim_cpu:.1} s"),
+            "-",
+        ),
+        row(
+            "controller peak RSS (wave)",
+            format!("{peak_rss:.0} MiB"),
+            "-",
+        ),
+        row(
+            "migration reconcile latency p50 / p99",
+            format!("{:.1} / {:.1} ms", p50 * 1e3, p99 * 1e3),
+            "-",
+        ),
+        row(
+            "wave reconcile latency p50 / p99",
+            format!("{:.1} / {:.1} ms", wp50 * 1e3, wp99 * 1e3),
+            "-",
+        ),
+        row(
+            &format!("settled cluster of {total}: writes per minute"),
+            format!(
+                "{per_min:.1} ({settled_writes:.0} in {} s)",
+                window.as_secs()
+            ),
+            "0",
+        ),
+        row(
+            "  writes while syncing after a restart",
+            format!("{settled_startup_writes:.0}"),
+            "0",
+        ),
+        row(
+            "  controller RSS (peak)",
+            format!("{settled_rss:.0} MiB ({settled_peak:.0} MiB)"),
+            "-",
+        ),
     ];
-    let width = rows.iter().map(|r| r.what.chars().count()).max().unwrap_or(0);
-    let fig = rows.iter().map(|r| r.figure.chars().count()).max().unwrap_or(0);
-    let mut text = format!("{:<width$}  {:<fig$}  target\n", "ferry-controller: waves at scale", "figure");
+    let width = rows
+        .iter()
+        .map(|r| r.what.chars().count())
+        .max()
+        .unwrap_or(0);
+    let fig = rows
+        .iter()
+        .map(|r| r.figure.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut text = format!(
+        "{:<width$}  {:<fig$}  target\n",
+        "ferry-controller: waves at scale", "figure"
+    );
     for r in &rows {
         text += &format!("{:<width$}  {:<fig$}  {}\n", r.what, r.figure, r.target);
     }
@@ -408,9 +578,19 @@ async fn main() {
     std::fs::write(out.join("wave.txt"), &text).unwrap();
     let json: Vec<BTreeMap<&str, &str>> = rows
         .iter()
-        .map(|r| BTreeMap::from([("what", r.what.as_str()), ("figure", r.figure.as_str()), ("target", r.target.as_str())]))
+        .map(|r| {
+            BTreeMap::from([
+                ("what", r.what.as_str()),
+                ("figure", r.figure.as_str()),
+                ("target", r.target.as_str()),
+            ])
+        })
         .collect();
-    std::fs::write(out.join("wave.json"), serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    std::fs::write(
+        out.join("wave.json"),
+        serde_json::to_vec_pretty(&json).unwrap(),
+    )
+    .unwrap();
     drop(ns);
     lab.stop().unwrap();
     let _ = std::fs::remove_dir_all(&scratch);

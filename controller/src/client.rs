@@ -26,7 +26,12 @@ pub fn verb<B>(req: &Request<B>) -> &'static str {
     let named = {
         // `/api/v1/namespaces/x/pods` lists, `/api/v1/namespaces/x/pods/p` gets: a collection
         // path has an even number of segments past the group/version prefix.
-        let segs: Vec<&str> = req.uri().path().split('/').filter(|s| !s.is_empty()).collect();
+        let segs: Vec<&str> = req
+            .uri()
+            .path()
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
         let prefix = if segs.first() == Some(&"api") { 2 } else { 3 };
         let rest = segs.len().saturating_sub(prefix);
         rest % 2 == 0
@@ -112,19 +117,40 @@ mod tests {
     fn verbs_as_the_apiserver_names_them() {
         let r = |m: Method, uri: &str| Request::builder().method(m).uri(uri).body(()).unwrap();
         let ns = "/apis/migration.platform.example/v1alpha1/namespaces/x";
-        assert_eq!(verb(&r(Method::GET, &format!("{ns}/virtualmachinemigrations"))), "list");
-        assert_eq!(verb(&r(Method::GET, &format!("{ns}/virtualmachinemigrations/m"))), "get");
         assert_eq!(
-            verb(&r(Method::GET, &format!("{ns}/virtualmachinemigrations?watch=true&rv=1"))),
+            verb(&r(Method::GET, &format!("{ns}/virtualmachinemigrations"))),
+            "list"
+        );
+        assert_eq!(
+            verb(&r(Method::GET, &format!("{ns}/virtualmachinemigrations/m"))),
+            "get"
+        );
+        assert_eq!(
+            verb(&r(
+                Method::GET,
+                &format!("{ns}/virtualmachinemigrations?watch=true&rv=1")
+            )),
             "watch"
         );
-        assert_eq!(verb(&r(Method::GET, "/api/v1/namespaces/x/secrets/s")), "get");
-        assert_eq!(verb(&r(Method::GET, "/api/v1/namespaces/x/secrets")), "list");
+        assert_eq!(
+            verb(&r(Method::GET, "/api/v1/namespaces/x/secrets/s")),
+            "get"
+        );
+        assert_eq!(
+            verb(&r(Method::GET, "/api/v1/namespaces/x/secrets")),
+            "list"
+        );
         assert_eq!(verb(&r(Method::GET, "/apis/batch/v1/jobs")), "list");
         assert_eq!(
-            verb(&r(Method::PATCH, &format!("{ns}/virtualmachinemigrations/m/status"))),
+            verb(&r(
+                Method::PATCH,
+                &format!("{ns}/virtualmachinemigrations/m/status")
+            )),
             "patch"
         );
-        assert_eq!(verb(&r(Method::POST, "/api/v1/namespaces/x/secrets")), "create");
+        assert_eq!(
+            verb(&r(Method::POST, "/api/v1/namespaces/x/secrets")),
+            "create"
+        );
     }
 }

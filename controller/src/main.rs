@@ -90,9 +90,10 @@ struct LeaderFlags {
 
 impl LeaderFlags {
     fn election(&self) -> anyhow::Result<ferry_controller::leader::ElectionConfig> {
-        let namespace = self.leader_elect_namespace.clone().context(
-            "--leader-elect needs --leader-elect-namespace (or $POD_NAMESPACE)",
-        )?;
+        let namespace = self
+            .leader_elect_namespace
+            .clone()
+            .context("--leader-elect needs --leader-elect-namespace (or $POD_NAMESPACE)")?;
         let identity = self.leader_elect_identity.clone().unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())

@@ -70,10 +70,15 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
     env.wait_phase("m1", Phase::Importing, 180).await;
     a.kill();
     let after_kill = wait_holder(&env, "b", 60).await;
-    println!("takeover after SIGKILL: {:.1} s (lease 4 s)", after_kill.as_secs_f64());
+    println!(
+        "takeover after SIGKILL: {:.1} s (lease 4 s)",
+        after_kill.as_secs_f64()
+    );
     wait_ready(&b, "ready").await;
     assert_eq!(b.metric("ferry_controller_leader"), Some(1.0));
-    let m1 = env.wait_for("m1", "m1 to finish", 300, |v| v.phase().is_terminal()).await;
+    let m1 = env
+        .wait_for("m1", "m1 to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(m1.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m1));
 
     // A graceful stop releases the lease: the restarted a, now the standby, takes it at once.
@@ -96,7 +101,9 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
     let mut m2 = env.migration("m2");
     m2.spec.source.vm = ferry_crds::VmSelector::by_name(second.name.clone());
     env.create(&m2).await;
-    let m2 = env.wait_for("m2", "m2 to finish", 300, |v| v.phase().is_terminal()).await;
+    let m2 = env
+        .wait_for("m2", "m2 to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(m2.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m2));
 }
 
@@ -125,7 +132,10 @@ async fn old_leader_is_fenced(
     freeze(&a);
     let took = wait_holder(env, "b", 60).await;
     let taken_at = Timestamp::now();
-    println!("{prefix}: b took over {:.1} s after a was cut off", took.as_secs_f64());
+    println!(
+        "{prefix}: b took over {:.1} s after a was cut off",
+        took.as_secs_f64()
+    );
     // b acts as the leader before a comes back.
     eventually("b to write", Duration::from_secs(60), || async {
         (!audited_writes(env.lab, &user_of("b"), taken_at).is_empty()).then_some(())
@@ -134,15 +144,25 @@ async fn old_leader_is_fenced(
     .unwrap();
     thaw(&a);
     let code = a.exit_code(Duration::from_secs(60)).await;
-    assert_eq!(code, Some(3), "a exits on the lost lease; log:\n{}", a.log());
+    assert_eq!(
+        code,
+        Some(3),
+        "a exits on the lost lease; log:\n{}",
+        a.log()
+    );
     let after = audited_writes(env.lab, &user_of("a"), taken_at);
     println!(
         "{prefix}: a's writes: {before} before, {} after b took over; fenced (refused in a): {}",
         after.len(),
         a.log().matches("write refused").count()
     );
-    assert!(after.is_empty(), "a wrote after losing the lease: {after:?}");
-    let m = env.wait_for("m", "m to finish", 300, |v| v.phase().is_terminal()).await;
+    assert!(
+        after.is_empty(),
+        "a wrote after losing the lease: {after:?}"
+    );
+    let m = env
+        .wait_for("m", "m to finish", 300, |v| v.phase().is_terminal())
+        .await;
     assert_eq!(m.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m));
 }
 

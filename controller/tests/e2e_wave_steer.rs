@@ -58,7 +58,8 @@ fn watch(env: &Env, seen: Arc<Mutex<Seen>>) -> Vec<tokio::task::JoinHandle<()>> 
     let s1 = seen.clone();
     let children = tokio::spawn(async move {
         let mut state: BTreeMap<String, VirtualMachineMigration> = BTreeMap::new();
-        let mut events = std::pin::pin!(watcher(vmms, watcher::Config::default()).applied_objects());
+        let mut events =
+            std::pin::pin!(watcher(vmms, watcher::Config::default()).applied_objects());
         while let Some(Ok(v)) = events.next().await {
             let v: VirtualMachineMigration = v;
             let was_held = state.get(&v.name_any()).is_none_or(|o| o.is_held());
@@ -80,10 +81,15 @@ fn watch(env: &Env, seen: Arc<Mutex<Seen>>) -> Vec<tokio::task::JoinHandle<()>> 
         }
     });
     let wave = tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher(waves, watcher::Config::default()).applied_objects());
+        let mut events =
+            std::pin::pin!(watcher(waves, watcher::Config::default()).applied_objects());
         while let Some(Ok(w)) = events.next().await {
             let w: MigrationWave = w;
-            let observed = w.status.as_ref().and_then(|s| s.observed_generation).unwrap_or(0);
+            let observed = w
+                .status
+                .as_ref()
+                .and_then(|s| s.observed_generation)
+                .unwrap_or(0);
             seen.lock().unwrap().waves.push((
                 rv(&w),
                 w.metadata.generation.unwrap_or(0),
@@ -152,7 +158,13 @@ async fn vms(env: &Env, n: usize, mib: u64) -> Vec<String> {
     let mut out = vec![env.vm.name.clone()];
     for i in 1..n {
         let vm = env.lab.claim_vm().unwrap();
-        put_vmdk(&vm, &env.scratch.join(format!("extra-{i}")), mib, 300 + i as u64).unwrap();
+        put_vmdk(
+            &vm,
+            &env.scratch.join(format!("extra-{i}")),
+            mib,
+            300 + i as u64,
+        )
+        .unwrap();
         out.push(vm.name);
     }
     out
@@ -212,40 +224,66 @@ async fn pause_resume_and_retry_steer_a_wave_and_never_redo_a_success() {
     let creations = Creations::watch(&env).await;
     let waves: Api<MigrationWave> = env.ns.api();
     waves
-        .create(&PostParams::default(), &MigrationWave::new("w", spec(&env, &names, 1, true)))
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("w", spec(&env, &names, 1, true)),
+        )
         .await
         .unwrap();
     let kids: Vec<String> = names.iter().map(|n| child("w", n)).collect();
     // Paused from the start: every child exists and none is released.
     let w = wait_wave(&env, "w", "the paused wave to create its children", |w| {
-        w.status.as_ref().is_some_and(|s| s.phase == WavePhase::Paused && s.counts.queued == 4)
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase == WavePhase::Paused && s.counts.queued == 4)
     })
     .await;
     assert_eq!(w.status.unwrap().in_flight, 0);
     // The second VM fails for good in Importing; it must free its slot.
-    env.annotate(&kids[1], FAULT, Some("import=permanent@50%")).await;
+    env.annotate(&kids[1], FAULT, Some("import=permanent@50%"))
+        .await;
     patch_wave(&waves, "w", serde_json::json!({"paused": false})).await;
     env.wait_phase(&kids[1], Phase::Failed, 300).await;
     env.wait_phase(&kids[2], Phase::Importing, 300).await;
     // Paused while the third runs: it finishes, the fourth stays held.
     patch_wave(&waves, "w", serde_json::json!({"paused": true})).await;
     env.wait_phase(&kids[2], Phase::Succeeded, 300).await;
-    let w = wait_wave(&env, "w", "the paused wave to count the third success", |w| {
-        w.status.as_ref().is_some_and(|s| {
-            s.phase == WavePhase::Paused && s.counts.succeeded == 2 && s.counts.failed == 1
-        })
-    })
+    let w = wait_wave(
+        &env,
+        "w",
+        "the paused wave to count the third success",
+        |w| {
+            w.status.as_ref().is_some_and(|s| {
+                s.phase == WavePhase::Paused && s.counts.succeeded == 2 && s.counts.failed == 1
+            })
+        },
+    )
     .await;
     let fourth = env.get(&kids[3]).await;
-    assert!(fourth.is_held() && fourth.phase() == Phase::Queued, "held while paused");
-    assert_eq!(cond(&w, WaveConditionType::Degraded).0, ConditionStatus::True);
-    assert!(cond(&w, WaveConditionType::Degraded).1.starts_with("1 of 4 failed"));
+    assert!(
+        fourth.is_held() && fourth.phase() == Phase::Queued,
+        "held while paused"
+    );
+    assert_eq!(
+        cond(&w, WaveConditionType::Degraded).0,
+        ConditionStatus::True
+    );
+    assert!(
+        cond(&w, WaveConditionType::Degraded)
+            .1
+            .starts_with("1 of 4 failed")
+    );
     patch_wave(&waves, "w", serde_json::json!({"paused": false})).await;
     let w = wait_wave(&env, "w", "the wave to finish with one failure", |w| {
-        w.status.as_ref().is_some_and(|s| s.phase == WavePhase::Failed)
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase == WavePhase::Failed)
     })
     .await;
-    assert_eq!(cond(&w, WaveConditionType::Completed).0, ConditionStatus::True);
+    assert_eq!(
+        cond(&w, WaveConditionType::Completed).0,
+        ConditionStatus::True
+    );
     // Retry: the failed one runs again (its fault removed), the successes stay as they were.
     let before: Vec<VirtualMachineMigration> =
         futures::future::join_all(kids.iter().map(|k| env.get(k))).await;
@@ -253,12 +291,20 @@ async fn pause_resume_and_retry_steer_a_wave_and_never_redo_a_success() {
     env.annotate(&kids[1], FAULT, None).await;
     patch_wave(&waves, "w", serde_json::json!({"retry": 1})).await;
     let w = wait_wave(&env, "w", "the retried wave to succeed", |w| {
-        w.status.as_ref().is_some_and(|s| s.phase == WavePhase::Succeeded)
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase == WavePhase::Succeeded)
     })
     .await;
     let s = w.status.clone().unwrap();
-    assert_eq!((s.counts.succeeded, s.counts.failed, s.in_flight), (4, 0, 0));
-    assert_eq!(cond(&w, WaveConditionType::Degraded).0, ConditionStatus::False);
+    assert_eq!(
+        (s.counts.succeeded, s.counts.failed, s.in_flight),
+        (4, 0, 0)
+    );
+    assert_eq!(
+        cond(&w, WaveConditionType::Degraded).0,
+        ConditionStatus::False
+    );
     for (i, old) in before.iter().enumerate() {
         let now = env.get(&kids[i]).await;
         let (o, n) = (old.status.as_ref().unwrap(), now.status.as_ref().unwrap());
@@ -282,14 +328,22 @@ async fn pause_resume_and_retry_steer_a_wave_and_never_redo_a_success() {
         new_children.iter().all(|n| n.contains(&kids[1])),
         "only the retried migration made new children: {new_children:?}"
     );
-    assert!(creations.duplicates().is_empty(), "{:?}", creations.duplicates());
+    assert!(
+        creations.duplicates().is_empty(),
+        "{:?}",
+        creations.duplicates()
+    );
     for t in tasks {
         t.abort();
     }
     let seen = seen.lock().unwrap();
     check_releases(&seen);
     let order: Vec<&str> = seen.releases.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(order, kids.iter().map(String::as_str).collect::<Vec<_>>(), "admitted in spec.vms order");
+    assert_eq!(
+        order,
+        kids.iter().map(String::as_str).collect::<Vec<_>>(),
+        "admitted in spec.vms order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,13 +358,19 @@ async fn max_in_flight_raised_and_lowered_live_is_never_exceeded() {
     let tasks = watch(&env, seen.clone());
     let waves: Api<MigrationWave> = env.ns.api();
     waves
-        .create(&PostParams::default(), &MigrationWave::new("t", spec(&env, &names, 2, false)))
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("t", spec(&env, &names, 2, false)),
+        )
         .await
         .unwrap();
     let in_flight = |w: &MigrationWave| w.status.as_ref().map_or(0, |s| s.in_flight);
     wait_wave(&env, "t", "two in flight", |w| in_flight(w) == 2).await;
     patch_wave(&waves, "t", serde_json::json!({"maxInFlight": 4})).await;
-    wait_wave(&env, "t", "four in flight after the raise", |w| in_flight(w) == 4).await;
+    wait_wave(&env, "t", "four in flight after the raise", |w| {
+        in_flight(w) == 4
+    })
+    .await;
     let peak_raised = seen.lock().unwrap().peak;
     patch_wave(&waves, "t", serde_json::json!({"maxInFlight": 1})).await;
     let w = wait_wave(&env, "t", "the wave to finish", |w| {
@@ -329,12 +389,19 @@ async fn max_in_flight_raised_and_lowered_live_is_never_exceeded() {
         .iter()
         .filter(|r| allowed(&seen.waves, r.rv) == 1)
         .collect();
-    assert!(!after_lowering.is_empty(), "some releases happened under maxInFlight 1");
+    assert!(
+        !after_lowering.is_empty(),
+        "some releases happened under maxInFlight 1"
+    );
     println!(
         "releases: {:?}; peak in flight {} (4 after the raise: {peak_raised})",
         seen.releases
             .iter()
-            .map(|r| (r.name.as_str(), r.others_in_flight, allowed(&seen.waves, r.rv)))
+            .map(|r| (
+                r.name.as_str(),
+                r.others_in_flight,
+                allowed(&seen.waves, r.rv)
+            ))
             .collect::<Vec<_>>(),
         seen.peak
     );

@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{S3_SECRET, VSPHERE_SECRET, binaries, bin_dir, workspace};
+use common::{S3_SECRET, VSPHERE_SECRET, bin_dir, binaries, workspace};
 use ferry_controller::apis::cdi::DataVolume;
 use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_crds::wave::WaveSource;
 use ferry_crds::{
-    MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec, VmSelector,
-    VirtualMachineMigration, WaveTemplate, WaveVm, child_migration_name,
+    MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec,
+    VirtualMachineMigration, VmSelector, WaveTemplate, WaveVm, child_migration_name,
 };
 use ferry_harness::{ChildGuard, Lab, eventually, put_vmdk};
 use futures::StreamExt;
@@ -92,7 +92,11 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     binaries();
     let state = workspace().join(format!("target/lab/soak-state-{}", std::process::id()));
     let lab: &'static Lab = Box::leak(Box::new(Lab::start(&state, (n + 4) as u32).unwrap()));
-    println!("soak: lab with {} VMs ready in {:.0} s", n + 4, started.elapsed().as_secs_f64());
+    println!(
+        "soak: lab with {} VMs ready in {:.0} s",
+        n + 4,
+        started.elapsed().as_secs_f64()
+    );
     lab.kubectl_ok(&[
         "apply",
         "--server-side",
@@ -312,7 +316,9 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         tokio::spawn(async move {
             let mut seed = 0x5eed_u64;
             while !done.load(Ordering::SeqCst) {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let wait = 5_000 + (seed >> 33) % 15_000;
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 if done.load(Ordering::SeqCst) {
@@ -320,7 +326,10 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
                 }
                 let leader = holder(&client, &nsn, LEASE_NAME).await;
                 let mut rs = replicas.lock().await;
-                if let Some(r) = rs.iter_mut().find(|r| r.name == leader && r.pid().is_some()) {
+                if let Some(r) = rs
+                    .iter_mut()
+                    .find(|r| r.name == leader && r.pid().is_some())
+                {
                     r.kill();
                     kills.fetch_add(1, Ordering::SeqCst);
                 }
@@ -348,22 +357,30 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         jobs.delete(&job.name_any(), &DeleteParams::background())
             .await
             .unwrap();
-        let dv = eventually("an importing DataVolume", Duration::from_secs(180), || async {
-            dvs.list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|d| {
-                    d.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("ImportInProgress")
-                })
-        })
+        let dv = eventually(
+            "an importing DataVolume",
+            Duration::from_secs(180),
+            || async {
+                dvs.list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .find(|d| {
+                        d.status.as_ref().and_then(|s| s.phase.as_deref())
+                            == Some("ImportInProgress")
+                    })
+            },
+        )
         .await
         .unwrap();
         dvs.delete(&dv.name_any(), &DeleteParams::background())
             .await
             .unwrap();
-        vec![format!("Job/{}", job.name_any()), format!("DataVolume/{}", dv.name_any())]
+        vec![
+            format!("Job/{}", job.name_any()),
+            format!("DataVolume/{}", dv.name_any()),
+        ]
     };
 
     // The end of the wave.
@@ -444,8 +461,15 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         })
         .map(|d| (d.name_any(), d.uid().unwrap_or_default()))
         .collect();
-    assert_eq!(kept.len(), succeeded.len(), "one VirtualMachine per success");
-    waves.delete(WAVE, &DeleteParams::background()).await.unwrap();
+    assert_eq!(
+        kept.len(),
+        succeeded.len(),
+        "one VirtualMachine per success"
+    );
+    waves
+        .delete(WAVE, &DeleteParams::background())
+        .await
+        .unwrap();
     eventually(
         "every migration of the deleted wave to be gone",
         Duration::from_secs(600),
@@ -491,7 +515,10 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     assert_eq!(left_jobs, 0, "Jobs left after the wave was deleted");
     assert!(left_secrets.is_empty(), "Secrets left: {left_secrets:?}");
     assert!(staged.is_empty(), "staging objects left: {staged:?}");
-    assert_eq!(dvs_now, kept_dvs, "only the migrated VMs' disks stay, untouched");
+    assert_eq!(
+        dvs_now, kept_dvs,
+        "only the migrated VMs' disks stay, untouched"
+    );
     assert_eq!(vms_now, kept, "every migrated VM stays, untouched");
 
     done.store(true, Ordering::SeqCst);

@@ -122,7 +122,10 @@ impl Replica {
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(&self.args)
-            .args(["--metrics-addr", &format!("127.0.0.1:{}", self.metrics_port)])
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", self.metrics_port),
+            ])
             .args(["--health-addr", &format!("127.0.0.1:{}", self.health_port)])
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
@@ -260,7 +263,10 @@ pub fn audited_writes(lab: &Lab, user: &str, since: Timestamp) -> Vec<AuditedWri
                     .as_str()
                     .unwrap_or_default()
                     .to_owned(),
-                name: e["objectRef"]["name"].as_str().unwrap_or_default().to_owned(),
+                name: e["objectRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
                 received,
                 code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
             })
