@@ -483,24 +483,38 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     )
     .await
     .unwrap_or_else(|e| panic!("{e}; logs in {}", scratch.display()));
-    let left_jobs = jobs.list(&ListParams::default()).await.unwrap().items.len();
-    let left_secrets: Vec<String> = secrets
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .filter(|n| n != VSPHERE_SECRET && n != S3_SECRET)
-        .collect();
-    let dvs_now: BTreeMap<String, String> = dvs
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|d| (d.name_any(), d.uid().unwrap_or_default()))
-        .collect();
+    // Children of deleted migrations go with the garbage collector, a moment later.
+    let leftovers = || async {
+        let jobs_left = jobs.list(&ListParams::default()).await.ok()?.items.len();
+        let secrets_left: Vec<String> = secrets
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .filter(|n| n != VSPHERE_SECRET && n != S3_SECRET)
+            .collect();
+        let dvs_left: BTreeMap<String, String> = dvs
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .map(|d| (d.name_any(), d.uid().unwrap_or_default()))
+            .collect();
+        Some((jobs_left, secrets_left, dvs_left))
+    };
+    let _ = eventually(
+        "the garbage collector to remove the deleted migrations' children",
+        Duration::from_secs(180),
+        || async {
+            let (j, s, d) = leftovers().await?;
+            (j == 0 && s.is_empty() && d == kept_dvs).then_some(())
+        },
+    )
+    .await;
+    let (left_jobs, left_secrets, dvs_now) = leftovers().await.unwrap();
     let vms_now: BTreeMap<String, String> = vms_api
         .list(&ListParams::default())
         .await
