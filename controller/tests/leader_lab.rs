@@ -73,7 +73,10 @@ async fn one_of_racing_candidates_wins_and_only_its_fence_opens() {
     // the others out.
     let limit = nfence.limit().unwrap();
     let other = &mut electors[1].0;
-    assert!(!other.try_acquire_or_renew().await.unwrap(), "held, not expired");
+    assert!(
+        !other.try_acquire_or_renew().await.unwrap(),
+        "held, not expired"
+    );
     tokio::time::sleep_until(limit.into()).await;
     assert!(!nfence.allows_writes(), "fenced at the renew deadline");
     assert!(

@@ -237,3 +237,36 @@ async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Reque
     info!(migration = %vmm.name_any(), phase = %vmm.phase(), "cleaned up; releasing the finalizer");
     Ok(Requeue::await_change())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_errors_back_off_per_object_and_conflicts_retry_at_once() {
+        let p = Policy::default();
+        let api = |code| {
+            Error::Kube(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            })))
+        };
+        assert_eq!(
+            retry_delay(&api(409), 5, &p, "u"),
+            Duration::from_millis(200)
+        );
+        let delays: Vec<Duration> = (0..12)
+            .map(|n| retry_delay(&api(503), n, &p, "u"))
+            .collect();
+        assert!(delays[0] <= p.backoff_base, "{delays:?}");
+        assert!(delays[3] > delays[0] * 4, "doubles: {delays:?}");
+        assert!(
+            delays.iter().all(|d| *d <= p.backoff_cap),
+            "capped: {delays:?}"
+        );
+        assert!(
+            delays[11] >= p.backoff_cap * 3 / 4,
+            "reaches the cap: {delays:?}"
+        );
+    }
+}
