@@ -41,6 +41,8 @@ struct Memo {
     progress_written: Option<Instant>,
     /// Reconciles failed in a row (a Kubernetes API error, a cleanup that could not finish).
     failures: u32,
+    /// When a wave last listed its children.
+    listed: Option<Instant>,
 }
 
 /// Shared state of the controllers.
@@ -148,6 +150,17 @@ impl Context {
         if let Some(m) = map.get_mut(uid) {
             m.failures = 0;
         }
+    }
+
+    /// When the wave `uid` last listed its children; notes `now` as the new time when `take`.
+    pub fn last_listed(&self, uid: &str, take: Option<Instant>) -> Option<Instant> {
+        self.memo(uid, |m| {
+            let before = m.listed;
+            if take.is_some() {
+                m.listed = take;
+            }
+            before
+        })
     }
 
     /// Forgets `uid` (its migration is gone).

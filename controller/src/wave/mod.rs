@@ -4,7 +4,7 @@
 pub mod decide;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, intent, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -20,11 +20,28 @@ use crate::{Error, Result};
 /// Metric label of this controller.
 pub const CONTROLLER: &str = "wave";
 
+/// The shortest time between two lists of a wave's children. Every change of a child triggers
+/// the wave, and a list of a 1,000-VM wave is megabytes: at most this often, a slot freed waits
+/// at most this long.
+pub const MIN_LIST_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long to wait before listing again, when the last list was at `last`. Pure.
+pub fn wait_before_list(last: Option<Instant>, now: Instant, min: Duration) -> Option<Duration> {
+    let since = now.checked_duration_since(last?)?;
+    (since < min).then(|| min - since)
+}
+
 /// Reconciles one wave.
 ///
 /// # Errors
 /// Kubernetes API failures; the work queue retries.
 pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Requeue> {
+    let uid = wave.uid().unwrap_or_default();
+    let now = Instant::now();
+    if let Some(wait) = wait_before_list(ctx.last_listed(&uid, None), now, MIN_LIST_INTERVAL) {
+        return Ok(Requeue::requeue(wait));
+    }
+    ctx.last_listed(&uid, Some(now));
     ctx.metrics.reconcile(CONTROLLER);
     let started = std::time::Instant::now();
     let result = reconcile_wave(&wave, &ctx).await;
@@ -112,4 +129,21 @@ pub fn error_policy(wave: Arc<MigrationWave>, err: &Error, ctx: Arc<Context>) ->
         warn!(wave = %wave.name_any(), error = %err, ?delay, "wave reconcile failed");
     }
     Requeue::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wave_lists_its_children_at_most_every_min_interval() {
+        let t0 = Instant::now();
+        let min = Duration::from_millis(500);
+        assert_eq!(wait_before_list(None, t0, min), None, "first list at once");
+        assert_eq!(
+            wait_before_list(Some(t0), t0 + Duration::from_millis(200), min),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(wait_before_list(Some(t0), t0 + min, min), None);
+    }
 }
