@@ -239,6 +239,7 @@ async fn run_wave(
             })
             .collect(),
         max_in_flight,
+        selector: None,
         paused: false,
         cancel: false,
         retry: 0,

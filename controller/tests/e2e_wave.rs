@@ -49,6 +49,7 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
             })
             .collect(),
         max_in_flight: 1,
+        selector: None,
         paused: false,
         cancel: false,
         retry: 0,
@@ -131,6 +132,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
             })
             .collect(),
         max_in_flight: 1,
+        selector: None,
         paused: false,
         cancel: false,
         retry: 0,

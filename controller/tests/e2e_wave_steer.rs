@@ -148,6 +148,7 @@ fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> Migratio
             })
             .collect(),
         max_in_flight,
+        selector: None,
         paused,
         cancel: false,
         retry: 0,
@@ -413,4 +414,89 @@ async fn max_in_flight_raised_and_lowered_live_is_never_exceeded() {
     let order: Vec<String> = seen.releases.iter().map(|r| r.name.clone()).collect();
     let want: Vec<String> = names.iter().map(|n| child("t", n)).collect();
     assert_eq!(order, want, "admitted in spec.vms order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_declared_with_a_selector_resolves_it_once_and_records_the_vms() {
+    let mut env = Env::new("e2e-wave-select", 1).await;
+    env.start_controller();
+    let waves: Api<MigrationWave> = env.ns.api();
+    let inventory = env.lab.info.inventory().unwrap();
+    let mut want: Vec<String> = inventory
+        .iter()
+        .map(|v| v.name.clone())
+        .filter(|n| n.starts_with("DC0_H0_VM1") && n.len() == "DC0_H0_VM10".len())
+        .collect();
+    want.sort();
+    assert_eq!(want.len(), 10, "the lab names its VMs as vcsim does");
+    // Paused: the children are made and held, nothing of those shared VMs is touched.
+    let mut s = spec(&env, &[], 3, true);
+    s.selector = Some(ferry_crds::WaveSelector {
+        folder: Some("DC0/vm".into()),
+        name_pattern: Some("DC0_H0_VM1?".into()),
+    });
+    waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("sel", s.clone()),
+        )
+        .await
+        .unwrap();
+    let w = wait_wave(
+        &env,
+        "sel",
+        "the selector to be resolved and the children made",
+        |w| {
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.selected_vms.is_some() && s.counts.queued == 10)
+        },
+    )
+    .await;
+    let st = w.status.unwrap();
+    assert_eq!(st.selected_vms.as_ref(), Some(&want));
+    assert_eq!(st.total, 10);
+    for n in &want {
+        let c = env.get(&child("sel", n)).await;
+        assert!(c.is_held(), "{n} held while the wave is paused");
+    }
+    // Resolved once: a later change of the wave keeps the recorded choice.
+    patch_wave(&waves, "sel", serde_json::json!({"maxInFlight": 4})).await;
+    let w = wait_wave(&env, "sel", "the change to be observed", |w| {
+        w.status.as_ref().and_then(|s| s.observed_generation) == w.metadata.generation
+    })
+    .await;
+    assert_eq!(w.status.unwrap().selected_vms, Some(want));
+    // A folder that does not exist: said so in Progressing, nothing chosen.
+    let mut bad = s;
+    bad.selector = Some(ferry_crds::WaveSelector {
+        folder: Some("DC0/vm/nope".into()),
+        name_pattern: None,
+    });
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("nofolder", bad))
+        .await
+        .unwrap();
+    let w = wait_wave(&env, "nofolder", "the missing folder to be reported", |w| {
+        w.status
+            .as_ref()
+            .and_then(|s| s.condition(WaveConditionType::Progressing))
+            .is_some_and(|c| c.reason == ferry_crds::Reason::VMNotFound)
+    })
+    .await;
+    let st = w.status.unwrap();
+    assert!(st.selected_vms.is_none());
+    let c = st.condition(WaveConditionType::Progressing).unwrap();
+    assert!(c.message.contains("DC0/vm/nope"), "{}", c.message);
+    // Neither a list nor a selector, or both: refused by the API.
+    let mut neither = spec(&env, &[], 1, true);
+    neither.selector = None;
+    let err = waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("neither", neither),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("spec.selector"), "{err}");
 }

@@ -269,6 +269,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         },
         vms: entries.clone(),
         max_in_flight: MAX_IN_FLIGHT,
+        selector: None,
         paused: false,
         cancel: false,
         retry: 0,

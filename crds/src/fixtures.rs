@@ -113,6 +113,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
             })
             .collect(),
         max_in_flight: crate::wave::DEFAULT_MAX_IN_FLIGHT,
+        selector: None,
         paused: false,
         cancel: false,
         retry: 0,

@@ -42,8 +42,8 @@ pub use target::{
     MultusNetwork, NetworkMapping, PodNetwork, RunStrategy, TargetSpec, TargetTemplate, VolumeMode,
 };
 pub use wave::{
-    MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSource,
-    WaveTemplate, WaveVm,
+    MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSelector,
+    WaveSource, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

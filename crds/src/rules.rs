@@ -47,6 +47,13 @@ pub fn exactly_one_vm_selector() -> Rule {
         .reason(kube::core::Reason::FieldValueInvalid)
 }
 
+/// A wave lists its VMs or selects them, not both, not neither.
+pub fn vms_or_selector() -> Rule {
+    Rule::new("size(self.vms) > 0 != has(self.selector)")
+        .message("set exactly one of spec.vms (at least one VM) and spec.selector")
+        .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Exactly one of `thumbprint` and `insecureSkipTLSVerify: true`.
 pub fn tls_verification() -> Rule {
     Rule::new(
@@ -126,5 +133,6 @@ pub fn all() -> Vec<Rule> {
         retry_only_grows(),
         exactly_one_network_binding(),
         at_most_one_pod_network(),
+        vms_or_selector(),
     ]
 }

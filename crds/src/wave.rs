@@ -47,15 +47,24 @@ pub const MAX_WAVE_VMS: usize = 5000;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::vms_or_selector())]
 pub struct MigrationWaveSpec {
     /// What every migration of the wave shares: source endpoint, target, staging, conversion.
     /// Changes apply to migrations the wave has not created yet.
     pub template: WaveTemplate,
 
-    /// The VMs to migrate, one VirtualMachineMigration each (named <wave>-<vm>).
-    #[schemars(length(min = 1, max = 5000))]
+    /// The VMs to migrate, one VirtualMachineMigration each (named <wave>-<vm>); empty when
+    /// spec.selector chooses them.
+    #[serde(default)]
+    #[schemars(length(max = 5000))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub vms: Vec<WaveVm>,
+
+    /// Chooses the VMs from the vCenter inventory instead of spec.vms: resolved once, when the
+    /// wave is first reconciled, into status.selectedVms (by name, in name order), which the
+    /// wave follows from then on (VMs added to vSphere later do not join).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<WaveSelector>,
 
     /// How many migrations of the wave may be past Queued and not yet finished at once.
     #[serde(default = "default_max_in_flight")]
@@ -79,6 +88,56 @@ pub struct MigrationWaveSpec {
 
 fn default_max_in_flight() -> i32 {
     DEFAULT_MAX_IN_FLIGHT
+}
+
+/// Which VMs of the inventory a wave migrates: every condition given must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveSelector {
+    /// Only VMs under this folder, by inventory path (e.g. `DC0/vm/prod`), at any depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub folder: Option<String>,
+    /// Only VMs whose name matches this pattern: `*` any run of characters, `?` one character.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub name_pattern: Option<String>,
+}
+
+impl WaveSelector {
+    /// Whether `name` matches `name_pattern` (everything matches without one). Pure.
+    pub fn matches_name(&self, name: &str) -> bool {
+        self.name_pattern
+            .as_deref()
+            .is_none_or(|p| glob(p.as_bytes(), name.as_bytes()))
+    }
+}
+
+/// `*` and `?` glob matching, iterative (no backtracking blow-up).
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(c) if *c == b'?' || *c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|c| *c == b'*')
 }
 
 /// The source endpoint and power policy shared by a wave's VMs (each VM is selected in spec.vms).
@@ -248,6 +307,11 @@ pub struct MigrationWaveStatus {
     /// Estimated seconds until every migration is finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_seconds: Option<i64>,
+    /// The VMs spec.selector chose, by name, in name order: resolved once, then followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 5000))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub selected_vms: Option<Vec<String>>,
     /// Disk bytes copied over all migrations.
     #[serde(default)]
     pub bytes_done: i64,
@@ -270,6 +334,26 @@ impl MigrationWaveStatus {
 }
 
 impl MigrationWave {
+    /// The wave's VMs: spec.vms, or the VMs spec.selector chose once (none before that).
+    pub fn members(&self) -> Vec<WaveVm> {
+        if self.spec.selector.is_none() {
+            return self.spec.vms.clone();
+        }
+        self.status
+            .as_ref()
+            .and_then(|s| s.selected_vms.as_ref())
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|n| WaveVm {
+                        vm: VmSelector::by_name(n.clone()),
+                        target_name: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// `status.phase`, `Pending` when there is no status yet.
     pub fn phase(&self) -> WavePhase {
         self.status.as_ref().map_or(WavePhase::Pending, |s| s.phase)
@@ -296,6 +380,22 @@ mod tests {
         );
         assert_eq!(c.total(), Phase::ALL.len() as i32);
         assert_eq!(c.finished(), 3);
+    }
+
+    #[test]
+    fn name_patterns_glob() {
+        let sel = |p: &str| WaveSelector {
+            name_pattern: Some(p.into()),
+            ..WaveSelector::default()
+        };
+        assert!(sel("DC0_H0_VM1?").matches_name("DC0_H0_VM12"));
+        assert!(!sel("DC0_H0_VM1?").matches_name("DC0_H0_VM1"));
+        assert!(sel("*_VM*").matches_name("DC0_C0_RP0_VM3"));
+        assert!(sel("db-*-prod").matches_name("db-eu-west-prod"));
+        assert!(!sel("db-*-prod").matches_name("db-eu-west-test"));
+        assert!(sel("*").matches_name(""));
+        assert!(WaveSelector::default().matches_name("anything"));
+        assert!(!sel(&"a*".repeat(30)).matches_name(&"a".repeat(20)));
     }
 
     #[test]

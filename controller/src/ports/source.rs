@@ -54,6 +54,20 @@ pub trait SourceApi: Send + Sync + 'static {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>>;
+    /// The names of the VMs under the folder at inventory path `folder` (any depth), or of all.
+    fn list_vms<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        folder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, Problem>> {
+        let _ = (login, folder);
+        Box::pin(async {
+            Err(Problem::permanent(
+                Reason::VMNotFound,
+                "this source cannot list its VMs; list them in spec.vms",
+            ))
+        })
+    }
 }
 
 /// [`SourceApi`] on vim_rs, one session per call (Preparing runs a handful of times per
@@ -158,6 +172,26 @@ async fn session(login: &SourceLogin) -> Result<vsphere::Session, Problem> {
 }
 
 impl SourceApi for VsphereSource {
+    fn list_vms<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        folder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let names = s.vm_names_under(folder).await;
+            let _ = s.logout().await;
+            match names {
+                Ok(n) => Ok(n),
+                Err(vsphere::Error::NotFound(what)) => Err(Problem::permanent(
+                    Reason::VMNotFound,
+                    format!("no {what} on {}; check spec.selector.folder", login.url),
+                )),
+                Err(e) => Err(problem_of(&e)),
+            }
+        })
+    }
+
     fn discover<'a>(
         &'a self,
         login: &'a SourceLogin,

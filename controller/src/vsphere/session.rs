@@ -189,9 +189,39 @@ impl Session {
         }
     }
 
-    /// The name of every VM, through a container view in pages of up to 5,000 (vim_rs'
-    /// retriever asks for 100 a page: 100 round trips for a 10,000-VM inventory).
+    /// The names of the VMs under the folder at inventory path `folder` (any depth), or of
+    /// every VM; [`Error::NotFound`] when there is no such folder.
+    pub async fn vm_names_under(&self, folder: Option<&str>) -> Result<Vec<String>> {
+        let root = match folder {
+            None => self.client.service_content().root_folder.clone(),
+            Some(path) => {
+                let Some(si) = self.client.service_content().search_index.as_ref() else {
+                    return Err(Error::Protocol("the endpoint has no SearchIndex".into()));
+                };
+                mo::SearchIndex::new(self.client.clone(), &si.value)
+                    .find_by_inventory_path(path)
+                    .await
+                    .map_err(|e| self.vim(&e))?
+                    .ok_or_else(|| Error::NotFound(format!("folder {path}")))?
+            }
+        };
+        Ok(self
+            .vm_names_in(&root)
+            .await?
+            .into_iter()
+            .filter_map(|v| v.name)
+            .collect())
+    }
+
+    /// The name of every VM.
     async fn vm_names(&self) -> Result<Vec<VmName>> {
+        let root = self.client.service_content().root_folder.clone();
+        self.vm_names_in(&root).await
+    }
+
+    /// The name of every VM under `root`, through a container view in pages of up to 5,000
+    /// (vim_rs' retriever asks for 100 a page: 100 round trips for a 10,000-VM inventory).
+    async fn vm_names_in(&self, root: &ManagedObjectReference) -> Result<Vec<VmName>> {
         let content = self.client.service_content();
         let vm_mgr = content
             .view_manager
@@ -200,7 +230,7 @@ impl Session {
         let views = mo::ViewManager::new(self.client.clone(), &vm_mgr.value);
         let types = [MoTypesEnum::VirtualMachine.as_str().to_owned()];
         let view = views
-            .create_container_view(&content.root_folder, Some(&types), true)
+            .create_container_view(root, Some(&types), true)
             .await
             .map_err(|e| self.vim(&e))?;
         let pc = mo::PropertyCollector::new(self.client.clone(), &content.property_collector.value);

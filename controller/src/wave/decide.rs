@@ -41,8 +41,7 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
     let by_name = |n: &str| children.iter().find(|c| c.name_any() == n);
     let mut plan = Plan::default();
     let ordered: Vec<(usize, String)> = wave
-        .spec
-        .vms
+        .members()
         .iter()
         .enumerate()
         .map(|(i, vm)| (i, child_migration_name(&name, vm)))
@@ -97,11 +96,12 @@ fn status(
     let old = wave.status.clone().unwrap_or_default();
     let generation = wave.metadata.generation;
     let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
-    let total = i32::try_from(wave.spec.vms.len()).unwrap_or(i32::MAX);
+    let members = wave.members().len();
+    let total = i32::try_from(members).unwrap_or(i32::MAX);
     let in_flight = i32::try_from(children.iter().filter(|c| occupies_slot(c)).count() + releasing)
         .unwrap_or(i32::MAX);
     let finished = counts.finished();
-    let all_done = finished >= total && total > 0 && children.len() >= wave.spec.vms.len();
+    let all_done = finished >= total && total > 0 && children.len() >= members;
     let started_at = old
         .started_at
         .clone()
@@ -259,6 +259,7 @@ fn status(
         *phases.entry(c.phase().as_str().to_owned()).or_insert(0) += 1;
     }
     MigrationWaveStatus {
+        selected_vms: old.selected_vms.clone(),
         observed_generation: generation,
         phase,
         total,

@@ -2,6 +2,7 @@
 //! within `maxInFlight`, steered by the wave's paused/cancel/retry, summed up in its status.
 
 pub mod decide;
+pub mod select;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +69,16 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     if wave.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    if let Some(selector) = &wave.spec.selector
+        && wave
+            .status
+            .as_ref()
+            .and_then(|s| s.selected_vms.as_ref())
+            .is_none()
+    {
+        return select::resolve(&wave, selector, ctx).await;
+    }
+    let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let selector = format!("{}={}", names::WAVE_LABEL, wave.name_any());
     let children = vmms
@@ -78,7 +89,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     let plan = decide::decide(&wave, &children, &now);
     let params = PatchParams::default();
     for i in &plan.create {
-        let child = child_migration(&wave, &wave.spec.vms[*i])?;
+        let child = child_migration(&wave, &members[*i])?;
         create_if_absent(&ctx.metrics, &vmms, &child, names::WAVE_FIELD_MANAGER).await?;
     }
     let patches = plan
