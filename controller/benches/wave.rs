@@ -32,23 +32,19 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn release_bins() -> (PathBuf, PathBuf) {
+/// The controller and the sim of this build's profile (`cargo bench` is release; `cargo bench
+/// --profile dev` gives a quicker, slower look).
+fn bins() -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile = if dir.ends_with("debug") { "dev" } else { "release" };
     // The controller is this package's binary (built for benches); the sim is another package.
     let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "ferry-sim",
-            "-p",
-            "ferry-controller",
-            "--bins",
-        ])
+        .args(["build", "--profile", profile, "-p", "ferry-sim", "-p", "ferry-controller", "--bins"])
         .current_dir(repo_root())
         .status()
         .unwrap();
-    assert!(st.success(), "building the release binaries");
-    let dir = repo_root().join("target/release");
+    assert!(st.success(), "building the binaries");
     (dir.join("ferry-controller"), dir.join("ferry-sim"))
 }
 
@@ -294,7 +290,7 @@ async fn main() {
     let settled = env_or("FERRY_BENCH_SETTLED", 10_000);
     let max_in_flight = env_or("FERRY_BENCH_MAX_IN_FLIGHT", 50) as i32;
     let speed = env_or("FERRY_BENCH_SPEED", 20);
-    let (ctl_bin, sim_bin) = release_bins();
+    let (ctl_bin, sim_bin) = bins();
     let state = repo_root().join("target/lab/bench-state");
     let _ = std::fs::remove_dir_all(&state);
     let t = Instant::now();
