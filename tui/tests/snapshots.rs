@@ -13,7 +13,7 @@ use ferry::{
 use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
-use support::{now, sample_state};
+use support::{C0, now, sample_state};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -117,7 +117,15 @@ fn board_filtered_to_nothing() {
 #[test]
 fn board_scoped_to_one_wave_with_wave_strip_focused() {
     at_both_sizes("board_wave_focus", |s| {
-        apply(s, [Action::CycleWave, Action::FocusNext])
+        apply(
+            s,
+            [
+                Action::PickWave,
+                Action::Nav(Nav::Down),
+                Action::Enter,
+                Action::FocusNext,
+            ],
+        )
     });
 }
 
@@ -140,6 +148,7 @@ fn board_stale_while_reconnecting() {
             [
                 Action::Tick(now().checked_sub(SignedDuration::from_secs(12)).unwrap()),
                 Action::Connection(
+                    C0,
                     Resource::Migrations,
                     ConnState::Reconnecting {
                         retry_at,
@@ -158,8 +167,7 @@ fn board_forbidden() {
     at_both_sizes("board_forbidden", |s| {
         apply(
             s,
-            [Action::Connection(
-                Resource::Waves,
+            [Action::Connection(C0, Resource::Waves,
                 ConnState::Forbidden(
                     "migrationwaves.migration.platform.example is forbidden: User \"viewer\" cannot list resource".into(),
                 ),
@@ -174,7 +182,7 @@ fn board_crd_missing_before_first_list() {
         let mut s = State::new("lab", Scope::Namespace("apps".into()), false, now());
         update(
             &mut s,
-            Action::Connection(Resource::Migrations, ConnState::CrdMissing),
+            Action::Connection(C0, Resource::Migrations, ConnState::CrdMissing),
         );
         assert_snapshot!(format!("board_crd_missing_{w}x{h}"), render(&mut s, w, h));
     }

@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use ferry::state::{
-    Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update,
+    Action, ClusterId, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update,
 };
 use ferry_crds::{
     ConditionStatus, ConditionType, LastFailure, MigrationWave, MigrationWaveStatus, Phase,
@@ -185,6 +185,9 @@ pub fn wave_obj(
 
 const PHASES: [Phase; 11] = Phase::ALL;
 
+/// The one cluster of the fixtures.
+pub const C0: ClusterId = ClusterId(0);
+
 /// The names used by [`sample`].
 pub fn sample_names() -> Vec<String> {
     let vms = [
@@ -267,40 +270,43 @@ pub fn sample_events(ns: &str) -> Vec<EventRow> {
 pub fn sample_state(scope: Scope) -> State {
     let mut s = State::new("lab", scope, false, now());
     let ns = "apps";
-    update(&mut s, Action::MigrationsListed(sample_migrations(ns)));
+    update(&mut s, Action::MigrationsListed(C0, sample_migrations(ns)));
     update(
         &mut s,
-        Action::WavesListed(vec![
-            wave_obj(
-                ns,
-                "w1",
-                12,
-                WaveCounts {
-                    queued: 2,
-                    running: 6,
-                    succeeded: 2,
-                    failed: 1,
-                    cancelled: 1,
-                    pending: 0,
-                },
-                WavePhase::Running,
-            ),
-            wave_obj(
-                ns,
-                "w2",
-                3,
-                WaveCounts {
-                    pending: 2,
-                    running: 1,
-                    ..WaveCounts::default()
-                },
-                WavePhase::Running,
-            ),
-        ]),
+        Action::WavesListed(
+            C0,
+            vec![
+                wave_obj(
+                    ns,
+                    "w1",
+                    12,
+                    WaveCounts {
+                        queued: 2,
+                        running: 6,
+                        succeeded: 2,
+                        failed: 1,
+                        cancelled: 1,
+                        pending: 0,
+                    },
+                    WavePhase::Running,
+                ),
+                wave_obj(
+                    ns,
+                    "w2",
+                    3,
+                    WaveCounts {
+                        pending: 2,
+                        running: 1,
+                        ..WaveCounts::default()
+                    },
+                    WavePhase::Running,
+                ),
+            ],
+        ),
     );
-    update(&mut s, Action::EventsListed(sample_events(ns)));
+    update(&mut s, Action::EventsListed(C0, sample_events(ns)));
     for r in Resource::ALL {
-        update(&mut s, Action::Connection(r, ConnState::Live));
+        update(&mut s, Action::Connection(C0, r, ConnState::Live));
     }
     s
 }
