@@ -361,6 +361,9 @@ pub mod details {
     /// `VirtualMachineInstance`, shortened as everyone says it.
     pub const VMI: &str = "VMI";
 
+    /// A Job whose pod failed, waiting for the Job controller to start another.
+    pub const RETRYING: &str = "Retrying";
+
     /// A Job or DataVolume state, with its failed pods.
     pub fn with_failed_pods(state: &str, failed: i64) -> String {
         format!("{state} (failed pods: {failed})")

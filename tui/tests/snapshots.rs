@@ -13,7 +13,7 @@ use ferry::{
 use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
-use support::{C0, now, sample_state};
+use support::{C0, now, sample_state, two_cluster_state};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -317,4 +317,48 @@ fn report_with_a_forbidden_outcome() {
 fn too_small_terminal_says_so() {
     let mut s = sample_state(Scope::Namespace("apps".into()));
     assert_snapshot!("too_small_60x20", render(&mut s, 60, 20));
+}
+
+#[test]
+fn two_clusters_one_lost_show_a_cluster_column_and_each_connection_state() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = two_cluster_state();
+        assert_snapshot!(format!("board_two_clusters_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn wave_picker() {
+    at_both_sizes("wave_picker", |s| {
+        apply(s, [Action::PickWave, Action::Nav(Nav::Down)])
+    });
+}
+
+#[test]
+fn timeline() {
+    at_both_sizes("timeline", |s| apply(s, [Action::ShowTimeline]));
+}
+
+#[test]
+fn timeline_of_one_wave_picked_from_the_picker() {
+    at_both_sizes("timeline_wave", |s| {
+        apply(
+            s,
+            [
+                Action::PickWave,
+                Action::Nav(Nav::Down),
+                Action::Enter,
+                Action::ShowTimeline,
+            ],
+        )
+    });
+}
+
+#[test]
+fn welcome() {
+    at_both_sizes("welcome", |s| {
+        s.popup = Some(ferry::state::Popup::Welcome {
+            note: "This demo wave has 30 VMs; two fail on purpose (injected faults).".into(),
+        });
+    });
 }

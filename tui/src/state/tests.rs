@@ -718,3 +718,139 @@ fn row_message_prefers_the_last_failure_then_the_status_message() {
     o.status.as_mut().unwrap().phase = Phase::Importing;
     assert_eq!(Row::from_object(C0, o).message, "importing disk 1");
 }
+
+#[test]
+fn pips_tell_a_failure_from_a_migration_that_is_only_under_way() {
+    use ferry_crds::{ConditionStatus::*, ConditionType::Ready, Reason};
+    let cases = [
+        (Phase::Importing, False, Reason::InProgress, Pip::Waiting),
+        (Phase::Queued, False, Reason::HeldByWave, Pip::Waiting),
+        (Phase::Converting, False, Reason::Paused, Pip::Waiting),
+        (
+            Phase::Converting,
+            False,
+            Reason::TransientError,
+            Pip::Retrying,
+        ),
+        (
+            Phase::Validating,
+            False,
+            Reason::GuestAgentTimeout,
+            Pip::Failed,
+        ),
+        (Phase::Failed, False, Reason::Failed, Pip::Failed),
+        (Phase::Cancelled, False, Reason::Cancelled, Pip::Failed),
+        (Phase::Succeeded, True, Reason::Succeeded, Pip::Done),
+        (Phase::Importing, Unknown, Reason::NotStarted, Pip::Waiting),
+    ];
+    for (phase, status, reason, want) in cases {
+        let o = vmm("a", phase).with_condition(Ready, status, reason);
+        let row = Row::from_object(C0, o);
+        assert_eq!(row.pips[7], want, "{phase:?} {status:?} {reason:?}");
+        assert_eq!(row.conditions[7], status, "the status itself is kept");
+    }
+}
+
+#[test]
+fn two_clusters_hold_the_same_names_apart_and_actions_go_to_the_right_one() {
+    let mut s = State::with_clusters(
+        vec![
+            ClusterView::new("a", Scope::Namespace("default".into())),
+            ClusterView::new("b", Scope::Namespace("default".into())),
+        ],
+        false,
+        now(),
+    );
+    let b = ClusterId(1);
+    update(
+        &mut s,
+        Action::MigrationsListed(C0, vec![vmm("x", Phase::Importing)]),
+    );
+    update(
+        &mut s,
+        Action::MigrationsListed(
+            b,
+            vec![vmm("x", Phase::Converting), vmm("y", Phase::Failed)],
+        ),
+    );
+    assert_eq!(s.index.len(), 3);
+    // A re-list of one cluster leaves the other's rows alone.
+    update(
+        &mut s,
+        Action::MigrationsListed(b, vec![vmm("x", Phase::Converting)]),
+    );
+    assert_eq!(
+        visible_keys(&s),
+        [
+            ObjKey::at(C0, "default", "x"),
+            ObjKey::at(b, "default", "x")
+        ]
+    );
+    // Cancel on the second x patches it in cluster b.
+    update(&mut s, Action::Nav(Nav::Down));
+    update(&mut s, Action::Request(Verb::Cancel));
+    let fx = update(&mut s, Action::Confirm);
+    assert!(
+        matches!(fx.as_slice(), [Effect::Patch { target, .. }] if target.key.cluster == b),
+        "{fx:?}"
+    );
+    // Cluster b lost: only its board is stale.
+    update(
+        &mut s,
+        Action::Connection(b, Resource::Migrations, ConnState::Live),
+    );
+    update(
+        &mut s,
+        Action::Connection(b, Resource::Migrations, ConnState::Forbidden("no".into())),
+    );
+    update(
+        &mut s,
+        Action::Connection(C0, Resource::Migrations, ConnState::Live),
+    );
+    assert!(s.is_stale());
+    assert!(!s.clusters[0].conn.is_stale() && s.clusters[1].conn.is_stale());
+    // An action from a cluster the board no longer has is dropped.
+    update(
+        &mut s,
+        Action::MigrationsListed(ClusterId(7), vec![vmm("z", Phase::Pending)]),
+    );
+    assert_eq!(s.index.len(), 2);
+    // :ctx a,b asks for both contexts.
+    assert_eq!(
+        update(&mut s, Action::Command("ctx a, b".into())),
+        vec![Effect::SwitchContexts(vec!["a".into(), "b".into()])]
+    );
+}
+
+#[test]
+fn w_opens_the_picker_and_enter_shows_one_wave_or_every_wave() {
+    let mut s = state_with(vec![
+        in_wave("a", "w1", Phase::Pending),
+        in_wave("b", "w2", Phase::Pending),
+    ]);
+    update(
+        &mut s,
+        Action::WavesListed(
+            C0,
+            vec![
+                ferry_crds::fixtures::wave("w1", 1),
+                ferry_crds::fixtures::wave("w2", 1),
+            ],
+        ),
+    );
+    update(&mut s, Action::PickWave);
+    assert_eq!(s.popup, Some(Popup::WavePicker { cursor: 0 }));
+    update(&mut s, Action::Nav(Nav::Bottom));
+    update(&mut s, Action::Enter);
+    assert_eq!(s.popup, None);
+    assert_eq!(visible_names(&s), ["b"]);
+    update(&mut s, Action::PickWave);
+    assert_eq!(
+        s.popup,
+        Some(Popup::WavePicker { cursor: 2 }),
+        "opens on the wave shown"
+    );
+    update(&mut s, Action::Nav(Nav::Top));
+    update(&mut s, Action::Enter);
+    assert_eq!(visible_names(&s), ["a", "b"]);
+}

@@ -214,4 +214,40 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_frame_reads_only_the_rows_it_shows_of_ten_thousand() {
+        let mut s = State::new("lab", Scope::All, false, ts(0).0);
+        let rows = (0..10_000)
+            .map(|i| migration(&format!("m{i:05}")))
+            .collect();
+        update(&mut s, Action::MigrationsListed(C0, rows));
+        for (w, h) in [(80, 24), (200, 60)] {
+            update(
+                &mut s,
+                Action::Resize(Screen {
+                    width: w,
+                    height: h,
+                }),
+            );
+            update(&mut s, Action::Nav(Nav::PageDown));
+            let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+            let before = s.index.rows_read();
+            term.draw(|f| {
+                draw(
+                    f,
+                    &s,
+                    Options {
+                        theme: Theme::MONO,
+                        logs: false,
+                    },
+                )
+            })
+            .unwrap();
+            let read = s.index.rows_read() - before;
+            // Column widths look at the page once, the table draws it once.
+            assert_eq!(read, 2 * s.page as u64, "{w}×{h}");
+            assert!(s.page < 60);
+        }
+    }
 }

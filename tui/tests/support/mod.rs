@@ -2,7 +2,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use ferry::state::{
-    Action, ClusterId, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update,
+    Action, ClusterId, ClusterView, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State,
+    update,
 };
 use ferry_crds::{
     ConditionStatus, ConditionType, LastFailure, MigrationWave, MigrationWaveStatus, Phase,
@@ -63,6 +64,24 @@ pub fn vmm(
         if k < done {
             o = o.with_condition(t, ConditionStatus::True, reason_true(t));
         }
+    }
+    // Ready as the controller writes it: False while under way (InProgress, HeldByWave), and
+    // False with the outcome once finished.
+    let ready = match phase {
+        Phase::Pending => None,
+        Phase::Queued => Some((ConditionStatus::False, Reason::HeldByWave)),
+        Phase::Preparing
+        | Phase::Converting
+        | Phase::Importing
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating => Some((ConditionStatus::False, Reason::InProgress)),
+        Phase::Succeeded => None,
+        Phase::Failed => Some((ConditionStatus::False, Reason::Failed)),
+        Phase::Cancelled => Some((ConditionStatus::False, Reason::Cancelled)),
+    };
+    if let Some((st, reason)) = ready {
+        o = o.with_condition(ConditionType::Ready, st, reason);
     }
     let s = o.status.as_mut().unwrap();
     s.attempts = if phase == Phase::Pending || phase == Phase::Queued {
@@ -223,6 +242,18 @@ pub fn sample_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
         .enumerate()
         .map(|(i, (n, p))| vmm(ns, n, Some("w1"), p, i as i64))
         .collect();
+    // One checkpoint meets a transient error: the controller retries it.
+    let retrying = &mut out[5];
+    let st = retrying.status.as_mut().unwrap();
+    ferry_crds::condition::set_condition(
+        &mut st.conditions,
+        ConditionType::Ready,
+        ConditionStatus::False,
+        Reason::TransientError,
+        "StagingUnavailable: connection refused",
+        Some(1),
+        &ts(3500),
+    );
     out.push(vmm(ns, "w2-dc0-h0-vm0", Some("w2"), Phase::Starting, 20));
     out.push(vmm(ns, "w2-dc0-h0-vm1", Some("w2"), Phase::Pending, 21));
     out.push(vmm(ns, "w2-dc0-h0-vm2", Some("w2"), Phase::Pending, 22).paused());
@@ -326,4 +357,44 @@ pub fn many(n: usize, waves: usize) -> Vec<VirtualMachineMigration> {
             )
         })
         .collect()
+}
+
+/// A board of two clusters, `lab-a` and `lab-b`, both showing the sample (the same names in
+/// both), `lab-b` lost 40 s ago and reconnecting.
+pub fn two_cluster_state() -> State {
+    let mut s = State::with_clusters(
+        vec![
+            ClusterView::new("lab-a", Scope::Namespace("apps".into())),
+            ClusterView::new("lab-b", Scope::Namespace("apps".into())),
+        ],
+        false,
+        k8s_openapi::jiff::Timestamp::from_second(now().as_second() - 40).unwrap(),
+    );
+    let b = ClusterId(1);
+    update(
+        &mut s,
+        Action::MigrationsListed(C0, sample_migrations("apps")),
+    );
+    let mut other = sample_migrations("apps");
+    other.truncate(6);
+    update(&mut s, Action::MigrationsListed(b, other));
+    for c in [C0, b] {
+        for r in Resource::ALL {
+            update(&mut s, Action::Connection(c, r, ConnState::Live));
+        }
+    }
+    update(
+        &mut s,
+        Action::Connection(
+            b,
+            Resource::Migrations,
+            ConnState::Reconnecting {
+                retry_at: ts(3604).0,
+                attempt: 4,
+                error: "Connection refused (os error 111)".into(),
+            },
+        ),
+    );
+    update(&mut s, Action::Tick(now()));
+    s
 }
