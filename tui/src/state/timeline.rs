@@ -91,7 +91,7 @@ pub fn bar(row: &Row, now: Timestamp, axis: Axis, width: usize) -> Vec<Cell> {
         (x.max(0.0) as usize).min(width - 1)
     };
     // Time of each phase in each cell, written in order: a later stay wins a cell only with
-    // more time in it. An instant (a finished migration's last phase) claims the cell it is in.
+    // more time in it. An instant (a finished migration's last phase) takes the cell it is in.
     let mut best: Vec<i64> = vec![-1; width];
     let all: Vec<Stay> = stays(row, now).collect();
     for s in &all {
@@ -100,8 +100,10 @@ pub fn bar(row: &Row, now: Timestamp, axis: Axis, width: usize) -> Vec<Cell> {
             let lo = axis.start + (i as f64 * span / width as f64) as i64;
             let hi = axis.start + ((i + 1) as f64 * span / width as f64) as i64;
             let overlap = s.to.min(hi) - s.from.max(lo);
-            if overlap > best[i] && (overlap > 0 || s.from == s.to) {
-                best[i] = overlap;
+            // An instant — how a finished migration ended — always shows.
+            let instant = s.from == s.to;
+            if instant || overlap > best[i] && overlap > 0 {
+                best[i] = if instant { i64::MAX } else { overlap };
                 *cell = Cell::Phase {
                     phase: s.phase,
                     starts: false,

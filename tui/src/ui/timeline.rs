@@ -22,6 +22,15 @@ fn name_width(area: Rect) -> usize {
     if area.width >= 140 { 28 } else { 18 }
 }
 
+/// The row's name, after its context on a board of several clusters.
+fn name_of(state: &State, r: &Row) -> String {
+    if state.multi_cluster() {
+        format!("{}/{}", state.context_of(r.key.cluster), r.key.name)
+    } else {
+        r.key.name.clone()
+    }
+}
+
 fn bar_spans(row: &Row, state: &State, axis: Axis, width: usize, t: &Theme) -> Vec<Span<'static>> {
     timeline::bar(row, state.now, axis, width)
         .into_iter()
@@ -120,7 +129,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                 Span::styled(if selected { "▸ " } else { "  " }, t.key()),
                 Span::raw(format!(
                     "{:<w$}",
-                    format::fit(&r.key.name, name_w),
+                    format::fit(&name_of(state, r), name_w),
                     w = name_w
                 )),
                 Span::raw(format!("{:>3} ", r.attempt)),

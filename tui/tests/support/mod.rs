@@ -1,6 +1,8 @@
 //! Fixture data for snapshot tests and benchmarks: a believable wave in every phase.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod populate;
+
 use ferry::state::{
     Action, ClusterId, ClusterView, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State,
     update,
@@ -92,9 +94,25 @@ pub fn vmm(
     s.started_at = Some(ts(120 + i));
     let mut hist = vec![];
     let mut at = 120 + i;
+    if phase == Phase::Queued {
+        hist.push(PhaseTransition {
+            phase,
+            attempt: 0,
+            entered_at: ts(at),
+            left_at: None,
+        });
+    }
     for p in Phase::CHECKPOINTS {
-        if p >= phase && phase.is_checkpoint()
-            || !phase.is_checkpoint() && p.checkpoint_index() > Some(3)
+        // Checkpoints passed: those before the current one; all for a success, up to
+        // Importing (where it failed) for a failure, up to CreatingVM for a cancel.
+        let last = match phase {
+            Phase::Succeeded => 5,
+            Phase::Failed => 2,
+            _ => 3,
+        };
+        if matches!(phase, Phase::Pending | Phase::Queued)
+            || p >= phase && phase.is_checkpoint()
+            || phase.is_terminal() && p.checkpoint_index() > Some(last)
         {
             break;
         }
@@ -302,44 +320,43 @@ pub fn sample_state(scope: Scope) -> State {
     let mut s = State::new("lab", scope, false, now());
     let ns = "apps";
     update(&mut s, Action::MigrationsListed(C0, sample_migrations(ns)));
-    update(
-        &mut s,
-        Action::WavesListed(
-            C0,
-            vec![
-                wave_obj(
-                    ns,
-                    "w1",
-                    12,
-                    WaveCounts {
-                        queued: 2,
-                        running: 6,
-                        succeeded: 2,
-                        failed: 1,
-                        cancelled: 1,
-                        pending: 0,
-                    },
-                    WavePhase::Running,
-                ),
-                wave_obj(
-                    ns,
-                    "w2",
-                    3,
-                    WaveCounts {
-                        pending: 2,
-                        running: 1,
-                        ..WaveCounts::default()
-                    },
-                    WavePhase::Running,
-                ),
-            ],
-        ),
-    );
+    update(&mut s, Action::WavesListed(C0, sample_waves(ns)));
     update(&mut s, Action::EventsListed(C0, sample_events(ns)));
     for r in Resource::ALL {
         update(&mut s, Action::Connection(C0, r, ConnState::Live));
     }
     s
+}
+
+/// The waves of [`sample_migrations`].
+pub fn sample_waves(ns: &str) -> Vec<MigrationWave> {
+    vec![
+        wave_obj(
+            ns,
+            "w1",
+            12,
+            WaveCounts {
+                queued: 2,
+                running: 6,
+                succeeded: 2,
+                failed: 1,
+                cancelled: 1,
+                pending: 0,
+            },
+            WavePhase::Running,
+        ),
+        wave_obj(
+            ns,
+            "w2",
+            3,
+            WaveCounts {
+                pending: 2,
+                running: 1,
+                ..WaveCounts::default()
+            },
+            WavePhase::Running,
+        ),
+    ]
 }
 
 /// `n` migrations over `waves` waves, for benchmarks.
