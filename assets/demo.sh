@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # `make demo`: the lab, the controller, ferry-sim and the cockpit on a sample wave.
 #
-# Starts a lab in target/lab/demo (or $LAB_STATE), puts real VMDKs behind a handful of vcsim VMs,
+# Starts a lab in target/lab/demo (or $LAB_STATE), puts real VMDKs behind a few dozen vcsim VMs,
 # applies the CRDs, Secrets filled from the lab's lab.json and a MigrationWave, starts the
-# controller and the sim in the background (logs in target/demo/), then runs the cockpit in the
-# foreground. Quitting the cockpit (q) stops everything the demo started.
+# controller and the sim in the background (logs in target/demo/), injects two failures through
+# the sim's fault annotation (an import that fails at 40 %, a conversion that fails), lifts each
+# fault once its migration has failed (so that `r` retries it for real and it then succeeds), and
+# runs the cockpit in the foreground with a first screen that says which keys to try. Quitting
+# the cockpit (q) stops everything the demo started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATE="${LAB_STATE:-$PWD/target/lab/demo}"
 WORK="$PWD/target/demo"
 NS="${DEMO_NAMESPACE:-demo}"
-VMS="${DEMO_VMS:-8}"
-DISK_MIB="${DEMO_DISK_MIB:-64}"
+VMS="${DEMO_VMS:-30}"
+DISK_MIB="${DEMO_DISK_MIB:-24}"
 # The sim imports at this rate so that a person can watch progress move (CDI on real storage
 # is slower still); the tests run it far faster.
 IMPORT_MIB_S="${DEMO_IMPORT_MIB_S:-6}"
@@ -36,7 +39,7 @@ echo "== starting the lab in $STATE"
 rm -rf "$STATE"
 mkdir -p "$STATE"
 rm -f "$STATE.stdout"
-exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 16 --stop-on-stdin-eof \
+exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms "$((VMS + 8))" --stop-on-stdin-eof \
     >"$STATE.stdout" 2>"$WORK/lab.log")
 until grep -qx ready "$STATE.stdout" 2>/dev/null; do sleep 0.5; done
 K=(--kubeconfig "$STATE/kubeconfig")
@@ -105,5 +108,36 @@ PIDS+=($!)
     --throughput-mib "$IMPORT_MIB_S" >"$WORK/sim.log" 2>&1 &
 PIDS+=($!)
 
+echo "== two injected failures (tests/sim/README.md, Faults)"
+# The wave creates its migrations Queued (maxInFlight 3): mark the 4th and the 7th before they
+# start, then lift each fault once its migration failed, so that a retry succeeds.
+FAULTS=("import=permanent@40%" "convert=permanent")
+mapfile -t FAULTY < <(
+    for _ in $(seq 1 240); do
+        n=$("$KUBECTL" "${K[@]}" -n "$NS" get vmm -o name 2>/dev/null | wc -l)
+        (( n >= 7 )) && break
+        sleep 0.5
+    done
+    "$KUBECTL" "${K[@]}" -n "$NS" get vmm -o name | sort | sed -n '4p;7p'
+)
+for i in "${!FAULTY[@]}"; do
+    "$KUBECTL" "${K[@]}" -n "$NS" annotate --overwrite "${FAULTY[$i]}" \
+        "sim.ferry.example/fault=${FAULTS[$i]}" >/dev/null
+    echo "   ${FAULTY[$i]#*/}: ${FAULTS[$i]}"
+done
+(
+    while true; do
+        for vmm in "${FAULTY[@]}"; do
+            phase=$("$KUBECTL" "${K[@]}" -n "$NS" get "$vmm" -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+            if [[ "$phase" == Failed ]]; then
+                "$KUBECTL" "${K[@]}" -n "$NS" annotate "$vmm" sim.ferry.example/fault- >/dev/null 2>&1 || true
+            fi
+        done
+        sleep 3
+    done
+) >"$WORK/faults.log" 2>&1 &
+PIDS+=($!)
+
 echo "== the cockpit (q quits and stops the demo)"
-"$BIN/ferry" --kubeconfig "$STATE/kubeconfig" -n "$NS"
+"$BIN/ferry" --kubeconfig "$STATE/kubeconfig" -n "$NS" \
+    --welcome "demo-wave migrates $VMS VMs, 3 at a time. Two fail on purpose (injected faults, lifted once they fail): find them with / phase:Failed, press r to retry. Press c to cancel a running one."

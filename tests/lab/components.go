@@ -109,6 +109,10 @@ const defaultControllers = "garbage-collector-controller,namespace-controller,se
 
 const s3Bucket = "ferry-staging"
 
+// defaultContext names the cluster and context of DIR/kubeconfig unless --context says otherwise
+// (a second lab takes another name, so that KUBECONFIG=a:b shows two contexts).
+const defaultContext = "ferry-lab"
+
 func base64Std(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 // newChild prepares a supervised child process logging to DIR/logs/NAME.log.
@@ -143,7 +147,8 @@ func (l *lab) self() string {
 func (l *lab) kubeconfigPath() string { return filepath.Join(l.dir, "kubeconfig") }
 
 func (l *lab) kubeconfigWrite(context.Context) (func(), error) {
-	return nil, writeKubeconfig(l.kubeconfigPath(), l.apiURL(), l.pki.caCert, l.pki.adminCert, l.pki.adminKey, "ferry-lab-admin")
+	return nil, writeKubeconfig(l.kubeconfigPath(), cmp.Or(l.context, defaultContext), l.apiURL(), l.pki.caCert, l.pki.adminCert, l.pki.adminKey,
+		cmp.Or(l.context, defaultContext)+"-admin")
 }
 
 // ---------- etcd ----------
@@ -288,7 +293,7 @@ func (l *lab) apiserverInfo() (any, error) {
 func (l *lab) controllerManagerStart(context.Context) (func(), error) {
 	p := l.pki
 	kubeconfig := filepath.Join(p.dir, "controller-manager.kubeconfig")
-	if err := writeKubeconfig(kubeconfig, l.apiURL(), p.caCert, p.kcmCert, p.kcmKey, "system:kube-controller-manager"); err != nil {
+	if err := writeKubeconfig(kubeconfig, defaultContext, l.apiURL(), p.caCert, p.kcmCert, p.kcmKey, "system:kube-controller-manager"); err != nil {
 		return nil, err
 	}
 	args := []string{

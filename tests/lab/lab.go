@@ -161,6 +161,7 @@ func runLab(args []string) int {
 	vms := fs.Int("vms", 16, "number of VMs in the simulated vCenter (up to 10000)")
 	stopOnEOF := fs.Bool("stop-on-stdin-eof", false, "stop the lab when stdin reaches EOF")
 	controllers := fs.String("controllers", defaultControllers, "kube-controller-manager --controllers value")
+	contextName := fs.String("context", defaultContext, "name of the cluster and context in DIR/kubeconfig (its user is NAME-admin), so that kubeconfigs of two labs merge")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: ferry-lab --state-dir DIR [--vms N] [--stop-on-stdin-eof]\n       ferry-lab kubectl ARGS... | kubectl ARGS... (via link named kubectl)\n")
 		fs.PrintDefaults()
@@ -172,6 +173,10 @@ func runLab(args []string) int {
 		fs.Usage()
 		return 2
 	}
+	if *contextName == "" || strings.ContainsAny(*contextName, ":/ ") {
+		fmt.Fprintln(os.Stderr, "ferry-lab: --context must be a non-empty name without ':', '/' or spaces")
+		return 2
+	}
 	if *vms < 0 || *vms > 100000 {
 		fmt.Fprintln(os.Stderr, "ferry-lab: --vms must be between 0 and 100000")
 		return 2
@@ -181,7 +186,7 @@ func runLab(args []string) int {
 		fmt.Fprintln(os.Stderr, "ferry-lab:", err)
 		return 1
 	}
-	l := &lab{dir: dir, vms: *vms, controllers: *controllers}
+	l := &lab{dir: dir, vms: *vms, controllers: *controllers, context: *contextName}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -246,6 +251,7 @@ type lab struct {
 	dir         string
 	vms         int
 	controllers string
+	context     string // cluster and context name in DIR/kubeconfig
 
 	lockFile *os.File
 	logDir   string

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The real table is valid, and lab.json and ports.json keep the keys their readers
@@ -201,5 +203,46 @@ func TestLabJSONKeepsTableOrder(t *testing.T) {
 	}
 	if got["alpha"].(map[string]any)["url"] != "https://x" || len(got) != 4 {
 		t.Errorf("lab.json: %s", b)
+	}
+}
+
+// Two labs started with different --context names write kubeconfigs that merge, as
+// KUBECONFIG=a:b does, into two contexts, each with its own server and client certificate.
+func TestKubeconfigsOfTwoLabsMerge(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ca := file("ca.crt", "CA")
+	a, b := filepath.Join(dir, "a.kubeconfig"), filepath.Join(dir, "b.kubeconfig")
+	if err := writeKubeconfig(a, defaultContext, "https://127.0.0.1:1001", ca, file("a.crt", "cert-a"), file("a.key", "key-a"), defaultContext+"-admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeKubeconfig(b, "ferry-lab-b", "https://127.0.0.1:1002", ca, file("b.crt", "cert-b"), file("b.key", "key-b"), "ferry-lab-b-admin"); err != nil {
+		t.Fatal(err)
+	}
+	rules := &clientcmd.ClientConfigLoadingRules{Precedence: []string{a, b}}
+	merged, err := rules.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ctx, want := range map[string]struct{ server, cert string }{
+		"ferry-lab":   {"https://127.0.0.1:1001", "cert-a"},
+		"ferry-lab-b": {"https://127.0.0.1:1002", "cert-b"},
+	} {
+		c, ok := merged.Contexts[ctx]
+		if !ok {
+			t.Fatalf("context %s missing from the merged kubeconfig (contexts %v)", ctx, merged.Contexts)
+		}
+		if got := merged.Clusters[c.Cluster].Server; got != want.server {
+			t.Errorf("%s: server %s, want %s", ctx, got, want.server)
+		}
+		if got := string(merged.AuthInfos[c.AuthInfo].ClientCertificateData); got != want.cert {
+			t.Errorf("%s: client certificate %q, want %q", ctx, got, want.cert)
+		}
 	}
 }

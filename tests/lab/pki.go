@@ -264,8 +264,9 @@ func colonHex(b []byte) string {
 	return strings.Join(parts, ":")
 }
 
-// kubeconfig writes a kubeconfig with embedded CA, client cert and key.
-func writeKubeconfig(path, server, caFile, certFile, keyFile, user string) error {
+// writeKubeconfig writes a kubeconfig with embedded CA, client cert and key, whose cluster and
+// context are both called name.
+func writeKubeconfig(path, name, server, caFile, certFile, keyFile, user string) error {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return err
@@ -282,7 +283,7 @@ func writeKubeconfig(path, server, caFile, certFile, keyFile, user string) error
 	content := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
-- name: ferry-lab
+- name: %s
   cluster:
     server: %s
     certificate-authority-data: %s
@@ -292,13 +293,13 @@ users:
     client-certificate-data: %s
     client-key-data: %s
 contexts:
-- name: ferry-lab
+- name: %s
   context:
-    cluster: ferry-lab
+    cluster: %s
     user: %s
     namespace: default
-current-context: ferry-lab
-`, server, b64(ca), user, b64(cert), b64(key), user)
+current-context: %s
+`, name, server, b64(ca), user, b64(cert), b64(key), name, name, user, name)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
 		return err

@@ -5,6 +5,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use support::C0;
+
 use std::time::{Duration, Instant};
 
 use ferry::{
@@ -28,7 +30,7 @@ fn stats(name: &str, mut samples: Vec<Duration>) {
 fn loaded(n: usize) -> State {
     let mut s = State::new("bench", Scope::All, false, support::now());
     let t = Instant::now();
-    update(&mut s, Action::MigrationsListed(support::many(n, 20)));
+    update(&mut s, Action::MigrationsListed(C0, support::many(n, 20)));
     println!(
         "list of {n} migrations into the state: {:.1} ms",
         t.elapsed().as_secs_f64() * 1e3
@@ -99,7 +101,7 @@ fn main() {
             });
         }
         let t = Instant::now();
-        update(&mut s, Action::MigrationApplied(Box::new(o)));
+        update(&mut s, Action::MigrationApplied(C0, Box::new(o)));
         samples.push(t.elapsed());
     }
     stats("update per watch event (10k rows, sort PROGRESS)", samples);

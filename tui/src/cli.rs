@@ -8,7 +8,10 @@ use serde_json::json;
 use crate::{
     error::Result,
     kube::{Cluster, actions},
-    state::{Action, Outcome, Scope, State, Target, TargetKind, Verb, execute, plan, update},
+    state::{
+        Action, ClusterId, ClusterView, ConnState, Outcome, Resource, Scope, State, Target,
+        TargetKind, Verb, execute, plan, update,
+    },
     strings::{self, column, skip},
     ui::format,
 };
@@ -23,7 +26,89 @@ where
     }
 }
 
-/// Lists migrations and waves of `scope` into a fresh state (as the watches would).
+/// How long `ferry board --once` waits for one cluster's lists.
+const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What listing one cluster failed with, as the board's connection state says it.
+fn list_failed(e: &::kube::Error) -> ConnState {
+    match e {
+        ::kube::Error::Api(s) if s.code == 403 => ConnState::Forbidden(s.message.clone()),
+        ::kube::Error::Api(s) if s.code == 404 => ConnState::CrdMissing,
+        e => ConnState::Reconnecting {
+            retry_at: k8s_openapi::jiff::Timestamp::now(),
+            attempt: 1,
+            error: crate::kube::one_line(e),
+        },
+    }
+}
+
+async fn list_one(
+    cluster: &Cluster,
+    scope: &Scope,
+) -> std::result::Result<(Vec<VirtualMachineMigration>, Vec<MigrationWave>), ConnState> {
+    let lists = async {
+        let vmms = api::<VirtualMachineMigration>(cluster, scope)
+            .list(&ListParams::default())
+            .await?;
+        let waves = api::<MigrationWave>(cluster, scope)
+            .list(&ListParams::default())
+            .await?;
+        Ok::<_, ::kube::Error>((vmms.items, waves.items))
+    };
+    match tokio::time::timeout(LIST_TIMEOUT, lists).await {
+        Ok(Ok(l)) => Ok(l),
+        Ok(Err(e)) => Err(list_failed(&e)),
+        Err(_) => Err(ConnState::Reconnecting {
+            retry_at: k8s_openapi::jiff::Timestamp::now(),
+            attempt: 1,
+            error: strings::timed_out(LIST_TIMEOUT.as_secs()),
+        }),
+    }
+}
+
+/// Lists migrations and waves of every cluster (each on `scope`, else its context's
+/// namespace) into a fresh state, as the watches would; a cluster that cannot be listed keeps
+/// no rows and says why in its connection state.
+pub async fn load_all(clusters: &[Cluster], scope: Option<Scope>, wave: Option<String>) -> State {
+    let views = clusters
+        .iter()
+        .map(|c| {
+            let s = scope
+                .clone()
+                .unwrap_or_else(|| Scope::Namespace(c.namespace.clone()));
+            ClusterView::new(&c.context, s)
+        })
+        .collect();
+    let mut state = State::with_clusters(views, false, k8s_openapi::jiff::Timestamp::now());
+    let lists = futures::future::join_all(
+        clusters
+            .iter()
+            .zip(state.clusters.iter())
+            .map(|(c, v)| list_one(c, &v.scope)),
+    )
+    .await;
+    for (i, listed) in lists.into_iter().enumerate() {
+        let c = ClusterId(u16::try_from(i).unwrap_or(u16::MAX));
+        match listed {
+            Ok((vmms, waves)) => {
+                update(&mut state, Action::MigrationsListed(c, vmms));
+                update(&mut state, Action::WavesListed(c, waves));
+                for r in [Resource::Migrations, Resource::Waves] {
+                    update(&mut state, Action::Connection(c, r, ConnState::Live));
+                }
+            }
+            Err(why) => {
+                update(&mut state, Action::Connection(c, Resource::Migrations, why));
+            }
+        }
+    }
+    if let Some(w) = wave {
+        update(&mut state, Action::Command(format!("wave {w}")));
+    }
+    state
+}
+
+/// Lists migrations and waves of `scope` in one cluster into a fresh state.
 ///
 /// # Errors
 /// Listing failed (RBAC, missing CRDs, no cluster).
@@ -40,58 +125,33 @@ pub async fn load(cluster: &Cluster, scope: Scope, wave: Option<String>) -> Resu
     let waves = api::<MigrationWave>(cluster, &scope)
         .list(&ListParams::default())
         .await?;
-    update(&mut state, Action::MigrationsListed(vmms.items));
-    update(&mut state, Action::WavesListed(waves.items));
+    let c = ClusterId::default();
+    update(&mut state, Action::MigrationsListed(c, vmms.items));
+    update(&mut state, Action::WavesListed(c, waves.items));
     if let Some(w) = wave {
         update(&mut state, Action::Command(format!("wave {w}")));
     }
     Ok(state)
 }
 
-/// The board as plain text, one line per visible migration.
-pub fn board_text(state: &State) -> String {
-    let all_ns = state.all_namespaces();
-    let mut rows: Vec<Vec<String>> = vec![];
-    let mut head = vec![column::NAME];
-    if all_ns {
-        head.push(column::NAMESPACE);
+/// A cluster's state for scripts: a word, and the error or refusal when there is one.
+pub fn state_word(s: &ConnState) -> (&'static str, Option<&str>) {
+    match s {
+        ConnState::Live => ("live", None),
+        ConnState::Connecting | ConnState::Listing => ("connecting", None),
+        ConnState::Reconnecting { error, .. } => ("unreachable", Some(error.as_str())),
+        ConnState::Forbidden(m) => ("forbidden", Some(m.as_str())),
+        ConnState::CrdMissing => ("crd-missing", Some(strings::CRD_HINT)),
     }
-    head.extend([
-        column::WAVE,
-        column::PHASE,
-        column::PROGRESS,
-        column::CONDITIONS,
-        column::ATTEMPT,
-        column::IN_PHASE,
-        column::MESSAGE,
-    ]);
-    rows.push(head.into_iter().map(str::to_owned).collect());
-    for r in state.index.visible_range(0, state.index.visible_len()) {
-        let mut cells = vec![r.key.name.clone()];
-        if all_ns {
-            cells.push(r.key.namespace.clone());
-        }
-        let pips: String = r
-            .pips
-            .iter()
-            .map(|s| match s {
-                ferry_crds::ConditionStatus::True => 'T',
-                ferry_crds::ConditionStatus::False => 'F',
-                ferry_crds::ConditionStatus::Unknown => '-',
-            })
-            .collect();
-        cells.extend([
-            r.wave.clone().unwrap_or_else(|| strings::NONE.into()),
-            r.phase.as_str().to_owned(),
-            r.percent.map_or(strings::NONE.into(), format::percent),
-            pips,
-            r.attempt.to_string(),
-            format::age(r.phase_since, state.now),
-            r.message.clone(),
-        ]);
-        rows.push(cells);
-    }
-    let cols = rows[0].len();
+}
+
+/// Whether every cluster of a loaded state was listed.
+pub fn all_listed(state: &State) -> bool {
+    state.clusters.iter().all(|c| c.conn.migrations.is_live())
+}
+
+fn table(rows: Vec<Vec<String>>) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -114,18 +174,100 @@ pub fn board_text(state: &State) -> String {
     out
 }
 
-/// The board as JSON: an array of migrations with the board's columns.
+/// The board as plain text, one line per visible migration; with several clusters, their
+/// states first, then a CLUSTER column.
+pub fn board_text(state: &State) -> String {
+    let all_ns = state.all_namespaces();
+    let multi = state.multi_cluster();
+    let mut out = String::new();
+    if multi {
+        let mut rows = vec![vec![
+            column::CONTEXT.to_owned(),
+            column::STATE.to_owned(),
+            column::ERROR.to_owned(),
+        ]];
+        for c in &state.clusters {
+            let (word, why) = state_word(&c.conn.migrations);
+            rows.push(vec![
+                c.context.clone(),
+                word.to_owned(),
+                why.unwrap_or("").to_owned(),
+            ]);
+        }
+        out.push_str(&table(rows));
+        out.push('\n');
+    }
+    let mut rows: Vec<Vec<String>> = vec![];
+    let mut head = vec![];
+    if multi {
+        head.push(column::CLUSTER);
+    }
+    head.push(column::NAME);
+    if all_ns {
+        head.push(column::NAMESPACE);
+    }
+    head.extend([
+        column::WAVE,
+        column::PHASE,
+        column::PROGRESS,
+        column::CONDITIONS,
+        column::ATTEMPT,
+        column::IN_PHASE,
+        column::MESSAGE,
+    ]);
+    rows.push(head.into_iter().map(str::to_owned).collect());
+    for r in state.index.visible_range(0, state.index.visible_len()) {
+        let mut cells = vec![];
+        if multi {
+            cells.push(state.context_of(r.key.cluster).to_owned());
+        }
+        cells.push(r.key.name.clone());
+        if all_ns {
+            cells.push(r.key.namespace.clone());
+        }
+        let pips: String = r.pips.iter().map(|p| p.letter()).collect();
+        cells.extend([
+            r.wave.clone().unwrap_or_else(|| strings::NONE.into()),
+            r.phase.as_str().to_owned(),
+            r.percent.map_or(strings::NONE.into(), format::percent),
+            pips,
+            r.attempt.to_string(),
+            format::age(r.phase_since, state.now),
+            r.message.clone(),
+        ]);
+        rows.push(cells);
+    }
+    out.push_str(&table(rows));
+    out
+}
+
+/// The board as JSON: the clusters with their states, and the migrations with the board's
+/// columns and their cluster.
 pub fn board_json(state: &State) -> serde_json::Value {
+    let clusters: Vec<serde_json::Value> = state
+        .clusters
+        .iter()
+        .map(|c| {
+            let (word, why) = state_word(&c.conn.migrations);
+            json!({
+                "context": c.context,
+                "namespace": c.scope.namespace(),
+                "state": word,
+                "error": why,
+            })
+        })
+        .collect();
     let items: Vec<serde_json::Value> = state
         .index
         .visible_range(0, state.index.visible_len())
         .map(|r| {
             let conditions: serde_json::Map<String, serde_json::Value> = ConditionType::ALL
                 .iter()
-                .zip(r.pips.iter())
+                .zip(r.conditions.iter())
                 .map(|(t, s)| (t.as_str().to_owned(), json!(s.as_str())))
                 .collect();
             json!({
+                "cluster": state.context_of(r.key.cluster),
                 "namespace": r.key.namespace,
                 "name": r.key.name,
                 "wave": r.wave,
@@ -142,7 +284,7 @@ pub fn board_json(state: &State) -> serde_json::Value {
             })
         })
         .collect();
-    json!(items)
+    json!({ "clusters": clusters, "migrations": items })
 }
 
 /// What happened to one named object.

@@ -18,6 +18,15 @@ pub enum Error {
     /// A context named with `--context` or `:ctx` is not in the kubeconfig.
     #[error("no context {0:?} in the kubeconfig")]
     NoContext(String),
+    /// A command that acts on one cluster was given several contexts.
+    #[error("{}", crate::strings::ONE_CONTEXT_FOR_VERBS)]
+    OneContext,
+}
+
+impl From<std::convert::Infallible> for Error {
+    fn from(e: std::convert::Infallible) -> Error {
+        match e {}
+    }
 }
 
 impl Error {
@@ -29,6 +38,7 @@ impl Error {
             Error::Io(_) => "io",
             Error::Json(_) => "json",
             Error::NoContext(_) => "no_context",
+            Error::OneContext => "one_context",
         }
     }
 }

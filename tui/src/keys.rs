@@ -127,7 +127,13 @@ pub const BINDINGS: &[Binding] = &[
         keys: &[k('w')],
         label: "w",
         help: help::WAVE,
-        action: || Action::CycleWave,
+        action: || Action::PickWave,
+    },
+    Binding {
+        keys: &[k('t')],
+        label: "t",
+        help: help::TIMELINE,
+        action: || Action::ShowTimeline,
     },
     Binding {
         keys: &[k(' ')],
@@ -227,8 +233,12 @@ pub const BOARD_HINTS: &[Hint] = &[
         word: hint::SORT,
     },
     Hint {
-        actions: &[Action::CycleWave],
+        actions: &[Action::PickWave],
         word: hint::WAVE,
+    },
+    Hint {
+        actions: &[Action::ShowTimeline],
+        word: hint::TIMELINE,
     },
     Hint {
         actions: &[Action::FocusNext],
@@ -417,6 +427,19 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
             return match key.code {
                 KeyCode::Esc | KeyCode::Enter | KeyCode::Char('q' | '?') => Some(Action::Back),
                 _ => None,
+            };
+        }
+        // The welcome goes with any key, which then does nothing else.
+        Some(Popup::Welcome { .. }) => return Some(Action::Back),
+        Some(Popup::WavePicker { .. }) => {
+            return match key.code {
+                KeyCode::Esc | KeyCode::Char('q' | 'w') => Some(Action::Back),
+                KeyCode::Enter => Some(Action::Enter),
+                _ => BINDINGS
+                    .iter()
+                    .find(|b| b.keys.contains(&key))
+                    .map(|b| (b.action)())
+                    .filter(|a| matches!(a, Action::Nav(_))),
             };
         }
         None => {}

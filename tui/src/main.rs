@@ -20,9 +20,10 @@ struct Cli {
     /// Path of the kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true)]
     kubeconfig: Option<PathBuf>,
-    /// kubeconfig context to use (default: the current context).
-    #[arg(long, global = true)]
-    context: Option<String>,
+    /// kubeconfig context(s) to use, comma-separated: the board shows the migrations of every
+    /// one (default: the current context).
+    #[arg(long, global = true, value_delimiter = ',')]
+    context: Vec<String>,
     /// Namespace to watch (default: the context's namespace).
     #[arg(short = 'n', long, global = true)]
     namespace: Option<String>,
@@ -41,6 +42,9 @@ struct Cli {
     /// Group to impersonate (like kubectl --as-group); repeatable.
     #[arg(long = "as-group", global = true)]
     as_group: Vec<String>,
+    /// Open with a screen that says which keys to try, and NOTE under its title.
+    #[arg(long, value_name = "NOTE", num_args = 0..=1, default_missing_value = "")]
+    welcome: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -96,7 +100,7 @@ impl Cli {
     fn connect_options(&self) -> ConnectOptions {
         ConnectOptions {
             kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
+            contexts: self.context.clone(),
             as_user: self.as_user.clone(),
             as_groups: self.as_group.clone(),
         }
@@ -169,17 +173,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 scope: cli.scope(),
                 wave: cli.wave.clone(),
                 readonly: cli.readonly,
+                welcome: cli.welcome.clone(),
+                frame_log: std::env::var_os("FERRY_FRAME_LOG").map(PathBuf::from),
             };
             app::run(opts).await.context("ferry")?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Board { once: true, output }) => {
             init_stderr_logging();
-            let c = cluster::connect(&cli.connect_options()).await?;
-            let scope = cli
-                .scope()
-                .unwrap_or_else(|| Scope::Namespace(c.namespace.clone()));
-            let state = cli::load(&c, scope, cli.wave.clone()).await?;
+            let clusters = cluster::connect_all(&cli.connect_options()).await?;
+            let state = cli::load_all(&clusters, cli.scope(), cli.wave.clone()).await;
             match output {
                 Output::Text => print!("{}", cli::board_text(&state)),
                 Output::Json => println!(
@@ -187,7 +190,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     serde_json::to_string_pretty(&cli::board_json(&state))?
                 ),
             }
-            Ok(ExitCode::SUCCESS)
+            // Every row printed is real, but a cluster that could not be listed fails the run.
+            for c in state
+                .clusters
+                .iter()
+                .filter(|c| !c.conn.migrations.is_live())
+            {
+                let (word, why) = cli::state_word(&c.conn.migrations);
+                eprintln!(
+                    "ferry: context {}: {word}: {}",
+                    c.context,
+                    why.unwrap_or("")
+                );
+            }
+            Ok(if cli::all_listed(&state) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Some(Command::Controller {
             metrics_addr,

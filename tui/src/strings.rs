@@ -42,6 +42,11 @@ pub fn eta(left: &str) -> String {
     format!("ETA {left}")
 }
 
+/// A cluster did not answer in time.
+pub fn timed_out(secs: u64) -> String {
+    format!("no answer in {secs}s")
+}
+
 /// A watch stream ended (the apiserver closed it); it is started again.
 pub const WATCH_ENDED: &str = "watch ended";
 
@@ -87,6 +92,10 @@ pub fn unknown_command(line: &str) -> String {
 pub fn context_switched(ctx: &str) -> String {
     format!("switched to context {ctx}")
 }
+
+/// A script verb (`ferry cancel`) with several contexts.
+pub const ONE_CONTEXT_FOR_VERBS: &str =
+    "name one context for cancel, retry, pause, resume, delete and controller (--context NAME)";
 
 /// Every target was skipped.
 pub fn nothing_to_do(verb: Verb, first: &str, why: &str, n: usize) -> String {
@@ -352,6 +361,9 @@ pub mod details {
     /// `VirtualMachineInstance`, shortened as everyone says it.
     pub const VMI: &str = "VMI";
 
+    /// A Job whose pod failed, waiting for the Job controller to start another.
+    pub const RETRYING: &str = "Retrying";
+
     /// A Job or DataVolume state, with its failed pods.
     pub fn with_failed_pods(state: &str, failed: i64) -> String {
         format!("{state} (failed pods: {failed})")
@@ -377,8 +389,8 @@ pub mod help {
     pub const TITLE: &str = "keys (Esc closes)";
     /// The legend under the keys.
     pub const LEGEND: [&str; 3] = [
-        " Pips: SourceDiscovered Validated DiskConverted DiskImported",
-        "       VMCreated VMStarted GuestReady Ready  (● true ✕ false ○ unknown)",
+        " Pips: SourceDiscovered Validated DiskConverted DiskImported VMCreated",
+        "       VMStarted GuestReady Ready   (● true ✕ failed ↻ retrying ○ not yet)",
         " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
     ];
 
@@ -394,7 +406,8 @@ pub mod help {
     pub const FILTER: &str = "filter: text, phase:Failed wave:w3 ns:apps";
     pub const SORT: &str = "sort by next column";
     pub const REVERSE_SORT: &str = "reverse sort";
-    pub const WAVE: &str = "show next wave only (then all)";
+    pub const WAVE: &str = "waves with their progress; Enter shows one";
+    pub const TIMELINE: &str = "timeline: phases over time of the rows shown";
     pub const MARK: &str = "mark / unmark";
     pub const MARK_ALL: &str = "mark all visible (again: unmark all)";
     pub const CANCEL: &str = "cancel (marked, selected, or the wave)";
@@ -414,8 +427,9 @@ pub mod hint {
     pub const HELP: &str = "help";
     pub const FILTER: &str = "filter";
     pub const SORT: &str = "sort";
-    pub const WAVE: &str = "wave";
-    pub const WAVES: &str = "waves";
+    pub const WAVE: &str = "waves";
+    pub const TIMELINE: &str = "timeline";
+    pub const WAVES: &str = "strip";
     pub const MARK: &str = "mark";
     pub const CANCEL: &str = "cancel";
     pub const RETRY: &str = "retry";
@@ -447,6 +461,8 @@ pub mod header {
     pub const CTX: &str = " ctx ";
     /// In front of the namespace.
     pub const NS: &str = "  ns ";
+    /// Between two clusters.
+    pub const CLUSTER_SEPARATOR: &str = "  │";
     /// `--readonly`.
     pub const READ_ONLY: &str = " READ-ONLY ";
     /// Count of migrations, wide and narrow.
@@ -518,6 +534,7 @@ pub mod header {
 /// Column titles of the board (and of `ferry board --once`).
 pub mod column {
     pub const NAME: &str = "NAME";
+    pub const CLUSTER: &str = "CLUSTER";
     pub const NAMESPACE: &str = "NAMESPACE";
     pub const WAVE: &str = "WAVE";
     pub const PHASE: &str = "PHASE";
@@ -528,6 +545,9 @@ pub mod column {
     pub const ATTEMPT_SHORT: &str = "ATT";
     pub const IN_PHASE: &str = "IN-PHASE";
     pub const MESSAGE: &str = "MESSAGE";
+    pub const CONTEXT: &str = "CONTEXT";
+    pub const STATE: &str = "STATE";
+    pub const ERROR: &str = "ERROR";
 }
 
 /// The board's title line.
@@ -536,6 +556,15 @@ pub mod board {
     pub const TITLE: &str = " migrations ";
     /// The board shows the last known state.
     pub const STALE: &str = " stale: last known state ";
+    /// After a stale cluster's context in the CLUSTER column.
+    pub const STALE_GLYPH: &str = " ✕";
+    /// After the context of a cluster not listed yet (or listing again).
+    pub const CONNECTING_GLYPH: &str = " ◌";
+
+    /// Some clusters of the board show their last known state.
+    pub fn stale_of(contexts: &str) -> String {
+        format!(" stale: {contexts} (last known state) ")
+    }
 
     /// The sort column and direction.
     pub fn sort(column: &str, reverse: bool) -> String {
@@ -578,6 +607,11 @@ pub mod waves {
     pub fn per_hour(n: f64) -> String {
         format!(" {n:.0}/h")
     }
+
+    /// A wave's name after its context, on a board of several clusters.
+    pub fn in_context(context: &str, name: &str) -> String {
+        format!("{context}/{name}")
+    }
 }
 
 /// The confirm dialog and the report after it.
@@ -610,4 +644,121 @@ pub mod confirm {
             if n > 1 { ", …" } else { "" }
         )
     }
+}
+
+/// The wave picker.
+pub mod picker {
+    /// Its title.
+    pub const TITLE: &str = " waves ";
+
+    /// The first line: no wave scope.
+    pub fn every_wave(waves: usize, migrations: usize) -> String {
+        format!("every wave ({waves} waves, {migrations} migrations on the board)")
+    }
+
+    /// The keys under the list.
+    pub fn hint(select: &str, enter: &str, back: &str) -> String {
+        format!("  {select}: select   {enter}: show only that wave   {back}: close")
+    }
+}
+
+/// The timeline view.
+pub mod timeline {
+    use ferry_crds::Phase;
+
+    /// Its title.
+    pub const TITLE: &str = " timeline ";
+    /// After a slow migration's time.
+    pub const SLOW_FLAG: &str = "⚑";
+    /// In front of the share of each phase.
+    pub const TIME_WENT: &str = "  time spent: ";
+    /// No row has a recorded phase.
+    pub const NOTHING: &str = "No migration on the board has a recorded phase yet.";
+    /// What the letters mean, in the order of the legend.
+    pub const LEGEND: [(Phase, &str); 10] = [
+        (Phase::Queued, "queued"),
+        (Phase::Preparing, "preparing"),
+        (Phase::Converting, "converting"),
+        (Phase::Importing, "importing"),
+        (Phase::CreatingVM, "creating VM"),
+        (Phase::Starting, "starting"),
+        (Phase::Validating, "validating"),
+        (Phase::Succeeded, "succeeded"),
+        (Phase::Failed, "failed"),
+        (Phase::Cancelled, "cancelled"),
+    ];
+
+    /// How many migrations it shows.
+    pub fn count(n: usize) -> String {
+        format!("{n} migrations ")
+    }
+
+    /// The one wave it shows.
+    pub fn wave(name: &str) -> String {
+        format!("wave {name} ")
+    }
+
+    /// The column titles before the time axis.
+    pub fn columns(name_w: usize) -> String {
+        format!("  {:<name_w$}{:>3} {:>7} ", "NAME", "ATT", "TOOK")
+    }
+
+    /// The time the axis spans, between its ends.
+    pub fn span(d: &str) -> String {
+        format!("← {d} →")
+    }
+
+    /// The median time a migration took.
+    pub fn median(d: &str) -> String {
+        format!("   median {d}")
+    }
+
+    /// How many took more than twice the median.
+    pub fn slow(n: usize) -> String {
+        format!("   ⚑ {n} slow (over twice the median)")
+    }
+}
+
+/// The first screen of `ferry --welcome`.
+pub mod welcome {
+    use crate::state::{Action, Nav, Verb};
+
+    /// On its border.
+    pub const BORDER: &str = " welcome ";
+    /// Its first line.
+    pub const TITLE: &str = " ferry: a live board of every VM migration. Keys to try:";
+    /// Its last line.
+    pub const ANY_KEY: &str = " Any key closes this; ? shows every key.";
+    /// What to try, with the actions whose keys it names.
+    pub const TRY: [(&[Action], &str); 8] = [
+        (
+            &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+            "move on the board",
+        ),
+        (
+            &[Action::Enter],
+            "details of a migration: conditions, disks, children, events",
+        ),
+        (
+            &[Action::PickWave],
+            "the waves with their progress; Enter shows one",
+        ),
+        (
+            &[Action::ShowTimeline],
+            "the timeline: where each migration's time went",
+        ),
+        (
+            &[Action::StartFilter],
+            "filter, e.g. phase:Failed or a name",
+        ),
+        (
+            &[Action::Request(Verb::Retry)],
+            "retry a failed migration (r, then y)",
+        ),
+        (
+            &[Action::Request(Verb::Cancel)],
+            "cancel a running one (␣ marks several)",
+        ),
+        (&[Action::Quit], "quit"),
+    ];
 }

@@ -473,3 +473,259 @@ stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
     tmux.keys(&["q"]);
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+fn tmux_env_cockpit(kubeconfigs: &std::ffi::OsStr, args: &str) -> String {
+    format!(
+        "KUBECONFIG={} exec {} {args}",
+        kubeconfigs.to_string_lossy(),
+        env!("CARGO_BIN_EXE_ferry"),
+    )
+}
+
+fn ferry_once(kubeconfigs: &std::ffi::OsStr, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .env("KUBECONFIG", kubeconfigs)
+        .args(args)
+        .output()
+        .expect("ferry board --once");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn spec_cancel(kubeconfig: &Path, ns: &str, name: &str) -> String {
+    kubectl(
+        kubeconfig,
+        &[
+            "get",
+            "vmm",
+            name,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.cancel}",
+        ],
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_clusters_on_one_board_act_apart_and_one_lost_goes_stale_while_the_other_stays_live() {
+    let a = lab();
+    let dir = repo_root().join(format!("target/lab/tui-second-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let b = Lab::start_as(&dir, 1, "ferry-lab-b").expect("a second lab, context ferry-lab-b");
+    let (kc_a, kc_b) = (a.info.kubeconfig.clone(), b.info.kubeconfig.clone());
+    install_crds(&kc_a);
+    install_crds(&kc_b);
+    let ns = a.namespace("tui-two").await.expect("namespace");
+    let ns = ns.name.clone();
+    kubectl(&kc_b, &["create", "namespace", &ns], None);
+    // The same namespace and name in both clusters, and one more in b.
+    create_vmm(&kc_a, &ns, "same");
+    create_vmm(&kc_b, &ns, "same");
+    create_vmm(&kc_b, &ns, "only-b");
+    let kcs = a.kubeconfigs(&[&b]);
+
+    // Scripts see both clusters, each with its state.
+    let args = [
+        "--context",
+        "ferry-lab,ferry-lab-b",
+        "-n",
+        &ns,
+        "board",
+        "--once",
+    ];
+    let (ok, json, err) = ferry_once(&kcs, &[&args[..], &["-o", "json"]].concat());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let states: Vec<(&str, &str)> = v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["context"].as_str().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("ferry-lab", "live"), ("ferry-lab-b", "live")]);
+    let rows: Vec<(&str, &str)> = v["migrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["cluster"].as_str().unwrap(), m["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("ferry-lab-b", "only-b"),
+            ("ferry-lab", "same"),
+            ("ferry-lab-b", "same")
+        ]
+    );
+
+    let tmux = Tmux::start(
+        "ferry-two",
+        &tmux_env_cockpit(&kcs, &format!("--context ferry-lab,ferry-lab-b -n {ns}")),
+        160,
+        40,
+    );
+    let screen = tmux.wait("both clusters live with their rows", T, |s| {
+        s.matches("● live").count() == 2 && s.contains("only-b") && s.matches(" same ").count() == 2
+    });
+    assert!(screen.contains("CLUSTER"), "{screen}");
+    // Rows: only-b (b), same (a), same (b). Cancel the third: it must land in b only.
+    tmux.keys(&["j", "j", "c"]);
+    tmux.wait_for("Cancel 1 migration?", T);
+    tmux.keys(&["y"]);
+    tmux.wait_for("cancel same: applied", T);
+    assert_eq!(spec_cancel(&kc_b, &ns, "same"), "true");
+    assert_ne!(
+        spec_cancel(&kc_a, &ns, "same"),
+        "true",
+        "not the namesake in a"
+    );
+
+    // b goes away: its rows stay, marked stale; a stays live.
+    b.stop().expect("stop the second lab");
+    let screen = tmux.wait("b stale, a live", Duration::from_secs(90), |s| {
+        s.contains("STALE") && s.contains("ferry-lab-b ✕") && s.matches("● live").count() == 1
+    });
+    assert!(
+        screen.contains("only-b"),
+        "the last known rows of b stay:\n{screen}"
+    );
+    create_vmm(&kc_a, &ns, "after");
+    tmux.wait("a still delivers", T, |s| s.contains("after"));
+
+    let (ok, text, err) = ferry_once(&kcs, &[&args[..], &["-o", "text"]].concat());
+    assert!(!ok, "a cluster that cannot be listed fails the run");
+    assert!(err.contains("ferry-lab-b: unreachable"), "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ferry-lab-b") && l.contains("unreachable")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ferry-lab ") && l.contains("live")),
+        "{text}"
+    );
+
+    // :ctx narrows the board to one context, and back to both.
+    tmux.keys(&[":"]);
+    for c in "ctx ferry-lab".chars() {
+        tmux.keys(&[&c.to_string()]);
+    }
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait("only ferry-lab", T, |s| {
+        s.contains("switched to context ferry-lab") && !s.contains("only-b")
+    });
+    assert!(
+        !screen.contains("CLUSTER"),
+        "one cluster, no CLUSTER column:\n{screen}"
+    );
+    tmux.keys(&[":"]);
+    for c in "ctx ferry-lab,ferry-lab-b".chars() {
+        tmux.keys(&[&c.to_string()]);
+    }
+    tmux.keys(&["Enter"]);
+    tmux.wait("both contexts again, b reconnecting", T, |s| {
+        s.contains("CLUSTER") && s.contains("ctx ferry-lab-b") && s.contains("reconnecting")
+    });
+    tmux.keys(&["q"]);
+    drop(tmux);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_keeps_no_managed_fields_and_a_bounded_event_history_per_object() {
+    use ferry::state::{ClusterId, EventKind, ObjKey, State, events::PER_OBJECT, update};
+    use k8s_openapi::api::events::v1::Event;
+    use kube::{Api, api::PostParams};
+
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-store").await.expect("namespace");
+    create_vmm(&kc, &ns.name, "kept");
+    let client = lab.client().await.expect("client");
+    let vmms: Api<VirtualMachineMigration> = Api::namespaced(client.clone(), &ns.name);
+    let live = vmms.get("kept").await.expect("get");
+    assert!(
+        live.metadata.managed_fields.is_some(),
+        "the apiserver sends managedFields"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let total = PER_OBJECT + 20;
+    for i in 0..total {
+        let e: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("kept.{i:03}")},
+            "eventTime": format!("2026-01-01T00:{:02}:{:02}.000000Z", i / 60, i % 60),
+            "reportingController": "ferry.example/test",
+            "reportingInstance": "test",
+            "action": "Test",
+            "reason": "Numbered",
+            "note": format!("event {i:03}"),
+            "type": "Normal",
+            "regarding": {
+                "apiVersion": "migration.platform.example/v1alpha1",
+                "kind": "VirtualMachineMigration",
+                "namespace": ns.name,
+                "name": "kept",
+                "uid": live.metadata.uid,
+            },
+        }))
+        .expect("event");
+        events
+            .create(&PostParams::default(), &e)
+            .await
+            .expect("create event");
+    }
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = ClusterId(0);
+    let _watches = ferry::kube::watch::start(
+        &client,
+        c,
+        &ferry::state::Scope::Namespace(ns.name.clone()),
+        tx,
+    );
+    let mut state = State::new(
+        "ferry-lab",
+        ferry::state::Scope::Namespace(ns.name.clone()),
+        false,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let key = ObjKey::at(c, ns.name.clone(), "kept");
+    let deadline = Instant::now() + T;
+    loop {
+        let kept = state.events.of(EventKind::Migration, &key).count();
+        if state.index.get(&key).is_some() && state.clusters[0].conn.events.is_live() && kept > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the watches did not deliver");
+        if let Ok(Some(a)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+            update(&mut state, a);
+        }
+    }
+    let row = state.index.get(&key).expect("row");
+    assert!(
+        row.obj.metadata.managed_fields.is_none(),
+        "trimmed in the store"
+    );
+    let notes: Vec<String> = state
+        .events
+        .of(EventKind::Migration, &key)
+        .map(|e| e.note.clone())
+        .collect();
+    assert_eq!(
+        notes.len(),
+        PER_OBJECT,
+        "at most {PER_OBJECT} of {total} events kept"
+    );
+    assert_eq!(
+        notes.last().map(String::as_str),
+        Some(format!("event {:03}", total - 1).as_str()),
+        "the newest are kept"
+    );
+}

@@ -13,7 +13,7 @@ use ferry::{
 use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
-use support::{now, sample_state};
+use support::{C0, now, sample_state, two_cluster_state};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -117,7 +117,15 @@ fn board_filtered_to_nothing() {
 #[test]
 fn board_scoped_to_one_wave_with_wave_strip_focused() {
     at_both_sizes("board_wave_focus", |s| {
-        apply(s, [Action::CycleWave, Action::FocusNext])
+        apply(
+            s,
+            [
+                Action::PickWave,
+                Action::Nav(Nav::Down),
+                Action::Enter,
+                Action::FocusNext,
+            ],
+        )
     });
 }
 
@@ -140,6 +148,7 @@ fn board_stale_while_reconnecting() {
             [
                 Action::Tick(now().checked_sub(SignedDuration::from_secs(12)).unwrap()),
                 Action::Connection(
+                    C0,
                     Resource::Migrations,
                     ConnState::Reconnecting {
                         retry_at,
@@ -158,8 +167,7 @@ fn board_forbidden() {
     at_both_sizes("board_forbidden", |s| {
         apply(
             s,
-            [Action::Connection(
-                Resource::Waves,
+            [Action::Connection(C0, Resource::Waves,
                 ConnState::Forbidden(
                     "migrationwaves.migration.platform.example is forbidden: User \"viewer\" cannot list resource".into(),
                 ),
@@ -174,7 +182,7 @@ fn board_crd_missing_before_first_list() {
         let mut s = State::new("lab", Scope::Namespace("apps".into()), false, now());
         update(
             &mut s,
-            Action::Connection(Resource::Migrations, ConnState::CrdMissing),
+            Action::Connection(C0, Resource::Migrations, ConnState::CrdMissing),
         );
         assert_snapshot!(format!("board_crd_missing_{w}x{h}"), render(&mut s, w, h));
     }
@@ -309,4 +317,48 @@ fn report_with_a_forbidden_outcome() {
 fn too_small_terminal_says_so() {
     let mut s = sample_state(Scope::Namespace("apps".into()));
     assert_snapshot!("too_small_60x20", render(&mut s, 60, 20));
+}
+
+#[test]
+fn two_clusters_one_lost_show_a_cluster_column_and_each_connection_state() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = two_cluster_state();
+        assert_snapshot!(format!("board_two_clusters_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn wave_picker() {
+    at_both_sizes("wave_picker", |s| {
+        apply(s, [Action::PickWave, Action::Nav(Nav::Down)])
+    });
+}
+
+#[test]
+fn timeline() {
+    at_both_sizes("timeline", |s| apply(s, [Action::ShowTimeline]));
+}
+
+#[test]
+fn timeline_of_one_wave_picked_from_the_picker() {
+    at_both_sizes("timeline_wave", |s| {
+        apply(
+            s,
+            [
+                Action::PickWave,
+                Action::Nav(Nav::Down),
+                Action::Enter,
+                Action::ShowTimeline,
+            ],
+        )
+    });
+}
+
+#[test]
+fn welcome() {
+    at_both_sizes("welcome", |s| {
+        s.popup = Some(ferry::state::Popup::Welcome {
+            note: "This demo wave has 30 VMs; two fail on purpose (injected faults).".into(),
+        });
+    });
 }

@@ -18,19 +18,36 @@ fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
+/// A Job's state as its conditions say it: `Failed` only once the Job controller gave up (its
+/// `Failed` condition); a failed pod with retries left is `Retrying`, not a failure.
+fn job_state(status: &Value) -> String {
+    let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let condition = |t: &str| {
+        status
+            .pointer("/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    let failed = n("/failed");
+    if condition("Complete") || (n("/succeeded") > 0 && !condition("Failed")) {
+        "Complete".into()
+    } else if condition("Failed") {
+        details::with_failed_pods("Failed", failed)
+    } else if n("/active") > 0 && failed > 0 {
+        details::with_failed_pods("Running", failed)
+    } else if n("/active") > 0 {
+        "Running".into()
+    } else if failed > 0 {
+        details::with_failed_pods(details::RETRYING, failed)
+    } else {
+        "Pending".into()
+    }
+}
+
 fn describe(kind: &str, status: &Value) -> String {
     let s = |p: &str| status.pointer(p).and_then(Value::as_str).map(str::to_owned);
     match kind {
-        "Job" => {
-            let n = |p: &str| status.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-            match (n("/succeeded"), n("/active"), n("/failed")) {
-                (s, _, _) if s > 0 => "Complete".into(),
-                (_, a, f) if a > 0 && f > 0 => details::with_failed_pods("Running", f),
-                (_, a, _) if a > 0 => "Running".into(),
-                (_, _, f) if f > 0 => details::with_failed_pods("Failed", f),
-                _ => "Pending".into(),
-            }
-        }
+        "Job" => job_state(status),
         "DataVolume" => {
             let phase = s("/phase").unwrap_or_else(|| strings::NONE.into());
             match s("/progress") {
@@ -133,4 +150,36 @@ pub async fn read(
         .await,
     );
     (key, Ok(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_job_between_pod_retries_is_retrying_and_failed_only_when_the_job_controller_says_so() {
+        let cases = [
+            (json!({}), "Pending"),
+            (json!({"active": 1}), "Running"),
+            (
+                json!({"active": 1, "failed": 1}),
+                "Running (failed pods: 1)",
+            ),
+            // Between two pods: no pod active, one failed, no Failed condition yet.
+            (json!({"failed": 2}), "Retrying (failed pods: 2)"),
+            (
+                json!({"failed": 7, "conditions": [{"type": "Failed", "status": "True"}]}),
+                "Failed (failed pods: 7)",
+            ),
+            (
+                json!({"succeeded": 1, "failed": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+                "Complete",
+            ),
+        ];
+        for (status, want) in cases {
+            assert_eq!(describe("Job", &status), want, "{status}");
+        }
+    }
 }

@@ -13,16 +13,17 @@ use ::kube::{
 
 use crate::error::{Error, Result};
 
-/// How to reach the cluster (flags of `ferry`).
+/// How to reach the clusters (flags of `ferry`).
 #[derive(Clone, Debug, Default)]
 pub struct ConnectOptions {
-    /// `--kubeconfig`; else `KUBECONFIG`, else `~/.kube/config`.
+    /// `--kubeconfig`; else `KUBECONFIG` (several files merge, as kubectl merges them), else
+    /// `~/.kube/config`.
     pub kubeconfig: Option<PathBuf>,
-    /// `--context`; else the current context.
-    pub context: Option<String>,
-    /// `--as`: a user to impersonate (a kubeconfig's `as:` works too).
+    /// `--context a,b`: one cluster each; none means the current context.
+    pub contexts: Vec<String>,
+    /// `--as`: a user to impersonate (a kubeconfig's `as:` works too), in every context.
     pub as_user: Option<String>,
-    /// `--as-group`.
+    /// `--as-group`, in every context.
     pub as_groups: Vec<String>,
 }
 
@@ -46,18 +47,20 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// Builds a client from the kubeconfig.
-///
-/// # Errors
-/// The kubeconfig cannot be read, names no such context, or its credentials cannot be loaded.
-pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
-    let kubeconfig = match &opts.kubeconfig {
+fn read_kubeconfig(opts: &ConnectOptions) -> Result<Kubeconfig> {
+    Ok(match &opts.kubeconfig {
         Some(p) => Kubeconfig::read_from(p)?,
         None => Kubeconfig::read()?,
-    };
-    let context = opts
-        .context
-        .clone()
+    })
+}
+
+async fn connect_to(
+    kubeconfig: &Kubeconfig,
+    context: Option<&str>,
+    opts: &ConnectOptions,
+) -> Result<Cluster> {
+    let context = context
+        .map(str::to_owned)
         .or_else(|| kubeconfig.current_context.clone())
         .ok_or_else(|| Error::NoContext(String::new()))?;
     if !kubeconfig.contexts.iter().any(|c| c.name == context) {
@@ -67,7 +70,7 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
         context: Some(context.clone()),
         ..KubeConfigOptions::default()
     };
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &kopts).await?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig.clone(), &kopts).await?;
     if let Some(user) = &opts.as_user {
         config.auth_info.impersonate = Some(user.clone());
     }
@@ -81,6 +84,39 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
         context,
         namespace,
     })
+}
+
+/// Builds a client for the one context of `opts` (the current one when none is named).
+///
+/// # Errors
+/// The kubeconfig cannot be read, names no such context, its credentials cannot be loaded, or
+/// `opts` names several contexts.
+pub async fn connect(opts: &ConnectOptions) -> Result<Cluster> {
+    if opts.contexts.len() > 1 {
+        return Err(Error::OneContext);
+    }
+    let kubeconfig = read_kubeconfig(opts)?;
+    connect_to(&kubeconfig, opts.contexts.first().map(String::as_str), opts).await
+}
+
+/// Builds a client for each context of `opts` (the current one when none is named), in order.
+/// Nothing is asked of the clusters yet: an unreachable one shows on the board, not here.
+///
+/// # Errors
+/// The kubeconfig cannot be read, names no such context, or credentials cannot be loaded.
+pub async fn connect_all(opts: &ConnectOptions) -> Result<Vec<Cluster>> {
+    let kubeconfig = read_kubeconfig(opts)?;
+    if opts.contexts.is_empty() {
+        return Ok(vec![connect_to(&kubeconfig, None, opts).await?]);
+    }
+    let mut out = vec![];
+    for c in &opts.contexts {
+        if out.iter().any(|x: &Cluster| x.context == *c) {
+            continue;
+        }
+        out.push(connect_to(&kubeconfig, Some(c), opts).await?);
+    }
+    Ok(out)
 }
 
 /// The innermost cause of an error, one line: what a person needs in a status bar.

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
 
 use crate::{
-    state::{Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope},
+    state::{Action, ClusterId, ConnState, EventKind, EventRow, ObjKey, Resource, Scope},
     strings,
 };
 
@@ -26,54 +26,70 @@ pub fn trim_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
     }
 }
 
-/// An object kind the cockpit watches.
-trait Watched:
+/// An object kind the cockpit watches. What a list delivers is kept as it arrives, trimmed
+/// and (for Events) reduced to a row, so a list of thousands never sits whole in memory twice.
+pub trait Watched:
     KubeResource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
 {
+    /// Which watch this is.
     const RESOURCE: Resource;
-    fn applied(self) -> Option<Action>;
-    fn deleted(self) -> Option<Action>;
-    fn listed(all: Vec<Self>) -> Action;
+    /// What the list keeps of one object.
+    type Kept: Send;
+    /// One object of a list, trimmed; `None` when the cockpit shows nothing of it.
+    fn keep(self, cluster: ClusterId) -> Option<Self::Kept>;
+    /// The action of a watch event that added or changed an object.
+    fn applied(self, cluster: ClusterId) -> Option<Action>;
+    /// The action of a watch event that removed an object.
+    fn deleted(self, cluster: ClusterId) -> Option<Action>;
+    /// The action of a finished (re-)list.
+    fn listed(cluster: ClusterId, all: Vec<Self::Kept>) -> Action;
+}
+
+fn key_of<K: KubeResource>(cluster: ClusterId, o: &K) -> ObjKey {
+    ObjKey::at(cluster, o.namespace().unwrap_or_default(), o.name_any())
 }
 
 impl Watched for VirtualMachineMigration {
     const RESOURCE: Resource = Resource::Migrations;
-    fn applied(mut self) -> Option<Action> {
+    type Kept = VirtualMachineMigration;
+    fn keep(mut self, _: ClusterId) -> Option<Self> {
         trim_meta(&mut self.metadata);
-        Some(Action::MigrationApplied(Box::new(self)))
+        Some(self)
     }
-    fn deleted(self) -> Option<Action> {
-        Some(Action::MigrationDeleted(ObjKey::new(
-            self.namespace().unwrap_or_default(),
-            self.name_any(),
-        )))
+    fn applied(self, cluster: ClusterId) -> Option<Action> {
+        let o = self.keep(cluster)?;
+        Some(Action::MigrationApplied(cluster, Box::new(o)))
     }
-    fn listed(mut all: Vec<Self>) -> Action {
-        all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
-        Action::MigrationsListed(all)
+    fn deleted(self, cluster: ClusterId) -> Option<Action> {
+        Some(Action::MigrationDeleted(key_of(cluster, &self)))
+    }
+    fn listed(cluster: ClusterId, all: Vec<Self>) -> Action {
+        Action::MigrationsListed(cluster, all)
     }
 }
 
 impl Watched for MigrationWave {
     const RESOURCE: Resource = Resource::Waves;
-    fn applied(mut self) -> Option<Action> {
+    type Kept = MigrationWave;
+    fn keep(mut self, _: ClusterId) -> Option<Self> {
         trim_meta(&mut self.metadata);
-        Some(Action::WaveApplied(Box::new(self)))
+        Some(self)
     }
-    fn deleted(self) -> Option<Action> {
-        Some(Action::WaveDeleted(ObjKey::new(
-            self.namespace().unwrap_or_default(),
-            self.name_any(),
-        )))
+    fn applied(self, cluster: ClusterId) -> Option<Action> {
+        let o = self.keep(cluster)?;
+        Some(Action::WaveApplied(cluster, Box::new(o)))
     }
-    fn listed(mut all: Vec<Self>) -> Action {
-        all.iter_mut().for_each(|o| trim_meta(&mut o.metadata));
-        Action::WavesListed(all)
+    fn deleted(self, cluster: ClusterId) -> Option<Action> {
+        Some(Action::WaveDeleted(key_of(cluster, &self)))
+    }
+    fn listed(cluster: ClusterId, all: Vec<Self>) -> Action {
+        Action::WavesListed(cluster, all)
     }
 }
 
-/// The trimmed row of an Event about one of our objects; `None` for any other event.
-pub fn event_row(e: &Event) -> Option<EventRow> {
+/// The trimmed row of an Event about one of our objects in `cluster`; `None` for any other
+/// event.
+pub fn event_row(cluster: ClusterId, e: &Event) -> Option<EventRow> {
     let r = e.regarding.as_ref()?;
     if !r
         .api_version
@@ -102,7 +118,7 @@ pub fn event_row(e: &Event) -> Option<EventRow> {
     Some(EventRow {
         uid: e.metadata.uid.clone().unwrap_or_else(|| e.name_any()),
         kind,
-        regarding: ObjKey::new(ns, r.name.clone().unwrap_or_default()),
+        regarding: ObjKey::at(cluster, ns, r.name.clone().unwrap_or_default()),
         time,
         type_: e.type_.clone().unwrap_or_else(|| "Normal".into()),
         reason: e.reason.clone().unwrap_or_default(),
@@ -123,14 +139,18 @@ pub fn event_row(e: &Event) -> Option<EventRow> {
 
 impl Watched for Event {
     const RESOURCE: Resource = Resource::Events;
-    fn applied(self) -> Option<Action> {
-        event_row(&self).map(Action::EventApplied)
+    type Kept = EventRow;
+    fn keep(self, cluster: ClusterId) -> Option<EventRow> {
+        event_row(cluster, &self)
     }
-    fn deleted(self) -> Option<Action> {
-        event_row(&self).map(Action::EventDeleted)
+    fn applied(self, cluster: ClusterId) -> Option<Action> {
+        event_row(cluster, &self).map(Action::EventApplied)
     }
-    fn listed(all: Vec<Self>) -> Action {
-        Action::EventsListed(all.iter().filter_map(event_row).collect())
+    fn deleted(self, cluster: ClusterId) -> Option<Action> {
+        event_row(cluster, &self).map(Action::EventDeleted)
+    }
+    fn listed(cluster: ClusterId, all: Vec<EventRow>) -> Action {
+        Action::EventsListed(cluster, all)
     }
 }
 
@@ -158,21 +178,31 @@ where
     }
 }
 
-/// Starts the three watches of `scope`; their actions go to `tx`.
-pub fn start(client: &Client, scope: &Scope, tx: UnboundedSender<Action>) -> Watches {
+/// Starts the three watches of `scope` in `cluster`; their actions go to `tx`.
+pub fn start(
+    client: &Client,
+    cluster: ClusterId,
+    scope: &Scope,
+    tx: UnboundedSender<Action>,
+) -> Watches {
     let tasks = vec![
         tokio::spawn(run(
             api::<VirtualMachineMigration>(client, scope),
+            cluster,
             tx.clone(),
         )),
-        tokio::spawn(run(api::<MigrationWave>(client, scope), tx.clone())),
-        tokio::spawn(run(api::<Event>(client, scope), tx)),
+        tokio::spawn(run(
+            api::<MigrationWave>(client, scope),
+            cluster,
+            tx.clone(),
+        )),
+        tokio::spawn(run(api::<Event>(client, scope), cluster, tx)),
     ];
     Watches { tasks }
 }
 
 /// How a failed watch is reported.
-fn classify(err: &watcher::Error) -> Option<ConnState> {
+pub fn classify(err: &watcher::Error) -> Option<ConnState> {
     let status = match err {
         watcher::Error::InitialListFailed(::kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
@@ -187,7 +217,7 @@ fn classify(err: &watcher::Error) -> Option<ConnState> {
     }
 }
 
-async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
+async fn run<K: Watched>(api: Api<K>, cluster: ClusterId, tx: UnboundedSender<Action>) {
     let r = K::RESOURCE;
     let send = |a: Action| tx.send(a).is_ok();
     let mut attempt: u32 = 0;
@@ -195,34 +225,34 @@ async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
         // A fresh watcher re-lists: after any failure the board is rebuilt from a full list,
         // so nothing missed while disconnected lingers.
         let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
-        let mut buf: Vec<K> = vec![];
+        let mut buf: Vec<K::Kept> = vec![];
         let err = loop {
             match stream.next().await {
                 None => break None,
                 Some(Ok(watcher::Event::Init)) => {
                     buf.clear();
-                    if !send(Action::Connection(r, ConnState::Listing)) {
+                    if !send(Action::Connection(cluster, r, ConnState::Listing)) {
                         return;
                     }
                 }
-                Some(Ok(watcher::Event::InitApply(o))) => buf.push(o),
+                Some(Ok(watcher::Event::InitApply(o))) => buf.extend(o.keep(cluster)),
                 Some(Ok(watcher::Event::InitDone)) => {
                     attempt = 0;
-                    if !send(K::listed(std::mem::take(&mut buf)))
-                        || !send(Action::Connection(r, ConnState::Live))
+                    if !send(K::listed(cluster, std::mem::take(&mut buf)))
+                        || !send(Action::Connection(cluster, r, ConnState::Live))
                     {
                         return;
                     }
                 }
                 Some(Ok(watcher::Event::Apply(o))) => {
-                    if let Some(a) = o.applied()
+                    if let Some(a) = o.applied(cluster)
                         && !send(a)
                     {
                         return;
                     }
                 }
                 Some(Ok(watcher::Event::Delete(o))) => {
-                    if let Some(a) = o.deleted()
+                    if let Some(a) = o.deleted(cluster)
                         && !send(a)
                     {
                         return;
@@ -252,11 +282,11 @@ async fn run<K: Watched>(api: Api<K>, tx: UnboundedSender<Action>) {
                 error: strings::WATCH_ENDED.into(),
             },
         };
-        if !send(Action::Connection(r, state)) {
+        if !send(Action::Connection(cluster, r, state)) {
             return;
         }
         tokio::time::sleep(delay).await;
-        if !send(Action::Connection(r, ConnState::Connecting)) {
+        if !send(Action::Connection(cluster, r, ConnState::Connecting)) {
             return;
         }
     }

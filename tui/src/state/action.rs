@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
 
 use super::{
-    ObjKey, Timestamp,
+    ClusterId, ClusterView, ObjKey, Timestamp,
     conn::{ConnState, Resource},
     events::EventRow,
     layout::Screen,
@@ -141,27 +141,27 @@ pub enum Edit {
 /// Every change to the state.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    // --- from the watches ---
+    // --- from the watches (of one cluster each) ---
     /// A migration was added or changed.
-    MigrationApplied(Box<VirtualMachineMigration>),
+    MigrationApplied(ClusterId, Box<VirtualMachineMigration>),
     /// A migration is gone.
     MigrationDeleted(ObjKey),
-    /// A (re-)list of every migration in scope finished.
-    MigrationsListed(Vec<VirtualMachineMigration>),
+    /// A (re-)list of every migration in a cluster's scope finished.
+    MigrationsListed(ClusterId, Vec<VirtualMachineMigration>),
     /// A wave was added or changed.
-    WaveApplied(Box<MigrationWave>),
+    WaveApplied(ClusterId, Box<MigrationWave>),
     /// A wave is gone.
     WaveDeleted(ObjKey),
-    /// A (re-)list of every wave finished.
-    WavesListed(Vec<MigrationWave>),
+    /// A (re-)list of every wave of a cluster finished.
+    WavesListed(ClusterId, Vec<MigrationWave>),
     /// An event about one of our objects arrived.
     EventApplied(EventRow),
     /// An event is gone.
     EventDeleted(EventRow),
-    /// A (re-)list of the events finished.
-    EventsListed(Vec<EventRow>),
-    /// A watch changed state.
-    Connection(Resource, ConnState),
+    /// A (re-)list of a cluster's events finished.
+    EventsListed(ClusterId, Vec<EventRow>),
+    /// A watch of a cluster changed state.
+    Connection(ClusterId, Resource, ConnState),
     // --- from effects ---
     /// What the API server said to one request of action `id`.
     Outcome {
@@ -179,13 +179,8 @@ pub enum Action {
         /// Its children, or why they could not be read.
         result: Result<Vec<Child>, String>,
     },
-    /// The context changed (`:ctx`), with its default namespace.
-    ContextSwitched {
-        /// New context name.
-        context: String,
-        /// The scope the new watches use.
-        scope: Scope,
-    },
+    /// The contexts changed (`:ctx a,b`); each watched in its default namespace.
+    ContextSwitched(Vec<ClusterView>),
     /// `:ctx` failed.
     ContextFailed(String),
     // --- time and screen ---
@@ -216,8 +211,10 @@ pub enum Action {
     CycleSort,
     /// Reverse the sort.
     ReverseSort,
-    /// Show the next wave only (then all again).
-    CycleWave,
+    /// Open the wave picker.
+    PickWave,
+    /// Open the timeline of the migrations on the board.
+    ShowTimeline,
     /// Mark or unmark the selected row.
     ToggleMark,
     /// Mark every visible row (or unmark all when all are marked).
@@ -259,12 +256,17 @@ pub enum Effect {
         /// The object.
         target: Target,
     },
-    /// Read the children of a migration.
-    FetchChildren(Arc<VirtualMachineMigration>),
-    /// Restart the watches on a new scope.
+    /// Read the children of a migration (in the cluster of `key`).
+    FetchChildren {
+        /// The migration.
+        key: ObjKey,
+        /// As the watch last delivered it.
+        obj: Arc<VirtualMachineMigration>,
+    },
+    /// Restart the watches of every cluster on a new scope.
     Rewatch(Scope),
-    /// Switch to another kubeconfig context.
-    SwitchContext(String),
+    /// Switch to these kubeconfig contexts (one or more).
+    SwitchContexts(Vec<String>),
     /// Leave the app.
     Quit,
 }

@@ -72,7 +72,7 @@ impl ConnState {
 }
 
 /// Connection state of every resource, plus when the board went stale.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Connection {
     /// Migrations watch.
     pub migrations: ConnState,

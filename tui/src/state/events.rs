@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{ObjKey, Timestamp};
+use super::{ClusterId, ObjKey, Timestamp};
 
 /// How many events are kept per object.
 pub const PER_OBJECT: usize = 50;
@@ -66,8 +66,12 @@ impl EventStore {
 
     /// Removes an event.
     pub fn remove(&mut self, kind: EventKind, regarding: &ObjKey, uid: &str) {
-        if let Some(list) = self.by_obj.get_mut(&(kind, regarding.clone())) {
+        let k = (kind, regarding.clone());
+        if let Some(list) = self.by_obj.get_mut(&k) {
             list.retain(|e| e.uid != uid);
+            if list.is_empty() {
+                self.by_obj.remove(&k);
+            }
         }
     }
 
@@ -77,6 +81,27 @@ impl EventStore {
         for e in events {
             self.upsert(e);
         }
+    }
+
+    /// Replaces every event about objects of one cluster (its re-list).
+    pub fn replace_cluster(&mut self, cluster: ClusterId, events: Vec<EventRow>) {
+        self.by_obj.retain(|(_, k), _| k.cluster != cluster);
+        for e in events {
+            self.upsert(e);
+        }
+    }
+
+    /// Objects with events, and events kept in all.
+    pub fn len(&self) -> (usize, usize) {
+        (
+            self.by_obj.len(),
+            self.by_obj.values().map(VecDeque::len).sum(),
+        )
+    }
+
+    /// No event at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_obj.is_empty()
     }
 
     /// Events about one object, oldest first.

@@ -4,11 +4,12 @@
 use std::{
     cmp::Ordering,
     collections::{BTreeMap, HashMap},
+    sync::atomic::{AtomicU64, Ordering as AtomicOrdering},
 };
 
 use ferry_crds::Phase;
 
-use super::{ObjKey, filter::Filter, row::Row};
+use super::{ClusterId, ObjKey, filter::Filter, row::Row};
 use crate::strings::column;
 
 /// Column the board is sorted by.
@@ -17,6 +18,8 @@ pub enum SortKey {
     /// Name, then namespace.
     #[default]
     Name,
+    /// Cluster (context), then name.
+    Cluster,
     /// Namespace, then name.
     Namespace,
     /// Wave label (rows without a wave last).
@@ -33,8 +36,9 @@ pub enum SortKey {
 
 impl SortKey {
     /// The order `s` walks through.
-    pub const ALL: [SortKey; 7] = [
+    pub const ALL: [SortKey; 8] = [
         SortKey::Name,
+        SortKey::Cluster,
         SortKey::Namespace,
         SortKey::Wave,
         SortKey::Phase,
@@ -43,12 +47,14 @@ impl SortKey {
         SortKey::InPhase,
     ];
 
-    /// The next key for `s`; `Namespace` is skipped when only one namespace is shown.
-    pub fn next(self, all_namespaces: bool) -> SortKey {
+    /// The next key for `s`; `Namespace` is skipped when only one namespace is shown, `Cluster`
+    /// when only one cluster is.
+    pub fn next(self, all_namespaces: bool, multi_cluster: bool) -> SortKey {
         let i = Self::ALL.iter().position(|k| *k == self).unwrap_or(0);
         let n = Self::ALL[(i + 1) % Self::ALL.len()];
-        if n == SortKey::Namespace && !all_namespaces {
-            n.next(all_namespaces)
+        if (n == SortKey::Namespace && !all_namespaces) || (n == SortKey::Cluster && !multi_cluster)
+        {
+            n.next(all_namespaces, multi_cluster)
         } else {
             n
         }
@@ -58,6 +64,7 @@ impl SortKey {
     pub fn title(self) -> &'static str {
         match self {
             SortKey::Name => column::NAME,
+            SortKey::Cluster => column::CLUSTER,
             SortKey::Namespace => column::NAMESPACE,
             SortKey::Wave => column::WAVE,
             SortKey::Phase => column::PHASE,
@@ -77,10 +84,12 @@ pub struct Sort {
     pub reverse: bool,
 }
 
-/// A total order on rows (ties broken by namespace and name), so that binary search finds a row.
+/// A total order on rows (ties broken by name, namespace and cluster), so that binary search
+/// finds a row.
 pub fn compare(sort: Sort, a: &Row, b: &Row) -> Ordering {
     let primary = match sort.key {
         SortKey::Name | SortKey::Namespace => Ordering::Equal,
+        SortKey::Cluster => a.key.cluster.cmp(&b.key.cluster),
         SortKey::Wave => match (&a.wave, &b.wave) {
             (Some(x), Some(y)) => x.cmp(y),
             (Some(_), None) => Ordering::Less,
@@ -106,9 +115,56 @@ pub fn compare(sort: Sort, a: &Row, b: &Row) -> Ordering {
             .name
             .cmp(&b.key.name)
             .then_with(|| a.key.namespace.cmp(&b.key.namespace))
-    };
+    }
+    .then_with(|| a.key.cluster.cmp(&b.key.cluster));
     let ord = primary.then(tie);
     if sort.reverse { ord.reverse() } else { ord }
+}
+
+/// The one wave the board shows: by name (`:wave w1`, `--wave w1`: in any cluster and
+/// namespace), or exactly one MigrationWave (picked from the wave picker or the strip).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaveScope {
+    /// The wave's name (the migrations' wave label).
+    pub name: String,
+    /// Its cluster and namespace, when one MigrationWave was picked.
+    pub at: Option<(ClusterId, String)>,
+}
+
+impl WaveScope {
+    /// Every wave of that name.
+    pub fn named(name: impl Into<String>) -> WaveScope {
+        WaveScope {
+            name: name.into(),
+            at: None,
+        }
+    }
+
+    /// Exactly the wave `key`.
+    pub fn exactly(key: &ObjKey) -> WaveScope {
+        WaveScope {
+            name: key.name.clone(),
+            at: Some((key.cluster, key.namespace.clone())),
+        }
+    }
+
+    /// Whether the MigrationWave `key` is (one of) the scoped wave(s).
+    pub fn covers(&self, key: &ObjKey) -> bool {
+        key.name == self.name
+            && self
+                .at
+                .as_ref()
+                .is_none_or(|(c, ns)| *c == key.cluster && *ns == key.namespace)
+    }
+
+    /// Whether a migration belongs to the scoped wave(s).
+    pub fn holds(&self, row: &Row) -> bool {
+        row.wave.as_deref() == Some(self.name.as_str())
+            && self
+                .at
+                .as_ref()
+                .is_none_or(|(c, ns)| *c == row.key.cluster && *ns == row.key.namespace)
+    }
 }
 
 /// Every migration in scope, and the visible ones in board order.
@@ -120,10 +176,13 @@ pub struct Index {
     view: Vec<usize>,
     sort: Sort,
     filter: Filter,
-    wave_scope: Option<String>,
+    wave_scope: Option<WaveScope>,
     counts: [u32; Phase::ALL.len()],
-    /// wave → minute since the epoch → migrations that succeeded in it.
-    completions: HashMap<String, BTreeMap<i64, u32>>,
+    /// wave (cluster, namespace, name) → minute since the epoch → migrations that succeeded in it.
+    completions: HashMap<ObjKey, BTreeMap<i64, u32>>,
+    /// Visible rows handed out so far (by [`Index::visible`] and [`Index::visible_range`]):
+    /// what a frame reads of the board, which must be the rows on screen, not all of them.
+    rows_read: AtomicU64,
 }
 
 fn phase_slot(p: Phase) -> usize {
@@ -148,15 +207,23 @@ impl Index {
 
     /// The `i`-th visible row.
     pub fn visible(&self, i: usize) -> Option<&Row> {
+        self.rows_read.fetch_add(1, AtomicOrdering::Relaxed);
         self.view.get(i).and_then(|id| self.slots[*id].as_ref())
     }
 
     /// Visible rows `range`, in board order.
     pub fn visible_range(&self, start: usize, len: usize) -> impl Iterator<Item = &Row> {
         let end = (start + len).min(self.view.len());
-        self.view[start.min(end)..end]
-            .iter()
-            .filter_map(|id| self.slots[*id].as_ref())
+        let ids = &self.view[start.min(end)..end];
+        self.rows_read
+            .fetch_add(ids.len() as u64, AtomicOrdering::Relaxed);
+        ids.iter().filter_map(|id| self.slots[*id].as_ref())
+    }
+
+    /// How many visible rows were handed out so far: a frame's share of it is what drawing
+    /// read of the board.
+    pub fn rows_read(&self) -> u64 {
+        self.rows_read.load(AtomicOrdering::Relaxed)
     }
 
     /// A row by key, visible or not.
@@ -185,9 +252,14 @@ impl Index {
         self.counts[phase_slot(phase)]
     }
 
-    /// Succeeded migrations of `wave` per minute for the `minutes` minutes up to `now_minute`,
-    /// oldest first.
-    pub fn completions_per_minute(&self, wave: &str, now_minute: i64, minutes: usize) -> Vec<u64> {
+    /// Succeeded migrations of the wave `wave` per minute for the `minutes` minutes up to
+    /// `now_minute`, oldest first.
+    pub fn completions_per_minute(
+        &self,
+        wave: &ObjKey,
+        now_minute: i64,
+        minutes: usize,
+    ) -> Vec<u64> {
         let mut out = vec![0u64; minutes];
         if let Some(m) = self.completions.get(wave) {
             let from = now_minute - minutes as i64 + 1;
@@ -209,15 +281,12 @@ impl Index {
     }
 
     /// Current wave scope.
-    pub fn wave_scope(&self) -> Option<&str> {
-        self.wave_scope.as_deref()
+    pub fn wave_scope(&self) -> Option<&WaveScope> {
+        self.wave_scope.as_ref()
     }
 
     fn passes(&self, row: &Row) -> bool {
-        self.wave_scope
-            .as_ref()
-            .is_none_or(|w| row.wave.as_ref() == Some(w))
-            && self.filter.matches(row)
+        self.wave_scope.as_ref().is_none_or(|w| w.holds(row)) && self.filter.matches(row)
     }
 
     fn search(&self, row: &Row) -> Result<usize, usize> {
@@ -237,7 +306,8 @@ impl Index {
         };
         if let (Phase::Succeeded, Some(w), Some(t)) = (row.phase, &row.wave, row.completed_at) {
             let minute = t.as_second().div_euclid(60);
-            let m = self.completions.entry(w.clone()).or_default();
+            let wave = ObjKey::at(row.key.cluster, row.key.namespace.clone(), w.clone());
+            let m = self.completions.entry(wave).or_default();
             let n = m.entry(minute).or_default();
             if add {
                 *n += 1;
@@ -342,6 +412,19 @@ impl Index {
         self.rebuild();
     }
 
+    /// Replaces every row of one cluster (its re-list), keeping the other clusters' rows.
+    pub fn replace_cluster(&mut self, cluster: ClusterId, rows: Vec<Row>) {
+        let others: Vec<Row> = self
+            .slots
+            .drain(..)
+            .flatten()
+            .filter(|r| r.key.cluster != cluster)
+            .collect();
+        let mut all = others;
+        all.extend(rows);
+        self.replace_all(all);
+    }
+
     /// Changes the sort and re-sorts the view.
     pub fn set_sort(&mut self, sort: Sort) {
         self.sort = sort;
@@ -355,7 +438,7 @@ impl Index {
     }
 
     /// Shows one wave only (or every row).
-    pub fn set_wave_scope(&mut self, wave: Option<String>) {
+    pub fn set_wave_scope(&mut self, wave: Option<WaveScope>) {
         self.wave_scope = wave;
         self.rebuild();
     }

@@ -3,7 +3,7 @@
 //! areas from [`Bands`] and `update` takes [`State::page`] from [`page`], so paging moves by
 //! exactly the rows on screen without drawing ever feeding anything back to the state.
 
-use super::State;
+use super::{State, View};
 
 /// The smallest terminal the cockpit draws in; below it, only a message.
 pub const MIN_WIDTH: u16 = 80;
@@ -15,6 +15,9 @@ pub const MAX_WAVE_LINES: u16 = 4;
 pub const BOARD_CHROME: u16 = 2;
 /// Rows above a view's first line: the rule with its title.
 pub const VIEW_CHROME: u16 = 1;
+/// Rows of the timeline that are not migrations: the rule with its title, the time axis, and
+/// below the bars, where the time went and the legend.
+pub const TIMELINE_CHROME: u16 = 4;
 
 /// The terminal's size in cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,10 +82,10 @@ impl Bands {
 /// `None` before the first report.
 pub fn page(state: &State) -> Option<usize> {
     let screen = state.screen?;
-    let chrome = if state.views.is_empty() {
-        BOARD_CHROME
-    } else {
-        VIEW_CHROME
+    let chrome = match state.view() {
+        None => BOARD_CHROME,
+        Some(View::Timeline) => TIMELINE_CHROME,
+        Some(View::Details(_) | View::Yaml(_) | View::Events(_)) => VIEW_CHROME,
     };
     let rows = Bands::of(screen.height, state).body.saturating_sub(chrome);
     Some(usize::from(rows).max(1))

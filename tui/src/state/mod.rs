@@ -8,6 +8,7 @@ pub mod filter;
 pub mod index;
 pub mod layout;
 pub mod row;
+pub mod timeline;
 mod update;
 pub mod wave;
 
@@ -25,18 +26,25 @@ pub use action::{Action, Child, Edit, Effect, Nav, Outcome, Scope, Target, Targe
 pub use conn::{ConnState, Connection, Resource};
 pub use events::{EventKind, EventRow, EventStore};
 pub use filter::Filter;
-pub use index::{Index, Sort, SortKey};
+pub use index::{Index, Sort, SortKey, WaveScope};
 pub use layout::Screen;
-pub use row::Row;
+pub use row::{Pip, Row};
 pub use update::{execute, plan, update};
 pub use wave::WaveRow;
 
 /// Instants, as the Kubernetes types carry them.
 pub type Timestamp = k8s_openapi::jiff::Timestamp;
 
-/// Namespace and name of an object.
+/// Which cluster (kubeconfig context) of the board an object lives in: its position in
+/// [`State::clusters`], the order of `--context a,b`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClusterId(pub u16);
+
+/// Cluster, namespace and name of an object: two clusters may hold the same namespace and name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjKey {
+    /// The cluster.
+    pub cluster: ClusterId,
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -44,11 +52,39 @@ pub struct ObjKey {
 }
 
 impl ObjKey {
-    /// A key.
+    /// A key in the first (or only) cluster.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjKey {
+        ObjKey::at(ClusterId::default(), namespace, name)
+    }
+
+    /// A key in `cluster`.
+    pub fn at(cluster: ClusterId, namespace: impl Into<String>, name: impl Into<String>) -> ObjKey {
         ObjKey {
+            cluster,
             namespace: namespace.into(),
             name: name.into(),
+        }
+    }
+}
+
+/// One cluster on the board: its context, the namespaces its watches look at, their state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterView {
+    /// kubeconfig context name.
+    pub context: String,
+    /// Namespace scope of its watches.
+    pub scope: Scope,
+    /// Its watches' states.
+    pub conn: Connection,
+}
+
+impl ClusterView {
+    /// A cluster not connected yet.
+    pub fn new(context: impl Into<String>, scope: Scope) -> ClusterView {
+        ClusterView {
+            context: context.into(),
+            scope,
+            conn: Connection::default(),
         }
     }
 }
@@ -78,6 +114,8 @@ pub enum View {
     Yaml(Target),
     /// Events of an object.
     Events(Target),
+    /// Phases over time of the migrations on the board.
+    Timeline,
 }
 
 /// The line being typed at the bottom.
@@ -150,6 +188,17 @@ pub enum Popup {
     Report,
     /// The key map.
     Help,
+    /// The waves with their progress; Enter shows one (line 0: every wave).
+    WavePicker {
+        /// The selected line.
+        cursor: usize,
+    },
+    /// What to try first (`--welcome`), with a note from whoever started the cockpit; any key
+    /// closes it.
+    Welcome {
+        /// A line about this board (the demo says what it injected), may be empty.
+        note: String,
+    },
 }
 
 /// What a pending action waits to see from the watch.
@@ -203,10 +252,8 @@ pub struct Flash {
 pub struct State {
     /// The injected clock.
     pub now: Timestamp,
-    /// kubeconfig context name.
-    pub context: String,
-    /// Namespace scope of the watches.
-    pub scope: Scope,
+    /// The clusters on the board (one per `--context`), never empty.
+    pub clusters: Vec<ClusterView>,
     /// `--readonly`: no mutation at all.
     pub readonly: bool,
     /// The migrations and the board view over them.
@@ -215,8 +262,6 @@ pub struct State {
     pub waves: Vec<WaveRow>,
     /// Events about our objects.
     pub events: EventStore,
-    /// Watch states.
-    pub conn: Connection,
     /// Board cursor (position in the visible rows).
     pub cursor: usize,
     /// First visible row on screen.
@@ -258,17 +303,20 @@ pub struct State {
 }
 
 impl State {
-    /// An empty cockpit.
+    /// An empty cockpit on one cluster.
     pub fn new(context: impl Into<String>, scope: Scope, readonly: bool, now: Timestamp) -> State {
+        State::with_clusters(vec![ClusterView::new(context, scope)], readonly, now)
+    }
+
+    /// An empty cockpit on several clusters (at least one).
+    pub fn with_clusters(clusters: Vec<ClusterView>, readonly: bool, now: Timestamp) -> State {
         State {
             now,
-            context: context.into(),
-            scope,
+            clusters,
             readonly,
             index: Index::default(),
             waves: vec![],
             events: EventStore::default(),
-            conn: Connection::default(),
             cursor: 0,
             offset: 0,
             screen: None,
@@ -291,9 +339,45 @@ impl State {
         }
     }
 
-    /// Whether the NAMESPACE column is shown.
+    /// Whether the NAMESPACE column is shown: some cluster is watched in every namespace.
     pub fn all_namespaces(&self) -> bool {
-        self.scope == Scope::All
+        self.clusters.iter().any(|c| c.scope == Scope::All)
+    }
+
+    /// Whether the board shows several clusters (and its CLUSTER column).
+    pub fn multi_cluster(&self) -> bool {
+        self.clusters.len() > 1
+    }
+
+    /// A cluster of the board; `None` for an id no cluster has (an action of an old context).
+    pub fn cluster(&self, id: ClusterId) -> Option<&ClusterView> {
+        self.clusters.get(usize::from(id.0))
+    }
+
+    /// The context name of a cluster.
+    pub fn context_of(&self, id: ClusterId) -> &str {
+        self.cluster(id).map_or("", |c| c.context.as_str())
+    }
+
+    /// Every cluster with its id.
+    pub fn cluster_ids(&self) -> impl Iterator<Item = (ClusterId, &ClusterView)> {
+        self.clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (ClusterId(u16::try_from(i).unwrap_or(u16::MAX)), c))
+    }
+
+    /// Whether some cluster's board may be out of date.
+    pub fn is_stale(&self) -> bool {
+        self.clusters.iter().any(|c| c.conn.is_stale())
+    }
+
+    /// When the watches of any cluster last delivered something.
+    pub fn last_event_at(&self) -> Option<Timestamp> {
+        self.clusters
+            .iter()
+            .filter_map(|c| c.conn.last_event_at)
+            .max()
     }
 
     /// The row under the cursor.
@@ -304,7 +388,7 @@ impl State {
     /// The wave the strip's sparkline is about: the scoped wave, else the strip's cursor.
     pub fn selected_wave(&self) -> Option<&WaveRow> {
         match self.index.wave_scope() {
-            Some(w) => self.waves.iter().find(|r| r.key.name == w),
+            Some(w) => self.waves.iter().find(|r| w.covers(&r.key)),
             None => self.waves.get(self.wave_cursor),
         }
     }

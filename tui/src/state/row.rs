@@ -3,10 +3,60 @@
 
 use std::sync::Arc;
 
-use ferry_crds::{ConditionStatus, ConditionType, Phase, VirtualMachineMigration};
+use ferry_crds::{
+    Condition, ConditionStatus, ConditionType, Phase, Reason, VirtualMachineMigration,
+};
 use kube::ResourceExt;
 
-use super::{ObjKey, Timestamp};
+use super::{ClusterId, ObjKey, Timestamp};
+
+/// What a condition pip tells a person, which is not always its status: a `False` that only
+/// means "not yet" on a healthy migration is no failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pip {
+    /// The condition holds.
+    Done,
+    /// It failed (or will never hold: the migration failed or was cancelled).
+    Failed,
+    /// A transient error; the controller is retrying.
+    Retrying,
+    /// Not known, not evaluated yet, or being worked on.
+    Waiting,
+}
+
+impl Pip {
+    /// The pip of condition `c` (absent: not evaluated) of a migration in `phase`.
+    pub fn of(c: Option<&Condition>, phase: Phase) -> Pip {
+        let Some(c) = c else { return Pip::Waiting };
+        match c.status {
+            ConditionStatus::True => Pip::Done,
+            ConditionStatus::Unknown => Pip::Waiting,
+            ConditionStatus::False if phase.is_terminal() => Pip::Failed,
+            ConditionStatus::False => match c.reason {
+                // Ready (and the conditions of later checkpoints) say False while the
+                // migration is simply under way, held, paused or resuming.
+                Reason::NotStarted
+                | Reason::InProgress
+                | Reason::HeldByWave
+                | Reason::Paused
+                | Reason::RetryRequested
+                | Reason::Cancelling => Pip::Waiting,
+                Reason::TransientError => Pip::Retrying,
+                _ => Pip::Failed,
+            },
+        }
+    }
+
+    /// One letter, for `ferry board --once`: `T` done, `F` failed, `R` retrying, `-` waiting.
+    pub fn letter(self) -> char {
+        match self {
+            Pip::Done => 'T',
+            Pip::Failed => 'F',
+            Pip::Retrying => 'R',
+            Pip::Waiting => '-',
+        }
+    }
+}
 
 /// A migration as the board sees it. `obj` is the trimmed object, kept for details and YAML.
 #[derive(Clone, Debug)]
@@ -21,8 +71,10 @@ pub struct Row {
     pub percent: Option<f64>,
     /// `status.progress.rateBytesPerSecond`.
     pub rate: Option<i64>,
-    /// The eight conditions in seed order; absent ones are `Unknown`.
-    pub pips: [ConditionStatus; 8],
+    /// The eight conditions in seed order, as their statuses (absent ones are `Unknown`).
+    pub conditions: [ConditionStatus; 8],
+    /// The eight conditions as a person should read them (see [`Pip::of`]).
+    pub pips: [Pip; 8],
     /// `status.attempts`.
     pub attempt: i32,
     /// When the current phase was entered (history, else startedAt, else creation).
@@ -44,16 +96,23 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row of a (trimmed) migration.
-    pub fn from_object(obj: VirtualMachineMigration) -> Row {
-        let key = ObjKey::new(obj.namespace().unwrap_or_default(), obj.name_any());
+    /// The row of a (trimmed) migration of `cluster`.
+    pub fn from_object(cluster: ClusterId, obj: VirtualMachineMigration) -> Row {
+        let key = ObjKey::at(cluster, obj.namespace().unwrap_or_default(), obj.name_any());
         let status = obj.status.as_ref();
         let phase = obj.phase();
-        let mut pips = [ConditionStatus::Unknown; 8];
-        for (pip, t) in pips.iter_mut().zip(ConditionType::ALL) {
-            if let Some(c) = obj.condition(t) {
-                *pip = c.status;
+        let mut conditions = [ConditionStatus::Unknown; 8];
+        let mut pips = [Pip::Waiting; 8];
+        for ((st, pip), t) in conditions
+            .iter_mut()
+            .zip(pips.iter_mut())
+            .zip(ConditionType::ALL)
+        {
+            let c = obj.condition(t);
+            if let Some(c) = c {
+                *st = c.status;
             }
+            *pip = Pip::of(c, phase);
         }
         let progress = status.and_then(|s| s.progress.as_ref());
         let phase_since = status
@@ -78,6 +137,7 @@ impl Row {
             phase,
             percent: progress.map(|p| p.percent),
             rate: progress.and_then(|p| p.rate_bytes_per_second),
+            conditions,
             pips,
             attempt: status.map_or(0, |s| s.attempts),
             phase_since,

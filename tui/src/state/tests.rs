@@ -8,6 +8,8 @@ use serde_json::json;
 
 use super::*;
 
+const C0: ClusterId = ClusterId(0);
+
 fn now() -> Timestamp {
     ts(3600).0
 }
@@ -30,10 +32,10 @@ fn key(name: &str) -> ObjKey {
 
 fn state_with(objs: Vec<VirtualMachineMigration>) -> State {
     let mut s = State::new("lab", Scope::Namespace("default".into()), false, now());
-    update(&mut s, Action::MigrationsListed(objs));
+    update(&mut s, Action::MigrationsListed(C0, objs));
     update(
         &mut s,
-        Action::Connection(Resource::Migrations, ConnState::Live),
+        Action::Connection(C0, Resource::Migrations, ConnState::Live),
     );
     s
 }
@@ -42,6 +44,13 @@ fn visible_names(s: &State) -> Vec<String> {
     s.index
         .visible_range(0, s.index.visible_len())
         .map(|r| r.key.name.clone())
+        .collect()
+}
+
+fn visible_keys(s: &State) -> Vec<ObjKey> {
+    s.index
+        .visible_range(0, s.index.visible_len())
+        .map(|r| r.key.clone())
         .collect()
 }
 
@@ -129,19 +138,19 @@ fn the_cursor_follows_the_selected_row_when_an_update_moves_it() {
     assert_eq!(s.selected, Some(key("c")));
     update(
         &mut s,
-        Action::MigrationApplied(Box::new(vmm("c", Phase::Queued))),
+        Action::MigrationApplied(C0, Box::new(vmm("c", Phase::Queued))),
     ); // still last
     update(
         &mut s,
-        Action::MigrationApplied(Box::new(vmm("a", Phase::Succeeded))),
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Succeeded))),
     ); // a moves to the end
     assert_eq!(visible_names(&s), ["b", "c", "a"]);
     assert_eq!(s.cursor, 1, "cursor moved with c");
     assert_eq!(s.selected, Some(key("c")));
 }
 
-/// A deterministic pseudo-random walk of upserts and deletes: the incrementally kept view must
-/// equal a full re-sort after every step.
+/// A deterministic pseudo-random walk of upserts and deletes over two clusters holding the same
+/// names: the incrementally kept view must equal a full re-sort after every step.
 #[test]
 fn incremental_view_equals_a_full_rebuild_after_every_event() {
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -152,16 +161,26 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
         seed % n
     };
     for sort_key in SortKey::ALL {
-        let mut s = state_with(vec![]);
-        s.scope = Scope::All;
+        let mut s = State::with_clusters(
+            vec![
+                ClusterView::new("a", Scope::All),
+                ClusterView::new("b", Scope::All),
+            ],
+            false,
+            now(),
+        );
         while s.index.sort().key != sort_key {
             update(&mut s, Action::CycleSort);
         }
         type_filter(&mut s, "wave:w1,w2");
         for _ in 0..400 {
             let name = format!("m{}", rnd(40));
+            let c = ClusterId(rnd(2) as u16);
             if rnd(6) == 0 {
-                update(&mut s, Action::MigrationDeleted(key(&name)));
+                update(
+                    &mut s,
+                    Action::MigrationDeleted(ObjKey::at(c, "default", &name)),
+                );
             } else {
                 let mut o = in_wave(&name, &format!("w{}", rnd(3)), Phase::ALL[rnd(11) as usize]);
                 let st = o.status.as_mut().unwrap();
@@ -170,16 +189,16 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
                     percent: rnd(100) as f64,
                     ..Default::default()
                 });
-                update(&mut s, Action::MigrationApplied(Box::new(o)));
+                update(&mut s, Action::MigrationApplied(c, Box::new(o)));
             }
-            let incremental = visible_names(&s);
+            let incremental = visible_keys(&s);
             let mut rebuilt = Index::default();
             rebuilt.set_sort(s.index.sort());
             rebuilt.set_filter(s.index.filter().clone());
             rebuilt.replace_all(s.index.iter().cloned().collect());
-            let full: Vec<String> = rebuilt
+            let full: Vec<ObjKey> = rebuilt
                 .visible_range(0, rebuilt.visible_len())
-                .map(|r| r.key.name.clone())
+                .map(|r| r.key.clone())
                 .collect();
             assert_eq!(incremental, full, "{sort_key:?}");
             let counted: u32 = s.index.counts().map(|(_, n)| n).sum();
@@ -252,7 +271,7 @@ fn cancel_on_marks_confirms_patches_and_keeps_a_pending_marker_until_the_watch_s
     // The watch delivers the change: the marker goes.
     update(
         &mut s,
-        Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).cancelled())),
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Importing).cancelled())),
     );
     assert!(s.pending_of(&key("a")).is_none());
     assert!(s.pending_of(&key("c")).is_some());
@@ -312,7 +331,7 @@ fn an_applied_outcome_keeps_the_marker_until_the_watch() {
     assert!(s.pending_of(&key("a")).is_some());
     update(
         &mut s,
-        Action::MigrationApplied(Box::new(vmm("a", Phase::Importing).paused())),
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Importing).paused())),
     );
     assert!(s.pending_of(&key("a")).is_none());
 }
@@ -409,7 +428,7 @@ fn nothing_applicable_flashes_why_instead_of_asking() {
 #[test]
 fn connection_states_mark_the_board_stale_and_live_again() {
     let mut s = state_with(vec![vmm("a", Phase::Importing)]);
-    assert!(!s.conn.is_stale());
+    assert!(!s.is_stale());
     let retry_at = ts(3605).0;
     let steps = [
         (
@@ -428,18 +447,21 @@ fn connection_states_mark_the_board_stale_and_live_again() {
         (ConnState::CrdMissing, true),
     ];
     for (st, stale) in steps {
-        update(&mut s, Action::Connection(Resource::Migrations, st.clone()));
-        assert_eq!(s.conn.is_stale(), stale, "{st:?}");
+        update(
+            &mut s,
+            Action::Connection(C0, Resource::Migrations, st.clone()),
+        );
+        assert_eq!(s.is_stale(), stale, "{st:?}");
         assert_eq!(s.index.len(), 1, "the last board stays");
     }
     // Events failing do not make the board stale, but show in the header's worst state.
     let mut s = state_with(vec![]);
     update(
         &mut s,
-        Action::Connection(Resource::Events, ConnState::Forbidden("no".into())),
+        Action::Connection(C0, Resource::Events, ConnState::Forbidden("no".into())),
     );
-    assert!(!s.conn.is_stale());
-    assert_eq!(s.conn.worst().0, Resource::Events);
+    assert!(!s.is_stale());
+    assert_eq!(s.clusters[0].conn.worst().0, Resource::Events);
 }
 
 #[test]
@@ -447,9 +469,9 @@ fn nothing_is_stale_before_the_first_list() {
     let mut s = State::new("lab", Scope::All, false, now());
     update(
         &mut s,
-        Action::Connection(Resource::Migrations, ConnState::CrdMissing),
+        Action::Connection(C0, Resource::Migrations, ConnState::CrdMissing),
     );
-    assert!(!s.conn.is_stale());
+    assert!(!s.is_stale());
 }
 
 #[test]
@@ -458,7 +480,7 @@ fn a_relist_replaces_rows_and_forgets_marks_of_vanished_ones() {
     update(&mut s, Action::MarkAllVisible);
     update(
         &mut s,
-        Action::MigrationsListed(vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]),
+        Action::MigrationsListed(C0, vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]),
     );
     assert_eq!(visible_names(&s), ["b", "c"]);
     assert_eq!(s.marks.len(), 1);
@@ -484,14 +506,14 @@ fn commands_switch_namespace_wave_context_and_quit() {
         0,
         "the old namespace's rows are not shown under the new scope"
     );
-    assert_eq!(s.scope, Scope::Namespace("apps".into()));
+    assert_eq!(s.clusters[0].scope, Scope::Namespace("apps".into()));
     assert_eq!(
         update(&mut s, Action::Command("ns all".into())),
         vec![Effect::Rewatch(Scope::All)]
     );
     assert_eq!(
         update(&mut s, Action::Command("ctx prod".into())),
-        vec![Effect::SwitchContext("prod".into())]
+        vec![Effect::SwitchContexts(vec!["prod".into()])]
     );
     update(&mut s, Action::Command("frobnicate".into()));
     assert!(s.flash.as_ref().is_some_and(|f| f.error));
@@ -507,7 +529,7 @@ fn the_wave_strip_takes_actions_for_the_wave() {
     let mut s = state_with(vec![in_wave("a", "w1", Phase::Pending)]);
     let mut w = ferry_crds::fixtures::wave("w1", 3);
     w.metadata.resource_version = Some("9".into());
-    update(&mut s, Action::WavesListed(vec![w.clone()]));
+    update(&mut s, Action::WavesListed(C0, vec![w.clone()]));
     update(&mut s, Action::FocusNext);
     assert_eq!(s.focus, Focus::Waves);
     update(&mut s, Action::Request(Verb::Pause));
@@ -515,11 +537,11 @@ fn the_wave_strip_takes_actions_for_the_wave() {
     assert!(
         matches!(fx.as_slice(), [Effect::Patch { target, .. }] if target.kind == TargetKind::Wave && target.key == key("w1"))
     );
-    update(&mut s, Action::WaveApplied(Box::new(w.paused())));
+    update(&mut s, Action::WaveApplied(C0, Box::new(w.paused())));
     assert!(s.pending.is_empty());
     update(&mut s, Action::Enter);
     assert_eq!(s.focus, Focus::Board);
-    assert_eq!(s.index.wave_scope(), Some("w1"));
+    assert_eq!(s.index.wave_scope(), Some(&WaveScope::exactly(&key("w1"))));
 }
 
 #[test]
@@ -553,19 +575,19 @@ fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_second
     let mut s = state_with(vec![vmm("a", Phase::Importing)]);
     let fx = update(&mut s, Action::Enter);
     assert!(
-        matches!(fx.as_slice(), [Effect::FetchChildren(o)] if o.metadata.name.as_deref() == Some("a"))
+        matches!(fx.as_slice(), [Effect::FetchChildren { obj: o, .. }] if o.metadata.name.as_deref() == Some("a"))
     );
     assert!(
         update(
             &mut s,
-            Action::MigrationApplied(Box::new(vmm("a", Phase::Importing)))
+            Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Importing)))
         )
         .is_empty()
     );
     update(&mut s, Action::Tick(ts(3602).0));
     let fx = update(
         &mut s,
-        Action::MigrationApplied(Box::new(vmm("a", Phase::CreatingVM))),
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::CreatingVM))),
     );
     assert_eq!(fx.len(), 1);
     update(
@@ -636,7 +658,7 @@ fn the_page_follows_what_is_on_screen_and_the_cursor_stays_on_it() {
     );
     update(
         &mut s,
-        Action::WavesListed(vec![ferry_crds::fixtures::wave("w1", 1)]),
+        Action::WavesListed(C0, vec![ferry_crds::fixtures::wave("w1", 1)]),
     );
     assert_eq!(s.page, 10, "a wave line takes one");
     update(&mut s, Action::Enter);
@@ -690,9 +712,145 @@ fn row_message_prefers_the_last_failure_then_the_status_message() {
         time: ts(1),
     });
     assert_eq!(
-        Row::from_object(o.clone()).message,
+        Row::from_object(C0, o.clone()).message,
         "ImportFailed: dv failed"
     );
     o.status.as_mut().unwrap().phase = Phase::Importing;
-    assert_eq!(Row::from_object(o).message, "importing disk 1");
+    assert_eq!(Row::from_object(C0, o).message, "importing disk 1");
+}
+
+#[test]
+fn pips_tell_a_failure_from_a_migration_that_is_only_under_way() {
+    use ferry_crds::{ConditionStatus::*, ConditionType::Ready, Reason};
+    let cases = [
+        (Phase::Importing, False, Reason::InProgress, Pip::Waiting),
+        (Phase::Queued, False, Reason::HeldByWave, Pip::Waiting),
+        (Phase::Converting, False, Reason::Paused, Pip::Waiting),
+        (
+            Phase::Converting,
+            False,
+            Reason::TransientError,
+            Pip::Retrying,
+        ),
+        (
+            Phase::Validating,
+            False,
+            Reason::GuestAgentTimeout,
+            Pip::Failed,
+        ),
+        (Phase::Failed, False, Reason::Failed, Pip::Failed),
+        (Phase::Cancelled, False, Reason::Cancelled, Pip::Failed),
+        (Phase::Succeeded, True, Reason::Succeeded, Pip::Done),
+        (Phase::Importing, Unknown, Reason::NotStarted, Pip::Waiting),
+    ];
+    for (phase, status, reason, want) in cases {
+        let o = vmm("a", phase).with_condition(Ready, status, reason);
+        let row = Row::from_object(C0, o);
+        assert_eq!(row.pips[7], want, "{phase:?} {status:?} {reason:?}");
+        assert_eq!(row.conditions[7], status, "the status itself is kept");
+    }
+}
+
+#[test]
+fn two_clusters_hold_the_same_names_apart_and_actions_go_to_the_right_one() {
+    let mut s = State::with_clusters(
+        vec![
+            ClusterView::new("a", Scope::Namespace("default".into())),
+            ClusterView::new("b", Scope::Namespace("default".into())),
+        ],
+        false,
+        now(),
+    );
+    let b = ClusterId(1);
+    update(
+        &mut s,
+        Action::MigrationsListed(C0, vec![vmm("x", Phase::Importing)]),
+    );
+    update(
+        &mut s,
+        Action::MigrationsListed(
+            b,
+            vec![vmm("x", Phase::Converting), vmm("y", Phase::Failed)],
+        ),
+    );
+    assert_eq!(s.index.len(), 3);
+    // A re-list of one cluster leaves the other's rows alone.
+    update(
+        &mut s,
+        Action::MigrationsListed(b, vec![vmm("x", Phase::Converting)]),
+    );
+    assert_eq!(
+        visible_keys(&s),
+        [
+            ObjKey::at(C0, "default", "x"),
+            ObjKey::at(b, "default", "x")
+        ]
+    );
+    // Cancel on the second x patches it in cluster b.
+    update(&mut s, Action::Nav(Nav::Down));
+    update(&mut s, Action::Request(Verb::Cancel));
+    let fx = update(&mut s, Action::Confirm);
+    assert!(
+        matches!(fx.as_slice(), [Effect::Patch { target, .. }] if target.key.cluster == b),
+        "{fx:?}"
+    );
+    // Cluster b lost: only its board is stale.
+    update(
+        &mut s,
+        Action::Connection(b, Resource::Migrations, ConnState::Live),
+    );
+    update(
+        &mut s,
+        Action::Connection(b, Resource::Migrations, ConnState::Forbidden("no".into())),
+    );
+    update(
+        &mut s,
+        Action::Connection(C0, Resource::Migrations, ConnState::Live),
+    );
+    assert!(s.is_stale());
+    assert!(!s.clusters[0].conn.is_stale() && s.clusters[1].conn.is_stale());
+    // An action from a cluster the board no longer has is dropped.
+    update(
+        &mut s,
+        Action::MigrationsListed(ClusterId(7), vec![vmm("z", Phase::Pending)]),
+    );
+    assert_eq!(s.index.len(), 2);
+    // :ctx a,b asks for both contexts.
+    assert_eq!(
+        update(&mut s, Action::Command("ctx a, b".into())),
+        vec![Effect::SwitchContexts(vec!["a".into(), "b".into()])]
+    );
+}
+
+#[test]
+fn w_opens_the_picker_and_enter_shows_one_wave_or_every_wave() {
+    let mut s = state_with(vec![
+        in_wave("a", "w1", Phase::Pending),
+        in_wave("b", "w2", Phase::Pending),
+    ]);
+    update(
+        &mut s,
+        Action::WavesListed(
+            C0,
+            vec![
+                ferry_crds::fixtures::wave("w1", 1),
+                ferry_crds::fixtures::wave("w2", 1),
+            ],
+        ),
+    );
+    update(&mut s, Action::PickWave);
+    assert_eq!(s.popup, Some(Popup::WavePicker { cursor: 0 }));
+    update(&mut s, Action::Nav(Nav::Bottom));
+    update(&mut s, Action::Enter);
+    assert_eq!(s.popup, None);
+    assert_eq!(visible_names(&s), ["b"]);
+    update(&mut s, Action::PickWave);
+    assert_eq!(
+        s.popup,
+        Some(Popup::WavePicker { cursor: 2 }),
+        "opens on the wave shown"
+    );
+    update(&mut s, Action::Nav(Nav::Top));
+    update(&mut s, Action::Enter);
+    assert_eq!(visible_names(&s), ["a", "b"]);
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ferry_crds::{MigrationWave, WaveCounts, WavePhase};
 use kube::ResourceExt;
 
-use super::{ObjKey, Timestamp};
+use super::{ClusterId, ObjKey, Timestamp};
 
 /// One line of the wave strip.
 #[derive(Clone, Debug)]
@@ -41,8 +41,8 @@ pub struct WaveRow {
 }
 
 impl WaveRow {
-    /// The row of a (trimmed) wave.
-    pub fn from_object(obj: MigrationWave) -> WaveRow {
+    /// The row of a (trimmed) wave of `cluster`.
+    pub fn from_object(cluster: ClusterId, obj: MigrationWave) -> WaveRow {
         let status = obj.status.clone().unwrap_or_default();
         let total = if status.total > 0 {
             status.total
@@ -50,7 +50,7 @@ impl WaveRow {
             obj.spec.vms.len() as i32
         };
         WaveRow {
-            key: ObjKey::new(obj.namespace().unwrap_or_default(), obj.name_any()),
+            key: ObjKey::at(cluster, obj.namespace().unwrap_or_default(), obj.name_any()),
             phase: status.phase,
             total,
             counts: status.counts,
@@ -70,5 +70,14 @@ impl WaveRow {
     /// Migrations finished (succeeded, failed or cancelled).
     pub fn done(&self) -> i32 {
         self.counts.finished()
+    }
+
+    /// Finished share in percent (0 for an empty wave).
+    pub fn percent_done(&self) -> f64 {
+        if self.total > 0 {
+            f64::from(self.done()) * 100.0 / f64::from(self.total)
+        } else {
+            0.0
+        }
     }
 }

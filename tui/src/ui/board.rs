@@ -17,6 +17,7 @@ use crate::{
 /// Column widths for a board `width` cells wide.
 #[derive(Clone, Copy, Debug)]
 struct Widths {
+    cluster: u16,
     name: u16,
     namespace: u16,
     wave: u16,
@@ -36,7 +37,20 @@ fn widths(state: &State, width: u16) -> Widths {
         .unwrap_or(4) as u16;
     let name = longest.clamp(8, if wide { 32 } else { 18 });
     let gauge = if wide { 10 } else { 4 };
+    let cluster = if state.multi_cluster() {
+        let longest = state
+            .clusters
+            .iter()
+            .map(|c| c.context.chars().count())
+            .max()
+            .unwrap_or(0) as u16;
+        // The context and its connection glyph.
+        (longest + 2).clamp(6, if wide { 20 } else { 12 })
+    } else {
+        0
+    };
     Widths {
+        cluster,
         name,
         namespace: if state.all_namespaces() {
             if wide { 14 } else { 10 }
@@ -98,6 +112,27 @@ fn progress(row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
     Line::from(spans)
 }
 
+/// The CLUSTER cell: the context, and a glyph when its board is not live.
+fn cluster_cell(state: &State, row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
+    let Some(c) = state.cluster(row.key.cluster) else {
+        return Line::raw("");
+    };
+    let name = format::fit(&c.context, usize::from(w.cluster.saturating_sub(2)));
+    if c.conn.is_stale() {
+        Line::from(vec![
+            Span::styled(name, t.dim()),
+            Span::styled(text::STALE_GLYPH, t.bad()),
+        ])
+    } else if c.conn.migrations.is_live() {
+        Line::from(Span::styled(name, t.dim()))
+    } else {
+        Line::from(vec![
+            Span::styled(name, t.dim()),
+            Span::styled(text::CONNECTING_GLYPH, t.warn()),
+        ])
+    }
+}
+
 fn pips(row: &Row, t: &Theme) -> Line<'static> {
     Line::from(
         row.pips
@@ -122,7 +157,7 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
         Span::styled(text::sort(sort.key.title(), sort.reverse), t.dim()),
     ];
     if let Some(w) = state.index.wave_scope() {
-        spans.push(Span::styled(text::wave(w), t.key()));
+        spans.push(Span::styled(text::wave(&w.name), t.key()));
     }
     let f = state.index.filter();
     if !f.raw.is_empty() && state.input.is_none() {
@@ -131,7 +166,20 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
     if !state.marks.is_empty() {
         spans.push(Span::styled(text::marked(state.marks.len()), t.key()));
     }
-    if state.conn.is_stale() {
+    if state.multi_cluster() {
+        let stale: Vec<&str> = state
+            .clusters
+            .iter()
+            .filter(|c| c.conn.is_stale())
+            .map(|c| c.context.as_str())
+            .collect();
+        if !stale.is_empty() {
+            spans.push(Span::styled(
+                text::stale_of(&stale.join(",")),
+                t.badge(true),
+            ));
+        }
+    } else if state.is_stale() {
         spans.push(Span::styled(text::STALE, t.badge(true)));
     }
     Line::from(spans)
@@ -156,8 +204,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         };
         Cell::from(Span::styled(label, style))
     };
-    let mut header = vec![Cell::from(""), head(column::NAME, Some(SortKey::Name))];
-    let mut cons = vec![Constraint::Length(3), Constraint::Length(w.name)];
+    let mut header = vec![Cell::from("")];
+    let mut cons = vec![Constraint::Length(3)];
+    if w.cluster > 0 {
+        header.push(head(column::CLUSTER, Some(SortKey::Cluster)));
+        cons.push(Constraint::Length(w.cluster));
+    }
+    header.push(head(column::NAME, Some(SortKey::Name)));
+    cons.push(Constraint::Length(w.name));
     if w.namespace > 0 {
         header.push(head(column::NAMESPACE, Some(SortKey::Namespace)));
         cons.push(Constraint::Length(w.namespace));
@@ -201,10 +255,11 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         .enumerate()
         .map(|(i, r)| {
             let cursor = state.offset + i == state.cursor;
-            let mut cells = vec![
-                Cell::from(gutter(state, r, t, cursor)),
-                Cell::from(format::fit(&r.key.name, w.name as usize)),
-            ];
+            let mut cells = vec![Cell::from(gutter(state, r, t, cursor))];
+            if w.cluster > 0 {
+                cells.push(Cell::from(cluster_cell(state, r, &w, t)));
+            }
+            cells.push(Cell::from(format::fit(&r.key.name, w.name as usize)));
             if w.namespace > 0 {
                 cells.push(Cell::from(Span::styled(
                     format::fit(&r.key.namespace, w.namespace as usize),
@@ -244,10 +299,13 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         .column_spacing(1);
     frame.render_widget(table, inner);
     if empty && inner.height > 2 {
-        let crd_missing = matches!(state.conn.migrations, crate::state::ConnState::CrdMissing);
+        let crd_missing = state
+            .clusters
+            .iter()
+            .all(|c| matches!(c.conn.migrations, crate::state::ConnState::CrdMissing));
         let msg = if crd_missing {
             strings::CRD_HINT
-        } else if !state.conn.ever_listed {
+        } else if state.clusters.iter().all(|c| !c.conn.ever_listed) {
             strings::LOADING
         } else if state.index.is_empty() {
             strings::EMPTY_BOARD

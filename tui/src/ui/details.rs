@@ -13,7 +13,7 @@ use super::{
     scrolled::{self, Body},
 };
 use crate::{
-    state::{EventKind, ObjKey, Row, State},
+    state::{EventKind, ObjKey, Pip, Row, State},
     strings::{self, details as text, view},
 };
 
@@ -128,7 +128,7 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     for ty in ConditionType::ALL {
         let c = row.obj.condition(ty);
         let status = c.map_or(ferry_crds::ConditionStatus::Unknown, |c| c.status);
-        let (pip, style) = t.pip(status);
+        let (pip, style) = t.pip(Pip::of(c, row.phase));
         out.push(Line::from(vec![
             Span::raw(format!("  {:<17}", ty.as_str())),
             Span::styled(format!("{pip} {:<8}", status.as_str()), style),

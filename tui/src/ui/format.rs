@@ -74,6 +74,11 @@ pub fn clock(t: Timestamp) -> String {
     t.strftime("%H:%M:%S").to_string()
 }
 
+/// `12:00:03` (UTC) of seconds since the epoch.
+pub fn clock_secs(secs: i64) -> String {
+    Timestamp::from_second(secs).map_or_else(|_| "-".to_owned(), clock)
+}
+
 /// `s` cut to `width` characters, ending in `…` when cut.
 pub fn fit(s: &str, width: usize) -> String {
     if s.chars().count() <= width {

@@ -9,13 +9,13 @@ use ratatui::{
 
 use super::{Theme, format};
 use crate::{
-    state::{ConnState, Resource, Scope, State},
+    state::{ClusterView, ConnState, Connection, Resource, Scope, State, Timestamp},
     strings::{self, header as text},
 };
 
-/// One span describing a connection state.
-pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
-    let (r, s) = state.conn.worst();
+/// Spans describing the worst watch state of one cluster.
+pub fn conn_span(conn: &Connection, now: Timestamp, t: &Theme) -> Vec<Span<'static>> {
+    let (r, s) = conn.worst();
     let what = if r == Resource::Migrations {
         String::new()
     } else {
@@ -30,7 +30,7 @@ pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
             attempt,
             error,
         } => {
-            let wait = format::secs_between(state.now, *retry_at);
+            let wait = format::secs_between(now, *retry_at);
             vec![Span::styled(
                 text::reconnecting(&what, wait, *attempt, error),
                 t.bad(),
@@ -41,35 +41,60 @@ pub fn conn_span(state: &State, t: &Theme) -> Vec<Span<'static>> {
     }
 }
 
-/// Draws the header.
-pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
-    let ns = match &state.scope {
+fn scope_text(scope: &Scope) -> String {
+    match scope {
         Scope::All => text::ALL_NAMESPACES.to_owned(),
         Scope::Namespace(n) => n.clone(),
-    };
-    let mut first = vec![
-        Span::styled(format!(" {} ", strings::APP), t.badge(false)),
+    }
+}
+
+/// One cluster's context, its STALE badge and its connection state; with `ns`, its scope too.
+fn cluster_spans(c: &ClusterView, ns: bool, now: Timestamp, t: &Theme) -> Vec<Span<'static>> {
+    let mut out = vec![
         Span::raw(text::CTX),
-        Span::styled(state.context.clone(), t.title()),
-        Span::raw(text::NS),
-        Span::styled(ns, t.title()),
-        Span::raw("  "),
+        Span::styled(c.context.clone(), t.title()),
     ];
-    if let Some(since) = state.conn.stale_since {
-        first.push(Span::styled(
-            text::stale(&format::age(Some(since), state.now)),
+    if ns {
+        out.push(Span::raw(text::NS));
+        out.push(Span::styled(scope_text(&c.scope), t.title()));
+    }
+    out.push(Span::raw("  "));
+    if let Some(since) = c.conn.stale_since {
+        out.push(Span::styled(
+            text::stale(&format::age(Some(since), now)),
             t.badge(true),
         ));
-        first.push(Span::raw(" "));
+        out.push(Span::raw(" "));
     }
-    first.extend(conn_span(state, t));
+    out.extend(conn_span(&c.conn, now, t));
+    out
+}
+
+/// Draws the header.
+pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
+    let mut first = vec![Span::styled(format!(" {} ", strings::APP), t.badge(false))];
+    // One scope for every cluster is said once; different ones are said per cluster.
+    let same_scope = state.clusters.windows(2).all(|w| w[0].scope == w[1].scope);
+    for (i, c) in state.clusters.iter().enumerate() {
+        if i > 0 {
+            first.push(Span::styled(text::CLUSTER_SEPARATOR, t.dim()));
+        }
+        let ns_here = !same_scope || !state.multi_cluster();
+        first.extend(cluster_spans(c, ns_here, state.now, t));
+    }
+    if same_scope
+        && state.multi_cluster()
+        && let Some(c) = state.clusters.first()
+    {
+        first.push(Span::raw(text::NS));
+        first.push(Span::styled(scope_text(&c.scope), t.title()));
+    }
     if state.readonly {
         first.push(Span::raw("  "));
         first.push(Span::styled(text::READ_ONLY, t.badge(false)));
     }
     let last = state
-        .conn
-        .last_event_at
+        .last_event_at()
         .map(|t| format::age(Some(t), state.now));
     first.push(Span::styled(text::last_event(last.as_deref()), t.dim()));
     let narrow = area.width < 120;

@@ -9,9 +9,12 @@ pub mod format;
 pub mod header;
 pub mod help;
 pub mod logs;
+pub mod picker;
 pub mod scrolled;
 pub mod theme;
+pub mod timeline;
 pub mod waves;
+pub mod welcome;
 pub mod yaml;
 
 use ratatui::{
@@ -81,6 +84,7 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(View::Details(key)) => details::draw(frame, state, t, body, key),
         Some(View::Yaml(target)) => yaml::draw(frame, state, t, body, target),
         Some(View::Events(target)) => events::draw(frame, state, t, body, target),
+        Some(View::Timeline) => timeline::draw(frame, state, t, body),
     }
     if state.show_logs {
         logs::draw(frame, t, logs_area, opts.logs);
@@ -90,6 +94,8 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(Popup::Help) => help::draw(frame, t, area),
         Some(Popup::Confirm(c)) => confirm::draw_confirm(frame, state, t, area, c),
         Some(Popup::Report) => confirm::draw_report(frame, state, t, area),
+        Some(Popup::WavePicker { cursor }) => picker::draw(frame, state, t, area, *cursor),
+        Some(Popup::Welcome { note }) => welcome::draw(frame, t, area, note),
         None => {}
     }
 }
@@ -114,7 +120,9 @@ mod tests {
     use ratatui::{Terminal, backend::TestBackend};
 
     use super::*;
-    use crate::state::{Action, EventKind, EventRow, Nav, Scope, update};
+    use crate::state::{Action, ClusterId, EventKind, EventRow, Nav, Scope, update};
+
+    const C0: ClusterId = ClusterId(0);
 
     const SIZES: [(u16, u16); 4] = [(80, 24), (90, 25), (120, 40), (160, 48)];
 
@@ -123,9 +131,9 @@ mod tests {
     fn state(w: u16, h: u16, waves: usize, logs: bool) -> State {
         let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(0).0);
         let rows = (0..200).map(|i| migration(&format!("m{i:03}"))).collect();
-        update(&mut s, Action::MigrationsListed(rows));
+        update(&mut s, Action::MigrationsListed(C0, rows));
         let strip = (0..waves).map(|i| wave(&format!("w{i}"), 1)).collect();
-        update(&mut s, Action::WavesListed(strip));
+        update(&mut s, Action::WavesListed(C0, strip));
         if logs {
             update(&mut s, Action::ToggleLogs);
         }
@@ -190,7 +198,7 @@ mod tests {
                         count: 1,
                     })
                     .collect();
-                update(&mut s, Action::EventsListed(events));
+                update(&mut s, Action::EventsListed(C0, events));
                 update(&mut s, Action::ShowEvents);
                 update(&mut s, Action::Nav(Nav::PageDown));
                 let page = s.page;
@@ -204,6 +212,42 @@ mod tests {
                     "{w}×{h}, logs {logs}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_frame_reads_only_the_rows_it_shows_of_ten_thousand() {
+        let mut s = State::new("lab", Scope::All, false, ts(0).0);
+        let rows = (0..10_000)
+            .map(|i| migration(&format!("m{i:05}")))
+            .collect();
+        update(&mut s, Action::MigrationsListed(C0, rows));
+        for (w, h) in [(80, 24), (200, 60)] {
+            update(
+                &mut s,
+                Action::Resize(Screen {
+                    width: w,
+                    height: h,
+                }),
+            );
+            update(&mut s, Action::Nav(Nav::PageDown));
+            let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+            let before = s.index.rows_read();
+            term.draw(|f| {
+                draw(
+                    f,
+                    &s,
+                    Options {
+                        theme: Theme::MONO,
+                        logs: false,
+                    },
+                )
+            })
+            .unwrap();
+            let read = s.index.rows_read() - before;
+            // Column widths look at the page once, the table draws it once.
+            assert_eq!(read, 2 * s.page as u64, "{w}×{h}");
+            assert!(s.page < 60);
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Colours, and their absence under `NO_COLOR`: every meaning also has a glyph or a word.
 
-use ferry_crds::{ConditionStatus, Phase, WavePhase};
+use ferry_crds::{Phase, WavePhase};
+
+use crate::state::Pip;
 use ratatui::style::{Color, Modifier, Style};
 
 /// Styles of the cockpit.
@@ -124,11 +126,29 @@ impl Theme {
     }
 
     /// A condition pip and its style.
-    pub fn pip(&self, s: ConditionStatus) -> (&'static str, Style) {
-        match s {
-            ConditionStatus::True => ("●", self.ok()),
-            ConditionStatus::False => ("✕", self.bad()),
-            ConditionStatus::Unknown => ("○", self.dim()),
+    pub fn pip(&self, p: Pip) -> (&'static str, Style) {
+        match p {
+            Pip::Done => ("●", self.ok()),
+            Pip::Failed => ("✕", self.bad()),
+            Pip::Retrying => ("↻", self.warn()),
+            Pip::Waiting => ("○", self.dim()),
+        }
+    }
+
+    /// The letter that starts a phase's stretch of a timeline bar, and the fill after it.
+    pub fn phase_mark(&self, p: Phase) -> (&'static str, &'static str) {
+        match p {
+            Phase::Pending => ("·", "┄"),
+            Phase::Queued => ("Q", "┄"),
+            Phase::Preparing => ("P", "━"),
+            Phase::Converting => ("C", "━"),
+            Phase::Importing => ("I", "━"),
+            Phase::CreatingVM => ("V", "━"),
+            Phase::Starting => ("S", "━"),
+            Phase::Validating => ("G", "━"),
+            Phase::Succeeded => ("✓", "━"),
+            Phase::Failed => ("✕", "━"),
+            Phase::Cancelled => ("⊘", "━"),
         }
     }
 

@@ -14,20 +14,19 @@ use crate::{
     strings::{self, waves as text},
 };
 
-fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Line<'static> {
+/// One wave's progress: name (after its context on a board of several clusters), phase,
+/// done/total, failed, in flight, throughput, ETA and its intents. Shared with the wave picker.
+pub fn progress_spans(state: &State, w: &WaveRow, t: &Theme, wide: bool) -> Vec<Span<'static>> {
     let done = w.done();
-    let pct = if w.total > 0 {
-        f64::from(done) * 100.0 / f64::from(w.total)
+    let (fill, empty) = format::gauge(w.percent_done(), if wide { 16 } else { 8 });
+    let (name, room) = if state.multi_cluster() {
+        let name = text::in_context(state.context_of(w.key.cluster), &w.key.name);
+        (name, if wide { 24 } else { 14 })
     } else {
-        0.0
+        (w.key.name.clone(), if wide { 16 } else { 10 })
     };
-    let (fill, empty) = format::gauge(pct, if wide { 16 } else { 8 });
     let mut spans = vec![
-        Span::styled(if selected { "▸ " } else { "  " }, t.key()),
-        Span::styled(
-            format::fit(&w.key.name, if wide { 16 } else { 10 }),
-            t.title(),
-        ),
+        Span::styled(format::fit(&name, room), t.title()),
         Span::raw(" "),
         Span::styled(
             format!("{:<10}", format!("{:?}", w.phase)),
@@ -59,6 +58,19 @@ fn line(w: &WaveRow, t: &Theme, selected: bool, focused: bool, wide: bool) -> Li
     if w.cancel {
         spans.push(Span::styled(text::CANCEL, t.warn()));
     }
+    spans
+}
+
+fn line(
+    state: &State,
+    w: &WaveRow,
+    t: &Theme,
+    selected: bool,
+    focused: bool,
+    wide: bool,
+) -> Line<'static> {
+    let mut spans = vec![Span::styled(if selected { "▸ " } else { "  " }, t.key())];
+    spans.extend(progress_spans(state, w, t, wide));
     let mut l = Line::from(spans);
     if selected && focused {
         l = l.style(t.cursor(true));
@@ -85,7 +97,16 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let lines: Vec<Line> = state.waves[first..]
         .iter()
         .take(n)
-        .map(|w| line(w, t, Some(&w.key) == selected.as_ref(), focused, wide))
+        .map(|w| {
+            line(
+                state,
+                w,
+                t,
+                Some(&w.key) == selected.as_ref(),
+                focused,
+                wide,
+            )
+        })
         .collect();
     frame.render_widget(Paragraph::new(lines), text);
     if let Some(w) = state.selected_wave() {
@@ -97,7 +118,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         let minute = state.now.as_second().div_euclid(60);
         let data = state
             .index
-            .completions_per_minute(&w.key.name, minute, s.width as usize);
+            .completions_per_minute(&w.key, minute, s.width as usize);
         frame.render_widget(Sparkline::default().data(&data).style(t.ok()), s);
     }
 }

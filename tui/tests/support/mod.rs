@@ -1,8 +1,11 @@
 //! Fixture data for snapshot tests and benchmarks: a believable wave in every phase.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod populate;
+
 use ferry::state::{
-    Action, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State, update,
+    Action, ClusterId, ClusterView, ConnState, EventKind, EventRow, ObjKey, Resource, Scope, State,
+    update,
 };
 use ferry_crds::{
     ConditionStatus, ConditionType, LastFailure, MigrationWave, MigrationWaveStatus, Phase,
@@ -64,6 +67,24 @@ pub fn vmm(
             o = o.with_condition(t, ConditionStatus::True, reason_true(t));
         }
     }
+    // Ready as the controller writes it: False while under way (InProgress, HeldByWave), and
+    // False with the outcome once finished.
+    let ready = match phase {
+        Phase::Pending => None,
+        Phase::Queued => Some((ConditionStatus::False, Reason::HeldByWave)),
+        Phase::Preparing
+        | Phase::Converting
+        | Phase::Importing
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating => Some((ConditionStatus::False, Reason::InProgress)),
+        Phase::Succeeded => None,
+        Phase::Failed => Some((ConditionStatus::False, Reason::Failed)),
+        Phase::Cancelled => Some((ConditionStatus::False, Reason::Cancelled)),
+    };
+    if let Some((st, reason)) = ready {
+        o = o.with_condition(ConditionType::Ready, st, reason);
+    }
     let s = o.status.as_mut().unwrap();
     s.attempts = if phase == Phase::Pending || phase == Phase::Queued {
         0
@@ -73,9 +94,25 @@ pub fn vmm(
     s.started_at = Some(ts(120 + i));
     let mut hist = vec![];
     let mut at = 120 + i;
+    if phase == Phase::Queued {
+        hist.push(PhaseTransition {
+            phase,
+            attempt: 0,
+            entered_at: ts(at),
+            left_at: None,
+        });
+    }
     for p in Phase::CHECKPOINTS {
-        if p >= phase && phase.is_checkpoint()
-            || !phase.is_checkpoint() && p.checkpoint_index() > Some(3)
+        // Checkpoints passed: those before the current one; all for a success, up to
+        // Importing (where it failed) for a failure, up to CreatingVM for a cancel.
+        let last = match phase {
+            Phase::Succeeded => 5,
+            Phase::Failed => 2,
+            _ => 3,
+        };
+        if matches!(phase, Phase::Pending | Phase::Queued)
+            || p >= phase && phase.is_checkpoint()
+            || phase.is_terminal() && p.checkpoint_index() > Some(last)
         {
             break;
         }
@@ -185,6 +222,9 @@ pub fn wave_obj(
 
 const PHASES: [Phase; 11] = Phase::ALL;
 
+/// The one cluster of the fixtures.
+pub const C0: ClusterId = ClusterId(0);
+
 /// The names used by [`sample`].
 pub fn sample_names() -> Vec<String> {
     let vms = [
@@ -220,6 +260,18 @@ pub fn sample_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
         .enumerate()
         .map(|(i, (n, p))| vmm(ns, n, Some("w1"), p, i as i64))
         .collect();
+    // One checkpoint meets a transient error: the controller retries it.
+    let retrying = &mut out[5];
+    let st = retrying.status.as_mut().unwrap();
+    ferry_crds::condition::set_condition(
+        &mut st.conditions,
+        ConditionType::Ready,
+        ConditionStatus::False,
+        Reason::TransientError,
+        "StagingUnavailable: connection refused",
+        Some(1),
+        &ts(3500),
+    );
     out.push(vmm(ns, "w2-dc0-h0-vm0", Some("w2"), Phase::Starting, 20));
     out.push(vmm(ns, "w2-dc0-h0-vm1", Some("w2"), Phase::Pending, 21));
     out.push(vmm(ns, "w2-dc0-h0-vm2", Some("w2"), Phase::Pending, 22).paused());
@@ -267,42 +319,44 @@ pub fn sample_events(ns: &str) -> Vec<EventRow> {
 pub fn sample_state(scope: Scope) -> State {
     let mut s = State::new("lab", scope, false, now());
     let ns = "apps";
-    update(&mut s, Action::MigrationsListed(sample_migrations(ns)));
-    update(
-        &mut s,
-        Action::WavesListed(vec![
-            wave_obj(
-                ns,
-                "w1",
-                12,
-                WaveCounts {
-                    queued: 2,
-                    running: 6,
-                    succeeded: 2,
-                    failed: 1,
-                    cancelled: 1,
-                    pending: 0,
-                },
-                WavePhase::Running,
-            ),
-            wave_obj(
-                ns,
-                "w2",
-                3,
-                WaveCounts {
-                    pending: 2,
-                    running: 1,
-                    ..WaveCounts::default()
-                },
-                WavePhase::Running,
-            ),
-        ]),
-    );
-    update(&mut s, Action::EventsListed(sample_events(ns)));
+    update(&mut s, Action::MigrationsListed(C0, sample_migrations(ns)));
+    update(&mut s, Action::WavesListed(C0, sample_waves(ns)));
+    update(&mut s, Action::EventsListed(C0, sample_events(ns)));
     for r in Resource::ALL {
-        update(&mut s, Action::Connection(r, ConnState::Live));
+        update(&mut s, Action::Connection(C0, r, ConnState::Live));
     }
     s
+}
+
+/// The waves of [`sample_migrations`].
+pub fn sample_waves(ns: &str) -> Vec<MigrationWave> {
+    vec![
+        wave_obj(
+            ns,
+            "w1",
+            12,
+            WaveCounts {
+                queued: 2,
+                running: 6,
+                succeeded: 2,
+                failed: 1,
+                cancelled: 1,
+                pending: 0,
+            },
+            WavePhase::Running,
+        ),
+        wave_obj(
+            ns,
+            "w2",
+            3,
+            WaveCounts {
+                pending: 2,
+                running: 1,
+                ..WaveCounts::default()
+            },
+            WavePhase::Running,
+        ),
+    ]
 }
 
 /// `n` migrations over `waves` waves, for benchmarks.
@@ -320,4 +374,44 @@ pub fn many(n: usize, waves: usize) -> Vec<VirtualMachineMigration> {
             )
         })
         .collect()
+}
+
+/// A board of two clusters, `lab-a` and `lab-b`, both showing the sample (the same names in
+/// both), `lab-b` lost 40 s ago and reconnecting.
+pub fn two_cluster_state() -> State {
+    let mut s = State::with_clusters(
+        vec![
+            ClusterView::new("lab-a", Scope::Namespace("apps".into())),
+            ClusterView::new("lab-b", Scope::Namespace("apps".into())),
+        ],
+        false,
+        k8s_openapi::jiff::Timestamp::from_second(now().as_second() - 40).unwrap(),
+    );
+    let b = ClusterId(1);
+    update(
+        &mut s,
+        Action::MigrationsListed(C0, sample_migrations("apps")),
+    );
+    let mut other = sample_migrations("apps");
+    other.truncate(6);
+    update(&mut s, Action::MigrationsListed(b, other));
+    for c in [C0, b] {
+        for r in Resource::ALL {
+            update(&mut s, Action::Connection(c, r, ConnState::Live));
+        }
+    }
+    update(
+        &mut s,
+        Action::Connection(
+            b,
+            Resource::Migrations,
+            ConnState::Reconnecting {
+                retry_at: ts(3604).0,
+                attempt: 4,
+                error: "Connection refused (os error 111)".into(),
+            },
+        ),
+    );
+    update(&mut s, Action::Tick(now()));
+    s
 }

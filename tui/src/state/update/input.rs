@@ -1,7 +1,7 @@
 //! The bottom line: a `/` filter applied as it is typed, a `:` command run on Enter.
 
 use super::{
-    super::{Edit, Effect, Filter, Input, InputKind, Scope, State},
+    super::{Edit, Effect, Filter, Input, InputKind, Scope, State, index::WaveScope},
     navigation::{resync_cursor, set_wave_scope},
     session,
 };
@@ -63,10 +63,26 @@ pub(super) fn command(state: &mut State, line: &str, fx: &mut Vec<Effect>) {
             session::rescope(state, scope, fx);
         }
         ("wave" | "waves" | "w", arg) => {
-            let wave = arg.filter(|a| *a != "all" && *a != "*").map(str::to_owned);
+            let wave = arg
+                .filter(|a| *a != "all" && *a != "*")
+                .map(WaveScope::named);
             set_wave_scope(state, wave);
         }
-        ("ctx" | "context", Some(ctx)) => fx.push(Effect::SwitchContext(ctx.to_owned())),
+        ("ctx" | "context", Some(_)) => {
+            // `:ctx a,b` or `:ctx a, b`: everything after the word.
+            let rest = line.split_once(char::is_whitespace).map_or("", |(_, r)| r);
+            let contexts: Vec<String> = rest
+                .split([',', ' '])
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if contexts.is_empty() {
+                session::flash(state, strings::unknown_command(line), true);
+            } else {
+                fx.push(Effect::SwitchContexts(contexts));
+            }
+        }
         ("", _) => {}
         _ => session::flash(state, strings::unknown_command(line), true),
     }

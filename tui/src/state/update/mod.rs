@@ -24,25 +24,31 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
     let mut fx = vec![];
     match action {
         // --- from the watches and from effects ---
-        Action::MigrationApplied(obj) => watch::migration_applied(state, *obj, &mut fx),
+        // An action of a cluster the board no longer has (an old context's watch) is dropped.
+        Action::MigrationApplied(c, _)
+        | Action::MigrationsListed(c, _)
+        | Action::WaveApplied(c, _)
+        | Action::WavesListed(c, _)
+        | Action::EventsListed(c, _)
+        | Action::Connection(c, ..)
+            if state.cluster(c).is_none() => {}
+        Action::MigrationApplied(c, obj) => watch::migration_applied(state, c, *obj, &mut fx),
         Action::MigrationDeleted(key) => watch::migration_deleted(state, key),
-        Action::MigrationsListed(objs) => watch::migrations_listed(state, objs),
-        Action::WaveApplied(obj) => watch::wave_applied(state, *obj),
+        Action::MigrationsListed(c, objs) => watch::migrations_listed(state, c, objs),
+        Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj),
         Action::WaveDeleted(key) => watch::wave_deleted(state, key),
-        Action::WavesListed(objs) => watch::waves_listed(state, objs),
+        Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs),
         Action::EventApplied(ev) => watch::event_applied(state, ev),
         Action::EventDeleted(ev) => state.events.remove(ev.kind, &ev.regarding, &ev.uid),
-        Action::EventsListed(evs) => state.events.replace_all(evs),
-        Action::Connection(r, s) => state.conn.set(r, s, state.now),
+        Action::EventsListed(c, evs) => watch::events_listed(state, c, evs),
+        Action::Connection(c, r, s) => watch::connection(state, c, r, s),
         Action::Children { key, result } => watch::children(state, key, result),
         Action::Outcome {
             id,
             target,
             outcome,
         } => verbs::outcome(state, id, target, outcome),
-        Action::ContextSwitched { context, scope } => {
-            session::context_switched(state, context, scope)
-        }
+        Action::ContextSwitched(clusters) => session::context_switched(state, clusters),
         Action::ContextFailed(e) => session::flash(state, e, true),
         // --- time and screen ---
         Action::Tick(now) => session::tick(state, now),
@@ -54,7 +60,8 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::FocusNext => navigation::focus_next(state),
         Action::CycleSort => navigation::cycle_sort(state),
         Action::ReverseSort => navigation::reverse_sort(state),
-        Action::CycleWave => navigation::cycle_wave(state),
+        Action::PickWave => navigation::pick_wave(state),
+        Action::ShowTimeline => navigation::show_timeline(state),
         Action::ToggleMark => navigation::toggle_mark(state),
         Action::MarkAllVisible => navigation::mark_all_visible(state),
         Action::ShowYaml => navigation::show(state, View::Yaml),

@@ -3,7 +3,7 @@
 
 use super::super::{
     Children, Effect, Filter, Focus, Nav, ObjKey, Popup, Sort, State, Target, TargetKind, View,
-    layout,
+    index::WaveScope, layout,
 };
 
 /// Takes the page from the screen layout; when it changed, keeps the cursor on screen.
@@ -52,6 +52,22 @@ fn ensure_visible(state: &mut State) {
 }
 
 pub(super) fn navigate(state: &mut State, nav: Nav) {
+    if let Some(Popup::WavePicker { cursor }) = &mut state.popup {
+        // Line 0 is "every wave", then one line per wave.
+        let last = state.waves.len();
+        *cursor = match nav {
+            Nav::Up => cursor.saturating_sub(1),
+            Nav::Down => (*cursor + 1).min(last),
+            Nav::PageUp => cursor.saturating_sub(10),
+            Nav::PageDown => (*cursor + 10).min(last),
+            Nav::Top => 0,
+            Nav::Bottom => last,
+        };
+        return;
+    }
+    if state.popup.is_some() {
+        return;
+    }
     if !state.views.is_empty() {
         let page = state.page.max(1);
         state.scroll = match nav {
@@ -93,9 +109,9 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
     ensure_visible(state);
 }
 
-pub(super) fn set_wave_scope(state: &mut State, wave: Option<String>) {
-    if let Some(w) = wave.as_deref()
-        && let Some(i) = state.waves.iter().position(|r| r.key.name == w)
+pub(super) fn set_wave_scope(state: &mut State, wave: Option<WaveScope>) {
+    if let Some(w) = wave.as_ref()
+        && let Some(i) = state.waves.iter().position(|r| w.covers(&r.key))
     {
         state.wave_cursor = i;
     }
@@ -104,15 +120,24 @@ pub(super) fn set_wave_scope(state: &mut State, wave: Option<String>) {
 }
 
 pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
+    if let Some(Popup::WavePicker { cursor }) = state.popup {
+        state.popup = None;
+        let wave = cursor
+            .checked_sub(1)
+            .and_then(|i| state.waves.get(i))
+            .map(|w| WaveScope::exactly(&w.key));
+        set_wave_scope(state, wave);
+        return;
+    }
     if state.popup.is_some() || !state.views.is_empty() {
         return;
     }
     if state.focus == Focus::Waves {
-        let name = state
+        let wave = state
             .waves
             .get(state.wave_cursor)
-            .map(|w| w.key.name.clone());
-        set_wave_scope(state, name);
+            .map(|w| WaveScope::exactly(&w.key));
+        set_wave_scope(state, wave);
         state.focus = Focus::Board;
         return;
     }
@@ -120,7 +145,10 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
         return;
     };
     let key = row.key.clone();
-    fx.push(Effect::FetchChildren(row.obj.clone()));
+    fx.push(Effect::FetchChildren {
+        key: key.clone(),
+        obj: row.obj.clone(),
+    });
     state.children = Some(Children {
         key: key.clone(),
         asked_at: state.now,
@@ -167,7 +195,7 @@ pub(super) fn focus_next(state: &mut State) {
 
 pub(super) fn cycle_sort(state: &mut State) {
     let s = state.index.sort();
-    let key = s.key.next(state.all_namespaces());
+    let key = s.key.next(state.all_namespaces(), state.multi_cluster());
     state.index.set_sort(Sort {
         key,
         reverse: s.reverse,
@@ -184,19 +212,25 @@ pub(super) fn reverse_sort(state: &mut State) {
     resync_cursor(state);
 }
 
-/// Shows the first wave only, then the next, then all again.
-pub(super) fn cycle_wave(state: &mut State) {
-    let mut names: Vec<&str> = state.waves.iter().map(|w| w.key.name.as_str()).collect();
-    names.dedup();
-    let next = match state.index.wave_scope() {
-        None => names.first().map(|s| (*s).to_owned()),
-        Some(cur) => names
-            .iter()
-            .position(|n| *n == cur)
-            .and_then(|i| names.get(i + 1))
-            .map(|s| (*s).to_owned()),
-    };
-    set_wave_scope(state, next);
+/// `w`: the wave picker, its cursor on the wave shown (or on "every wave").
+pub(super) fn pick_wave(state: &mut State) {
+    if state.popup.is_some() {
+        return;
+    }
+    let cursor = state
+        .index
+        .wave_scope()
+        .and_then(|w| state.waves.iter().position(|r| w.covers(&r.key)))
+        .map_or(0, |i| i + 1);
+    state.popup = Some(Popup::WavePicker { cursor });
+}
+
+/// `t`: the timeline of the migrations the board shows.
+pub(super) fn show_timeline(state: &mut State) {
+    if state.views.last() != Some(&View::Timeline) {
+        state.views.push(View::Timeline);
+        state.scroll = 0;
+    }
 }
 
 pub(super) fn toggle_mark(state: &mut State) {
@@ -246,6 +280,8 @@ pub(super) fn focused_target(state: &State) -> Option<Target> {
                 key: k.clone(),
             }),
             View::Yaml(t) | View::Events(t) => Some(t.clone()),
+            // The timeline is about every row shown; verbs there act on none.
+            View::Timeline => None,
         };
     }
     if state.focus == Focus::Waves {

@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::SignedDuration;
 
-use super::super::{Effect, Flash, Focus, Scope, State, Timestamp};
+use super::super::{ClusterView, Connection, Effect, Flash, Focus, Scope, State, Timestamp};
 use crate::strings;
 
 /// How long a bottom-line message stays.
@@ -21,18 +21,25 @@ pub(super) fn flash(state: &mut State, text: String, error: bool) {
     state.flash = Some(Flash { text, error, until });
 }
 
-/// `:ns`: the rows of the old scope go at once, the new watches fill the board.
+/// `:ns`: the rows of the old scope go at once, the new watches (of every cluster) fill the
+/// board.
 pub(super) fn rescope(state: &mut State, scope: Scope, fx: &mut Vec<Effect>) {
     reset_data(state);
-    state.scope = scope.clone();
+    for c in &mut state.clusters {
+        c.scope = scope.clone();
+    }
     fx.push(Effect::Rewatch(scope));
 }
 
-pub(super) fn context_switched(state: &mut State, context: String, scope: Scope) {
+pub(super) fn context_switched(state: &mut State, clusters: Vec<ClusterView>) {
+    if clusters.is_empty() {
+        return;
+    }
     reset_data(state);
-    state.context = context;
-    state.scope = scope;
-    flash(state, strings::context_switched(&state.context), false);
+    state.clusters = clusters;
+    let names: Vec<&str> = state.clusters.iter().map(|c| c.context.as_str()).collect();
+    let text = strings::context_switched(&names.join(","));
+    flash(state, text, false);
 }
 
 pub(super) fn quit(state: &mut State, fx: &mut Vec<Effect>) {
@@ -45,7 +52,9 @@ fn reset_data(state: &mut State) {
     state.index.replace_all(vec![]);
     state.waves.clear();
     state.events.clear();
-    state.conn = Default::default();
+    for c in &mut state.clusters {
+        c.conn = Connection::default();
+    }
     state.marks.clear();
     state.pending.clear();
     state.views.clear();

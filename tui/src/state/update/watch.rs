@@ -6,22 +6,38 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::{
     super::{
-        Child, Children, Effect, EventRow, Expect, ObjKey, Row, State, Target, TargetKind, View,
-        WaveRow,
+        Child, Children, ClusterId, ConnState, Effect, EventRow, Expect, ObjKey, Resource, Row,
+        State, Target, TargetKind, View, WaveRow,
     },
     navigation::{clamp_wave_cursor, resync_cursor},
 };
+
+/// Notes that a cluster's watches delivered something.
+fn heard_from(state: &mut State, c: ClusterId) {
+    let now = state.now;
+    if let Some(cv) = state.clusters.get_mut(usize::from(c.0)) {
+        cv.conn.last_event_at = Some(now);
+    }
+}
+
+pub(super) fn connection(state: &mut State, c: ClusterId, r: Resource, s: ConnState) {
+    let now = state.now;
+    if let Some(cv) = state.clusters.get_mut(usize::from(c.0)) {
+        cv.conn.set(r, s, now);
+    }
+}
 
 /// Children of the migration in details are re-read at most this often, on its changes.
 const CHILDREN_REFRESH: SignedDuration = SignedDuration::from_secs(2);
 
 pub(super) fn migration_applied(
     state: &mut State,
+    c: ClusterId,
     obj: VirtualMachineMigration,
     fx: &mut Vec<Effect>,
 ) {
-    state.conn.last_event_at = Some(state.now);
-    let row = Row::from_object(obj);
+    heard_from(state, c);
+    let row = Row::from_object(c, obj);
     settle_pending(state, TargetKind::Migration, &row.key, |e| {
         expect_met_row(e, &row)
     });
@@ -31,7 +47,10 @@ pub(super) fn migration_applied(
             c.key != key || state.now.duration_since(c.asked_at) >= CHILDREN_REFRESH
         });
     if refetch {
-        fx.push(Effect::FetchChildren(row.obj.clone()));
+        fx.push(Effect::FetchChildren {
+            key: key.clone(),
+            obj: row.obj.clone(),
+        });
         state.children = Some(Children {
             key,
             asked_at: state.now,
@@ -43,7 +62,7 @@ pub(super) fn migration_applied(
 }
 
 pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
-    state.conn.last_event_at = Some(state.now);
+    heard_from(state, key.cluster);
     state.index.remove(&key);
     state.marks.remove(&key);
     state.pending.remove(&Target {
@@ -53,10 +72,14 @@ pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
     resync_cursor(state);
 }
 
-pub(super) fn migrations_listed(state: &mut State, objs: Vec<VirtualMachineMigration>) {
-    state.conn.last_event_at = Some(state.now);
-    let rows: Vec<Row> = objs.into_iter().map(Row::from_object).collect();
-    state.index.replace_all(rows);
+pub(super) fn migrations_listed(
+    state: &mut State,
+    c: ClusterId,
+    objs: Vec<VirtualMachineMigration>,
+) {
+    heard_from(state, c);
+    let rows: Vec<Row> = objs.into_iter().map(|o| Row::from_object(c, o)).collect();
+    state.index.replace_cluster(c, rows);
     let index = &state.index;
     state.marks.retain(|k| index.get(k).is_some());
     let pending: Vec<Target> = state
@@ -78,9 +101,9 @@ pub(super) fn migrations_listed(state: &mut State, objs: Vec<VirtualMachineMigra
     resync_cursor(state);
 }
 
-pub(super) fn wave_applied(state: &mut State, obj: MigrationWave) {
-    state.conn.last_event_at = Some(state.now);
-    let row = WaveRow::from_object(obj);
+pub(super) fn wave_applied(state: &mut State, c: ClusterId, obj: MigrationWave) {
+    heard_from(state, c);
+    let row = WaveRow::from_object(c, obj);
     settle_pending(state, TargetKind::Wave, &row.key, |e| {
         expect_met_wave(e, &row)
     });
@@ -91,7 +114,7 @@ pub(super) fn wave_applied(state: &mut State, obj: MigrationWave) {
 }
 
 pub(super) fn wave_deleted(state: &mut State, key: ObjKey) {
-    state.conn.last_event_at = Some(state.now);
+    heard_from(state, key.cluster);
     state.waves.retain(|w| w.key != key);
     state.pending.remove(&Target {
         kind: TargetKind::Wave,
@@ -100,8 +123,13 @@ pub(super) fn wave_deleted(state: &mut State, key: ObjKey) {
     clamp_wave_cursor(state);
 }
 
-pub(super) fn waves_listed(state: &mut State, objs: Vec<MigrationWave>) {
-    let mut rows: Vec<WaveRow> = objs.into_iter().map(WaveRow::from_object).collect();
+pub(super) fn waves_listed(state: &mut State, c: ClusterId, objs: Vec<MigrationWave>) {
+    let mut rows: Vec<WaveRow> = objs
+        .into_iter()
+        .map(|o| WaveRow::from_object(c, o))
+        .collect();
+    state.waves.retain(|w| w.key.cluster != c);
+    rows.append(&mut state.waves);
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     state.waves = rows;
     let waves = &state.waves;
@@ -116,8 +144,17 @@ pub(super) fn waves_listed(state: &mut State, objs: Vec<MigrationWave>) {
 }
 
 pub(super) fn event_applied(state: &mut State, ev: EventRow) {
-    state.conn.last_event_at = Some(state.now);
+    heard_from(state, ev.regarding.cluster);
     state.events.upsert(ev);
+}
+
+pub(super) fn events_listed(state: &mut State, c: ClusterId, evs: Vec<EventRow>) {
+    // Listed events carry the cluster of the watch that listed them.
+    let evs = evs
+        .into_iter()
+        .filter(|e| e.regarding.cluster == c)
+        .collect();
+    state.events.replace_cluster(c, evs);
 }
 
 /// Children read for details; an answer about a migration no longer shown is dropped.

@@ -1,0 +1,106 @@
+//! The event loop as it runs (`app::drive`), on a test terminal in a single-threaded runtime (the storm is sent with no await in between, so it lands between two frames): what a
+//! storm of watch events costs in frames, and what a frame reads of the board.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use ferry::{
+    app::{self, FrameInfo, Runtime},
+    kube::ConnectOptions,
+    state::{Action, ConnState, Resource, Scope, Screen, State},
+    ui::Theme,
+};
+use ratatui::{Terminal, backend::TestBackend};
+use support::{C0, many, now};
+use tokio::sync::{mpsc, oneshot};
+
+#[tokio::test]
+async fn a_storm_of_a_thousand_changes_between_two_frames_is_drawn_in_one_frame() {
+    let n = 1000;
+    let mut state = State::new("lab", Scope::All, false, now());
+    let mut rt = Runtime::new(vec![], ConnectOptions::default());
+    let tx = rt.data_sender();
+    let objs = many(n, 20);
+    tx.send(Action::MigrationsListed(C0, objs.clone())).unwrap();
+    tx.send(Action::Connection(
+        C0,
+        Resource::Migrations,
+        ConnState::Live,
+    ))
+    .unwrap();
+
+    let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<(FrameInfo, usize, usize)>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // The storm: once the board shows every row, every row changes at once, between two
+    // frames; then the loop runs on (clock ticks included) for three seconds.
+    let storm = tokio::spawn(async move {
+        loop {
+            let (_, rows, _) = frames_rx.recv().await.unwrap();
+            if rows == n {
+                break;
+            }
+        }
+        for mut o in objs {
+            let st = o.status.as_mut().unwrap();
+            st.message = Some("stormed".into());
+            tx.send(Action::MigrationApplied(C0, Box::new(o))).unwrap();
+        }
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        let mut after = vec![];
+        while let Ok(Some(f)) = tokio::time::timeout_at(until, frames_rx.recv()).await {
+            after.push(f);
+        }
+        stop_tx.send(()).unwrap();
+        after
+    });
+
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let mut observer = |s: &State, f: &FrameInfo| {
+        // The status message (a failed row's board message is its failure instead).
+        let stormed = s
+            .index
+            .iter()
+            .filter(|r| {
+                r.obj.status.as_ref().and_then(|st| st.message.as_deref()) == Some("stormed")
+            })
+            .count();
+        let _ = frames_tx.send((f.clone(), s.index.len(), stormed));
+    };
+    app::drive(
+        &mut terminal,
+        &mut state,
+        &mut rt,
+        vec![Action::Resize(Screen {
+            width: 120,
+            height: 40,
+        })],
+        futures::stream::pending(),
+        async {
+            let _ = stop_rx.await;
+        },
+        Theme::MONO,
+        &mut observer,
+    )
+    .await
+    .unwrap();
+    let after = storm.await.unwrap();
+
+    let with_storm: Vec<&(FrameInfo, usize, usize)> =
+        after.iter().filter(|(f, ..)| f.watch_actions > 0).collect();
+    assert_eq!(
+        with_storm.len(),
+        1,
+        "one frame for the storm; frames after it: {after:?}"
+    );
+    let (frame, _, stormed) = with_storm[0];
+    assert_eq!(frame.watch_actions, n, "every change in that one frame");
+    assert_eq!(*stormed, n, "and the frame shows all of them");
+    assert!(
+        after.len() >= 3,
+        "the clock still ticks a frame a second: {after:?}"
+    );
+    // Every frame read only the rows it showed (two passes: column widths, then the rows).
+    for (f, ..) in &after {
+        assert!(f.rows_read <= 2 * 40, "{f:?}");
+    }
+}
