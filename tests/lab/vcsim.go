@@ -102,6 +102,7 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	srv.Config.Handler = folderAuth(mux, user, pass)
 
 	lab := &vcsimLab{model: model, server: srv, url: fmt.Sprintf("https://127.0.0.1:%d/sdk", port), user: user, pass: pass}
+	installChangedAreas(model.Map(), func() string { return lab.dsDir })
 
 	// Make the datastore directory stable: move vcsim's temporary one to DIR/vcsim/LocalDS_0 and
 	// leave a symlink behind, so vcsim keeps working on the same files.
@@ -280,6 +281,9 @@ func createVMs(ctx context.Context, c *govmomi.Client, n, clusters int) error {
 			Name:    j.name,
 			GuestId: string(types.VirtualMachineGuestOsIdentifierOtherGuest),
 			Files:   &types.VirtualMachineFileInfo{VmPathName: "[" + vcDatastore + "]"},
+			// Changed block tracking on, as backup software leaves most production VMs: it is
+			// what lets QueryChangedDiskAreas tell a disk's allocated areas.
+			ChangeTrackingEnabled: types.NewBool(true),
 		}
 		var devices object.VirtualDeviceList
 		scsi, err := devices.CreateSCSIController("pvscsi")
