@@ -279,7 +279,7 @@ mod tests {
             ]
         );
         assert_eq!(m.needed_file_lengths(), vec![1536, 1024]);
-        assert_eq!(m.pieces_in(1000, 100), vec![Piece::Zero { len: 100 }]);
+        assert_eq!(m.pieces_in(1100, 100), vec![Piece::Zero { len: 100 }]);
         assert_eq!(m.pieces_in(9000, 100), vec![]);
     }
 

@@ -33,10 +33,10 @@ pub fn part_size(size: u64) -> u64 {
     need.max(MIN_PART)
 }
 
-/// Parts in flight for a part size: enough to keep the network busy, at most 128 MiB of them
-/// (but never fewer than 2). Pure.
+/// Parts in flight for a part size (fetched ahead, and again uploading): enough to keep the
+/// network busy, at most 64 MiB of them each way (but never fewer than 2). Pure.
 pub fn parts_in_flight(part: u64) -> usize {
-    usize::try_from((128u64 << 20) / part.max(1))
+    usize::try_from((64u64 << 20) / part.max(1))
         .unwrap_or(2)
         .clamp(2, 8)
 }
@@ -299,8 +299,8 @@ mod tests {
         let p = part_size(two_tib);
         assert!(two_tib.div_ceil(p) <= 10_000, "{p}");
         assert_eq!(p % (1 << 20), 0, "whole MiB");
-        assert_eq!(parts_in_flight(MIN_PART), 8);
+        assert_eq!(parts_in_flight(MIN_PART), 4);
         assert_eq!(parts_in_flight(p), 2, "big parts: fewer in flight");
-        assert!(parts_in_flight(p) as u64 * p <= 2 * p.max(128 << 20));
+        assert!(parts_in_flight(p) as u64 * p <= 2 * p.max(64 << 20));
     }
 }
