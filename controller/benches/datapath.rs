@@ -58,7 +58,9 @@ async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (
         password: info.vcenter.password.clone().into(),
         tls: ferry_controller::vsphere::TlsPolicy::Insecure,
     };
-    let s = ferry_controller::vsphere::Session::connect(&ep).await.unwrap();
+    let s = ferry_controller::vsphere::Session::connect(&ep)
+        .await
+        .unwrap();
     let t = Instant::now();
     let mut local = vec![];
     for f in files {
@@ -94,7 +96,10 @@ fn converter_report(env: &Env, job: &str) -> (serde_json::Value, serde_json::Val
     let mut summary = serde_json::Value::Null;
     let mut disk = serde_json::Value::Null;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        for line in std::fs::read_to_string(e.path()).unwrap_or_default().lines() {
+        for line in std::fs::read_to_string(e.path())
+            .unwrap_or_default()
+            .lines()
+        {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
                 if v.get("summary").is_some() {
                     summary = v;
@@ -155,7 +160,9 @@ async fn main() {
             (DiskKind::Sparse, 2, "sparse 50% zero"),
         ] {
             let vm = env.lab.claim_vm().unwrap();
-            let dir = env.scratch.join(format!("{label}-{mib_size}").replace(' ', "-"));
+            let dir = env
+                .scratch
+                .join(format!("{label}-{mib_size}").replace(' ', "-"));
             let disk = ferry_harness::put_disk(&vm, &dir, mib_size, 9, kind, zero_every).unwrap();
             // The raw reference is not needed here: only the datastore copy stays.
             let _ = std::fs::remove_file(&disk.raw);
@@ -205,7 +212,8 @@ async fn main() {
                 } else {
                     2.0
                 };
-                let n = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+                let n =
+                    |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
                 let row = Row {
                     case,
                     download_s,

@@ -60,7 +60,9 @@ async fn power_off(vm: &InventoryVm) {
         password: info.vcenter.password.clone().into(),
         tls: ferry_controller::vsphere::TlsPolicy::Insecure,
     };
-    let s = ferry_controller::vsphere::Session::connect(&ep).await.unwrap();
+    let s = ferry_controller::vsphere::Session::connect(&ep)
+        .await
+        .unwrap();
     s.power_off(&vm.moref).await.unwrap();
     let _ = s.logout().await;
 }
@@ -124,7 +126,11 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     assert_eq!(d.status, DiskStatus::Converted);
     assert_eq!(d.size, 64 << 20);
     assert_eq!(d.virtual_size, Some(64 << 20));
-    assert_eq!(d.path, DataPath::QemuSink, "a sparse VMDK to raw: qemu-img into the sink");
+    assert_eq!(
+        d.path,
+        DataPath::QemuSink,
+        "a sparse VMDK to raw: qemu-img into the sink"
+    );
     assert_eq!(d.scratch_peak, 0, "raw output keeps nothing on disk");
     assert!(d.downloaded <= std::fs::metadata(&disk.vmdk).unwrap().len());
     assert_eq!(d.sha256, sha256_file(&expected).await.unwrap());
@@ -269,7 +275,11 @@ async fn failures_exit_permanent_or_transient() {
         .into_iter()
         .map(|o| o.key)
         .collect();
-    assert_eq!(keys, vec![format!("{}.state.json", spec.key)], "nothing staged by failed runs");
+    assert_eq!(
+        keys,
+        vec![format!("{}.state.json", spec.key)],
+        "nothing staged by failed runs"
+    );
     let rec = staging().record(&spec.key).await.unwrap().unwrap();
     assert_eq!(rec.state, RecordState::Failed);
     assert!(rec.error.unwrap().contains("no-such-vm"));
@@ -375,8 +385,16 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
         (DiskKind::Flat, OutputFormat::Qcow2, DataPath::QemuFile),
         (DiskKind::Sparse, OutputFormat::Raw, DataPath::QemuSink),
         (DiskKind::Sparse, OutputFormat::Qcow2, DataPath::QemuFile),
-        (DiskKind::StreamOptimized, OutputFormat::Raw, DataPath::QemuSink),
-        (DiskKind::StreamOptimized, OutputFormat::Qcow2, DataPath::QemuFile),
+        (
+            DiskKind::StreamOptimized,
+            OutputFormat::Raw,
+            DataPath::QemuSink,
+        ),
+        (
+            DiskKind::StreamOptimized,
+            OutputFormat::Qcow2,
+            DataPath::QemuFile,
+        ),
     ];
     let st = staging();
     for (i, (kind, format, path)) in cases.into_iter().enumerate() {
@@ -388,7 +406,10 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
         let disk = ferry_harness::put_disk(&vm, &dir, 40, 7 + i as u64, kind, 2).unwrap();
         let expected = dir.join("expected.raw");
         to_raw(&disk.vmdk, &expected);
-        assert!(same(&expected, &disk.raw), "{name}: the lab disk holds the pattern");
+        assert!(
+            same(&expected, &disk.raw),
+            "{name}: the lab disk holds the pattern"
+        );
         let key = format!("{}/disk-0.{}", prefix(&format!("pair{i}")), format.as_str());
         let spec = DiskSpec {
             index: Some(0),
@@ -403,11 +424,22 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
         assert_eq!(d.virtual_size, Some(40 << 20), "{name}");
         let staged = dir.join("staged");
         st.get_to_file(&key, &staged).await.unwrap();
-        assert_eq!(sha256_file(&staged).await.unwrap(), d.sha256, "{name}: checksum");
-        assert_eq!(d.sent, std::fs::metadata(&staged).unwrap().len(), "{name}: sent once");
+        assert_eq!(
+            sha256_file(&staged).await.unwrap(),
+            d.sha256,
+            "{name}: checksum"
+        );
+        assert_eq!(
+            d.sent,
+            std::fs::metadata(&staged).unwrap().len(),
+            "{name}: sent once"
+        );
         let back = dir.join("back.raw");
         to_raw(&staged, &back);
-        assert!(same(&back, &expected), "{name}: staged image differs from qemu-img convert");
+        assert!(
+            same(&back, &expected),
+            "{name}: staged image differs from qemu-img convert"
+        );
         match kind {
             // vSphere said where the data is: the holes were never downloaded.
             DiskKind::Flat => {
@@ -433,7 +465,9 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
                 );
             }
         }
-        st.delete_prefix(&prefix(&format!("pair{i}"))).await.unwrap();
+        st.delete_prefix(&prefix(&format!("pair{i}")))
+            .await
+            .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
@@ -454,9 +488,14 @@ async fn a_flat_disk_to_raw_writes_not_one_byte_of_scratch() {
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: key.clone(),
     };
-    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &blocker.join("work")))
-        .await
-        .unwrap();
+    let report = convert::run(args(
+        &vm,
+        vec![spec],
+        OutputFormat::Raw,
+        &blocker.join("work"),
+    ))
+    .await
+    .unwrap();
     assert_eq!(report.disks[0].path, DataPath::FlatStream);
     assert_eq!(report.disks[0].scratch_peak, 0);
     let staged = dir.join("staged.raw");
@@ -490,7 +529,11 @@ async fn a_qcow2_copy_that_cannot_fit_the_work_volume_fails_at_once_naming_the_s
         "{msg}"
     );
     assert!(!dir.join("work").exists(), "nothing written");
-    let rec = staging().record(&key).await.unwrap().expect("the failure is recorded");
+    let rec = staging()
+        .record(&key)
+        .await
+        .unwrap()
+        .expect("the failure is recorded");
     assert_eq!(rec.state, RecordState::Failed);
     assert!(rec.error.unwrap().contains("scratch"));
     assert!(staging().head(&key).await.unwrap().is_none());
@@ -528,7 +571,10 @@ async fn a_converter_killed_mid_upload_leaves_no_complete_looking_object_and_a_r
         .env("FERRY_S3_BUCKET", &info.s3.bucket)
         .env("FERRY_S3_ACCESS_KEY_ID", &info.s3.access_key)
         .env("FERRY_S3_SECRET_ACCESS_KEY", &info.s3.secret_key)
-        .env("FERRY_DISKS", format!("0={}={key}", vm.disks[0].datastore_path))
+        .env(
+            "FERRY_DISKS",
+            format!("0={}={key}", vm.disks[0].datastore_path),
+        )
         .env("FERRY_MAX_READ_RATE", (16u64 << 20).to_string())
         .env("FERRY_WORK_DIR", dir.join("work"))
         .stdout(std::process::Stdio::null())

@@ -484,8 +484,7 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     let vm = lab.claim_vm().expect("vm");
     // An ESXi-style flat disk, read at 4 MiB/s: Converting lasts ~10 s.
-    ferry_harness::put_disk(&vm, &scratch, 48, 5, ferry_harness::DiskKind::Flat, 4)
-        .expect("disk");
+    ferry_harness::put_disk(&vm, &scratch, 48, 5, ferry_harness::DiskKind::Flat, 4).expect("disk");
     let secrets = format!(
         r#"apiVersion: v1
 kind: Secret

@@ -242,10 +242,16 @@ pub fn apply_converter_limits(job: &mut Job, scratch_max: Option<u64>, read_limi
     for c in pod.containers.iter_mut().filter(|c| c.name == "convert") {
         let env = c.env.get_or_insert_with(Vec::new);
         if let Some(l) = limit {
-            env.push(plain(crate::convert::extra_env::SCRATCH_LIMIT, l.to_string()));
+            env.push(plain(
+                crate::convert::extra_env::SCRATCH_LIMIT,
+                l.to_string(),
+            ));
         }
         if let Some(r) = read_limit {
-            env.push(plain(crate::convert::extra_env::MAX_READ_RATE, r.to_string()));
+            env.push(plain(
+                crate::convert::extra_env::MAX_READ_RATE,
+                r.to_string(),
+            ));
         }
     }
 }
@@ -342,7 +348,11 @@ mod tests {
             let pod = job.spec.clone().unwrap().template.spec.unwrap();
             let v = pod.volumes.unwrap()[0].empty_dir.clone().unwrap();
             let env = pod.containers[0].env.clone().unwrap();
-            let get = |n: &str| env.iter().find(|e| e.name == n).and_then(|e| e.value.clone());
+            let get = |n: &str| {
+                env.iter()
+                    .find(|e| e.name == n)
+                    .and_then(|e| e.value.clone())
+            };
             (
                 v.size_limit.unwrap().0,
                 get(crate::convert::extra_env::SCRATCH_LIMIT),

@@ -418,8 +418,17 @@ impl Ctx<'_> {
         .try_filter_map(|()| async { Ok(None) });
         let parts = tokio_stream_rx(rx).map(Ok).chain(gate);
         let meta = self.metadata(disk, vsize);
-        let up = upload::upload(&self.staging, &disk.key, &meta, vsize, part, parts, writer, 0)
-            .await?;
+        let up = upload::upload(
+            &self.staging,
+            &disk.key,
+            &meta,
+            vsize,
+            part,
+            parts,
+            writer,
+            0,
+        )
+        .await?;
         Ok((up, vsize))
     }
 

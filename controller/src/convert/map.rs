@@ -46,7 +46,10 @@ impl DiskMap {
     /// The map of a descriptor's extents (in order; ZERO extents have no file) with every area
     /// of the files counted as data. `zero_extents` are `(position in the extent list, sectors)`
     /// of ZERO extents, which [`super::vmdk::extents`] leaves out.
-    pub fn from_extents(extents: &[Extent], zero_extents: &[(usize, u64)]) -> Result<Self, MapError> {
+    pub fn from_extents(
+        extents: &[Extent],
+        zero_extents: &[(usize, u64)],
+    ) -> Result<Self, MapError> {
         let mut files: Vec<String> = Vec::new();
         let mut raw: Vec<Piece> = Vec::new();
         let mut zeros = zero_extents.iter().peekable();
@@ -205,7 +208,9 @@ impl DiskMap {
             let to = end.min(start + p.len());
             out.push(match *p {
                 Piece::Zero { .. } => Piece::Zero { len: to - from },
-                Piece::Data { file, offset: o, .. } => Piece::Data {
+                Piece::Data {
+                    file, offset: o, ..
+                } => Piece::Data {
                     file,
                     offset: o + (from - start),
                     len: to - from,

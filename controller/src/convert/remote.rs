@@ -166,7 +166,10 @@ impl CachedDisk {
                 continue;
             }
             let (remote, map) = (self.remote.clone(), self.map.clone());
-            let (off, len) = (i * self.block, self.block.min(self.map.size() - i * self.block));
+            let (off, len) = (
+                i * self.block,
+                self.block.min(self.map.size() - i * self.block),
+            );
             let fut: BoxFuture<'static, Result<Bytes, Arc<vsphere::Error>>> =
                 async move { remote.read(&map, off, len).await.map_err(Arc::new) }.boxed();
             let shared = fut.shared();
@@ -229,7 +232,11 @@ mod tests {
     fn the_throttle_spaces_reads_by_their_size() {
         let t = Throttle::new(1 << 20);
         let now = Instant::now();
-        assert_eq!(t.reserve(now, 256 << 10), Duration::ZERO, "the first goes at once");
+        assert_eq!(
+            t.reserve(now, 256 << 10),
+            Duration::ZERO,
+            "the first goes at once"
+        );
         assert_eq!(t.reserve(now, 512 << 10), Duration::from_millis(250));
         assert_eq!(t.reserve(now, 1), Duration::from_millis(750));
         // Idle time is not saved up: a reader that comes back late is not let burst.

@@ -108,10 +108,11 @@ impl Budget {
             return Err(TooBig { need, limit });
         }
         let n = u32::try_from(need.div_ceil(1 << 20)).unwrap_or(u32::MAX);
-        self.mib.clone().acquire_many_owned(n).await.map_err(|_| TooBig {
-            need,
-            limit,
-        })
+        self.mib
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(|_| TooBig { need, limit })
     }
 }
 
@@ -126,8 +127,14 @@ mod tests {
         assert!(full > gib, "data plus metadata");
         assert!(full < gib + (4 << 20), "{full}: metadata is small");
         let half = qcow2_bound(gib, all_clusters(gib) / 2);
-        assert!(half < full / 2 + (4 << 20), "{half}: sparse disks need less");
-        assert!(qcow2_bound(gib, 0) < 2 << 20, "an empty disk is metadata only");
+        assert!(
+            half < full / 2 + (4 << 20),
+            "{half}: sparse disks need less"
+        );
+        assert!(
+            qcow2_bound(gib, 0) < 2 << 20,
+            "an empty disk is metadata only"
+        );
         // qemu-img measure -O qcow2 of a fully allocated 1 GiB raw image: 1,074,135,040 bytes.
         assert!(full >= 1_074_135_040, "{full}");
     }

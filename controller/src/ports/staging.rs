@@ -147,7 +147,10 @@ impl StagingApi for S3Staging {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<ConverterProgress>, Problem>> {
         Box::pin(async move {
-            let r = store(login)?.record(key).await.map_err(|e| s3_problem(&e))?;
+            let r = store(login)?
+                .record(key)
+                .await
+                .map_err(|e| s3_problem(&e))?;
             let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             Ok(r.map(|r| ConverterProgress {
                 stage: r.stage,
