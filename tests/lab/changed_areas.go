@@ -5,8 +5,12 @@ package main
 // datastore's own files: the allocated areas of a flat extent are the data ranges of the local
 // file (SEEK_DATA/SEEK_HOLE), as VMFS reports the blocks a thin disk has allocated.
 //
-// Registered through the simulator's method hook (Registry.Handler, consulted by
-// simulator.Service.call before dispatching by method name), not by patching vcsim.
+// vcsim dispatches a SOAP call by reflection to a method of the managed object's Go type, and
+// its method hook (Registry.Handler) cannot stand in for an object a session can see (the
+// session's own lookup, which falls back to the shared registry, wins after the hook). So the
+// lab answers this one call in front of vcsim's /sdk handler: it decodes the request with
+// vcsim's own decoder (simulator.UnmarshalBody), checks the session cookie like /folder does,
+// reads the VM from vcsim's registry under its lock, and answers in SOAP.
 //
 // As unkind as vSphere (vSphere API reference for QueryChangedDiskAreas; VDDK programming guide,
 // "Changed Block Tracking on Virtual Disks"):
@@ -20,6 +24,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,9 +36,6 @@ import (
 	"syscall"
 
 	"github.com/vmware/govmomi/simulator"
-	"github.com/vmware/govmomi/vim25/methods"
-	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -40,49 +46,108 @@ const (
 	seekHole         = 4
 )
 
-// changedAreas stands in for one VirtualMachine during a QueryChangedDiskAreas call.
+// changedAreas answers for one VirtualMachine.
 type changedAreas struct {
 	vm    *simulator.VirtualMachine
 	dsDir string
 }
 
-func (c *changedAreas) Reference() types.ManagedObjectReference { return c.vm.Self }
-
-// installChangedAreas makes reg answer QueryChangedDiskAreas on every VirtualMachine.
-func installChangedAreas(reg *simulator.Registry, dsDir func() string) {
-	reg.Handler = func(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
-		if m.Name != "QueryChangedDiskAreas" {
-			return nil, nil
-		}
-		vm, ok := ctx.Map.Get(m.This).(*simulator.VirtualMachine)
-		if !ok {
-			return nil, nil
-		}
-		return &changedAreas{vm: vm, dsDir: dsDir()}, nil
-	}
+// qcdaFault is a vSphere fault: its type, message and detail fields (XML).
+type qcdaFault struct {
+	kind, msg, fields string
 }
 
-func (c *changedAreas) QueryChangedDiskAreas(ctx *simulator.Context, req *types.QueryChangedDiskAreas) soap.HasFault {
-	body := &methods.QueryChangedDiskAreasBody{}
-	fail := func(msg string, f types.BaseMethodFault) soap.HasFault {
-		body.Fault_ = simulator.Fault(msg, f)
-		return body
-	}
+// changedAreasSOAP answers QueryChangedDiskAreas calls to /sdk and passes everything else on.
+// alive tells whether a vmware_soap_session cookie belongs to a live session.
+func changedAreasSOAP(next http.Handler, reg *simulator.Registry, dsDir func() string, alive func(*http.Cookie) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/sdk") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if !bytes.Contains(body, []byte("QueryChangedDiskAreas")) {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			next.ServeHTTP(w, r)
+			return
+		}
+		method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+		req, ok := method.Body.(*types.QueryChangedDiskAreas)
+		if err != nil || !ok {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
+			return
+		}
+		ck, err := r.Cookie("vmware_soap_session")
+		if err != nil || !alive(ck) {
+			writeFault(w, &qcdaFault{"NotAuthenticated", "not authenticated",
+				"<privilegeId>System.View</privilegeId>"})
+			return
+		}
+		vm, ok := reg.Get(req.This).(*simulator.VirtualMachine)
+		if !ok {
+			writeFault(w, &qcdaFault{"ManagedObjectNotFound", "managed object not found: " + req.This.Value,
+				fmt.Sprintf("<obj type=%q>%s</obj>", req.This.Type, req.This.Value)})
+			return
+		}
+		var info types.DiskChangeInfo
+		var fault *qcdaFault
+		ctx := &simulator.Context{Map: reg, Context: r.Context()}
+		reg.WithLock(ctx, vm, func() {
+			info, fault = (&changedAreas{vm: vm, dsDir: dsDir()}).answer(req)
+		})
+		if fault != nil {
+			writeFault(w, fault)
+			return
+		}
+		var areas strings.Builder
+		for _, a := range info.ChangedArea {
+			fmt.Fprintf(&areas, "<changedArea><start>%d</start><length>%d</length></changedArea>", a.Start, a.Length)
+		}
+		writeEnvelope(w, http.StatusOK, fmt.Sprintf(
+			`<QueryChangedDiskAreasResponse xmlns="urn:vim25"><returnval><startOffset>%d</startOffset><length>%d</length>%s</returnval></QueryChangedDiskAreasResponse>`,
+			info.StartOffset, info.Length, areas.String()))
+	})
+}
+
+func writeEnvelope(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+		`<soapenv:Envelope xmlns:soapenc="http://schemas.xmlsoap.org/soap/encoding/" xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body>%s</soapenv:Body></soapenv:Envelope>`, body)
+}
+
+func writeFault(w http.ResponseWriter, f *qcdaFault) {
+	var msg bytes.Buffer
+	_ = xml.EscapeText(&msg, []byte(f.msg))
+	writeEnvelope(w, http.StatusInternalServerError, fmt.Sprintf(
+		`<soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>%s</faultstring><detail><%sFault xmlns="urn:vim25" xsi:type="%s">%s</%sFault></detail></soapenv:Fault>`,
+		msg.String(), f.kind, f.kind, f.fields, f.kind))
+}
+
+// answer is QueryChangedDiskAreas for c.vm, under the VM's lock.
+func (c *changedAreas) answer(req *types.QueryChangedDiskAreas) (types.DiskChangeInfo, *qcdaFault) {
+	var none types.DiskChangeInfo
 	vm := c.vm
 	if req.Snapshot != nil {
-		return fail("the lab answers for the current state of a powered-off VM only", &types.NotSupported{})
+		return none, &qcdaFault{"NotSupported", "the lab answers for the current state of a powered-off VM only", ""}
 	}
 	if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
-		return fail("the VM must be powered off when no snapshot is given", &types.InvalidPowerState{
-			RequestedState: types.VirtualMachinePowerStatePoweredOff,
-			ExistingState:  vm.Runtime.PowerState,
-		})
+		return none, &qcdaFault{"InvalidPowerState", "the VM must be powered off when no snapshot is given",
+			fmt.Sprintf("<requestedState>poweredOff</requestedState><existingState>%s</existingState>", vm.Runtime.PowerState)}
 	}
 	if vm.Config == nil || vm.Config.ChangeTrackingEnabled == nil || !*vm.Config.ChangeTrackingEnabled {
-		return fail("change tracking is not enabled on the virtual machine", &types.FileFault{File: vm.Name})
+		return none, &qcdaFault{"FileFault", "change tracking is not enabled on the virtual machine",
+			fmt.Sprintf("<file>%s</file>", vm.Name)}
 	}
 	if req.ChangeId != "*" {
-		return fail("the lab knows only change id \"*\"", &types.InvalidArgument{InvalidProperty: "changeId"})
+		return none, &qcdaFault{"InvalidArgument", "the lab knows only change id \"*\"", "<invalidProperty>changeId</invalidProperty>"}
 	}
 	var disk *types.VirtualDisk
 	for _, d := range vm.Config.Hardware.Device {
@@ -91,18 +156,18 @@ func (c *changedAreas) QueryChangedDiskAreas(ctx *simulator.Context, req *types.
 		}
 	}
 	if disk == nil {
-		return fail("no disk with this key", &types.InvalidArgument{InvalidProperty: "deviceKey"})
+		return none, &qcdaFault{"InvalidArgument", "no disk with this key", "<invalidProperty>deviceKey</invalidProperty>"}
 	}
 	capacity := disk.CapacityInBytes
 	if capacity == 0 {
 		capacity = disk.CapacityInKB * 1024
 	}
 	if req.StartOffset < 0 || req.StartOffset > capacity {
-		return fail("startOffset is past the disk", &types.InvalidArgument{InvalidProperty: "startOffset"})
+		return none, &qcdaFault{"InvalidArgument", "startOffset is past the disk", "<invalidProperty>startOffset</invalidProperty>"}
 	}
 	fb, ok := disk.Backing.(types.BaseVirtualDeviceFileBackingInfo)
 	if !ok {
-		return fail("the disk has no file backing", &types.InvalidArgument{InvalidProperty: "deviceKey"})
+		return none, &qcdaFault{"InvalidArgument", "the disk has no file backing", "<invalidProperty>deviceKey</invalidProperty>"}
 	}
 	areas := c.allocated(fb.GetVirtualDeviceFileBackingInfo().FileName, capacity)
 	info := types.DiskChangeInfo{StartOffset: req.StartOffset, Length: capacity - req.StartOffset}
@@ -122,8 +187,7 @@ func (c *changedAreas) QueryChangedDiskAreas(ctx *simulator.Context, req *types.
 		}
 		info.ChangedArea = append(info.ChangedArea, a)
 	}
-	body.Res = &types.QueryChangedDiskAreasResponse{Returnval: info}
-	return body
+	return info, nil
 }
 
 // allocated returns the areas of the disk that hold data, in 1 MiB blocks.

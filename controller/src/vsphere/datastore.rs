@@ -190,6 +190,13 @@ impl Session {
                 total.map_or("?".to_owned(), |t| t.to_string())
             )));
         }
+        if status == reqwest::StatusCode::OK && resp.content_length() == Some(0) {
+            // An empty file has no range to give (Go's file server answers 200 with no body).
+            return Err(Error::Protocol(format!(
+                "bytes {offset}..{} of {datastore_path} are past its end (0 bytes)",
+                offset + len
+            )));
+        }
         if status != reqwest::StatusCode::PARTIAL_CONTENT {
             if status.is_success() {
                 // A 200 would be the whole file: a service that ignores ranges cannot be used.
