@@ -287,6 +287,20 @@ impl Ctx<'_> {
                     })
                     .buffered(upload::parts_in_flight(part));
                 let meta = self.metadata(disk, size);
+                // Parts are hashed whole and in order, so their count moves in steps; the bytes
+                // read so far (the data, stretched over the disk) move smoothly.
+                let data = map.data_bytes().max(1);
+                let sampler = {
+                    let (remote, progress) = (remote.clone(), progress.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            let read = remote.fetched.load(Ordering::Relaxed);
+                            let est = (u128::from(read) * u128::from(size) / u128::from(data)) as u64;
+                            progress.done.fetch_max(est.min(size), Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    })
+                };
                 let up = upload::upload(
                     &self.staging,
                     &disk.key,
@@ -297,7 +311,9 @@ impl Ctx<'_> {
                     writer,
                     0,
                 )
-                .await?;
+                .await;
+                sampler.abort();
+                let up = up?;
                 let got = remote.fetched.load(Ordering::Relaxed);
                 Ok((up, DataPath::FlatStream, size, got, 0, known))
             }

@@ -189,7 +189,7 @@ pub async fn upload(
             )));
         }
         hash.update(&body);
-        progress.done.store(base + size, Ordering::Relaxed);
+        progress.done.fetch_max(base + size, Ordering::Relaxed);
         staging
             .put_bytes(key, body, metadata)
             .await
@@ -232,7 +232,7 @@ pub async fn upload(
             .await
             .map_err(|e| Error::Upload(format!("hashing: {e}")))?;
             hash = h;
-            progress.done.store(base + seen, Ordering::Relaxed);
+            progress.done.fetch_max(base + seen, Ordering::Relaxed);
             while uploads.len() >= in_flight {
                 if let Some(done) = uploads.join_next().await {
                     let (i, id) = done.map_err(|e| Error::Upload(e.to_string()))??;
