@@ -19,6 +19,10 @@ impl Piece {
             Piece::Data { len, .. } | Piece::Zero { len } => len,
         }
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A virtual disk laid over datastore files.
@@ -88,7 +92,7 @@ impl DiskMap {
     fn from_pieces(files: Vec<String>, raw: Vec<Piece>) -> Self {
         let mut pieces: Vec<(u64, Piece)> = Vec::new();
         let mut at = 0u64;
-        for p in raw.into_iter().filter(|p| p.len() > 0) {
+        for p in raw.into_iter().filter(|p| !p.is_empty()) {
             let merged = match (pieces.last_mut(), p) {
                 (Some((_, Piece::Zero { len })), Piece::Zero { len: more }) => {
                     *len += more;
