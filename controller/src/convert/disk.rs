@@ -295,7 +295,8 @@ impl Ctx<'_> {
                     tokio::spawn(async move {
                         loop {
                             let read = remote.fetched.load(Ordering::Relaxed);
-                            let est = (u128::from(read) * u128::from(size) / u128::from(data)) as u64;
+                            let est =
+                                (u128::from(read) * u128::from(size) / u128::from(data)) as u64;
                             progress.done.fetch_max(est.min(size), Ordering::Relaxed);
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
