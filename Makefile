@@ -33,6 +33,7 @@ demo: lab-build
 
 ## Benchmarks (timings live here, never in tests).
 bench: lab-build
+	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench --workspace
 
 ## Regenerate deploy/crds from the Rust types.

@@ -50,6 +50,12 @@ struct Cli {
     /// How long Validating waits for the guest agent.
     #[arg(long, value_parser = parse_duration, default_value = "15m")]
     agent_timeout: Duration,
+    /// Cap on each converter's datastore read rate in bytes per second (0: none).
+    #[arg(long, default_value_t = 0)]
+    converter_read_limit: u64,
+    /// Cap on the conversion Job's work volume in bytes (0: what the disks need at worst).
+    #[arg(long, default_value_t = 0)]
+    converter_scratch_max: u64,
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
@@ -203,6 +209,8 @@ async fn main() -> anyhow::Result<()> {
                     max_import_restarts: cli.max_import_restarts,
                     start_timeout: cli.start_timeout,
                     agent_timeout: cli.agent_timeout,
+                    converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
+                    converter_scratch_max: Some(cli.converter_scratch_max).filter(|r| *r > 0),
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

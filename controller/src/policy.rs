@@ -20,6 +20,15 @@ pub struct Policy {
     pub agent_timeout: Duration,
     /// Safety-net requeue while waiting on children (watch events normally come first).
     pub wait_requeue: Duration,
+    /// How often a running conversion's progress is read from staging (no watch event says it
+    /// moved).
+    pub progress_requeue: Duration,
+    /// Cap on each converter's datastore read rate, bytes per second (protects the source's
+    /// storage); `None`: no cap.
+    pub converter_read_limit: Option<u64>,
+    /// Cap on the conversion Job's work volume (`sizeLimit`), bytes; `None`: what the disks may
+    /// need at worst. A disk whose qcow2 copy cannot fit fails at once, naming the sizes.
+    pub converter_scratch_max: Option<u64>,
 }
 
 impl Default for Policy {
@@ -32,6 +41,9 @@ impl Default for Policy {
             start_timeout: Duration::from_secs(600),
             agent_timeout: Duration::from_secs(900),
             wait_requeue: Duration::from_secs(60),
+            progress_requeue: Duration::from_secs(3),
+            converter_read_limit: None,
+            converter_scratch_max: None,
         }
     }
 }

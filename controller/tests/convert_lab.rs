@@ -7,10 +7,10 @@ use std::process::Command;
 
 use ferry_controller::children::job::PERMANENT_EXIT_CODE;
 use ferry_controller::convert::{
-    self, ConvertArgs, DiskSpec, DiskStatus, OutputFormat, TRANSIENT_EXIT_CODE,
+    self, ConvertArgs, DataPath, DiskSpec, DiskStatus, OutputFormat, TRANSIENT_EXIT_CODE,
 };
-use ferry_controller::staging::{Staging, StagingConfig, sha256_file};
-use ferry_harness::{InventoryVm, lab};
+use ferry_controller::staging::{RecordState, Staging, StagingConfig, sha256_file};
+use ferry_harness::{DiskKind, InventoryVm, lab};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = ferry_harness::repo_root()
@@ -45,7 +45,26 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         s3_prefix: String::new(),
         work_dir: work.to_owned(),
         qemu_img: "qemu-img".into(),
+        scratch_limit: None,
+        max_read_rate: None,
     }
+}
+
+/// Powers a lab VM off: vSphere tells a disk's allocated areas only for a powered-off VM.
+async fn power_off(vm: &InventoryVm) {
+    let info = &lab().info;
+    ferry_controller::tls::install_default_provider();
+    let ep = ferry_controller::vsphere::Endpoint {
+        url: info.vcenter.url.clone(),
+        username: info.vcenter.username.clone(),
+        password: info.vcenter.password.clone().into(),
+        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+    };
+    let s = ferry_controller::vsphere::Session::connect(&ep)
+        .await
+        .unwrap();
+    s.power_off(&vm.moref).await.unwrap();
+    let _ = s.logout().await;
 }
 
 fn staging() -> Staging {
@@ -107,14 +126,23 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     assert_eq!(d.status, DiskStatus::Converted);
     assert_eq!(d.size, 64 << 20);
     assert_eq!(d.virtual_size, Some(64 << 20));
-    assert_eq!(d.downloaded, std::fs::metadata(&disk.vmdk).unwrap().len());
+    assert_eq!(
+        d.path,
+        DataPath::QemuSink,
+        "a sparse VMDK to raw: qemu-img into the sink"
+    );
+    assert_eq!(d.scratch_peak, 0, "raw output keeps nothing on disk");
+    assert!(d.downloaded <= std::fs::metadata(&disk.vmdk).unwrap().len());
     assert_eq!(d.sha256, sha256_file(&expected).await.unwrap());
     assert!(is_empty_dir(&work), "work dir left behind");
 
     let st = staging();
     let obj = st.head(&key).await.unwrap().expect("staged");
     assert_eq!(obj.size, 64 << 20);
-    assert_eq!(obj.sha256.as_deref(), Some(d.sha256.as_str()));
+    let rec = st.record(&key).await.unwrap().expect("a record");
+    assert_eq!(rec.state, RecordState::Staged);
+    assert_eq!(rec.sha256.as_deref(), Some(d.sha256.as_str()));
+    assert_eq!(rec.upload_id, None, "no upload left open");
     assert_eq!(
         obj.metadata.get("source-path"),
         Some(&vm.disks[0].datastore_path)
@@ -239,11 +267,23 @@ async fn failures_exit_permanent_or_transient() {
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
     assert!(is_empty_dir(&work), "work dir left behind after failures");
+    // No image; only the record of the disk that failed, saying why.
+    let keys: Vec<String> = staging()
+        .list(&prefix("fail"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
     assert_eq!(
-        staging().list(&prefix("fail")).await.unwrap(),
-        vec![],
+        keys,
+        vec![format!("{}.state.json", spec.key)],
         "nothing staged by failed runs"
     );
+    let rec = staging().record(&spec.key).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Failed);
+    assert!(rec.error.unwrap().contains("no-such-vm"));
+    staging().delete_prefix(&prefix("fail")).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -282,10 +322,8 @@ async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
     let d = &report.disks[0];
     assert_eq!(d.status, DiskStatus::Converted);
     assert_eq!(d.size, 8 << 20);
-    assert_eq!(
-        d.downloaded,
-        std::fs::metadata(descriptor).unwrap().len() + (8 << 20)
-    );
+    assert_eq!(d.path, DataPath::FlatStream);
+    assert_eq!(d.downloaded, 8 << 20, "the flat extent, read once");
     let staged = dir.join("staged.raw");
     staging().get_to_file(&key, &staged).await.unwrap();
     assert!(
@@ -315,6 +353,274 @@ async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros(
     assert_eq!(err.reason(), "BadDisk", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
     assert!(err.to_string().contains("disk1-flat.vmdk"), "{err}");
-    assert_eq!(staging().list(&prefix("short")).await.unwrap(), vec![]);
+    let key = format!("{}/disk-0.raw", prefix("short"));
+    assert!(staging().head(&key).await.unwrap().is_none(), "no image");
+    assert_eq!(
+        staging().record(&key).await.unwrap().unwrap().state,
+        RecordState::Failed
+    );
+    staging().delete_prefix(&prefix("short")).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `qemu-img convert -O raw` of `src` into `out`.
+fn to_raw(src: &Path, out: &Path) {
+    qemu_img(&[
+        "convert",
+        "-O",
+        "raw",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+}
+
+fn same(a: &Path, b: &Path) -> bool {
+    std::fs::read(a).unwrap() == std::fs::read(b).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() {
+    let cases = [
+        (DiskKind::Flat, OutputFormat::Raw, DataPath::FlatStream),
+        (DiskKind::Flat, OutputFormat::Qcow2, DataPath::QemuFile),
+        (DiskKind::Sparse, OutputFormat::Raw, DataPath::QemuSink),
+        (DiskKind::Sparse, OutputFormat::Qcow2, DataPath::QemuFile),
+        (
+            DiskKind::StreamOptimized,
+            OutputFormat::Raw,
+            DataPath::QemuSink,
+        ),
+        (
+            DiskKind::StreamOptimized,
+            OutputFormat::Qcow2,
+            DataPath::QemuFile,
+        ),
+    ];
+    let st = staging();
+    for (i, (kind, format, path)) in cases.into_iter().enumerate() {
+        let name = format!("{kind:?}-{}", format.as_str());
+        let vm = lab().claim_vm().unwrap();
+        power_off(&vm).await;
+        let dir = scratch(&format!("pair-{i}"));
+        // 40 MiB, every other MiB zero: parts of 16 MiB, holes to skip, a short last part.
+        let disk = ferry_harness::put_disk(&vm, &dir, 40, 7 + i as u64, kind, 2).unwrap();
+        let expected = dir.join("expected.raw");
+        to_raw(&disk.vmdk, &expected);
+        assert!(
+            same(&expected, &disk.raw),
+            "{name}: the lab disk holds the pattern"
+        );
+        let key = format!("{}/disk-0.{}", prefix(&format!("pair{i}")), format.as_str());
+        let spec = DiskSpec {
+            index: Some(0),
+            datastore_path: vm.disks[0].datastore_path.clone(),
+            key: key.clone(),
+        };
+        let report = convert::run(args(&vm, vec![spec], format, &dir.join("work")))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let d = &report.disks[0];
+        assert_eq!(d.path, path, "{name}");
+        assert_eq!(d.virtual_size, Some(40 << 20), "{name}");
+        let staged = dir.join("staged");
+        st.get_to_file(&key, &staged).await.unwrap();
+        assert_eq!(
+            sha256_file(&staged).await.unwrap(),
+            d.sha256,
+            "{name}: checksum"
+        );
+        assert_eq!(
+            d.sent,
+            std::fs::metadata(&staged).unwrap().len(),
+            "{name}: sent once"
+        );
+        let back = dir.join("back.raw");
+        to_raw(&staged, &back);
+        assert!(
+            same(&back, &expected),
+            "{name}: staged image differs from qemu-img convert"
+        );
+        match kind {
+            // vSphere said where the data is: the holes were never downloaded.
+            DiskKind::Flat => {
+                assert!(d.allocation_known, "{name}");
+                assert_eq!(d.downloaded, 20 << 20, "{name}: only the data MiBs");
+            }
+            // qemu-img reads only allocated grains of the VMDK (plus its tables).
+            DiskKind::Sparse | DiskKind::StreamOptimized => assert!(
+                d.downloaded <= std::fs::metadata(&disk.vmdk).unwrap().len(),
+                "{name}: {} downloaded",
+                d.downloaded
+            ),
+        }
+        match format {
+            OutputFormat::Raw => assert_eq!(d.scratch_peak, 0, "{name}: raw needs no scratch"),
+            OutputFormat::Qcow2 => {
+                assert!(d.scratch_peak > 0, "{name}: the qcow2 copy is counted");
+                assert!(
+                    d.scratch_peak <= d.size + (1 << 20),
+                    "{name}: one copy, {} for an image of {}",
+                    d.scratch_peak,
+                    d.size
+                );
+            }
+        }
+        st.delete_prefix(&prefix(&format!("pair{i}")))
+            .await
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flat_disk_to_raw_writes_not_one_byte_of_scratch() {
+    let vm = lab().claim_vm().unwrap();
+    power_off(&vm).await;
+    let dir = scratch("no-scratch");
+    let disk = ferry_harness::put_disk(&vm, &dir, 24, 3, DiskKind::Flat, 3).unwrap();
+    // A work directory that cannot even be made (its parent is a file; root or not): any
+    // attempt to write scratch fails the run.
+    let blocker = dir.join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let key = format!("{}/disk-0.raw", prefix("noscratch"));
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
+    let report = convert::run(args(
+        &vm,
+        vec![spec],
+        OutputFormat::Raw,
+        &blocker.join("work"),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(report.disks[0].path, DataPath::FlatStream);
+    assert_eq!(report.disks[0].scratch_peak, 0);
+    let staged = dir.join("staged.raw");
+    staging().get_to_file(&key, &staged).await.unwrap();
+    assert!(same(&staged, &disk.raw));
+    staging().delete_prefix(&prefix("noscratch")).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_qcow2_copy_that_cannot_fit_the_work_volume_fails_at_once_naming_the_sizes() {
+    let vm = lab().claim_vm().unwrap();
+    power_off(&vm).await;
+    let dir = scratch("too-big");
+    ferry_harness::put_disk(&vm, &dir, 32, 5, DiskKind::Flat, 4).unwrap();
+    let key = format!("{}/disk-0.qcow2", prefix("toobig"));
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
+    let mut a = args(&vm, vec![spec], OutputFormat::Qcow2, &dir.join("work"));
+    a.scratch_limit = Some(convert::scratch::BASE_BYTES + (8 << 20));
+    let err = convert::run(a).await.unwrap_err();
+    assert_eq!(err.reason(), "ScratchTooSmall", "{err}");
+    assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
+    let msg = err.to_string();
+    // 24 MiB of data in a 32 MiB disk: a qcow2 image of 25.4 MiB; room for 8 MiB.
+    assert!(
+        msg.contains("needs 25.4 MiB") && msg.contains("holds 24.0 MiB"),
+        "{msg}"
+    );
+    assert!(!dir.join("work").exists(), "nothing written");
+    let rec = staging()
+        .record(&key)
+        .await
+        .unwrap()
+        .expect("the failure is recorded");
+    assert_eq!(rec.state, RecordState::Failed);
+    assert!(rec.error.unwrap().contains("scratch"));
+    assert!(staging().head(&key).await.unwrap().is_none());
+    staging().delete_prefix(&prefix("toobig")).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Open multipart uploads of s3s-fs (it keeps `.upload-<id>.json` in its data directory; it
+/// does not implement ListMultipartUploads).
+fn open_upload(id: &str) -> bool {
+    let root = &lab().info.s3.data_dir;
+    std::fs::read_dir(root).unwrap().flatten().any(|e| {
+        let n = e.file_name().to_string_lossy().into_owned();
+        n == format!(".upload-{id}.json") || n.starts_with(&format!(".upload_id-{id}.part-"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_converter_killed_mid_upload_leaves_no_complete_looking_object_and_a_rerun_cleans_up() {
+    let vm = lab().claim_vm().unwrap();
+    power_off(&vm).await;
+    let dir = scratch("sigkill");
+    let disk = ferry_harness::put_disk(&vm, &dir, 96, 11, DiskKind::Flat, 8).unwrap();
+    let key = format!("{}/disk-0.raw", prefix("sigkill"));
+    let info = &lab().info;
+    // The converter as the Job runs it, slowed so that it is surely mid-upload when killed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferry-controller"))
+        .arg("convert")
+        .env("FERRY_VSPHERE_URL", &info.vcenter.url)
+        .env("FERRY_VSPHERE_USERNAME", &info.vcenter.username)
+        .env("FERRY_VSPHERE_PASSWORD", &info.vcenter.password)
+        .env("FERRY_VSPHERE_THUMBPRINT", &info.vcenter.thumbprint_sha256)
+        .env("FERRY_VM_MOREF", &vm.moref)
+        .env("FERRY_S3_ENDPOINT", &info.s3.endpoint)
+        .env("FERRY_S3_BUCKET", &info.s3.bucket)
+        .env("FERRY_S3_ACCESS_KEY_ID", &info.s3.access_key)
+        .env("FERRY_S3_SECRET_ACCESS_KEY", &info.s3.secret_key)
+        .env(
+            "FERRY_DISKS",
+            format!("0={}={key}", vm.disks[0].datastore_path),
+        )
+        .env("FERRY_MAX_READ_RATE", (16u64 << 20).to_string())
+        .env("FERRY_WORK_DIR", dir.join("work"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = staging();
+    // Wait until its record names an open upload with parts on their way.
+    let upload = ferry_harness::eventually(
+        "the converter to be mid-upload",
+        std::time::Duration::from_secs(60),
+        || async {
+            let r = st.record(&key).await.ok().flatten()?;
+            (r.state == RecordState::Converting && r.bytes_done >= 32 << 20)
+                .then_some(r.upload_id)
+                .flatten()
+        },
+    )
+    .await
+    .unwrap();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(open_upload(&upload), "the killed run left its upload open");
+    assert!(
+        st.head(&key).await.unwrap().is_none(),
+        "no object appears from an unfinished upload"
+    );
+    let rec = st.record(&key).await.unwrap().unwrap();
+    assert_ne!(rec.state, RecordState::Staged);
+
+    // The Job's next pod: the same disk again.
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: key.clone(),
+    };
+    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
+        .await
+        .unwrap();
+    assert_eq!(report.disks[0].status, DiskStatus::Converted);
+    assert!(!open_upload(&upload), "the stale upload was aborted");
+    let staged = dir.join("staged.raw");
+    st.get_to_file(&key, &staged).await.unwrap();
+    assert!(same(&staged, &disk.raw), "the object is the disk");
+    let rec = st.record(&key).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Staged);
+    assert_eq!(rec.upload_id, None);
+    st.delete_prefix(&prefix("sigkill")).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -102,6 +102,8 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	srv.Config.Handler = folderAuth(mux, user, pass)
 
 	lab := &vcsimLab{model: model, server: srv, url: fmt.Sprintf("https://127.0.0.1:%d/sdk", port), user: user, pass: pass}
+	srv.Config.Handler = changedAreasSOAP(srv.Config.Handler, model.Map(), func() string { return lab.dsDir },
+		func(ck *http.Cookie) bool { return sessionAlive(mux, ck) })
 
 	// Make the datastore directory stable: move vcsim's temporary one to DIR/vcsim/LocalDS_0 and
 	// leave a symlink behind, so vcsim keeps working on the same files.
@@ -280,6 +282,9 @@ func createVMs(ctx context.Context, c *govmomi.Client, n, clusters int) error {
 			Name:    j.name,
 			GuestId: string(types.VirtualMachineGuestOsIdentifierOtherGuest),
 			Files:   &types.VirtualMachineFileInfo{VmPathName: "[" + vcDatastore + "]"},
+			// Changed block tracking on, as backup software leaves most production VMs: it is
+			// what lets QueryChangedDiskAreas tell a disk's allocated areas.
+			ChangeTrackingEnabled: types.NewBool(true),
 		}
 		var devices object.VirtualDeviceList
 		scsi, err := devices.CreateSCSIController("pvscsi")
@@ -617,18 +622,22 @@ ddb.virtualHWVersion = "13"
 	return f.Truncate(capacity)
 }
 
+// sessionAlive tells whether cookie is the vmware_soap_session of a live SOAP session: it runs
+// one authenticated call (CurrentTime) with it.
+func sessionAlive(mux *http.ServeMux, cookie *http.Cookie) bool {
+	body := `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><CurrentTime xmlns="urn:vim25"><_this type="ServiceInstance">ServiceInstance</_this></CurrentTime></soapenv:Body></soapenv:Envelope>`
+	req := httptest.NewRequest(http.MethodPost, "/sdk", bytes.NewBufferString(body))
+	req.Header.Set("Content-Type", "text/xml; charset=utf-8")
+	req.Header.Set("SOAPAction", "urn:vim25/8.0.3.0")
+	req.AddCookie(cookie)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	return rec.Code == http.StatusOK
+}
+
 // folderAuth guards /folder like a real vCenter does. Other paths go straight to vcsim.
 func folderAuth(mux *http.ServeMux, user, pass string) http.Handler {
-	soapCheck := func(cookie *http.Cookie) bool {
-		body := `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><CurrentTime xmlns="urn:vim25"><_this type="ServiceInstance">ServiceInstance</_this></CurrentTime></soapenv:Body></soapenv:Envelope>`
-		req := httptest.NewRequest(http.MethodPost, "/sdk", bytes.NewBufferString(body))
-		req.Header.Set("Content-Type", "text/xml; charset=utf-8")
-		req.Header.Set("SOAPAction", "urn:vim25/8.0.3.0")
-		req.AddCookie(cookie)
-		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, req)
-		return rec.Code == http.StatusOK
-	}
+	soapCheck := func(cookie *http.Cookie) bool { return sessionAlive(mux, cookie) }
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/folder") {
 			ok := false

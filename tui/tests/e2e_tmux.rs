@@ -729,3 +729,86 @@ async fn the_store_keeps_no_managed_fields_and_a_bounded_event_history_per_objec
         "the newest are kept"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-convert").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-convert-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let vm = lab.claim_vm().expect("vm");
+    // An ESXi-style flat disk, read at 4 MiB/s: Converting lasts ~10 s.
+    ferry_harness::put_disk(&vm, &scratch, 48, 5, ferry_harness::DiskKind::Flat, 4).expect("disk");
+    let secrets = format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: vsphere-credentials, namespace: {ns}}}
+stringData: {{username: "{u}", password: "{p}"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: s3-credentials, namespace: {ns}}}
+stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
+"#,
+        ns = ns.name,
+        u = lab.info.vcenter.username,
+        p = lab.info.vcenter.password,
+        a = lab.info.s3.access_key,
+        k = lab.info.s3.secret_key
+    );
+    kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
+    let mut controller = Command::new(workspace_bin("ferry-controller"));
+    controller
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["-n", &ns.name, "--metrics-addr", "", "--health-addr", ""])
+        .args(["--converter-read-limit", &(4u64 << 20).to_string()]);
+    let _controller =
+        ferry_harness::ChildGuard::spawn("ferry-controller", controller).expect("controller");
+    let mut sim = Command::new(workspace_bin("ferry-sim"));
+    sim.arg("--kubeconfig")
+        .arg(&kc)
+        .args(["-n", &ns.name, "--volume-dir"])
+        .arg(scratch.join("volumes"));
+    sim.arg("--bin-dir")
+        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
+    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+
+    let tmux = Tmux::start("ferry-convert", &cockpit(&kc, &ns.name, ""), 160, 40);
+    tmux.wait_for("● live", T);
+    kubectl(
+        &kc,
+        &["apply", "-f", "-"],
+        Some(&lab_migration(lab, &ns.name, "slow", &vm.name, None)),
+    );
+    // The row of "slow" in Converting with a percentage strictly between 0 and 100.
+    let converting_at = |screen: &str| -> Option<u32> {
+        let line = screen
+            .lines()
+            .find(|l| l.split_whitespace().any(|w| w == "slow"))?;
+        if !line.contains("Converting") {
+            return None;
+        }
+        line.split_whitespace()
+            .filter_map(|w| w.strip_suffix('%'))
+            .filter_map(|n| n.parse::<u32>().ok())
+            .find(|p| (1..100).contains(p))
+    };
+    let screen = tmux.wait(
+        "the slow row converting with progress",
+        Duration::from_secs(120),
+        |s| converting_at(s).is_some(),
+    );
+    let first = converting_at(&screen).expect("a percentage");
+    // And it moves while the row still says Converting (or the conversion finished).
+    tmux.wait("the conversion to move on", Duration::from_secs(120), |s| {
+        converting_at(s).is_some_and(|p| p > first)
+            || s.lines()
+                .find(|l| l.split_whitespace().any(|w| w == "slow"))
+                .is_some_and(|l| l.contains("Importing") || l.contains("Succeeded"))
+    });
+    tmux.keys(&["q"]);
+    let _ = std::fs::remove_dir_all(&scratch);
+}

@@ -1,26 +1,52 @@
-//! The converter run by the conversion Job (`ferry-controller convert`): for each disk, download
-//! it from the datastore, `qemu-img convert` it, and upload it to staging with its SHA-256.
+//! The converter run by the conversion Job (`ferry-controller convert`): each disk of a VM read
+//! off the datastore and staged in S3 with its SHA-256, in as few passes as the formats allow.
 //!
-//! Idempotent: a disk whose staged object already carries matching metadata is skipped, so a
-//! Job re-run after a crash only does the work that is missing.
+//! | input | output | passes | local copy |
+//! |---|---|---|---|
+//! | flat extent (ESXi) | raw | one: ranges fetched in parallel → hashed → multipart upload | none |
+//! | sparse / stream-optimized VMDK | raw | one: qemu-img reads the VMDK over NBD (ranges) and writes raw into the NBD sink → hashed → upload | none |
+//! | any | qcow2 | two: qemu-img reads over NBD and writes the qcow2 file; the file is read once, hashed and uploaded | the qcow2 image |
+//!
+//! The second pass of qcow2 exists because qemu-img writes qcow2 metadata (L1/L2 tables,
+//! refcounts, the header) back and forth until it is done: the file is not final, so it cannot
+//! be hashed or uploaded, before qemu-img exits. Zeros are not moved where the source tells
+//! where data is: a flat extent's allocated areas come from vSphere's `QueryChangedDiskAreas`
+//! (holes are made locally, never downloaded), a sparse VMDK's from its own grain tables (qemu-img
+//! reads only allocated grains; `qemu-img measure` sizes the qcow2 copy from them).
+//!
+//! Disks of a VM run [`scratch::PARALLEL_DISKS`] at a time, parts of a disk several at a time;
+//! memory is bounded by the parts in flight ([`upload::parts_in_flight`]).
+//!
+//! Restartable: each disk has a record beside its image ([`crate::staging::DiskRecord`]); a disk
+//! whose record says `Staged` is skipped, a previous run's open multipart upload is aborted
+//! before the disk is done again, and an image is only ever taken as complete with its record.
 
+mod disk;
 mod error;
+mod map;
+mod nbd;
 mod qemu;
+mod remote;
+pub mod scratch;
+mod upload;
 mod vmdk;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
 use secrecy::SecretString;
 use serde::Serialize;
 
 pub use error::{Error, TRANSIENT_EXIT_CODE};
+pub use map::{DiskMap, Piece};
+pub use upload::{RECORD_INTERVAL, part_size, parts_in_flight};
 pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
 use crate::children::job::env;
-use crate::staging::{self, META_SHA256, Staging, StagingConfig};
-use crate::vsphere::{self, DatastorePath, Endpoint, Session, Thumbprint, TlsPolicy};
+use crate::staging::{self, DiskRecord, Staging, StagingConfig};
+use crate::vsphere::{self, DatastorePath, Endpoint, Session, Thumbprint, TlsPolicy, VmInfo};
 
 /// Environment variables of the converter beyond the Job contract in [`crate::children::job::env`].
 pub mod extra_env {
@@ -34,9 +60,14 @@ pub mod extra_env {
     pub const WORK_DIR: &str = "FERRY_WORK_DIR";
     /// The qemu-img program.
     pub const QEMU_IMG: &str = "FERRY_QEMU_IMG";
+    /// Bytes of the work volume (its `sizeLimit`); unset: unbounded.
+    pub const SCRATCH_LIMIT: &str = "FERRY_SCRATCH_LIMIT";
+    /// Cap on the bytes read from the datastore per second; unset: none.
+    pub const MAX_READ_RATE: &str = "FERRY_MAX_READ_RATE";
 }
 
-/// Metadata keys of a staged disk image (besides [`META_SHA256`]).
+/// User metadata of a staged disk image (fixed when its upload starts; the checksum is in its
+/// record).
 pub const META_SOURCE_PATH: &str = "source-path";
 pub const META_FORMAT: &str = "format";
 pub const META_VIRTUAL_SIZE: &str = "virtual-size";
@@ -147,6 +178,12 @@ pub struct ConvertArgs {
     pub work_dir: PathBuf,
     #[arg(long, env = extra_env::QEMU_IMG, default_value = "qemu-img")]
     pub qemu_img: PathBuf,
+    /// Bytes the work directory may hold (the work volume's sizeLimit).
+    #[arg(long, env = extra_env::SCRATCH_LIMIT)]
+    pub scratch_limit: Option<u64>,
+    /// Cap on the datastore read rate, bytes per second (protects the source's storage).
+    #[arg(long, env = extra_env::MAX_READ_RATE)]
+    pub max_read_rate: Option<u64>,
 }
 
 impl ConvertArgs {
@@ -192,10 +229,24 @@ impl ConvertArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DiskStatus {
-    /// Downloaded, converted and uploaded by this run.
+    /// Read, converted and uploaded by this run.
     Converted,
-    /// Already staged with matching metadata; nothing done.
+    /// Already staged (its record says so); nothing done.
     Skipped,
+}
+
+/// How a disk's bytes went (see the table in the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataPath {
+    /// Flat extent → raw: ranges straight into the upload.
+    FlatStream,
+    /// qemu-img from the NBD source into the NBD sink (raw output).
+    QemuSink,
+    /// qemu-img from the NBD source into a local qcow2 file, then uploaded.
+    QemuFile,
+    /// Nothing moved (skipped).
+    None,
 }
 
 /// One disk's result; printed as one JSON line on stdout.
@@ -207,14 +258,21 @@ pub struct DiskReport {
     pub key: String,
     pub status: DiskStatus,
     pub format: OutputFormat,
+    pub path: DataPath,
     /// Bytes of the staged image.
     pub size: u64,
     pub sha256: String,
     /// Virtual size of the image, when known (always for converted disks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub virtual_size: Option<u64>,
-    /// Bytes downloaded from the datastore.
+    /// Bytes read from the datastore.
     pub downloaded: u64,
+    /// Bytes sent to S3.
+    pub sent: u64,
+    /// Most bytes this disk held in the work directory at once.
+    pub scratch_peak: u64,
+    /// Whether the source said where the data is (holes not downloaded).
+    pub allocation_known: bool,
     pub seconds: f64,
 }
 
@@ -224,25 +282,42 @@ pub struct ConvertReport {
     pub disks: Vec<DiskReport>,
 }
 
-/// Whether a staged object is the finished result of this disk in this format.
-pub fn already_staged(obj: &staging::StagedObject, disk: &DiskSpec, format: OutputFormat) -> bool {
-    let sha_ok = obj
-        .sha256
-        .as_deref()
-        .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
-    sha_ok
-        && obj.metadata.get(META_SOURCE_PATH).map(String::as_str)
-            == Some(disk.datastore_path.as_str())
-        && obj.metadata.get(META_FORMAT).map(String::as_str) == Some(format.as_str())
+/// The last line a run prints: what it cost the machine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub summary: bool,
+    /// Peak resident memory of the converter process (VmHWM).
+    pub peak_rss_bytes: u64,
+    /// Peak resident memory of the largest qemu-img it ran.
+    pub peak_qemu_rss_bytes: u64,
+    /// Most bytes the work directory held at once (sum over disks running together).
+    pub scratch_peak_bytes: u64,
+    pub sent_bytes: u64,
+    pub downloaded_bytes: u64,
 }
 
-/// Runs the conversion of every disk in `args`, printing one JSON line per disk on stdout.
+/// Peak resident set (VmHWM) of a process from `/proc/<pid>/status`, 0 when unknown.
+pub fn peak_rss(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Runs the conversion of every disk in `args`, printing one JSON line per disk on stdout and
+/// a [`RunSummary`] line last.
 ///
-/// Guarantees: idempotent (already staged disks are skipped without logging in to vSphere);
-/// a staged object only ever appears complete and with its metadata; the private work directory
-/// is removed whatever the outcome.
+/// Guarantees: idempotent (staged disks are skipped without logging in to vSphere); an image
+/// only counts as staged with its `Staged` record; a previous run's open upload is aborted; the
+/// private work directory (made only when a disk needs one) is removed whatever the outcome.
 ///
-/// Errors: the first failure, classified ([`Error::exit_code`]).
+/// Errors: the first failure, classified ([`Error::exit_code`]), after every disk that had
+/// started has finished or failed.
 pub async fn run(args: ConvertArgs) -> Result<ConvertReport, Error> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -251,14 +326,10 @@ pub async fn run(args: ConvertArgs) -> Result<ConvertReport, Error> {
     let work = args
         .work_dir
         .join(format!("run-{}-{stamp}", std::process::id()));
-    tokio::fs::create_dir_all(&work)
-        .await
-        .map_err(|source| Error::Io {
-            path: work.clone(),
-            source,
-        })?;
     let result = convert_all(&args, &work).await;
-    if let Err(e) = tokio::fs::remove_dir_all(&work).await {
+    if tokio::fs::try_exists(&work).await.unwrap_or(false)
+        && let Err(e) = tokio::fs::remove_dir_all(&work).await
+    {
         tracing::warn!(dir = %work.display(), error = %e, "could not remove the work directory");
     }
     result
@@ -283,12 +354,14 @@ pub async fn run_to_exit_code(args: ConvertArgs) -> i32 {
     }
 }
 
-struct Source {
-    session: Session,
-    datacenter: String,
+/// A logged-in source and what it said about the VM.
+pub(crate) struct Source {
+    pub session: Arc<Session>,
+    pub datacenter: String,
+    pub vm: Option<VmInfo>,
 }
 
-async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, Error> {
+async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<ConvertReport, Error> {
     let endpoint = args.endpoint()?;
     let staging = Staging::new(args.staging_config()).map_err(|source| Error::Staging {
         context: "staging configuration".into(),
@@ -314,57 +387,103 @@ async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, E
             });
         }
     }
-    let mut source: Option<Source> = None;
     let mut report = ConvertReport::default();
-    let outcome: Result<(), Error> = async {
-        for (pos, disk) in args.disks.iter().enumerate() {
-            let index = disk.index.unwrap_or(pos);
-            let started = Instant::now();
-            let staged = staging
-                .head(&disk.key)
-                .await
-                .map_err(|source| Error::Staging {
-                    context: format!("staged object {}", disk.key),
-                    source,
-                })?;
-            let line = match staged.filter(|o| already_staged(o, disk, args.format)) {
-                Some(obj) => DiskReport {
+    let mut todo: Vec<(usize, &DiskSpec, Option<DiskRecord>)> = Vec::new();
+    for (pos, disk) in args.disks.iter().enumerate() {
+        let index = disk.index.unwrap_or(pos);
+        let started = Instant::now();
+        let s3 = |source| Error::Staging {
+            context: format!("staged object {}", disk.key),
+            source,
+        };
+        let record = staging.record(&disk.key).await.map_err(s3)?;
+        let image = staging.head(&disk.key).await.map_err(s3)?;
+        let format = args.format.as_str();
+        match (&record, &image) {
+            (Some(r), Some(img)) if r.is_staged(&disk.datastore_path, format, img.size) => {
+                let line = DiskReport {
                     disk: index,
                     datastore_path: disk.datastore_path.clone(),
                     key: disk.key.clone(),
                     status: DiskStatus::Skipped,
                     format: args.format,
-                    size: obj.size,
-                    sha256: obj.sha256.clone().unwrap_or_default(),
-                    virtual_size: obj
-                        .metadata
-                        .get(META_VIRTUAL_SIZE)
-                        .and_then(|v| v.parse().ok()),
+                    path: DataPath::None,
+                    size: img.size,
+                    sha256: r.sha256.clone().unwrap_or_default(),
+                    virtual_size: r.virtual_size,
                     downloaded: 0,
+                    sent: 0,
+                    scratch_peak: 0,
+                    allocation_known: false,
                     seconds: started.elapsed().as_secs_f64(),
-                },
-                None => {
-                    // Logged in only when some disk needs work: a re-run with everything staged
-                    // does not touch vSphere at all.
-                    let src = match source.take() {
-                        Some(s) => s,
-                        None => open_source(args, &endpoint).await?,
-                    };
-                    let line = convert_one(args, &src, &staging, disk, index, work, started).await;
-                    source = Some(src);
-                    line?
-                }
-            };
-            println!("{}", serde_json::to_string(&line).unwrap_or_default());
-            report.disks.push(line);
+                };
+                println!("{}", serde_json::to_string(&line).unwrap_or_default());
+                report.disks.push(line);
+            }
+            _ => todo.push((index, disk, record)),
         }
-        Ok(())
     }
-    .await;
-    if let Some(src) = source {
+    let mut summary = RunSummary {
+        summary: true,
+        ..RunSummary::default()
+    };
+    if !todo.is_empty() {
+        // Logged in only when some disk needs work: a re-run with everything staged does not
+        // touch vSphere at all.
+        let src = Arc::new(open_source(args, &endpoint).await?);
+        let budget = scratch::Budget::new(args.scratch_limit);
+        let throttle = args
+            .max_read_rate
+            .filter(|r| *r > 0)
+            .map(|r| Arc::new(remote::Throttle::new(r)));
+        let scratch_now = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let scratch_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let ctx = disk::Ctx {
+            args,
+            src: src.clone(),
+            staging: staging.clone(),
+            work: work.to_owned(),
+            budget,
+            throttle,
+            scratch_now,
+            scratch_peak: scratch_peak.clone(),
+        };
+        let results: Vec<Result<DiskReport, Error>> = futures::stream::iter(todo)
+            .map(|(index, disk, record)| {
+                let ctx = &ctx;
+                async move {
+                    let r = ctx.convert(index, disk, record).await;
+                    if let Ok(line) = &r {
+                        println!("{}", serde_json::to_string(line).unwrap_or_default());
+                    }
+                    r
+                }
+            })
+            .buffer_unordered(scratch::PARALLEL_DISKS)
+            .collect()
+            .await;
         let _ = src.session.logout().await;
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(line) => report.disks.push(line),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        summary.scratch_peak_bytes = scratch_peak.load(std::sync::atomic::Ordering::Relaxed);
+        summary.peak_qemu_rss_bytes = qemu::peak_child_rss();
+        if let Some(e) = first_err {
+            return Err(e);
+        }
     }
-    outcome.map(|()| report)
+    report.disks.sort_by_key(|d| d.disk);
+    summary.peak_rss_bytes = peak_rss("self");
+    summary.sent_bytes = report.disks.iter().map(|d| d.sent).sum();
+    summary.downloaded_bytes = report.disks.iter().map(|d| d.downloaded).sum();
+    println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    Ok(report)
 }
 
 async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, Error> {
@@ -373,17 +492,24 @@ async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, 
         source,
     };
     let session = Session::connect(endpoint).await.map_err(login)?;
-    let datacenter = match (
-        args.datacenter.as_deref().filter(|d| !d.is_empty()),
-        args.vm_moref.as_deref(),
-    ) {
+    let vm = match args.vm_moref.as_deref().filter(|m| !m.is_empty()) {
+        Some(moref) => match session.vm_info(moref).await {
+            Ok(Some(vm)) => Some(vm),
+            Ok(None) => {
+                let _ = session.logout().await;
+                return Err(login(vsphere::Error::NotFound(format!("VM {moref}"))));
+            }
+            Err(e) => {
+                let _ = session.logout().await;
+                return Err(login(e));
+            }
+        },
+        None => None,
+    };
+    let datacenter = match (args.datacenter.as_deref().filter(|d| !d.is_empty()), &vm) {
         (Some(dc), _) => dc.to_owned(),
-        (None, Some(moref)) if !moref.is_empty() => {
-            let vm = session.vm_info(moref).await.map_err(login)?;
-            vm.ok_or_else(|| login(vsphere::Error::NotFound(format!("VM {moref}"))))?
-                .datacenter
-        }
-        _ => {
+        (None, Some(vm)) => vm.datacenter.clone(),
+        (None, None) => {
             let _ = session.logout().await;
             return Err(Error::Usage(format!(
                 "no datacenter: set --datacenter ({}) or --vm-moref ({})",
@@ -393,127 +519,10 @@ async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, 
         }
     };
     Ok(Source {
-        session,
+        session: Arc::new(session),
         datacenter,
+        vm,
     })
-}
-
-async fn convert_one(
-    args: &ConvertArgs,
-    src: &Source,
-    staging: &Staging,
-    disk: &DiskSpec,
-    index: usize,
-    work: &Path,
-    started: Instant,
-) -> Result<DiskReport, Error> {
-    let name = format!("disk {index} ({})", disk.datastore_path);
-    let vs = |source| Error::Vsphere {
-        disk: name.clone(),
-        source,
-    };
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| Error::Io { path, source }
-    };
-    let ds = DatastorePath::parse(&disk.datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
-    let dir = work.join(format!("disk-{index}"));
-    tokio::fs::create_dir_all(&dir).await.map_err(io(&dir))?;
-
-    let vmdk = dir.join(ds.file_name());
-    let mut downloaded = download(src, &ds.to_string(), &vmdk, &name)
-        .await
-        .map_err(vs)?;
-    if tokio::fs::metadata(&vmdk).await.map_err(io(&vmdk))?.len() <= vmdk::MAX_DESCRIPTOR_BYTES {
-        let text = tokio::fs::read(&vmdk).await.map_err(io(&vmdk))?;
-        if is_descriptor(&text) {
-            let bad = |detail: String| Error::BadDisk {
-                disk: name.clone(),
-                detail,
-            };
-            for extent in
-                extents(&String::from_utf8_lossy(&text)).map_err(|e| bad(e.to_string()))?
-            {
-                let local = dir.join(&extent.file);
-                downloaded += download(src, &ds.sibling(&extent.file).to_string(), &local, &name)
-                    .await
-                    .map_err(vs)?;
-                // qemu-img reads a short flat extent as zeros: a silent wrong copy. Refuse it.
-                let len = tokio::fs::metadata(&local).await.map_err(io(&local))?.len();
-                if let Some(min) = extent.min_len().filter(|min| len < *min) {
-                    return Err(bad(format!(
-                        "extent {} has {len} bytes, but the descriptor needs {min}; the disk is incomplete",
-                        extent.file
-                    )));
-                }
-            }
-        }
-    }
-
-    let out = dir.join(format!("converted.{}", args.format.as_str()));
-    qemu::convert(&args.qemu_img, &vmdk, &out, args.format).await?;
-    let virtual_size = qemu::virtual_size(&args.qemu_img, &out, args.format).await?;
-    let sha256 = staging::sha256_file(&out)
-        .await
-        .map_err(|source| Error::Staging {
-            context: format!("{name}: checksum"),
-            source,
-        })?;
-    let metadata: BTreeMap<String, String> = [
-        (META_SHA256, sha256.clone()),
-        (META_SOURCE_PATH, disk.datastore_path.clone()),
-        (META_FORMAT, args.format.as_str().to_owned()),
-        (META_VIRTUAL_SIZE, virtual_size.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    let staged = staging
-        .put_file(&disk.key, &out, &metadata)
-        .await
-        .map_err(|source| Error::Staging {
-            context: format!("{name}: upload to {}", disk.key),
-            source,
-        })?;
-    tokio::fs::remove_dir_all(&dir).await.map_err(io(&dir))?;
-    Ok(DiskReport {
-        disk: index,
-        datastore_path: disk.datastore_path.clone(),
-        key: disk.key.clone(),
-        status: DiskStatus::Converted,
-        format: args.format,
-        size: staged.size,
-        sha256,
-        virtual_size: Some(virtual_size),
-        downloaded,
-        seconds: started.elapsed().as_secs_f64(),
-    })
-}
-
-/// Downloads one datastore file, logging progress every 10% of a large one.
-async fn download(
-    src: &Source,
-    path: &str,
-    dest: &Path,
-    disk: &str,
-) -> Result<u64, vsphere::Error> {
-    let mut next_tenth = 1u64;
-    src.session
-        .download(path, &src.datacenter, dest, |done, total| {
-            if let Some(total) = total.filter(|t| *t >= 64 << 20) {
-                while next_tenth <= 10 && done * 10 >= total * next_tenth {
-                    tracing::info!(
-                        disk,
-                        file = path,
-                        percent = next_tenth * 10,
-                        bytes = done,
-                        "downloading"
-                    );
-                    next_tenth += 1;
-                }
-            }
-        })
-        .await
 }
 
 #[cfg(test)]
@@ -671,52 +680,6 @@ mod tests {
     }
 
     #[test]
-    fn only_matching_metadata_counts_as_already_staged() {
-        let disk = DiskSpec {
-            index: None,
-            datastore_path: "[ds] a/a.vmdk".into(),
-            key: "k".into(),
-        };
-        let sha = "0".repeat(64);
-        let obj = |pairs: &[(&str, &str)]| staging::StagedObject {
-            key: "k".into(),
-            size: 1,
-            sha256: pairs
-                .iter()
-                .find(|(k, _)| *k == "sha256")
-                .map(|(_, v)| v.to_string()),
-            metadata: pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        let good = [
-            ("sha256", sha.as_str()),
-            ("source-path", "[ds] a/a.vmdk"),
-            ("format", "raw"),
-        ];
-        assert!(already_staged(&obj(&good), &disk, OutputFormat::Raw));
-        assert!(!already_staged(&obj(&good), &disk, OutputFormat::Qcow2));
-        assert!(
-            !already_staged(&obj(&good[1..]), &disk, OutputFormat::Raw),
-            "no checksum"
-        );
-        assert!(!already_staged(
-            &obj(&[good[0], ("source-path", "[ds] other.vmdk"), good[2]]),
-            &disk,
-            OutputFormat::Raw
-        ));
-        assert!(
-            !already_staged(
-                &obj(&[("sha256", "abc"), good[1], good[2]]),
-                &disk,
-                OutputFormat::Raw
-            ),
-            "bad checksum"
-        );
-    }
-
-    #[test]
     fn report_lines_are_camel_case_json() {
         let line = DiskReport {
             disk: 0,
@@ -724,10 +687,14 @@ mod tests {
             key: "k".into(),
             status: DiskStatus::Skipped,
             format: OutputFormat::Raw,
+            path: DataPath::FlatStream,
             size: 5,
             sha256: "s".into(),
             virtual_size: None,
             downloaded: 0,
+            sent: 5,
+            scratch_peak: 0,
+            allocation_known: true,
             seconds: 0.5,
         };
         let v: serde_json::Value =
@@ -735,6 +702,8 @@ mod tests {
         assert_eq!(v["datastorePath"], "[ds] a.vmdk");
         assert_eq!(v["status"], "skipped");
         assert_eq!(v["format"], "raw");
+        assert_eq!(v["path"], "flat-stream");
+        assert_eq!(v["scratchPeak"], 0);
         assert!(v.get("virtualSize").is_none());
     }
 }

@@ -1,22 +1,73 @@
-//! `qemu-img` as a process: convert, and read an image's virtual size.
+//! `qemu-img` as a process: image info, the qcow2 size of a source, and convert — reading its
+//! source, and for raw output writing its target, through the converter's NBD exports.
 
+use std::ffi::OsStr;
 use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::{Error, OutputFormat};
+use super::Error;
 
-async fn run(qemu_img: &Path, what: &str, args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, Error> {
-    let out = Command::new(qemu_img)
+/// The largest peak resident set of any qemu-img run so far.
+static PEAK_CHILD_RSS: AtomicU64 = AtomicU64::new(0);
+
+/// The largest peak resident set (VmHWM) of the qemu-img processes this run started.
+pub fn peak_child_rss() -> u64 {
+    PEAK_CHILD_RSS.load(Ordering::Relaxed)
+}
+
+async fn run(qemu_img: &Path, what: &str, args: &[&OsStr]) -> Result<Vec<u8>, Error> {
+    let spawn_err = |e: std::io::Error| Error::Qemu {
+        what: what.to_owned(),
+        detail: format!("cannot run {}: {e}", qemu_img.display()),
+        missing: e.kind() == std::io::ErrorKind::NotFound,
+    };
+    let mut child = Command::new(qemu_img)
         .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| Error::Qemu {
-            what: what.to_owned(),
-            detail: format!("cannot run {}: {e}", qemu_img.display()),
-            missing: e.kind() == std::io::ErrorKind::NotFound,
-        })?;
+        .spawn()
+        .map_err(spawn_err)?;
+    let pid = child.id().map(|p| p.to_string()).unwrap_or_default();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let read_out = async {
+        let mut b = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut b).await;
+        }
+        b
+    };
+    let read_err = async {
+        let mut b = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut b).await;
+        }
+        b
+    };
+    // The child's own peak (VmHWM only grows): sampled while it runs.
+    let work = async { tokio::join!(child.wait(), read_out, read_err) };
+    tokio::pin!(work);
+    let (status, stdout, stderr) = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                PEAK_CHILD_RSS.fetch_max(super::peak_rss(&pid), Ordering::Relaxed);
+            }
+        }
+    };
+    let status = status.map_err(spawn_err)?;
+    let out = std::process::Output {
+        status,
+        stdout,
+        stderr,
+    };
     if !out.status.success() {
         return Err(Error::Qemu {
             what: what.to_owned(),
@@ -31,51 +82,86 @@ async fn run(qemu_img: &Path, what: &str, args: &[&std::ffi::OsStr]) -> Result<V
     Ok(out.stdout)
 }
 
-/// `qemu-img convert -f vmdk -O FORMAT src dest`.
-pub async fn convert(
+fn json_u64(what: &str, out: &[u8], field: &str) -> Result<u64, Error> {
+    serde_json::from_slice::<serde_json::Value>(out)
+        .ok()
+        .and_then(|v| v.get(field).and_then(serde_json::Value::as_u64))
+        .ok_or_else(|| Error::Qemu {
+            what: what.to_owned(),
+            detail: format!("no {field} in {}", String::from_utf8_lossy(out)),
+            missing: false,
+        })
+}
+
+/// The virtual size of image `uri` in `format`.
+pub async fn virtual_size(qemu_img: &Path, format: &str, uri: &str) -> Result<u64, Error> {
+    let args: [&OsStr; 5] = [
+        "info".as_ref(),
+        "--output=json".as_ref(),
+        "-f".as_ref(),
+        format.as_ref(),
+        uri.as_ref(),
+    ];
+    let out = run(qemu_img, "info", &args).await?;
+    json_u64("info", &out, "virtual-size")
+}
+
+/// The size of the qcow2 image of `uri` (`qemu-img measure`'s `required`: allocated data plus
+/// metadata).
+pub async fn qcow2_required(qemu_img: &Path, format: &str, uri: &str) -> Result<u64, Error> {
+    let args: [&OsStr; 7] = [
+        "measure".as_ref(),
+        "--output=json".as_ref(),
+        "-O".as_ref(),
+        "qcow2".as_ref(),
+        "-f".as_ref(),
+        format.as_ref(),
+        uri.as_ref(),
+    ];
+    let out = run(qemu_img, "measure", &args).await?;
+    json_u64("measure", &out, "required")
+}
+
+/// `qemu-img convert -f FORMAT -O qcow2 SOURCE DEST`: the one local copy.
+pub async fn convert_to_qcow2(
     qemu_img: &Path,
-    src: &Path,
+    format: &str,
+    source: &str,
     dest: &Path,
-    format: OutputFormat,
 ) -> Result<(), Error> {
-    let args = [
+    let args: [&OsStr; 7] = [
         "convert".as_ref(),
         "-f".as_ref(),
-        "vmdk".as_ref(),
+        format.as_ref(),
         "-O".as_ref(),
-        format.as_str().as_ref(),
-        src.as_os_str(),
+        "qcow2".as_ref(),
+        source.as_ref(),
         dest.as_os_str(),
     ];
     run(qemu_img, "convert", &args).await.map(|_| ())
 }
 
-/// The virtual size in bytes of an image (`qemu-img info --output=json`).
-pub async fn virtual_size(
+/// `qemu-img convert -n --target-is-zero -f FORMAT -O raw SOURCE TARGET` into an existing NBD
+/// target: without `-W` qemu-img writes in ascending order, and `--target-is-zero` lets it skip
+/// zero areas (the sink fills them).
+pub async fn convert_to_raw_target(
     qemu_img: &Path,
-    image: &Path,
-    format: OutputFormat,
-) -> Result<u64, Error> {
-    let args = [
-        "info".as_ref(),
-        "--output=json".as_ref(),
+    format: &str,
+    source: &str,
+    target: &str,
+) -> Result<(), Error> {
+    let args: [&OsStr; 9] = [
+        "convert".as_ref(),
+        "-n".as_ref(),
+        "--target-is-zero".as_ref(),
         "-f".as_ref(),
-        format.as_str().as_ref(),
-        image.as_os_str(),
+        format.as_ref(),
+        "-O".as_ref(),
+        "raw".as_ref(),
+        source.as_ref(),
+        target.as_ref(),
     ];
-    let out = run(qemu_img, "info", &args).await?;
-    parse_virtual_size(&out).ok_or_else(|| Error::Qemu {
-        what: "info".into(),
-        detail: format!("no virtual-size in {}", String::from_utf8_lossy(&out)),
-        missing: false,
-    })
-}
-
-fn parse_virtual_size(json: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(json)
-        .ok()?
-        .get("virtual-size")?
-        .as_u64()
+    run(qemu_img, "convert", &args).await.map(|_| ())
 }
 
 #[cfg(test)]
@@ -83,10 +169,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn virtual_size_is_read_from_info_json() {
-        let info = br#"{ "virtual-size": 67108864, "filename": "x.raw", "format": "raw", "actual-size": 4096 }"#;
-        assert_eq!(parse_virtual_size(info), Some(67_108_864));
-        assert_eq!(parse_virtual_size(b"{}"), None);
-        assert_eq!(parse_virtual_size(b"not json"), None);
+    fn numbers_are_read_from_json() {
+        let info = br#"{ "virtual-size": 67108864, "format": "raw" }"#;
+        assert_eq!(json_u64("info", info, "virtual-size").unwrap(), 67_108_864);
+        let m = br#"{ "required": 393216, "fully-allocated": 1074135040 }"#;
+        assert_eq!(json_u64("measure", m, "required").unwrap(), 393_216);
+        assert!(json_u64("info", b"{}", "virtual-size").is_err());
+        assert!(json_u64("info", b"nope", "virtual-size").is_err());
     }
 }

@@ -6,6 +6,54 @@ const DESCRIPTOR_MAGIC: &str = "# Disk DescriptorFile";
 /// Descriptors are a few hundred bytes; anything larger is a data file.
 pub const MAX_DESCRIPTOR_BYTES: u64 = 64 * 1024;
 
+/// What a hosted sparse VMDK's header says (`SparseExtentHeader`, little-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseHeader {
+    /// Virtual size in bytes.
+    pub capacity: u64,
+    /// Grains are compressed (stream-optimized, as in OVAs).
+    pub compressed: bool,
+}
+
+/// The header of a single-file sparse VMDK (`KDMV` magic), `None` for anything else.
+pub fn sparse_header(head: &[u8]) -> Option<SparseHeader> {
+    if head.len() < 79 || &head[..4] != b"KDMV" {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&head[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let flags = u32_at(8);
+    let compress = u16::from_le_bytes([head[77], head[78]]);
+    Some(SparseHeader {
+        capacity: u64_at(12).saturating_mul(512),
+        compressed: flags & (1 << 16) != 0 || compress != 0,
+    })
+}
+
+/// The ZERO extents of a descriptor, which [`extents`] leaves out: `(number of file extents
+/// before it, sectors)`.
+pub fn zero_extents(descriptor: &str) -> Vec<(usize, u64)> {
+    let mut files = 0usize;
+    let mut out = Vec::new();
+    for raw in descriptor.lines() {
+        let mut words = raw.split_whitespace();
+        if !matches!(words.next(), Some("RW" | "RDONLY" | "NOACCESS")) {
+            continue;
+        }
+        let sectors = words.next().and_then(|w| w.parse::<u64>().ok());
+        match (sectors, words.next()) {
+            (Some(n), Some(kind)) if kind.eq_ignore_ascii_case("ZERO") => out.push((files, n)),
+            (Some(_), Some(_)) => files += 1,
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Whether `head` (the start of a downloaded `.vmdk`) is a text descriptor.
 pub fn is_descriptor(head: &[u8]) -> bool {
     head.starts_with(DESCRIPTOR_MAGIC.as_bytes())
@@ -181,5 +229,31 @@ ddb.adapterType = "lsilogic"
     #[test]
     fn a_sparse_vmdk_is_not_a_descriptor() {
         assert!(!is_descriptor(b"KDMV\x01\x00\x00\x00"));
+    }
+
+    #[test]
+    fn sparse_headers_give_capacity_and_compression() {
+        let mut h = vec![0u8; 512];
+        h[..4].copy_from_slice(b"KDMV");
+        h[12..20].copy_from_slice(&(2048u64).to_le_bytes());
+        assert_eq!(
+            sparse_header(&h),
+            Some(SparseHeader {
+                capacity: 1 << 20,
+                compressed: false
+            })
+        );
+        h[8..12].copy_from_slice(&(1u32 << 16 | 1 << 17 | 1).to_le_bytes());
+        h[77] = 1;
+        assert!(sparse_header(&h).unwrap().compressed);
+        assert_eq!(sparse_header(ESXI.as_bytes()), None);
+        assert_eq!(sparse_header(b"KDMV"), None, "too short");
+    }
+
+    #[test]
+    fn zero_extents_are_placed_among_the_file_extents() {
+        let d = "RW 4 FLAT \"a\" 0\nRW 100 ZERO\nRW 4 FLAT \"b\" 0\nRW 8 ZERO\n";
+        assert_eq!(zero_extents(d), vec![(1, 100), (2, 8)]);
+        assert_eq!(zero_extents(ESXI), vec![]);
     }
 }

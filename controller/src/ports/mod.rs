@@ -6,4 +6,4 @@ pub mod source;
 pub mod staging;
 
 pub use source::{Discovered, SourceApi, SourceLogin, VsphereSource};
-pub use staging::{S3Staging, StagedObject, StagingApi, StagingLogin};
+pub use staging::{ConverterProgress, S3Staging, StagedObject, StagingApi, StagingLogin};

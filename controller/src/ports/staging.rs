@@ -13,8 +13,21 @@ use crate::staging;
 pub struct StagedObject {
     /// Size in bytes.
     pub size: i64,
-    /// SHA-256 from the object's metadata, lowercase hex.
+    /// SHA-256 from the converter's `Staged` record of this image, lowercase hex; `None` while
+    /// the image is not known complete.
     pub sha256: Option<String>,
+}
+
+/// What the converter last recorded about a disk it works on (`KEY.state.json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConverterProgress {
+    /// `reading`, `converting`, `uploading`, `staged`, `failed`.
+    pub stage: String,
+    pub bytes_done: i64,
+    pub bytes_total: i64,
+    pub rate_bytes_per_second: Option<i64>,
+    /// Why the converter stopped on this disk, when it did.
+    pub error: Option<String>,
 }
 
 /// Where staging is, with the Secret's credentials resolved.
@@ -42,7 +55,16 @@ pub trait StagingApi: Send + Sync + 'static {
         login: &'a StagingLogin,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>>;
-    /// Deletes an object; absent is fine.
+    /// The converter's progress record of a disk; `None` when there is none (yet).
+    fn progress<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConverterProgress>, Problem>> {
+        let _ = (login, key);
+        Box::pin(async { Ok(None) })
+    }
+    /// Deletes a staged disk (its image, its record, its open upload); absent is fine.
     fn delete<'a>(
         &'a self,
         login: &'a StagingLogin,
@@ -100,17 +122,43 @@ impl StagingApi for S3Staging {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
         Box::pin(async move {
-            match store(login)?.head(key).await {
-                Ok(Some(o)) => Ok(Some(StagedObject {
-                    size: i64::try_from(o.size).unwrap_or(i64::MAX),
-                    sha256: o
-                        .sha256
-                        .map(|s| s.trim().to_ascii_lowercase())
-                        .filter(|s| s.len() == 64),
-                })),
-                Ok(None) => Ok(None),
-                Err(e) => Err(s3_problem(&e)),
-            }
+            let st = store(login)?;
+            let Some(o) = st.head(key).await.map_err(|e| s3_problem(&e))? else {
+                return Ok(None);
+            };
+            let record = st.record(key).await.map_err(|e| s3_problem(&e))?;
+            let sha256 = record
+                .filter(|r| {
+                    r.state == staging::RecordState::Staged
+                        && r.is_staged(&r.source_path, &r.format, o.size)
+                })
+                .and_then(|r| r.sha256)
+                .map(|s| s.to_ascii_lowercase());
+            Ok(Some(StagedObject {
+                size: i64::try_from(o.size).unwrap_or(i64::MAX),
+                sha256,
+            }))
+        })
+    }
+
+    fn progress<'a>(
+        &'a self,
+        login: &'a StagingLogin,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConverterProgress>, Problem>> {
+        Box::pin(async move {
+            let r = store(login)?
+                .record(key)
+                .await
+                .map_err(|e| s3_problem(&e))?;
+            let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            Ok(r.map(|r| ConverterProgress {
+                stage: r.stage,
+                bytes_done: i(r.bytes_done),
+                bytes_total: i(r.bytes_total),
+                rate_bytes_per_second: r.rate_bytes_per_second.map(i),
+                error: r.error,
+            }))
         })
     }
 
@@ -120,7 +168,7 @@ impl StagingApi for S3Staging {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            match store(login)?.delete(key).await {
+            match store(login)?.delete_disk(key).await {
                 Ok(())
                 | Err(staging::Error::NotFound { .. } | staging::Error::NoSuchBucket { .. }) => {
                     Ok(())

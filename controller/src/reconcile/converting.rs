@@ -1,4 +1,11 @@
 //! Converting: every disk converted by the Job and staged, with its size and SHA-256 recorded.
+//!
+//! Progress comes from the converter's record beside each staged image (bytes done, total,
+//! rate): the converter has no Kubernetes API rights and needs none to report, and the
+//! controller reads staging with the credentials it already holds. Pod logs, the alternative,
+//! would need a `pods/log` rule for the controller and parsing of free text. No watch event
+//! says a record moved, so a running conversion is looked at every
+//! [`Policy::progress_requeue`](crate::policy::Policy).
 
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
@@ -17,7 +24,7 @@ use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
 use crate::children::job;
 use crate::kubeio::create_if_absent;
-use crate::ports::StagedObject;
+use crate::ports::{ConverterProgress, StagedObject};
 use crate::problem::Problem;
 
 /// The Converting checkpoint.
@@ -31,6 +38,8 @@ pub struct Observed {
     pub job: JobState,
     /// HEAD of each disk's staged object (`Err` when S3 or its credentials failed).
     pub staged: Vec<Result<Option<StagedObject>, Problem>>,
+    /// The converter's progress record of each disk (best effort: unreadable is `None`).
+    pub progress: Vec<Option<ConverterProgress>>,
 }
 
 /// What Converting does to the world.
@@ -55,17 +64,26 @@ impl Checkpoint for Converting {
                 .as_ref(),
         );
         let keys = staged_keys(io.vmm);
-        let staged = match credentials::staging_login(io).await? {
-            Err(p) => keys.iter().map(|_| Err(p.clone())).collect(),
+        let (staged, progress) = match credentials::staging_login(io).await? {
+            Err(p) => (
+                keys.iter().map(|_| Err(p.clone())).collect(),
+                keys.iter().map(|_| None).collect(),
+            ),
             Ok(login) => {
                 let mut v = Vec::with_capacity(keys.len());
+                let mut p = Vec::with_capacity(keys.len());
                 for k in &keys {
                     v.push(io.ctx.staging.head(&login, k).await);
+                    p.push(io.ctx.staging.progress(&login, k).await.ok().flatten());
                 }
-                v
+                (v, p)
             }
         };
-        Ok(Observed { job, staged })
+        Ok(Observed {
+            job,
+            staged,
+            progress,
+        })
     }
 
     fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
@@ -75,7 +93,13 @@ impl Checkpoint for Converting {
     async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::CreateJob => {
-                let job = job::conversion_job(io.vmm)?;
+                let mut job = job::conversion_job(io.vmm)?;
+                let p = &io.ctx.policy;
+                job::apply_converter_limits(
+                    &mut job,
+                    p.converter_scratch_max,
+                    p.converter_read_limit,
+                );
                 create_if_absent(
                     &io.ctx.metrics,
                     &io.api::<Job>(),
@@ -112,9 +136,69 @@ fn staged_disks(scope: &Scope<Observed>, staged: &[StagedObject]) -> Vec<DiskSta
         .collect()
 }
 
+/// Per-disk and overall progress of a running conversion from the converter's records; a disk
+/// without a record counts its capacity still to do. Pure.
+fn running_progress(scope: &Scope<Observed>) -> Record {
+    let old = scope
+        .vmm
+        .status
+        .as_ref()
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let caps: Vec<i64> = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map(|s| s.disks.iter().map(|d| d.capacity_bytes).collect())
+        .unwrap_or_default();
+    let (mut done, mut total, mut rate) = (0i64, 0i64, 0i64);
+    let mut disks = Vec::with_capacity(scope.world.progress.len());
+    for (i, p) in scope.world.progress.iter().enumerate() {
+        let (d_done, d_total, d_rate) = match p {
+            Some(p) if p.bytes_total > 0 => (
+                p.bytes_done.clamp(0, p.bytes_total),
+                p.bytes_total,
+                p.rate_bytes_per_second,
+            ),
+            _ => (0, caps.get(i).copied().unwrap_or(0).max(0), None),
+        };
+        done += d_done;
+        total += d_total;
+        rate += d_rate.unwrap_or(0);
+        let mut d = old.get(i).cloned().unwrap_or_default();
+        d.index = i32::try_from(i).unwrap_or(i32::MAX);
+        d.bytes_done = Some(d_done);
+        d.percent = Some(if d_total > 0 {
+            ((d_done as f64 * 10_000.0 / d_total as f64).round() / 100.0).clamp(0.0, 100.0)
+        } else {
+            0.0
+        });
+        d.rate_bytes_per_second = d_rate.filter(|r| *r > 0);
+        disks.push(d);
+    }
+    let percent = if total > 0 {
+        ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0)
+    } else {
+        0.0
+    };
+    let rate = (rate > 0).then_some(rate);
+    Record {
+        source: None,
+        disks: Some(disks),
+        progress: Some(Progress {
+            percent,
+            bytes_done: done,
+            bytes_total: total,
+            rate_bytes_per_second: rate,
+            eta_seconds: rate.map(|r| (total - done).max(0) / r),
+        }),
+    }
+}
+
 /// Decides the Converting step. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed { job, staged } = &scope.world;
+    let Observed { job, staged, .. } = &scope.world;
     if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
         return Outcome::from_problem(scope, p, Some(DiskConverted));
     }
@@ -189,13 +273,18 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             } else {
                 Reason::InProgress
             };
+            let record = running_progress(scope);
+            let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
+            // The condition's message stays put while bytes flow; the percentage goes to the
+            // summary line, which is written throttled.
             Outcome::new(
                 Step::Wait {
-                    requeue: scope.policy.wait_requeue,
+                    requeue: scope.policy.progress_requeue,
                 },
-                msg.clone(),
+                format!("{msg}: {pct:.1}%"),
             )
             .with(DiskConverted, Unknown, reason, msg)
+            .recording(record)
         }
         JobState::Complete => {
             let missing: Vec<String> = objects
@@ -226,12 +315,30 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             )
         }
         JobState::Failed { reason, message } => {
+            // The converter's own words, from its records: the Job's condition only says which
+            // exit code matched.
+            let said: Vec<String> = scope
+                .world
+                .progress
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    p.as_ref()
+                        .and_then(|p| p.error.as_deref())
+                        .map(|e| format!("disk {i}: {e}"))
+                })
+                .collect();
             let msg = format!(
-                "the conversion Job failed ({reason}{}); see its pod logs, then raise spec.retry",
+                "the conversion Job failed ({reason}{}){}; see its pod logs, then raise spec.retry",
                 if message.is_empty() {
                     String::new()
                 } else {
                     format!(": {message}")
+                },
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", said.join("; "))
                 }
             );
             Outcome::failure(
@@ -271,7 +378,11 @@ mod tests {
             now: ts(0).0,
             policy: Policy::default(),
             retries,
-            world: Observed { job, staged },
+            world: Observed {
+                job,
+                progress: staged.iter().map(|_| None).collect(),
+                staged,
+            },
         })
     }
 
@@ -385,6 +496,89 @@ mod tests {
                 "{name}: sets DiskConverted"
             );
         }
+    }
+
+    #[test]
+    fn a_running_conversion_reports_the_converters_progress() {
+        let vmm = migration("m").with_disks(2).with_phase(Phase::Converting);
+        let rec = |done: i64, rate: Option<i64>| ConverterProgress {
+            stage: "uploading".into(),
+            bytes_done: done,
+            bytes_total: 100,
+            rate_bytes_per_second: rate,
+            error: None,
+        };
+        let o = decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                job: JobState::Running { failed: 0 },
+                staged: vec![Ok(None), Ok(None)],
+                progress: vec![Some(rec(50, Some(10))), Some(rec(100, None))],
+            },
+        });
+        assert_eq!(
+            o.step,
+            Step::Wait {
+                requeue: Policy::default().progress_requeue
+            }
+        );
+        let p = o.record.progress.unwrap();
+        assert_eq!((p.bytes_done, p.bytes_total, p.percent), (150, 200, 75.0));
+        assert_eq!(p.rate_bytes_per_second, Some(10));
+        assert_eq!(p.eta_seconds, Some(5));
+        let disks = o.record.disks.unwrap();
+        assert_eq!(disks[0].percent, Some(50.0));
+        assert_eq!(disks[0].rate_bytes_per_second, Some(10));
+        assert_eq!(disks[1].bytes_done, Some(100));
+        assert!(o.message.ends_with("75.0%"), "{}", o.message);
+
+        // Before the converter wrote anything, a disk counts its capacity still to do.
+        let vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+        let o = decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                job: JobState::Running { failed: 0 },
+                staged: vec![Ok(None)],
+                progress: vec![None],
+            },
+        });
+        let p = o.record.progress.unwrap();
+        assert_eq!((p.bytes_done, p.bytes_total), (0, 64 << 20));
+    }
+
+    #[test]
+    fn a_failed_job_carries_the_converters_reason() {
+        let vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+        let o = decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                job: JobState::Failed {
+                    reason: "PodFailurePolicy".into(),
+                    message: String::new(),
+                },
+                staged: vec![Ok(None)],
+                progress: vec![Some(ConverterProgress {
+                    stage: "failed".into(),
+                    bytes_done: 0,
+                    bytes_total: 0,
+                    rate_bytes_per_second: None,
+                    error: Some("disk 0 needs 2.0 GiB of scratch, the volume holds 1.0 GiB".into()),
+                })],
+            },
+        });
+        let Step::Fail { message, .. } = &o.step else {
+            panic!("{:?}", o.step)
+        };
+        assert!(message.contains("needs 2.0 GiB of scratch"), "{message}");
     }
 
     #[test]

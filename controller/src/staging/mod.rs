@@ -1,7 +1,12 @@
-//! S3 staging for converted disk images: a generic S3 endpoint (path-style, static keys), with
-//! each image's checksum kept in the object's own user metadata (`x-amz-meta-sha256`).
+//! S3 staging for converted disk images: a generic S3 endpoint (path-style, static keys).
+//!
+//! Beside each image `KEY` the converter keeps a small record, `KEY.state.json` ([`DiskRecord`]):
+//! its progress and open multipart upload while it works, its SHA-256 and size once staged. The
+//! checksum cannot live in the image's own metadata: a multipart upload fixes that at its start,
+//! before the bytes (and so their hash) are known.
 
 mod error;
+mod record;
 
 use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
@@ -10,8 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
 use object_store::{
     Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, ObjectStore,
@@ -21,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use error::Error;
 use error::{Context, from_store};
+pub use record::{DiskRecord, RecordState, record_key};
 
 /// Result of staging operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -70,7 +78,19 @@ pub struct ObjectInfo {
 #[derive(Clone)]
 pub struct Staging {
     store: Arc<dyn ObjectStore>,
+    /// The same client, for the low-level multipart calls (parts uploaded by the caller).
+    s3: Arc<AmazonS3>,
     config: StagingConfig,
+}
+
+/// An open multipart upload.
+#[derive(Clone, Debug)]
+pub struct Multipart {
+    /// The key relative to the configured prefix.
+    pub key: String,
+    path: ObjectPath,
+    /// The upload id S3 gave; recorded so that a later run can abort it.
+    pub id: String,
 }
 
 impl fmt::Debug for Staging {
@@ -128,6 +148,18 @@ pub async fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(ctx.finish().as_ref()))
 }
 
+/// User metadata as object_store attributes (`x-amz-meta-*`, names lower-case).
+fn attributes(metadata: &BTreeMap<String, String>) -> Attributes {
+    let mut attributes = Attributes::new();
+    for (k, v) in metadata {
+        attributes.insert(
+            Attribute::Metadata(k.to_ascii_lowercase().into()),
+            AttributeValue::from(v.clone()),
+        );
+    }
+    attributes
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -181,12 +213,17 @@ impl Staging {
             .with_access_key_id(&config.access_key)
             .with_secret_access_key(config.secret_key.expose_secret())
             .with_virtual_hosted_style_request(false)
+            // The payload is not hashed a second time for the signature: the image's own SHA-256
+            // is computed on the way and checked after import, and TLS guards https endpoints.
+            .with_unsigned_payload(true)
             .with_client_options(options)
             .with_retry(retry)
             .build()
             .map_err(|e| Error::Invalid(e.to_string()))?;
+        let s3 = Arc::new(store);
         Ok(Self {
-            store: Arc::new(store),
+            store: s3.clone(),
+            s3,
             config,
         })
     }
@@ -251,13 +288,7 @@ impl Staging {
             source,
         };
         let size = tokio::fs::metadata(file).await.map_err(io)?.len();
-        let mut attributes = Attributes::new();
-        for (k, v) in metadata {
-            attributes.insert(
-                Attribute::Metadata(k.to_ascii_lowercase().into()),
-                AttributeValue::from(v.clone()),
-            );
-        }
+        let attributes = attributes(metadata);
         let store_err = |e: object_store::Error| from_store(&e, self.cx(key));
         let mut reader = tokio::fs::File::open(file).await.map_err(io)?;
         if size <= PART_SIZE as u64 {
@@ -317,6 +348,136 @@ impl Staging {
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect(),
         })
+    }
+
+    /// Starts a multipart upload of `key` with user metadata (fixed now, for the whole object).
+    ///
+    /// Errors: S3 errors classified.
+    pub async fn create_multipart(
+        &self,
+        key: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Multipart> {
+        let path = self.path(key)?;
+        let opts = PutMultipartOptions {
+            attributes: attributes(metadata),
+            ..PutMultipartOptions::default()
+        };
+        let id = self
+            .s3
+            .create_multipart_opts(&path, opts)
+            .await
+            .map_err(|e| from_store(&e, self.cx(key)))?;
+        Ok(Multipart {
+            key: key.to_owned(),
+            path,
+            id,
+        })
+    }
+
+    /// Uploads part `index` (from 0) of an upload. Parts may go up in any order, at once.
+    pub async fn put_part(&self, up: &Multipart, index: usize, data: Bytes) -> Result<PartId> {
+        self.s3
+            .put_part(&up.path, &up.id, index, PutPayload::from(data))
+            .await
+            .map_err(|e| from_store(&e, self.cx(&up.key)))
+    }
+
+    /// Completes an upload: the object appears, whole, only now.
+    pub async fn complete_multipart(&self, up: &Multipart, parts: Vec<PartId>) -> Result<()> {
+        self.s3
+            .complete_multipart(&up.path, &up.id, parts)
+            .await
+            .map(|_| ())
+            .map_err(|e| from_store(&e, self.cx(&up.key)))
+    }
+
+    /// Aborts an upload (its parts are dropped). Idempotent: an unknown or finished upload is `Ok`.
+    pub async fn abort_multipart(&self, key: &str, id: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match self.s3.abort_multipart(&path, &id.to_owned()).await {
+            Ok(()) => Ok(()),
+            Err(e) => match from_store(&e, self.cx(key)) {
+                Error::NotFound { .. } => Ok(()),
+                // S3 answers NoSuchUpload (404); some servers answer an unknown id otherwise.
+                Error::Other(t) if t.contains("NoSuchUpload") => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Writes a small object in one PUT. Overwrites.
+    pub async fn put_bytes(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let path = self.path(key)?;
+        let opts = PutOptions {
+            attributes: attributes(metadata),
+            ..PutOptions::default()
+        };
+        self.store
+            .put_opts(&path, PutPayload::from(data), opts)
+            .await
+            .map(|_| ())
+            .map_err(|e| from_store(&e, self.cx(key)))
+    }
+
+    /// The bytes of a small object; `None` when it does not exist.
+    pub async fn get_bytes(&self, key: &str) -> Result<Option<Bytes>> {
+        let path = self.path(key)?;
+        let got = match self.store.get(&path).await {
+            Ok(g) => g,
+            Err(e) => {
+                return match from_store(&e, self.cx(key)) {
+                    Error::NotFound { .. } => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        got.bytes()
+            .await
+            .map(Some)
+            .map_err(|e| from_store(&e, self.cx(key)))
+    }
+
+    /// The converter's record of a staged disk (`KEY.state.json`); `None` when there is none.
+    ///
+    /// Errors: S3 errors classified; a record that is not JSON is [`Error::Other`].
+    pub async fn record(&self, key: &str) -> Result<Option<DiskRecord>> {
+        let rk = record_key(key);
+        match self.get_bytes(&rk).await? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| Error::Other(format!("{rk}: not a disk record: {e}"))),
+        }
+    }
+
+    /// Writes the converter's record of a disk.
+    pub async fn put_record(&self, key: &str, record: &DiskRecord) -> Result<()> {
+        let body = serde_json::to_vec(record)
+            .map_err(|e| Error::Invalid(format!("disk record of {key}: {e}")))?;
+        self.put_bytes(&record_key(key), Bytes::from(body), &BTreeMap::new())
+            .await
+    }
+
+    /// Removes a staged disk entirely: its open upload (if its record names one), its image and
+    /// its record. Idempotent.
+    pub async fn delete_disk(&self, key: &str) -> Result<()> {
+        if let Some(id) = self
+            .record(key)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.upload_id)
+        {
+            self.abort_multipart(key, &id).await?;
+        }
+        self.delete(key).await?;
+        self.delete(&record_key(key)).await
     }
 
     /// Size and user metadata of an object; `None` when it does not exist.

@@ -9,7 +9,7 @@ mod session;
 
 use std::fmt;
 
-pub use datastore::{DatastorePath, download_url};
+pub use datastore::{Allocation, DatastorePath, download_url};
 pub use error::Error;
 pub(crate) use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};

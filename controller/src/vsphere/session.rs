@@ -109,6 +109,12 @@ impl Session {
         Error::from_vim(self.sdk.as_str(), err, &self.tls)
     }
 
+    /// The session's HTTP client (TLS policy, session cookie), its TLS observer and SOAP client,
+    /// for the datastore reads and disk queries in `datastore.rs`.
+    pub(super) fn parts(&self) -> (&reqwest::Client, &TlsObserver, &Arc<Client>) {
+        (&self.http, &self.tls, &self.client)
+    }
+
     /// Properties of one object; `None` when it does not exist.
     ///
     /// Not vim_rs' `retrieve_object`: that asks for missing objects to be reported in the
