@@ -50,6 +50,10 @@ struct Cli {
     /// How long Validating waits for the guest agent.
     #[arg(long, value_parser = parse_duration, default_value = "15m")]
     agent_timeout: Duration,
+    /// How long a KubeVirt error state (ErrorUnschedulable, CrashLoopBackOff, ...) may last
+    /// before the migration fails with it.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    kubevirt_error_grace: Duration,
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
@@ -148,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
                     max_import_restarts: cli.max_import_restarts,
                     start_timeout: cli.start_timeout,
                     agent_timeout: cli.agent_timeout,
+                    kubevirt_error_grace: cli.kubevirt_error_grace,
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

@@ -20,6 +20,13 @@ pub struct Policy {
     pub agent_timeout: Duration,
     /// Safety-net requeue while waiting on children (watch events normally come first).
     pub wait_requeue: Duration,
+    /// How often the source is looked at while its guest shuts down (vSphere sends no events
+    /// ferry watches).
+    pub source_poll: Duration,
+    /// How long a KubeVirt error state (printableStatus ErrorUnschedulable, ErrorPvcNotFound,
+    /// DataVolumeError, CrashLoopBackOff, ErrImagePull, ImagePullBackOff) may last in Starting or
+    /// Validating before the migration fails with it (a node may free up meanwhile).
+    pub kubevirt_error_grace: Duration,
 }
 
 impl Default for Policy {
@@ -32,6 +39,8 @@ impl Default for Policy {
             start_timeout: Duration::from_secs(600),
             agent_timeout: Duration::from_secs(900),
             wait_requeue: Duration::from_secs(60),
+            source_poll: Duration::from_secs(5),
+            kubevirt_error_grace: Duration::from_secs(20),
         }
     }
 }

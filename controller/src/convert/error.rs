@@ -32,6 +32,11 @@ pub enum Error {
     /// The downloaded VMDK is not something we can follow.
     #[error("disk {disk}: {detail}")]
     BadDisk { disk: String, detail: String },
+    /// The source VM is not off: its disks may change under the copy.
+    #[error(
+        "the source VM {moref} is {state}, not poweredOff: its disks may change under the copy, so none is staged"
+    )]
+    SourcePoweredOn { moref: String, state: &'static str },
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -43,7 +48,7 @@ impl Error {
     /// Whether a new attempt may succeed with the same arguments.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Usage(_) | Error::BadDisk { .. } => false,
+            Error::Usage(_) | Error::BadDisk { .. } | Error::SourcePoweredOn { .. } => false,
             Error::Vsphere { source, .. } => source.is_transient(),
             Error::Staging { source, .. } => source.is_transient(),
             // A missing qemu-img is an image problem; a failed conversion may be a full disk.
@@ -69,6 +74,7 @@ impl Error {
             Error::Staging { source, .. } => source.reason(),
             Error::Qemu { .. } => "QemuImg",
             Error::BadDisk { .. } => "BadDisk",
+            Error::SourcePoweredOn { .. } => "SourcePoweredOn",
             Error::Io { .. } => "Io",
         }
     }
@@ -139,6 +145,13 @@ mod tests {
                 Error::BadDisk {
                     disk: "d".into(),
                     detail: "x".into(),
+                },
+                PERMANENT_EXIT_CODE,
+            ),
+            (
+                Error::SourcePoweredOn {
+                    moref: "vm-1".into(),
+                    state: "poweredOn",
                 },
                 PERMANENT_EXIT_CODE,
             ),

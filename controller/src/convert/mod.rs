@@ -40,6 +40,9 @@ pub mod extra_env {
 pub const META_SOURCE_PATH: &str = "source-path";
 pub const META_FORMAT: &str = "format";
 pub const META_VIRTUAL_SIZE: &str = "virtual-size";
+/// SHA-256 of the image's raw contents: what the imported volume must hold (the verification
+/// Job compares them); the same as [`META_SHA256`] for a raw image.
+pub const META_RAW_SHA256: &str = "raw-sha256";
 
 /// Output image format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -210,6 +213,9 @@ pub struct DiskReport {
     /// Bytes of the staged image.
     pub size: u64,
     pub sha256: String,
+    /// SHA-256 of the image's raw contents (what the imported volume holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_sha256: Option<String>,
     /// Virtual size of the image, when known (always for converted disks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub virtual_size: Option<u64>,
@@ -230,7 +236,11 @@ pub fn already_staged(obj: &staging::StagedObject, disk: &DiskSpec, format: Outp
         .sha256
         .as_deref()
         .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+    // The verification needs the raw contents' checksum: a qcow2 image staged without it is
+    // converted again.
+    let raw_ok = format == OutputFormat::Raw || obj.metadata.contains_key(META_RAW_SHA256);
     sha_ok
+        && raw_ok
         && obj.metadata.get(META_SOURCE_PATH).map(String::as_str)
             == Some(disk.datastore_path.as_str())
         && obj.metadata.get(META_FORMAT).map(String::as_str) == Some(format.as_str())
@@ -286,6 +296,31 @@ pub async fn run_to_exit_code(args: ConvertArgs) -> i32 {
 struct Source {
     session: Session,
     datacenter: String,
+    /// The VM whose disks these are, when known: it must stay off while they are read.
+    vm_moref: Option<String>,
+}
+
+/// Fails unless the source VM is powered off: checked before each disk is read and after it was,
+/// so that a VM someone powers on during the copy never yields a staged image.
+async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
+    let Some(moref) = src.vm_moref.as_deref() else {
+        return Ok(());
+    };
+    let state = src
+        .session
+        .power_state(moref)
+        .await
+        .map_err(|source| Error::Vsphere {
+            disk: disk.to_owned(),
+            source,
+        })?;
+    match state {
+        vsphere::PowerState::PoweredOff => Ok(()),
+        other => Err(Error::SourcePoweredOn {
+            moref: moref.to_owned(),
+            state: other.as_str(),
+        }),
+    }
 }
 
 async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, Error> {
@@ -336,6 +371,7 @@ async fn convert_all(args: &ConvertArgs, work: &Path) -> Result<ConvertReport, E
                     format: args.format,
                     size: obj.size,
                     sha256: obj.sha256.clone().unwrap_or_default(),
+                    raw_sha256: obj.metadata.get(META_RAW_SHA256).cloned(),
                     virtual_size: obj
                         .metadata
                         .get(META_VIRTUAL_SIZE)
@@ -395,6 +431,7 @@ async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, 
     Ok(Source {
         session,
         datacenter,
+        vm_moref: args.vm_moref.clone().filter(|m| !m.is_empty()),
     })
 }
 
@@ -420,6 +457,7 @@ async fn convert_one(
     let dir = work.join(format!("disk-{index}"));
     tokio::fs::create_dir_all(&dir).await.map_err(io(&dir))?;
 
+    ensure_off(src, &name).await?;
     let vmdk = dir.join(ds.file_name());
     let mut downloaded = download(src, &ds.to_string(), &vmdk, &name)
         .await
@@ -450,6 +488,8 @@ async fn convert_one(
         }
     }
 
+    // Still off after the read: the bytes are the disk's, not a moving target's.
+    ensure_off(src, &name).await?;
     let out = dir.join(format!("converted.{}", args.format.as_str()));
     qemu::convert(&args.qemu_img, &vmdk, &out, args.format).await?;
     let virtual_size = qemu::virtual_size(&args.qemu_img, &out, args.format).await?;
@@ -459,8 +499,24 @@ async fn convert_one(
             context: format!("{name}: checksum"),
             source,
         })?;
+    let raw_sha256 = match args.format {
+        OutputFormat::Raw => sha256.clone(),
+        OutputFormat::Qcow2 => {
+            let raw = dir.join("contents.raw");
+            qemu::to_raw(&args.qemu_img, &out, args.format, &raw).await?;
+            let h = staging::sha256_file(&raw)
+                .await
+                .map_err(|source| Error::Staging {
+                    context: format!("{name}: checksum of the raw contents"),
+                    source,
+                })?;
+            tokio::fs::remove_file(&raw).await.map_err(io(&raw))?;
+            h
+        }
+    };
     let metadata: BTreeMap<String, String> = [
         (META_SHA256, sha256.clone()),
+        (META_RAW_SHA256, raw_sha256.clone()),
         (META_SOURCE_PATH, disk.datastore_path.clone()),
         (META_FORMAT, args.format.as_str().to_owned()),
         (META_VIRTUAL_SIZE, virtual_size.to_string()),
@@ -484,6 +540,7 @@ async fn convert_one(
         format: args.format,
         size: staged.size,
         sha256,
+        raw_sha256: Some(raw_sha256),
         virtual_size: Some(virtual_size),
         downloaded,
         seconds: started.elapsed().as_secs_f64(),
@@ -697,6 +754,18 @@ mod tests {
         ];
         assert!(already_staged(&obj(&good), &disk, OutputFormat::Raw));
         assert!(!already_staged(&obj(&good), &disk, OutputFormat::Qcow2));
+        let qcow = [good[0], good[1], ("format", "qcow2")];
+        assert!(
+            !already_staged(&obj(&qcow), &disk, OutputFormat::Qcow2),
+            "a qcow2 image without the raw contents' checksum is converted again"
+        );
+        let qcow_raw = [
+            good[0],
+            good[1],
+            ("format", "qcow2"),
+            ("raw-sha256", sha.as_str()),
+        ];
+        assert!(already_staged(&obj(&qcow_raw), &disk, OutputFormat::Qcow2));
         assert!(
             !already_staged(&obj(&good[1..]), &disk, OutputFormat::Raw),
             "no checksum"
@@ -726,6 +795,7 @@ mod tests {
             format: OutputFormat::Raw,
             size: 5,
             sha256: "s".into(),
+            raw_sha256: None,
             virtual_size: None,
             downloaded: 0,
             seconds: 0.5,

@@ -50,6 +50,25 @@ pub async fn convert(
     run(qemu_img, "convert", &args).await.map(|_| ())
 }
 
+/// `qemu-img convert -f FORMAT -O raw src dest`: an image's raw contents.
+pub async fn to_raw(
+    qemu_img: &Path,
+    src: &Path,
+    format: OutputFormat,
+    dest: &Path,
+) -> Result<(), Error> {
+    let args = [
+        "convert".as_ref(),
+        "-f".as_ref(),
+        format.as_str().as_ref(),
+        "-O".as_ref(),
+        "raw".as_ref(),
+        src.as_os_str(),
+        dest.as_os_str(),
+    ];
+    run(qemu_img, "convert to raw", &args).await.map(|_| ())
+}
+
 /// The virtual size in bytes of an image (`qemu-img info --output=json`).
 pub async fn virtual_size(
     qemu_img: &Path,

@@ -9,12 +9,23 @@ use crate::problem::Problem;
 use crate::staging;
 
 /// A staged disk image, as a HEAD request sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StagedObject {
     /// Size in bytes.
     pub size: i64,
     /// SHA-256 from the object's metadata, lowercase hex.
     pub sha256: Option<String>,
+    /// SHA-256 of the image's raw contents (what an imported volume holds), from the metadata;
+    /// for a raw image the same as `sha256`.
+    pub raw_sha256: Option<String>,
+    /// The image's virtual size (its raw contents' length), from the metadata.
+    pub virtual_size: Option<i64>,
+}
+
+/// A lowercase SHA-256 hex digest, or nothing.
+fn digest(s: Option<&String>) -> Option<String> {
+    s.map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Where staging is, with the Secret's credentials resolved.
@@ -101,13 +112,28 @@ impl StagingApi for S3Staging {
     ) -> BoxFuture<'a, Result<Option<StagedObject>, Problem>> {
         Box::pin(async move {
             match store(login)?.head(key).await {
-                Ok(Some(o)) => Ok(Some(StagedObject {
-                    size: i64::try_from(o.size).unwrap_or(i64::MAX),
-                    sha256: o
-                        .sha256
-                        .map(|s| s.trim().to_ascii_lowercase())
-                        .filter(|s| s.len() == 64),
-                })),
+                Ok(Some(o)) => {
+                    let sha256 = digest(o.sha256.as_ref());
+                    let raw = o
+                        .metadata
+                        .get(crate::convert::META_FORMAT)
+                        .map(String::as_str)
+                        == Some(crate::convert::OutputFormat::Raw.as_str());
+                    let raw_sha256 = digest(o.metadata.get(crate::convert::META_RAW_SHA256))
+                        .or_else(|| sha256.clone().filter(|_| raw));
+                    let size = i64::try_from(o.size).unwrap_or(i64::MAX);
+                    let virtual_size = o
+                        .metadata
+                        .get(crate::convert::META_VIRTUAL_SIZE)
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                        .or_else(|| raw.then_some(size));
+                    Ok(Some(StagedObject {
+                        size,
+                        sha256,
+                        raw_sha256,
+                        virtual_size,
+                    }))
+                }
                 Ok(None) => Ok(None),
                 Err(e) => Err(s3_problem(&e)),
             }

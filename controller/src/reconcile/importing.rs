@@ -175,6 +175,7 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
     let eta = rate.filter(|r| *r > 0).map(|r| (total - done).max(0) / r);
     Record {
         source: None,
+        power_off: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,

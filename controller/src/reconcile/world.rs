@@ -1,13 +1,14 @@
 //! What several checkpoints read of the world alike: the target VirtualMachine (ours or not),
 //! its instance, and the keys of the staged objects.
 
-use ferry_crds::{VirtualMachineMigration, names};
+use ferry_crds::{PowerState, Reason, VirtualMachineMigration, names};
 use kube::ResourceExt;
 
 use super::checkpoint::Io;
 use crate::Result;
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::children::is_owned_by;
+use crate::problem::Problem;
 
 /// The KubeVirt VirtualMachine with the target name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,4 +119,34 @@ pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
         .and_then(|s| s.source.as_ref())
         .map_or(0, |s| s.disks.len());
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
+}
+
+/// The source VM's power state now, as vSphere reports it: looked at again before its disks are
+/// read and before the cutover. `Err` when vSphere or the credentials failed (classified).
+///
+/// # Errors
+/// Kubernetes API errors reading the credentials Secret.
+pub async fn source_power(io: Io<'_>) -> Result<std::result::Result<PowerState, Problem>> {
+    let Some(moref) = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+    else {
+        return Ok(Err(Problem::permanent(
+            Reason::VMNotFound,
+            "the source VM was never recorded; raise spec.retry to start over",
+        )));
+    };
+    let login = match super::credentials::source_login(io).await? {
+        Ok(l) => l,
+        Err(p) => return Ok(Err(p)),
+    };
+    Ok(io
+        .ctx
+        .source
+        .power(&login, &moref)
+        .await
+        .map(|(state, _tools)| state))
 }

@@ -8,11 +8,20 @@ pub enum Error {
     #[error("the lab did not become ready: {0}")]
     NotReady(String),
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("parsing {path}: {source}")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("running {what}: {source}")]
-    Spawn { what: String, source: std::io::Error },
+    Spawn {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("{what} failed: {detail}")]
     Command { what: String, detail: String },
     #[error("kubeconfig: {0}")]

@@ -99,8 +99,14 @@ pub(crate) struct Inventory {
 }
 
 pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let text = std::fs::read(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
-    serde_json::from_slice(&text).map_err(|source| Error::Parse { path: path.to_owned(), source })
+    let text = std::fs::read(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| Error::Parse {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl LabInfo {

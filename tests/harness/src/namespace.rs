@@ -15,7 +15,9 @@ pub struct TestNamespace {
 
 impl std::fmt::Debug for TestNamespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNamespace").field("name", &self.name).finish()
+        f.debug_struct("TestNamespace")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -31,8 +33,14 @@ impl TestNamespace {
             },
             ..Namespace::default()
         };
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
-        Ok(TestNamespace { name, client, kubeconfig: lab.info.kubeconfig.clone() })
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(TestNamespace {
+            name,
+            client,
+            kubeconfig: lab.info.kubeconfig.clone(),
+        })
     }
 
     /// A typed API in this namespace.
@@ -53,7 +61,13 @@ impl Drop for TestNamespace {
         let _ = std::process::Command::new(crate::repo_root().join("target/lab/bin/kubectl"))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();

@@ -17,8 +17,14 @@ impl ChildGuard {
         let child = cmd
             .stdin(Stdio::null())
             .spawn()
-            .map_err(|source| Error::Spawn { what: name.to_string(), source })?;
-        Ok(ChildGuard { name: name.to_string(), child: Some(child) })
+            .map_err(|source| Error::Spawn {
+                what: name.to_string(),
+                source,
+            })?;
+        Ok(ChildGuard {
+            name: name.to_string(),
+            child: Some(child),
+        })
     }
 
     /// The process id, while it runs.
@@ -37,7 +43,9 @@ impl ChildGuard {
     /// SIGTERM and wait for a clean exit; returns its exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         child.wait().ok()
     }
 

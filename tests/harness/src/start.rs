@@ -55,7 +55,10 @@ pub fn lab() -> &'static Lab {
 /// The repository root (the workspace directory).
 pub fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.ancestors().nth(2).map(Path::to_path_buf).unwrap_or_else(|| here.to_path_buf())
+    here.ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| here.to_path_buf())
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -74,10 +77,16 @@ impl Lab {
                     info.pid
                 )));
             }
-            return Ok(Lab { info, owned: Mutex::new(None) });
+            return Ok(Lab {
+                info,
+                owned: Mutex::new(None),
+            });
         }
         let base = repo_root().join("target/lab");
-        std::fs::create_dir_all(&base).map_err(|source| Error::Read { path: base.clone(), source })?;
+        std::fs::create_dir_all(&base).map_err(|source| Error::Read {
+            path: base.clone(),
+            source,
+        })?;
         let dir = base.join(format!("test-state-{}", std::process::id()));
         Lab::start(&dir, DEFAULT_VMS)
     }
@@ -99,9 +108,18 @@ impl Lab {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|source| Error::Spawn { what: bin.display().to_string(), source })?;
-        let stdin = child.stdin.take().ok_or_else(|| Error::NotReady("no stdin pipe".into()))?;
-        let stdout = child.stdout.take().ok_or_else(|| Error::NotReady("no stdout pipe".into()))?;
+            .map_err(|source| Error::Spawn {
+                what: bin.display().to_string(),
+                source,
+            })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| Error::NotReady("no stdin pipe".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::NotReady("no stdout pipe".into()))?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut ready_sent = false;
@@ -125,14 +143,24 @@ impl Lab {
         }
         tracing::info!(elapsed = ?started.elapsed(), dir = %state_dir.display(), "lab ready");
         let info = LabInfo::load(state_dir)?;
-        Ok(Lab { info, owned: Mutex::new(Some(OwnedProcess { child, _stdin: stdin })) })
+        Ok(Lab {
+            info,
+            owned: Mutex::new(Some(OwnedProcess {
+                child,
+                _stdin: stdin,
+            })),
+        })
     }
 
     /// Stops a lab this process started (SIGTERM, then waits), leaving its state directory for a
     /// later [`Lab::start`] on the same directory. A lab found through `FERRY_LAB_STATE` is
     /// left alone.
     pub fn stop(&self) -> Result<()> {
-        let taken = self.owned.lock().map_err(|_| Error::NotReady("lab lock poisoned".into()))?.take();
+        let taken = self
+            .owned
+            .lock()
+            .map_err(|_| Error::NotReady("lab lock poisoned".into()))?
+            .take();
         if let Some(mut owned) = taken {
             let pid = owned.child.id().to_string();
             let _ = Command::new("kill").args(["-TERM", &pid]).status();
@@ -144,7 +172,10 @@ impl Lab {
                 if Instant::now() > deadline {
                     let _ = owned.child.kill();
                     let _ = owned.child.wait();
-                    return Err(Error::Timeout { what: "the lab to stop".into(), secs: 60 });
+                    return Err(Error::Timeout {
+                        what: "the lab to stop".into(),
+                        secs: 60,
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -166,8 +197,8 @@ impl Lab {
 
     /// The lab's kubeconfig as a `kube::Config`.
     pub async fn config(&self, options: KubeConfigOptions) -> Result<kube::Config> {
-        let kubeconfig =
-            Kubeconfig::read_from(&self.info.kubeconfig).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        let kubeconfig = Kubeconfig::read_from(&self.info.kubeconfig)
+            .map_err(|e| Error::Kubeconfig(e.to_string()))?;
         kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string()))
@@ -186,7 +217,10 @@ impl Lab {
             .kubectl()
             .args(args)
             .output()
-            .map_err(|source| Error::Spawn { what: "kubectl".into(), source })?;
+            .map_err(|source| Error::Spawn {
+                what: "kubectl".into(),
+                source,
+            })?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
@@ -206,10 +240,18 @@ impl Lab {
     pub fn claim_vm(&self) -> Result<InventoryVm> {
         let vms = self.info.inventory()?;
         let claims = self.info.state_dir.join("claims");
-        std::fs::create_dir_all(&claims).map_err(|source| Error::Read { path: claims.clone(), source })?;
+        std::fs::create_dir_all(&claims).map_err(|source| Error::Read {
+            path: claims.clone(),
+            source,
+        })?;
         for vm in &vms {
             let marker = claims.join(&vm.name);
-            if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_ok() {
+            if std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&marker)
+                .is_ok()
+            {
                 return Ok(vm.clone());
             }
         }
@@ -225,6 +267,13 @@ fn build() -> Result<()> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .status()
-        .map_err(|source| Error::Spawn { what: "tests/lab/build.sh".into(), source })?;
-    if status.success() { Ok(()) } else { Err(Error::Build(status.to_string())) }
+        .map_err(|source| Error::Spawn {
+            what: "tests/lab/build.sh".into(),
+            source,
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::Build(status.to_string()))
+    }
 }

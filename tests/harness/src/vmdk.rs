@@ -21,7 +21,10 @@ pub fn put_vmdk(vm: &InventoryVm, scratch: &Path, size_mib: u64, seed: u64) -> R
         what: "put_vmdk".into(),
         detail: format!("VM {} has no disk in the inventory", vm.name),
     })?;
-    std::fs::create_dir_all(scratch).map_err(|source| Error::Read { path: scratch.to_owned(), source })?;
+    std::fs::create_dir_all(scratch).map_err(|source| Error::Read {
+        path: scratch.to_owned(),
+        source,
+    })?;
     let raw = scratch.join(format!("{}.raw", vm.name));
     write_pattern(&raw, size_mib, seed)?;
     let out = Command::new("qemu-img")
@@ -29,21 +32,31 @@ pub fn put_vmdk(vm: &InventoryVm, scratch: &Path, size_mib: u64, seed: u64) -> R
         .arg(&raw)
         .arg(&disk.local_path)
         .output()
-        .map_err(|source| Error::Spawn { what: "qemu-img (install qemu-utils)".into(), source })?;
+        .map_err(|source| Error::Spawn {
+            what: "qemu-img (install qemu-utils)".into(),
+            source,
+        })?;
     if !out.status.success() {
         return Err(Error::Command {
             what: "qemu-img convert".into(),
             detail: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
-    Ok(RealDisk { raw, vmdk: disk.local_path.clone(), size_bytes: size_mib * 1024 * 1024 })
+    Ok(RealDisk {
+        raw,
+        vmdk: disk.local_path.clone(),
+        size_bytes: size_mib * 1024 * 1024,
+    })
 }
 
 /// A xorshift stream: cheap, deterministic, and never long runs of zeros (which VMDK would
 /// store as sparse and so hide copy bugs). Every 4th MiB is left zero on purpose to exercise
 /// sparse handling too.
 fn write_pattern(path: &Path, size_mib: u64, seed: u64) -> Result<()> {
-    let map = |source| Error::Read { path: path.to_owned(), source };
+    let map = |source| Error::Read {
+        path: path.to_owned(),
+        source,
+    };
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(map)?);
     let mut x = seed | 1;
     let mut buf = vec![0u8; 1024 * 1024];

@@ -22,7 +22,10 @@ where
             return Ok(v);
         }
         if Instant::now() >= deadline {
-            return Err(Error::Timeout { what: what.to_string(), secs: timeout.as_secs() });
+            return Err(Error::Timeout {
+                what: what.to_string(),
+                secs: timeout.as_secs(),
+            });
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(500));
