@@ -67,6 +67,9 @@ enum Command {
     Run,
     /// Convert a VM's disks and stage them in S3 (what the conversion Job runs).
     Convert(Box<ferry_controller::convert::ConvertArgs>),
+    /// Check imported volumes against the staged images' checksums (what the verification Job
+    /// runs).
+    Verify(ferry_controller::verify::VerifyArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -137,6 +140,10 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Convert(args)) => {
             let code = ferry_controller::convert::run_to_exit_code(*args).await;
+            std::process::exit(code);
+        }
+        Some(Command::Verify(args)) => {
+            let code = ferry_controller::verify::run_to_exit_code(args).await;
             std::process::exit(code);
         }
         None | Some(Command::Run) => {

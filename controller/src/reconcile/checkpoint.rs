@@ -237,6 +237,8 @@ mod tests {
             credentials: Ok(None),
             secret_present: false,
             dvs: vec![],
+            verify: super::super::importing::Verification::default(),
+            block: vec![],
         };
         let val = || super::super::validating::Observed {
             vm: super::super::world::VmState::Absent,
