@@ -243,6 +243,7 @@ mod tests {
         let val = || super::super::validating::Observed {
             vm: super::super::world::VmState::Absent,
             vmi: super::super::world::VmiState::Absent,
+            trouble: None,
             leftovers: None,
         };
         use super::super::{creating_vm, importing, preparing, validating};

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 
 use super::checkpoint::Io;
 use crate::Result;
-use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::children::is_owned_by;
 use crate::problem::Problem;
 
@@ -36,6 +36,8 @@ pub enum VmiState {
     Present {
         /// VMI phase.
         phase: VmiPhase,
+        /// Condition `Ready` is `True` (KubeVirt: the guest runs and passed its readiness probe).
+        ready: bool,
         /// Condition `AgentConnected` is `True`.
         agent_connected: bool,
         /// KubeVirt's reason for the phase, if any.
@@ -98,16 +100,57 @@ pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
         .api::<VirtualMachineInstance>()
         .get_opt(&names::vm_name(io.vmm))
         .await?;
-    Ok(match vmi {
+    Ok(classify_vmi(vmi.as_ref()))
+}
+
+/// Classifies the VMI found under the target name (one being deleted counts as absent). Pure.
+pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>) -> VmiState {
+    match vmi {
         Some(v) if v.metadata.deletion_timestamp.is_none() => {
             let s = v.status.clone().unwrap_or_default();
             VmiState::Present {
                 phase: s.phase.unwrap_or_default(),
+                ready: s.condition_true("Ready"),
                 agent_connected: s.condition_true("AgentConnected"),
                 reason: s.reason.clone(),
             }
         }
         Some(_) | None => VmiState::Absent,
+    }
+}
+
+/// What KubeVirt says of the target VM and its instance, from one read of each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeVirtState {
+    /// The VirtualMachine.
+    pub vm: VmState,
+    /// Its instance.
+    pub vmi: VmiState,
+    /// A KubeVirt error state of ours (printableStatus or the VMI condition behind it).
+    pub trouble: Option<Trouble>,
+}
+
+/// Reads the target VM and its instance once and classifies them.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
+    let name = names::vm_name(io.vmm);
+    let vm = io.api::<VirtualMachine>().get_opt(&name).await?;
+    let vmi = io.api::<VirtualMachineInstance>().get_opt(&name).await?;
+    let vm_state = classify_vm(vm.as_ref(), io.vmm);
+    let live_vmi = vmi.as_ref().filter(|v| v.metadata.deletion_timestamp.is_none());
+    let trouble = match vm_state {
+        VmState::Ours { .. } => kubevirt::trouble(
+            vm.as_ref().and_then(|v| v.status.as_ref()),
+            live_vmi.and_then(|v| v.status.as_ref()),
+        ),
+        VmState::Absent | VmState::Foreign => None,
+    };
+    Ok(KubeVirtState {
+        vm: vm_state,
+        vmi: classify_vmi(vmi.as_ref()),
+        trouble,
     })
 }
 

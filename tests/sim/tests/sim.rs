@@ -294,20 +294,22 @@ async fn a_datavolume_imports_the_staged_object_with_observable_progress() {
     .unwrap();
 }
 
+/// CDI checks nothing of an S3 object (its `checksum` is for http sources): a staged object
+/// whose `sha256` metadata lies is imported all the same. The stand-in is no kinder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checksum_mismatch_fails_the_import() {
+async fn a_wrong_checksum_in_the_metadata_is_imported_all_the_same() {
     let w = World::new("sim-dv-sum", &["--speed", "10"]).await;
     w.s3_secret("s3").await;
-    let url = w
-        .stage("bad.img", &pattern(1 << 20, 3), Some(&"0".repeat(64)))
-        .await;
+    let bytes = pattern(1 << 20, 3);
+    let url = w.stage("bad.img", &bytes, Some(&"0".repeat(64))).await;
     let dvs = dyn_api(&w, &dv_resource());
     create(&dvs, datavolume("bad", &url, serde_json::json!({}))).await;
-    let dv = wait_for(&dvs, "bad", "DataVolume Failed", |d| phase(d) == "Failed").await;
-    let (status, reason, message) = condition(&json(&dv), "Running").unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "Error"));
-    assert!(message.contains("checksum mismatch"), "{message}");
-    assert!(!w.volume("bad").exists());
+    let dv = wait_for(&dvs, "bad", "DataVolume Succeeded", |d| {
+        phase(d) == "Succeeded" || phase(d) == "Failed"
+    })
+    .await;
+    assert_eq!(phase(&dv), "Succeeded");
+    assert_eq!(std::fs::read(w.volume("bad")).unwrap(), bytes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
