@@ -70,7 +70,12 @@ impl SourceApi for Source {
         _: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         // Tools never run here: the decision never asks the guest.
-        Box::pin(async { Err(Problem::permanent(Reason::PowerOffFailed, "ToolsUnavailable")) })
+        Box::pin(async {
+            Err(Problem::permanent(
+                Reason::PowerOffFailed,
+                "ToolsUnavailable",
+            ))
+        })
     }
 
     fn power_off<'a>(

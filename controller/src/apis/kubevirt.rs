@@ -214,7 +214,11 @@ pub struct Trouble {
     pub since: Option<k8s_openapi::jiff::Timestamp>,
 }
 
-fn false_condition<'a>(conds: &'a [KvCondition], type_: &str, reasons: &[&str]) -> Option<&'a KvCondition> {
+fn false_condition<'a>(
+    conds: &'a [KvCondition],
+    type_: &str,
+    reasons: &[&str],
+) -> Option<&'a KvCondition> {
     conds.iter().find(|c| {
         c.type_ == type_
             && c.status == "False"
@@ -232,7 +236,11 @@ pub fn trouble(
     let vm_conds = vm.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let unschedulable = false_condition(vmi_conds, "PodScheduled", &["Unschedulable"]);
     let pvc = false_condition(vmi_conds, "Synchronized", &["FailedPvcNotFound"]);
-    let pull = false_condition(vmi_conds, "Synchronized", &["ErrImagePull", "ImagePullBackOff"]);
+    let pull = false_condition(
+        vmi_conds,
+        "Synchronized",
+        &["ErrImagePull", "ImagePullBackOff"],
+    );
     let printable = vm
         .and_then(|s| s.printable_status.as_deref())
         .and_then(KvError::parse);
@@ -259,24 +267,28 @@ pub fn trouble(
         c.and_then(|c| c.message.clone())
             .filter(|m| !m.trim().is_empty())
     };
-    let message = said(cause).or_else(|| said(failure)).unwrap_or_else(|| match error {
-        KvError::CrashLoopBackOff => {
-            let f = vm.and_then(|s| s.start_failure.as_ref());
-            format!(
-                "the VirtualMachineInstance failed {} time(s) in a row{}",
-                f.map_or(1, |f| f.consecutive_fail_count.max(1)),
-                f.and_then(|f| f.retry_after_timestamp.as_deref())
-                    .map(|t| format!("; KubeVirt starts the next one after {t}"))
-                    .unwrap_or_default()
-            )
-        }
-        KvError::DataVolumeError => "a DataVolume of the VM failed".to_owned(),
-        other => other.as_str().to_owned(),
-    });
+    let message = said(cause)
+        .or_else(|| said(failure))
+        .unwrap_or_else(|| match error {
+            KvError::CrashLoopBackOff => {
+                let f = vm.and_then(|s| s.start_failure.as_ref());
+                format!(
+                    "the VirtualMachineInstance failed {} time(s) in a row{}",
+                    f.map_or(1, |f| f.consecutive_fail_count.max(1)),
+                    f.and_then(|f| f.retry_after_timestamp.as_deref())
+                        .map(|t| format!("; KubeVirt starts the next one after {t}"))
+                        .unwrap_or_default()
+                )
+            }
+            KvError::DataVolumeError => "a DataVolume of the VM failed".to_owned(),
+            other => other.as_str().to_owned(),
+        });
     Some(Trouble {
         error,
         message,
-        since: cause.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0),
+        since: cause
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
     })
 }
 
@@ -324,8 +336,10 @@ mod tests {
         let vmi = |conds: serde_json::Value| -> VirtualMachineInstanceStatus {
             serde_json::from_value(json!({"phase": "Scheduling", "conditions": conds})).unwrap()
         };
-        let unsched = vmi(json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": "0/3 nodes are available: 3 Insufficient memory.", "lastTransitionTime": "2026-01-01T00:00:05Z"}]));
+        let unsched = vmi(
+            json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient memory.", "lastTransitionTime": "2026-01-01T00:00:05Z"}]),
+        );
         let t = trouble(Some(&vm("ErrorUnschedulable", json!({}))), Some(&unsched)).unwrap();
         assert_eq!(t.error, KvError::ErrorUnschedulable);
         assert_eq!(t.message, "0/3 nodes are available: 3 Insufficient memory.");
@@ -335,12 +349,17 @@ mod tests {
             trouble(Some(&vm("Starting", json!({}))), Some(&unsched)).map(|t| t.error),
             Some(KvError::ErrorUnschedulable)
         );
-        let pvc = vmi(json!([{"type": "Synchronized", "status": "False", "reason": "FailedPvcNotFound",
-            "message": "PVC ns/d does not exist, waiting for it to appear"}]));
+        let pvc = vmi(
+            json!([{"type": "Synchronized", "status": "False", "reason": "FailedPvcNotFound",
+            "message": "PVC ns/d does not exist, waiting for it to appear"}]),
+        );
         let t = trouble(Some(&vm("ErrorPvcNotFound", json!({}))), Some(&pvc)).unwrap();
         assert_eq!(
             (t.error, t.message.as_str()),
-            (KvError::ErrorPvcNotFound, "PVC ns/d does not exist, waiting for it to appear")
+            (
+                KvError::ErrorPvcNotFound,
+                "PVC ns/d does not exist, waiting for it to appear"
+            )
         );
         let crash = vm(
             "CrashLoopBackOff",
@@ -348,7 +367,11 @@ mod tests {
         );
         let t = trouble(Some(&crash), None).unwrap();
         assert_eq!(t.error, KvError::CrashLoopBackOff);
-        assert!(t.message.contains("failed 3 time(s)") && t.message.contains("00:01:00"), "{}", t.message);
+        assert!(
+            t.message.contains("failed 3 time(s)") && t.message.contains("00:01:00"),
+            "{}",
+            t.message
+        );
         let dv = vm(
             "DataVolumeError",
             json!({"conditions": [{"type": "Failure", "status": "True", "reason": "FailedDataVolumeImport",
@@ -356,15 +379,30 @@ mod tests {
         );
         assert_eq!(
             trouble(Some(&dv), None).map(|t| (t.error, t.message)),
-            Some((KvError::DataVolumeError, "DataVolume d is in Failed phase".to_owned()))
+            Some((
+                KvError::DataVolumeError,
+                "DataVolume d is in Failed phase".to_owned()
+            ))
         );
-        let pull = vmi(json!([{"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": "pull failed"}]));
+        let pull = vmi(
+            json!([{"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": "pull failed"}]),
+        );
         assert_eq!(
             trouble(None, Some(&pull)).map(|t| t.error),
             Some(KvError::ErrImagePull)
         );
-        for fine in ["Running", "Starting", "Stopped", "Provisioning", "WaitingForVolumeBinding"] {
-            assert_eq!(trouble(Some(&vm(fine, json!({}))), Some(&vmi(json!([])))), None, "{fine}");
+        for fine in [
+            "Running",
+            "Starting",
+            "Stopped",
+            "Provisioning",
+            "WaitingForVolumeBinding",
+        ] {
+            assert_eq!(
+                trouble(Some(&vm(fine, json!({}))), Some(&vmi(json!([])))),
+                None,
+                "{fine}"
+            );
         }
     }
 

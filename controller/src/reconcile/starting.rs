@@ -110,11 +110,7 @@ pub fn reason_of(e: KvError) -> Reason {
 /// What to do about a KubeVirt error state in the scope's phase: fail once it lasted the grace
 /// (from when KubeVirt's condition changed, or the phase began, whichever is later), else wait
 /// just past it. Pure.
-pub fn on_trouble<W, A>(
-    scope: &Scope<W>,
-    t: &Trouble,
-    marks: ConditionType,
-) -> Outcome<A> {
+pub fn on_trouble<W, A>(scope: &Scope<W>, t: &Trouble, marks: ConditionType) -> Outcome<A> {
     let entered = scope.phase_entered();
     let since = match (t.since, entered) {
         (Some(a), Some(b)) => Some(a.max(b)),
@@ -127,11 +123,15 @@ pub fn on_trouble<W, A>(
     let what = format!("KubeVirt reports {}: {}", t.error.as_str(), t.message);
     if lasted >= grace {
         let advice = match t.error {
-            KvError::ErrorUnschedulable => "free capacity (or fix the VM's requests), then raise spec.retry",
+            KvError::ErrorUnschedulable => {
+                "free capacity (or fix the VM's requests), then raise spec.retry"
+            }
             KvError::ErrorPvcNotFound | KvError::DataVolumeError => {
                 "the imported volume is gone or broken; raise spec.retry after fixing it"
             }
-            KvError::CrashLoopBackOff => "see the VirtualMachineInstance's events; raise spec.retry",
+            KvError::CrashLoopBackOff => {
+                "see the VirtualMachineInstance's events; raise spec.retry"
+            }
             KvError::ErrImagePull | KvError::ImagePullBackOff => {
                 "KubeVirt's virt-launcher image cannot be pulled; fix the registry, then raise spec.retry"
             }

@@ -553,11 +553,7 @@ mod tests {
         ];
         for (name, strategy, readiness, vmi, want) in cases {
             let o = outcome(strategy, readiness, ours(), vmi, None, Ok(false), 5);
-            let c = o
-                .conditions
-                .iter()
-                .find(|c| c.type_ == GuestReady)
-                .unwrap();
+            let c = o.conditions.iter().find(|c| c.type_ == GuestReady).unwrap();
             match want {
                 Some(r) => {
                     assert_eq!((c.status, c.reason), (True, r), "{name}");
@@ -570,7 +566,11 @@ mod tests {
                     );
                 }
                 None => {
-                    assert_eq!((c.status, c.reason), (Unknown, Reason::InProgress), "{name}");
+                    assert_eq!(
+                        (c.status, c.reason),
+                        (Unknown, Reason::InProgress),
+                        "{name}"
+                    );
                     assert!(matches!(o.step, Step::Wait { .. }), "{name}");
                 }
             }

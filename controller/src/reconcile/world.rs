@@ -139,7 +139,9 @@ pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
     let vm = io.api::<VirtualMachine>().get_opt(&name).await?;
     let vmi = io.api::<VirtualMachineInstance>().get_opt(&name).await?;
     let vm_state = classify_vm(vm.as_ref(), io.vmm);
-    let live_vmi = vmi.as_ref().filter(|v| v.metadata.deletion_timestamp.is_none());
+    let live_vmi = vmi
+        .as_ref()
+        .filter(|v| v.metadata.deletion_timestamp.is_none());
     let trouble = match vm_state {
         VmState::Ours { .. } => kubevirt::trouble(
             vm.as_ref().and_then(|v| v.status.as_ref()),

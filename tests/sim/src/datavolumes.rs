@@ -110,7 +110,9 @@ pub enum Stage {
     Pending,
     /// The claim's class binds on first consumer and no pod uses it yet (CDI's
     /// `WaitForFirstConsumer`, or `PendingPopulation` with populators).
-    AwaitingConsumer { populator: bool },
+    AwaitingConsumer {
+        populator: bool,
+    },
     /// Claim bound, importer pod not running yet.
     Scheduled,
     /// The importer pod cannot start (e.g. `CreateContainerConfigError`: its Secret is missing).

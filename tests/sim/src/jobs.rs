@@ -28,9 +28,9 @@ use tracing::{debug, info, warn};
 use crate::faults::Step;
 use crate::migration::{Child, Faults};
 use crate::process::{self, PodFacts, Sources};
-use crate::{pods, storage};
 use crate::sim::Sim;
 use crate::{Error, Result, clock};
+use crate::{pods, storage};
 
 /// What the sim makes of a Job it observes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,10 +100,20 @@ pub fn failure_backoff(failed: i32) -> Duration {
 /// simulated). Pure.
 pub fn fail_job_rule(job: &Job, exit: &Exit) -> Option<usize> {
     let code = exit.code.filter(|c| *c != 0)?;
-    let rules = job.spec.as_ref()?.pod_failure_policy.as_ref()?.rules.clone();
+    let rules = job
+        .spec
+        .as_ref()?
+        .pod_failure_policy
+        .as_ref()?
+        .rules
+        .clone();
     for (i, r) in rules.iter().enumerate() {
         let Some(on) = &r.on_exit_codes else { continue };
-        if on.container_name.as_deref().is_some_and(|c| c != exit.container) {
+        if on
+            .container_name
+            .as_deref()
+            .is_some_and(|c| c != exit.container)
+        {
             continue;
         }
         let listed = on.values.contains(&code);
@@ -477,7 +487,11 @@ async fn pod_status(ctx: &Ctx, pod: &Pod, status: &PodStatus) -> Result<()> {
     let patch = serde_json::json!({"status": status});
     ctx.sim
         .api::<Pod>(&pod.namespace().unwrap_or_default())
-        .patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await?;
     Ok(())
 }
@@ -505,15 +519,9 @@ async fn claims_bound(ctx: &Ctx, job: &Job, pod: &Pod, container: &Container) ->
                 continue;
             }
             let spec = pvc.spec.clone().unwrap_or_default();
-            let selected = pvc
-                .annotations()
-                .contains_key(storage::SELECTED_NODE);
-            let binding = storage::claim_binding(
-                sim,
-                spec.storage_class_name.as_deref(),
-                false,
-            )
-            .await?;
+            let selected = pvc.annotations().contains_key(storage::SELECTED_NODE);
+            let binding =
+                storage::claim_binding(sim, spec.storage_class_name.as_deref(), false).await?;
             if !selected && matches!(binding, storage::Binding::FirstConsumer { .. }) {
                 let patch = serde_json::json!({"metadata": {"annotations": {
                     storage::SELECTED_NODE: sim.settings.node_name,
@@ -679,9 +687,9 @@ async fn run_pod(
     };
     let status = status.map_err(|e| Error::io(&program, e))?;
     // A process killed by a signal reads as the shell would report it: 128 + the signal.
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0));
+    let code = status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    });
     let message = if status.success() {
         String::new()
     } else {
@@ -701,8 +709,6 @@ async fn run_pod(
     .await?;
     Ok(Some(exit(status.success(), false, message, Some(code))))
 }
-
-
 
 #[cfg(test)]
 mod tests {
@@ -777,7 +783,11 @@ mod tests {
             ..fail(false)
         };
         assert_eq!(fail_job_rule(&j, &exit(3, "c")), Some(1));
-        assert_eq!(fail_job_rule(&j, &exit(4, "c")), None, "the first matching rule decides");
+        assert_eq!(
+            fail_job_rule(&j, &exit(4, "c")),
+            None,
+            "the first matching rule decides"
+        );
         assert_eq!(fail_job_rule(&j, &exit(3, "other")), None);
         assert_eq!(fail_job_rule(&j, &exit(1, "c")), None);
         assert_eq!(fail_job_rule(&j, &ok()), None);

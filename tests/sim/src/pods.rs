@@ -425,7 +425,10 @@ mod tests {
         let (spec, c) = spec();
         let m = plan(&spec, &c, "ns", &Volumes::new("/v"), Path::new("/r")).unwrap();
         let cases = [
-            ("/var/run/ferry/disk-0/disk.img", "/r/var/run/ferry/disk-0/disk.img"),
+            (
+                "/var/run/ferry/disk-0/disk.img",
+                "/r/var/run/ferry/disk-0/disk.img",
+            ),
             (
                 "0=/var/run/ferry/disk-0/disk.img=67108864=ab",
                 "0=/r/var/run/ferry/disk-0/disk.img=67108864=ab",
@@ -449,7 +452,10 @@ mod tests {
         let msg = termination_message(&log, true, Some("FallbackToLogsOnError")).unwrap();
         assert_eq!(msg.lines().count(), 80);
         assert!(msg.ends_with("line 99"));
-        assert_eq!(termination_message(&log, false, Some("FallbackToLogsOnError")), None);
+        assert_eq!(
+            termination_message(&log, false, Some("FallbackToLogsOnError")),
+            None
+        );
         assert_eq!(termination_message(&log, true, Some("File")), None);
         assert_eq!(termination_message(&log, true, None), None);
         let long = "x".repeat(5000);

@@ -30,7 +30,9 @@ pub enum Binding {
 /// The class a claim uses: the one it names, else the default class (none without either). Pure.
 pub fn class_of<'a>(named: Option<&str>, classes: &'a [StorageClass]) -> Option<&'a StorageClass> {
     match named {
-        Some(n) => classes.iter().find(|c| c.metadata.name.as_deref() == Some(n)),
+        Some(n) => classes
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(n)),
         None => classes.iter().find(|c| {
             c.metadata
                 .annotations
@@ -119,7 +121,10 @@ mod tests {
             Binding::Immediate,
             "the default class binds at once"
         );
-        assert_eq!(binding(class_of(Some("gone"), &classes), &csi, false), Binding::Immediate);
+        assert_eq!(
+            binding(class_of(Some("gone"), &classes), &csi, false),
+            Binding::Immediate
+        );
         let wffc_default = [class("local", "WaitForFirstConsumer", true)];
         assert_eq!(
             binding(class_of(None, &wffc_default), &[], false),
