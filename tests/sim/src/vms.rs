@@ -157,14 +157,13 @@ pub fn check_volumes(
     let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
     for v in &vmi.spec.volumes {
         let Some(claim) = v.claim() else { continue };
-        if vols.has_image(ns, claim) {
-            continue;
+        // KubeVirt looks for the claim first: a volume file without its claim is no volume.
+        if !claim_exists(claim) {
+            return VolumeCheck::MissingClaim(claim.to_string());
         }
-        return if claim_exists(claim) {
-            VolumeCheck::NotImported(claim.to_string())
-        } else {
-            VolumeCheck::MissingClaim(claim.to_string())
-        };
+        if !vols.has_image(ns, claim) {
+            return VolumeCheck::NotImported(claim.to_string());
+        }
     }
     VolumeCheck::Ready
 }
