@@ -274,6 +274,8 @@ async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
     env.start_sim();
     env.start_controller();
     let mut vmm = env.migration("silent");
+    // The default readiness (Running) needs no agent: this migration asks for one.
+    vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
     vmm.metadata.annotations = Some(BTreeMap::from([(
         FAULT.to_owned(),
         "agent=permanent".to_owned(),

@@ -333,13 +333,14 @@ pub struct DiscoveredSource {
     /// vSphere guest OS identifier, e.g. otherLinux64Guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_id: Option<String>,
-    /// The guest's OS family: from what VMware Tools report, else from the guest OS identifier.
+    /// The guest's OS family: from what running VMware Tools report, else from the guest OS
+    /// identifier (as first read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_os_family: Option<GuestOsFamily>,
     /// The guest OS as vSphere names it, e.g. "Red Hat Enterprise Linux 9 (64-bit)".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_full_name: Option<String>,
-    /// Whether VMware Tools ran in the guest when it was read.
+    /// Whether VMware Tools ran in the guest when it was first read (before ferry powered it off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmware_tools: Option<ToolsState>,
     /// Firmware: bios or efi.

@@ -145,12 +145,17 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
     }))
 }
 
-/// The discovered source to record: as read now, but with the power state found the first
-/// time (after our own power-off, "now" is always poweredOff). Pure.
+/// The discovered source to record: as read now, but with the power state and VMware Tools
+/// state found the first time (after our own power-off, "now" is always poweredOff, Tools not
+/// running). Pure.
 fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
     let mut source = facts.vm.clone();
     if let Some(original) = scope.original_power() {
         source.power_state = Some(original);
+        if let Some(first) = scope.source() {
+            source.vmware_tools = first.vmware_tools.or(source.vmware_tools);
+            source.guest_os_family = first.guest_os_family.or(source.guest_os_family);
+        }
     }
     let disks = source
         .disks
@@ -832,5 +837,23 @@ mod tests {
             assert_eq!((v.status, v.reason), (True, Reason::Validated));
             assert!(v.message.contains(says), "{} lacks {says}", v.message);
         }
+    }
+
+    #[test]
+    fn the_tools_state_found_first_is_kept_after_our_own_shutdown() {
+        let mut vmm = recorded(PowerState::PoweredOn);
+        if let Some(src) = vmm.status.as_mut().and_then(|s| s.source.as_mut()) {
+            src.vmware_tools = Some(ToolsState::Running);
+        }
+        let o = decide(&scope(
+            vmm,
+            Ok(with_tools(PowerState::PoweredOff, ToolsState::NotRunning)),
+            0,
+        ));
+        let src = o.record.source.unwrap();
+        assert_eq!(
+            (src.power_state, src.vmware_tools),
+            (Some(PowerState::PoweredOn), Some(ToolsState::Running))
+        );
     }
 }

@@ -301,16 +301,19 @@ impl Session {
             }
         }
         let guest_id = p.guest_id.unwrap_or_default();
+        let tools = inventory::tools(p.tools_running.as_deref(), p.tools_status.as_ref());
+        // guest.guestFamily is what running Tools report; without them it is stale or a guess.
+        let reported_family = p.guest_family.filter(|_| tools == ToolsState::Running);
         Ok(Some(VmInfo {
             moref: p.id.value,
             name: p.name.unwrap_or_default(),
             uuid: p.uuid.unwrap_or_default(),
             instance_uuid: p.instance_uuid.unwrap_or_default(),
             power_state,
-            guest_family: inventory::guest_family(p.guest_family.as_deref(), &guest_id),
+            guest_family: inventory::guest_family(reported_family.as_deref(), &guest_id),
             guest_id,
             guest_full_name: p.guest_full_name.unwrap_or_default(),
-            tools: inventory::tools(p.tools_running.as_deref(), p.tools_status.as_ref()),
+            tools,
             firmware: inventory::firmware(p.firmware.as_deref()),
             secure_boot: p.secure_boot.unwrap_or(false),
             num_cpu: p.num_cpu.unwrap_or_default().max(0) as u32,

@@ -942,7 +942,10 @@ async fn remove_storage_class(w: &World, name: &str) {
         .delete(name, &DeleteParams::default())
         .await;
     let _ = Api::<CSIDriver>::all(w.client())
-        .delete(&format!("{name}.sim.ferry.example"), &DeleteParams::default())
+        .delete(
+            &format!("{name}.sim.ferry.example"),
+            &DeleteParams::default(),
+        )
         .await;
 }
 
@@ -972,7 +975,11 @@ async fn a_claim_on_a_first_consumer_class_is_imported_once_a_pod_uses_it() {
             Some("Bound"),
             "{waiting_phase}: no consumer, no binding"
         );
-        assert!(!claim.annotations().contains_key("volume.kubernetes.io/selected-node"));
+        assert!(
+            !claim
+                .annotations()
+                .contains_key("volume.kubernetes.io/selected-node")
+        );
         assert!(!w.volume(&dv).exists());
         assert_eq!(phase(&waiting), waiting_phase);
 
@@ -983,10 +990,16 @@ async fn a_claim_on_a_first_consumer_class_is_imported_once_a_pod_uses_it() {
         )
         .await
         .unwrap();
-        wait_for(&dvs, &dv, "DataVolume Succeeded", |d| phase(d) == "Succeeded").await;
+        wait_for(&dvs, &dv, "DataVolume Succeeded", |d| {
+            phase(d) == "Succeeded"
+        })
+        .await;
         let claim = pvcs.get(&dv).await.unwrap();
         assert_eq!(
-            claim.annotations().get("volume.kubernetes.io/selected-node").map(String::as_str),
+            claim
+                .annotations()
+                .get("volume.kubernetes.io/selected-node")
+                .map(String::as_str),
             Some("sim-node"),
             "the consumer's node was selected"
         );
@@ -1030,7 +1043,10 @@ async fn a_vm_on_a_failed_datavolume_reports_datavolume_error() {
         }),
     )
     .await;
-    wait_for(&dvs, "broken", "DataVolume Failed", |d| phase(d) == "Failed").await;
+    wait_for(&dvs, "broken", "DataVolume Failed", |d| {
+        phase(d) == "Failed"
+    })
+    .await;
     let vms = dyn_api(&w, &vm_resource());
     create(
         &vms,
@@ -1043,6 +1059,9 @@ async fn a_vm_on_a_failed_datavolume_reports_datavolume_error() {
     .await;
     let vmis = dyn_api(&w, &vmi_resource());
     let vmi = wait_for(&vmis, "vm-broken", "a VMI", |_| true).await;
-    let p = json(&vmi)["status"]["phase"].as_str().unwrap_or("").to_string();
+    let p = json(&vmi)["status"]["phase"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     assert!(p.is_empty() || p == "Pending", "the VMI waits: {p}");
 }
