@@ -25,6 +25,7 @@ pub mod reconcile;
 pub mod run;
 pub mod staging;
 pub mod tls;
+pub mod verify;
 pub mod vsphere;
 pub mod wave;
 

@@ -56,6 +56,10 @@ struct Cli {
     /// Cap on the conversion Job's work volume in bytes (0: what the disks need at worst).
     #[arg(long, default_value_t = 0)]
     converter_scratch_max: u64,
+    /// How long a KubeVirt error state (ErrorUnschedulable, CrashLoopBackOff, ...) may last
+    /// before the migration fails with it.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    kubevirt_error_grace: Duration,
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
@@ -125,6 +129,9 @@ enum Command {
     Run,
     /// Convert a VM's disks and stage them in S3 (what the conversion Job runs).
     Convert(Box<ferry_controller::convert::ConvertArgs>),
+    /// Check imported volumes against the staged images' checksums (what the verification Job
+    /// runs).
+    Verify(ferry_controller::verify::VerifyArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -196,6 +203,10 @@ async fn main() -> anyhow::Result<()> {
             let code = ferry_controller::convert::run_to_exit_code(*args).await;
             std::process::exit(code);
         }
+        Some(Command::Verify(args)) => {
+            let code = ferry_controller::verify::run_to_exit_code(args).await;
+            std::process::exit(code);
+        }
         None | Some(Command::Run) => {
             let opts = RunOptions {
                 namespace: cli.namespace.clone(),
@@ -211,6 +222,7 @@ async fn main() -> anyhow::Result<()> {
                     agent_timeout: cli.agent_timeout,
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
                     converter_scratch_max: Some(cli.converter_scratch_max).filter(|r| *r > 0),
+                    kubevirt_error_grace: cli.kubevirt_error_grace,
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

@@ -29,6 +29,13 @@ pub struct Policy {
     /// Cap on the conversion Job's work volume (`sizeLimit`), bytes; `None`: what the disks may
     /// need at worst. A disk whose qcow2 copy cannot fit fails at once, naming the sizes.
     pub converter_scratch_max: Option<u64>,
+    /// How often the source is looked at while its guest shuts down (vSphere sends no events
+    /// ferry watches).
+    pub source_poll: Duration,
+    /// How long a KubeVirt error state (printableStatus ErrorUnschedulable, ErrorPvcNotFound,
+    /// DataVolumeError, CrashLoopBackOff, ErrImagePull, ImagePullBackOff) may last in Starting or
+    /// Validating before the migration fails with it (a node may free up meanwhile).
+    pub kubevirt_error_grace: Duration,
 }
 
 impl Default for Policy {
@@ -44,6 +51,8 @@ impl Default for Policy {
             progress_requeue: Duration::from_secs(3),
             converter_read_limit: None,
             converter_scratch_max: None,
+            source_poll: Duration::from_secs(5),
+            kubevirt_error_grace: Duration::from_secs(20),
         }
     }
 }

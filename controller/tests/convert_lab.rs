@@ -67,6 +67,13 @@ async fn power_off(vm: &InventoryVm) {
     let _ = s.logout().await;
 }
 
+/// A claimed lab VM, powered off: the converter reads only the disks of a VM that is off.
+async fn claimed_off() -> InventoryVm {
+    let vm = lab().claim_vm().unwrap();
+    power_off(&vm).await;
+    vm
+}
+
 fn staging() -> Staging {
     let s3 = &lab().info.s3;
     Staging::new(StagingConfig {
@@ -97,7 +104,7 @@ fn is_empty_dir(dir: &Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
-    let vm = lab().claim_vm().unwrap();
+    let vm = claimed_off().await;
     let dir = scratch("convert-raw");
     let disk = ferry_harness::put_vmdk(&vm, &dir, 64, 42).unwrap();
     let expected = dir.join("expected.raw");
@@ -177,7 +184,7 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn qcow2_output_converts_back_to_the_original_bytes() {
-    let vm = lab().claim_vm().unwrap();
+    let vm = claimed_off().await;
     let dir = scratch("convert-qcow2");
     let disk = ferry_harness::put_vmdk(&vm, &dir, 16, 9).unwrap();
     let key = format!("{}/disk-0.qcow2", prefix("qcow2"));
@@ -211,13 +218,22 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
         back.to_str().unwrap(),
     ]);
     assert!(std::fs::read(&back).unwrap() == std::fs::read(&disk.raw).unwrap());
+    // What the verification compares the imported (raw) volume with: the raw contents' SHA-256.
+    let raw_sum = sha256_file(&disk.raw).await.unwrap();
+    assert_eq!(report.disks[0].raw_sha256.as_deref(), Some(raw_sum.as_str()));
+    let record = st.record(&key).await.unwrap().unwrap();
+    assert_eq!(
+        record.raw_contents_sha256(),
+        Some(raw_sum),
+        "recorded with the staged image"
+    );
     st.delete_prefix(&prefix("qcow2")).await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_exit_permanent_or_transient() {
-    let vm = lab().claim_vm().unwrap();
+    let vm = claimed_off().await;
     let dir = scratch("convert-fail");
     let work = dir.join("work");
     let spec = DiskSpec {
@@ -289,7 +305,7 @@ async fn failures_exit_permanent_or_transient() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
-    let vm = lab().claim_vm().unwrap();
+    let vm = claimed_off().await;
     let dir = scratch("convert-descriptor");
     // What ESXi keeps on a datastore: a text descriptor beside the data in "-flat.vmdk".
     let descriptor = &vm.disks[0].local_path;
@@ -340,7 +356,7 @@ async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros() {
     // vcsim's own disks are a 10 GiB descriptor over an empty flat file.
-    let vm = lab().claim_vm().unwrap();
+    let vm = claimed_off().await;
     let dir = scratch("convert-short");
     let spec = DiskSpec {
         index: Some(0),
@@ -433,6 +449,11 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
             d.sent,
             std::fs::metadata(&staged).unwrap().len(),
             "{name}: sent once"
+        );
+        assert_eq!(
+            d.raw_sha256,
+            Some(sha256_file(&expected).await.unwrap()),
+            "{name}: the raw contents' checksum, which the verification Job compares"
         );
         let back = dir.join("back.raw");
         to_raw(&staged, &back);
@@ -622,5 +643,30 @@ async fn a_converter_killed_mid_upload_leaves_no_complete_looking_object_and_a_r
     assert_eq!(rec.state, RecordState::Staged);
     assert_eq!(rec.upload_id, None);
     st.delete_prefix(&prefix("sigkill")).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The converter looks at the source's power before reading a disk: a VM that is on (someone
+/// started it again) is refused, permanently, and nothing is staged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_powered_on_source_is_refused_before_its_disks_are_read() {
+    let vm = lab().claim_vm().unwrap();
+    assert_eq!(vm.power_state, "poweredOn", "lab VMs start powered on");
+    let dir = scratch("convert-on");
+    ferry_harness::put_vmdk(&vm, &dir, 4, 7).unwrap();
+    let work = dir.join("work");
+    let spec = DiskSpec {
+        index: Some(0),
+        datastore_path: vm.disks[0].datastore_path.clone(),
+        key: format!("{}/disk-0.raw", prefix("on")),
+    };
+    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &work))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "SourcePoweredOn", "{err}");
+    assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
+    assert!(err.to_string().contains(&vm.moref), "{err}");
+    assert_eq!(staging().list(&prefix("on")).await.unwrap(), vec![]);
+    assert!(is_empty_dir(&work));
     std::fs::remove_dir_all(&dir).unwrap();
 }

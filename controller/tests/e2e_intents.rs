@@ -184,13 +184,16 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
         "no second conversion: {phases:?}"
     );
     env.wait_event("broken", "RetryRequested").await;
+    let mut jobs: Vec<String> = creations
+        .names()
+        .into_iter()
+        .filter(|n| n.starts_with("Job/"))
+        .collect();
+    jobs.sort();
     assert_eq!(
-        creations
-            .names()
-            .iter()
-            .filter(|n| n.starts_with("Job/"))
-            .count(),
-        1
+        jobs,
+        vec!["Job/broken-convert".to_owned(), "Job/broken-verify".to_owned()],
+        "one conversion, one verification of the second import"
     );
     let dups = creations.duplicates();
     assert_eq!(
@@ -274,6 +277,8 @@ async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
     env.start_sim();
     env.start_controller();
     let mut vmm = env.migration("silent");
+    // The default readiness (Running) needs no agent: this migration asks for one.
+    vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
     vmm.metadata.annotations = Some(BTreeMap::from([(
         FAULT.to_owned(),
         "agent=permanent".to_owned(),

@@ -17,7 +17,8 @@ use ferry_controller::ports::{
 use ferry_controller::problem::Problem;
 use ferry_controller::reconcile;
 use ferry_crds::{
-    DiscoveredDisk, DiscoveredSource, Phase, PowerState, Reason, VirtualMachineMigration, VmLookup,
+    DiscoveredDisk, DiscoveredSource, Phase, PowerState, Reason, ToolsState,
+    VirtualMachineMigration, VmLookup,
 };
 use futures::future::BoxFuture;
 
@@ -49,6 +50,32 @@ impl SourceApi for Source {
             layout_problems: vec![],
         });
         Box::pin(async move { found })
+    }
+
+    fn power<'a>(
+        &'a self,
+        _: &'a SourceLogin,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<(PowerState, ToolsState), Problem>> {
+        let r = self
+            .found
+            .clone()
+            .map(|power| (power, ToolsState::NotInstalled));
+        Box::pin(async move { r })
+    }
+
+    fn shutdown_guest<'a>(
+        &'a self,
+        _: &'a SourceLogin,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
+        // Tools never run here: the decision never asks the guest.
+        Box::pin(async {
+            Err(Problem::permanent(
+                Reason::PowerOffFailed,
+                "ToolsUnavailable",
+            ))
+        })
     }
 
     fn power_off<'a>(

@@ -25,7 +25,7 @@ pub enum ConditionType {
     VMCreated,
     /// The VirtualMachineInstance was observed `Running`.
     VMStarted,
-    /// The guest booted and its agent connected.
+    /// The guest passed the readiness check of spec.target.readiness (the reason says which).
     GuestReady,
     /// The whole migration is done.
     Ready,
@@ -183,7 +183,8 @@ pub enum Reason {
     Validated,
     /// The VM's disks cannot be migrated (e.g. RDM, independent or shared disks, snapshots).
     UnsupportedDiskLayout,
-    /// The VM is powered on and spec.source.powerOff is false.
+    /// The VM is powered on and spec.source.powerOff is false, or someone powered it on while
+    /// its disks were copied or before the cutover (the copy may be stale).
     SourcePoweredOn,
     /// Powering the source VM off failed.
     PowerOffFailed,
@@ -198,7 +199,8 @@ pub enum Reason {
     StagingUnavailable,
     /// The bucket in spec.staging.bucket does not exist.
     BucketNotFound,
-    /// A staged object's checksum differs from the one recorded.
+    /// A staged object's checksum differs from the one recorded, or an imported volume's bytes
+    /// differ from the staged image's (found by the verification Job).
     ChecksumMismatch,
     // --- DiskImported (Importing) ---
     /// Every DataVolume reached `Succeeded`.
@@ -218,6 +220,22 @@ pub enum Reason {
     GuestAgentConnected,
     /// The guest agent did not connect in time.
     GuestAgentTimeout,
+    /// KubeVirt cannot schedule the VM's pod (VM printableStatus `ErrorUnschedulable`).
+    ErrorUnschedulable,
+    /// A claim of the VM is missing (VM printableStatus `ErrorPvcNotFound`).
+    ErrorPvcNotFound,
+    /// A DataVolume of the VM failed (VM printableStatus `DataVolumeError`).
+    DataVolumeError,
+    /// The VM's instance keeps failing and KubeVirt backs off (printableStatus `CrashLoopBackOff`).
+    CrashLoopBackOff,
+    /// The VM's pod image cannot be pulled (printableStatus `ErrImagePull`).
+    ErrImagePull,
+    /// KubeVirt backs off pulling the VM's pod image (printableStatus `ImagePullBackOff`).
+    ImagePullBackOff,
+    /// The VirtualMachineInstance is `Running` and `Ready` (readiness `Running`).
+    VMReady,
+    /// Nothing about the guest was checked (readiness `None`).
+    NotChecked,
     // --- Ready ---
     /// The migration succeeded.
     Succeeded,
@@ -229,7 +247,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 35] = [
+    pub const ALL: [Reason; 43] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -262,6 +280,14 @@ impl Reason {
         Reason::VMStartFailed,
         Reason::GuestAgentConnected,
         Reason::GuestAgentTimeout,
+        Reason::ErrorUnschedulable,
+        Reason::ErrorPvcNotFound,
+        Reason::DataVolumeError,
+        Reason::CrashLoopBackOff,
+        Reason::ErrImagePull,
+        Reason::ImagePullBackOff,
+        Reason::VMReady,
+        Reason::NotChecked,
         Reason::Succeeded,
         Reason::Failed,
         Reason::Cancelled,
@@ -302,6 +328,14 @@ impl Reason {
             Reason::VMStartFailed => "VMStartFailed",
             Reason::GuestAgentConnected => "GuestAgentConnected",
             Reason::GuestAgentTimeout => "GuestAgentTimeout",
+            Reason::ErrorUnschedulable => "ErrorUnschedulable",
+            Reason::ErrorPvcNotFound => "ErrorPvcNotFound",
+            Reason::DataVolumeError => "DataVolumeError",
+            Reason::CrashLoopBackOff => "CrashLoopBackOff",
+            Reason::ErrImagePull => "ErrImagePull",
+            Reason::ImagePullBackOff => "ImagePullBackOff",
+            Reason::VMReady => "VMReady",
+            Reason::NotChecked => "NotChecked",
             Reason::Succeeded => "Succeeded",
             Reason::Failed => "Failed",
             Reason::Cancelled => "Cancelled",

@@ -182,6 +182,7 @@ impl VirtualMachineMigration {
                 label: format!("Hard disk {}", i + 1),
                 datastore_path: format!("[LocalDS_0] DC0_H0_VM0/disk{i}.vmdk"),
                 capacity_bytes: 64 << 20,
+                controller: None,
             })
             .collect();
         status.disks = (0..n)

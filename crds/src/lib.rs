@@ -34,12 +34,14 @@ pub use migration::{
 pub use phase::Phase;
 pub use secret::SecretRef;
 pub use source::{
-    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, RestorePowerState,
-    SourceEndpoint, SourceSpec, VmLookup, VmSelector,
+    DiscoveredDisk, DiscoveredNic, DiscoveredSource, DiskController, Firmware, GuestOsFamily,
+    NicDeviceType, PowerState, RestorePowerState, SourceEndpoint, SourcePowerOff, SourceSpec,
+    ToolsState, VmLookup, VmSelector,
 };
 pub use staging::StagingSpec;
 pub use target::{
-    MultusNetwork, NetworkMapping, PodNetwork, RunStrategy, TargetSpec, TargetTemplate, VolumeMode,
+    Devices, DiskBus, MultusNetwork, NetworkMapping, NicModel, PodNetwork, Readiness, RunStrategy,
+    TargetSpec, TargetTemplate, VolumeMode,
 };
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSelector,

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason, SourceSpec,
-    StagingSpec, TargetSpec, condition, names, phase::Phase, source::DiscoveredSource,
+    StagingSpec, TargetSpec, condition, names,
+    phase::Phase,
+    source::{DiscoveredSource, SourcePowerOff},
 };
 
 /// Desired state of a migration: where the VM comes from, what it becomes, where its disks are
@@ -126,6 +128,14 @@ pub struct DiskStatus {
     /// Format of the converted image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<DiskFormat>,
+    /// Size of the disk's contents as the guest sees them (the converted image's virtual size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_size_bytes: Option<i64>,
+    /// SHA-256 of the disk's raw contents (its first virtualSizeBytes bytes), lowercase hex: what
+    /// the verification Job compares the imported volume with. The same as checksum for raw images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::rules::SHA256_HEX))]
+    pub raw_checksum: Option<String>,
     /// Name of the DataVolume importing this disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_volume: Option<String>,
@@ -185,6 +195,11 @@ pub struct VirtualMachineMigrationStatus {
     /// What the controller discovered about the source VM, including its original power state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<DiscoveredSource>,
+
+    /// How ferry powered the source VM off: a guest shutdown through VMware Tools, a hard
+    /// power-off, or both (the guest did not shut down within the grace period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_power_off: Option<SourcePowerOff>,
 
     /// Per-disk state, one entry per source disk.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

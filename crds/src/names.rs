@@ -101,6 +101,11 @@ pub fn job_name(vmm: &VirtualMachineMigration) -> String {
     derived(&vmm.name_any(), "convert")
 }
 
+/// Name of the Job verifying the imported volumes' checksums: `<migration>-verify`.
+pub fn verify_job_name(vmm: &VirtualMachineMigration) -> String {
+    derived(&vmm.name_any(), "verify")
+}
+
 /// Name of the DataVolume importing disk `disk_index` (from 0): `<migration>-disk-<index>`.
 pub fn datavolume_name(vmm: &VirtualMachineMigration, disk_index: usize) -> String {
     derived(&vmm.name_any(), &format!("disk-{disk_index}"))
@@ -223,6 +228,7 @@ mod tests {
     fn child_names_are_derived_from_the_migration() {
         let vmm = migration("web-1");
         assert_eq!(job_name(&vmm), "web-1-convert");
+        assert_eq!(verify_job_name(&vmm), "web-1-verify");
         assert_eq!(datavolume_name(&vmm, 0), "web-1-disk-0");
         assert_eq!(datavolume_name(&vmm, 12), "web-1-disk-12");
     }

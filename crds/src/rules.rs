@@ -29,6 +29,8 @@ pub const NETWORK_ATTACHMENT: &str =
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 /// A container image reference: no whitespace.
 pub const IMAGE: &str = r"^\S+$";
+/// A QEMU machine type, e.g. `q35`, `pc-q35-rhel9.4.0`.
+pub const MACHINE_TYPE: &str = r"^[a-z0-9][a-z0-9._-]*$";
 /// A lowercase SHA-256 digest in hex.
 pub const SHA256_HEX: &str = r"^[0-9a-f]{64}$";
 
@@ -119,6 +121,21 @@ pub fn at_most_one_pod_network() -> Rule {
         .message("networks may map at most one source network to pod")
 }
 
+/// A readiness that waits for the guest needs a run strategy that starts the VM: ferry does not
+/// start a Manual VM (KubeVirt's `start` subresource is served by virt-api) nor a Halted one.
+pub fn readiness_needs_a_start() -> Rule {
+    Rule::new(
+        "!has(self.readiness) || self.readiness == 'None' \
+         || !has(self.runStrategy) || !(self.runStrategy in ['Halted', 'Manual'])",
+    )
+    .message(
+        "readiness Running or AgentConnected needs a runStrategy that starts the VM (Always, \
+         RerunOnFailure or Once): with Halted or Manual ferry leaves it stopped; set readiness: \
+         None or leave it unset",
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Every CEL rule this crate puts into the CRDs, for tests and documentation.
 pub fn all() -> Vec<Rule> {
     vec![
@@ -134,5 +151,6 @@ pub fn all() -> Vec<Rule> {
         exactly_one_network_binding(),
         at_most_one_pod_network(),
         vms_or_selector(),
+        readiness_needs_a_start(),
     ]
 }

@@ -145,10 +145,24 @@ pub struct PowerPolicy {
     /// delete) or OnCancelOrFailure. Nothing else about the source VM is ever changed.
     #[serde(default)]
     pub restore_power_state: RestorePowerState,
+
+    /// Seconds the guest may take to shut down after ferry asked it to through VMware Tools
+    /// (ShutdownGuest) before ferry powers the VM off hard. Without running Tools the VM is
+    /// powered off hard at once; 0 always powers off hard at once.
+    #[serde(default = "default_shutdown_grace")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub shutdown_grace_period_seconds: i64,
 }
 
 fn default_true() -> bool {
     true
+}
+
+/// Default of [`PowerPolicy::shutdown_grace_period_seconds`]: five minutes.
+pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: i64 = 300;
+
+fn default_shutdown_grace() -> i64 {
+    DEFAULT_SHUTDOWN_GRACE_SECONDS
 }
 
 impl Default for PowerPolicy {
@@ -156,6 +170,7 @@ impl Default for PowerPolicy {
         Self {
             power_off: true,
             restore_power_state: RestorePowerState::default(),
+            shutdown_grace_period_seconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
         }
     }
 }
@@ -200,6 +215,70 @@ pub enum Firmware {
     Efi,
 }
 
+/// The kind of controller a source disk hangs on, as vSphere names its device types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum DiskController {
+    /// VirtualIDEController.
+    Ide,
+    /// VirtualAHCIController (SATA).
+    Sata,
+    /// ParaVirtualSCSIController (VMware paravirtual SCSI).
+    Pvscsi,
+    /// VirtualLsiLogicController.
+    LsiLogic,
+    /// VirtualLsiLogicSASController.
+    LsiLogicSas,
+    /// VirtualBusLogicController.
+    BusLogic,
+    /// VirtualNVMEController.
+    Nvme,
+    /// Anything else.
+    Other,
+}
+
+/// The device type of a source network adapter, as vSphere names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum NicDeviceType {
+    /// VirtualVmxnet3.
+    Vmxnet3,
+    /// VirtualVmxnet2.
+    Vmxnet2,
+    /// VirtualVmxnet.
+    Vmxnet,
+    /// VirtualE1000e.
+    E1000e,
+    /// VirtualE1000.
+    E1000,
+    /// VirtualPCNet32.
+    Pcnet32,
+    /// VirtualSriovEthernetCard.
+    Sriov,
+    /// Anything else.
+    Other,
+}
+
+/// The guest operating system family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum GuestOsFamily {
+    /// Linux.
+    Linux,
+    /// Windows.
+    Windows,
+    /// Anything else (Solaris, BSD, NetWare, macOS, unknown).
+    Other,
+}
+
+/// Whether VMware Tools run in the guest, as vSphere reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ToolsState {
+    /// Running (`guestToolsRunning`): the guest can be asked to shut down.
+    Running,
+    /// Installed but not running (the VM is off, or Tools stopped).
+    NotRunning,
+    /// Not installed.
+    NotInstalled,
+}
+
 /// A virtual disk of the source VM.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -213,6 +292,9 @@ pub struct DiscoveredDisk {
     pub datastore_path: String,
     /// Capacity of the disk in bytes.
     pub capacity_bytes: i64,
+    /// The controller the disk is attached to in vSphere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<DiskController>,
 }
 
 /// A network adapter of the source VM.
@@ -224,6 +306,9 @@ pub struct DiscoveredNic {
     /// Name of the vSphere network (port group) the adapter is connected to.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub network: String,
+    /// The adapter's device type in vSphere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<NicDeviceType>,
 }
 
 /// What the controller read about the source VM in Preparing.
@@ -248,12 +333,28 @@ pub struct DiscoveredSource {
     /// vSphere guest OS identifier, e.g. otherLinux64Guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_id: Option<String>,
+    /// The guest's OS family: from what running VMware Tools report, else from the guest OS
+    /// identifier (as first read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_os_family: Option<GuestOsFamily>,
+    /// The guest OS as vSphere names it, e.g. "Red Hat Enterprise Linux 9 (64-bit)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_full_name: Option<String>,
+    /// Whether VMware Tools ran in the guest when it was first read (before ferry powered it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmware_tools: Option<ToolsState>,
     /// Firmware: bios or efi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<Firmware>,
+    /// UEFI Secure Boot is on (only with efi firmware).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
     /// Number of virtual CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_cpu: Option<i32>,
+    /// Cores per virtual socket; numCpu / coresPerSocket sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_per_socket: Option<i32>,
     /// Memory in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "memoryMiB")]
     pub memory_mib: Option<i64>,
@@ -265,6 +366,19 @@ pub struct DiscoveredSource {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub nics: Vec<DiscoveredNic>,
+}
+
+/// How ferry powered the source VM off, for the decision across reconciles and for people.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourcePowerOff {
+    /// When ferry asked the guest to shut down through VMware Tools (ShutdownGuest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_guest_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// When ferry powered the VM off hard (PowerOffVM_Task): at once without running VMware
+    /// Tools, or once the shutdown grace period ran out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_power_off_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 #[cfg(test)]
@@ -317,6 +431,7 @@ mod tests {
         let mut expected = json;
         expected["powerOff"] = true.into();
         expected["restorePowerState"] = "OnCancel".into();
+        expected["shutdownGracePeriodSeconds"] = DEFAULT_SHUTDOWN_GRACE_SECONDS.into();
         assert_eq!(back, expected);
     }
 }

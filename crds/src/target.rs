@@ -22,12 +22,139 @@ pub enum RunStrategy {
     Always,
     /// Leave the VM stopped (the migration then ends after CreatingVM, without boot validation).
     Halted,
-    /// Start and stop only on request.
+    /// Start and stop only on request: ferry leaves it stopped (starting it is KubeVirt's
+    /// `start` subresource, served by virt-api; `virtctl start`), so readiness must be None.
     Manual,
     /// Restart the instance only if it failed.
     RerunOnFailure,
     /// Run the instance once.
     Once,
+}
+
+/// When a migrated VM counts as ready, i.e. what Validating waits for before the migration
+/// succeeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Readiness {
+    /// The VirtualMachineInstance is Running and its qemu guest agent connected (the guest must
+    /// run qemu-guest-agent; VMware guests usually do not).
+    AgentConnected,
+    /// The VirtualMachineInstance is Running and Ready: the guest was started; no agent needed.
+    Running,
+    /// Nothing is checked: the migration succeeds once the VirtualMachine exists with its run
+    /// strategy (with Halted or Manual it stays stopped).
+    None,
+}
+
+/// The disk bus of the migrated VM's disks (KubeVirt `disk.bus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskBus {
+    /// virtio-blk: fastest; needs virtio drivers in the guest (its initramfs, for Linux).
+    Virtio,
+    /// SATA (AHCI): works without virtio drivers.
+    Sata,
+    /// virtio-scsi: needs virtio drivers too.
+    Scsi,
+}
+
+impl DiskBus {
+    /// KubeVirt's name of the bus.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskBus::Virtio => "virtio",
+            DiskBus::Sata => "sata",
+            DiskBus::Scsi => "scsi",
+        }
+    }
+}
+
+/// The NIC model of the migrated VM's interfaces (KubeVirt `interface.model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NicModel {
+    /// virtio-net: needs virtio drivers in the guest.
+    Virtio,
+    /// Intel e1000e: drivers in every mainstream guest.
+    E1000e,
+    /// Intel e1000: for old guests.
+    E1000,
+}
+
+impl NicModel {
+    /// KubeVirt's name of the model.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NicModel::Virtio => "virtio",
+            NicModel::E1000e => "e1000e",
+            NicModel::E1000 => "e1000",
+        }
+    }
+}
+
+/// How the source's devices become the migrated VM's: the mapping is in the README; each field
+/// overrides one part of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Devices {
+    /// The guest has virtio drivers (a Linux whose initramfs has virtio_blk and virtio_net, or a
+    /// Windows with virtio-win installed): disks and NICs default to virtio instead of SATA and
+    /// e1000e. ferry's conversion does not install drivers.
+    #[serde(default)]
+    pub virtio_drivers: bool,
+    /// Disk bus of every disk; from virtioDrivers when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bus: Option<DiskBus>,
+    /// NIC model of every interface; from virtioDrivers when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_model: Option<NicModel>,
+    /// Keep the source NICs' MAC addresses on the target interfaces.
+    #[serde(default = "default_true")]
+    pub preserve_mac_addresses: bool,
+    /// QEMU machine type, e.g. q35 or pc-q35-rhel9.4.0; KubeVirt's cluster default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), pattern(crate::rules::MACHINE_TYPE))]
+    pub machine_type: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for Devices {
+    fn default() -> Self {
+        Self {
+            virtio_drivers: false,
+            disk_bus: None,
+            nic_model: None,
+            preserve_mac_addresses: true,
+            machine_type: None,
+        }
+    }
+}
+
+impl Devices {
+    /// Whether nothing is overridden (then the field is left out on the wire).
+    pub fn is_default(&self) -> bool {
+        *self == Devices::default()
+    }
+
+    /// The disk bus: the override, else virtio with virtio drivers, else SATA.
+    pub fn disk_bus(&self) -> DiskBus {
+        self.disk_bus.unwrap_or(if self.virtio_drivers {
+            DiskBus::Virtio
+        } else {
+            DiskBus::Sata
+        })
+    }
+
+    /// The NIC model: the override, else virtio with virtio drivers, else e1000e.
+    pub fn nic_model(&self) -> NicModel {
+        self.nic_model.unwrap_or(if self.virtio_drivers {
+            NicModel::Virtio
+        } else {
+            NicModel::E1000e
+        })
+    }
 }
 
 /// The pod network: KubeVirt's masquerade binding on the pod's own interface.
@@ -61,6 +188,7 @@ pub struct NetworkMapping {
 /// The target of a migration minus its name: shared by every VM of a wave.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::readiness_needs_a_start())]
 pub struct TargetTemplate {
     /// StorageClass of the imported disks' volumes; the cluster's default class when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +213,29 @@ pub struct TargetTemplate {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["source"]))]
     #[x_kube(validation = crate::rules::at_most_one_pod_network())]
     pub networks: Vec<NetworkMapping>,
+
+    /// When the migrated VM counts as ready: AgentConnected (qemu guest agent), Running
+    /// (VirtualMachineInstance Running and Ready; no agent needed) or None (nothing checked).
+    /// Unset: Running, or None with runStrategy Halted or Manual (ferry does not start those).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+
+    /// Disk bus, NIC model, MAC addresses and machine type of the migrated VM.
+    #[serde(default, skip_serializing_if = "Devices::is_default")]
+    pub devices: Devices,
+}
+
+impl TargetTemplate {
+    /// The readiness check in effect: the one asked for, else `None` for run strategies that
+    /// leave the VM stopped (Halted, Manual) and `Running` for the others.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.unwrap_or(match self.run_strategy {
+            RunStrategy::Halted | RunStrategy::Manual => Readiness::None,
+            RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once => {
+                Readiness::Running
+            }
+        })
+    }
 }
 
 /// The target of a migration: the KubeVirt VirtualMachine to create.
@@ -100,4 +251,64 @@ pub struct TargetSpec {
     /// Storage, run strategy and networks.
     #[serde(flatten)]
     pub template: TargetTemplate,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_default_to_sata_and_e1000e_without_virtio_drivers() {
+        let d = Devices::default();
+        assert_eq!(
+            (d.disk_bus(), d.nic_model()),
+            (DiskBus::Sata, NicModel::E1000e)
+        );
+        assert!(d.preserve_mac_addresses && d.is_default());
+        let v = Devices {
+            virtio_drivers: true,
+            ..Devices::default()
+        };
+        assert_eq!(
+            (v.disk_bus(), v.nic_model()),
+            (DiskBus::Virtio, NicModel::Virtio)
+        );
+        let o = Devices {
+            virtio_drivers: true,
+            disk_bus: Some(DiskBus::Scsi),
+            nic_model: Some(NicModel::E1000),
+            ..Devices::default()
+        };
+        assert_eq!(
+            (o.disk_bus(), o.nic_model()),
+            (DiskBus::Scsi, NicModel::E1000)
+        );
+        let json: Devices = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(
+            json,
+            Devices::default(),
+            "an empty devices object is the default"
+        );
+    }
+
+    #[test]
+    fn readiness_defaults_by_run_strategy() {
+        let t = |rs: RunStrategy, r: Option<Readiness>| TargetTemplate {
+            run_strategy: rs,
+            readiness: r,
+            ..TargetTemplate::default()
+        };
+        assert_eq!(t(RunStrategy::Always, None).readiness(), Readiness::Running);
+        assert_eq!(t(RunStrategy::Once, None).readiness(), Readiness::Running);
+        assert_eq!(t(RunStrategy::Halted, None).readiness(), Readiness::None);
+        assert_eq!(t(RunStrategy::Manual, None).readiness(), Readiness::None);
+        assert_eq!(
+            t(RunStrategy::Always, Some(Readiness::AgentConnected)).readiness(),
+            Readiness::AgentConnected
+        );
+        assert_eq!(
+            t(RunStrategy::Always, Some(Readiness::None)).readiness(),
+            Readiness::None
+        );
+    }
 }

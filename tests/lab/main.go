@@ -40,6 +40,8 @@ func main() {
 			cmd := kcmapp.NewControllerManagerCommand()
 			cmd.SetArgs(os.Args[2:])
 			os.Exit(cli.Run(cmd))
+		case "shape":
+			os.Exit(runShape(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println(labVersion())
 			return

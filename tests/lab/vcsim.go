@@ -85,6 +85,7 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	if err := createModel(model, run); err != nil {
 		return nil, fmt.Errorf("vcsim model: %w", err)
 	}
+	installGuestBehaviour(model) // guests.go: VMware Tools and guest shutdowns as vCenter has them
 
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -99,7 +100,7 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	// Basic with the lab credentials; anything else gets 401. The server has not been handed to any
 	// client yet, so swapping its handler here is safe.
 	mux := model.Service.ServeMux
-	srv.Config.Handler = folderAuth(mux, user, pass)
+	srv.Config.Handler = ignoringGuests(model, folderAuth(mux, user, pass)) // guests.go
 
 	lab := &vcsimLab{model: model, server: srv, url: fmt.Sprintf("https://127.0.0.1:%d/sdk", port), user: user, pass: pass}
 	srv.Config.Handler = changedAreasSOAP(srv.Config.Handler, model.Map(), func() string { return lab.dsDir },

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Annotation asking CDI to bind (and so import) at once even on a `WaitForFirstConsumer`
-/// StorageClass: the VirtualMachine that would consume the claim only exists after the import.
+/// StorageClass. ferry does not set it: its verification Job is the claims' first consumer, as
+/// Forklift's conversion pod is (see the README); a DataVolume that carries it is still read.
 pub const BIND_IMMEDIATE_ANNOTATION: &str = "cdi.kubevirt.io/storage.bind.immediate.requested";
 
 /// `DataVolume.spec`: an S3 source and a storage request. Unknown fields are kept.
@@ -129,6 +130,15 @@ pub enum DvState {
         /// Why the importer is down, when it is.
         failing: Option<String>,
     },
+    /// `WaitForFirstConsumer` or `PendingPopulation`: the claim's StorageClass binds on first
+    /// consumer and CDI waits for a pod to use it (with populators the claim binds only once
+    /// populated, so that consumer sees the finished import; without, CDI imports alongside it).
+    AwaitingConsumer {
+        /// Populators: the claim binds only once populated (`PendingPopulation`).
+        populator: bool,
+    },
+    /// `Paused`: a multi-stage import waits for its next checkpoint (ferry asks for none).
+    Paused,
     /// `Succeeded`.
     Succeeded,
     /// `Failed`: CDI gave up; the message says why.
@@ -137,6 +147,12 @@ pub enum DvState {
         message: String,
     },
 }
+
+/// `Running` condition reasons CDI writes while the importer is down and restarting: the
+/// importer's exit (`Error`, with its termination message; CDI keeps it through the kubelet's
+/// back-off since containerized-data-importer 19d109837), or the back-off itself
+/// (`CrashLoopBackOff`, as CDI reported before that change), or an image it cannot pull.
+const IMPORTER_DOWN: [&str; 3] = ["Error", "CrashLoopBackOff", "ImagePullFailed"];
 
 /// Parses CDI's progress string (`"45.23%"`); `None` for `"N/A"` or garbage.
 pub fn parse_progress(s: &str) -> Option<f64> {
@@ -158,14 +174,26 @@ pub fn observe(dv: Option<&DataVolume>) -> DvState {
         Some("Failed") => DvState::Failed {
             message: running_message,
         },
+        Some("WaitForFirstConsumer") => DvState::AwaitingConsumer { populator: false },
+        Some("PendingPopulation") => DvState::AwaitingConsumer { populator: true },
+        Some("Paused") => DvState::Paused,
         phase => {
-            let failing = running
-                .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Error"))
-                .map(|c| {
-                    c.message
-                        .clone()
-                        .unwrap_or_else(|| "importer failed".to_owned())
-                });
+            let failing = running.filter(|c| c.status == "False").and_then(|c| {
+                let reason = c.reason.as_deref().unwrap_or_default();
+                let message = c.message.clone().unwrap_or_default();
+                if IMPORTER_DOWN.contains(&reason) {
+                    Some(if message.is_empty() {
+                        format!("importer {reason}")
+                    } else {
+                        message
+                    })
+                } else if !reason.is_empty() && reason != "Completed" {
+                    // The importer cannot start (Unschedulable, CreateContainerConfigError).
+                    Some(format!("{reason}: {message}"))
+                } else {
+                    None
+                }
+            });
             DvState::InProgress {
                 phase: phase.unwrap_or("Pending").to_owned(),
                 percent: status.progress.as_deref().and_then(parse_progress),
@@ -246,6 +274,45 @@ mod tests {
                 restarts: 2,
                 failing: Some("boom".into())
             }
+        );
+        // CDI before 19d109837 (2021) put the kubelet's back-off in the Running condition.
+        let backing_off = dv_with(
+            serde_json::json!({"phase": "ImportInProgress", "restartCount": 3,
+            "conditions": [{"type": "Running", "status": "False", "reason": "CrashLoopBackOff",
+                "message": "back-off 40s restarting failed container=importer pod=importer-d"}]}),
+        );
+        assert!(matches!(
+            observe(Some(&backing_off)),
+            DvState::InProgress { restarts: 3, failing: Some(ref m), .. } if m.contains("back-off 40s")
+        ));
+        let unschedulable = dv_with(serde_json::json!({"phase": "ImportScheduled",
+            "conditions": [{"type": "Running", "status": "False", "reason": "Unschedulable",
+                "message": "Importer pod cannot be scheduled"}]}));
+        assert!(matches!(
+            observe(Some(&unschedulable)),
+            DvState::InProgress { restarts: 0, failing: Some(ref m), .. } if m == "Unschedulable: Importer pod cannot be scheduled"
+        ));
+        let done = dv_with(serde_json::json!({"phase": "ImportInProgress",
+            "conditions": [{"type": "Running", "status": "False", "reason": "Completed"}]}));
+        assert!(matches!(
+            observe(Some(&done)),
+            DvState::InProgress { failing: None, .. }
+        ));
+        assert_eq!(
+            observe(Some(&dv_with(
+                serde_json::json!({"phase": "WaitForFirstConsumer"})
+            ))),
+            DvState::AwaitingConsumer { populator: false }
+        );
+        assert_eq!(
+            observe(Some(&dv_with(
+                serde_json::json!({"phase": "PendingPopulation"})
+            ))),
+            DvState::AwaitingConsumer { populator: true }
+        );
+        assert_eq!(
+            observe(Some(&dv_with(serde_json::json!({"phase": "Paused"})))),
+            DvState::Paused
         );
         let mut deleting = dv_with(serde_json::json!({"phase": "ImportInProgress"}));
         deleting.metadata.deletion_timestamp = Some(ferry_crds::fixtures::t0());

@@ -1,6 +1,10 @@
 //! A Job's status contract (batch/v1): where the conversion Job stands, read from its conditions.
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The label the Job controller puts on a Job's pods, with the Job's uid.
+pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
 
 /// Where a conversion Job stands, read from its status conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +52,24 @@ pub fn observe(job: Option<&Job>) -> JobState {
     JobState::Running {
         failed: status.failed.unwrap_or(0),
     }
+}
+
+/// What the last failed pod of a Job said when its `container` ended: the termination message
+/// (the file, or the log's tail under `FallbackToLogsOnError`), its last non-empty line. Pure.
+pub fn last_failure_message(pods: &[Pod], container: &str) -> Option<String> {
+    pods.iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .and_then(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == container))
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .and_then(|m| {
+            m.lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(str::to_owned)
+        })
 }
 
 #[cfg(test)]
@@ -103,5 +125,50 @@ mod tests {
                 message: String::new()
             }
         );
+    }
+
+    #[test]
+    fn the_last_failed_pod_says_why() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+        };
+        let pod = |at: i64, phase: &str, msg: &str| Pod {
+            metadata: kube::api::ObjectMeta {
+                creation_timestamp: Some(ferry_crds::fixtures::ts(at)),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "verify".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 3,
+                            message: Some(msg.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Pod::default()
+        };
+        let pods = [
+            pod(1, "Failed", "old\n"),
+            pod(
+                5,
+                "Failed",
+                "{\"disk\":0}\nverify: disk 1: checksum mismatch\n\n",
+            ),
+            pod(9, "Running", "not yet"),
+        ];
+        assert_eq!(
+            last_failure_message(&pods, "verify").as_deref(),
+            Some("verify: disk 1: checksum mismatch")
+        );
+        assert_eq!(last_failure_message(&pods, "other"), None);
+        assert_eq!(last_failure_message(&[], "verify"), None);
     }
 }

@@ -36,9 +36,27 @@ pub struct VirtualMachineStatus {
     /// e.g. `Running`, `Stopped`, `ErrorUnschedulable`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub printable_status: Option<String>,
+    /// `Ready`, `Failure`, ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<KvCondition>,
+    /// KubeVirt's crash-loop bookkeeping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_failure: Option<StartFailure>,
     /// Other fields.
     #[serde(flatten)]
     pub rest: Map<String, Value>,
+}
+
+/// `VirtualMachine.status.startFailure`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartFailure {
+    /// Instances that failed in a row.
+    #[serde(default)]
+    pub consecutive_fail_count: i64,
+    /// When KubeVirt starts the next one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_timestamp: Option<String>,
 }
 
 /// `VirtualMachineInstance.spec`, kept as JSON: ferry never writes a VMI.
@@ -122,6 +140,7 @@ impl std::fmt::Display for VmiPhase {
 
 /// A KubeVirt condition.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct KvCondition {
     /// Condition type.
     #[serde(rename = "type")]
@@ -134,6 +153,143 @@ pub struct KvCondition {
     /// Message.
     #[serde(default)]
     pub message: Option<String>,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// The VM printableStatus values that say KubeVirt cannot run the VM as it is (after
+/// `setPrintableStatus` in kubevirt `pkg/virt-controller/watch/vm/vm.go`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvError {
+    /// The VMI's pod cannot be scheduled (`PodScheduled=False`, `Unschedulable`).
+    ErrorUnschedulable,
+    /// A claim of the VMI does not exist (`Synchronized=False`, `FailedPvcNotFound`).
+    ErrorPvcNotFound,
+    /// A DataVolume of the VM failed, or its importer stopped on an error.
+    DataVolumeError,
+    /// Instances keep failing and KubeVirt backs off starting the next one.
+    CrashLoopBackOff,
+    /// The virt-launcher image cannot be pulled.
+    ErrImagePull,
+    /// Pulling the virt-launcher image is backing off.
+    ImagePullBackOff,
+}
+
+impl KvError {
+    /// KubeVirt's printableStatus name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvError::ErrorUnschedulable => "ErrorUnschedulable",
+            KvError::ErrorPvcNotFound => "ErrorPvcNotFound",
+            KvError::DataVolumeError => "DataVolumeError",
+            KvError::CrashLoopBackOff => "CrashLoopBackOff",
+            KvError::ErrImagePull => "ErrImagePull",
+            KvError::ImagePullBackOff => "ImagePullBackOff",
+        }
+    }
+
+    fn parse(s: &str) -> Option<KvError> {
+        [
+            KvError::ErrorUnschedulable,
+            KvError::ErrorPvcNotFound,
+            KvError::DataVolumeError,
+            KvError::CrashLoopBackOff,
+            KvError::ErrImagePull,
+            KvError::ImagePullBackOff,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+    }
+}
+
+/// A KubeVirt error state: which, KubeVirt's own words, and since when (when KubeVirt says).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trouble {
+    /// The printableStatus.
+    pub error: KvError,
+    /// KubeVirt's message (the condition that caused it), or what the status implies.
+    pub message: String,
+    /// When the condition behind it last changed.
+    pub since: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+fn false_condition<'a>(
+    conds: &'a [KvCondition],
+    type_: &str,
+    reasons: &[&str],
+) -> Option<&'a KvCondition> {
+    conds.iter().find(|c| {
+        c.type_ == type_
+            && c.status == "False"
+            && c.reason.as_deref().is_some_and(|r| reasons.contains(&r))
+    })
+}
+
+/// The error state of a VM and its instance, if any: the VM's printableStatus, or (before
+/// KubeVirt's VM controller updated it) the instance condition it follows from. Pure.
+pub fn trouble(
+    vm: Option<&VirtualMachineStatus>,
+    vmi: Option<&VirtualMachineInstanceStatus>,
+) -> Option<Trouble> {
+    let vmi_conds = vmi.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let vm_conds = vm.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let unschedulable = false_condition(vmi_conds, "PodScheduled", &["Unschedulable"]);
+    let pvc = false_condition(vmi_conds, "Synchronized", &["FailedPvcNotFound"]);
+    let pull = false_condition(
+        vmi_conds,
+        "Synchronized",
+        &["ErrImagePull", "ImagePullBackOff"],
+    );
+    let printable = vm
+        .and_then(|s| s.printable_status.as_deref())
+        .and_then(KvError::parse);
+    let error = printable
+        .or_else(|| pvc.map(|_| KvError::ErrorPvcNotFound))
+        .or_else(|| unschedulable.map(|_| KvError::ErrorUnschedulable))
+        .or_else(|| {
+            pull.and_then(|c| c.reason.as_deref())
+                .and_then(KvError::parse)
+        })?;
+    let cause = match error {
+        KvError::ErrorUnschedulable => unschedulable,
+        KvError::ErrorPvcNotFound => pvc,
+        KvError::ErrImagePull | KvError::ImagePullBackOff => pull,
+        KvError::DataVolumeError => {
+            false_condition(vmi_conds, "DataVolumesReady", &["NotAllDVsReady"])
+        }
+        KvError::CrashLoopBackOff => None,
+    };
+    let failure = vm_conds
+        .iter()
+        .find(|c| c.type_ == "Failure" && c.status == "True");
+    let said = |c: Option<&KvCondition>| {
+        c.and_then(|c| c.message.clone())
+            .filter(|m| !m.trim().is_empty())
+    };
+    let message = said(cause)
+        .or_else(|| said(failure))
+        .unwrap_or_else(|| match error {
+            KvError::CrashLoopBackOff => {
+                let f = vm.and_then(|s| s.start_failure.as_ref());
+                format!(
+                    "the VirtualMachineInstance failed {} time(s) in a row{}",
+                    f.map_or(1, |f| f.consecutive_fail_count.max(1)),
+                    f.and_then(|f| f.retry_after_timestamp.as_deref())
+                        .map(|t| format!("; KubeVirt starts the next one after {t}"))
+                        .unwrap_or_default()
+                )
+            }
+            KvError::DataVolumeError => "a DataVolume of the VM failed".to_owned(),
+            other => other.as_str().to_owned(),
+        });
+    Some(Trouble {
+        error,
+        message,
+        since: cause
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
+    })
 }
 
 impl VirtualMachineInstanceStatus {
@@ -167,6 +323,88 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn error_states_come_with_kubevirts_words() {
+        let vm = |printable: &str, extra: serde_json::Value| -> VirtualMachineStatus {
+            let mut v = json!({"printableStatus": printable});
+            if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let vmi = |conds: serde_json::Value| -> VirtualMachineInstanceStatus {
+            serde_json::from_value(json!({"phase": "Scheduling", "conditions": conds})).unwrap()
+        };
+        let unsched = vmi(
+            json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient memory.", "lastTransitionTime": "2026-01-01T00:00:05Z"}]),
+        );
+        let t = trouble(Some(&vm("ErrorUnschedulable", json!({}))), Some(&unsched)).unwrap();
+        assert_eq!(t.error, KvError::ErrorUnschedulable);
+        assert_eq!(t.message, "0/3 nodes are available: 3 Insufficient memory.");
+        assert_eq!(t.since, Some(ferry_crds::fixtures::ts(5).0));
+        // Before the VM controller caught up, the VMI's condition says it.
+        assert_eq!(
+            trouble(Some(&vm("Starting", json!({}))), Some(&unsched)).map(|t| t.error),
+            Some(KvError::ErrorUnschedulable)
+        );
+        let pvc = vmi(
+            json!([{"type": "Synchronized", "status": "False", "reason": "FailedPvcNotFound",
+            "message": "PVC ns/d does not exist, waiting for it to appear"}]),
+        );
+        let t = trouble(Some(&vm("ErrorPvcNotFound", json!({}))), Some(&pvc)).unwrap();
+        assert_eq!(
+            (t.error, t.message.as_str()),
+            (
+                KvError::ErrorPvcNotFound,
+                "PVC ns/d does not exist, waiting for it to appear"
+            )
+        );
+        let crash = vm(
+            "CrashLoopBackOff",
+            json!({"startFailure": {"consecutiveFailCount": 3, "retryAfterTimestamp": "2026-01-01T00:01:00Z"}}),
+        );
+        let t = trouble(Some(&crash), None).unwrap();
+        assert_eq!(t.error, KvError::CrashLoopBackOff);
+        assert!(
+            t.message.contains("failed 3 time(s)") && t.message.contains("00:01:00"),
+            "{}",
+            t.message
+        );
+        let dv = vm(
+            "DataVolumeError",
+            json!({"conditions": [{"type": "Failure", "status": "True", "reason": "FailedDataVolumeImport",
+                "message": "DataVolume d is in Failed phase"}]}),
+        );
+        assert_eq!(
+            trouble(Some(&dv), None).map(|t| (t.error, t.message)),
+            Some((
+                KvError::DataVolumeError,
+                "DataVolume d is in Failed phase".to_owned()
+            ))
+        );
+        let pull = vmi(
+            json!([{"type": "Synchronized", "status": "False", "reason": "ErrImagePull", "message": "pull failed"}]),
+        );
+        assert_eq!(
+            trouble(None, Some(&pull)).map(|t| t.error),
+            Some(KvError::ErrImagePull)
+        );
+        for fine in [
+            "Running",
+            "Starting",
+            "Stopped",
+            "Provisioning",
+            "WaitingForVolumeBinding",
+        ] {
+            assert_eq!(
+                trouble(Some(&vm(fine, json!({}))), Some(&vmi(json!([])))),
+                None,
+                "{fine}"
+            );
+        }
+    }
 
     #[test]
     fn vmi_conditions_and_owner_mapping() {

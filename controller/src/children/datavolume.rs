@@ -1,14 +1,11 @@
 //! The DataVolume that imports one staged disk (CDI `source.s3`).
 
-use std::collections::BTreeMap;
-
 use ferry_crds::{VirtualMachineMigration, VolumeMode, names};
 use serde_json::Map;
 
 use crate::Result;
 use crate::apis::cdi::{
-    BIND_IMMEDIATE_ANNOTATION, DataVolume, DataVolumeSource, DataVolumeSpec, S3Source, StorageSpec,
-    s3_url,
+    DataVolume, DataVolumeSource, DataVolumeSpec, S3Source, StorageSpec, s3_url,
 };
 
 /// The DataVolume importing disk `index` of `vmm` from its staged object.
@@ -16,7 +13,9 @@ use crate::apis::cdi::{
 /// # Guarantees
 /// Named [`names::datavolume_name`]; owned by and labelled with the migration; `source.s3`
 /// points at [`names::staging_key`] with `secretRef` = `secret`; the storage request is the
-/// source disk's capacity with the target's StorageClass and volume mode.
+/// source disk's capacity with the target's StorageClass and volume mode; no immediate-binding
+/// request: on a StorageClass that binds on first consumer the verification Job is that
+/// consumer.
 ///
 /// # Errors
 /// When the migration lacks a uid or namespace.
@@ -26,11 +25,7 @@ pub fn data_volume(
     capacity_bytes: i64,
     secret: &str,
 ) -> Result<DataVolume> {
-    let mut meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
-    meta.annotations = Some(BTreeMap::from([(
-        BIND_IMMEDIATE_ANNOTATION.to_owned(),
-        "true".to_owned(),
-    )]));
+    let meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
     let staging = &vmm.spec.staging;
     let target = &vmm.spec.target.template;
     let spec = DataVolumeSpec {
@@ -90,9 +85,11 @@ mod tests {
         );
         assert_eq!(v["spec"]["storage"]["storageClassName"], "fast");
         assert_eq!(v["spec"]["storage"]["volumeMode"], "Block");
-        assert_eq!(
-            v["metadata"]["annotations"][BIND_IMMEDIATE_ANNOTATION],
-            "true"
+        assert!(
+            v["metadata"]["annotations"]
+                .get(crate::apis::cdi::BIND_IMMEDIATE_ANNOTATION)
+                .is_none(),
+            "claims bind where their first consumer (the verification Job) runs"
         );
         assert_eq!(
             v["metadata"]["ownerReferences"][0]["kind"],

@@ -1,11 +1,12 @@
 //! Pure builders of everything a migration creates: the converter Job, the CDI S3 Secret, one
-//! CDI DataVolume per disk and the KubeVirt VirtualMachine. Deterministic names, owner
+//! CDI DataVolume per disk, the verification Job and the KubeVirt VirtualMachine. Deterministic names, owner
 //! references and the migration label on every one of them. (The API types they are built of
 //! live in [`crate::apis`].)
 
 pub mod datavolume;
 pub mod job;
 pub mod secret;
+pub mod verify_job;
 pub mod virtual_machine;
 
 use std::collections::BTreeMap;

@@ -4,30 +4,25 @@
 use std::collections::BTreeMap;
 
 use ferry_crds::{
-    DiscoveredNic, Firmware, NetworkMapping, RunStrategy, VirtualMachineMigration, names,
+    DiscoveredNic, DiscoveredSource, Firmware, NetworkMapping, NicModel, RunStrategy,
+    TargetTemplate, VirtualMachineMigration, names,
 };
 use serde_json::{Map, Value, json};
 
 use crate::Result;
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineSpec, run_strategy_name};
 
-/// Disk bus for a guest: Windows guests migrated without driver injection have no virtio
-/// drivers, so they get SATA; everything else gets virtio.
-pub fn disk_bus(guest_id: Option<&str>) -> &'static str {
-    match guest_id {
-        Some(g) if g.to_ascii_lowercase().starts_with("win") => "sata",
-        _ => "virtio",
-    }
-}
-
 /// How the source NICs map to KubeVirt interfaces and networks: `(interfaces, networks)`.
 ///
 /// With no mapping, the first NIC goes to the pod network (masquerade) and the others are left
 /// out; with a mapping, NICs on listed networks go where it says (pod: masquerade, Multus:
-/// bridge) and the others are left out. MAC addresses are kept. Pure.
+/// bridge) and the others are left out. Every interface gets `model`; MAC addresses are kept
+/// when `keep_macs`. Pure.
 pub fn network_wiring(
     nics: &[DiscoveredNic],
     mapping: &[NetworkMapping],
+    model: NicModel,
+    keep_macs: bool,
 ) -> (Vec<Value>, Vec<Value>) {
     let mut interfaces = vec![];
     let mut networks = vec![];
@@ -51,10 +46,10 @@ pub fn network_wiring(
         let Some((iface_binding, network)) = binding else {
             continue;
         };
-        let mut iface = json!({"name": name});
+        let mut iface = json!({"name": name, "model": model.as_str()});
         if let (Some(obj), Some(b)) = (iface.as_object_mut(), iface_binding.as_object()) {
             obj.extend(b.clone());
-            if !nic.mac.is_empty() {
+            if keep_macs && !nic.mac.is_empty() {
                 obj.insert("macAddress".into(), nic.mac.clone().into());
             }
         }
@@ -68,25 +63,42 @@ pub fn network_wiring(
     (interfaces, networks)
 }
 
-/// The migrated VirtualMachine, `runStrategy: Halted`, on the imported DataVolumes.
-///
-/// # Guarantees
-/// Named [`names::vm_name`]; owned by and labelled with the migration; its instance template
-/// carries the migration label too (KubeVirt copies it onto the VMI, which is how VMI events map
-/// back); CPU, memory, firmware (EFI → `bootloader.efi`, BIOS UUID kept) and NICs (MACs kept)
-/// come from the discovered source; disk `i` is the DataVolume [`names::datavolume_name`]`(i)`,
-/// the first one boots.
-///
-/// # Errors
-/// When the migration lacks a uid or namespace.
-pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> {
-    let meta = super::child_meta(vmm, names::vm_name(vmm))?;
-    let source = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.clone())
-        .unwrap_or_default();
-    let bus = disk_bus(source.guest_id.as_deref());
+/// KubeVirt's CPU topology for the source's: `numCPU / coresPerSocket` sockets of
+/// `coresPerSocket` cores; one socket of every vCPU when the source gives no whole topology.
+/// Pure.
+pub fn cpu(source: &DiscoveredSource) -> Value {
+    let n = source.num_cpu.unwrap_or(1).max(1);
+    let (sockets, cores) = match source.cores_per_socket {
+        Some(c) if c > 0 && n % c == 0 => (n / c, c),
+        _ => (1, n),
+    };
+    json!({"sockets": sockets, "cores": cores, "threads": 1})
+}
+
+/// KubeVirt's firmware for the source's: EFI (Secure Boot as the source had it) or BIOS, the
+/// BIOS UUID kept; `(firmware, features)` — Secure Boot needs SMM. Pure.
+pub fn firmware(source: &DiscoveredSource) -> (Value, Option<Value>) {
+    let secure = source.firmware == Some(Firmware::Efi) && source.secure_boot == Some(true);
+    let mut fw = match source.firmware {
+        // KubeVirt's EFI default is secureBoot: true; a source without it must say false.
+        Some(Firmware::Efi) => json!({"bootloader": {"efi": {"secureBoot": secure}}}),
+        Some(Firmware::Bios) | None => json!({"bootloader": {"bios": {}}}),
+    };
+    if let Some(uuid) = &source.uuid {
+        fw["uuid"] = json!(uuid);
+    }
+    (fw, secure.then(|| json!({"smm": {"enabled": true}})))
+}
+
+/// The domain of the migrated VM: CPU, memory, firmware, machine type, disks on the imported
+/// DataVolumes (the first boots) and NICs, after the mapping in the README. Pure.
+pub fn domain(
+    vmm: &VirtualMachineMigration,
+    source: &DiscoveredSource,
+    target: &TargetTemplate,
+) -> (Value, Vec<Value>, Vec<Value>) {
+    let devices_spec = &target.devices;
+    let bus = devices_spec.disk_bus().as_str();
     let (disks, volumes): (Vec<Value>, Vec<Value>) = (0..source.disks.len())
         .map(|i| {
             let name = format!("disk-{i}");
@@ -100,15 +112,14 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
             )
         })
         .unzip();
-    let (interfaces, networks) = network_wiring(&source.nics, &vmm.spec.target.template.networks);
+    let (interfaces, networks) = network_wiring(
+        &source.nics,
+        &target.networks,
+        devices_spec.nic_model(),
+        devices_spec.preserve_mac_addresses,
+    );
     let memory = format!("{}Mi", source.memory_mib.unwrap_or(1024).max(1));
-    let mut firmware = match source.firmware {
-        Some(Firmware::Efi) => json!({"bootloader": {"efi": {"secureBoot": false}}}),
-        _ => json!({"bootloader": {"bios": {}}}),
-    };
-    if let Some(uuid) = &source.uuid {
-        firmware["uuid"] = json!(uuid);
-    }
+    let (firmware, features) = firmware(source);
     let mut devices = json!({"disks": disks});
     if !interfaces.is_empty() {
         devices["interfaces"] = json!(interfaces);
@@ -116,16 +127,41 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
         // Every NIC was left out by the mapping: no pod interface either.
         devices["autoattachPodInterface"] = json!(false);
     }
-    let mut vmi_spec = json!({
-        "domain": {
-            "cpu": {"sockets": 1, "cores": source.num_cpu.unwrap_or(1).max(1), "threads": 1},
-            "memory": {"guest": memory},
-            "resources": {"requests": {"memory": memory}},
-            "firmware": firmware,
-            "devices": devices,
-        },
-        "volumes": volumes,
+    let mut domain = json!({
+        "cpu": cpu(source),
+        "memory": {"guest": memory},
+        "resources": {"requests": {"memory": memory}},
+        "firmware": firmware,
+        "devices": devices,
     });
+    if let Some(f) = features {
+        domain["features"] = f;
+    }
+    if let Some(m) = &devices_spec.machine_type {
+        domain["machine"] = json!({"type": m});
+    }
+    (domain, volumes, networks)
+}
+
+/// The migrated VirtualMachine, `runStrategy: Halted`, on the imported DataVolumes.
+///
+/// # Guarantees
+/// Named [`names::vm_name`]; owned by and labelled with the migration; its instance template
+/// carries the migration label too (KubeVirt copies it onto the VMI, which is how VMI events map
+/// back); the domain is [`domain`]'s; disk `i` is the DataVolume
+/// [`names::datavolume_name`]`(i)`, the first one boots.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> {
+    let meta = super::child_meta(vmm, names::vm_name(vmm))?;
+    let source = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.clone())
+        .unwrap_or_default();
+    let (domain, volumes, networks) = domain(vmm, &source, &vmm.spec.target.template);
+    let mut vmi_spec = json!({"domain": domain, "volumes": volumes});
     if !networks.is_empty() {
         vmi_spec["networks"] = json!(networks);
     }
@@ -146,48 +182,61 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
 mod tests {
     use super::*;
     use ferry_crds::{
-        DiscoveredDisk, DiscoveredSource, MultusNetwork, PodNetwork, fixtures::migration,
+        DiscoveredDisk, DiskBus, DiskController, MultusNetwork, NicDeviceType, PodNetwork,
+        fixtures::migration,
     };
 
     fn nic(mac: &str, network: &str) -> DiscoveredNic {
         DiscoveredNic {
             mac: mac.into(),
             network: network.into(),
+            device_type: Some(NicDeviceType::Vmxnet3),
         }
     }
 
-    fn discovered() -> VirtualMachineMigration {
+    fn source() -> DiscoveredSource {
+        DiscoveredSource {
+            name: Some("DC0_H0_VM0".into()),
+            uuid: Some("42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d".into()),
+            firmware: Some(Firmware::Efi),
+            secure_boot: Some(false),
+            num_cpu: Some(2),
+            memory_mib: Some(2048),
+            guest_id: Some("otherLinux64Guest".into()),
+            disks: (0..2)
+                .map(|i| DiscoveredDisk {
+                    key: 2000 + i,
+                    datastore_path: format!("[ds] d{i}.vmdk"),
+                    capacity_bytes: 1 << 26,
+                    controller: Some(DiskController::Pvscsi),
+                    ..Default::default()
+                })
+                .collect(),
+            nics: vec![
+                nic("00:50:56:aa:bb:01", "VM Network"),
+                nic("00:50:56:aa:bb:02", "DVS0"),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn discovered(source: DiscoveredSource) -> VirtualMachineMigration {
         let mut vmm = migration("web-1");
         vmm.status = Some(ferry_crds::VirtualMachineMigrationStatus {
-            source: Some(DiscoveredSource {
-                name: Some("DC0_H0_VM0".into()),
-                uuid: Some("42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d".into()),
-                firmware: Some(Firmware::Efi),
-                num_cpu: Some(2),
-                memory_mib: Some(2048),
-                guest_id: Some("otherLinux64Guest".into()),
-                disks: (0..2)
-                    .map(|i| DiscoveredDisk {
-                        key: 2000 + i,
-                        datastore_path: format!("[ds] d{i}.vmdk"),
-                        capacity_bytes: 1 << 26,
-                        ..Default::default()
-                    })
-                    .collect(),
-                nics: vec![
-                    nic("00:50:56:aa:bb:01", "VM Network"),
-                    nic("00:50:56:aa:bb:02", "DVS0"),
-                ],
-                ..Default::default()
-            }),
+            source: Some(source),
             ..Default::default()
         });
         vmm
     }
 
+    fn domain_of(vmm: &VirtualMachineMigration) -> Value {
+        let v = serde_json::to_value(virtual_machine(vmm).unwrap()).unwrap();
+        v["spec"]["template"]["spec"]["domain"].clone()
+    }
+
     #[test]
     fn the_vm_is_halted_on_the_imported_volumes_with_the_source_shape() {
-        let vm = virtual_machine(&discovered()).unwrap();
+        let vm = virtual_machine(&discovered(source())).unwrap();
         assert_eq!(vm.metadata.name.as_deref(), Some("dc0-h0-vm0"));
         let v = serde_json::to_value(&vm).unwrap();
         assert_eq!(v["apiVersion"], "kubevirt.io/v1");
@@ -195,20 +244,22 @@ mod tests {
         let t = &v["spec"]["template"];
         assert_eq!(t["metadata"]["labels"][names::MIGRATION_LABEL], "web-1");
         let d = &t["spec"]["domain"];
-        assert_eq!(d["cpu"]["cores"], 2);
+        assert_eq!(d["cpu"], json!({"sockets": 1, "cores": 2, "threads": 1}));
         assert_eq!(d["memory"]["guest"], "2048Mi");
+        assert_eq!(d["resources"]["requests"]["memory"], "2048Mi");
         assert_eq!(d["firmware"]["bootloader"]["efi"]["secureBoot"], false);
         assert_eq!(
             d["firmware"]["uuid"],
             "42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d"
         );
+        assert!(d.get("features").is_none() && d.get("machine").is_none());
         assert_eq!(
             d["devices"]["disks"][0],
-            json!({"name": "disk-0", "disk": {"bus": "virtio"}, "bootOrder": 1})
+            json!({"name": "disk-0", "disk": {"bus": "sata"}, "bootOrder": 1})
         );
         assert_eq!(
             d["devices"]["disks"][1],
-            json!({"name": "disk-1", "disk": {"bus": "virtio"}})
+            json!({"name": "disk-1", "disk": {"bus": "sata"}})
         );
         assert_eq!(
             t["spec"]["volumes"][1],
@@ -216,22 +267,140 @@ mod tests {
         );
         assert_eq!(
             d["devices"]["interfaces"],
-            json!([{"name": "net-0", "masquerade": {}, "macAddress": "00:50:56:aa:bb:01"}])
+            json!([{"name": "net-0", "model": "e1000e", "masquerade": {}, "macAddress": "00:50:56:aa:bb:01"}])
         );
         assert_eq!(t["spec"]["networks"], json!([{"name": "net-0", "pod": {}}]));
     }
 
+    /// The README's mapping table, row by row: what each source shape and spec.target.devices
+    /// become in the VirtualMachine's domain.
     #[test]
-    fn bios_guests_and_windows_guests() {
-        let mut vmm = discovered();
-        if let Some(s) = vmm.status.as_mut().and_then(|s| s.source.as_mut()) {
-            s.firmware = Some(Firmware::Bios);
-            s.guest_id = Some("windows2019srv_64Guest".into());
+    fn the_device_mapping_table() {
+        type Shape = fn(&mut DiscoveredSource, &mut ferry_crds::Devices);
+        type Check = fn(&Value) -> bool;
+        let rows: Vec<(&str, Shape, Check)> = vec![
+            (
+                "no virtio drivers: disks on SATA",
+                |_, _| {},
+                |d| d["devices"]["disks"][0]["disk"]["bus"] == "sata",
+            ),
+            (
+                "no virtio drivers: NICs e1000e",
+                |_, _| {},
+                |d| d["devices"]["interfaces"][0]["model"] == "e1000e",
+            ),
+            (
+                "virtio drivers: disks on virtio",
+                |_, dev| dev.virtio_drivers = true,
+                |d| d["devices"]["disks"][1]["disk"]["bus"] == "virtio",
+            ),
+            (
+                "virtio drivers: NICs virtio",
+                |_, dev| dev.virtio_drivers = true,
+                |d| d["devices"]["interfaces"][0]["model"] == "virtio",
+            ),
+            (
+                "diskBus overrides the drivers",
+                |_, dev| {
+                    dev.virtio_drivers = true;
+                    dev.disk_bus = Some(DiskBus::Scsi);
+                },
+                |d| d["devices"]["disks"][0]["disk"]["bus"] == "scsi",
+            ),
+            (
+                "nicModel overrides the drivers",
+                |_, dev| dev.nic_model = Some(NicModel::E1000),
+                |d| d["devices"]["interfaces"][0]["model"] == "e1000",
+            ),
+            (
+                "MAC addresses kept by default",
+                |_, _| {},
+                |d| d["devices"]["interfaces"][0]["macAddress"] == "00:50:56:aa:bb:01",
+            ),
+            (
+                "MAC addresses dropped when asked",
+                |_, dev| dev.preserve_mac_addresses = false,
+                |d| d["devices"]["interfaces"][0].get("macAddress").is_none(),
+            ),
+            (
+                "BIOS firmware",
+                |s, _| s.firmware = Some(Firmware::Bios),
+                |d| d["firmware"]["bootloader"] == json!({"bios": {}}),
+            ),
+            (
+                "no firmware reported reads as BIOS",
+                |s, _| s.firmware = None,
+                |d| d["firmware"]["bootloader"] == json!({"bios": {}}),
+            ),
+            (
+                "EFI without Secure Boot",
+                |_, _| {},
+                |d| {
+                    d["firmware"]["bootloader"] == json!({"efi": {"secureBoot": false}})
+                        && d.get("features").is_none()
+                },
+            ),
+            (
+                "EFI with Secure Boot needs SMM",
+                |s, _| s.secure_boot = Some(true),
+                |d| {
+                    d["firmware"]["bootloader"] == json!({"efi": {"secureBoot": true}})
+                        && d["features"] == json!({"smm": {"enabled": true}})
+                },
+            ),
+            (
+                "Secure Boot on BIOS is ignored",
+                |s, _| {
+                    s.firmware = Some(Firmware::Bios);
+                    s.secure_boot = Some(true);
+                },
+                |d| {
+                    d["firmware"]["bootloader"] == json!({"bios": {}})
+                        && d.get("features").is_none()
+                },
+            ),
+            (
+                "4 vCPUs as 2 sockets of 2 cores",
+                |s, _| {
+                    s.num_cpu = Some(4);
+                    s.cores_per_socket = Some(2);
+                },
+                |d| d["cpu"] == json!({"sockets": 2, "cores": 2, "threads": 1}),
+            ),
+            (
+                "a topology that does not divide reads as one socket",
+                |s, _| {
+                    s.num_cpu = Some(3);
+                    s.cores_per_socket = Some(2);
+                },
+                |d| d["cpu"] == json!({"sockets": 1, "cores": 3, "threads": 1}),
+            ),
+            (
+                "memory in MiB",
+                |s, _| s.memory_mib = Some(6144),
+                |d| {
+                    d["memory"]["guest"] == "6144Mi"
+                        && d["resources"]["requests"]["memory"] == "6144Mi"
+                },
+            ),
+            (
+                "machine type",
+                |_, dev| dev.machine_type = Some("pc-q35-rhel9.4.0".into()),
+                |d| d["machine"] == json!({"type": "pc-q35-rhel9.4.0"}),
+            ),
+        ];
+        for (name, shape, check) in rows {
+            let mut src = source();
+            let mut vmm = discovered(source());
+            shape(&mut src, &mut vmm.spec.target.template.devices);
+            vmm.status.as_mut().unwrap().source = Some(src);
+            let d = domain_of(&vmm);
+            assert!(
+                check(&d),
+                "{name}: {}",
+                serde_json::to_string_pretty(&d).unwrap()
+            );
         }
-        let v = serde_json::to_value(virtual_machine(&vmm).unwrap()).unwrap();
-        let d = &v["spec"]["template"]["spec"]["domain"];
-        assert_eq!(d["firmware"]["bootloader"], json!({"bios": {}}));
-        assert_eq!(d["devices"]["disks"][0]["disk"]["bus"], "sata");
     }
 
     #[test]
@@ -255,12 +424,12 @@ mod tests {
                 }),
             },
         ];
-        let (ifaces, nets) = network_wiring(&nics, &mapping);
+        let (ifaces, nets) = network_wiring(&nics, &mapping, NicModel::Virtio, true);
         assert_eq!(
             ifaces,
             vec![
-                json!({"name": "net-0", "bridge": {}, "macAddress": "m0"}),
-                json!({"name": "net-1", "masquerade": {}, "macAddress": "m1"})
+                json!({"name": "net-0", "model": "virtio", "bridge": {}, "macAddress": "m0"}),
+                json!({"name": "net-1", "model": "virtio", "masquerade": {}, "macAddress": "m1"})
             ]
         );
         assert_eq!(
@@ -270,12 +439,15 @@ mod tests {
                 json!({"name": "net-1", "pod": {}})
             ]
         );
-        let (ifaces, nets) = network_wiring(&nics, &[]);
+        let (ifaces, nets) = network_wiring(&nics, &[], NicModel::E1000e, true);
         assert_eq!(
             (ifaces.len(), nets.len()),
             (1, 1),
             "without a mapping only the first NIC is wired"
         );
-        assert_eq!(network_wiring(&[], &[]), (vec![], vec![]));
+        assert_eq!(
+            network_wiring(&[], &[], NicModel::E1000e, true),
+            (vec![], vec![])
+        );
     }
 }

@@ -60,6 +60,9 @@ impl Ctx<'_> {
         previous: Option<DiskRecord>,
     ) -> Result<DiskReport, Error> {
         let format = self.args.format.as_str();
+        let name = format!("disk {index} ({})", disk.datastore_path);
+        // A source someone powered on again is refused before anything is read or recorded.
+        super::ensure_off(&self.src, &name).await?;
         let progress = Progress::new(0);
         let writer = Arc::new(RecordWriter {
             staging: self.staging.clone(),
@@ -80,11 +83,15 @@ impl Ctx<'_> {
         }
         let ticker = tokio::spawn(writer.clone().run());
         let started = Instant::now();
-        let outcome = self.convert_disk(index, disk, &writer).await;
+        let outcome = match self.convert_disk(index, disk, &writer).await {
+            // Still off after the read: the bytes are the disk's, not a moving target's.
+            Ok(done) => super::ensure_off(&self.src, &name).await.map(|()| done),
+            Err(e) => Err(e),
+        };
         ticker.abort();
         let _ = ticker.await;
         match outcome {
-            Ok((up, path, virtual_size, downloaded, scratch_peak, allocation_known)) => {
+            Ok((up, raw_sha256, path, virtual_size, downloaded, scratch_peak, allocation_known)) => {
                 let mut r = writer.base.clone();
                 r.state = RecordState::Staged;
                 r.stage = "staged".into();
@@ -93,6 +100,7 @@ impl Ctx<'_> {
                 r.sha256 = Some(up.sha256.clone());
                 r.size = Some(up.size);
                 r.virtual_size = Some(virtual_size);
+                r.raw_sha256 = raw_sha256;
                 r.updated_unix_ms = now_ms();
                 self.staging
                     .put_record(&disk.key, &r)
@@ -109,6 +117,7 @@ impl Ctx<'_> {
                     format: self.args.format,
                     path,
                     size: up.size,
+                    raw_sha256: r.raw_contents_sha256(),
                     sha256: up.sha256,
                     virtual_size: Some(virtual_size),
                     downloaded,
@@ -251,13 +260,15 @@ impl Ctx<'_> {
         ))
     }
 
-    /// `(uploaded, path, virtual size, bytes downloaded, scratch peak, allocation known)`.
+    /// `(uploaded, raw contents' SHA-256 of a qcow2 image, path, virtual size, bytes downloaded,
+    /// scratch peak, allocation known)`.
+    #[allow(clippy::type_complexity)]
     async fn convert_disk(
         &self,
         index: usize,
         disk: &DiskSpec,
         writer: &RecordWriter,
-    ) -> Result<(Uploaded, DataPath, u64, u64, u64, bool), Error> {
+    ) -> Result<(Uploaded, Option<String>, DataPath, u64, u64, u64, bool), Error> {
         let vs = self.vs(disk, index);
         let progress = writer.progress.clone();
         let input = self.probe(index, disk).await?;
@@ -316,7 +327,7 @@ impl Ctx<'_> {
                 sampler.abort();
                 let up = up?;
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, DataPath::FlatStream, size, got, 0, known))
+                Ok((up, None, DataPath::FlatStream, size, got, 0, known))
             }
             (Input::Flat(map), OutputFormat::Qcow2) => {
                 let (map, known) = self.allocated(disk, map).await?;
@@ -335,11 +346,11 @@ impl Ctx<'_> {
                     BLOCKS_KEPT,
                     BLOCKS_AHEAD,
                 ));
-                let (up, peak) = self
+                let ((up, vsize, raw), peak) = self
                     .via_qcow2_file(index, disk, writer, cached, "raw", Some((size, need)))
                     .await?;
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up.0, DataPath::QemuFile, up.1, got, peak, known))
+                Ok((up, Some(raw), DataPath::QemuFile, vsize, got, peak, known))
             }
             (
                 Input::Sparse {
@@ -370,20 +381,20 @@ impl Ctx<'_> {
                     BLOCKS_KEPT,
                     BLOCKS_AHEAD,
                 ));
-                let (up, vsize, path, peak) = match format {
+                let (up, raw, vsize, path, peak) = match format {
                     OutputFormat::Raw => {
                         let (up, vsize) = self.via_sink(disk, writer, cached).await?;
-                        (up, vsize, DataPath::QemuSink, 0)
+                        (up, None, vsize, DataPath::QemuSink, 0)
                     }
                     OutputFormat::Qcow2 => {
-                        let ((up, vsize), peak) = self
+                        let ((up, vsize, raw), peak) = self
                             .via_qcow2_file(index, disk, writer, cached, "vmdk", None)
                             .await?;
-                        (up, vsize, DataPath::QemuFile, peak)
+                        (up, Some(raw), vsize, DataPath::QemuFile, peak)
                     }
                 };
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, path, vsize, got, peak, true))
+                Ok((up, raw, path, vsize, got, peak, true))
             }
         }
     }
@@ -450,8 +461,9 @@ impl Ctx<'_> {
     }
 
     /// qemu-img reads `source` over NBD and writes a qcow2 file (the one local copy), which is
-    /// then hashed and uploaded in one read. `flat`: `(virtual size, scratch need)` when known
-    /// without asking qemu-img. Returns `((uploaded, virtual size), scratch peak)`.
+    /// then hashed and uploaded in one read, and read once more for the SHA-256 of its raw
+    /// contents. `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
+    /// Returns `((uploaded, virtual size, raw contents' SHA-256), scratch peak)`.
     async fn via_qcow2_file(
         &self,
         index: usize,
@@ -460,7 +472,7 @@ impl Ctx<'_> {
         source: Arc<CachedDisk>,
         format: &'static str,
         flat: Option<(u64, u64)>,
-    ) -> Result<((Uploaded, u64), u64), Error> {
+    ) -> Result<((Uploaded, u64, String), u64), Error> {
         let mut sockets = Sockets::new()?;
         let src_uri = sockets.serve_source("src", source.clone())?;
         let qemu_img = &self.args.qemu_img;
@@ -522,7 +534,7 @@ impl Ctx<'_> {
                 .map_err(|e| io_err(&out, e))?;
             let parts = file_parts(file, part, out.clone());
             let meta = self.metadata(disk, vsize);
-            upload::upload(
+            let up = upload::upload(
                 &self.staging,
                 &disk.key,
                 &meta,
@@ -532,7 +544,9 @@ impl Ctx<'_> {
                 writer,
                 vsize,
             )
-            .await
+            .await?;
+            let raw = self.raw_contents_sha256(&out, vsize).await?;
+            Ok::<_, Error>((up, raw))
         }
         .await;
         watch.abort();
@@ -544,7 +558,56 @@ impl Ctx<'_> {
             self.scratch_now.load(Ordering::Relaxed).min(held),
             Ordering::Relaxed,
         );
-        Ok(((result?, vsize), peak.load(Ordering::Relaxed)))
+        let (up, raw) = result?;
+        Ok(((up, vsize, raw), peak.load(Ordering::Relaxed)))
+    }
+
+    /// SHA-256 of a local qcow2 image's raw contents: qemu-img writes them into an NBD sink that
+    /// hashes them in order, so no raw copy lands on disk. This is the one pass a qcow2 output
+    /// adds: the verification Job compares an imported (raw) volume against it, and no earlier
+    /// pass sees the raw contents in order.
+    async fn raw_contents_sha256(
+        &self,
+        image: &std::path::Path,
+        vsize: u64,
+    ) -> Result<String, Error> {
+        let sockets = Sockets::new()?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let sink_path = sockets.path("raw");
+        let listener = UnixListener::bind(&sink_path).map_err(|e| io_err(&sink_path, e))?;
+        let part = upload::part_size(vsize) as usize;
+        let sink = tokio::spawn(nbd::serve_sink(
+            listener,
+            nbd::Assembler::new(part, vsize, tx),
+        ));
+        let sink_abort = sink.abort_handle();
+        let (qemu_img, dst) = (self.args.qemu_img.clone(), nbd::uri(&sink_path));
+        let src = image.to_string_lossy().into_owned();
+        let qemu = tokio::spawn(async move {
+            let r = qemu::convert_to_raw_target(&qemu_img, "qcow2", &src, &dst).await;
+            if r.is_err() {
+                sink_abort.abort();
+            }
+            r
+        });
+        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut seen = 0u64;
+        while let Some(b) = rx.recv().await {
+            hash.update(&b);
+            seen += b.len() as u64;
+        }
+        qemu.await
+            .map_err(|e| Error::Upload(format!("qemu-img task: {e}")))??;
+        sink.await
+            .map_err(|e| Error::Upload(format!("NBD sink: {e}")))?
+            .map_err(|e| Error::Upload(format!("NBD sink: {e}")))?;
+        if seen != vsize {
+            return Err(Error::Upload(format!(
+                "raw contents of {}: {seen} bytes, {vsize} expected",
+                image.display()
+            )));
+        }
+        Ok(crate::staging::hex(hash.finish().as_ref()))
     }
 }
 

@@ -32,6 +32,11 @@ pub enum Error {
     /// The downloaded VMDK is not something we can follow.
     #[error("disk {disk}: {detail}")]
     BadDisk { disk: String, detail: String },
+    /// The source VM is not off: its disks may change under the copy.
+    #[error(
+        "the source VM {moref} is {state}, not poweredOff: its disks may change under the copy, so none is staged"
+    )]
+    SourcePoweredOn { moref: String, state: &'static str },
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -54,7 +59,10 @@ impl Error {
     /// Whether a new attempt may succeed with the same arguments.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Usage(_) | Error::BadDisk { .. } | Error::Scratch { .. } => false,
+            Error::Usage(_)
+            | Error::BadDisk { .. }
+            | Error::Scratch { .. }
+            | Error::SourcePoweredOn { .. } => false,
             Error::Upload(_) => true,
             Error::Vsphere { source, .. } => source.is_transient(),
             Error::Staging { source, .. } => source.is_transient(),
@@ -81,6 +89,7 @@ impl Error {
             Error::Staging { source, .. } => source.reason(),
             Error::Qemu { .. } => "QemuImg",
             Error::BadDisk { .. } => "BadDisk",
+            Error::SourcePoweredOn { .. } => "SourcePoweredOn",
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
             Error::Scratch { .. } => "ScratchTooSmall",
@@ -153,6 +162,13 @@ mod tests {
                 Error::BadDisk {
                     disk: "d".into(),
                     detail: "x".into(),
+                },
+                PERMANENT_EXIT_CODE,
+            ),
+            (
+                Error::SourcePoweredOn {
+                    moref: "vm-1".into(),
+                    state: "poweredOn",
                 },
                 PERMANENT_EXIT_CODE,
             ),

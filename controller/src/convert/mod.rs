@@ -262,6 +262,9 @@ pub struct DiskReport {
     /// Bytes of the staged image.
     pub size: u64,
     pub sha256: String,
+    /// SHA-256 of the image's raw contents (what the imported volume holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_sha256: Option<String>,
     /// Virtual size of the image, when known (always for converted disks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub virtual_size: Option<u64>,
@@ -361,6 +364,29 @@ pub(crate) struct Source {
     pub vm: Option<VmInfo>,
 }
 
+/// Fails unless the source VM is powered off: checked before each disk is read and after it was
+/// uploaded, so that a VM someone powers on during the copy never yields a staged image.
+pub(crate) async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
+    let Some(vm) = src.vm.as_ref() else {
+        return Ok(());
+    };
+    let state = src
+        .session
+        .power_state(&vm.moref)
+        .await
+        .map_err(|source| Error::Vsphere {
+            disk: disk.to_owned(),
+            source,
+        })?;
+    match state {
+        vsphere::PowerState::PoweredOff => Ok(()),
+        other => Err(Error::SourcePoweredOn {
+            moref: vm.moref.clone(),
+            state: other.as_str(),
+        }),
+    }
+}
+
 async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<ConvertReport, Error> {
     let endpoint = args.endpoint()?;
     let staging = Staging::new(args.staging_config()).map_err(|source| Error::Staging {
@@ -410,6 +436,7 @@ async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<Conve
                     path: DataPath::None,
                     size: img.size,
                     sha256: r.sha256.clone().unwrap_or_default(),
+                    raw_sha256: r.raw_contents_sha256(),
                     virtual_size: r.virtual_size,
                     downloaded: 0,
                     sent: 0,
@@ -690,6 +717,7 @@ mod tests {
             path: DataPath::FlatStream,
             size: 5,
             sha256: "s".into(),
+            raw_sha256: None,
             virtual_size: None,
             downloaded: 0,
             sent: 5,

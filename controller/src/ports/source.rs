@@ -2,7 +2,8 @@
 //! `crate::vsphere` (vim_rs). Errors come back classified as a [`Problem`].
 
 use ferry_crds::{
-    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, VmLookup,
+    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, ToolsState,
+    VmLookup,
 };
 use futures::future::BoxFuture;
 use secrecy::SecretString;
@@ -42,7 +43,20 @@ pub trait SourceApi: Send + Sync + 'static {
         login: &'a SourceLogin,
         vm: VmLookup<'a>,
     ) -> BoxFuture<'a, Result<Discovered, Problem>>;
-    /// Powers the VM off; idempotent.
+    /// The VM's power state now, and whether VMware Tools run in it.
+    fn power<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(PowerState, ToolsState), Problem>>;
+    /// Asks the guest to shut down through VMware Tools; returns at once (the guest takes its
+    /// time, or ignores it). A VM already off is fine.
+    fn shutdown_guest<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>>;
+    /// Powers the VM off hard; idempotent.
     fn power_off<'a>(
         &'a self,
         login: &'a SourceLogin,
@@ -125,23 +139,36 @@ fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
     })
 }
 
+fn power_state(p: vsphere::PowerState) -> PowerState {
+    match p {
+        vsphere::PowerState::PoweredOn => PowerState::PoweredOn,
+        vsphere::PowerState::PoweredOff => PowerState::PoweredOff,
+        vsphere::PowerState::Suspended => PowerState::Suspended,
+    }
+}
+
 fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
+    let cpus = i32::try_from(vm.num_cpu).ok();
     DiscoveredSource {
         name: Some(vm.name.clone()),
         moref: Some(vm.moref.clone()),
         uuid: Some(vm.uuid.clone()).filter(|s| !s.is_empty()),
         instance_uuid: Some(vm.instance_uuid.clone()).filter(|s| !s.is_empty()),
-        power_state: Some(match vm.power_state {
-            vsphere::PowerState::PoweredOn => PowerState::PoweredOn,
-            vsphere::PowerState::PoweredOff => PowerState::PoweredOff,
-            vsphere::PowerState::Suspended => PowerState::Suspended,
-        }),
+        power_state: Some(power_state(vm.power_state)),
         guest_id: Some(vm.guest_id.clone()).filter(|s| !s.is_empty()),
+        guest_os_family: Some(vm.guest_family),
+        guest_full_name: Some(vm.guest_full_name.clone()).filter(|s| !s.is_empty()),
+        vmware_tools: Some(vm.tools),
         firmware: Some(match vm.firmware {
             vsphere::Firmware::Bios => Firmware::Bios,
             vsphere::Firmware::Efi => Firmware::Efi,
         }),
-        num_cpu: i32::try_from(vm.num_cpu).ok(),
+        secure_boot: Some(vm.firmware == vsphere::Firmware::Efi && vm.secure_boot),
+        num_cpu: cpus,
+        // Only a whole number of sockets is a topology; anything else reads as one core each.
+        cores_per_socket: i32::try_from(vm.cores_per_socket)
+            .ok()
+            .filter(|c| *c > 0 && cpus.is_some_and(|n| n % c == 0)),
         memory_mib: i64::try_from(vm.memory_mib).ok(),
         disks: vm
             .disks
@@ -151,6 +178,7 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
                 label: d.label.clone(),
                 datastore_path: d.datastore_path.clone(),
                 capacity_bytes: i64::try_from(d.capacity_bytes).unwrap_or(i64::MAX),
+                controller: d.controller,
             })
             .collect(),
         nics: vm
@@ -159,6 +187,7 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
             .map(|n| DiscoveredNic {
                 mac: n.mac.clone(),
                 network: n.network.clone(),
+                device_type: Some(n.device_type),
             })
             .collect(),
     }
@@ -223,6 +252,49 @@ impl SourceApi for VsphereSource {
             Ok(Discovered {
                 source: to_discovered(&info),
                 layout_problems,
+            })
+        })
+    }
+
+    fn power<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(PowerState, ToolsState), Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let r = s.power(moref).await;
+            let _ = s.logout().await;
+            match r {
+                Ok((p, tools)) => Ok((power_state(p), tools)),
+                Err(vsphere::Error::NotFound(_)) => Err(Problem::permanent(
+                    Reason::VMNotFound,
+                    format!("the source VM {moref} is gone from {}", login.url),
+                )),
+                Err(e) => Err(problem_of(&e)),
+            }
+        })
+    }
+
+    fn shutdown_guest<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let s = session(login).await?;
+            let r = s.shutdown_guest(moref).await;
+            let _ = s.logout().await;
+            r.map_err(|e| {
+                let p = problem_of(&e);
+                if p.transient {
+                    p
+                } else {
+                    Problem::permanent(
+                        Reason::PowerOffFailed,
+                        format!("asking the guest of {moref} to shut down: {e}"),
+                    )
+                }
             })
         })
     }

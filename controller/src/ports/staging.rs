@@ -9,13 +9,24 @@ use crate::problem::Problem;
 use crate::staging;
 
 /// A staged disk image, as a HEAD request sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StagedObject {
     /// Size in bytes.
     pub size: i64,
     /// SHA-256 from the converter's `Staged` record of this image, lowercase hex; `None` while
     /// the image is not known complete.
     pub sha256: Option<String>,
+    /// SHA-256 of the image's raw contents (what an imported volume holds), from the metadata;
+    /// for a raw image the same as `sha256`.
+    pub raw_sha256: Option<String>,
+    /// The image's virtual size (its raw contents' length), from the metadata.
+    pub virtual_size: Option<i64>,
+}
+
+/// A lowercase SHA-256 hex digest, or nothing.
+fn digest(s: Option<&String>) -> Option<String> {
+    s.map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// What the converter last recorded about a disk it works on (`KEY.state.json`).
@@ -127,16 +138,16 @@ impl StagingApi for S3Staging {
                 return Ok(None);
             };
             let record = st.record(key).await.map_err(|e| s3_problem(&e))?;
-            let sha256 = record
-                .filter(|r| {
+            let record = record.filter(|r| {
                     r.state == staging::RecordState::Staged
                         && r.is_staged(&r.source_path, &r.format, o.size)
-                })
-                .and_then(|r| r.sha256)
-                .map(|s| s.to_ascii_lowercase());
+                });
+            let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             Ok(Some(StagedObject {
-                size: i64::try_from(o.size).unwrap_or(i64::MAX),
-                sha256,
+                size: i(o.size),
+                sha256: digest(record.as_ref().and_then(|r| r.sha256.as_ref())),
+                raw_sha256: digest(record.as_ref().and_then(|r| r.raw_contents_sha256()).as_ref()),
+                virtual_size: record.as_ref().and_then(|r| r.virtual_size).map(i),
             }))
         })
     }

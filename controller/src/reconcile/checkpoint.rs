@@ -237,10 +237,13 @@ mod tests {
             credentials: Ok(None),
             secret_present: false,
             dvs: vec![],
+            verify: super::super::importing::Verification::default(),
+            block: vec![],
         };
         let val = || super::super::validating::Observed {
             vm: super::super::world::VmState::Absent,
             vmi: super::super::world::VmiState::Absent,
+            trouble: None,
             leftovers: None,
         };
         use super::super::{creating_vm, importing, preparing, validating};

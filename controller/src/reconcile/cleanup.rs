@@ -37,6 +37,9 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
             Cleanup::Job => {
                 delete_if_present(m, &io.api::<Job>(), &names::job_name(vmm)).await?;
             }
+            Cleanup::VerifyJob => {
+                delete_if_present(m, &io.api::<Job>(), &names::verify_job_name(vmm)).await?;
+            }
             Cleanup::Staging => {
                 if let Some(p) = delete_staging(io).await? {
                     if p.transient {

@@ -10,7 +10,7 @@
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, DiskConverted},
-    DiskStatus, Phase, Progress, Reason, names,
+    DiskStatus, Phase, PowerState, Progress, Reason, names,
 };
 use k8s_openapi::api::batch::v1::Job;
 
@@ -40,6 +40,9 @@ pub struct Observed {
     pub staged: Vec<Result<Option<StagedObject>, Problem>>,
     /// The converter's progress record of each disk (best effort: unreadable is `None`).
     pub progress: Vec<Option<ConverterProgress>>,
+    /// The source VM's power state, looked at again before its disks are read (no Job yet) and
+    /// once the Job ended; `None` while the Job runs (the converter checks it then).
+    pub source_power: Option<Result<PowerState, Problem>>,
 }
 
 /// What Converting does to the world.
@@ -79,10 +82,17 @@ impl Checkpoint for Converting {
                 (v, p)
             }
         };
+        let source_power = match job {
+            JobState::Absent | JobState::Complete | JobState::Failed { .. } => {
+                Some(super::world::source_power(io).await?)
+            }
+            JobState::Running { .. } | JobState::Deleting => None,
+        };
         Ok(Observed {
             job,
             staged,
             progress,
+            source_power,
         })
     }
 
@@ -113,6 +123,15 @@ impl Checkpoint for Converting {
     }
 }
 
+/// vSphere's name of a power state.
+fn power_name(p: PowerState) -> &'static str {
+    match p {
+        PowerState::PoweredOn => "poweredOn",
+        PowerState::PoweredOff => "poweredOff",
+        PowerState::Suspended => "suspended",
+    }
+}
+
 /// The per-disk status with what staging holds recorded. Pure.
 fn staged_disks(scope: &Scope<Observed>, staged: &[StagedObject]) -> Vec<DiskStatus> {
     let old = scope
@@ -130,6 +149,8 @@ fn staged_disks(scope: &Scope<Observed>, staged: &[StagedObject]) -> Vec<DiskSta
             d.staged_object = Some(names::staging_key(&scope.vmm, i));
             d.staged_bytes = Some(o.size);
             d.checksum = o.sha256.clone();
+            d.raw_checksum = o.raw_sha256.clone();
+            d.virtual_size_bytes = o.virtual_size;
             d.format = Some(scope.vmm.spec.conversion.format);
             d
         })
@@ -185,6 +206,7 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
     let rate = (rate > 0).then_some(rate);
     Record {
         source: None,
+        power_off: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -198,7 +220,34 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
 
 /// Decides the Converting step. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed { job, staged, .. } = &scope.world;
+    let Observed {
+        job,
+        staged,
+        source_power,
+        ..
+    } = &scope.world;
+    match source_power {
+        Some(Err(p)) => return Outcome::from_problem(scope, p, Some(DiskConverted)),
+        Some(Ok(state @ (PowerState::PoweredOn | PowerState::Suspended))) => {
+            let when = if *job == JobState::Absent {
+                "before its disks were read"
+            } else {
+                "while its disks were copied"
+            };
+            let msg = format!(
+                "the source VM is {} again {when} (someone started it in vSphere): its disks may change under the copy, so nothing is imported; raise spec.retry to start over (ferry powers it off again), or cancel",
+                power_name(*state)
+            );
+            return Outcome::failure(
+                Reason::SourcePoweredOn,
+                msg,
+                true,
+                Phase::Converting,
+                DiskConverted,
+            );
+        }
+        Some(Ok(PowerState::PoweredOff)) | None => {}
+    }
     if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
         return Outcome::from_problem(scope, p, Some(DiskConverted));
     }
@@ -208,7 +257,10 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .collect();
     let complete: Option<Vec<StagedObject>> = objects
         .iter()
-        .map(|o| o.filter(|o| o.sha256.is_some()).cloned())
+        .map(|o| {
+            o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some())
+                .cloned()
+        })
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty());
     let n = scope.disk_count();
@@ -225,6 +277,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                     ..Progress::default()
                 }),
                 source: None,
+                power_off: None,
             };
             let msg =
                 format!("{n} disk(s) converted and staged, {bytes} bytes, checksums recorded");
@@ -290,7 +343,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             let missing: Vec<String> = objects
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| o.is_none_or(|o| o.sha256.is_none()))
+                .filter(|(_, o)| o.is_none_or(|o| o.sha256.is_none() || o.raw_sha256.is_none()))
                 .map(|(i, o)| {
                     format!(
                         "disk {i} {}",
@@ -362,6 +415,8 @@ mod tests {
         Ok(Some(StagedObject {
             size: 1 << 26,
             sha256: sha.map(str::to_owned),
+            raw_sha256: sha.map(|s| format!("raw-{s}")),
+            virtual_size: Some(1 << 26),
         }))
     }
 
@@ -379,8 +434,12 @@ mod tests {
             policy: Policy::default(),
             retries,
             world: Observed {
-                job,
+                source_power: match job {
+                    JobState::Running { .. } | JobState::Deleting => None,
+                    _ => Some(Ok(PowerState::PoweredOff)),
+                },
                 progress: staged.iter().map(|_| None).collect(),
+                job,
                 staged,
             },
         })
@@ -517,6 +576,7 @@ mod tests {
                 job: JobState::Running { failed: 0 },
                 staged: vec![Ok(None), Ok(None)],
                 progress: vec![Some(rec(50, Some(10))), Some(rec(100, None))],
+                source_power: None,
             },
         });
         assert_eq!(
@@ -546,6 +606,7 @@ mod tests {
                 job: JobState::Running { failed: 0 },
                 staged: vec![Ok(None)],
                 progress: vec![None],
+                source_power: None,
             },
         });
         let p = o.record.progress.unwrap();
@@ -573,6 +634,7 @@ mod tests {
                     rate_bytes_per_second: None,
                     error: Some("disk 0 needs 2.0 GiB of scratch, the volume holds 1.0 GiB".into()),
                 })],
+                source_power: None,
             },
         });
         let Step::Fail { message, .. } = &o.step else {
@@ -591,6 +653,8 @@ mod tests {
         let disks = o.record.disks.unwrap();
         assert_eq!(disks.len(), 2);
         assert_eq!(disks[1].checksum.as_deref(), Some("bb"));
+        assert_eq!(disks[1].raw_checksum.as_deref(), Some("raw-bb"));
+        assert_eq!(disks[1].virtual_size_bytes, Some(1 << 26));
         assert_eq!(disks[1].staged_bytes, Some(1 << 26));
         assert_eq!(
             disks[1].capacity_bytes,
@@ -605,5 +669,90 @@ mod tests {
                 .ends_with("/disk-1.raw")
         );
         assert_eq!(o.record.progress.unwrap().bytes_total, 2 << 26);
+    }
+
+    #[test]
+    fn a_source_powered_on_again_is_never_copied_or_imported() {
+        let on = |job: JobState, staged: Vec<Result<Option<StagedObject>, Problem>>| {
+            let vmm = migration("m")
+                .with_disks(staged.len())
+                .with_phase(Phase::Converting);
+            decide(&Scope {
+                vmm,
+                now: ts(0).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    job,
+                    staged,
+                    source_power: Some(Ok(PowerState::PoweredOn)),
+                    progress: vec![None],
+                },
+            })
+        };
+        for (name, job) in [
+            ("before the Job", JobState::Absent),
+            ("after the Job", JobState::Complete),
+            (
+                "the Job failed",
+                JobState::Failed {
+                    reason: "PodFailurePolicy".into(),
+                    message: String::new(),
+                },
+            ),
+        ] {
+            let o = on(job, vec![obj(Some("aa"))]);
+            assert!(
+                matches!(
+                    o.step,
+                    Step::Fail {
+                        reason: Reason::SourcePoweredOn,
+                        retriable: true,
+                        ..
+                    }
+                ),
+                "{name}: {:?}",
+                o.step
+            );
+            assert!(
+                o.record.disks.is_none(),
+                "{name}: nothing recorded as staged"
+            );
+        }
+        let vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+        let down = decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                job: JobState::Complete,
+                staged: vec![obj(Some("aa"))],
+                source_power: Some(Err(Problem::transient(Reason::EndpointUnreachable, "down"))),
+                progress: vec![None],
+            },
+        });
+        assert!(
+            matches!(down.step, Step::Retry { .. }),
+            "vCenter unreachable when looking: retried, not advanced"
+        );
+    }
+
+    #[test]
+    fn an_image_without_the_raw_checksum_is_not_complete() {
+        let no_raw = Ok(Some(StagedObject {
+            size: 1 << 26,
+            sha256: Some("aa".into()),
+            raw_sha256: None,
+            virtual_size: None,
+        }));
+        let o = decide_with(JobState::Complete, vec![no_raw], 0);
+        assert!(matches!(
+            o.step,
+            Step::Fail {
+                reason: Reason::ConversionFailed,
+                ..
+            }
+        ));
     }
 }

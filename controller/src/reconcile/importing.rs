@@ -1,16 +1,27 @@
-//! Importing: one CDI DataVolume per staged disk, all `Succeeded`.
+//! Importing: one CDI DataVolume per staged disk, all `Succeeded`, then every imported volume's
+//! bytes checked against the staged image's checksum by the verification Job.
 //!
 //! CDI's failure contract: a transient importer failure shows as `restartCount` rising with the
-//! `Running` condition `False` (reason `Error`) while the phase stays `ImportInProgress`; CDI
-//! restarts the importer itself. A permanent one is phase `Failed`. ferry gives up after
+//! `Running` condition `False` (reason `Error` with the importer's message; `CrashLoopBackOff`
+//! in CDI before 2021) while the phase stays `ImportInProgress`; CDI restarts the importer
+//! itself. A permanent one is phase `Failed`. ferry gives up after
 //! [`Policy::max_import_restarts`](super::scope::Policy) restarts of one disk.
+//!
+//! On a StorageClass that binds on first consumer CDI reports `PendingPopulation` (populators:
+//! the claim binds once populated) or `WaitForFirstConsumer` (no populators: the importer runs
+//! once a consumer bound the claim); ferry's verification Job is that consumer, as Forklift's
+//! conversion pod is. Without populators its first run only binds the claims (it reads while CDI
+//! writes) and is replaced by a real verification once the imports are done.
 
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, DiskImported},
-    DiskStatus, Phase, Progress, Reason, names,
+    DiskStatus, Phase, Progress, Reason, VirtualMachineMigration, names,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::ResourceExt;
+use kube::api::ListParams;
 
 use super::checkpoint::{Checkpoint, Io};
 use super::credentials;
@@ -20,8 +31,10 @@ use super::scope::Scope;
 use super::world::staged_keys;
 use crate::Result;
 use crate::apis::cdi::{self, DataVolume, DvState};
+use crate::apis::job::{self as job_state, JobState};
+use crate::children::verify_job::{self, Role, VerifyVolume};
 use crate::children::{datavolume, secret};
-use crate::kubeio::create_if_absent;
+use crate::kubeio::{create_if_absent, delete_if_present};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -38,6 +51,32 @@ pub struct Observed {
     pub secret_present: bool,
     /// One per disk.
     pub dvs: Vec<DvState>,
+    /// The verification Job.
+    pub verify: Verification,
+    /// Per disk, whether its claim is a block device (`volumeMode: Block`); read only once the
+    /// verification Job is to be made (empty before).
+    pub block: Vec<bool>,
+}
+
+/// The verification Job as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// Where it stands.
+    pub job: JobState,
+    /// What its result is worth.
+    pub role: Role,
+    /// What its last failed pod said (both checksums, on a mismatch).
+    pub message: Option<String>,
+}
+
+impl Default for Verification {
+    fn default() -> Self {
+        Self {
+            job: JobState::Absent,
+            role: Role::Verify,
+            message: None,
+        }
+    }
 }
 
 /// What Importing does to the world.
@@ -47,12 +86,16 @@ pub enum Action {
     CreateS3Secret,
     /// Create the DataVolume of disk `n`.
     CreateDataVolume(usize),
+    /// Create the verification Job.
+    CreateVerifyJob(Role),
+    /// Delete the verification Job (one that only bound the claims).
+    DeleteVerifyJob,
 }
 
 impl Checkpoint for Importing {
     const PHASE: Phase = Phase::Importing;
     const CONDITIONS: &'static [ConditionType] = &[DiskImported];
-    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::UnfinishedDataVolumes];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::VerifyJob, Cleanup::UnfinishedDataVolumes];
     type Observed = Observed;
     type Action = Action;
 
@@ -77,10 +120,30 @@ impl Checkpoint for Importing {
                     .as_ref(),
             ));
         }
+        let verify = verification(io).await?;
+        let wants_job = verify.job == JobState::Absent
+            && !dvs.is_empty()
+            && dvs
+                .iter()
+                .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
+        let mut block = vec![];
+        if wants_job {
+            let pvcs = io.api::<PersistentVolumeClaim>();
+            for i in 0..dvs.len() {
+                let pvc = pvcs.get_opt(&names::datavolume_name(io.vmm, i)).await?;
+                block.push(
+                    pvc.and_then(|p| p.spec)
+                        .and_then(|s| s.volume_mode)
+                        .is_some_and(|m| m == "Block"),
+                );
+            }
+        }
         Ok(Observed {
             credentials,
             secret_present,
             dvs,
+            verify,
+            block,
         })
     }
 
@@ -117,8 +180,92 @@ impl Checkpoint for Importing {
                 let dv = datavolume::data_volume(io.vmm, *i, cap, &secret::s3_secret_name(io.vmm))?;
                 create_if_absent(m, &io.api::<DataVolume>(), &dv, fm).await?;
             }
+            Action::CreateVerifyJob(role) => {
+                let volumes = match verify_volumes(io.vmm, &observed.block) {
+                    Ok(v) => v,
+                    // The decision creates the Job only with every checksum in hand.
+                    Err(_) => return Ok(None),
+                };
+                let job = verify_job::verification_job(io.vmm, &volumes, *role)?;
+                create_if_absent(m, &io.api::<Job>(), &job, fm).await?;
+            }
+            Action::DeleteVerifyJob => {
+                delete_if_present(m, &io.api::<Job>(), &names::verify_job_name(io.vmm)).await?;
+            }
         }
         Ok(None)
+    }
+}
+
+/// The verification Job of the migration, with its role and (once failed) the message of its
+/// last failed pod.
+async fn verification(io: Io<'_>) -> Result<Verification> {
+    let job = io
+        .api::<Job>()
+        .get_opt(&names::verify_job_name(io.vmm))
+        .await?;
+    let role = Role::parse(
+        job.as_ref()
+            .and_then(|j| j.annotations().get(verify_job::ROLE_ANNOTATION))
+            .map(String::as_str),
+    );
+    let state = job_state::observe(job.as_ref());
+    let message = match (&state, job.as_ref().and_then(|j| j.uid())) {
+        (JobState::Failed { .. }, Some(uid)) => {
+            let pods = io
+                .api::<Pod>()
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
+                )
+                .await?;
+            job_state::last_failure_message(&pods.items, verify_job::CONTAINER)
+        }
+        _ => None,
+    };
+    Ok(Verification {
+        job: state,
+        role,
+        message,
+    })
+}
+
+/// What the verification Job checks: per disk its claim, the staged image's virtual size and
+/// raw-contents checksum (recorded in Converting). Pure.
+///
+/// # Errors
+/// The disks whose size or checksum is not recorded (staged by an older ferry).
+pub fn verify_volumes(
+    vmm: &VirtualMachineMigration,
+    block: &[bool],
+) -> std::result::Result<Vec<VerifyVolume>, String> {
+    let disks = vmm
+        .status
+        .as_ref()
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let mut out = vec![];
+    let mut missing = vec![];
+    for i in 0..staged_keys(vmm).len() {
+        let d = disks.get(i);
+        match (
+            d.and_then(|d| d.virtual_size_bytes),
+            d.and_then(|d| d.raw_checksum.clone()),
+        ) {
+            (Some(size), Some(sha256)) => out.push(VerifyVolume {
+                index: i,
+                claim: names::datavolume_name(vmm, i),
+                block: block.get(i).copied().unwrap_or(false),
+                size,
+                sha256,
+            }),
+            _ => missing.push(format!("disk {i}")),
+        }
+    }
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(missing.join(", "))
     }
 }
 
@@ -150,6 +297,13 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
             DvState::InProgress { phase, percent, .. } => {
                 (Some(phase.clone()), percent.unwrap_or(0.0))
             }
+            DvState::AwaitingConsumer { populator: true } => {
+                (Some("PendingPopulation".to_owned()), 0.0)
+            }
+            DvState::AwaitingConsumer { populator: false } => {
+                (Some("WaitForFirstConsumer".to_owned()), 0.0)
+            }
+            DvState::Paused => (Some("Paused".to_owned()), 0.0),
             DvState::Succeeded => (Some("Succeeded".to_owned()), 100.0),
             DvState::Failed { .. } => (Some("Failed".to_owned()), 0.0),
         };
@@ -175,6 +329,7 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
     let eta = rate.filter(|r| *r > 0).map(|r| (total - done).max(0) / r);
     Record {
         source: None,
+        power_off: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -192,6 +347,8 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         credentials,
         secret_present,
         dvs,
+        verify,
+        block,
     } = &scope.world;
     let record = progress(scope, dvs);
     let n = dvs.len();
@@ -225,19 +382,25 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                         .unwrap_or_default()
                 ));
             }
+            DvState::Paused => {
+                return fail(format!(
+                    "DataVolume {} is Paused: a multi-stage import waits for its next checkpoint, and ferry asks for none (something else changed it); raise spec.retry to import again",
+                    names::datavolume_name(&scope.vmm, i)
+                ));
+            }
             _ => {}
         }
     }
-    if dvs.iter().all(|d| *d == DvState::Succeeded) && n > 0 {
-        let msg = format!("{n} DataVolume(s) imported");
-        return Outcome::new(
-            Step::Advance {
-                to: Phase::CreatingVM,
-            },
-            msg.clone(),
-        )
-        .with(DiskImported, True, Reason::Imported, msg)
-        .recording(record);
+    if let Some(o) = verification_outcome(scope, verify, &record) {
+        return o;
+    }
+    let done = n > 0 && dvs.iter().all(|d| *d == DvState::Succeeded);
+    let awaiting = n > 0
+        && dvs
+            .iter()
+            .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
+    if done || awaiting {
+        return verify_step(scope, verify, block, done, &record);
     }
     let mut actions = vec![];
     if !secret_present {
@@ -266,6 +429,10 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                     .map(|m| format!(": {m}"))
                     .unwrap_or_default()
             )),
+            // Down before its first restart, or not started at all (unschedulable, its Secret).
+            DvState::InProgress {
+                failing: Some(m), ..
+            } => Some(format!("disk {i}: {m}")),
             _ => None,
         })
         .collect();
@@ -291,6 +458,145 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .recording(record)
 }
 
+/// What the verification Job's end means, whatever the imports say: `None` while it did not end
+/// (or only bound the claims). Pure.
+fn verification_outcome(
+    scope: &Scope<Observed>,
+    verify: &Verification,
+    record: &Record,
+) -> Option<Outcome<Action>> {
+    if verify.role == Role::Bind {
+        return None;
+    }
+    let JobState::Failed { reason, message } = &verify.job else {
+        return None;
+    };
+    let job = names::verify_job_name(&scope.vmm);
+    let said = verify.message.as_deref().unwrap_or_default();
+    let o = if said.contains("checksum mismatch") {
+        Outcome::failure(
+            Reason::ChecksumMismatch,
+            format!(
+                "an imported volume differs from its staged image ({said}); the copy was damaged on its way in; raise spec.retry to import every disk again"
+            ),
+            true,
+            Phase::Importing,
+            DiskImported,
+        )
+    } else {
+        let detail = if said.is_empty() {
+            message.as_str()
+        } else {
+            said
+        };
+        Outcome::failure(
+            Reason::ImportFailed,
+            format!(
+                "the verification Job {job} failed ({reason}{}{detail}); see its pod, then raise spec.retry",
+                if detail.is_empty() { "" } else { ": " }
+            ),
+            true,
+            Phase::Importing,
+            DiskImported,
+        )
+    };
+    Some(o.recording(record.clone()))
+}
+
+/// Every DataVolume is imported (`done`) or waits for a first consumer: the verification Job
+/// (created, replaced, waited for) decides the step. Pure.
+fn verify_step(
+    scope: &Scope<Observed>,
+    verify: &Verification,
+    block: &[bool],
+    done: bool,
+    record: &Record,
+) -> Outcome<Action> {
+    let n = scope.disk_count();
+    let wait = |msg: String| {
+        Outcome::new(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            msg.clone(),
+        )
+        .with(DiskImported, Unknown, Reason::InProgress, msg)
+        .recording(record.clone())
+    };
+    let legacy_wffc = scope
+        .world
+        .dvs
+        .iter()
+        .any(|d| *d == DvState::AwaitingConsumer { populator: false });
+    match (&verify.job, verify.role) {
+        (JobState::Absent, _) => {
+            if let Err(which) = verify_volumes(&scope.vmm, block) {
+                return Outcome::failure(
+                    Reason::ImportFailed,
+                    format!(
+                        "{which}: no raw-contents checksum was recorded when staged, so the import cannot be verified; raise spec.retry to convert again"
+                    ),
+                    true,
+                    Phase::Converting,
+                    DiskImported,
+                )
+                .recording(record.clone());
+            }
+            let role = if legacy_wffc {
+                Role::Bind
+            } else {
+                Role::Verify
+            };
+            let msg = if done {
+                format!("verifying the checksums of {n} imported disk(s)")
+            } else {
+                format!(
+                    "the claims bind on first consumer: the verification Job is it, CDI imports {n} disk(s) meanwhile"
+                )
+            };
+            Outcome::new(Step::Act(vec![Action::CreateVerifyJob(role)]), msg.clone())
+                .with(DiskImported, Unknown, Reason::InProgress, msg)
+                .recording(record.clone())
+        }
+        (JobState::Deleting, _) => wait("waiting for the binding Job to go".into()),
+        (_, Role::Bind) if done => Outcome::new(
+            Step::Act(vec![Action::DeleteVerifyJob]),
+            "imports done; replacing the Job that bound the claims with the verification",
+        )
+        .with(
+            DiskImported,
+            Unknown,
+            Reason::InProgress,
+            format!("verifying the checksums of {n} imported disk(s)"),
+        )
+        .recording(record.clone()),
+        (_, Role::Bind) => wait(format!(
+            "the claims were bound by the verification Job; CDI imports {n} disk(s)"
+        )),
+        (JobState::Running { .. }, Role::Verify) if done => {
+            wait(format!("verifying the checksums of {n} imported disk(s)"))
+        }
+        (JobState::Running { .. } | JobState::Complete, Role::Verify) if !done => wait(format!(
+            "CDI populates {n} disk(s); the verification Job reads them once bound"
+        )),
+        (JobState::Complete, Role::Verify) => {
+            let msg = format!("{n} DataVolume(s) imported, checksums verified");
+            Outcome::new(
+                Step::Advance {
+                    to: Phase::CreatingVM,
+                },
+                msg.clone(),
+            )
+            .with(DiskImported, True, Reason::Imported, msg)
+            .recording(record.clone())
+        }
+        // Running while importing is covered above; a failed verification before this point.
+        (JobState::Running { .. } | JobState::Failed { .. }, Role::Verify) => {
+            wait(format!("verifying the checksums of {n} imported disk(s)"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,17 +613,27 @@ mod tests {
         }
     }
 
-    fn scope_with(
+    fn sha(i: usize) -> String {
+        format!("{i:064x}")
+    }
+
+    fn scope_verifying(
         dvs: Vec<DvState>,
         secret_present: bool,
         credentials: Result<(), Problem>,
+        verify: Verification,
     ) -> Scope<Observed> {
         let mut vmm = migration("m")
             .with_disks(dvs.len())
             .with_phase(Phase::Importing);
         if let Some(s) = vmm.status.as_mut() {
             ferry_crds::history::record_phase(&mut s.history, Phase::Importing, 1, &ts(0));
+            for (i, d) in s.disks.iter_mut().enumerate() {
+                d.virtual_size_bytes = Some(64 << 20);
+                d.raw_checksum = Some(sha(i));
+            }
         }
+        let block = vec![false; dvs.len()];
         Scope {
             vmm,
             now: ts(10).0,
@@ -327,12 +643,223 @@ mod tests {
                 credentials: credentials.map(|()| None),
                 secret_present,
                 dvs,
+                verify,
+                block,
             },
         }
     }
 
+    fn scope_with(
+        dvs: Vec<DvState>,
+        secret_present: bool,
+        credentials: Result<(), Problem>,
+    ) -> Scope<Observed> {
+        scope_verifying(dvs, secret_present, credentials, Verification::default())
+    }
+
     fn decide_with(dvs: Vec<DvState>) -> Outcome<Action> {
         decide(&scope_with(dvs, true, Ok(())))
+    }
+
+    fn job(job: JobState, role: Role, message: Option<&str>) -> Verification {
+        Verification {
+            job,
+            role,
+            message: message.map(str::to_owned),
+        }
+    }
+
+    fn verifying(dvs: Vec<DvState>, v: Verification) -> Outcome<Action> {
+        decide(&scope_verifying(dvs, true, Ok(()), v))
+    }
+
+    #[test]
+    fn imported_volumes_are_verified_before_the_vm_is_created() {
+        use DvState::*;
+        let failed = |reason: &str| JobState::Failed {
+            reason: reason.into(),
+            message: String::new(),
+        };
+        type Case = (
+            &'static str,
+            Vec<DvState>,
+            Verification,
+            fn(&Step<Action>) -> bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "all imported, no Job: create the verification",
+                vec![Succeeded, Succeeded],
+                Verification::default(),
+                |s| *s == Step::Act(vec![Action::CreateVerifyJob(Role::Verify)]),
+            ),
+            (
+                "verification running: wait",
+                vec![Succeeded],
+                job(JobState::Running { failed: 0 }, Role::Verify, None),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            (
+                "verified: create the VM",
+                vec![Succeeded, Succeeded],
+                job(JobState::Complete, Role::Verify, None),
+                |s| {
+                    *s == Step::Advance {
+                        to: Phase::CreatingVM,
+                    }
+                },
+            ),
+            (
+                "mismatch: fail with both sums",
+                vec![Succeeded],
+                job(
+                    failed("PodFailurePolicy"),
+                    Role::Verify,
+                    Some(
+                        "ferry-controller verify: disk 0: checksum mismatch: the imported volume's first 67108864 bytes have SHA-256 aa, the staged image's raw contents bb",
+                    ),
+                ),
+                |s| {
+                    matches!(s, Step::Fail { reason: Reason::ChecksumMismatch, retriable: true, resume: Phase::Importing, message }
+                        if message.contains("SHA-256 aa") && message.contains("contents bb"))
+                },
+            ),
+            (
+                "verification failed otherwise: ImportFailed",
+                vec![Succeeded],
+                job(
+                    failed("BackoffLimitExceeded"),
+                    Role::Verify,
+                    Some("disk 0: reading /x: EIO"),
+                ),
+                |s| matches!(s, Step::Fail { reason: Reason::ImportFailed, message, .. } if message.contains("EIO")),
+            ),
+            (
+                "populators: the Job is the first consumer",
+                vec![AwaitingConsumer { populator: true }, Succeeded],
+                Verification::default(),
+                |s| *s == Step::Act(vec![Action::CreateVerifyJob(Role::Verify)]),
+            ),
+            (
+                "populators: the Job waits for the claims",
+                vec![AwaitingConsumer { populator: true }],
+                job(JobState::Running { failed: 0 }, Role::Verify, None),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            (
+                "populators: a Job done before the DataVolume says so waits for it",
+                vec![AwaitingConsumer { populator: true }],
+                job(JobState::Complete, Role::Verify, None),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            (
+                "no populators: the first Job only binds",
+                vec![AwaitingConsumer { populator: false }, Succeeded],
+                Verification::default(),
+                |s| *s == Step::Act(vec![Action::CreateVerifyJob(Role::Bind)]),
+            ),
+            (
+                "no populators: a binding Job's failure while importing means nothing",
+                vec![running(30.0, 0)],
+                job(
+                    failed("PodFailurePolicy"),
+                    Role::Bind,
+                    Some("checksum mismatch"),
+                ),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            (
+                "no populators: imports done, the binding Job goes",
+                vec![Succeeded],
+                job(JobState::Complete, Role::Bind, None),
+                |s| *s == Step::Act(vec![Action::DeleteVerifyJob]),
+            ),
+            (
+                "no populators: a failed binding Job goes too",
+                vec![Succeeded],
+                job(
+                    failed("PodFailurePolicy"),
+                    Role::Bind,
+                    Some("checksum mismatch"),
+                ),
+                |s| *s == Step::Act(vec![Action::DeleteVerifyJob]),
+            ),
+            (
+                "the binding Job being deleted: wait",
+                vec![Succeeded],
+                job(JobState::Deleting, Role::Bind, None),
+                |s| matches!(s, Step::Wait { .. }),
+            ),
+            (
+                "a Paused DataVolume fails",
+                vec![Paused],
+                Verification::default(),
+                |s| {
+                    matches!(
+                        s,
+                        Step::Fail {
+                            reason: Reason::ImportFailed,
+                            ..
+                        }
+                    )
+                },
+            ),
+        ];
+        for (name, dvs, v, ok) in cases {
+            let o = verifying(dvs, v);
+            assert!(ok(&o.step), "{name}: {:?}", o.step);
+            assert!(
+                o.conditions.iter().any(|c| c.type_ == DiskImported),
+                "{name}: sets DiskImported"
+            );
+        }
+    }
+
+    #[test]
+    fn the_verification_needs_the_recorded_raw_checksums() {
+        let mut scope = scope_with(vec![DvState::Succeeded], true, Ok(()));
+        if let Some(s) = scope.vmm.status.as_mut() {
+            s.disks[0].raw_checksum = None;
+        }
+        let o = decide(&scope);
+        assert!(
+            matches!(o.step, Step::Fail { reason: Reason::ImportFailed, resume: Phase::Converting, ref message, .. } if message.contains("disk 0")),
+            "{:?}",
+            o.step
+        );
+        let vols = verify_volumes(
+            &scope_with(vec![DvState::Succeeded; 2], true, Ok(())).vmm,
+            &[false, true],
+        )
+        .unwrap();
+        assert_eq!(
+            vols[1],
+            VerifyVolume {
+                index: 1,
+                claim: "m-disk-1".into(),
+                block: true,
+                size: 64 << 20,
+                sha256: sha(1)
+            }
+        );
+    }
+
+    #[test]
+    fn the_importers_message_shows_while_it_restarts() {
+        let o = decide_with(vec![DvState::InProgress {
+            phase: "ImportInProgress".into(),
+            percent: Some(12.0),
+            restarts: 2,
+            failing: Some("Unable to connect to s3 data source: 503".into()),
+        }]);
+        let c = &o.conditions[0];
+        assert_eq!(c.reason, Reason::TransientError);
+        assert!(
+            c.message
+                .contains("restarted 2 time(s): Unable to connect to s3 data source: 503"),
+            "{}",
+            c.message
+        );
     }
 
     #[test]
@@ -340,9 +867,7 @@ mod tests {
         use DvState::*;
         assert_eq!(
             decide_with(vec![Succeeded, Succeeded]).step,
-            Step::Advance {
-                to: Phase::CreatingVM
-            }
+            Step::Act(vec![Action::CreateVerifyJob(Role::Verify)])
         );
         assert_eq!(
             decide_with(vec![Absent, Absent]).step,
@@ -446,6 +971,8 @@ mod tests {
             Just(DvState::Absent),
             Just(DvState::Deleting),
             Just(DvState::Succeeded),
+            Just(DvState::Paused),
+            any::<bool>().prop_map(|populator| DvState::AwaitingConsumer { populator }),
             "[a-z]{0,8}".prop_map(|m| DvState::Failed { message: m }),
             (0.0f64..100.0, 0i32..6, any::<bool>()).prop_map(|(p, r, f)| DvState::InProgress {
                 phase: "ImportInProgress".into(),
@@ -462,13 +989,25 @@ mod tests {
             let o = decide_with(dvs.clone());
             let max = Policy::default().max_import_restarts;
             let failed = dvs.iter().any(|d| match d {
-                DvState::Failed { .. } => true,
+                DvState::Failed { .. } | DvState::Paused => true,
                 DvState::InProgress { restarts, .. } => *restarts > max,
                 _ => false,
             });
+            let ready_for_the_job = dvs
+                .iter()
+                .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
+            let role = if dvs.contains(&DvState::AwaitingConsumer { populator: false }) {
+                Role::Bind
+            } else {
+                Role::Verify
+            };
             match &o.step {
                 Step::Fail { reason, .. } => prop_assert!(failed && *reason == Reason::ImportFailed),
-                Step::Advance { to } => prop_assert!(!failed && *to == Phase::CreatingVM && dvs.iter().all(|d| *d == DvState::Succeeded)),
+                Step::Advance { .. } => prop_assert!(false, "never without a verification"),
+                Step::Act(actions) if ready_for_the_job => {
+                    prop_assert!(!failed);
+                    prop_assert_eq!(actions, &vec![Action::CreateVerifyJob(role)]);
+                }
                 Step::Act(actions) => {
                     prop_assert!(!failed);
                     for a in actions {
@@ -477,7 +1016,7 @@ mod tests {
                     }
                     prop_assert_eq!(actions.len(), dvs.iter().filter(|d| **d == DvState::Absent).count());
                 }
-                Step::Wait { .. } => prop_assert!(!failed && !dvs.contains(&DvState::Absent)),
+                Step::Wait { .. } => prop_assert!(!failed && !dvs.contains(&DvState::Absent) && !ready_for_the_job),
                 Step::Retry { .. } => prop_assert!(false, "the CDI secret exists here"),
             }
             let p = o.record.progress.unwrap();

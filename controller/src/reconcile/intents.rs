@@ -13,6 +13,8 @@ pub enum Cleanup {
     Job,
     /// The staged objects in S3.
     Staging,
+    /// The verification Job (and its pods).
+    VerifyJob,
     /// The CDI S3 Secret.
     S3Secret,
     /// DataVolumes that did not succeed.
@@ -28,13 +30,18 @@ pub enum Cleanup {
 }
 
 /// What a retry that starts over from Preparing removes: every partial result.
-const START_OVER: [Cleanup; 5] = [
+const START_OVER: [Cleanup; 6] = [
     Cleanup::Job,
     Cleanup::Staging,
+    Cleanup::VerifyJob,
     Cleanup::S3Secret,
     Cleanup::AllDataVolumes,
     Cleanup::Vm,
 ];
+
+/// What a retry of an import whose verification found a damaged volume removes: every
+/// DataVolume (the damaged one is `Succeeded`) and the verification Job.
+const REIMPORT: [Cleanup; 2] = [Cleanup::VerifyJob, Cleanup::AllDataVolumes];
 
 /// What the intents ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +88,7 @@ pub fn cancel_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
     let mut c = vec![
         Cleanup::Job,
         Cleanup::Staging,
+        Cleanup::VerifyJob,
         Cleanup::S3Secret,
         Cleanup::UnfinishedDataVolumes,
         Cleanup::Vm,
@@ -106,8 +114,9 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
 /// # Guarantees
 /// * `cancel` wins over everything but deletion, and never touches a `Succeeded` migration;
 /// * a retry of a `Failed` migration resumes the checkpoint in `lastFailure.phase`, except when
-///   the source was powered back on after the failure: its staged data is stale then, so it
-///   starts over from Preparing; a retry of a `Cancelled` one starts over from Preparing;
+///   the source was powered back on after the failure, or someone powered it on during the
+///   migration (`SourcePoweredOn` past Preparing): its staged data is stale then, so it starts
+///   over from Preparing; a retry of a `Cancelled` one starts over from Preparing;
 /// * a pending retry token on a `Cancelled` migration with `cancel` still true waits.
 pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
     let phase = vmm.phase();
@@ -119,19 +128,23 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
     if vmm.retry_requested() {
         match phase {
             Phase::Failed => {
-                let failed_at = vmm
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.last_failure.as_ref())
-                    .map_or(Phase::Preparing, |f| f.phase);
-                let powered_back = restores_on_failure(vmm) && failed_at != Phase::Preparing;
+                let last = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref());
+                let failed_at = last.map_or(Phase::Preparing, |f| f.phase);
+                let powered_on_meanwhile =
+                    last.is_some_and(|f| f.reason == ferry_crds::Reason::SourcePoweredOn);
+                let powered_back = (restores_on_failure(vmm) || powered_on_meanwhile)
+                    && failed_at != Phase::Preparing;
                 let resume = if powered_back || !failed_at.is_checkpoint() {
                     Phase::Preparing
                 } else {
                     failed_at
                 };
+                let damaged = resume == Phase::Importing
+                    && last.is_some_and(|f| f.reason == ferry_crds::Reason::ChecksumMismatch);
                 let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
                     START_OVER.to_vec()
+                } else if damaged {
+                    REIMPORT.to_vec()
                 } else {
                     retry_cleanup(resume).to_vec()
                 };
@@ -276,7 +289,7 @@ mod tests {
                 |i| {
                     *i == Intent::Retry {
                         resume: Phase::Importing,
-                        cleanup: vec![Cleanup::UnfinishedDataVolumes],
+                        cleanup: vec![Cleanup::VerifyJob, Cleanup::UnfinishedDataVolumes],
                     }
                 },
             ),
@@ -308,6 +321,36 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_retry_after_the_source_was_powered_on_meanwhile_starts_over() {
+        for phase in [Phase::Converting, Phase::Starting] {
+            let mut vmm = failed_at(phase).with_retry(1);
+            if let Some(f) = vmm.status.as_mut().and_then(|s| s.last_failure.as_mut()) {
+                f.reason = Reason::SourcePoweredOn;
+            }
+            let Intent::Retry { resume, cleanup } = decide(&vmm) else {
+                panic!("{phase}: a retry")
+            };
+            assert_eq!(resume, Phase::Preparing, "{phase}");
+            assert_eq!(cleanup, START_OVER.to_vec(), "{phase}: stale copies go");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_a_checksum_mismatch_imports_every_disk_again() {
+        let mut vmm = failed_at(Phase::Importing).with_retry(1);
+        if let Some(f) = vmm.status.as_mut().and_then(|s| s.last_failure.as_mut()) {
+            f.reason = Reason::ChecksumMismatch;
+        }
+        assert_eq!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::Importing,
+                cleanup: vec![Cleanup::VerifyJob, Cleanup::AllDataVolumes],
+            }
+        );
     }
 
     #[test]

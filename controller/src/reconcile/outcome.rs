@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferry_crds::{
     ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, Progress, Reason,
+    SourcePowerOff,
 };
 
 use super::scope::Scope;
@@ -85,6 +86,8 @@ pub struct Record {
     pub disks: Option<Vec<DiskStatus>>,
     /// Overall progress.
     pub progress: Option<Progress>,
+    /// How the source was powered off (Preparing).
+    pub power_off: Option<SourcePowerOff>,
 }
 
 /// A checkpoint's decision: the step, the conditions it sets, what it records, and a one-line

@@ -6,8 +6,9 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
-    DiscoveredSource, DiskStatus, Phase, PowerState, Reason,
+    DiscoveredSource, DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
 
 use super::checkpoint::{Checkpoint, Io};
@@ -49,7 +50,9 @@ pub struct Observed {
 /// What Preparing does to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Power the source VM off.
+    /// Ask the guest to shut down through VMware Tools (ShutdownGuest).
+    ShutdownGuest,
+    /// Power the source VM off hard.
     PowerOff,
 }
 
@@ -82,26 +85,33 @@ impl Checkpoint for Preparing {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
+        let (Some(login), Some(moref)) = (
+            observed.login.as_ref(),
+            io.vmm
+                .status
+                .as_ref()
+                .and_then(|s| s.source.as_ref())
+                .and_then(|s| s.moref.as_deref()),
+        ) else {
+            // The decision powers off only what it found and recorded.
+            return Ok(None);
+        };
+        let migration = io.vmm.metadata.name.as_deref().unwrap_or_default();
         match action {
+            Action::ShutdownGuest => {
+                if let Err(p) = io.ctx.source.shutdown_guest(login, moref).await {
+                    return Ok(Some(p));
+                }
+                info!(%migration, %moref, "asked the source guest to shut down (VMware Tools)");
+            }
             Action::PowerOff => {
-                let (Some(login), Some(moref)) = (
-                    observed.login.as_ref(),
-                    io.vmm
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.source.as_ref())
-                        .and_then(|s| s.moref.as_deref()),
-                ) else {
-                    // The decision powers off only what it found and recorded.
-                    return Ok(None);
-                };
                 if let Err(p) = io.ctx.source.power_off(login, moref).await {
                     return Ok(Some(p));
                 }
-                info!(migration = %io.vmm.metadata.name.as_deref().unwrap_or_default(), %moref, "source VM powered off");
-                Ok(None)
+                info!(%migration, %moref, "source VM powered off");
             }
         }
+        Ok(None)
     }
 }
 
@@ -135,12 +145,17 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
     }))
 }
 
-/// The discovered source to record: as read now, but with the power state found the first
-/// time (after our own power-off, "now" is always poweredOff). Pure.
+/// The discovered source to record: as read now, but with the power state and VMware Tools
+/// state found the first time (after our own power-off, "now" is always poweredOff, Tools not
+/// running). Pure.
 fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
     let mut source = facts.vm.clone();
     if let Some(original) = scope.original_power() {
         source.power_state = Some(original);
+        if let Some(first) = scope.source() {
+            source.vmware_tools = first.vmware_tools.or(source.vmware_tools);
+            source.guest_os_family = first.guest_os_family.or(source.guest_os_family);
+        }
     }
     let disks = source
         .disks
@@ -157,6 +172,106 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         source: Some(source),
         disks: Some(disks),
         progress: None,
+        power_off: None,
+    }
+}
+
+/// How the source gets (or got) powered off: the next action and what to record, or why it is
+/// waiting. Pure.
+///
+/// # Guarantees
+/// * A guest with VMware Tools running is asked to shut down first (once); it is powered off
+///   hard only once `shutdownGracePeriodSeconds` passed since that request.
+/// * Without running Tools, suspended, or with a grace of 0, it is powered off hard at once.
+/// * Every request is recorded (with its time) in the same reconcile's status write.
+fn power_off_step(scope: &Scope<Observed>, facts: &SourceFacts) -> PowerOffStep {
+    let done = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source_power_off.clone())
+        .unwrap_or_default();
+    let grace = scope
+        .vmm
+        .spec
+        .source
+        .power
+        .shutdown_grace_period_seconds
+        .max(0);
+    let now = Time(crate::context::whole_seconds(scope.now));
+    if done.hard_power_off_at.is_some() {
+        // Asked before; the VM is still on (a crash or a slow task): ask again, idempotently.
+        return PowerOffStep::Act(Action::PowerOff, done);
+    }
+    let guest_can_shut_down = facts.vm.power_state == Some(PowerState::PoweredOn)
+        && facts.vm.vmware_tools == Some(ToolsState::Running)
+        && grace > 0;
+    match &done.shutdown_guest_at {
+        None if guest_can_shut_down => PowerOffStep::Act(
+            Action::ShutdownGuest,
+            SourcePowerOff {
+                shutdown_guest_at: Some(now),
+                ..done
+            },
+        ),
+        None => PowerOffStep::Act(
+            Action::PowerOff,
+            SourcePowerOff {
+                hard_power_off_at: Some(now),
+                ..done
+            },
+        ),
+        Some(asked) => {
+            let waited = scope.now.duration_since(asked.0).as_secs();
+            if waited >= grace {
+                PowerOffStep::Act(
+                    Action::PowerOff,
+                    SourcePowerOff {
+                        hard_power_off_at: Some(now),
+                        ..done
+                    },
+                )
+            } else {
+                PowerOffStep::Wait {
+                    left: std::time::Duration::from_secs(
+                        u64::try_from(grace - waited).unwrap_or(0),
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The next power-off step.
+#[derive(Clone, Debug, PartialEq)]
+enum PowerOffStep {
+    /// Take the action, recording the power-off as given.
+    Act(Action, SourcePowerOff),
+    /// The guest was asked to shut down; a hard power-off follows after `left`.
+    Wait { left: std::time::Duration },
+}
+
+/// How the source ended up off, for the Validated condition.
+fn how_powered_off(scope: &Scope<Observed>) -> String {
+    let grace = scope.vmm.spec.source.power.shutdown_grace_period_seconds;
+    let done = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source_power_off.clone())
+        .unwrap_or_default();
+    match (done.shutdown_guest_at, done.hard_power_off_at) {
+        (Some(_), None) => "the guest shut down through VMware Tools".to_owned(),
+        (Some(_), Some(_)) => format!(
+            "powered off hard: the guest did not shut down within {grace}s of the VMware Tools request"
+        ),
+        (None, Some(_)) if grace == 0 => {
+            "powered off hard (shutdownGracePeriodSeconds is 0)".to_owned()
+        }
+        (None, Some(_)) => {
+            "powered off hard: VMware Tools were not running in the guest".to_owned()
+        }
+        (None, None) => "the source VM was off".to_owned(),
     }
 }
 
@@ -236,30 +351,65 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             ),
             false,
         ),
-        Some(PowerState::PoweredOn | PowerState::Suspended) => Outcome::new(
-            if scope.original_power().is_some() {
-                Step::Act(vec![Action::PowerOff])
-            } else {
-                // Record first; the next reconcile (right after the write) powers off.
+        Some(PowerState::PoweredOn | PowerState::Suspended) if scope.original_power().is_none() => {
+            // Record first; the next reconcile (right after the write) powers off.
+            Outcome::new(
                 Step::Wait {
                     requeue: Duration::from_millis(50),
+                },
+                format!("powering {name} off"),
+            )
+            .with(
+                SourceDiscovered,
+                True,
+                Reason::Discovered,
+                discovered.clone(),
+            )
+            .with(
+                Validated,
+                Unknown,
+                Reason::InProgress,
+                "powering the source VM off for a consistent copy",
+            )
+            .recording(record)
+        }
+        Some(PowerState::PoweredOn | PowerState::Suspended) => {
+            let (step, message, record) = match power_off_step(scope, facts) {
+                PowerOffStep::Act(action, done) => {
+                    let message = match action {
+                        Action::ShutdownGuest => format!(
+                            "asked the guest of {name} to shut down through VMware Tools; powering it off hard after {}s",
+                            scope.vmm.spec.source.power.shutdown_grace_period_seconds
+                        ),
+                        Action::PowerOff => format!("powering {name} off hard"),
+                    };
+                    let record = Record {
+                        power_off: Some(done),
+                        ..record
+                    };
+                    (Step::Act(vec![action]), message, record)
                 }
-            },
-            format!("powering {name} off"),
-        )
-        .with(
-            SourceDiscovered,
-            True,
-            Reason::Discovered,
-            discovered.clone(),
-        )
-        .with(
-            Validated,
-            Unknown,
-            Reason::InProgress,
-            "powering the source VM off for a consistent copy",
-        )
-        .recording(record),
+                PowerOffStep::Wait { left } => (
+                    Step::Wait {
+                        requeue: left.min(scope.policy.source_poll) + Duration::from_millis(100),
+                    },
+                    format!(
+                        "waiting for the guest of {name} to shut down (VMware Tools); powering it off hard in {}s",
+                        left.as_secs()
+                    ),
+                    record,
+                ),
+            };
+            Outcome::new(step, message.clone())
+                .with(
+                    SourceDiscovered,
+                    True,
+                    Reason::Discovered,
+                    discovered.clone(),
+                )
+                .with(Validated, Unknown, Reason::InProgress, message)
+                .recording(record)
+        }
         _ => Outcome::new(
             Step::Advance {
                 to: Phase::Converting,
@@ -271,7 +421,10 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             Validated,
             True,
             Reason::Validated,
-            "disk layout, power state, staging bucket and target name checked",
+            format!(
+                "disk layout, power state, staging bucket and target name checked; {}",
+                how_powered_off(scope)
+            ),
         )
         .recording(record),
     }
@@ -490,5 +643,217 @@ mod tests {
         );
         let disks = o.record.disks.unwrap();
         assert_eq!((disks.len(), disks[0].capacity_bytes), (1, Some(1 << 26)));
+    }
+
+    /// A migration that recorded the source as powered on, with `done` as its power-off so far
+    /// and the given grace.
+    fn on_with(done: Option<SourcePowerOff>, grace: i64) -> VirtualMachineMigration {
+        let mut vmm = recorded(PowerState::PoweredOn);
+        vmm.spec.source.power.shutdown_grace_period_seconds = grace;
+        vmm.status
+            .get_or_insert_with(Default::default)
+            .source_power_off = done;
+        vmm
+    }
+
+    fn with_tools(power: PowerState, tools: ToolsState) -> SourceFacts {
+        let mut f = facts(power);
+        f.vm.vmware_tools = Some(tools);
+        f
+    }
+
+    #[test]
+    fn the_guest_is_asked_to_shut_down_first_and_powered_off_hard_after_the_grace() {
+        let t = |s: i64| Some(ts(s));
+        type Case = (
+            &'static str,
+            Option<SourcePowerOff>,
+            i64,
+            SourceFacts,
+            Step<Action>,
+            Option<SourcePowerOff>,
+        );
+        // scope time is ts(10)
+        let cases: Vec<Case> = vec![
+            (
+                "tools running: ShutdownGuest, recorded",
+                None,
+                300,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Act(vec![Action::ShutdownGuest]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(10),
+                    hard_power_off_at: None,
+                }),
+            ),
+            (
+                "tools not running: hard at once",
+                None,
+                300,
+                with_tools(PowerState::PoweredOn, ToolsState::NotRunning),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: None,
+                    hard_power_off_at: t(10),
+                }),
+            ),
+            (
+                "no tools installed: hard at once",
+                None,
+                300,
+                with_tools(PowerState::PoweredOn, ToolsState::NotInstalled),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: None,
+                    hard_power_off_at: t(10),
+                }),
+            ),
+            (
+                "grace 0: hard at once even with tools",
+                None,
+                0,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: None,
+                    hard_power_off_at: t(10),
+                }),
+            ),
+            (
+                "suspended: hard (no guest runs to shut down)",
+                None,
+                300,
+                with_tools(PowerState::Suspended, ToolsState::Running),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: None,
+                    hard_power_off_at: t(10),
+                }),
+            ),
+            (
+                "asked 8s ago, grace 300: wait",
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(2),
+                    hard_power_off_at: None,
+                }),
+                300,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Wait {
+                    requeue: Policy::default().source_poll + Duration::from_millis(100),
+                },
+                None,
+            ),
+            (
+                "asked 8s ago, grace 10: wait the 2s left",
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(2),
+                    hard_power_off_at: None,
+                }),
+                10,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Wait {
+                    requeue: Duration::from_millis(2100),
+                },
+                None,
+            ),
+            (
+                "asked 10s ago, grace 10: hard now",
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: None,
+                }),
+                10,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: t(10),
+                }),
+            ),
+            (
+                "hard asked before, still on: ask again",
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: t(5),
+                }),
+                10,
+                with_tools(PowerState::PoweredOn, ToolsState::Running),
+                Step::Act(vec![Action::PowerOff]),
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: t(5),
+                }),
+            ),
+        ];
+        for (name, done, grace, f, step, recorded) in cases {
+            let o = decide(&scope(on_with(done, grace), Ok(f), 0));
+            assert_eq!(o.step, step, "{name}");
+            assert_eq!(o.record.power_off, recorded, "{name}");
+            let v = o.conditions.iter().find(|c| c.type_ == Validated).unwrap();
+            assert_eq!(v.status, Unknown, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_validated_condition_says_how_the_source_went_off() {
+        let t = |s: i64| Some(ts(s));
+        let cases = [
+            (
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: None,
+                }),
+                "the guest shut down through VMware Tools",
+            ),
+            (
+                Some(SourcePowerOff {
+                    shutdown_guest_at: t(0),
+                    hard_power_off_at: t(5),
+                }),
+                "powered off hard: the guest did not shut down within 300s",
+            ),
+            (
+                Some(SourcePowerOff {
+                    shutdown_guest_at: None,
+                    hard_power_off_at: t(5),
+                }),
+                "powered off hard: VMware Tools were not running",
+            ),
+            (None, "the source VM was off"),
+        ];
+        for (done, says) in cases {
+            let o = decide(&scope(
+                on_with(done, 300),
+                Ok(facts(PowerState::PoweredOff)),
+                0,
+            ));
+            assert_eq!(
+                o.step,
+                Step::Advance {
+                    to: Phase::Converting
+                }
+            );
+            let v = o.conditions.iter().find(|c| c.type_ == Validated).unwrap();
+            assert_eq!((v.status, v.reason), (True, Reason::Validated));
+            assert!(v.message.contains(says), "{} lacks {says}", v.message);
+        }
+    }
+
+    #[test]
+    fn the_tools_state_found_first_is_kept_after_our_own_shutdown() {
+        let mut vmm = recorded(PowerState::PoweredOn);
+        if let Some(src) = vmm.status.as_mut().and_then(|s| s.source.as_mut()) {
+            src.vmware_tools = Some(ToolsState::Running);
+        }
+        let o = decide(&scope(
+            vmm,
+            Ok(with_tools(PowerState::PoweredOff, ToolsState::NotRunning)),
+            0,
+        ));
+        let src = o.record.source.unwrap();
+        assert_eq!(
+            (src.power_state, src.vmware_tools),
+            (Some(PowerState::PoweredOn), Some(ToolsState::Running))
+        );
     }
 }

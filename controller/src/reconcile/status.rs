@@ -90,6 +90,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     if let Some(p) = &outcome.record.progress {
         s.progress = Some(p.clone());
     }
+    if let Some(p) = &outcome.record.power_off {
+        s.source_power_off = Some(p.clone());
+    }
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
     let phase = s.phase;
     let reconciled = match &outcome.step {
@@ -272,6 +275,8 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
             if resume == Phase::Preparing {
                 s.disks.clear();
                 s.progress = None;
+                // A new attempt powers the source off anew (it may have been powered back on).
+                s.source_power_off = None;
             }
             s.completed_at = None;
             enter(&mut s, resume, now);

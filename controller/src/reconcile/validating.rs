@@ -1,10 +1,12 @@
-//! Validating: the guest agent connected; then the staging objects and the CDI Secret are
-//! removed and the VM and its volumes released from the migration; only then does it succeed.
+//! Validating: the guest passed the check spec.target.readiness asks for (the qemu guest agent
+//! connected, the instance Running and Ready, or nothing); then the staging objects and the CDI
+//! Secret are removed and the VM and its volumes released from the migration; only then does it
+//! succeed. KubeVirt's error states end it as they end Starting.
 
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, GuestReady},
-    Phase, Reason, RunStrategy, VirtualMachineMigration, names,
+    Phase, Readiness, Reason, RunStrategy, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
@@ -18,7 +20,7 @@ use super::scope::Scope;
 use super::world::{self, VmState, VmiState, staged_keys};
 use crate::Result;
 use crate::apis::cdi::DataVolume;
-use crate::apis::kubevirt::{VirtualMachine, VmiPhase};
+use crate::apis::kubevirt::{Trouble, VirtualMachine, VmiPhase};
 use crate::children::{is_owned_by, secret};
 use crate::kubeio::delete_if_present;
 use crate::ports::StagingLogin;
@@ -59,6 +61,8 @@ pub struct Observed {
     pub vm: VmState,
     /// Its instance.
     pub vmi: VmiState,
+    /// A KubeVirt error state of the VM.
+    pub trouble: Option<Trouble>,
     /// What remains to clean and release; only looked at once the guest is ready (`None`
     /// before), so that waiting for a guest costs two reads.
     pub leftovers: Option<Result<Leftovers, Problem>>,
@@ -73,18 +77,27 @@ pub enum Action {
     Finish,
 }
 
-/// Whether the guest counts as ready for `vmm`: its agent connected on a running instance, or
-/// the VM is meant to stay halted. Pure.
+/// Whether the guest passed the readiness check of `vmm`. Pure.
 fn guest_ready(vmm: &VirtualMachineMigration, vmi: &VmiState) -> bool {
-    vmm.spec.target.template.run_strategy == RunStrategy::Halted
-        || matches!(
+    match vmm.spec.target.template.readiness() {
+        Readiness::None => true,
+        Readiness::Running => matches!(
+            vmi,
+            VmiState::Present {
+                phase: VmiPhase::Running,
+                ready: true,
+                ..
+            }
+        ),
+        Readiness::AgentConnected => matches!(
             vmi,
             VmiState::Present {
                 phase: VmiPhase::Running,
                 agent_connected: true,
                 ..
             }
-        )
+        ),
+    }
 }
 
 impl Checkpoint for Validating {
@@ -95,14 +108,18 @@ impl Checkpoint for Validating {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let vm = world::vm_state(io).await?;
-        let vmi = world::vmi_state(io).await?;
+        let world::KubeVirtState { vm, vmi, trouble } = world::kubevirt_state(io).await?;
         let leftovers = if guest_ready(io.vmm, &vmi) {
             Some(leftovers(io).await?)
         } else {
             None
         };
-        Ok(Observed { vm, vmi, leftovers })
+        Ok(Observed {
+            vm,
+            vmi,
+            trouble,
+            leftovers,
+        })
     }
 
     fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
@@ -199,8 +216,14 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
 
 /// Decides the Validating step. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed { vm, vmi, leftovers } = &scope.world;
-    let halted = scope.vmm.spec.target.template.run_strategy == RunStrategy::Halted;
+    let Observed {
+        vm,
+        vmi,
+        trouble,
+        leftovers,
+    } = &scope.world;
+    let target = &scope.vmm.spec.target.template;
+    let readiness = target.readiness();
     if !guest_ready(&scope.vmm, vmi) {
         if matches!(vm, VmState::Absent | VmState::Foreign) {
             let msg = "the VirtualMachine is gone; raise spec.retry to create it again".to_owned();
@@ -212,29 +235,48 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                 GuestReady,
             );
         }
+        if let Some(t) = trouble {
+            return super::starting::on_trouble(scope, t, GuestReady);
+        }
         let waited = scope.in_phase_for();
         if waited > scope.policy.agent_timeout {
-            let msg = format!(
-                "the guest agent did not connect within {}s; check that the guest boots and runs qemu-guest-agent, then raise spec.retry",
-                waited.as_secs()
-            );
-            return Outcome::failure(
-                Reason::GuestAgentTimeout,
-                msg,
-                true,
-                Phase::Validating,
-                GuestReady,
-            );
+            let (reason, msg) = match readiness {
+                Readiness::AgentConnected => (
+                    Reason::GuestAgentTimeout,
+                    format!(
+                        "the guest agent did not connect within {}s; check that the guest boots and runs qemu-guest-agent (or set spec.target.readiness: Running), then raise spec.retry",
+                        waited.as_secs()
+                    ),
+                ),
+                Readiness::Running | Readiness::None => (
+                    Reason::VMStartFailed,
+                    format!(
+                        "the VirtualMachineInstance was not Running and Ready within {}s; check the VM's events, then raise spec.retry",
+                        waited.as_secs()
+                    ),
+                ),
+            };
+            return Outcome::failure(reason, msg, true, Phase::Validating, GuestReady);
         }
-        let msg = match vmi {
-            VmiState::Present {
-                phase: VmiPhase::Running,
-                ..
-            } => "waiting for the guest agent".to_owned(),
-            VmiState::Present { phase, .. } => {
+        let msg = match (vmi, readiness) {
+            (
+                VmiState::Present {
+                    phase: VmiPhase::Running,
+                    ..
+                },
+                Readiness::AgentConnected,
+            ) => "waiting for the guest agent".to_owned(),
+            (
+                VmiState::Present {
+                    phase: VmiPhase::Running,
+                    ..
+                },
+                _,
+            ) => "waiting for the VirtualMachineInstance to be Ready".to_owned(),
+            (VmiState::Present { phase, .. }, _) => {
                 format!("waiting for the guest: the VirtualMachineInstance is {phase}")
             }
-            VmiState::Absent => "waiting for the guest: no VirtualMachineInstance".to_owned(),
+            (VmiState::Absent, _) => "waiting for the guest: no VirtualMachineInstance".to_owned(),
         };
         return Outcome::new(
             Step::Wait {
@@ -244,19 +286,25 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         )
         .with(GuestReady, Unknown, Reason::InProgress, msg);
     }
-    let (status, reason, msg) = if halted {
-        (
-            True,
-            Reason::Validated,
-            "runStrategy Halted: boot validation skipped",
-        )
-    } else {
-        (
-            True,
+    let (reason, msg) = match readiness {
+        Readiness::None if target.run_strategy == RunStrategy::Halted => (
+            Reason::NotChecked,
+            "readiness None (runStrategy Halted): the VM is left stopped, nothing checked",
+        ),
+        Readiness::None => (
+            Reason::NotChecked,
+            "readiness None: the VM was created with its run strategy, nothing checked",
+        ),
+        Readiness::Running => (
+            Reason::VMReady,
+            "readiness Running: the VirtualMachineInstance is Running and Ready (no guest agent needed)",
+        ),
+        Readiness::AgentConnected => (
             Reason::GuestAgentConnected,
-            "the guest agent connected",
-        )
+            "readiness AgentConnected: the guest agent connected",
+        ),
     };
+    let status = True;
     match leftovers {
         None => Outcome::new(
             Step::Wait {
@@ -284,6 +332,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::kubevirt::KvError;
     use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
@@ -294,23 +343,28 @@ mod tests {
         }
     }
 
-    fn vmi(phase: &str, agent: bool) -> VmiState {
+    /// A VMI in `phase`, Ready and with its agent as given.
+    fn vmi(phase: &str, ready: bool, agent: bool) -> VmiState {
         VmiState::Present {
             phase: serde_json::from_value(serde_json::json!(phase)).unwrap(),
+            ready,
             agent_connected: agent,
             reason: None,
         }
     }
 
-    fn step_with(
+    fn outcome(
         strategy: RunStrategy,
+        readiness: Option<Readiness>,
         vm: VmState,
         vmi: VmiState,
+        trouble: Option<Trouble>,
         leftovers: Result<bool, Problem>,
         elapsed: i64,
-    ) -> Step<Action> {
+    ) -> Outcome<Action> {
         let mut vmm = migration("m").with_phase(Phase::Validating);
         vmm.spec.target.template.run_strategy = strategy;
+        vmm.spec.target.template.readiness = readiness;
         if let Some(s) = vmm.status.as_mut() {
             ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
         }
@@ -323,6 +377,7 @@ mod tests {
             }),
             vm,
             vmi,
+            trouble,
         };
         decide(&Scope {
             vmm,
@@ -331,36 +386,53 @@ mod tests {
             retries: 0,
             world,
         })
-        .step
     }
 
-    fn step(vmi: VmiState, leftovers: Result<bool, Problem>) -> Step<Action> {
-        step_with(RunStrategy::Always, ours(), vmi, leftovers, 5)
+    fn step_with(
+        strategy: RunStrategy,
+        readiness: Option<Readiness>,
+        vm: VmState,
+        vmi: VmiState,
+        leftovers: Result<bool, Problem>,
+        elapsed: i64,
+    ) -> Step<Action> {
+        outcome(strategy, readiness, vm, vmi, None, leftovers, elapsed).step
+    }
+
+    fn agent(vmi: VmiState, leftovers: Result<bool, Problem>) -> Step<Action> {
+        step_with(
+            RunStrategy::Always,
+            Some(Readiness::AgentConnected),
+            ours(),
+            vmi,
+            leftovers,
+            5,
+        )
     }
 
     #[test]
     fn table() {
         assert!(matches!(
-            step(vmi("Running", false), Ok(true)),
+            agent(vmi("Running", true, false), Ok(true)),
             Step::Wait { .. }
         ));
         assert!(matches!(
-            step(VmiState::Absent, Ok(true)),
+            agent(VmiState::Absent, Ok(true)),
             Step::Wait { .. }
         ));
         assert_eq!(
-            step(vmi("Running", true), Ok(true)),
+            agent(vmi("Running", true, true), Ok(true)),
             Step::Act(vec![Action::Finish])
         );
         assert_eq!(
-            step(vmi("Running", true), Ok(false)),
+            agent(vmi("Running", true, true), Ok(false)),
             Step::Advance {
                 to: Phase::Succeeded
             }
         );
         assert!(matches!(
-            step(
-                vmi("Running", true),
+            agent(
+                vmi("Running", true, true),
                 Err(Problem::transient(Reason::StagingUnavailable, "x"))
             ),
             Step::Retry { .. }
@@ -369,8 +441,9 @@ mod tests {
         assert!(matches!(
             step_with(
                 RunStrategy::Always,
+                Some(Readiness::AgentConnected),
                 ours(),
-                vmi("Running", false),
+                vmi("Running", true, false),
                 Ok(true),
                 late
             ),
@@ -381,7 +454,14 @@ mod tests {
             }
         ));
         assert_eq!(
-            step_with(RunStrategy::Halted, ours(), VmiState::Absent, Ok(false), 5),
+            step_with(
+                RunStrategy::Halted,
+                None,
+                ours(),
+                VmiState::Absent,
+                Ok(false),
+                5
+            ),
             Step::Advance {
                 to: Phase::Succeeded
             }
@@ -389,6 +469,7 @@ mod tests {
         assert!(matches!(
             step_with(
                 RunStrategy::Always,
+                None,
                 VmState::Absent,
                 VmiState::Absent,
                 Ok(false),
@@ -399,5 +480,123 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// What each readiness waits for, and the reason GuestReady then gives.
+    #[test]
+    fn each_readiness_checks_its_own_thing_and_says_which() {
+        let running_no_agent = || vmi("Running", true, false);
+        type Case = (
+            &'static str,
+            RunStrategy,
+            Option<Readiness>,
+            VmiState,
+            Option<Reason>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "default: Running and Ready suffices, no agent needed",
+                RunStrategy::Always,
+                None,
+                running_no_agent(),
+                Some(Reason::VMReady),
+            ),
+            (
+                "Running but not Ready: waits",
+                RunStrategy::Always,
+                Some(Readiness::Running),
+                vmi("Running", false, false),
+                None,
+            ),
+            (
+                "Scheduled: waits",
+                RunStrategy::Always,
+                None,
+                vmi("Scheduled", false, false),
+                None,
+            ),
+            (
+                "AgentConnected without an agent: waits",
+                RunStrategy::Always,
+                Some(Readiness::AgentConnected),
+                running_no_agent(),
+                None,
+            ),
+            (
+                "AgentConnected with the agent",
+                RunStrategy::Always,
+                Some(Readiness::AgentConnected),
+                vmi("Running", true, true),
+                Some(Reason::GuestAgentConnected),
+            ),
+            (
+                "None: nothing checked, no instance needed",
+                RunStrategy::Always,
+                Some(Readiness::None),
+                VmiState::Absent,
+                Some(Reason::NotChecked),
+            ),
+            (
+                "Manual: None by default",
+                RunStrategy::Manual,
+                None,
+                VmiState::Absent,
+                Some(Reason::NotChecked),
+            ),
+            (
+                "Halted: None by default",
+                RunStrategy::Halted,
+                None,
+                VmiState::Absent,
+                Some(Reason::NotChecked),
+            ),
+        ];
+        for (name, strategy, readiness, vmi, want) in cases {
+            let o = outcome(strategy, readiness, ours(), vmi, None, Ok(false), 5);
+            let c = o.conditions.iter().find(|c| c.type_ == GuestReady).unwrap();
+            match want {
+                Some(r) => {
+                    assert_eq!((c.status, c.reason), (True, r), "{name}");
+                    assert_eq!(
+                        o.step,
+                        Step::Advance {
+                            to: Phase::Succeeded
+                        },
+                        "{name}"
+                    );
+                }
+                None => {
+                    assert_eq!(
+                        (c.status, c.reason),
+                        (Unknown, Reason::InProgress),
+                        "{name}"
+                    );
+                    assert!(matches!(o.step, Step::Wait { .. }), "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_kubevirt_error_while_waiting_for_the_guest_fails_with_its_reason() {
+        let grace = Policy::default().kubevirt_error_grace.as_secs() as i64;
+        let o = outcome(
+            RunStrategy::Always,
+            None,
+            ours(),
+            VmiState::Absent,
+            Some(Trouble {
+                error: KvError::CrashLoopBackOff,
+                message: "the VirtualMachineInstance failed 2 time(s) in a row".into(),
+                since: None,
+            }),
+            Ok(false),
+            grace,
+        );
+        assert!(
+            matches!(&o.step, Step::Fail { reason: Reason::CrashLoopBackOff, resume: Phase::Validating, message, .. } if message.contains("2 time(s)")),
+            "{:?}",
+            o.step
+        );
     }
 }

@@ -1,13 +1,14 @@
 //! What several checkpoints read of the world alike: the target VirtualMachine (ours or not),
 //! its instance, and the keys of the staged objects.
 
-use ferry_crds::{VirtualMachineMigration, names};
+use ferry_crds::{PowerState, Reason, VirtualMachineMigration, names};
 use kube::ResourceExt;
 
 use super::checkpoint::Io;
 use crate::Result;
-use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::children::is_owned_by;
+use crate::problem::Problem;
 
 /// The KubeVirt VirtualMachine with the target name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +36,8 @@ pub enum VmiState {
     Present {
         /// VMI phase.
         phase: VmiPhase,
+        /// Condition `Ready` is `True` (KubeVirt: the guest runs and passed its readiness probe).
+        ready: bool,
         /// Condition `AgentConnected` is `True`.
         agent_connected: bool,
         /// KubeVirt's reason for the phase, if any.
@@ -97,16 +100,59 @@ pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
         .api::<VirtualMachineInstance>()
         .get_opt(&names::vm_name(io.vmm))
         .await?;
-    Ok(match vmi {
+    Ok(classify_vmi(vmi.as_ref()))
+}
+
+/// Classifies the VMI found under the target name (one being deleted counts as absent). Pure.
+pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>) -> VmiState {
+    match vmi {
         Some(v) if v.metadata.deletion_timestamp.is_none() => {
             let s = v.status.clone().unwrap_or_default();
             VmiState::Present {
                 phase: s.phase.unwrap_or_default(),
+                ready: s.condition_true("Ready"),
                 agent_connected: s.condition_true("AgentConnected"),
                 reason: s.reason.clone(),
             }
         }
         Some(_) | None => VmiState::Absent,
+    }
+}
+
+/// What KubeVirt says of the target VM and its instance, from one read of each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeVirtState {
+    /// The VirtualMachine.
+    pub vm: VmState,
+    /// Its instance.
+    pub vmi: VmiState,
+    /// A KubeVirt error state of ours (printableStatus or the VMI condition behind it).
+    pub trouble: Option<Trouble>,
+}
+
+/// Reads the target VM and its instance once and classifies them.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
+    let name = names::vm_name(io.vmm);
+    let vm = io.api::<VirtualMachine>().get_opt(&name).await?;
+    let vmi = io.api::<VirtualMachineInstance>().get_opt(&name).await?;
+    let vm_state = classify_vm(vm.as_ref(), io.vmm);
+    let live_vmi = vmi
+        .as_ref()
+        .filter(|v| v.metadata.deletion_timestamp.is_none());
+    let trouble = match vm_state {
+        VmState::Ours { .. } => kubevirt::trouble(
+            vm.as_ref().and_then(|v| v.status.as_ref()),
+            live_vmi.and_then(|v| v.status.as_ref()),
+        ),
+        VmState::Absent | VmState::Foreign => None,
+    };
+    Ok(KubeVirtState {
+        vm: vm_state,
+        vmi: classify_vmi(vmi.as_ref()),
+        trouble,
     })
 }
 
@@ -118,4 +164,34 @@ pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
         .and_then(|s| s.source.as_ref())
         .map_or(0, |s| s.disks.len());
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
+}
+
+/// The source VM's power state now, as vSphere reports it: looked at again before its disks are
+/// read and before the cutover. `Err` when vSphere or the credentials failed (classified).
+///
+/// # Errors
+/// Kubernetes API errors reading the credentials Secret.
+pub async fn source_power(io: Io<'_>) -> Result<std::result::Result<PowerState, Problem>> {
+    let Some(moref) = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+    else {
+        return Ok(Err(Problem::permanent(
+            Reason::VMNotFound,
+            "the source VM was never recorded; raise spec.retry to start over",
+        )));
+    };
+    let login = match super::credentials::source_login(io).await? {
+        Ok(l) => l,
+        Err(p) => return Ok(Err(p)),
+    };
+    Ok(io
+        .ctx
+        .source
+        .power(&login, &moref)
+        .await
+        .map(|(state, _tools)| state))
 }

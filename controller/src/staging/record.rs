@@ -52,6 +52,10 @@ pub struct DiskRecord {
     /// Virtual size of the disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_size: Option<u64>,
+    /// SHA-256 of a qcow2 image's raw contents, what an imported volume holds (the verification
+    /// Job compares them); absent for a raw image, whose contents are the image (`sha256`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_sha256: Option<String>,
     /// Why the converter stopped (`Failed` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -75,23 +79,34 @@ impl DiskRecord {
             sha256: None,
             size: None,
             virtual_size: None,
+            raw_sha256: None,
             error: None,
             updated_unix_ms: 0,
         }
     }
 
     /// Whether the record says the image of `source_path` in `format` is complete with a
-    /// well-formed checksum of `image_size` bytes.
+    /// well-formed checksum of `image_size` bytes and of its raw contents.
     pub fn is_staged(&self, source_path: &str, format: &str, image_size: u64) -> bool {
         self.state == RecordState::Staged
             && self.source_path == source_path
             && self.format == format
             && self.size == Some(image_size)
-            && self
-                .sha256
-                .as_deref()
-                .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            && self.sha256.as_deref().is_some_and(is_digest)
+            && self.raw_contents_sha256().as_deref().is_some_and(is_digest)
     }
+
+    /// SHA-256 of what an imported volume holds: the image's own for a raw image.
+    pub fn raw_contents_sha256(&self) -> Option<String> {
+        match self.format.as_str() {
+            "raw" => self.sha256.clone(),
+            _ => self.raw_sha256.clone(),
+        }
+    }
+}
+
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The key of the record of the image at `key`.
@@ -119,6 +134,17 @@ mod tests {
         );
         r.sha256 = Some("xyz".into());
         assert!(!r.is_staged("[ds] a/a.vmdk", "raw", 10), "bad checksum");
+        let mut q = DiskRecord::converting("[ds] a/a.vmdk", "qcow2");
+        q.state = RecordState::Staged;
+        q.size = Some(10);
+        q.sha256 = Some("ab".repeat(32));
+        assert!(
+            !q.is_staged("[ds] a/a.vmdk", "qcow2", 10),
+            "a qcow2 image without its raw contents' checksum is converted again"
+        );
+        q.raw_sha256 = Some("cd".repeat(32));
+        assert!(q.is_staged("[ds] a/a.vmdk", "qcow2", 10));
+        assert_eq!(q.raw_contents_sha256(), Some("cd".repeat(32)));
     }
 
     #[test]

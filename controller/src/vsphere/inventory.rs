@@ -2,7 +2,7 @@
 //! of vSphere's device and backing types.
 
 use vim_rs::types::convert::CastFrom;
-use vim_rs::types::enums::VirtualMachinePowerStateEnum;
+use vim_rs::types::enums::{VirtualMachinePowerStateEnum, VirtualMachineToolsStatusEnum};
 use vim_rs::types::struct_enum::StructType;
 use vim_rs::types::structs::{
     VirtualDisk, VirtualDiskFlatVer1BackingInfo, VirtualDiskFlatVer2BackingInfo,
@@ -17,7 +17,10 @@ use vim_rs::types::traits::{
 };
 use vim_rs::vim_retrievable;
 
-use super::{DiskBacking, DiskInfo, Firmware, NicInfo, PowerState};
+use super::{
+    DiskBacking, DiskController, DiskInfo, Firmware, GuestOsFamily, NicDeviceType, NicInfo,
+    PowerState, ToolsState,
+};
 
 // `?` on every path: vcsim leaves out properties the spec calls required, and a missing one
 // must not make the whole VM unreadable.
@@ -27,11 +30,17 @@ vim_retrievable!(
         uuid = "config.uuid"?,
         instance_uuid = "config.instance_uuid"?,
         guest_id = "config.guest_id"?,
+        guest_full_name = "config.guest_full_name"?,
         firmware = "config.firmware"?,
+        secure_boot = "config.boot_options.efi_secure_boot_enabled"?,
         num_cpu = "config.hardware.num_cpu"?,
+        cores_per_socket = "config.hardware.num_cores_per_socket"?,
         memory_mb = "config.hardware.memory_mb"?,
         devices = "config.hardware.device"?,
         power_state = "runtime.power_state"?,
+        guest_family = "guest.guest_family"?,
+        tools_running = "guest.tools_running_status"?,
+        tools_status = "guest.tools_status"?,
         parent = "parent"?,
         parent_v_app = "parent_v_app"?,
         networks = "network"?,
@@ -47,6 +56,8 @@ vim_retrievable!(
 vim_retrievable!(
     struct VmPower: VirtualMachine {
         power_state = "runtime.power_state"?,
+        tools_running = "guest.tools_running_status"?,
+        tools_status = "guest.tools_status"?,
     }
 );
 
@@ -71,6 +82,88 @@ pub(crate) fn firmware(text: Option<&str>) -> Firmware {
     match text {
         Some(s) if s.eq_ignore_ascii_case("efi") => Firmware::Efi,
         _ => Firmware::Bios,
+    }
+}
+
+/// Whether VMware Tools run: `guest.toolsRunningStatus` says whether they run,
+/// `guest.toolsStatus` whether they are installed at all.
+pub(crate) fn tools(
+    running: Option<&str>,
+    status: Option<&VirtualMachineToolsStatusEnum>,
+) -> ToolsState {
+    match (running, status) {
+        (Some("guestToolsRunning"), _) => ToolsState::Running,
+        (_, Some(VirtualMachineToolsStatusEnum::ToolsNotInstalled)) => ToolsState::NotInstalled,
+        _ => ToolsState::NotRunning,
+    }
+}
+
+/// The guest OS family: `guest.guestFamily` when Tools reported it, else read from the guest
+/// id (`windows2019srv_64Guest`, `rhel9_64Guest`, `otherLinux64Guest`, ...).
+pub(crate) fn guest_family(reported: Option<&str>, guest_id: &str) -> GuestOsFamily {
+    match reported {
+        Some("linuxGuest") => return GuestOsFamily::Linux,
+        Some("windowsGuest") => return GuestOsFamily::Windows,
+        Some(f) if !f.is_empty() => return GuestOsFamily::Other,
+        _ => {}
+    }
+    let id = guest_id.to_ascii_lowercase();
+    const LINUX: [&str; 18] = [
+        "linux",
+        "rhel",
+        "centos",
+        "fedora",
+        "debian",
+        "ubuntu",
+        "sles",
+        "suse",
+        "oracle",
+        "asianux",
+        "coreos",
+        "photon",
+        "amazonlinux",
+        "rocky",
+        "alma",
+        "mandrake",
+        "mandriva",
+        "turbolinux",
+    ];
+    if id.starts_with("win") {
+        GuestOsFamily::Windows
+    } else if LINUX.iter().any(|l| id.contains(l)) {
+        GuestOsFamily::Linux
+    } else {
+        GuestOsFamily::Other
+    }
+}
+
+/// The kind of a disk controller device, by vSphere type name.
+pub(crate) fn controller_kind(t: StructType) -> DiskController {
+    match t {
+        StructType::VirtualIdeController => DiskController::Ide,
+        StructType::VirtualAhciController | StructType::VirtualSataController => {
+            DiskController::Sata
+        }
+        StructType::ParaVirtualScsiController => DiskController::Pvscsi,
+        StructType::VirtualLsiLogicController => DiskController::LsiLogic,
+        StructType::VirtualLsiLogicSasController => DiskController::LsiLogicSas,
+        StructType::VirtualBusLogicController => DiskController::BusLogic,
+        StructType::VirtualNvmeController => DiskController::Nvme,
+        _ => DiskController::Other,
+    }
+}
+
+/// The device type of a network card, by vSphere type name.
+pub(crate) fn nic_kind(t: StructType) -> NicDeviceType {
+    match t {
+        StructType::VirtualVmxnet3 | StructType::VirtualVmxnet3Vrdma => NicDeviceType::Vmxnet3,
+        StructType::VirtualVmxnet2 => NicDeviceType::Vmxnet2,
+        StructType::VirtualVmxnet => NicDeviceType::Vmxnet,
+        StructType::VirtualE1000E => NicDeviceType::E1000e,
+        StructType::VirtualE1000 => NicDeviceType::E1000,
+        StructType::VirtualPcNet32 => NicDeviceType::Pcnet32,
+        StructType::VirtualSriovEthernetCard => NicDeviceType::Sriov,
+        _ => NicDeviceType::Other,
     }
 }
 
@@ -119,6 +212,13 @@ fn label(dev: &(dyn VirtualDeviceTrait + 'static)) -> String {
 /// The disks of a VM, in device order.
 pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
     let mut out = Vec::new();
+    let controller_of = |key: Option<i32>| {
+        let key = key?;
+        devices
+            .iter()
+            .find(|d| d.get_virtual_device().key == key)
+            .map(|d| controller_kind(d.data_type()))
+    };
     for dev in devices {
         let dev: &(dyn VirtualDeviceTrait + 'static) = dev.as_ref();
         let Some(disk) = dev.as_any_ref().downcast_ref::<VirtualDisk>() else {
@@ -137,6 +237,7 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
         out.push(DiskInfo {
             key: dev.key,
             label: label(dev),
+            controller: controller_of(dev.controller_key),
             datastore_path,
             capacity_bytes,
             backing: backing.map_or(DiskBacking::Other("none".into()), |b| {
@@ -182,6 +283,7 @@ pub(crate) fn nics(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<NicInfo> {
             .unwrap_or_default();
         out.push(NicInfo {
             mac: eth.mac_address.clone().unwrap_or_default(),
+            device_type: nic_kind(dev.data_type()),
             network,
         });
     }
@@ -210,6 +312,94 @@ mod tests {
             backing_kind(StructType::VirtualDiskSeSparseBackingInfo),
             DiskBacking::Other("VirtualDiskSeSparseBackingInfo".into())
         );
+    }
+
+    #[test]
+    fn tools_state_from_running_status_and_install_status() {
+        use VirtualMachineToolsStatusEnum as S;
+        assert_eq!(
+            tools(Some("guestToolsRunning"), Some(&S::ToolsOk)),
+            ToolsState::Running
+        );
+        assert_eq!(tools(Some("guestToolsRunning"), None), ToolsState::Running);
+        assert_eq!(
+            tools(Some("guestToolsNotRunning"), Some(&S::ToolsNotRunning)),
+            ToolsState::NotRunning
+        );
+        assert_eq!(
+            tools(Some("guestToolsNotRunning"), Some(&S::ToolsNotInstalled)),
+            ToolsState::NotInstalled
+        );
+        assert_eq!(tools(None, None), ToolsState::NotRunning);
+        assert_eq!(
+            tools(Some("guestToolsExecutingScripts"), Some(&S::ToolsOk)),
+            ToolsState::NotRunning,
+            "scripts running (startup/shutdown) is not a guest that takes a shutdown request"
+        );
+    }
+
+    #[test]
+    fn guest_family_from_tools_else_from_the_guest_id() {
+        assert_eq!(
+            guest_family(Some("windowsGuest"), "otherGuest"),
+            GuestOsFamily::Windows
+        );
+        assert_eq!(guest_family(Some("linuxGuest"), ""), GuestOsFamily::Linux);
+        assert_eq!(
+            guest_family(Some("solarisGuest"), "rhel9_64Guest"),
+            GuestOsFamily::Other
+        );
+        assert_eq!(
+            guest_family(None, "windows2019srv_64Guest"),
+            GuestOsFamily::Windows
+        );
+        assert_eq!(
+            guest_family(Some(""), "rhel9_64Guest"),
+            GuestOsFamily::Linux
+        );
+        assert_eq!(
+            guest_family(None, "otherLinux64Guest"),
+            GuestOsFamily::Linux
+        );
+        assert_eq!(guest_family(None, "ubuntu64Guest"), GuestOsFamily::Linux);
+        assert_eq!(guest_family(None, "otherGuest"), GuestOsFamily::Other);
+        assert_eq!(
+            guest_family(None, "freebsd13_64Guest"),
+            GuestOsFamily::Other
+        );
+    }
+
+    #[test]
+    fn device_kinds_by_type_name() {
+        assert_eq!(
+            controller_kind(StructType::ParaVirtualScsiController),
+            DiskController::Pvscsi
+        );
+        assert_eq!(
+            controller_kind(StructType::VirtualAhciController),
+            DiskController::Sata
+        );
+        assert_eq!(
+            controller_kind(StructType::VirtualIdeController),
+            DiskController::Ide
+        );
+        assert_eq!(
+            controller_kind(StructType::VirtualNvmeController),
+            DiskController::Nvme
+        );
+        assert_eq!(
+            controller_kind(StructType::VirtualLsiLogicSasController),
+            DiskController::LsiLogicSas
+        );
+        assert_eq!(
+            controller_kind(StructType::VirtualE1000),
+            DiskController::Other
+        );
+        assert_eq!(nic_kind(StructType::VirtualVmxnet3), NicDeviceType::Vmxnet3);
+        assert_eq!(nic_kind(StructType::VirtualE1000E), NicDeviceType::E1000e);
+        assert_eq!(nic_kind(StructType::VirtualE1000), NicDeviceType::E1000);
+        assert_eq!(nic_kind(StructType::VirtualPcNet32), NicDeviceType::Pcnet32);
+        assert_eq!(nic_kind(StructType::VirtualDisk), NicDeviceType::Other);
     }
 
     #[test]

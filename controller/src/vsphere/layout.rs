@@ -106,6 +106,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             backing,
             has_parent,
+            controller: None,
         }
     }
 
@@ -117,8 +118,13 @@ mod tests {
             instance_uuid: String::new(),
             power_state: PowerState::PoweredOn,
             guest_id: "otherGuest".into(),
+            guest_full_name: String::new(),
+            guest_family: super::super::GuestOsFamily::Other,
+            tools: super::super::ToolsState::NotInstalled,
             firmware: Firmware::Bios,
+            secure_boot: false,
             num_cpu: 1,
+            cores_per_socket: 1,
             memory_mib: 1024,
             disks,
             nics: vec![],

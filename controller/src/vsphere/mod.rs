@@ -16,6 +16,8 @@ pub use layout::{LayoutProblem, validate_layout};
 pub use session::Session;
 
 pub use crate::tls::{DigestKind, Thumbprint, ThumbprintError, TlsPolicy};
+// The device and guest vocabulary is the API's: status shows it as read here.
+pub use ferry_crds::{DiskController, GuestOsFamily, NicDeviceType, ToolsState};
 
 /// Result of vSphere operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -93,6 +95,8 @@ pub struct DiskInfo {
     /// Device key, unique within the VM (2000, 2001, ...).
     pub key: i32,
     pub label: String,
+    /// The kind of controller it hangs on, when its controller is among the VM's devices.
+    pub controller: Option<DiskController>,
     /// `[datastore] dir/file.vmdk`
     pub datastore_path: String,
     pub capacity_bytes: u64,
@@ -105,6 +109,8 @@ pub struct DiskInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NicInfo {
     pub mac: String,
+    /// vmxnet3, e1000e, ...
+    pub device_type: NicDeviceType,
     /// Port group name (standard switch), port group key (distributed switch) or opaque network id.
     pub network: String,
 }
@@ -119,8 +125,18 @@ pub struct VmInfo {
     pub instance_uuid: String,
     pub power_state: PowerState,
     pub guest_id: String,
+    /// `config.guestFullName`, e.g. "Other Linux (64-bit)".
+    pub guest_full_name: String,
+    /// From `guest.guestFamily` (what Tools report), else from the guest id.
+    pub guest_family: GuestOsFamily,
+    /// From `guest.toolsRunningStatus` and `guest.toolsStatus`.
+    pub tools: ToolsState,
     pub firmware: Firmware,
+    /// `config.bootOptions.efiSecureBootEnabled`.
+    pub secure_boot: bool,
     pub num_cpu: u32,
+    /// `config.hardware.numCoresPerSocket` (1 when unset).
+    pub cores_per_socket: u32,
     pub memory_mib: u64,
     pub disks: Vec<DiskInfo>,
     pub nics: Vec<NicInfo>,

@@ -20,7 +20,7 @@ use vim_rs::types::structs::{
 use super::datastore::{download_url, sdk_url, server_address};
 use super::error::chain;
 use super::inventory::{self, TaskState, VmName, VmPower, VmProps};
-use super::{Endpoint, Error, PowerState, Result, VmInfo, VmSelector};
+use super::{Endpoint, Error, PowerState, Result, ToolsState, VmInfo, VmSelector};
 use crate::tls::{self, TlsObserver};
 
 /// How long to wait for a power task; vCenter answers in seconds unless something is wrong.
@@ -336,15 +336,24 @@ impl Session {
                 }
             }
         }
+        let guest_id = p.guest_id.unwrap_or_default();
+        let tools = inventory::tools(p.tools_running.as_deref(), p.tools_status.as_ref());
+        // guest.guestFamily is what running Tools report; without them it is stale or a guess.
+        let reported_family = p.guest_family.filter(|_| tools == ToolsState::Running);
         Ok(Some(VmInfo {
             moref: p.id.value,
             name: p.name.unwrap_or_default(),
             uuid: p.uuid.unwrap_or_default(),
             instance_uuid: p.instance_uuid.unwrap_or_default(),
             power_state,
-            guest_id: p.guest_id.unwrap_or_default(),
+            guest_family: inventory::guest_family(reported_family.as_deref(), &guest_id),
+            guest_id,
+            guest_full_name: p.guest_full_name.unwrap_or_default(),
+            tools,
             firmware: inventory::firmware(p.firmware.as_deref()),
+            secure_boot: p.secure_boot.unwrap_or(false),
             num_cpu: p.num_cpu.unwrap_or_default().max(0) as u32,
+            cores_per_socket: p.cores_per_socket.unwrap_or(1).max(1) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
             disks: inventory::disks(&devices),
             nics,
@@ -402,11 +411,48 @@ impl Session {
 
     /// The VM's current power state.
     pub async fn power_state(&self, moref: &str) -> Result<PowerState> {
+        Ok(self.power(moref).await?.0)
+    }
+
+    /// The VM's current power state and whether VMware Tools run in it.
+    pub async fn power(&self, moref: &str) -> Result<(PowerState, ToolsState)> {
         let p: Option<VmPower> = self.retrieve_one(&vm_ref(moref)).await?;
-        p.and_then(|p| p.power_state)
+        let p = p.ok_or_else(|| Error::NotFound(format!("VM {moref}")))?;
+        let state = p
+            .power_state
             .as_ref()
             .and_then(inventory::power_state)
-            .ok_or_else(|| Error::NotFound(format!("VM {moref}")))
+            .ok_or_else(|| Error::NotFound(format!("VM {moref}")))?;
+        Ok((
+            state,
+            inventory::tools(p.tools_running.as_deref(), p.tools_status.as_ref()),
+        ))
+    }
+
+    /// Asks the guest to shut down through VMware Tools (`ShutdownGuest`). Returns at once: the
+    /// guest shuts down on its own time, or not at all; watch the power state.
+    ///
+    /// Guarantees: a VM already off is `Ok` without a call.
+    ///
+    /// Errors: `ToolsUnavailable` and other faults as [`Error::Fault`].
+    pub async fn shutdown_guest(&self, moref: &str) -> Result<()> {
+        if self.power_state(moref).await? == PowerState::PoweredOff {
+            return Ok(());
+        }
+        let vm = mo::VirtualMachine::new(self.client.clone(), moref);
+        match vm.shutdown_guest().await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.vim(&e) {
+                // Off by now (a shutdown already under way finished).
+                Error::Fault { name, .. }
+                    if name == "InvalidPowerState"
+                        && self.power_state(moref).await? == PowerState::PoweredOff =>
+                {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
     }
 
     /// Powers the VM off (hard power-off, as a migration's consistent copy needs) and waits.

@@ -649,3 +649,48 @@ impl Creations {
         self.seen.lock().unwrap().keys().cloned().collect()
     }
 }
+
+impl Env {
+    /// Reshapes a VM of the lab's vcsim through the vSphere API (ReconfigVM_Task, by
+    /// `ferry-lab shape`): `args` as `--firmware efi --secure-boot --nic-type vmxnet3 ...`.
+    pub fn shape(&self, vm: &str, args: &[&str]) {
+        let out = Command::new(ferry_harness::repo_root().join("target/lab/bin/ferry-lab"))
+            .arg("shape")
+            .arg("--state-dir")
+            .arg(&self.lab.info.state_dir)
+            .args(["--vm", vm])
+            .args(args)
+            .output()
+            .expect("ferry-lab shape");
+        assert!(
+            out.status.success(),
+            "ferry-lab shape {vm} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// One more claimed VM of the lab, with a real `mib`-MiB disk.
+    pub fn another_vm(&self, mib: u64) -> (InventoryVm, RealDisk) {
+        let vm = self.lab.claim_vm().unwrap();
+        let disk = put_vmdk(&vm, &self.scratch, mib, 0x5eed ^ mib ^ 0x77).unwrap();
+        (vm, disk)
+    }
+
+    /// The migration of `vm` (not necessarily this test's first VM).
+    pub fn migration_of(&self, name: &str, vm: &InventoryVm) -> VirtualMachineMigration {
+        let mut vmm = self.migration(name);
+        vmm.spec.source.vm = VmSelector::by_name(vm.name.clone());
+        vmm
+    }
+
+    /// The condition `t` of migration `name` as (status, reason, message).
+    pub async fn condition_of(&self, name: &str, t: ConditionType) -> (String, String, String) {
+        let v = self.get(name).await;
+        let c = v.condition(t).expect("condition present");
+        (
+            c.status.to_string(),
+            c.reason.to_string(),
+            c.message.clone(),
+        )
+    }
+}

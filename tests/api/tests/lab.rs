@@ -21,7 +21,10 @@ const WAIT: Duration = Duration::from_secs(60);
 
 fn configmap(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
         data: Some([("k".to_string(), value.to_string())].into()),
         ..ConfigMap::default()
     }
@@ -38,8 +41,16 @@ fn status_code(err: &kube::Error) -> Option<u16> {
 async fn apiserver_reports_kubernetes_1_37() {
     let client = lab().client().await.unwrap();
     let info = client.apiserver_version().await.unwrap();
-    assert_eq!((info.major.as_str(), info.minor.as_str()), ("1", "37"), "{info:?}");
-    assert!(info.git_version.starts_with("v1.37."), "{}", info.git_version);
+    assert_eq!(
+        (info.major.as_str(), info.minor.as_str()),
+        ("1", "37"),
+        "{info:?}"
+    );
+    assert!(
+        info.git_version.starts_with("v1.37."),
+        "{}",
+        info.git_version
+    );
 }
 
 #[tokio::test]
@@ -72,7 +83,11 @@ async fn crd_schema_rejects_an_invalid_object() {
     }
     eventually("widgets CRD to be established", WAIT, || async {
         let crd = crds.get("widgets.lab.ferry.test").await.ok()?;
-        let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+        let established = crd
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
         established.then_some(())
     })
     .await
@@ -80,9 +95,15 @@ async fn crd_schema_rejects_an_invalid_object() {
 
     let ns = lab().namespace("crd-schema").await.unwrap();
     let gvk = GroupVersionKind::gvk("lab.ferry.test", "v1", "Widget");
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, "widgets"));
-    let mut bad = DynamicObject::new("too-small", &ApiResource::from_gvk_with_plural(&gvk, "widgets"));
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    );
+    let mut bad = DynamicObject::new(
+        "too-small",
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    );
     bad.data = serde_json::json!({"spec": {"size": 0}});
     // The object may race the discovery of the new type for a moment; a 404 is retried.
     let err = eventually("the apiserver to judge the widget", WAIT, || async {
@@ -94,9 +115,15 @@ async fn crd_schema_rejects_an_invalid_object() {
     .await
     .unwrap()
     .expect_err("a widget with size 0 must be rejected");
-    let kube::Error::Api(status) = err else { panic!("not an API error: {err}") };
+    let kube::Error::Api(status) = err else {
+        panic!("not an API error: {err}")
+    };
     assert_eq!(status.code, 422, "{status:?}");
-    assert!(status.message.contains("spec.size"), "message must name the field: {}", status.message);
+    assert!(
+        status.message.contains("spec.size"),
+        "message must name the field: {}",
+        status.message
+    );
 
     let mut good = bad.clone();
     good.metadata.name = Some("just-right".into());
@@ -108,9 +135,14 @@ async fn crd_schema_rejects_an_invalid_object() {
 async fn watch_delivers_an_update() {
     let ns = lab().namespace("watch").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
-    api.create(&PostParams::default(), &configmap("watched", "one")).await.unwrap();
+    api.create(&PostParams::default(), &configmap("watched", "one"))
+        .await
+        .unwrap();
 
-    let stream = watcher(api.clone(), watcher::Config::default().fields("metadata.name=watched"));
+    let stream = watcher(
+        api.clone(),
+        watcher::Config::default().fields("metadata.name=watched"),
+    );
     let mut stream = std::pin::pin!(stream);
     // Wait until the initial list is through, so the update below can only arrive as an event.
     loop {
@@ -122,12 +154,20 @@ async fn watch_delivers_an_update() {
     }
     let mut cm = api.get("watched").await.unwrap();
     cm.data = Some([("k".to_string(), "two".to_string())].into());
-    api.replace("watched", &PostParams::default(), &cm).await.unwrap();
+    api.replace("watched", &PostParams::default(), &cm)
+        .await
+        .unwrap();
 
     let seen = tokio::time::timeout(WAIT, async {
         while let Some(event) = stream.next().await {
             if let Ok(watcher::Event::Apply(cm)) = event {
-                if cm.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("two") {
+                if cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("k"))
+                    .map(String::as_str)
+                    == Some("two")
+                {
                     return true;
                 }
             }
@@ -143,19 +183,30 @@ async fn watch_delivers_an_update() {
 async fn stale_resource_version_gets_409_conflict() {
     let ns = lab().namespace("conflict").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
-    api.create(&PostParams::default(), &configmap("contended", "a")).await.unwrap();
+    api.create(&PostParams::default(), &configmap("contended", "a"))
+        .await
+        .unwrap();
     let stale = api.get("contended").await.unwrap();
 
     let mut first = stale.clone();
     first.data = Some([("k".to_string(), "b".to_string())].into());
-    api.replace("contended", &PostParams::default(), &first).await.unwrap();
+    api.replace("contended", &PostParams::default(), &first)
+        .await
+        .unwrap();
 
     let mut second = stale;
     second.data = Some([("k".to_string(), "c".to_string())].into());
-    let err = api.replace("contended", &PostParams::default(), &second).await.unwrap_err();
+    let err = api
+        .replace("contended", &PostParams::default(), &second)
+        .await
+        .unwrap_err();
     assert_eq!(status_code(&err), Some(409), "{err}");
     let now = api.get("contended").await.unwrap();
-    assert_eq!(now.data.unwrap()["k"], "b", "the losing write must not have landed");
+    assert_eq!(
+        now.data.unwrap()["k"],
+        "b",
+        "the losing write must not have landed"
+    );
 }
 
 #[tokio::test]
@@ -164,12 +215,21 @@ async fn rbac_denies_a_service_account_without_a_role_and_allows_it_with_one() {
     let sa: Api<ServiceAccount> = ns.api();
     sa.create(
         &PostParams::default(),
-        &ServiceAccount { metadata: ObjectMeta { name: Some("reader".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() },
+        &ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("reader".into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        },
     )
     .await
     .unwrap();
     let ns_cms: Api<ConfigMap> = ns.api();
-    ns_cms.create(&PostParams::default(), &configmap("secretive", "x")).await.unwrap();
+    ns_cms
+        .create(&PostParams::default(), &configmap("secretive", "x"))
+        .await
+        .unwrap();
 
     let mut config = lab().config(KubeConfigOptions::default()).await.unwrap();
     config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:reader", ns.name));
@@ -184,7 +244,10 @@ async fn rbac_denies_a_service_account_without_a_role_and_allows_it_with_one() {
         .create(
             &PostParams::default(),
             &Role {
-                metadata: ObjectMeta { name: Some("read-configmaps".into()), ..ObjectMeta::default() },
+                metadata: ObjectMeta {
+                    name: Some("read-configmaps".into()),
+                    ..ObjectMeta::default()
+                },
                 rules: Some(vec![PolicyRule {
                     api_groups: Some(vec![String::new()]),
                     resources: Some(vec!["configmaps".into()]),
@@ -200,8 +263,15 @@ async fn rbac_denies_a_service_account_without_a_role_and_allows_it_with_one() {
         .create(
             &PostParams::default(),
             &RoleBinding {
-                metadata: ObjectMeta { name: Some("reader-reads".into()), ..ObjectMeta::default() },
-                role_ref: RoleRef { api_group: Some("rbac.authorization.k8s.io".into()), kind: "Role".into(), name: "read-configmaps".into() },
+                metadata: ObjectMeta {
+                    name: Some("reader-reads".into()),
+                    ..ObjectMeta::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: "read-configmaps".into(),
+                },
                 subjects: Some(vec![Subject {
                     kind: "ServiceAccount".into(),
                     name: "reader".into(),
@@ -213,12 +283,17 @@ async fn rbac_denies_a_service_account_without_a_role_and_allows_it_with_one() {
         .await
         .unwrap();
     // The authorizer's cache follows the new binding within moments.
-    let cm = eventually("the reader to be allowed", WAIT, || async { reader_cms.get("secretive").await.ok() })
-        .await
-        .unwrap();
+    let cm = eventually("the reader to be allowed", WAIT, || async {
+        reader_cms.get("secretive").await.ok()
+    })
+    .await
+    .unwrap();
     assert_eq!(cm.data.unwrap()["k"], "x");
     // Still only what the Role grants.
-    let err = reader_cms.delete("secretive", &DeleteParams::default()).await.unwrap_err();
+    let err = reader_cms
+        .delete("secretive", &DeleteParams::default())
+        .await
+        .unwrap_err();
     assert_eq!(status_code(&err), Some(403), "{err}");
 }
 
@@ -226,7 +301,10 @@ async fn rbac_denies_a_service_account_without_a_role_and_allows_it_with_one() {
 async fn deleting_an_owner_deletes_its_dependents() {
     let ns = lab().namespace("gc").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
-    let owner = api.create(&PostParams::default(), &configmap("owner", "o")).await.unwrap();
+    let owner = api
+        .create(&PostParams::default(), &configmap("owner", "o"))
+        .await
+        .unwrap();
     let mut dependent = configmap("dependent", "d");
     dependent.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "v1".into(),
@@ -235,15 +313,23 @@ async fn deleting_an_owner_deletes_its_dependents() {
         uid: owner.metadata.uid.clone().unwrap(),
         ..OwnerReference::default()
     }]);
-    api.create(&PostParams::default(), &dependent).await.unwrap();
+    api.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
 
-    api.delete("owner", &DeleteParams::background()).await.unwrap();
-    eventually("the garbage collector to delete the dependent", WAIT, || async {
-        match api.get_opt("dependent").await {
-            Ok(None) => Some(()),
-            _ => None,
-        }
-    })
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the garbage collector to delete the dependent",
+        WAIT,
+        || async {
+            match api.get_opt("dependent").await {
+                Ok(None) => Some(()),
+                _ => None,
+            }
+        },
+    )
     .await
     .unwrap();
 }
@@ -262,17 +348,30 @@ async fn a_namespace_deletion_completes() {
     namespaces
         .create(
             &PostParams::default(),
-            &Namespace { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Namespace::default() },
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            },
         )
         .await
         .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), name);
-    cms.create(&PostParams::default(), &configmap("content", "c")).await.unwrap();
+    cms.create(&PostParams::default(), &configmap("content", "c"))
+        .await
+        .unwrap();
 
-    namespaces.delete(name, &DeleteParams::default()).await.unwrap();
-    eventually("the namespace controller to finish the deletion", WAIT, || async {
-        matches!(namespaces.get_opt(name).await, Ok(None)).then_some(())
-    })
+    namespaces
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the namespace controller to finish the deletion",
+        WAIT,
+        || async { matches!(namespaces.get_opt(name).await, Ok(None)).then_some(()) },
+    )
     .await
     .unwrap();
 }

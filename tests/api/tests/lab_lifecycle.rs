@@ -14,12 +14,19 @@ use ferry_harness::{Lab, repo_root};
 fn processes_mentioning(needle: &Path) -> Vec<String> {
     let needle = needle.to_string_lossy().into_owned();
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
     for entry in entries.flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         if cmdline.contains(&needle) {
-            found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
         }
     }
     found
@@ -43,18 +50,31 @@ async fn lab_stops_cleanly_and_restarts_on_the_same_address_with_its_data() {
     cms.create(
         &PostParams::default(),
         &ConfigMap {
-            metadata: ObjectMeta { name: Some("survives-restart".into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some("survives-restart".into()),
+                ..ObjectMeta::default()
+            },
             data: Some([("k".to_string(), "v".to_string())].into()),
             ..ConfigMap::default()
         },
     )
     .await
     .unwrap();
-    assert!(!processes_mentioning(&dir).is_empty(), "the lab's children should name its state dir");
+    assert!(
+        !processes_mentioning(&dir).is_empty(),
+        "the lab's children should name its state dir"
+    );
 
-    tokio::task::spawn_blocking(move || first.stop()).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || first.stop())
+        .await
+        .unwrap()
+        .unwrap();
     let left = processes_mentioning(&dir);
-    assert!(left.is_empty(), "processes survived the lab's stop:\n{}", left.join("\n"));
+    assert!(
+        left.is_empty(),
+        "processes survived the lab's stop:\n{}",
+        left.join("\n")
+    );
 
     let second = tokio::task::spawn_blocking({
         let dir = dir.clone();
@@ -63,11 +83,17 @@ async fn lab_stops_cleanly_and_restarts_on_the_same_address_with_its_data() {
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(second.info.apiserver.url, url, "a restart must keep the apiserver address");
+    assert_eq!(
+        second.info.apiserver.url, url,
+        "a restart must keep the apiserver address"
+    );
     let cms: Api<ConfigMap> = Api::namespaced(second.client().await.unwrap(), "default");
     let cm = cms.get("survives-restart").await.unwrap();
     assert_eq!(cm.data.unwrap()["k"], "v");
-    tokio::task::spawn_blocking(move || second.stop()).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || second.stop())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(processes_mentioning(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,10 +22,6 @@ pub enum Error {
         name: String,
         reason: String,
     },
-    #[error(
-        "checksum mismatch: object metadata says sha256 {expected}, the imported bytes hash to {actual}"
-    )]
-    Checksum { expected: String, actual: String },
     #[error("container: {0}")]
     Container(String),
     #[error("json: {0}")]
@@ -44,7 +40,6 @@ impl Error {
             Error::S3Url { .. } => "s3_url",
             Error::Io { .. } => "io",
             Error::Secret { .. } => "secret",
-            Error::Checksum { .. } => "checksum",
             Error::Container(_) => "container",
             Error::Json(_) => "json",
             Error::Invalid(_) => "invalid",

@@ -3,17 +3,22 @@
 //! accepts (`SuccessCriteriaMet` before `Complete`, `FailureTarget` before `Failed`,
 //! `completionTime` only with `Complete`), honouring `backoffLimit` and `completions`.
 //!
-//! No Pod object is created: the Job's status is the whole contract the controller reads, and
-//! the process output goes to `VOLUME_DIR/_jobs/<namespace>/<job>/attempt-<n>.log`.
+//! Each attempt is a Pod object as well (created by the "Job controller", its status written as
+//! the kubelet would: `Pending` while its claims are not bound, `Running`, then `Succeeded` or
+//! `Failed` with the container's exit code and termination message); the process output goes
+//! to `VOLUME_DIR/_jobs/<namespace>/<job>/attempt-<n>.log`. Pod failure policy `FailJob` rules
+//! on exit codes fail the Job at once, as the Job controller does.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolumeClaim, Pod, PodStatus, Secret,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -25,6 +30,7 @@ use crate::migration::{Child, Faults};
 use crate::process::{self, PodFacts, Sources};
 use crate::sim::Sim;
 use crate::{Error, Result, clock};
+use crate::{pods, storage};
 
 /// What the sim makes of a Job it observes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,9 +67,14 @@ pub fn observe(job: &Job) -> JobState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
     pub success: bool,
-    /// A failure that must fail the Job at once (as a `FailJob` pod failure policy rule would).
+    /// A failure that must fail the Job at once (an injected permanent fault).
     pub terminal: bool,
     pub message: String,
+    /// The container's exit code, when a process ran.
+    pub code: Option<i32>,
+    /// The container's name and the pod's, for the failure policy's message.
+    pub container: String,
+    pub pod: String,
 }
 
 /// What follows an attempt.
@@ -81,6 +92,41 @@ pub enum Next {
 pub fn failure_backoff(failed: i32) -> Duration {
     let exp = u32::try_from((failed - 1).clamp(0, 6)).unwrap_or(0);
     Duration::from_secs(10 * 2u64.pow(exp)).min(Duration::from_secs(360))
+}
+
+/// The `FailJob` rule of the Job's pod failure policy that `exit` matches, by index: an
+/// `onExitCodes` rule for its container (or any) whose `In`/`NotIn` list takes its non-zero
+/// exit code; the first matching rule of any action decides (`onPodConditions` rules are not
+/// simulated). Pure.
+pub fn fail_job_rule(job: &Job, exit: &Exit) -> Option<usize> {
+    let code = exit.code.filter(|c| *c != 0)?;
+    let rules = job
+        .spec
+        .as_ref()?
+        .pod_failure_policy
+        .as_ref()?
+        .rules
+        .clone();
+    for (i, r) in rules.iter().enumerate() {
+        let Some(on) = &r.on_exit_codes else { continue };
+        if on
+            .container_name
+            .as_deref()
+            .is_some_and(|c| c != exit.container)
+        {
+            continue;
+        }
+        let listed = on.values.contains(&code);
+        let hit = match on.operator.as_str() {
+            "In" => listed,
+            "NotIn" => !listed,
+            _ => false,
+        };
+        if hit {
+            return (r.action == "FailJob").then_some(i);
+        }
+    }
+    None
 }
 
 /// Decides what follows an attempt, given the status *after* counting it. Pure.
@@ -103,6 +149,17 @@ pub fn after_exit(job: &Job, counted: &JobStatus, exit: &Exit) -> Next {
         return Next::Fail {
             reason: "PodFailurePolicy".into(),
             message: exit.message.clone(),
+        };
+    }
+    if let Some(i) = fail_job_rule(job, exit) {
+        return Next::Fail {
+            reason: "PodFailurePolicy".into(),
+            message: format!(
+                "Container {} for pod {} failed with exit code {} matching FailJob rule at index {i}",
+                exit.container,
+                exit.pod,
+                exit.code.unwrap_or_default()
+            ),
         };
     }
     if failed > backoff_limit {
@@ -287,6 +344,9 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
             .take(&sim.client, &sim.settings.rates, Step::Convert)
             .await?;
 
+        let Some(pod) = create_pod(ctx, job, attempt).await? else {
+            return Ok(());
+        };
         status = status_running(&status, &now());
         write(ctx, &ns, &name, &status).await?;
         info!(job = %format!("{ns}/{name}"), attempt, "pod running");
@@ -303,9 +363,12 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
                     success: false,
                     terminal: f.terminal,
                     message,
+                    code: Some(1),
+                    container: String::new(),
+                    pod: pod.name_any(),
                 }
             }
-            None => match run_pod(ctx, job, attempt, &log).await? {
+            None => match run_pod(ctx, job, &pod, attempt, &log).await? {
                 Some(exit) => exit,
                 None => return Ok(()),
             },
@@ -386,11 +449,111 @@ async fn sources(sim: &Sim, ns: &str, c: &Container) -> Result<Sources> {
     Ok(src)
 }
 
-/// Runs the Job's first container once; `None` when the Job went away meanwhile (the process,
-/// if any, is killed).
+/// Creates the Pod object of `attempt` (or finds it, after a sim restart), as the Job controller
+/// does; `None` when the Job went away while the apiserver refused the pod (e.g. Pod Security:
+/// the Job controller keeps trying, and so does the sim).
+async fn create_pod(ctx: &Ctx, job: &Job, attempt: i32) -> Result<Option<Pod>> {
+    let sim = &ctx.sim;
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let want = pods::pod_for(job, attempt, &sim.settings.node_name);
+    let api = sim.api::<Pod>(&ns);
+    let mut warned = false;
+    loop {
+        match api.create(&PostParams::default(), &want).await {
+            Ok(p) => return Ok(Some(p)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                if let Some(p) = api.get_opt(&want.name_any()).await? {
+                    return Ok(Some(p));
+                }
+            }
+            Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {
+                if !warned {
+                    warn!(job = %format!("{ns}/{name}"), "FailedCreate: {}", s.message);
+                    warned = true;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100))).await;
+        if !alive(ctx, &ns, &name, &uid) {
+            return Ok(None);
+        }
+    }
+}
+
+async fn pod_status(ctx: &Ctx, pod: &Pod, status: &PodStatus) -> Result<()> {
+    let patch = serde_json::json!({"status": status});
+    ctx.sim
+        .api::<Pod>(&pod.namespace().unwrap_or_default())
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until every claim the pod names is bound, as the scheduler and the kubelet do: a
+/// missing claim keeps the pod Pending; an unbound claim on a first-consumer class gets the
+/// node written into `volume.kubernetes.io/selected-node` (the scheduler's choice) and is waited
+/// for. `false` when the Job went away meanwhile.
+async fn claims_bound(ctx: &Ctx, job: &Job, pod: &Pod, container: &Container) -> Result<bool> {
+    let sim = &ctx.sim;
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let claims = pods::claims(&pod.spec.clone().unwrap_or_default());
+    let api = sim.api::<PersistentVolumeClaim>(&ns);
+    let mut last_why = String::new();
+    loop {
+        let mut why = String::new();
+        for claim in &claims {
+            let Some(pvc) = api.get_opt(claim).await? else {
+                why = format!("persistentvolumeclaim \"{claim}\" not found");
+                break;
+            };
+            if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {
+                continue;
+            }
+            let spec = pvc.spec.clone().unwrap_or_default();
+            let selected = pvc.annotations().contains_key(storage::SELECTED_NODE);
+            let binding =
+                storage::claim_binding(sim, spec.storage_class_name.as_deref(), false).await?;
+            if !selected && matches!(binding, storage::Binding::FirstConsumer { .. }) {
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    storage::SELECTED_NODE: sim.settings.node_name,
+                }}});
+                api.patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                info!(pvc = %format!("{ns}/{claim}"), node = %sim.settings.node_name, "first consumer scheduled: node selected");
+            }
+            why = format!("waiting for persistentvolumeclaim \"{claim}\" to be bound");
+            break;
+        }
+        if why.is_empty() {
+            return Ok(true);
+        }
+        if why != last_why {
+            pod_status(ctx, pod, &pods::status_pending(container, &why)).await?;
+            debug!(job = %format!("{ns}/{name}"), %why, "pod pending");
+            last_why = why;
+        }
+        tokio::time::sleep(sim.settings.speed.ms(500).max(Duration::from_millis(100))).await;
+        if !alive(ctx, &ns, &name, &uid) {
+            return Ok(false);
+        }
+    }
+}
+
+/// Runs the Job's first container once in `pod`; `None` when the Job went away meanwhile (the
+/// process, if any, is killed).
 async fn run_pod(
     ctx: &Ctx,
     job: &Job,
+    pod_obj: &Pod,
     attempt: i32,
     log: &std::path::Path,
 ) -> Result<Option<Exit>> {
@@ -404,18 +567,33 @@ async fn run_pod(
         .map(|s| s.template.clone())
         .unwrap_or_default();
     let pod_spec = template.spec.clone().unwrap_or_default();
+    let pod_name = pod_obj.name_any();
     let Some(container) = pod_spec.containers.first().cloned() else {
         return Ok(Some(Exit {
             success: false,
             terminal: true,
             message: "the pod template has no container".into(),
+            code: None,
+            container: String::new(),
+            pod: pod_name,
         }));
     };
+    let exit = |success: bool, terminal: bool, message: String, code: Option<i32>| Exit {
+        success,
+        terminal,
+        message,
+        code,
+        container: container.name.clone(),
+        pod: pod_name.clone(),
+    };
+    if !claims_bound(ctx, job, pod_obj, &container).await? {
+        return Ok(None);
+    }
     let tmeta = template.metadata.clone().unwrap_or_default();
     let pod = PodFacts {
-        name: format!("{name}-sim{attempt}"),
+        name: pod_name.clone(),
         namespace: ns.clone(),
-        uid: format!("{uid}-{attempt}"),
+        uid: pod_obj.uid().unwrap_or_else(|| format!("{uid}-{attempt}")),
         node_name: sim.settings.node_name.clone(),
         service_account: pod_spec
             .service_account_name
@@ -434,11 +612,7 @@ async fn run_pod(
             Ok(ok) => break ok,
             Err(msg) if msg.contains("has no command") => {
                 append_log(log, &msg);
-                return Ok(Some(Exit {
-                    success: false,
-                    terminal: true,
-                    message: msg,
-                }));
+                return Ok(Some(exit(false, true, msg, None)));
             }
             Err(msg) => {
                 if !warned {
@@ -462,13 +636,32 @@ async fn run_pod(
             sim.settings.bin_dir.display()
         );
         append_log(log, &message);
-        return Ok(Some(Exit {
-            success: false,
-            terminal: false,
-            message,
-        }));
+        return Ok(Some(exit(false, false, message, Some(127))));
     };
     let workdir = std::env::temp_dir().join(format!("ferry-sim-{uid}-{attempt}"));
+    // The container's mounts stand under the attempt's root; paths into them are rewritten.
+    let root = workdir.join("root");
+    let mounts = match pods::plan(&pod_spec, &container, &ns, &sim.settings.volumes, &root) {
+        Ok(m) => m,
+        Err(message) => {
+            append_log(log, &message);
+            return Ok(Some(exit(false, true, message, None)));
+        }
+    };
+    let _ = std::fs::remove_dir_all(&workdir);
+    pods::make(&mounts).map_err(|e| Error::io(&root, e))?;
+    let argv: Vec<String> = argv.iter().map(|a| pods::rewrite(a, &mounts)).collect();
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .map(|(k, v)| (k, pods::rewrite(&v, &mounts)))
+        .collect();
+    let started = now();
+    pod_status(
+        ctx,
+        pod_obj,
+        &pods::status_running(&container, "127.0.0.1", &started),
+    )
+    .await?;
     let mut proc = process::spawn(
         &program,
         &argv[1..],
@@ -493,22 +686,28 @@ async fn run_pod(
         return Ok(None);
     };
     let status = status.map_err(|e| Error::io(&program, e))?;
+    // A process killed by a signal reads as the shell would report it: 128 + the signal.
+    let code = status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    });
     let message = if status.success() {
         String::new()
     } else {
-        let tail = process::tail(log, 3);
-        format!(
-            "exit {}: {tail}",
-            status
-                .code()
-                .map_or("signal".to_string(), |c| c.to_string())
-        )
+        format!("exit {code}: {}", process::tail(log, 3))
     };
-    Ok(Some(Exit {
-        success: status.success(),
-        terminal: false,
-        message,
-    }))
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let termination = pods::termination_message(
+        &text,
+        !status.success(),
+        container.termination_message_policy.as_deref(),
+    );
+    pod_status(
+        ctx,
+        pod_obj,
+        &pods::status_terminated(&container, "127.0.0.1", &started, &now(), code, termination),
+    )
+    .await?;
+    Ok(Some(exit(status.success(), false, message, Some(code))))
 }
 
 #[cfg(test)]
@@ -538,6 +737,9 @@ mod tests {
             success: true,
             terminal: false,
             message: String::new(),
+            code: Some(0),
+            container: "c".into(),
+            pod: "p".into(),
         }
     }
 
@@ -546,7 +748,60 @@ mod tests {
             success: false,
             terminal,
             message: "m".into(),
+            code: Some(1),
+            container: "c".into(),
+            pod: "p".into(),
         }
+    }
+
+    #[test]
+    fn a_fail_job_rule_on_the_exit_code_fails_the_job_at_once() {
+        use k8s_openapi::api::batch::v1::{
+            PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+        };
+        let rule = |action: &str, op: &str, values: Vec<i32>, container: Option<&str>| {
+            PodFailurePolicyRule {
+                action: action.into(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: container.map(str::to_owned),
+                    operator: op.into(),
+                    values,
+                }),
+                on_pod_conditions: None,
+            }
+        };
+        let mut j = job(6, 1);
+        j.spec.as_mut().unwrap().pod_failure_policy = Some(PodFailurePolicy {
+            rules: vec![
+                rule("Count", "In", vec![4], None),
+                rule("FailJob", "In", vec![3, 4], Some("c")),
+            ],
+        });
+        let exit = |code: i32, container: &str| Exit {
+            code: Some(code),
+            container: container.into(),
+            ..fail(false)
+        };
+        assert_eq!(fail_job_rule(&j, &exit(3, "c")), Some(1));
+        assert_eq!(
+            fail_job_rule(&j, &exit(4, "c")),
+            None,
+            "the first matching rule decides"
+        );
+        assert_eq!(fail_job_rule(&j, &exit(3, "other")), None);
+        assert_eq!(fail_job_rule(&j, &exit(1, "c")), None);
+        assert_eq!(fail_job_rule(&j, &ok()), None);
+        let counted = status_counted(&JobStatus::default(), false);
+        assert!(matches!(
+            after_exit(&j, &counted, &exit(3, "c")),
+            Next::Fail { reason, message }
+                if reason == "PodFailurePolicy" && message.contains("exit code 3 matching FailJob rule at index 1")
+        ));
+        j.spec.as_mut().unwrap().pod_failure_policy = Some(PodFailurePolicy {
+            rules: vec![rule("FailJob", "NotIn", vec![0, 1], None)],
+        });
+        assert_eq!(fail_job_rule(&j, &exit(2, "c")), Some(0));
+        assert_eq!(fail_job_rule(&j, &exit(1, "c")), None);
     }
 
     #[test]

@@ -13,11 +13,13 @@ pub mod image;
 pub mod jobs;
 pub mod kubevirt;
 pub mod migration;
+pub mod pods;
 pub mod process;
 pub mod pvcs;
 pub mod quantity;
 pub mod s3;
 pub mod sim;
+pub mod storage;
 pub mod vms;
 pub mod volumes;
 

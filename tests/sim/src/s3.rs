@@ -1,6 +1,7 @@
 //! Reading a staged object the way CDI's S3 importer does: path-style URL
-//! `http(s)://host:port/BUCKET/KEY`, SigV4 with the Secret's `accessKeyId`/`secretKey`, the
-//! object's user metadata `sha256` checked against the bytes, at a capped rate.
+//! `http(s)://host:port/BUCKET/KEY`, SigV4 with the Secret's `accessKeyId`/`secretKey`, at a
+//! capped rate. Like CDI, nothing checks the bytes against anything: CDI's `checksum` field
+//! exists for http sources only.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{Attribute, ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
@@ -101,12 +102,8 @@ pub fn store(loc: &S3Location, creds: Option<&Credentials>) -> Result<Arc<dyn Ob
 /// How a copy ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Copied {
-    /// Every byte arrived; `sha256` is their hash, `expected` the object's metadata if any.
-    Done {
-        sha256: String,
-        expected: Option<String>,
-        bytes: u64,
-    },
+    /// Every byte arrived.
+    Done { bytes: u64 },
     /// Stopped on purpose after `bytes` (an injected fault).
     Stopped { bytes: u64 },
 }
@@ -127,7 +124,7 @@ pub async fn size(store: &dyn ObjectStore, key: &str) -> Result<u64> {
 /// Copies the object into `dest`, no faster than `bytes_per_sec`, publishing
 /// `(done, total)` on `progress`; stops early once `stop_at_percent` of the bytes are done.
 ///
-/// Errors: S3 and file errors. A checksum mismatch is not an error here: the caller compares.
+/// Errors: S3 and file errors.
 pub async fn copy(
     store: &dyn ObjectStore,
     key: &str,
@@ -139,15 +136,10 @@ pub async fn copy(
     let got = store.get(&object_path(key)?).await?;
     let total = got.meta.size;
     let stop_at = stop_at_percent.map(|p| ((total as f64) * p / 100.0).floor() as u64);
-    let expected = got
-        .attributes
-        .get(&Attribute::Metadata("sha256".into()))
-        .map(|v| v.as_ref().trim().to_ascii_lowercase());
     let _ = progress.send((0, total));
     let mut file = tokio::fs::File::create(dest)
         .await
         .map_err(|e| Error::io(dest, e))?;
-    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
     let mut stream = got.into_stream();
     let started = Instant::now();
     let mut done: u64 = 0;
@@ -166,7 +158,6 @@ pub async fn copy(
                 return Ok(Copied::Stopped { bytes: done });
             }
         }
-        hash.update(&chunk);
         file.write_all(&chunk)
             .await
             .map_err(|e| Error::io(dest, e))?;
@@ -180,11 +171,7 @@ pub async fn copy(
     }
     file.flush().await.map_err(|e| Error::io(dest, e))?;
     file.sync_all().await.map_err(|e| Error::io(dest, e))?;
-    Ok(Copied::Done {
-        sha256: hex(hash.finish().as_ref()),
-        expected,
-        bytes: done,
-    })
+    Ok(Copied::Done { bytes: done })
 }
 
 /// Lower-case hex.

@@ -119,6 +119,33 @@ pub enum VolumeCheck {
     MissingClaim(String),
     /// The claim exists but nothing was imported into it yet.
     NotImported(String),
+    /// A DataVolume of the VM failed or its importer stopped on an error (KubeVirt's
+    /// `HasDataVolumeErrors`): printableStatus `DataVolumeError`; the VMI waits.
+    DataVolumeFailed(String),
+}
+
+/// The error of the first of `dvs` (name, phase, `Running` condition) that failed: phase
+/// `Failed`, or `Running=False` with reason `Error`/`ImagePullFailed`, as KubeVirt's
+/// `storagetypes.HasDataVolumeErrors` reads them. Pure.
+pub fn data_volume_error(
+    dvs: &[(String, Option<String>, Option<crate::conditions::Condition>)],
+) -> Option<String> {
+    dvs.iter().find_map(|(name, phase, running)| {
+        if phase.as_deref() == Some("Failed") {
+            return Some(format!("DataVolume {name} is in Failed phase"));
+        }
+        running
+            .as_ref()
+            .filter(|c| {
+                c.status == "False" && (c.reason == "Error" || c.reason == "ImagePullFailed")
+            })
+            .map(|c| {
+                format!(
+                    "DataVolume {name} importer has stopped running due to an error: {}",
+                    c.message
+                )
+            })
+    })
 }
 
 /// Checks every claim the VMI's volumes name against the imported volume files and claims.
@@ -130,14 +157,13 @@ pub fn check_volumes(
     let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
     for v in &vmi.spec.volumes {
         let Some(claim) = v.claim() else { continue };
-        if vols.has_image(ns, claim) {
-            continue;
+        // KubeVirt looks for the claim first: a volume file without its claim is no volume.
+        if !claim_exists(claim) {
+            return VolumeCheck::MissingClaim(claim.to_string());
         }
-        return if claim_exists(claim) {
-            VolumeCheck::NotImported(claim.to_string())
-        } else {
-            VolumeCheck::MissingClaim(claim.to_string())
-        };
+        if !vols.has_image(ns, claim) {
+            return VolumeCheck::NotImported(claim.to_string());
+        }
     }
     VolumeCheck::Ready
 }
@@ -203,7 +229,7 @@ pub fn step_vmi(
                     );
                     return (changed(s), Some(t.recheck));
                 }
-                VolumeCheck::NotImported(_) => {
+                VolumeCheck::NotImported(_) | VolumeCheck::DataVolumeFailed(_) => {
                     let msg = "Not all of the VMI's DVs are ready";
                     conditions::set(
                         &mut s.conditions,
@@ -352,9 +378,23 @@ fn printable(
     strategy: RunStrategy,
     start_failure: Option<&StartFailure>,
     deleting_vmi: bool,
+    dv_failed: bool,
 ) -> &'static str {
     if vm.metadata.deletion_timestamp.is_some() {
         return "Terminating";
+    }
+    let running = vmi
+        .and_then(|v| v.status.as_ref())
+        .is_some_and(|s| s.phase == phase::RUNNING);
+    if dv_failed && !running && !deleting_vmi {
+        // After Running and ErrorPvcNotFound in KubeVirt's precedence; before everything else.
+        let pvc = vmi
+            .and_then(|v| v.status.as_ref())
+            .and_then(|s| conditions::find(&s.conditions, "Synchronized"))
+            .is_some_and(|c| c.status == "False" && c.reason == "FailedPvcNotFound");
+        if !pvc {
+            return "DataVolumeError";
+        }
     }
     let Some(vmi) = vmi else {
         if strategy.wants_vmi() {
@@ -395,6 +435,7 @@ pub fn vm_status(
     action: &VmiAction,
     start_failure: Option<StartFailure>,
     now: &str,
+    dv_failed: bool,
 ) -> VirtualMachineStatus {
     let strategy = run_strategy(vm);
     let mut s = vm.status.clone().unwrap_or_default();
@@ -416,8 +457,17 @@ pub fn vm_status(
         .unwrap_or_default();
     s.ready = s.created && conditions::is_true(&vmi_conds, "Ready");
     s.start_failure = start_failure;
-    s.printable_status =
-        Some(printable(vm, vmi, strategy, s.start_failure.as_ref(), deleting).to_string());
+    s.printable_status = Some(
+        printable(
+            vm,
+            vmi,
+            strategy,
+            s.start_failure.as_ref(),
+            deleting,
+            dv_failed,
+        )
+        .to_string(),
+    );
     match (s.created, conditions::find(&vmi_conds, "Ready")) {
         (true, Some(c)) => {
             let (st, reason, msg) = (c.status == "True", c.reason.clone(), c.message.clone());
@@ -517,7 +567,8 @@ pub fn decide(
         }
         None => VmiAction::Nothing,
     };
-    let status = vm_status(vm, vmi, &action, failure, &now_s);
+    let dv_failed = matches!(volumes, VolumeCheck::DataVolumeFailed(_));
+    let status = vm_status(vm, vmi, &action, failure, &now_s, dv_failed);
     VmDecision {
         action,
         status,
@@ -627,6 +678,36 @@ async fn fates(sim: &Sim, vm: &VirtualMachine) -> Result<BTreeMap<String, String
     Ok(out)
 }
 
+/// The DataVolumes the VM's template names: (name, phase, `Running` condition).
+async fn data_volumes(
+    sim: &Sim,
+    ns: &str,
+    vm: &VirtualMachine,
+) -> Result<Vec<(String, Option<String>, Option<crate::conditions::Condition>)>> {
+    let api = sim.api::<crate::datavolumes::DataVolume>(ns);
+    let mut out = vec![];
+    let names: Vec<String> = vm
+        .spec
+        .template
+        .as_ref()
+        .map(|t| {
+            t.spec
+                .volumes
+                .iter()
+                .filter_map(|v| v.data_volume.as_ref().map(|d| d.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for name in names {
+        if let Some(dv) = api.get_opt(&name).await? {
+            let st = dv.status.clone().unwrap_or_default();
+            let running = conditions::find(&st.conditions, "Running").cloned();
+            out.push((name, st.phase.clone(), running));
+        }
+    }
+    Ok(out)
+}
+
 async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
     let sim = &ctx.sim;
     let ns = vm.namespace().unwrap_or_default();
@@ -639,9 +720,11 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             .iter()
             .any(|o| Some(&o.uid) == vm.uid().as_ref())
     });
-    let check = match &vmi {
-        Some(v) => check_volumes(v, &sim.settings.volumes, |c| ctx.pvcs.exists(&ns, c)),
-        None => VolumeCheck::Ready,
+    let dv_error = data_volume_error(&data_volumes(sim, &ns, &vm).await?);
+    let check = match (&vmi, dv_error) {
+        (_, Some(e)) => VolumeCheck::DataVolumeFailed(e),
+        (Some(v), None) => check_volumes(v, &sim.settings.volumes, |c| ctx.pvcs.exists(&ns, c)),
+        (None, None) => VolumeCheck::Ready,
     };
     let d = decide(
         &vm,
@@ -1064,6 +1147,66 @@ mod tests {
             &vmi.status.unwrap().conditions,
             "AgentConnected"
         ));
+    }
+
+    #[test]
+    fn a_failed_datavolume_shows_as_datavolume_error_and_holds_the_vmi() {
+        let v = vm(Some("Always"), None);
+        let running = |reason: &str| {
+            Some(crate::conditions::Condition {
+                type_: "Running".into(),
+                status: "False".into(),
+                reason: reason.into(),
+                message: "Unable to connect to s3".into(),
+                ..Default::default()
+            })
+        };
+        let err = data_volume_error(&[
+            ("ok".into(), Some("Succeeded".into()), None),
+            (
+                "d".into(),
+                Some("ImportInProgress".into()),
+                running("Error"),
+            ),
+        ])
+        .unwrap();
+        assert!(err.contains("importer has stopped running due to an error: Unable to connect"));
+        assert_eq!(
+            data_volume_error(&[(
+                "d".into(),
+                Some("ImportInProgress".into()),
+                running("Pod is running")
+            )]),
+            None
+        );
+        assert!(
+            data_volume_error(&[("d".into(), Some("Failed".into()), None)])
+                .unwrap()
+                .contains("Failed phase")
+        );
+        let check = VolumeCheck::DataVolumeFailed(err);
+        let d = decide(&v, None, &check, "n", &t(), at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            d.status.printable_status.as_deref(),
+            Some("DataVolumeError")
+        );
+        let (vmi, _) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 1);
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &check,
+            "n",
+            &t(),
+            at("2026-01-01T00:00:05Z"),
+        );
+        let VmiAction::Patch(s) = d.action else {
+            panic!("{:?}", d.action)
+        };
+        assert_eq!(s.phase, "Pending", "the VMI waits for its volumes");
+        assert_eq!(
+            d.status.printable_status.as_deref(),
+            Some("DataVolumeError")
+        );
     }
 
     #[test]

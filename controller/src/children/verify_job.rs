@@ -1,0 +1,322 @@
+//! The verification Job: one pod running `ferry-controller verify` from the converter image, with
+//! every imported claim mounted read-only, that hashes each volume's first virtual-size bytes
+//! and compares them with the raw-contents checksum the converter recorded. It runs before the
+//! VirtualMachine is created, and on a StorageClass that binds on first consumer it is that
+//! consumer (see the README).
+
+use std::collections::BTreeMap;
+
+use ferry_crds::{VirtualMachineMigration, names};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, SecurityContext, Volume, VolumeDevice, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::job::{CONVERTER_PROGRAM, PERMANENT_EXIT_CODE};
+use crate::Result;
+use crate::verify::VolumeSpec;
+
+/// Annotation on the Job saying what its result is worth: [`Role::Verify`] or [`Role::Bind`].
+pub const ROLE_ANNOTATION: &str = "migration.platform.example/verify-role";
+/// The container's name.
+pub const CONTAINER: &str = "verify";
+/// Pod attempts after the first (an I/O error may pass).
+pub const BACKOFF_LIMIT: i32 = 2;
+/// Reading a few TiB takes hours; past this the Job is stopped (6 h).
+pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+/// The user and group KubeVirt's virt-launcher (and CDI's importer) run as: the imported image
+/// belongs to them.
+pub const QEMU_ID: i64 = 107;
+
+/// What the Job's result means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Created once every claim is populated: its result is the verification.
+    Verify,
+    /// Created while a claim waited for its first consumer without populators: its pod binds
+    /// the claim and CDI imports alongside it, so what it reads proves nothing. It is replaced
+    /// by a [`Role::Verify`] Job once the imports are done.
+    Bind,
+}
+
+impl Role {
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Verify => "verify",
+            Role::Bind => "bind",
+        }
+    }
+
+    /// Reads the annotation value (a Job without it is a verification).
+    pub fn parse(s: Option<&str>) -> Role {
+        match s {
+            Some("bind") => Role::Bind,
+            _ => Role::Verify,
+        }
+    }
+}
+
+/// One imported volume to verify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyVolume {
+    /// Disk index.
+    pub index: usize,
+    /// The claim (the DataVolume's name).
+    pub claim: String,
+    /// `volumeMode: Block` (a device), else Filesystem (CDI's `disk.img` at the volume's root).
+    pub block: bool,
+    /// Bytes to hash: the staged image's virtual size.
+    pub size: i64,
+    /// Expected SHA-256 of them.
+    pub sha256: String,
+}
+
+/// Where disk `i`'s Filesystem volume is mounted.
+pub fn mount_path(index: usize) -> String {
+    format!("/var/run/ferry/disk-{index}")
+}
+
+/// Where disk `i`'s Block volume appears.
+pub fn device_path(index: usize) -> String {
+    format!("/dev/ferry-disk-{index}")
+}
+
+/// The verify program's argument for one volume. Pure.
+pub fn volume_arg(v: &VerifyVolume) -> String {
+    let path = if v.block {
+        device_path(v.index)
+    } else {
+        // CDI writes a Filesystem volume's image as disk.img at its root.
+        format!("{}/disk.img", mount_path(v.index))
+    };
+    VolumeSpec {
+        index: v.index,
+        path: path.into(),
+        size: u64::try_from(v.size).unwrap_or(0),
+        sha256: v.sha256.clone(),
+    }
+    .arg()
+}
+
+/// The verification Job of `vmm` ([`names::verify_job_name`]) over `volumes`.
+///
+/// # Guarantees
+/// Owned by and labelled with the migration (pod template too); image from
+/// `spec.conversion.image`; every claim mounted read-only; no service account token; Pod
+/// Security `restricted`; exit code [`PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
+/// the termination message falls back to the log's tail, where the program writes both sums.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn verification_job(
+    vmm: &VirtualMachineMigration,
+    volumes: &[VerifyVolume],
+    role: Role,
+) -> Result<Job> {
+    let mut meta = super::child_meta(vmm, names::verify_job_name(vmm))?;
+    meta.annotations = Some(BTreeMap::from([(
+        ROLE_ANNOTATION.to_owned(),
+        role.as_str().to_owned(),
+    )]));
+    let mut args = vec!["verify".to_owned()];
+    let mut mounts = vec![];
+    let mut devices = vec![];
+    let mut pod_volumes = vec![];
+    for v in volumes {
+        let name = format!("disk-{}", v.index);
+        args.push("--volume".to_owned());
+        args.push(volume_arg(v));
+        if v.block {
+            devices.push(VolumeDevice {
+                name: name.clone(),
+                device_path: device_path(v.index),
+            });
+        } else {
+            mounts.push(VolumeMount {
+                name: name.clone(),
+                mount_path: mount_path(v.index),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+        pod_volumes.push(Volume {
+            name,
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: v.claim.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+    }
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(vmm.spec.conversion.image.clone()),
+        command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
+        args: Some(args),
+        volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
+        volume_devices: Some(devices).filter(|d| !d.is_empty()),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        automount_service_account_token: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(QEMU_ID),
+            run_as_group: Some(QEMU_ID),
+            fs_group: Some(QEMU_ID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
+        }),
+        volumes: Some(pod_volumes),
+        ..PodSpec::default()
+    };
+    let spec = JobSpec {
+        backoff_limit: Some(BACKOFF_LIMIT),
+        active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
+        pod_failure_policy: Some(PodFailurePolicy {
+            rules: vec![PodFailurePolicyRule {
+                action: "FailJob".to_owned(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: Some(CONTAINER.to_owned()),
+                    operator: "In".to_owned(),
+                    values: vec![PERMANENT_EXIT_CODE],
+                }),
+                on_pod_conditions: None,
+            }],
+        }),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(super::labels(vmm)),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(pod),
+        },
+        ..JobSpec::default()
+    };
+    Ok(Job {
+        metadata: meta,
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::fixtures::migration;
+
+    #[test]
+    fn the_job_mounts_every_claim_read_only_and_names_each_checksum() {
+        let sha = "ab".repeat(32);
+        let vols = [
+            VerifyVolume {
+                index: 0,
+                claim: "web-1-disk-0".into(),
+                block: false,
+                size: 64 << 20,
+                sha256: sha.clone(),
+            },
+            VerifyVolume {
+                index: 1,
+                claim: "web-1-disk-1".into(),
+                block: true,
+                size: 1 << 30,
+                sha256: sha.clone(),
+            },
+        ];
+        let job = verification_job(&migration("web-1"), &vols, Role::Verify).unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("web-1-verify"));
+        assert_eq!(
+            job.metadata.annotations.as_ref().unwrap()[ROLE_ANNOTATION],
+            "verify"
+        );
+        let spec = job.spec.unwrap();
+        let pod = spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(
+            c.args.clone().unwrap(),
+            vec![
+                "verify".to_owned(),
+                "--volume".into(),
+                format!("0=/var/run/ferry/disk-0/disk.img=67108864={sha}"),
+                "--volume".into(),
+                format!("1=/dev/ferry-disk-1=1073741824={sha}"),
+            ]
+        );
+        let mounts = c.volume_mounts.clone().unwrap();
+        assert_eq!(
+            (
+                mounts.len(),
+                mounts[0].mount_path.as_str(),
+                mounts[0].read_only
+            ),
+            (1, "/var/run/ferry/disk-0", Some(true))
+        );
+        assert_eq!(
+            c.volume_devices.clone().unwrap()[0].device_path,
+            "/dev/ferry-disk-1"
+        );
+        let claims: Vec<_> = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .map(|v| v.persistent_volume_claim.unwrap())
+            .collect();
+        assert!(claims.iter().all(|c| c.read_only == Some(true)));
+        assert_eq!(claims[1].claim_name, "web-1-disk-1");
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let psc = pod.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(
+            psc.seccomp_profile.unwrap().type_,
+            "RuntimeDefault",
+            "Pod Security restricted"
+        );
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+        let rule = &spec.pod_failure_policy.unwrap().rules[0];
+        assert_eq!(rule.action, "FailJob");
+        assert_eq!(
+            rule.on_exit_codes.as_ref().unwrap().values,
+            vec![PERMANENT_EXIT_CODE]
+        );
+        let bind = verification_job(&migration("web-1"), &vols, Role::Bind).unwrap();
+        assert_eq!(
+            Role::parse(
+                bind.metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap()
+                    .get(ROLE_ANNOTATION)
+                    .map(String::as_str)
+            ),
+            Role::Bind
+        );
+        assert_eq!(Role::parse(None), Role::Verify);
+    }
+}

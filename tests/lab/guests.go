@@ -1,0 +1,361 @@
+package main
+
+// Guests as vCenter shows them, where vcsim is kinder:
+//
+//   - VMware Tools: vcsim reports every VM's Tools as not installed (only its container-backed
+//     VMs run them). A VM whose extraConfig has ferry.lab.tools = running reports Tools
+//     running (toolsOk / guestToolsRunning) while it is powered on, and not running when off.
+//   - ShutdownGuest: vcsim powers the VM off whether or not Tools run. vCenter refuses without
+//     running Tools (fault ToolsUnavailable), and a guest may ignore the request: a VM whose
+//     extraConfig has ferry.lab.guestShutdown = ignore stays on.
+//
+// Tests shape their VM through the vSphere API (ReconfigVM_Task), with `ferry-lab shape`:
+// firmware and Secure Boot, CPU topology, memory, NIC device type, disk controller, guest id,
+// the Tools state and the guest's answer to a shutdown.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/vmware/govmomi"
+	"github.com/vmware/govmomi/find"
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+const (
+	labToolsKey    = "ferry.lab.tools"         // "running", "not-running", "not-installed"
+	labShutdownKey = "ferry.lab.guestShutdown" // "obey" (default) or "ignore"
+)
+
+func extraConfigValue(vm *simulator.VirtualMachine, key string) string {
+	if vm.Config == nil {
+		return ""
+	}
+	for _, o := range vm.Config.ExtraConfig {
+		if v := o.GetOptionValue(); v != nil && v.Key == key {
+			if s, ok := v.Value.(string); ok {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// toolsChanges is what guest.toolsStatus / guest.toolsRunningStatus should become for a VM's
+// lab Tools setting and power state; nil when the VM keeps vcsim's own.
+func toolsChanges(setting string, on bool) []types.PropertyChange {
+	status, running := types.VirtualMachineToolsStatusToolsNotRunning, types.VirtualMachineToolsRunningStatusGuestToolsNotRunning
+	switch setting {
+	case "running":
+		if on {
+			status, running = types.VirtualMachineToolsStatusToolsOk, types.VirtualMachineToolsRunningStatusGuestToolsRunning
+		}
+	case "not-running":
+	case "not-installed":
+		status = types.VirtualMachineToolsStatusToolsNotInstalled
+	default:
+		return nil
+	}
+	return []types.PropertyChange{
+		{Name: "guest.toolsStatus", Val: status},
+		{Name: "guest.toolsRunningStatus", Val: string(running)},
+	}
+}
+
+// syncTools brings a VM's reported Tools state in line with its lab setting and power state.
+func syncTools(ctx *simulator.Context, vm *simulator.VirtualMachine) {
+	ctx.WithLock(vm, func() {
+		changes := toolsChanges(extraConfigValue(vm, labToolsKey), vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn)
+		if changes == nil || vm.Guest == nil {
+			return
+		}
+		if string(vm.Guest.ToolsStatus) == fmt.Sprint(changes[0].Val) && vm.Guest.ToolsRunningStatus == changes[1].Val {
+			return
+		}
+		ctx.Update(vm, changes)
+	})
+}
+
+var shutdownThis = regexp.MustCompile(`<ShutdownGuest[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+
+// shutdownResponse is vCenter's answer to a ShutdownGuest it handed to the guest's Tools.
+const shutdownResponse = `<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenc="http://schemas.xmlsoap.org/soap/encoding/" xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<soapenv:Body><ShutdownGuestResponse xmlns="urn:vim25"></ShutdownGuestResponse></soapenv:Body>
+</soapenv:Envelope>`
+
+// ignoringGuests answers ShutdownGuest for a VM whose guest ignores it (running Tools, lab
+// setting ignore) as vCenter does, and leaves the VM on; everything else goes to next. (A
+// registry handler cannot do this: vcsim dispatches methods on a session's view of the VM.)
+func ignoringGuests(m *simulator.Model, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/sdk" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		match := shutdownThis.FindSubmatch(body)
+		if match == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: string(bytes.TrimSpace(match[1]))}
+		vm, ok := m.Map().Get(ref).(*simulator.VirtualMachine)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var ignore bool
+		// A context of its own: the lock is held on behalf of someone.
+		lockCtx := &simulator.Context{Context: r.Context(), Map: m.Map()}
+		m.Map().WithLock(lockCtx, vm, func() {
+			ignore = extraConfigValue(vm, labShutdownKey) == "ignore" &&
+				extraConfigValue(vm, labToolsKey) == "running" &&
+				vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn
+		})
+		if !ignore {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+		_, _ = io.WriteString(w, shutdownResponse)
+	})
+}
+
+// installGuestBehaviour makes vcsim answer for Tools, and refuse ShutdownGuest without them.
+func installGuestBehaviour(m *simulator.Model) {
+	m.Map().Handler = func(ctx *simulator.Context, method *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+		switch method.Name {
+		case "RetrieveProperties", "RetrievePropertiesEx", "ContinueRetrievePropertiesEx", "WaitForUpdatesEx", "WaitForUpdates":
+			// Tools come and go with the power state: bring them in line before anyone reads.
+			for _, ref := range ctx.Map.AllReference("VirtualMachine") {
+				if vm, ok := ref.(*simulator.VirtualMachine); ok {
+					syncTools(ctx, vm)
+				}
+			}
+		case "ShutdownGuest":
+			vm, ok := ctx.Map.Get(method.This).(*simulator.VirtualMachine)
+			if !ok {
+				return nil, nil
+			}
+			syncTools(ctx, vm)
+			var on, running bool
+			ctx.WithLock(vm, func() {
+				on = vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn
+				running = vm.Guest != nil && vm.Guest.ToolsRunningStatus == string(types.VirtualMachineToolsRunningStatusGuestToolsRunning)
+			})
+			if on && !running {
+				return nil, new(types.ToolsUnavailable)
+			}
+		}
+		return nil, nil
+	}
+}
+
+// shapeSpec is what `ferry-lab shape` changes.
+type shapeSpec struct {
+	vm             string
+	firmware       string
+	secureBoot     bool
+	cpus           int
+	coresPerSocket int
+	memoryMiB      int
+	nicType        string
+	diskController string
+	tools          string
+	guestShutdown  string
+	guestID        string
+	power          string
+}
+
+// runShape is `ferry-lab shape --state-dir DIR --vm NAME [changes]`: one ReconfigVM_Task (and a
+// power operation) on a VM of the running lab's vcsim, through its SDK URL.
+func runShape(args []string) int {
+	fs := flag.NewFlagSet("ferry-lab shape", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", "", "the running lab's state directory (holds lab.json)")
+	var s shapeSpec
+	fs.StringVar(&s.vm, "vm", "", "the VM's inventory name")
+	fs.StringVar(&s.firmware, "firmware", "", "bios or efi")
+	fs.BoolVar(&s.secureBoot, "secure-boot", false, "turn UEFI Secure Boot on (with -firmware efi)")
+	fs.IntVar(&s.cpus, "cpus", 0, "number of vCPUs")
+	fs.IntVar(&s.coresPerSocket, "cores-per-socket", 0, "cores per socket")
+	fs.IntVar(&s.memoryMiB, "memory", 0, "memory in MiB")
+	fs.StringVar(&s.nicType, "nic-type", "", "replace every NIC (MAC and network kept) with: vmxnet3, e1000e, e1000, pcnet32")
+	fs.StringVar(&s.diskController, "disk-controller", "", "move every disk to a new controller: sata, ide, pvscsi, lsilogic, lsilogic-sas, buslogic, nvme")
+	fs.StringVar(&s.tools, "tools", "", "VMware Tools: running, not-running, not-installed")
+	fs.StringVar(&s.guestShutdown, "guest-shutdown", "", "what the guest does with ShutdownGuest: obey or ignore")
+	fs.StringVar(&s.guestID, "guest-id", "", "guest OS identifier, e.g. windows2019srv_64Guest")
+	fs.StringVar(&s.power, "power", "", "on or off, after the changes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *stateDir == "" || s.vm == "" {
+		fmt.Fprintln(os.Stderr, "ferry-lab shape: --state-dir and --vm are required")
+		return 2
+	}
+	if err := shape(context.Background(), *stateDir, s); err != nil {
+		fmt.Fprintf(os.Stderr, "ferry-lab shape: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func shape(ctx context.Context, stateDir string, s shapeSpec) error {
+	var info struct {
+		VCenter struct {
+			URL      string `json:"url"`
+			Username string `json:"username"`
+			Password string `json:"password"`
+		} `json:"vcenter"`
+	}
+	raw, err := os.ReadFile(filepath.Join(stateDir, "lab.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return fmt.Errorf("lab.json: %w", err)
+	}
+	u, err := url.Parse(info.VCenter.URL)
+	if err != nil {
+		return err
+	}
+	u.User = url.UserPassword(info.VCenter.Username, info.VCenter.Password)
+	// The lab's own certificate: this tool only ever talks to the lab it was started with.
+	c, err := govmomi.NewClient(ctx, u, true)
+	if err != nil {
+		return err
+	}
+	defer c.Logout(context.Background())
+	finder := find.NewFinder(c.Client, true)
+	dc, err := finder.DefaultDatacenter(ctx)
+	if err != nil {
+		return err
+	}
+	finder.SetDatacenter(dc)
+	vm, err := finder.VirtualMachine(ctx, s.vm)
+	if err != nil {
+		return err
+	}
+	spec, err := shapeConfigSpec(ctx, vm, s)
+	if err != nil {
+		return err
+	}
+	task, err := vm.Reconfigure(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if err := task.Wait(ctx); err != nil {
+		return fmt.Errorf("reconfigure %s: %w", s.vm, err)
+	}
+	var power *object.Task
+	switch s.power {
+	case "":
+	case "on":
+		power, err = vm.PowerOn(ctx)
+	case "off":
+		power, err = vm.PowerOff(ctx)
+	default:
+		return fmt.Errorf("-power %q: on or off", s.power)
+	}
+	if err != nil {
+		return err
+	}
+	if power != nil {
+		if err := power.Wait(ctx); err != nil {
+			if _, ok := err.(types.HasFault); !ok {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec) (types.VirtualMachineConfigSpec, error) {
+	spec := types.VirtualMachineConfigSpec{Firmware: s.firmware, GuestId: s.guestID}
+	if s.secureBoot {
+		spec.BootOptions = &types.VirtualMachineBootOptions{EfiSecureBootEnabled: types.NewBool(true)}
+	}
+	if s.cpus > 0 {
+		spec.NumCPUs = int32(s.cpus)
+	}
+	if s.coresPerSocket > 0 {
+		spec.NumCoresPerSocket = types.NewInt32(int32(s.coresPerSocket))
+	}
+	if s.memoryMiB > 0 {
+		spec.MemoryMB = int64(s.memoryMiB)
+	}
+	for key, v := range map[string]string{labToolsKey: s.tools, labShutdownKey: s.guestShutdown} {
+		if v != "" {
+			spec.ExtraConfig = append(spec.ExtraConfig, &types.OptionValue{Key: key, Value: v})
+		}
+	}
+	if s.nicType == "" && s.diskController == "" {
+		return spec, nil
+	}
+	devices, err := vm.Device(ctx)
+	if err != nil {
+		return spec, err
+	}
+	if s.nicType != "" {
+		for _, d := range devices.SelectByType((*types.VirtualEthernetCard)(nil)) {
+			old := d.(types.BaseVirtualEthernetCard).GetVirtualEthernetCard()
+			card, err := object.EthernetCardTypes().CreateEthernetCard(s.nicType, old.Backing)
+			if err != nil {
+				return spec, err
+			}
+			nc := card.(types.BaseVirtualEthernetCard).GetVirtualEthernetCard()
+			nc.AddressType = string(types.VirtualEthernetCardMacTypeManual)
+			nc.MacAddress = old.MacAddress
+			spec.DeviceChange = append(spec.DeviceChange,
+				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationRemove, Device: d},
+				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: card})
+		}
+	}
+	if s.diskController != "" {
+		var ctrl types.BaseVirtualDevice
+		switch s.diskController {
+		case "sata":
+			ctrl, err = devices.CreateSATAController()
+		case "ide":
+			ctrl, err = devices.CreateIDEController()
+		case "nvme":
+			ctrl, err = devices.CreateNVMEController()
+		case "pvscsi", "lsilogic", "lsilogic-sas", "buslogic":
+			ctrl, err = devices.CreateSCSIController(s.diskController)
+		default:
+			return spec, fmt.Errorf("-disk-controller %q", s.diskController)
+		}
+		if err != nil {
+			return spec, err
+		}
+		// A key of its own, negative as new devices' keys are, that the disks can point at.
+		ctrl.GetVirtualDevice().Key = -100
+		spec.DeviceChange = append(spec.DeviceChange,
+			&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: ctrl})
+		for i, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {
+			disk := d.(*types.VirtualDisk)
+			disk.ControllerKey = -100
+			disk.UnitNumber = types.NewInt32(int32(i))
+			spec.DeviceChange = append(spec.DeviceChange,
+				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationEdit, Device: disk})
+		}
+	}
+	return spec, nil
+}

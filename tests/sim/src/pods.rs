@@ -1,0 +1,486 @@
+//! A Job's pod as the Job controller and the kubelet make it: the Pod object (labels, owner,
+//! status through the phases, the container's termination with its message), the volumes it
+//! mounts, and how a host process stands in for the container's view of them.
+//!
+//! The process runs on the host, so a mount path (say `/var/run/ferry/disk-0`) cannot exist
+//! where the program looks. Each attempt gets a root directory; every mount becomes a directory
+//! under it (a claim's volume file linked in as `disk.img`, as CDI lays out a Filesystem volume;
+//! a block device as the link itself), and every argument and environment value that names a
+//! path under a mount is rewritten to the host directory that stands for it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+
+use crate::volumes::Volumes;
+
+/// The Job controller's labels on its pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+
+/// One path a container sees, and what stands for it on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// The path in the container (`mountPath` or `devicePath`).
+    pub container_path: String,
+    /// The host path that stands for it.
+    pub host_path: PathBuf,
+    /// What to make there.
+    pub kind: MountKind,
+}
+
+/// What a mount is on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MountKind {
+    /// An empty directory (`emptyDir`).
+    Dir,
+    /// A directory holding `disk.img`, a link to the claim's volume file (Filesystem claim).
+    ClaimDir { image: PathBuf },
+    /// A link to the claim's volume file (a block device).
+    Device { image: PathBuf },
+}
+
+/// The claims a pod's volumes name.
+pub fn claims(spec: &PodSpec) -> Vec<String> {
+    spec.volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect()
+}
+
+/// Where each of the container's mounts and devices stands on the host under `root`. Pure.
+///
+/// Errors: a mount of a volume the pod does not have, or of a kind the sim does not provide
+/// (anything but `persistentVolumeClaim` and `emptyDir`).
+pub fn plan(
+    spec: &PodSpec,
+    container: &Container,
+    ns: &str,
+    vols: &Volumes,
+    root: &Path,
+) -> Result<Vec<Mount>, String> {
+    let volume = |name: &str| {
+        spec.volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == name)
+            .ok_or_else(|| format!("volume {name:?} is mounted but not in the pod's volumes"))
+    };
+    let host = |p: &str| root.join(p.trim_start_matches('/'));
+    let mut out = vec![];
+    for m in container.volume_mounts.iter().flatten() {
+        let v = volume(&m.name)?;
+        let kind = if let Some(c) = &v.persistent_volume_claim {
+            MountKind::ClaimDir {
+                image: vols.image(ns, &c.claim_name),
+            }
+        } else if v.empty_dir.is_some() {
+            MountKind::Dir
+        } else {
+            return Err(format!(
+                "volume {:?}: ferry-sim mounts only persistentVolumeClaim and emptyDir volumes",
+                m.name
+            ));
+        };
+        out.push(Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host(&m.mount_path),
+            kind,
+        });
+    }
+    for d in container.volume_devices.iter().flatten() {
+        let v = volume(&d.name)?;
+        let Some(c) = &v.persistent_volume_claim else {
+            return Err(format!(
+                "volume device {:?} is not a persistentVolumeClaim",
+                d.name
+            ));
+        };
+        out.push(Mount {
+            container_path: d.device_path.clone(),
+            host_path: host(&d.device_path),
+            kind: MountKind::Device {
+                image: vols.image(ns, &c.claim_name),
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Makes the mounts on the host.
+///
+/// Errors: the filesystem's.
+pub fn make(mounts: &[Mount]) -> std::io::Result<()> {
+    for m in mounts {
+        match &m.kind {
+            MountKind::Dir => std::fs::create_dir_all(&m.host_path)?,
+            MountKind::ClaimDir { image } => {
+                std::fs::create_dir_all(&m.host_path)?;
+                std::os::unix::fs::symlink(image, m.host_path.join("disk.img"))?;
+            }
+            MountKind::Device { image } => {
+                if let Some(parent) = m.host_path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::os::unix::fs::symlink(image, &m.host_path)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn boundary_before(c: Option<char>) -> bool {
+    c.is_none_or(|c| matches!(c, '=' | ':' | ',' | ' '))
+}
+
+fn boundary_after(c: Option<char>) -> bool {
+    c.is_none_or(|c| matches!(c, '/' | '=' | ':' | ',' | ' '))
+}
+
+/// `value` with every path under a mount (the whole value, or after `=`, `:`, `,` or a space;
+/// up to `/`, one of those, or the end) replaced by its host path; the longest mount path wins.
+/// Pure.
+pub fn rewrite(value: &str, mounts: &[Mount]) -> String {
+    let mut sorted: Vec<&Mount> = mounts.iter().collect();
+    sorted.sort_by_key(|m| std::cmp::Reverse(m.container_path.len()));
+    let mut out = String::with_capacity(value.len());
+    let mut i = 0;
+    'scan: while i < value.len() {
+        let before = value[..i].chars().next_back();
+        if boundary_before(before) {
+            for m in &sorted {
+                let p = m.container_path.trim_end_matches('/');
+                if !p.is_empty() && value[i..].starts_with(p) {
+                    let after = value[i + p.len()..].chars().next();
+                    if boundary_after(after) {
+                        out.push_str(&m.host_path.display().to_string());
+                        i += p.len();
+                        continue 'scan;
+                    }
+                }
+            }
+        }
+        let Some(c) = value[i..].chars().next() else {
+            break;
+        };
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// The termination message the kubelet reports for a container that ended: with
+/// `FallbackToLogsOnError` and a failure, the log's last 80 lines or 2048 bytes, whichever is
+/// less (the process cannot write `terminationMessagePath` on the host, so that file is always
+/// empty). Pure.
+pub fn termination_message(log: &str, failed: bool, policy: Option<&str>) -> Option<String> {
+    if !failed || policy != Some("FallbackToLogsOnError") {
+        return None;
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    let mut text = lines[lines.len().saturating_sub(80)..].join("\n");
+    if text.len() > 2048 {
+        let mut cut = text.len() - 2048;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = text[cut..].to_string();
+    }
+    Some(text).filter(|t| !t.trim().is_empty())
+}
+
+/// The pod of `attempt` of `job`, as the Job controller creates it: the template's labels plus
+/// the Job's, owned by the Job, bound to `node`. Pure.
+pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
+    let template = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    let mut labels = meta.labels.unwrap_or_default();
+    let uid = job.uid().unwrap_or_default();
+    labels.insert(JOB_NAME_LABEL.into(), job.name_any());
+    labels.insert("job-name".into(), job.name_any());
+    labels.insert(CONTROLLER_UID_LABEL.into(), uid.clone());
+    labels.insert("controller-uid".into(), uid.clone());
+    let mut spec = template.spec.unwrap_or_default();
+    spec.node_name = Some(node.to_string());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-sim{attempt}", job.name_any())),
+            namespace: job.namespace(),
+            labels: Some(labels),
+            annotations: meta.annotations,
+            owner_references: Some(vec![OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                name: job.name_any(),
+                uid,
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+fn container_status(c: &Container, state: ContainerState, ready: bool) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: String::new(),
+        ready,
+        restart_count: 0,
+        started: Some(ready),
+        state: Some(state),
+        ..ContainerStatus::default()
+    }
+}
+
+/// A pod waiting to start: `Pending`, its container `ContainerCreating` (`why` says on what).
+/// Pure.
+pub fn status_pending(c: &Container, why: &str) -> PodStatus {
+    PodStatus {
+        phase: Some("Pending".into()),
+        container_statuses: Some(vec![container_status(
+            c,
+            ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ContainerCreating".into()),
+                    message: Some(why.to_string()).filter(|w| !w.is_empty()),
+                }),
+                ..ContainerState::default()
+            },
+            false,
+        )]),
+        ..PodStatus::default()
+    }
+}
+
+/// A pod whose container runs. Pure.
+pub fn status_running(c: &Container, node_ip: &str, started: &Time) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        host_ip: Some(node_ip.into()),
+        start_time: Some(started.clone()),
+        container_statuses: Some(vec![container_status(
+            c,
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(started.clone()),
+                }),
+                ..ContainerState::default()
+            },
+            true,
+        )]),
+        ..PodStatus::default()
+    }
+}
+
+/// A pod whose container ended with `code` (restartPolicy Never: the pod ends with it). Pure.
+pub fn status_terminated(
+    c: &Container,
+    node_ip: &str,
+    started: &Time,
+    finished: &Time,
+    code: i32,
+    message: Option<String>,
+) -> PodStatus {
+    PodStatus {
+        phase: Some(if code == 0 { "Succeeded" } else { "Failed" }.into()),
+        host_ip: Some(node_ip.into()),
+        start_time: Some(started.clone()),
+        container_statuses: Some(vec![container_status(
+            c,
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                    message,
+                    started_at: Some(started.clone()),
+                    finished_at: Some(finished.clone()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            },
+            false,
+        )]),
+        ..PodStatus::default()
+    }
+}
+
+/// The labels as a selector string, for tests and lookups.
+pub fn selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume, VolumeDevice, VolumeMount,
+    };
+
+    fn spec() -> (PodSpec, Container) {
+        let c = Container {
+            name: "verify".into(),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "disk-0".into(),
+                    mount_path: "/var/run/ferry/disk-0".into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "scratch".into(),
+                    mount_path: "/tmp".into(),
+                    ..Default::default()
+                },
+            ]),
+            volume_devices: Some(vec![VolumeDevice {
+                name: "disk-1".into(),
+                device_path: "/dev/ferry-disk-1".into(),
+            }]),
+            ..Default::default()
+        };
+        let claim = |n: &str| Volume {
+            name: n.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("m-{n}"),
+                read_only: Some(true),
+            }),
+            ..Default::default()
+        };
+        let spec = PodSpec {
+            containers: vec![c.clone()],
+            volumes: Some(vec![
+                claim("disk-0"),
+                claim("disk-1"),
+                Volume {
+                    name: "scratch".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        (spec, c)
+    }
+
+    #[test]
+    fn mounts_stand_on_the_host_under_the_attempts_root() {
+        let (spec, c) = spec();
+        let vols = Volumes::new("/v");
+        let m = plan(&spec, &c, "ns", &vols, Path::new("/r")).unwrap();
+        assert_eq!(
+            m,
+            vec![
+                Mount {
+                    container_path: "/var/run/ferry/disk-0".into(),
+                    host_path: "/r/var/run/ferry/disk-0".into(),
+                    kind: MountKind::ClaimDir {
+                        image: "/v/ns/m-disk-0.img".into()
+                    },
+                },
+                Mount {
+                    container_path: "/tmp".into(),
+                    host_path: "/r/tmp".into(),
+                    kind: MountKind::Dir,
+                },
+                Mount {
+                    container_path: "/dev/ferry-disk-1".into(),
+                    host_path: "/r/dev/ferry-disk-1".into(),
+                    kind: MountKind::Device {
+                        image: "/v/ns/m-disk-1.img".into()
+                    },
+                },
+            ]
+        );
+        assert_eq!(claims(&spec), vec!["m-disk-0", "m-disk-1"]);
+        let mut bad = c.clone();
+        bad.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
+        assert!(plan(&spec, &bad, "ns", &vols, Path::new("/r")).is_err());
+    }
+
+    #[test]
+    fn paths_under_mounts_are_rewritten_where_a_path_can_start() {
+        let (spec, c) = spec();
+        let m = plan(&spec, &c, "ns", &Volumes::new("/v"), Path::new("/r")).unwrap();
+        let cases = [
+            (
+                "/var/run/ferry/disk-0/disk.img",
+                "/r/var/run/ferry/disk-0/disk.img",
+            ),
+            (
+                "0=/var/run/ferry/disk-0/disk.img=67108864=ab",
+                "0=/r/var/run/ferry/disk-0/disk.img=67108864=ab",
+            ),
+            ("1=/dev/ferry-disk-1=5=ab", "1=/r/dev/ferry-disk-1=5=ab"),
+            ("/tmp", "/r/tmp"),
+            ("/tmpfoo", "/tmpfoo"),
+            ("x/tmp/y", "x/tmp/y"),
+            ("a:/tmp/x,/tmp", "a:/r/tmp/x,/r/tmp"),
+            ("--work=/tmp/w", "--work=/r/tmp/w"),
+            ("plain", "plain"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(rewrite(input, &m), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn the_termination_message_falls_back_to_the_logs_tail_on_failure_only() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let msg = termination_message(&log, true, Some("FallbackToLogsOnError")).unwrap();
+        assert_eq!(msg.lines().count(), 80);
+        assert!(msg.ends_with("line 99"));
+        assert_eq!(
+            termination_message(&log, false, Some("FallbackToLogsOnError")),
+            None
+        );
+        assert_eq!(termination_message(&log, true, Some("File")), None);
+        assert_eq!(termination_message(&log, true, None), None);
+        let long = "x".repeat(5000);
+        assert_eq!(
+            termination_message(&long, true, Some("FallbackToLogsOnError"))
+                .unwrap()
+                .len(),
+            2048
+        );
+    }
+
+    #[test]
+    fn the_pod_is_the_jobs() {
+        let mut job = Job::default();
+        job.metadata.name = Some("m-verify".into());
+        job.metadata.namespace = Some("ns".into());
+        job.metadata.uid = Some("job-uid".into());
+        let p = pod_for(&job, 2, "sim-node");
+        assert_eq!(p.metadata.name.as_deref(), Some("m-verify-sim2"));
+        let labels = p.metadata.labels.clone().unwrap();
+        assert_eq!(labels[JOB_NAME_LABEL], "m-verify");
+        assert_eq!(labels[CONTROLLER_UID_LABEL], "job-uid");
+        let o = &p.metadata.owner_references.unwrap()[0];
+        assert_eq!((o.kind.as_str(), o.controller), ("Job", Some(true)));
+        assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("sim-node"));
+        assert!(selector(&labels).contains("batch.kubernetes.io/job-name=m-verify"));
+    }
+}
