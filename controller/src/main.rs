@@ -53,6 +53,13 @@ struct Cli {
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
+    /// Image of the conversion Jobs: the controller's own (the Deployment passes it).
+    #[arg(long, env = "FERRY_CONVERTER_IMAGE", default_value = ferry_controller::policy::DEFAULT_CONVERTER_IMAGE)]
+    converter_image: String,
+    /// Other converter images a migration may name in spec.conversion.image (exact
+    /// references, comma-separated); none by default.
+    #[arg(long, env = "FERRY_ALLOWED_CONVERTER_IMAGES", value_delimiter = ',')]
+    allowed_converter_images: Vec<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -148,6 +155,13 @@ async fn main() -> anyhow::Result<()> {
                     max_import_restarts: cli.max_import_restarts,
                     start_timeout: cli.start_timeout,
                     agent_timeout: cli.agent_timeout,
+                    converter_image: cli.converter_image.clone(),
+                    allowed_converter_images: cli
+                        .allowed_converter_images
+                        .iter()
+                        .map(|i| i.trim().to_owned())
+                        .filter(|i| !i.is_empty())
+                        .collect(),
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

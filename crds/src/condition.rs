@@ -164,7 +164,8 @@ pub enum Reason {
     LoginFailed,
     /// The vSphere endpoint in spec.source.url could not be reached.
     EndpointUnreachable,
-    /// The server's TLS certificate does not match spec.source.thumbprint.
+    /// The server's TLS certificate does not match the pinned thumbprint, or no trusted CA
+    /// signed it.
     ThumbprintMismatch,
     /// No VM matches the selector in spec.source.
     VMNotFound,
@@ -180,6 +181,15 @@ pub enum Reason {
     PowerOffFailed,
     /// A VirtualMachine with the target name exists and does not belong to this migration.
     TargetNameTaken,
+    /// A credentials Secret lacks the opt-in label migration.platform.example/credentials:
+    /// "true"; ferry uses only Secrets their owner marked for it, and sent nothing.
+    CredentialsNotAllowed,
+    /// The spec names another endpoint (URL, trust, bucket) than its credentials Secret is bound
+    /// to; the credentials were not sent anywhere.
+    CredentialsMismatch,
+    /// An object ferry would create for this migration (conversion Job, CDI Secret or CA
+    /// ConfigMap, DataVolume) exists and was made by someone else or an earlier migration.
+    TargetConflict,
     // --- DiskConverted (Converting) ---
     /// Every disk is converted, staged and checksummed.
     Converted,
@@ -191,6 +201,8 @@ pub enum Reason {
     BucketNotFound,
     /// A staged object's checksum differs from the one recorded.
     ChecksumMismatch,
+    /// spec.conversion.image is not the controller's converter image nor in its allow-list.
+    ConverterImageNotAllowed,
     // --- DiskImported (Importing) ---
     /// Every DataVolume reached `Succeeded`.
     Imported,
@@ -220,7 +232,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 35] = [
+    pub const ALL: [Reason; 39] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -240,11 +252,15 @@ impl Reason {
         Reason::SourcePoweredOn,
         Reason::PowerOffFailed,
         Reason::TargetNameTaken,
+        Reason::CredentialsNotAllowed,
+        Reason::CredentialsMismatch,
+        Reason::TargetConflict,
         Reason::Converted,
         Reason::ConversionFailed,
         Reason::StagingUnavailable,
         Reason::BucketNotFound,
         Reason::ChecksumMismatch,
+        Reason::ConverterImageNotAllowed,
         Reason::Imported,
         Reason::ImportFailed,
         Reason::VMCreated,
@@ -280,11 +296,15 @@ impl Reason {
             Reason::SourcePoweredOn => "SourcePoweredOn",
             Reason::PowerOffFailed => "PowerOffFailed",
             Reason::TargetNameTaken => "TargetNameTaken",
+            Reason::CredentialsNotAllowed => "CredentialsNotAllowed",
+            Reason::CredentialsMismatch => "CredentialsMismatch",
+            Reason::TargetConflict => "TargetConflict",
             Reason::Converted => "Converted",
             Reason::ConversionFailed => "ConversionFailed",
             Reason::StagingUnavailable => "StagingUnavailable",
             Reason::BucketNotFound => "BucketNotFound",
             Reason::ChecksumMismatch => "ChecksumMismatch",
+            Reason::ConverterImageNotAllowed => "ConverterImageNotAllowed",
             Reason::Imported => "Imported",
             Reason::ImportFailed => "ImportFailed",
             Reason::VMCreated => "VMCreated",

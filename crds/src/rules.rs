@@ -47,13 +47,12 @@ pub fn exactly_one_vm_selector() -> Rule {
         .reason(kube::core::Reason::FieldValueInvalid)
 }
 
-/// Exactly one of `thumbprint` and `insecureSkipTLSVerify: true`.
+/// At most one of `thumbprint` and `insecureSkipTLSVerify: true` (the credentials Secret decides
+/// the trust; these may only repeat it).
 pub fn tls_verification() -> Rule {
-    Rule::new(
-        "has(self.thumbprint) != (has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)",
-    )
-    .message("exactly one of thumbprint or insecureSkipTLSVerify: true must be set")
-    .reason(kube::core::Reason::FieldValueInvalid)
+    Rule::new("!(has(self.thumbprint) && has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)")
+        .message("at most one of thumbprint or insecureSkipTLSVerify: true may be set")
+        .reason(kube::core::Reason::FieldValueInvalid)
 }
 
 /// The vSphere `url` is an https URL with a host.

@@ -17,9 +17,11 @@ pub struct StagedObject {
     pub sha256: Option<String>,
 }
 
-/// Where staging is, with the Secret's credentials resolved.
+/// Where staging is, as its credentials Secret is bound to, with the credentials.
 #[derive(Clone, Debug)]
 pub struct StagingLogin {
+    /// The Secret it comes from (for messages).
+    pub secret: String,
     /// S3 endpoint URL.
     pub endpoint: String,
     /// Bucket.
@@ -30,6 +32,9 @@ pub struct StagingLogin {
     pub access_key_id: String,
     /// Secret access key.
     pub secret_access_key: SecretString,
+    /// PEM bundle of the CAs that sign an https endpoint's certificate (a private CA); the
+    /// platform trust store when `None`.
+    pub ca_bundle: Option<String>,
 }
 
 /// The S3 staging store.
@@ -63,6 +68,7 @@ fn store(login: &StagingLogin) -> Result<staging::Staging, Problem> {
         access_key: login.access_key_id.clone(),
         secret_key: login.secret_access_key.clone(),
         prefix: String::new(),
+        ca_bundle: login.ca_bundle.clone(),
     })
     .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))
 }

@@ -237,6 +237,7 @@ mod tests {
             credentials: Ok(None),
             secret_present: false,
             dvs: vec![],
+            conflict: None,
         };
         let val = || super::super::validating::Observed {
             vm: super::super::world::VmState::Absent,

@@ -12,10 +12,10 @@ use super::credentials;
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
-use super::world::staged_keys;
+use super::world::{RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
-use crate::children::job;
+use crate::children::{Ownership, job, ownership};
 use crate::kubeio::create_if_absent;
 use crate::ports::StagedObject;
 use crate::problem::Problem;
@@ -27,10 +27,16 @@ pub struct Converting;
 /// What Converting observes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
-    /// The conversion Job.
+    /// The conversion Job (`Absent` when the name is held by an object not this migration's:
+    /// see `conflict`).
     pub job: JobState,
     /// HEAD of each disk's staged object (`Err` when S3 or its credentials failed).
     pub staged: Vec<Result<Option<StagedObject>, Problem>>,
+    /// The Job's name held by an object that is not this migration's.
+    pub conflict: Option<Problem>,
+    /// Whether the vSphere credentials Secret may be handed to a converter (opted in, bound to
+    /// the endpoint the spec names).
+    pub credentials: Result<(), Problem>,
 }
 
 /// What Converting does to the world.
@@ -48,12 +54,12 @@ impl Checkpoint for Converting {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let job = job_state::observe(
-            io.api::<Job>()
-                .get_opt(&names::job_name(io.vmm))
-                .await?
-                .as_ref(),
-        );
+        let found = io.api::<Job>().get_opt(&names::job_name(io.vmm)).await?;
+        let (job, conflict) = match found.as_ref().map(|j| ownership("Job", &j.metadata, io.vmm)) {
+            Some(Ownership::Foreign(c)) => (JobState::Absent, Some(c.problem(RENAME_HINT))),
+            Some(Ownership::Ours) | None => (job_state::observe(found.as_ref()), None),
+        };
+        let credentials = credentials::source_login(io).await?.map(|_| ());
         let keys = staged_keys(io.vmm);
         let staged = match credentials::staging_login(io).await? {
             Err(p) => keys.iter().map(|_| Err(p.clone())).collect(),
@@ -65,7 +71,12 @@ impl Checkpoint for Converting {
                 v
             }
         };
-        Ok(Observed { job, staged })
+        Ok(Observed {
+            job,
+            staged,
+            conflict,
+            credentials,
+        })
     }
 
     fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
@@ -75,7 +86,16 @@ impl Checkpoint for Converting {
     async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::CreateJob => {
-                let job = job::conversion_job(io.vmm)?;
+                let image = match io
+                    .ctx
+                    .policy
+                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
+                {
+                    Ok(i) => i,
+                    // The decision creates the Job only with an allowed image.
+                    Err(_) => return Ok(None),
+                };
+                let job = job::conversion_job(io.vmm, &image)?;
                 create_if_absent(
                     &io.ctx.metrics,
                     &io.api::<Job>(),
@@ -114,7 +134,15 @@ fn staged_disks(scope: &Scope<Observed>, staged: &[StagedObject]) -> Vec<DiskSta
 
 /// Decides the Converting step. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed { job, staged } = &scope.world;
+    let Observed {
+        job,
+        staged,
+        conflict,
+        credentials,
+    } = &scope.world;
+    if let Some(p) = conflict {
+        return Outcome::from_problem(scope, p, Some(DiskConverted));
+    }
     if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
         return Outcome::from_problem(scope, p, Some(DiskConverted));
     }
@@ -128,6 +156,25 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty());
     let n = scope.disk_count();
+    if *job == JobState::Absent && complete.is_none() {
+        // About to hand the credentials to a converter: only opted-in, bound ones, and only to
+        // the controller's image or an allowed one.
+        if let Err(p) = credentials {
+            return Outcome::from_problem(scope, p, Some(DiskConverted));
+        }
+        if let Err(msg) = scope
+            .policy
+            .converter_image_for(scope.vmm.spec.conversion.image.as_deref())
+        {
+            return Outcome::failure(
+                Reason::ConverterImageNotAllowed,
+                msg,
+                false,
+                Phase::Converting,
+                DiskConverted,
+            );
+        }
+    }
     match job {
         JobState::Complete | JobState::Absent if complete.is_some() => {
             let staged = complete.unwrap_or_default();
@@ -271,7 +318,12 @@ mod tests {
             now: ts(0).0,
             policy: Policy::default(),
             retries,
-            world: Observed { job, staged },
+            world: Observed {
+                job,
+                staged,
+                conflict: None,
+                credentials: Ok(()),
+            },
         })
     }
 
@@ -385,6 +437,48 @@ mod tests {
                 "{name}: sets DiskConverted"
             );
         }
+    }
+
+    #[test]
+    fn no_job_without_usable_credentials_an_allowed_image_and_a_free_name() {
+        let base = || {
+            let vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+            Scope {
+                vmm,
+                now: ts(0).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    job: JobState::Absent,
+                    staged: vec![Ok(None)],
+                    conflict: None,
+                    credentials: Ok(()),
+                },
+            }
+        };
+        assert_eq!(decide(&base()).step, Step::Act(vec![Action::CreateJob]));
+        let fails_with = |scope: Scope<Observed>| match decide(&scope).step {
+            Step::Fail { reason, .. } => Some(reason),
+            _ => None,
+        };
+        let mut s = base();
+        s.world.credentials = Err(Problem::permanent(Reason::CredentialsNotAllowed, "unlabelled"));
+        assert_eq!(fails_with(s), Some(Reason::CredentialsNotAllowed));
+        let mut s = base();
+        s.vmm.spec.conversion.image = Some("evil.example/x:1".into());
+        assert_eq!(fails_with(s), Some(Reason::ConverterImageNotAllowed));
+        let mut s = base();
+        s.vmm.spec.conversion.image = Some("evil.example/x:1".into());
+        s.policy.allowed_converter_images = vec!["evil.example/x:1".into()];
+        assert_eq!(decide(&s).step, Step::Act(vec![Action::CreateJob]));
+        let mut s = base();
+        s.world.conflict = Some(Problem::permanent(Reason::TargetConflict, "Job m-convert"));
+        assert_eq!(fails_with(s), Some(Reason::TargetConflict));
+        // A running Job of ours is not stopped by a later change of the Secret.
+        let mut s = base();
+        s.world.job = JobState::Running { failed: 0 };
+        s.world.credentials = Err(Problem::permanent(Reason::CredentialsNotAllowed, "x"));
+        assert!(matches!(decide(&s).step, Step::Wait { .. }));
     }
 
     #[test]

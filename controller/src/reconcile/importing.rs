@@ -10,17 +10,17 @@ use ferry_crds::{
     ConditionType::{self, DiskImported},
     DiskStatus, Phase, Progress, Reason, names,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::checkpoint::{Checkpoint, Io};
 use super::credentials;
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
-use super::world::staged_keys;
+use super::world::{self, staged_keys};
 use crate::Result;
 use crate::apis::cdi::{self, DataVolume, DvState};
-use crate::children::{datavolume, secret};
+use crate::children::{Ownership, datavolume, ownership, secret};
 use crate::kubeio::create_if_absent;
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
@@ -32,18 +32,23 @@ pub struct Importing;
 /// What Importing observes.
 #[derive(Clone, Debug)]
 pub struct Observed {
-    /// The staging login the CDI Secret is made from; read only while that Secret is missing.
+    /// The staging login the CDI Secret is made from, and whose CA (if any) the DataVolumes
+    /// name.
     pub credentials: Result<Option<StagingLogin>, Problem>,
     /// The CDI S3 Secret exists.
     pub secret_present: bool,
     /// One per disk.
     pub dvs: Vec<DvState>,
+    /// A child name (CDI Secret or CA ConfigMap, a DataVolume) held by an object that is not
+    /// this migration's: never read as progress.
+    pub conflict: Option<Problem>,
 }
 
 /// What Importing does to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Create the CDI S3 Secret from the staging credentials.
+    /// Create the CDI S3 Secret from the staging credentials (after the CA ConfigMap, when
+    /// staging has a private CA: a present Secret means its ConfigMap is there too).
     CreateS3Secret,
     /// Create the DataVolume of disk `n`.
     CreateDataVolume(usize),
@@ -57,30 +62,44 @@ impl Checkpoint for Importing {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let secret_present = io
+        let mut conflicts = vec![];
+        let secret_present = match io
             .api::<Secret>()
             .get_opt(&secret::s3_secret_name(io.vmm))
             .await?
-            .is_some();
-        let credentials = if secret_present {
-            Ok(None)
-        } else {
-            credentials::staging_login(io).await?.map(Some)
+        {
+            Some(s) => match ownership("Secret", &s.metadata, io.vmm) {
+                Ownership::Ours => true,
+                Ownership::Foreign(c) => {
+                    conflicts.push(c);
+                    false
+                }
+            },
+            None => false,
         };
+        conflicts.extend(
+            world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
+        );
+        let credentials = credentials::staging_login(io).await?.map(Some);
         let dv_api = io.api::<DataVolume>();
         let mut dvs = vec![];
         for i in 0..staged_keys(io.vmm).len() {
-            dvs.push(cdi::observe(
-                dv_api
-                    .get_opt(&names::datavolume_name(io.vmm, i))
-                    .await?
-                    .as_ref(),
-            ));
+            let found = dv_api.get_opt(&names::datavolume_name(io.vmm, i)).await?;
+            dvs.push(
+                match found.as_ref().map(|d| ownership("DataVolume", &d.metadata, io.vmm)) {
+                    Some(Ownership::Foreign(c)) => {
+                        conflicts.push(c);
+                        DvState::Absent
+                    }
+                    Some(Ownership::Ours) | None => cdi::observe(found.as_ref()),
+                },
+            );
         }
         Ok(Observed {
             credentials,
             secret_present,
             dvs,
+            conflict: conflicts.first().map(|c| c.problem(world::RENAME_HINT)),
         })
     }
 
@@ -99,6 +118,10 @@ impl Checkpoint for Importing {
                     Ok(None) => return Ok(None),
                     Err(p) => return Ok(Some(p.clone())),
                 };
+                if let Some(pem) = &login.ca_bundle {
+                    let map = secret::cdi_ca_config_map(io.vmm, pem)?;
+                    create_if_absent(m, &io.api::<ConfigMap>(), &map, fm).await?;
+                }
                 let creds = secret::S3Credentials {
                     access_key_id: login.access_key_id.clone(),
                     secret_access_key: login.secret_access_key.clone(),
@@ -107,6 +130,14 @@ impl Checkpoint for Importing {
                 create_if_absent(m, &io.api::<Secret>(), &obj, fm).await?;
             }
             Action::CreateDataVolume(i) => {
+                let ca = match &observed.credentials {
+                    Ok(Some(l)) => l
+                        .ca_bundle
+                        .as_ref()
+                        .map(|_| secret::s3_ca_config_map_name(io.vmm)),
+                    Ok(None) => None,
+                    Err(p) => return Ok(Some(p.clone())),
+                };
                 let cap = io
                     .vmm
                     .status
@@ -114,7 +145,13 @@ impl Checkpoint for Importing {
                     .and_then(|s| s.source.as_ref())
                     .and_then(|s| s.disks.get(*i))
                     .map_or(0, |d| d.capacity_bytes);
-                let dv = datavolume::data_volume(io.vmm, *i, cap, &secret::s3_secret_name(io.vmm))?;
+                let dv = datavolume::data_volume(
+                    io.vmm,
+                    *i,
+                    cap,
+                    &secret::s3_secret_name(io.vmm),
+                    ca.as_deref(),
+                )?;
                 create_if_absent(m, &io.api::<DataVolume>(), &dv, fm).await?;
             }
         }
@@ -192,8 +229,12 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         credentials,
         secret_present,
         dvs,
+        conflict,
     } = &scope.world;
     let record = progress(scope, dvs);
+    if let Some(p) = conflict {
+        return Outcome::from_problem(scope, p, Some(DiskImported)).recording(record);
+    }
     let n = dvs.len();
     let fail = |message: String| {
         Outcome::failure(
@@ -327,6 +368,7 @@ mod tests {
                 credentials: credentials.map(|()| None),
                 secret_present,
                 dvs,
+                conflict: None,
             },
         }
     }
@@ -420,6 +462,25 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_datavolume_of_another_migration_is_a_conflict_not_an_import() {
+        let mut scope = scope_with(vec![DvState::Absent], true, Ok(()));
+        scope.world.conflict = Some(Problem::permanent(
+            Reason::TargetConflict,
+            "DataVolume m-disk-0 already exists and was made by an earlier migration",
+        ));
+        let o = decide(&scope);
+        assert!(matches!(
+            o.step,
+            Step::Fail {
+                reason: Reason::TargetConflict,
+                retriable: false,
+                ..
+            }
+        ));
+        assert_eq!(o.conditions[0].reason, Reason::TargetConflict);
     }
 
     #[test]

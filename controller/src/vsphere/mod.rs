@@ -11,6 +11,7 @@ use std::fmt;
 
 pub use datastore::{DatastorePath, download_url};
 pub use error::Error;
+pub(crate) use datastore::sdk_url;
 pub(crate) use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
 pub use session::Session;

@@ -204,8 +204,16 @@ impl Lab {
 
     /// Claims a vcsim VM that no other test (in any test binary sharing this lab) has claimed.
     pub fn claim_vm(&self) -> Result<InventoryVm> {
-        let vms = self.info.inventory()?;
-        let claims = self.info.state_dir.join("claims");
+        self.claim_from(self.info.inventory()?, "claims")
+    }
+
+    /// Claims a VM of the CA-signed vCenter, as [`Lab::claim_vm`] does of the main one.
+    pub fn claim_vm_ca(&self) -> Result<InventoryVm> {
+        self.claim_from(self.info.inventory_ca()?, "claims-ca")
+    }
+
+    fn claim_from(&self, vms: Vec<InventoryVm>, dir: &str) -> Result<InventoryVm> {
+        let claims = self.info.state_dir.join(dir);
         std::fs::create_dir_all(&claims).map_err(|source| Error::Read { path: claims.clone(), source })?;
         for vm in &vms {
             let marker = claims.join(&vm.name);
