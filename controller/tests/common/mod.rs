@@ -202,6 +202,61 @@ impl Env {
         }
     }
 
+    /// Like [`Env::new`], on the lab's CA-signed vCenter and its https S3: the Secrets carry
+    /// the endpoints and the lab CA's PEM (`cacert`), nothing is pinned by thumbprint.
+    pub async fn new_ca(prefix: &str, mib: u64) -> Env {
+        let lab = lab();
+        binaries();
+        install_crds(lab);
+        let ns = lab.namespace(prefix).await.unwrap();
+        let vm = lab.claim_vm_ca().unwrap();
+        let scratch = bin_dir().join("e2e").join(&ns.name);
+        let disk = put_vmdk(&vm, &scratch, mib, 0xca ^ mib).unwrap();
+        let (vc, s3, tls) = (&lab.info.vcenter_ca, &lab.info.s3, &lab.info.s3_tls);
+        let vc_ca = std::fs::read_to_string(&vc.ca_file).unwrap();
+        let s3_ca = std::fs::read_to_string(&tls.ca_file).unwrap();
+        let secrets: Api<Secret> = ns.api();
+        for s in [
+            secret(
+                VSPHERE_SECRET,
+                &[
+                    ("username", &vc.username),
+                    ("password", &vc.password),
+                    ("url", &vc.url),
+                    ("cacert", &vc_ca),
+                ],
+            ),
+            secret(
+                S3_SECRET,
+                &[
+                    ("accessKeyId", &s3.access_key),
+                    ("secretAccessKey", &s3.secret_key),
+                    ("endpoint", &tls.endpoint),
+                    ("bucket", &s3.bucket),
+                    ("cacert", &s3_ca),
+                ],
+            ),
+        ] {
+            secrets.create(&PostParams::default(), &s).await.unwrap();
+        }
+        let volumes = scratch.join("volumes");
+        std::fs::create_dir_all(&volumes).unwrap();
+        Env {
+            lab,
+            ns,
+            vm,
+            disk,
+            scratch,
+            volumes,
+            metrics_port: free_port(),
+            controller: None,
+            sim: None,
+            extra_controller_args: vec![],
+            sim_args: vec![],
+            controller_kubeconfig: None,
+        }
+    }
+
     /// The migration of this test's VM, trusted by SHA-256 thumbprint.
     pub fn migration(&self, name: &str) -> VirtualMachineMigration {
         let info = &self.lab.info;
