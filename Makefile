@@ -4,7 +4,7 @@ SHELL := bash
 LAB_STATE ?= target/lab/state
 CARGO ?= cargo
 
-.PHONY: all tools lab-build lab build test bench demo crds fmt clippy
+.PHONY: all tools lab-build lab build test bench demo crds fmt clippy image image-test
 
 all: build
 
@@ -22,6 +22,16 @@ lab: lab-build
 
 build:
 	$(CARGO) build --workspace --bins
+
+## The OCI image (ferry-controller + qemu-img) in target/image/ferry, without Docker: a cached
+## Debian root file system (debootstrap), the release binary, packed by image/ocipack.
+image:
+	@image/build.sh --profile release
+
+## The image's proof (config, and inside its root: --version, convert --help, qemu-img, a VMDK
+## converted as user 65532 on a read-only root); make test runs it on the image it packs.
+image-test:
+	$(CARGO) test -p ferry-api-tests --test image
 
 ## Every test: unit, snapshot, lab integration and end-to-end, against one shared lab.
 test: lab-build

@@ -64,14 +64,22 @@ echo "== CRDs, namespace $NS, Secrets from lab.json, wave demo-wave"
 "$KUBECTL" "${K[@]}" apply -f deploy/crds/ >/dev/null
 "$KUBECTL" "${K[@]}" wait --for=condition=Established crd --all --timeout=60s >/dev/null
 "$KUBECTL" "${K[@]}" create namespace "$NS" --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+# Credentials Secrets are opted in for ferry (the label) and bound to their endpoints (url and
+# thumbprint; endpoint and bucket): ferry sends them nowhere else.
 "$KUBECTL" "${K[@]}" -n "$NS" create secret generic vsphere-credentials \
     --from-literal=username="$(lab "d['vcenter']['username']")" \
     --from-literal=password="$(lab "d['vcenter']['password']")" \
-    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+    --from-literal=url="$(lab "d['vcenter']['url']")" \
+    --from-literal=thumbprint="$(lab "d['vcenter']['thumbprintSha256']")" \
+    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" label --local -f - -o yaml \
+    migration.platform.example/credentials=true | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 "$KUBECTL" "${K[@]}" -n "$NS" create secret generic s3-credentials \
     --from-literal=accessKeyId="$(lab "d['s3']['accessKey']")" \
     --from-literal=secretAccessKey="$(lab "d['s3']['secretKey']")" \
-    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
+    --from-literal=endpoint="$(lab "d['s3']['endpoint']")" \
+    --from-literal=bucket="$(lab "d['s3']['bucket']")" \
+    --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" label --local -f - -o yaml \
+    migration.platform.example/credentials=true | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 {
 cat <<YAML
 apiVersion: migration.platform.example/v1alpha1

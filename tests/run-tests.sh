@@ -11,6 +11,10 @@ mkdir -p "$LOG_DIR"
 echo "== building the workspace (a cold build takes several minutes on 2 cores)"
 cargo build --workspace --bins --tests --benches || exit 1
 
+echo "== the OCI image (target/image/ferry) from this build, for its proof tests; the Debian root"
+echo "   file system is cached in ~/.cache/ferry/image (a cold one takes 2-5 minutes)"
+image/build.sh --profile "${FERRY_IMAGE_PROFILE:-debug}" || exit 1
+
 echo "== starting the lab in $STATE"
 rm -rf "$STATE"
 mkdir -p "$STATE"

@@ -37,10 +37,23 @@ fn env_or(name: &str, default: usize) -> usize {
 fn bins() -> (PathBuf, PathBuf) {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let profile = if dir.ends_with("debug") { "dev" } else { "release" };
+    let profile = if dir.ends_with("debug") {
+        "dev"
+    } else {
+        "release"
+    };
     // The controller is this package's binary (built for benches); the sim is another package.
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--profile", profile, "-p", "ferry-sim", "-p", "ferry-controller", "--bins"])
+        .args([
+            "build",
+            "--profile",
+            profile,
+            "-p",
+            "ferry-sim",
+            "-p",
+            "ferry-controller",
+            "--bins",
+        ])
         .current_dir(repo_root())
         .status()
         .unwrap();
@@ -48,10 +61,18 @@ fn bins() -> (PathBuf, PathBuf) {
     (dir.join("ferry-controller"), dir.join("ferry-sim"))
 }
 
+/// A credentials Secret opted in for ferry by its owner's label.
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
+            labels: Some(
+                [(
+                    ferry_crds::names::CREDENTIALS_LABEL.to_owned(),
+                    ferry_crds::names::CREDENTIALS_LABEL_VALUE.to_owned(),
+                )]
+                .into(),
+            ),
             ..ObjectMeta::default()
         },
         data: Some(
@@ -199,7 +220,7 @@ fn template(lab: &Lab) -> WaveTemplate {
     WaveTemplate {
         source: WaveSource {
             endpoint: SourceEndpoint {
-                url: info.vcenter.url.clone(),
+                url: Some(info.vcenter.url.clone()),
                 credentials_secret_ref: SecretRef::new("vsphere"),
                 thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
                 insecure_skip_tls_verify: false,
@@ -323,6 +344,8 @@ async fn main() {
             &[
                 ("username", &info.vcenter.username),
                 ("password", &info.vcenter.password),
+                ("url", &info.vcenter.url),
+                ("thumbprint", &info.vcenter.thumbprint_sha256),
             ],
         ),
         secret(
@@ -330,6 +353,8 @@ async fn main() {
             &[
                 ("accessKeyId", &info.s3.access_key),
                 ("secretAccessKey", &info.s3.secret_key),
+                ("endpoint", &info.s3.endpoint),
+                ("bucket", &info.s3.bucket),
             ],
         ),
     ] {

@@ -3,7 +3,7 @@
 
 use std::fmt::Debug;
 
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -58,6 +58,36 @@ where
             Ok(true)
         }
         Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the object `name` only if it is still the one with `uid` (a precondition the API
+/// server checks): an object of the same name made meanwhile by someone else is never touched.
+/// Returns whether it asked.
+///
+/// # Errors
+/// Kubernetes API errors other than "not found" and a failed precondition (the object is gone or
+/// is another one: nothing of ours to delete).
+pub async fn delete_exact<K>(metrics: &Metrics, api: &Api<K>, name: &str, uid: &str) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            metrics.write("delete", &K::kind(&()));
+            info!(kind = %K::kind(&()), %name, "deleted");
+            Ok(true)
+        }
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

@@ -65,6 +65,13 @@ struct Cli {
     no_waves: bool,
     #[command(flatten)]
     leader: LeaderFlags,
+    /// Image of the conversion Jobs: the controller's own (the Deployment passes it).
+    #[arg(long, env = "FERRY_CONVERTER_IMAGE", default_value = ferry_controller::policy::DEFAULT_CONVERTER_IMAGE)]
+    converter_image: String,
+    /// Other converter images a migration may name in spec.conversion.image (exact
+    /// references, comma-separated); none by default.
+    #[arg(long, env = "FERRY_ALLOWED_CONVERTER_IMAGES", value_delimiter = ',')]
+    allowed_converter_images: Vec<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -223,6 +230,13 @@ async fn main() -> anyhow::Result<()> {
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
                     converter_scratch_max: Some(cli.converter_scratch_max).filter(|r| *r > 0),
                     kubevirt_error_grace: cli.kubevirt_error_grace,
+                    converter_image: cli.converter_image.clone(),
+                    allowed_converter_images: cli
+                        .allowed_converter_images
+                        .iter()
+                        .map(|i| i.trim().to_owned())
+                        .filter(|i| !i.is_empty())
+                        .collect(),
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

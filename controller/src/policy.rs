@@ -36,6 +36,36 @@ pub struct Policy {
     /// DataVolumeError, CrashLoopBackOff, ErrImagePull, ImagePullBackOff) may last in Starting or
     /// Validating before the migration fails with it (a node may free up meanwhile).
     pub kubevirt_error_grace: Duration,
+    /// The converter image a conversion Job runs when the migration names none: the
+    /// controller's own image (the Deployment passes it).
+    pub converter_image: String,
+    /// Other converter images a migration may name in `spec.conversion.image` (exact
+    /// references). The converter receives the credentials, so only images the platform team
+    /// trusts may run it.
+    pub allowed_converter_images: Vec<String>,
+}
+
+/// The converter image when none is configured: the image `make image` builds and
+/// `deploy/controller` names (kustomize replaces both together).
+pub const DEFAULT_CONVERTER_IMAGE: &str = "ferry/controller:latest";
+
+impl Policy {
+    /// The image the conversion Job of a migration naming `wanted` runs, or why it may not. Pure.
+    ///
+    /// # Errors
+    /// The message for [`ferry_crds::Reason::ConverterImageNotAllowed`] when `wanted` is neither
+    /// the controller's converter image nor in the allow-list.
+    pub fn converter_image_for(&self, wanted: Option<&str>) -> Result<String, String> {
+        match wanted.map(str::trim).filter(|w| !w.is_empty()) {
+            None => Ok(self.converter_image.clone()),
+            Some(w) if w == self.converter_image => Ok(w.to_owned()),
+            Some(w) if self.allowed_converter_images.iter().any(|a| a == w) => Ok(w.to_owned()),
+            Some(w) => Err(format!(
+                "spec.conversion.image {w:?} is not allowed: the converter receives the vSphere and S3 credentials, so it runs only the controller's image ({}) or one the controller's --allowed-converter-images lists; leave spec.conversion.image out, or ask the platform team to allow the image",
+                self.converter_image
+            )),
+        }
+    }
 }
 
 impl Default for Policy {
@@ -53,6 +83,48 @@ impl Default for Policy {
             converter_scratch_max: None,
             source_poll: Duration::from_secs(5),
             kubevirt_error_grace: Duration::from_secs(20),
+            converter_image: DEFAULT_CONVERTER_IMAGE.to_owned(),
+            allowed_converter_images: vec![],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_converter_image_is_the_controllers_unless_an_allowed_one_is_named() {
+        let p = Policy {
+            converter_image: "reg.example/ferry:1".into(),
+            allowed_converter_images: vec!["reg.example/ferry-debug:1".into()],
+            ..Policy::default()
+        };
+        assert_eq!(p.converter_image_for(None).unwrap(), "reg.example/ferry:1");
+        assert_eq!(
+            p.converter_image_for(Some(" ")).unwrap(),
+            "reg.example/ferry:1"
+        );
+        assert_eq!(
+            p.converter_image_for(Some("reg.example/ferry:1")).unwrap(),
+            "reg.example/ferry:1"
+        );
+        assert_eq!(
+            p.converter_image_for(Some("reg.example/ferry-debug:1"))
+                .unwrap(),
+            "reg.example/ferry-debug:1"
+        );
+        let e = p
+            .converter_image_for(Some("evil.example/steal:latest"))
+            .unwrap_err();
+        assert!(
+            e.contains("evil.example/steal:latest") && e.contains("--allowed-converter-images"),
+            "{e}"
+        );
+        assert!(
+            p.converter_image_for(Some("reg.example/ferry-debug:2"))
+                .is_err(),
+            "exact references only"
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! TLS for the vSphere edge: certificate thumbprint pinning, explicit insecure mode, or the
-//! platform's trust store, all on rustls with the ring provider (which kube already compiles).
+//! TLS for the vSphere edge: certificate thumbprint pinning, a CA bundle (a CA-signed vCenter),
+//! explicit insecure mode, or the platform's trust store, all on rustls with the ring provider
+//! (which kube already compiles).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,6 +16,9 @@ pub enum TlsPolicy {
     /// Trust exactly the leaf certificate with this SHA-1 or SHA-256 digest, whatever its
     /// issuer or host name (self-signed ESXi and vCenter certificates are the norm).
     Thumbprint(Thumbprint),
+    /// Verify the chain and host name against these CAs only (a vCenter whose certificate a
+    /// private or corporate CA signed).
+    CaBundle(CaBundle),
     /// Trust any certificate. Only when the user said so explicitly.
     Insecure,
     /// Verify the chain and host name against the platform trust store.
@@ -25,6 +29,7 @@ impl fmt::Debug for TlsPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Thumbprint(t) => write!(f, "Thumbprint({t})"),
+            Self::CaBundle(b) => write!(f, "CaBundle({b:?})"),
             Self::Insecure => f.write_str("Insecure"),
             Self::SystemRoots => f.write_str("SystemRoots"),
         }
@@ -127,6 +132,74 @@ impl std::str::FromStr for Thumbprint {
     }
 }
 
+/// The CA certificates one endpoint's certificate must chain to, parsed from PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaBundle {
+    certs: Vec<CertificateDer<'static>>,
+}
+
+/// Why a CA bundle was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CaBundleError {
+    #[error("the CA bundle is not PEM: {0}")]
+    NotPem(String),
+    #[error("the CA bundle holds no CERTIFICATE block")]
+    Empty,
+    #[error("a certificate of the CA bundle cannot be used as a trust anchor: {0}")]
+    BadCertificate(String),
+}
+
+impl CaBundle {
+    /// Every `CERTIFICATE` block of `pem` (other blocks are ignored).
+    ///
+    /// Errors: malformed PEM, no certificate, or one that is not a usable trust anchor.
+    pub fn from_pem(pem: &str) -> Result<Self, CaBundleError> {
+        use rustls::pki_types::pem::PemObject;
+        let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CaBundleError::NotPem(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(CaBundleError::Empty);
+        }
+        let bundle = Self { certs };
+        bundle.roots()?;
+        Ok(bundle)
+    }
+
+    /// The bundle as a rustls root store.
+    fn roots(&self) -> Result<rustls::RootCertStore, CaBundleError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in &self.certs {
+            roots
+                .add(c.clone())
+                .map_err(|e| CaBundleError::BadCertificate(e.to_string()))?;
+        }
+        Ok(roots)
+    }
+
+    /// Number of certificates.
+    pub fn len(&self) -> usize {
+        self.certs.len()
+    }
+
+    /// Never true: a bundle holds at least one certificate.
+    pub fn is_empty(&self) -> bool {
+        self.certs.is_empty()
+    }
+}
+
+/// The number of certificates and the SHA-256 of the first: enough to tell bundles apart in logs.
+impl fmt::Debug for CaBundle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let first = self
+            .certs
+            .first()
+            .map(|c| Thumbprint::of_certificate(c, DigestKind::Sha256).to_string())
+            .unwrap_or_default();
+        write!(f, "{} certificate(s), first {first}", self.certs.len())
+    }
+}
+
 /// What went wrong in certificate verification, kept where the caller can read it: rustls errors
 /// reach us through hyper and io::Error, which do not keep them reachable by `source()`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +245,8 @@ pub fn install_default_provider() {
 
 /// A rustls client configuration for `policy`, and the observer its verifier reports to.
 ///
-/// Errors: the platform trust store could not be loaded (SystemRoots only).
+/// Errors: the platform trust store could not be loaded (SystemRoots only), or the bundle's
+/// verifier could not be built (CaBundle only).
 pub fn client_config(
     policy: &TlsPolicy,
 ) -> Result<(rustls::ClientConfig, TlsObserver), rustls::Error> {
@@ -182,6 +256,19 @@ pub fn client_config(
         TlsPolicy::SystemRoots => Some(Arc::new(rustls_platform_verifier::Verifier::new(
             provider.clone(),
         )?)),
+        TlsPolicy::CaBundle(bundle) => {
+            let roots = bundle
+                .roots()
+                .map_err(|e| rustls::Error::General(e.to_string()))?;
+            Some(
+                rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| rustls::Error::General(e.to_string()))?,
+            )
+        }
         TlsPolicy::Thumbprint(_) | TlsPolicy::Insecure => None,
     };
     let verifier = Verifier {
@@ -232,7 +319,7 @@ impl ServerCertVerifier for Verifier {
                     ))
                 }
             }
-            TlsPolicy::SystemRoots => {
+            TlsPolicy::SystemRoots | TlsPolicy::CaBundle(_) => {
                 let inner = self
                     .inner
                     .as_ref()
@@ -349,11 +436,33 @@ mod tests {
         );
     }
 
+    const TEST_CA: &str = include_str!("testdata/test-ca.pem");
+
+    #[test]
+    fn a_ca_bundle_takes_certificates_and_refuses_anything_else() {
+        let b = CaBundle::from_pem(TEST_CA).unwrap();
+        assert_eq!(b.len(), 1);
+        let two = CaBundle::from_pem(&format!("{TEST_CA}\n# a comment\n{TEST_CA}")).unwrap();
+        assert_eq!(two.len(), 2);
+        assert_eq!(CaBundle::from_pem(""), Err(CaBundleError::Empty));
+        assert_eq!(
+            CaBundle::from_pem("just some text"),
+            Err(CaBundleError::Empty)
+        );
+        let broken = TEST_CA.replace("MII", "!!!");
+        assert!(matches!(
+            CaBundle::from_pem(&broken),
+            Err(CaBundleError::NotPem(_) | CaBundleError::BadCertificate(_))
+        ));
+        assert!(format!("{b:?}").starts_with("1 certificate(s), first "));
+    }
+
     #[test]
     fn every_policy_builds_a_client_config() {
         for policy in [
             TlsPolicy::Insecure,
             TlsPolicy::Thumbprint(Thumbprint::parse(SHA1_HEX).unwrap()),
+            TlsPolicy::CaBundle(CaBundle::from_pem(TEST_CA).unwrap()),
         ] {
             assert!(client_config(&policy).is_ok(), "{policy:?}");
         }

@@ -31,6 +31,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         username: info.vcenter.username.clone(),
         password: info.vcenter.password.clone().into(),
         thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
+        cacert: None,
         insecure: false,
         // The datacenter is found from the VM, as in the Job.
         vm_moref: Some(vm.moref.clone()),
@@ -43,6 +44,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         s3_access_key: info.s3.access_key.clone(),
         s3_secret_key: info.s3.secret_key.clone().into(),
         s3_prefix: String::new(),
+        s3_cacert: None,
         work_dir: work.to_owned(),
         qemu_img: "qemu-img".into(),
         scratch_limit: None,
@@ -83,6 +85,7 @@ fn staging() -> Staging {
         access_key: s3.access_key.clone(),
         secret_key: s3.secret_key.clone().into(),
         prefix: String::new(),
+        ca_bundle: None,
     })
     .unwrap()
 }
@@ -220,7 +223,10 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
     assert!(std::fs::read(&back).unwrap() == std::fs::read(&disk.raw).unwrap());
     // What the verification compares the imported (raw) volume with: the raw contents' SHA-256.
     let raw_sum = sha256_file(&disk.raw).await.unwrap();
-    assert_eq!(report.disks[0].raw_sha256.as_deref(), Some(raw_sum.as_str()));
+    assert_eq!(
+        report.disks[0].raw_sha256.as_deref(),
+        Some(raw_sum.as_str())
+    );
     let record = st.record(&key).await.unwrap().unwrap();
     assert_eq!(
         record.raw_contents_sha256(),

@@ -6,9 +6,8 @@ mod common;
 
 use common::*;
 use ferry_crds::{ConditionStatus, ConditionType, Phase, Reason, SecretRef, VmSelector};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeeds() {
@@ -16,43 +15,74 @@ async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeed
     env.extra_controller_args = vec!["--max-transient-retries".into(), "2".into()];
     env.start_sim();
     env.start_controller();
+    // Each bad input in a Secret its owner wrote (opted in, bound to an endpoint): what ferry
+    // connects to is the Secret's, so the bad endpoint, pin or bucket lives there.
     let secrets: kube::Api<Secret> = env.ns.api();
-    let wrong = Secret {
-        metadata: ObjectMeta {
-            name: Some("wrong-password".into()),
-            ..ObjectMeta::default()
-        },
-        data: Some(
-            [
-                ("username", env.lab.info.vcenter.username.as_str()),
+    let vc = env.lab.info.vcenter.clone();
+    let s3 = env.lab.info.s3.clone();
+    let unreachable_url = format!("https://127.0.0.1:{}/sdk", free_port());
+    let wrong_pin = vec!["AB"; 32].join(":");
+    for s in [
+        secret(
+            "wrong-password",
+            &[
+                ("username", vc.username.as_str()),
                 ("password", "not-the-password"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
-            .collect(),
+                ("url", &vc.url),
+                ("thumbprint", &vc.thumbprint_sha256),
+            ],
         ),
-        ..Secret::default()
-    };
-    secrets
-        .create(&PostParams::default(), &wrong)
-        .await
-        .unwrap();
+        secret(
+            "wrong-pin",
+            &[
+                ("username", vc.username.as_str()),
+                ("password", &vc.password),
+                ("url", &vc.url),
+                ("thumbprint", &wrong_pin),
+            ],
+        ),
+        secret(
+            "nobody-there",
+            &[
+                ("username", vc.username.as_str()),
+                ("password", &vc.password),
+                ("url", &unreachable_url),
+                ("insecureSkipTLSVerify", "true"),
+            ],
+        ),
+        secret(
+            "no-bucket-s3",
+            &[
+                ("accessKeyId", s3.access_key.as_str()),
+                ("secretAccessKey", &s3.secret_key),
+                ("endpoint", &s3.endpoint),
+                ("bucket", "no-such-bucket"),
+            ],
+        ),
+    ] {
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
 
     let named = |name: &str| {
         let mut m = env.migration(name);
         m.spec.target.name = Some(name.to_owned());
         m
     };
+    let from_secret = |name: &str, secret: &str| {
+        let mut m = named(name);
+        m.spec.source.endpoint.url = None;
+        m.spec.source.endpoint.thumbprint = None;
+        m.spec.source.endpoint.credentials_secret_ref = SecretRef::new(secret);
+        m
+    };
     let mut unknown_vm = named("unknown-vm");
     unknown_vm.spec.source.vm = VmSelector::by_name("NoSuchVM");
-    let mut bad_password = named("bad-password");
-    bad_password.spec.source.endpoint.credentials_secret_ref = SecretRef::new("wrong-password");
-    let mut bad_thumbprint = named("bad-thumbprint");
-    bad_thumbprint.spec.source.endpoint.thumbprint = Some(vec!["AB"; 32].join(":"));
-    let mut unreachable = named("unreachable");
-    unreachable.spec.source.endpoint.url = format!("https://127.0.0.1:{}/sdk", free_port());
+    let bad_password = from_secret("bad-password", "wrong-password");
+    let bad_thumbprint = from_secret("bad-thumbprint", "wrong-pin");
+    let unreachable = from_secret("unreachable", "nobody-there");
     let mut no_bucket = named("no-bucket");
     no_bucket.spec.staging.bucket = "no-such-bucket".into();
+    no_bucket.spec.staging.credentials_secret_ref = SecretRef::new("no-bucket-s3");
     let cases = [
         (
             unknown_vm,

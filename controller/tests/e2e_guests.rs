@@ -129,7 +129,14 @@ async fn vcsim_vm_shapes_map_to_the_kubevirt_devices_of_the_readme_table() {
     env.start_sim();
     env.start_controller();
     type Check = fn(&Value, &ferry_crds::DiscoveredSource);
-    let rows: Vec<(&str, Vec<&str>, fn(&mut VirtualMachineMigration), Check)> = vec![
+    // A mapping row: name, `ferry-lab shape` arguments, the spec change, the check.
+    type Row = (
+        &'static str,
+        Vec<&'static str>,
+        fn(&mut VirtualMachineMigration),
+        Check,
+    );
+    let rows: Vec<Row> = vec![
         (
             "efi-secure-boot",
             vec!["--firmware", "efi", "--secure-boot"],

@@ -192,7 +192,10 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
     jobs.sort();
     assert_eq!(
         jobs,
-        vec!["Job/broken-convert".to_owned(), "Job/broken-verify".to_owned()],
+        vec![
+            "Job/broken-convert".to_owned(),
+            "Job/broken-verify".to_owned()
+        ],
         "one conversion, one verification of the second import"
     );
     let dups = creations.duplicates();

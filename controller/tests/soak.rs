@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{S3_SECRET, VSPHERE_SECRET, bin_dir, binaries, workspace};
+use common::{S3_SECRET, VSPHERE_SECRET, bin_dir, binaries, s3_secret, vsphere_secret, workspace};
 use ferry_controller::apis::cdi::DataVolume;
 use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_crds::wave::WaveSource;
@@ -29,10 +29,9 @@ use ferry_crds::{
 use ferry_harness::{ChildGuard, Lab, eventually, put_vmdk};
 use futures::StreamExt;
 use ha::*;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
 
@@ -45,21 +44,6 @@ fn vms() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200)
-}
-
-fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        data: Some(
-            data.iter()
-                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Secret::default()
-    }
 }
 
 /// Every (kind/name → uids) seen in the namespace, from watches started before the wave.
@@ -119,20 +103,8 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     let info = &lab.info;
     let secrets: Api<Secret> = ns.api();
     for s in [
-        secret(
-            VSPHERE_SECRET,
-            &[
-                ("username", &info.vcenter.username),
-                ("password", &info.vcenter.password),
-            ],
-        ),
-        secret(
-            S3_SECRET,
-            &[
-                ("accessKeyId", &info.s3.access_key),
-                ("secretAccessKey", &info.s3.secret_key),
-            ],
-        ),
+        vsphere_secret(lab, VSPHERE_SECRET),
+        s3_secret(lab, S3_SECRET),
     ] {
         secrets.create(&PostParams::default(), &s).await.unwrap();
     }
@@ -239,7 +211,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
 
     // The wave.
     let endpoint = SourceEndpoint {
-        url: info.vcenter.url.clone(),
+        url: Some(info.vcenter.url.clone()),
         credentials_secret_ref: SecretRef::new(VSPHERE_SECRET),
         thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
         insecure_skip_tls_verify: false,

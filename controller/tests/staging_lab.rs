@@ -17,6 +17,7 @@ fn config(prefix: &str) -> StagingConfig {
         secret_key: s3.secret_key.clone().into(),
         // Every test in its own prefix, every run too: the lab's bucket outlives test runs.
         prefix: format!("tests/{prefix}-{}", std::process::id()),
+        ca_bundle: None,
     }
 }
 
@@ -196,4 +197,42 @@ async fn a_closed_port_is_unreachable_and_transient() {
         .unwrap_err();
     assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
     assert!(err.is_transient());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_staging_with_a_private_ca_is_trusted_with_its_bundle_only() {
+    ferry_controller::tls::install_default_provider();
+    let tls = &lab().info.s3_tls;
+    let ca = std::fs::read_to_string(&tls.ca_file).unwrap();
+    let https = |ca_bundle: Option<String>| StagingConfig {
+        endpoint: tls.endpoint.clone(),
+        ca_bundle,
+        ..config("https")
+    };
+    // With the CA bundle: the bucket is there, an object goes up and comes back.
+    let st = Staging::new(https(Some(ca.clone()))).unwrap();
+    assert!(st.bucket_exists().await.unwrap());
+    let dir = scratch("https");
+    let file = dir.join("f");
+    write_pattern(&file, 4096, 9);
+    st.put_file("k", &file, &BTreeMap::new()).await.unwrap();
+    assert_eq!(st.head("k").await.unwrap().unwrap().size, 4096);
+    st.delete("k").await.unwrap();
+    // Without it the certificate is untrusted; with another CA too.
+    let err = Staging::new(https(None)).unwrap().bucket_exists().await;
+    assert!(
+        err.is_err(),
+        "a private CA's certificate is not trusted by default"
+    );
+    let other = include_str!("../src/testdata/test-ca.pem").to_owned();
+    let err = Staging::new(https(Some(other)))
+        .unwrap()
+        .bucket_exists()
+        .await;
+    assert!(err.is_err(), "only the named CA is trusted");
+    assert!(matches!(
+        Staging::new(https(Some("not a certificate".into()))),
+        Err(Error::Invalid(_))
+    ));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -340,3 +340,55 @@ async fn a_missing_datastore_file_is_not_found() {
     s.logout().await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The lab's second vCenter, whose certificate a private CA signed.
+fn ca_endpoint(tls: TlsPolicy) -> Endpoint {
+    let vc = &lab().info.vcenter_ca;
+    Endpoint {
+        url: vc.url.clone(),
+        username: vc.username.clone(),
+        password: vc.password.clone().into(),
+        tls,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ca_signed_vcenter_is_trusted_with_its_ca_bundle_and_refused_without() {
+    ferry_controller::tls::install_default_provider();
+    let pem = std::fs::read_to_string(&lab().info.vcenter_ca.ca_file).unwrap();
+    let bundle = ferry_controller::tls::CaBundle::from_pem(&pem).unwrap();
+    let s = Session::connect(&ca_endpoint(TlsPolicy::CaBundle(bundle)))
+        .await
+        .unwrap();
+    let vm = &lab().info.inventory_ca().unwrap()[0];
+    let found = s
+        .find_vm(&VmSelector::Name(vm.name.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.moref, vm.moref);
+    s.logout().await.unwrap();
+
+    // The platform's trust store does not know the lab's CA; another CA is no better.
+    for tls in [
+        TlsPolicy::SystemRoots,
+        TlsPolicy::CaBundle(
+            ferry_controller::tls::CaBundle::from_pem(include_str!("../src/testdata/test-ca.pem"))
+                .unwrap(),
+        ),
+    ] {
+        let err = Session::connect(&ca_endpoint(tls.clone()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::TlsUntrusted { .. }),
+            "{tls:?}: {err:?}"
+        );
+    }
+    // The bundle checks the host name too: the main vcsim's self-signed certificate is no CA's.
+    let pem_bundle = ferry_controller::tls::CaBundle::from_pem(&pem).unwrap();
+    let err = Session::connect(&endpoint(TlsPolicy::CaBundle(pem_bundle)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TlsUntrusted { .. }), "{err:?}");
+}

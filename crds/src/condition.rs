@@ -173,7 +173,8 @@ pub enum Reason {
     LoginFailed,
     /// The vSphere endpoint in spec.source.url could not be reached.
     EndpointUnreachable,
-    /// The server's TLS certificate does not match spec.source.thumbprint.
+    /// The server's TLS certificate does not match the pinned thumbprint, or no trusted CA
+    /// signed it.
     ThumbprintMismatch,
     /// No VM matches the selector in spec.source.
     VMNotFound,
@@ -190,6 +191,15 @@ pub enum Reason {
     PowerOffFailed,
     /// A VirtualMachine with the target name exists and does not belong to this migration.
     TargetNameTaken,
+    /// A credentials Secret lacks the opt-in label migration.platform.example/credentials:
+    /// "true"; ferry uses only Secrets their owner marked for it, and sent nothing.
+    CredentialsNotAllowed,
+    /// The spec names another endpoint (URL, trust, bucket) than its credentials Secret is bound
+    /// to; the credentials were not sent anywhere.
+    CredentialsMismatch,
+    /// An object ferry would create for this migration (conversion Job, CDI Secret or CA
+    /// ConfigMap, DataVolume) exists and was made by someone else or an earlier migration.
+    TargetConflict,
     // --- DiskConverted (Converting) ---
     /// Every disk is converted, staged and checksummed.
     Converted,
@@ -202,6 +212,8 @@ pub enum Reason {
     /// A staged object's checksum differs from the one recorded, or an imported volume's bytes
     /// differ from the staged image's (found by the verification Job).
     ChecksumMismatch,
+    /// spec.conversion.image is not the controller's converter image nor in its allow-list.
+    ConverterImageNotAllowed,
     // --- DiskImported (Importing) ---
     /// Every DataVolume reached `Succeeded`.
     Imported,
@@ -247,7 +259,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 43] = [
+    pub const ALL: [Reason; 47] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -267,11 +279,15 @@ impl Reason {
         Reason::SourcePoweredOn,
         Reason::PowerOffFailed,
         Reason::TargetNameTaken,
+        Reason::CredentialsNotAllowed,
+        Reason::CredentialsMismatch,
+        Reason::TargetConflict,
         Reason::Converted,
         Reason::ConversionFailed,
         Reason::StagingUnavailable,
         Reason::BucketNotFound,
         Reason::ChecksumMismatch,
+        Reason::ConverterImageNotAllowed,
         Reason::Imported,
         Reason::ImportFailed,
         Reason::VMCreated,
@@ -315,11 +331,15 @@ impl Reason {
             Reason::SourcePoweredOn => "SourcePoweredOn",
             Reason::PowerOffFailed => "PowerOffFailed",
             Reason::TargetNameTaken => "TargetNameTaken",
+            Reason::CredentialsNotAllowed => "CredentialsNotAllowed",
+            Reason::CredentialsMismatch => "CredentialsMismatch",
+            Reason::TargetConflict => "TargetConflict",
             Reason::Converted => "Converted",
             Reason::ConversionFailed => "ConversionFailed",
             Reason::StagingUnavailable => "StagingUnavailable",
             Reason::BucketNotFound => "BucketNotFound",
             Reason::ChecksumMismatch => "ChecksumMismatch",
+            Reason::ConverterImageNotAllowed => "ConverterImageNotAllowed",
             Reason::Imported => "Imported",
             Reason::ImportFailed => "ImportFailed",
             Reason::VMCreated => "VMCreated",

@@ -3,9 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The default `spec.conversion.image`.
-pub const DEFAULT_CONVERTER_IMAGE: &str = "ferry/converter:latest";
-
 /// Format of the converted disk images: raw or qcow2.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -28,28 +25,17 @@ impl DiskFormat {
 }
 
 /// The conversion Job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversionSpec {
-    /// Container image of the converter the conversion Job runs.
-    #[serde(default = "default_image")]
+    /// Container image of the converter the conversion Job runs. Left out, the controller's own
+    /// image runs (its --converter-image); another image only when the controller's
+    /// --allowed-converter-images lists it, since the converter receives the credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512), pattern(crate::rules::IMAGE))]
-    pub image: String,
+    pub image: Option<String>,
 
     /// Format of the converted images: raw (default) or qcow2.
     #[serde(default)]
     pub format: DiskFormat,
-}
-
-fn default_image() -> String {
-    DEFAULT_CONVERTER_IMAGE.to_owned()
-}
-
-impl Default for ConversionSpec {
-    fn default() -> Self {
-        Self {
-            image: default_image(),
-            format: DiskFormat::default(),
-        }
-    }
 }

@@ -44,7 +44,7 @@ pub fn ts(secs: i64) -> Time {
 /// The vSphere endpoint of the lab's shape, trusted by thumbprint.
 pub fn source_endpoint() -> SourceEndpoint {
     SourceEndpoint {
-        url: "https://127.0.0.1:8989/sdk".into(),
+        url: Some("https://127.0.0.1:8989/sdk".into()),
         credentials_secret_ref: SecretRef::new("vsphere-credentials"),
         thumbprint: Some(THUMBPRINT.into()),
         insecure_skip_tls_verify: false,

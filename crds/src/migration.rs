@@ -331,10 +331,7 @@ mod tests {
         assert_eq!(spec.target.template.run_strategy, RunStrategy::Always);
         assert_eq!(spec.target.name, None);
         assert_eq!(spec.staging.region, "us-east-1");
-        assert_eq!(
-            spec.conversion.image,
-            crate::conversion::DEFAULT_CONVERTER_IMAGE
-        );
+        assert_eq!(spec.conversion.image, None, "the controller's own image");
         assert_eq!(spec.conversion.format, DiskFormat::Raw);
         assert_eq!((spec.cancel, spec.paused, spec.retry), (false, false, 0));
         assert_eq!(vmm.phase(), Phase::Pending);

@@ -12,6 +12,15 @@ pub const FINALIZER: &str = "migration.platform.example/cleanup";
 pub const WAVE_LABEL: &str = "migration.platform.example/wave";
 /// Label on every child (Job, DataVolume, VirtualMachine) naming its VirtualMachineMigration.
 pub const MIGRATION_LABEL: &str = "migration.platform.example/migration";
+/// Label on every child carrying the uid of the VirtualMachineMigration that made it: a child of
+/// the right name but another uid (a leftover of an earlier migration of the same name, or
+/// someone else's object) is a conflict, never progress. It stays on released children.
+pub const MIGRATION_UID_LABEL: &str = "migration.platform.example/migration-uid";
+/// Label by which the owner of a Secret allows ferry to use it as migration credentials (value
+/// [`CREDENTIALS_LABEL_VALUE`]); ferry reads no other Secret.
+pub const CREDENTIALS_LABEL: &str = "migration.platform.example/credentials";
+/// Value of [`CREDENTIALS_LABEL`] that opts a Secret in.
+pub const CREDENTIALS_LABEL_VALUE: &str = "true";
 /// Annotation on a VirtualMachineMigration created by a wave: while present, the migration stays
 /// `Queued`; the wave removes it when its in-flight budget allows.
 pub const HOLD_ANNOTATION: &str = "migration.platform.example/hold";

@@ -56,12 +56,13 @@ pub fn vms_or_selector() -> Rule {
         .reason(kube::core::Reason::FieldValueInvalid)
 }
 
-/// Exactly one of `thumbprint` and `insecureSkipTLSVerify: true`.
+/// At most one of `thumbprint` and `insecureSkipTLSVerify: true` (the credentials Secret decides
+/// the trust; these may only repeat it).
 pub fn tls_verification() -> Rule {
     Rule::new(
-        "has(self.thumbprint) != (has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)",
+        "!(has(self.thumbprint) && has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)",
     )
-    .message("exactly one of thumbprint or insecureSkipTLSVerify: true must be set")
+    .message("at most one of thumbprint or insecureSkipTLSVerify: true may be set")
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 

@@ -7,27 +7,35 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, SecretRef};
 
-/// How to reach and trust a vCenter or ESXi SDK endpoint.
+/// How to reach and trust a vCenter or ESXi SDK endpoint. The credentials Secret names the
+/// endpoint and how to trust it (keys url, and thumbprint or cacert); the fields here may
+/// repeat what it says but never change it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceEndpoint {
-    /// URL of the vCenter or ESXi SDK, e.g. https://vcenter.example.com/sdk.
+    /// URL of the vCenter or ESXi SDK, e.g. https://vcenter.example.com/sdk. Taken from the
+    /// credentials Secret (key url) when left out; when set it must name the same endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = crate::rules::vsphere_url())]
     #[schemars(length(min = 1, max = 2048))]
-    pub url: String,
+    pub url: Option<String>,
 
-    /// Secret holding the vSphere user name (key `username`) and password (key `password`).
+    /// Secret holding the vSphere user name (key username) and password (key password), bound by
+    /// its owner to one endpoint: key url, and optionally thumbprint (a pinned certificate),
+    /// cacert (PEM CA bundle of a CA-signed certificate) or insecureSkipTLSVerify: "true". It
+    /// must carry the label migration.platform.example/credentials: "true".
     pub credentials_secret_ref: SecretRef,
 
     /// Expected thumbprint of the endpoint's TLS certificate, SHA-1 or SHA-256 as colon-separated
-    /// hex pairs (as `govc about.cert -thumbprint` prints it). Exactly one of thumbprint and
-    /// insecureSkipTLSVerify: true is required.
+    /// hex pairs (as `govc about.cert -thumbprint` prints it). Optional: the credentials Secret
+    /// decides how the endpoint is trusted; when set it must equal the Secret's thumbprint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 95), pattern(crate::rules::THUMBPRINT))]
     pub thumbprint: Option<String>,
 
     /// Skip verifying the endpoint's TLS certificate. Only for labs: anyone on the path can read
-    /// the credentials. Exactly one of thumbprint and insecureSkipTLSVerify: true is required.
+    /// the credentials. Honoured only when the credentials Secret allows it too (key
+    /// insecureSkipTLSVerify: "true"); at most one of thumbprint and insecureSkipTLSVerify.
     #[serde(
         default,
         skip_serializing_if = "std::ops::Not::not",

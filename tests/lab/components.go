@@ -15,7 +15,10 @@ import (
 	"io"
 	"io/fs"
 	"log"
+	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +90,30 @@ func (l *lab) components() []*component {
 		json:  "s3",
 		info:  l.s3Info,
 		url:   l.s3URL,
+	}, {
+		// A second vCenter whose certificate a private CA signed (the usual corporate set-up):
+		// clients trust it with the CA bundle, not a thumbprint.
+		name:  "vcsim-ca",
+		ports: []string{"vcsimCA"},
+		start: l.vcsimCAStart,
+		ready: probe{what: "SOAP answers, certificate verified with the lab's endpoint CA", timeout: time.Minute,
+			every: 200 * time.Millisecond, check: l.vcsimCAReady},
+		json: "vcenterCa",
+		info: l.vcenterCAInfo,
+		url:  func() string { return l.vcCA.url },
+		log:  "vcsim.log",
+	}, {
+		// S3 over https with a certificate of the same private CA: a TLS front of s3s-fs.
+		name:  "s3-tls",
+		ports: []string{"s3tls"},
+		needs: []string{"s3s-fs"},
+		start: l.s3TLSStart,
+		ready: probe{what: "signed HEAD /" + s3Bucket + " over https ok", timeout: time.Minute,
+			every: 200 * time.Millisecond, check: l.s3TLSReady},
+		json: "s3Tls",
+		info: l.s3TLSInfo,
+		url:  l.s3TLSURL,
+		log:  "s3s-fs.log",
 	}}
 }
 
@@ -99,6 +126,8 @@ type componentState struct {
 	apiext   apiextclient.Interface
 	crdNames []string
 	vc       *vcsimLab
+	vcCA     *vcsimLab    // the CA-signed vcsim
+	s3TLS    *http.Server // the https front of S3
 }
 
 //go:embed crds/*.yaml
@@ -206,7 +235,7 @@ func (l *lab) apiserverStart(context.Context) (func(), error) {
 		// Every write, as the apiserver saw it (who, impersonating whom, what, when): how a test
 		// proves from the apiserver's side that a fenced controller wrote nothing (auditWrites).
 		"--audit-policy-file=" + auditPolicyPath(l.dir),
-		"--audit-log-path=" + filepath.Join(l.logDir, "audit.log"),
+		"--audit-log-path=" + l.auditLogPath(),
 		"--audit-log-format=json",
 		"--audit-log-maxsize=200",
 		"--audit-log-maxbackup=1",
@@ -279,14 +308,19 @@ func (l *lab) apiserverReady(ctx context.Context) error {
 }
 
 type apiserverInfo struct {
-	URL     string `json:"url"`
-	Version string `json:"version"`
-	CAFile  string `json:"caFile"`
+	URL      string `json:"url"`
+	Version  string `json:"version"`
+	CAFile   string `json:"caFile"`
+	AuditLog string `json:"auditLog"`
 }
 
 func (l *lab) apiserverInfo() (any, error) {
-	return apiserverInfo{URL: l.apiURL(), Version: k8sVersion, CAFile: l.pki.caCert}, nil
+	return apiserverInfo{URL: l.apiURL(), Version: k8sVersion, CAFile: l.pki.caCert, AuditLog: l.auditLogPath()}, nil
 }
+
+// auditLogPath is the apiserver's audit log (see auditPolicy): every request of a ServiceAccount
+// and every write: for the RBAC proofs (what a component with a ServiceAccount token did) and fencing.
+func (l *lab) auditLogPath() string { return filepath.Join(l.logDir, "audit.log") }
 
 // ---------- kube-controller-manager ----------
 
@@ -447,6 +481,133 @@ func (l *lab) vcenterInfo() (any, error) {
 		Datacenter: vcDatacenter, Datastore: vcDatastore, DatastoreDir: l.vc.dsDir,
 		Inventory: l.inventoryPath(),
 	}, nil
+}
+
+// ---------- vcsim-ca ----------
+
+func (l *lab) vcsimCAStart(ctx context.Context) (func(), error) {
+	const vms = 4
+	progress("vcsim-ca: creating a second VPX inventory with %d VMs, CA-signed certificate", vms)
+	vc, err := startVcsim(ctx, filepath.Join(l.dir, "vcsim-ca"), l.port("vcsimCA"), vms, l.secrets.VCUser, l.secrets.VCPass,
+		l.pki.vcsimCACert, l.pki.vcsimCAKey)
+	if err != nil {
+		return nil, err
+	}
+	l.vcCA = vc
+	if err := vc.writeInventory(ctx, l.inventoryCAPath()); err != nil {
+		return vc.close, fmt.Errorf("inventory: %w", err)
+	}
+	progress("vcsim-ca: %d VMs at %s, datastore %s", vc.vmCount, vc.url, vc.dsDir)
+	return vc.close, nil
+}
+
+func (l *lab) inventoryCAPath() string { return filepath.Join(l.dir, "inventory-ca.json") }
+
+// endpointCAClient trusts exactly the lab's endpoint CA: the probes of the CA-signed endpoints
+// check their certificates the way a client with the bundle does.
+func (l *lab) endpointCAClient() (*http.Client, error) {
+	ca, err := os.ReadFile(l.pki.endpointCACert)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, errors.New("no certificate in " + l.pki.endpointCACert)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+	}}, nil
+}
+
+func (l *lab) vcsimCAReady(ctx context.Context) error {
+	cl, err := l.endpointCAClient()
+	if err != nil {
+		return failed{err}
+	}
+	return soapAnswers(ctx, cl, l.vcCA.url)
+}
+
+type vcenterCAInfo struct {
+	URL              string `json:"url"`
+	Username         string `json:"username"`
+	Password         string `json:"password"`
+	CAFile           string `json:"caFile"`
+	ThumbprintSHA256 string `json:"thumbprintSha256"`
+	DatastoreDir     string `json:"datastoreDir"`
+	Inventory        string `json:"inventory"`
+}
+
+func (l *lab) vcenterCAInfo() (any, error) {
+	_, s256, err := thumbprints(l.pki.vcsimCACert)
+	if err != nil {
+		return nil, err
+	}
+	return vcenterCAInfo{
+		URL: l.vcCA.url, Username: l.secrets.VCUser, Password: l.secrets.VCPass,
+		CAFile: l.pki.endpointCACert, ThumbprintSHA256: s256, DatastoreDir: l.vcCA.dsDir,
+		Inventory: l.inventoryCAPath(),
+	}, nil
+}
+
+// ---------- s3-tls ----------
+
+func (l *lab) s3TLSURL() string { return fmt.Sprintf("https://127.0.0.1:%d", l.port("s3tls")) }
+
+// s3TLSStart serves https on its port and passes every request, Host header and all (SigV4
+// signs it), to s3s-fs.
+func (l *lab) s3TLSStart(context.Context) (func(), error) {
+	cert, err := tls.LoadX509KeyPair(l.pki.s3TLSCert, l.pki.s3TLSKey)
+	if err != nil {
+		return nil, err
+	}
+	target, err := url.Parse(l.s3URL())
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", l.port("s3tls")))
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler:           httputil.NewSingleHostReverseProxy(target),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	l.s3TLS = srv
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	progress("s3-tls: https front of %s on %s (CA %s)", l.s3URL(), l.s3TLSURL(), l.pki.endpointCACert)
+	return func() { _ = srv.Close() }, nil
+}
+
+func (l *lab) s3TLSReady(ctx context.Context) error {
+	cl, err := l.endpointCAClient()
+	if err != nil {
+		return failed{err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, l.s3TLSURL()+"/"+s3Bucket, nil)
+	if err != nil {
+		return err
+	}
+	signV4(req, l.secrets.AccessKey, l.secrets.SecretKey, "us-east-1", nil)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+type s3TLSInfo struct {
+	Endpoint string `json:"endpoint"`
+	CAFile   string `json:"caFile"`
+}
+
+func (l *lab) s3TLSInfo() (any, error) {
+	return s3TLSInfo{Endpoint: l.s3TLSURL(), CAFile: l.pki.endpointCACert}, nil
 }
 
 // ---------- S3 (s3s-fs) ----------

@@ -29,11 +29,11 @@ func TestComponentTable(t *testing.T) {
 		}
 		ports = append(ports, c.ports...)
 	}
-	if want := []string{"kubeconfig", "apiserver", "vcenter", "s3"}; !slices.Equal(keys, want) {
+	if want := []string{"kubeconfig", "apiserver", "vcenter", "s3", "vcenterCa", "s3Tls"}; !slices.Equal(keys, want) {
 		t.Errorf("lab.json keys %v, want %v", keys, want)
 	}
 	slices.Sort(ports)
-	if want := []string{"apiserver", "etcdClient", "etcdPeer", "s3", "vcsim"}; !slices.Equal(ports, want) {
+	if want := []string{"apiserver", "etcdClient", "etcdPeer", "s3", "s3tls", "vcsim", "vcsimCA"}; !slices.Equal(ports, want) {
 		t.Errorf("ports.json keys %v, want %v", ports, want)
 	}
 }

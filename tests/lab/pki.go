@@ -33,6 +33,11 @@ type pki struct {
 	frontCACert, frontCAKey   string // front-proxy (requestheader) CA
 	frontClientCert, frontKey string // front-proxy client (aggregator -> extension apiservers)
 	vcsimCert, vcsimKey       string // vcsim TLS cert (self-signed, 127.0.0.1/localhost)
+	// A private CA for the lab's CA-signed endpoints (a vCenter with a corporate certificate,
+	// S3 over https), and the serving certificates it signs.
+	endpointCACert, endpointCAKey string
+	vcsimCACert, vcsimCAKey       string // the second vcsim, CA-signed (127.0.0.1/localhost)
+	s3TLSCert, s3TLSKey           string // the https front of S3, CA-signed (127.0.0.1/localhost)
 }
 
 func newPKI(dir string) *pki {
@@ -47,6 +52,9 @@ func newPKI(dir string) *pki {
 		frontCACert: p("front-proxy-ca.crt"), frontCAKey: p("front-proxy-ca.key"),
 		frontClientCert: p("front-proxy-client.crt"), frontKey: p("front-proxy-client.key"),
 		vcsimCert: p("vcsim.crt"), vcsimKey: p("vcsim.key"),
+		endpointCACert: p("endpoint-ca.crt"), endpointCAKey: p("endpoint-ca.key"),
+		vcsimCACert: p("vcsim-ca.crt"), vcsimCAKey: p("vcsim-ca.key"),
+		s3TLSCert: p("s3-tls.crt"), s3TLSKey: p("s3-tls.key"),
 	}
 }
 
@@ -99,6 +107,20 @@ func (k *pki) ensure() error {
 			return err
 		}
 		if err := writePEM(k.saPub, "PUBLIC KEY", pub, 0o644); err != nil {
+			return err
+		}
+	}
+	eca, ecaKey, err := k.ensureCA(k.endpointCACert, k.endpointCAKey, "ferry-lab-endpoint-ca")
+	if err != nil {
+		return err
+	}
+	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	for _, leaf := range []struct{ cert, key, cn string }{
+		{k.vcsimCACert, k.vcsimCAKey, "ferry-lab vcsim (CA-signed)"},
+		{k.s3TLSCert, k.s3TLSKey, "ferry-lab s3 (https)"},
+	} {
+		if err := k.ensureLeaf(leaf.cert, leaf.key, eca, ecaKey, pkix.Name{CommonName: leaf.cn},
+			[]string{"localhost"}, loopback, x509.ExtKeyUsageServerAuth, validity); err != nil {
 			return err
 		}
 	}

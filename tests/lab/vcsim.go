@@ -660,6 +660,12 @@ func folderAuth(mux *http.ServeMux, user, pass string) http.Handler {
 
 // vcsimAnswers does one unauthenticated SOAP round trip (RetrieveServiceContent).
 func vcsimAnswers(ctx context.Context, rawURL string) error {
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // probe of our own server
+	return soapAnswers(ctx, cl, rawURL)
+}
+
+// soapAnswers asks the SOAP endpoint at rawURL for its ServiceContent through cl.
+func soapAnswers(ctx context.Context, cl *http.Client, rawURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	body := `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><RetrieveServiceContent xmlns="urn:vim25"><_this type="ServiceInstance">ServiceInstance</_this></RetrieveServiceContent></soapenv:Body></soapenv:Envelope>`
@@ -668,7 +674,6 @@ func vcsimAnswers(ctx context.Context, rawURL string) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "text/xml; charset=utf-8")
-	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // probe of our own server
 	resp, err := cl.Do(req)
 	if err != nil {
 		return err

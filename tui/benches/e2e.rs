@@ -196,14 +196,17 @@ fn metrics(kc: &Path) -> HashMap<String, f64> {
     out
 }
 
+/// (response time µs, namespace/name, resourceVersion) of patches whose row is on screen.
+type Samples = Arc<Mutex<Vec<(u128, String, u64)>>>;
+
 /// 100 status patches a second on random migrations, one in ten on a row on screen; returns
-/// (response time µs, namespace/name, resourceVersion) of the ones on screen.
+/// [`Samples`] of the ones on screen.
 async fn writer(
     api_of: impl Fn(&str) -> Api<VirtualMachineMigration>,
     all: &[(String, String)],
     log: &Path,
     secs: u64,
-    samples: &Arc<Mutex<Vec<(u128, String, u64)>>>,
+    samples: &Samples,
 ) -> usize {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     let end = tokio::time::Instant::now() + Duration::from_secs(secs);

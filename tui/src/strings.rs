@@ -266,6 +266,9 @@ pub mod details {
         format!("{vm} @ {url}")
     }
 
+    /// Where the source is when the spec leaves the URL to the credentials Secret.
+    pub const URL_FROM_SECRET: &str = "the URL of its credentials Secret";
+
     /// The source power settings.
     pub fn power(power_off: bool, restore: &dyn Debug) -> String {
         format!("powerOff {power_off}  restore {restore:?}")

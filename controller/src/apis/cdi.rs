@@ -53,6 +53,10 @@ pub struct S3Source {
     /// Secret with keys `accessKeyId` and `secretKey`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<String>,
+    /// ConfigMap whose values are PEM CA certificates the importer trusts besides the system's
+    /// (an https endpoint with a private CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_config_map: Option<String>,
 }
 
 /// `spec.storage`.

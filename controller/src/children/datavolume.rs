@@ -15,7 +15,7 @@ use crate::apis::cdi::{
 /// points at [`names::staging_key`] with `secretRef` = `secret`; the storage request is the
 /// source disk's capacity with the target's StorageClass and volume mode; no immediate-binding
 /// request: on a StorageClass that binds on first consumer the verification Job is that
-/// consumer.
+/// consumer; `certConfigMap` = `ca_config_map` when staging is served with a private CA.
 ///
 /// # Errors
 /// When the migration lacks a uid or namespace.
@@ -24,6 +24,7 @@ pub fn data_volume(
     index: usize,
     capacity_bytes: i64,
     secret: &str,
+    ca_config_map: Option<&str>,
 ) -> Result<DataVolume> {
     let meta = super::child_meta(vmm, names::datavolume_name(vmm, index))?;
     let staging = &vmm.spec.staging;
@@ -37,6 +38,7 @@ pub fn data_volume(
                     &names::staging_key(vmm, index),
                 ),
                 secret_ref: Some(secret.to_owned()),
+                cert_config_map: ca_config_map.map(str::to_owned),
             }),
             rest: Map::new(),
         }),
@@ -70,7 +72,7 @@ mod tests {
         let mut vmm = migration("web-1");
         vmm.spec.target.template.storage_class_name = Some("fast".into());
         vmm.spec.target.template.volume_mode = Some(VolumeMode::Block);
-        let dv = data_volume(&vmm, 1, 64 << 20, "web-1-staging-s3").unwrap();
+        let dv = data_volume(&vmm, 1, 64 << 20, "web-1-staging-s3", None).unwrap();
         assert_eq!(dv.metadata.name.as_deref(), Some("web-1-disk-1"));
         let v = serde_json::to_value(&dv).unwrap();
         assert_eq!(v["apiVersion"], "cdi.kubevirt.io/v1beta1");
@@ -94,6 +96,12 @@ mod tests {
         assert_eq!(
             v["metadata"]["ownerReferences"][0]["kind"],
             "VirtualMachineMigration"
+        );
+        assert!(v["spec"]["source"]["s3"].get("certConfigMap").is_none());
+        let dv = data_volume(&vmm, 0, 1, "s", Some("web-1-staging-ca")).unwrap();
+        assert_eq!(
+            serde_json::to_value(&dv).unwrap()["spec"]["source"]["s3"]["certConfigMap"],
+            "web-1-staging-ca"
         );
     }
 }

@@ -1,16 +1,25 @@
 //! The conversion Job: one pod running `ferry-controller convert`, which downloads each disk
 //! from the datastore, converts it with `qemu-img` and uploads it to staging with its SHA-256.
 //!
-//! The contract with the converter is the environment below (credentials by `secretKeyRef`,
-//! never in the spec) plus one `--disk INDEX=DATASTORE_PATH=STAGING_KEY` argument per disk.
+//! The contract with the converter is the environment below plus one
+//! `--disk INDEX=DATASTORE_PATH=STAGING_KEY` argument per disk. Credentials *and the endpoints
+//! they are bound to* come by `secretKeyRef` from the credentials Secrets themselves (vSphere
+//! `url`, `thumbprint`/`cacert`/`insecureSkipTLSVerify`; S3 `endpoint`, `bucket`, `cacert`),
+//! never from the spec: the converter can only send a credential where its Secret says.
+//!
+//! The pod passes Pod Security `restricted`: non-root (65532, the image's user), no privilege
+//! escalation, every capability dropped, seccomp `RuntimeDefault`, a read-only root file
+//! system with an `emptyDir` work directory at `/tmp`, requests and limits, no service account
+//! token, and a deadline.
 
 use ferry_crds::{VirtualMachineMigration, names, secret as keys};
 use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
-    SecretKeySelector, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,6 +35,14 @@ pub const BACKOFF_LIMIT: i32 = 2;
 pub const PERMANENT_EXIT_CODE: i32 = 3;
 /// A conversion that runs longer than this is stopped (6 h).
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+/// The non-root user (and group) the converter runs as: the image's own user.
+pub const RUN_AS_USER: i64 = 65532;
+/// Where the work directory (`emptyDir`) is mounted; the converter's default work dir is in it.
+pub const WORK_MOUNT: &str = "/tmp";
+/// CPU and memory the converter asks for (qemu-img streams; memory stays small).
+pub const REQUESTS: [(&str, &str); 2] = [("cpu", "250m"), ("memory", "256Mi")];
+/// What the converter may use at most.
+pub const LIMITS: [(&str, &str); 2] = [("cpu", "2"), ("memory", "1Gi")];
 
 /// Environment variable names of the converter contract.
 pub mod env {
@@ -37,6 +54,8 @@ pub mod env {
     pub const VSPHERE_PASSWORD: &str = "FERRY_VSPHERE_PASSWORD";
     /// Pinned TLS thumbprint, when set.
     pub const VSPHERE_THUMBPRINT: &str = "FERRY_VSPHERE_THUMBPRINT";
+    /// PEM CA bundle of a CA-signed vSphere certificate, when set.
+    pub const VSPHERE_CACERT: &str = "FERRY_VSPHERE_CACERT";
     /// `"true"` to skip TLS verification.
     pub const VSPHERE_INSECURE: &str = "FERRY_VSPHERE_INSECURE";
     /// Managed object reference of the VM, e.g. `vm-42`.
@@ -53,6 +72,8 @@ pub mod env {
     pub const S3_ACCESS_KEY_ID: &str = "FERRY_S3_ACCESS_KEY_ID";
     /// Secret access key (from the Secret).
     pub const S3_SECRET_ACCESS_KEY: &str = "FERRY_S3_SECRET_ACCESS_KEY";
+    /// PEM CA bundle of a private-CA https S3 endpoint, when set.
+    pub const S3_CACERT: &str = "FERRY_S3_CACERT";
 }
 
 fn plain(name: &str, value: impl Into<String>) -> EnvVar {
@@ -64,6 +85,14 @@ fn plain(name: &str, value: impl Into<String>) -> EnvVar {
 }
 
 fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    secret_ref(name, secret, key, false)
+}
+
+fn from_secret_if_set(name: &str, secret: &str, key: &str) -> EnvVar {
+    secret_ref(name, secret, key, true)
+}
+
+fn secret_ref(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value: None,
@@ -71,11 +100,17 @@ fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
             secret_key_ref: Some(SecretKeySelector {
                 name: secret.to_owned(),
                 key: key.to_owned(),
-                optional: Some(false),
+                optional: Some(optional),
             }),
             ..EnvVarSource::default()
         }),
     }
+}
+
+fn quantities(q: &[(&str, &str)]) -> std::collections::BTreeMap<String, Quantity> {
+    q.iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
 }
 
 /// The converter's arguments: `convert --disk INDEX=DATASTORE_PATH=STAGING_KEY ...`, one per
@@ -99,16 +134,18 @@ pub fn converter_args(vmm: &VirtualMachineMigration) -> Vec<String> {
     args
 }
 
-/// The conversion Job of `vmm` ([`names::job_name`]).
+/// The conversion Job of `vmm` ([`names::job_name`]), running `image`.
 ///
 /// # Guarantees
-/// Owned by and labelled with the migration (pod template too); image from
-/// `spec.conversion.image`; credentials only by `secretKeyRef`; `backoffLimit` [`BACKOFF_LIMIT`];
-/// exit code [`PERMANENT_EXIT_CODE`] fails the Job at once; no service account token.
+/// Owned by and labelled with the migration (pod template too); the converter's endpoints and
+/// credentials only by `secretKeyRef` from the migration's credentials Secrets;
+/// `backoffLimit` [`BACKOFF_LIMIT`]; exit code [`PERMANENT_EXIT_CODE`] fails the Job at once;
+/// Pod Security `restricted` with a read-only root, an `emptyDir` at [`WORK_MOUNT`],
+/// [`REQUESTS`] and [`LIMITS`]; no service account token; [`ACTIVE_DEADLINE_SECONDS`].
 ///
 /// # Errors
 /// When the migration lacks a uid or namespace.
-pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
+pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job> {
     let meta = super::child_meta(vmm, names::job_name(vmm))?;
     let src = &vmm.spec.source.endpoint;
     let staging = &vmm.spec.staging;
@@ -120,22 +157,21 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
         .unwrap_or_default();
     let vs_secret = &src.credentials_secret_ref.name;
     let s3_secret = &staging.credentials_secret_ref.name;
-    let mut env_vars = vec![
-        plain(env::VSPHERE_URL, src.url.clone()),
+    let env_vars = vec![
+        from_secret(env::VSPHERE_URL, vs_secret, keys::VSPHERE_URL_KEY),
         from_secret(env::VSPHERE_USERNAME, vs_secret, keys::VSPHERE_USERNAME_KEY),
         from_secret(env::VSPHERE_PASSWORD, vs_secret, keys::VSPHERE_PASSWORD_KEY),
-    ];
-    if let Some(t) = &src.thumbprint {
-        env_vars.push(plain(env::VSPHERE_THUMBPRINT, t.clone()));
-    }
-    if src.insecure_skip_tls_verify {
-        env_vars.push(plain(env::VSPHERE_INSECURE, "true"));
-    }
-    env_vars.extend([
+        from_secret_if_set(
+            env::VSPHERE_THUMBPRINT,
+            vs_secret,
+            keys::VSPHERE_THUMBPRINT_KEY,
+        ),
+        from_secret_if_set(env::VSPHERE_CACERT, vs_secret, keys::CA_CERT_KEY),
+        from_secret_if_set(env::VSPHERE_INSECURE, vs_secret, keys::INSECURE_KEY),
         plain(env::VM_MOREF, moref),
         plain(env::FORMAT, vmm.spec.conversion.format.as_str()),
-        plain(env::S3_ENDPOINT, staging.endpoint.clone()),
-        plain(env::S3_BUCKET, staging.bucket.clone()),
+        from_secret(env::S3_ENDPOINT, s3_secret, keys::S3_ENDPOINT_KEY),
+        from_secret(env::S3_BUCKET, s3_secret, keys::S3_BUCKET_KEY),
         plain(env::S3_REGION, staging.region.clone()),
         from_secret(env::S3_ACCESS_KEY_ID, s3_secret, keys::S3_ACCESS_KEY_ID_KEY),
         from_secret(
@@ -143,24 +179,52 @@ pub fn conversion_job(vmm: &VirtualMachineMigration) -> Result<Job> {
             s3_secret,
             keys::S3_SECRET_ACCESS_KEY_KEY,
         ),
-    ]);
+        from_secret_if_set(env::S3_CACERT, s3_secret, keys::CA_CERT_KEY),
+    ];
     let container = Container {
         name: "convert".to_owned(),
-        image: Some(vmm.spec.conversion.image.clone()),
+        image: Some(image.to_owned()),
         command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(converter_args(vmm)),
         env: Some(env_vars),
         volume_mounts: Some(vec![VolumeMount {
             name: "scratch".to_owned(),
-            mount_path: "/tmp".to_owned(),
+            mount_path: WORK_MOUNT.to_owned(),
             ..VolumeMount::default()
         }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&REQUESTS)),
+            limits: Some(quantities(&LIMITS)),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            ..SecurityContext::default()
+        }),
         ..Container::default()
     };
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some("Never".to_owned()),
         automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            fs_group: Some(RUN_AS_USER),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
+        }),
         volumes: Some(vec![Volume {
             name: "scratch".to_owned(),
             empty_dir: Some(EmptyDirVolumeSource {
@@ -271,17 +335,14 @@ mod tests {
 
     #[test]
     fn the_job_runs_the_converter_with_secrets_by_reference() {
-        let job = conversion_job(&discovered()).unwrap();
+        let job = conversion_job(&discovered(), "reg.example/ferry:1").unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("web-1-convert"));
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(BACKOFF_LIMIT));
         let pod = spec.template.spec.unwrap();
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
         let c = &pod.containers[0];
-        assert_eq!(
-            c.image.as_deref(),
-            Some(ferry_crds::conversion::DEFAULT_CONVERTER_IMAGE)
-        );
+        assert_eq!(c.image.as_deref(), Some("reg.example/ferry:1"));
         assert_eq!(
             c.command.as_deref(),
             Some(&["ferry-controller".to_owned()][..])
@@ -300,33 +361,55 @@ mod tests {
         let env = c.env.clone().unwrap();
         let get = |n: &str| env.iter().find(|e| e.name == n).cloned().unwrap();
         assert_eq!(get(env::VM_MOREF).value.as_deref(), Some("vm-42"));
-        assert_eq!(
-            get(env::VSPHERE_THUMBPRINT).value.as_deref(),
-            Some(ferry_crds::fixtures::THUMBPRINT)
-        );
-        let pw = get(env::VSPHERE_PASSWORD)
-            .value_from
-            .unwrap()
-            .secret_key_ref
-            .unwrap();
-        assert_eq!(
-            (pw.name.as_str(), pw.key.as_str()),
-            ("vsphere-credentials", "password")
-        );
-        let sk = get(env::S3_SECRET_ACCESS_KEY)
-            .value_from
-            .unwrap()
-            .secret_key_ref
-            .unwrap();
-        assert_eq!(
-            (sk.name.as_str(), sk.key.as_str()),
-            ("s3-credentials", "secretAccessKey")
-        );
+        let from = |n: &str| {
+            let r = get(n).value_from.unwrap().secret_key_ref.unwrap();
+            (r.name, r.key, r.optional)
+        };
+        // The endpoints come from the Secrets, like the credentials: never from the spec.
+        for (var, secret, key, optional) in [
+            (env::VSPHERE_URL, "vsphere-credentials", "url", false),
+            (
+                env::VSPHERE_PASSWORD,
+                "vsphere-credentials",
+                "password",
+                false,
+            ),
+            (
+                env::VSPHERE_THUMBPRINT,
+                "vsphere-credentials",
+                "thumbprint",
+                true,
+            ),
+            (env::VSPHERE_CACERT, "vsphere-credentials", "cacert", true),
+            (
+                env::VSPHERE_INSECURE,
+                "vsphere-credentials",
+                "insecureSkipTLSVerify",
+                true,
+            ),
+            (env::S3_ENDPOINT, "s3-credentials", "endpoint", false),
+            (env::S3_BUCKET, "s3-credentials", "bucket", false),
+            (
+                env::S3_SECRET_ACCESS_KEY,
+                "s3-credentials",
+                "secretAccessKey",
+                false,
+            ),
+            (env::S3_CACERT, "s3-credentials", "cacert", true),
+        ] {
+            assert_eq!(
+                from(var),
+                (secret.into(), key.into(), Some(optional)),
+                "{var}"
+            );
+        }
         assert!(
-            env.iter()
-                .all(|e| e.value.as_deref().is_none_or(|v| !v.contains("secret")))
+            env.iter().all(|e| e
+                .value
+                .as_deref()
+                .is_none_or(|v| !v.contains("secret") && !v.contains("://"))),
+            "no credential and no endpoint in plain values"
         );
-        assert!(!env.iter().any(|e| e.name == env::VSPHERE_INSECURE));
         let scratch = pod.volumes.as_ref().unwrap()[0].empty_dir.clone().unwrap();
         assert_eq!(
             scratch.size_limit,
@@ -343,7 +426,7 @@ mod tests {
         let two_disks = crate::convert::scratch::work_volume_bytes(true, &[64 << 20, 64 << 20]);
         assert_eq!(need, two_disks);
         assert!(need > 128 << 20, "{need}: both 64 MiB disks fit");
-        let mut job = conversion_job(&vmm).unwrap();
+        let mut job = conversion_job(&vmm, "img").unwrap();
         let limit = |job: &Job| {
             let pod = job.spec.clone().unwrap().template.spec.unwrap();
             let v = pod.volumes.unwrap()[0].empty_dir.clone().unwrap();
@@ -368,6 +451,37 @@ mod tests {
                 Some((100u64 << 20).to_string()),
                 Some((1u64 << 20).to_string())
             )
+        );
+    }
+
+    #[test]
+    fn the_pod_is_restricted_with_a_read_only_root_limits_and_a_deadline() {
+        let job = conversion_job(&discovered(), "img").unwrap();
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.active_deadline_seconds, Some(ACTIVE_DEADLINE_SECONDS));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let psc = pod.security_context.unwrap();
+        assert_eq!(
+            (psc.run_as_non_root, psc.run_as_user),
+            (Some(true), Some(RUN_AS_USER))
+        );
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let c = &pod.containers[0];
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+        let r = c.resources.clone().unwrap();
+        assert_eq!(r.requests.unwrap()["memory"].0, "256Mi");
+        assert_eq!(r.limits.unwrap()["memory"].0, "1Gi");
+        let mount = &c.volume_mounts.clone().unwrap()[0];
+        assert_eq!(mount.mount_path, WORK_MOUNT);
+        let vol = &pod.volumes.unwrap()[0];
+        assert_eq!(vol.name, mount.name);
+        assert!(
+            vol.empty_dir.is_some(),
+            "the only writable place is an emptyDir"
         );
     }
 }

@@ -1,10 +1,12 @@
-//! The Secret CDI's S3 importer reads: the staging credentials under CDI's own key names.
+//! The Secret CDI's S3 importer reads: the staging credentials under CDI's own key names; and,
+//! for an https staging endpoint with a private CA, the ConfigMap of that CA (CDI's
+//! `certConfigMap`).
 
 use std::collections::BTreeMap;
 
 use ferry_crds::VirtualMachineMigration;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -19,6 +21,29 @@ pub const CDI_SECRET_KEY: &str = "secretKey";
 /// 253 characters long, so no cutting is needed for a migration name of at most 63).
 pub fn s3_secret_name(vmm: &VirtualMachineMigration) -> String {
     format!("{}-staging-s3", vmm.name_any())
+}
+
+/// Name of the CA ConfigMap of a migration's staging endpoint: `<migration>-staging-ca`.
+pub fn s3_ca_config_map_name(vmm: &VirtualMachineMigration) -> String {
+    format!("{}-staging-ca", vmm.name_any())
+}
+
+/// Key of the PEM bundle in the CA ConfigMap (CDI reads every key as a PEM file).
+pub const CA_CONFIG_MAP_KEY: &str = "ca.pem";
+
+/// The ConfigMap holding the staging endpoint's CA bundle for CDI, owned by `vmm`.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn cdi_ca_config_map(vmm: &VirtualMachineMigration, pem: &str) -> Result<ConfigMap> {
+    Ok(ConfigMap {
+        metadata: super::child_meta(vmm, s3_ca_config_map_name(vmm))?,
+        data: Some(BTreeMap::from([(
+            CA_CONFIG_MAP_KEY.to_owned(),
+            pem.to_owned(),
+        )])),
+        ..ConfigMap::default()
+    })
 }
 
 /// S3 credentials, read from the `spec.staging.credentialsSecretRef` Secret.
@@ -73,5 +98,13 @@ mod tests {
             !format!("{creds:?}").contains("SK"),
             "the secret key is never printed"
         );
+    }
+
+    #[test]
+    fn the_ca_config_map_carries_the_bundle_for_cdi() {
+        let m = cdi_ca_config_map(&migration("web-1"), "PEM").unwrap();
+        assert_eq!(m.metadata.name.as_deref(), Some("web-1-staging-ca"));
+        assert_eq!(m.data.unwrap()[CA_CONFIG_MAP_KEY], "PEM");
+        assert_eq!(m.metadata.owner_references.unwrap()[0].name, "web-1");
     }
 }

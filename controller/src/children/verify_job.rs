@@ -106,8 +106,8 @@ pub fn volume_arg(v: &VerifyVolume) -> String {
 /// The verification Job of `vmm` ([`names::verify_job_name`]) over `volumes`.
 ///
 /// # Guarantees
-/// Owned by and labelled with the migration (pod template too); image from
-/// `spec.conversion.image`; every claim mounted read-only; no service account token; Pod
+/// Owned by and labelled with the migration (pod template too); `image`: the converter's (the
+/// controller's own or an allowed one, as the conversion Job ran); every claim mounted read-only; no service account token; Pod
 /// Security `restricted`; exit code [`PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
 /// the termination message falls back to the log's tail, where the program writes both sums.
 ///
@@ -117,6 +117,7 @@ pub fn verification_job(
     vmm: &VirtualMachineMigration,
     volumes: &[VerifyVolume],
     role: Role,
+    image: &str,
 ) -> Result<Job> {
     let mut meta = super::child_meta(vmm, names::verify_job_name(vmm))?;
     meta.annotations = Some(BTreeMap::from([(
@@ -155,7 +156,7 @@ pub fn verification_job(
     }
     let container = Container {
         name: CONTAINER.to_owned(),
-        image: Some(vmm.spec.conversion.image.clone()),
+        image: Some(image.to_owned()),
         command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(args),
         volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
@@ -244,7 +245,7 @@ mod tests {
                 sha256: sha.clone(),
             },
         ];
-        let job = verification_job(&migration("web-1"), &vols, Role::Verify).unwrap();
+        let job = verification_job(&migration("web-1"), &vols, Role::Verify, "img").unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("web-1-verify"));
         assert_eq!(
             job.metadata.annotations.as_ref().unwrap()[ROLE_ANNOTATION],
@@ -305,7 +306,7 @@ mod tests {
             rule.on_exit_codes.as_ref().unwrap().values,
             vec![PERMANENT_EXIT_CODE]
         );
-        let bind = verification_job(&migration("web-1"), &vols, Role::Bind).unwrap();
+        let bind = verification_job(&migration("web-1"), &vols, Role::Bind, "img").unwrap();
         assert_eq!(
             Role::parse(
                 bind.metadata

@@ -91,7 +91,15 @@ impl Ctx<'_> {
         ticker.abort();
         let _ = ticker.await;
         match outcome {
-            Ok((up, raw_sha256, path, virtual_size, downloaded, scratch_peak, allocation_known)) => {
+            Ok((
+                up,
+                raw_sha256,
+                path,
+                virtual_size,
+                downloaded,
+                scratch_peak,
+                allocation_known,
+            )) => {
                 let mut r = writer.base.clone();
                 r.state = RecordState::Staged;
                 r.stage = "staged".into();

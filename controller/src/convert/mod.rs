@@ -46,6 +46,7 @@ pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
 use crate::children::job::env;
 use crate::staging::{self, DiskRecord, Staging, StagingConfig};
+use crate::tls::CaBundle;
 use crate::vsphere::{self, DatastorePath, Endpoint, Session, Thumbprint, TlsPolicy, VmInfo};
 
 /// Environment variables of the converter beyond the Job contract in [`crate::children::job::env`].
@@ -148,6 +149,9 @@ pub struct ConvertArgs {
     /// Pinned SHA-1 or SHA-256 thumbprint of the vSphere certificate.
     #[arg(long, env = env::VSPHERE_THUMBPRINT)]
     pub thumbprint: Option<String>,
+    /// PEM bundle of the CAs that sign the vSphere certificate (a CA-signed vCenter).
+    #[arg(long, env = env::VSPHERE_CACERT)]
+    pub cacert: Option<String>,
     /// Skip TLS verification of vSphere (labs only).
     #[arg(long, env = env::VSPHERE_INSECURE)]
     pub insecure: bool,
@@ -174,6 +178,9 @@ pub struct ConvertArgs {
     pub s3_secret_key: SecretString,
     #[arg(long, env = extra_env::S3_PREFIX, default_value = "")]
     pub s3_prefix: String,
+    /// PEM bundle of the CAs that sign an https S3 endpoint's certificate (a private CA).
+    #[arg(long, env = env::S3_CACERT)]
+    pub s3_cacert: Option<String>,
     #[arg(long, env = extra_env::WORK_DIR, default_value = "/tmp/ferry-convert")]
     pub work_dir: PathBuf,
     #[arg(long, env = extra_env::QEMU_IMG, default_value = "qemu-img")]
@@ -187,20 +194,24 @@ pub struct ConvertArgs {
 }
 
 impl ConvertArgs {
-    /// The TLS policy the arguments ask for: a thumbprint wins over `insecure`; neither means
-    /// the platform trust store.
+    /// The TLS policy the arguments ask for: a thumbprint, else a CA bundle, else `insecure`;
+    /// none of them means the platform trust store.
     pub fn tls_policy(&self) -> Result<TlsPolicy, Error> {
-        match self
-            .thumbprint
-            .as_deref()
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        {
-            Some(t) => Thumbprint::parse(t)
+        let given = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        match (given(&self.thumbprint), given(&self.cacert)) {
+            (Some(t), _) => Thumbprint::parse(&t)
                 .map(TlsPolicy::Thumbprint)
                 .map_err(|e| Error::Usage(e.to_string())),
-            None if self.insecure => Ok(TlsPolicy::Insecure),
-            None => Ok(TlsPolicy::SystemRoots),
+            (None, Some(pem)) => CaBundle::from_pem(&pem)
+                .map(TlsPolicy::CaBundle)
+                .map_err(|e| Error::Usage(format!("--cacert: {e}"))),
+            (None, None) if self.insecure => Ok(TlsPolicy::Insecure),
+            (None, None) => Ok(TlsPolicy::SystemRoots),
         }
     }
 
@@ -221,6 +232,7 @@ impl ConvertArgs {
             access_key: self.s3_access_key.clone(),
             secret_key: self.s3_secret_key.clone(),
             prefix: self.s3_prefix.clone(),
+            ca_bundle: self.s3_cacert.clone().filter(|c| !c.trim().is_empty()),
         }
     }
 }
@@ -580,6 +592,7 @@ mod tests {
                 let a = cli.args;
                 let tls = match a.tls_policy() {
                     Ok(TlsPolicy::Thumbprint(_)) => "thumbprint",
+                    Ok(TlsPolicy::CaBundle(_)) => "cabundle",
                     Ok(TlsPolicy::Insecure) => "insecure",
                     Ok(TlsPolicy::SystemRoots) => "system",
                     Err(_) => "invalid",
@@ -699,6 +712,18 @@ mod tests {
         env.retain(|(k, _)| *k != env::VSPHERE_INSECURE);
         env.push((env::VSPHERE_INSECURE, "false"));
         assert!(parse_in_child(&env, "").contains("tls=system"));
+        // The Secret's cacert (a CA-signed vCenter) wins over insecure, a thumbprint over both.
+        let ca = include_str!("../testdata/test-ca.pem");
+        env.push((env::VSPHERE_CACERT, ca));
+        env.push((env::VSPHERE_INSECURE, "true"));
+        assert!(parse_in_child(&env, "").contains("tls=cabundle"));
+        env.push((env::VSPHERE_THUMBPRINT, sha1.as_str()));
+        assert!(parse_in_child(&env, "").contains("tls=thumbprint"));
+        env.retain(|(k, _)| ![env::VSPHERE_CACERT, env::VSPHERE_THUMBPRINT].contains(k));
+        env.push((env::VSPHERE_CACERT, "not a certificate"));
+        assert!(parse_in_child(&env, "").contains("tls=invalid"));
+        env.retain(|(k, _)| ![env::VSPHERE_CACERT, env::VSPHERE_INSECURE].contains(k));
+        env.push((env::VSPHERE_INSECURE, "false"));
         env.push((env::VSPHERE_THUMBPRINT, "not-a-thumbprint"));
         assert!(parse_in_child(&env, "").contains("tls=invalid"));
 

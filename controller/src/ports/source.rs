@@ -11,19 +11,33 @@ use secrecy::SecretString;
 use crate::problem::Problem;
 use crate::vsphere;
 
-/// How to log in to vSphere, with the Secret's credentials resolved.
+/// How the vSphere endpoint's certificate is trusted, as its credentials Secret says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceTrust {
+    /// The certificate with this thumbprint.
+    Thumbprint(String),
+    /// Certificates these CAs (PEM) signed, for the URL's host.
+    CaBundle(String),
+    /// Any certificate (the Secret's owner allowed it).
+    Insecure,
+    /// The platform trust store, for the URL's host.
+    SystemRoots,
+}
+
+/// How to log in to vSphere: the endpoint and trust its credentials Secret is bound to, and the
+/// credentials.
 #[derive(Clone, Debug)]
 pub struct SourceLogin {
+    /// The Secret it comes from (for messages).
+    pub secret: String,
     /// SDK URL.
     pub url: String,
     /// User.
     pub username: String,
     /// Password.
     pub password: SecretString,
-    /// Pinned thumbprint.
-    pub thumbprint: Option<String>,
-    /// Skip TLS verification.
-    pub insecure: bool,
+    /// How the endpoint is trusted.
+    pub trust: SourceTrust,
 }
 
 /// What the source said about a VM.
@@ -95,7 +109,7 @@ fn problem_of(e: &vsphere::Error) -> Problem {
     match e {
         E::Unreachable { .. } => Problem::transient(
             Reason::EndpointUnreachable,
-            format!("{msg}; check spec.source.url and the network"),
+            format!("{msg}; check the vSphere URL and the network"),
         ),
         E::ThumbprintMismatch { .. } | E::TlsUntrusted { .. } => {
             Problem::permanent(Reason::ThumbprintMismatch, msg)
@@ -110,7 +124,7 @@ fn problem_of(e: &vsphere::Error) -> Problem {
         E::Ambiguous { .. } => Problem::permanent(Reason::VMAmbiguous, msg),
         E::Invalid(_) => Problem::permanent(
             Reason::EndpointUnreachable,
-            format!("{msg}; check spec.source.url"),
+            format!("{msg}; check the vSphere URL"),
         ),
         _ if e.is_transient() => Problem::transient(Reason::TransientError, msg),
         _ => Problem::permanent(Reason::TransientError, msg),
@@ -118,18 +132,25 @@ fn problem_of(e: &vsphere::Error) -> Problem {
 }
 
 fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
-    let tls = if let Some(t) = &login.thumbprint {
-        let t = vsphere::Thumbprint::parse(t).map_err(|e| {
-            Problem::permanent(
-                Reason::ThumbprintMismatch,
-                format!("spec.source.thumbprint: {e}"),
-            )
-        })?;
-        vsphere::TlsPolicy::Thumbprint(t)
-    } else if login.insecure {
-        vsphere::TlsPolicy::Insecure
-    } else {
-        vsphere::TlsPolicy::SystemRoots
+    let tls = match &login.trust {
+        SourceTrust::Thumbprint(t) => {
+            vsphere::TlsPolicy::Thumbprint(vsphere::Thumbprint::parse(t).map_err(|e| {
+                Problem::permanent(
+                    Reason::ThumbprintMismatch,
+                    format!("the thumbprint of Secret {}: {e}", login.secret),
+                )
+            })?)
+        }
+        SourceTrust::CaBundle(pem) => {
+            vsphere::TlsPolicy::CaBundle(crate::tls::CaBundle::from_pem(pem).map_err(|e| {
+                Problem::permanent(
+                    Reason::ThumbprintMismatch,
+                    format!("the cacert of Secret {}: {e}", login.secret),
+                )
+            })?)
+        }
+        SourceTrust::Insecure => vsphere::TlsPolicy::Insecure,
+        SourceTrust::SystemRoots => vsphere::TlsPolicy::SystemRoots,
     };
     Ok(vsphere::Endpoint {
         url: login.url.clone(),

@@ -41,9 +41,11 @@ pub struct ConverterProgress {
     pub error: Option<String>,
 }
 
-/// Where staging is, with the Secret's credentials resolved.
+/// Where staging is, as its credentials Secret is bound to, with the credentials.
 #[derive(Clone, Debug)]
 pub struct StagingLogin {
+    /// The Secret it comes from (for messages).
+    pub secret: String,
     /// S3 endpoint URL.
     pub endpoint: String,
     /// Bucket.
@@ -54,6 +56,9 @@ pub struct StagingLogin {
     pub access_key_id: String,
     /// Secret access key.
     pub secret_access_key: SecretString,
+    /// PEM bundle of the CAs that sign an https endpoint's certificate (a private CA); the
+    /// platform trust store when `None`.
+    pub ca_bundle: Option<String>,
 }
 
 /// The S3 staging store.
@@ -96,6 +101,7 @@ fn store(login: &StagingLogin) -> Result<staging::Staging, Problem> {
         access_key: login.access_key_id.clone(),
         secret_key: login.secret_access_key.clone(),
         prefix: String::new(),
+        ca_bundle: login.ca_bundle.clone(),
     })
     .map_err(|e| Problem::permanent(Reason::StagingUnavailable, format!("spec.staging: {e}")))
 }
@@ -139,14 +145,19 @@ impl StagingApi for S3Staging {
             };
             let record = st.record(key).await.map_err(|e| s3_problem(&e))?;
             let record = record.filter(|r| {
-                    r.state == staging::RecordState::Staged
-                        && r.is_staged(&r.source_path, &r.format, o.size)
-                });
+                r.state == staging::RecordState::Staged
+                    && r.is_staged(&r.source_path, &r.format, o.size)
+            });
             let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             Ok(Some(StagedObject {
                 size: i(o.size),
                 sha256: digest(record.as_ref().and_then(|r| r.sha256.as_ref())),
-                raw_sha256: digest(record.as_ref().and_then(|r| r.raw_contents_sha256()).as_ref()),
+                raw_sha256: digest(
+                    record
+                        .as_ref()
+                        .and_then(|r| r.raw_contents_sha256())
+                        .as_ref(),
+                ),
                 virtual_size: record.as_ref().and_then(|r| r.virtual_size).map(i),
             }))
         })

@@ -239,6 +239,7 @@ mod tests {
             dvs: vec![],
             verify: super::super::importing::Verification::default(),
             block: vec![],
+            conflict: None,
         };
         let val = || super::super::validating::Observed {
             vm: super::super::world::VmState::Absent,

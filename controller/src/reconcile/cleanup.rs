@@ -3,18 +3,18 @@
 
 use ferry_crds::{PowerState, names};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use tracing::{info, warn};
 
 use super::checkpoint::Io;
 use super::credentials;
 use super::intents::Cleanup;
-use super::world::staged_keys;
+use super::world::{staged_keys, vmm_uid_label};
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::children::{is_owned_by, secret};
-use crate::kubeio::delete_if_present;
+use crate::kubeio::delete_exact;
 use crate::problem::Problem;
 use crate::{Error, Result};
 
@@ -35,10 +35,10 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
     for step in plan {
         match step {
             Cleanup::Job => {
-                delete_if_present(m, &io.api::<Job>(), &names::job_name(vmm)).await?;
+                delete_owned::<Job>(io, &names::job_name(vmm)).await?;
             }
             Cleanup::VerifyJob => {
-                delete_if_present(m, &io.api::<Job>(), &names::verify_job_name(vmm)).await?;
+                delete_owned::<Job>(io, &names::verify_job_name(vmm)).await?;
             }
             Cleanup::Staging => {
                 if let Some(p) = delete_staging(io).await? {
@@ -50,7 +50,7 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
                 }
             }
             Cleanup::S3Secret => {
-                delete_if_present(m, &io.api::<Secret>(), &secret::s3_secret_name(vmm)).await?;
+                delete_cdi_objects(io).await?;
             }
             Cleanup::UnfinishedDataVolumes | Cleanup::AllDataVolumes => {
                 let dvs = io.api::<DataVolume>();
@@ -62,7 +62,7 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
                     let keep = *step == Cleanup::UnfinishedDataVolumes
                         && cdi::observe(Some(&dv)) == DvState::Succeeded;
                     if !keep && is_owned_by(&dv.metadata, vmm) {
-                        delete_if_present(m, &dvs, &name).await?;
+                        delete_exact(m, &dvs, &name, &dv.uid().unwrap_or_default()).await?;
                     }
                 }
             }
@@ -72,16 +72,17 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
                 if let Some(vm) = vms.get_opt(&name).await?
                     && is_owned_by(&vm.metadata, vmm)
                 {
-                    delete_if_present(m, &vms, &name).await?;
+                    delete_exact(m, &vms, &name, &vm.uid().unwrap_or_default()).await?;
                 }
             }
             Cleanup::Vmi => {
                 let vmis = io.api::<VirtualMachineInstance>();
                 let name = names::vm_name(vmm);
                 if let Some(vmi) = vmis.get_opt(&name).await?
-                    && vmi.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any())
+                    && vmm_uid_label(&vmi).is_some()
+                    && vmm_uid_label(&vmi) == vmm.metadata.uid.as_deref()
                 {
-                    delete_if_present(m, &vmis, &name).await?;
+                    delete_exact(m, &vmis, &name, &vmi.uid().unwrap_or_default()).await?;
                 }
             }
             Cleanup::RestorePower => {
@@ -93,6 +94,37 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
         }
     }
     Ok(unfinished)
+}
+
+/// Deletes `name` of kind `K` if it is still owned by the migration (never an object of the
+/// same name that someone else made); returns whether it asked.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn delete_owned<K>(io: Io<'_>, name: &str) -> Result<bool>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api = io.api::<K>();
+    match api.get_opt(name).await? {
+        Some(o) if is_owned_by(o.meta(), io.vmm) => {
+            delete_exact(&io.ctx.metrics, &api, name, &o.uid().unwrap_or_default()).await
+        }
+        Some(_) | None => Ok(false),
+    }
+}
+
+/// Deletes the CDI S3 Secret and the staging CA ConfigMap of the migration, where they are its.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn delete_cdi_objects(io: Io<'_>) -> Result<()> {
+    delete_owned::<Secret>(io, &secret::s3_secret_name(io.vmm)).await?;
+    delete_owned::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?;
+    Ok(())
 }
 
 /// Deletes every staged object of the migration (absent objects and a missing bucket are fine).

@@ -19,10 +19,10 @@ use super::credentials;
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
-use super::world::staged_keys;
+use super::world::{RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
-use crate::children::job;
+use crate::children::{Ownership, job, ownership};
 use crate::kubeio::create_if_absent;
 use crate::ports::{ConverterProgress, StagedObject};
 use crate::problem::Problem;
@@ -34,7 +34,8 @@ pub struct Converting;
 /// What Converting observes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
-    /// The conversion Job.
+    /// The conversion Job (`Absent` when the name is held by an object not this migration's:
+    /// see `conflict`).
     pub job: JobState,
     /// HEAD of each disk's staged object (`Err` when S3 or its credentials failed).
     pub staged: Vec<Result<Option<StagedObject>, Problem>>,
@@ -43,6 +44,11 @@ pub struct Observed {
     /// The source VM's power state, looked at again before its disks are read (no Job yet) and
     /// once the Job ended; `None` while the Job runs (the converter checks it then).
     pub source_power: Option<Result<PowerState, Problem>>,
+    /// The Job's name held by an object that is not this migration's.
+    pub conflict: Option<Problem>,
+    /// Whether the vSphere credentials Secret may be handed to a converter (opted in, bound to
+    /// the endpoint the spec names).
+    pub credentials: Result<(), Problem>,
 }
 
 /// What Converting does to the world.
@@ -60,12 +66,15 @@ impl Checkpoint for Converting {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let job = job_state::observe(
-            io.api::<Job>()
-                .get_opt(&names::job_name(io.vmm))
-                .await?
-                .as_ref(),
-        );
+        let found = io.api::<Job>().get_opt(&names::job_name(io.vmm)).await?;
+        let (job, conflict) = match found
+            .as_ref()
+            .map(|j| ownership("Job", &j.metadata, io.vmm))
+        {
+            Some(Ownership::Foreign(c)) => (JobState::Absent, Some(c.problem(RENAME_HINT))),
+            Some(Ownership::Ours) | None => (job_state::observe(found.as_ref()), None),
+        };
+        let credentials = credentials::source_login(io).await?.map(|_| ());
         let keys = staged_keys(io.vmm);
         let (staged, progress) = match credentials::staging_login(io).await? {
             Err(p) => (
@@ -93,6 +102,8 @@ impl Checkpoint for Converting {
             staged,
             progress,
             source_power,
+            conflict,
+            credentials,
         })
     }
 
@@ -103,7 +114,16 @@ impl Checkpoint for Converting {
     async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::CreateJob => {
-                let mut job = job::conversion_job(io.vmm)?;
+                let image = match io
+                    .ctx
+                    .policy
+                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
+                {
+                    Ok(i) => i,
+                    // The decision creates the Job only with an allowed image.
+                    Err(_) => return Ok(None),
+                };
+                let mut job = job::conversion_job(io.vmm, &image)?;
                 let p = &io.ctx.policy;
                 job::apply_converter_limits(
                     &mut job,
@@ -224,8 +244,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         job,
         staged,
         source_power,
+        conflict,
+        credentials,
         ..
     } = &scope.world;
+    if let Some(p) = conflict {
+        return Outcome::from_problem(scope, p, Some(DiskConverted));
+    }
     match source_power {
         Some(Err(p)) => return Outcome::from_problem(scope, p, Some(DiskConverted)),
         Some(Ok(state @ (PowerState::PoweredOn | PowerState::Suspended))) => {
@@ -264,6 +289,25 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty());
     let n = scope.disk_count();
+    if *job == JobState::Absent && complete.is_none() {
+        // About to hand the credentials to a converter: only opted-in, bound ones, and only to
+        // the controller's image or an allowed one.
+        if let Err(p) = credentials {
+            return Outcome::from_problem(scope, p, Some(DiskConverted));
+        }
+        if let Err(msg) = scope
+            .policy
+            .converter_image_for(scope.vmm.spec.conversion.image.as_deref())
+        {
+            return Outcome::failure(
+                Reason::ConverterImageNotAllowed,
+                msg,
+                false,
+                Phase::Converting,
+                DiskConverted,
+            );
+        }
+    }
     match job {
         JobState::Complete | JobState::Absent if complete.is_some() => {
             let staged = complete.unwrap_or_default();
@@ -441,6 +485,8 @@ mod tests {
                 progress: staged.iter().map(|_| None).collect(),
                 job,
                 staged,
+                conflict: None,
+                credentials: Ok(()),
             },
         })
     }
@@ -577,6 +623,8 @@ mod tests {
                 staged: vec![Ok(None), Ok(None)],
                 progress: vec![Some(rec(50, Some(10))), Some(rec(100, None))],
                 source_power: None,
+                conflict: None,
+                credentials: Ok(()),
             },
         });
         assert_eq!(
@@ -607,6 +655,8 @@ mod tests {
                 staged: vec![Ok(None)],
                 progress: vec![None],
                 source_power: None,
+                conflict: None,
+                credentials: Ok(()),
             },
         });
         let p = o.record.progress.unwrap();
@@ -635,12 +685,61 @@ mod tests {
                     error: Some("disk 0 needs 2.0 GiB of scratch, the volume holds 1.0 GiB".into()),
                 })],
                 source_power: None,
+                conflict: None,
+                credentials: Ok(()),
             },
         });
         let Step::Fail { message, .. } = &o.step else {
             panic!("{:?}", o.step)
         };
         assert!(message.contains("needs 2.0 GiB of scratch"), "{message}");
+    }
+
+    #[test]
+    fn no_job_without_usable_credentials_an_allowed_image_and_a_free_name() {
+        let base = || {
+            let vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+            Scope {
+                vmm,
+                now: ts(0).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    job: JobState::Absent,
+                    staged: vec![Ok(None)],
+                    conflict: None,
+                    credentials: Ok(()),
+                    progress: vec![None],
+                    source_power: None,
+                },
+            }
+        };
+        assert_eq!(decide(&base()).step, Step::Act(vec![Action::CreateJob]));
+        let fails_with = |scope: Scope<Observed>| match decide(&scope).step {
+            Step::Fail { reason, .. } => Some(reason),
+            _ => None,
+        };
+        let mut s = base();
+        s.world.credentials = Err(Problem::permanent(
+            Reason::CredentialsNotAllowed,
+            "unlabelled",
+        ));
+        assert_eq!(fails_with(s), Some(Reason::CredentialsNotAllowed));
+        let mut s = base();
+        s.vmm.spec.conversion.image = Some("evil.example/x:1".into());
+        assert_eq!(fails_with(s), Some(Reason::ConverterImageNotAllowed));
+        let mut s = base();
+        s.vmm.spec.conversion.image = Some("evil.example/x:1".into());
+        s.policy.allowed_converter_images = vec!["evil.example/x:1".into()];
+        assert_eq!(decide(&s).step, Step::Act(vec![Action::CreateJob]));
+        let mut s = base();
+        s.world.conflict = Some(Problem::permanent(Reason::TargetConflict, "Job m-convert"));
+        assert_eq!(fails_with(s), Some(Reason::TargetConflict));
+        // A running Job of ours is not stopped by a later change of the Secret.
+        let mut s = base();
+        s.world.job = JobState::Running { failed: 0 };
+        s.world.credentials = Err(Problem::permanent(Reason::CredentialsNotAllowed, "x"));
+        assert!(matches!(decide(&s).step, Step::Wait { .. }));
     }
 
     #[test]
@@ -687,6 +786,8 @@ mod tests {
                     staged,
                     source_power: Some(Ok(PowerState::PoweredOn)),
                     progress: vec![None],
+                    conflict: None,
+                    credentials: Ok(()),
                 },
             })
         };
@@ -730,6 +831,8 @@ mod tests {
                 staged: vec![obj(Some("aa"))],
                 source_power: Some(Err(Problem::transient(Reason::EndpointUnreachable, "down"))),
                 progress: vec![None],
+                conflict: None,
+                credentials: Ok(()),
             },
         });
         assert!(

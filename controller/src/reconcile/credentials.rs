@@ -1,99 +1,530 @@
 //! The credentials a migration names, read from their Secrets once per reconcile and handed to
-//! whatever acts with them.
+//! whatever acts with them — bound to what their owner allowed.
+//!
+//! A credential is used only where the Secret's owner said: the Secret must carry the opt-in
+//! label [`names::CREDENTIALS_LABEL`], and it names the one endpoint its credentials go to (the
+//! vSphere Secret its `url` and how to trust it, the S3 Secret its `endpoint` and `bucket`). A
+//! migration whose spec names anything else fails before any connection is made: whoever may
+//! create a migration cannot point someone else's password at an endpoint of their choosing.
+//! The decisions are the pure [`bind_source`] and [`bind_staging`]; reading is at the edge.
 
-use ferry_crds::{Reason, secret as keys};
+use std::collections::BTreeMap;
+
+use ferry_crds::{Reason, SourceEndpoint, StagingSpec, names, secret as keys};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use secrecy::SecretString;
 
 use super::checkpoint::Io;
 use crate::Result;
-use crate::ports::{SourceLogin, StagingLogin};
+use crate::ports::{SourceLogin, SourceTrust, StagingLogin};
 use crate::problem::Problem;
+use crate::tls::{CaBundle, Thumbprint};
 
-async fn secret_data(
-    io: Io<'_>,
-    name: &str,
-    wanted: &[&str],
-    what: &str,
-) -> Result<Result<Vec<String>, Problem>> {
-    let Some(s) = io.api::<Secret>().get_opt(name).await? else {
-        return Ok(Err(Problem::transient(
+/// What a credentials Secret holds, as far as binding needs it: its name, whether its owner
+/// opted it in, and its keys (values trimmed, empty ones dropped).
+#[derive(Clone)]
+pub struct SecretData {
+    /// The Secret's name.
+    pub name: String,
+    /// Whether it carries the opt-in label.
+    pub opted_in: bool,
+    /// Its data.
+    pub data: BTreeMap<String, String>,
+}
+
+/// Names and whether opted in, never the values.
+impl std::fmt::Debug for SecretData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretData")
+            .field("name", &self.name)
+            .field("opted_in", &self.opted_in)
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl SecretData {
+    /// The view of a Secret read from the API.
+    pub fn of(secret: &Secret) -> Self {
+        let data = secret
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).trim().to_owned()))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        Self {
+            name: secret.name_any(),
+            opted_in: secret
+                .labels()
+                .get(names::CREDENTIALS_LABEL)
+                .map(String::as_str)
+                == Some(names::CREDENTIALS_LABEL_VALUE),
+            data,
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.data.get(key).map(String::as_str)
+    }
+
+    /// The value of a key the binding cannot do without.
+    fn require(&self, key: &str, what: &str) -> Result<String, Problem> {
+        self.get(key).map(str::to_owned).ok_or_else(|| {
+            Problem::transient(
+                Reason::SecretNotFound,
+                format!("Secret {} ({what}) has no key {key:?}; add it", self.name),
+            )
+        })
+    }
+
+    /// Refuses a Secret its owner did not opt in.
+    fn opt_in(&self, what: &str) -> Result<(), Problem> {
+        if self.opted_in {
+            return Ok(());
+        }
+        Err(Problem::permanent(
+            Reason::CredentialsNotAllowed,
+            format!(
+                "Secret {} ({what}) is not labelled {}={}: ferry uses only Secrets their owner marked for it, and sent nothing. If it is meant for migrations, its owner labels it, then raise spec.retry",
+                self.name,
+                names::CREDENTIALS_LABEL,
+                names::CREDENTIALS_LABEL_VALUE
+            ),
+        ))
+    }
+}
+
+fn mismatch(secret: &str, what: String) -> Problem {
+    Problem::permanent(
+        Reason::CredentialsMismatch,
+        format!("{what}; nothing was sent. Secret {secret} is bound to its own endpoint only"),
+    )
+}
+
+/// The vSphere endpoint's identity in one form: `https://host[:port]/sdk`.
+fn sdk(url: &str) -> Option<String> {
+    crate::vsphere::sdk_url(url).ok().map(|u| u.to_string())
+}
+
+/// The vSphere login `spec` may use with the Secret `s`. Pure.
+///
+/// # Guarantees
+/// * The login's URL and trust are the Secret's: `url`, then trust by `thumbprint`, else
+///   `cacert`, else `insecureSkipTLSVerify: "true"`, else the platform trust store (the order
+///   the converter applies to the same keys).
+/// * `spec.source.url`, `thumbprint` and `insecureSkipTLSVerify`, when set, must say the same as
+///   the Secret, else [`Reason::CredentialsMismatch`]; an unlabelled Secret is
+///   [`Reason::CredentialsNotAllowed`]. Both are permanent: nothing is sent anywhere.
+///
+/// # Errors
+/// The [`Problem`] that stops the migration.
+pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin, Problem> {
+    const WHAT: &str = "vSphere credentials";
+    s.opt_in(WHAT)?;
+    let username = s.require(keys::VSPHERE_USERNAME_KEY, WHAT)?;
+    let password = s.require(keys::VSPHERE_PASSWORD_KEY, WHAT)?;
+    let url = s.require(keys::VSPHERE_URL_KEY, WHAT)?;
+    let Some(bound) = sdk(&url) else {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "the url {url:?} of Secret {} is not an https vSphere URL",
+                s.name
+            ),
+        ));
+    };
+    if let Some(wanted) = spec.url.as_deref()
+        && sdk(wanted).as_deref() != Some(bound.as_str())
+    {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "spec.source.url is {wanted}, but Secret {} holds credentials for {bound}: leave spec.source.url out to use the Secret's, or name the Secret of that vCenter",
+                s.name
+            ),
+        ));
+    }
+    let trust = match (
+        s.get(keys::VSPHERE_THUMBPRINT_KEY),
+        s.get(keys::CA_CERT_KEY),
+        s.get(keys::INSECURE_KEY),
+    ) {
+        (Some(t), _, _) => SourceTrust::Thumbprint(t.to_owned()),
+        (None, Some(pem), _) => SourceTrust::CaBundle(pem.to_owned()),
+        (None, None, Some(v)) if v.eq_ignore_ascii_case("true") => SourceTrust::Insecure,
+        (None, None, _) => SourceTrust::SystemRoots,
+    };
+    if let Some(wanted) = spec.thumbprint.as_deref() {
+        let same = match &trust {
+            SourceTrust::Thumbprint(t) => {
+                matches!((Thumbprint::parse(wanted), Thumbprint::parse(t)), (Ok(a), Ok(b)) if a == b)
+            }
+            SourceTrust::CaBundle(_) | SourceTrust::Insecure | SourceTrust::SystemRoots => false,
+        };
+        if !same {
+            return Err(mismatch(
+                &s.name,
+                format!(
+                    "spec.source.thumbprint {wanted} is not the thumbprint Secret {} pins ({}): leave spec.source.thumbprint out, or fix the Secret",
+                    s.name,
+                    trust_words(&trust)
+                ),
+            ));
+        }
+    }
+    if spec.insecure_skip_tls_verify && trust != SourceTrust::Insecure {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "spec.source.insecureSkipTLSVerify is true, but Secret {} does not allow skipping TLS verification ({})",
+                s.name,
+                trust_words(&trust)
+            ),
+        ));
+    }
+    if let SourceTrust::CaBundle(pem) = &trust {
+        CaBundle::from_pem(pem).map_err(|e| {
+            mismatch(
+                &s.name,
+                format!("the cacert of Secret {} is unusable: {e}", s.name),
+            )
+        })?;
+    }
+    Ok(SourceLogin {
+        secret: s.name.clone(),
+        url: bound,
+        username,
+        password: SecretString::from(password),
+        trust,
+    })
+}
+
+fn trust_words(t: &SourceTrust) -> String {
+    match t {
+        SourceTrust::Thumbprint(p) => format!("it pins {p}"),
+        SourceTrust::CaBundle(_) => "it trusts a CA bundle".to_owned(),
+        SourceTrust::Insecure => "it allows any certificate".to_owned(),
+        SourceTrust::SystemRoots => "it trusts the platform's CAs".to_owned(),
+    }
+}
+
+/// An S3 endpoint's identity in one form: scheme, lowercased host, port, path without the
+/// trailing `/`.
+fn s3_endpoint(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url.trim()).ok()?;
+    let host = u.host_str()?.to_ascii_lowercase();
+    let port = u.port_or_known_default()?;
+    Some(format!(
+        "{}://{host}:{port}{}",
+        u.scheme(),
+        u.path().trim_end_matches('/')
+    ))
+}
+
+/// The staging login `spec` may use with the Secret `s`. Pure.
+///
+/// # Guarantees
+/// `spec.staging.endpoint` and `bucket` must be the Secret's `endpoint` and `bucket`, else
+/// [`Reason::CredentialsMismatch`]; an unlabelled Secret is [`Reason::CredentialsNotAllowed`];
+/// the Secret's `cacert`, when present, is a usable CA bundle.
+///
+/// # Errors
+/// The [`Problem`] that stops the migration.
+pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, Problem> {
+    const WHAT: &str = "staging credentials";
+    s.opt_in(WHAT)?;
+    let access_key_id = s.require(keys::S3_ACCESS_KEY_ID_KEY, WHAT)?;
+    let secret_access_key = s.require(keys::S3_SECRET_ACCESS_KEY_KEY, WHAT)?;
+    let endpoint = s.require(keys::S3_ENDPOINT_KEY, WHAT)?;
+    let bucket = s.require(keys::S3_BUCKET_KEY, WHAT)?;
+    let (Some(bound), wanted) = (s3_endpoint(&endpoint), s3_endpoint(&spec.endpoint)) else {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "the endpoint {endpoint:?} of Secret {} is not an http(s) URL",
+                s.name
+            ),
+        ));
+    };
+    if wanted.as_deref() != Some(bound.as_str()) {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "spec.staging.endpoint is {}, but Secret {} holds keys for {endpoint}: use the Secret of that endpoint",
+                spec.endpoint, s.name
+            ),
+        ));
+    }
+    if spec.bucket != bucket {
+        return Err(mismatch(
+            &s.name,
+            format!(
+                "spec.staging.bucket is {}, but Secret {} holds keys for bucket {bucket}",
+                spec.bucket, s.name
+            ),
+        ));
+    }
+    let ca_bundle = s.get(keys::CA_CERT_KEY).map(str::to_owned);
+    if let Some(pem) = &ca_bundle {
+        CaBundle::from_pem(pem).map_err(|e| {
+            mismatch(
+                &s.name,
+                format!("the cacert of Secret {} is unusable: {e}", s.name),
+            )
+        })?;
+    }
+    Ok(StagingLogin {
+        secret: s.name.clone(),
+        endpoint: spec.endpoint.clone(),
+        bucket,
+        region: spec.region.clone(),
+        access_key_id,
+        secret_access_key: SecretString::from(secret_access_key),
+        ca_bundle,
+    })
+}
+
+/// Reads the Secret `name` of the migration's namespace.
+async fn read(io: Io<'_>, name: &str, what: &str) -> Result<Result<SecretData, Problem>> {
+    Ok(match io.api::<Secret>().get_opt(name).await? {
+        Some(s) => Ok(SecretData::of(&s)),
+        None => Err(Problem::transient(
             Reason::SecretNotFound,
             format!(
                 "Secret {name} ({what}) not found in namespace {}; create it",
                 io.vmm.namespace().unwrap_or_default()
             ),
-        )));
-    };
-    let data = s.data.unwrap_or_default();
-    let mut out = Vec::with_capacity(wanted.len());
-    for k in wanted {
-        match data
-            .get(*k)
-            .map(|b| String::from_utf8_lossy(&b.0).trim().to_owned())
-            .filter(|v| !v.is_empty())
-        {
-            Some(v) => out.push(v),
-            None => {
-                return Ok(Err(Problem::transient(
-                    Reason::SecretNotFound,
-                    format!("Secret {name} ({what}) has no key {k:?}; add it"),
-                )));
-            }
-        }
-    }
-    Ok(Ok(out))
+        )),
+    })
 }
 
-/// The vSphere login from `spec.source` and its Secret.
+/// The vSphere login from `spec.source` and its Secret, bound by [`bind_source`].
 ///
 /// # Errors
-/// Kubernetes API errors; a missing Secret or key is a [`Problem`].
+/// Kubernetes API errors; a missing, unlabelled or mismatched Secret is a [`Problem`].
 pub async fn source_login(io: Io<'_>) -> Result<Result<SourceLogin, Problem>> {
     let ep = &io.vmm.spec.source.endpoint;
-    let data = secret_data(
-        io,
-        &ep.credentials_secret_ref.name,
-        &[keys::VSPHERE_USERNAME_KEY, keys::VSPHERE_PASSWORD_KEY],
-        "vSphere credentials",
+    Ok(
+        read(io, &ep.credentials_secret_ref.name, "vSphere credentials")
+            .await?
+            .and_then(|s| bind_source(ep, &s)),
     )
-    .await?;
-    Ok(data.map(|mut v| {
-        let password = v.pop().unwrap_or_default();
-        let username = v.pop().unwrap_or_default();
-        SourceLogin {
-            url: ep.url.clone(),
-            username,
-            password: SecretString::from(password),
-            thumbprint: ep.thumbprint.clone(),
-            insecure: ep.insecure_skip_tls_verify,
-        }
-    }))
 }
 
-/// The staging login from `spec.staging` and its Secret.
+/// The staging login from `spec.staging` and its Secret, bound by [`bind_staging`].
 ///
 /// # Errors
-/// Kubernetes API errors; a missing Secret or key is a [`Problem`].
+/// Kubernetes API errors; a missing, unlabelled or mismatched Secret is a [`Problem`].
 pub async fn staging_login(io: Io<'_>) -> Result<Result<StagingLogin, Problem>> {
     let st = &io.vmm.spec.staging;
-    let data = secret_data(
-        io,
-        &st.credentials_secret_ref.name,
-        &[keys::S3_ACCESS_KEY_ID_KEY, keys::S3_SECRET_ACCESS_KEY_KEY],
-        "staging credentials",
+    Ok(
+        read(io, &st.credentials_secret_ref.name, "staging credentials")
+            .await?
+            .and_then(|s| bind_staging(st, &s)),
     )
-    .await?;
-    Ok(data.map(|mut v| {
-        let secret_access_key = v.pop().unwrap_or_default();
-        let access_key_id = v.pop().unwrap_or_default();
-        StagingLogin {
-            endpoint: st.endpoint.clone(),
-            bucket: st.bucket.clone(),
-            region: st.region.clone(),
-            access_key_id,
-            secret_access_key: SecretString::from(secret_access_key),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::fixtures::{THUMBPRINT, migration};
+    use secrecy::ExposeSecret;
+
+    const VC: &str = "https://127.0.0.1:8989/sdk";
+    const CA: &str = include_str!("../testdata/test-ca.pem");
+
+    fn secret(name: &str, opted_in: bool, kv: &[(&str, &str)]) -> SecretData {
+        SecretData {
+            name: name.into(),
+            opted_in,
+            data: kv
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         }
-    }))
+    }
+
+    fn vc_secret(extra: &[(&str, &str)]) -> SecretData {
+        let mut kv = vec![("username", "u"), ("password", "p4ss"), ("url", VC)];
+        kv.extend_from_slice(extra);
+        secret("vc", true, &kv)
+    }
+
+    fn reason(r: Result<SourceLogin, Problem>) -> Option<(Reason, bool)> {
+        r.err().map(|p| (p.reason, p.transient))
+    }
+
+    #[test]
+    fn the_vsphere_login_goes_only_where_the_secret_says() {
+        let mut ep = migration("m").spec.source.endpoint;
+        ep.thumbprint = None;
+        // The Secret decides URL and trust; the spec may leave both out.
+        let pinned = vc_secret(&[("thumbprint", THUMBPRINT)]);
+        ep.url = None;
+        let l = bind_source(&ep, &pinned).unwrap();
+        assert_eq!(l.url, VC);
+        assert_eq!(l.trust, SourceTrust::Thumbprint(THUMBPRINT.into()));
+        assert_eq!(l.password.expose_secret(), "p4ss");
+        // The same URL written differently is the same endpoint.
+        ep.url = Some("https://127.0.0.1:8989/".into());
+        assert!(bind_source(&ep, &pinned).is_ok());
+        // Repeating the Secret's thumbprint (any case) is fine; another one is not.
+        ep.thumbprint = Some(THUMBPRINT.to_lowercase());
+        assert!(bind_source(&ep, &pinned).is_ok());
+        ep.thumbprint = Some("AB:".repeat(19) + "AB");
+        let e = bind_source(&ep, &pinned).unwrap_err();
+        assert_eq!(
+            (e.reason, e.transient),
+            (Reason::CredentialsMismatch, false)
+        );
+        assert!(
+            e.message.contains("Secret vc") && e.message.contains("nothing was sent"),
+            "{}",
+            e.message
+        );
+        ep.thumbprint = None;
+
+        // Another URL: refused, naming both ends and the Secret.
+        ep.url = Some("https://evil.example:8443/sdk".into());
+        let e = bind_source(&ep, &pinned).unwrap_err();
+        assert_eq!(e.reason, Reason::CredentialsMismatch);
+        assert!(
+            e.message.contains("https://evil.example:8443/sdk") && e.message.contains(VC),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("p4ss"));
+        ep.url = None;
+
+        // Insecure only when the Secret's owner allowed it.
+        ep.insecure_skip_tls_verify = true;
+        assert_eq!(
+            reason(bind_source(&ep, &vc_secret(&[]))),
+            Some((Reason::CredentialsMismatch, false))
+        );
+        let lab = vc_secret(&[("insecureSkipTLSVerify", "true")]);
+        assert_eq!(bind_source(&ep, &lab).unwrap().trust, SourceTrust::Insecure);
+        ep.insecure_skip_tls_verify = false;
+
+        // A CA bundle, checked; nothing named: the platform's CAs.
+        let ca = vc_secret(&[("cacert", CA)]);
+        assert_eq!(
+            bind_source(&ep, &ca).unwrap().trust,
+            SourceTrust::CaBundle(CA.into())
+        );
+        assert_eq!(
+            reason(bind_source(&ep, &vc_secret(&[("cacert", "garbage")]))),
+            Some((Reason::CredentialsMismatch, false))
+        );
+        assert_eq!(
+            bind_source(&ep, &vc_secret(&[])).unwrap().trust,
+            SourceTrust::SystemRoots
+        );
+        // A pin wins over a bundle, as in the converter.
+        let both = vc_secret(&[("cacert", CA), ("thumbprint", THUMBPRINT)]);
+        assert_eq!(
+            bind_source(&ep, &both).unwrap().trust,
+            SourceTrust::Thumbprint(THUMBPRINT.into())
+        );
+    }
+
+    #[test]
+    fn a_secret_its_owner_did_not_opt_in_or_that_lacks_a_key_is_not_used() {
+        let ep = migration("m").spec.source.endpoint;
+        let mut s = vc_secret(&[("thumbprint", THUMBPRINT)]);
+        s.opted_in = false;
+        let e = bind_source(&ep, &s).unwrap_err();
+        assert_eq!(
+            (e.reason, e.transient),
+            (Reason::CredentialsNotAllowed, false)
+        );
+        assert!(
+            e.message.contains(names::CREDENTIALS_LABEL),
+            "{}",
+            e.message
+        );
+        let no_url = secret("vc", true, &[("username", "u"), ("password", "p")]);
+        let e = bind_source(&ep, &no_url).unwrap_err();
+        assert_eq!((e.reason, e.transient), (Reason::SecretNotFound, true));
+        assert!(e.message.contains("\"url\""), "{}", e.message);
+        let not_https = secret(
+            "vc",
+            true,
+            &[
+                ("username", "u"),
+                ("password", "p"),
+                ("url", "http://vc/sdk"),
+            ],
+        );
+        assert_eq!(
+            reason(bind_source(&ep, &not_https)),
+            Some((Reason::CredentialsMismatch, false))
+        );
+        assert!(!format!("{s:?}").contains("p4ss"), "Debug shows no value");
+    }
+
+    #[test]
+    fn the_staging_keys_go_only_to_the_secrets_endpoint_and_bucket() {
+        let spec = migration("m").spec.staging;
+        let kv = |endpoint: &'static str, bucket: &'static str| {
+            secret(
+                "s3",
+                true,
+                &[
+                    ("accessKeyId", "AK"),
+                    ("secretAccessKey", "SK"),
+                    ("endpoint", endpoint),
+                    ("bucket", bucket),
+                ],
+            )
+        };
+        let ok = kv("http://127.0.0.1:9000/", "ferry-staging");
+        assert_eq!(spec.endpoint, "http://127.0.0.1:9000");
+        let l = bind_staging(&spec, &ok).unwrap();
+        assert_eq!(
+            (l.access_key_id.as_str(), l.bucket.as_str()),
+            ("AK", "ferry-staging")
+        );
+        assert_eq!(l.ca_bundle, None);
+        for (s, what) in [
+            (kv("http://127.0.0.1:9001", "ferry-staging"), "port"),
+            (kv("https://127.0.0.1:9000", "ferry-staging"), "scheme"),
+            (kv("http://other:9000", "ferry-staging"), "host"),
+            (kv("http://127.0.0.1:9000", "other-bucket"), "bucket"),
+        ] {
+            let e = bind_staging(&spec, &s).unwrap_err();
+            assert_eq!(
+                (e.reason, e.transient),
+                (Reason::CredentialsMismatch, false),
+                "{what}"
+            );
+            assert!(
+                e.message.contains("Secret s3") && !e.message.contains("SK"),
+                "{what}: {}",
+                e.message
+            );
+        }
+        let mut unlabelled = ok.clone();
+        unlabelled.opted_in = false;
+        assert_eq!(
+            bind_staging(&spec, &unlabelled).unwrap_err().reason,
+            Reason::CredentialsNotAllowed
+        );
+        let mut with_ca = ok.clone();
+        with_ca.data.insert("cacert".into(), CA.into());
+        assert!(bind_staging(&spec, &with_ca).unwrap().ca_bundle.is_some());
+        with_ca.data.insert("cacert".into(), "nope".into());
+        assert_eq!(
+            bind_staging(&spec, &with_ca).unwrap_err().reason,
+            Reason::CredentialsMismatch
+        );
+        let mut no_bucket = ok;
+        no_bucket.data.remove("bucket");
+        assert_eq!(
+            bind_staging(&spec, &no_bucket).unwrap_err().reason,
+            Reason::SecretNotFound
+        );
+    }
 }

@@ -19,7 +19,7 @@ use ferry_crds::{
     DiskStatus, Phase, Progress, Reason, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::ListParams;
 
@@ -28,13 +28,13 @@ use super::credentials;
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
-use super::world::staged_keys;
+use super::world::{self, staged_keys};
 use crate::Result;
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::job::{self as job_state, JobState};
 use crate::children::verify_job::{self, Role, VerifyVolume};
-use crate::children::{datavolume, secret};
-use crate::kubeio::{create_if_absent, delete_if_present};
+use crate::children::{Ownership, datavolume, ownership, secret};
+use crate::kubeio::create_if_absent;
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -45,12 +45,16 @@ pub struct Importing;
 /// What Importing observes.
 #[derive(Clone, Debug)]
 pub struct Observed {
-    /// The staging login the CDI Secret is made from; read only while that Secret is missing.
+    /// The staging login the CDI Secret is made from, and whose CA (if any) the DataVolumes
+    /// name.
     pub credentials: Result<Option<StagingLogin>, Problem>,
     /// The CDI S3 Secret exists.
     pub secret_present: bool,
     /// One per disk.
     pub dvs: Vec<DvState>,
+    /// A child name (CDI Secret or CA ConfigMap, a DataVolume) held by an object that is not
+    /// this migration's: never read as progress.
+    pub conflict: Option<Problem>,
     /// The verification Job.
     pub verify: Verification,
     /// Per disk, whether its claim is a block device (`volumeMode: Block`); read only once the
@@ -82,7 +86,8 @@ impl Default for Verification {
 /// What Importing does to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Create the CDI S3 Secret from the staging credentials.
+    /// Create the CDI S3 Secret from the staging credentials (after the CA ConfigMap, when
+    /// staging has a private CA: a present Secret means its ConfigMap is there too).
     CreateS3Secret,
     /// Create the DataVolume of disk `n`.
     CreateDataVolume(usize),
@@ -100,27 +105,44 @@ impl Checkpoint for Importing {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let secret_present = io
+        let mut conflicts = vec![];
+        let secret_present = match io
             .api::<Secret>()
             .get_opt(&secret::s3_secret_name(io.vmm))
             .await?
-            .is_some();
-        let credentials = if secret_present {
-            Ok(None)
-        } else {
-            credentials::staging_login(io).await?.map(Some)
+        {
+            Some(s) => match ownership("Secret", &s.metadata, io.vmm) {
+                Ownership::Ours => true,
+                Ownership::Foreign(c) => {
+                    conflicts.push(c);
+                    false
+                }
+            },
+            None => false,
         };
+        conflicts.extend(
+            world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
+        );
+        let credentials = credentials::staging_login(io).await?.map(Some);
         let dv_api = io.api::<DataVolume>();
         let mut dvs = vec![];
         for i in 0..staged_keys(io.vmm).len() {
-            dvs.push(cdi::observe(
-                dv_api
-                    .get_opt(&names::datavolume_name(io.vmm, i))
-                    .await?
-                    .as_ref(),
-            ));
+            let found = dv_api.get_opt(&names::datavolume_name(io.vmm, i)).await?;
+            dvs.push(
+                match found
+                    .as_ref()
+                    .map(|d| ownership("DataVolume", &d.metadata, io.vmm))
+                {
+                    Some(Ownership::Foreign(c)) => {
+                        conflicts.push(c);
+                        DvState::Absent
+                    }
+                    Some(Ownership::Ours) | None => cdi::observe(found.as_ref()),
+                },
+            );
         }
-        let verify = verification(io).await?;
+        let (verify, verify_conflict) = verification(io).await?;
+        conflicts.extend(verify_conflict);
         let wants_job = verify.job == JobState::Absent
             && !dvs.is_empty()
             && dvs
@@ -144,6 +166,7 @@ impl Checkpoint for Importing {
             dvs,
             verify,
             block,
+            conflict: conflicts.first().map(|c| c.problem(world::RENAME_HINT)),
         })
     }
 
@@ -162,6 +185,10 @@ impl Checkpoint for Importing {
                     Ok(None) => return Ok(None),
                     Err(p) => return Ok(Some(p.clone())),
                 };
+                if let Some(pem) = &login.ca_bundle {
+                    let map = secret::cdi_ca_config_map(io.vmm, pem)?;
+                    create_if_absent(m, &io.api::<ConfigMap>(), &map, fm).await?;
+                }
                 let creds = secret::S3Credentials {
                     access_key_id: login.access_key_id.clone(),
                     secret_access_key: login.secret_access_key.clone(),
@@ -170,6 +197,14 @@ impl Checkpoint for Importing {
                 create_if_absent(m, &io.api::<Secret>(), &obj, fm).await?;
             }
             Action::CreateDataVolume(i) => {
+                let ca = match &observed.credentials {
+                    Ok(Some(l)) => l
+                        .ca_bundle
+                        .as_ref()
+                        .map(|_| secret::s3_ca_config_map_name(io.vmm)),
+                    Ok(None) => None,
+                    Err(p) => return Ok(Some(p.clone())),
+                };
                 let cap = io
                     .vmm
                     .status
@@ -177,7 +212,13 @@ impl Checkpoint for Importing {
                     .and_then(|s| s.source.as_ref())
                     .and_then(|s| s.disks.get(*i))
                     .map_or(0, |d| d.capacity_bytes);
-                let dv = datavolume::data_volume(io.vmm, *i, cap, &secret::s3_secret_name(io.vmm))?;
+                let dv = datavolume::data_volume(
+                    io.vmm,
+                    *i,
+                    cap,
+                    &secret::s3_secret_name(io.vmm),
+                    ca.as_deref(),
+                )?;
                 create_if_absent(m, &io.api::<DataVolume>(), &dv, fm).await?;
             }
             Action::CreateVerifyJob(role) => {
@@ -186,11 +227,20 @@ impl Checkpoint for Importing {
                     // The decision creates the Job only with every checksum in hand.
                     Err(_) => return Ok(None),
                 };
-                let job = verify_job::verification_job(io.vmm, &volumes, *role)?;
+                let image = match io
+                    .ctx
+                    .policy
+                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
+                {
+                    Ok(i) => i,
+                    // Converting refused a disallowed image before anything was imported.
+                    Err(_) => return Ok(None),
+                };
+                let job = verify_job::verification_job(io.vmm, &volumes, *role, &image)?;
                 create_if_absent(m, &io.api::<Job>(), &job, fm).await?;
             }
             Action::DeleteVerifyJob => {
-                delete_if_present(m, &io.api::<Job>(), &names::verify_job_name(io.vmm)).await?;
+                super::cleanup::delete_owned::<Job>(io, &names::verify_job_name(io.vmm)).await?;
             }
         }
         Ok(None)
@@ -199,11 +249,19 @@ impl Checkpoint for Importing {
 
 /// The verification Job of the migration, with its role and (once failed) the message of its
 /// last failed pod.
-async fn verification(io: Io<'_>) -> Result<Verification> {
-    let job = io
+async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::children::Conflict>)> {
+    let found = io
         .api::<Job>()
         .get_opt(&names::verify_job_name(io.vmm))
         .await?;
+    // A Job under the verification Job's name that is not ours says nothing about our volumes.
+    let (job, conflict) = match found
+        .as_ref()
+        .map(|j| ownership("Job", &j.metadata, io.vmm))
+    {
+        Some(Ownership::Foreign(c)) => (None, Some(c)),
+        Some(Ownership::Ours) | None => (found, None),
+    };
     let role = Role::parse(
         job.as_ref()
             .and_then(|j| j.annotations().get(verify_job::ROLE_ANNOTATION))
@@ -223,11 +281,14 @@ async fn verification(io: Io<'_>) -> Result<Verification> {
         }
         _ => None,
     };
-    Ok(Verification {
-        job: state,
-        role,
-        message,
-    })
+    Ok((
+        Verification {
+            job: state,
+            role,
+            message,
+        },
+        conflict,
+    ))
 }
 
 /// What the verification Job checks: per disk its claim, the staged image's virtual size and
@@ -349,8 +410,12 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         dvs,
         verify,
         block,
+        conflict,
     } = &scope.world;
     let record = progress(scope, dvs);
+    if let Some(p) = conflict {
+        return Outcome::from_problem(scope, p, Some(DiskImported)).recording(record);
+    }
     let n = dvs.len();
     let fail = |message: String| {
         Outcome::failure(
@@ -526,8 +591,7 @@ fn verify_step(
     let legacy_wffc = scope
         .world
         .dvs
-        .iter()
-        .any(|d| *d == DvState::AwaitingConsumer { populator: false });
+        .contains(&DvState::AwaitingConsumer { populator: false });
     match (&verify.job, verify.role) {
         (JobState::Absent, _) => {
             if let Err(which) = verify_volumes(&scope.vmm, block) {
@@ -645,6 +709,7 @@ mod tests {
                 dvs,
                 verify,
                 block,
+                conflict: None,
             },
         }
     }
@@ -945,6 +1010,25 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_datavolume_of_another_migration_is_a_conflict_not_an_import() {
+        let mut scope = scope_with(vec![DvState::Absent], true, Ok(()));
+        scope.world.conflict = Some(Problem::permanent(
+            Reason::TargetConflict,
+            "DataVolume m-disk-0 already exists and was made by an earlier migration",
+        ));
+        let o = decide(&scope);
+        assert!(matches!(
+            o.step,
+            Step::Fail {
+                reason: Reason::TargetConflict,
+                retriable: false,
+                ..
+            }
+        ));
+        assert_eq!(o.conditions[0].reason, Reason::TargetConflict);
     }
 
     #[test]

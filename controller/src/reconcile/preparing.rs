@@ -18,6 +18,7 @@ use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world::{self, VmState};
 use crate::Result;
+use crate::children::Conflict;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
@@ -36,6 +37,11 @@ pub struct SourceFacts {
     pub bucket: Result<(), Problem>,
     /// A VirtualMachine with the target name that this migration does not own.
     pub target_taken: bool,
+    /// Other child names (Job, CDI Secret and ConfigMap, DataVolumes) held by objects that are
+    /// not this migration's.
+    pub conflicts: Vec<Conflict>,
+    /// The converter image the migration would run, or why it may not.
+    pub converter_image: Result<String, String>,
 }
 
 /// What Preparing observes: the facts, and the login it found them with (for the power-off).
@@ -137,11 +143,18 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
     })
     .await?
         == VmState::Foreign;
+    let conflicts = world::child_conflicts(io, discovered.source.disks.len()).await?;
+    let converter_image = io
+        .ctx
+        .policy
+        .converter_image_for(io.vmm.spec.conversion.image.as_deref());
     Ok(Ok(SourceFacts {
         vm: discovered.source,
         layout_problems: discovered.layout_problems,
         bucket,
         target_taken,
+        conflicts,
+        converter_image,
     }))
 }
 
@@ -332,6 +345,19 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         );
         return invalid(Reason::TargetNameTaken, msg, false);
     }
+    if let Some(c) = facts.conflicts.first() {
+        return Outcome::from_problem(scope, &c.problem(world::RENAME_HINT), Some(Validated))
+            .with(
+                SourceDiscovered,
+                True,
+                Reason::Discovered,
+                discovered.clone(),
+            )
+            .recording(record);
+    }
+    if let Err(msg) = &facts.converter_image {
+        return invalid(Reason::ConverterImageNotAllowed, msg.clone(), false);
+    }
     if let Err(p) = &facts.bucket {
         return Outcome::from_problem(scope, p, Some(Validated))
             .with(
@@ -460,6 +486,8 @@ mod tests {
             layout_problems: vec![],
             bucket: Ok(()),
             target_taken: false,
+            conflicts: vec![],
+            converter_image: Ok("img".into()),
         }
     }
 
@@ -584,6 +612,39 @@ mod tests {
         assert_eq!(
             fail_reason(&step(migration("m"), Ok(f))),
             Some((Reason::TargetNameTaken, false))
+        );
+        let mut f = facts(PowerState::PoweredOff);
+        f.converter_image = Err("not allowed".into());
+        assert_eq!(
+            fail_reason(&step(migration("m"), Ok(f))),
+            Some((Reason::ConverterImageNotAllowed, false))
+        );
+        let leftover = crate::children::Conflict {
+            kind: "DataVolume".into(),
+            name: "m-disk-0".into(),
+            holder: crate::children::Holder::EarlierMigration { uid: "u0".into() },
+            leaving: false,
+        };
+        let mut f = facts(PowerState::PoweredOff);
+        f.conflicts = vec![leftover.clone()];
+        assert_eq!(
+            fail_reason(&step(migration("m"), Ok(f))),
+            Some((Reason::TargetConflict, false))
+        );
+        let mut f = facts(PowerState::PoweredOff);
+        f.conflicts = vec![crate::children::Conflict {
+            leaving: true,
+            ..leftover
+        }];
+        assert!(
+            matches!(
+                step(migration("m"), Ok(f)),
+                Step::Retry {
+                    reason: Reason::TargetConflict,
+                    ..
+                }
+            ),
+            "a leftover on its way out is waited for"
         );
         let mut f = facts(PowerState::PoweredOff);
         f.vm.disks.clear();

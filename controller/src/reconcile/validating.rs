@@ -8,7 +8,7 @@ use ferry_crds::{
     ConditionType::{self, GuestReady},
     Phase, Readiness, Reason, RunStrategy, VirtualMachineMigration, names,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams};
 use tracing::info;
 
@@ -22,7 +22,6 @@ use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{Trouble, VirtualMachine, VmiPhase};
 use crate::children::{is_owned_by, secret};
-use crate::kubeio::delete_if_present;
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -36,7 +35,7 @@ pub struct Validating;
 pub struct Leftovers {
     /// Keys of staged objects that still exist.
     pub staged: Vec<String>,
-    /// The CDI S3 Secret still exists.
+    /// The CDI S3 Secret (or the staging CA ConfigMap) of this migration still exists.
     pub cdi_secret: bool,
     /// Names of DataVolumes that still carry the migration's owner reference.
     pub owned_dvs: Vec<String>,
@@ -134,11 +133,22 @@ impl Checkpoint for Validating {
 }
 
 async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
-    let cdi_secret = io
-        .api::<Secret>()
-        .get_opt(&secret::s3_secret_name(io.vmm))
-        .await?
-        .is_some();
+    let ours = |m: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>| {
+        m.is_some_and(|m| is_owned_by(m, io.vmm))
+    };
+    let cdi_secret = ours(
+        io.api::<Secret>()
+            .get_opt(&secret::s3_secret_name(io.vmm))
+            .await?
+            .as_ref()
+            .map(|s| &s.metadata),
+    ) || ours(
+        io.api::<ConfigMap>()
+            .get_opt(&secret::s3_ca_config_map_name(io.vmm))
+            .await?
+            .as_ref()
+            .map(|c| &c.metadata),
+    );
     let dv_api = io.api::<DataVolume>();
     let keys = staged_keys(io.vmm);
     let mut owned_dvs = vec![];
@@ -186,12 +196,7 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
         }
     }
     if left.cdi_secret {
-        delete_if_present(
-            &ctx.metrics,
-            &io.api::<Secret>(),
-            &secret::s3_secret_name(io.vmm),
-        )
-        .await?;
+        super::cleanup::delete_cdi_objects(io).await?;
     }
     let release = serde_json::json!({"metadata": {"ownerReferences": null}});
     if matches!(observed.vm, VmState::Ours { owned: true, .. }) {

@@ -1,13 +1,17 @@
 //! What several checkpoints read of the world alike: the target VirtualMachine (ours or not),
-//! its instance, and the keys of the staged objects.
+//! its instance, the other children's names taken by someone else, and the keys of the staged
+//! objects.
 
 use ferry_crds::{PowerState, Reason, VirtualMachineMigration, names};
-use kube::ResourceExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Resource, ResourceExt};
 
 use super::checkpoint::Io;
 use crate::Result;
+use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
-use crate::children::is_owned_by;
+use crate::children::{Conflict, Ownership, is_owned_by, ownership, secret};
 use crate::problem::Problem;
 
 /// The KubeVirt VirtualMachine with the target name.
@@ -74,22 +78,59 @@ pub async fn vm_state(io: Io<'_>) -> Result<VmState> {
 pub fn classify_vm(vm: Option<&VirtualMachine>, vmm: &VirtualMachineMigration) -> VmState {
     match vm {
         None => VmState::Absent,
-        Some(vm) => {
-            let owned = is_owned_by(&vm.metadata, vmm);
-            // A VM we released at the end of a successful attempt still carries our label.
-            let released = vm.labels().get(names::MIGRATION_LABEL) == Some(&vmm.name_any())
-                && vm.owner_references().is_empty();
-            if owned || released {
-                VmState::Ours {
-                    run_strategy: vm.spec.run_strategy.clone(),
-                    owned,
-                }
-            } else {
-                VmState::Foreign
-            }
-        }
+        // By uid only: a VM released by an earlier migration of the same name is not ours.
+        Some(vm) => match ownership("VirtualMachine", &vm.metadata, vmm) {
+            Ownership::Ours => VmState::Ours {
+                run_strategy: vm.spec.run_strategy.clone(),
+                owned: is_owned_by(&vm.metadata, vmm),
+            },
+            Ownership::Foreign(_) => VmState::Foreign,
+        },
     }
 }
+
+/// The conflict `name` of kind `K` is, if an object not `vmm`'s holds it.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn conflict<K>(io: Io<'_>, name: &str) -> Result<Option<Conflict>>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    Ok(match io.api::<K>().get_opt(name).await? {
+        Some(o) => match ownership(&K::kind(&()), o.meta(), io.vmm) {
+            Ownership::Ours => None,
+            Ownership::Foreign(c) => Some(c),
+        },
+        None => None,
+    })
+}
+
+/// Every name among the children `vmm` will create for `disks` disks — conversion Job, CDI
+/// Secret and CA ConfigMap, DataVolumes — that an object not `vmm`'s holds (the target VM is
+/// [`vm_state`]'s).
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn child_conflicts(io: Io<'_>, disks: usize) -> Result<Vec<Conflict>> {
+    let vmm = io.vmm;
+    let mut found = vec![
+        conflict::<Job>(io, &names::job_name(vmm)).await?,
+        conflict::<Secret>(io, &secret::s3_secret_name(vmm)).await?,
+        conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(vmm)).await?,
+    ];
+    for i in 0..disks {
+        found.push(conflict::<DataVolume>(io, &names::datavolume_name(vmm, i)).await?);
+    }
+    Ok(found.into_iter().flatten().collect())
+}
+
+/// What to do about a child [`Conflict`]: the migration's own name is in every child's name,
+/// so the way out is another name (or deleting the leftover).
+pub const RENAME_HINT: &str = "create the migration under another name";
 
 /// The target VMI, classified (only one that is not being deleted counts).
 ///
@@ -100,13 +141,14 @@ pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
         .api::<VirtualMachineInstance>()
         .get_opt(&names::vm_name(io.vmm))
         .await?;
-    Ok(classify_vmi(vmi.as_ref()))
+    Ok(classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()))
 }
 
-/// Classifies the VMI found under the target name (one being deleted counts as absent). Pure.
-pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>) -> VmiState {
+/// Classifies the VMI found under the target name: only one of ours (it carries our uid, which
+/// KubeVirt copies from the VM template's labels) that is not being deleted counts. Pure.
+pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>, uid: Option<&str>) -> VmiState {
     match vmi {
-        Some(v) if v.metadata.deletion_timestamp.is_none() => {
+        Some(v) if v.metadata.deletion_timestamp.is_none() && vmm_uid_label(v) == uid => {
             let s = v.status.clone().unwrap_or_default();
             VmiState::Present {
                 phase: s.phase.unwrap_or_default(),
@@ -151,9 +193,16 @@ pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
     };
     Ok(KubeVirtState {
         vm: vm_state,
-        vmi: classify_vmi(vmi.as_ref()),
+        vmi: classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()),
         trouble,
     })
+}
+
+/// The migration uid a VMI carries from its VM's template.
+pub fn vmm_uid_label(vmi: &VirtualMachineInstance) -> Option<&str> {
+    vmi.labels()
+        .get(names::MIGRATION_UID_LABEL)
+        .map(String::as_str)
 }
 
 /// Keys of the staged objects, one per discovered disk.

@@ -52,6 +52,9 @@ pub struct StagingConfig {
     pub secret_key: secrecy::SecretString,
     /// Prepended to every key, e.g. `ferry`; empty for none.
     pub prefix: String,
+    /// PEM CA bundle an https endpoint's certificate must chain to (only these CAs are then
+    /// trusted); the platform trust store when `None`.
+    pub ca_bundle: Option<String>,
 }
 
 /// A staged object with its user metadata.
@@ -187,10 +190,23 @@ impl Staging {
         if config.bucket.is_empty() {
             return Err(Error::Invalid("no bucket".into()));
         }
-        let options = ClientOptions::new()
+        let mut options = ClientOptions::new()
             .with_allow_http(allow_http)
             .with_connect_timeout(Duration::from_secs(10))
             .with_timeout(Duration::from_secs(300));
+        if let Some(pem) = config.ca_bundle.as_deref() {
+            let certs = object_store::Certificate::from_pem_bundle(pem.as_bytes())
+                .map_err(|e| Error::Invalid(format!("the staging CA bundle: {e}")))?;
+            if certs.is_empty() {
+                return Err(Error::Invalid(
+                    "the staging CA bundle holds no certificate".into(),
+                ));
+            }
+            options = options.with_no_system_certificates(true);
+            for c in certs {
+                options = options.with_root_certificate(c);
+            }
+        }
         // Few, quick retries: the controller retries whole steps with its own backoff.
         let retry = RetryConfig {
             backoff: BackoffConfig {
@@ -644,6 +660,7 @@ mod tests {
             access_key: "AK".into(),
             secret_key: "very-secret".into(),
             prefix: String::new(),
+            ca_bundle: None,
         };
         assert!(Staging::new(base.clone()).is_ok());
         assert!(!format!("{base:?}").contains("very-secret"));

@@ -2,18 +2,18 @@
 //! recorded in `status.selectedVms`, which the wave follows from then on.
 
 use ferry_crds::condition::{self, WaveConditionType};
-use ferry_crds::{ConditionStatus, MigrationWave, Reason, WaveSelector, names, secret as keys};
+use ferry_crds::{ConditionStatus, MigrationWave, Reason, WaveSelector, names};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
-use secrecy::SecretString;
 use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
+use crate::reconcile::credentials::{SecretData, bind_source};
 use crate::reconcile::outcome::backoff;
 use crate::{Error, Result};
 
@@ -28,6 +28,9 @@ pub fn choose(selector: &WaveSelector, names: Vec<String>) -> Vec<String> {
     chosen
 }
 
+/// The vSphere login of the wave's template, bound exactly as a migration's is
+/// ([`bind_source`]): an unlabelled Secret, or a template naming another endpoint than the
+/// Secret's, sends nothing.
 async fn login(
     wave: &MigrationWave,
     ctx: &Context,
@@ -44,28 +47,7 @@ async fn login(
             format!("Secret {name} (vSphere credentials) not found in namespace {ns}; create it"),
         )));
     };
-    let data = secret.data.unwrap_or_default();
-    let value = |k: &str| {
-        data.get(k)
-            .map(|b| String::from_utf8_lossy(&b.0).trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    let (Some(username), Some(password)) = (
-        value(keys::VSPHERE_USERNAME_KEY),
-        value(keys::VSPHERE_PASSWORD_KEY),
-    ) else {
-        return Ok(Err(Problem::transient(
-            Reason::SecretNotFound,
-            format!("Secret {name} (vSphere credentials) lacks a username or password key"),
-        )));
-    };
-    Ok(Ok(SourceLogin {
-        url: ep.url.clone(),
-        username,
-        password: SecretString::from(password),
-        thumbprint: ep.thumbprint.clone(),
-        insecure: ep.insecure_skip_tls_verify,
-    }))
+    Ok(bind_source(ep, &SecretData::of(&secret)))
 }
 
 /// Resolves `selector` for `wave` and records the choice; on a problem, records why in the

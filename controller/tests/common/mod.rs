@@ -116,7 +116,18 @@ pub struct Env {
     pub controller_kubeconfig: Option<PathBuf>,
 }
 
-fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+/// A credentials Secret as its owner writes it for ferry: opted in by the label.
+pub fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+    let mut s = unlabelled_secret(name, data);
+    s.metadata.labels = Some(BTreeMap::from([(
+        ferry_crds::names::CREDENTIALS_LABEL.to_owned(),
+        ferry_crds::names::CREDENTIALS_LABEL_VALUE.to_owned(),
+    )]));
+    s
+}
+
+/// A Secret without ferry's opt-in label.
+pub fn unlabelled_secret(name: &str, data: &[(&str, &str)]) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -131,6 +142,34 @@ fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
     }
 }
 
+/// The lab vCenter's credentials Secret: opted in, bound to its URL and SHA-256 thumbprint.
+pub fn vsphere_secret(lab: &Lab, name: &str) -> Secret {
+    let v = &lab.info.vcenter;
+    secret(
+        name,
+        &[
+            ("username", &v.username),
+            ("password", &v.password),
+            ("url", &v.url),
+            ("thumbprint", &v.thumbprint_sha256),
+        ],
+    )
+}
+
+/// The lab S3's credentials Secret: opted in, bound to its endpoint and bucket.
+pub fn s3_secret(lab: &Lab, name: &str) -> Secret {
+    let s = &lab.info.s3;
+    secret(
+        name,
+        &[
+            ("accessKeyId", &s.access_key),
+            ("secretAccessKey", &s.secret_key),
+            ("endpoint", &s.endpoint),
+            ("bucket", &s.bucket),
+        ],
+    )
+}
+
 impl Env {
     /// A namespace with the credentials Secrets, a claimed VM with a real `mib`-MiB disk.
     pub async fn new(prefix: &str, mib: u64) -> Env {
@@ -141,34 +180,68 @@ impl Env {
         let vm = lab.claim_vm().unwrap();
         let scratch = bin_dir().join("e2e").join(&ns.name);
         let disk = put_vmdk(&vm, &scratch, mib, 0x5eed ^ mib).unwrap();
-        let info = &lab.info;
         let secrets: Api<Secret> = ns.api();
-        secrets
-            .create(
-                &PostParams::default(),
-                &secret(
-                    VSPHERE_SECRET,
-                    &[
-                        ("username", &info.vcenter.username),
-                        ("password", &info.vcenter.password),
-                    ],
-                ),
-            )
-            .await
-            .unwrap();
-        secrets
-            .create(
-                &PostParams::default(),
-                &secret(
-                    S3_SECRET,
-                    &[
-                        ("accessKeyId", &info.s3.access_key),
-                        ("secretAccessKey", &info.s3.secret_key),
-                    ],
-                ),
-            )
-            .await
-            .unwrap();
+        for s in [
+            vsphere_secret(lab, VSPHERE_SECRET),
+            s3_secret(lab, S3_SECRET),
+        ] {
+            secrets.create(&PostParams::default(), &s).await.unwrap();
+        }
+        let volumes = scratch.join("volumes");
+        std::fs::create_dir_all(&volumes).unwrap();
+        Env {
+            lab,
+            ns,
+            vm,
+            disk,
+            scratch,
+            volumes,
+            metrics_port: free_port(),
+            controller: None,
+            sim: None,
+            extra_controller_args: vec![],
+            sim_args: vec![],
+            controller_kubeconfig: None,
+        }
+    }
+
+    /// Like [`Env::new`], on the lab's CA-signed vCenter and its https S3: the Secrets carry
+    /// the endpoints and the lab CA's PEM (`cacert`), nothing is pinned by thumbprint.
+    pub async fn new_ca(prefix: &str, mib: u64) -> Env {
+        let lab = lab();
+        binaries();
+        install_crds(lab);
+        let ns = lab.namespace(prefix).await.unwrap();
+        let vm = lab.claim_vm_ca().unwrap();
+        let scratch = bin_dir().join("e2e").join(&ns.name);
+        let disk = put_vmdk(&vm, &scratch, mib, 0xca ^ mib).unwrap();
+        let (vc, s3, tls) = (&lab.info.vcenter_ca, &lab.info.s3, &lab.info.s3_tls);
+        let vc_ca = std::fs::read_to_string(&vc.ca_file).unwrap();
+        let s3_ca = std::fs::read_to_string(&tls.ca_file).unwrap();
+        let secrets: Api<Secret> = ns.api();
+        for s in [
+            secret(
+                VSPHERE_SECRET,
+                &[
+                    ("username", &vc.username),
+                    ("password", &vc.password),
+                    ("url", &vc.url),
+                    ("cacert", &vc_ca),
+                ],
+            ),
+            secret(
+                S3_SECRET,
+                &[
+                    ("accessKeyId", &s3.access_key),
+                    ("secretAccessKey", &s3.secret_key),
+                    ("endpoint", &tls.endpoint),
+                    ("bucket", &s3.bucket),
+                    ("cacert", &s3_ca),
+                ],
+            ),
+        ] {
+            secrets.create(&PostParams::default(), &s).await.unwrap();
+        }
         let volumes = scratch.join("volumes");
         std::fs::create_dir_all(&volumes).unwrap();
         Env {
@@ -193,7 +266,7 @@ impl Env {
         let spec = VirtualMachineMigrationSpec {
             source: SourceSpec {
                 endpoint: SourceEndpoint {
-                    url: info.vcenter.url.clone(),
+                    url: Some(info.vcenter.url.clone()),
                     credentials_secret_ref: SecretRef::new(VSPHERE_SECRET),
                     thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
                     insecure_skip_tls_verify: false,
@@ -693,4 +766,86 @@ impl Env {
             c.message.clone(),
         )
     }
+}
+/// A TCP forwarder on loopback that counts the connections it accepts: an endpoint of the
+/// test's own that passes everything on to a real one (TLS and all, so the real endpoint's
+/// certificate is what a client sees). Stops when dropped.
+pub struct Forwarder {
+    pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    /// Forwards 127.0.0.1:<new port> to `target` (`host:port`).
+    pub async fn start(target: &str) -> Forwarder {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (count, target) = (accepted.clone(), target.to_owned());
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let target = target.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        Forwarder {
+            port,
+            accepted,
+            task,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Forgets the connections counted so far.
+    pub fn reset(&self) {
+        self.accepted.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `host:port` of an http(s) URL.
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// Replaces the Secret `name` of the test's namespace.
+pub async fn replace_secret(env: &Env, secret: Secret) {
+    let api: Api<Secret> = env.ns.api();
+    let name = secret.metadata.name.clone().unwrap();
+    let _ = api.delete(&name, &Default::default()).await;
+    eventually(
+        &format!("Secret {name} gone"),
+        Duration::from_secs(30),
+        || async { matches!(api.get_opt(&name).await, Ok(None)).then_some(()) },
+    )
+    .await
+    .unwrap();
+    api.create(&PostParams::default(), &secret).await.unwrap();
+}
+
+/// The last failure's reason and message of a migration.
+pub fn last_failure(v: &VirtualMachineMigration) -> (String, String) {
+    let f = v
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failure.clone())
+        .unwrap_or_else(|| panic!("no lastFailure: {}", serde_yaml_status(v)));
+    (f.reason.to_string(), f.message)
 }

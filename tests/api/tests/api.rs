@@ -169,12 +169,6 @@ fn create_time_cases() -> Vec<Invalid> {
             &["spec.staging", "Required value"],
         ),
         invalid(
-            "no source url",
-            Vmm,
-            vec![("/spec/source/url", None)],
-            &["spec.source.url", "Required value"],
-        ),
-        invalid(
             "no vSphere credentials",
             Vmm,
             vec![("/spec/source/credentialsSecretRef", None)],
@@ -205,33 +199,12 @@ fn create_time_cases() -> Vec<Invalid> {
             &["spec.source", "exactly one of name, id or uuid"],
         ),
         invalid(
-            "neither thumbprint nor insecure",
-            Vmm,
-            vec![("/spec/source/thumbprint", None)],
-            &[
-                "spec.source",
-                "exactly one of thumbprint or insecureSkipTLSVerify",
-            ],
-        ),
-        invalid(
-            "insecure false without thumbprint",
-            Vmm,
-            vec![
-                ("/spec/source/thumbprint", None),
-                ("/spec/source/insecureSkipTLSVerify", Some(json!(false))),
-            ],
-            &[
-                "spec.source",
-                "exactly one of thumbprint or insecureSkipTLSVerify",
-            ],
-        ),
-        invalid(
             "thumbprint and insecure",
             Vmm,
             vec![("/spec/source/insecureSkipTLSVerify", Some(json!(true)))],
             &[
                 "spec.source",
-                "exactly one of thumbprint or insecureSkipTLSVerify",
+                "at most one of thumbprint or insecureSkipTLSVerify",
             ],
         ),
         invalid(
@@ -480,7 +453,7 @@ fn create_time_cases() -> Vec<Invalid> {
             )],
             &[
                 "spec.template.source",
-                "exactly one of thumbprint or insecureSkipTLSVerify",
+                "at most one of thumbprint or insecureSkipTLSVerify",
             ],
         ),
         invalid(
@@ -764,7 +737,7 @@ async fn kubectl_explain_shows_the_field_descriptions() {
     for text in [
         "The vSphere endpoint, the VM to migrate and its power policy. Immutable.",
         "URL of the vCenter or ESXi SDK",
-        "Exactly one of thumbprint and insecureSkipTLSVerify: true is required.",
+        "Taken from the credentials Secret (key url) when left out",
         "credentialsSecretRef",
         "restorePowerState",
         "DC0_H0_VM0",

@@ -160,16 +160,15 @@ async fn watch_delivers_an_update() {
 
     let seen = tokio::time::timeout(WAIT, async {
         while let Some(event) = stream.next().await {
-            if let Ok(watcher::Event::Apply(cm)) = event {
-                if cm
+            if let Ok(watcher::Event::Apply(cm)) = event
+                && cm
                     .data
                     .as_ref()
                     .and_then(|d| d.get("k"))
                     .map(String::as_str)
                     == Some("two")
-                {
-                    return true;
-                }
+            {
+                return true;
             }
         }
         false

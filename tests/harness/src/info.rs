@@ -16,6 +16,10 @@ pub struct LabInfo {
     pub apiserver: ApiServerInfo,
     pub vcenter: VCenterInfo,
     pub s3: S3Info,
+    /// The second vCenter, whose certificate the lab's endpoint CA signed.
+    pub vcenter_ca: VCenterCaInfo,
+    /// The https front of S3, with a certificate of the same CA.
+    pub s3_tls: S3TlsInfo,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -24,6 +28,8 @@ pub struct ApiServerInfo {
     pub url: String,
     pub version: String,
     pub ca_file: PathBuf,
+    /// The audit log: every request made with a ServiceAccount token, and every write.
+    pub audit_log: PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -38,6 +44,28 @@ pub struct VCenterInfo {
     pub datastore: String,
     pub datastore_dir: PathBuf,
     pub inventory: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VCenterCaInfo {
+    pub url: String,
+    pub username: String,
+    pub password: String,
+    /// PEM of the CA that signed its certificate.
+    pub ca_file: PathBuf,
+    pub thumbprint_sha256: String,
+    pub datastore_dir: PathBuf,
+    pub inventory: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct S3TlsInfo {
+    /// `https://127.0.0.1:PORT`, the same buckets and keys as [`S3Info`].
+    pub endpoint: String,
+    /// PEM of the CA that signed its certificate.
+    pub ca_file: PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -118,6 +146,12 @@ impl LabInfo {
     /// Every VM of the simulated vCenter.
     pub fn inventory(&self) -> Result<Vec<InventoryVm>> {
         let inv: Inventory = read_json(&self.vcenter.inventory)?;
+        Ok(inv.vms)
+    }
+
+    /// Every VM of the CA-signed simulated vCenter.
+    pub fn inventory_ca(&self) -> Result<Vec<InventoryVm>> {
+        let inv: Inventory = read_json(&self.vcenter_ca.inventory)?;
         Ok(inv.vms)
     }
 }

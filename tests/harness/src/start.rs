@@ -199,7 +199,10 @@ impl Lab {
         use std::io::{Read, Write};
         let path = self.info.state_dir.join("control.sock");
         let what = format!("restarting {component}");
-        let io = |source| Error::Command { what: what.clone(), detail: format!("{}: {source}", path.display()) };
+        let io = |source| Error::Command {
+            what: what.clone(),
+            detail: format!("{}: {source}", path.display()),
+        };
         let mut s = std::os::unix::net::UnixStream::connect(&path).map_err(io)?;
         s.set_read_timeout(Some(READY_TIMEOUT)).map_err(io)?;
         writeln!(s, "restart {component}").map_err(io)?;
@@ -207,7 +210,10 @@ impl Lab {
         s.read_to_string(&mut answer).map_err(io)?;
         match answer.trim() {
             "ok" => Ok(()),
-            other => Err(Error::Command { what, detail: other.to_owned() }),
+            other => Err(Error::Command {
+                what,
+                detail: other.to_owned(),
+            }),
         }
     }
 
@@ -275,8 +281,16 @@ impl Lab {
 
     /// Claims a vcsim VM that no other test (in any test binary sharing this lab) has claimed.
     pub fn claim_vm(&self) -> Result<InventoryVm> {
-        let vms = self.info.inventory()?;
-        let claims = self.info.state_dir.join("claims");
+        self.claim_from(self.info.inventory()?, "claims")
+    }
+
+    /// Claims a VM of the CA-signed vCenter, as [`Lab::claim_vm`] does of the main one.
+    pub fn claim_vm_ca(&self) -> Result<InventoryVm> {
+        self.claim_from(self.info.inventory_ca()?, "claims-ca")
+    }
+
+    fn claim_from(&self, vms: Vec<InventoryVm>, dir: &str) -> Result<InventoryVm> {
+        let claims = self.info.state_dir.join(dir);
         std::fs::create_dir_all(&claims).map_err(|source| Error::Read {
             path: claims.clone(),
             source,

@@ -75,13 +75,19 @@ pub fn put_disk(
         what: "put_disk".into(),
         detail: format!("VM {} has no disk in the inventory", vm.name),
     })?;
-    std::fs::create_dir_all(scratch).map_err(|source| Error::Read { path: scratch.to_owned(), source })?;
+    std::fs::create_dir_all(scratch).map_err(|source| Error::Read {
+        path: scratch.to_owned(),
+        source,
+    })?;
     let raw = scratch.join(format!("{}.raw", vm.name));
     write_pattern_every(&raw, size_mib, seed, zero_every)?;
     let descriptor = &disk.local_path;
     let flat = descriptor.with_file_name(format!(
         "{}-flat.vmdk",
-        descriptor.file_stem().and_then(|s| s.to_str()).unwrap_or("disk")
+        descriptor
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("disk")
     ));
     let _ = std::fs::remove_file(&flat);
     match kind {
@@ -91,9 +97,14 @@ pub fn put_disk(
                 "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n\
                  # Extent description\nRW {} VMFS \"{}\"\n\n# The Disk Data Base\n#DDB\nddb.adapterType = \"lsilogic\"\n",
                 size_mib * 2048,
-                flat.file_name().and_then(|s| s.to_str()).unwrap_or_default()
+                flat.file_name()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default()
             );
-            std::fs::write(descriptor, text).map_err(|source| Error::Read { path: descriptor.clone(), source })?;
+            std::fs::write(descriptor, text).map_err(|source| Error::Read {
+                path: descriptor.clone(),
+                source,
+            })?;
         }
         DiskKind::Sparse | DiskKind::StreamOptimized => {
             let mut cmd = Command::new("qemu-img");
@@ -105,7 +116,10 @@ pub fn put_disk(
                 .arg(&raw)
                 .arg(descriptor)
                 .output()
-                .map_err(|source| Error::Spawn { what: "qemu-img (install qemu-utils)".into(), source })?;
+                .map_err(|source| Error::Spawn {
+                    what: "qemu-img (install qemu-utils)".into(),
+                    source,
+                })?;
             if !out.status.success() {
                 return Err(Error::Command {
                     what: "qemu-img convert".into(),
@@ -114,7 +128,11 @@ pub fn put_disk(
             }
         }
     }
-    Ok(RealDisk { raw, vmdk: descriptor.clone(), size_bytes: size_mib * 1024 * 1024 })
+    Ok(RealDisk {
+        raw,
+        vmdk: descriptor.clone(),
+        size_bytes: size_mib * 1024 * 1024,
+    })
 }
 
 /// A xorshift stream: cheap, deterministic, and never long runs of zeros (which VMDK would
@@ -127,7 +145,10 @@ fn write_pattern(path: &Path, size_mib: u64, seed: u64) -> Result<()> {
 /// The pattern with every `zero_every`-th MiB zero, left as a hole in the file.
 fn write_pattern_every(path: &Path, size_mib: u64, seed: u64, zero_every: u64) -> Result<()> {
     use std::io::{Seek, SeekFrom};
-    let map = |source| Error::Read { path: path.to_owned(), source };
+    let map = |source| Error::Read {
+        path: path.to_owned(),
+        source,
+    };
     let file = std::fs::File::create(path).map_err(map)?;
     file.set_len(size_mib * 1024 * 1024).map_err(map)?;
     let mut f = std::io::BufWriter::new(file);
@@ -136,7 +157,8 @@ fn write_pattern_every(path: &Path, size_mib: u64, seed: u64, zero_every: u64) -
     let every = zero_every.max(1);
     for mib in 0..size_mib {
         if every > 1 && mib % every == every - 1 {
-            f.seek(SeekFrom::Start((mib + 1) * 1024 * 1024)).map_err(map)?;
+            f.seek(SeekFrom::Start((mib + 1) * 1024 * 1024))
+                .map_err(map)?;
             continue;
         } else {
             for chunk in buf.chunks_exact_mut(8) {

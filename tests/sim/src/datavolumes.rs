@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -529,6 +529,27 @@ async fn credentials(
     }))
 }
 
+/// The CA certificates of a `certConfigMap`: every value of the ConfigMap, as CDI mounts each
+/// key as a file and appends every PEM in the directory to the system pool.
+async fn cert_config_map(
+    sim: &Sim,
+    ns: &str,
+    name: Option<&str>,
+) -> std::result::Result<Vec<String>, String> {
+    let Some(name) = name.filter(|s| !s.is_empty()) else {
+        return Ok(vec![]);
+    };
+    let map = sim
+        .api::<ConfigMap>(ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(map) = map else {
+        return Err(format!("configmap \"{name}\" not found"));
+    };
+    Ok(map.data.unwrap_or_default().into_values().collect())
+}
+
 /// Creates the DataVolume's claim if missing; binds it unless `bind` is false (a claim on a
 /// first-consumer class, bound later).
 async fn ensure_claim(ctx: &Ctx, dv: &DataVolume, size_hint: u64, bind: bool) -> Result<()> {
@@ -692,9 +713,31 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
                 continue;
             }
         };
+        let certs = match cert_config_map(
+            sim,
+            &ns,
+            s3src.as_ref().and_then(|s| s.cert_config_map.as_deref()),
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(message) => {
+                // The importer pod cannot mount a missing ConfigMap: it waits, like the Secret.
+                ensure_claim(ctx, dv, 1 << 30, binding == storage::Binding::Immediate).await?;
+                imp.write(&Stage::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                })
+                .await?;
+                if !imp.sleep(Duration::from_secs(2)).await {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
         let store = location
             .as_ref()
-            .map(|l| s3::store(l, creds.as_ref()))
+            .map(|l| s3::store(l, creds.as_ref(), &certs))
             .transpose();
         let store = match store {
             Ok(s) => s,

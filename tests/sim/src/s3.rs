@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{Certificate, ClientOptions, ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
@@ -80,13 +80,24 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// A client for one bucket.
-pub fn store(loc: &S3Location, creds: Option<&Credentials>) -> Result<Arc<dyn ObjectStore>> {
+/// A client for one bucket; an https endpoint's certificate must chain to the system's CAs or
+/// to one of `ca_pems` (CDI's `certConfigMap`: added to the system pool, not replacing it).
+pub fn store(
+    loc: &S3Location,
+    creds: Option<&Credentials>,
+    ca_pems: &[String],
+) -> Result<Arc<dyn ObjectStore>> {
+    let mut options = ClientOptions::new().with_allow_http(true);
+    for pem in ca_pems {
+        for cert in Certificate::from_pem_bundle(pem.as_bytes())? {
+            options = options.with_root_certificate(cert);
+        }
+    }
     let mut b = AmazonS3Builder::new()
         .with_endpoint(&loc.endpoint)
         .with_bucket_name(&loc.bucket)
         .with_region("us-east-1")
-        .with_allow_http(true)
+        .with_client_options(options)
         .with_virtual_hosted_style_request(false);
     match creds {
         Some(c) => {

@@ -54,7 +54,7 @@ pub fn binding(class: Option<&StorageClass>, csi_drivers: &[String], immediate: 
         return Binding::Immediate;
     }
     Binding::FirstConsumer {
-        populator: csi_drivers.iter().any(|d| *d == class.provisioner),
+        populator: csi_drivers.contains(&class.provisioner),
     }
 }
 

@@ -37,7 +37,14 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let vm = s.source.vm.value().unwrap_or(strings::UNKNOWN);
     out.push(kv(
         text::SOURCE,
-        text::source(vm, &s.source.endpoint.url),
+        text::source(
+            vm,
+            s.source
+                .endpoint
+                .url
+                .as_deref()
+                .unwrap_or(text::URL_FROM_SECRET),
+        ),
         t,
     ));
     out.push(kv(

@@ -1,0 +1,530 @@
+//! RBAC, proven rule by rule.
+//!
+//! The controller runs with a real token of the `ferry-controller` ServiceAccount bound to the
+//! ClusterRole of `deploy/controller`, through named scenarios (a migration over https staging
+//! with a private CA, a cancel in Validating, a wave). The lab's apiserver logs every request of
+//! a ServiceAccount (its audit log). The proof, for every verb of every rule:
+//! * used: a request of some scenario needed it (no verb that is not used), and none was denied;
+//! * needed: the same request, asked of the real authorizer for a user bound to the ClusterRole
+//!   without that verb (SubjectAccessReview), is denied — remove it and that scenario breaks.
+//!
+//! And the cockpit users' roles: `ferry-view` watches but cannot patch, `ferry-operate` can
+//! cancel and retry but reads no Secret — through the cockpit's own `--as`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use ferry_crds::Phase;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+const SA: &str = "system:serviceaccount:ferry-system:ferry-controller";
+
+/// One request the controller made, as the audit log records it.
+#[derive(Clone, Debug)]
+struct Request {
+    when: SystemTime,
+    verb: String,
+    group: String,
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    code: i64,
+    uri: String,
+}
+
+fn audit(lab: &ferry_harness::Lab) -> Vec<Request> {
+    let text = std::fs::read_to_string(&lab.info.apiserver.audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        // A watch is logged when its response starts (it completes only when it ends).
+        .filter(|e| {
+            e["user"]["username"] == SA
+                && (e["stage"] == "ResponseComplete" || e["stage"] == "ResponseStarted")
+        })
+        .filter_map(|e| {
+            let o = &e["objectRef"];
+            let s = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+            let resource = match (s(&o["resource"]), s(&o["subresource"])) {
+                (Some(r), Some(sub)) => format!("{r}/{sub}"),
+                (Some(r), None) => r,
+                _ => return None,
+            };
+            let ts: k8s_openapi::jiff::Timestamp =
+                e["requestReceivedTimestamp"].as_str()?.parse().ok()?;
+            Some(Request {
+                when: SystemTime::from(ts),
+                verb: s(&e["verb"])?,
+                group: s(&o["apiGroup"]).unwrap_or_default(),
+                resource,
+                namespace: s(&o["namespace"]),
+                name: s(&o["name"]),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+                uri: s(&e["requestURI"]).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// A kubeconfig for `token` on the lab's apiserver.
+fn token_kubeconfig(env: &Env, token: &str) -> std::path::PathBuf {
+    let mut kc = kube::config::Kubeconfig::read_from(&env.lab.info.kubeconfig).unwrap();
+    for a in &mut kc.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            *info = kube::config::AuthInfo {
+                token: Some(token.to_owned().into()),
+                ..Default::default()
+            };
+        }
+    }
+    let path = env.scratch.join("sa.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
+    path
+}
+
+fn rule_verbs(role: &ClusterRole) -> Vec<(String, String, String)> {
+    let mut out = vec![];
+    for r in role.rules.iter().flatten() {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                for v in &r.verbs {
+                    out.push((g.clone(), res.clone(), v.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The ClusterRole's rules without `verb` on `group`/`resource`.
+fn without(role: &ClusterRole, group: &str, resource: &str, verb: &str) -> Vec<PolicyRule> {
+    let mut out = vec![];
+    for r in role.rules.iter().flatten() {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                let verbs: Vec<String> = r
+                    .verbs
+                    .iter()
+                    .filter(|v| !(g == group && res == resource && *v == verb))
+                    .cloned()
+                    .collect();
+                if !verbs.is_empty() {
+                    out.push(PolicyRule {
+                        api_groups: Some(vec![g.clone()]),
+                        resources: Some(vec![res.clone()]),
+                        verbs,
+                        ..PolicyRule::default()
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn allowed(client: &kube::Client, user: &str, r: &Request) -> bool {
+    let (resource, subresource) = match r.resource.split_once('/') {
+        Some((a, b)) => (a.to_owned(), Some(b.to_owned())),
+        None => (r.resource.clone(), None),
+    };
+    let sar = SubjectAccessReview {
+        metadata: ObjectMeta::default(),
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: r.namespace.clone(),
+                verb: Some(r.verb.clone()),
+                group: Some(r.group.clone()),
+                resource: Some(resource),
+                subresource,
+                name: r.name.clone(),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        status: None,
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let got = api.create(&PostParams::default(), &sar).await.unwrap();
+    got.status.is_some_and(|s| s.allowed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
+    let mut env = Env::new_ca("e2e-rbac", 16).await;
+    let base = workspace().join("deploy/controller");
+    env.lab
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-k",
+            base.to_str().unwrap(),
+        ])
+        .unwrap();
+    let token = env
+        .lab
+        .kubectl_ok(&[
+            "create",
+            "token",
+            "ferry-controller",
+            "-n",
+            "ferry-system",
+            "--duration=2h",
+        ])
+        .unwrap();
+    env.controller_kubeconfig = Some(token_kubeconfig(&env, token.trim()));
+    env.start_sim();
+    let started = SystemTime::now();
+    env.start_controller();
+    let mut scenarios: Vec<(&str, SystemTime, SystemTime)> = vec![];
+
+    // 1. A whole migration, over https staging with a private CA (the CA ConfigMap for CDI).
+    let t = SystemTime::now();
+    let mut vmm = env.migration("whole");
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
+    vmm.spec.target.name = Some("whole-vm".into());
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("whole", "whole to finish", 300, |v| v.phase().is_terminal())
+        .await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    scenarios.push((
+        "a whole migration (https staging, private CA)",
+        t,
+        SystemTime::now(),
+    ));
+
+    // 2. Cancelled in Validating (its guest agent never connects): the VM, its instance, the
+    //    DataVolume, the Job and the CDI objects are deleted.
+    let t = SystemTime::now();
+    let mut vmm = env.migration("cancelled");
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
+    vmm.spec.target.name = Some("cancelled-vm".into());
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "agent=always".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    env.wait_phase("cancelled", Phase::Validating, 300).await;
+    env.wait_for("cancelled", "the VMI to run", 120, |v| {
+        v.status.as_ref().and_then(|s| s.message.as_deref()) == Some("waiting for the guest agent")
+    })
+    .await;
+    env.patch_spec("cancelled", serde_json::json!({"cancel": true}))
+        .await;
+    env.wait_phase("cancelled", Phase::Cancelled, 120).await;
+    // Retried and cancelled again: the same Events again, patched as a series.
+    env.patch_spec(
+        "cancelled",
+        serde_json::json!({"cancel": false, "retry": 1}),
+    )
+    .await;
+    env.wait_for("cancelled", "the retry to start", 60, |v| {
+        v.phase() != Phase::Cancelled
+    })
+    .await;
+    env.patch_spec("cancelled", serde_json::json!({"cancel": true}))
+        .await;
+    env.wait_phase("cancelled", Phase::Cancelled, 120).await;
+    scenarios.push((
+        "a cancel in Validating, retried and cancelled again",
+        t,
+        SystemTime::now(),
+    ));
+
+    // 3. A wave: it creates its migration, releases it from the hold, writes its status.
+    let t = SystemTime::now();
+    let wave = serde_json::json!({
+        "apiVersion": "migration.platform.example/v1alpha1",
+        "kind": "MigrationWave",
+        "metadata": {"name": "w", "namespace": env.ns.name},
+        "spec": {
+            "maxInFlight": 1,
+            "template": {
+                "source": {"credentialsSecretRef": {"name": VSPHERE_SECRET}, "powerOff": true},
+                "staging": {
+                    "endpoint": env.lab.info.s3_tls.endpoint,
+                    "bucket": env.lab.info.s3.bucket,
+                    "credentialsSecretRef": {"name": S3_SECRET},
+                },
+            },
+            "vms": [{"name": "no-such-vm"}],
+        },
+    });
+    let file = env.scratch.join("wave.json");
+    std::fs::write(&file, serde_json::to_vec(&wave).unwrap()).unwrap();
+    env.lab
+        .kubectl_ok(&["apply", "-f", file.to_str().unwrap()])
+        .unwrap();
+    env.wait_for("w-no-such-vm", "the wave's migration to fail", 120, |v| {
+        v.phase() == Phase::Failed
+    })
+    .await;
+    let waves: Api<ferry_crds::MigrationWave> = env.ns.api();
+    ferry_harness::eventually("the wave's status", Duration::from_secs(60), || async {
+        waves
+            .get("w")
+            .await
+            .ok()
+            .and_then(|w| w.status)
+            .filter(|s| s.counts.failed == 1)
+    })
+    .await
+    .unwrap();
+    scenarios.push(("a wave", t, SystemTime::now()));
+
+    // The record.
+    let requests: Vec<Request> = audit(env.lab)
+        .into_iter()
+        .filter(|r| r.when >= started)
+        .filter(|r| r.namespace.as_deref().is_none_or(|n| n == env.ns.name))
+        .collect();
+    let denied: Vec<&Request> = requests.iter().filter(|r| r.code == 403).collect();
+    assert!(denied.is_empty(), "denied: {denied:#?}");
+    let scenario_of = |r: &Request| {
+        scenarios
+            .iter()
+            .find(|(_, a, b)| r.when >= *a && r.when <= *b)
+            .map_or("the controller's start (its watches)", |(n, ..)| *n)
+    };
+
+    let admin = admin_client(&env).await;
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let role = roles.get("ferry-controller").await.unwrap();
+    let mut report = vec![];
+    let mut unused = vec![];
+    let mut not_needed = vec![];
+    let mut made = BTreeSet::new();
+    for (i, (group, resource, verb)) in rule_verbs(&role).into_iter().enumerate() {
+        let Some(r) = requests
+            .iter()
+            .find(|r| r.group == group && r.resource == resource && r.verb == verb)
+        else {
+            unused.push(format!("{group}/{resource} {verb}"));
+            continue;
+        };
+        // A user bound to the ClusterRole without this verb, asked for the same request.
+        let probe = format!("ferry-rbac-probe-{}-{i}", env.ns.name);
+        let reduced = ClusterRole {
+            metadata: ObjectMeta {
+                name: Some(probe.clone()),
+                ..ObjectMeta::default()
+            },
+            rules: Some(without(&role, &group, &resource, &verb)),
+            aggregation_rule: None,
+        };
+        roles
+            .create(&PostParams::default(), &reduced)
+            .await
+            .unwrap();
+        bindings
+            .create(
+                &PostParams::default(),
+                &ClusterRoleBinding {
+                    metadata: ObjectMeta {
+                        name: Some(probe.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "ClusterRole".into(),
+                        name: probe.clone(),
+                    },
+                    subjects: Some(vec![Subject {
+                        kind: "User".into(),
+                        name: probe.clone(),
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        namespace: None,
+                    }]),
+                },
+            )
+            .await
+            .unwrap();
+        made.insert(probe.clone());
+        let with_all = allowed(&admin, SA, r).await;
+        let without_it = allowed(&admin, &probe, r).await;
+        if !with_all || without_it {
+            not_needed.push(format!("{group}/{resource} {verb}: {} {}", r.verb, r.uri));
+        }
+        report.push(format!(
+            "{:<22} {:<40} {:<6} needed by {:<55} {} {}",
+            if group.is_empty() { "core" } else { &group },
+            resource,
+            verb,
+            scenario_of(r),
+            r.verb,
+            r.uri
+        ));
+    }
+    for name in &made {
+        let _ = bindings.delete(name, &Default::default()).await;
+        let _ = roles.delete(name, &Default::default()).await;
+    }
+    let out = workspace().join("target/rbac");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("controller-role-proof.txt"),
+        report.join("\n") + "\n",
+    )
+    .unwrap();
+    eprintln!("{}", report.join("\n"));
+    assert!(unused.is_empty(), "verbs no scenario used: {unused:?}");
+    assert!(
+        not_needed.is_empty(),
+        "verbs whose removal breaks nothing: {not_needed:?}"
+    );
+}
+
+/// A client with the lab's admin identity.
+async fn admin_client(env: &Env) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(&env.lab.info.kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
+
+/// `ferry --as USER ...` against the lab, in the test's namespace.
+fn cockpit(env: &Env, user: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin_dir().join("ferry"))
+        .arg("--kubeconfig")
+        .arg(&env.lab.info.kubeconfig)
+        .args(["-n", &env.ns.name, "--as", user])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferry_view_watches_and_ferry_operate_steers_but_neither_reads_secrets() {
+    let env = Env::new("e2e-roles", 16).await;
+    let base = workspace().join("deploy/controller");
+    env.lab
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-k",
+            base.to_str().unwrap(),
+        ])
+        .unwrap();
+    let (viewer, operator) = (
+        format!("viewer-{}", env.ns.name),
+        format!("operator-{}", env.ns.name),
+    );
+    for (user, role) in [(&viewer, "ferry-view"), (&operator, "ferry-operate")] {
+        env.lab
+            .kubectl_ok(&[
+                "create",
+                "rolebinding",
+                user,
+                "-n",
+                &env.ns.name,
+                "--clusterrole",
+                role,
+                "--user",
+                user,
+            ])
+            .unwrap();
+    }
+    // The aggregated roles get their rules from the labelled ones (the aggregation controller).
+    let roles: Api<ClusterRole> = Api::all(admin_client(&env).await);
+    for r in ["ferry-view", "ferry-operate"] {
+        ferry_harness::eventually(
+            &format!("{r} aggregated"),
+            Duration::from_secs(60),
+            || async {
+                roles
+                    .get(r)
+                    .await
+                    .ok()
+                    .and_then(|c| c.rules)
+                    .filter(|r| !r.is_empty())
+            },
+        )
+        .await
+        .unwrap();
+    }
+    env.create(&env.migration("steer")).await;
+    env.create(&env.migration("failed-one")).await;
+    // As the controller would have left it (no controller runs here).
+    env.api()
+        .patch_status(
+            "failed-one",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .unwrap();
+
+    // The viewer sees the board but cannot cancel.
+    let out = cockpit(&env, &viewer, &["board", "--once", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"steer\""));
+    let out = cockpit(&env, &viewer, &["cancel", "steer"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(said.to_lowercase().contains("forbidden"), "{said}");
+    assert!(
+        !env.get("steer").await.spec.cancel,
+        "the viewer changed nothing"
+    );
+
+    // The operator cancels and retries.
+    let out = cockpit(&env, &operator, &["cancel", "steer"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(env.get("steer").await.spec.cancel);
+    let out = cockpit(&env, &operator, &["retry", "failed-one"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(env.get("failed-one").await.spec.retry, 1);
+
+    // Neither reads a Secret.
+    for user in [&viewer, &operator] {
+        let out = env
+            .lab
+            .kubectl()
+            .args([
+                "get",
+                "secret",
+                VSPHERE_SECRET,
+                "-n",
+                &env.ns.name,
+                "--as",
+                user,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("forbidden"),
+            "{user}: {err}"
+        );
+    }
+}
