@@ -213,6 +213,8 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     vmm.spec.source.endpoint.thumbprint = None;
     vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
     vmm.spec.target.name = Some("cancelled-vm".into());
+    // Validating waits for a guest agent only when asked to (the default needs none).
+    vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
     vmm.metadata.annotations = Some(BTreeMap::from([(
         FAULT.to_owned(),
         "agent=always".to_owned(),

@@ -53,16 +53,39 @@ fn migration_sample_is_one_vmm_with_the_secrets_it_names() {
         secret_keys(&d, &vmm.spec.source.endpoint.credentials_secret_ref.name),
         [
             ferry_crds::secret::VSPHERE_PASSWORD_KEY,
+            ferry_crds::secret::VSPHERE_THUMBPRINT_KEY,
+            ferry_crds::secret::VSPHERE_URL_KEY,
             ferry_crds::secret::VSPHERE_USERNAME_KEY
-        ]
+        ],
+        "the vCenter Secret is bound to its endpoint"
     );
     assert_eq!(
         secret_keys(&d, &vmm.spec.staging.credentials_secret_ref.name),
         [
             ferry_crds::secret::S3_ACCESS_KEY_ID_KEY,
+            ferry_crds::secret::S3_BUCKET_KEY,
+            ferry_crds::secret::S3_ENDPOINT_KEY,
             ferry_crds::secret::S3_SECRET_ACCESS_KEY_KEY
-        ]
+        ],
+        "the S3 Secret is bound to its endpoint and bucket"
     );
+    for name in [
+        &vmm.spec.source.endpoint.credentials_secret_ref.name,
+        &vmm.spec.staging.credentials_secret_ref.name,
+    ] {
+        let secret = d
+            .iter()
+            .find(|doc| {
+                doc["kind"].as_str() == Some("Secret")
+                    && doc["metadata"]["name"].as_str() == Some(name.as_str())
+            })
+            .unwrap();
+        assert_eq!(
+            secret["metadata"]["labels"][names::CREDENTIALS_LABEL].as_str(),
+            Some(names::CREDENTIALS_LABEL_VALUE),
+            "{name} is opted in for ferry"
+        );
+    }
 }
 
 #[test]

@@ -749,19 +749,23 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
     let secrets = format!(
         r#"apiVersion: v1
 kind: Secret
-metadata: {{name: vsphere-credentials, namespace: {ns}}}
-stringData: {{username: "{u}", password: "{p}"}}
+metadata: {{name: vsphere-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
+stringData: {{username: "{u}", password: "{p}", url: "{url}", thumbprint: "{thumb}"}}
 ---
 apiVersion: v1
 kind: Secret
-metadata: {{name: s3-credentials, namespace: {ns}}}
-stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}"}}
+metadata: {{name: s3-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
+stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}", endpoint: "{endpoint}", bucket: "{bucket}"}}
 "#,
         ns = ns.name,
         u = lab.info.vcenter.username,
         p = lab.info.vcenter.password,
+        url = lab.info.vcenter.url,
+        thumb = lab.info.vcenter.thumbprint_sha1,
         a = lab.info.s3.access_key,
-        k = lab.info.s3.secret_key
+        k = lab.info.s3.secret_key,
+        endpoint = lab.info.s3.endpoint,
+        bucket = lab.info.s3.bucket,
     );
     kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
     let mut controller = Command::new(workspace_bin("ferry-controller"));

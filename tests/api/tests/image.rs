@@ -203,9 +203,11 @@ fn the_containerfile_builds_the_same_layout() {
     let build = std::fs::read_to_string(repo_root().join("image/build.sh")).unwrap();
     let (_, config) = manifest_and_config(&layout());
     let c = &config["config"];
+    // The final stage's instruction: the last one (the build stage has its own WORKDIR).
     let line = |prefix: &str| {
         cf.lines()
-            .find(|l| l.starts_with(prefix))
+            .filter(|l| l.starts_with(prefix))
+            .last()
             .unwrap_or_else(|| panic!("no {prefix} in the Containerfile"))
             .trim_start_matches(prefix)
             .trim()
