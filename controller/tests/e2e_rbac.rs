@@ -288,6 +288,107 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     .unwrap();
     scenarios.push(("a wave", t, SystemTime::now()));
 
+    // 4. A damaged import: CDI imports it as it is, the verification Job fails, and the
+    //    controller reads the failed pod's message (both checksums).
+    let t = SystemTime::now();
+    let mut vmm = env.migration("damaged");
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
+    vmm.spec.target.name = Some("damaged-vm".into());
+    // One converter attempt fails: its back-off is the window to pause the migration in.
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "convert=once".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    env.wait_phase("damaged", Phase::Converting, 120).await;
+    env.patch_spec("damaged", serde_json::json!({"paused": true}))
+        .await;
+    let jobs = env.ns.api::<k8s_openapi::api::batch::v1::Job>();
+    ferry_harness::eventually(
+        "the conversion Job to complete",
+        Duration::from_secs(120),
+        || async {
+            jobs.get_opt("damaged-convert")
+                .await
+                .ok()
+                .flatten()
+                .filter(|j| j.status.as_ref().and_then(|s| s.succeeded) == Some(1))
+        },
+    )
+    .await
+    .unwrap();
+    let staged: Vec<_> = env
+        .staged_files()
+        .into_iter()
+        .filter(|p| {
+            let p = p.to_string_lossy();
+            p.contains("/damaged/") && p.ends_with("disk-0.raw")
+        })
+        .collect();
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let mut bytes = std::fs::read(&staged[0]).unwrap();
+    bytes[4096] ^= 0xff;
+    std::fs::write(&staged[0], &bytes).unwrap();
+    env.patch_spec("damaged", serde_json::json!({"paused": false}))
+        .await;
+    let v = env
+        .wait_for("damaged", "damaged to fail", 300, |v| {
+            v.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    assert_eq!(
+        last_failure(&v).0,
+        "ChecksumMismatch",
+        "{}",
+        serde_yaml_status(&v)
+    );
+    scenarios.push((
+        "a damaged import caught by the verification Job",
+        t,
+        SystemTime::now(),
+    ));
+
+    // 5. A VM that cannot be scheduled fails Starting; a retry deletes its instance first.
+    let t = SystemTime::now();
+    let mut vmm = env.migration("unsched");
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.target.name = Some("unsched-vm".into());
+    vmm.metadata.annotations = Some(BTreeMap::from([(
+        FAULT.to_owned(),
+        "vmi=permanent".to_owned(),
+    )]));
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("unsched", "unsched to fail", 300, |v| {
+            v.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    env.patch_spec("unsched", serde_json::json!({"retry": 1}))
+        .await;
+    let vmis = env
+        .ns
+        .api::<ferry_controller::apis::kubevirt::VirtualMachineInstance>();
+    ferry_harness::eventually(
+        "the retry to delete the VMI",
+        Duration::from_secs(120),
+        || async {
+            let gone = vmis
+                .get_opt("unsched-vm")
+                .await
+                .ok()?
+                .is_none_or(|i| i.metadata.deletion_timestamp.is_some());
+            gone.then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    scenarios.push(("a failure in Starting, retried", t, SystemTime::now()));
+
     // The record.
     let requests: Vec<Request> = audit(env.lab)
         .into_iter()
