@@ -356,6 +356,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let mut vmm = env.migration("unsched");
     vmm.spec.source.endpoint.url = None;
     vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
     vmm.spec.target.name = Some("unsched-vm".into());
     vmm.metadata.annotations = Some(BTreeMap::from([(
         FAULT.to_owned(),
@@ -368,22 +369,22 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
         })
         .await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    assert_eq!(
+        last_failure(&v).0,
+        "ErrorUnschedulable",
+        "{}",
+        serde_yaml_status(&v)
+    );
+    let before = live_vmi_uid(&env, "unsched-vm")
+        .await
+        .expect("the unschedulable VMI is still there");
     env.patch_spec("unsched", serde_json::json!({"retry": 1}))
         .await;
-    let vmis = env
-        .ns
-        .api::<ferry_controller::apis::kubevirt::VirtualMachineInstance>();
+    // KubeVirt may start a new instance at once: the old one's uid is what must go.
     ferry_harness::eventually(
         "the retry to delete the VMI",
         Duration::from_secs(120),
-        || async {
-            let gone = vmis
-                .get_opt("unsched-vm")
-                .await
-                .ok()?
-                .is_none_or(|i| i.metadata.deletion_timestamp.is_some());
-            gone.then_some(())
-        },
+        || async { (live_vmi_uid(&env, "unsched-vm").await != Some(before.clone())).then_some(()) },
     )
     .await
     .unwrap();
@@ -490,6 +491,17 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
         not_needed.is_empty(),
         "verbs whose removal breaks nothing: {not_needed:?}"
     );
+}
+
+/// The uid of the VMI of that name, unless it is absent or being deleted.
+async fn live_vmi_uid(env: &Env, name: &str) -> Option<String> {
+    env.ns
+        .api::<ferry_controller::apis::kubevirt::VirtualMachineInstance>()
+        .get_opt(name)
+        .await
+        .unwrap()
+        .filter(|i| i.metadata.deletion_timestamp.is_none())
+        .and_then(|i| i.metadata.uid)
 }
 
 /// A client with the lab's admin identity.
