@@ -90,10 +90,10 @@ fi
 # ---- 2. the binary ---------------------------------------------------------------------------
 if [ "$PROFILE" = release ]; then
   say "ferry-controller: cargo build --release (a cold release build takes about 10 minutes on 2 cores)"
-  cargo build --release --locked -p ferry-controller --bin ferry-controller >&2
+  cargo build --release --locked --workspace --bins >&2
 else
   say "ferry-controller: the debug build (cargo build --workspace --bins, as make test does)"
-  cargo build --locked -p ferry-controller --bin ferry-controller >&2
+  cargo build --locked --workspace --bins >&2
 fi
 BIN="$ROOT/target/$PROFILE/ferry-controller"
 APP="$OUT/app"

@@ -43,17 +43,10 @@ fn bins() -> (PathBuf, PathBuf) {
         "release"
     };
     // The controller is this package's binary (built for benches); the sim is another package.
+    // The whole workspace, as `make bench` builds it: a `-p` build resolves other features and
+    // would build every dependency (vim_rs: minutes) a second time.
     let st = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--profile",
-            profile,
-            "-p",
-            "ferry-sim",
-            "-p",
-            "ferry-controller",
-            "--bins",
-        ])
+        .args(["build", "--profile", profile, "--workspace", "--bins"])
         .current_dir(repo_root())
         .status()
         .unwrap();
