@@ -206,8 +206,7 @@ fn the_containerfile_builds_the_same_layout() {
     // The final stage's instruction: the last one (the build stage has its own WORKDIR).
     let line = |prefix: &str| {
         cf.lines()
-            .filter(|l| l.starts_with(prefix))
-            .last()
+            .rfind(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} in the Containerfile"))
             .trim_start_matches(prefix)
             .trim()
