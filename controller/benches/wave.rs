@@ -107,7 +107,9 @@ fn metric(text: &str, name: &str, filter: &str) -> f64 {
         })
         .filter(|l| l.contains(filter))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        // A counter never incremented has no series: an empty sum, which is -0.0 ("-0").
+        + 0.0
 }
 
 /// The q-quantile of a Prometheus histogram (linear inside the bucket).
