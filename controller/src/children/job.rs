@@ -13,9 +13,7 @@
 //! token, and a deadline.
 
 use ferry_crds::{VirtualMachineMigration, names, secret as keys};
-use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
-};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
     PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
@@ -238,17 +236,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
     let spec = JobSpec {
         backoff_limit: Some(BACKOFF_LIMIT),
         active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-        pod_failure_policy: Some(PodFailurePolicy {
-            rules: vec![PodFailurePolicyRule {
-                action: "FailJob".to_owned(),
-                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                    container_name: Some("convert".to_owned()),
-                    operator: "In".to_owned(),
-                    values: vec![PERMANENT_EXIT_CODE],
-                }),
-                on_pod_conditions: None,
-            }],
-        }),
+        pod_failure_policy: Some(super::fail_on_permanent_exit("convert")),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {
                 labels: Some(super::labels(vmm)),

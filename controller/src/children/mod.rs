@@ -212,6 +212,27 @@ pub fn ownership(kind: &str, meta: &ObjectMeta, vmm: &VirtualMachineMigration) -
     })
 }
 
+/// The pod failure policy of ferry's Jobs: the container's [`job::PERMANENT_EXIT_CODE`]
+/// (a failure no retry can mend) fails the Job at once instead of spending its back-off.
+pub(crate) fn fail_on_permanent_exit(
+    container: &str,
+) -> k8s_openapi::api::batch::v1::PodFailurePolicy {
+    use k8s_openapi::api::batch::v1::{
+        PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+    };
+    PodFailurePolicy {
+        rules: vec![PodFailurePolicyRule {
+            action: "FailJob".to_owned(),
+            on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                container_name: Some(container.to_owned()),
+                operator: "In".to_owned(),
+                values: vec![job::PERMANENT_EXIT_CODE],
+            }),
+            on_pod_conditions: None,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,16 +7,14 @@
 use std::collections::BTreeMap;
 
 use ferry_crds::{VirtualMachineMigration, names};
-use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
-};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
     PodTemplateSpec, SeccompProfile, SecurityContext, Volume, VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::job::{CONVERTER_PROGRAM, PERMANENT_EXIT_CODE};
+use super::job::CONVERTER_PROGRAM;
 use crate::Result;
 use crate::verify::VolumeSpec;
 
@@ -108,7 +106,7 @@ pub fn volume_arg(v: &VerifyVolume) -> String {
 /// # Guarantees
 /// Owned by and labelled with the migration (pod template too); `image`: the converter's (the
 /// controller's own or an allowed one, as the conversion Job ran); every claim mounted read-only; no service account token; Pod
-/// Security `restricted`; exit code [`PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
+/// Security `restricted`; exit code [`super::job::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
 /// the termination message falls back to the log's tail, where the program writes both sums.
 ///
 /// # Errors
@@ -194,17 +192,7 @@ pub fn verification_job(
     let spec = JobSpec {
         backoff_limit: Some(BACKOFF_LIMIT),
         active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-        pod_failure_policy: Some(PodFailurePolicy {
-            rules: vec![PodFailurePolicyRule {
-                action: "FailJob".to_owned(),
-                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                    container_name: Some(CONTAINER.to_owned()),
-                    operator: "In".to_owned(),
-                    values: vec![PERMANENT_EXIT_CODE],
-                }),
-                on_pod_conditions: None,
-            }],
-        }),
+        pod_failure_policy: Some(super::fail_on_permanent_exit(CONTAINER)),
         template: PodTemplateSpec {
             metadata: Some(ObjectMeta {
                 labels: Some(super::labels(vmm)),
@@ -304,7 +292,7 @@ mod tests {
         assert_eq!(rule.action, "FailJob");
         assert_eq!(
             rule.on_exit_codes.as_ref().unwrap().values,
-            vec![PERMANENT_EXIT_CODE]
+            vec![super::super::job::PERMANENT_EXIT_CODE]
         );
         let bind = verification_job(&migration("web-1"), &vols, Role::Bind, "img").unwrap();
         assert_eq!(
