@@ -15,9 +15,8 @@
 use ferry_crds::{VirtualMachineMigration, names, secret as keys};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecretKeySelector, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -195,16 +194,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
             limits: Some(quantities(&LIMITS)),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                add: None,
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(super::restricted_container()),
         ..Container::default()
     };
     let pod = PodSpec {
@@ -212,17 +202,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
         restart_policy: Some("Never".to_owned()),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS_USER),
-            run_as_group: Some(RUN_AS_USER),
-            fs_group: Some(RUN_AS_USER),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_owned(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        }),
+        security_context: Some(super::restricted_pod(RUN_AS_USER)),
         volumes: Some(vec![Volume {
             name: "scratch".to_owned(),
             empty_dir: Some(EmptyDirVolumeSource {

@@ -233,6 +233,40 @@ pub(crate) fn fail_on_permanent_exit(
     }
 }
 
+/// The container half of Pod Security `restricted` for ferry's Job pods: no privilege
+/// escalation, every capability dropped, a read-only root file system, non-root.
+pub(crate) fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {
+    use k8s_openapi::api::core::v1::{Capabilities, SecurityContext};
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The pod half of Pod Security `restricted`, running as `uid` (user, group and fsGroup):
+/// the converter runs as the image's user, the verification Job as qemu's, which owns the
+/// block devices CDI hands it.
+pub(crate) fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContext {
+    use k8s_openapi::api::core::v1::{PodSecurityContext, SeccompProfile};
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        fs_group: Some(uid),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use ferry_crds::{VirtualMachineMigration, names};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, SecurityContext, Volume, VolumeDevice, VolumeMount,
+    Container, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeDevice,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -160,32 +160,14 @@ pub fn verification_job(
         volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
         volume_devices: Some(devices).filter(|d| !d.is_empty()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                add: None,
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(super::restricted_container()),
         ..Container::default()
     };
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some("Never".to_owned()),
         automount_service_account_token: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(QEMU_ID),
-            run_as_group: Some(QEMU_ID),
-            fs_group: Some(QEMU_ID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_owned(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        }),
+        security_context: Some(super::restricted_pod(QEMU_ID)),
         volumes: Some(pod_volumes),
         ..PodSpec::default()
     };
