@@ -174,52 +174,23 @@ impl Env {
     /// A namespace with the credentials Secrets, a claimed VM with a real `mib`-MiB disk.
     pub async fn new(prefix: &str, mib: u64) -> Env {
         let lab = lab();
-        binaries();
-        install_crds(lab);
-        let ns = lab.namespace(prefix).await.unwrap();
         let vm = lab.claim_vm().unwrap();
-        let scratch = bin_dir().join("e2e").join(&ns.name);
-        let disk = put_vmdk(&vm, &scratch, mib, 0x5eed ^ mib).unwrap();
-        let secrets: Api<Secret> = ns.api();
-        for s in [
+        let secrets = [
             vsphere_secret(lab, VSPHERE_SECRET),
             s3_secret(lab, S3_SECRET),
-        ] {
-            secrets.create(&PostParams::default(), &s).await.unwrap();
-        }
-        let volumes = scratch.join("volumes");
-        std::fs::create_dir_all(&volumes).unwrap();
-        Env {
-            lab,
-            ns,
-            vm,
-            disk,
-            scratch,
-            volumes,
-            metrics_port: free_port(),
-            controller: None,
-            sim: None,
-            extra_controller_args: vec![],
-            sim_args: vec![],
-            controller_kubeconfig: None,
-        }
+        ];
+        Env::with(prefix, vm, mib, 0x5eed ^ mib, secrets).await
     }
 
     /// Like [`Env::new`], on the lab's CA-signed vCenter and its https S3: the Secrets carry
     /// the endpoints and the lab CA's PEM (`cacert`), nothing is pinned by thumbprint.
     pub async fn new_ca(prefix: &str, mib: u64) -> Env {
         let lab = lab();
-        binaries();
-        install_crds(lab);
-        let ns = lab.namespace(prefix).await.unwrap();
         let vm = lab.claim_vm_ca().unwrap();
-        let scratch = bin_dir().join("e2e").join(&ns.name);
-        let disk = put_vmdk(&vm, &scratch, mib, 0xca ^ mib).unwrap();
         let (vc, s3, tls) = (&lab.info.vcenter_ca, &lab.info.s3, &lab.info.s3_tls);
         let vc_ca = std::fs::read_to_string(&vc.ca_file).unwrap();
         let s3_ca = std::fs::read_to_string(&tls.ca_file).unwrap();
-        let secrets: Api<Secret> = ns.api();
-        for s in [
+        let secrets = [
             secret(
                 VSPHERE_SECRET,
                 &[
@@ -239,8 +210,21 @@ impl Env {
                     ("cacert", &s3_ca),
                 ],
             ),
-        ] {
-            secrets.create(&PostParams::default(), &s).await.unwrap();
+        ];
+        Env::with(prefix, vm, mib, 0xca ^ mib, secrets).await
+    }
+
+    /// A namespace holding `secrets`, and `vm` given a real `mib`-MiB disk of `seed`'s bytes.
+    async fn with(prefix: &str, vm: InventoryVm, mib: u64, seed: u64, secrets: [Secret; 2]) -> Env {
+        let lab = lab();
+        binaries();
+        install_crds(lab);
+        let ns = lab.namespace(prefix).await.unwrap();
+        let scratch = bin_dir().join("e2e").join(&ns.name);
+        let disk = put_vmdk(&vm, &scratch, mib, seed).unwrap();
+        let api: Api<Secret> = ns.api();
+        for s in secrets {
+            api.create(&PostParams::default(), &s).await.unwrap();
         }
         let volumes = scratch.join("volumes");
         std::fs::create_dir_all(&volumes).unwrap();
