@@ -13,13 +13,12 @@
 //! token, and a deadline.
 
 use ferry_crds::{VirtualMachineMigration, names, secret as keys};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecretKeySelector, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ResourceRequirements, SecretKeySelector,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::Result;
 
@@ -194,43 +193,25 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
             limits: Some(quantities(&LIMITS)),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(super::restricted_container()),
         ..Container::default()
     };
-    let pod = PodSpec {
-        containers: vec![container],
-        restart_policy: Some("Never".to_owned()),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        security_context: Some(super::restricted_pod(RUN_AS_USER)),
-        volumes: Some(vec![Volume {
-            name: "scratch".to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity(work_volume_bytes(vmm).to_string())),
-                ..EmptyDirVolumeSource::default()
-            }),
-            ..Volume::default()
-        }]),
-        ..PodSpec::default()
+    let scratch = Volume {
+        name: "scratch".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(work_volume_bytes(vmm).to_string())),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
     };
-    let spec = JobSpec {
-        backoff_limit: Some(BACKOFF_LIMIT),
-        active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-        pod_failure_policy: Some(super::fail_on_permanent_exit("convert")),
-        template: PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(super::labels(vmm)),
-                ..ObjectMeta::default()
-            }),
-            spec: Some(pod),
-        },
-        ..JobSpec::default()
-    };
-    Ok(Job {
-        metadata: meta,
-        spec: Some(spec),
-        status: None,
-    })
+    Ok(super::restricted_job(
+        vmm,
+        meta,
+        container,
+        vec![scratch],
+        RUN_AS_USER,
+        BACKOFF_LIMIT,
+        ACTIVE_DEADLINE_SECONDS,
+    ))
 }
 
 /// The work volume the converter of `vmm` may fill: its qcow2 copies at worst, nothing but

@@ -214,9 +214,7 @@ pub fn ownership(kind: &str, meta: &ObjectMeta, vmm: &VirtualMachineMigration) -
 
 /// The pod failure policy of ferry's Jobs: the container's [`job::PERMANENT_EXIT_CODE`]
 /// (a failure no retry can mend) fails the Job at once instead of spending its back-off.
-pub(crate) fn fail_on_permanent_exit(
-    container: &str,
-) -> k8s_openapi::api::batch::v1::PodFailurePolicy {
+fn fail_on_permanent_exit(container: &str) -> k8s_openapi::api::batch::v1::PodFailurePolicy {
     use k8s_openapi::api::batch::v1::{
         PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
     };
@@ -233,11 +231,25 @@ pub(crate) fn fail_on_permanent_exit(
     }
 }
 
-/// The container half of Pod Security `restricted` for ferry's Job pods: no privilege
-/// escalation, every capability dropped, a read-only root file system, non-root.
-pub(crate) fn restricted_container() -> k8s_openapi::api::core::v1::SecurityContext {
-    use k8s_openapi::api::core::v1::{Capabilities, SecurityContext};
-    SecurityContext {
+/// One of ferry's Jobs around `container`: pods that never restart in place, no ServiceAccount
+/// token or service links (the pod needs no API), Pod Security `restricted` running as `uid`
+/// (the converter as the image's user, the verification Job as qemu's, which owns the block
+/// devices CDI hands it), the container's [`job::PERMANENT_EXIT_CODE`] failing the Job at
+/// once, and the migration's labels on the pod.
+pub(crate) fn restricted_job(
+    vmm: &VirtualMachineMigration,
+    meta: ObjectMeta,
+    mut container: k8s_openapi::api::core::v1::Container,
+    volumes: Vec<k8s_openapi::api::core::v1::Volume>,
+    uid: i64,
+    backoff_limit: i32,
+    active_deadline_seconds: i64,
+) -> k8s_openapi::api::batch::v1::Job {
+    use k8s_openapi::api::batch::v1::{Job, JobSpec};
+    use k8s_openapi::api::core::v1::{
+        Capabilities, PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
+    };
+    container.security_context = Some(SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
@@ -246,24 +258,43 @@ pub(crate) fn restricted_container() -> k8s_openapi::api::core::v1::SecurityCont
             add: None,
         }),
         ..SecurityContext::default()
-    }
-}
-
-/// The pod half of Pod Security `restricted`, running as `uid` (user, group and fsGroup):
-/// the converter runs as the image's user, the verification Job as qemu's, which owns the
-/// block devices CDI hands it.
-pub(crate) fn restricted_pod(uid: i64) -> k8s_openapi::api::core::v1::PodSecurityContext {
-    use k8s_openapi::api::core::v1::{PodSecurityContext, SeccompProfile};
-    PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(uid),
-        run_as_group: Some(uid),
-        fs_group: Some(uid),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_owned(),
-            localhost_profile: None,
+    });
+    let failure_policy = fail_on_permanent_exit(&container.name);
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(uid),
+            run_as_group: Some(uid),
+            fs_group: Some(uid),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
         }),
-        ..PodSecurityContext::default()
+        volumes: Some(volumes).filter(|v| !v.is_empty()),
+        ..PodSpec::default()
+    };
+    Job {
+        metadata: meta,
+        spec: Some(JobSpec {
+            backoff_limit: Some(backoff_limit),
+            active_deadline_seconds: Some(active_deadline_seconds),
+            pod_failure_policy: Some(failure_policy),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(vmm)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
     }
 }
 

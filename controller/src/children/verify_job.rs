@@ -7,12 +7,10 @@
 use std::collections::BTreeMap;
 
 use ferry_crds::{VirtualMachineMigration, names};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeDevice,
-    VolumeMount,
+    Container, PersistentVolumeClaimVolumeSource, Volume, VolumeDevice, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::job::CONVERTER_PROGRAM;
 use crate::Result;
@@ -160,35 +158,17 @@ pub fn verification_job(
         volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
         volume_devices: Some(devices).filter(|d| !d.is_empty()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-        security_context: Some(super::restricted_container()),
         ..Container::default()
     };
-    let pod = PodSpec {
-        containers: vec![container],
-        restart_policy: Some("Never".to_owned()),
-        automount_service_account_token: Some(false),
-        security_context: Some(super::restricted_pod(QEMU_ID)),
-        volumes: Some(pod_volumes),
-        ..PodSpec::default()
-    };
-    let spec = JobSpec {
-        backoff_limit: Some(BACKOFF_LIMIT),
-        active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-        pod_failure_policy: Some(super::fail_on_permanent_exit(CONTAINER)),
-        template: PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(super::labels(vmm)),
-                ..ObjectMeta::default()
-            }),
-            spec: Some(pod),
-        },
-        ..JobSpec::default()
-    };
-    Ok(Job {
-        metadata: meta,
-        spec: Some(spec),
-        status: None,
-    })
+    Ok(super::restricted_job(
+        vmm,
+        meta,
+        container,
+        pod_volumes,
+        QEMU_ID,
+        BACKOFF_LIMIT,
+        ACTIVE_DEADLINE_SECONDS,
+    ))
 }
 
 #[cfg(test)]
