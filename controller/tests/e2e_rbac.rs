@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use ferry_crds::Phase;
+use ferry_crds::{Phase, VirtualMachineMigration};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -157,6 +157,21 @@ async fn allowed(client: &kube::Client, user: &str, r: &Request) -> bool {
     got.status.is_some_and(|s| s.allowed)
 }
 
+/// A migration as the in-cluster controller runs it: the vCenter URL and trust come from the
+/// bound Secret, staging is the lab's https S3 (private CA), the VM is named `NAME-vm`, and
+/// `fault` (a ferry-sim fault annotation) is injected when given.
+fn in_cluster_migration(env: &Env, name: &str, fault: Option<&str>) -> VirtualMachineMigration {
+    let mut vmm = env.migration(name);
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
+    vmm.spec.target.name = Some(format!("{name}-vm"));
+    if let Some(fault) = fault {
+        vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), fault.to_owned())]));
+    }
+    vmm
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let mut env = Env::new_ca("e2e-rbac", 16).await;
@@ -189,11 +204,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
 
     // 1. A whole migration, over https staging with a private CA (the CA ConfigMap for CDI).
     let t = SystemTime::now();
-    let mut vmm = env.migration("whole");
-    vmm.spec.source.endpoint.url = None;
-    vmm.spec.source.endpoint.thumbprint = None;
-    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
-    vmm.spec.target.name = Some("whole-vm".into());
+    let vmm = in_cluster_migration(&env, "whole", None);
     env.create(&vmm).await;
     let v = env
         .wait_for("whole", "whole to finish", 300, |v| v.phase().is_terminal())
@@ -208,17 +219,9 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     // 2. Cancelled in Validating (its guest agent never connects): the VM, its instance, the
     //    DataVolume, the Job and the CDI objects are deleted.
     let t = SystemTime::now();
-    let mut vmm = env.migration("cancelled");
-    vmm.spec.source.endpoint.url = None;
-    vmm.spec.source.endpoint.thumbprint = None;
-    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
-    vmm.spec.target.name = Some("cancelled-vm".into());
+    let mut vmm = in_cluster_migration(&env, "cancelled", Some("agent=always"));
     // Validating waits for a guest agent only when asked to (the default needs none).
     vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "agent=always".to_owned(),
-    )]));
     env.create(&vmm).await;
     env.wait_phase("cancelled", Phase::Validating, 300).await;
     env.wait_for("cancelled", "the VMI to run", 120, |v| {
@@ -291,16 +294,8 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     // 4. A damaged import: CDI imports it as it is, the verification Job fails, and the
     //    controller reads the failed pod's message (both checksums).
     let t = SystemTime::now();
-    let mut vmm = env.migration("damaged");
-    vmm.spec.source.endpoint.url = None;
-    vmm.spec.source.endpoint.thumbprint = None;
-    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
-    vmm.spec.target.name = Some("damaged-vm".into());
     // One converter attempt fails: its back-off is the window to pause the migration in.
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "convert=once".to_owned(),
-    )]));
+    let vmm = in_cluster_migration(&env, "damaged", Some("convert=once"));
     env.create(&vmm).await;
     env.wait_phase("damaged", Phase::Converting, 120).await;
     env.patch_spec("damaged", serde_json::json!({"paused": true}))
@@ -353,15 +348,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
 
     // 5. A VM that cannot be scheduled fails Starting; a retry deletes its instance first.
     let t = SystemTime::now();
-    let mut vmm = env.migration("unsched");
-    vmm.spec.source.endpoint.url = None;
-    vmm.spec.source.endpoint.thumbprint = None;
-    vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
-    vmm.spec.target.name = Some("unsched-vm".into());
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "vmi=permanent".to_owned(),
-    )]));
+    let vmm = in_cluster_migration(&env, "unsched", Some("vmi=permanent"));
     env.create(&vmm).await;
     let v = env
         .wait_for("unsched", "unsched to fail", 300, |v| {
