@@ -434,6 +434,7 @@ async fn a_wave_declared_with_a_selector_resolves_it_once_and_records_the_vms() 
     s.selector = Some(ferry_crds::WaveSelector {
         folder: Some("DC0/vm".into()),
         name_pattern: Some("DC0_H0_VM1?".into()),
+        tag: None,
     });
     waves
         .create(
@@ -472,6 +473,7 @@ async fn a_wave_declared_with_a_selector_resolves_it_once_and_records_the_vms() 
     bad.selector = Some(ferry_crds::WaveSelector {
         folder: Some("DC0/vm/nope".into()),
         name_pattern: None,
+        tag: None,
     });
     waves
         .create(&PostParams::default(), &MigrationWave::new("nofolder", bad))

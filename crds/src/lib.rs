@@ -45,7 +45,7 @@ pub use target::{
 };
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSelector,
-    WaveSource, WaveTemplate, WaveVm,
+    WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

@@ -102,6 +102,26 @@ pub struct WaveSelector {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub name_pattern: Option<String>,
+    /// Only VMs carrying this vSphere tag (vCenter's tagging service, read over its REST API
+    /// with the same credentials and trust as the inventory). A tag name is unique only within
+    /// its category: give the category when the name exists in more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<WaveTagSelector>,
+}
+
+/// A vSphere tag, by name and optionally its category's name (e.g. `category: tier`,
+/// `name: gold`); names are compared exactly, as vCenter shows them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveTagSelector {
+    /// The tag's name.
+    #[schemars(length(min = 1, max = 255))]
+    pub name: String,
+    /// The name of the tag's category; required only when the tag name exists in more than one
+    /// category.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub category: Option<String>,
 }
 
 impl WaveSelector {

@@ -103,7 +103,7 @@ pub trait SourceApi: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct VsphereSource;
 
-fn problem_of(e: &vsphere::Error) -> Problem {
+pub(crate) fn problem_of(e: &vsphere::Error) -> Problem {
     use vsphere::Error as E;
     let msg = e.to_string();
     match e {
@@ -131,7 +131,7 @@ fn problem_of(e: &vsphere::Error) -> Problem {
     }
 }
 
-fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
+pub(crate) fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem> {
     let tls = match &login.trust {
         SourceTrust::Thumbprint(t) => {
             vsphere::TlsPolicy::Thumbprint(vsphere::Thumbprint::parse(t).map_err(|e| {

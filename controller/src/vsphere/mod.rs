@@ -6,6 +6,7 @@ mod error;
 mod inventory;
 mod layout;
 mod session;
+pub mod tags;
 
 use std::fmt;
 

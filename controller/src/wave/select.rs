@@ -2,7 +2,9 @@
 //! recorded in `status.selectedVms`, which the wave follows from then on.
 
 use ferry_crds::condition::{self, WaveConditionType};
-use ferry_crds::{ConditionStatus, MigrationWave, Reason, WaveSelector, names};
+use std::collections::BTreeSet;
+
+use ferry_crds::{ConditionStatus, MigrationWave, Reason, WaveSelector, WaveTagSelector, names};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -15,17 +17,92 @@ use crate::ports::SourceLogin;
 use crate::problem::Problem;
 use crate::reconcile::credentials::{SecretData, bind_source};
 use crate::reconcile::outcome::backoff;
+use crate::vsphere::tags::{self, TagRef};
 use crate::{Error, Result};
 
-/// The VMs `selector` chooses from `names`: those matching, by name, in name order. Pure.
-pub fn choose(selector: &WaveSelector, names: Vec<String>) -> Vec<String> {
+/// The VMs `selector` chooses from `names` (those under its folder): those matching its name
+/// pattern and, with a tag, among `tagged` (the names of the VMs carrying it), in name order. Pure.
+pub fn choose(
+    selector: &WaveSelector,
+    names: Vec<String>,
+    tagged: Option<&BTreeSet<String>>,
+) -> Vec<String> {
     let mut chosen: Vec<String> = names
         .into_iter()
         .filter(|n| selector.matches_name(n))
+        .filter(|n| tagged.is_none_or(|t| t.contains(n)))
         .collect();
     chosen.sort();
     chosen.dedup();
     chosen
+}
+
+/// Why nothing was chosen, naming every condition of the selector.
+fn nothing_chosen(selector: &WaveSelector) -> String {
+    let mut parts = Vec::new();
+    if let Some(f) = &selector.folder {
+        parts.push(format!("folder {f:?}"));
+    }
+    if let Some(p) = &selector.name_pattern {
+        parts.push(format!("namePattern {p:?}"));
+    }
+    if let Some(t) = &selector.tag {
+        parts.push(tag_ref(t).to_string());
+    }
+    if parts.is_empty() {
+        "spec.selector matches no VM: the inventory has none".to_owned()
+    } else {
+        format!(
+            "spec.selector matches no VM ({}); check them",
+            parts.join(", ")
+        )
+    }
+}
+
+fn tag_ref(t: &WaveTagSelector) -> TagRef<'_> {
+    TagRef {
+        name: &t.name,
+        category: t.category.as_deref(),
+    }
+}
+
+/// The names of the VMs carrying `tag`, read from vCenter's tagging service with the same login
+/// and trust as the inventory.
+async fn tagged(login: &SourceLogin, tag: &WaveTagSelector) -> Result<BTreeSet<String>, Problem> {
+    let endpoint = crate::ports::source::endpoint(login)?;
+    match tags::vms_tagged(&endpoint, tag_ref(tag)).await {
+        Ok(Ok(names)) => Ok(names.into_iter().collect()),
+        Ok(Err(miss)) => Err(Problem::permanent(
+            Reason::VMNotFound,
+            format!("spec.selector.tag: {miss} on {}", login.url),
+        )),
+        Err(e) => Err(crate::ports::source::problem_of(&e)),
+    }
+}
+
+/// The VMs `selector` chooses, asking vSphere.
+async fn select(
+    ctx: &Context,
+    login: &SourceLogin,
+    selector: &WaveSelector,
+) -> Result<Vec<String>, Problem> {
+    let names = ctx
+        .source
+        .list_vms(login, selector.folder.as_deref())
+        .await?;
+    let tagged = match &selector.tag {
+        Some(t) => Some(tagged(login, t).await?),
+        None => None,
+    };
+    let chosen = choose(selector, names, tagged.as_ref());
+    if chosen.is_empty() {
+        Err(Problem::transient(
+            Reason::VMNotFound,
+            nothing_chosen(selector),
+        ))
+    } else {
+        Ok(chosen)
+    }
 }
 
 /// The vSphere login of the wave's template, bound exactly as a migration's is
@@ -65,21 +142,7 @@ pub async fn resolve(
         field: "metadata.namespace",
     })?;
     let chosen = match login(wave, ctx, &ns).await? {
-        Ok(login) => ctx
-            .source
-            .list_vms(&login, selector.folder.as_deref())
-            .await
-            .map(|names| choose(selector, names))
-            .and_then(|c| {
-                if c.is_empty() {
-                    Err(Problem::transient(
-                        Reason::VMNotFound,
-                        "spec.selector matches no VM; check its folder and namePattern",
-                    ))
-                } else {
-                    Ok(c)
-                }
-            }),
+        Ok(login) => select(ctx, &login, selector).await,
         Err(p) => Err(p),
     };
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
@@ -142,10 +205,38 @@ mod tests {
         let names = ["web-2", "db-1", "web-10", "web-1", "web-2"]
             .map(String::from)
             .to_vec();
-        assert_eq!(choose(&sel, names), ["web-1", "web-10", "web-2"]);
+        assert_eq!(choose(&sel, names, None), ["web-1", "web-10", "web-2"]);
         assert_eq!(
-            choose(&WaveSelector::default(), vec!["b".into(), "a".into()]),
+            choose(&WaveSelector::default(), vec!["b".into(), "a".into()], None),
             ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn a_tag_narrows_the_choice_to_the_vms_carrying_it() {
+        let sel = WaveSelector {
+            name_pattern: Some("web-*".into()),
+            tag: Some(WaveTagSelector {
+                name: "gold".into(),
+                category: Some("tier".into()),
+            }),
+            ..WaveSelector::default()
+        };
+        let names = ["web-1", "web-2", "db-1", "web-3"]
+            .map(String::from)
+            .to_vec();
+        let tagged: BTreeSet<String> = ["web-2", "db-1", "web-3", "elsewhere"]
+            .map(String::from)
+            .into();
+        assert_eq!(
+            choose(&sel, names.clone(), Some(&tagged)),
+            ["web-2", "web-3"]
+        );
+        assert!(choose(&sel, names, Some(&BTreeSet::new())).is_empty());
+        assert_eq!(
+            nothing_chosen(&sel),
+            "spec.selector matches no VM (namePattern \"web-*\", tag \"gold\" of category \
+             \"tier\"); check them"
         );
     }
 }
