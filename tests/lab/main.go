@@ -42,6 +42,8 @@ func main() {
 			os.Exit(cli.Run(cmd))
 		case "shape":
 			os.Exit(runShape(os.Args[2:]))
+		case "tag":
+			os.Exit(runTag(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println(labVersion())
 			return

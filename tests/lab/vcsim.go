@@ -93,6 +93,8 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	}
 	model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	model.Service.Listen = &url.URL{Host: fmt.Sprintf("127.0.0.1:%d", port), User: url.UserPassword(user, pass)}
+	// vCenter's REST API too (/rest: sessions and tagging, tags.go), as a vCenter serves it.
+	model.Service.RegisterEndpoints = true
 	srv := model.Service.NewServer()
 
 	// vcsim itself serves /folder without any authentication. A real vCenter demands a session, so
