@@ -27,7 +27,7 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// runTag is `ferry-lab tag --state-dir DIR --category C --tag T --vm NAME [--vm NAME ...]`:
+// runTag is `ferry-lab tag --state-dir DIR [--vcenter ca] --category C --tag T --vm NAME ...`:
 // creates the tag category C (cardinality MULTIPLE, for VMs) and its tag T unless they exist,
 // and attaches T to each VM, through the running lab's vCenter REST API as an operator would.
 func runTag(args []string) int {
@@ -35,6 +35,7 @@ func runTag(args []string) int {
 	stateDir := fs.String("state-dir", "", "the running lab's state directory (holds lab.json)")
 	category := fs.String("category", "", "the tag category's name")
 	tag := fs.String("tag", "", "the tag's name")
+	which := fs.String("vcenter", "main", "which of the lab's vCenters: main, or ca (the CA-signed one)")
 	var vms stringList
 	fs.Var(&vms, "vm", "a VM's inventory name (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +45,7 @@ func runTag(args []string) int {
 		fmt.Fprintln(os.Stderr, "ferry-lab tag: --state-dir, --category, --tag and --vm are required")
 		return 2
 	}
-	u, err := labVCenterURL(*stateDir)
+	u, err := labVCenterURL(*stateDir, *which)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-lab tag: %v\n", err)
 		return 1
@@ -64,14 +65,17 @@ func runTag(args []string) int {
 	return 0
 }
 
-// labVCenterURL is the running lab's SDK URL with its credentials, from DIR/lab.json.
-func labVCenterURL(stateDir string) (*url.URL, error) {
+// labVCenterURL is the SDK URL, with its credentials, of the running lab's vCenter `which`
+// ("main" or "ca"), from DIR/lab.json.
+func labVCenterURL(stateDir, which string) (*url.URL, error) {
+	type vc struct {
+		URL      string `json:"url"`
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
 	var info struct {
-		VCenter struct {
-			URL      string `json:"url"`
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"vcenter"`
+		VCenter   vc `json:"vcenter"`
+		VCenterCA vc `json:"vcenterCa"`
 	}
 	raw, err := os.ReadFile(filepath.Join(stateDir, "lab.json"))
 	if err != nil {
@@ -80,11 +84,19 @@ func labVCenterURL(stateDir string) (*url.URL, error) {
 	if err := json.Unmarshal(raw, &info); err != nil {
 		return nil, fmt.Errorf("lab.json: %w", err)
 	}
-	u, err := url.Parse(info.VCenter.URL)
+	v := info.VCenter
+	switch which {
+	case "main":
+	case "ca":
+		v = info.VCenterCA
+	default:
+		return nil, fmt.Errorf("--vcenter %q: main or ca", which)
+	}
+	u, err := url.Parse(v.URL)
 	if err != nil {
 		return nil, err
 	}
-	u.User = url.UserPassword(info.VCenter.Username, info.VCenter.Password)
+	u.User = url.UserPassword(v.Username, v.Password)
 	return u, nil
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 
@@ -71,5 +73,23 @@ func TestTaggingVMsThroughTheRESTAPI(t *testing.T) {
 	sort.Strings(want)
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("tier/gold on %v, want %v", got, want)
+	}
+}
+
+func TestTagTalksToTheVCenterAskedFor(t *testing.T) {
+	dir := t.TempDir()
+	labJSON := `{"vcenter": {"url": "https://127.0.0.1:1/sdk", "username": "u", "password": "p"},
+		"vcenterCa": {"url": "https://127.0.0.1:2/sdk", "username": "u2", "password": "p2"}}`
+	if err := os.WriteFile(filepath.Join(dir, "lab.json"), []byte(labJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for which, want := range map[string]string{"main": "127.0.0.1:1", "ca": "127.0.0.1:2"} {
+		u, err := labVCenterURL(dir, which)
+		if err != nil || u.Host != want {
+			t.Errorf("%s: %v %v, want %s", which, u, err, want)
+		}
+	}
+	if _, err := labVCenterURL(dir, "other"); err == nil {
+		t.Error("an unknown vCenter is refused")
 	}
 }
