@@ -143,9 +143,7 @@ async fn each_bad_input_fails_with_its_reason_and_a_good_migration_still_succeed
         );
         env.wait_event(&name, reason.as_str()).await;
     }
-    let good = env
-        .wait_for("good", "good to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let good = env.wait_terminal("good", 300).await;
     assert_eq!(
         good.phase(),
         Phase::Succeeded,

@@ -212,11 +212,7 @@ async fn the_converter_runs_only_the_controllers_image_or_an_allowed_one() {
     allowed.spec.conversion.image = Some(ALLOWED.into());
     allowed.spec.target.name = Some("allowed-vm".into());
     env.create(&allowed).await;
-    let v = env
-        .wait_for("allowed", "allowed to finish", 300, |v| {
-            v.phase().is_terminal()
-        })
-        .await;
+    let v = env.wait_terminal("allowed", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     let job = jobs.get("allowed-convert").await.unwrap();
     let image = job.spec.unwrap().template.spec.unwrap().containers[0]

@@ -48,9 +48,7 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("rbac")).await;
-    let v = env
-        .wait_for("rbac", "rbac to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("rbac", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(all_conditions_true(&v));
     env.wait_event("rbac", "Succeeded").await;

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 
 use common::*;
 use ferry_controller::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
@@ -24,11 +23,6 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, StorageClass};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
-
-fn with_fault(mut vmm: VirtualMachineMigration, fault: &str) -> VirtualMachineMigration {
-    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), fault.to_owned())]));
-    vmm
-}
 
 fn halted(mut vmm: VirtualMachineMigration) -> VirtualMachineMigration {
     vmm.spec.target.template.run_strategy = RunStrategy::Halted;

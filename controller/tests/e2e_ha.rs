@@ -76,9 +76,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
     );
     wait_ready(&b, "ready").await;
     assert_eq!(b.metric("ferry_controller_leader"), Some(1.0));
-    let m1 = env
-        .wait_for("m1", "m1 to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let m1 = env.wait_terminal("m1", 300).await;
     assert_eq!(m1.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m1));
 
     // A graceful stop releases the lease: the restarted a, now the standby, takes it at once.
@@ -101,9 +99,7 @@ async fn a_standby_takes_over_from_a_killed_leader_and_at_once_from_a_stopped_on
     let mut m2 = env.migration("m2");
     m2.spec.source.vm = ferry_crds::VmSelector::by_name(second.name.clone());
     env.create(&m2).await;
-    let m2 = env
-        .wait_for("m2", "m2 to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let m2 = env.wait_terminal("m2", 300).await;
     assert_eq!(m2.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m2));
 }
 
@@ -160,9 +156,7 @@ async fn old_leader_is_fenced(
         after.is_empty(),
         "a wrote after losing the lease: {after:?}"
     );
-    let m = env
-        .wait_for("m", "m to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let m = env.wait_terminal("m", 300).await;
     assert_eq!(m.phase(), Phase::Succeeded, "{}", serde_yaml_status(&m));
 }
 

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
@@ -104,15 +103,9 @@ async fn a_transient_import_fault_is_retried_and_the_migration_succeeds() {
     env.sim_args = vec!["--throughput-mib".into(), "32".into()];
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("flaky");
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "import=transient@40%".to_owned(),
-    )]));
+    let vmm = with_fault(env.migration("flaky"), "import=transient@40%");
     env.create(&vmm).await;
-    let v = env
-        .wait_for("flaky", "flaky to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("flaky", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(all_conditions_true(&v));
     let dv = Api::<DataVolume>::namespaced(env.ns.client.clone(), &env.ns.name)
@@ -139,11 +132,7 @@ async fn a_permanent_import_fault_fails_and_a_raised_retry_resumes_from_importin
     env.start_sim();
     env.start_controller();
     let creations = Creations::watch(&env).await;
-    let mut vmm = env.migration("broken");
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "import=permanent@30%".to_owned(),
-    )]));
+    let vmm = with_fault(env.migration("broken"), "import=permanent@30%");
     env.create(&vmm).await;
     let v = env
         .wait_for("broken", "broken to fail", 300, |v| v.phase().is_terminal())
@@ -211,12 +200,8 @@ async fn deleting_a_migration_mid_converting_cleans_up_everything() {
     let mut env = Env::new("e2e-delete", 64).await;
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("doomed");
     // Every converter attempt fails and is retried by the Job: Converting lasts.
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "convert=always".to_owned(),
-    )]));
+    let vmm = with_fault(env.migration("doomed"), "convert=always");
     env.create(&vmm).await;
     env.wait_phase("doomed", Phase::Converting, 180).await;
     let jobs: Api<Job> = env.ns.api();
@@ -267,9 +252,7 @@ async fn a_paused_migration_takes_no_step_until_resumed() {
     );
     env.patch_spec("held", serde_json::json!({"paused": false}))
         .await;
-    let v = env
-        .wait_for("held", "held to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("held", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
 }
 
@@ -279,19 +262,11 @@ async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
     env.extra_controller_args = vec!["--agent-timeout".into(), "3s".into()];
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("silent");
+    let mut vmm = with_fault(env.migration("silent"), "agent=permanent");
     // The default readiness (Running) needs no agent: this migration asks for one.
     vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "agent=permanent".to_owned(),
-    )]));
     env.create(&vmm).await;
-    let v = env
-        .wait_for("silent", "silent to finish", 300, |v| {
-            v.phase().is_terminal()
-        })
-        .await;
+    let v = env.wait_terminal("silent", 300).await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(
@@ -315,15 +290,9 @@ async fn a_failed_converter_pod_is_retried_by_its_job_and_the_migration_succeeds
     let mut env = Env::new("e2e-convert-once", 16).await;
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("bumpy");
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "convert=once".to_owned(),
-    )]));
+    let vmm = with_fault(env.migration("bumpy"), "convert=once");
     env.create(&vmm).await;
-    let v = env
-        .wait_for("bumpy", "bumpy to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("bumpy", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     env.wait_event("bumpy", "TransientError").await;
 }
@@ -334,11 +303,7 @@ async fn a_failed_conversion_is_retried_from_converting_with_a_new_job() {
     env.start_sim();
     env.start_controller();
     let creations = Creations::watch(&env).await;
-    let mut vmm = env.migration("reconvert");
-    vmm.metadata.annotations = Some(BTreeMap::from([(
-        FAULT.to_owned(),
-        "convert=permanent".to_owned(),
-    )]));
+    let vmm = with_fault(env.migration("reconvert"), "convert=permanent");
     env.create(&vmm).await;
     let v = env
         .wait_for("reconvert", "reconvert to fail", 300, |v| {
@@ -374,14 +339,9 @@ async fn a_vmi_that_fails_once_is_restarted_and_the_migration_succeeds() {
     let mut env = Env::new("e2e-vmi-once", 16).await;
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("reboot");
-    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), "vmi=once".to_owned())]));
+    let vmm = with_fault(env.migration("reboot"), "vmi=once");
     env.create(&vmm).await;
-    let v = env
-        .wait_for("reboot", "reboot to finish", 300, |v| {
-            v.phase().is_terminal()
-        })
-        .await;
+    let v = env.wait_terminal("reboot", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(all_conditions_true(&v));
 }

@@ -31,11 +31,7 @@ async fn a_migration_created_again_under_the_same_name_never_takes_the_old_disk_
     let mut first = env.migration("again");
     first.spec.target.name = Some("again-1".into());
     let first_uid = env.create(&first).await.uid().unwrap();
-    let v = env
-        .wait_for("again", "the first migration to finish", 300, |v| {
-            v.phase().is_terminal()
-        })
-        .await;
+    let v = env.wait_terminal("again", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     let old_bytes = env.disk.raw.clone();
     env.api()

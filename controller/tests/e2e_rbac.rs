@@ -14,7 +14,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use common::*;
@@ -166,10 +166,10 @@ fn in_cluster_migration(env: &Env, name: &str, fault: Option<&str>) -> VirtualMa
     vmm.spec.source.endpoint.thumbprint = None;
     vmm.spec.staging.endpoint = env.lab.info.s3_tls.endpoint.clone();
     vmm.spec.target.name = Some(format!("{name}-vm"));
-    if let Some(fault) = fault {
-        vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), fault.to_owned())]));
+    match fault {
+        Some(fault) => with_fault(vmm, fault),
+        None => vmm,
     }
-    vmm
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,9 +206,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let t = SystemTime::now();
     let vmm = in_cluster_migration(&env, "whole", None);
     env.create(&vmm).await;
-    let v = env
-        .wait_for("whole", "whole to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("whole", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     scenarios.push((
         "a whole migration (https staging, private CA)",

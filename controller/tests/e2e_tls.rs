@@ -48,9 +48,7 @@ async fn a_migration_from_a_ca_signed_vcenter_through_https_staging_with_a_priva
         assert_eq!(map.data.unwrap()["ca.pem"].trim(), ca_pem.trim());
     }
 
-    let v = env
-        .wait_for("tls", "tls to finish", 300, |v| v.phase().is_terminal())
-        .await;
+    let v = env.wait_terminal("tls", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert!(
         same_file(&env.volume("tls-disk-0"), &env.disk.raw),

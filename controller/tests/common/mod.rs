@@ -419,6 +419,14 @@ impl Env {
         .unwrap_or_else(|e| panic!("{e}; logs in {}", self.scratch.display()));
     }
 
+    /// Waits until `name` has ended (Succeeded or Failed) and returns it.
+    pub async fn wait_terminal(&self, name: &str, secs: u64) -> VirtualMachineMigration {
+        self.wait_for(name, &format!("{name} to finish"), secs, |v| {
+            v.phase().is_terminal()
+        })
+        .await
+    }
+
     pub async fn wait_phase(&self, name: &str, phase: Phase, secs: u64) -> VirtualMachineMigration {
         self.wait_for(name, &format!("{name} to reach {phase}"), secs, |v| {
             v.phase() == phase
@@ -567,6 +575,12 @@ fn http_get(port: u16, path: &str) -> String {
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
     body
+}
+
+/// `vmm` with the ferry-sim fault `fault` (e.g. `convert=once`) injected through its annotation.
+pub fn with_fault(mut vmm: VirtualMachineMigration, fault: &str) -> VirtualMachineMigration {
+    vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), fault.to_owned())]));
+    vmm
 }
 
 pub fn serde_yaml_status(v: &VirtualMachineMigration) -> String {
