@@ -1,0 +1,241 @@
+//! End to end, a wave declared by vSphere tag (`spec.selector.tag`): the tags are made in the
+//! lab's vcsim through vCenter's REST API (`ferry-lab tag`, as an operator would), and the
+//! controller reads them back over the same API with the wave's bound Secret, trusting the
+//! endpoint as for SOAP (pinned thumbprint here, the CA bundle on the CA-signed vCenter). The
+//! waves are paused: their children are made and held, nothing of the shared VMs is touched.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use ferry_crds::condition::WaveConditionType;
+use ferry_crds::wave::WaveSource;
+use ferry_crds::{
+    ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, VmSelector, WaveSelector,
+    WaveTagSelector, WaveTemplate, WaveVm, child_migration_name,
+};
+use ferry_harness::eventually;
+use kube::Api;
+use kube::api::PostParams;
+
+/// Attaches tag `tag` of `category` (both made when missing) to `vms` on the lab's vCenter
+/// `vcenter` ("main" or "ca"), through `ferry-lab tag`.
+fn tag_vms(env: &Env, vcenter: &str, category: &str, tag: &str, vms: &[&str]) {
+    let mut cmd = Command::new(ferry_harness::repo_root().join("target/lab/bin/ferry-lab"));
+    cmd.arg("tag")
+        .arg("--state-dir")
+        .arg(&env.lab.info.state_dir)
+        .args(["--vcenter", vcenter, "--category", category, "--tag", tag]);
+    for vm in vms {
+        cmd.args(["--vm", vm]);
+    }
+    let out = cmd.output().expect("ferry-lab tag");
+    assert!(
+        out.status.success(),
+        "ferry-lab tag {category}/{tag} {vms:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A paused wave of the test's template choosing its VMs with `selector`.
+fn spec(env: &Env, selector: WaveSelector) -> MigrationWaveSpec {
+    let t = env.migration("template").spec;
+    MigrationWaveSpec {
+        template: WaveTemplate {
+            source: WaveSource {
+                endpoint: t.source.endpoint.clone(),
+                power: t.source.power.clone(),
+            },
+            target: t.target.template.clone(),
+            staging: t.staging.clone(),
+            conversion: t.conversion.clone(),
+        },
+        vms: vec![],
+        max_in_flight: 2,
+        selector: Some(selector),
+        paused: true,
+        cancel: false,
+        retry: 0,
+    }
+}
+
+fn by_tag(name: &str, category: Option<&str>) -> WaveSelector {
+    WaveSelector {
+        tag: Some(WaveTagSelector {
+            name: name.to_owned(),
+            category: category.map(str::to_owned),
+        }),
+        ..WaveSelector::default()
+    }
+}
+
+async fn create(env: &Env, name: &str, selector: WaveSelector) {
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new(name, spec(env, selector)),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_wave(
+    env: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&MigrationWave) -> bool,
+) -> MigrationWave {
+    let waves: Api<MigrationWave> = env.ns.api();
+    eventually(what, Duration::from_secs(120), || async {
+        let w = waves.get(name).await.ok()?;
+        pred(&w).then_some(w)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()))
+}
+
+/// The wave's VMs once its selector is resolved and its children made.
+async fn selected(env: &Env, name: &str, want: usize) -> Vec<String> {
+    let w = wait_wave(env, name, "the selector to be resolved", |w| {
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.selected_vms.is_some() && s.counts.queued == want as i32)
+    })
+    .await;
+    w.status.unwrap().selected_vms.unwrap()
+}
+
+/// The `Progressing` message of a wave whose selector cannot be resolved; nothing is chosen.
+async fn refused(env: &Env, name: &str) -> String {
+    let w = wait_wave(env, name, "the selector's problem to be reported", |w| {
+        w.status
+            .as_ref()
+            .and_then(|s| s.condition(WaveConditionType::Progressing))
+            .is_some_and(|c| c.reason == Reason::VMNotFound)
+    })
+    .await;
+    let st = w.status.unwrap();
+    assert!(st.selected_vms.is_none(), "nothing chosen");
+    let c = st.condition(WaveConditionType::Progressing).unwrap();
+    assert_eq!(c.status, ConditionStatus::False);
+    c.message.clone()
+}
+
+fn child(wave: &str, vm: &str) -> String {
+    child_migration_name(
+        wave,
+        &WaveVm {
+            vm: VmSelector::by_name(vm.to_owned()),
+            target_name: None,
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_selected_by_tag_takes_exactly_the_tagged_vms() {
+    let mut env = Env::new("e2e-wave-tag", 1).await;
+    env.start_controller();
+    // Names of this run only: the lab's vCenter is shared, and may be reused.
+    let (tier, other, gold) = (
+        format!("tier-{}", env.ns.name),
+        format!("env-{}", env.ns.name),
+        format!("gold-{}", env.ns.name),
+    );
+    let claimed: Vec<String> = (0..4).map(|_| env.lab.claim_vm().unwrap().name).collect();
+    let mut tagged = vec![env.vm.name.clone(), claimed[0].clone(), claimed[1].clone()];
+    tagged.sort();
+    let refs: Vec<&str> = tagged.iter().map(String::as_str).collect();
+    tag_vms(&env, "main", &tier, &gold, &refs);
+    // The same tag name in another category, on another VM; claimed[3] carries no tag.
+    tag_vms(&env, "main", &other, &gold, &[&claimed[2]]);
+
+    // Exactly the VMs carrying tier/gold.
+    create(&env, "gold", by_tag(&gold, Some(&tier))).await;
+    assert_eq!(selected(&env, "gold", 3).await, tagged);
+    for vm in &tagged {
+        let c = env.get(&child("gold", vm)).await;
+        assert!(c.is_held(), "{vm} held while the wave is paused");
+    }
+
+    // Folder, name pattern and tag all hold (AND): one tagged VM by its exact name.
+    let mut and = by_tag(&gold, Some(&tier));
+    and.folder = Some("DC0/vm".into());
+    and.name_pattern = Some(claimed[1].clone());
+    create(&env, "gold-one", and).await;
+    assert_eq!(
+        selected(&env, "gold-one", 1).await,
+        vec![claimed[1].clone()]
+    );
+    // A name pattern no tagged VM matches: nothing chosen, said so.
+    let mut none = by_tag(&gold, Some(&tier));
+    none.name_pattern = Some(claimed[3].clone());
+    create(&env, "gold-none", none).await;
+    let msg = refused(&env, "gold-none").await;
+    assert!(
+        msg.contains("spec.selector matches no VM") && msg.contains(&gold),
+        "{msg}"
+    );
+
+    // Bad input, each named precisely.
+    create(&env, "no-tag", by_tag("platinum", Some(&tier))).await;
+    let msg = refused(&env, "no-tag").await;
+    assert!(
+        msg.contains(&format!(
+            "spec.selector.tag: no tag named \"platinum\" in category \"{tier}\""
+        )),
+        "{msg}"
+    );
+    create(&env, "no-category", by_tag(&gold, Some("no-such-category"))).await;
+    let msg = refused(&env, "no-category").await;
+    assert!(
+        msg.contains("spec.selector.tag: no tag category named \"no-such-category\""),
+        "{msg}"
+    );
+    create(&env, "ambiguous", by_tag(&gold, None)).await;
+    let msg = refused(&env, "ambiguous").await;
+    let mut cats = [tier.clone(), other.clone()];
+    cats.sort();
+    assert!(
+        msg.contains(&format!(
+            "a tag named \"{gold}\" exists in categories \"{}\", \"{}\"; name one in \
+             spec.selector.tag.category",
+            cats[0], cats[1]
+        )),
+        "{msg}"
+    );
+
+    // The credentials went nowhere they should not: not in the log, not in any wave's status.
+    let password = &env.lab.info.vcenter.password;
+    let log = std::fs::read_to_string(env.scratch.join("controller.log")).unwrap();
+    assert!(!log.contains(password.as_str()), "password in the log");
+    let waves: Api<MigrationWave> = env.ns.api();
+    for w in waves.list(&Default::default()).await.unwrap() {
+        let text = serde_json::to_string(&w).unwrap();
+        assert!(!text.contains(password.as_str()), "password in {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_is_read_over_the_ca_trusted_endpoint_too() {
+    let mut env = Env::new_ca("e2e-wave-tag-ca", 1).await;
+    env.start_controller();
+    let (tier, gold) = (
+        format!("tier-{}", env.ns.name),
+        format!("gold-{}", env.ns.name),
+    );
+    tag_vms(&env, "ca", &tier, &gold, &[&env.vm.name]);
+    // Nothing in the spec about the endpoint or its trust: the Secret names both (its CA).
+    let mut s = spec(&env, by_tag(&gold, Some(&tier)));
+    s.template.source.endpoint.url = None;
+    s.template.source.endpoint.thumbprint = None;
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("gold", s))
+        .await
+        .unwrap();
+    assert_eq!(selected(&env, "gold", 1).await, vec![env.vm.name.clone()]);
+}
