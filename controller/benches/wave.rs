@@ -151,6 +151,23 @@ fn quantile(text: &str, name: &str, q: f64) -> f64 {
     lo
 }
 
+/// CPU seconds of a process's children it waited for (the sim's Job processes: converters,
+/// verifiers).
+fn children_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(13) + ticks(14)) / 100.0
+}
+
 /// CPU seconds and (peak, current) resident MiB of a process.
 fn usage(pid: u32) -> (f64, f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -277,6 +294,50 @@ async fn run_wave(
     let s = w.status.unwrap();
     assert_eq!(s.counts.succeeded as usize, vms.len(), "wave {name}: {s:?}");
     t.elapsed()
+}
+
+/// Mean seconds per phase (from `status.history`, whole seconds) of the wave's migrations, and
+/// the mean time in flight (released to Succeeded): where a migration's time goes.
+async fn phase_breakdown(vmms: &Api<VirtualMachineMigration>, wave: &str) {
+    let selector = format!("{}={wave}", names::WAVE_LABEL);
+    let items = vmms
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    let mut per: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    let mut flight = (0.0, 0usize);
+    for v in &items {
+        let Some(s) = &v.status else { continue };
+        for h in &s.history {
+            let Some(left) = &h.left_at else { continue };
+            let d = left.0.duration_since(h.entered_at.0).as_secs_f64();
+            let e = per.entry(h.phase.to_string()).or_default();
+            e.0 += d;
+            e.1 += 1;
+        }
+        let at = |p: Phase| {
+            s.history
+                .iter()
+                .find(|h| h.phase == p)
+                .map(|h| h.entered_at.0)
+        };
+        if let (Some(a), Some(b)) = (at(Phase::Preparing), at(Phase::Succeeded)) {
+            flight.0 += b.duration_since(a).as_secs_f64();
+            flight.1 += 1;
+        }
+    }
+    for (phase, (sum, count)) in per {
+        println!(
+            "bench: phase {phase:<12} mean {:.2} s over {count}",
+            sum / count.max(1) as f64
+        );
+    }
+    println!(
+        "bench: in flight (Preparing to Succeeded) mean {:.2} s over {}",
+        flight.0 / flight.1.max(1) as f64,
+        flight.1
+    );
 }
 
 struct Row {
@@ -422,7 +483,11 @@ async fn main() {
         0.99,
     );
     let sim_cpu = usage(sim.id().unwrap()).0;
+    let jobs_cpu = children_cpu(sim.id().unwrap());
     let nf = n as f64;
+    phase_breakdown(&ns.api(), "big").await;
+    std::fs::write(scratch.join("metrics-before.txt"), &base).unwrap();
+    std::fs::write(scratch.join("metrics-after.txt"), &after).unwrap();
 
     // A settled cluster: the wave's migrations plus copies of one of them, all Succeeded.
     let vmms: Api<VirtualMachineMigration> = ns.api();
@@ -539,6 +604,11 @@ async fn main() {
             "-",
         ),
         row(
+            "the sim's Job processes' CPU seconds (both runs)",
+            format!("{jobs_cpu:.1} s"),
+            "-",
+        ),
+        row(
             "controller peak RSS (wave)",
             format!("{peak_rss:.0} MiB"),
             "-",
@@ -610,6 +680,9 @@ async fn main() {
     .unwrap();
     drop(ns);
     lab.stop().unwrap();
-    let _ = std::fs::remove_dir_all(&scratch);
+    // FERRY_BENCH_KEEP=1 keeps the controller's and the sim's logs.
+    if std::env::var_os("FERRY_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -2,12 +2,14 @@
 //! policy knobs, metrics, the event recorder, and a little per-object memory that only saves
 //! work (losing it on a restart is harmless).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferry_crds::VirtualMachineMigration;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
 
 use crate::metrics::Metrics;
 use crate::policy::Policy;
@@ -43,6 +45,10 @@ struct Memo {
     failures: u32,
     /// When a wave last listed its children.
     listed: Option<Instant>,
+    /// Children (uids) a wave released that its cache did not show released yet.
+    released: HashSet<String>,
+    /// Children (names) a wave created that its cache did not show yet, and when.
+    created: HashMap<String, Instant>,
 }
 
 /// Shared state of the controllers.
@@ -61,6 +67,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Kubernetes Events.
     pub recorder: Recorder,
+    /// The migration controller's cache of every migration it watches: where a wave reads its
+    /// children (no list of megabytes per reconcile); `None` lists them from the API.
+    pub migrations: Option<Store<VirtualMachineMigration>>,
     memory: Mutex<HashMap<String, Memo>>,
 }
 
@@ -82,7 +91,7 @@ impl Context {
             client,
             policy,
             metrics,
-            Arc::new(VsphereSource),
+            Arc::new(VsphereSource::default()),
             Arc::new(S3Staging),
             Arc::new(SystemClock),
         )
@@ -110,8 +119,36 @@ impl Context {
             policy,
             metrics,
             recorder,
+            migrations: None,
             memory: Mutex::default(),
         }
+    }
+
+    /// This context, reading waves' children from `store` (the migration controller's cache).
+    #[must_use]
+    pub fn with_migration_store(mut self, store: Store<VirtualMachineMigration>) -> Self {
+        self.migrations = Some(store);
+        self
+    }
+
+    /// The children (uids) the wave `uid` released that its cache may not show yet.
+    pub fn released(&self, uid: &str) -> HashSet<String> {
+        self.memo(uid, |m| m.released.clone())
+    }
+
+    /// The children (names) the wave `uid` created that its cache may not show yet, and when.
+    pub fn created(&self, uid: &str) -> HashMap<String, Instant> {
+        self.memo(uid, |m| m.created.clone())
+    }
+
+    /// Sets what [`Self::created`] answers for the wave `uid`.
+    pub fn set_created(&self, uid: &str, created: HashMap<String, Instant>) {
+        self.memo(uid, |m| m.created = created);
+    }
+
+    /// Sets what [`Self::released`] answers for the wave `uid`.
+    pub fn set_released(&self, uid: &str, released: HashSet<String>) {
+        self.memo(uid, |m| m.released = released);
     }
 
     fn memo<T>(&self, uid: &str, f: impl FnOnce(&mut Memo) -> T) -> T {

@@ -249,11 +249,6 @@ fn controllers(
     served: &Served,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        opts.policy.clone(),
-        served.metrics.clone(),
-    ));
     let ns = opts.namespace.as_deref();
     let config = ControllerConfig::default().concurrency(opts.concurrency);
     let stopped = move || {
@@ -293,6 +288,11 @@ fn controllers(
     )
     .graceful_shutdown_on(stopped());
     let (migration_store, wave_store) = (migrations.store(), waves.store());
+    // Waves read their children from the migration controller's cache rather than listing them.
+    let ctx = Arc::new(
+        Context::new(client.clone(), opts.policy.clone(), served.metrics.clone())
+            .with_migration_store(migration_store.clone()),
+    );
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
     let synced = async move {

@@ -5,14 +5,16 @@ use ferry_crds::{
     DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, ToolsState,
     VmLookup,
 };
+use std::sync::Arc;
+
 use futures::future::BoxFuture;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::problem::Problem;
 use crate::vsphere;
 
 /// How the vSphere endpoint's certificate is trusted, as its credentials Secret says.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SourceTrust {
     /// The certificate with this thumbprint.
     Thumbprint(String),
@@ -30,6 +32,8 @@ pub enum SourceTrust {
 pub struct SourceLogin {
     /// The Secret it comes from (for messages).
     pub secret: String,
+    /// That Secret's uid: a logged-in session serves the logins of one Secret only.
+    pub secret_uid: String,
     /// SDK URL.
     pub url: String,
     /// User.
@@ -98,10 +102,146 @@ pub trait SourceApi: Send + Sync + 'static {
     }
 }
 
-/// [`SourceApi`] on vim_rs, one session per call (Preparing runs a handful of times per
-/// migration; a long-lived session would need keep-alive and re-login handling for little gain).
+/// [`SourceApi`] on vim_rs, on logged-in sessions kept in a [`SessionCache`]: a wave of hundreds
+/// of migrations observes its sources in every reconcile, and a login per call made vCenter (and
+/// vcsim's single lock) the bottleneck.
 #[derive(Debug, Default)]
-pub struct VsphereSource;
+pub struct VsphereSource {
+    sessions: SessionCache,
+}
+
+/// What identifies a session: the Secret it logged in with, and everything of that Secret the
+/// login used. A changed password or trust is another key, so a rotated Secret logs in anew.
+#[derive(Clone)]
+struct SessionKey {
+    secret_uid: String,
+    url: String,
+    username: String,
+    password: SecretString,
+    trust: SourceTrust,
+}
+
+impl SessionKey {
+    fn of(login: &SourceLogin) -> Self {
+        Self {
+            secret_uid: login.secret_uid.clone(),
+            url: login.url.clone(),
+            username: login.username.clone(),
+            password: login.password.clone(),
+            trust: login.trust.clone(),
+        }
+    }
+
+    /// The same Secret, endpoint, user and trust (the password may differ).
+    fn same_binding(&self, other: &Self) -> bool {
+        self.secret_uid == other.secret_uid
+            && self.url == other.url
+            && self.username == other.username
+            && self.trust == other.trust
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.same_binding(other) && self.password.expose_secret() == other.password.expose_secret()
+    }
+}
+
+/// One slot: the session of one key, logged in at most once at a time.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<vsphere::Session>>>>;
+
+/// Logged-in vSphere sessions, one per Secret binding (Secret uid, URL, user, password, trust),
+/// reused across reconciles.
+///
+/// # Guarantees
+/// * A session is handed only to logins of the Secret (uid) and credentials it logged in with;
+///   never across Secrets.
+/// * Concurrent callers of one key wait for a single login.
+/// * A session the server no longer knows (`NotAuthenticated`, expired or logged out) is
+///   dropped, and the call is made once more on a fresh login.
+#[derive(Default)]
+pub struct SessionCache {
+    slots: std::sync::Mutex<Vec<(SessionKey, Slot)>>,
+}
+
+impl std::fmt::Debug for SessionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.slots.lock().map_or(0, |s| s.len());
+        f.debug_struct("SessionCache")
+            .field("sessions", &n)
+            .finish()
+    }
+}
+
+/// Whether `e` says the session is not (or no longer) logged in.
+fn not_authenticated(e: &vsphere::Error) -> bool {
+    matches!(e, vsphere::Error::Fault { name, .. } if name == "NotAuthenticated")
+}
+
+impl SessionCache {
+    /// The slot of `login`'s key; a slot of the same binding with another password (the Secret
+    /// was rotated) is replaced.
+    fn slot(&self, login: &SourceLogin) -> Slot {
+        let key = SessionKey::of(login);
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, slot)) = slots.iter().find(|(k, _)| k.same(&key)) {
+            return slot.clone();
+        }
+        slots.retain(|(k, _)| !k.same_binding(&key));
+        let slot = Slot::default();
+        slots.push((key, slot.clone()));
+        slot
+    }
+
+    /// A logged-in session for `login`: the cached one, or a new login.
+    async fn session(&self, login: &SourceLogin) -> Result<Arc<vsphere::Session>, Problem> {
+        let ep = endpoint(login)?;
+        let slot = self.slot(login);
+        let mut held = slot.lock().await;
+        if let Some(s) = held.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(
+            vsphere::Session::connect(&ep)
+                .await
+                .map_err(|e| problem_of(&e))?,
+        );
+        *held = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Forgets `stale` (only if it is still the cached session of `login`).
+    async fn drop_session(&self, login: &SourceLogin, stale: &Arc<vsphere::Session>) {
+        let slot = self.slot(login);
+        let mut held = slot.lock().await;
+        if held.as_ref().is_some_and(|s| Arc::ptr_eq(s, stale)) {
+            *held = None;
+        }
+    }
+
+    /// Runs `call` on a session of `login`; once more on a fresh login when the session was
+    /// not authenticated any more. The outer `Err` is the login's problem (classified), the
+    /// inner one the call's.
+    async fn with<T, F, Fut>(
+        &self,
+        login: &SourceLogin,
+        call: F,
+    ) -> Result<Result<T, vsphere::Error>, Problem>
+    where
+        F: Fn(Arc<vsphere::Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, vsphere::Error>>,
+    {
+        let s = self.session(login).await?;
+        Ok(match call(s.clone()).await {
+            Err(e) if not_authenticated(&e) => {
+                self.drop_session(login, &s).await;
+                call(self.session(login).await?).await
+            }
+            other => other,
+        })
+    }
+}
 
 pub(crate) fn problem_of(e: &vsphere::Error) -> Problem {
     use vsphere::Error as E;
@@ -214,13 +354,6 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
     }
 }
 
-async fn session(login: &SourceLogin) -> Result<vsphere::Session, Problem> {
-    let ep = endpoint(login)?;
-    vsphere::Session::connect(&ep)
-        .await
-        .map_err(|e| problem_of(&e))
-}
-
 impl SourceApi for VsphereSource {
     fn list_vms<'a>(
         &'a self,
@@ -228,9 +361,10 @@ impl SourceApi for VsphereSource {
         folder: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<String>, Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
-            let names = s.vm_names_under(folder).await;
-            let _ = s.logout().await;
+            let names = self
+                .sessions
+                .with(login, |s| async move { s.vm_names_under(folder).await })
+                .await?;
             match names {
                 Ok(n) => Ok(n),
                 Err(vsphere::Error::NotFound(what)) => Err(Problem::permanent(
@@ -248,14 +382,16 @@ impl SourceApi for VsphereSource {
         vm: VmLookup<'a>,
     ) -> BoxFuture<'a, Result<Discovered, Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
             let selector = match vm {
                 VmLookup::Name(n) => vsphere::VmSelector::Name(n.to_owned()),
                 VmLookup::Id(i) => vsphere::VmSelector::Id(i.to_owned()),
                 VmLookup::Uuid(u) => vsphere::VmSelector::Uuid(u.to_owned()),
             };
-            let found = s.find_vm(&selector).await;
-            let _ = s.logout().await;
+            let sel = &selector;
+            let found = self
+                .sessions
+                .with(login, |s| async move { s.find_vm(sel).await })
+                .await?;
             let info = match found {
                 Ok(Some(info)) => info,
                 Ok(None) | Err(vsphere::Error::NotFound(_)) => {
@@ -283,9 +419,10 @@ impl SourceApi for VsphereSource {
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(PowerState, ToolsState), Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
-            let r = s.power(moref).await;
-            let _ = s.logout().await;
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.power(moref).await })
+                .await?;
             match r {
                 Ok((p, tools)) => Ok((power_state(p), tools)),
                 Err(vsphere::Error::NotFound(_)) => Err(Problem::permanent(
@@ -303,9 +440,10 @@ impl SourceApi for VsphereSource {
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
-            let r = s.shutdown_guest(moref).await;
-            let _ = s.logout().await;
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.shutdown_guest(moref).await })
+                .await?;
             r.map_err(|e| {
                 let p = problem_of(&e);
                 if p.transient {
@@ -326,9 +464,10 @@ impl SourceApi for VsphereSource {
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
-            let r = s.power_off(moref).await;
-            let _ = s.logout().await;
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.power_off(moref).await })
+                .await?;
             r.map_err(|e| {
                 let p = problem_of(&e);
                 if p.transient {
@@ -346,9 +485,10 @@ impl SourceApi for VsphereSource {
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
         Box::pin(async move {
-            let s = session(login).await?;
-            let r = s.power_on(moref).await;
-            let _ = s.logout().await;
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.power_on(moref).await })
+                .await?;
             r.map_err(|e| problem_of(&e))
         })
     }

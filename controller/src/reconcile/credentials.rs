@@ -27,6 +27,8 @@ use crate::tls::{CaBundle, Thumbprint};
 pub struct SecretData {
     /// The Secret's name.
     pub name: String,
+    /// The Secret's uid: which Secret it is (a vSphere session is never shared between two).
+    pub uid: String,
     /// Whether it carries the opt-in label.
     pub opted_in: bool,
     /// Its data.
@@ -56,6 +58,7 @@ impl SecretData {
             .collect();
         Self {
             name: secret.name_any(),
+            uid: secret.uid().unwrap_or_default(),
             opted_in: secret
                 .labels()
                 .get(names::CREDENTIALS_LABEL)
@@ -194,6 +197,7 @@ pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin,
     }
     Ok(SourceLogin {
         secret: s.name.clone(),
+        secret_uid: s.uid.clone(),
         url: bound,
         username,
         password: SecretString::from(password),
@@ -338,6 +342,7 @@ mod tests {
     fn secret(name: &str, opted_in: bool, kv: &[(&str, &str)]) -> SecretData {
         SecretData {
             name: name.into(),
+            uid: format!("uid-{name}"),
             opted_in,
             data: kv
                 .iter()

@@ -38,7 +38,11 @@ pub fn occupies_slot(vmm: &VirtualMachineMigration) -> bool {
 ///   whose own token is lower.
 pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &Time) -> Plan {
     let name = wave.name_any();
-    let by_name = |n: &str| children.iter().find(|c| c.name_any() == n);
+    let index: std::collections::HashMap<&str, &VirtualMachineMigration> = children
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+        .collect();
+    let by_name = |n: &str| index.get(n).copied();
     let mut plan = Plan::default();
     let ordered: Vec<(usize, String)> = wave
         .members()
@@ -85,6 +89,34 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
     }
     plan.status = status(wave, children, plan.release.len(), now);
     plan
+}
+
+/// Children as read from a cache, with the releases this controller made that the cache does
+/// not show yet applied to them: a release not yet seen must still count as a taken slot, or
+/// the next plan would release past `maxInFlight`. Pure.
+///
+/// Returns the children and the uids of `released` the cache still shows held (the ones to
+/// keep remembering); a child gone from the cache is forgotten.
+pub fn with_releases(
+    mut children: Vec<VirtualMachineMigration>,
+    released: &std::collections::HashSet<String>,
+) -> (
+    Vec<VirtualMachineMigration>,
+    std::collections::HashSet<String>,
+) {
+    let mut pending = std::collections::HashSet::new();
+    for c in &mut children {
+        let Some(uid) = c.metadata.uid.as_deref() else {
+            continue;
+        };
+        if c.is_held() && released.contains(uid) {
+            pending.insert(uid.to_owned());
+            if let Some(a) = c.metadata.annotations.as_mut() {
+                a.remove(ferry_crds::names::HOLD_ANNOTATION);
+            }
+        }
+    }
+    (children, pending)
 }
 
 fn status(
@@ -334,6 +366,31 @@ mod tests {
             decide(&w, &kids, &t0()).release,
             vec!["w-dc0-h0-vm2".to_owned()]
         );
+    }
+
+    #[test]
+    fn a_release_the_cache_does_not_show_yet_still_takes_its_slot() {
+        let w = wave("w", 3).with_max_in_flight(1);
+        let mut children = children_of(&w, &[(Phase::Pending, true); 3]);
+        for (i, c) in children.iter_mut().enumerate() {
+            c.metadata.uid = Some(format!("u{i}"));
+        }
+        let first = decide(&w, &children, &t0());
+        assert_eq!(first.release.len(), 1);
+        // The cache still shows every child held; the release of u0 was made.
+        let released = ["u0".to_owned()].into_iter().collect();
+        let (seen, pending) = with_releases(children.clone(), &released);
+        assert_eq!(
+            pending, released,
+            "u0 is remembered until the cache shows it"
+        );
+        let again = decide(&w, &seen, &t0());
+        assert!(again.release.is_empty(), "{again:?}");
+        assert_eq!(again.status.in_flight, 1);
+        // Once the cache shows it released, nothing is left to remember.
+        children[0] = children[0].clone().released();
+        let (_, pending) = with_releases(children, &released);
+        assert!(pending.is_empty());
     }
 
     #[test]

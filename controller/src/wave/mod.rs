@@ -4,13 +4,16 @@
 pub mod decide;
 pub mod select;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, intent, names};
+use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
@@ -21,10 +24,24 @@ use crate::{Error, Result};
 /// Metric label of this controller.
 pub const CONTROLLER: &str = "wave";
 
-/// The shortest time between two lists of a wave's children. Every change of a child triggers
-/// the wave, and a list of a 1,000-VM wave is megabytes: at most this often, a slot freed waits
-/// at most this long.
+/// The shortest time between two lists of a wave's children from the API (no cache of the
+/// migrations at hand). Every change of a child triggers the wave, and a list of a 1,000-VM wave
+/// is megabytes: at most this often, a slot freed waits at most this long.
 pub const MIN_LIST_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The shortest time between two reconciles of a wave reading its children from the migration
+/// controller's cache: no list, only a read of the wave and maybe a status write, so a freed
+/// slot is refilled within this.
+pub const MIN_CACHE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// While a wave waits for free slots, it looks again this often even without a trigger: its
+/// trigger (its own watch of the children) may arrive before the cache it reads shows the
+/// change, and a cache read costs no request.
+pub const SATURATED_REQUEUE: Duration = Duration::from_secs(1);
+
+/// How long a child this controller created may be missing from the cache before it is
+/// created again (the cache normally shows it within milliseconds).
+pub const CREATED_GRACE: Duration = Duration::from_secs(30);
 
 /// How long to wait before listing again, when the last list was at `last`. Pure.
 pub fn wait_before_list(last: Option<Instant>, now: Instant, min: Duration) -> Option<Duration> {
@@ -39,7 +56,12 @@ pub fn wait_before_list(last: Option<Instant>, now: Instant, min: Duration) -> O
 pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Requeue> {
     let uid = wave.uid().unwrap_or_default();
     let now = Instant::now();
-    if let Some(wait) = wait_before_list(ctx.last_listed(&uid, None), now, MIN_LIST_INTERVAL) {
+    let min = if cache_ready(&ctx).is_some() {
+        MIN_CACHE_INTERVAL
+    } else {
+        MIN_LIST_INTERVAL
+    };
+    if let Some(wait) = wait_before_list(ctx.last_listed(&uid, None), now, min) {
         return Ok(Requeue::requeue(wait));
     }
     ctx.last_listed(&uid, Some(now));
@@ -55,6 +77,38 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
         .wave_reconcile_seconds
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// The migration controller's cache, once it has synced.
+fn cache_ready(ctx: &Context) -> Option<&Store<VirtualMachineMigration>> {
+    ctx.migrations
+        .as_ref()
+        .filter(|s| matches!(s.wait_until_ready().now_or_never(), Some(Ok(()))))
+}
+
+/// The wave's children, and whether they come from the cache. From the cache, the releases this
+/// controller made that it does not show yet are applied ([`decide::with_releases`]).
+async fn children(
+    wave: &MigrationWave,
+    ctx: &Context,
+    vmms: &Api<VirtualMachineMigration>,
+) -> Result<(Vec<VirtualMachineMigration>, bool)> {
+    let (ns, name) = (wave.namespace(), wave.name_any());
+    let Some(store) = cache_ready(ctx) else {
+        let selector = format!("{}={name}", names::WAVE_LABEL);
+        let listed = vmms.list(&ListParams::default().labels(&selector)).await?;
+        return Ok((listed.items, false));
+    };
+    let cached: Vec<VirtualMachineMigration> = store
+        .state()
+        .iter()
+        .filter(|c| c.namespace() == ns && c.labels().get(names::WAVE_LABEL) == Some(&name))
+        .map(|c| (**c).clone())
+        .collect();
+    let uid = wave.uid().unwrap_or_default();
+    let (children, pending) = decide::with_releases(cached, &ctx.released(&uid));
+    ctx.set_released(&uid, pending);
+    Ok((children, true))
 }
 
 async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> {
@@ -80,18 +134,36 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     }
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    let selector = format!("{}={}", names::WAVE_LABEL, wave.name_any());
-    let children = vmms
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
+    let (children, cached) = children(&wave, ctx, &vmms).await?;
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let plan = decide::decide(&wave, &children, &now);
     let params = PatchParams::default();
+    let uid = wave.uid().unwrap_or_default();
+    // A child created moments ago may not be in the cache yet: not created twice meanwhile.
+    let mut created = if cached {
+        ctx.created(&uid)
+    } else {
+        HashMap::new()
+    };
+    let present: std::collections::HashSet<String> =
+        children.iter().map(ResourceExt::name_any).collect();
+    created.retain(|name, at| at.elapsed() < CREATED_GRACE && !present.contains(name));
     for i in &plan.create {
         let child = child_migration(&wave, &members[*i])?;
+        let name = child.name_any();
+        if created.contains_key(&name) {
+            continue;
+        }
         create_if_absent(&ctx.metrics, &vmms, &child, names::WAVE_FIELD_MANAGER).await?;
+        if cached {
+            created.insert(name, Instant::now());
+        }
     }
+    ctx.set_created(&uid, created);
+    let uids: HashMap<String, String> = children
+        .iter()
+        .filter_map(|c| Some((c.name_any(), c.uid()?)))
+        .collect();
     let patches = plan
         .release
         .iter()
@@ -102,8 +174,17 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
                 .iter()
                 .map(|n| (n, intent::retry_to(wave.spec.retry))),
         );
+    let mut released = ctx.released(&uid);
     for (name, patch) in patches {
         vmms.patch(name, &params, &Patch::Merge(&patch)).await?;
+        // A failed patch that was applied after all shows in the cache before the error's
+        // backoff ends; a successful one counts as taken until the cache shows it.
+        if plan.release.contains(name)
+            && let Some(child) = uids.get(name)
+        {
+            released.insert(child.clone());
+            ctx.set_released(&uid, released.clone());
+        }
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
@@ -123,8 +204,16 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         ctx.metrics.write("status", "MigrationWave");
     }
     let busy = !plan.create.is_empty() || !plan.release.is_empty();
+    let waiting = cached
+        && !wave.spec.paused
+        && !wave.spec.cancel
+        && children
+            .iter()
+            .any(|c| c.is_held() && !c.phase().is_terminal());
     Ok(if busy {
         Requeue::requeue(Duration::from_millis(200))
+    } else if waiting {
+        Requeue::requeue(SATURATED_REQUEUE)
     } else {
         Requeue::requeue(Duration::from_secs(300))
     })
