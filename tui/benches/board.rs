@@ -7,13 +7,22 @@ mod support;
 
 use support::C0;
 
-use std::time::{Duration, Instant};
+use std::{
+    cell::Cell,
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
 use ferry::{
-    state::{Action, Nav, Scope, Screen, State, update},
+    state::{Action, ConnState, Edit, Nav, Resource, Scope, Screen, State, update},
     ui::{self, Options, Theme},
 };
-use ratatui::{Terminal, backend::TestBackend};
+use ferry_crds::VirtualMachineMigration;
+use ratatui::{
+    Terminal, TerminalOptions, Viewport,
+    backend::{CrosstermBackend, TestBackend},
+    layout::Rect,
+};
 
 fn stats(name: &str, mut samples: Vec<Duration>) {
     samples.sort();
@@ -43,6 +52,84 @@ fn loaded(n: usize) -> State {
         }),
     );
     s
+}
+
+/// A terminal that only counts what it is sent.
+struct Counted(Rc<Cell<usize>>);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.set(self.0.get() + buf.len());
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Frames as the end-to-end bench's stream makes them, offline: between two frames (33 ms of
+/// clock), three status patches on random rows, one in ten on a row on screen, as the e2e
+/// writer sends 100 a second; each frame drawn through crossterm into memory, so the
+/// terminal diff and the escape codes count too. Returns the frame times and the bytes a frame
+/// wrote on average.
+fn stream(
+    s: &mut State,
+    objs: &[VirtualMachineMigration],
+    frames: usize,
+) -> (Vec<Duration>, usize) {
+    let written = Rc::new(Cell::new(0usize));
+    let mut term = Terminal::with_options(
+        CrosstermBackend::new(Counted(written.clone())),
+        TerminalOptions {
+            viewport: Viewport::Fixed(Rect::new(0, 0, 200, 60)),
+        },
+    )
+    .unwrap();
+    let opts = Options {
+        theme: Theme::COLOR,
+        logs: false,
+    };
+    let mut now = s.now;
+    let mut seed: u64 = 7;
+    let (mut samples, mut bytes) = (vec![], 0);
+    for i in 0..frames + 5 {
+        for j in 0..3 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let pct = (seed >> 40) % 100;
+            let obj = if (i * 3 + j) % 10 == 0 && s.index.visible_len() > 0 {
+                let shown = s.offset + (seed >> 33) as usize % s.page.min(s.index.visible_len());
+                let key = s.index.visible(shown).map(|r| r.key.clone()).unwrap();
+                objs.iter()
+                    .find(|o| o.metadata.name.as_deref() == Some(&key.name))
+                    .unwrap()
+            } else {
+                &objs[(seed >> 33) as usize % objs.len()]
+            };
+            let mut o = obj.clone();
+            if let Some(st) = o.status.as_mut() {
+                st.progress = Some(ferry_crds::Progress {
+                    percent: pct as f64,
+                    ..Default::default()
+                });
+                st.message = Some(format!("bench {pct}"));
+            }
+            update(s, Action::MigrationApplied(C0, Box::new(o)));
+        }
+        now = now
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(33))
+            .unwrap();
+        update(s, Action::Tick(now));
+        written.set(0);
+        let t = Instant::now();
+        term.draw(|f| ui::draw(f, s, opts)).unwrap();
+        let took = t.elapsed();
+        // The first frames paint the whole screen.
+        if i >= 5 {
+            samples.push(took);
+            bytes += written.get();
+        }
+    }
+    (samples, bytes / frames.max(1))
 }
 
 fn main() {
@@ -110,8 +197,30 @@ fn main() {
     update(&mut s, Action::StartFilter);
     for c in "phase:Importing".chars() {
         let t = Instant::now();
-        update(&mut s, Action::Edit(ferry::state::Edit::Char(c)));
+        update(&mut s, Action::Edit(Edit::Char(c)));
         samples.push(t.elapsed());
     }
     stats("filter keystroke (10k rows, full rebuild)", samples);
+    update(&mut s, Action::Submit);
+
+    // The e2e bench's stream, offline: sorted by name, live, with and without the filter.
+    let mut s = loaded(n);
+    for r in Resource::ALL {
+        update(&mut s, Action::Connection(C0, r, ConnState::Live));
+    }
+    let (samples, bytes) = stream(&mut s, &objs, 2000);
+    stats(
+        &format!("stream frame 200x60, crossterm, no filter ({bytes} B/frame)"),
+        samples,
+    );
+    update(&mut s, Action::StartFilter);
+    for c in "phase:Importing".chars() {
+        update(&mut s, Action::Edit(Edit::Char(c)));
+    }
+    update(&mut s, Action::Submit);
+    let (samples, bytes) = stream(&mut s, &objs, 2000);
+    stats(
+        &format!("stream frame 200x60, crossterm, phase:Importing ({bytes} B/frame)"),
+        samples,
+    );
 }

@@ -5,7 +5,7 @@
 use std::{
     collections::VecDeque,
     future::Future,
-    io::Write,
+    io::{BufWriter, Stdout, Write},
     path::PathBuf,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -13,7 +13,11 @@ use std::{
 use crossterm::event::{Event as TermEvent, EventStream};
 use futures::{Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
-use ratatui::{Terminal, backend::Backend, layout::Size};
+use ratatui::{
+    Terminal,
+    backend::{Backend, CrosstermBackend},
+    layout::Size,
+};
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::mpsc::{self, UnboundedReceiver, UnboundedSender},
@@ -62,14 +66,79 @@ pub struct FrameInfo {
     pub watch_actions: usize,
     /// How long drawing and writing the frame to the terminal took.
     pub draw: Duration,
+    /// Of `draw`, turning the state into cells (the rest is the terminal's diff and write).
+    pub render: Duration,
+    /// Of `draw`, what the kernel says about this thread meanwhile (Linux only): time on a CPU
+    /// and time runnable but waiting for one. What is left of `draw` was spent blocked (in
+    /// the terminal write).
+    pub sched: Option<Sched>,
     /// Board rows drawing read (see [`crate::state::Index::rows_read`]).
     pub rows_read: u64,
+    /// The migration changes applied since the previous frame and when the loop received
+    /// each, if the observer asked for them ([`FrameObserver::arrivals`]).
+    pub arrived: Vec<Arrival>,
+}
+
+/// A thread's scheduling during a frame, from `/proc/thread-self/schedstat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sched {
+    /// On a CPU.
+    pub cpu: Duration,
+    /// Runnable, waiting for a CPU.
+    pub waiting: Duration,
+}
+
+impl Sched {
+    /// This thread's totals so far; `None` where the kernel does not tell.
+    pub fn now() -> Option<Sched> {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let mut f = s.split_whitespace().map(str::parse::<u64>);
+        let (Some(Ok(cpu)), Some(Ok(waiting))) = (f.next(), f.next()) else {
+            return None;
+        };
+        Some(Sched {
+            cpu: Duration::from_nanos(cpu),
+            waiting: Duration::from_nanos(waiting),
+        })
+    }
+
+    /// What happened between `self` and the later `then`.
+    pub fn until(self, then: Sched) -> Sched {
+        Sched {
+            cpu: then.cpu.saturating_sub(self.cpu),
+            waiting: then.waiting.saturating_sub(self.waiting),
+        }
+    }
+}
+
+/// A migration change as the event loop received it from the watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// `namespace/name`.
+    pub key: String,
+    /// Its resourceVersion.
+    pub resource_version: String,
+    /// When the loop took it off the watches' channel, µs since the epoch.
+    pub at_us: u128,
+}
+
+fn epoch_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros()
 }
 
 /// Told about every frame drawn.
 pub trait FrameObserver {
     /// A frame of `state` was drawn.
     fn frame(&mut self, state: &State, info: &FrameInfo);
+
+    /// Whether [`FrameInfo::arrived`] and [`FrameInfo::sched`] should be filled in (they cost
+    /// a little per event and per frame).
+    fn details(&self) -> bool {
+        false
+    }
 }
 
 /// No one listens.
@@ -111,11 +180,12 @@ impl FrameLog {
 }
 
 impl FrameObserver for FrameLog {
+    fn details(&self) -> bool {
+        true
+    }
+
     fn frame(&mut self, state: &State, info: &FrameInfo) {
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_micros();
+        let at = epoch_us();
         let rows: Vec<(String, &str)> = if state.views.is_empty() {
             state
                 .index
@@ -131,6 +201,10 @@ impl FrameObserver for FrameLog {
         let line = serde_json::json!({
             "at_us": at,
             "draw_us": info.draw.as_micros(),
+            "render_us": info.render.as_micros(),
+            "cpu_us": info.sched.map(|s| s.cpu.as_micros()),
+            "runq_us": info.sched.map(|s| s.waiting.as_micros()),
+            "arrived": info.arrived.iter().map(|a| (&a.key, &a.resource_version, a.at_us)).collect::<Vec<_>>(),
             "n": info.n,
             "actions": info.actions,
             "watch_actions": info.watch_actions,
@@ -316,6 +390,8 @@ where
     let mut last_draw = Instant::now() - FRAME;
     let mut frames: u64 = 0;
     let (mut applied, mut from_watches) = (0usize, 0usize);
+    let details = observer.details();
+    let mut arrived: Vec<Arrival> = vec![];
     // Actions waiting for `update`: from the terminal, the watches, the clock, and what
     // effects answer at once. This loop is the only caller of `update`.
     let mut queue: VecDeque<Action> = first.into();
@@ -342,17 +418,30 @@ where
         }
         if dirty && last_draw.elapsed() >= FRAME {
             let read_before = state.index.rows_read();
+            let sched_before = if details { Sched::now() } else { None };
             let started = Instant::now();
+            let mut render = Duration::ZERO;
             terminal
-                .draw(|f| ui::draw(f, state, Options { theme, logs: true }))
+                .draw(|f| {
+                    let t = Instant::now();
+                    ui::draw(f, state, Options { theme, logs: true });
+                    render = t.elapsed();
+                })
                 .map_err(Into::into)?;
+            let draw = started.elapsed();
+            let sched = sched_before
+                .zip(if details { Sched::now() } else { None })
+                .map(|(a, b)| a.until(b));
             frames += 1;
             let info = FrameInfo {
                 n: frames,
                 actions: applied,
                 watch_actions: from_watches,
-                draw: started.elapsed(),
+                draw,
+                render,
+                sched,
                 rows_read: state.index.rows_read() - read_before,
+                arrived: std::mem::take(&mut arrived),
             };
             observer.frame(state, &info);
             (applied, from_watches) = (0, 0);
@@ -375,23 +464,57 @@ where
             },
             Some(a) = rt.data_rx.recv() => {
                 queue.push_back(Action::Tick(Timestamp::now()));
-                queue.push_back(a);
-                from_watches += 1;
-                // Drain what else is queued: one frame for a burst of watch events.
-                while queue.len() < BATCH {
-                    match rt.data_rx.try_recv() {
-                        Ok(a) => {
-                            queue.push_back(a);
-                            from_watches += 1;
-                        }
-                        Err(_) => break,
+                // Take what else is queued too: one frame for a burst of watch events.
+                let mut next = Some(a);
+                while let Some(a) = next {
+                    if details && let Action::MigrationApplied(_, o) = &a {
+                        arrived.push(Arrival {
+                            key: format!(
+                                "{}/{}",
+                                o.metadata.namespace.as_deref().unwrap_or(""),
+                                o.metadata.name.as_deref().unwrap_or("")
+                            ),
+                            resource_version: o
+                                .metadata
+                                .resource_version
+                                .clone()
+                                .unwrap_or_default(),
+                            at_us: epoch_us(),
+                        });
                     }
+                    queue.push_back(a);
+                    from_watches += 1;
+                    next = if queue.len() < BATCH {
+                        rt.data_rx.try_recv().ok()
+                    } else {
+                        None
+                    };
                 }
             }
             Some(a) = rt.ui_rx.recv() => queue.push_back(a),
             () = &mut stop => return Ok(()),
         }
     }
+}
+
+/// Bytes of terminal output a frame collects before writing: a whole 200×60 frame in colour.
+const TERMINAL_BUFFER: usize = 256 << 10;
+
+/// The terminal as `ratatui::init` sets it up (raw mode, alternate screen, restored from a
+/// panic), but writing through one buffer flushed once a frame: stdout is line-buffered, which
+/// sends a frame to the terminal (tmux, over ssh) in many small writes.
+fn init_terminal() -> std::io::Result<Terminal<CrosstermBackend<BufWriter<Stdout>>>> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        ratatui::restore();
+        hook(info);
+    }));
+    crossterm::terminal::enable_raw_mode()?;
+    crossterm::execute!(std::io::stdout(), crossterm::terminal::EnterAlternateScreen)?;
+    Terminal::new(CrosstermBackend::new(BufWriter::with_capacity(
+        TERMINAL_BUFFER,
+        std::io::stdout(),
+    )))
 }
 
 /// Runs the cockpit until `q`, `:q`, Ctrl-C, SIGTERM or SIGHUP.
@@ -421,8 +544,13 @@ pub async fn run(opts: AppOptions) -> Result<()> {
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    // ratatui::init restores the terminal from its panic hook too.
-    let mut terminal = ratatui::init();
+    let mut terminal = match init_terminal() {
+        Ok(t) => t,
+        Err(e) => {
+            ratatui::restore();
+            return Err(e.into());
+        }
+    };
     let mut first = vec![];
     match terminal.size() {
         Ok(size) => first.push(screen(size)),

@@ -322,6 +322,34 @@ fn workspace_bin(name: &str) -> std::path::PathBuf {
     bin
 }
 
+/// The credentials Secrets a lab migration names (`vsphere-credentials`, `s3-credentials`),
+/// opted in for ferry and bound to the lab's endpoints, applied in `ns`.
+fn apply_credentials(lab: &Lab, kc: &Path, ns: &str) {
+    let v = &lab.info.vcenter;
+    let s = &lab.info.s3;
+    let secrets = format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: vsphere-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
+stringData: {{username: "{u}", password: "{p}", url: "{url}", thumbprint: "{thumb}"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: s3-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
+stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}", endpoint: "{endpoint}", bucket: "{bucket}"}}
+"#,
+        u = v.username,
+        p = v.password,
+        url = v.url,
+        thumb = v.thumbprint_sha1,
+        a = s.access_key,
+        k = s.secret_key,
+        endpoint = s.endpoint,
+        bucket = s.bucket,
+    );
+    kubectl(kc, &["apply", "-f", "-"], Some(&secrets));
+}
+
 fn lab_migration(lab: &Lab, ns: &str, name: &str, vm: &str, fault: Option<&str>) -> String {
     let v = &lab.info.vcenter;
     let s = &lab.info.s3;
@@ -366,29 +394,7 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
     let (good, bad) = (lab.claim_vm().expect("vm"), lab.claim_vm().expect("vm"));
     ferry_harness::put_vmdk(&good, &scratch, 16, 1).expect("vmdk");
     ferry_harness::put_vmdk(&bad, &scratch, 16, 2).expect("vmdk");
-    // Credentials Secrets opted in for ferry and bound to the lab's endpoints.
-    let secrets = format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: vsphere-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
-stringData: {{username: "{u}", password: "{p}", url: "{url}", thumbprint: "{thumb}"}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: s3-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
-stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}", endpoint: "{endpoint}", bucket: "{bucket}"}}
-"#,
-        ns = ns.name,
-        u = lab.info.vcenter.username,
-        p = lab.info.vcenter.password,
-        url = lab.info.vcenter.url,
-        thumb = lab.info.vcenter.thumbprint_sha1,
-        a = lab.info.s3.access_key,
-        k = lab.info.s3.secret_key,
-        endpoint = lab.info.s3.endpoint,
-        bucket = lab.info.s3.bucket,
-    );
-    kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
+    apply_credentials(lab, &kc, &ns.name);
 
     let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
     controller
@@ -746,28 +752,7 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
     let vm = lab.claim_vm().expect("vm");
     // An ESXi-style flat disk, read at 4 MiB/s: Converting lasts ~10 s.
     ferry_harness::put_disk(&vm, &scratch, 48, 5, ferry_harness::DiskKind::Flat, 4).expect("disk");
-    let secrets = format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: vsphere-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
-stringData: {{username: "{u}", password: "{p}", url: "{url}", thumbprint: "{thumb}"}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: s3-credentials, namespace: {ns}, labels: {{migration.platform.example/credentials: "true"}}}}
-stringData: {{accessKeyId: "{a}", secretAccessKey: "{k}", endpoint: "{endpoint}", bucket: "{bucket}"}}
-"#,
-        ns = ns.name,
-        u = lab.info.vcenter.username,
-        p = lab.info.vcenter.password,
-        url = lab.info.vcenter.url,
-        thumb = lab.info.vcenter.thumbprint_sha1,
-        a = lab.info.s3.access_key,
-        k = lab.info.s3.secret_key,
-        endpoint = lab.info.s3.endpoint,
-        bucket = lab.info.s3.bucket,
-    );
-    kubectl(&kc, &["apply", "-f", "-"], Some(&secrets));
+    apply_credentials(lab, &kc, &ns.name);
     let mut controller = Command::new(workspace_bin("ferry-controller"));
     controller
         .arg("--kubeconfig")
