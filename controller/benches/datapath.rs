@@ -7,7 +7,14 @@
 //! * ferry's time in Converting: a migration through the release controller, the converter Job
 //!   (run by ferry-sim) and staging, timed from the phase the migration shows;
 //! * the ratio (targets: ≤ 1.5× for flat→raw, ≤ 2× otherwise), the converter's peak scratch,
-//!   peak RSS (its own and its largest qemu-img) and the bytes it sent to S3 (its report line).
+//!   peak RSS (its own and its largest qemu-img) and the bytes it sent to S3 (its report line);
+//! * what the lab's S3 costs, beside the issue's floor (which uploads nothing): the upload
+//!   floor, a multipart upload of the floor's qemu-img output (the staged image's bytes) to the
+//!   same s3s-fs, with the converter's part size and parts in flight, completion included; and
+//!   the ratio of Converting to download + upload;
+//! * the converter's own time on the disk (its report line, from the disk's start to its
+//!   `Staged` record), so that the rest of Converting (the Job's start, the vSphere login, the
+//!   controller noticing the Job's end) shows as the difference.
 //!
 //! Prints a table and writes `target/bench/datapath.{txt,json}`. One 8 GiB disk exists at a
 //! time and is deleted after its cases. `FERRY_BENCH_SIZES=1` runs the 1 GiB cases only.
@@ -31,6 +38,15 @@ struct Row {
     floor_s: f64,
     converting_s: f64,
     ratio: f64,
+    upload_s: f64,
+    ratio_with_upload: f64,
+    converter_disk_s: f64,
+    /// CPU seconds while converting: the converter (its summary line), its qemu-img runs, the
+    /// lab process (vcsim serving the datastore, with the apiserver it hosts) and s3s-fs.
+    converter_cpu_s: f64,
+    qemu_cpu_s: f64,
+    lab_cpu_s: f64,
+    s3_cpu_s: f64,
     target: f64,
     scratch_peak_bytes: u64,
     rss_bytes: u64,
@@ -48,8 +64,10 @@ fn mib(b: u64) -> String {
 }
 
 /// The floor: download `files` (datastore paths) to `dir` over the `/folder` service, then
-/// `qemu-img convert` the last (the `.vmdk` the disk names) to `format`. `(download s, qemu s)`.
-async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (f64, f64) {
+/// `qemu-img convert` the last (the `.vmdk` the disk names) to `format`; then, apart from the
+/// floor, the upload of that output to the lab's S3 ([`upload_floor`]).
+/// `(download s, qemu s, upload s)`.
+async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (f64, f64, f64) {
     let info = &env.lab.info;
     ferry_controller::tls::install_default_provider();
     let ep = ferry_controller::vsphere::Endpoint {
@@ -83,10 +101,66 @@ async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (
         .unwrap();
     assert!(st.success());
     let qemu = t.elapsed().as_secs_f64();
-    for p in local.iter().chain([&out]) {
+    for p in &local {
         let _ = std::fs::remove_file(p);
     }
-    (download, qemu)
+    let upload = upload_floor(env, &out).await;
+    let _ = std::fs::remove_file(&out);
+    (download, qemu, upload)
+}
+
+/// What the lab's S3 costs: `file` uploaded to s3s-fs as the converter uploads an image (parts
+/// of [`part_size`], [`parts_in_flight`] at once, read in order, the multipart upload completed),
+/// then deleted. Seconds from the upload's creation to its completion. The file was just written
+/// by qemu-img, so it is read from the page cache as the converter's parts come from memory.
+///
+/// [`part_size`]: ferry_controller::convert::part_size
+/// [`parts_in_flight`]: ferry_controller::convert::parts_in_flight
+async fn upload_floor(env: &Env, file: &Path) -> f64 {
+    use futures::StreamExt;
+    use tokio::io::AsyncReadExt;
+    let s3 = &env.lab.info.s3;
+    let staging =
+        ferry_controller::staging::Staging::new(ferry_controller::staging::StagingConfig {
+            endpoint: s3.endpoint.clone(),
+            bucket: s3.bucket.clone(),
+            region: s3.region.clone(),
+            access_key: s3.access_key.clone(),
+            secret_key: s3.secret_key.clone().into(),
+            prefix: String::new(),
+            ca_bundle: None,
+        })
+        .unwrap();
+    let size = std::fs::metadata(file).unwrap().len();
+    let part = ferry_controller::convert::part_size(size);
+    let key = format!("bench-upload-floor/{}", env.ns.name);
+    let t = Instant::now();
+    let up = staging
+        .create_multipart(&key, &Default::default())
+        .await
+        .unwrap();
+    let mut f = tokio::fs::File::open(file).await.unwrap();
+    let parts = futures::stream::iter(0..size.div_ceil(part).max(1)).then(|i| {
+        let n = part.min(size - i * part) as usize;
+        let mut buf = vec![0u8; n];
+        let f = &mut f;
+        async move {
+            f.read_exact(&mut buf).await.unwrap();
+            (i as usize, bytes::Bytes::from(buf))
+        }
+    });
+    let ids: Vec<_> = parts
+        .map(|(i, b)| {
+            let (staging, up) = (&staging, &up);
+            async move { staging.put_part(up, i, b).await.unwrap() }
+        })
+        .buffered(ferry_controller::convert::parts_in_flight(part))
+        .collect()
+        .await;
+    staging.complete_multipart(&up, ids).await.unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    staging.delete(&key).await.unwrap();
+    secs
 }
 
 /// The converter's report lines (`{"summary":true,...}` and the disk line) from the sim's log
@@ -110,6 +184,34 @@ fn converter_report(env: &Env, job: &str) -> (serde_json::Value, serde_json::Val
         }
     }
     (summary, disk)
+}
+
+/// CPU seconds (user + system) a process has used, 0 when unknown.
+fn process_cpu(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.to_owned();
+            let f: Vec<f64> = rest
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            Some(f.iter().sum::<f64>() / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// The pid of the lab's s3s-fs (a child of the lab process), if it runs.
+fn s3s_pid(lab_pid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(')')?;
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (head.ends_with("(s3s-fs") && ppid == lab_pid).then_some(pid)
+    })
 }
 
 /// Bytes free on the filesystem of `path` (`df`), 0 when unknown.
@@ -173,7 +275,7 @@ async fn main() {
             };
             for format in [DiskFormat::Raw, DiskFormat::Qcow2] {
                 let case = format!("{} {label} → {}", gib(mib_size << 20), format.as_str());
-                let (download_s, qemu_s) = floor(&env, &files, &dir, format).await;
+                let (download_s, qemu_s, upload_s) = floor(&env, &files, &dir, format).await;
                 let name = format!(
                     "b-{}-{}-{}",
                     mib_size,
@@ -185,12 +287,18 @@ async fn main() {
                 vmm.spec.conversion.format = format;
                 vmm.spec.target.name = Some(name.clone());
                 env.create(&vmm).await;
+                let lab_pid = env.lab.info.pid;
+                let s3_pid = s3s_pid(lab_pid);
                 let (mut entered, mut left) = (None, None);
+                let mut cpu_at_entry = (0.0, 0.0);
                 let deadline = Instant::now() + Duration::from_secs(900);
                 while left.is_none() {
                     let v = env.get(&name).await;
                     match v.phase() {
-                        Phase::Converting if entered.is_none() => entered = Some(Instant::now()),
+                        Phase::Converting if entered.is_none() => {
+                            entered = Some(Instant::now());
+                            cpu_at_entry = (process_cpu(lab_pid), s3_pid.map_or(0.0, process_cpu));
+                        }
                         Phase::Converting => {}
                         Phase::Failed => panic!("{case}: failed:\n{}", serde_yaml_status(&v)),
                         p if entered.is_some() && p != Phase::Converting => {
@@ -202,6 +310,8 @@ async fn main() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 let converting_s = (left.unwrap() - entered.unwrap()).as_secs_f64();
+                let lab_cpu_s = process_cpu(lab_pid) - cpu_at_entry.0;
+                let s3_cpu_s = s3_pid.map_or(0.0, process_cpu) - cpu_at_entry.1;
                 let (summary, line) = converter_report(&env, &format!("{name}-convert"));
                 // Done with it: the import is not measured here, and its volume is not kept.
                 env.api().delete(&name, &Default::default()).await.unwrap();
@@ -214,6 +324,9 @@ async fn main() {
                 };
                 let n =
                     |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+                let f = |v: &serde_json::Value, k: &str| {
+                    v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0)
+                };
                 let row = Row {
                     case,
                     download_s,
@@ -221,6 +334,13 @@ async fn main() {
                     floor_s,
                     converting_s,
                     ratio: converting_s / floor_s,
+                    upload_s,
+                    ratio_with_upload: converting_s / (download_s + upload_s),
+                    converter_disk_s: f(&line, "seconds"),
+                    converter_cpu_s: f(&summary, "cpuSeconds"),
+                    qemu_cpu_s: f(&summary, "qemuCpuSeconds"),
+                    lab_cpu_s,
+                    s3_cpu_s,
                     target,
                     scratch_peak_bytes: n(&summary, "scratchPeakBytes"),
                     rss_bytes: n(&summary, "peakRssBytes"),
@@ -245,7 +365,7 @@ async fn main() {
     }
     let mut txt = String::new();
     txt.push_str(&format!(
-        "{:<28} {:>8} {:>8} {:>8} {:>11} {:>6} {:>7} {:>9} {:>9} {:>9} {:>10} {:>10}\n",
+        "{:<32} {:>8} {:>8} {:>8} {:>11} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n",
         "case",
         "download",
         "qemu-img",
@@ -253,6 +373,9 @@ async fn main() {
         "Converting",
         "ratio",
         "target",
+        "upload",
+        "÷(dl+up)",
+        "converter",
         "scratch",
         "RSS",
         "qemu RSS",
@@ -261,20 +384,39 @@ async fn main() {
     ));
     for r in &rows {
         txt.push_str(&format!(
-            "{:<28} {:>7.2}s {:>7.2}s {:>7.2}s {:>10.2}s {:>5.2}× {:>6}× {:>9} {:>9} {:>9} {:>10} {:>10} {}\n",
+            "{:<32} {:>7.2}s {:>7.2}s {:>7.2}s {:>10.2}s {:>5.2}× {:>7} {:>7.2}s {:>8.2}× {:>8.2}s {:>9} {:>9} {:>9} {:>10} {:>10} {}\n",
             r.case,
             r.download_s,
             r.qemu_s,
             r.floor_s,
             r.converting_s,
             r.ratio,
-            format!("≤{}", r.target),
+            format!("≤{}×", r.target),
+            r.upload_s,
+            r.ratio_with_upload,
+            r.converter_disk_s,
             mib(r.scratch_peak_bytes),
             mib(r.rss_bytes),
             mib(r.qemu_rss_bytes),
             gib(r.sent_bytes),
             gib(r.downloaded_bytes),
             if r.ratio <= r.target { "ok" } else { "MISSED" }
+        ));
+    }
+    txt.push_str(
+        "floor: download + qemu-img (the ratio's denominator); upload: the same bytes as the \
+         staged image sent to the lab's s3s-fs as the converter sends them (not in the floor); \
+         ÷(dl+up): Converting / (download + upload); converter: its own time on the disk (the \
+         rest of Converting is the Job's start, the login and the controller noticing the end)\n",
+    );
+    txt.push_str(&format!(
+        "\nCPU seconds while converting (2 cores shared with other work):\n{:<32} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+        "case", "Converting", "converter", "qemu-img", "lab+vcsim", "s3s-fs"
+    ));
+    for r in &rows {
+        txt.push_str(&format!(
+            "{:<32} {:>9.2}s {:>8.2}s {:>8.2}s {:>8.2}s {:>8.2}s\n",
+            r.case, r.converting_s, r.converter_cpu_s, r.qemu_cpu_s, r.lab_cpu_s, r.s3_cpu_s
         ));
     }
     for why in &skipped {

@@ -310,6 +310,32 @@ pub struct RunSummary {
     pub scratch_peak_bytes: u64,
     pub sent_bytes: u64,
     pub downloaded_bytes: u64,
+    /// CPU time of the converter process (user + system), and of the qemu-img runs it waited
+    /// for: where a data path's time goes on a machine with few cores.
+    pub cpu_seconds: f64,
+    pub qemu_cpu_seconds: f64,
+}
+
+/// `(own, waited-for children's)` CPU seconds (user + system) from `/proc/self/stat`; zeros when
+/// unknown.
+pub fn cpu_seconds() -> (f64, f64) {
+    // Linux's USER_HZ: 100 on every architecture the converter image is built for.
+    const TICKS: f64 = 100.0;
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    // Fields after the command (which may hold spaces) in parentheses; utime is field 14.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    match f.as_slice() {
+        [u, s, cu, cs] => ((u + s) / TICKS, (cu + cs) / TICKS),
+        _ => (0.0, 0.0),
+    }
 }
 
 /// Peak resident set (VmHWM) of a process from `/proc/<pid>/status`, 0 when unknown.
@@ -519,6 +545,7 @@ async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<Conve
     }
     report.disks.sort_by_key(|d| d.disk);
     summary.peak_rss_bytes = peak_rss("self");
+    (summary.cpu_seconds, summary.qemu_cpu_seconds) = cpu_seconds();
     summary.sent_bytes = report.disks.iter().map(|d| d.sent).sum();
     summary.downloaded_bytes = report.disks.iter().map(|d| d.downloaded).sum();
     println!("{}", serde_json::to_string(&summary).unwrap_or_default());

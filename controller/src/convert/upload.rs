@@ -213,6 +213,21 @@ pub async fn upload(
         let in_flight = parts_in_flight(part);
         let mut uploads: JoinSet<Result<(usize, object_store::multipart::PartId), Error>> =
             JoinSet::new();
+        // The hash runs on a thread of its own, in order, beside the uploads: a part goes up
+        // while it is hashed, and no part waits for the hash of the one before it to be sent.
+        let (to_hash, mut hashing) = tokio::sync::mpsc::channel::<Bytes>(in_flight);
+        let hasher = {
+            let progress = progress.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut done = base;
+                while let Some(p) = hashing.blocking_recv() {
+                    hash.update(&p);
+                    done += p.len() as u64;
+                    progress.done.fetch_max(done, Ordering::Relaxed);
+                }
+                hash
+            })
+        };
         let mut ids = BTreeMap::new();
         let mut index = 0usize;
         while let Some(p) = parts.next().await {
@@ -224,15 +239,6 @@ pub async fn upload(
                     "{key}: part {index} of {n} bytes does not fit an image of {size} in parts of {part}"
                 )));
             }
-            // Hash off the async threads; the context comes back with the part.
-            let (h, p) = tokio::task::spawn_blocking(move || {
-                hash.update(&p);
-                (hash, p)
-            })
-            .await
-            .map_err(|e| Error::Upload(format!("hashing: {e}")))?;
-            hash = h;
-            progress.done.fetch_max(base + seen, Ordering::Relaxed);
             while uploads.len() >= in_flight {
                 if let Some(done) = uploads.join_next().await {
                     let (i, id) = done.map_err(|e| Error::Upload(e.to_string()))??;
@@ -242,16 +248,22 @@ pub async fn upload(
             let (st, upc, prog) = (staging.clone(), up.clone(), progress.clone());
             let key = key.to_owned();
             let i = index;
+            let body = p.clone();
             uploads.spawn(async move {
-                let id = st.put_part(&upc, i, p).await.map_err(|source| Error::Staging {
+                let id = st.put_part(&upc, i, body).await.map_err(|source| Error::Staging {
                     context: format!("{key}: part {i}"),
                     source,
                 })?;
                 prog.sent.fetch_add(n, Ordering::Relaxed);
                 Ok((i, id))
             });
+            to_hash
+                .send(p)
+                .await
+                .map_err(|_| Error::Upload("hashing stopped".into()))?;
             index += 1;
         }
+        drop(to_hash);
         while let Some(done) = uploads.join_next().await {
             let (i, id) = done.map_err(|e| Error::Upload(e.to_string()))??;
             ids.insert(i, id);
@@ -261,6 +273,9 @@ pub async fn upload(
                 "{key}: {seen} bytes produced, {size} announced"
             )));
         }
+        let hash = hasher
+            .await
+            .map_err(|e| Error::Upload(format!("hashing: {e}")))?;
         Ok((ids.into_values().collect(), hash))
     }
     .await;
