@@ -469,8 +469,8 @@ impl Ctx<'_> {
     }
 
     /// qemu-img reads `source` over NBD and writes a qcow2 file (the one local copy), which is
-    /// then hashed and uploaded in one read, and read once more for the SHA-256 of its raw
-    /// contents. `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
+    /// then hashed and uploaded in one read while qemu-img reads it once more, at the same time,
+    /// for the SHA-256 of its raw contents. `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
     /// Returns `((uploaded, virtual size, raw contents' SHA-256), scratch peak)`.
     async fn via_qcow2_file(
         &self,
@@ -542,19 +542,22 @@ impl Ctx<'_> {
                 .map_err(|e| io_err(&out, e))?;
             let parts = file_parts(file, part, out.clone());
             let meta = self.metadata(disk, vsize);
-            let up = upload::upload(
-                &self.staging,
-                &disk.key,
-                &meta,
-                size,
-                part,
-                parts,
-                writer,
-                vsize,
-            )
-            .await?;
-            let raw = self.raw_contents_sha256(&out, vsize).await?;
-            Ok::<_, Error>((up, raw))
+            // Both read the finished file (from the page cache): the upload waits on S3 while
+            // qemu-img decodes, so they overlap rather than follow each other.
+            let (up, raw) = tokio::join!(
+                upload::upload(
+                    &self.staging,
+                    &disk.key,
+                    &meta,
+                    size,
+                    part,
+                    parts,
+                    writer,
+                    vsize,
+                ),
+                self.raw_contents_sha256(&out, vsize)
+            );
+            Ok::<_, Error>((up?, raw?))
         }
         .await;
         watch.abort();

@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | flat extent (ESXi) | raw | one: ranges fetched in parallel → hashed → multipart upload | none |
 //! | sparse / stream-optimized VMDK | raw | one: qemu-img reads the VMDK over NBD (ranges) and writes raw into the NBD sink → hashed → upload | none |
-//! | any | qcow2 | two: qemu-img reads over NBD and writes the qcow2 file; the file is read once, hashed and uploaded | the qcow2 image |
+//! | any | qcow2 | two: qemu-img reads over NBD and writes the qcow2 file; the file is read once, hashed and uploaded, while qemu-img reads it beside that for its raw contents' SHA-256 | the qcow2 image |
 //!
 //! The second pass of qcow2 exists because qemu-img writes qcow2 metadata (L1/L2 tables,
 //! refcounts, the header) back and forth until it is done: the file is not final, so it cannot
