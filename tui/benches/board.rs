@@ -14,6 +14,7 @@ use std::{
 };
 
 use ferry::{
+    app::Sched,
     state::{Action, ConnState, Edit, Nav, Resource, Scope, Screen, State, update},
     ui::{self, Options, Theme},
 };
@@ -25,6 +26,10 @@ use ratatui::{
 };
 
 fn stats(name: &str, mut samples: Vec<Duration>) {
+    if samples.is_empty() {
+        println!("{name:<48} no samples");
+        return;
+    }
     samples.sort();
     let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p) as usize];
     println!(
@@ -71,12 +76,13 @@ impl std::io::Write for Counted {
 /// clock), three status patches on random rows, one in ten on a row on screen, as the e2e
 /// writer sends 100 a second; each frame drawn through crossterm into memory, so the
 /// terminal diff and the escape codes count too. Returns the frame times and the bytes a frame
-/// wrote on average.
+/// wrote on average, and the drawing thread's CPU time per frame (Linux), which on a busy
+/// machine tells the work apart from the waits for a CPU.
 fn stream(
     s: &mut State,
     objs: &[VirtualMachineMigration],
     frames: usize,
-) -> (Vec<Duration>, usize) {
+) -> (Vec<Duration>, Vec<Duration>, usize) {
     let written = Rc::new(Cell::new(0usize));
     let mut term = Terminal::with_options(
         CrosstermBackend::new(Counted(written.clone())),
@@ -91,7 +97,7 @@ fn stream(
     };
     let mut now = s.now;
     let mut seed: u64 = 7;
-    let (mut samples, mut bytes) = (vec![], 0);
+    let (mut samples, mut cpu, mut bytes) = (vec![], vec![], 0);
     for i in 0..frames + 5 {
         for j in 0..3 {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
@@ -120,16 +126,19 @@ fn stream(
             .unwrap();
         update(s, Action::Tick(now));
         written.set(0);
+        let before = Sched::now();
         let t = Instant::now();
         term.draw(|f| ui::draw(f, s, opts)).unwrap();
         let took = t.elapsed();
+        let sched = before.zip(Sched::now()).map(|(a, b)| a.until(b));
         // The first frames paint the whole screen.
         if i >= 5 {
             samples.push(took);
+            cpu.extend(sched.map(|s| s.cpu));
             bytes += written.get();
         }
     }
-    (samples, bytes / frames.max(1))
+    (samples, cpu, bytes / frames.max(1))
 }
 
 fn main() {
@@ -208,19 +217,21 @@ fn main() {
     for r in Resource::ALL {
         update(&mut s, Action::Connection(C0, r, ConnState::Live));
     }
-    let (samples, bytes) = stream(&mut s, &objs, 2000);
+    let (samples, cpu, bytes) = stream(&mut s, &objs, 2000);
     stats(
         &format!("stream frame 200x60, crossterm, no filter ({bytes} B/frame)"),
         samples,
     );
+    stats("  … its CPU time", cpu);
     update(&mut s, Action::StartFilter);
     for c in "phase:Importing".chars() {
         update(&mut s, Action::Edit(Edit::Char(c)));
     }
     update(&mut s, Action::Submit);
-    let (samples, bytes) = stream(&mut s, &objs, 2000);
+    let (samples, cpu, bytes) = stream(&mut s, &objs, 2000);
     stats(
         &format!("stream frame 200x60, crossterm, phase:Importing ({bytes} B/frame)"),
         samples,
     );
+    stats("  … its CPU time", cpu);
 }

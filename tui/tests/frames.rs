@@ -104,3 +104,81 @@ async fn a_storm_of_a_thousand_changes_between_two_frames_is_drawn_in_one_frame(
         assert!(f.rows_read <= 2 * 40, "{f:?}");
     }
 }
+
+/// Records every frame; asks for the details a frame log writes.
+struct Recorder(mpsc::UnboundedSender<FrameInfo>);
+
+impl app::FrameObserver for Recorder {
+    fn frame(&mut self, _: &State, info: &FrameInfo) {
+        let _ = self.0.send(info.clone());
+    }
+    fn details(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn a_frame_names_the_changes_it_received_and_when_for_the_event_to_screen_benchmark() {
+    let mut state = State::new("lab", Scope::All, false, now());
+    let mut rt = Runtime::new(vec![], ConnectOptions::default());
+    let tx = rt.data_sender();
+    let objs = many(10, 2);
+    tx.send(Action::MigrationsListed(C0, objs.clone())).unwrap();
+    let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<FrameInfo>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let changes = tokio::spawn(async move {
+        // The list is on screen; then three changes, each a new resourceVersion.
+        let first = frames_rx.recv().await.unwrap();
+        let mut sent = vec![];
+        for (i, mut o) in objs.into_iter().take(3).enumerate() {
+            o.metadata.resource_version = Some(format!("{}", 5000 + i));
+            sent.push((
+                format!(
+                    "{}/{}",
+                    o.metadata.namespace.clone().unwrap(),
+                    o.metadata.name.clone().unwrap()
+                ),
+                format!("{}", 5000 + i),
+            ));
+            tx.send(Action::MigrationApplied(C0, Box::new(o))).unwrap();
+        }
+        let mut got = vec![];
+        while got.len() < 3 {
+            let f = frames_rx.recv().await.unwrap();
+            got.extend(f.arrived);
+        }
+        stop_tx.send(()).unwrap();
+        (first, sent, got)
+    });
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
+    app::drive(
+        &mut terminal,
+        &mut state,
+        &mut rt,
+        vec![],
+        futures::stream::pending(),
+        async {
+            let _ = stop_rx.await;
+        },
+        Theme::MONO,
+        &mut Recorder(frames_tx),
+    )
+    .await
+    .unwrap();
+    let (first, sent, got) = changes.await.unwrap();
+    assert!(first.arrived.is_empty(), "a list is no change: {first:?}");
+    let got_keys: Vec<(String, String)> = got
+        .iter()
+        .map(|a| (a.key.clone(), a.resource_version.clone()))
+        .collect();
+    assert_eq!(
+        got_keys, sent,
+        "each change, in order, with its resourceVersion"
+    );
+    assert!(got.iter().all(|a| a.at_us >= started), "{got:?}");
+    assert!(first.render <= first.draw, "{first:?}");
+}
