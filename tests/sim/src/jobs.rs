@@ -340,19 +340,29 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
                 Faults::none(&ns, &name)
             }
         };
-        let fault = faults
-            .take(&sim.client, &sim.settings.rates, Step::Convert)
-            .await?;
-
         let Some(pod) = create_pod(ctx, job, attempt).await? else {
             return Ok(());
         };
-        status = status_running(&status, &now());
-        write(ctx, &ns, &name, &status).await?;
-        info!(job = %format!("{ns}/{name}"), attempt, "pod running");
+        // The pod of this attempt may have ended under a previous runner that lost the apiserver
+        // before counting it: the Job controller counts a terminated pod, it never reruns it.
+        let ended = terminated(&pod);
+        let fault = match ended {
+            Some(_) => None,
+            None => {
+                faults
+                    .take(&sim.client, &sim.settings.rates, Step::Convert)
+                    .await?
+            }
+        };
+        if ended.is_none() {
+            status = status_running(&status, &now());
+            write(ctx, &ns, &name, &status).await?;
+            info!(job = %format!("{ns}/{name}"), attempt, "pod running");
+        }
         let log = sim.settings.volumes.job_log(&ns, &name, attempt);
-        let exit = match fault {
-            Some(f) => {
+        let exit = match (ended, fault) {
+            (Some(exit), _) => exit,
+            (None, Some(f)) => {
                 tokio::time::sleep(sim.settings.speed.ms(1000)).await;
                 let message = format!(
                     "injected {} convert fault (ferry-sim)",
@@ -368,7 +378,7 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
                     pod: pod.name_any(),
                 }
             }
-            None => match run_pod(ctx, job, &pod, attempt, &log).await? {
+            (None, None) => match run_pod(ctx, job, &pod, attempt, &log).await? {
                 Some(exit) => exit,
                 None => return Ok(()),
             },
@@ -452,6 +462,29 @@ async fn sources(sim: &Sim, ns: &str, c: &Container) -> Result<Sources> {
 /// Creates the Pod object of `attempt` (or finds it, after a sim restart), as the Job controller
 /// does; `None` when the Job went away while the apiserver refused the pod (e.g. Pod Security:
 /// the Job controller keeps trying, and so does the sim).
+/// How the pod's container ended, if it did.
+fn terminated(pod: &Pod) -> Option<Exit> {
+    let cs = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    let t = cs.state.as_ref()?.terminated.as_ref()?;
+    let success = t.exit_code == 0;
+    Some(Exit {
+        success,
+        terminal: false,
+        message: if success {
+            String::new()
+        } else {
+            format!(
+                "exit {}: {}",
+                t.exit_code,
+                t.message.clone().unwrap_or_default()
+            )
+        },
+        code: Some(t.exit_code),
+        container: cs.name.clone(),
+        pod: pod.name_any(),
+    })
+}
+
 async fn create_pod(ctx: &Ctx, job: &Job, attempt: i32) -> Result<Option<Pod>> {
     let sim = &ctx.sim;
     let ns = job.namespace().unwrap_or_default();
@@ -730,6 +763,36 @@ mod tests {
 
     fn t(s: &str) -> Time {
         Time(s.parse().unwrap())
+    }
+
+    #[test]
+    fn a_pod_that_ended_is_counted_as_it_ended_and_a_running_one_is_not() {
+        let container = k8s_openapi::api::core::v1::Container {
+            name: "convert".into(),
+            ..Default::default()
+        };
+        let started = t("2026-01-01T00:00:00Z");
+        let pod = |status| Pod {
+            status: Some(status),
+            ..Pod::default()
+        };
+        let running = pod(pods::status_running(&container, "127.0.0.1", &started));
+        assert!(terminated(&running).is_none());
+        let done = |code| {
+            pod(pods::status_terminated(
+                &container,
+                "127.0.0.1",
+                &started,
+                &started,
+                code,
+                Some("disk 0 failed".into()),
+            ))
+        };
+        let ok = terminated(&done(0)).unwrap();
+        assert!(ok.success && !ok.terminal && ok.code == Some(0));
+        let bad = terminated(&done(3)).unwrap();
+        assert!(!bad.success && bad.code == Some(3) && bad.container == "convert");
+        assert!(bad.message.contains("disk 0 failed"), "{}", bad.message);
     }
 
     fn ok() -> Exit {
