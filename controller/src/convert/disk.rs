@@ -347,13 +347,12 @@ impl Ctx<'_> {
                     .collect();
                 let remote = self.remote(paths);
                 let size = map.size();
-                let cached = Arc::new(CachedDisk::new(
-                    remote.clone(),
-                    map,
-                    BLOCK,
-                    BLOCKS_KEPT,
-                    BLOCKS_AHEAD,
-                ));
+                // The flat disk's bytes are its raw contents, all read by qemu-img: hashed as
+                // they arrive, the raw contents' SHA-256 needs no pass of its own.
+                let cached = Arc::new(
+                    CachedDisk::new(remote.clone(), map, BLOCK, BLOCKS_KEPT, BLOCKS_AHEAD)
+                        .hashing(),
+                );
                 let ((up, vsize, raw), peak) = self
                     .via_qcow2_file(index, disk, writer, cached, "raw", Some((size, need)))
                     .await?;
@@ -470,7 +469,7 @@ impl Ctx<'_> {
 
     /// qemu-img reads `source` over NBD and writes a qcow2 file (the one local copy), which is
     /// then hashed and uploaded in one read while qemu-img reads it once more, at the same time,
-    /// for the SHA-256 of its raw contents. `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
+    /// for the SHA-256 of its raw contents (unless `source` hashed them on the way: a flat disk). `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
     /// Returns `((uploaded, virtual size, raw contents' SHA-256), scratch peak)`.
     async fn via_qcow2_file(
         &self,
@@ -555,7 +554,15 @@ impl Ctx<'_> {
                     writer,
                     vsize,
                 ),
-                self.raw_contents_sha256(&out, vsize)
+                async {
+                    match source.sha256() {
+                        Some(h) => Ok(h),
+                        None => {
+                            tracing::info!(key = %disk.key, "raw contents hashed in a pass of their own");
+                            self.raw_contents_sha256(&out, vsize).await
+                        }
+                    }
+                }
             );
             Ok::<_, Error>((up?, raw?))
         }
