@@ -5,7 +5,10 @@
 //! where a permanent fault was injected; that `maxInFlight` was never exceeded (sampled every
 //! 100 ms); that no child was created twice; and that deleting the wave leaves nothing of ferry's
 //! own work while the migrated VMs and their disks stay. It runs on a lab of its own (the
-//! apiserver restart must not disturb other suites) and prints its counts.
+//! apiserver restart must not disturb other suites) and prints its counts, with where the time
+//! went: set-up, wave and clean-up, each phase's mean and 90th percentile (from the migrations'
+//! history) and the mean in flight (the wave takes about VMs / mean in flight × a migration's
+//! time from release to its end).
 //!
 //! `FERRY_SOAK_VMS` sizes it down for a quick look (default 200).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,7 +133,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     sim_cmd
         .arg("--kubeconfig")
         .arg(&info.kubeconfig)
-        .args(["--namespace", &ns.name, "--speed", "20"])
+        .args(["--namespace", &ns.name, "--speed", "50"])
         .args(["--fault-rate", "import=0.025,convert=0.025", "--seed", "11"])
         .arg("--volume-dir")
         .arg(&volumes)
@@ -196,14 +199,22 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     );
     let peak = Arc::new(AtomicUsize::new(0));
     let samples = Arc::new(AtomicUsize::new(0));
+    // The sum of the samples: their mean says how well the wave kept its slots busy.
+    let in_flight_sum = Arc::new(AtomicUsize::new(0));
     let sampler = {
-        let (store, peak, samples, done) =
-            (store.clone(), peak.clone(), samples.clone(), done.clone());
+        let (store, peak, samples, sum, done) = (
+            store.clone(),
+            peak.clone(),
+            samples.clone(),
+            in_flight_sum.clone(),
+            done.clone(),
+        );
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
                 let now = store.state().iter().filter(|v| in_flight(v)).count();
                 peak.fetch_max(now, Ordering::SeqCst);
                 samples.fetch_add(1, Ordering::SeqCst);
+                sum.fetch_add(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -248,6 +259,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     };
     let waves: Api<MigrationWave> = ns.api();
     let wave_started = Instant::now();
+    let setup_secs = started.elapsed().as_secs_f64();
     waves
         .create(&PostParams::default(), &MigrationWave::new(WAVE, spec))
         .await
@@ -439,6 +451,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         succeeded.len(),
         "one VirtualMachine per success"
     );
+    let cleanup_started = Instant::now();
     waves
         .delete(WAVE, &DeleteParams::background())
         .await
@@ -488,6 +501,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     )
     .await;
     let (left_jobs, left_secrets, dvs_now) = leftovers().await.unwrap();
+    let cleanup_secs = cleanup_started.elapsed().as_secs_f64();
     let vms_now: BTreeMap<String, String> = vms_api
         .list(&ListParams::default())
         .await
@@ -516,10 +530,11 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     }
     let replica_restarts = restarts.load(Ordering::SeqCst);
     println!(
-        "soak: {n} VMs, maxInFlight {MAX_IN_FLIGHT}: wave finished in {wave_secs:.0} s \
-         ({:.0} s in all)\n\
+        "soak: {n} VMs, maxInFlight {MAX_IN_FLIGHT}: set up in {setup_secs:.0} s, wave finished \
+         in {wave_secs:.0} s, cleaned up in {cleanup_secs:.0} s ({:.0} s in all)\n\
          soak: {} Succeeded, {} Failed (permanent faults injected: {}), phases {by_phase:?}\n\
-         soak: in flight peaked at {peak} over {} samples (100 ms)\n\
+         soak: time per phase, mean/p90: {}\n\
+         soak: in flight peaked at {peak} over {} samples (100 ms), {:.1} on average\n\
          soak: leader SIGKILLed {} times ({replica_restarts} replica restarts), apiserver restarted \
          once ({:.1} s), deleted by hand: {deleted_by_hand:?}\n\
          soak: children seen: {}, created twice: {} (besides those deleted by hand)\n\
@@ -529,7 +544,9 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         succeeded.len(),
         failed.len(),
         doomed.len(),
+        phase_times(&children),
         samples.load(Ordering::SeqCst),
+        in_flight_sum.load(Ordering::SeqCst) as f64 / samples.load(Ordering::SeqCst).max(1) as f64,
         kills.load(Ordering::SeqCst),
         apiserver_restart.as_secs_f64(),
         seen.lock().unwrap().len(),
@@ -544,6 +561,30 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     lab.stop().unwrap();
     std::fs::remove_dir_all(&scratch).ok();
     std::fs::remove_dir_all(&state).ok();
+}
+
+/// Where the migrations' time went: per phase, the mean and 90th percentile of the time spent in
+/// it (from `status.history`, whole seconds), over the migrations that passed through it.
+fn phase_times(children: &[VirtualMachineMigration]) -> String {
+    let mut spent: BTreeMap<Phase, Vec<i64>> = BTreeMap::new();
+    for c in children {
+        for h in c.status.iter().flat_map(|s| s.history.iter()) {
+            if let Some(left) = &h.left_at {
+                let ms = left.0.as_millisecond() - h.entered_at.0.as_millisecond();
+                spent.entry(h.phase).or_default().push(ms);
+            }
+        }
+    }
+    spent
+        .iter_mut()
+        .map(|(phase, ms)| {
+            ms.sort_unstable();
+            let mean = ms.iter().sum::<i64>() as f64 / ms.len() as f64 / 1000.0;
+            let p90 = ms[(ms.len() * 9 / 10).min(ms.len() - 1)] as f64 / 1000.0;
+            format!("{phase} {mean:.1}/{p90:.0} s (n={})", ms.len())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
