@@ -139,15 +139,15 @@ async fn upload_floor(env: &Env, file: &Path) -> f64 {
         .create_multipart(&key, &Default::default())
         .await
         .unwrap();
-    let mut f = tokio::fs::File::open(file).await.unwrap();
-    let parts = futures::stream::iter(0..size.div_ceil(part).max(1)).then(|i| {
-        let n = part.min(size - i * part) as usize;
-        let mut buf = vec![0u8; n];
-        let f = &mut f;
-        async move {
-            f.read_exact(&mut buf).await.unwrap();
-            (i as usize, bytes::Bytes::from(buf))
+    let f = tokio::fs::File::open(file).await.unwrap();
+    let count = size.div_ceil(part).max(1);
+    let parts = futures::stream::unfold((f, 0u64), move |(mut f, i)| async move {
+        if i == count {
+            return None;
         }
+        let mut buf = vec![0u8; part.min(size - i * part) as usize];
+        f.read_exact(&mut buf).await.unwrap();
+        Some(((i as usize, bytes::Bytes::from(buf)), (f, i + 1)))
     });
     let ids: Vec<_> = parts
         .map(|(i, b)| {
@@ -350,6 +350,7 @@ async fn main() {
                 };
                 println!("{row:?}");
                 rows.push(row);
+                write_out(&table(&rows, &skipped), &rows);
             }
             let _ = std::fs::remove_dir_all(&dir);
             // The datastore copy goes too: one large disk at a time.
@@ -363,9 +364,29 @@ async fn main() {
             }
         }
     }
+    let txt = table(&rows, &skipped);
+    print!("\n{txt}");
+    write_out(&txt, &rows);
+}
+
+/// Writes `target/bench/datapath.{txt,json}` (also after each case: a run cut short keeps what
+/// it measured).
+fn write_out(txt: &str, rows: &[Row]) {
+    let out = ferry_harness::repo_root().join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("datapath.txt"), txt).unwrap();
+    std::fs::write(
+        out.join("datapath.json"),
+        serde_json::to_string_pretty(rows).unwrap(),
+    )
+    .unwrap();
+}
+
+/// The table of `rows`, its legend, the CPU split and the cases not run.
+fn table(rows: &[Row], skipped: &[String]) -> String {
     let mut txt = String::new();
     txt.push_str(&format!(
-        "{:<32} {:>8} {:>8} {:>8} {:>11} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n",
+        "{:<32} {:>8} {:>8} {:>8} {:>11} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n",
         "case",
         "download",
         "qemu-img",
@@ -382,7 +403,7 @@ async fn main() {
         "sent S3",
         "read DS"
     ));
-    for r in &rows {
+    for r in rows {
         txt.push_str(&format!(
             "{:<32} {:>7.2}s {:>7.2}s {:>7.2}s {:>10.2}s {:>5.2}× {:>7} {:>7.2}s {:>8.2}× {:>8.2}s {:>9} {:>9} {:>9} {:>10} {:>10} {}\n",
             r.case,
@@ -413,22 +434,14 @@ async fn main() {
         "\nCPU seconds while converting (2 cores shared with other work):\n{:<32} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
         "case", "Converting", "converter", "qemu-img", "lab+vcsim", "s3s-fs"
     ));
-    for r in &rows {
+    for r in rows {
         txt.push_str(&format!(
             "{:<32} {:>9.2}s {:>8.2}s {:>8.2}s {:>8.2}s {:>8.2}s\n",
             r.case, r.converting_s, r.converter_cpu_s, r.qemu_cpu_s, r.lab_cpu_s, r.s3_cpu_s
         ));
     }
-    for why in &skipped {
+    for why in skipped {
         txt.push_str(&format!("{why}\n"));
     }
-    print!("\n{txt}");
-    let out = ferry_harness::repo_root().join("target/bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("datapath.txt"), &txt).unwrap();
-    std::fs::write(
-        out.join("datapath.json"),
-        serde_json::to_string_pretty(&rows).unwrap(),
-    )
-    .unwrap();
+    txt
 }
