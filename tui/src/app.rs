@@ -1,6 +1,7 @@
 //! The event loop: keys, the terminal size, watch actions and the clock go into `update` (here
 //! and nowhere else); every effect it returns is carried out; the screen is redrawn only when
-//! something changed, at most ~30 times a second, and drawing only reads the state.
+//! something on it changed (see [`Stamp`]), at most ~30 times a second, and drawing only reads
+//! the state.
 
 use std::{
     collections::VecDeque,
@@ -28,7 +29,7 @@ use crate::{
     error::Result,
     keys,
     kube::{self as cluster, Cluster, ConnectOptions, actions, children, watch},
-    state::{Action, ClusterId, ClusterView, Effect, Popup, Scope, Screen, State, update},
+    state::{Action, ClusterId, ClusterView, Effect, Popup, Scope, Screen, Stamp, State, update},
     ui::{self, Options, Theme},
 };
 
@@ -387,6 +388,8 @@ where
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut dirty = true;
+    // What the last frame showed of the plain board.
+    let mut drawn: Option<Stamp> = None;
     let mut last_draw = Instant::now() - FRAME;
     let mut frames: u64 = 0;
     let (mut applied, mut from_watches) = (0usize, 0usize);
@@ -398,8 +401,10 @@ where
     tokio::pin!(stop);
     loop {
         let mut quit = false;
+        let batch = !queue.is_empty();
+        let mut only_changes = true;
         while let Some(a) = queue.pop_front() {
-            dirty = true;
+            only_changes &= matches!(a, Action::MigrationApplied(..) | Action::Tick(_));
             applied += 1;
             let contexts_switched = matches!(a, Action::ContextSwitched(_));
             for fx in update(state, a) {
@@ -415,6 +420,11 @@ where
         }
         if quit || state.quit {
             return Ok(());
+        }
+        // Migration changes and ticks that leave the plain board as it was drawn (rows off
+        // screen, the same second) need no frame; anything else is drawn.
+        if batch && (!only_changes || drawn.is_none() || Stamp::of(state) != drawn) {
+            dirty = true;
         }
         if dirty && last_draw.elapsed() >= FRAME {
             let read_before = state.index.rows_read();
@@ -444,6 +454,7 @@ where
                 arrived: std::mem::take(&mut arrived),
             };
             observer.frame(state, &info);
+            drawn = Stamp::of(state);
             (applied, from_watches) = (0, 0);
             last_draw = Instant::now();
             dirty = false;

@@ -220,6 +220,17 @@ impl Index {
         ids.iter().filter_map(|id| self.slots[*id].as_ref())
     }
 
+    /// Identities of the objects of visible rows `range` (not counted as read: nothing is
+    /// drawn from them), which change whenever a watch change replaces one of those rows.
+    pub fn page_identities(&self, start: usize, len: usize) -> impl Iterator<Item = usize> + '_ {
+        let end = (start + len).min(self.view.len());
+        self.view[start.min(end)..end].iter().map(|id| {
+            self.slots[*id]
+                .as_ref()
+                .map_or(0, |r| std::sync::Arc::as_ptr(&r.obj) as usize)
+        })
+    }
+
     /// How many visible rows were handed out so far: a frame's share of it is what drawing
     /// read of the board.
     pub fn rows_read(&self) -> u64 {

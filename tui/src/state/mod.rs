@@ -8,6 +8,7 @@ pub mod filter;
 pub mod index;
 pub mod layout;
 pub mod row;
+pub mod stamp;
 pub mod timeline;
 mod update;
 pub mod wave;
@@ -29,6 +30,7 @@ pub use filter::Filter;
 pub use index::{Index, Sort, SortKey, WaveScope};
 pub use layout::Screen;
 pub use row::{Pip, Row};
+pub use stamp::Stamp;
 pub use update::{execute, plan, update};
 pub use wave::WaveRow;
 
