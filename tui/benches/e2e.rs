@@ -154,6 +154,27 @@ fn cpu_secs(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// Summed over a process's threads, from their `schedstat`: (ns on a CPU, ns runnable but
+/// waiting for one, times run).
+fn sched(pid: u32) -> (f64, f64, f64) {
+    let mut out = (0.0, 0.0, 0.0);
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        let f: Vec<f64> = s
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [cpu, wait, n] = f[..] {
+            out = (out.0 + cpu, out.1 + wait, out.2 + n);
+        }
+    }
+    out
+}
+
 fn status_kib(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -486,9 +507,9 @@ spec:
     let ns_api = |ns: &str| Api::<VirtualMachineMigration>::namespaced(client.clone(), ns);
     let samples = Arc::new(Mutex::new(vec![]));
     std::thread::sleep(Duration::from_secs(2));
-    let (c0, w0) = (cpu_secs(pid), now_us());
+    let (c0, w0, s0) = (cpu_secs(pid), now_us(), sched(pid));
     let sent1 = writer(ns_api, &keys, &log, writer_secs, &samples).await;
-    let (c1, w1) = (cpu_secs(pid), now_us());
+    let (c1, w1, s1) = (cpu_secs(pid), now_us(), sched(pid));
     // --- writer, filtered ---
     tmux(&["send-keys", "-t", SESSION, "/"]);
     tmux(&["send-keys", "-t", SESSION, "-l", "phase:Importing"]);
@@ -601,6 +622,31 @@ spec:
             sent1 as f64 / writer_secs as f64
         ),
         format!("{load_cpu:.1} %"),
+        "-".into(),
+        "",
+        None,
+    );
+    // How long the cockpit's threads, once woken, waited for a CPU under the stream: the
+    // machine's share of any latency.
+    let (cpu, wait, runs) = (s1.0 - s0.0, s1.1 - s0.1, s1.2 - s0.2);
+    table.row(
+        "… its threads' wait for a CPU, per run / total",
+        format!(
+            "{:.2} ms / {:.0}% of runnable",
+            wait / runs.max(1.0) / 1e6,
+            wait * 100.0 / (cpu + wait).max(1.0)
+        ),
+        "-".into(),
+        "",
+        None,
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    table.row(
+        "machine load average (1/5/15 min) at the end",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
         "-".into(),
         "",
         None,
