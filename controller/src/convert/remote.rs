@@ -414,7 +414,7 @@ mod tests {
         let mut reads = 0u64;
         let mut at = BLOCK;
         while at < size {
-            if reads % 64 == 0 {
+            if reads.is_multiple_of(64) {
                 check(&d, 8192 + (reads / 64 % 16) * 512, 512).await;
             }
             check(&d, at, 4096).await;
