@@ -493,3 +493,57 @@ impl SourceApi for VsphereSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn login(secret_uid: &str, password: &str) -> SourceLogin {
+        SourceLogin {
+            secret: "vc".into(),
+            secret_uid: secret_uid.into(),
+            url: "https://vc.example/sdk".into(),
+            username: "u".into(),
+            password: SecretString::from(password.to_owned()),
+            trust: SourceTrust::Insecure,
+        }
+    }
+
+    #[test]
+    fn a_session_serves_one_secret_and_its_credentials_only() {
+        let cache = SessionCache::default();
+        let a = cache.slot(&login("uid-a", "p1"));
+        assert!(
+            Arc::ptr_eq(&a, &cache.slot(&login("uid-a", "p1"))),
+            "the same Secret and credentials share one session"
+        );
+        let b = cache.slot(&login("uid-b", "p1"));
+        assert!(
+            !Arc::ptr_eq(&a, &b),
+            "another Secret with the same credentials logs in on its own"
+        );
+        let mut other_user = login("uid-a", "p1");
+        other_user.username = "v".into();
+        assert!(!Arc::ptr_eq(&a, &cache.slot(&other_user)));
+        let mut other_trust = login("uid-a", "p1");
+        other_trust.trust = SourceTrust::SystemRoots;
+        assert!(!Arc::ptr_eq(&a, &cache.slot(&other_trust)));
+        let rotated = cache.slot(&login("uid-a", "p2"));
+        assert!(!Arc::ptr_eq(&a, &rotated), "a rotated password logs in anew");
+        assert!(
+            !Arc::ptr_eq(&a, &cache.slot(&login("uid-a", "p1"))),
+            "the session of the old password is forgotten"
+        );
+    }
+
+    #[test]
+    fn only_not_authenticated_drops_a_session() {
+        let fault = |name: &str| vsphere::Error::Fault {
+            name: name.into(),
+            message: String::new(),
+        };
+        assert!(not_authenticated(&fault("NotAuthenticated")));
+        assert!(!not_authenticated(&fault("InvalidState")));
+        assert!(!not_authenticated(&vsphere::Error::NotFound("vm-1".into())));
+    }
+}
