@@ -529,7 +529,10 @@ mod tests {
         other_trust.trust = SourceTrust::SystemRoots;
         assert!(!Arc::ptr_eq(&a, &cache.slot(&other_trust)));
         let rotated = cache.slot(&login("uid-a", "p2"));
-        assert!(!Arc::ptr_eq(&a, &rotated), "a rotated password logs in anew");
+        assert!(
+            !Arc::ptr_eq(&a, &rotated),
+            "a rotated password logs in anew"
+        );
         assert!(
             !Arc::ptr_eq(&a, &cache.slot(&login("uid-a", "p1"))),
             "the session of the old password is forgotten"
