@@ -171,6 +171,10 @@ impl WaveScope {
 #[derive(Debug, Default)]
 pub struct Index {
     slots: Vec<Option<Row>>,
+    /// Per slot, when its row was last put there (see [`Index::page_revisions`]).
+    revisions: Vec<u64>,
+    /// Rows put so far.
+    revision: u64,
     free: Vec<usize>,
     by_key: HashMap<ObjKey, usize>,
     view: Vec<usize>,
@@ -220,15 +224,23 @@ impl Index {
         ids.iter().filter_map(|id| self.slots[*id].as_ref())
     }
 
-    /// Identities of the objects of visible rows `range` (not counted as read: nothing is
-    /// drawn from them), which change whenever a watch change replaces one of those rows.
-    pub fn page_identities(&self, start: usize, len: usize) -> impl Iterator<Item = usize> + '_ {
+    /// When the rows of visible rows `range` were last put (not counted as read: nothing is
+    /// drawn from them): a number that grows with every watch change to any row, so the page
+    /// changed when these did.
+    pub fn page_revisions(&self, start: usize, len: usize) -> impl Iterator<Item = u64> + '_ {
         let end = (start + len).min(self.view.len());
-        self.view[start.min(end)..end].iter().map(|id| {
-            self.slots[*id]
-                .as_ref()
-                .map_or(0, |r| std::sync::Arc::as_ptr(&r.obj) as usize)
-        })
+        self.view[start.min(end)..end]
+            .iter()
+            .map(|id| self.revisions.get(*id).copied().unwrap_or(0))
+    }
+
+    fn put(&mut self, id: usize, row: Row) {
+        self.revision += 1;
+        if self.revisions.len() <= id {
+            self.revisions.resize(id + 1, 0);
+        }
+        self.revisions[id] = self.revision;
+        self.slots[id] = Some(row);
     }
 
     /// How many visible rows were handed out so far: a frame's share of it is what drawing
@@ -349,7 +361,7 @@ impl Index {
             } else {
                 None
             };
-            self.slots[id] = Some(row);
+            self.put(id, row);
             if let Some(pos) = pos {
                 self.view.insert(pos, id);
             }
@@ -378,7 +390,7 @@ impl Index {
         } else {
             None
         };
-        self.slots[id] = Some(row);
+        self.put(id, row);
         if let Some(pos) = pos {
             self.view.insert(pos, id);
         }
@@ -413,12 +425,14 @@ impl Index {
                     self.account(&old, false);
                 }
                 self.account(&row, true);
-                self.slots[id] = Some(row);
+                self.put(id, row);
                 continue;
             }
             self.account(&row, true);
-            self.by_key.insert(row.key.clone(), self.slots.len());
-            self.slots.push(Some(row));
+            let id = self.slots.len();
+            self.by_key.insert(row.key.clone(), id);
+            self.slots.push(None);
+            self.put(id, row);
         }
         self.rebuild();
     }

@@ -20,8 +20,8 @@ pub struct Stamp {
     offset: usize,
     cursor: usize,
     selected: Option<ObjKey>,
-    /// The objects of the rows on the page, by identity: a watch change replaces a row's object.
-    page: Vec<usize>,
+    /// When the rows on the page were last changed.
+    page: Vec<u64>,
     pending: usize,
     /// The selected wave's completions per minute (the strip's sparkline).
     completions: Vec<u64>,
@@ -63,7 +63,7 @@ impl Stamp {
             offset: state.offset,
             cursor: state.cursor,
             selected: state.selected.clone(),
-            page: index.page_identities(state.offset, state.page).collect(),
+            page: index.page_revisions(state.offset, state.page).collect(),
             pending: state.pending.len(),
             completions,
         })
@@ -125,7 +125,12 @@ mod tests {
     #[test]
     fn what_the_board_shows_changing_changes_the_stamp() {
         type Case = (&'static str, fn(&mut State));
-        let cases: [Case; 5] = [
+        let cases: [Case; 6] = [
+            // Twice in one batch: the second object may reuse the first one's memory.
+            ("a row on screen changed twice", |s| {
+                change(s, "m000", Phase::Importing, "once");
+                change(s, "m000", Phase::Importing, "twice");
+            }),
             ("a row on screen changed", |s| {
                 change(s, "m000", Phase::Importing, "on screen")
             }),
