@@ -39,6 +39,9 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
 
 const MAX_IN_FLIGHT: i32 = 20;
+/// The replicas' flags besides the lease's (`ha::LEASE`: 4 s, renewed within 3 s; shorter lost
+/// the Lease under the load of the wave's deletion on a 2-core machine).
+const REPLICA_ARGS: &[&str] = &["--concurrency", "32"];
 const LEASE_NAME: &str = "ferry-controller";
 const WAVE: &str = "soak";
 
@@ -144,37 +147,51 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         .stderr(log("sim"));
     let _sim = ChildGuard::spawn("ferry-sim", sim_cmd).unwrap();
 
-    // Two replicas; a supervisor restarts whichever is gone (the kubelet's part).
-    let replicas: Arc<tokio::sync::Mutex<Vec<Replica>>> = Arc::new(tokio::sync::Mutex::new(
-        ["a", "b"]
-            .iter()
-            .map(|r| {
-                let kc = kubeconfig_for(lab, &scratch, r, None);
-                Replica::new(
-                    r,
-                    kc,
-                    &ns.name,
-                    LEASE_NAME,
-                    &["--concurrency", "32"],
-                    &scratch,
-                )
-            })
-            .collect(),
-    ));
+    // Two replicas; a supervisor brings back whichever is gone, alternately as the kubelet
+    // restarts a container (same pod, same identity: it takes its own Lease straight back) and as
+    // a Deployment replaces a pod (a new identity, standing by: the other replica or the new one
+    // takes the Lease over once the dead leader's lease ran out).
+    let kubeconfigs: Vec<(String, std::path::PathBuf)> = ["a", "b"]
+        .iter()
+        .map(|r| ((*r).to_owned(), kubeconfig_for(lab, &scratch, r, None)))
+        .collect();
+    // Replica `slot` in its `generation`th process: `a`, `b` first, then `a3`, `b4`, ...
+    let make = {
+        let (nsn, scratch) = (ns.name.clone(), scratch.clone());
+        move |slot: usize, generation: usize| {
+            let (base, kc) = &kubeconfigs[slot];
+            let name = if generation == 0 {
+                base.clone()
+            } else {
+                format!("{base}{generation}")
+            };
+            Replica::new(&name, kc.clone(), &nsn, LEASE_NAME, REPLICA_ARGS, &scratch)
+        }
+    };
+    let replicas: Arc<tokio::sync::Mutex<Vec<Replica>>> =
+        Arc::new(tokio::sync::Mutex::new(vec![make(0, 0), make(1, 0)]));
     for r in replicas.lock().await.iter_mut() {
         r.start();
     }
     let done = Arc::new(AtomicBool::new(false));
     let restarts = Arc::new(AtomicUsize::new(0));
+    // Replicas are brought back until the very end: a leader lost during the wave's deletion
+    // must be replaced, or nothing would clean up.
+    let supervised = Arc::new(AtomicBool::new(true));
     let supervisor = {
-        let (replicas, done, restarts) = (replicas.clone(), done.clone(), restarts.clone());
+        let (replicas, supervised, restarts) =
+            (replicas.clone(), supervised.clone(), restarts.clone());
         tokio::spawn(async move {
-            while !done.load(Ordering::SeqCst) {
-                for r in replicas.lock().await.iter_mut() {
+            let mut generation = 2;
+            while supervised.load(Ordering::SeqCst) {
+                for (slot, r) in replicas.lock().await.iter_mut().enumerate() {
                     if !r.running() {
                         r.kill();
+                        if restarts.fetch_add(1, Ordering::SeqCst) % 2 == 1 {
+                            generation += 1;
+                            *r = make(slot, generation);
+                        }
                         r.start();
-                        restarts.fetch_add(1, Ordering::SeqCst);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -522,20 +539,29 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     );
     assert_eq!(vms_now, kept, "every migrated VM stays, untouched");
 
-    done.store(true, Ordering::SeqCst);
+    supervised.store(false, Ordering::SeqCst);
     supervisor.abort();
     reflect.abort();
     for t in trackers {
         t.abort();
     }
     let replica_restarts = restarts.load(Ordering::SeqCst);
+    // Every change of holder counts one transition: the takeovers.
+    let takeovers =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns.name)
+            .get(LEASE_NAME)
+            .await
+            .ok()
+            .and_then(|l| l.spec?.lease_transitions)
+            .unwrap_or(0);
     println!(
         "soak: {n} VMs, maxInFlight {MAX_IN_FLIGHT}: set up in {setup_secs:.0} s, wave finished \
          in {wave_secs:.0} s, cleaned up in {cleanup_secs:.0} s ({:.0} s in all)\n\
          soak: {} Succeeded, {} Failed (permanent faults injected: {}), phases {by_phase:?}\n\
          soak: time per phase, mean/p90: {}\n\
          soak: in flight peaked at {peak} over {} samples (100 ms), {:.1} on average\n\
-         soak: leader SIGKILLed {} times ({replica_restarts} replica restarts), apiserver restarted \
+         soak: leader SIGKILLed {} times ({replica_restarts} replica restarts, every other one \
+         under a new identity; {takeovers} changes of the Lease's holder), apiserver restarted \
          once ({:.1} s), deleted by hand: {deleted_by_hand:?}\n\
          soak: children seen: {}, created twice: {} (besides those deleted by hand)\n\
          soak: after deleting the wave: {left_jobs} Jobs, {} Secrets, {} staging objects left; \
