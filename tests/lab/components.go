@@ -490,7 +490,9 @@ func (l *lab) vcenterInfo() (any, error) {
 // ---------- vcsim-ca ----------
 
 func (l *lab) vcsimCAStart(ctx context.Context) (func(), error) {
-	const vms = 4
+	// One VM per test that runs against the CA-signed vCenter (Env::new_ca and the tag tests
+	// claim 4 today), with room for more.
+	const vms = 8
 	progress("vcsim-ca: creating a second VPX inventory with %d VMs, CA-signed certificate", vms)
 	vc, err := startVcsim(ctx, filepath.Join(l.dir, "vcsim-ca"), l.port("vcsimCA"), vms, l.secrets.VCUser, l.secrets.VCPass,
 		l.pki.vcsimCACert, l.pki.vcsimCAKey)
