@@ -8,7 +8,6 @@
 
 mod common;
 
-
 use common::*;
 use ferry_controller::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use ferry_controller::children::verify_job::ROLE_ANNOTATION;
