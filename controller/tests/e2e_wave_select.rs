@@ -8,7 +8,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 use ferry_crds::condition::WaveConditionType;
@@ -17,7 +16,6 @@ use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, VmSelector, WaveSelector,
     WaveTagSelector, WaveTemplate, WaveVm, child_migration_name,
 };
-use ferry_harness::eventually;
 use kube::Api;
 use kube::api::PostParams;
 
@@ -81,21 +79,6 @@ async fn create(env: &Env, name: &str, selector: WaveSelector) {
         )
         .await
         .unwrap();
-}
-
-async fn wait_wave(
-    env: &Env,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&MigrationWave) -> bool,
-) -> MigrationWave {
-    let waves: Api<MigrationWave> = env.ns.api();
-    eventually(what, Duration::from_secs(120), || async {
-        let w = waves.get(name).await.ok()?;
-        pred(&w).then_some(w)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()))
 }
 
 /// The wave's VMs once its selector is resolved and its children made.

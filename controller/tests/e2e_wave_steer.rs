@@ -13,7 +13,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use common::*;
 use ferry_crds::condition::WaveConditionType;
@@ -22,7 +21,7 @@ use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector,
     WavePhase, WaveTemplate, WaveVm, child_migration_name,
 };
-use ferry_harness::{eventually, put_vmdk};
+use ferry_harness::put_vmdk;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -190,21 +189,6 @@ async fn patch_wave(waves: &Api<MigrationWave>, name: &str, spec: serde_json::Va
         )
         .await
         .unwrap();
-}
-
-async fn wait_wave(
-    env: &Env,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&MigrationWave) -> bool,
-) -> MigrationWave {
-    let waves: Api<MigrationWave> = env.ns.api();
-    eventually(what, Duration::from_secs(300), || async {
-        let w = waves.get(name).await.ok()?;
-        pred(&w).then_some(w)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()))
 }
 
 fn cond(w: &MigrationWave, t: WaveConditionType) -> (ConditionStatus, String) {

@@ -577,6 +577,22 @@ fn http_get(port: u16, path: &str) -> String {
     body
 }
 
+/// Waits up to 300 s for the wave `name` to satisfy `pred` (`what` names it on failure).
+pub async fn wait_wave(
+    env: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&ferry_crds::MigrationWave) -> bool,
+) -> ferry_crds::MigrationWave {
+    let waves: Api<ferry_crds::MigrationWave> = env.ns.api();
+    eventually(what, Duration::from_secs(300), || async {
+        let w = waves.get(name).await.ok()?;
+        pred(&w).then_some(w)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()))
+}
+
 /// `vmm` with the ferry-sim fault `fault` (e.g. `convert=once`) injected through its annotation.
 pub fn with_fault(mut vmm: VirtualMachineMigration, fault: &str) -> VirtualMachineMigration {
     vmm.metadata.annotations = Some(BTreeMap::from([(FAULT.to_owned(), fault.to_owned())]));
