@@ -17,7 +17,7 @@
 //!   controller noticing the Job's end) shows as the difference.
 //!
 //! Prints a table and writes `target/bench/datapath.{txt,json}`. One 8 GiB disk exists at a
-//! time and is deleted after its cases. `FERRY_BENCH_SIZES=1` runs the 1 GiB cases only.
+//! time and is deleted after its cases. `FERRY_BENCH_SIZES=1` (or `8`) runs the 1 GiB (or 8 GiB) cases only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
@@ -234,6 +234,7 @@ fn free_bytes(path: &Path) -> u64 {
 async fn main() {
     let sizes: Vec<u64> = match std::env::var("FERRY_BENCH_SIZES").ok().as_deref() {
         Some("1") => vec![1024],
+        Some("8") => vec![8192],
         _ => vec![1024, 8192],
     };
     let mut env = Env::new("bench-datapath", 8).await;
