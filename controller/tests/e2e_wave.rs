@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use ferry_crds::wave::WaveSource;
 use ferry_crds::{
     MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector, WavePhase,
-    WaveTemplate, WaveVm, names,
+    WaveVm, names,
 };
 use ferry_harness::{eventually, put_vmdk};
 use futures::StreamExt;
@@ -30,17 +29,8 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
     }
     env.start_sim();
     env.start_controller();
-    let template = env.migration("template").spec;
     let spec = MigrationWaveSpec {
-        template: WaveTemplate {
-            source: WaveSource {
-                endpoint: template.source.endpoint.clone(),
-                power: template.source.power.clone(),
-            },
-            target: template.target.template.clone(),
-            staging: template.staging.clone(),
-            conversion: template.conversion.clone(),
-        },
+        template: env.wave_template(),
         vms: vms
             .iter()
             .map(|n| WaveVm {
@@ -113,17 +103,8 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
     env.sim_args = vec!["--throughput-mib".into(), "1".into()];
     env.start_sim();
     env.start_controller();
-    let template = env.migration("template").spec;
     let spec = MigrationWaveSpec {
-        template: WaveTemplate {
-            source: WaveSource {
-                endpoint: template.source.endpoint.clone(),
-                power: template.source.power.clone(),
-            },
-            target: template.target.template.clone(),
-            staging: template.staging.clone(),
-            conversion: template.conversion.clone(),
-        },
+        template: env.wave_template(),
         vms: [env.vm.name.clone(), second.name.clone()]
             .into_iter()
             .map(|n| WaveVm {

@@ -11,10 +11,9 @@ use std::process::Command;
 
 use common::*;
 use ferry_crds::condition::WaveConditionType;
-use ferry_crds::wave::WaveSource;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, VmSelector, WaveSelector,
-    WaveTagSelector, WaveTemplate, WaveVm, child_migration_name,
+    WaveTagSelector, WaveVm, child_migration_name,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -40,17 +39,8 @@ fn tag_vms(env: &Env, vcenter: &str, category: &str, tag: &str, vms: &[&str]) {
 
 /// A paused wave of the test's template choosing its VMs with `selector`.
 fn spec(env: &Env, selector: WaveSelector) -> MigrationWaveSpec {
-    let t = env.migration("template").spec;
     MigrationWaveSpec {
-        template: WaveTemplate {
-            source: WaveSource {
-                endpoint: t.source.endpoint.clone(),
-                power: t.source.power.clone(),
-            },
-            target: t.target.template.clone(),
-            staging: t.staging.clone(),
-            conversion: t.conversion.clone(),
-        },
+        template: env.wave_template(),
         vms: vec![],
         max_in_flight: 2,
         selector: Some(selector),

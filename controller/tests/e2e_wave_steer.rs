@@ -16,10 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use ferry_crds::condition::WaveConditionType;
-use ferry_crds::wave::WaveSource;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector,
-    WavePhase, WaveTemplate, WaveVm, child_migration_name,
+    WavePhase, WaveVm, child_migration_name,
 };
 use ferry_harness::put_vmdk;
 use futures::StreamExt;
@@ -128,17 +127,8 @@ fn check_releases(seen: &Seen) {
 }
 
 fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> MigrationWaveSpec {
-    let t = env.migration("template").spec;
     MigrationWaveSpec {
-        template: WaveTemplate {
-            source: WaveSource {
-                endpoint: t.source.endpoint.clone(),
-                power: t.source.power.clone(),
-            },
-            target: t.target.template.clone(),
-            staging: t.staging.clone(),
-            conversion: t.conversion.clone(),
-        },
+        template: env.wave_template(),
         vms: vms
             .iter()
             .map(|n| WaveVm {

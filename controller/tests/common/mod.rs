@@ -274,6 +274,21 @@ impl Env {
         VirtualMachineMigration::new(name, spec)
     }
 
+    /// A wave template of this test's migration: the same source endpoint, power settings,
+    /// target template, staging and conversion.
+    pub fn wave_template(&self) -> ferry_crds::WaveTemplate {
+        let t = self.migration("template").spec;
+        ferry_crds::WaveTemplate {
+            source: ferry_crds::WaveSource {
+                endpoint: t.source.endpoint,
+                power: t.source.power,
+            },
+            target: t.target.template,
+            staging: t.staging,
+            conversion: t.conversion,
+        }
+    }
+
     pub fn api(&self) -> Api<VirtualMachineMigration> {
         self.ns.api()
     }
