@@ -151,36 +151,30 @@ fn quantile(text: &str, name: &str, q: f64) -> f64 {
     lo
 }
 
+/// The numeric fields of `/proc/PID/stat` after the command name (0 where unreadable).
+fn stat_ticks(pid: u32) -> impl Fn(usize) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| {
+            r.split_whitespace()
+                .map(|v| v.parse().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    move |i| fields.get(i).copied().unwrap_or(0.0)
+}
+
 /// CPU seconds of a process's children it waited for (the sim's Job processes: converters,
 /// verifiers).
 fn children_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let ticks = stat_ticks(pid);
     (ticks(13) + ticks(14)) / 100.0
 }
 
 /// CPU seconds and (peak, current) resident MiB of a process.
 fn usage(pid: u32) -> (f64, f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let ticks = stat_ticks(pid);
     let cpu = (ticks(11) + ticks(12)) / 100.0;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {

@@ -12,8 +12,7 @@ use std::process::Command;
 use common::*;
 use ferry_crds::condition::WaveConditionType;
 use ferry_crds::{
-    ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, VmSelector, WaveSelector,
-    WaveTagSelector, WaveVm, child_migration_name,
+    ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, WaveSelector, WaveTagSelector,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -98,16 +97,6 @@ async fn refused(env: &Env, name: &str) -> String {
     c.message.clone()
 }
 
-fn child(wave: &str, vm: &str) -> String {
-    child_migration_name(
-        wave,
-        &WaveVm {
-            vm: VmSelector::by_name(vm.to_owned()),
-            target_name: None,
-        },
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_selected_by_tag_takes_exactly_the_tagged_vms() {
     let mut env = Env::new("e2e-wave-tag", 1).await;
@@ -130,7 +119,7 @@ async fn a_wave_selected_by_tag_takes_exactly_the_tagged_vms() {
     create(&env, "gold", by_tag(&gold, Some(&tier))).await;
     assert_eq!(selected(&env, "gold", 3).await, tagged);
     for vm in &tagged {
-        let c = env.get(&child("gold", vm)).await;
+        let c = env.get(&wave_child("gold", vm)).await;
         assert!(c.is_held(), "{vm} held while the wave is paused");
     }
 

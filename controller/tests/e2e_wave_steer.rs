@@ -18,7 +18,7 @@ use common::*;
 use ferry_crds::condition::WaveConditionType;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector,
-    WavePhase, WaveVm, child_migration_name,
+    WavePhase, WaveVm,
 };
 use ferry_harness::put_vmdk;
 use futures::StreamExt;
@@ -160,16 +160,6 @@ async fn vms(env: &Env, n: usize, mib: u64) -> Vec<String> {
     out
 }
 
-fn child(wave: &str, vm: &str) -> String {
-    child_migration_name(
-        wave,
-        &WaveVm {
-            vm: VmSelector::by_name(vm.to_owned()),
-            target_name: None,
-        },
-    )
-}
-
 async fn patch_wave(waves: &Api<MigrationWave>, name: &str, spec: serde_json::Value) {
     waves
         .patch(
@@ -205,7 +195,7 @@ async fn pause_resume_and_retry_steer_a_wave_and_never_redo_a_success() {
         )
         .await
         .unwrap();
-    let kids: Vec<String> = names.iter().map(|n| child("w", n)).collect();
+    let kids: Vec<String> = names.iter().map(|n| wave_child("w", n)).collect();
     // Paused from the start: every child exists and none is released.
     let w = wait_wave(&env, "w", "the paused wave to create its children", |w| {
         w.status
@@ -386,7 +376,7 @@ async fn max_in_flight_raised_and_lowered_live_is_never_exceeded() {
         seen.peak
     );
     let order: Vec<String> = seen.releases.iter().map(|r| r.name.clone()).collect();
-    let want: Vec<String> = names.iter().map(|n| child("t", n)).collect();
+    let want: Vec<String> = names.iter().map(|n| wave_child("t", n)).collect();
     assert_eq!(order, want, "admitted in spec.vms order");
 }
 
@@ -432,7 +422,7 @@ async fn a_wave_declared_with_a_selector_resolves_it_once_and_records_the_vms() 
     assert_eq!(st.selected_vms.as_ref(), Some(&want));
     assert_eq!(st.total, 10);
     for n in &want {
-        let c = env.get(&child("sel", n)).await;
+        let c = env.get(&wave_child("sel", n)).await;
         assert!(c.is_held(), "{n} held while the wave is paused");
     }
     // Resolved once: a later change of the wave keeps the recorded choice.
