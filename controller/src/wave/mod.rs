@@ -86,6 +86,16 @@ fn cache_ready(ctx: &Context) -> Option<&Store<VirtualMachineMigration>> {
         .filter(|s| matches!(s.wait_until_ready().now_or_never(), Some(Ok(()))))
 }
 
+/// Whether `c` is this wave's child: its owner reference names the wave's uid. A migration
+/// that only carries the wave's label (anyone can set a label) is never counted or released.
+fn owned_by(c: &VirtualMachineMigration, wave: &MigrationWave) -> bool {
+    let uid = wave.metadata.uid.as_deref();
+    uid.is_some()
+        && c.owner_references()
+            .iter()
+            .any(|o| Some(o.uid.as_str()) == uid)
+}
+
 /// The wave's children, and whether they come from the cache. From the cache, the releases this
 /// controller made that it does not show yet are applied ([`decide::with_releases`]).
 async fn children(
@@ -97,12 +107,18 @@ async fn children(
     let Some(store) = cache_ready(ctx) else {
         let selector = format!("{}={name}", names::WAVE_LABEL);
         let listed = vmms.list(&ListParams::default().labels(&selector)).await?;
-        return Ok((listed.items, false));
+        let ours = listed
+            .items
+            .into_iter()
+            .filter(|c| owned_by(c, wave))
+            .collect();
+        return Ok((ours, false));
     };
     let cached: Vec<VirtualMachineMigration> = store
         .state()
         .iter()
         .filter(|c| c.namespace() == ns && c.labels().get(names::WAVE_LABEL) == Some(&name))
+        .filter(|c| owned_by(c, wave))
         .map(|c| (**c).clone())
         .collect();
     let uid = wave.uid().unwrap_or_default();
