@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
+use crate::caches::Caches;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::ports::{S3Staging, SourceApi, StagingApi, VsphereSource};
@@ -49,6 +50,9 @@ struct Memo {
     released: HashSet<String>,
     /// Children (names) a wave created that its cache did not show yet, and when.
     created: HashMap<String, Instant>,
+    /// The migration's resourceVersion as last known current: returned by our own status write
+    /// or by a fresh read. A cached copy at this version needs no fresh read.
+    current_version: Option<String>,
 }
 
 /// Shared state of the controllers.
@@ -70,6 +74,9 @@ pub struct Context {
     /// The migration controller's cache of every migration it watches: where a wave reads its
     /// children (no list of megabytes per reconcile); `None` lists them from the API.
     pub migrations: Option<Store<VirtualMachineMigration>>,
+    /// The watch caches of the migrations' children, where checkpoints observe them; `None`
+    /// reads every child from the API.
+    pub children: Option<Caches>,
     memory: Mutex<HashMap<String, Memo>>,
 }
 
@@ -120,6 +127,7 @@ impl Context {
             metrics,
             recorder,
             migrations: None,
+            children: None,
             memory: Mutex::default(),
         }
     }
@@ -129,6 +137,27 @@ impl Context {
     pub fn with_migration_store(mut self, store: Store<VirtualMachineMigration>) -> Self {
         self.migrations = Some(store);
         self
+    }
+
+    /// This context, observing children through `caches` (the migration controller's watches).
+    #[must_use]
+    pub fn with_child_caches(mut self, caches: Caches) -> Self {
+        self.children = Some(caches);
+        self
+    }
+
+    /// Whether `version` is the resourceVersion of the migration `uid` last known current (by
+    /// our own write or a fresh read): a cached copy at it can be decided on without a read.
+    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
+        self.memo(uid, |m| {
+            version.is_some() && m.current_version.as_deref() == version
+        })
+    }
+
+    /// Notes `version` as the migration `uid`'s current resourceVersion (`None` forgets it: the
+    /// next reconcile reads fresh).
+    pub fn note_version(&self, uid: &str, version: Option<String>) {
+        self.memo(uid, |m| m.current_version = version);
     }
 
     /// The children (uids) the wave `uid` released that its cache may not show yet.
@@ -207,5 +236,38 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cached_migration_is_current_only_at_the_version_last_written_or_read() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()));
+        assert!(
+            !ctx.is_current("u", Some("7")),
+            "nothing known after a start"
+        );
+        ctx.note_version("u", Some("7".to_owned()));
+        assert!(ctx.is_current("u", Some("7")));
+        assert!(!ctx.is_current("u", Some("6")), "a cache behind our write");
+        assert!(!ctx.is_current("u", Some("8")), "someone else wrote");
+        assert!(!ctx.is_current("u", None));
+        assert!(!ctx.is_current("v", Some("7")), "per migration");
+        ctx.note_version("u", None);
+        assert!(
+            !ctx.is_current("u", Some("7")),
+            "forgotten after a conflict"
+        );
+        ctx.note_version("u", Some("9".to_owned()));
+        ctx.forget("u");
+        assert!(
+            !ctx.is_current("u", Some("9")),
+            "forgotten with the migration"
+        );
     }
 }

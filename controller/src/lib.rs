@@ -8,6 +8,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod apis;
+pub mod caches;
 pub mod children;
 pub mod client;
 pub mod context;

@@ -32,6 +32,15 @@ pub struct WriteLabels {
     pub kind: String,
 }
 
+/// Label set of a read of a child through the watch caches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheReadLabels {
+    /// Kind read.
+    pub kind: String,
+    /// `hit` (answered by the cache) or `miss` (read from the API).
+    pub result: String,
+}
+
 /// Label set of a phase duration.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
@@ -61,6 +70,11 @@ pub struct Metrics {
     /// Requests to the Kubernetes API, by verb (under leader election, where the client is
     /// built by the controller).
     pub requests: Family<crate::client::RequestLabels, Counter>,
+    /// Reads of children by name, answered by a watch cache or not.
+    pub cache_reads: Family<CacheReadLabels, Counter>,
+    /// Reconciles of a migration that used the cached object (it was the version last known
+    /// current) or read it fresh.
+    pub migration_reads: Family<CacheReadLabels, Counter>,
     registry: Registry,
 }
 
@@ -123,8 +137,22 @@ impl Default for Metrics {
             "Requests to the Kubernetes API, by verb",
             requests.clone(),
         );
+        let cache_reads = Family::<CacheReadLabels, Counter>::default();
+        registry.register(
+            "cache_reads",
+            "Reads of children by name: hit (watch cache) or miss (read from the API)",
+            cache_reads.clone(),
+        );
+        let migration_reads = Family::<CacheReadLabels, Counter>::default();
+        registry.register(
+            "migration_reads",
+            "Reconciles that took the migration from the cache (hit) or read it fresh (miss)",
+            migration_reads.clone(),
+        );
         Self {
             requests,
+            cache_reads,
+            migration_reads,
             reconciles,
             errors,
             writes,
@@ -164,6 +192,25 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 controller: controller.to_owned(),
                 error: label.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one read of a `kind` child by name, answered by the cache (`hit`) or not.
+    pub fn cache_read(&self, kind: &str, hit: bool) {
+        Self::count_read(&self.cache_reads, kind, hit);
+    }
+
+    /// Counts how one reconcile took its migration: from the cache (`hit`) or fresh.
+    pub fn migration_read(&self, hit: bool) {
+        Self::count_read(&self.migration_reads, "VirtualMachineMigration", hit);
+    }
+
+    fn count_read(family: &Family<CacheReadLabels, Counter>, kind: &str, hit: bool) {
+        family
+            .get_or_create(&CacheReadLabels {
+                kind: kind.to_owned(),
+                result: if hit { "hit" } else { "miss" }.to_owned(),
             })
             .inc();
     }

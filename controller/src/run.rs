@@ -11,13 +11,14 @@ use ferry_crds::{MigrationWave, VirtualMachineMigration};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
+use crate::caches::Caches;
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
 use crate::leader::{ElectionConfig, Elector, Fence};
@@ -257,25 +258,34 @@ fn controllers(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    // The children's watches keep their objects: checkpoints observe them there (see
+    // `caches`). Only labelled children are watched; another team's Jobs never enter memory.
+    let children = watcher::Config::default().labels(ferry_crds::names::MIGRATION_UID_LABEL);
+    let (jobs, job_events) = cached_watch(api::<Job>(&client, ns), children.clone());
+    let (datavolumes, dv_events) = cached_watch(api::<DataVolume>(&client, ns), children.clone());
+    let (vms, vm_events) = cached_watch(api::<VirtualMachine>(&client, ns), children);
+    let (vmis, vmi_events) = cached_watch(
+        api::<VirtualMachineInstance>(&client, ns),
+        watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL),
+    );
+    let caches = Caches {
+        jobs,
+        datavolumes,
+        vms,
+        vmis,
+    };
     let migrations = Controller::new(
         api::<VirtualMachineMigration>(&client, ns),
         watcher::Config::default(),
     )
     .with_config(config.clone())
-    .owns(api::<Job>(&client, ns), watcher::Config::default())
-    .owns(api::<DataVolume>(&client, ns), watcher::Config::default())
-    .owns(
-        api::<VirtualMachine>(&client, ns),
-        watcher::Config::default(),
-    )
-    .watches(
-        api::<VirtualMachineInstance>(&client, ns),
-        watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL),
-        |vmi| {
-            kubevirt::migration_of(&vmi)
-                .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
-        },
-    )
+    .owns_stream(job_events)
+    .owns_stream(dv_events)
+    .owns_stream(vm_events)
+    .watches_stream(vmi_events, |vmi| {
+        kubevirt::migration_of(&vmi)
+            .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
+    })
     .graceful_shutdown_on(stopped());
     let waves = Controller::new(
         api::<MigrationWave>(&client, ns),
@@ -291,7 +301,8 @@ fn controllers(
     // Waves read their children from the migration controller's cache rather than listing them.
     let ctx = Arc::new(
         Context::new(client.clone(), opts.policy.clone(), served.metrics.clone())
-            .with_migration_store(migration_store.clone()),
+            .with_migration_store(migration_store.clone())
+            .with_child_caches(caches.clone()),
     );
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
@@ -305,6 +316,9 @@ fn controllers(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         while run_waves && !matches!(wave_store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        while !caches.ready() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         readiness.set_ready();
@@ -339,6 +353,32 @@ fn controllers(
         }
         synced.abort();
     }
+}
+
+/// A watch of `api` under `config` whose objects a store keeps, and its events (deletions
+/// included) for a controller's trigger.
+fn cached_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
 }
 
 /// Runs the controllers until SIGTERM or Ctrl-C (what the cockpit's `ferry controller` and the

@@ -26,6 +26,22 @@ pub struct Io<'a> {
 }
 
 impl Io<'_> {
+    /// The object `name` of kind `K` in the migration's namespace, through the children's watch
+    /// caches where the controller keeps one (see [`crate::caches`]: absence is read fresh).
+    ///
+    /// # Errors
+    /// Kubernetes API errors.
+    pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
+        crate::caches::read(
+            &self.ctx.client,
+            self.ctx.children.as_ref(),
+            &self.ctx.metrics,
+            &self.vmm.namespace().unwrap_or_default(),
+            name,
+        )
+        .await
+    }
+
     /// The namespaced API of `K` in the migration's namespace.
     pub fn api<K>(&self) -> Api<K>
     where

@@ -66,7 +66,7 @@ impl Checkpoint for Converting {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let found = io.api::<Job>().get_opt(&names::job_name(io.vmm)).await?;
+        let found = io.read::<Job>(&names::job_name(io.vmm)).await?;
         let (job, conflict) = match found
             .as_ref()
             .map(|j| ownership("Job", &j.metadata, io.vmm))
@@ -74,7 +74,8 @@ impl Checkpoint for Converting {
             Some(Ownership::Foreign(c)) => (JobState::Absent, Some(c.problem(RENAME_HINT))),
             Some(Ownership::Ours) | None => (job_state::observe(found.as_ref()), None),
         };
-        let credentials = credentials::source_login(io).await?.map(|_| ());
+        let login = credentials::source_login(io).await?;
+        let credentials = login.as_ref().map(|_| ()).map_err(Clone::clone);
         let keys = staged_keys(io.vmm);
         let (staged, progress) = match credentials::staging_login(io).await? {
             Err(p) => (
@@ -93,7 +94,7 @@ impl Checkpoint for Converting {
         };
         let source_power = match job {
             JobState::Absent | JobState::Complete | JobState::Failed { .. } => {
-                Some(super::world::source_power(io).await?)
+                Some(super::world::source_power(io, login).await)
             }
             JobState::Running { .. } | JobState::Deleting => None,
         };

@@ -106,11 +106,7 @@ impl Checkpoint for Importing {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let mut conflicts = vec![];
-        let secret_present = match io
-            .api::<Secret>()
-            .get_opt(&secret::s3_secret_name(io.vmm))
-            .await?
-        {
+        let secret_present = match io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await? {
             Some(s) => match ownership("Secret", &s.metadata, io.vmm) {
                 Ownership::Ours => true,
                 Ownership::Foreign(c) => {
@@ -124,10 +120,11 @@ impl Checkpoint for Importing {
             world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
         );
         let credentials = credentials::staging_login(io).await?.map(Some);
-        let dv_api = io.api::<DataVolume>();
         let mut dvs = vec![];
         for i in 0..staged_keys(io.vmm).len() {
-            let found = dv_api.get_opt(&names::datavolume_name(io.vmm, i)).await?;
+            let found = io
+                .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
+                .await?;
             dvs.push(
                 match found
                     .as_ref()
@@ -150,9 +147,10 @@ impl Checkpoint for Importing {
                 .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
         let mut block = vec![];
         if wants_job {
-            let pvcs = io.api::<PersistentVolumeClaim>();
             for i in 0..dvs.len() {
-                let pvc = pvcs.get_opt(&names::datavolume_name(io.vmm, i)).await?;
+                let pvc = io
+                    .read::<PersistentVolumeClaim>(&names::datavolume_name(io.vmm, i))
+                    .await?;
                 block.push(
                     pvc.and_then(|p| p.spec)
                         .and_then(|s| s.volume_mode)
@@ -250,10 +248,7 @@ impl Checkpoint for Importing {
 /// The verification Job of the migration, with its role and (once failed) the message of its
 /// last failed pod.
 async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::children::Conflict>)> {
-    let found = io
-        .api::<Job>()
-        .get_opt(&names::verify_job_name(io.vmm))
-        .await?;
+    let found = io.read::<Job>(&names::verify_job_name(io.vmm)).await?;
     // A Job under the verification Job's name that is not ours says nothing about our volumes.
     let (job, conflict) = match found
         .as_ref()

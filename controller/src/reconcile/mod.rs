@@ -54,12 +54,20 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         field: "metadata.namespace",
     })?;
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    // The cache may lag behind our own last write; decisions are taken on a fresh read.
-    let Some(fresh) = api.get_opt(&obj.name_any()).await? else {
-        if let Some(uid) = obj.uid() {
+    // The cache may lag behind our own last write: decisions are taken on the cached copy only
+    // when it is the version our last write or fresh read returned, else on a fresh read.
+    let uid = obj.uid().unwrap_or_default();
+    let fresh = if ctx.is_current(&uid, obj.resource_version().as_deref()) {
+        ctx.metrics.migration_read(true);
+        VirtualMachineMigration::clone(&obj)
+    } else {
+        ctx.metrics.migration_read(false);
+        let Some(fresh) = api.get_opt(&obj.name_any()).await? else {
             ctx.forget(&uid);
-        }
-        return Ok(Requeue::await_change());
+            return Ok(Requeue::await_change());
+        };
+        ctx.note_version(&uid, fresh.resource_version());
+        fresh
     };
     let has_finalizer = fresh.finalizers().iter().any(|f| f == names::FINALIZER);
     let deleting = fresh.meta().deletion_timestamp.is_some();
@@ -87,10 +95,11 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
     if has_finalizer && deleting && result.is_ok() {
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
     }
-    if result.is_ok()
-        && let Some(uid) = obj.uid()
-    {
-        ctx.note_success(&uid);
+    match &result {
+        Ok(_) => ctx.note_success(&uid),
+        // Someone else wrote since: read fresh next time.
+        Err(e) if e.is_conflict() => ctx.note_version(&uid, None),
+        Err(_) => {}
     }
     ctx.metrics
         .reconcile_seconds

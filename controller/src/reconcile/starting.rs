@@ -63,7 +63,8 @@ impl Checkpoint for Starting {
             && matches!(&kubevirt.vm, VmState::Ours { run_strategy, .. }
                 if run_strategy.as_deref() != Some(run_strategy_name(wanted)));
         let source_power = if about_to_start {
-            Some(world::source_power(io).await?)
+            let login = super::credentials::source_login(io).await?;
+            Some(world::source_power(io, login).await)
         } else {
             None
         };

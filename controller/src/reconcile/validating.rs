@@ -137,24 +137,21 @@ async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
         m.is_some_and(|m| is_owned_by(m, io.vmm))
     };
     let cdi_secret = ours(
-        io.api::<Secret>()
-            .get_opt(&secret::s3_secret_name(io.vmm))
+        io.read::<Secret>(&secret::s3_secret_name(io.vmm))
             .await?
             .as_ref()
             .map(|s| &s.metadata),
     ) || ours(
-        io.api::<ConfigMap>()
-            .get_opt(&secret::s3_ca_config_map_name(io.vmm))
+        io.read::<ConfigMap>(&secret::s3_ca_config_map_name(io.vmm))
             .await?
             .as_ref()
             .map(|c| &c.metadata),
     );
-    let dv_api = io.api::<DataVolume>();
     let keys = staged_keys(io.vmm);
     let mut owned_dvs = vec![];
     for i in 0..keys.len() {
         let name = names::datavolume_name(io.vmm, i);
-        if let Some(dv) = dv_api.get_opt(&name).await?
+        if let Some(dv) = io.read::<DataVolume>(&name).await?
             && is_owned_by(&dv.metadata, io.vmm)
         {
             owned_dvs.push(name);

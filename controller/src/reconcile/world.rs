@@ -5,13 +5,14 @@
 use ferry_crds::{PowerState, Reason, VirtualMachineMigration, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::checkpoint::Io;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::children::{Conflict, Ownership, is_owned_by, ownership, secret};
+use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
 /// The KubeVirt VirtualMachine with the target name.
@@ -67,10 +68,7 @@ impl VmiState {
 /// # Errors
 /// Kubernetes API errors.
 pub async fn vm_state(io: Io<'_>) -> Result<VmState> {
-    let vm = io
-        .api::<VirtualMachine>()
-        .get_opt(&names::vm_name(io.vmm))
-        .await?;
+    let vm = io.read::<VirtualMachine>(&names::vm_name(io.vmm)).await?;
     Ok(classify_vm(vm.as_ref(), io.vmm))
 }
 
@@ -93,14 +91,11 @@ pub fn classify_vm(vm: Option<&VirtualMachine>, vmm: &VirtualMachineMigration) -
 ///
 /// # Errors
 /// Kubernetes API errors.
-pub async fn conflict<K>(io: Io<'_>, name: &str) -> Result<Option<Conflict>>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    Ok(match io.api::<K>().get_opt(name).await? {
+pub async fn conflict<K: crate::caches::Observed>(
+    io: Io<'_>,
+    name: &str,
+) -> Result<Option<Conflict>> {
+    Ok(match io.read::<K>(name).await? {
         Some(o) => match ownership(&K::kind(&()), o.meta(), io.vmm) {
             Ownership::Ours => None,
             Ownership::Foreign(c) => Some(c),
@@ -138,8 +133,7 @@ pub const RENAME_HINT: &str = "create the migration under another name";
 /// Kubernetes API errors.
 pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
     let vmi = io
-        .api::<VirtualMachineInstance>()
-        .get_opt(&names::vm_name(io.vmm))
+        .read::<VirtualMachineInstance>(&names::vm_name(io.vmm))
         .await?;
     Ok(classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()))
 }
@@ -172,14 +166,31 @@ pub struct KubeVirtState {
     pub trouble: Option<Trouble>,
 }
 
-/// Reads the target VM and its instance once and classifies them.
+/// Reads the target VM and its instance and classifies them (through the caches; fresh when
+/// they show an error state).
 ///
 /// # Errors
 /// Kubernetes API errors.
 pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
     let name = names::vm_name(io.vmm);
+    let vm = io.read::<VirtualMachine>(&name).await?;
+    let vmi = io.read::<VirtualMachineInstance>(&name).await?;
+    let state = classify_kubevirt(io, vm, vmi);
+    if state.trouble.is_none() {
+        return Ok(state);
+    }
+    // An error state can end the migration, and the VM's and the VMI's caches may each lag the
+    // other: look at both fresh, so the failure carries KubeVirt's current words.
     let vm = io.api::<VirtualMachine>().get_opt(&name).await?;
     let vmi = io.api::<VirtualMachineInstance>().get_opt(&name).await?;
+    Ok(classify_kubevirt(io, vm, vmi))
+}
+
+fn classify_kubevirt(
+    io: Io<'_>,
+    vm: Option<VirtualMachine>,
+    vmi: Option<VirtualMachineInstance>,
+) -> KubeVirtState {
     let vm_state = classify_vm(vm.as_ref(), io.vmm);
     let live_vmi = vmi
         .as_ref()
@@ -191,11 +202,11 @@ pub async fn kubevirt_state(io: Io<'_>) -> Result<KubeVirtState> {
         ),
         VmState::Absent | VmState::Foreign => None,
     };
-    Ok(KubeVirtState {
+    KubeVirtState {
         vm: vm_state,
         vmi: classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()),
         trouble,
-    })
+    }
 }
 
 /// The migration uid a VMI carries from its VM's template.
@@ -215,12 +226,13 @@ pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
 }
 
-/// The source VM's power state now, as vSphere reports it: looked at again before its disks are
-/// read and before the cutover. `Err` when vSphere or the credentials failed (classified).
-///
-/// # Errors
-/// Kubernetes API errors reading the credentials Secret.
-pub async fn source_power(io: Io<'_>) -> Result<std::result::Result<PowerState, Problem>> {
+/// The source VM's power state now, as vSphere reports it through `login` (the observation's
+/// own, so the Secret is read once per reconcile): looked at again before its disks are read and
+/// before the cutover. `Err` when vSphere or the credentials failed (classified).
+pub async fn source_power(
+    io: Io<'_>,
+    login: std::result::Result<SourceLogin, Problem>,
+) -> std::result::Result<PowerState, Problem> {
     let Some(moref) = io
         .vmm
         .status
@@ -228,19 +240,14 @@ pub async fn source_power(io: Io<'_>) -> Result<std::result::Result<PowerState, 
         .and_then(|s| s.source.as_ref())
         .and_then(|s| s.moref.clone())
     else {
-        return Ok(Err(Problem::permanent(
+        return Err(Problem::permanent(
             Reason::VMNotFound,
             "the source VM was never recorded; raise spec.retry to start over",
-        )));
+        ));
     };
-    let login = match super::credentials::source_login(io).await? {
-        Ok(l) => l,
-        Err(p) => return Ok(Err(p)),
-    };
-    Ok(io
-        .ctx
+    io.ctx
         .source
-        .power(&login, &moref)
+        .power(&login?, &moref)
         .await
-        .map(|(state, _tools)| state))
+        .map(|(state, _tools)| state)
 }

@@ -79,6 +79,7 @@ pub async fn status(
             }
         }
         notes = events::notes(&old, &new);
+        ctx.note_version(&uid, written.metadata.resource_version.clone());
         vmm.metadata.resource_version = written.metadata.resource_version;
         vmm.status = Some(new);
     }
