@@ -262,4 +262,31 @@ mod tests {
         );
         assert_eq!(wait_before_list(Some(t0), t0 + min, min), None);
     }
+
+    #[test]
+    fn only_a_migration_whose_owner_reference_names_the_waves_uid_is_its_child() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut wave = ferry_crds::fixtures::wave("w", 1);
+        wave.metadata.uid = Some("wave-uid".into());
+        let owner = |uid: &str| OwnerReference {
+            api_version: ferry_crds::API_VERSION.into(),
+            kind: "MigrationWave".into(),
+            name: "w".into(),
+            uid: uid.into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        };
+        let mut child = ferry_crds::fixtures::migration("a");
+        child.metadata.labels = Some([(names::WAVE_LABEL.to_owned(), "w".to_owned())].into());
+        assert!(!owned_by(&child, &wave), "the wave's label alone");
+        child.metadata.owner_references = Some(vec![owner("another-wave-of-the-same-name")]);
+        assert!(!owned_by(&child, &wave), "a wave of the same name before");
+        child.metadata.owner_references = Some(vec![owner("wave-uid")]);
+        assert!(owned_by(&child, &wave));
+        wave.metadata.uid = None;
+        assert!(
+            !owned_by(&child, &wave),
+            "a wave without a uid owns nothing"
+        );
+    }
 }
