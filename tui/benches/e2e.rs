@@ -220,6 +220,32 @@ fn metrics(kc: &Path) -> HashMap<String, f64> {
 /// (response time µs, namespace/name, resourceVersion) of patches whose row is on screen.
 type Samples = Arc<Mutex<Vec<(u128, String, u64)>>>;
 
+/// (namespace/name, resourceVersion) → when a plain watch in this process received it, µs.
+type Seen = Arc<Mutex<HashMap<(String, u64), u128>>>;
+
+/// A second client of the same apiserver: a bare kube-runtime watcher of every migration in
+/// this process, no cockpit. When it receives a change is what the apiserver and this
+/// machine's scheduling give any watch, the floor under the cockpit's own delivery.
+fn reference_watch(client: kube::Client, seen: Seen) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    tokio::spawn(async move {
+        let api = Api::<VirtualMachineMigration>::all(client);
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(ev) = events.next().await {
+            if let Ok(watcher::Event::Apply(o)) = ev {
+                let at = now_us();
+                let key = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                let rv = o
+                    .resource_version()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0);
+                seen.lock().unwrap().insert((key, rv), at);
+            }
+        }
+    })
+}
+
 /// 100 status patches a second on random migrations, one in ten on a row on screen; returns
 /// [`Samples`] of the ones on screen.
 async fn writer(
@@ -282,8 +308,18 @@ async fn writer(
 /// Event → screen: for each patch of a row on screen, the first frame after which shows that
 /// row at (or past) the patched resourceVersion; and when the cockpit's loop received that
 /// change from its watch (a frame's `arrived`), which splits the time into the apiserver's
-/// delivery and the cockpit's own share. Returns (total, delivery, cockpit) in ms.
-fn latencies(log: &Path, samples: &[(u128, String, u64)]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+/// delivery and the cockpit's own share, which splits again at the start of the frame's draw
+/// (before it: the queue, `update` and the frame pacing).
+struct Latencies {
+    total: Vec<f64>,
+    delivery: Vec<f64>,
+    cockpit: Vec<f64>,
+    before_draw: Vec<f64>,
+    draw: Vec<f64>,
+}
+
+/// [`Latencies`] of `samples`, in ms.
+fn latencies(log: &Path, samples: &[(u128, String, u64)]) -> Latencies {
     let fs = frames(log);
     let rv_of = |v: &Value| v.as_str().and_then(|v| v.parse::<u64>().ok());
     // key → (rv, received µs), in order of arrival.
@@ -299,6 +335,7 @@ fn latencies(log: &Path, samples: &[(u128, String, u64)]) -> (Vec<f64>, Vec<f64>
         }
     }
     let (mut total, mut delivery, mut cockpit) = (vec![], vec![], vec![]);
+    let (mut before_draw, mut draw) = (vec![], vec![]);
     for (at, key, rv) in samples {
         let shown = fs.iter().find(|f| {
             f["rows"].as_array().is_some_and(|rows| {
@@ -315,9 +352,18 @@ fn latencies(log: &Path, samples: &[(u128, String, u64)]) -> (Vec<f64>, Vec<f64>
         {
             delivery.push((*got as f64 - *at as f64) / 1000.0);
             cockpit.push((t as f64 - *got as f64) / 1000.0);
+            let d = f["draw_us"].as_f64().unwrap_or(0.0);
+            before_draw.push((t as f64 - d - *got as f64) / 1000.0);
+            draw.push(d / 1000.0);
         }
     }
-    (total, delivery, cockpit)
+    Latencies {
+        total: sorted(total),
+        delivery: sorted(delivery),
+        cockpit: sorted(cockpit),
+        before_draw: sorted(before_draw),
+        draw: sorted(draw),
+    }
 }
 
 /// One field (µs in the log) of the frames drawn between `from_us` and `to_us`, in ms.
@@ -355,31 +401,58 @@ fn slow_frames(log: &Path, filtered: bool, from_us: u128, to_us: u128) -> (usize
     (n, share(cpu), share(runq))
 }
 
-struct Table(Vec<(String, String, String, String, Option<bool>)>);
+/// measure, ferry, kubectl, target, met, figure ÷ target.
+type TableRow = (String, String, String, String, Option<bool>, Option<f64>);
+
+struct Table(Vec<TableRow>);
 
 impl Table {
     fn row(&mut self, what: &str, ferry: String, kubectl: String, target: &str, ok: Option<bool>) {
         self.0
-            .push((what.into(), ferry, kubectl, target.into(), ok));
+            .push((what.into(), ferry, kubectl, target.into(), ok, None));
+    }
+    /// A row with a ceiling: met when `value ≤ ceiling`, and the ratio is kept beside it.
+    fn ceiling(&mut self, what: &str, value: f64, unit: &str, ceiling: f64) {
+        self.0.push((
+            what.into(),
+            format!("{value:.2} {unit}"),
+            "-".into(),
+            format!("≤ {ceiling} {unit}"),
+            Some(value <= ceiling),
+            Some(value / ceiling),
+        ));
     }
     fn text(&self) -> String {
         let mut s = format!(
-            "{:<44} {:>16} {:>14} {:>22}  {}\n",
-            "measure", "ferry", "kubectl", "target", "met"
+            "{:<56} {:>16} {:>14} {:>22}  {:<3} {}\n",
+            "measure", "ferry", "kubectl", "target", "met", "÷ target"
         );
-        for (w, f, k, t, ok) in &self.0 {
+        for (w, f, k, t, ok, ratio) in &self.0 {
             let met = match ok {
                 Some(true) => "yes",
                 Some(false) => "NO",
                 None => "-",
             };
-            s.push_str(&format!("{w:<44} {f:>16} {k:>14} {t:>22}  {met}\n"));
+            let ratio = ratio.map_or(String::new(), |r| format!("{r:.2}×"));
+            s.push_str(&format!(
+                "{w:<56} {f:>16} {k:>14} {t:>22}  {met:<3} {ratio}\n"
+            ));
         }
         s
     }
     fn json(&self) -> Value {
-        json!(self.0.iter().map(|(w, f, k, t, ok)| json!({"measure": w, "ferry": f, "kubectl": k, "target": t, "met": ok})).collect::<Vec<_>>())
+        json!(self.0.iter().map(|(w, f, k, t, ok, ratio)| json!({"measure": w, "ferry": f, "kubectl": k, "target": t, "met": ok, "ratio_to_target": ratio})).collect::<Vec<_>>())
     }
+}
+
+/// The 1-minute load average.
+fn load1() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
 }
 
 #[tokio::main]
@@ -506,10 +579,25 @@ spec:
     // --- writer, no filter ---
     let ns_api = |ns: &str| Api::<VirtualMachineMigration>::namespaced(client.clone(), ns);
     let samples = Arc::new(Mutex::new(vec![]));
-    std::thread::sleep(Duration::from_secs(2));
+    let seen: Seen = Arc::default();
+    let reference = reference_watch(client.clone(), seen.clone());
+    // Its initial list (every migration, not counted) is done well within this.
+    std::thread::sleep(Duration::from_secs(10));
+    let mut loads = vec![load1()];
     let (c0, w0, s0) = (cpu_secs(pid), now_us(), sched(pid));
     let sent1 = writer(ns_api, &keys, &log, writer_secs, &samples).await;
     let (c1, w1, s1) = (cpu_secs(pid), now_us(), sched(pid));
+    loads.push(load1());
+    // Every patch of a row on screen is drawn before the filter hides those rows (or, after
+    // a timeout, counted as it is).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let all: Vec<_> = samples.lock().unwrap().clone();
+        if latencies(&log, &all).total.len() >= all.len() || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // --- writer, filtered ---
     tmux(&["send-keys", "-t", SESSION, "/"]);
     tmux(&["send-keys", "-t", SESSION, "-l", "phase:Importing"]);
@@ -518,6 +606,7 @@ spec:
     let w2 = now_us();
     let sent2 = writer(ns_api, &keys, &log, writer_secs, &samples).await;
     let w3 = now_us();
+    loads.push(load1());
     tmux(&["send-keys", "-t", SESSION, "Escape"]);
     // --- idle ---
     std::thread::sleep(Duration::from_secs(5));
@@ -533,34 +622,73 @@ spec:
     let peak = status_kib(pid, "VmHWM");
     let rss_end = status_kib(pid, "VmRSS");
 
-    let (lat, delivery, cockpit) = latencies(&log, &samples.lock().unwrap());
-    let (lat, delivery, cockpit) = (sorted(lat), sorted(delivery), sorted(cockpit));
+    reference.abort();
+    let all: Vec<_> = samples.lock().unwrap().clone();
+    let l = latencies(&log, &all);
+    let reference: Vec<f64> = {
+        let seen = seen.lock().unwrap();
+        sorted(
+            all.iter()
+                .filter_map(|(at, key, rv)| {
+                    seen.get(&(key.clone(), *rv))
+                        .map(|t| (*t as f64 - *at as f64) / 1000.0)
+                })
+                .collect(),
+        )
+    };
+    // The samples, for a closer look: response µs, key, resourceVersion, the plain watch's µs.
+    let lines: Vec<String> = {
+        let seen = seen.lock().unwrap();
+        all.iter()
+            .map(|(at, key, rv)| {
+                json!({"at_us": at, "key": key, "rv": rv, "reference_us": seen.get(&(key.clone(), *rv))})
+                    .to_string()
+            })
+            .collect()
+    };
+    std::fs::write(out_dir.join("cockpit-e2e-samples.jsonl"), lines.join("\n")).unwrap();
+    let p50_99 = |v: &[f64]| format!("{:.1}/{:.1} ms", pct(v, 0.5), pct(v, 0.99));
     table.row(
-        &format!("event → screen p50 ({} patches shown)", lat.len()),
-        format!("{:.1} ms", pct(&lat, 0.5)),
+        &format!("event → screen p50 ({} patches shown)", l.total.len()),
+        format!("{:.1} ms", pct(&l.total, 0.5)),
         "-".into(),
         "",
         None,
     );
-    table.row(
-        "event → screen p99",
-        format!("{:.1} ms", pct(&lat, 0.99)),
-        "-".into(),
-        "≤ 100 ms",
-        Some(pct(&lat, 0.99) <= 100.0),
+    table.ceiling(
+        "event → screen p99 (wall)",
+        pct(&l.total, 0.99),
+        "ms",
+        100.0,
     );
     // Where the time goes: the apiserver delivering the change to the cockpit's watch, then
-    // the cockpit's loop (frame pacing, update, drawing).
+    // the cockpit's loop: the channel, `update` and the frame pacing before the draw, then
+    // the draw.
+    let split: [(String, &[f64]); 5] = [
+        (
+            format!("… patch → in the cockpit p50/p99 ({})", l.delivery.len()),
+            &l.delivery,
+        ),
+        (
+            format!(
+                "… patch → a plain watch in the bench p50/p99 ({})",
+                reference.len()
+            ),
+            &reference,
+        ),
+        ("… in the cockpit → on screen p50/p99".into(), &l.cockpit),
+        (
+            "…… of which before the draw (queue, pacing)".into(),
+            &l.before_draw,
+        ),
+        ("…… of which the draw".into(), &l.draw),
+    ];
+    for (what, v) in split {
+        table.row(&what, p50_99(v), "-".into(), "", None);
+    }
     table.row(
-        &format!("… patch → in the cockpit p50/p99 ({})", delivery.len()),
-        format!("{:.1}/{:.1} ms", pct(&delivery, 0.5), pct(&delivery, 0.99)),
-        "-".into(),
-        "",
-        None,
-    );
-    table.row(
-        "… in the cockpit → on screen p50/p99",
-        format!("{:.1}/{:.1} ms", pct(&cockpit, 0.5), pct(&cockpit, 0.99)),
+        "machine load average (1 min) at the stream's start/middle/end",
+        loads.join("/"),
         "-".into(),
         "",
         None,
@@ -572,38 +700,52 @@ spec:
         let ms = |field| sorted(frame_ms(&log, field, filtered, from, to));
         let v = ms("draw_us");
         table.row(
-            &format!("frame 200×60, {label}: p50 ({} frames)", v.len()),
+            &format!("frame 200×60, {label}: wall p50 ({} frames)", v.len()),
             format!("{:.2} ms", pct(&v, 0.5)),
             "-".into(),
             "",
             None,
         );
-        table.row(
-            &format!("frame 200×60, {label}: p99"),
-            format!("{:.2} ms", pct(&v, 0.99)),
-            "-".into(),
-            "≤ 4 ms",
-            Some(pct(&v, 0.99) <= 4.0),
+        table.ceiling(
+            &format!("frame 200×60, {label}: wall p99"),
+            pct(&v, 0.99),
+            "ms",
+            4.0,
         );
-        // What the kernel says the drawing thread did meanwhile: cells from the state, time
-        // on a CPU, time runnable but waiting for one.
+        // The drawing thread's own CPU time per frame (CLOCK_THREAD_CPUTIME_ID): the cockpit's
+        // work, apart from the time other processes held the CPUs.
         let (render, cpu, runq) = (ms("render_us"), ms("cpu_us"), ms("runq_us"));
+        table.row(
+            &format!("frame 200×60, {label}: thread CPU p50"),
+            format!("{:.2} ms", pct(&cpu, 0.5)),
+            "-".into(),
+            "",
+            None,
+        );
+        table.ceiling(
+            &format!("frame 200×60, {label}: thread CPU p99"),
+            pct(&cpu, 0.99),
+            "ms",
+            4.0,
+        );
         let (slow, on_cpu, waiting) = slow_frames(&log, filtered, from, to);
         table.row(
-            &format!("… frames over 4 ms: {slow}; of their time"),
+            &format!("… frames over 4 ms wall: {slow}; of their time"),
             format!("{on_cpu:.0}% CPU, {waiting:.0}% runq"),
             "-".into(),
             "",
             None,
         );
         table.row(
-            "… p99 of: state → cells / on a CPU / waiting for a CPU",
-            format!(
-                "{:.2}/{:.2}/{:.2} ms",
-                pct(&render, 0.99),
-                pct(&cpu, 0.99),
-                pct(&runq, 0.99)
-            ),
+            "… p99 of: state → cells (wall) / waiting for a CPU",
+            format!("{:.2}/{:.2} ms", pct(&render, 0.99), pct(&runq, 0.99)),
+            "-".into(),
+            "",
+            None,
+        );
+        table.row(
+            "… p50/p99 of applying the actions before a frame",
+            p50_99(&ms("update_us")),
             "-".into(),
             "",
             None,

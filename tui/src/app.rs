@@ -65,6 +65,8 @@ pub struct FrameInfo {
     pub actions: usize,
     /// Of those, what the watches delivered.
     pub watch_actions: usize,
+    /// How long applying them took (wall time, all batches since the previous frame).
+    pub update: Duration,
     /// How long drawing and writing the frame to the terminal took.
     pub draw: Duration,
     /// Of `draw`, turning the state into cells (the rest is the terminal's diff and write).
@@ -80,7 +82,8 @@ pub struct FrameInfo {
     pub arrived: Vec<Arrival>,
 }
 
-/// A thread's scheduling during a frame, from `/proc/thread-self/schedstat`.
+/// A thread's scheduling during a frame: its CPU time from `CLOCK_THREAD_CPUTIME_ID`, and its
+/// wait for a CPU from `/proc/thread-self/schedstat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sched {
     /// On a CPU.
@@ -89,16 +92,27 @@ pub struct Sched {
     pub waiting: Duration,
 }
 
+/// This thread's CPU time so far. The thread clock is exact to the nanosecond, where the
+/// scheduler's statistics of a running thread may lag by up to a tick (4 ms at `HZ=250`, the
+/// size of the frame budget itself).
+pub fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
 impl Sched {
     /// This thread's totals so far; `None` where the kernel does not tell.
     pub fn now() -> Option<Sched> {
         let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
         let mut f = s.split_whitespace().map(str::parse::<u64>);
-        let (Some(Ok(cpu)), Some(Ok(waiting))) = (f.next(), f.next()) else {
+        let (Some(Ok(_)), Some(Ok(waiting))) = (f.next(), f.next()) else {
             return None;
         };
         Some(Sched {
-            cpu: Duration::from_nanos(cpu),
+            cpu: thread_cpu(),
             waiting: Duration::from_nanos(waiting),
         })
     }
@@ -202,6 +216,7 @@ impl FrameObserver for FrameLog {
         let line = serde_json::json!({
             "at_us": at,
             "draw_us": info.draw.as_micros(),
+            "update_us": info.update.as_micros(),
             "render_us": info.render.as_micros(),
             "cpu_us": info.sched.map(|s| s.cpu.as_micros()),
             "runq_us": info.sched.map(|s| s.waiting.as_micros()),
@@ -393,6 +408,7 @@ where
     let mut last_draw = Instant::now() - FRAME;
     let mut frames: u64 = 0;
     let (mut applied, mut from_watches) = (0usize, 0usize);
+    let mut updating = Duration::ZERO;
     let details = observer.details();
     let mut arrived: Vec<Arrival> = vec![];
     // Actions waiting for `update`: from the terminal, the watches, the clock, and what
@@ -403,6 +419,7 @@ where
         let mut quit = false;
         let batch = !queue.is_empty();
         let mut only_changes = true;
+        let applying = Instant::now();
         while let Some(a) = queue.pop_front() {
             only_changes &= matches!(a, Action::MigrationApplied(..) | Action::Tick(_));
             applied += 1;
@@ -417,6 +434,9 @@ where
             if contexts_switched {
                 rt.watch(state);
             }
+        }
+        if batch {
+            updating += applying.elapsed();
         }
         if quit || state.quit {
             return Ok(());
@@ -447,6 +467,7 @@ where
                 n: frames,
                 actions: applied,
                 watch_actions: from_watches,
+                update: updating,
                 draw,
                 render,
                 sched,
@@ -455,7 +476,7 @@ where
             };
             observer.frame(state, &info);
             drawn = Stamp::of(state);
-            (applied, from_watches) = (0, 0);
+            (applied, from_watches, updating) = (0, 0, Duration::ZERO);
             last_draw = Instant::now();
             dirty = false;
         }

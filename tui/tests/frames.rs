@@ -185,6 +185,12 @@ async fn a_frame_names_the_changes_it_received_and_when_for_the_event_to_screen_
     );
     assert!(got.iter().all(|a| a.at_us >= started), "{got:?}");
     assert!(first.render <= first.draw, "{first:?}");
+    // The drawing thread's CPU time (its own clock) fits in the frame's wall time.
+    let sched = first.sched.expect("Linux tells a thread's CPU time");
+    assert!(
+        sched.cpu > std::time::Duration::ZERO && sched.cpu <= first.draw,
+        "{first:?}"
+    );
 }
 
 #[tokio::test]
