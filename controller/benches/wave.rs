@@ -187,6 +187,34 @@ fn usage(pid: u32) -> (f64, f64, f64) {
     (cpu, kib("VmHWM:") / 1024.0, kib("VmRSS:") / 1024.0)
 }
 
+/// CPU seconds of the lab's processes under `state` (their command lines name it): the
+/// apiserver's, and the rest's (the lab process with etcd and vcsim, the controller-manager, S3).
+fn lab_cpu(state: &Path) -> (f64, f64) {
+    let state = state.to_string_lossy();
+    let (mut apiserver, mut rest) = (0.0, 0.0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if !cmdline.contains(state.as_ref()) || !cmdline.contains("target/lab/bin/") {
+            continue;
+        }
+        let cpu = usage(pid).0;
+        if cmdline.contains("internal-apiserver") {
+            apiserver += cpu;
+        } else {
+            rest += cpu;
+        }
+    }
+    (apiserver, rest)
+}
+
 struct Controller {
     proc: ChildGuard,
     metrics: u16,
@@ -451,9 +479,16 @@ async fn main() {
     let single = run_wave(&waves, "single", &lab, &names[..1], 1).await;
     let base = http_get(ctl.metrics, "/metrics");
     let (cpu0, _, _) = usage(ctl.proc.id().unwrap());
+    let (api0, lab0) = lab_cpu(&state);
+    let sim0 = usage(sim.id().unwrap()).0 + children_cpu(sim.id().unwrap());
     let wall = run_wave(&waves, "big", &lab, &names[1..], max_in_flight).await;
     let after = http_get(ctl.metrics, "/metrics");
     let (cpu1, peak_rss, _) = usage(ctl.proc.id().unwrap());
+    let (api1, lab1) = lab_cpu(&state);
+    let sim1 = usage(sim.id().unwrap()).0 + children_cpu(sim.id().unwrap());
+    let (api_cpu, lab_rest_cpu, wave_sim_cpu) = (api1 - api0, lab1 - lab0, sim1 - sim0);
+    let all_cpu = (cpu1 - cpu0) + api_cpu + lab_rest_cpu + wave_sim_cpu;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as f64;
     let rounds = n.div_ceil(max_in_flight as usize);
     let ideal = single.as_secs_f64() * rounds as f64;
     let delta =
@@ -569,8 +604,40 @@ async fn main() {
             "≤ 1.05",
         ),
         row(
+            &format!("CPU of every process in the wave ÷ {cores:.0} cores (the machine's floor)"),
+            format!("{:.0} s", all_cpu / cores),
+            "-",
+        ),
+        row(
+            "  wall / the machine's floor",
+            format!("{:.2}", wall.as_secs_f64() / (all_cpu / cores)),
+            "-",
+        ),
+        row(
+            "  CPU per migration: apiserver / rest of the lab / controller / sim and its Jobs",
+            format!(
+                "{:.2} / {:.2} / {:.2} / {:.2} s",
+                api_cpu / nf,
+                lab_rest_cpu / nf,
+                (cpu1 - cpu0) / nf,
+                wave_sim_cpu / nf
+            ),
+            "-",
+        ),
+        row(
             "API requests per migration (controller client)",
             format!("{:.1}", requests / nf),
+            "-",
+        ),
+        row(
+            "  GETs / migration read fresh / children from the cache, per migration",
+            format!(
+                "{:.1} / {:.1} / {:.1} of {:.1}",
+                delta("ferry_controller_api_requests_total", "verb=\"get\"") / nf,
+                delta("ferry_controller_migration_reads_total", "result=\"miss\"") / nf,
+                delta("ferry_controller_cache_reads_total", "result=\"hit\"") / nf,
+                delta("ferry_controller_cache_reads_total", "") / nf
+            ),
             "-",
         ),
         row(
