@@ -52,7 +52,12 @@ pub fn rate(bps: i64) -> String {
 
 /// A percentage without decimals, clamped to 0..=100: `45%`.
 pub fn percent(p: f64) -> String {
-    format!("{:.0}%", p.clamp(0.0, 100.0).floor())
+    if p.is_nan() {
+        return "NaN%".to_owned();
+    }
+    // As an integer: a float with `{:.0}` takes the exact (bignum) formatting path, once per
+    // row on screen and frame.
+    format!("{}%", p.clamp(0.0, 100.0).floor() as u8)
 }
 
 /// A text gauge `width` cells wide, with eighth blocks for the partial cell.
@@ -95,6 +100,22 @@ pub fn fit(s: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_is_the_floor_of_the_clamped_value_as_a_whole_number() {
+        for (p, want) in [
+            (0.0, "0%"),
+            (0.99, "0%"),
+            (42.7, "42%"),
+            (99.999, "99%"),
+            (100.0, "100%"),
+            (250.0, "100%"),
+            (-3.0, "0%"),
+            (f64::NAN, "NaN%"),
+        ] {
+            assert_eq!(percent(p), want, "{p}");
+        }
+    }
 
     #[test]
     fn durations_read_like_kubectl_ages() {
