@@ -19,7 +19,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::metrics::Metrics;
+use crate::metrics::{CacheRead, Metrics};
 
 /// The reflector stores of the migration controller's child watches.
 #[derive(Clone)]
@@ -56,13 +56,22 @@ impl Debug for Caches {
 impl Caches {
     /// Whether every store has had its first list.
     pub fn ready(&self) -> bool {
-        use futures::FutureExt;
-        let ready = |w: Option<std::result::Result<(), _>>| matches!(w, Some(Ok(())));
-        ready(self.jobs.wait_until_ready().now_or_never())
-            && ready(self.datavolumes.wait_until_ready().now_or_never())
-            && ready(self.vms.wait_until_ready().now_or_never())
-            && ready(self.vmis.wait_until_ready().now_or_never())
+        is_ready(&self.jobs)
+            && is_ready(&self.datavolumes)
+            && is_ready(&self.vms)
+            && is_ready(&self.vmis)
     }
+}
+
+/// Whether `store` has had its first list. It looks rather than waits: a store wakes one waiter
+/// only, and the controllers' own runners wait on the same stores.
+pub fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }
 
 /// A kind a checkpoint observes by name in the migration's namespace; `cached` is its watch
@@ -101,7 +110,7 @@ cached!(
     DataVolume => datavolumes,
     VirtualMachine => vms,
     VirtualMachineInstance => vmis;
-    uncached Secret, ConfigMap, PersistentVolumeClaim, Pod
+    uncached Secret, ConfigMap, PersistentVolumeClaim
 );
 
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one, else fresh
@@ -116,13 +125,17 @@ pub async fn read<K: Observed>(
     namespace: &str,
     name: &str,
 ) -> Result<Option<K>> {
-    if let Some(store) = caches.and_then(K::cached)
-        && let Some(found) = store.get(&ObjectRef::new(name).within(namespace))
-    {
-        metrics.cache_read(&K::kind(&()), true);
-        return Ok(Some(K::clone(&found)));
-    }
-    metrics.cache_read(&K::kind(&()), false);
+    let read = match caches.and_then(K::cached) {
+        Some(store) => match store.get(&ObjectRef::new(name).within(namespace)) {
+            Some(found) => {
+                metrics.cache_read(&K::kind(&()), CacheRead::Hit);
+                return Ok(Some(K::clone(&found)));
+            }
+            None => CacheRead::Miss,
+        },
+        None => CacheRead::Uncached,
+    };
+    metrics.cache_read(&K::kind(&()), read);
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     Ok(api.get_opt(name).await?)
 }
@@ -177,6 +190,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"ferry_controller_cache_reads_total{kind="Job",result="miss"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"ferry_controller_cache_reads_total{kind="Secret",result="uncached"} 1"#
+            ),
             "{text}"
         );
     }

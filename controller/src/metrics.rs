@@ -37,8 +37,30 @@ pub struct WriteLabels {
 pub struct CacheReadLabels {
     /// Kind read.
     pub kind: String,
-    /// `hit` (answered by the cache) or `miss` (read from the API).
+    /// [`CacheRead::label`].
     pub result: String,
+}
+
+/// How a read by name was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheRead {
+    /// By the watch cache.
+    Hit,
+    /// By the API: the cache did not show the object.
+    Miss,
+    /// By the API: the kind has no cache (Secrets, ConfigMaps, claims).
+    Uncached,
+}
+
+impl CacheRead {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            CacheRead::Hit => "hit",
+            CacheRead::Miss => "miss",
+            CacheRead::Uncached => "uncached",
+        }
+    }
 }
 
 /// Label set of a phase duration.
@@ -140,7 +162,7 @@ impl Default for Metrics {
         let cache_reads = Family::<CacheReadLabels, Counter>::default();
         registry.register(
             "cache_reads",
-            "Reads of children by name: hit (watch cache) or miss (read from the API)",
+            "Reads by name: hit (watch cache), miss (not in it: read from the API), uncached",
             cache_reads.clone(),
         );
         let migration_reads = Family::<CacheReadLabels, Counter>::default();
@@ -196,21 +218,22 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one read of a `kind` child by name, answered by the cache (`hit`) or not.
-    pub fn cache_read(&self, kind: &str, hit: bool) {
-        Self::count_read(&self.cache_reads, kind, hit);
+    /// Counts one read of a `kind` object by name, and how it was answered.
+    pub fn cache_read(&self, kind: &str, read: CacheRead) {
+        Self::count_read(&self.cache_reads, kind, read);
     }
 
-    /// Counts how one reconcile took its migration: from the cache (`hit`) or fresh.
+    /// Counts how one reconcile took its migration: from the cache (`hit`) or fresh (`miss`).
     pub fn migration_read(&self, hit: bool) {
-        Self::count_read(&self.migration_reads, "VirtualMachineMigration", hit);
+        let read = if hit { CacheRead::Hit } else { CacheRead::Miss };
+        Self::count_read(&self.migration_reads, "VirtualMachineMigration", read);
     }
 
-    fn count_read(family: &Family<CacheReadLabels, Counter>, kind: &str, hit: bool) {
+    fn count_read(family: &Family<CacheReadLabels, Counter>, kind: &str, read: CacheRead) {
         family
             .get_or_create(&CacheReadLabels {
                 kind: kind.to_owned(),
-                result: if hit { "hit" } else { "miss" }.to_owned(),
+                result: read.label().to_owned(),
             })
             .inc();
     }

@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
-use crate::caches::Caches;
+use crate::caches::{Caches, is_ready};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
 use crate::leader::{ElectionConfig, Elector, Fence};
@@ -307,18 +307,10 @@ fn controllers(
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
     let synced = async move {
-        // The controllers' own runners wait on the same stores, and a store wakes one waiter
-        // only: look, rather than wait.
-        while !matches!(
-            migration_store.wait_until_ready().now_or_never(),
-            Some(Ok(()))
-        ) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        while run_waves && !matches!(wave_store.wait_until_ready().now_or_never(), Some(Ok(()))) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        while !caches.ready() {
+        while !(is_ready(&migration_store)
+            && (!run_waves || is_ready(&wave_store))
+            && caches.ready())
+        {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         readiness.set_ready();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, intent, names};
-use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -83,7 +82,7 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
 fn cache_ready(ctx: &Context) -> Option<&Store<VirtualMachineMigration>> {
     ctx.migrations
         .as_ref()
-        .filter(|s| matches!(s.wait_until_ready().now_or_never(), Some(Ok(()))))
+        .filter(|s| crate::caches::is_ready(s))
 }
 
 /// Whether `c` is this wave's child: its owner reference names the wave's uid. A migration
