@@ -222,18 +222,30 @@ type Samples = Arc<Mutex<Vec<(u128, String, u64)>>>;
 
 /// (namespace/name, resourceVersion) → when a plain watch in this process received it, µs.
 type Seen = Arc<Mutex<HashMap<(String, u64), u128>>>;
+/// Every status patch's round trip in ms (request sent → response read): how busy the
+/// apiserver is, which bounds how soon any watch can show a change.
+type RoundTrips = Arc<Mutex<Vec<f64>>>;
 
 /// A second client of the same apiserver: a bare kube-runtime watcher of every migration in
 /// this process, no cockpit. When it receives a change is what the apiserver and this
 /// machine's scheduling give any watch, the floor under the cockpit's own delivery.
-fn reference_watch(client: kube::Client, seen: Seen) -> tokio::task::JoinHandle<()> {
+/// `lists` counts its lists: the first, then every re-list after the apiserver ended its watch
+/// (a re-list of every migration is a long gap in delivery).
+fn reference_watch(
+    client: kube::Client,
+    seen: Seen,
+    lists: Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
     use futures::StreamExt;
     use kube::runtime::watcher;
     tokio::spawn(async move {
         let api = Api::<VirtualMachineMigration>::all(client);
         let mut events = watcher(api, watcher::Config::default()).boxed();
         while let Some(ev) = events.next().await {
-            if let Ok(watcher::Event::Apply(o)) = ev {
+            if let Ok(watcher::Event::Init) = ev {
+                lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev {
                 let at = now_us();
                 let key = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
                 let rv = o
@@ -254,6 +266,7 @@ async fn writer(
     log: &Path,
     secs: u64,
     samples: &Samples,
+    round_trips: &RoundTrips,
 ) -> usize {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     let end = tokio::time::Instant::now() + Duration::from_secs(secs);
@@ -282,12 +295,19 @@ async fn writer(
         };
         let api = api_of(&ns);
         let samples = samples.clone();
+        let round_trips = round_trips.clone();
         let pct = (seed >> 40) % 100;
         tasks.push(tokio::spawn(async move {
             let body = json!({"status": {"progress": {"percent": pct as f64}, "message": format!("bench {pct}")}});
-            if let Ok(o) = api
+            let asked = now_us();
+            let answer = api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
-                .await
+                .await;
+            round_trips
+                .lock()
+                .unwrap()
+                .push((now_us() - asked) as f64 / 1000.0);
+            if let Ok(o) = answer
                 && visible
             {
                 let rv: u64 = o.resource_version().and_then(|r| r.parse().ok()).unwrap_or(0);
@@ -580,12 +600,14 @@ spec:
     let ns_api = |ns: &str| Api::<VirtualMachineMigration>::namespaced(client.clone(), ns);
     let samples = Arc::new(Mutex::new(vec![]));
     let seen: Seen = Arc::default();
-    let reference = reference_watch(client.clone(), seen.clone());
+    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let round_trips: RoundTrips = Arc::default();
+    let reference = reference_watch(client.clone(), seen.clone(), lists.clone());
     // Its initial list (every migration, not counted) is done well within this.
     std::thread::sleep(Duration::from_secs(10));
     let mut loads = vec![load1()];
     let (c0, w0, s0) = (cpu_secs(pid), now_us(), sched(pid));
-    let sent1 = writer(ns_api, &keys, &log, writer_secs, &samples).await;
+    let sent1 = writer(ns_api, &keys, &log, writer_secs, &samples, &round_trips).await;
     let (c1, w1, s1) = (cpu_secs(pid), now_us(), sched(pid));
     loads.push(load1());
     // Every patch of a row on screen is drawn before the filter hides those rows (or, after
@@ -604,7 +626,7 @@ spec:
     tmux(&["send-keys", "-t", SESSION, "Enter"]);
     std::thread::sleep(Duration::from_secs(1));
     let w2 = now_us();
-    let sent2 = writer(ns_api, &keys, &log, writer_secs, &samples).await;
+    let sent2 = writer(ns_api, &keys, &log, writer_secs, &samples, &round_trips).await;
     let w3 = now_us();
     loads.push(load1());
     tmux(&["send-keys", "-t", SESSION, "Escape"]);
@@ -686,6 +708,29 @@ spec:
     for (what, v) in split {
         table.row(&what, p50_99(v), "-".into(), "", None);
     }
+    let trips = sorted(round_trips.lock().unwrap().clone());
+    table.row(
+        &format!(
+            "… a status patch's round trip p50/p99 ({}; the apiserver's pace)",
+            trips.len()
+        ),
+        p50_99(&trips),
+        "-".into(),
+        "",
+        None,
+    );
+    table.row(
+        "… re-lists of the plain watch (its first list not counted)",
+        format!(
+            "{}",
+            lists
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .saturating_sub(1)
+        ),
+        "-".into(),
+        "",
+        None,
+    );
     table.row(
         "machine load average (1 min) at the stream's start/middle/end",
         loads.join("/"),
