@@ -32,8 +32,11 @@ async fn every_input_and_format_imports_what_qemu_img_makes_and_converting_repor
     for (i, (kind, format)) in cases.into_iter().enumerate() {
         let name = format!("dp-{i}-{}", format.as_str());
         let vm = env.lab.claim_vm().unwrap();
+        // 64 MiB: four 16 MiB parts. Where progress moves a part at a time (qemu-img's
+        // output through the upload), 32 MiB left one step between 0 and all, sometimes
+        // shorter than the converter's 2 s record interval plus the controller's 3 s poll.
         let disk =
-            ferry_harness::put_disk(&vm, &env.scratch.join(&name), 32, 40 + i as u64, kind, 4)
+            ferry_harness::put_disk(&vm, &env.scratch.join(&name), 64, 40 + i as u64, kind, 4)
                 .unwrap();
         let mut vmm = env.migration(&name);
         vmm.spec.source.vm = VmSelector::by_name(vm.name.clone());
