@@ -126,11 +126,8 @@ fn stream(
             .unwrap();
         update(s, Action::Tick(now));
         written.set(0);
-        let before = Sched::now();
-        let t = Instant::now();
-        term.draw(|f| ui::draw(f, s, opts)).unwrap();
-        let took = t.elapsed();
-        let sched = before.zip(Sched::now()).map(|(a, b)| a.until(b));
+        let (drawn, took, sched) = Sched::around(true, || term.draw(|f| ui::draw(f, s, opts)));
+        drawn.unwrap();
         // The first frames paint the whole screen.
         if i >= 5 {
             samples.push(took);

@@ -104,26 +104,35 @@ pub fn thread_cpu() -> Duration {
 }
 
 impl Sched {
-    /// This thread's totals so far; `None` where the kernel does not tell.
-    pub fn now() -> Option<Sched> {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-        let mut f = s.split_whitespace().map(str::parse::<u64>);
-        let (Some(Ok(_)), Some(Ok(waiting))) = (f.next(), f.next()) else {
-            return None;
-        };
-        Some(Sched {
-            cpu: thread_cpu(),
-            waiting: Duration::from_nanos(waiting),
-        })
+    /// Runs `f` and times it: its wall time, and (when `details`) this thread's scheduling
+    /// during it. The readings nest so the CPU time is measured inside the wall time (the
+    /// thread clock is read right after the wall clock starts and right before it stops) and
+    /// the cost of reading `/proc` falls outside both: a thread cannot spend more CPU on `f`
+    /// than the wall time `f` took.
+    pub fn around<R>(details: bool, f: impl FnOnce() -> R) -> (R, Duration, Option<Sched>) {
+        let waited_before = if details { waited() } else { None };
+        let started = Instant::now();
+        let cpu_before = thread_cpu();
+        let r = f();
+        let cpu_after = thread_cpu();
+        let wall = started.elapsed();
+        let sched = waited_before.zip(waited()).map(|(a, b)| Sched {
+            cpu: cpu_after.saturating_sub(cpu_before),
+            waiting: b.saturating_sub(a),
+        });
+        (r, wall, sched)
     }
+}
 
-    /// What happened between `self` and the later `then`.
-    pub fn until(self, then: Sched) -> Sched {
-        Sched {
-            cpu: then.cpu.saturating_sub(self.cpu),
-            waiting: then.waiting.saturating_sub(self.waiting),
-        }
-    }
+/// This thread's time runnable but waiting for a CPU so far, from
+/// `/proc/thread-self/schedstat`; `None` where the kernel does not tell.
+fn waited() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut f = s.split_whitespace().map(str::parse::<u64>);
+    let (Some(Ok(_)), Some(Ok(waiting))) = (f.next(), f.next()) else {
+        return None;
+    };
+    Some(Duration::from_nanos(waiting))
 }
 
 /// A migration change as the event loop received it from the watches.
@@ -448,20 +457,15 @@ where
         }
         if dirty && last_draw.elapsed() >= FRAME {
             let read_before = state.index.rows_read();
-            let sched_before = if details { Sched::now() } else { None };
-            let started = Instant::now();
             let mut render = Duration::ZERO;
-            terminal
-                .draw(|f| {
+            let (drawn_ok, draw, sched) = Sched::around(details, || {
+                terminal.draw(|f| {
                     let t = Instant::now();
                     ui::draw(f, state, Options { theme, logs: true });
                     render = t.elapsed();
                 })
-                .map_err(Into::into)?;
-            let draw = started.elapsed();
-            let sched = sched_before
-                .zip(if details { Sched::now() } else { None })
-                .map(|(a, b)| a.until(b));
+            });
+            drawn_ok.map_err(Into::into)?;
             frames += 1;
             let info = FrameInfo {
                 n: frames,
