@@ -65,6 +65,50 @@ fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The names, before `-PID`, of the lab state directories test binaries make under
+/// `target/lab/` (the shared one, the soak's, the cockpit's restart and second-cluster tests',
+/// the lab life-cycle tests').
+const PER_RUN_STATES: [&str; 5] = [
+    "test-state",
+    "soak-state",
+    "tui-restart",
+    "tui-second",
+    "lifecycle",
+];
+
+/// Removes the state directories of labs that earlier test binaries started under `base`
+/// ([`PER_RUN_STATES`]) once both that binary and its lab are gone: each holds etcd's data, the
+/// staged disks and the logs of one run, gigabytes after the data-path suites, and nothing
+/// reads them after the run that made them (a failed run's logs are still there until the
+/// next run starts). A directory whose binary or lab is still running is left alone.
+fn sweep_dead_states(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.rsplit_once('-'))
+            .filter(|(prefix, _)| PER_RUN_STATES.contains(prefix))
+            .and_then(|(_, p)| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        let lab_alive = LabInfo::load(&dir).is_ok_and(|info| pid_alive(info.pid));
+        if pid_alive(pid) || lab_alive {
+            continue;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::info!(dir = %dir.display(), "removed a finished run's lab state"),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a finished run's lab state")
+            }
+        }
+    }
+}
+
 impl Lab {
     fn find_or_start() -> Result<Lab> {
         if let Some(dir) = std::env::var_os("FERRY_LAB_STATE") {
@@ -103,6 +147,7 @@ impl Lab {
     /// (`KUBECONFIG=a:b`, see [`Lab::kubeconfigs`]).
     pub fn start_as(state_dir: &Path, vms: u32, context: &str) -> Result<Lab> {
         build()?;
+        sweep_dead_states(&repo_root().join("target/lab"));
         let bin = repo_root().join("target/lab/bin/ferry-lab");
         let started = Instant::now();
         let mut child = Command::new(&bin)
@@ -326,5 +371,43 @@ fn build() -> Result<()> {
         Ok(())
     } else {
         Err(Error::Build(status.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_runs_lab_states_are_swept_and_running_ones_and_others_kept() {
+        let base = std::env::temp_dir().join(format!("ferry-sweep-{}", std::process::id()));
+        // Above the kernel's largest pid_max (2^22): no process can have it.
+        let dead = 4_194_305;
+        let own = std::process::id();
+        let names = [
+            format!("test-state-{dead}"),
+            format!("soak-state-{dead}"),
+            format!("tui-restart-{own}"),
+            "bench-state".to_owned(),
+            format!("mine-{dead}"),
+        ];
+        for n in &names {
+            std::fs::create_dir_all(base.join(n).join("logs")).unwrap();
+        }
+        sweep_dead_states(&base);
+        let mut left: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        std::fs::remove_dir_all(&base).unwrap();
+        assert_eq!(
+            left,
+            vec![
+                "bench-state".to_owned(),
+                format!("mine-{dead}"),
+                format!("tui-restart-{own}"),
+            ]
+        );
     }
 }
