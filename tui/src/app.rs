@@ -457,6 +457,9 @@ where
         }
         if dirty && last_draw.elapsed() >= FRAME {
             let read_before = state.index.rows_read();
+            // The log pane's new lines, moved from the logger's buffer (it keeps the last
+            // thousand; a frame comes at least once a second with the clock).
+            tui_logger::move_events();
             let mut render = Duration::ZERO;
             let (drawn_ok, draw, sched) = Sched::around(details, || {
                 terminal.draw(|f| {

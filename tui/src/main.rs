@@ -116,7 +116,10 @@ impl Cli {
 }
 
 fn init_tui_logging() {
-    let _ = tui_logger::init_logger(tui_logger::LevelFilter::Debug);
+    // Not `init_logger`: it starts a thread that wakes every 10 ms to move new lines into the
+    // pane's buffer, 100 wake-ups a second on an idle board. The event loop moves them before
+    // each frame instead (`app::drive`), the only time the pane is read.
+    tui_logger::set_default_level(tui_logger::LevelFilter::Debug);
     let filter = EnvFilter::try_from_env("FERRY_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,hyper=warn,tower=warn,rustls=warn"));
     let _ = tracing_subscriber::registry()

@@ -214,6 +214,13 @@ async fn board_shows_new_migrations_and_c_then_y_sets_spec_cancel_in_the_apiserv
     tmux.wait("the cancelling flag on alpha", T, |s| {
         s.lines().any(|l| l.contains("✕ alpha"))
     });
+    // The log pane shows the action's line: the logger's buffer reaches the screen.
+    tmux.keys(&["l"]);
+    tmux.wait("the action in the log pane", T, |s| {
+        s.contains(" logs (l hides) ")
+            && s.lines()
+                .any(|l| l.contains("action") && l.contains("patch") && l.contains("alpha"))
+    });
     tmux.keys(&["q"]);
 }
 
