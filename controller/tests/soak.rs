@@ -80,7 +80,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     let n = vms();
     let started = Instant::now();
     binaries();
-    let state = workspace().join(format!("target/lab/soak-state-{}", std::process::id()));
+    let state = ferry_harness::run_state_dir("soak-state");
     let lab: &'static Lab = Box::leak(Box::new(Lab::start(&state, (n + 4) as u32).unwrap()));
     println!(
         "soak: lab with {} VMs ready in {:.0} s",

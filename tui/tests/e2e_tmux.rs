@@ -9,7 +9,7 @@ use std::{
 };
 
 use ferry_crds::{VirtualMachineMigration, fixtures::migration};
-use ferry_harness::{Lab, lab, repo_root};
+use ferry_harness::{Lab, lab, repo_root, run_state_dir};
 
 /// A tmux session running one command; killed (by its own name) on drop.
 struct Tmux {
@@ -289,8 +289,7 @@ subjects:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_board_survives_the_apiserver_stopping_and_goes_from_stale_to_live() {
-    let dir = repo_root().join(format!("target/lab/tui-restart-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = run_state_dir("tui-restart");
     let first = Lab::start(&dir, 4).expect("private lab");
     let kc = first.info.kubeconfig.clone();
     install_crds(&kc);
@@ -532,8 +531,7 @@ fn spec_cancel(kubeconfig: &Path, ns: &str, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_clusters_on_one_board_act_apart_and_one_lost_goes_stale_while_the_other_stays_live() {
     let a = lab();
-    let dir = repo_root().join(format!("target/lab/tui-second-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = run_state_dir("tui-second");
     let b = Lab::start_as(&dir, 1, "ferry-lab-b").expect("a second lab, context ferry-lab-b");
     let (kc_a, kc_b) = (a.info.kubeconfig.clone(), b.info.kubeconfig.clone());
     install_crds(&kc_a);

@@ -8,7 +8,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use ferry_harness::{Lab, repo_root};
+use ferry_harness::{Lab, run_state_dir};
 
 /// Processes whose command line mentions `needle` (the lab passes its state dir to every child).
 fn processes_mentioning(needle: &Path) -> Vec<String> {
@@ -34,8 +34,7 @@ fn processes_mentioning(needle: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn lab_stops_cleanly_and_restarts_on_the_same_address_with_its_data() {
-    let dir = repo_root().join(format!("target/lab/lifecycle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = run_state_dir("lifecycle");
 
     let first = tokio::task::spawn_blocking({
         let dir = dir.clone();

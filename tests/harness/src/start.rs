@@ -65,22 +65,25 @@ fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// The names, before `-PID`, of the lab state directories test binaries make under
-/// `target/lab/` (the shared one, the soak's, the cockpit's restart and second-cluster tests',
-/// the lab life-cycle tests').
-const PER_RUN_STATES: [&str; 5] = [
-    "test-state",
-    "soak-state",
-    "tui-restart",
-    "tui-second",
-    "lifecycle",
-];
+/// A fresh directory for a lab of this test process's own called `name`:
+/// `target/lab/runs/NAME-PID`, emptied if a run with the same pid left one. Every lab start
+/// removes the directories there whose process and lab are gone ([`sweep_dead_states`]).
+pub fn run_state_dir(name: &str) -> PathBuf {
+    let dir = runs_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
 
-/// Removes the state directories of labs that earlier test binaries started under `base`
-/// ([`PER_RUN_STATES`]) once both that binary and its lab are gone: each holds etcd's data, the
+/// Where the labs of test processes keep their state, one directory per lab.
+fn runs_dir() -> PathBuf {
+    repo_root().join("target/lab/runs")
+}
+
+/// Removes the state directories under `base` (`NAME-PID`) of labs that earlier test
+/// processes started once both that process and its lab are gone: each holds etcd's data, the
 /// staged disks and the logs of one run, gigabytes after the data-path suites, and nothing
 /// reads them after the run that made them (a failed run's logs are still there until the
-/// next run starts). A directory whose binary or lab is still running is left alone.
+/// next run starts). A directory whose process or lab is still running is left alone.
 fn sweep_dead_states(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -90,7 +93,6 @@ fn sweep_dead_states(base: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.rsplit_once('-'))
-            .filter(|(prefix, _)| PER_RUN_STATES.contains(prefix))
             .and_then(|(_, p)| p.parse::<u32>().ok())
         else {
             continue;
@@ -126,13 +128,7 @@ impl Lab {
                 owned: Mutex::new(None),
             });
         }
-        let base = repo_root().join("target/lab");
-        std::fs::create_dir_all(&base).map_err(|source| Error::Read {
-            path: base.clone(),
-            source,
-        })?;
-        let dir = base.join(format!("test-state-{}", std::process::id()));
-        Lab::start(&dir, DEFAULT_VMS)
+        Lab::start(&run_state_dir("test-state"), DEFAULT_VMS)
     }
 
     /// Builds the lab when needed and starts a private one in `state_dir`, owned by this process.
@@ -147,7 +143,7 @@ impl Lab {
     /// (`KUBECONFIG=a:b`, see [`Lab::kubeconfigs`]).
     pub fn start_as(state_dir: &Path, vms: u32, context: &str) -> Result<Lab> {
         build()?;
-        sweep_dead_states(&repo_root().join("target/lab"));
+        sweep_dead_states(&runs_dir());
         let bin = repo_root().join("target/lab/bin/ferry-lab");
         let started = Instant::now();
         let mut child = Command::new(&bin)
@@ -389,8 +385,7 @@ mod tests {
             format!("test-state-{dead}"),
             format!("soak-state-{dead}"),
             format!("tui-restart-{own}"),
-            "bench-state".to_owned(),
-            format!("mine-{dead}"),
+            "no-pid".to_owned(),
         ];
         for n in &names {
             std::fs::create_dir_all(base.join(n).join("logs")).unwrap();
@@ -404,11 +399,7 @@ mod tests {
         std::fs::remove_dir_all(&base).unwrap();
         assert_eq!(
             left,
-            vec![
-                "bench-state".to_owned(),
-                format!("mine-{dead}"),
-                format!("tui-restart-{own}"),
-            ]
+            vec!["no-pid".to_owned(), format!("tui-restart-{own}")]
         );
     }
 }
