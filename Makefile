@@ -12,7 +12,7 @@ all: build
 tools:
 	@tests/lab/ensure-tools.sh
 
-## Build the lab binaries (ferry-lab, kubectl, s3s-fs) when missing or stale.
+## Build the lab binaries (ferry-lab, kubectl, ferry-lab-s3) when missing or stale.
 lab-build: tools
 	@tests/lab/build.sh
 

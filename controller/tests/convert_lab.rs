@@ -568,14 +568,11 @@ async fn a_qcow2_copy_that_cannot_fit_the_work_volume_fails_at_once_naming_the_s
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Open multipart uploads of s3s-fs (it keeps `.upload-<id>.json` in its data directory; it
-/// does not implement ListMultipartUploads).
+/// Whether the lab's S3 still holds upload `id` (its parts live in
+/// `.ferry-s3/uploads/<id>/` of the data directory until it is completed or aborted).
 fn open_upload(id: &str) -> bool {
-    let root = &lab().info.s3.data_dir;
-    std::fs::read_dir(root).unwrap().flatten().any(|e| {
-        let n = e.file_name().to_string_lossy().into_owned();
-        n == format!(".upload-{id}.json") || n.starts_with(&format!(".upload_id-{id}.part-"))
-    })
+    let dir = lab().info.s3.data_dir.join(".ferry-s3/uploads").join(id);
+    dir.join("upload.json").exists() || dir.exists()
 }
 
 #[tokio::test(flavor = "multi_thread")]

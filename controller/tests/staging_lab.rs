@@ -1,4 +1,4 @@
-//! S3 staging against the lab's real S3 server (s3s-fs on loopback).
+//! S3 staging against the lab's S3 server (ferry-lab-s3 on loopback: s3s's protocol, files behind).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -146,8 +146,15 @@ async fn a_missing_bucket_is_reported_as_such_and_permanent() {
     };
     let st = Staging::new(cfg).unwrap();
     assert!(!st.bucket_exists().await.unwrap());
-    // No PUT here: s3s-fs creates a missing bucket's directory on PUT, where S3 says NoSuchBucket
-    // (the unit tests hold that classification). Callers check bucket_exists first for that reason.
+    // A PUT and a multipart upload into it fail as on S3, and create nothing.
+    let err = st
+        .put_bytes("k", bytes::Bytes::from_static(b"x"), &BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoSuchBucket { .. }), "{err:?}");
+    let err = st.create_multipart("k", &BTreeMap::new()).await.unwrap_err();
+    assert!(matches!(err, Error::NoSuchBucket { .. }), "{err:?}");
+    assert!(!lab().info.s3.data_dir.join("no-such-bucket").exists());
     let err = st.head("k").await.unwrap_err();
     assert!(
         matches!(&err, Error::NoSuchBucket { bucket, .. } if bucket == "no-such-bucket"),

@@ -2,11 +2,13 @@
 # Builds the lab binaries into target/lab/bin, only when missing or stale:
 #   target/lab/bin/ferry-lab   the lab (etcd + kube-apiserver + kube-controller-manager + vcsim, Go)
 #   target/lab/bin/kubectl     hard link to ferry-lab (it dispatches on argv[0])
-#   target/lab/bin/s3s-fs      the S3 server (Rust, cargo install s3s-fs)
+#   target/lab/bin/ferry-lab-s3  the S3 server (Rust, tests/s3 of this workspace, release build)
 #   target/lab/bin/ferry-lab.test  the lab's own Go tests, compiled (run by `make test`)
 # Built binaries are cached in ${FERRY_CACHE:-$HOME/.cache/ferry}/lab/<key>/, key = sha256 of the
 # lab's sources (go.mod, go.sum, *.go, crds/*.yaml, this script) and the Go version, so a fresh
-# clone on the same machine links the cached binaries instead of rebuilding.
+# clone on the same machine links the cached binaries instead of rebuilding. ferry-lab-s3 is cached
+# apart, in .../lab-s3/<key>/, key = sha256 of tests/s3, the workspace's Cargo.toml and Cargo.lock
+# and the Rust version (its cargo target directory is kept beside it, so a rebuild is incremental).
 # Run from anywhere; paths are relative to the repository root.
 set -euo pipefail
 
@@ -15,7 +17,6 @@ ROOT="$(cd "$LAB_DIR/../.." && pwd)"
 OUT="$ROOT/target/lab/bin"
 CACHE_ROOT="${FERRY_CACHE:-$HOME/.cache/ferry}"
 K8S_VERSION=v1.37.2
-S3S_VERSION=0.14.1   # newest s3s-fs whose rust-version fits the machine's Rust (0.15+ need 1.96)
 
 say() { echo "lab/build: $*" >&2; }
 
@@ -26,14 +27,20 @@ key_input() {
   (cd "$LAB_DIR" && find . -maxdepth 2 -type f \( -name '*.go' -o -name go.mod -o -name go.sum \
       -o -path './crds/*.yaml' -o -name build.sh \) -not -path './state*' | LC_ALL=C sort | xargs sha256sum)
   go env GOVERSION
-  echo "s3s-fs $S3S_VERSION"
 }
+s3_key_input() {
+  (cd "$ROOT" && find tests/s3 -type f \( -name '*.rs' -o -name Cargo.toml \) | LC_ALL=C sort | xargs sha256sum &&
+     sha256sum Cargo.toml Cargo.lock)
+  rustc -V
+}
+S3_KEY="$(s3_key_input | sha256sum | cut -c1-16)"
+S3_CACHE="$CACHE_ROOT/lab-s3/$S3_KEY"
 KEY="$(key_input | sha256sum | cut -c1-16)"
 CACHE="$CACHE_ROOT/lab/$KEY"
 
 up_to_date() {
-  [ -x "$OUT/ferry-lab" ] && [ -x "$OUT/kubectl" ] && [ -x "$OUT/s3s-fs" ] && [ -x "$OUT/ferry-lab.test" ] &&
-    [ "$(cat "$OUT/.key" 2>/dev/null)" = "$KEY" ]
+  [ -x "$OUT/ferry-lab" ] && [ -x "$OUT/kubectl" ] && [ -x "$OUT/ferry-lab-s3" ] && [ -x "$OUT/ferry-lab.test" ] &&
+    [ "$(cat "$OUT/.key" 2>/dev/null)" = "$KEY $S3_KEY" ]
 }
 if up_to_date; then
   say "target/lab/bin is up to date (key $KEY)"
@@ -67,22 +74,25 @@ heartbeat() {
   done
 }
 
-# ---- s3s-fs ---------------------------------------------------------------------------------
-S3S_ROOT="$CACHE_ROOT/s3s-fs-$S3S_VERSION"
-S3S_BIN="$S3S_ROOT/bin/s3s-fs"
-if [ ! -x "$S3S_BIN" ]; then
-  say "building s3s-fs $S3S_VERSION (cargo install --locked, feature 'binary'): takes roughly 3-10 minutes the first time"
-  log="$CACHE_ROOT/s3s-fs-$S3S_VERSION.build.log"
-  cargo install --locked s3s-fs --version "$S3S_VERSION" --features binary --root "$S3S_ROOT" >"$log" 2>&1 &
+# ---- ferry-lab-s3 -------------------------------------------------------------------------
+if [ ! -x "$S3_CACHE/ferry-lab-s3" ]; then
+  say "building ferry-lab-s3 (tests/s3, cargo build --release --locked): roughly 2-5 minutes the first time"
+  mkdir -p "$CACHE_ROOT/lab-s3"
+  log="$CACHE_ROOT/lab-s3/build.log"
+  cargo build --release --locked -p ferry-lab-s3 --manifest-path "$ROOT/Cargo.toml" \
+    --target-dir "$CACHE_ROOT/lab-s3/target" >"$log" 2>&1 &
   pid=$!
-  heartbeat "$pid" "$log" "" "s3s-fs" &
+  heartbeat "$pid" "$log" "" "ferry-lab-s3" &
   hb=$!
   if ! wait "$pid"; then
     kill "$hb" 2>/dev/null || true
-    say "cargo install s3s-fs failed; last lines of $log:"; tail -30 "$log" >&2; exit 1
+    say "cargo build of ferry-lab-s3 failed; last lines of $log:"; tail -30 "$log" >&2; exit 1
   fi
   kill "$hb" 2>/dev/null || true
-  say "s3s-fs built"
+  rm -rf "$S3_CACHE.tmp"; mkdir -p "$S3_CACHE.tmp"
+  cp "$CACHE_ROOT/lab-s3/target/release/ferry-lab-s3" "$S3_CACHE.tmp/"
+  rm -rf "$S3_CACHE"; mv "$S3_CACHE.tmp" "$S3_CACHE"
+  say "ferry-lab-s3 built"
 fi
 
 # ---- ferry-lab ------------------------------------------------------------------------------
@@ -113,17 +123,16 @@ if [ ! -x "$CACHE/ferry-lab" ] || [ ! -x "$CACHE/ferry-lab.test" ]; then
   if ! (cd "$LAB_DIR" && CGO_ENABLED=0 go test -buildvcs=false -c -o "$tmp/ferry-lab.test" .) >>"$log" 2>&1; then
     say "go test -c failed; last lines of $log:"; tail -40 "$log" >&2; exit 1
   fi
-  cp "$S3S_BIN" "$tmp/s3s-fs"
   rm -rf "$CACHE"; mv "$tmp" "$CACHE"
   say "ferry-lab built in $((SECONDS - start))s ($(du -h "$CACHE/ferry-lab" | cut -f1))"
 fi
-[ -x "$CACHE/s3s-fs" ] || cp "$S3S_BIN" "$CACHE/s3s-fs"
 
 # ---- install into target/lab/bin (hard links when on the same filesystem) -------------------
 place() { rm -f "$2"; ln "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
 place "$CACHE/ferry-lab" "$OUT/ferry-lab"
 place "$OUT/ferry-lab" "$OUT/kubectl"
-place "$CACHE/s3s-fs" "$OUT/s3s-fs"
+place "$S3_CACHE/ferry-lab-s3" "$OUT/ferry-lab-s3"
+rm -f "$OUT/s3s-fs"
 place "$CACHE/ferry-lab.test" "$OUT/ferry-lab.test"
-echo "$KEY" >"$OUT/.key"
-say "target/lab/bin ready: ferry-lab, kubectl, s3s-fs, ferry-lab.test (key $KEY)"
+echo "$KEY $S3_KEY" >"$OUT/.key"
+say "target/lab/bin ready: ferry-lab, kubectl, ferry-lab-s3, ferry-lab.test (key $KEY)"

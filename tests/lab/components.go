@@ -83,7 +83,7 @@ func (l *lab) components() []*component {
 		info:  l.vcenterInfo,
 		url:   func() string { return l.vc.url },
 	}, {
-		name:  "s3s-fs",
+		name:  "s3",
 		ports: []string{"s3"},
 		start: l.s3Start,
 		ready: probe{what: "signed HEAD /" + s3Bucket + " ok", timeout: time.Minute, every: 200 * time.Millisecond, check: l.s3Ready},
@@ -103,17 +103,17 @@ func (l *lab) components() []*component {
 		url:  func() string { return l.vcCA.url },
 		log:  "vcsim.log",
 	}, {
-		// S3 over https with a certificate of the same private CA: a TLS front of s3s-fs.
+		// S3 over https with a certificate of the same private CA: a TLS front of the lab's S3.
 		name:  "s3-tls",
 		ports: []string{"s3tls"},
-		needs: []string{"s3s-fs"},
+		needs: []string{"s3"},
 		start: l.s3TLSStart,
 		ready: probe{what: "signed HEAD /" + s3Bucket + " over https ok", timeout: time.Minute,
 			every: 200 * time.Millisecond, check: l.s3TLSReady},
 		json: "s3Tls",
 		info: l.s3TLSInfo,
 		url:  l.s3TLSURL,
-		log:  "s3s-fs.log",
+		log:  "s3.log",
 	}}
 }
 
@@ -560,7 +560,7 @@ func (l *lab) vcenterCAInfo() (any, error) {
 func (l *lab) s3TLSURL() string { return fmt.Sprintf("https://127.0.0.1:%d", l.port("s3tls")) }
 
 // s3TLSStart serves https on its port and passes every request, Host header and all (SigV4
-// signs it), to s3s-fs.
+// signs it), to the lab's S3.
 func (l *lab) s3TLSStart(context.Context) (func(), error) {
 	cert, err := tls.LoadX509KeyPair(l.pki.s3TLSCert, l.pki.s3TLSKey)
 	if err != nil {
@@ -616,7 +616,7 @@ func (l *lab) s3TLSInfo() (any, error) {
 	return s3TLSInfo{Endpoint: l.s3TLSURL(), CAFile: l.pki.endpointCACert}, nil
 }
 
-// ---------- S3 (s3s-fs) ----------
+// ---------- S3 (ferry-lab-s3, tests/s3) ----------
 
 func (l *lab) findHelper(name, envVar string) (string, error) {
 	if p := os.Getenv(envVar); p != "" {
@@ -637,12 +637,12 @@ func (l *lab) s3URL() string { return fmt.Sprintf("http://127.0.0.1:%d", l.port(
 func (l *lab) s3DataDir() string { return filepath.Join(l.dir, "s3") }
 
 func (l *lab) s3Start(context.Context) (func(), error) {
-	bin, err := l.findHelper("s3s-fs", "FERRY_LAB_S3S_FS")
+	bin, err := l.findHelper("ferry-lab-s3", "FERRY_LAB_S3")
 	if err != nil {
 		return nil, err
 	}
 	data := l.s3DataDir()
-	// For s3s-fs a bucket is a directory under its root.
+	// For the lab's S3 a bucket is a directory under its root.
 	if err := os.MkdirAll(filepath.Join(data, s3Bucket), 0o755); err != nil {
 		return nil, err
 	}
@@ -653,9 +653,9 @@ func (l *lab) s3Start(context.Context) (func(), error) {
 		"--secret-key", l.secrets.SecretKey,
 		data,
 	}
-	c := l.newChild("s3s-fs", bin, args, syscall.SIGINT)
+	c := l.newChild("s3", bin, args, syscall.SIGINT)
 	c.env = append(c.env, "RUST_LOG=info", "NO_COLOR=1")
-	progress("s3s-fs: starting on %s (bucket %s, data %s, log %s)", l.s3URL(), s3Bucket, data, c.logPath)
+	progress("s3: ferry-lab-s3 starting on %s (bucket %s, data %s, log %s)", l.s3URL(), s3Bucket, data, c.logPath)
 	return runChild(c)
 }
 

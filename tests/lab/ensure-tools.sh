@@ -23,7 +23,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 command -v go >/dev/null 2>&1 || { say "go is not installed (need Go >= 1.26)"; exit 1; }
-command -v cargo >/dev/null 2>&1 || { say "cargo is not installed (needed to build s3s-fs)"; exit 1; }
+command -v cargo >/dev/null 2>&1 || { say "cargo is not installed (needed to build the lab's S3 server, tests/s3)"; exit 1; }
 
 gov=$(go env GOVERSION | sed 's/^go//')
 case "$gov" in

@@ -18,7 +18,7 @@ import (
 // table (stop, start again on the same ports and data, wait for its probe) while the others keep
 // running, and answers "ok" or "error: ..." — how a test restarts the apiserver under a running
 // controller. Only components that a restart cannot break are allowed.
-var restartable = []string{"apiserver", "controller-manager", "s3s-fs"}
+var restartable = []string{"apiserver", "controller-manager", "s3"}
 
 func (l *lab) controlPath() string { return filepath.Join(l.dir, "control.sock") }
 
