@@ -152,7 +152,10 @@ async fn a_missing_bucket_is_reported_as_such_and_permanent() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoSuchBucket { .. }), "{err:?}");
-    let err = st.create_multipart("k", &BTreeMap::new()).await.unwrap_err();
+    let err = st
+        .create_multipart("k", &BTreeMap::new())
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::NoSuchBucket { .. }), "{err:?}");
     assert!(!lab().info.s3.data_dir.join("no-such-bucket").exists());
     let err = st.head("k").await.unwrap_err();
