@@ -10,7 +10,7 @@
 //!   peak RSS (its own and its largest qemu-img) and the bytes it sent to S3 (its report line);
 //! * what the lab's S3 costs, beside the issue's floor (which uploads nothing): the upload
 //!   floor, a multipart upload of the floor's qemu-img output (the staged image's bytes) to the
-//!   same s3s-fs, with the converter's part size and parts in flight, completion included; and
+//!   same lab S3 (ferry-lab-s3), with the converter's part size and parts in flight, completion included; and
 //!   the ratio of Converting to download + upload;
 //! * the converter's own time on the disk (its report line, from the disk's start to its
 //!   `Staged` record), so that the rest of Converting (the Job's start, the vSphere login, the
@@ -42,7 +42,7 @@ struct Row {
     ratio_with_upload: f64,
     converter_disk_s: f64,
     /// CPU seconds while converting: the converter (its summary line), its qemu-img runs, the
-    /// lab process (vcsim serving the datastore, with the apiserver it hosts) and s3s-fs.
+    /// lab process (vcsim serving the datastore, with the apiserver it hosts) and the lab's S3 (ferry-lab-s3).
     converter_cpu_s: f64,
     qemu_cpu_s: f64,
     lab_cpu_s: f64,
@@ -109,7 +109,7 @@ async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (
     (download, qemu, upload)
 }
 
-/// What the lab's S3 costs: `file` uploaded to s3s-fs as the converter uploads an image (parts
+/// What the lab's S3 costs: `file` uploaded to the lab's S3 as the converter uploads an image (parts
 /// of [`part_size`], [`parts_in_flight`] at once, read in order, the multipart upload completed),
 /// then deleted. Seconds from the upload's creation to its completion. The file was just written
 /// by qemu-img, so it is read from the page cache as the converter's parts come from memory.
@@ -203,14 +203,14 @@ fn process_cpu(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The pid of the lab's s3s-fs (a child of the lab process), if it runs.
-fn s3s_pid(lab_pid: u32) -> Option<u32> {
+/// The pid of the lab's S3 server (a child of the lab process), if it runs.
+fn s3_server_pid(lab_pid: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
         let (head, rest) = stat.rsplit_once(')')?;
         let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
-        (head.ends_with("(s3s-fs") && ppid == lab_pid).then_some(pid)
+        (head.ends_with("(ferry-lab-s3") && ppid == lab_pid).then_some(pid)
     })
 }
 
@@ -243,7 +243,7 @@ async fn main() {
     let mut rows: Vec<Row> = vec![];
     let mut skipped: Vec<String> = vec![];
     for &mib_size in &sizes {
-        // At once: the source disk, the staged image, s3s-fs's parts while it completes, the
+        // At once: the source disk, the staged image, the S3 server's open upload, the
         // floor's download and qemu-img output (one after the other), and some margin.
         let need = (mib_size << 20) * 3 + (4 << 30);
         let free = free_bytes(&env.scratch);
@@ -289,7 +289,7 @@ async fn main() {
                 vmm.spec.target.name = Some(name.clone());
                 env.create(&vmm).await;
                 let lab_pid = env.lab.info.pid;
-                let s3_pid = s3s_pid(lab_pid);
+                let s3_pid = s3_server_pid(lab_pid);
                 let (mut entered, mut left) = (None, None);
                 let mut cpu_at_entry = (0.0, 0.0);
                 let deadline = Instant::now() + Duration::from_secs(900);
@@ -427,13 +427,13 @@ fn table(rows: &[Row], skipped: &[String]) -> String {
     }
     txt.push_str(
         "floor: download + qemu-img (the ratio's denominator); upload: the same bytes as the \
-         staged image sent to the lab's s3s-fs as the converter sends them (not in the floor); \
+         staged image sent to the lab's S3 (ferry-lab-s3) as the converter sends them (not in the floor); \
          ÷(dl+up): Converting / (download + upload); converter: its own time on the disk (the \
          rest of Converting is the Job's start, the login and the controller noticing the end)\n",
     );
     txt.push_str(&format!(
         "\nCPU seconds while converting (2 cores shared with other work):\n{:<32} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-        "case", "Converting", "converter", "qemu-img", "lab+vcsim", "s3s-fs"
+        "case", "Converting", "converter", "qemu-img", "lab+vcsim", "lab S3"
     ));
     for r in rows {
         txt.push_str(&format!(
