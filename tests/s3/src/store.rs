@@ -53,9 +53,16 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (and creates) the data directory's internal folders.
+    /// Opens (and creates) the data directory's internal folders. PUTs cut off by an earlier
+    /// run (a SIGKILL mid-body) left their temporary files: no request owns them now, so they go.
+    /// Open multipart uploads stay (S3 keeps them until they are completed or aborted).
     pub fn open(root: PathBuf) -> io::Result<Self> {
         let s = Self { root };
+        match std::fs::remove_dir_all(s.tmp_dir()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         std::fs::create_dir_all(s.tmp_dir())?;
         std::fs::create_dir_all(s.uploads_dir())?;
         Ok(s)
@@ -366,6 +373,14 @@ mod tests {
             store.stat("nope", "a").unwrap_err().code(),
             &S3ErrorCode::NoSuchBucket
         );
+        // A PUT cut off by a killed server: its temporary file goes at the next start, the
+        // objects and open uploads stay.
+        std::fs::write(store.tmp_path(), b"half").unwrap();
+        std::fs::create_dir(store.uploads_dir().join("u")).unwrap();
+        let store = Store::open(root.clone()).unwrap();
+        assert_eq!(std::fs::read_dir(store.tmp_dir()).unwrap().count(), 0);
+        assert!(store.uploads_dir().join("u").is_dir());
+        assert_eq!(store.stat("b", "x/1").unwrap().1.size, 3);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
