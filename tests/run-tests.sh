@@ -55,6 +55,14 @@ LEFT=$(pgrep -f -- "$STATE" || true)
 if [[ -n "$LEFT" ]]; then
     echo "processes survived the lab:"; ps -o pid,args -p $LEFT; STATUS=1
 fi
+# Labs that tests started for themselves (target/lab/runs/NAME-PID) stop when their test process
+# exits (their stdin closes); give them the time a lab takes to stop, then nothing may be left.
+RUNS="$PWD/target/lab/runs/"
+for _ in $(seq 1 600); do pgrep -f -- "$RUNS" >/dev/null || break; sleep 0.1; done
+LEFT=$(pgrep -f -- "$RUNS" || true)
+if [[ -n "$LEFT" ]]; then
+    echo "processes of the tests' own labs survived them:"; ps -o pid,args -p $LEFT; STATUS=1
+fi
 
 PASSED=$(grep -Eo '^test result: .* ([0-9]+) passed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 FAILED=$(grep -Eo '^test result: .* ([0-9]+) failed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
