@@ -345,7 +345,18 @@ impl Uploads {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
-        std::fs::remove_dir_all(&dir).map_err(internal)
+        // A part arriving at this moment may still add a file while the folder is emptied.
+        let mut last = Ok(());
+        for _ in 0..3 {
+            last = match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                r => r,
+            };
+            if last.is_ok() {
+                break;
+            }
+        }
+        last.map_err(internal)
     }
 }
 

@@ -339,7 +339,13 @@ impl S3 for LabS3 {
                 None => None,
             };
         let (start, end) = range.clone().map_or((0, info.size), |r| (r.start, r.end));
-        let mut file = tokio::fs::File::open(&path).await.map_err(internal)?;
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| match e.kind() {
+                // Deleted since the stat.
+                io::ErrorKind::NotFound => crate::store::no_such_key(),
+                _ => internal(e),
+            })?;
         file.seek(io::SeekFrom::Start(start))
             .await
             .map_err(internal)?;

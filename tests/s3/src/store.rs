@@ -157,7 +157,16 @@ impl Store {
                 "the lab's S3 keeps objects as files: {key:?} is a prefix of other objects"
             ));
         }
-        std::fs::rename(tmp, &dest).map_err(internal)
+        match std::fs::rename(tmp, &dest) {
+            // A DELETE of the last object beside it removed the folder meanwhile: make it again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tmp.exists() => {
+                if let Some(parent) = dest.parent() {
+                    std::fs::create_dir_all(parent).map_err(internal)?;
+                }
+                std::fs::rename(tmp, &dest).map_err(internal)
+            }
+            r => r.map_err(internal),
+        }
     }
 
     /// Deletes an object (absent is fine, as in S3) and the directories it leaves empty.
