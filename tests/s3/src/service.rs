@@ -122,6 +122,48 @@ fn unsupported(what: &str, present: bool) -> S3Result<()> {
     Ok(())
 }
 
+/// Whether a request carries any `x-amz-checksum-*` value (PutObject and UploadPart name them alike).
+macro_rules! checksums {
+    ($i:expr) => {
+        $i.checksum_crc32.is_some()
+            || $i.checksum_crc32c.is_some()
+            || $i.checksum_crc64nvme.is_some()
+            || $i.checksum_sha1.is_some()
+            || $i.checksum_sha256.is_some()
+    };
+}
+
+/// Whether a GET or HEAD is conditional (on its ETag or its time): same field names on both.
+macro_rules! conditions {
+    ($i:expr) => {
+        $i.if_match.is_some()
+            || $i.if_none_match.is_some()
+            || $i.if_modified_since.is_some()
+            || $i.if_unmodified_since.is_some()
+    };
+}
+
+/// What GET and HEAD both say of an object besides its size.
+struct Described {
+    content_type: Option<ContentType>,
+    e_tag: Option<ETag>,
+    last_modified: Option<LastModified>,
+    metadata: Option<Metadata>,
+}
+
+fn described(info: &ObjectInfo) -> Described {
+    Described {
+        content_type: info
+            .meta
+            .content_type
+            .as_deref()
+            .and_then(|c| c.parse().ok()),
+        e_tag: etag(&info.meta.etag),
+        last_modified: Some(info.modified.into()),
+        metadata: metadata(&info.meta.user),
+    }
+}
+
 fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -281,14 +323,7 @@ impl S3 for LabS3 {
             "conditional PUT",
             i.if_match.is_some() || i.if_none_match.is_some(),
         )?;
-        unsupported(
-            "x-amz-checksum-*",
-            i.checksum_crc32.is_some()
-                || i.checksum_crc32c.is_some()
-                || i.checksum_crc64nvme.is_some()
-                || i.checksum_sha1.is_some()
-                || i.checksum_sha256.is_some(),
-        )?;
+        unsupported("x-amz-checksum-*", checksums!(i))?;
         self.store.object_path(&i.bucket, &i.key)?;
         let tmp = self.store.tmp_path();
         let file = std::fs::File::create(&tmp).map_err(internal)?;
@@ -322,13 +357,7 @@ impl S3 for LabS3 {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
-        unsupported(
-            "conditional GET",
-            i.if_match.is_some()
-                || i.if_none_match.is_some()
-                || i.if_modified_since.is_some()
-                || i.if_unmodified_since.is_some(),
-        )?;
+        unsupported("conditional GET", conditions!(i))?;
         unsupported("GET of one part", i.part_number.is_some())?;
         let (path, info) = self.store.stat(&i.bucket, &i.key)?;
         let range =
@@ -350,19 +379,16 @@ impl S3 for LabS3 {
             .await
             .map_err(internal)?;
         let body = tokio_util::io::ReaderStream::with_capacity(file.take(end - start), READ_CHUNK);
+        let d = described(&info);
         Ok(S3Response::new(GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: Some((end - start) as i64),
             content_range: range.map(|r| format!("bytes {}-{}/{}", r.start, r.end - 1, info.size)),
             accept_ranges: Some("bytes".to_owned()),
-            content_type: info
-                .meta
-                .content_type
-                .as_deref()
-                .and_then(|c| c.parse().ok()),
-            e_tag: etag(&info.meta.etag),
-            last_modified: Some(info.modified.into()),
-            metadata: metadata(&info.meta.user),
+            content_type: d.content_type,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+            metadata: d.metadata,
             ..Default::default()
         }))
     }
@@ -372,29 +398,20 @@ impl S3 for LabS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
-        unsupported(
-            "conditional HEAD",
-            i.if_match.is_some()
-                || i.if_none_match.is_some()
-                || i.if_modified_since.is_some()
-                || i.if_unmodified_since.is_some(),
-        )?;
+        unsupported("conditional HEAD", conditions!(i))?;
         unsupported(
             "HEAD of a range or part",
             i.range.is_some() || i.part_number.is_some(),
         )?;
         let (_, info) = self.store.stat(&i.bucket, &i.key)?;
+        let d = described(&info);
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(info.size as i64),
             accept_ranges: Some("bytes".to_owned()),
-            content_type: info
-                .meta
-                .content_type
-                .as_deref()
-                .and_then(|c| c.parse().ok()),
-            e_tag: etag(&info.meta.etag),
-            last_modified: Some(info.modified.into()),
-            metadata: metadata(&info.meta.user),
+            content_type: d.content_type,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+            metadata: d.metadata,
             ..Default::default()
         }))
     }
@@ -514,14 +531,7 @@ impl S3 for LabS3 {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let i = req.input;
-        unsupported(
-            "x-amz-checksum-*",
-            i.checksum_crc32.is_some()
-                || i.checksum_crc32c.is_some()
-                || i.checksum_crc64nvme.is_some()
-                || i.checksum_sha1.is_some()
-                || i.checksum_sha256.is_some(),
-        )?;
+        unsupported("x-amz-checksum-*", checksums!(i))?;
         let n = i.part_number;
         if !(1..=10_000).contains(&n) {
             return Err(bad_part_number());
