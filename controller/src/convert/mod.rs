@@ -25,6 +25,7 @@ mod disk;
 mod error;
 mod map;
 mod nbd;
+pub mod qcow2;
 mod qemu;
 mod remote;
 pub mod scratch;
