@@ -16,7 +16,7 @@ use super::remote::{CachedDisk, Remote, Throttle};
 use super::upload::{self, Progress, RecordWriter, Uploaded};
 use super::{
     ConvertArgs, DataPath, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT, META_SOURCE_PATH,
-    META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qemu, scratch, vmdk,
+    META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qcow2, qemu, scratch, vmdk,
 };
 use crate::staging::{DiskRecord, RecordState, Staging};
 use crate::vsphere::{self, Allocation, DatastorePath};
@@ -50,6 +50,8 @@ pub(super) struct Ctx<'a> {
 const BLOCK: u64 = 4 << 20;
 const BLOCKS_KEPT: usize = 16;
 const BLOCKS_AHEAD: u64 = 6;
+/// Block size of the second source that `qemu-img map` reads a sparse VMDK's grain tables from.
+const TABLE_BLOCK: u64 = 64 << 10;
 
 impl Ctx<'_> {
     /// Converts one disk, keeping its record; on failure the record says why.
@@ -149,7 +151,11 @@ impl Ctx<'_> {
         }
     }
 
-    fn vs(&self, disk: &DiskSpec, index: usize) -> impl Fn(vsphere::Error) -> Error + Clone {
+    fn vs(
+        &self,
+        disk: &DiskSpec,
+        index: usize,
+    ) -> impl Fn(vsphere::Error) -> Error + Clone + Send + Sync + 'static {
         let name = format!("disk {index} ({})", disk.datastore_path);
         move |source| Error::Vsphere {
             disk: name.clone(),
@@ -282,8 +288,8 @@ impl Ctx<'_> {
         let input = self.probe(index, disk).await?;
         let ds =
             DatastorePath::parse(&disk.datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
-        match (input, self.args.format) {
-            (Input::Flat(map), OutputFormat::Raw) => {
+        match input {
+            Input::Flat(map) => {
                 let (map, known) = self.allocated(disk, map).await?;
                 let size = map.size();
                 let paths = map
@@ -292,81 +298,60 @@ impl Ctx<'_> {
                     .map(|f| ds.sibling(f).to_string())
                     .collect();
                 let remote = self.remote(paths);
-                let part = upload::part_size(size);
-                progress.total.store(size, Ordering::Relaxed);
-                let map = Arc::new(map);
-                let (r, m) = (remote.clone(), map.clone());
-                let parts = futures::stream::iter(0..size.div_ceil(part))
-                    .map(move |i| {
-                        let (r, m, vs) = (r.clone(), m.clone(), vs.clone());
-                        async move {
-                            let at = i * part;
-                            r.read(&m, at, part.min(size - at)).await.map_err(vs)
-                        }
-                    })
-                    .buffered(upload::parts_in_flight(part));
-                let meta = self.metadata(disk, size);
-                // Parts are hashed whole and in order, so their count moves in steps; the bytes
-                // read so far (the data, stretched over the disk) move smoothly.
+                let layout = match self.args.format {
+                    OutputFormat::Raw => None,
+                    OutputFormat::Qcow2 => Some(qcow2::Layout::new(size, &map.data_areas())),
+                };
+                let image = layout.as_ref().map_or(size, qcow2::Layout::image_size);
+                progress.total.store(image, Ordering::Relaxed);
                 let data = map.data_bytes().max(1);
+                let raw_part = upload::part_size(size);
+                let raw = flat_parts(remote.clone(), Arc::new(map), raw_part, vs);
+                // Parts are hashed whole and in order, so their count moves in steps; the bytes
+                // read so far (the data, stretched over the image) move smoothly.
                 let sampler = {
                     let (remote, progress) = (remote.clone(), progress.clone());
                     tokio::spawn(async move {
                         loop {
                             let read = remote.fetched.load(Ordering::Relaxed);
                             let est =
-                                (u128::from(read) * u128::from(size) / u128::from(data)) as u64;
-                            progress.done.fetch_max(est.min(size), Ordering::Relaxed);
+                                (u128::from(read) * u128::from(image) / u128::from(data)) as u64;
+                            progress.done.fetch_max(est.min(image), Ordering::Relaxed);
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
                     })
                 };
-                let up = upload::upload(
-                    &self.staging,
-                    &disk.key,
-                    &meta,
-                    size,
-                    part,
-                    parts,
-                    writer,
-                    0,
-                )
-                .await;
+                let result = match layout {
+                    None => {
+                        let meta = self.metadata(disk, size);
+                        upload::upload(
+                            &self.staging,
+                            &disk.key,
+                            &meta,
+                            size,
+                            raw_part,
+                            raw,
+                            writer,
+                            0,
+                        )
+                        .await
+                        .map(|up| (up, None, DataPath::FlatStream))
+                    }
+                    Some(layout) => self
+                        .upload_qcow2(disk, writer, layout, raw)
+                        .await
+                        .map(|(up, h)| (up, Some(h), DataPath::FlatQcow2)),
+                };
                 sampler.abort();
-                let up = up?;
+                let (up, raw_sha256, path) = result?;
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, None, DataPath::FlatStream, size, got, 0, known))
+                Ok((up, raw_sha256, path, size, got, 0, known))
             }
-            (Input::Flat(map), OutputFormat::Qcow2) => {
-                let (map, known) = self.allocated(disk, map).await?;
-                let need = scratch::qcow2_bound(map.size(), map.data_clusters(64 << 10));
-                let paths = map
-                    .files
-                    .iter()
-                    .map(|f| ds.sibling(f).to_string())
-                    .collect();
-                let remote = self.remote(paths);
-                let size = map.size();
-                // The flat disk's bytes are its raw contents, all read by qemu-img: hashed as
-                // they arrive, the raw contents' SHA-256 needs no pass of its own.
-                let cached = Arc::new(
-                    CachedDisk::new(remote.clone(), map, BLOCK, BLOCKS_KEPT, BLOCKS_AHEAD)
-                        .hashing(),
-                );
-                let ((up, vsize, raw), peak) = self
-                    .via_qcow2_file(index, disk, writer, cached, "raw", Some((size, need)))
-                    .await?;
-                let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, Some(raw), DataPath::QemuFile, vsize, got, peak, known))
-            }
-            (
-                Input::Sparse {
-                    path,
-                    len,
-                    compressed,
-                },
-                format,
-            ) => {
+            Input::Sparse {
+                path,
+                len,
+                compressed,
+            } => {
                 tracing::info!(disk = %disk.datastore_path, len, compressed, "sparse VMDK: qemu-img reads it over NBD");
                 let remote = self.remote(vec![path]);
                 let file = DiskMap::from_extents(
@@ -383,256 +368,172 @@ impl Ctx<'_> {
                 let file = file.restricted_to(&[(0, len)]);
                 let cached = Arc::new(CachedDisk::new(
                     remote.clone(),
-                    file,
+                    file.clone(),
                     BLOCK,
                     BLOCKS_KEPT,
                     BLOCKS_AHEAD,
                 ));
-                let (up, raw, vsize, path, peak) = match format {
+                let mut sockets = Sockets::new()?;
+                let src_uri = sockets.serve_source("src", cached)?;
+                let qemu_img = &self.args.qemu_img;
+                let vsize = qemu::virtual_size(qemu_img, "vmdk", &src_uri).await?;
+                progress.set_stage("converting");
+                let part = upload::part_size(vsize);
+                let (up, raw_sha256, path) = match self.args.format {
                     OutputFormat::Raw => {
-                        let (up, vsize) = self.via_sink(disk, writer, cached).await?;
-                        (up, None, vsize, DataPath::QemuSink, 0)
+                        progress.total.store(vsize, Ordering::Relaxed);
+                        let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
+                        let meta = self.metadata(disk, vsize);
+                        let up = upload::upload(
+                            &self.staging,
+                            &disk.key,
+                            &meta,
+                            vsize,
+                            part,
+                            raw,
+                            writer,
+                            0,
+                        )
+                        .await?;
+                        (up, None, DataPath::QemuSink)
                     }
                     OutputFormat::Qcow2 => {
-                        let ((up, vsize, raw), peak) = self
-                            .via_qcow2_file(index, disk, writer, cached, "vmdk", None)
-                            .await?;
-                        (up, Some(raw), vsize, DataPath::QemuFile, peak)
+                        // The layout comes from qemu-img's map of the VMDK, which reads its grain
+                        // tables: through small blocks and no read-ahead, so that tables spread
+                        // through a stream-optimized file do not pull in the grains around them.
+                        let tables = Arc::new(CachedDisk::new(
+                            remote.clone(),
+                            file,
+                            TABLE_BLOCK,
+                            BLOCKS_KEPT,
+                            0,
+                        ));
+                        let map_uri = sockets.serve_source("map", tables)?;
+                        let areas = qemu::data_areas(qemu_img, "vmdk", &map_uri).await?;
+                        let layout = qcow2::Layout::new(vsize, &areas);
+                        progress.total.store(layout.image_size(), Ordering::Relaxed);
+                        let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
+                        let (up, h) = self.upload_qcow2(disk, writer, layout, raw).await?;
+                        (up, Some(h), DataPath::QemuSinkQcow2)
                     }
                 };
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, raw, path, vsize, got, peak, true))
+                Ok((up, raw_sha256, path, vsize, got, 0, true))
             }
         }
     }
 
-    /// qemu-img reads `source` over NBD and writes raw into the NBD sink, which streams it.
-    async fn via_sink(
+    /// Uploads the qcow2 image of `layout` made on the way from `raw` (the disk's contents in
+    /// order): metadata first, then the stored clusters, one pass and no local copy. The raw
+    /// contents are hashed as they go by (the verification Job compares the imported volume
+    /// with that hash). Returns the upload and the raw contents' SHA-256.
+    async fn upload_qcow2(
         &self,
         disk: &DiskSpec,
         writer: &RecordWriter,
-        source: Arc<CachedDisk>,
-    ) -> Result<(Uploaded, u64), Error> {
-        let mut sockets = Sockets::new()?;
-        let src_uri = sockets.serve_source("src", source.clone())?;
-        let qemu_img = self.args.qemu_img.clone();
-        let vsize = qemu::virtual_size(&qemu_img, "vmdk", &src_uri).await?;
-        let progress = writer.progress.clone();
-        progress.total.store(vsize, Ordering::Relaxed);
-        progress.set_stage("converting");
-        let part = upload::part_size(vsize);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
-        let sink_path = sockets.path("dst");
-        let listener = UnixListener::bind(&sink_path).map_err(|e| io_err(&sink_path, e))?;
-        let sink = tokio::spawn(nbd::serve_sink(
-            listener,
-            nbd::Assembler::new(part as usize, vsize, tx),
-        ));
-        let sink_abort = sink.abort_handle();
-        let dst_uri = nbd::uri(&sink_path);
-        let qemu = tokio::spawn(async move {
-            let r = qemu::convert_to_raw_target(&qemu_img, "vmdk", &src_uri, &dst_uri).await;
-            if r.is_err() {
-                // qemu-img gave up: the sink will never see the end.
-                sink_abort.abort();
+        layout: qcow2::Layout,
+        raw: impl futures::Stream<Item = Result<Bytes, Error>> + Send + 'static,
+    ) -> Result<(Uploaded, String), Error> {
+        let (vsize, size) = (layout.size(), layout.image_size());
+        let part = upload::part_size(size);
+        let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let hasher = tokio::task::spawn_blocking(move || {
+            let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+            let mut seen = 0u64;
+            while let Some(b) = seen_rx.blocking_recv() {
+                hash.update(&b);
+                seen += b.len() as u64;
             }
-            r
+            (crate::staging::hex(hash.finish().as_ref()), seen)
         });
-        // The image is complete only if qemu-img says so: its exit closes the stream of parts.
-        let gate = futures::stream::once(async move {
-            let q = qemu
-                .await
-                .map_err(|e| Error::Upload(format!("qemu-img task: {e}")))
-                .and_then(|r| r);
-            let s = sink
-                .await
-                .map_err(|e| Error::Upload(format!("NBD sink: {e}")))
-                .and_then(|r| r.map_err(|e| Error::Upload(format!("NBD sink: {e}"))));
-            q.and(s)
-        })
-        .try_filter_map(|()| async { Ok(None) });
-        let parts = tokio_stream_rx(rx).map(Ok).chain(gate);
+        let usize_part = usize::try_from(part).map_err(|e| Error::Upload(e.to_string()))?;
+        let parts = qcow2::encode(layout, raw, usize_part, seen_tx);
         let meta = self.metadata(disk, vsize);
         let up = upload::upload(
             &self.staging,
             &disk.key,
             &meta,
-            vsize,
+            size,
             part,
             parts,
             writer,
             0,
         )
-        .await?;
-        Ok((up, vsize))
-    }
-
-    /// qemu-img reads `source` over NBD and writes a qcow2 file (the one local copy), which is
-    /// then hashed and uploaded in one read while qemu-img reads it once more, at the same time,
-    /// for the SHA-256 of its raw contents (unless `source` hashed them on the way: a flat disk). `flat`: `(virtual size, scratch need)` when known without asking qemu-img.
-    /// Returns `((uploaded, virtual size, raw contents' SHA-256), scratch peak)`.
-    async fn via_qcow2_file(
-        &self,
-        index: usize,
-        disk: &DiskSpec,
-        writer: &RecordWriter,
-        source: Arc<CachedDisk>,
-        format: &'static str,
-        flat: Option<(u64, u64)>,
-    ) -> Result<((Uploaded, u64, String), u64), Error> {
-        let mut sockets = Sockets::new()?;
-        let src_uri = sockets.serve_source("src", source.clone())?;
-        let qemu_img = &self.args.qemu_img;
-        let (vsize, need) = match flat {
-            Some(v) => v,
-            None => (
-                qemu::virtual_size(qemu_img, format, &src_uri).await?,
-                qemu::qcow2_required(qemu_img, format, &src_uri).await?,
-            ),
-        };
-        let _room = self.budget.hold(need).await.map_err(|t| Error::Scratch {
-            disk: format!("disk {index} ({})", disk.datastore_path),
-            need: t.need,
-            limit: t.limit,
-        })?;
-        let progress = writer.progress.clone();
-        progress.total.store(vsize + need, Ordering::Relaxed);
-        progress.set_stage("converting");
-        tokio::fs::create_dir_all(&self.work)
-            .await
-            .map_err(|e| io_err(&self.work, e))?;
-        let out = self.work.join(format!("disk-{index}.qcow2"));
-        let peak = Arc::new(AtomicU64::new(0));
-        let watch = {
-            let (out, peak, progress, source) =
-                (out.clone(), peak.clone(), progress.clone(), source.clone());
-            let (now, all_peak) = (self.scratch_now.clone(), self.scratch_peak.clone());
-            tokio::spawn(async move {
-                let mut mine = 0u64;
-                loop {
-                    let held = allocated_bytes(&out);
-                    peak.fetch_max(held, Ordering::Relaxed);
-                    let total = if held >= mine {
-                        now.fetch_add(held - mine, Ordering::Relaxed) + (held - mine)
-                    } else {
-                        now.fetch_sub(mine - held, Ordering::Relaxed) - (mine - held)
-                    };
-                    mine = held;
-                    all_peak.fetch_max(total, Ordering::Relaxed);
-                    // The convert pass: how far into the source qemu-img has read.
-                    let read = source.high_water.load(Ordering::Relaxed);
-                    let pass = (read as u128 * vsize as u128 / source.size().max(1) as u128) as u64;
-                    progress.done.fetch_max(pass.min(vsize), Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-        };
-        let result = async {
-            qemu::convert_to_qcow2(qemu_img, format, &src_uri, &out).await?;
-            let size = tokio::fs::metadata(&out)
-                .await
-                .map_err(|e| io_err(&out, e))?
-                .len();
-            progress.total.store(vsize + size, Ordering::Relaxed);
-            progress.done.store(vsize, Ordering::Relaxed);
-            let part = upload::part_size(size);
-            let file = tokio::fs::File::open(&out)
-                .await
-                .map_err(|e| io_err(&out, e))?;
-            let parts = file_parts(file, part, out.clone());
-            let meta = self.metadata(disk, vsize);
-            // Both read the finished file (from the page cache): the upload waits on S3 while
-            // qemu-img decodes, so they overlap rather than follow each other.
-            let (up, raw) = tokio::join!(
-                upload::upload(
-                    &self.staging,
-                    &disk.key,
-                    &meta,
-                    size,
-                    part,
-                    parts,
-                    writer,
-                    vsize,
-                ),
-                async {
-                    match source.sha256() {
-                        Some(h) => Ok(h),
-                        None => {
-                            tracing::info!(key = %disk.key, "raw contents hashed in a pass of their own");
-                            self.raw_contents_sha256(&out, vsize).await
-                        }
-                    }
-                }
-            );
-            Ok::<_, Error>((up?, raw?))
-        }
         .await;
-        watch.abort();
-        let _ = watch.await;
-        let held = allocated_bytes(&out);
-        peak.fetch_max(held, Ordering::Relaxed);
-        let _ = tokio::fs::remove_file(&out).await;
-        self.scratch_now.fetch_sub(
-            self.scratch_now.load(Ordering::Relaxed).min(held),
-            Ordering::Relaxed,
-        );
-        let (up, raw) = result?;
-        Ok(((up, vsize, raw), peak.load(Ordering::Relaxed)))
-    }
-
-    /// SHA-256 of a local qcow2 image's raw contents: qemu-img writes them into an NBD sink that
-    /// hashes them in order, so no raw copy lands on disk. This is the one pass a qcow2 output
-    /// adds: the verification Job compares an imported (raw) volume against it, and no earlier
-    /// pass sees the raw contents in order.
-    async fn raw_contents_sha256(
-        &self,
-        image: &std::path::Path,
-        vsize: u64,
-    ) -> Result<String, Error> {
-        let sockets = Sockets::new()?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(2);
-        let sink_path = sockets.path("raw");
-        let listener = UnixListener::bind(&sink_path).map_err(|e| io_err(&sink_path, e))?;
-        let part = upload::part_size(vsize) as usize;
-        let sink = tokio::spawn(nbd::serve_sink(
-            listener,
-            nbd::Assembler::new(part, vsize, tx),
-        ));
-        let sink_abort = sink.abort_handle();
-        let (qemu_img, dst) = (self.args.qemu_img.clone(), nbd::uri(&sink_path));
-        let src = image.to_string_lossy().into_owned();
-        let qemu = tokio::spawn(async move {
-            let r = qemu::convert_to_raw_target(&qemu_img, "qcow2", &src, &dst).await;
-            if r.is_err() {
-                sink_abort.abort();
-            }
-            r
-        });
-        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut seen = 0u64;
-        while let Some(b) = rx.recv().await {
-            hash.update(&b);
-            seen += b.len() as u64;
-        }
-        qemu.await
-            .map_err(|e| Error::Upload(format!("qemu-img task: {e}")))??;
-        sink.await
-            .map_err(|e| Error::Upload(format!("NBD sink: {e}")))?
-            .map_err(|e| Error::Upload(format!("NBD sink: {e}")))?;
+        let (raw_sha256, seen) = hasher
+            .await
+            .map_err(|e| Error::Upload(format!("hashing: {e}")))?;
+        let up = up?;
         if seen != vsize {
             return Err(Error::Upload(format!(
-                "raw contents of {}: {seen} bytes, {vsize} expected",
-                image.display()
+                "{}: raw contents of {seen} bytes hashed, {vsize} expected",
+                disk.key
             )));
         }
-        Ok(crate::staging::hex(hash.finish().as_ref()))
+        Ok((up, raw_sha256))
     }
 }
 
-/// Bytes a file holds on disk (its allocated blocks), 0 when it does not exist.
-fn allocated_bytes(path: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+/// A flat disk's raw contents in parts of `part` bytes, several ranges fetched at once; holes
+/// are made locally, never downloaded.
+fn flat_parts(
+    remote: Arc<Remote>,
+    map: Arc<DiskMap>,
+    part: u64,
+    vs: impl Fn(vsphere::Error) -> Error + Clone + Send + Sync + 'static,
+) -> impl futures::Stream<Item = Result<Bytes, Error>> + Send + 'static {
+    let size = map.size();
+    futures::stream::iter(0..size.div_ceil(part))
+        .map(move |i| {
+            let (r, m, vs) = (remote.clone(), map.clone(), vs.clone());
+            async move {
+                let at = i * part;
+                r.read(&m, at, part.min(size - at)).await.map_err(vs)
+            }
+        })
+        .buffered(upload::parts_in_flight(part))
+}
+
+/// qemu-img reads the image at `src_uri` over NBD and writes its raw contents, in order, into an
+/// NBD sink of `sockets`: the stream of those contents in parts of `part` bytes. The stream ends
+/// only with qemu-img's verdict: an image is complete only if qemu-img says so.
+fn qemu_raw(
+    sockets: &Sockets,
+    qemu_img: PathBuf,
+    src_uri: String,
+    vsize: u64,
+    part: u64,
+) -> Result<impl futures::Stream<Item = Result<Bytes, Error>> + Send + 'static, Error> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let sink_path = sockets.path("dst");
+    let listener = UnixListener::bind(&sink_path).map_err(|e| io_err(&sink_path, e))?;
+    let sink = tokio::spawn(nbd::serve_sink(
+        listener,
+        nbd::Assembler::new(part as usize, vsize, tx),
+    ));
+    let sink_abort = sink.abort_handle();
+    let dst_uri = nbd::uri(&sink_path);
+    let qemu = tokio::spawn(async move {
+        let r = qemu::convert_to_raw_target(&qemu_img, "vmdk", &src_uri, &dst_uri).await;
+        if r.is_err() {
+            // qemu-img gave up: the sink will never see the end.
+            sink_abort.abort();
+        }
+        r
+    });
+    let gate = futures::stream::once(async move {
+        let q = qemu
+            .await
+            .map_err(|e| Error::Upload(format!("qemu-img task: {e}")))
+            .and_then(|r| r);
+        let s = sink
+            .await
+            .map_err(|e| Error::Upload(format!("NBD sink: {e}")))
+            .and_then(|r| r.map_err(|e| Error::Upload(format!("NBD sink: {e}"))));
+        q.and(s)
+    })
+    .try_filter_map(|()| async { Ok(None) });
+    Ok(tokio_stream_rx(rx).map(Ok).chain(gate))
 }
 
 fn io_err(path: &std::path::Path, source: std::io::Error) -> Error {
@@ -647,30 +548,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
-}
-
-/// A file read in parts of `part` bytes.
-fn file_parts(
-    file: tokio::fs::File,
-    part: u64,
-    path: PathBuf,
-) -> impl futures::Stream<Item = Result<Bytes, Error>> {
-    futures::stream::try_unfold((file, path), move |(mut f, path)| async move {
-        let mut buf = BytesMut::zeroed(part as usize);
-        let mut n = 0;
-        while n < buf.len() {
-            let k = f.read(&mut buf[n..]).await.map_err(|e| io_err(&path, e))?;
-            if k == 0 {
-                break;
-            }
-            n += k;
-        }
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.truncate(n);
-        Ok(Some((buf.freeze(), (f, path))))
-    })
 }
 
 fn tokio_stream_rx(

@@ -55,6 +55,12 @@ pub enum Error {
     Scratch { disk: String, need: u64, limit: u64 },
 }
 
+impl From<super::qcow2::EncodeError> for Error {
+    fn from(e: super::qcow2::EncodeError) -> Self {
+        Error::Upload(e.to_string())
+    }
+}
+
 impl Error {
     /// Whether a new attempt may succeed with the same arguments.
     pub fn is_transient(&self) -> bool {

@@ -142,6 +142,17 @@ impl DiskMap {
             .sum()
     }
 
+    /// The areas read from files, `(start, len)` in disk order.
+    pub fn data_areas(&self) -> Vec<(u64, u64)> {
+        self.pieces
+            .iter()
+            .filter_map(|(start, p)| match p {
+                Piece::Data { len, .. } => Some((*start, *len)),
+                Piece::Zero { .. } => None,
+            })
+            .collect()
+    }
+
     /// How many `cluster`-byte clusters of the virtual disk hold some data.
     pub fn data_clusters(&self, cluster: u64) -> u64 {
         let mut count = 0u64;

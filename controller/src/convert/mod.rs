@@ -256,8 +256,10 @@ pub enum DataPath {
     FlatStream,
     /// qemu-img from the NBD source into the NBD sink (raw output).
     QemuSink,
-    /// qemu-img from the NBD source into a local qcow2 file, then uploaded.
-    QemuFile,
+    /// Flat extent → qcow2: ranges into ferry's qcow2 writer, straight into the upload.
+    FlatQcow2,
+    /// qemu-img from the NBD source into the NBD sink (raw), then ferry's qcow2 writer.
+    QemuSinkQcow2,
     /// Nothing moved (skipped).
     None,
 }

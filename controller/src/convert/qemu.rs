@@ -122,6 +122,42 @@ pub async fn qcow2_required(qemu_img: &Path, format: &str, uri: &str) -> Result<
     json_u64("measure", &out, "required")
 }
 
+/// Where image `uri`'s data is: `(start, len)` of the areas `qemu-img map` reports as data (a
+/// sparse VMDK's allocated grains, compressed or not); the rest reads as zeros.
+pub async fn data_areas(qemu_img: &Path, format: &str, uri: &str) -> Result<Vec<(u64, u64)>, Error> {
+    let args: [&OsStr; 5] = [
+        "map".as_ref(),
+        "--output=json".as_ref(),
+        "-f".as_ref(),
+        format.as_ref(),
+        uri.as_ref(),
+    ];
+    let out = run(qemu_img, "map", &args).await?;
+    parse_map(&out)
+}
+
+fn parse_map(out: &[u8]) -> Result<Vec<(u64, u64)>, Error> {
+    let bad = |detail: String| Error::Qemu {
+        what: "map".to_owned(),
+        detail,
+        missing: false,
+    };
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(out)
+        .map_err(|e| bad(format!("{e} in {}", String::from_utf8_lossy(out))))?;
+    let mut areas = Vec::new();
+    for e in entries {
+        let field = |name: &str| {
+            e.get(name)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| bad(format!("no {name} in {e}")))
+        };
+        if e.get("data").and_then(serde_json::Value::as_bool) == Some(true) {
+            areas.push((field("start")?, field("length")?));
+        }
+    }
+    Ok(areas)
+}
+
 /// `qemu-img convert -f FORMAT -O qcow2 SOURCE DEST`: the one local copy.
 pub async fn convert_to_qcow2(
     qemu_img: &Path,
@@ -176,5 +212,18 @@ mod tests {
         assert_eq!(json_u64("measure", m, "required").unwrap(), 393_216);
         assert!(json_u64("info", b"{}", "virtual-size").is_err());
         assert!(json_u64("info", b"nope", "virtual-size").is_err());
+    }
+
+    #[test]
+    fn the_map_keeps_the_data_areas() {
+        let map = br#"[{ "start": 0, "length": 65536, "depth": 0, "present": true, "zero": false, "data": true, "compressed": false, "offset": 327680},
+{ "start": 65536, "length": 1048576, "depth": 0, "present": false, "zero": true, "data": false, "compressed": false},
+{ "start": 1114112, "length": 131072, "depth": 0, "present": true, "zero": false, "data": true, "compressed": true}]"#;
+        assert_eq!(
+            parse_map(map).unwrap(),
+            vec![(0, 65536), (1_114_112, 131_072)]
+        );
+        assert!(parse_map(b"[{\"data\": true}]").is_err(), "no start");
+        assert!(parse_map(b"nope").is_err());
     }
 }
