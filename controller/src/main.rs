@@ -53,9 +53,6 @@ struct Cli {
     /// Cap on each converter's datastore read rate in bytes per second (0: none).
     #[arg(long, default_value_t = 0)]
     converter_read_limit: u64,
-    /// Cap on the conversion Job's work volume in bytes (0: what the disks need at worst).
-    #[arg(long, default_value_t = 0)]
-    converter_scratch_max: u64,
     /// How long a KubeVirt error state (ErrorUnschedulable, CrashLoopBackOff, ...) may last
     /// before the migration fails with it.
     #[arg(long, value_parser = parse_duration, default_value = "20s")]
@@ -228,7 +225,6 @@ async fn main() -> anyhow::Result<()> {
                     start_timeout: cli.start_timeout,
                     agent_timeout: cli.agent_timeout,
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
-                    converter_scratch_max: Some(cli.converter_scratch_max).filter(|r| *r > 0),
                     kubevirt_error_grace: cli.kubevirt_error_grace,
                     converter_image: cli.converter_image.clone(),
                     allowed_converter_images: cli

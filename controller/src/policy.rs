@@ -26,9 +26,6 @@ pub struct Policy {
     /// Cap on each converter's datastore read rate, bytes per second (protects the source's
     /// storage); `None`: no cap.
     pub converter_read_limit: Option<u64>,
-    /// Cap on the conversion Job's work volume (`sizeLimit`), bytes; `None`: what the disks may
-    /// need at worst. A disk whose qcow2 copy cannot fit fails at once, naming the sizes.
-    pub converter_scratch_max: Option<u64>,
     /// How often the source is looked at while its guest shuts down (vSphere sends no events
     /// ferry watches).
     pub source_poll: Duration,
@@ -80,7 +77,6 @@ impl Default for Policy {
             wait_requeue: Duration::from_secs(60),
             progress_requeue: Duration::from_secs(3),
             converter_read_limit: None,
-            converter_scratch_max: None,
             source_poll: Duration::from_secs(5),
             kubevirt_error_grace: Duration::from_secs(20),
             converter_image: DEFAULT_CONVERTER_IMAGE.to_owned(),

@@ -198,7 +198,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
     let scratch = Volume {
         name: "scratch".to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
-            size_limit: Some(Quantity(work_volume_bytes(vmm).to_string())),
+            size_limit: Some(Quantity(crate::convert::scratch::BASE_BYTES.to_string())),
             ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()
@@ -214,58 +214,20 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
     ))
 }
 
-/// The work volume the converter of `vmm` may fill: its qcow2 copies at worst, nothing but
-/// sockets for raw output ([`crate::convert::scratch::work_volume_bytes`]). Pure.
-pub fn work_volume_bytes(vmm: &VirtualMachineMigration) -> u64 {
-    let caps: Vec<u64> = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .map(|s| {
-            s.disks
-                .iter()
-                .map(|d| u64::try_from(d.capacity_bytes).unwrap_or(0))
-                .collect()
-        })
-        .unwrap_or_default();
-    let qcow2 = vmm.spec.conversion.format == ferry_crds::DiskFormat::Qcow2;
-    crate::convert::scratch::work_volume_bytes(qcow2, &caps)
-}
-
-/// Applies the controller's converter limits to a conversion Job: the work volume capped at
-/// `scratch_max`, and its size and the read-rate cap told to the converter (which holds its
-/// disks to them). Pure.
-pub fn apply_converter_limits(job: &mut Job, scratch_max: Option<u64>, read_limit: Option<u64>) {
+/// Tells the converter of a conversion Job the controller's cap on its datastore read rate.
+/// Pure.
+pub fn apply_read_limit(job: &mut Job, read_limit: Option<u64>) {
+    let Some(r) = read_limit else {
+        return;
+    };
     let Some(pod) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) else {
         return;
     };
-    let mut limit = None;
-    for v in pod.volumes.iter_mut().flatten() {
-        if let Some(ed) = v.empty_dir.as_mut().filter(|_| v.name == "scratch") {
-            let want = ed
-                .size_limit
-                .as_ref()
-                .and_then(|q| q.0.parse::<u64>().ok())
-                .unwrap_or(u64::MAX);
-            let capped = scratch_max.map_or(want, |m| want.min(m));
-            ed.size_limit = Some(Quantity(capped.to_string()));
-            limit = Some(capped);
-        }
-    }
     for c in pod.containers.iter_mut().filter(|c| c.name == "convert") {
-        let env = c.env.get_or_insert_with(Vec::new);
-        if let Some(l) = limit {
-            env.push(plain(
-                crate::convert::extra_env::SCRATCH_LIMIT,
-                l.to_string(),
-            ));
-        }
-        if let Some(r) = read_limit {
-            env.push(plain(
-                crate::convert::extra_env::MAX_READ_RATE,
-                r.to_string(),
-            ));
-        }
+        c.env.get_or_insert_with(Vec::new).push(plain(
+            crate::convert::extra_env::MAX_READ_RATE,
+            r.to_string(),
+        ));
     }
 }
 
@@ -368,36 +330,30 @@ mod tests {
     }
 
     #[test]
-    fn the_work_volume_is_sized_for_qcow2_copies_and_capped_by_the_controller() {
+    fn the_work_volume_holds_sockets_only_and_the_read_cap_reaches_the_converter() {
         let mut vmm = discovered();
         vmm.spec.conversion.format = ferry_crds::DiskFormat::Qcow2;
-        let need = work_volume_bytes(&vmm);
-        let two_disks = crate::convert::scratch::work_volume_bytes(true, &[64 << 20, 64 << 20]);
-        assert_eq!(need, two_disks);
-        assert!(need > 128 << 20, "{need}: both 64 MiB disks fit");
         let mut job = conversion_job(&vmm, "img").unwrap();
-        let limit = |job: &Job| {
+        let seen = |job: &Job| {
             let pod = job.spec.clone().unwrap().template.spec.unwrap();
             let v = pod.volumes.unwrap()[0].empty_dir.clone().unwrap();
             let env = pod.containers[0].env.clone().unwrap();
-            let get = |n: &str| {
-                env.iter()
-                    .find(|e| e.name == n)
-                    .and_then(|e| e.value.clone())
-            };
-            (
-                v.size_limit.unwrap().0,
-                get(crate::convert::extra_env::SCRATCH_LIMIT),
-                get(crate::convert::extra_env::MAX_READ_RATE),
-            )
+            let rate = env
+                .iter()
+                .find(|e| e.name == crate::convert::extra_env::MAX_READ_RATE)
+                .and_then(|e| e.value.clone());
+            (v.size_limit.unwrap().0, rate)
         };
-        assert_eq!(limit(&job).0, need.to_string());
-        apply_converter_limits(&mut job, Some(100 << 20), Some(1 << 20));
+        // qcow2 is written as it is uploaded, as raw is: no disk lands on the work volume.
         assert_eq!(
-            limit(&job),
+            seen(&job),
+            (crate::convert::scratch::BASE_BYTES.to_string(), None)
+        );
+        apply_read_limit(&mut job, Some(1 << 20));
+        assert_eq!(
+            seen(&job),
             (
-                (100u64 << 20).to_string(),
-                Some((100u64 << 20).to_string()),
+                crate::convert::scratch::BASE_BYTES.to_string(),
                 Some((1u64 << 20).to_string())
             )
         );

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use tokio::io::AsyncReadExt;
 use tokio::net::UnixListener;
 
 use super::map::DiskMap;
@@ -16,7 +15,7 @@ use super::remote::{CachedDisk, Remote, Throttle};
 use super::upload::{self, Progress, RecordWriter, Uploaded};
 use super::{
     ConvertArgs, DataPath, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT, META_SOURCE_PATH,
-    META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qcow2, qemu, scratch, vmdk,
+    META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qcow2, qemu, vmdk,
 };
 use crate::staging::{DiskRecord, RecordState, Staging};
 use crate::vsphere::{self, Allocation, DatastorePath};
@@ -38,12 +37,7 @@ pub(super) struct Ctx<'a> {
     pub args: &'a ConvertArgs,
     pub src: Arc<Source>,
     pub staging: Staging,
-    pub work: PathBuf,
-    pub budget: scratch::Budget,
     pub throttle: Option<Arc<Throttle>>,
-    /// Bytes in the work directory now, and the most at once.
-    pub scratch_now: Arc<AtomicU64>,
-    pub scratch_peak: Arc<AtomicU64>,
 }
 
 /// Block size, blocks kept and blocks read ahead by the NBD source.
@@ -93,15 +87,7 @@ impl Ctx<'_> {
         ticker.abort();
         let _ = ticker.await;
         match outcome {
-            Ok((
-                up,
-                raw_sha256,
-                path,
-                virtual_size,
-                downloaded,
-                scratch_peak,
-                allocation_known,
-            )) => {
+            Ok((up, raw_sha256, path, virtual_size, downloaded, allocation_known)) => {
                 let mut r = writer.base.clone();
                 r.state = RecordState::Staged;
                 r.stage = "staged".into();
@@ -132,7 +118,6 @@ impl Ctx<'_> {
                     virtual_size: Some(virtual_size),
                     downloaded,
                     sent: progress.sent.load(Ordering::Relaxed),
-                    scratch_peak,
                     allocation_known,
                     seconds: started.elapsed().as_secs_f64(),
                 })
@@ -275,14 +260,14 @@ impl Ctx<'_> {
     }
 
     /// `(uploaded, raw contents' SHA-256 of a qcow2 image, path, virtual size, bytes downloaded,
-    /// scratch peak, allocation known)`.
+    /// allocation known)`.
     #[allow(clippy::type_complexity)]
     async fn convert_disk(
         &self,
         index: usize,
         disk: &DiskSpec,
         writer: &RecordWriter,
-    ) -> Result<(Uploaded, Option<String>, DataPath, u64, u64, u64, bool), Error> {
+    ) -> Result<(Uploaded, Option<String>, DataPath, u64, u64, bool), Error> {
         let vs = self.vs(disk, index);
         let progress = writer.progress.clone();
         let input = self.probe(index, disk).await?;
@@ -345,7 +330,7 @@ impl Ctx<'_> {
                 sampler.abort();
                 let (up, raw_sha256, path) = result?;
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, raw_sha256, path, size, got, 0, known))
+                Ok((up, raw_sha256, path, size, got, known))
             }
             Input::Sparse {
                 path,
@@ -418,7 +403,7 @@ impl Ctx<'_> {
                     }
                 };
                 let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, raw_sha256, path, vsize, got, 0, true))
+                Ok((up, raw_sha256, path, vsize, got, true))
             }
         }
     }

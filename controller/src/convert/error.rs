@@ -45,14 +45,6 @@ pub enum Error {
     /// The bytes of an image did not add up (a bug or a source that changed underneath).
     #[error("upload: {0}")]
     Upload(String),
-    /// A disk's local copy cannot fit the work volume: checked before a byte is written.
-    #[error(
-        "{disk} needs {} of scratch for its qcow2 image, but the work volume holds {}; \
-         use raw output (no scratch) or raise the converter's scratch limit",
-        super::scratch::human(*need),
-        super::scratch::human(*limit)
-    )]
-    Scratch { disk: String, need: u64, limit: u64 },
 }
 
 impl From<super::qcow2::EncodeError> for Error {
@@ -65,10 +57,7 @@ impl Error {
     /// Whether a new attempt may succeed with the same arguments.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Usage(_)
-            | Error::BadDisk { .. }
-            | Error::Scratch { .. }
-            | Error::SourcePoweredOn { .. } => false,
+            Error::Usage(_) | Error::BadDisk { .. } | Error::SourcePoweredOn { .. } => false,
             Error::Upload(_) => true,
             Error::Vsphere { source, .. } => source.is_transient(),
             Error::Staging { source, .. } => source.is_transient(),
@@ -98,7 +87,6 @@ impl Error {
             Error::SourcePoweredOn { .. } => "SourcePoweredOn",
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
-            Error::Scratch { .. } => "ScratchTooSmall",
         }
     }
 }

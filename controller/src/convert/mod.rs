@@ -58,12 +58,11 @@ pub mod extra_env {
     pub const DISKS: &str = "FERRY_DISKS";
     /// Prefix of the staging keys (empty: the keys are full).
     pub const S3_PREFIX: &str = "FERRY_S3_PREFIX";
-    /// Scratch directory; a private subdirectory is made in it per run and removed afterwards.
+    /// The work volume. Nothing is written to it (no data path keeps a local copy); the run
+    /// reports the most it held.
     pub const WORK_DIR: &str = "FERRY_WORK_DIR";
     /// The qemu-img program.
     pub const QEMU_IMG: &str = "FERRY_QEMU_IMG";
-    /// Bytes of the work volume (its `sizeLimit`); unset: unbounded.
-    pub const SCRATCH_LIMIT: &str = "FERRY_SCRATCH_LIMIT";
     /// Cap on the bytes read from the datastore per second; unset: none.
     pub const MAX_READ_RATE: &str = "FERRY_MAX_READ_RATE";
 }
@@ -186,9 +185,6 @@ pub struct ConvertArgs {
     pub work_dir: PathBuf,
     #[arg(long, env = extra_env::QEMU_IMG, default_value = "qemu-img")]
     pub qemu_img: PathBuf,
-    /// Bytes the work directory may hold (the work volume's sizeLimit).
-    #[arg(long, env = extra_env::SCRATCH_LIMIT)]
-    pub scratch_limit: Option<u64>,
     /// Cap on the datastore read rate, bytes per second (protects the source's storage).
     #[arg(long, env = extra_env::MAX_READ_RATE)]
     pub max_read_rate: Option<u64>,
@@ -287,8 +283,6 @@ pub struct DiskReport {
     pub downloaded: u64,
     /// Bytes sent to S3.
     pub sent: u64,
-    /// Most bytes this disk held in the work directory at once.
-    pub scratch_peak: u64,
     /// Whether the source said where the data is (holes not downloaded).
     pub allocation_known: bool,
     pub seconds: f64,
@@ -309,7 +303,7 @@ pub struct RunSummary {
     pub peak_rss_bytes: u64,
     /// Peak resident memory of the largest qemu-img it ran.
     pub peak_qemu_rss_bytes: u64,
-    /// Most bytes the work directory held at once (sum over disks running together).
+    /// Most bytes the work directory held at once, sampled while disks were converted.
     pub scratch_peak_bytes: u64,
     pub sent_bytes: u64,
     pub downloaded_bytes: u64,
@@ -357,26 +351,13 @@ pub fn peak_rss(pid: &str) -> u64 {
 /// a [`RunSummary`] line last.
 ///
 /// Guarantees: idempotent (staged disks are skipped without logging in to vSphere); an image
-/// only counts as staged with its `Staged` record; a previous run's open upload is aborted; the
-/// private work directory (made only when a disk needs one) is removed whatever the outcome.
+/// only counts as staged with its `Staged` record; a previous run's open upload is aborted;
+/// nothing is written to the work directory (its use is measured: `scratchPeakBytes`).
 ///
 /// Errors: the first failure, classified ([`Error::exit_code`]), after every disk that had
 /// started has finished or failed.
 pub async fn run(args: ConvertArgs) -> Result<ConvertReport, Error> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let work = args
-        .work_dir
-        .join(format!("run-{}-{stamp}", std::process::id()));
-    let result = convert_all(&args, &work).await;
-    if tokio::fs::try_exists(&work).await.unwrap_or(false)
-        && let Err(e) = tokio::fs::remove_dir_all(&work).await
-    {
-        tracing::warn!(dir = %work.display(), error = %e, "could not remove the work directory");
-    }
-    result
+    convert_all(&args).await
 }
 
 /// Runs [`run`] and turns the outcome into a process exit code, the error on stderr.
@@ -428,7 +409,7 @@ pub(crate) async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
     }
 }
 
-async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<ConvertReport, Error> {
+async fn convert_all(args: &ConvertArgs) -> Result<ConvertReport, Error> {
     let endpoint = args.endpoint()?;
     let staging = Staging::new(args.staging_config()).map_err(|source| Error::Staging {
         context: "staging configuration".into(),
@@ -481,7 +462,6 @@ async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<Conve
                     virtual_size: r.virtual_size,
                     downloaded: 0,
                     sent: 0,
-                    scratch_peak: 0,
                     allocation_known: false,
                     seconds: started.elapsed().as_secs_f64(),
                 };
@@ -499,22 +479,17 @@ async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<Conve
         // Logged in only when some disk needs work: a re-run with everything staged does not
         // touch vSphere at all.
         let src = Arc::new(open_source(args, &endpoint).await?);
-        let budget = scratch::Budget::new(args.scratch_limit);
         let throttle = args
             .max_read_rate
             .filter(|r| *r > 0)
             .map(|r| Arc::new(remote::Throttle::new(r)));
-        let scratch_now = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let scratch_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let sampler = tokio::spawn(scratch::watch(args.work_dir.clone(), scratch_peak.clone()));
         let ctx = disk::Ctx {
             args,
             src: src.clone(),
             staging: staging.clone(),
-            work: work.to_owned(),
-            budget,
             throttle,
-            scratch_now,
-            scratch_peak: scratch_peak.clone(),
         };
         let results: Vec<Result<DiskReport, Error>> = futures::stream::iter(todo)
             .map(|(index, disk, record)| {
@@ -530,6 +505,7 @@ async fn convert_all(args: &ConvertArgs, work: &std::path::Path) -> Result<Conve
             .buffer_unordered(scratch::PARALLEL_DISKS)
             .collect()
             .await;
+        sampler.abort();
         let _ = src.session.logout().await;
         let mut first_err = None;
         for r in results {
@@ -776,7 +752,6 @@ mod tests {
             virtual_size: None,
             downloaded: 0,
             sent: 5,
-            scratch_peak: 0,
             allocation_known: true,
             seconds: 0.5,
         };
@@ -786,7 +761,7 @@ mod tests {
         assert_eq!(v["status"], "skipped");
         assert_eq!(v["format"], "raw");
         assert_eq!(v["path"], "flat-stream");
-        assert_eq!(v["scratchPeak"], 0);
+        assert_eq!(v["allocationKnown"], true);
         assert!(v.get("virtualSize").is_none());
     }
 }

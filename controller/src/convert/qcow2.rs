@@ -523,7 +523,8 @@ mod tests {
     fn images_pass_qemu_img_check_and_read_back_as_the_disk() {
         // (virtual size, data areas, part, chunk): unaligned ends, a partial last cluster,
         // holes, several L2 tables, chunks smaller and larger than clusters and parts.
-        let cases: Vec<(u64, Vec<(u64, u64)>, usize, u64)> = vec![
+        type Case = (u64, Vec<(u64, u64)>, usize, u64);
+        let cases: Vec<Case> = vec![
             (40 * MIB, vec![(0, 40 * MIB)], MIB as usize, 3 * MIB + 17),
             (
                 40 * MIB + 512,

@@ -106,25 +106,13 @@ pub async fn virtual_size(qemu_img: &Path, format: &str, uri: &str) -> Result<u6
     json_u64("info", &out, "virtual-size")
 }
 
-/// The size of the qcow2 image of `uri` (`qemu-img measure`'s `required`: allocated data plus
-/// metadata).
-pub async fn qcow2_required(qemu_img: &Path, format: &str, uri: &str) -> Result<u64, Error> {
-    let args: [&OsStr; 7] = [
-        "measure".as_ref(),
-        "--output=json".as_ref(),
-        "-O".as_ref(),
-        "qcow2".as_ref(),
-        "-f".as_ref(),
-        format.as_ref(),
-        uri.as_ref(),
-    ];
-    let out = run(qemu_img, "measure", &args).await?;
-    json_u64("measure", &out, "required")
-}
-
 /// Where image `uri`'s data is: `(start, len)` of the areas `qemu-img map` reports as data (a
 /// sparse VMDK's allocated grains, compressed or not); the rest reads as zeros.
-pub async fn data_areas(qemu_img: &Path, format: &str, uri: &str) -> Result<Vec<(u64, u64)>, Error> {
+pub async fn data_areas(
+    qemu_img: &Path,
+    format: &str,
+    uri: &str,
+) -> Result<Vec<(u64, u64)>, Error> {
     let args: [&OsStr; 5] = [
         "map".as_ref(),
         "--output=json".as_ref(),
@@ -158,25 +146,6 @@ fn parse_map(out: &[u8]) -> Result<Vec<(u64, u64)>, Error> {
     Ok(areas)
 }
 
-/// `qemu-img convert -f FORMAT -O qcow2 SOURCE DEST`: the one local copy.
-pub async fn convert_to_qcow2(
-    qemu_img: &Path,
-    format: &str,
-    source: &str,
-    dest: &Path,
-) -> Result<(), Error> {
-    let args: [&OsStr; 7] = [
-        "convert".as_ref(),
-        "-f".as_ref(),
-        format.as_ref(),
-        "-O".as_ref(),
-        "qcow2".as_ref(),
-        source.as_ref(),
-        dest.as_os_str(),
-    ];
-    run(qemu_img, "convert", &args).await.map(|_| ())
-}
-
 /// `qemu-img convert -n --target-is-zero -f FORMAT -O raw SOURCE TARGET` into an existing NBD
 /// target: without `-W` qemu-img writes in ascending order, and `--target-is-zero` lets it skip
 /// zero areas (the sink fills them).
@@ -208,8 +177,6 @@ mod tests {
     fn numbers_are_read_from_json() {
         let info = br#"{ "virtual-size": 67108864, "format": "raw" }"#;
         assert_eq!(json_u64("info", info, "virtual-size").unwrap(), 67_108_864);
-        let m = br#"{ "required": 393216, "fully-allocated": 1074135040 }"#;
-        assert_eq!(json_u64("measure", m, "required").unwrap(), 393_216);
         assert!(json_u64("info", b"{}", "virtual-size").is_err());
         assert!(json_u64("info", b"nope", "virtual-size").is_err());
     }

@@ -164,37 +164,6 @@ pub struct CachedDisk {
     blocks: Mutex<Blocks>,
     /// The furthest byte of the disk handed out so far (progress of a sequential reader).
     pub high_water: AtomicU64,
-    /// The SHA-256 of the disk's bytes, taken as its blocks arrive ([`CachedDisk::hashing`]).
-    hash: Option<Arc<std::sync::Mutex<InOrder>>>,
-}
-
-/// The blocks of a disk hashed in order as they arrive (in any order, some twice).
-struct InOrder {
-    next: u64,
-    waiting: BTreeMap<u64, Bytes>,
-    hash: ring::digest::Context,
-    /// Too many blocks arrived ahead of one that never came: the hash is given up.
-    lost: bool,
-}
-
-/// Blocks held for the in-order hash at most, beyond the read-ahead already in memory.
-const HASH_WAITING: usize = 32;
-
-impl InOrder {
-    fn offer(&mut self, index: u64, block: Bytes) {
-        if self.lost || index < self.next {
-            return;
-        }
-        self.waiting.insert(index, block);
-        while let Some(b) = self.waiting.remove(&self.next) {
-            self.hash.update(&b);
-            self.next += 1;
-        }
-        if self.waiting.len() > HASH_WAITING {
-            self.lost = true;
-            self.waiting.clear();
-        }
-    }
 }
 
 impl CachedDisk {
@@ -219,29 +188,7 @@ impl CachedDisk {
             ahead,
             blocks: Mutex::new(Blocks::default()),
             high_water: AtomicU64::new(0),
-            hash: None,
         }
-    }
-
-    /// Also hashes the disk's bytes as its blocks arrive, for a reader that reads every block
-    /// (qemu-img converting the whole disk): its SHA-256 comes with no pass of its own.
-    #[must_use]
-    pub fn hashing(mut self) -> Self {
-        self.hash = Some(Arc::new(std::sync::Mutex::new(InOrder {
-            next: 0,
-            waiting: BTreeMap::new(),
-            hash: ring::digest::Context::new(&ring::digest::SHA256),
-            lost: false,
-        })));
-        self
-    }
-
-    /// The SHA-256 (hex) of every byte of the disk, if [`CachedDisk::hashing`] was asked for and
-    /// every block arrived (else `None`: the caller hashes another way).
-    pub fn sha256(&self) -> Option<String> {
-        let h = self.hash.as_ref()?.lock().ok()?;
-        let blocks = self.size.div_ceil(self.block);
-        (!h.lost && h.next == blocks).then(|| crate::staging::hex(h.hash.clone().finish().as_ref()))
     }
 
     pub fn size(&self) -> u64 {
@@ -251,17 +198,7 @@ impl CachedDisk {
     fn start(&self, i: u64) -> Block {
         let off = i * self.block;
         let len = self.block.min(self.size - off);
-        let hash = self.hash.clone();
-        let fut = (self.fetch)(off, len)
-            .map(move |r| {
-                if let (Ok(b), Some(h)) = (&r, hash)
-                    && let Ok(mut h) = h.lock()
-                {
-                    h.offer(i, b.clone());
-                }
-                r.map_err(Arc::new)
-            })
-            .boxed();
+        let fut = (self.fetch)(off, len).map(|r| r.map_err(Arc::new)).boxed();
         let shared = fut.shared();
         // Read-ahead starts now, not when someone asks.
         tokio::spawn(shared.clone());
@@ -452,24 +389,5 @@ mod tests {
         check(&d, 99 * BLOCK, BLOCK).await;
         let got = d.read(99 * BLOCK + 10, 2 * BLOCK).await.unwrap();
         assert_eq!(got.len() as u64, BLOCK - 10, "cut at the end of the disk");
-    }
-
-    #[tokio::test]
-    async fn a_disk_read_whole_is_hashed_in_order_whatever_order_its_blocks_come_in() {
-        const BLOCK: u64 = 64 << 10;
-        let size = 40 * BLOCK + 123;
-        let (d, _) = disk(size, BLOCK);
-        let d = d.hashing();
-        // Out of order, some twice, as qemu-img's parallel requests and evictions would.
-        for i in [0u64, 2, 1, 5, 3, 4, 4, 6] {
-            check(&d, i * BLOCK, BLOCK).await;
-        }
-        assert_eq!(d.sha256(), None, "not every block yet");
-        for i in 7..=40 {
-            check(&d, i * BLOCK, BLOCK.min(size - i * BLOCK)).await;
-        }
-        let all: Vec<u8> = (0..size).map(byte).collect();
-        let want = crate::staging::hex(ring::digest::digest(&ring::digest::SHA256, &all).as_ref());
-        assert_eq!(d.sha256(), Some(want));
     }
 }

@@ -125,12 +125,7 @@ impl Checkpoint for Converting {
                     Err(_) => return Ok(None),
                 };
                 let mut job = job::conversion_job(io.vmm, &image)?;
-                let p = &io.ctx.policy;
-                job::apply_converter_limits(
-                    &mut job,
-                    p.converter_scratch_max,
-                    p.converter_read_limit,
-                );
+                job::apply_read_limit(&mut job, io.ctx.policy.converter_read_limit);
                 create_if_absent(
                     &io.ctx.metrics,
                     &io.api::<Job>(),
@@ -683,7 +678,7 @@ mod tests {
                     bytes_done: 0,
                     bytes_total: 0,
                     rate_bytes_per_second: None,
-                    error: Some("disk 0 needs 2.0 GiB of scratch, the volume holds 1.0 GiB".into()),
+                    error: Some("disk 0 (ds/a.vmdk): extent a-flat.vmdk has 10 bytes, but the descriptor needs 20".into()),
                 })],
                 source_power: None,
                 conflict: None,
@@ -693,7 +688,7 @@ mod tests {
         let Step::Fail { message, .. } = &o.step else {
             panic!("{:?}", o.step)
         };
-        assert!(message.contains("needs 2.0 GiB of scratch"), "{message}");
+        assert!(message.contains("the descriptor needs 20"), "{message}");
     }
 
     #[test]
