@@ -5,14 +5,17 @@
 //! |---|---|---|---|
 //! | flat extent (ESXi) | raw | one: ranges fetched in parallel → hashed → multipart upload | none |
 //! | sparse / stream-optimized VMDK | raw | one: qemu-img reads the VMDK over NBD (ranges) and writes raw into the NBD sink → hashed → upload | none |
-//! | any | qcow2 | two: qemu-img reads over NBD and writes the qcow2 file; the file is read once, hashed and uploaded, while qemu-img reads it beside that for its raw contents' SHA-256 | the qcow2 image |
+//! | flat extent | qcow2 | one: ranges fetched in parallel → [`qcow2`] writer → hashed → upload | none |
+//! | sparse / stream-optimized VMDK | qcow2 | one: qemu-img's raw output as above → [`qcow2`] writer → hashed → upload | none |
 //!
-//! The second pass of qcow2 exists because qemu-img writes qcow2 metadata (L1/L2 tables,
-//! refcounts, the header) back and forth until it is done: the file is not final, so it cannot
-//! be hashed or uploaded, before qemu-img exits. Zeros are not moved where the source tells
-//! where data is: a flat extent's allocated areas come from vSphere's `QueryChangedDiskAreas`
-//! (holes are made locally, never downloaded), a sparse VMDK's from its own grain tables (qemu-img
-//! reads only allocated grains; `qemu-img measure` sizes the qcow2 copy from them).
+//! qcow2 is written by ferry, not qemu-img: qemu-img rewrites qcow2 metadata (L1/L2 tables,
+//! refcounts, the header) until it exits, so its image could only be uploaded from a finished
+//! local copy, read a second time. ferry's writer decides the whole layout first from where the
+//! data is and writes the file front to back as the raw contents go by (hashed on the way: the
+//! verification Job compares the imported volume with that hash). Zeros are not moved where
+//! the source tells where data is: a flat extent's allocated areas come from vSphere's
+//! `QueryChangedDiskAreas` (holes are made locally, never downloaded), a sparse VMDK's from its
+//! own grain tables (qemu-img reads only allocated grains; `qemu-img map` lays out the qcow2).
 //!
 //! Disks of a VM run [`scratch::PARALLEL_DISKS`] at a time, parts of a disk several at a time;
 //! memory is bounded by the parts in flight ([`upload::parts_in_flight`]).
