@@ -601,4 +601,56 @@ mod tests {
         assert!(cmp.contains("Images are identical"), "{cmp}");
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
+
+    #[derive(Debug, PartialEq)]
+    enum TestError {
+        Source,
+        Encode(String),
+    }
+
+    impl From<EncodeError> for TestError {
+        fn from(e: EncodeError) -> Self {
+            TestError::Encode(e.to_string())
+        }
+    }
+
+    async fn encoded(
+        layout: Layout,
+        raw: Vec<Result<Bytes, TestError>>,
+    ) -> (Vec<Result<Bytes, TestError>>, Vec<Bytes>) {
+        let (tx, mut rx) = mpsc::channel(64);
+        let out: Vec<_> = encode(layout, futures::stream::iter(raw), MIB as usize, tx)
+            .collect()
+            .await;
+        let mut seen = vec![];
+        while let Some(b) = rx.recv().await {
+            seen.push(b);
+        }
+        (out, seen)
+    }
+
+    #[tokio::test]
+    async fn the_encoder_passes_the_raw_contents_on_and_stops_at_the_first_failure() {
+        let layout = Layout::new(2 * MIB, &[(0, 2 * MIB)]);
+        let chunk = || Bytes::from(vec![7u8; MIB as usize]);
+        let (out, seen) = encoded(layout.clone(), vec![Ok(chunk()), Ok(chunk())]).await;
+        let out: Vec<Bytes> = out.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            out.iter().map(Bytes::len).sum::<usize>() as u64,
+            layout.image_size()
+        );
+        assert_eq!(seen, vec![chunk(), chunk()], "every raw chunk, in order");
+
+        let (out, _) = encoded(layout.clone(), vec![Ok(chunk()), Err(TestError::Source)]).await;
+        assert_eq!(out.last(), Some(&Err(TestError::Source)));
+
+        let (out, _) = encoded(layout, vec![Ok(chunk())]).await;
+        assert_eq!(
+            out.last(),
+            Some(&Err(TestError::Encode(
+                "the disk's raw contents were 1048576 bytes, 2097152 expected".into()
+            ))),
+            "a short disk is an error, not a short image"
+        );
+    }
 }
