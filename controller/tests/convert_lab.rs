@@ -91,14 +91,7 @@ fn staging() -> Staging {
 
 /// Runs qemu-img, which must succeed; its standard output.
 fn qemu_img(args: &[&str]) -> String {
-    let out = Command::new("qemu-img").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "qemu-img {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    ferry_harness::qemu_img(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn is_empty_dir(dir: &Path) -> bool {

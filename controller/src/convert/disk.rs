@@ -239,15 +239,35 @@ impl Ctx<'_> {
         }
     }
 
-    fn metadata(&self, disk: &DiskSpec, virtual_size: u64) -> BTreeMap<String, String> {
-        [
+    /// Uploads `parts` (`part` bytes each but the last) as the disk's image of `size` bytes,
+    /// its metadata naming the source, the format and the `virtual_size`.
+    async fn upload(
+        &self,
+        disk: &DiskSpec,
+        writer: &RecordWriter,
+        virtual_size: u64,
+        size: u64,
+        part: u64,
+        parts: impl futures::Stream<Item = Result<Bytes, Error>>,
+    ) -> Result<Uploaded, Error> {
+        let metadata: BTreeMap<String, String> = [
             (META_SOURCE_PATH, disk.datastore_path.clone()),
             (META_FORMAT, self.args.format.as_str().to_owned()),
             (META_VIRTUAL_SIZE, virtual_size.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+        .collect();
+        upload::upload(
+            &self.staging,
+            &disk.key,
+            &metadata,
+            size,
+            part,
+            parts,
+            writer,
+        )
+        .await
     }
 
     fn remote(&self, paths: Vec<String>) -> Arc<Remote> {
@@ -307,21 +327,10 @@ impl Ctx<'_> {
                     })
                 };
                 let result = match layout {
-                    None => {
-                        let meta = self.metadata(disk, size);
-                        upload::upload(
-                            &self.staging,
-                            &disk.key,
-                            &meta,
-                            size,
-                            raw_part,
-                            raw,
-                            writer,
-                            0,
-                        )
+                    None => self
+                        .upload(disk, writer, size, size, raw_part, raw)
                         .await
-                        .map(|up| (up, None, DataPath::FlatStream))
-                    }
+                        .map(|up| (up, None, DataPath::FlatStream)),
                     Some(layout) => self
                         .upload_qcow2(disk, writer, layout, raw)
                         .await
@@ -368,18 +377,7 @@ impl Ctx<'_> {
                     OutputFormat::Raw => {
                         progress.total.store(vsize, Ordering::Relaxed);
                         let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
-                        let meta = self.metadata(disk, vsize);
-                        let up = upload::upload(
-                            &self.staging,
-                            &disk.key,
-                            &meta,
-                            vsize,
-                            part,
-                            raw,
-                            writer,
-                            0,
-                        )
-                        .await?;
+                        let up = self.upload(disk, writer, vsize, vsize, part, raw).await?;
                         (up, None, DataPath::QemuSink)
                     }
                     OutputFormat::Qcow2 => {
@@ -433,18 +431,7 @@ impl Ctx<'_> {
         });
         let usize_part = usize::try_from(part).map_err(|e| Error::Upload(e.to_string()))?;
         let parts = qcow2::encode(layout, raw, usize_part, seen_tx);
-        let meta = self.metadata(disk, vsize);
-        let up = upload::upload(
-            &self.staging,
-            &disk.key,
-            &meta,
-            size,
-            part,
-            parts,
-            writer,
-            0,
-        )
-        .await;
+        let up = self.upload(disk, writer, vsize, size, part, parts).await;
         let (raw_sha256, seen) = hasher
             .await
             .map_err(|e| Error::Upload(format!("hashing: {e}")))?;

@@ -10,12 +10,13 @@ pub const BASE_BYTES: u64 = 16 << 20;
 pub const PARALLEL_DISKS: usize = 2;
 
 /// Samples the bytes held under `dir` (allocated blocks of its files, at any depth) every
-/// 20 ms, keeping the most in `peak`, until aborted. A directory that does not exist holds
-/// nothing.
+/// 250 ms, keeping the most in `peak`, until aborted. A directory that does not exist holds
+/// nothing. Nothing is written there, so this is a check, kept off the data path's cores: a
+/// walk four times a second, of the work volume the Job mounts (or `--work-dir`).
 pub async fn watch(dir: std::path::PathBuf, peak: std::sync::Arc<std::sync::atomic::AtomicU64>) {
     loop {
         peak.fetch_max(held_bytes(&dir), std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
 

@@ -149,14 +149,12 @@ pub struct Uploaded {
 }
 
 /// Uploads `parts` (in order, each exactly `part` bytes but the last) as the image `key` of
-/// `size` bytes, hashing on the way; `progress.done` moves by `weight` per byte hashed, from
-/// `base`.
+/// `size` bytes, hashing on the way; `progress.done` follows the bytes hashed.
 ///
 /// Guarantees: the object appears only complete (multipart completion is atomic); on any error
 /// the multipart upload is aborted; the upload's id is in the record before any part is sent.
 ///
 /// Errors: the first failure of the parts stream, of S3, or a size other than announced.
-#[allow(clippy::too_many_arguments)]
 pub async fn upload(
     staging: &Staging,
     key: &str,
@@ -165,7 +163,6 @@ pub async fn upload(
     part: u64,
     parts: impl Stream<Item = Result<Bytes, Error>>,
     record: &RecordWriter,
-    base: u64,
 ) -> Result<Uploaded, Error> {
     let progress = record.progress.clone();
     let s3 = |context: &str| {
@@ -189,7 +186,7 @@ pub async fn upload(
             )));
         }
         hash.update(&body);
-        progress.done.fetch_max(base + size, Ordering::Relaxed);
+        progress.done.fetch_max(size, Ordering::Relaxed);
         staging
             .put_bytes(key, body, metadata)
             .await
@@ -219,7 +216,7 @@ pub async fn upload(
         let hasher = {
             let progress = progress.clone();
             tokio::task::spawn_blocking(move || {
-                let mut done = base;
+                let mut done = 0;
                 while let Some(p) = hashing.blocking_recv() {
                     hash.update(&p);
                     done += p.len() as u64;

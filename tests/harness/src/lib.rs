@@ -16,7 +16,7 @@ pub use info::{InventoryDisk, InventoryNic, InventoryVm, LabInfo};
 pub use namespace::TestNamespace;
 pub use process::ChildGuard;
 pub use start::{Lab, lab, repo_root, run_state_dir};
-pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk};
+pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk, qemu_img};
 pub use wait::eventually;
 
 /// Result of harness operations.

@@ -1,10 +1,37 @@
 //! Real disks for vcsim VMs: deterministic raw content, turned into a VMDK by `qemu-img`.
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{Error, InventoryVm, Result};
+
+/// Runs `qemu-img ARGS`: its standard output, or an error carrying what it printed.
+pub fn qemu_img<S: AsRef<OsStr>>(args: &[S]) -> Result<String> {
+    let out = Command::new("qemu-img")
+        .args(args)
+        .output()
+        .map_err(|source| Error::Spawn {
+            what: "qemu-img (install qemu-utils)".into(),
+            source,
+        })?;
+    if !out.status.success() {
+        let words: Vec<String> = args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect();
+        return Err(Error::Command {
+            what: format!("qemu-img {}", words.join(" ")),
+            detail: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
 
 /// A real disk placed behind a vcsim VM: the raw image it was made from, for comparisons.
 #[derive(Debug, Clone)]
@@ -27,21 +54,15 @@ pub fn put_vmdk(vm: &InventoryVm, scratch: &Path, size_mib: u64, seed: u64) -> R
     })?;
     let raw = scratch.join(format!("{}.raw", vm.name));
     write_pattern(&raw, size_mib, seed)?;
-    let out = Command::new("qemu-img")
-        .args(["convert", "-f", "raw", "-O", "vmdk"])
-        .arg(&raw)
-        .arg(&disk.local_path)
-        .output()
-        .map_err(|source| Error::Spawn {
-            what: "qemu-img (install qemu-utils)".into(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(Error::Command {
-            what: "qemu-img convert".into(),
-            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
-    }
+    qemu_img(&[
+        OsStr::new("convert"),
+        OsStr::new("-f"),
+        OsStr::new("raw"),
+        OsStr::new("-O"),
+        OsStr::new("vmdk"),
+        raw.as_os_str(),
+        disk.local_path.as_os_str(),
+    ])?;
     Ok(RealDisk {
         raw,
         vmdk: disk.local_path.clone(),
@@ -107,25 +128,14 @@ pub fn put_disk(
             })?;
         }
         DiskKind::Sparse | DiskKind::StreamOptimized => {
-            let mut cmd = Command::new("qemu-img");
-            cmd.args(["convert", "-f", "raw", "-O", "vmdk"]);
+            let mut args: Vec<&OsStr> = ["convert", "-f", "raw", "-O", "vmdk"]
+                .map(OsStr::new)
+                .to_vec();
             if kind == DiskKind::StreamOptimized {
-                cmd.args(["-o", "subformat=streamOptimized"]);
+                args.extend(["-o", "subformat=streamOptimized"].map(OsStr::new));
             }
-            let out = cmd
-                .arg(&raw)
-                .arg(descriptor)
-                .output()
-                .map_err(|source| Error::Spawn {
-                    what: "qemu-img (install qemu-utils)".into(),
-                    source,
-                })?;
-            if !out.status.success() {
-                return Err(Error::Command {
-                    what: "qemu-img convert".into(),
-                    detail: String::from_utf8_lossy(&out.stderr).into_owned(),
-                });
-            }
+            args.extend([raw.as_os_str(), descriptor.as_os_str()]);
+            qemu_img(&args)?;
         }
     }
     Ok(RealDisk {
