@@ -12,6 +12,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use crate::caches::Caches;
+use crate::children::proof::ProofKey;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::ports::{S3Staging, SourceApi, StagingApi, VsphereSource};
@@ -71,6 +72,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Kubernetes Events.
     pub recorder: Recorder,
+    /// The key of the creation stamps on the children ferry makes (see [`crate::children::proof`]).
+    pub proof: ProofKey,
     /// The migration controller's cache of every migration it watches: where a wave reads its
     /// children (no list of megabytes per reconcile); `None` lists them from the API.
     pub migrations: Option<Store<VirtualMachineMigration>>,
@@ -88,19 +91,39 @@ impl std::fmt::Debug for Context {
     }
 }
 
+/// What a [`Context`] talks to beyond the Kubernetes API, and what it keys its proofs with.
+pub struct Ports {
+    /// The vSphere source.
+    pub source: Arc<dyn SourceApi>,
+    /// The S3 staging store.
+    pub staging: Arc<dyn StagingApi>,
+    /// Now.
+    pub clock: Arc<dyn Clock>,
+    /// The creation-stamp key.
+    pub proof: ProofKey,
+}
+
 /// The reporting controller name on Events.
 pub const REPORTER: &str = "ferry-controller";
 
 impl Context {
     /// A context on the real ports and the system clock.
-    pub fn new(client: kube::Client, policy: Policy, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+        proof: ProofKey,
+    ) -> Self {
         Self::with_ports(
             client,
             policy,
             metrics,
-            Arc::new(VsphereSource::default()),
-            Arc::new(S3Staging),
-            Arc::new(SystemClock),
+            Ports {
+                source: Arc::new(VsphereSource::default()),
+                staging: Arc::new(S3Staging),
+                clock: Arc::new(SystemClock),
+                proof,
+            },
         )
     }
 
@@ -109,10 +132,14 @@ impl Context {
         client: kube::Client,
         policy: Policy,
         metrics: Arc<Metrics>,
-        source: Arc<dyn SourceApi>,
-        staging: Arc<dyn StagingApi>,
-        clock: Arc<dyn Clock>,
+        ports: Ports,
     ) -> Self {
+        let Ports {
+            source,
+            staging,
+            clock,
+            proof,
+        } = ports;
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
@@ -126,6 +153,7 @@ impl Context {
             policy,
             metrics,
             recorder,
+            proof,
             migrations: None,
             children: None,
             memory: Mutex::default(),
@@ -247,7 +275,8 @@ mod tests {
     async fn a_cached_migration_is_current_only_at_the_version_last_written_or_read() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()));
+        let key = ProofKey::from_bytes(&[1; crate::children::proof::KEY_BYTES]).unwrap();
+        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()), key);
         assert!(
             !ctx.is_current("u", Some("7")),
             "nothing known after a start"

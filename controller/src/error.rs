@@ -59,6 +59,10 @@ pub enum Error {
     #[error("the object changed while it was being reconciled")]
     Conflict,
 
+    /// The key of ferry's creation stamps cannot be read or made (see `children::proof`).
+    #[error("creation-proof key: {0}")]
+    ProofKey(String),
+
     /// This instance lost the leader Lease (it stops; a restart makes it a standby).
     #[error("leadership lost: {0}")]
     LeadershipLost(#[from] crate::leader::Lost),
@@ -80,6 +84,7 @@ impl Error {
             Error::Crds(_) => "crds",
             Error::Io { .. } => "io",
             Error::Conflict => "conflict",
+            Error::ProofKey(_) => "proof_key",
             Error::LeadershipLost(_) => "leadership_lost",
         }
     }

@@ -14,8 +14,7 @@ use crate::error::{is_already_exists, is_not_found};
 use crate::metrics::Metrics;
 
 /// Creates `obj` under `field_manager` unless an object of that name exists; returns whether it
-/// created it. An existing object is *not* checked here: who owns it is the caller's question
-/// (see [`crate::children::is_owned_by`]).
+/// created it. An existing object is *not* checked here: who owns it is the caller's question.
 ///
 /// # Errors
 /// Kubernetes API errors other than "already exists".
@@ -28,17 +27,47 @@ pub async fn create_if_absent<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
+    Ok(create_as(metrics, api, obj, field_manager).await?.is_some())
+}
+
+/// Creates `obj` under the controller's field manager; returns the uid the API server gave it,
+/// or `None` when an object of that name exists (never taken as the one asked for).
+///
+/// # Errors
+/// Kubernetes API errors other than "already exists".
+pub async fn create<K>(metrics: &Metrics, api: &Api<K>, obj: &K) -> Result<Option<String>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    create_as(
+        metrics,
+        api,
+        obj,
+        ferry_crds::names::CONTROLLER_FIELD_MANAGER,
+    )
+    .await
+}
+
+async fn create_as<K>(
+    metrics: &Metrics,
+    api: &Api<K>,
+    obj: &K,
+    field_manager: &str,
+) -> Result<Option<String>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
     let params = PostParams {
         field_manager: Some(field_manager.to_owned()),
         ..PostParams::default()
     };
     match api.create(&params, obj).await {
-        Ok(_) => {
+        Ok(made) => {
             metrics.write("create", &K::kind(&()));
             info!(kind = %K::kind(&()), name = %obj.name_any(), "created");
-            Ok(true)
+            Ok(Some(made.uid().unwrap_or_default()))
         }
-        Err(e) if is_already_exists(&e) => Ok(false),
+        Err(e) if is_already_exists(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }

@@ -31,4 +31,4 @@ pub mod vsphere;
 pub mod wave;
 
 pub use error::{Error, Result};
-pub use run::{RunOptions, run, run_elected, run_until};
+pub use run::{ProofKeySecret, RunOptions, run, run_elected, run_until};

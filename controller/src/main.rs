@@ -69,6 +69,11 @@ struct Cli {
     /// references, comma-separated); none by default.
     #[arg(long, env = "FERRY_ALLOWED_CONVERTER_IMAGES", value_delimiter = ',')]
     allowed_converter_images: Vec<String>,
+    /// The Secret holding the key of ferry's creation stamps, `NAME` or `NAMESPACE/NAME`
+    /// (made when absent; default namespace: $POD_NAMESPACE, else the kubeconfig's). Keep it
+    /// where the authors of migrations cannot read it.
+    #[arg(long, default_value = ferry_controller::children::proof::DEFAULT_SECRET_NAME)]
+    proof_key_secret: String,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -237,6 +242,16 @@ async fn main() -> anyhow::Result<()> {
                 },
                 waves: !cli.no_waves,
                 shutdown_grace: cli.leader.shutdown_grace,
+                proof_key: match cli.proof_key_secret.split_once('/') {
+                    Some((ns, name)) => ferry_controller::ProofKeySecret {
+                        namespace: Some(ns.to_owned()),
+                        name: name.to_owned(),
+                    },
+                    None => ferry_controller::ProofKeySecret {
+                        namespace: None,
+                        name: cli.proof_key_secret.clone(),
+                    },
+                },
             };
             let config = config(cli.kubeconfig.as_ref()).await?;
             if cli.leader.leader_elect {

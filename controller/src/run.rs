@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
 use crate::caches::{Caches, is_ready};
+use crate::children::proof::{self, ProofKey};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
 use crate::leader::{ElectionConfig, Elector, Fence};
@@ -43,6 +44,43 @@ pub struct RunOptions {
     pub waves: bool,
     /// How long running reconciles may take to finish after a shutdown was asked for.
     pub shutdown_grace: Duration,
+    /// The Secret holding the key of ferry's creation stamps.
+    pub proof_key: ProofKeySecret,
+}
+
+/// Where the creation-stamp key lives (see [`crate::children::proof`]): a Secret readable by the
+/// controller and, ideally, by nobody who may create objects in a migration's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProofKeySecret {
+    /// Its namespace: when `None`, `$POD_NAMESPACE` (the controller's own), else the client's
+    /// default namespace.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+impl Default for ProofKeySecret {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            name: proof::DEFAULT_SECRET_NAME.to_owned(),
+        }
+    }
+}
+
+/// Reads (or makes) the creation-stamp key named by `opts` through `client`.
+async fn proof_key(client: &Client, opts: &RunOptions) -> Result<ProofKey> {
+    let ns = opts
+        .proof_key
+        .namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    proof::load_or_create(client, &ns, &opts.proof_key.name).await
 }
 
 impl Default for RunOptions {
@@ -55,6 +93,7 @@ impl Default for RunOptions {
             policy: Policy::default(),
             waves: true,
             shutdown_grace: Duration::from_secs(20),
+            proof_key: ProofKeySecret::default(),
         }
     }
 }
@@ -155,8 +194,9 @@ pub async fn run_until(
 ) -> Result<()> {
     let served = serve(&opts).await?;
     served.metrics.leader.set(1);
+    let key = proof_key(&client, &opts).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controllers = controllers(client, &opts, &served, stop_rx);
+    let controllers = controllers(client, &opts, &served, key, stop_rx);
     tokio::pin!(controllers);
     tokio::select! {
         () = &mut controllers => {}
@@ -206,8 +246,16 @@ pub async fn run_elected(
     }
     served.metrics.leader.set(1);
     served.readiness.set_syncing();
+    // Read (or made) as the leader: making it is a write, and the fence admits only ours.
+    let key = tokio::select! {
+        lost = elector.hold() => {
+            served.metrics.leader.set(0);
+            return Err(crate::Error::LeadershipLost(lost));
+        }
+        key = proof_key(&client, &opts) => key?,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controllers = controllers(client, &opts, &served, stop_rx);
+    let controllers = controllers(client, &opts, &served, key, stop_rx);
     tokio::pin!(controllers);
     let lost = tokio::select! {
         lost = elector.hold() => Some(lost),
@@ -248,6 +296,7 @@ fn controllers(
     client: Client,
     opts: &RunOptions,
     served: &Served,
+    key: ProofKey,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let ns = opts.namespace.as_deref();
@@ -300,9 +349,14 @@ fn controllers(
     let (migration_store, wave_store) = (migrations.store(), waves.store());
     // Waves read their children from the migration controller's cache rather than listing them.
     let ctx = Arc::new(
-        Context::new(client.clone(), opts.policy.clone(), served.metrics.clone())
-            .with_migration_store(migration_store.clone())
-            .with_child_caches(caches.clone()),
+        Context::new(
+            client.clone(),
+            opts.policy.clone(),
+            served.metrics.clone(),
+            key,
+        )
+        .with_migration_store(migration_store.clone())
+        .with_child_caches(caches.clone()),
     );
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();

@@ -74,6 +74,41 @@ pub struct VerifyArgs {
     /// A volume: `INDEX=PATH=SIZE=SHA256`; repeat per disk.
     #[arg(long = "volume", required = true, value_parser = VolumeSpec::parse)]
     pub volumes: Vec<VolumeSpec>,
+    /// Where the checksums computed are written once every volume verified (the container's
+    /// termination message file: the kubelet hands it to the controller in the pod's status).
+    #[arg(long)]
+    pub result_file: Option<PathBuf>,
+}
+
+/// The first line of a verification result.
+pub const RESULT_HEADER: &str = "ferry-verified v1";
+
+/// The verification result as the controller reads it from the pod: the header, then one
+/// `INDEX:SHA256` line per volume — 66 bytes a disk, so that 60 disks fit the kubelet's 4096
+/// bytes of termination message. Pure.
+pub fn render_result(verified: &[Verified]) -> String {
+    let mut out = format!("{RESULT_HEADER}\n");
+    for v in verified {
+        out.push_str(&format!("{}:{}\n", v.disk, v.sha256));
+    }
+    out
+}
+
+/// The checksums a verification result reports, per disk index; `None` when `text` is not a
+/// result (a failure's message, or nothing). Pure.
+pub fn parse_result(text: &str) -> Option<std::collections::BTreeMap<usize, String>> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    if lines.next()? != RESULT_HEADER {
+        return None;
+    }
+    lines
+        .map(|l| -> Option<(usize, String)> {
+            let (i, sha) = l.split_once(':')?;
+            let sha = sha.to_ascii_lowercase();
+            let hex = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+            hex.then_some((i.parse().ok()?, sha))
+        })
+        .collect()
 }
 
 /// Why a volume does not verify.
@@ -212,14 +247,28 @@ pub async fn verify_one(v: &VolumeSpec) -> Result<Verified, Error> {
 /// Verifies every volume, one JSON line each on stdout; the first failure ends the run with its
 /// exit code, its message last on stderr.
 pub async fn run_to_exit_code(args: VerifyArgs) -> i32 {
+    let mut verified = vec![];
     for v in &args.volumes {
         match verify_one(v).await {
-            Ok(line) => println!("{}", serde_json::to_string(&line).unwrap_or_default()),
+            Ok(line) => {
+                println!("{}", serde_json::to_string(&line).unwrap_or_default());
+                verified.push(line);
+            }
             Err(e) => {
                 eprintln!("ferry-controller verify: {e}");
                 return e.exit_code();
             }
         }
+    }
+    if let Some(path) = &args.result_file
+        && let Err(e) = std::fs::write(path, render_result(&verified))
+    {
+        // Without its result the controller cannot take the volumes as verified: try again.
+        eprintln!(
+            "ferry-controller verify: writing the result to {}: {e}",
+            path.display()
+        );
+        return TRANSIENT_EXIT_CODE;
     }
     0
 }
@@ -254,6 +303,30 @@ mod tests {
                 .unwrap_err()
                 .contains("disk index")
         );
+    }
+
+    #[test]
+    fn a_result_reads_back_per_disk_and_nothing_else_reads_as_one() {
+        let v = |disk, sha: &str| Verified {
+            disk,
+            path: String::new(),
+            size: 1,
+            sha256: sha.to_owned(),
+        };
+        let (a, b) = ("ab".repeat(32), "CD".repeat(32));
+        let text = render_result(&[v(0, &a), v(3, &b)]);
+        let got = parse_result(&text).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[&0], a);
+        assert_eq!(got[&3], b.to_ascii_lowercase());
+        assert!(text.len() <= 20 + 2 * 67, "{} bytes", text.len());
+        assert_eq!(parse_result(""), None);
+        assert_eq!(parse_result("disk 0: checksum mismatch"), None);
+        assert_eq!(parse_result(&format!("{RESULT_HEADER}\n0:zz")), None);
+        assert_eq!(parse_result(RESULT_HEADER).map(|m| m.len()), Some(0));
+        // 60 disks fit the kubelet's 4096 bytes of termination message.
+        let many: Vec<Verified> = (0..60).map(|i| v(i, &a)).collect();
+        assert!(render_result(&many).len() <= 4096);
     }
 
     #[tokio::test]

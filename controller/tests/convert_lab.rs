@@ -48,6 +48,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         work_dir: work.to_owned(),
         qemu_img: "qemu-img".into(),
         max_read_rate: None,
+        job_uid: None,
     }
 }
 

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::Env;
-use ferry_controller::context::{Context, SystemClock};
+use ferry_controller::context::{Context, Ports, SystemClock};
 use ferry_controller::metrics::{Metrics, WriteLabels};
 use ferry_controller::policy::Policy;
 use ferry_controller::ports::{
@@ -144,13 +144,17 @@ impl Driver {
             max_transient_retries: 2,
             ..Policy::default()
         };
+        let proof = ferry_controller::children::proof::ProofKey::from_bytes(&[5; 32]).unwrap();
         let ctx = Arc::new(Context::with_ports(
             client,
             policy,
             Arc::new(Metrics::default()),
-            Arc::new(source),
-            Arc::new(staging),
-            Arc::new(SystemClock),
+            Ports {
+                source: Arc::new(source),
+                staging: Arc::new(staging),
+                clock: Arc::new(SystemClock),
+                proof,
+            },
         ));
         Driver {
             env,

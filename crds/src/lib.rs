@@ -2,6 +2,7 @@
 //! `VirtualMachineMigration` and `MigrationWave` custom resources and the pure helpers around them.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod child;
 pub mod condition;
 pub mod conversion;
 mod error;
@@ -22,6 +23,7 @@ pub mod target;
 pub mod wave;
 pub mod wave_child;
 
+pub use child::ChildRecord;
 pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
 pub use conversion::{ConversionSpec, DiskFormat};
 pub use error::{Error, Result};

@@ -6,8 +6,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason, SourceSpec,
-    StagingSpec, TargetSpec, condition, names,
+    ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason,
+    SourceSpec, StagingSpec, TargetSpec, condition, names,
     phase::Phase,
     source::{DiscoveredSource, SourcePowerOff},
 };
@@ -210,6 +210,15 @@ pub struct VirtualMachineMigrationStatus {
     /// Overall copy progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+
+    /// The objects ferry's own creates made for this migration, with the uid each create
+    /// answered: an object under a child's name is ferry's only when it is recorded here (or,
+    /// between a create and this record, carries ferry's creation proof). See
+    /// `controller/src/children/proof.rs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["kind".into(), "name".into()]))]
+    pub children: Vec<ChildRecord>,
 
     /// How many times the migration was started: 1 for the first run, +1 per retry.
     #[serde(default)]

@@ -72,6 +72,61 @@ pub fn last_failure_message(pods: &[Pod], container: &str) -> Option<String> {
         })
 }
 
+/// The termination message of `container` in a pod of `job` that succeeded running exactly the
+/// Job's own container: controlled by the Job (by uid) and with the template's image, command
+/// and arguments — a pod anyone else made, with the Job's labels but another program, says
+/// nothing. `None` when no such pod ended with a message. Pure.
+pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<String> {
+    let uid = job.metadata.uid.as_deref()?;
+    let want = job
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    let runs_ours = |p: &Pod| {
+        let controlled = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == uid);
+        let same = p.spec.as_ref().is_some_and(|s| {
+            s.containers.len() == 1
+                && s.init_containers.as_ref().is_none_or(Vec::is_empty)
+                && s.containers.iter().all(|c| {
+                    c.name == want.name
+                        && c.image == want.image
+                        && c.command == want.command
+                        && c.args == want.args
+                })
+        });
+        controlled && same
+    };
+    pods.iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+        .filter(|p| runs_ours(p))
+        .filter_map(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find(|c| c.name == container)?
+                .state
+                .as_ref()?
+                .terminated
+                .as_ref()
+                .filter(|t| t.exit_code == 0)?
+                .message
+                .clone()
+        })
+        .next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +225,90 @@ mod tests {
         );
         assert_eq!(last_failure_message(&pods, "other"), None);
         assert_eq!(last_failure_message(&[], "verify"), None);
+    }
+
+    #[test]
+    fn only_a_pod_of_the_job_that_ran_its_own_program_reports() {
+        use k8s_openapi::api::batch::v1::JobSpec;
+        use k8s_openapi::api::core::v1::{
+            Container, ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec,
+            PodStatus, PodTemplateSpec,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let container = |cmd: &str| Container {
+            name: "verify".into(),
+            image: Some("ferry".into()),
+            command: Some(vec![cmd.into()]),
+            args: Some(vec!["verify".into()]),
+            ..Container::default()
+        };
+        let job = Job {
+            metadata: kube::api::ObjectMeta {
+                uid: Some("job-uid".into()),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(PodSpec {
+                        containers: vec![container("ferry-controller")],
+                        ..PodSpec::default()
+                    }),
+                },
+                ..JobSpec::default()
+            }),
+            status: None,
+        };
+        let pod = |owner: &str, cmd: &str, phase: &str, code: i32| Pod {
+            metadata: kube::api::ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    uid: owner.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container(cmd)],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "verify".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: code,
+                            message: Some(format!("said by {owner} {cmd}")),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let ours = pod("job-uid", "ferry-controller", "Succeeded", 0);
+        assert_eq!(
+            succeeded_message(&job, std::slice::from_ref(&ours), "verify").as_deref(),
+            Some("said by job-uid ferry-controller")
+        );
+        for forged in [
+            pod("job-uid", "true", "Succeeded", 0),
+            pod("other-job", "ferry-controller", "Succeeded", 0),
+            pod("job-uid", "ferry-controller", "Failed", 1),
+        ] {
+            assert_eq!(
+                succeeded_message(&job, std::slice::from_ref(&forged), "verify"),
+                None,
+                "{forged:?}"
+            );
+        }
+        let mut with_init = ours.clone();
+        if let Some(s) = with_init.spec.as_mut() {
+            s.init_containers = Some(vec![container("sh")]);
+        }
+        assert_eq!(succeeded_message(&job, &[with_init], "verify"), None);
     }
 }

@@ -70,6 +70,10 @@ pub mod env {
     pub const S3_SECRET_ACCESS_KEY: &str = "FERRY_S3_SECRET_ACCESS_KEY";
     /// PEM CA bundle of a private-CA https S3 endpoint, when set.
     pub const S3_CACERT: &str = "FERRY_S3_CACERT";
+    /// The uid of the Job the converter runs in (the downward API reads the Job controller's
+    /// label on the pod): every record it writes carries it, and the controller trusts a staged
+    /// image only from the Job it recorded creating.
+    pub const JOB_UID: &str = "FERRY_JOB_UID";
 }
 
 fn plain(name: &str, value: impl Into<String>) -> EnvVar {
@@ -77,6 +81,20 @@ fn plain(name: &str, value: impl Into<String>) -> EnvVar {
         name: name.to_owned(),
         value: Some(value.into()),
         value_from: None,
+    }
+}
+
+fn from_pod_label(name: &str, label: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(k8s_openapi::api::core::v1::ObjectFieldSelector {
+                api_version: None,
+                field_path: format!("metadata.labels['{label}']"),
+            }),
+            ..EnvVarSource::default()
+        }),
     }
 }
 
@@ -176,6 +194,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
             keys::S3_SECRET_ACCESS_KEY_KEY,
         ),
         from_secret_if_set(env::S3_CACERT, s3_secret, keys::CA_CERT_KEY),
+        from_pod_label(env::JOB_UID, crate::apis::job::CONTROLLER_UID_LABEL),
     ];
     let container = Container {
         name: "convert".to_owned(),

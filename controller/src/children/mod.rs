@@ -8,13 +8,16 @@
 
 pub mod datavolume;
 pub mod job;
+pub mod proof;
 pub mod secret;
 pub mod verify_job;
 pub mod virtual_machine;
 
 use std::collections::BTreeMap;
 
-use ferry_crds::{Reason, VirtualMachineMigration, names};
+use ferry_crds::{ChildRecord, Reason, VirtualMachineMigration, names};
+
+use self::proof::{ProofKey, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
@@ -92,8 +95,13 @@ pub fn is_owned_by(meta: &ObjectMeta, vmm: &VirtualMachineMigration) -> bool {
 /// Whether an object found under a name this migration creates is its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ownership {
-    /// Made by this migration (by uid): progress may be read from it.
-    Ours,
+    /// Made by this migration: progress may be read from it. `unrecorded` carries its record
+    /// when it was proven by its creation stamp alone (made just before a controller restart,
+    /// not in `status.children` yet): the caller records it.
+    Ours {
+        /// The record to add to `status.children`, if it is not there yet.
+        unrecorded: Option<ChildRecord>,
+    },
     /// Anyone else's: never progress.
     Foreign(Conflict),
 }
@@ -114,6 +122,9 @@ pub enum Holder {
         /// Its name.
         name: String,
     },
+    /// It names this migration (labels, owner reference) but ferry's create did not make it:
+    /// someone else made it look like ferry's, or replaced the object ferry made.
+    Impostor,
     /// Not made by ferry: by hand or by another tool.
     Unknown,
 }
@@ -152,6 +163,7 @@ impl Conflict {
                 format!("was made by an earlier migration of this name (uid {uid})")
             }
             Holder::Controller { kind, name } => format!("belongs to {kind} {name}"),
+            Holder::Impostor => "names this migration in its labels or owner reference, but ferry did not create it (ferry records the uid of every object it creates)".to_owned(),
             Holder::Unknown => "was not made by ferry".to_owned(),
         };
         Problem::permanent(
@@ -163,13 +175,53 @@ impl Conflict {
     }
 }
 
+/// The stamp subject of the child `kind`/`name` of `vmm` in its current attempt.
+pub fn subject<'a>(vmm: &'a VirtualMachineMigration, kind: &'a str, name: &'a str) -> Subject<'a> {
+    Subject {
+        migration_uid: vmm.metadata.uid.as_deref().unwrap_or_default(),
+        attempt: vmm.status.as_ref().map_or(0, |s| s.attempts),
+        kind,
+        name,
+    }
+}
+
 /// Whether `meta`, found under a child name of `vmm`, is `vmm`'s own. Pure.
 ///
 /// # Guarantees
-/// An object with a controller owner is ours exactly when that owner is `vmm` (by uid); one
-/// without (a released VM or DataVolume) exactly when it carries `vmm`'s uid under
-/// [`names::MIGRATION_UID_LABEL`]. The migration's name alone never makes an object ours.
-pub fn ownership(kind: &str, meta: &ObjectMeta, vmm: &VirtualMachineMigration) -> Ownership {
+/// (The argument is in [`proof`].) An object is ours exactly when
+/// * its uid is the one `status.children` recorded for its kind and name, or
+/// * no record of the current attempt exists for it and it carries a creation stamp of `key`
+///   for `vmm`'s uid, the current attempt, its kind and its name (then `unrecorded` is set).
+///
+/// Labels, owner references and the migration's name never make an object ours; they only say
+/// who else may hold it (for the conflict's message) and whether it leaves by itself.
+pub fn ownership(
+    kind: &str,
+    meta: &ObjectMeta,
+    vmm: &VirtualMachineMigration,
+    key: &ProofKey,
+) -> Ownership {
+    let name = meta.name.clone().unwrap_or_default();
+    let sub = subject(vmm, kind, &name);
+    let recorded = vmm
+        .status
+        .as_ref()
+        .and_then(|s| ferry_crds::child::find(&s.children, kind, &name));
+    let object_uid = meta.uid.as_deref().filter(|u| !u.is_empty());
+    let has_uid = vmm.metadata.uid.is_some();
+    let ours = match (recorded, object_uid) {
+        _ if !has_uid => None,
+        (Some(r), Some(u)) if r.uid == u => Some(Ownership::Ours { unrecorded: None }),
+        // This attempt's object was recorded and this is another one in its place.
+        (Some(r), _) if r.attempt >= sub.attempt => None,
+        (_, Some(u)) if key.verifies(meta, &sub) => Some(Ownership::Ours {
+            unrecorded: Some(sub.record(u)),
+        }),
+        _ => None,
+    };
+    if let Some(o) = ours {
+        return o;
+    }
     let uid = vmm.metadata.uid.as_deref();
     let controller = meta
         .owner_references
@@ -181,22 +233,17 @@ pub fn ownership(kind: &str, meta: &ObjectMeta, vmm: &VirtualMachineMigration) -
         .as_ref()
         .and_then(|l| l.get(names::MIGRATION_UID_LABEL))
         .map(String::as_str);
-    let ours = match controller {
-        Some(o) => Some(o.uid.as_str()) == uid,
-        None => uid.is_some() && label == uid,
-    };
-    if ours {
-        return Ownership::Ours;
-    }
-    let owner_is_earlier_migration = controller.is_some_and(|o| {
+    let same_name_owner = controller.is_some_and(|o| {
         o.kind == VirtualMachineMigration::kind(&())
             && o.api_version == VirtualMachineMigration::api_version(&())
             && o.name == vmm.name_any()
     });
+    let names_us =
+        uid.is_some() && (controller.is_some_and(|o| Some(o.uid.as_str()) == uid) || label == uid);
+    let earlier = same_name_owner && !names_us;
     let holder = match (controller, label) {
-        (Some(o), _) if owner_is_earlier_migration => {
-            Holder::EarlierMigration { uid: o.uid.clone() }
-        }
+        _ if names_us => Holder::Impostor,
+        (Some(o), _) if earlier => Holder::EarlierMigration { uid: o.uid.clone() },
         (Some(o), _) => Holder::Controller {
             kind: o.kind.clone(),
             name: o.name.clone(),
@@ -206,9 +253,9 @@ pub fn ownership(kind: &str, meta: &ObjectMeta, vmm: &VirtualMachineMigration) -
     };
     Ownership::Foreign(Conflict {
         kind: kind.to_owned(),
-        name: meta.name.clone().unwrap_or_default(),
+        name,
         holder,
-        leaving: meta.deletion_timestamp.is_some() || owner_is_earlier_migration,
+        leaving: meta.deletion_timestamp.is_some() || earlier,
     })
 }
 
@@ -303,6 +350,40 @@ mod tests {
     use super::*;
     use ferry_crds::fixtures::{MIGRATION_UID, migration};
 
+    fn key() -> ProofKey {
+        ProofKey::from_bytes(&[9; proof::KEY_BYTES]).unwrap()
+    }
+
+    /// `meta` as the API server returns it after ferry's create: stamped, with a uid.
+    fn made_by_ferry(
+        vmm: &VirtualMachineMigration,
+        kind: &str,
+        name: &str,
+        uid: &str,
+    ) -> ObjectMeta {
+        let mut meta = child_meta(vmm, name.into()).unwrap();
+        key().stamp_onto(&mut meta, &subject(vmm, kind, name));
+        meta.uid = Some(uid.into());
+        meta
+    }
+
+    fn recorded(
+        mut vmm: VirtualMachineMigration,
+        kind: &str,
+        name: &str,
+        uid: &str,
+    ) -> VirtualMachineMigration {
+        let s = vmm.status.get_or_insert_with(Default::default);
+        let attempt = s.attempts;
+        s.children.push(ChildRecord {
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            attempt,
+        });
+        vmm
+    }
+
     #[test]
     fn children_are_owned_by_and_labelled_with_their_migration() {
         let vmm = migration("web-1");
@@ -325,23 +406,124 @@ mod tests {
         assert_eq!(owner.block_owner_deletion, None);
         assert_eq!(meta.namespace.as_deref(), Some("default"));
         assert!(is_owned_by(&meta, &vmm));
-        assert_eq!(ownership("Job", &meta, &vmm), Ownership::Ours);
     }
 
     #[test]
-    fn only_the_uid_makes_a_child_ours() {
+    fn a_child_is_ours_by_its_recorded_uid_or_by_its_stamp_before_the_record() {
+        let k = key();
         let vmm = migration("web-1");
-        let ours = child_meta(&vmm, "web-1-disk-0".into()).unwrap();
-        // Released (no owner reference left), still ours by its uid label.
-        let mut released = ours.clone();
+        let meta = made_by_ferry(&vmm, "Job", "web-1-convert", "uid-a");
+        // Made just before a restart: proven by its stamp, and handed back to be recorded.
+        let Ownership::Ours {
+            unrecorded: Some(r),
+        } = ownership("Job", &meta, &vmm, &k)
+        else {
+            panic!("a stamped child of this attempt is ours");
+        };
+        assert_eq!(
+            (r.uid.as_str(), r.name.as_str()),
+            ("uid-a", "web-1-convert")
+        );
+        // Recorded: ours by uid, nothing more to record.
+        let vmm = recorded(vmm, "Job", "web-1-convert", "uid-a");
+        assert_eq!(
+            ownership("Job", &meta, &vmm, &k),
+            Ownership::Ours { unrecorded: None }
+        );
+        // Released (no owner reference left): still ours by the record.
+        let mut released = meta.clone();
         released.owner_references = None;
-        assert_eq!(ownership("DataVolume", &released, &vmm), Ownership::Ours);
+        assert!(matches!(
+            ownership("Job", &released, &vmm, &k),
+            Ownership::Ours { .. }
+        ));
+    }
 
-        // The same migration deleted and created again: a new uid.
+    #[test]
+    fn labels_owner_references_and_copied_stamps_never_make_a_child_ours() {
+        let k = key();
+        let vmm = migration("web-1");
+        // A namespace editor copies everything ferry's children carry but the stamp.
+        let mut forged = child_meta(&vmm, "web-1-verify".into()).unwrap();
+        forged.uid = Some("forged".into());
+        let Ownership::Foreign(c) = ownership("Job", &forged, &vmm, &k) else {
+            panic!("labels and an owner reference are not proof");
+        };
+        assert_eq!((c.holder.clone(), c.leaving), (Holder::Impostor, false));
+        let p = c.problem(world_hint());
+        assert_eq!((p.reason, p.transient), (Reason::TargetConflict, false));
+        assert!(
+            p.message.contains("Job web-1-verify") && p.message.contains("ferry did not create it"),
+            "{}",
+            p.message
+        );
+        // A stamp made with another key, for another attempt or for another name.
+        let mut other_key = forged.clone();
+        ProofKey::from_bytes(&[1; proof::KEY_BYTES])
+            .unwrap()
+            .stamp_onto(&mut other_key, &subject(&vmm, "Job", "web-1-verify"));
+        assert!(matches!(
+            ownership("Job", &other_key, &vmm, &k),
+            Ownership::Foreign(_)
+        ));
+        let mut retried = vmm.clone();
+        retried.status.get_or_insert_with(Default::default).attempts = 2;
+        let first_attempt = made_by_ferry(&vmm, "Job", "web-1-verify", "old");
+        assert!(
+            matches!(
+                ownership("Job", &first_attempt, &retried, &k),
+                Ownership::Foreign(_)
+            ),
+            "a stamp of an earlier attempt (copied from a deleted child) is not this attempt's"
+        );
+        let mut renamed = made_by_ferry(&vmm, "Job", "web-1-convert", "x");
+        renamed.name = Some("web-1-verify".into());
+        assert!(matches!(
+            ownership("Job", &renamed, &vmm, &k),
+            Ownership::Foreign(_)
+        ));
+        // ferry's object replaced by another one carrying its copied stamp: the record decides.
+        let vmm = recorded(vmm, "Job", "web-1-verify", "ferrys");
+        let replacement = made_by_ferry(&vmm, "Job", "web-1-verify", "replacement");
+        let Ownership::Foreign(c) = ownership("Job", &replacement, &vmm, &k) else {
+            panic!("not the object ferry recorded");
+        };
+        assert_eq!(c.holder, Holder::Impostor);
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_attempt_yields_to_this_attempts_stamp() {
+        let k = key();
+        let vmm = recorded(migration("web-1"), "DataVolume", "web-1-disk-0", "first");
+        let mut retried = vmm.clone();
+        retried.status.get_or_insert_with(Default::default).attempts = 2;
+        // Kept across the retry (an imported disk): ours by the old record.
+        let kept = made_by_ferry(&vmm, "DataVolume", "web-1-disk-0", "first");
+        assert_eq!(
+            ownership("DataVolume", &kept, &retried, &k),
+            Ownership::Ours { unrecorded: None }
+        );
+        // Made again by this attempt before its record was written.
+        let again = made_by_ferry(&retried, "DataVolume", "web-1-disk-0", "second");
+        assert!(matches!(
+            ownership("DataVolume", &again, &retried, &k),
+            Ownership::Ours {
+                unrecorded: Some(_)
+            }
+        ));
+    }
+
+    #[test]
+    fn others_objects_say_who_holds_them() {
+        let k = key();
+        let vmm = migration("web-1");
+        let released = made_by_ferry(&vmm, "DataVolume", "web-1-disk-0", "d");
+        // The same migration deleted and created again: a new uid, an empty record.
         let mut again = vmm.clone();
         again.metadata.uid = Some("00000000-0000-0000-0000-00000000000b".into());
-        let Ownership::Foreign(c) = ownership("DataVolume", &released, &again) else {
-            panic!("a released child of an earlier migration is not ours");
+        let mut gone_owner = released.clone();
+        let Ownership::Foreign(c) = ownership("DataVolume", &gone_owner, &again, &k) else {
+            panic!("an earlier migration's child is not ours");
         };
         assert_eq!(
             c.holder,
@@ -349,23 +531,19 @@ mod tests {
                 uid: MIGRATION_UID.into()
             }
         );
-        assert!(!c.leaving, "nobody removes a released child");
-        let p = c.problem("create the migration under another name");
-        assert_eq!((p.reason, p.transient), (Reason::TargetConflict, false));
         assert!(
-            p.message.contains("DataVolume web-1-disk-0") && p.message.contains(MIGRATION_UID),
-            "{}",
-            p.message
+            c.leaving,
+            "its owner is gone: the garbage collector takes it"
         );
-        // Still owned by the deleted one: the garbage collector takes it; wait.
-        let Ownership::Foreign(c) = ownership("Job", &ours, &again) else {
-            panic!("owned by another uid");
-        };
-        assert!(c.leaving);
         assert!(c.problem("x").transient);
-
+        gone_owner.owner_references = None;
+        let Ownership::Foreign(c) = ownership("DataVolume", &gone_owner, &again, &k) else {
+            panic!("a released child of an earlier migration is not ours");
+        };
+        assert!(!c.leaving, "nobody removes a released child");
+        assert!(c.problem("rename").message.contains(MIGRATION_UID));
         // Made by hand: no owner, no uid label (the name label alone counts for nothing).
-        let mut by_hand = ObjectMeta {
+        let by_hand = ObjectMeta {
             name: Some("web-1-disk-0".into()),
             labels: Some(BTreeMap::from([(
                 names::MIGRATION_LABEL.to_owned(),
@@ -373,7 +551,7 @@ mod tests {
             )])),
             ..ObjectMeta::default()
         };
-        let Ownership::Foreign(c) = ownership("DataVolume", &by_hand, &vmm) else {
+        let Ownership::Foreign(c) = ownership("DataVolume", &by_hand, &vmm, &k) else {
             panic!("a hand-made object is not ours");
         };
         assert_eq!((c.holder.clone(), c.leaving), (Holder::Unknown, false));
@@ -382,9 +560,9 @@ mod tests {
                 .message
                 .contains("was not made by ferry")
         );
-        // Our uid label but another controller: not ours.
-        by_hand.labels = Some(labels(&vmm));
-        by_hand.owner_references = Some(vec![OwnerReference {
+        // Another controller's object.
+        let mut other = by_hand.clone();
+        other.owner_references = Some(vec![OwnerReference {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "rs".into(),
@@ -392,7 +570,7 @@ mod tests {
             controller: Some(true),
             block_owner_deletion: None,
         }]);
-        let Ownership::Foreign(c) = ownership("DataVolume", &by_hand, &vmm) else {
+        let Ownership::Foreign(c) = ownership("DataVolume", &other, &vmm, &k) else {
             panic!("another controller's object is not ours");
         };
         assert_eq!(
@@ -403,13 +581,17 @@ mod tests {
             }
         );
         // Being deleted: wait for it.
-        by_hand.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        other.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
-        let Ownership::Foreign(c) = ownership("DataVolume", &by_hand, &vmm) else {
+        let Ownership::Foreign(c) = ownership("DataVolume", &other, &vmm, &k) else {
             panic!();
         };
         assert!(c.leaving);
+    }
+
+    fn world_hint() -> &'static str {
+        "create the migration under another name"
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub const CONTAINER: &str = "verify";
 pub const BACKOFF_LIMIT: i32 = 2;
 /// Reading a few TiB takes hours; past this the Job is stopped (6 h).
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+/// Where the verify program writes its result: the container's termination message file,
+/// which the kubelet reads into the pod's status when the container ends (up to 4096 bytes).
+pub const RESULT_PATH: &str = "/dev/termination-log";
 /// The user and group KubeVirt's virt-launcher (and CDI's importer) run as: the imported image
 /// belongs to them.
 pub const QEMU_ID: i64 = 107;
@@ -105,7 +108,9 @@ pub fn volume_arg(v: &VerifyVolume) -> String {
 /// Owned by and labelled with the migration (pod template too); `image`: the converter's (the
 /// controller's own or an allowed one, as the conversion Job ran); every claim mounted read-only; no service account token; Pod
 /// Security `restricted`; exit code [`super::job::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
-/// the termination message falls back to the log's tail, where the program writes both sums.
+/// on success the termination message is the program's result (every volume's checksum, see
+/// [`crate::verify::render_result`]), on failure it falls back to the log's tail, where the
+/// program writes both sums.
 ///
 /// # Errors
 /// When the migration lacks a uid or namespace.
@@ -120,7 +125,11 @@ pub fn verification_job(
         ROLE_ANNOTATION.to_owned(),
         role.as_str().to_owned(),
     )]));
-    let mut args = vec!["verify".to_owned()];
+    let mut args = vec![
+        "verify".to_owned(),
+        "--result-file".to_owned(),
+        RESULT_PATH.to_owned(),
+    ];
     let mut mounts = vec![];
     let mut devices = vec![];
     let mut pod_volumes = vec![];
@@ -157,6 +166,7 @@ pub fn verification_job(
         args: Some(args),
         volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
         volume_devices: Some(devices).filter(|d| !d.is_empty()),
+        termination_message_path: Some(RESULT_PATH.to_owned()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
@@ -208,6 +218,8 @@ mod tests {
             c.args.clone().unwrap(),
             vec![
                 "verify".to_owned(),
+                "--result-file".into(),
+                RESULT_PATH.into(),
                 "--volume".into(),
                 format!("0=/var/run/ferry/disk-0/disk.img=67108864={sha}"),
                 "--volume".into(),

@@ -63,7 +63,10 @@ impl Ctx<'_> {
         let writer = Arc::new(RecordWriter {
             staging: self.staging.clone(),
             key: disk.key.clone(),
-            base: DiskRecord::converting(&disk.datastore_path, format),
+            base: DiskRecord {
+                job_uid: self.args.job_uid.clone(),
+                ..DiskRecord::converting(&disk.datastore_path, format)
+            },
             progress: progress.clone(),
         });
         // A run killed mid-upload left its parts behind: they go before anything else.

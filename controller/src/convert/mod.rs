@@ -191,6 +191,10 @@ pub struct ConvertArgs {
     /// Cap on the datastore read rate, bytes per second (protects the source's storage).
     #[arg(long, env = extra_env::MAX_READ_RATE)]
     pub max_read_rate: Option<u64>,
+    /// The uid of the Job this run belongs to: written into every record, and only images
+    /// recorded by this same Job are taken as already staged.
+    #[arg(long, env = env::JOB_UID)]
+    pub job_uid: Option<String>,
 }
 
 impl ConvertArgs {
@@ -451,7 +455,10 @@ async fn convert_all(args: &ConvertArgs) -> Result<ConvertReport, Error> {
         let image = staging.head(&disk.key).await.map_err(s3)?;
         let format = args.format.as_str();
         match (&record, &image) {
-            (Some(r), Some(img)) if r.is_staged(&disk.datastore_path, format, img.size) => {
+            (Some(r), Some(img))
+                if r.is_staged(&disk.datastore_path, format, img.size)
+                    && r.job_uid == args.job_uid =>
+            {
                 let line = DiskReport {
                     disk: index,
                     datastore_path: disk.datastore_path.clone(),

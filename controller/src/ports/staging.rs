@@ -21,6 +21,8 @@ pub struct StagedObject {
     pub raw_sha256: Option<String>,
     /// The image's virtual size (its raw contents' length), from the metadata.
     pub virtual_size: Option<i64>,
+    /// The uid of the conversion Job that recorded it complete.
+    pub job_uid: Option<String>,
 }
 
 /// A lowercase SHA-256 hex digest, or nothing.
@@ -159,6 +161,7 @@ impl StagingApi for S3Staging {
                         .as_ref(),
                 ),
                 virtual_size: record.as_ref().and_then(|r| r.virtual_size).map(i),
+                job_uid: record.and_then(|r| r.job_uid),
             }))
         })
     }

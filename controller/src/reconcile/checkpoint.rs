@@ -5,7 +5,9 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Mutex;
 
+use ferry_crds::child::LedgerEntry;
 use ferry_crds::{ConditionType, Phase, VirtualMachineMigration};
 use kube::{Api, ResourceExt};
 
@@ -13,16 +15,51 @@ use super::intents::Cleanup;
 use super::outcome::Outcome;
 use super::scope::Scope;
 use crate::Result;
+use crate::children::{self, Ownership};
 use crate::context::Context;
 use crate::problem::Problem;
 
-/// What observing and acting need: the shared context and the migration being reconciled.
+/// What observing and acting need: the shared context, the migration being reconciled, and
+/// the ledger of children this reconcile made, proved or deleted (written to
+/// `status.children` with the reconcile's one status write).
 #[derive(Clone, Copy, Debug)]
 pub struct Io<'a> {
     /// Client, ports, clock, metrics.
     pub ctx: &'a Context,
     /// The migration, as read at the start of this reconcile.
     pub vmm: &'a VirtualMachineMigration,
+    /// Changes to `status.children` found or made so far.
+    pub ledger: &'a Ledger,
+}
+
+/// The changes to `status.children` one reconcile found or made, in order.
+#[derive(Debug, Default)]
+pub struct Ledger(Mutex<Vec<LedgerEntry>>);
+
+impl Ledger {
+    fn push(&self, e: LedgerEntry) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(e);
+        }
+    }
+
+    /// The changes so far (the ledger is left empty).
+    pub fn take(&self) -> Vec<LedgerEntry> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// What [`Io::create`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// Our create made it (and it is in the ledger).
+    Made,
+    /// The name was taken: by whom is the next observation's question (an answer of
+    /// "already exists" never makes an object ferry's).
+    Exists,
 }
 
 impl Io<'_> {
@@ -40,6 +77,53 @@ impl Io<'_> {
             name,
         )
         .await
+    }
+
+    /// Whether `obj`, found under one of the migration's child names, is the migration's own
+    /// ([`children::ownership`]); one proven by its creation stamp alone is recorded.
+    pub fn own<K: kube::Resource<DynamicType = ()>>(&self, obj: &K) -> Ownership {
+        let o = children::ownership(&K::kind(&()), obj.meta(), self.vmm, &self.ctx.proof);
+        if let Ownership::Ours {
+            unrecorded: Some(r),
+        } = &o
+        {
+            self.ledger.push(LedgerEntry::Made(r.clone()));
+        }
+        o
+    }
+
+    /// Creates `obj` as a child of the migration: stamped (see [`children::proof`]) and, when
+    /// the API server made it, recorded with the uid it answered.
+    ///
+    /// # Errors
+    /// Kubernetes API errors other than "already exists".
+    pub async fn create<K>(&self, mut obj: K) -> Result<Created>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+    {
+        let kind = K::kind(&()).into_owned();
+        let name = obj.name_any();
+        let subject = children::subject(self.vmm, &kind, &name);
+        self.ctx.proof.stamp_onto(obj.meta_mut(), &subject);
+        match crate::kubeio::create(&self.ctx.metrics, &self.api::<K>(), &obj).await? {
+            Some(uid) => {
+                self.ledger.push(LedgerEntry::Made(subject.record(&uid)));
+                Ok(Created::Made)
+            }
+            None => Ok(Created::Exists),
+        }
+    }
+
+    /// Notes that ferry deleted its child `kind`/`name`: its record goes.
+    pub fn forget(&self, kind: &str, name: &str) {
+        self.ledger.push(LedgerEntry::Gone {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+        });
     }
 
     /// The namespaced API of `K` in the migration's namespace.

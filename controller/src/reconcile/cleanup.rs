@@ -10,10 +10,10 @@ use tracing::{info, warn};
 use super::checkpoint::Io;
 use super::credentials;
 use super::intents::Cleanup;
-use super::world::{staged_keys, vmm_uid_label};
+use super::world::{VmiState, classify_vmi, recorded_vm_uid, staged_keys};
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::children::{is_owned_by, secret};
+use crate::children::{Ownership, is_owned_by, secret};
 use crate::kubeio::delete_exact;
 use crate::problem::Problem;
 use crate::{Error, Result};
@@ -61,26 +61,27 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
                     };
                     let keep = *step == Cleanup::UnfinishedDataVolumes
                         && cdi::observe(Some(&dv)) == DvState::Succeeded;
-                    if !keep && is_owned_by(&dv.metadata, vmm) {
-                        delete_exact(m, &dvs, &name, &dv.uid().unwrap_or_default()).await?;
+                    if !keep {
+                        delete_if_ours(io, &dvs, &dv).await?;
                     }
                 }
             }
             Cleanup::Vm => {
                 let vms = io.api::<VirtualMachine>();
                 let name = names::vm_name(vmm);
+                // A released VM (no owner reference left) is the user's now.
                 if let Some(vm) = vms.get_opt(&name).await?
                     && is_owned_by(&vm.metadata, vmm)
                 {
-                    delete_exact(m, &vms, &name, &vm.uid().unwrap_or_default()).await?;
+                    delete_if_ours(io, &vms, &vm).await?;
                 }
             }
             Cleanup::Vmi => {
                 let vmis = io.api::<VirtualMachineInstance>();
                 let name = names::vm_name(vmm);
+                // Only the instance of the VM ferry created (KubeVirt makes the VM its owner).
                 if let Some(vmi) = vmis.get_opt(&name).await?
-                    && vmm_uid_label(&vmi).is_some()
-                    && vmm_uid_label(&vmi) == vmm.metadata.uid.as_deref()
+                    && classify_vmi(Some(&vmi), recorded_vm_uid(vmm)) != VmiState::Absent
                 {
                     delete_exact(m, &vmis, &name, &vmi.uid().unwrap_or_default()).await?;
                 }
@@ -96,8 +97,9 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
     Ok(unfinished)
 }
 
-/// Deletes `name` of kind `K` if it is still owned by the migration (never an object of the
-/// same name that someone else made); returns whether it asked.
+/// Deletes `name` of kind `K` if it is the migration's own (by ferry's record of its create,
+/// see [`crate::children::proof`]; never an object of the same name that someone else made,
+/// whatever its labels and owner references say); returns whether it asked.
 ///
 /// # Errors
 /// Kubernetes API errors.
@@ -110,10 +112,26 @@ where
 {
     let api = io.api::<K>();
     match api.get_opt(name).await? {
-        Some(o) if is_owned_by(o.meta(), io.vmm) => {
-            delete_exact(&io.ctx.metrics, &api, name, &o.uid().unwrap_or_default()).await
+        Some(o) => delete_if_ours(io, &api, &o).await,
+        None => Ok(false),
+    }
+}
+
+/// Deletes `obj` (with its uid as precondition) when it is the migration's own, and forgets its
+/// record; returns whether it asked.
+async fn delete_if_ours<K>(io: Io<'_>, api: &kube::Api<K>, obj: &K) -> Result<bool>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match io.own(obj) {
+        Ownership::Ours { .. } => {
+            let name = obj.name_any();
+            let asked =
+                delete_exact(&io.ctx.metrics, api, &name, &obj.uid().unwrap_or_default()).await?;
+            io.forget(&K::kind(&()), &name);
+            Ok(asked)
         }
-        Some(_) | None => Ok(false),
+        Ownership::Foreign(_) => Ok(false),
     }
 }
 

@@ -22,8 +22,7 @@ use super::scope::Scope;
 use super::world::{RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
-use crate::children::{Ownership, job, ownership};
-use crate::kubeio::create_if_absent;
+use crate::children::{Ownership, job};
 use crate::ports::{ConverterProgress, StagedObject};
 use crate::problem::Problem;
 
@@ -49,6 +48,10 @@ pub struct Observed {
     /// Whether the vSphere credentials Secret may be handed to a converter (opted in, bound to
     /// the endpoint the spec names).
     pub credentials: Result<(), Problem>,
+    /// The uid of this attempt's conversion Job: the one observed as ours, else the one
+    /// recorded when ferry created it (a finished Job may be gone). A staged image counts only
+    /// when that Job's converter recorded it.
+    pub job_uid: Option<String>,
 }
 
 /// What Converting does to the world.
@@ -67,12 +70,13 @@ impl Checkpoint for Converting {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let found = io.read::<Job>(&names::job_name(io.vmm)).await?;
-        let (job, conflict) = match found
-            .as_ref()
-            .map(|j| ownership("Job", &j.metadata, io.vmm))
-        {
+        let (job, conflict) = match found.as_ref().map(|j| io.own(j)) {
             Some(Ownership::Foreign(c)) => (JobState::Absent, Some(c.problem(RENAME_HINT))),
-            Some(Ownership::Ours) | None => (job_state::observe(found.as_ref()), None),
+            Some(Ownership::Ours { .. }) | None => (job_state::observe(found.as_ref()), None),
+        };
+        let job_uid = match (&conflict, &found) {
+            (None, Some(j)) => j.metadata.uid.clone(),
+            _ => recorded_job_uid(io.vmm),
         };
         let login = credentials::source_login(io).await?;
         let credentials = login.as_ref().map(|_| ()).map_err(Clone::clone);
@@ -105,6 +109,7 @@ impl Checkpoint for Converting {
             source_power,
             conflict,
             credentials,
+            job_uid,
         })
     }
 
@@ -126,17 +131,19 @@ impl Checkpoint for Converting {
                 };
                 let mut job = job::conversion_job(io.vmm, &image)?;
                 job::apply_read_limit(&mut job, io.ctx.policy.converter_read_limit);
-                create_if_absent(
-                    &io.ctx.metrics,
-                    &io.api::<Job>(),
-                    &job,
-                    names::CONTROLLER_FIELD_MANAGER,
-                )
-                .await?;
+                io.create(job).await?;
             }
         }
         Ok(None)
     }
+}
+
+/// The uid ferry's create gave this attempt's conversion Job, from `status.children`.
+fn recorded_job_uid(vmm: &ferry_crds::VirtualMachineMigration) -> Option<String> {
+    let s = vmm.status.as_ref()?;
+    ferry_crds::child::find(&s.children, "Job", &names::job_name(vmm))
+        .filter(|r| r.attempt == s.attempts)
+        .map(|r| r.uid.clone())
 }
 
 /// vSphere's name of a power state.
@@ -242,6 +249,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         source_power,
         conflict,
         credentials,
+        job_uid,
         ..
     } = &scope.world;
     if let Some(p) = conflict {
@@ -276,10 +284,14 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .iter()
         .map(|s| s.as_ref().ok().and_then(Option::as_ref))
         .collect();
+    // Only what this attempt's own Job recorded: an image staged by anyone else (an earlier
+    // attempt, another tool, someone with the bucket's keys) is never taken as converted.
+    let by_our_job =
+        |o: &StagedObject| job_uid.is_some() && o.job_uid.as_deref() == job_uid.as_deref();
     let complete: Option<Vec<StagedObject>> = objects
         .iter()
         .map(|o| {
-            o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some())
+            o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some() && by_our_job(o))
                 .cloned()
         })
         .collect::<Option<Vec<_>>>()
@@ -383,14 +395,17 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             let missing: Vec<String> = objects
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| o.is_none_or(|o| o.sha256.is_none() || o.raw_sha256.is_none()))
+                .filter(|(_, o)| {
+                    o.is_none_or(|o| o.sha256.is_none() || o.raw_sha256.is_none() || !by_our_job(o))
+                })
                 .map(|(i, o)| {
                     format!(
                         "disk {i} {}",
-                        if o.is_none() {
-                            "is not in staging"
-                        } else {
-                            "has no sha256 metadata"
+                        match o {
+                            None => "is not in staging",
+                            Some(o) if o.sha256.is_none() || o.raw_sha256.is_none() =>
+                                "has no sha256 metadata",
+                            Some(_) => "was not recorded by this attempt's conversion Job",
                         }
                     )
                 })
@@ -457,8 +472,11 @@ mod tests {
             sha256: sha.map(str::to_owned),
             raw_sha256: sha.map(|s| format!("raw-{s}")),
             virtual_size: Some(1 << 26),
+            job_uid: Some(JOB_UID.into()),
         }))
     }
+
+    const JOB_UID: &str = "job-of-this-attempt";
 
     fn decide_with(
         job: JobState,
@@ -483,6 +501,7 @@ mod tests {
                 staged,
                 conflict: None,
                 credentials: Ok(()),
+                job_uid: Some(JOB_UID.into()),
             },
         })
     }
@@ -621,6 +640,7 @@ mod tests {
                 source_power: None,
                 conflict: None,
                 credentials: Ok(()),
+                job_uid: Some(JOB_UID.into()),
             },
         });
         assert_eq!(
@@ -653,6 +673,7 @@ mod tests {
                 source_power: None,
                 conflict: None,
                 credentials: Ok(()),
+                job_uid: Some(JOB_UID.into()),
             },
         });
         let p = o.record.progress.unwrap();
@@ -683,6 +704,7 @@ mod tests {
                 source_power: None,
                 conflict: None,
                 credentials: Ok(()),
+                job_uid: Some(JOB_UID.into()),
             },
         });
         let Step::Fail { message, .. } = &o.step else {
@@ -705,6 +727,7 @@ mod tests {
                     staged: vec![Ok(None)],
                     conflict: None,
                     credentials: Ok(()),
+                    job_uid: Some(JOB_UID.into()),
                     progress: vec![None],
                     source_power: None,
                 },
@@ -784,6 +807,7 @@ mod tests {
                     progress: vec![None],
                     conflict: None,
                     credentials: Ok(()),
+                    job_uid: Some(JOB_UID.into()),
                 },
             })
         };
@@ -829,6 +853,7 @@ mod tests {
                 progress: vec![None],
                 conflict: None,
                 credentials: Ok(()),
+                job_uid: Some(JOB_UID.into()),
             },
         });
         assert!(
@@ -844,6 +869,7 @@ mod tests {
             sha256: Some("aa".into()),
             raw_sha256: None,
             virtual_size: None,
+            job_uid: Some(JOB_UID.into()),
         }));
         let o = decide_with(JobState::Complete, vec![no_raw], 0);
         assert!(matches!(
@@ -853,5 +879,37 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn images_staged_by_anyone_but_this_attempts_job_are_never_taken_as_converted() {
+        let foreign = || {
+            let mut o = obj(Some("aa"));
+            if let Ok(Some(o)) = o.as_mut() {
+                o.job_uid = Some("someone-else".into());
+            }
+            o
+        };
+        // Complete records found before any Job of ours ran: convert anyway.
+        assert_eq!(
+            decide_with(JobState::Absent, vec![foreign()], 0).step,
+            Step::Act(vec![Action::CreateJob])
+        );
+        // Our Job completed, yet the record is another's: not converted.
+        assert!(matches!(
+            decide_with(JobState::Complete, vec![foreign()], 0).step,
+            Step::Fail {
+                reason: Reason::ConversionFailed,
+                ref message,
+                ..
+            } if message.contains("not recorded by this attempt's conversion Job")
+        ));
+        // Ours: converted.
+        assert_eq!(
+            decide_with(JobState::Complete, vec![obj(Some("aa"))], 0).step,
+            Step::Advance {
+                to: Phase::Importing
+            }
+        );
     }
 }

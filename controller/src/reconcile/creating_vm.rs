@@ -11,9 +11,7 @@ use super::intents::Cleanup;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::world::{self, VmState};
-use crate::apis::kubevirt::VirtualMachine;
 use crate::children::virtual_machine;
-use crate::kubeio::create_if_absent;
 use crate::problem::Problem;
 use crate::{Error, Result};
 
@@ -47,10 +45,8 @@ impl Checkpoint for CreatingVm {
         match action {
             Action::CreateVm => {
                 let vm = virtual_machine::virtual_machine(io.vmm)?;
-                let api = io.api::<VirtualMachine>();
-                match create_if_absent(&io.ctx.metrics, &api, &vm, names::CONTROLLER_FIELD_MANAGER)
-                    .await
-                {
+                // Made, or the name was taken meanwhile: the next observation says by whom.
+                match io.create(vm).await {
                     Ok(_) => Ok(None),
                     // The API server refused the object itself: no retry changes that.
                     Err(Error::Kube(kube::Error::Api(s))) if matches!(s.code, 400 | 403 | 422) => {

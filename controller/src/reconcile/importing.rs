@@ -22,6 +22,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::ListParams;
+use std::collections::BTreeMap;
 
 use super::checkpoint::{Checkpoint, Io};
 use super::credentials;
@@ -33,8 +34,7 @@ use crate::Result;
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::job::{self as job_state, JobState};
 use crate::children::verify_job::{self, Role, VerifyVolume};
-use crate::children::{Ownership, datavolume, ownership, secret};
-use crate::kubeio::create_if_absent;
+use crate::children::{Ownership, datavolume, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -71,6 +71,9 @@ pub struct Verification {
     pub role: Role,
     /// What its last failed pod said (both checksums, on a mismatch).
     pub message: Option<String>,
+    /// Once it completed: the checksum of each disk, as reported by a pod of this Job that ran
+    /// ferry's verify program (`None`: no such pod reported any).
+    pub reported: Option<BTreeMap<usize, String>>,
 }
 
 impl Default for Verification {
@@ -79,6 +82,7 @@ impl Default for Verification {
             job: JobState::Absent,
             role: Role::Verify,
             message: None,
+            reported: None,
         }
     }
 }
@@ -107,8 +111,8 @@ impl Checkpoint for Importing {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let mut conflicts = vec![];
         let secret_present = match io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await? {
-            Some(s) => match ownership("Secret", &s.metadata, io.vmm) {
-                Ownership::Ours => true,
+            Some(s) => match io.own(&s) {
+                Ownership::Ours { .. } => true,
                 Ownership::Foreign(c) => {
                     conflicts.push(c);
                     false
@@ -125,18 +129,13 @@ impl Checkpoint for Importing {
             let found = io
                 .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
                 .await?;
-            dvs.push(
-                match found
-                    .as_ref()
-                    .map(|d| ownership("DataVolume", &d.metadata, io.vmm))
-                {
-                    Some(Ownership::Foreign(c)) => {
-                        conflicts.push(c);
-                        DvState::Absent
-                    }
-                    Some(Ownership::Ours) | None => cdi::observe(found.as_ref()),
-                },
-            );
+            dvs.push(match found.as_ref().map(|d| io.own(d)) {
+                Some(Ownership::Foreign(c)) => {
+                    conflicts.push(c);
+                    DvState::Absent
+                }
+                Some(Ownership::Ours { .. }) | None => cdi::observe(found.as_ref()),
+            });
         }
         let (verify, verify_conflict) = verification(io).await?;
         conflicts.extend(verify_conflict);
@@ -173,8 +172,6 @@ impl Checkpoint for Importing {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
-        let m = &io.ctx.metrics;
-        let fm = names::CONTROLLER_FIELD_MANAGER;
         match action {
             Action::CreateS3Secret => {
                 let login = match &observed.credentials {
@@ -184,15 +181,13 @@ impl Checkpoint for Importing {
                     Err(p) => return Ok(Some(p.clone())),
                 };
                 if let Some(pem) = &login.ca_bundle {
-                    let map = secret::cdi_ca_config_map(io.vmm, pem)?;
-                    create_if_absent(m, &io.api::<ConfigMap>(), &map, fm).await?;
+                    io.create(secret::cdi_ca_config_map(io.vmm, pem)?).await?;
                 }
                 let creds = secret::S3Credentials {
                     access_key_id: login.access_key_id.clone(),
                     secret_access_key: login.secret_access_key.clone(),
                 };
-                let obj = secret::cdi_s3_secret(io.vmm, &creds)?;
-                create_if_absent(m, &io.api::<Secret>(), &obj, fm).await?;
+                io.create(secret::cdi_s3_secret(io.vmm, &creds)?).await?;
             }
             Action::CreateDataVolume(i) => {
                 let ca = match &observed.credentials {
@@ -217,7 +212,7 @@ impl Checkpoint for Importing {
                     &secret::s3_secret_name(io.vmm),
                     ca.as_deref(),
                 )?;
-                create_if_absent(m, &io.api::<DataVolume>(), &dv, fm).await?;
+                io.create(dv).await?;
             }
             Action::CreateVerifyJob(role) => {
                 let volumes = match verify_volumes(io.vmm, &observed.block) {
@@ -234,8 +229,10 @@ impl Checkpoint for Importing {
                     // Converting refused a disallowed image before anything was imported.
                     Err(_) => return Ok(None),
                 };
-                let job = verify_job::verification_job(io.vmm, &volumes, *role, &image)?;
-                create_if_absent(m, &io.api::<Job>(), &job, fm).await?;
+                io.create(verify_job::verification_job(
+                    io.vmm, &volumes, *role, &image,
+                )?)
+                .await?;
             }
             Action::DeleteVerifyJob => {
                 super::cleanup::delete_owned::<Job>(io, &names::verify_job_name(io.vmm)).await?;
@@ -250,12 +247,9 @@ impl Checkpoint for Importing {
 async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::children::Conflict>)> {
     let found = io.read::<Job>(&names::verify_job_name(io.vmm)).await?;
     // A Job under the verification Job's name that is not ours says nothing about our volumes.
-    let (job, conflict) = match found
-        .as_ref()
-        .map(|j| ownership("Job", &j.metadata, io.vmm))
-    {
+    let (job, conflict) = match found.as_ref().map(|j| io.own(j)) {
         Some(Ownership::Foreign(c)) => (None, Some(c)),
-        Some(Ownership::Ours) | None => (found, None),
+        Some(Ownership::Ours { .. }) | None => (found, None),
     };
     let role = Role::parse(
         job.as_ref()
@@ -263,27 +257,74 @@ async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::childre
             .map(String::as_str),
     );
     let state = job_state::observe(job.as_ref());
-    let message = match (&state, job.as_ref().and_then(|j| j.uid())) {
-        (JobState::Failed { .. }, Some(uid)) => {
-            let pods = io
-                .api::<Pod>()
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
-                )
-                .await?;
-            job_state::last_failure_message(&pods.items, verify_job::CONTAINER)
-        }
-        _ => None,
+    let pods = || async {
+        let uid = job.as_ref().and_then(|j| j.uid()).unwrap_or_default();
+        io.api::<Pod>()
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
+            )
+            .await
+            .map(|l| l.items)
+    };
+    let (message, reported) = match (&state, job.as_ref()) {
+        (JobState::Failed { .. }, Some(_)) => (
+            job_state::last_failure_message(&pods().await?, verify_job::CONTAINER),
+            None,
+        ),
+        (JobState::Complete, Some(j)) => (
+            None,
+            job_state::succeeded_message(j, &pods().await?, verify_job::CONTAINER)
+                .and_then(|m| crate::verify::parse_result(&m)),
+        ),
+        _ => (None, None),
     };
     Ok((
         Verification {
             job: state,
             role,
             message,
+            reported,
         },
         conflict,
     ))
+}
+
+/// Whether the checksums a pod of the verification Job `reported` are, for every disk, the raw
+/// checksum recorded when its image was staged: Succeeded requires a verification ferry's own
+/// program ran and reported, not a Job that merely exited 0. Pure.
+///
+/// # Errors
+/// What is missing or differs, for the failure's message.
+pub fn verified_by_ferry(
+    vmm: &VirtualMachineMigration,
+    reported: Option<&BTreeMap<usize, String>>,
+) -> std::result::Result<(), String> {
+    let Some(reported) = reported else {
+        return Err("no pod of it that ran ferry's verify program reported checksums".into());
+    };
+    let disks = vmm
+        .status
+        .as_ref()
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let mut wrong = vec![];
+    for i in 0..staged_keys(vmm).len() {
+        let expected = disks.get(i).and_then(|d| d.raw_checksum.as_deref());
+        match (expected, reported.get(&i)) {
+            (Some(e), Some(r)) if e.eq_ignore_ascii_case(r) => {}
+            (_, None) => wrong.push(format!("disk {i}: no checksum reported")),
+            (e, Some(r)) => wrong.push(format!(
+                "disk {i}: reported {r}, staged {}",
+                e.unwrap_or("nothing")
+            )),
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
+    }
 }
 
 /// What the verification Job checks: per disk its claim, the staged image's virtual size and
@@ -639,6 +680,19 @@ fn verify_step(
             "CDI populates {n} disk(s); the verification Job reads them once bound"
         )),
         (JobState::Complete, Role::Verify) => {
+            if let Err(why) = verified_by_ferry(&scope.vmm, verify.reported.as_ref()) {
+                return Outcome::failure(
+                    Reason::ImportFailed,
+                    format!(
+                        "the verification Job {} completed, but {why}: the imported volumes are not taken as verified; delete that Job if it is not ferry's, then raise spec.retry",
+                        names::verify_job_name(&scope.vmm)
+                    ),
+                    true,
+                    Phase::Importing,
+                    DiskImported,
+                )
+                .recording(record.clone());
+            }
             let msg = format!("{n} DataVolume(s) imported, checksums verified");
             Outcome::new(
                 Step::Advance {
@@ -721,11 +775,15 @@ mod tests {
         decide(&scope_with(dvs, true, Ok(())))
     }
 
+    /// The Job as observed; a completed one reported every disk's staged checksum, as ferry's
+    /// verify program does.
     fn job(job: JobState, role: Role, message: Option<&str>) -> Verification {
+        let reported = (job == JobState::Complete).then(|| (0..4).map(|i| (i, sha(i))).collect());
         Verification {
             job,
             role,
             message: message.map(str::to_owned),
+            reported,
         }
     }
 
@@ -1101,6 +1159,52 @@ mod tests {
             let p = o.record.progress.unwrap();
             prop_assert!((0.0..=100.0).contains(&p.percent));
             prop_assert!(p.bytes_done <= p.bytes_total);
+        }
+    }
+
+    #[test]
+    fn a_completed_verification_without_ferrys_checksums_fails_importing() {
+        use DvState::Succeeded;
+        let complete = |reported: Option<BTreeMap<usize, String>>| Verification {
+            job: JobState::Complete,
+            role: Role::Verify,
+            message: None,
+            reported,
+        };
+        let ok = verifying(
+            vec![Succeeded, Succeeded],
+            complete(Some([(0, sha(0)), (1, sha(1))].into())),
+        );
+        assert_eq!(
+            ok.step,
+            Step::Advance {
+                to: Phase::CreatingVM
+            }
+        );
+        for (what, reported, says) in [
+            (
+                "a Job that exited 0 and said nothing",
+                None,
+                "reported checksums",
+            ),
+            (
+                "one disk missing",
+                Some([(0, sha(0))].into()),
+                "disk 1: no checksum reported",
+            ),
+            (
+                "another disk's sum",
+                Some([(0, sha(0)), (1, sha(7))].into()),
+                "disk 1: reported",
+            ),
+        ] {
+            let o = verifying(vec![Succeeded, Succeeded], complete(reported));
+            assert!(
+                matches!(&o.step, Step::Fail { reason: Reason::ImportFailed, message, resume: Phase::Importing, .. }
+                    if message.contains(says)),
+                "{what}: {:?}",
+                o.step
+            );
         }
     }
 }

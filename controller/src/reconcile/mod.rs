@@ -30,7 +30,7 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use self::checkpoint::{Checkpoint, Io, with_checkpoint};
+use self::checkpoint::{Checkpoint, Io, Ledger, with_checkpoint};
 use self::intents::{Cleanup, Intent};
 use self::outcome::{Outcome, Step, backoff};
 use self::scope::Scope;
@@ -133,7 +133,12 @@ pub fn retry_delay(err: &Error, failures: u32, policy: &Policy, uid: &str) -> Du
 async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let intent = intents::decide(vmm);
-    let io = Io { ctx, vmm };
+    let ledger = Ledger::default();
+    let io = Io {
+        ctx,
+        vmm,
+        ledger: &ledger,
+    };
     let mut notes = vec![];
     match &intent {
         Intent::Proceed => {
@@ -152,7 +157,8 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         }
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
-    if let Some(new) = status::after_intent(vmm, &intent, &now) {
+    if let Some(mut new) = status::after_intent(vmm, &intent, &now) {
+        new.children = ferry_crds::child::apply(new.children, &ledger.take());
         write::status(ctx, &mut vmm.clone(), new, notes).await?;
     }
     Ok(requeue_after_intent(&intent, &ctx.policy))
@@ -184,7 +190,9 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
     }
     let (requeue, retrying) = requeue_after_step(&outcome.step, &scope);
     notes.extend(retrying);
-    let new = status::after_outcome(vmm, &outcome, &now);
+    let mut new = status::after_outcome(vmm, &outcome, &now);
+    // What this reconcile created, proved or deleted: recorded with its one status write.
+    new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
     write::status(ctx, &mut vmm.clone(), new, notes).await?;
     Ok(requeue)
 }
@@ -232,7 +240,13 @@ fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Requeue, Optio
 }
 
 async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
-    let io = Io { ctx, vmm };
+    // The migration goes with its finalizer: what cleanup deleted needs no record.
+    let ledger = Ledger::default();
+    let io = Io {
+        ctx,
+        vmm,
+        ledger: &ledger,
+    };
     let unfinished = cleanup::run(io, &intents::delete_cleanup(vmm)).await?;
     let mut notes: Vec<Note> = unfinished
         .iter()

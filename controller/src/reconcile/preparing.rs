@@ -6,7 +6,7 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
-    DiscoveredSource, DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState,
+    DiscoveredSource, DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
@@ -16,9 +16,10 @@ use super::credentials;
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
-use super::world::{self, VmState};
+use super::world;
 use crate::Result;
-use crate::children::Conflict;
+use crate::apis::kubevirt::VirtualMachine;
+use crate::children::{Conflict, Holder};
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
@@ -137,13 +138,17 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
     // The target name is derived from the discovered name when the spec gives none.
     let mut probe = io.vmm.clone();
     probe.status.get_or_insert_with(Default::default).source = Some(discovered.source.clone());
-    let target_taken = world::vm_state(Io {
-        ctx: io.ctx,
-        vmm: &probe,
-    })
-    .await?
-        == VmState::Foreign;
-    let conflicts = world::child_conflicts(io, discovered.source.disks.len()).await?;
+    let probe_io = Io { vmm: &probe, ..io };
+    let target = world::conflict::<VirtualMachine>(probe_io, &names::vm_name(&probe)).await?;
+    // A VM that poses as this migration's is a conflict like any other child's; anyone else's
+    // VM under the target name is the user's choice of name to fix.
+    let (target_taken, posing) = match target {
+        Some(c) if c.holder == Holder::Impostor => (false, Some(c)),
+        Some(_) => (true, None),
+        None => (false, None),
+    };
+    let mut conflicts: Vec<Conflict> = posing.into_iter().collect();
+    conflicts.extend(world::child_conflicts(io, discovered.source.disks.len()).await?);
     let converter_image = io
         .ctx
         .policy

@@ -21,7 +21,7 @@ use super::world::{self, VmState, VmiState, staged_keys};
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{Trouble, VirtualMachine, VmiPhase};
-use crate::children::{is_owned_by, secret};
+use crate::children::{Ownership, is_owned_by, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -133,26 +133,22 @@ impl Checkpoint for Validating {
 }
 
 async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
-    let ours = |m: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>| {
-        m.is_some_and(|m| is_owned_by(m, io.vmm))
-    };
-    let cdi_secret = ours(
-        io.read::<Secret>(&secret::s3_secret_name(io.vmm))
-            .await?
-            .as_ref()
-            .map(|s| &s.metadata),
-    ) || ours(
-        io.read::<ConfigMap>(&secret::s3_ca_config_map_name(io.vmm))
-            .await?
-            .as_ref()
-            .map(|c| &c.metadata),
-    );
+    // Ours by ferry's record (never by an owner reference), and still carrying our owner
+    // reference: the release is what is left to do.
+    let ours = |o: Option<Ownership>| matches!(o, Some(Ownership::Ours { .. }));
+    let secret = io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await?;
+    let map = io
+        .read::<ConfigMap>(&secret::s3_ca_config_map_name(io.vmm))
+        .await?;
+    let cdi_secret =
+        ours(secret.as_ref().map(|s| io.own(s))) || ours(map.as_ref().map(|c| io.own(c)));
     let keys = staged_keys(io.vmm);
     let mut owned_dvs = vec![];
     for i in 0..keys.len() {
         let name = names::datavolume_name(io.vmm, i);
         if let Some(dv) = io.read::<DataVolume>(&name).await?
             && is_owned_by(&dv.metadata, io.vmm)
+            && ours(Some(io.own(&dv)))
         {
             owned_dvs.push(name);
         }

@@ -11,7 +11,7 @@ use super::checkpoint::Io;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
-use crate::children::{Conflict, Ownership, is_owned_by, ownership, secret};
+use crate::children::{Conflict, Ownership, is_owned_by, secret};
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
@@ -69,18 +69,18 @@ impl VmiState {
 /// Kubernetes API errors.
 pub async fn vm_state(io: Io<'_>) -> Result<VmState> {
     let vm = io.read::<VirtualMachine>(&names::vm_name(io.vmm)).await?;
-    Ok(classify_vm(vm.as_ref(), io.vmm))
+    Ok(classify_vm(vm.as_ref(), io))
 }
 
-/// Classifies a VirtualMachine found under the target name. Pure.
-pub fn classify_vm(vm: Option<&VirtualMachine>, vmm: &VirtualMachineMigration) -> VmState {
+/// Classifies a VirtualMachine found under the target name: ours only by ferry's own record of
+/// its create (see [`crate::children::proof`]), never by its labels or owner reference.
+pub fn classify_vm(vm: Option<&VirtualMachine>, io: Io<'_>) -> VmState {
     match vm {
         None => VmState::Absent,
-        // By uid only: a VM released by an earlier migration of the same name is not ours.
-        Some(vm) => match ownership("VirtualMachine", &vm.metadata, vmm) {
-            Ownership::Ours => VmState::Ours {
+        Some(vm) => match io.own(vm) {
+            Ownership::Ours { .. } => VmState::Ours {
                 run_strategy: vm.spec.run_strategy.clone(),
-                owned: is_owned_by(&vm.metadata, vmm),
+                owned: is_owned_by(&vm.metadata, io.vmm),
             },
             Ownership::Foreign(_) => VmState::Foreign,
         },
@@ -96,8 +96,8 @@ pub async fn conflict<K: crate::caches::Observed>(
     name: &str,
 ) -> Result<Option<Conflict>> {
     Ok(match io.read::<K>(name).await? {
-        Some(o) => match ownership(&K::kind(&()), o.meta(), io.vmm) {
-            Ownership::Ours => None,
+        Some(o) => match io.own(&o) {
+            Ownership::Ours { .. } => None,
             Ownership::Foreign(c) => Some(c),
         },
         None => None,
@@ -105,8 +105,8 @@ pub async fn conflict<K: crate::caches::Observed>(
 }
 
 /// Every name among the children `vmm` will create for `disks` disks — conversion Job, CDI
-/// Secret and CA ConfigMap, DataVolumes — that an object not `vmm`'s holds (the target VM is
-/// [`vm_state`]'s).
+/// Secret and CA ConfigMap, DataVolumes, verification Job — that an object not `vmm`'s holds
+/// (the target VM is [`vm_state`]'s).
 ///
 /// # Errors
 /// Kubernetes API errors.
@@ -116,6 +116,7 @@ pub async fn child_conflicts(io: Io<'_>, disks: usize) -> Result<Vec<Conflict>> 
         conflict::<Job>(io, &names::job_name(vmm)).await?,
         conflict::<Secret>(io, &secret::s3_secret_name(vmm)).await?,
         conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(vmm)).await?,
+        conflict::<Job>(io, &names::verify_job_name(vmm)).await?,
     ];
     for i in 0..disks {
         found.push(conflict::<DataVolume>(io, &names::datavolume_name(vmm, i)).await?);
@@ -135,14 +136,34 @@ pub async fn vmi_state(io: Io<'_>) -> Result<VmiState> {
     let vmi = io
         .read::<VirtualMachineInstance>(&names::vm_name(io.vmm))
         .await?;
-    Ok(classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()))
+    Ok(classify_vmi(vmi.as_ref(), recorded_vm_uid(io.vmm)))
 }
 
-/// Classifies the VMI found under the target name: only one of ours (it carries our uid, which
-/// KubeVirt copies from the VM template's labels) that is not being deleted counts. Pure.
-pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>, uid: Option<&str>) -> VmiState {
+/// The uid of the target VirtualMachine as ferry's create answered it (`status.children`).
+pub fn recorded_vm_uid(vmm: &VirtualMachineMigration) -> Option<&str> {
+    vmm.status
+        .as_ref()
+        .and_then(|s| {
+            let name = names::vm_name(vmm);
+            ferry_crds::child::find(&s.children, "VirtualMachine", &name)
+        })
+        .map(|r| r.uid.as_str())
+}
+
+/// Classifies the VMI found under the target name: only the instance of our VirtualMachine
+/// (`vm_uid`: KubeVirt makes the VM its controller owner) that is not being deleted counts —
+/// not one that merely carries our labels. Pure.
+pub fn classify_vmi(vmi: Option<&VirtualMachineInstance>, vm_uid: Option<&str>) -> VmiState {
+    let of_our_vm = |v: &VirtualMachineInstance| {
+        vm_uid.is_some()
+            && v.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == vm_uid)
+    };
     match vmi {
-        Some(v) if v.metadata.deletion_timestamp.is_none() && vmm_uid_label(v) == uid => {
+        Some(v) if v.metadata.deletion_timestamp.is_none() && of_our_vm(v) => {
             let s = v.status.clone().unwrap_or_default();
             VmiState::Present {
                 phase: s.phase.unwrap_or_default(),
@@ -191,10 +212,15 @@ fn classify_kubevirt(
     vm: Option<VirtualMachine>,
     vmi: Option<VirtualMachineInstance>,
 ) -> KubeVirtState {
-    let vm_state = classify_vm(vm.as_ref(), io.vmm);
+    let vm_state = classify_vm(vm.as_ref(), io);
+    let our_vm_uid = match &vm_state {
+        VmState::Ours { .. } => vm.as_ref().and_then(|v| v.metadata.uid.as_deref()),
+        VmState::Absent | VmState::Foreign => None,
+    };
+    let vmi_state = classify_vmi(vmi.as_ref(), our_vm_uid);
     let live_vmi = vmi
         .as_ref()
-        .filter(|v| v.metadata.deletion_timestamp.is_none());
+        .filter(|_| !matches!(vmi_state, VmiState::Absent));
     let trouble = match vm_state {
         VmState::Ours { .. } => kubevirt::trouble(
             vm.as_ref().and_then(|v| v.status.as_ref()),
@@ -204,7 +230,7 @@ fn classify_kubevirt(
     };
     KubeVirtState {
         vm: vm_state,
-        vmi: classify_vmi(vmi.as_ref(), io.vmm.metadata.uid.as_deref()),
+        vmi: vmi_state,
         trouble,
     }
 }

@@ -62,6 +62,9 @@ pub struct DiskRecord {
     /// When the record was written, milliseconds since the Unix epoch.
     #[serde(default)]
     pub updated_unix_ms: u64,
+    /// The uid of the conversion Job whose converter wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_uid: Option<String>,
 }
 
 impl DiskRecord {
@@ -82,6 +85,7 @@ impl DiskRecord {
             raw_sha256: None,
             error: None,
             updated_unix_ms: 0,
+            job_uid: None,
         }
     }
 

@@ -622,7 +622,6 @@ async fn run_pod(
     if !claims_bound(ctx, job, pod_obj, &container).await? {
         return Ok(None);
     }
-    let tmeta = template.metadata.clone().unwrap_or_default();
     let pod = PodFacts {
         name: pod_name.clone(),
         namespace: ns.clone(),
@@ -632,8 +631,10 @@ async fn run_pod(
             .service_account_name
             .clone()
             .unwrap_or_else(|| "default".into()),
-        labels: tmeta.labels.unwrap_or_default(),
-        annotations: tmeta.annotations.unwrap_or_default(),
+        // The pod's own labels: the Job controller adds its own (the Job's uid) to the template's,
+        // and the downward API reads them there.
+        labels: pod_obj.labels().clone(),
+        annotations: pod_obj.annotations().clone(),
     };
     // The kubelet retries a container it cannot configure (CreateContainerConfigError) forever.
     let mut warned = false;
@@ -713,6 +714,10 @@ async fn run_pod(
         }
     };
     drop(proc);
+    // Read before the attempt's root goes: the kubelet reads it when the container ends.
+    let written = pods::termination_file(&mounts)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_default();
     let _ = std::fs::remove_dir_all(&workdir);
     let Some(status) = status else {
         info!(job = %format!("{ns}/{name}"), "job deleted; killed its process");
@@ -730,6 +735,7 @@ async fn run_pod(
     };
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let termination = pods::termination_message(
+        &written,
         &text,
         !status.success(),
         container.termination_message_policy.as_deref(),

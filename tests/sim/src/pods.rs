@@ -46,7 +46,14 @@ pub enum MountKind {
     ClaimDir { image: PathBuf },
     /// A link to the claim's volume file (a block device).
     Device { image: PathBuf },
+    /// An empty file the container may write: its termination message file
+    /// (`terminationMessagePath`, which the kubelet mounts into every container).
+    File,
 }
+
+/// Where the kubelet mounts a container's termination message file when its spec names none
+/// (`TerminationMessagePathDefault` in `k8s.io/api/core/v1`).
+pub const DEFAULT_TERMINATION_PATH: &str = "/dev/termination-log";
 
 /// The claims a pod's volumes name.
 pub fn claims(spec: &PodSpec) -> Vec<String> {
@@ -114,7 +121,25 @@ pub fn plan(
             },
         });
     }
+    let message = container
+        .termination_message_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_TERMINATION_PATH.to_owned());
+    out.push(Mount {
+        host_path: host(&message),
+        container_path: message,
+        kind: MountKind::File,
+    });
     Ok(out)
+}
+
+/// The host file standing for the container's termination message file.
+pub fn termination_file(mounts: &[Mount]) -> Option<&Path> {
+    mounts
+        .iter()
+        .find(|m| m.kind == MountKind::File)
+        .map(|m| m.host_path.as_path())
 }
 
 /// Makes the mounts on the host.
@@ -133,6 +158,12 @@ pub fn make(mounts: &[Mount]) -> std::io::Result<()> {
                     std::fs::create_dir_all(parent)?;
                 }
                 std::os::unix::fs::symlink(image, &m.host_path)?;
+            }
+            MountKind::File => {
+                if let Some(parent) = m.host_path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(&m.host_path, b"")?;
             }
         }
     }
@@ -179,11 +210,28 @@ pub fn rewrite(value: &str, mounts: &[Mount]) -> String {
     out
 }
 
-/// The termination message the kubelet reports for a container that ended: with
-/// `FallbackToLogsOnError` and a failure, the log's last 80 lines or 2048 bytes, whichever is
-/// less (the process cannot write `terminationMessagePath` on the host, so that file is always
-/// empty). Pure.
-pub fn termination_message(log: &str, failed: bool, policy: Option<&str>) -> Option<String> {
+/// Most bytes of a termination message file the kubelet keeps
+/// (`MaxContainerTerminationMessageLength` in `pkg/kubelet/container`).
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// The termination message the kubelet reports for a container that ended
+/// (`getTerminationMessage` in `pkg/kubelet/kuberuntime/kuberuntime_container.go`): what the
+/// container wrote to its termination message file (`file`, at most the last 4096 bytes),
+/// whether it succeeded or failed; with `FallbackToLogsOnError`, a failure and an empty file, the
+/// log's last 80 lines or 2048 bytes, whichever is less. Pure.
+pub fn termination_message(
+    file: &str,
+    log: &str,
+    failed: bool,
+    policy: Option<&str>,
+) -> Option<String> {
+    if !file.is_empty() {
+        let mut cut = file.len().saturating_sub(MAX_MESSAGE_BYTES);
+        while !file.is_char_boundary(cut) {
+            cut += 1;
+        }
+        return Some(file[cut..].to_owned());
+    }
     if !failed || policy != Some("FallbackToLogsOnError") {
         return None;
     }
@@ -412,7 +460,16 @@ mod tests {
                         image: "/v/ns/m-disk-1.img".into()
                     },
                 },
+                Mount {
+                    container_path: DEFAULT_TERMINATION_PATH.into(),
+                    host_path: "/r/dev/termination-log".into(),
+                    kind: MountKind::File,
+                },
             ]
+        );
+        assert_eq!(
+            termination_file(&m),
+            Some(Path::new("/r/dev/termination-log"))
         );
         assert_eq!(claims(&spec), vec!["m-disk-0", "m-disk-1"]);
         let mut bad = c.clone();
@@ -439,6 +496,7 @@ mod tests {
             ("x/tmp/y", "x/tmp/y"),
             ("a:/tmp/x,/tmp", "a:/r/tmp/x,/r/tmp"),
             ("--work=/tmp/w", "--work=/r/tmp/w"),
+            ("/dev/termination-log", "/r/dev/termination-log"),
             ("plain", "plain"),
         ];
         for (input, want) in cases {
@@ -447,24 +505,33 @@ mod tests {
     }
 
     #[test]
-    fn the_termination_message_falls_back_to_the_logs_tail_on_failure_only() {
+    fn the_termination_message_is_the_file_else_the_logs_tail_on_failure_only() {
         let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let msg = termination_message(&log, true, Some("FallbackToLogsOnError")).unwrap();
+        let fallback = Some("FallbackToLogsOnError");
+        let msg = termination_message("", &log, true, fallback).unwrap();
         assert_eq!(msg.lines().count(), 80);
         assert!(msg.ends_with("line 99"));
-        assert_eq!(
-            termination_message(&log, false, Some("FallbackToLogsOnError")),
-            None
-        );
-        assert_eq!(termination_message(&log, true, Some("File")), None);
-        assert_eq!(termination_message(&log, true, None), None);
+        assert_eq!(termination_message("", &log, false, fallback), None);
+        assert_eq!(termination_message("", &log, true, Some("File")), None);
+        assert_eq!(termination_message("", &log, true, None), None);
         let long = "x".repeat(5000);
         assert_eq!(
-            termination_message(&long, true, Some("FallbackToLogsOnError"))
+            termination_message("", &long, true, fallback)
                 .unwrap()
                 .len(),
             2048
         );
+        // What the container wrote wins, on success and on failure, cut to its last 4096 bytes.
+        for failed in [false, true] {
+            assert_eq!(
+                termination_message("result\n", &log, failed, fallback).as_deref(),
+                Some("result\n")
+            );
+        }
+        let big = format!("{}end", "y".repeat(5000));
+        let kept = termination_message(&big, "", false, None).unwrap();
+        assert_eq!(kept.len(), MAX_MESSAGE_BYTES);
+        assert!(kept.ends_with("end"));
     }
 
     #[test]
