@@ -4,6 +4,7 @@
 
 pub mod condition;
 pub mod conversion;
+pub mod credentials;
 mod error;
 pub mod event;
 #[cfg(any(test, feature = "fixtures"))]
