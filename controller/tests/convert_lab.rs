@@ -5,9 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ferry_controller::children::job::PERMANENT_EXIT_CODE;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use ferry_controller::children::job::{PERMANENT_EXIT_CODE, env};
 use ferry_controller::convert::{
-    self, ConvertArgs, DataPath, DiskSpec, DiskStatus, OutputFormat, TRANSIENT_EXIT_CODE,
+    self, ConvertArgs, Credentials, DataPath, DiskSpec, DiskStatus, OutputFormat,
+    TRANSIENT_EXIT_CODE,
 };
 use ferry_controller::staging::{RecordState, Staging, StagingConfig, sha256_file};
 use ferry_harness::{DiskKind, InventoryVm, lab};
@@ -27,29 +31,42 @@ fn prefix(test: &str) -> String {
 fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Path) -> ConvertArgs {
     let info = &lab().info;
     ConvertArgs {
-        vsphere_url: info.vcenter.url.clone(),
-        username: info.vcenter.username.clone(),
-        password: info.vcenter.password.clone().into(),
-        thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
-        cacert: None,
-        insecure: false,
         // The datacenter is found from the VM, as in the Job.
         vm_moref: Some(vm.moref.clone()),
         datacenter: None,
         disks,
         format,
-        s3_endpoint: info.s3.endpoint.clone(),
-        s3_bucket: info.s3.bucket.clone(),
         s3_region: info.s3.region.clone(),
-        s3_access_key: info.s3.access_key.clone(),
-        s3_secret_key: info.s3.secret_key.clone().into(),
         s3_prefix: String::new(),
-        s3_cacert: None,
         work_dir: work.to_owned(),
         qemu_img: "qemu-img".into(),
         max_read_rate: None,
         job_uid: None,
     }
+}
+
+/// The lab's credentials as the conversion Job's environment carries them, `changes` applied
+/// (`None` unsets a variable), read by the reader the Job uses.
+fn creds(changes: &[(&str, Option<&str>)]) -> Credentials {
+    let info = &lab().info;
+    let (vc, s3) = (&info.vcenter, &info.s3);
+    let mut vars: BTreeMap<&str, &str> = BTreeMap::from([
+        (env::VSPHERE_URL, vc.url.as_str()),
+        (env::VSPHERE_USERNAME, vc.username.as_str()),
+        (env::VSPHERE_PASSWORD, vc.password.as_str()),
+        (env::VSPHERE_THUMBPRINT, vc.thumbprint_sha256.as_str()),
+        (env::S3_ENDPOINT, s3.endpoint.as_str()),
+        (env::S3_BUCKET, s3.bucket.as_str()),
+        (env::S3_ACCESS_KEY_ID, s3.access_key.as_str()),
+        (env::S3_SECRET_ACCESS_KEY, s3.secret_key.as_str()),
+    ]);
+    for (k, v) in changes {
+        match v {
+            Some(v) => vars.insert(k, v),
+            None => vars.remove(k),
+        };
+    }
+    Credentials::read(|name| vars.get(name).map(OsString::from)).unwrap()
 }
 
 /// Powers a lab VM off: vSphere tells a disk's allocated areas only for a powered-off VM.
@@ -124,9 +141,12 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
         key: key.clone(),
     };
 
-    let report = convert::run(args(&vm, vec![spec.clone()], OutputFormat::Raw, &work))
-        .await
-        .unwrap();
+    let report = convert::run(
+        args(&vm, vec![spec.clone()], OutputFormat::Raw, &work),
+        creds(&[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(report.disks.len(), 1);
     let d = &report.disks[0];
     assert_eq!(d.status, DiskStatus::Converted);
@@ -169,9 +189,9 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     );
 
     // The re-run finds the object staged and never logs in: a wrong password cannot hurt it.
-    let mut again = args(&vm, vec![spec], OutputFormat::Raw, &work);
-    again.password = "wrong".into();
-    let report = convert::run(again).await.unwrap();
+    let again = args(&vm, vec![spec], OutputFormat::Raw, &work);
+    let wrong = creds(&[(env::VSPHERE_PASSWORD, Some("wrong"))]);
+    let report = convert::run(again, wrong).await.unwrap();
     assert_eq!(report.disks[0].status, DiskStatus::Skipped);
     assert_eq!(report.disks[0].sha256, d.sha256);
     assert_eq!(report.disks[0].downloaded, 0);
@@ -193,11 +213,13 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
     };
     let mut a = args(&vm, vec![spec], OutputFormat::Qcow2, &dir.join("work"));
     // Insecure mode and an explicit datacenter take the other paths through the arguments.
-    a.thumbprint = None;
-    a.insecure = true;
+    let insecure = creds(&[
+        (env::VSPHERE_THUMBPRINT, None),
+        (env::VSPHERE_INSECURE, Some("true")),
+    ]);
     a.vm_moref = None;
     a.datacenter = Some(lab().info.vcenter.datacenter.clone());
-    let report = convert::run(a).await.unwrap();
+    let report = convert::run(a, insecure).await.unwrap();
     assert_eq!(report.disks[0].status, DiskStatus::Converted);
     assert_eq!(report.disks[0].virtual_size, Some(16 << 20));
 
@@ -243,22 +265,23 @@ async fn failures_exit_permanent_or_transient() {
         key: format!("{}/disk-0.raw", prefix("fail")),
     };
 
-    let mut bad_password = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
-    bad_password.password = "wrong".into();
-    let err = convert::run(bad_password).await.unwrap_err();
+    let bad_password = creds(&[(env::VSPHERE_PASSWORD, Some("wrong"))]);
+    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let err = convert::run(a, bad_password).await.unwrap_err();
     assert_eq!(err.reason(), "BadCredentials", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
-    let mut no_bucket = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
-    no_bucket.s3_bucket = "no-such-bucket".into();
-    let err = convert::run(no_bucket).await.unwrap_err();
+    let no_bucket = creds(&[(env::S3_BUCKET, Some("no-such-bucket"))]);
+    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let err = convert::run(a, no_bucket).await.unwrap_err();
     assert_eq!(err.reason(), "NoSuchBucket", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
     assert!(err.to_string().contains("no-such-bucket"), "{err}");
 
-    let mut wrong_pin = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
-    wrong_pin.thumbprint = Some("00".repeat(32));
-    let err = convert::run(wrong_pin).await.unwrap_err();
+    let zeros = "00".repeat(32);
+    let wrong_pin = creds(&[(env::VSPHERE_THUMBPRINT, Some(zeros.as_str()))]);
+    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let err = convert::run(a, wrong_pin).await.unwrap_err();
     assert_eq!(err.reason(), "ThumbprintMismatch", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
@@ -267,9 +290,10 @@ async fn failures_exit_permanent_or_transient() {
         .local_addr()
         .unwrap()
         .port();
-    let mut closed = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
-    closed.vsphere_url = format!("https://127.0.0.1:{port}/sdk");
-    let err = convert::run(closed).await.unwrap_err();
+    let url = format!("https://127.0.0.1:{port}/sdk");
+    let closed = creds(&[(env::VSPHERE_URL, Some(url.as_str()))]);
+    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let err = convert::run(a, closed).await.unwrap_err();
     assert_eq!(err.reason(), "Unreachable", "{err}");
     assert_eq!(err.exit_code(), TRANSIENT_EXIT_CODE);
 
@@ -277,9 +301,12 @@ async fn failures_exit_permanent_or_transient() {
         datastore_path: "[LocalDS_0] no-such-vm/disk.vmdk".into(),
         ..spec.clone()
     };
-    let err = convert::run(args(&vm, vec![missing_disk], OutputFormat::Raw, &work))
-        .await
-        .unwrap_err();
+    let err = convert::run(
+        args(&vm, vec![missing_disk], OutputFormat::Raw, &work),
+        creds(&[]),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "NotFound", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
@@ -333,9 +360,12 @@ async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: key.clone(),
     };
-    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
-        .await
-        .unwrap();
+    let report = convert::run(
+        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        creds(&[]),
+    )
+    .await
+    .unwrap();
     let d = &report.disks[0];
     assert_eq!(d.status, DiskStatus::Converted);
     assert_eq!(d.size, 8 << 20);
@@ -364,9 +394,12 @@ async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros(
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: format!("{}/disk-0.raw", prefix("short")),
     };
-    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
-        .await
-        .unwrap_err();
+    let err = convert::run(
+        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        creds(&[]),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "BadDisk", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
     assert!(err.to_string().contains("disk1-flat.vmdk"), "{err}");
@@ -441,9 +474,12 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
         // data path may keep a local copy, qcow2 included.
         let blocker = dir.join("not-a-dir");
         std::fs::write(&blocker, b"x").unwrap();
-        let report = convert::run(args(&vm, vec![spec], format, &blocker.join("work")))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let report = convert::run(
+            args(&vm, vec![spec], format, &blocker.join("work")),
+            creds(&[]),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let d = &report.disks[0];
         assert_eq!(d.path, path, "{name}");
         assert_eq!(d.virtual_size, Some(40 << 20), "{name}");
@@ -575,9 +611,12 @@ async fn a_converter_killed_mid_upload_leaves_no_complete_looking_object_and_a_r
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: key.clone(),
     };
-    let report = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")))
-        .await
-        .unwrap();
+    let report = convert::run(
+        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        creds(&[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(report.disks[0].status, DiskStatus::Converted);
     assert!(!open_upload(&upload), "the stale upload was aborted");
     let staged = dir.join("staged.raw");
@@ -604,7 +643,7 @@ async fn a_powered_on_source_is_refused_before_its_disks_are_read() {
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: format!("{}/disk-0.raw", prefix("on")),
     };
-    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &work))
+    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &work), creds(&[]))
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "SourcePoweredOn", "{err}");

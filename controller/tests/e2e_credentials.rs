@@ -175,6 +175,81 @@ async fn a_staging_endpoint_other_than_the_secrets_receives_nothing() {
     assert_eq!(fwd.connections(), 0, "the S3 keys went nowhere");
 }
 
+/// Issue #22, section 4: the controller trimmed and read booleans case-blind, the converter did
+/// neither, so such a Secret passed Preparing (powering the source off) and failed the
+/// conversion. One reader now serves both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_with_a_trailing_newline_true_in_capitals_and_a_trailing_slash_migrates() {
+    let mut env = Env::new("e2e-cred-slips", 16).await;
+    let lab = env.lab;
+    let (vc, s3) = (&lab.info.vcenter, &lab.info.s3);
+    // As `echo PASSWORD | base64` writes them; insecure (no pin) in capitals; URLs ending in "/".
+    let password = format!("{}\n", vc.password);
+    let url = format!("{}/", vc.url.trim_end_matches('/'));
+    let endpoint = format!("{}/\n", s3.endpoint.trim_end_matches('/'));
+    let secret_key = format!("{}\n", s3.secret_key);
+    replace_secret(
+        &env,
+        secret(
+            VSPHERE_SECRET,
+            &[
+                ("username", &vc.username),
+                ("password", &password),
+                ("url", &url),
+                ("insecureSkipTLSVerify", "TRUE"),
+            ],
+        ),
+    )
+    .await;
+    replace_secret(
+        &env,
+        secret(
+            S3_SECRET,
+            &[
+                ("accessKeyId", &s3.access_key),
+                ("secretAccessKey", &secret_key),
+                ("endpoint", &endpoint),
+                ("bucket", &s3.bucket),
+            ],
+        ),
+    )
+    .await;
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("slips");
+    // The spec repeats what the Secret allows: no pin, insecure.
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm.spec.source.endpoint.insecure_skip_tls_verify = true;
+    env.create(&vmm).await;
+    let v = env.wait_terminal("slips", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    // The conversion ran with those Secrets (by secretKeyRef) and the volume holds the disk.
+    let raw = env.scratch.join("expected.raw");
+    qemu_raw(&env.disk.vmdk, &raw);
+    assert!(
+        same_file(&env.volume(&dv_name("slips", 0)), &raw),
+        "the volume holds the source disk's bytes"
+    );
+    let jobs: Api<Job> = env.ns.api();
+    let job = jobs.get("slips-convert").await.unwrap();
+    let insecure = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "FERRY_VSPHERE_INSECURE")
+        .and_then(|e| e.value_from.clone())
+        .and_then(|f| f.secret_key_ref)
+        .map(|r| (r.name, r.key));
+    assert_eq!(
+        insecure,
+        Some((
+            VSPHERE_SECRET.to_owned(),
+            "insecureSkipTLSVerify".to_owned()
+        )),
+        "the converter read the Secret's own TRUE"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_converter_runs_only_the_controllers_image_or_an_allowed_one() {
     const ALLOWED: &str = "registry.example/ferry-debug:1";

@@ -25,6 +25,30 @@ pub enum Error {
     #[error("unknown phase {0:?}")]
     UnknownPhase(String),
 
+    /// A credentials Secret lacks a key its reader needs (absent, or empty once trimmed).
+    #[error("no key {key:?}")]
+    SecretKeyMissing {
+        /// The key, e.g. `password`.
+        key: &'static str,
+    },
+
+    /// A credentials Secret's key holds a value no process can use. The value is never shown.
+    #[error("key {key:?} {why}")]
+    SecretKeyInvalid {
+        /// The key, e.g. `insecureSkipTLSVerify`.
+        key: &'static str,
+        /// What is wrong with the value, in words that never quote it.
+        why: String,
+    },
+
+    /// A URL cannot name the endpoint it is meant to. The text is never shown: it may carry a
+    /// password.
+    #[error("{why}")]
+    InvalidUrl {
+        /// What is wrong with it.
+        why: String,
+    },
+
     /// Rendering a CustomResourceDefinition as YAML failed.
     #[error("could not render the CRD as YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
@@ -46,6 +70,9 @@ impl Error {
             Error::MissingMetadata { .. } => "missing_metadata",
             Error::InvalidVmSelector { .. } => "invalid_vm_selector",
             Error::UnknownPhase(_) => "unknown_phase",
+            Error::SecretKeyMissing { .. } => "secret_key_missing",
+            Error::SecretKeyInvalid { .. } => "secret_key_invalid",
+            Error::InvalidUrl { .. } => "invalid_url",
             Error::Yaml(_) => "yaml",
             Error::Io { .. } => "io",
         }

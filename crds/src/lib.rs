@@ -5,6 +5,7 @@
 pub mod child;
 pub mod condition;
 pub mod conversion;
+pub mod credentials;
 mod error;
 pub mod event;
 #[cfg(any(test, feature = "fixtures"))]

@@ -15,8 +15,9 @@ pub const VSPHERE_THUMBPRINT_KEY: &str = "thumbprint";
 /// Key of a PEM bundle of the CA certificates that sign the endpoint's certificate (optional;
 /// in the vSphere and in the S3 Secret).
 pub const CA_CERT_KEY: &str = "cacert";
-/// Key that, set to `"true"` by the Secret's owner, allows connecting without verifying the
-/// vSphere endpoint's certificate (labs only).
+/// Key that, set to `"true"` (in any case) by the Secret's owner, allows connecting without
+/// verifying the vSphere endpoint's certificate (labs only); anything but `true`/`false` is
+/// refused.
 pub const INSECURE_KEY: &str = "insecureSkipTLSVerify";
 /// Key of the S3 endpoint URL in the `spec.staging.credentialsSecretRef` Secret: the only
 /// endpoint the keys are sent to.

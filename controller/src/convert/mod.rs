@@ -24,6 +24,7 @@
 //! whose record says `Staged` is skipped, a previous run's open multipart upload is aborted
 //! before the disk is done again, and an image is only ever taken as complete with its record.
 
+pub mod credentials;
 mod disk;
 mod error;
 mod map;
@@ -40,18 +41,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use secrecy::SecretString;
 use serde::Serialize;
 
+pub use credentials::Credentials;
 pub use error::{Error, TRANSIENT_EXIT_CODE};
 pub use map::{DiskMap, Piece};
 pub use upload::{RECORD_INTERVAL, part_size, parts_in_flight};
 pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
 use crate::children::job::env;
-use crate::staging::{self, DiskRecord, Staging, StagingConfig};
-use crate::tls::CaBundle;
-use crate::vsphere::{self, DatastorePath, Endpoint, Session, Thumbprint, TlsPolicy, VmInfo};
+use crate::staging::{self, DiskRecord, Staging};
+use crate::vsphere::{self, DatastorePath, Endpoint, Session, VmInfo};
 
 /// Environment variables of the converter beyond the Job contract in [`crate::children::job::env`].
 pub mod extra_env {
@@ -133,31 +133,11 @@ impl DiskSpec {
     }
 }
 
-/// A secret argument: held in a [`SecretString`] so that `Debug` never shows it.
-fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
-    Ok(SecretString::from(s))
-}
-
-/// Arguments of `ferry-controller convert`; every one can come from the environment, so a Job
-/// passes credentials with `valueFrom.secretKeyRef`.
+/// Arguments of `ferry-controller convert`; every one can come from the environment. The
+/// credentials and their endpoints are no arguments: they come only from the Job's environment,
+/// by `secretKeyRef`, read as the controller reads the Secrets ([`Credentials`]).
 #[derive(Clone, Debug, clap::Args)]
 pub struct ConvertArgs {
-    /// vSphere SDK URL, e.g. https://vcenter.example.com/sdk.
-    #[arg(long, env = env::VSPHERE_URL)]
-    pub vsphere_url: String,
-    #[arg(long, env = env::VSPHERE_USERNAME)]
-    pub username: String,
-    #[arg(long, env = env::VSPHERE_PASSWORD, hide_env_values = true, value_parser = secret)]
-    pub password: SecretString,
-    /// Pinned SHA-1 or SHA-256 thumbprint of the vSphere certificate.
-    #[arg(long, env = env::VSPHERE_THUMBPRINT)]
-    pub thumbprint: Option<String>,
-    /// PEM bundle of the CAs that sign the vSphere certificate (a CA-signed vCenter).
-    #[arg(long, env = env::VSPHERE_CACERT)]
-    pub cacert: Option<String>,
-    /// Skip TLS verification of vSphere (labs only).
-    #[arg(long, env = env::VSPHERE_INSECURE)]
-    pub insecure: bool,
     /// The VM's moref; used to find the datacenter when --datacenter is not given.
     #[arg(long, env = env::VM_MOREF)]
     pub vm_moref: Option<String>,
@@ -169,21 +149,10 @@ pub struct ConvertArgs {
     pub disks: Vec<DiskSpec>,
     #[arg(long, env = env::FORMAT, value_enum, default_value_t = OutputFormat::Raw)]
     pub format: OutputFormat,
-    #[arg(long, env = env::S3_ENDPOINT)]
-    pub s3_endpoint: String,
-    #[arg(long, env = env::S3_BUCKET)]
-    pub s3_bucket: String,
     #[arg(long, env = env::S3_REGION, default_value = "us-east-1")]
     pub s3_region: String,
-    #[arg(long, env = env::S3_ACCESS_KEY_ID, hide_env_values = true)]
-    pub s3_access_key: String,
-    #[arg(long, env = env::S3_SECRET_ACCESS_KEY, hide_env_values = true, value_parser = secret)]
-    pub s3_secret_key: SecretString,
     #[arg(long, env = extra_env::S3_PREFIX, default_value = "")]
     pub s3_prefix: String,
-    /// PEM bundle of the CAs that sign an https S3 endpoint's certificate (a private CA).
-    #[arg(long, env = env::S3_CACERT)]
-    pub s3_cacert: Option<String>,
     #[arg(long, env = extra_env::WORK_DIR, default_value = "/tmp/ferry-convert")]
     pub work_dir: PathBuf,
     #[arg(long, env = extra_env::QEMU_IMG, default_value = "qemu-img")]
@@ -195,50 +164,6 @@ pub struct ConvertArgs {
     /// recorded by this same Job are taken as already staged.
     #[arg(long, env = env::JOB_UID)]
     pub job_uid: Option<String>,
-}
-
-impl ConvertArgs {
-    /// The TLS policy the arguments ask for: a thumbprint, else a CA bundle, else `insecure`;
-    /// none of them means the platform trust store.
-    pub fn tls_policy(&self) -> Result<TlsPolicy, Error> {
-        let given = |v: &Option<String>| {
-            v.as_deref()
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-        };
-        match (given(&self.thumbprint), given(&self.cacert)) {
-            (Some(t), _) => Thumbprint::parse(&t)
-                .map(TlsPolicy::Thumbprint)
-                .map_err(|e| Error::Usage(e.to_string())),
-            (None, Some(pem)) => CaBundle::from_pem(&pem)
-                .map(TlsPolicy::CaBundle)
-                .map_err(|e| Error::Usage(format!("--cacert: {e}"))),
-            (None, None) if self.insecure => Ok(TlsPolicy::Insecure),
-            (None, None) => Ok(TlsPolicy::SystemRoots),
-        }
-    }
-
-    fn endpoint(&self) -> Result<Endpoint, Error> {
-        Ok(Endpoint {
-            url: self.vsphere_url.clone(),
-            username: self.username.clone(),
-            password: self.password.clone(),
-            tls: self.tls_policy()?,
-        })
-    }
-
-    fn staging_config(&self) -> StagingConfig {
-        StagingConfig {
-            endpoint: self.s3_endpoint.clone(),
-            bucket: self.s3_bucket.clone(),
-            region: self.s3_region.clone(),
-            access_key: self.s3_access_key.clone(),
-            secret_key: self.s3_secret_key.clone(),
-            prefix: self.s3_prefix.clone(),
-            ca_bundle: self.s3_cacert.clone().filter(|c| !c.trim().is_empty()),
-        }
-    }
 }
 
 /// What happened to one disk.
@@ -354,8 +279,8 @@ pub fn peak_rss(pid: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Runs the conversion of every disk in `args`, printing one JSON line per disk on stdout and
-/// a [`RunSummary`] line last.
+/// Runs the conversion of every disk in `args` with `creds`, printing one JSON line per disk on
+/// stdout and a [`RunSummary`] line last.
 ///
 /// Guarantees: idempotent (staged disks are skipped without logging in to vSphere); an image
 /// only counts as staged with its `Staged` record; a previous run's open upload is aborted;
@@ -363,13 +288,22 @@ pub fn peak_rss(pid: &str) -> u64 {
 ///
 /// Errors: the first failure, classified ([`Error::exit_code`]), after every disk that had
 /// started has finished or failed.
-pub async fn run(args: ConvertArgs) -> Result<ConvertReport, Error> {
-    convert_all(&args).await
+pub async fn run(args: ConvertArgs, creds: Credentials) -> Result<ConvertReport, Error> {
+    convert_all(&args, &creds).await
 }
 
-/// Runs [`run`] and turns the outcome into a process exit code, the error on stderr.
+/// Reads the credentials from the process's environment ([`Credentials::from_env`]: the Job's
+/// `secretKeyRef`s), runs [`run`] and turns the outcome into a process exit code, the error on
+/// stderr.
 pub async fn run_to_exit_code(args: ConvertArgs) -> i32 {
-    match run(args).await {
+    match Credentials::from_env() {
+        Ok(creds) => exit_code(run(args, creds).await),
+        Err(e) => exit_code(Err(e)),
+    }
+}
+
+fn exit_code(outcome: Result<ConvertReport, Error>) -> i32 {
+    match outcome {
         Ok(_) => 0,
         Err(e) => {
             let kind = if e.is_transient() {
@@ -416,9 +350,10 @@ pub(crate) async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
     }
 }
 
-async fn convert_all(args: &ConvertArgs) -> Result<ConvertReport, Error> {
-    let endpoint = args.endpoint()?;
-    let staging = Staging::new(args.staging_config()).map_err(|source| Error::Staging {
+async fn convert_all(args: &ConvertArgs, creds: &Credentials) -> Result<ConvertReport, Error> {
+    let endpoint = creds.endpoint()?;
+    let config = creds.staging_config(&args.s3_region, &args.s3_prefix)?;
+    let staging = Staging::new(config).map_err(|source| Error::Staging {
         context: "staging configuration".into(),
         source,
     })?;
@@ -427,8 +362,8 @@ async fn convert_all(args: &ConvertArgs) -> Result<ConvertReport, Error> {
         Ok(true) => {}
         Ok(false) => {
             let source = staging::Error::NoSuchBucket {
-                bucket: args.s3_bucket.clone(),
-                endpoint: args.s3_endpoint.clone(),
+                bucket: creds.s3.bucket.clone(),
+                endpoint: creds.s3.endpoint.clone(),
             };
             return Err(Error::Staging {
                 context: "staging".into(),
@@ -585,6 +520,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+    use crate::vsphere::TlsPolicy;
     use secrecy::ExposeSecret;
 
     #[derive(Debug, Parser)]
@@ -603,43 +539,52 @@ mod tests {
         let argv: Vec<&str> = std::iter::once("convert")
             .chain(flags.split_whitespace())
             .collect();
-        match Cli::try_parse_from(argv) {
-            Ok(cli) => {
-                let a = cli.args;
-                let tls = match a.tls_policy() {
-                    Ok(TlsPolicy::Thumbprint(_)) => "thumbprint",
-                    Ok(TlsPolicy::CaBundle(_)) => "cabundle",
-                    Ok(TlsPolicy::Insecure) => "insecure",
-                    Ok(TlsPolicy::SystemRoots) => "system",
-                    Err(_) => "invalid",
-                };
-                let disks: Vec<String> = a
-                    .disks
-                    .iter()
-                    .map(|d| format!("{:?}|{}|{}", d.index, d.datastore_path, d.key))
-                    .collect();
-                println!(
-                    "RESULT url={} user={} pass={} moref={:?} dc={:?} format={} region={} bucket={} ak={} sk={} tls={tls} work={} disks={}",
-                    a.vsphere_url,
-                    a.username,
-                    a.password.expose_secret(),
-                    a.vm_moref,
-                    a.datacenter,
-                    a.format.as_str(),
-                    a.s3_region,
-                    a.s3_bucket,
-                    a.s3_access_key,
-                    a.s3_secret_key.expose_secret(),
-                    a.work_dir.display(),
-                    disks.join(";")
-                );
-                assert!(
-                    !format!("{a:?}").contains(a.password.expose_secret()),
-                    "Debug shows the password"
-                );
+        let a = match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.args,
+            Err(e) => {
+                println!("RESULT error={:?}", e.kind());
+                return;
             }
-            Err(e) => println!("RESULT error={:?}", e.kind()),
-        }
+        };
+        let c = match Credentials::from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                println!("RESULT credentials={e}");
+                return;
+            }
+        };
+        let (e, s3) = (c.endpoint().unwrap(), &c.s3);
+        let tls = match e.tls {
+            TlsPolicy::Thumbprint(_) => "thumbprint",
+            TlsPolicy::CaBundle(_) => "cabundle",
+            TlsPolicy::Insecure => "insecure",
+            TlsPolicy::SystemRoots => "system",
+        };
+        let disks: Vec<String> = a
+            .disks
+            .iter()
+            .map(|d| format!("{:?}|{}|{}", d.index, d.datastore_path, d.key))
+            .collect();
+        println!(
+            "RESULT url={} user={} pass={} moref={:?} dc={:?} format={} region={} endpoint={} bucket={} ak={} sk={} tls={tls} work={} disks={}",
+            e.url,
+            e.username,
+            e.password.expose_secret(),
+            a.vm_moref,
+            a.datacenter,
+            a.format.as_str(),
+            a.s3_region,
+            s3.endpoint,
+            s3.bucket,
+            s3.access_key_id,
+            s3.secret_access_key.expose_secret(),
+            a.work_dir.display(),
+            disks.join(";")
+        );
+        assert!(
+            !format!("{c:?}").contains(e.password.expose_secret()),
+            "Debug shows the password"
+        );
     }
 
     /// Runs [`env_child`] in a child process with exactly `env` set (setting variables in this
@@ -703,7 +648,7 @@ mod tests {
         );
         assert!(
             r.contains(
-                "format=qcow2 region=us-east-1 bucket=b ak=AK sk=SK tls=thumbprint work=/scratch"
+                "format=qcow2 region=us-east-1 endpoint=http://127.0.0.1:9000 bucket=b ak=AK sk=SK tls=thumbprint work=/scratch"
             ),
             "{r}"
         );
@@ -714,34 +659,41 @@ mod tests {
             "{r}"
         );
 
-        // The Job's "true" turns insecure on; flags beat the environment.
-        env.retain(|(k, _)| *k != env::VSPHERE_THUMBPRINT);
-        env.push((env::VSPHERE_INSECURE, "true"));
-        env.push((extra_env::DATACENTER, "DC0"));
+        // The Secrets' values as their owners slip (a newline, "TRUE", a trailing "/") read as
+        // the controller reads them; flags beat the environment.
+        env.retain(|(k, _)| {
+            ![
+                env::VSPHERE_THUMBPRINT,
+                env::VSPHERE_PASSWORD,
+                env::VSPHERE_URL,
+            ]
+            .contains(k)
+        });
+        env.extend([
+            (env::VSPHERE_INSECURE, "TRUE"),
+            (env::VSPHERE_PASSWORD, "p4ss\n"),
+            (env::VSPHERE_URL, "https://vc/\n"),
+            (extra_env::DATACENTER, "DC0"),
+        ]);
         let r = parse_in_child(&env, "--format raw --disk [ds]x.vmdk=x.raw");
         assert!(
-            r.contains("dc=Some(\"DC0\") format=raw") && r.contains("tls=insecure"),
+            r.starts_with("url=https://vc/sdk user=u pass=p4ss ")
+                && r.contains("dc=Some(\"DC0\") format=raw")
+                && r.contains("tls=insecure"),
             "{r}"
         );
         assert!(r.ends_with("disks=None|[ds]x.vmdk|x.raw"), "{r}");
 
+        // A value no process can use is refused naming its variable and key, never the value.
         env.retain(|(k, _)| *k != env::VSPHERE_INSECURE);
-        env.push((env::VSPHERE_INSECURE, "false"));
-        assert!(parse_in_child(&env, "").contains("tls=system"));
-        // The Secret's cacert (a CA-signed vCenter) wins over insecure, a thumbprint over both.
-        let ca = include_str!("../testdata/test-ca.pem");
-        env.push((env::VSPHERE_CACERT, ca));
-        env.push((env::VSPHERE_INSECURE, "true"));
-        assert!(parse_in_child(&env, "").contains("tls=cabundle"));
-        env.push((env::VSPHERE_THUMBPRINT, sha1.as_str()));
-        assert!(parse_in_child(&env, "").contains("tls=thumbprint"));
-        env.retain(|(k, _)| ![env::VSPHERE_CACERT, env::VSPHERE_THUMBPRINT].contains(k));
-        env.push((env::VSPHERE_CACERT, "not a certificate"));
-        assert!(parse_in_child(&env, "").contains("tls=invalid"));
-        env.retain(|(k, _)| ![env::VSPHERE_CACERT, env::VSPHERE_INSECURE].contains(k));
-        env.push((env::VSPHERE_INSECURE, "false"));
-        env.push((env::VSPHERE_THUMBPRINT, "not-a-thumbprint"));
-        assert!(parse_in_child(&env, "").contains("tls=invalid"));
+        env.push((env::VSPHERE_INSECURE, "yes-please"));
+        let r = parse_in_child(&env, "");
+        assert!(
+            r.starts_with("credentials=")
+                && r.contains(env::VSPHERE_INSECURE)
+                && !r.contains("yes-please"),
+            "{r}"
+        );
 
         env.retain(|(k, _)| *k != extra_env::DISKS);
         assert_eq!(parse_in_child(&env, ""), "error=MissingRequiredArgument");

@@ -7,13 +7,12 @@
 //! migration whose spec names anything else fails before any connection is made: whoever may
 //! create a migration cannot point someone else's password at an endpoint of their choosing.
 //! The decisions are the pure [`bind_source`] and [`bind_staging`]; reading is at the edge.
+//! The values are read by [`ferry_crds::credentials`], as the conversion Job reads them.
 
-use std::collections::BTreeMap;
-
-use ferry_crds::{Reason, SourceEndpoint, StagingSpec, names, secret as keys};
+use ferry_crds::credentials::{self, SecretBytes, VsphereTrust};
+use ferry_crds::{Reason, SourceEndpoint, StagingSpec, names};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use secrecy::SecretString;
 
 use super::checkpoint::Io;
 use crate::Result;
@@ -22,7 +21,8 @@ use crate::problem::Problem;
 use crate::tls::{CaBundle, Thumbprint};
 
 /// What a credentials Secret holds, as far as binding needs it: its name, whether its owner
-/// opted it in, and its keys (values trimmed, empty ones dropped).
+/// opted it in, and its data as stored (read only through [`ferry_crds::credentials`]: values
+/// trimmed, empty ones absent).
 #[derive(Clone)]
 pub struct SecretData {
     /// The Secret's name.
@@ -32,7 +32,7 @@ pub struct SecretData {
     /// Whether it carries the opt-in label.
     pub opted_in: bool,
     /// Its data.
-    pub data: BTreeMap<String, String>,
+    pub data: SecretBytes,
 }
 
 /// Names and whether opted in, never the values.
@@ -49,13 +49,6 @@ impl std::fmt::Debug for SecretData {
 impl SecretData {
     /// The view of a Secret read from the API.
     pub fn of(secret: &Secret) -> Self {
-        let data = secret
-            .data
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).trim().to_owned()))
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
         Self {
             name: secret.name_any(),
             uid: secret.uid().unwrap_or_default(),
@@ -64,22 +57,8 @@ impl SecretData {
                 .get(names::CREDENTIALS_LABEL)
                 .map(String::as_str)
                 == Some(names::CREDENTIALS_LABEL_VALUE),
-            data,
+            data: secret.data.clone().unwrap_or_default(),
         }
-    }
-
-    fn get(&self, key: &str) -> Option<&str> {
-        self.data.get(key).map(String::as_str)
-    }
-
-    /// The value of a key the binding cannot do without.
-    fn require(&self, key: &str, what: &str) -> Result<String, Problem> {
-        self.get(key).map(str::to_owned).ok_or_else(|| {
-            Problem::transient(
-                Reason::SecretNotFound,
-                format!("Secret {} ({what}) has no key {key:?}; add it", self.name),
-            )
-        })
     }
 
     /// Refuses a Secret its owner did not opt in.
@@ -97,6 +76,24 @@ impl SecretData {
             ),
         ))
     }
+
+    /// Why the Secret cannot be read: a missing key may still be added (transient), a value no
+    /// process can use stops the migration. Names the key, never the value.
+    fn unreadable(&self, what: &str, e: ferry_crds::Error) -> Problem {
+        match e {
+            ferry_crds::Error::SecretKeyMissing { key } => Problem::transient(
+                Reason::SecretNotFound,
+                format!("Secret {} ({what}) has no key {key:?}; add it", self.name),
+            ),
+            other => Problem::permanent(
+                Reason::CredentialsMismatch,
+                format!(
+                    "Secret {} ({what}): {other}; nothing was sent. Its owner fixes the Secret, then raise spec.retry",
+                    self.name
+                ),
+            ),
+        }
+    }
 }
 
 fn mismatch(secret: &str, what: String) -> Problem {
@@ -108,36 +105,40 @@ fn mismatch(secret: &str, what: String) -> Problem {
 
 /// The vSphere endpoint's identity in one form: `https://host[:port]/sdk`.
 fn sdk(url: &str) -> Option<String> {
-    crate::vsphere::sdk_url(url).ok().map(|u| u.to_string())
+    credentials::vsphere_sdk_url(url)
+        .ok()
+        .map(|u| u.to_string())
+}
+
+fn source_trust(t: VsphereTrust) -> SourceTrust {
+    match t {
+        VsphereTrust::Thumbprint(p) => SourceTrust::Thumbprint(p),
+        VsphereTrust::CaBundle(pem) => SourceTrust::CaBundle(pem),
+        VsphereTrust::Insecure => SourceTrust::Insecure,
+        VsphereTrust::SystemRoots => SourceTrust::SystemRoots,
+    }
 }
 
 /// The vSphere login `spec` may use with the Secret `s`. Pure.
 ///
 /// # Guarantees
+/// * The Secret is read by [`credentials::vsphere`], as the converter reads it: values trimmed,
+///   `insecureSkipTLSVerify` `true`/`false` in any case, `url` in its one form; a Secret read
+///   here is read the same by the conversion Job.
 /// * The login's URL and trust are the Secret's: `url`, then trust by `thumbprint`, else
-///   `cacert`, else `insecureSkipTLSVerify: "true"`, else the platform trust store (the order
-///   the converter applies to the same keys).
+///   `cacert`, else `insecureSkipTLSVerify: "true"`, else the platform trust store.
 /// * `spec.source.url`, `thumbprint` and `insecureSkipTLSVerify`, when set, must say the same as
 ///   the Secret, else [`Reason::CredentialsMismatch`]; an unlabelled Secret is
-///   [`Reason::CredentialsNotAllowed`]. Both are permanent: nothing is sent anywhere.
+///   [`Reason::CredentialsNotAllowed`]; a value no process can use is
+///   [`Reason::CredentialsMismatch`] naming its key. All are permanent: nothing is sent anywhere.
 ///
 /// # Errors
 /// The [`Problem`] that stops the migration.
 pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin, Problem> {
     const WHAT: &str = "vSphere credentials";
     s.opt_in(WHAT)?;
-    let username = s.require(keys::VSPHERE_USERNAME_KEY, WHAT)?;
-    let password = s.require(keys::VSPHERE_PASSWORD_KEY, WHAT)?;
-    let url = s.require(keys::VSPHERE_URL_KEY, WHAT)?;
-    let Some(bound) = sdk(&url) else {
-        return Err(mismatch(
-            &s.name,
-            format!(
-                "the url {url:?} of Secret {} is not an https vSphere URL",
-                s.name
-            ),
-        ));
-    };
+    let creds = credentials::vsphere(&s.data).map_err(|e| s.unreadable(WHAT, e))?;
+    let bound = creds.url;
     if let Some(wanted) = spec.url.as_deref()
         && sdk(wanted).as_deref() != Some(bound.as_str())
     {
@@ -149,16 +150,7 @@ pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin,
             ),
         ));
     }
-    let trust = match (
-        s.get(keys::VSPHERE_THUMBPRINT_KEY),
-        s.get(keys::CA_CERT_KEY),
-        s.get(keys::INSECURE_KEY),
-    ) {
-        (Some(t), _, _) => SourceTrust::Thumbprint(t.to_owned()),
-        (None, Some(pem), _) => SourceTrust::CaBundle(pem.to_owned()),
-        (None, None, Some(v)) if v.eq_ignore_ascii_case("true") => SourceTrust::Insecure,
-        (None, None, _) => SourceTrust::SystemRoots,
-    };
+    let trust = source_trust(creds.trust);
     if let Some(wanted) = spec.thumbprint.as_deref() {
         let same = match &trust {
             SourceTrust::Thumbprint(t) => {
@@ -199,8 +191,8 @@ pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin,
         secret: s.name.clone(),
         secret_uid: s.uid.clone(),
         url: bound,
-        username,
-        password: SecretString::from(password),
+        username: creds.username,
+        password: creds.password,
         trust,
     })
 }
@@ -214,53 +206,32 @@ fn trust_words(t: &SourceTrust) -> String {
     }
 }
 
-/// An S3 endpoint's identity in one form: scheme, lowercased host, port, path without the
-/// trailing `/`.
-fn s3_endpoint(url: &str) -> Option<String> {
-    let u = reqwest::Url::parse(url.trim()).ok()?;
-    let host = u.host_str()?.to_ascii_lowercase();
-    let port = u.port_or_known_default()?;
-    Some(format!(
-        "{}://{host}:{port}{}",
-        u.scheme(),
-        u.path().trim_end_matches('/')
-    ))
-}
-
 /// The staging login `spec` may use with the Secret `s`. Pure.
 ///
 /// # Guarantees
-/// `spec.staging.endpoint` and `bucket` must be the Secret's `endpoint` and `bucket`, else
-/// [`Reason::CredentialsMismatch`]; an unlabelled Secret is [`Reason::CredentialsNotAllowed`];
-/// the Secret's `cacert`, when present, is a usable CA bundle.
+/// The Secret is read by [`credentials::s3`], as the converter reads it (values trimmed, the
+/// endpoint in one form). `spec.staging.endpoint` (in the same form) and `bucket` must be the
+/// Secret's `endpoint` and `bucket`, else [`Reason::CredentialsMismatch`]; an unlabelled Secret
+/// is [`Reason::CredentialsNotAllowed`]; the Secret's `cacert`, when present, is a usable CA
+/// bundle.
 ///
 /// # Errors
 /// The [`Problem`] that stops the migration.
 pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, Problem> {
     const WHAT: &str = "staging credentials";
     s.opt_in(WHAT)?;
-    let access_key_id = s.require(keys::S3_ACCESS_KEY_ID_KEY, WHAT)?;
-    let secret_access_key = s.require(keys::S3_SECRET_ACCESS_KEY_KEY, WHAT)?;
-    let endpoint = s.require(keys::S3_ENDPOINT_KEY, WHAT)?;
-    let bucket = s.require(keys::S3_BUCKET_KEY, WHAT)?;
-    let (Some(bound), wanted) = (s3_endpoint(&endpoint), s3_endpoint(&spec.endpoint)) else {
+    let creds = credentials::s3(&s.data).map_err(|e| s.unreadable(WHAT, e))?;
+    let bound = creds.endpoint;
+    if credentials::s3_endpoint(&spec.endpoint).ok().as_deref() != Some(bound.as_str()) {
         return Err(mismatch(
             &s.name,
             format!(
-                "the endpoint {endpoint:?} of Secret {} is not an http(s) URL",
-                s.name
-            ),
-        ));
-    };
-    if wanted.as_deref() != Some(bound.as_str()) {
-        return Err(mismatch(
-            &s.name,
-            format!(
-                "spec.staging.endpoint is {}, but Secret {} holds keys for {endpoint}: use the Secret of that endpoint",
+                "spec.staging.endpoint is {}, but Secret {} holds keys for {bound}: use the Secret of that endpoint",
                 spec.endpoint, s.name
             ),
         ));
     }
+    let bucket = creds.bucket;
     if spec.bucket != bucket {
         return Err(mismatch(
             &s.name,
@@ -270,8 +241,7 @@ pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, 
             ),
         ));
     }
-    let ca_bundle = s.get(keys::CA_CERT_KEY).map(str::to_owned);
-    if let Some(pem) = &ca_bundle {
+    if let Some(pem) = &creds.ca_bundle {
         CaBundle::from_pem(pem).map_err(|e| {
             mismatch(
                 &s.name,
@@ -284,9 +254,9 @@ pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, 
         endpoint: spec.endpoint.clone(),
         bucket,
         region: spec.region.clone(),
-        access_key_id,
-        secret_access_key: SecretString::from(secret_access_key),
-        ca_bundle,
+        access_key_id: creds.access_key_id,
+        secret_access_key: creds.secret_access_key,
+        ca_bundle: creds.ca_bundle,
     })
 }
 
@@ -346,9 +316,13 @@ mod tests {
             opted_in,
             data: kv
                 .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .map(|(k, v)| ((*k).to_owned(), bytes(v)))
                 .collect(),
         }
+    }
+
+    fn bytes(v: &str) -> k8s_openapi::ByteString {
+        k8s_openapi::ByteString(v.as_bytes().to_vec())
     }
 
     fn vc_secret(extra: &[(&str, &str)]) -> SecretData {
@@ -417,7 +391,7 @@ mod tests {
         let ca = vc_secret(&[("cacert", CA)]);
         assert_eq!(
             bind_source(&ep, &ca).unwrap().trust,
-            SourceTrust::CaBundle(CA.into())
+            SourceTrust::CaBundle(CA.trim().into())
         );
         assert_eq!(
             reason(bind_source(&ep, &vc_secret(&[("cacert", "garbage")]))),
@@ -471,6 +445,49 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_written_with_the_usual_slips_binds_as_meant() {
+        // `echo | base64` leaves a newline; "TRUE" is a boolean; a URL may end in "/".
+        let mut ep = migration("m").spec.source.endpoint;
+        ep.thumbprint = None;
+        ep.insecure_skip_tls_verify = true;
+        let s = secret(
+            "vc",
+            true,
+            &[
+                ("username", "u\n"),
+                ("password", "p4ss\n"),
+                ("url", "https://127.0.0.1:8989/\n"),
+                ("insecureSkipTLSVerify", "TRUE\n"),
+            ],
+        );
+        let l = bind_source(&ep, &s).unwrap();
+        assert_eq!(
+            (
+                l.url.as_str(),
+                l.username.as_str(),
+                l.password.expose_secret()
+            ),
+            (VC, "u", "p4ss")
+        );
+        assert_eq!(l.trust, SourceTrust::Insecure);
+        // What no process can read is refused before anything is sent, naming the key.
+        let mut bad = s.clone();
+        bad.data
+            .insert("insecureSkipTLSVerify".into(), bytes("yes"));
+        let e = bind_source(&ep, &bad).unwrap_err();
+        assert_eq!(
+            (e.reason, e.transient),
+            (Reason::CredentialsMismatch, false)
+        );
+        assert!(
+            e.message.contains("Secret vc") && e.message.contains("\"insecureSkipTLSVerify\""),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("yes"), "{}", e.message);
+    }
+
+    #[test]
     fn the_staging_keys_go_only_to_the_secrets_endpoint_and_bucket() {
         let spec = migration("m").spec.staging;
         let kv = |endpoint: &'static str, bucket: &'static str| {
@@ -518,12 +535,32 @@ mod tests {
             Reason::CredentialsNotAllowed
         );
         let mut with_ca = ok.clone();
-        with_ca.data.insert("cacert".into(), CA.into());
+        with_ca.data.insert("cacert".into(), bytes(CA));
         assert!(bind_staging(&spec, &with_ca).unwrap().ca_bundle.is_some());
-        with_ca.data.insert("cacert".into(), "nope".into());
+        with_ca.data.insert("cacert".into(), bytes("nope"));
         assert_eq!(
             bind_staging(&spec, &with_ca).unwrap_err().reason,
             Reason::CredentialsMismatch
+        );
+        // The usual slips read as meant.
+        let slips = secret(
+            "s3",
+            true,
+            &[
+                ("accessKeyId", "AK\n"),
+                ("secretAccessKey", "SK\n"),
+                ("endpoint", "http://127.0.0.1:9000/\n"),
+                ("bucket", "ferry-staging\n"),
+            ],
+        );
+        let l = bind_staging(&spec, &slips).unwrap();
+        assert_eq!(
+            (
+                l.access_key_id.as_str(),
+                l.secret_access_key.expose_secret(),
+                l.bucket.as_str()
+            ),
+            ("AK", "SK", "ferry-staging")
         );
         let mut no_bucket = ok;
         no_bucket.data.remove("bucket");

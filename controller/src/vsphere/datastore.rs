@@ -98,33 +98,16 @@ pub fn download_url(sdk: &str, datastore_path: &str, datacenter: &str) -> Result
 }
 
 /// The SDK URL normalized: `https://HOST[:PORT]/sdk`. A bare host name is taken as `https://HOST`.
+/// The one form every process reads a credentials Secret's `url` into
+/// ([`ferry_crds::credentials::vsphere_sdk_url`]).
 pub(crate) fn sdk_url(text: &str) -> Result<Url> {
-    let mut url = sdk_base(text)?;
-    url.set_path("/sdk");
-    Ok(url)
+    ferry_crds::credentials::vsphere_sdk_url(text)
+        // Not quoted: the text may carry a password.
+        .map_err(|e| Error::Invalid(format!("the vSphere URL: {e}")))
 }
 
 fn sdk_base(text: &str) -> Result<Url> {
-    let text = text.trim();
-    let with_scheme = if text.contains("://") {
-        text.to_owned()
-    } else {
-        format!("https://{text}")
-    };
-    let mut url = Url::parse(&with_scheme)
-        .map_err(|e| Error::Invalid(format!("vSphere URL {text:?}: {e}")))?;
-    if url.scheme() != "https" {
-        return Err(Error::Invalid(format!(
-            "vSphere URL {text:?} must use https"
-        )));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(Error::Invalid(format!("vSphere URL {text:?} has no host")));
-    }
-    url.set_query(None);
-    url.set_fragment(None);
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
+    let mut url = sdk_url(text)?;
     url.set_path("/");
     Ok(url)
 }

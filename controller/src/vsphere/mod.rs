@@ -10,7 +10,6 @@ pub mod tags;
 
 use std::fmt;
 
-pub(crate) use datastore::sdk_url;
 pub use datastore::{Allocation, DatastorePath, download_url};
 pub use error::Error;
 pub(crate) use error::chain as error_chain;
