@@ -41,7 +41,7 @@ pub use source::{
     NicDeviceType, PowerState, RestorePowerState, SourceEndpoint, SourcePowerOff, SourceSpec,
     ToolsState, VmLookup, VmSelector,
 };
-pub use staging::StagingSpec;
+pub use staging::{StagingRecord, StagingSpec};
 pub use target::{
     Devices, DiskBus, MultusNetwork, NetworkMapping, NicModel, PodNetwork, Readiness, RunStrategy,
     TargetSpec, TargetTemplate, VolumeMode,

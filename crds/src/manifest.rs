@@ -182,6 +182,7 @@ mod tests {
     fn migration_schema_carries_every_cel_rule_where_it_applies() {
         let s = vmm();
         assert_rule(&s, "", rules::name_fits_label());
+        assert_rule(&s, "", rules::staging_fixed_while_running());
         assert_rule(&s, "spec.source", rules::exactly_one_vm_selector());
         assert_rule(&s, "spec.source", rules::tls_verification());
         assert_rule(&s, "spec.source", rules::source_immutable());

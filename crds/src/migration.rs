@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason,
-    SourceSpec, StagingSpec, TargetSpec, condition, names,
+    SourceSpec, StagingRecord, StagingSpec, TargetSpec, condition, names,
     phase::Phase,
     source::{DiscoveredSource, SourcePowerOff},
 };
@@ -32,6 +32,7 @@ use crate::{
            spec.paused or raise spec.retry to steer it; status.phase and status.conditions tell \
            where it stands.",
     validation = crate::rules::name_fits_label(),
+    validation = crate::rules::staging_fixed_while_running(),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
         description = "Checkpoint the migration is in"),
     printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress.percent",
@@ -210,6 +211,12 @@ pub struct VirtualMachineMigrationStatus {
     /// Overall copy progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+
+    /// What this attempt stages on and the keys it writes there: fixed when it leaves
+    /// Preparing, so that cleanup removes what the migration made whatever `spec.staging` says
+    /// later, and a retry after a change of `spec.staging` or `spec.conversion` starts over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging: Option<StagingRecord>,
 
     /// The objects ferry's own creates made for this migration, with the uid each create
     /// answered: an object under a child's name is ferry's only when it is recorded here (or,

@@ -104,6 +104,25 @@ pub fn target_immutable() -> Rule {
         .message("target is immutable: create a new VirtualMachineMigration to change the target")
 }
 
+/// `spec.staging` and `spec.conversion` are fixed once the migration has started, until it is
+/// settled as `Failed` or `Cancelled` (a retry then starts over on the new values): what it
+/// stages on and where cleanup looks must not move under it. At the root: it reads the status.
+pub fn staging_fixed_while_running() -> Rule {
+    Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.phase) \
+         || oldSelf.status.phase in ['Pending', 'Queued', 'Failed', 'Cancelled'] \
+         || (self.spec.staging == oldSelf.spec.staging \
+             && has(self.spec.conversion) == has(oldSelf.spec.conversion) \
+             && (!has(self.spec.conversion) || self.spec.conversion == oldSelf.spec.conversion))",
+    )
+    .message(
+        "spec.staging and spec.conversion cannot change once the migration has started (they \
+         fix where its disks are staged and cleaned up): cancel it, or wait until it is Failed, \
+         then change them and raise spec.retry (the retry starts over)",
+    )
+    .reason(kube::core::Reason::FieldValueForbidden)
+}
+
 /// `spec.retry` is a token that only grows.
 pub fn retry_only_grows() -> Rule {
     Rule::new("self >= oldSelf")
@@ -148,6 +167,7 @@ pub fn all() -> Vec<Rule> {
         bucket_name(),
         source_immutable(),
         target_immutable(),
+        staging_fixed_while_running(),
         retry_only_grows(),
         exactly_one_network_binding(),
         at_most_one_pod_network(),

@@ -34,6 +34,23 @@ pub struct StagingSpec {
     pub credentials_secret_ref: SecretRef,
 }
 
+/// What a migration stages on, fixed when it leaves Preparing: where (the staging spec it
+/// started with, `spec.conversion` included because the format names the objects) and the keys
+/// of the objects it writes there. Cleanup removes exactly these, whatever the spec says later.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StagingRecord {
+    /// `spec.staging` as the migration started with it.
+    pub location: StagingSpec,
+    /// `spec.conversion` as the migration started with it.
+    #[serde(default)]
+    pub conversion: crate::ConversionSpec,
+    /// The keys of the staged images, one per disk (each with its `.state.json` record beside).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub keys: Vec<String>,
+}
+
 /// The default `spec.staging.region`.
 pub const DEFAULT_REGION: &str = "us-east-1";
 

@@ -154,7 +154,14 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     if keys.is_empty() {
         return Ok(None);
     }
-    let login = match credentials::staging_login(io).await? {
+    // Where the migration staged, as recorded when it started: never where the spec points now.
+    let at = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.staging.as_ref())
+        .map_or(&io.vmm.spec.staging, |r| &r.location);
+    let login = match credentials::staging_login_at(io, at).await? {
         Ok(l) => l,
         Err(p) => return Ok(Some(p)),
     };

@@ -292,7 +292,17 @@ pub async fn source_login(io: Io<'_>) -> Result<Result<SourceLogin, Problem>> {
 /// # Errors
 /// Kubernetes API errors; a missing, unlabelled or mismatched Secret is a [`Problem`].
 pub async fn staging_login(io: Io<'_>) -> Result<Result<StagingLogin, Problem>> {
-    let st = &io.vmm.spec.staging;
+    staging_login_at(io, &io.vmm.spec.staging).await
+}
+
+/// The staging login of `st` (a migration's recorded staging, for cleanup) and its Secret.
+///
+/// # Errors
+/// As [`staging_login`].
+pub async fn staging_login_at(
+    io: Io<'_>,
+    st: &StagingSpec,
+) -> Result<Result<StagingLogin, Problem>> {
     Ok(
         read(io, &st.credentials_secret_ref.name, "staging credentials")
             .await?

@@ -109,6 +109,16 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
     cancel_cleanup(vmm)
 }
 
+/// Whether `spec.staging` or `spec.conversion` differ from what the migration recorded when it
+/// left Preparing (admission refuses such a change while it runs; a settled one may take it,
+/// and its retry then starts over). Pure.
+pub fn staging_changed(vmm: &VirtualMachineMigration) -> bool {
+    vmm.status
+        .as_ref()
+        .and_then(|s| s.staging.as_ref())
+        .is_some_and(|r| r.location != vmm.spec.staging || r.conversion != vmm.spec.conversion)
+}
+
 /// Applies the intent policies in order. Pure.
 ///
 /// # Guarantees
@@ -116,7 +126,8 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
 /// * a retry of a `Failed` migration resumes the checkpoint in `lastFailure.phase`, except when
 ///   the source was powered back on after the failure, or someone powered it on during the
 ///   migration (`SourcePoweredOn` past Preparing): its staged data is stale then, so it starts
-///   over from Preparing; a retry of a `Cancelled` one starts over from Preparing;
+///   over from Preparing; so it does when `spec.staging` or `spec.conversion` changed since it
+///   started ([`staging_changed`]); a retry of a `Cancelled` one starts over from Preparing;
 /// * a pending retry token on a `Cancelled` migration with `cancel` still true waits.
 pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
     let phase = vmm.phase();
@@ -134,7 +145,10 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
                     last.is_some_and(|f| f.reason == ferry_crds::Reason::SourcePoweredOn);
                 let powered_back = (restores_on_failure(vmm) || powered_on_meanwhile)
                     && failed_at != Phase::Preparing;
-                let resume = if powered_back || !failed_at.is_checkpoint() {
+                // Staging or conversion changed while it was settled: what was staged is not
+                // what the spec asks for now.
+                let respecified = staging_changed(vmm) && failed_at != Phase::Preparing;
+                let resume = if powered_back || respecified || !failed_at.is_checkpoint() {
                     Phase::Preparing
                 } else {
                     failed_at
@@ -369,5 +383,38 @@ mod tests {
         assert!(
             delete_cleanup(&migration("m").with_phase(Phase::Converting)).contains(&Cleanup::Job)
         );
+    }
+
+    #[test]
+    fn a_retry_after_staging_or_conversion_changed_starts_over_and_removes_the_old_copies() {
+        let mut vmm = failed_at(Phase::Importing).with_retry(1);
+        if let Some(st) = vmm.status.as_mut() {
+            st.staging = Some(ferry_crds::StagingRecord {
+                location: vmm.spec.staging.clone(),
+                conversion: vmm.spec.conversion.clone(),
+                keys: vec!["k".into()],
+            });
+        }
+        assert!(matches!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::Importing,
+                ..
+            }
+        ));
+        let mut moved = vmm.clone();
+        moved.spec.staging.prefix = Some("elsewhere".into());
+        let mut reformatted = vmm.clone();
+        reformatted.spec.conversion.format = ferry_crds::DiskFormat::Qcow2;
+        for changed in [moved, reformatted] {
+            assert!(staging_changed(&changed));
+            assert_eq!(
+                decide(&changed),
+                Intent::Retry {
+                    resume: Phase::Preparing,
+                    cleanup: START_OVER.to_vec()
+                }
+            );
+        }
     }
 }

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use ferry_crds::{
-    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason,
-    VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history,
+    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, StagingRecord,
+    VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -70,6 +70,18 @@ pub fn enter(s: &mut Status, to: Phase, now: &Time) {
     s.completed_at = to.is_terminal().then(|| now.clone());
 }
 
+/// What the migration stages on from now on: `spec.staging` and `spec.conversion` as they are
+/// when it leaves Preparing, and the keys of the discovered disks' images (`s`: the status
+/// being written, with the discovered source). Pure.
+pub fn staging_record(vmm: &VirtualMachineMigration, s: &Status) -> StagingRecord {
+    let disks = s.source.as_ref().map_or(0, |src| src.disks.len());
+    StagingRecord {
+        location: vmm.spec.staging.clone(),
+        conversion: vmm.spec.conversion.clone(),
+        keys: (0..disks).map(|i| names::staging_key(vmm, i)).collect(),
+    }
+}
+
 /// The status after a checkpoint's outcome. Pure.
 ///
 /// # Guarantees
@@ -97,6 +109,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     let phase = s.phase;
     let reconciled = match &outcome.step {
         Step::Advance { to } => {
+            if *to == Phase::Converting && s.staging.is_none() {
+                s.staging = Some(staging_record(vmm, &s));
+            }
             enter(&mut s, *to, now);
             if *to == Phase::Succeeded {
                 if let Some(p) = s.progress.as_mut() {
@@ -275,6 +290,9 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
             if resume == Phase::Preparing {
                 s.disks.clear();
                 s.progress = None;
+                // Its staged objects were removed (by the record): the new attempt stages on what
+                // the spec says now.
+                s.staging = None;
                 // A new attempt powers the source off anew (it may have been powered back on).
                 s.source_power_off = None;
             }

@@ -242,8 +242,12 @@ pub fn vmm_uid_label(vmi: &VirtualMachineInstance) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Keys of the staged objects, one per discovered disk.
+/// Keys of the staged objects, one per discovered disk: as recorded when the migration left
+/// Preparing ([`ferry_crds::StagingRecord`]), whatever the spec says now.
 pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
+    if let Some(r) = vmm.status.as_ref().and_then(|s| s.staging.as_ref()) {
+        return r.keys.clone();
+    }
     let n = vmm
         .status
         .as_ref()

@@ -530,6 +530,84 @@ async fn invalid_objects_are_rejected_with_a_message_naming_the_field() {
     );
 }
 
+/// Once a migration has started, `spec.staging` and `spec.conversion` are fixed until it is
+/// settled (`Failed` or `Cancelled`): the status (written through its subresource, as the
+/// controller does) decides, and the message names both fields and the way out.
+#[tokio::test]
+async fn staging_and_conversion_are_fixed_while_a_migration_runs() {
+    let ns = setup("api-fixed").await;
+    let vmms = dynamic_api::<VirtualMachineMigration>(&ns);
+    vmms.create(
+        &PostParams::default(),
+        &serde_json::from_value(vmm_json("fixed")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let phase = |p: &str| json!({"status": {"phase": p}});
+    let changes = [
+        ("prefix", json!({"spec": {"staging": {"prefix": "moved"}}})),
+        ("bucket", json!({"spec": {"staging": {"bucket": "other-bucket"}}})),
+        ("format", json!({"spec": {"conversion": {"format": "qcow2"}}})),
+    ];
+    // Not started yet: anything goes.
+    vmms.patch(
+        "fixed",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"staging": {"prefix": "early"}}})),
+    )
+    .await
+    .unwrap();
+    let mut wrong = vec![];
+    for running in ["Preparing", "Converting", "Importing", "Validating", "Succeeded"] {
+        vmms.patch_status("fixed", &PatchParams::default(), &Patch::Merge(&phase(running)))
+            .await
+            .unwrap();
+        for (what, patch) in &changes {
+            match vmms
+                .patch("fixed", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => wrong.push(format!("{running}: {what} accepted")),
+                Err(e) => {
+                    let (code, message) = api_error(e);
+                    if code != 422
+                        || !message.contains("spec.staging and spec.conversion cannot change")
+                        || !message.contains("raise spec.retry")
+                    {
+                        wrong.push(format!("{running}: {what}: {code} {message:?}"));
+                    }
+                }
+            }
+        }
+        // Steering is not refused.
+        vmms.patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for settled in ["Failed", "Cancelled"] {
+        vmms.patch_status("fixed", &PatchParams::default(), &Patch::Merge(&phase(settled)))
+            .await
+            .unwrap();
+        for (_, patch) in &changes {
+            vmms.patch("fixed", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap_or_else(|e| panic!("{settled}: {e}"));
+        }
+        vmms.patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"staging": {"prefix": format!("p-{}", settled.to_lowercase())}, "conversion": {"format": "raw"}}})),
+        )
+        .await
+        .unwrap();
+    }
+}
+
 /// Updates the API server must refuse: `edit` applied (as a merge patch) to a stored object.
 #[tokio::test]
 async fn updates_that_break_the_rules_are_rejected_with_a_message_naming_the_field() {
@@ -623,7 +701,8 @@ async fn updates_that_break_the_rules_are_rejected_with_a_message_naming_the_fie
         wrong.join("\n")
     );
 
-    // What the rules allow: raising retry, cancelling, pausing, and changing staging.
+    // What the rules allow: raising retry, cancelling, pausing, and changing staging (the
+    // object has no status: it never started).
     let allowed = json!({"spec": {"retry": 3, "cancel": true, "paused": false, "staging": {"bucket": "other-bucket"}}});
     vmms.patch("stored", &PatchParams::default(), &Patch::Merge(&allowed))
         .await
