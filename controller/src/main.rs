@@ -60,6 +60,10 @@ struct Cli {
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
+    /// Most VMs a wave's spec.selector may choose (at most 5000, what status.selectedVms holds);
+    /// a selector choosing more fails the wave with SelectorTooBroad.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u16).range(1..=5000))]
+    wave_selector_limit: u16,
     #[command(flatten)]
     leader: LeaderFlags,
     /// Image of the conversion Jobs: the controller's own (the Deployment passes it).
@@ -231,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
                     agent_timeout: cli.agent_timeout,
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
                     kubevirt_error_grace: cli.kubevirt_error_grace,
+                    wave_selector_limit: usize::from(cli.wave_selector_limit),
                     converter_image: cli.converter_image.clone(),
                     allowed_converter_images: cli
                         .allowed_converter_images

@@ -97,6 +97,8 @@ pub struct Metrics {
     /// Reconciles of a migration that used the cached object (it was the version last known
     /// current) or read it fresh.
     pub migration_reads: Family<CacheReadLabels, Counter>,
+    /// Lists of the vCenter inventory made to resolve a wave's `spec.selector`.
+    pub wave_inventory_lists: Counter,
     registry: Registry,
 }
 
@@ -171,7 +173,14 @@ impl Default for Metrics {
             "Reconciles that took the migration from the cache (hit) or read it fresh (miss)",
             migration_reads.clone(),
         );
+        let wave_inventory_lists = Counter::default();
+        registry.register(
+            "wave_inventory_lists",
+            "Lists of the vCenter inventory made to resolve a wave's spec.selector",
+            wave_inventory_lists.clone(),
+        );
         Self {
+            wave_inventory_lists,
             requests,
             cache_reads,
             migration_reads,

@@ -40,6 +40,10 @@ pub struct Policy {
     /// references). The converter receives the credentials, so only images the platform team
     /// trusts may run it.
     pub allowed_converter_images: Vec<String>,
+    /// Most VMs a wave's `spec.selector` may choose (never more than
+    /// [`ferry_crds::wave::MAX_WAVE_VMS`], what `status.selectedVms` holds); a selector choosing
+    /// more fails the wave with `SelectorTooBroad`. Lower it to bound what one selector can start.
+    pub wave_selector_limit: usize,
 }
 
 /// The converter image when none is configured: the image `make image` builds and
@@ -81,6 +85,7 @@ impl Default for Policy {
             kubevirt_error_grace: Duration::from_secs(20),
             converter_image: DEFAULT_CONVERTER_IMAGE.to_owned(),
             allowed_converter_images: vec![],
+            wave_selector_limit: ferry_crds::wave::MAX_WAVE_VMS,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! End to end, a MigrationWave: three VMs, `maxInFlight: 1`, each migrated in turn by its own
-//! child migration; the wave sums them up.
+//! child migration; the wave sums them up. VMs whose migrations would share a name (in one wave,
+//! or across two) get one migration between them, and the other is told why.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -8,13 +9,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
+use ferry_crds::condition::WaveConditionType;
 use ferry_crds::{
-    MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector, WavePhase,
-    WaveVm, names,
+    ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, Reason, VirtualMachineMigration,
+    VmSelector, WavePhase, WaveVm, names,
 };
 use ferry_harness::{eventually, put_vmdk};
 use futures::StreamExt;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
@@ -171,5 +173,207 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         env.staged_files().is_empty(),
         "staging left: {:?}",
         env.staged_files()
+    );
+}
+
+/// The notes of the Events with `reason` about the object `name`.
+async fn event_notes(env: &Env, name: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.ns.api();
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// A wave of the test's template over the VMs named `vms`.
+fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
+    MigrationWaveSpec {
+        template: env.wave_template(),
+        vms: vms
+            .iter()
+            .map(|n| WaveVm {
+                vm: VmSelector::by_name(*n),
+                target_name: None,
+            })
+            .collect(),
+        max_in_flight: 2,
+        selector: None,
+        paused,
+        cancel: false,
+        retry: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_vms_making_one_name_the_first_migrates_and_the_second_is_a_name_collision() {
+    let mut env = Env::new("e2e-wave-collide", 8).await;
+    let second = env.lab.claim_vm().unwrap();
+    // Names of this run only (the lab's vCenter is shared): both make the label `web-<ns>`.
+    let upper = format!("Web-{}", env.ns.name);
+    let under = format!("web_{}", env.ns.name.replace('-', "_"));
+    env.shape(&env.vm.name.clone(), &["--name", &upper]);
+    env.shape(&second.name, &["--name", &under]);
+    let untouched = env.power_state_of(&second).await;
+    env.start_sim();
+    env.start_controller();
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("w3", wave_over(&env, &[&upper, &under], false)),
+        )
+        .await
+        .unwrap();
+    let w = wait_wave(&env, "w3", "the wave to finish", |w| {
+        w.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+    })
+    .await;
+    let s = w.status.unwrap();
+    let name = wave_child("w3", &upper);
+    assert_eq!(name, wave_child("w3", &under), "one name for both");
+    // The first migrated; the second got no migration, and the wave says so.
+    assert_eq!(s.phase, WavePhase::Failed, "{s:?}");
+    assert_eq!((s.total, s.counts.succeeded, s.counts.failed), (2, 1, 0));
+    let all = env.api().list(&Default::default()).await.unwrap().items;
+    assert_eq!(
+        all.len(),
+        1,
+        "one migration: {:?}",
+        all.iter().map(|m| m.name_any()).collect::<Vec<_>>()
+    );
+    assert_eq!(all[0].name_any(), name);
+    assert_eq!(all[0].spec.source.vm, VmSelector::by_name(upper.clone()));
+    assert_eq!(all[0].phase(), Phase::Succeeded);
+    assert_eq!(s.collisions.len(), 1, "{:?}", s.collisions);
+    let c = &s.collisions[0];
+    assert_eq!(
+        (
+            c.index,
+            c.vm.as_str(),
+            c.other_vm.as_str(),
+            c.migration.as_str()
+        ),
+        (1, under.as_str(), upper.as_str(), name.as_str())
+    );
+    let d = s.condition(WaveConditionType::Degraded).unwrap();
+    assert_eq!(
+        (d.status, d.reason),
+        (ConditionStatus::True, Reason::NameCollision)
+    );
+    assert!(
+        d.message.contains(&upper) && d.message.contains(&under),
+        "{}",
+        d.message
+    );
+    env.wait_event("w3", "NameCollision").await;
+    let notes = event_notes(&env, "w3", "NameCollision").await;
+    assert_eq!(notes.len(), 1, "told once: {notes:?}");
+    assert!(
+        notes[0].contains(&upper) && notes[0].contains(&under),
+        "{notes:?}"
+    );
+    assert_eq!(
+        env.power_state_of(&second).await,
+        untouched,
+        "the second VM was never touched"
+    );
+
+    // A targetName parts them: the wave takes the second VM up (paused here: made and held).
+    waves
+        .patch(
+            "w3",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"paused": true, "vms": [
+                {"name": upper},
+                {"name": under, "targetName": "web-b"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    wait_wave(&env, "w3", "the second VM to be taken up", |w| {
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.collisions.is_empty() && s.counts.total() == 2)
+    })
+    .await;
+    let taken = env.get("w3-web-b").await;
+    assert!(taken.is_held());
+    assert_eq!(taken.spec.source.vm, VmSelector::by_name(under));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_never_takes_another_waves_migration_of_the_same_name() {
+    let mut env = Env::new("e2e-wave-names", 1).await;
+    let other = env.lab.claim_vm().unwrap();
+    // Wave `a` with VM `b-<u>` and wave `a-b` with VM `<u>` both make `a-b-<u>`.
+    let (b_u, u) = (format!("b-{}", env.ns.name), env.ns.name.clone());
+    env.shape(&env.vm.name.clone(), &["--name", &b_u]);
+    env.shape(&other.name, &["--name", &u]);
+    env.start_controller();
+    let shared = wave_child("a", &b_u);
+    assert_eq!(shared, wave_child("a-b", &u));
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("a", wave_over(&env, &[&b_u], true)),
+        )
+        .await
+        .unwrap();
+    let theirs = env
+        .wait_for(&shared, "wave a's migration", 120, |m| m.is_held())
+        .await;
+    waves
+        .create(
+            &PostParams::default(),
+            &MigrationWave::new("a-b", wave_over(&env, &[&u], true)),
+        )
+        .await
+        .unwrap();
+    let w = wait_wave(&env, "a-b", "the collision to be reported", |w| {
+        w.status.as_ref().is_some_and(|s| !s.collisions.is_empty())
+    })
+    .await;
+    let s = w.status.unwrap();
+    let c = &s.collisions[0];
+    assert_eq!(
+        (
+            c.vm.as_str(),
+            c.other_vm.as_str(),
+            c.other_wave.as_deref(),
+            c.migration.as_str()
+        ),
+        (u.as_str(), b_u.as_str(), Some("a"), shared.as_str())
+    );
+    assert!(c.message.contains("in wave a"), "{}", c.message);
+    assert_eq!(s.counts, Default::default(), "nothing of wave a's counted");
+    assert_eq!(s.phase, WavePhase::Failed, "its one VM gets no migration");
+    let d = s.condition(WaveConditionType::Degraded).unwrap();
+    assert_eq!(d.reason, Reason::NameCollision);
+    env.wait_event("a-b", "NameCollision").await;
+    // The migration is still wave a's alone, of wave a's VM, as it was.
+    let now = env.get(&shared).await;
+    assert_eq!(now.uid(), theirs.uid());
+    let owners = now.owner_references();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].name, "a");
+    assert_eq!(now.spec.source.vm, VmSelector::by_name(b_u));
+    assert!(now.is_held());
+    let a = waves.get("a").await.unwrap().status.unwrap();
+    assert!(a.collisions.is_empty(), "{:?}", a.collisions);
+    assert_eq!(
+        env.api()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
     );
 }

@@ -2,20 +2,24 @@
 //! lab's vcsim through vCenter's REST API (`ferry-lab tag`, as an operator would), and the
 //! controller reads them back over the same API with the wave's bound Secret, trusting the
 //! endpoint as for SOAP (pinned thumbprint here, the CA bundle on the CA-signed vCenter). The
-//! waves are paused: their children are made and held, nothing of the shared VMs is touched.
+//! waves are paused: their children are made and held, nothing of the shared VMs is touched. A
+//! selector choosing more VMs than a wave may hold fails the wave once, without listing again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use ferry_crds::condition::WaveConditionType;
 use ferry_crds::{
-    ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, WaveSelector, WaveTagSelector,
+    ConditionStatus, MigrationWave, MigrationWaveSpec, Reason, WavePhase, WaveSelector,
+    WaveTagSelector,
 };
+use ferry_harness::eventually;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 
 /// Attaches tag `tag` of `category` (both made when missing) to `vms` on the lab's vCenter
 /// `vcenter` ("main" or "ca"), through `ferry-lab tag`.
@@ -200,4 +204,86 @@ async fn a_tag_is_read_over_the_ca_trusted_endpoint_too() {
         .await
         .unwrap();
     assert_eq!(selected(&env, "gold", 1).await, vec![env.vm.name.clone()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_choosing_more_vms_than_a_wave_may_hold_fails_it_once() {
+    let mut env = Env::new("e2e-wave-broad", 1).await;
+    // The real bound is what status.selectedVms holds (5,000); the lab has fewer VMs, so the
+    // controller is given a lower one, as a platform team may.
+    env.extra_controller_args = vec!["--wave-selector-limit".into(), "2".into()];
+    env.start_controller();
+    let (tier, gold) = (
+        format!("tier-{}", env.ns.name),
+        format!("gold-{}", env.ns.name),
+    );
+    let mut vms = vec![env.vm.name.clone()];
+    vms.extend((0..2).map(|_| env.lab.claim_vm().unwrap().name));
+    let refs: Vec<&str> = vms.iter().map(String::as_str).collect();
+    tag_vms(&env, "main", &tier, &gold, &refs);
+    create(&env, "broad", by_tag(&gold, Some(&tier))).await;
+    let w = wait_wave(&env, "broad", "the wave to fail", |w| {
+        w.status
+            .as_ref()
+            .and_then(|s| s.condition(WaveConditionType::Progressing))
+            .is_some_and(|c| c.reason == Reason::SelectorTooBroad)
+    })
+    .await;
+    let st = w.status.unwrap();
+    assert_eq!(st.phase, WavePhase::Failed);
+    assert!(st.selected_vms.is_none(), "nothing chosen");
+    let c = st.condition(WaveConditionType::Progressing).unwrap();
+    assert_eq!(
+        c.message,
+        "spec.selector matches 3 VMs, more than the 2 one wave may hold; nothing was created: \
+         narrow spec.selector (folder, namePattern, tag) or split the VMs into several waves"
+    );
+    let d = st.condition(WaveConditionType::Degraded).unwrap();
+    assert_eq!(
+        (d.status, d.reason),
+        (ConditionStatus::True, Reason::SelectorTooBroad)
+    );
+    assert!(
+        env.api()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    env.wait_event("broad", "SelectorTooBroad").await;
+
+    // Listed once; whatever wakes the wave, its spec unchanged, the inventory is not listed again.
+    let lists = || env.metric("ferry_controller_wave_inventory_lists_total");
+    let reconciles = || env.metric("ferry_controller_reconciles_total{controller=\"wave\"}");
+    assert_eq!(lists(), 1);
+    let waves: Api<MigrationWave> = env.ns.api();
+    for i in 0..3 {
+        let before = reconciles();
+        let poke = serde_json::json!({"metadata": {"annotations": {"poke": i.to_string()}}});
+        waves
+            .patch("broad", &PatchParams::default(), &Patch::Merge(&poke))
+            .await
+            .unwrap();
+        eventually("a wave reconcile", Duration::from_secs(30), || async {
+            (reconciles() > before).then_some(())
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(lists(), 1, "the inventory listed again for a refused spec");
+    assert_eq!(
+        env.metric("ferry_controller_api_writes_total{verb=\"status\",kind=\"MigrationWave\"}"),
+        1,
+        "the failure written once"
+    );
+
+    // Narrowed (a new spec), the selector is resolved again.
+    let narrow = serde_json::json!({"spec": {"selector": {"namePattern": env.vm.name}}});
+    waves
+        .patch("broad", &PatchParams::default(), &Patch::Merge(&narrow))
+        .await
+        .unwrap();
+    assert_eq!(selected(&env, "broad", 1).await, vec![env.vm.name.clone()]);
+    assert_eq!(lists(), 2);
 }

@@ -53,7 +53,8 @@ pub enum WaveConditionType {
     /// Every migration of the wave finished (succeeded, failed or cancelled), or the wave was
     /// cancelled.
     Completed,
-    /// At least one migration of the wave failed (the message gives how many).
+    /// At least one migration of the wave failed (the message gives how many), a VM of it gets
+    /// no migration (`NameCollision`), or its selector chose too many VMs (`SelectorTooBroad`).
     Degraded,
 }
 
@@ -248,6 +249,12 @@ pub enum Reason {
     VMReady,
     /// Nothing about the guest was checked (readiness `None`).
     NotChecked,
+    // --- a MigrationWave's conditions ---
+    /// A VM of the wave gets no migration: its migration's name (`<wave>-<VM>`) is that of
+    /// another VM's migration, in this wave or another one (the message names both VMs).
+    NameCollision,
+    /// spec.selector of a wave chose more VMs than one wave may hold; nothing was created.
+    SelectorTooBroad,
     // --- Ready ---
     /// The migration succeeded.
     Succeeded,
@@ -259,7 +266,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 47] = [
+    pub const ALL: [Reason; 49] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -304,6 +311,8 @@ impl Reason {
         Reason::ImagePullBackOff,
         Reason::VMReady,
         Reason::NotChecked,
+        Reason::NameCollision,
+        Reason::SelectorTooBroad,
         Reason::Succeeded,
         Reason::Failed,
         Reason::Cancelled,
@@ -356,6 +365,8 @@ impl Reason {
             Reason::ImagePullBackOff => "ImagePullBackOff",
             Reason::VMReady => "VMReady",
             Reason::NotChecked => "NotChecked",
+            Reason::NameCollision => "NameCollision",
+            Reason::SelectorTooBroad => "SelectorTooBroad",
             Reason::Succeeded => "Succeeded",
             Reason::Failed => "Failed",
             Reason::Cancelled => "Cancelled",

@@ -47,8 +47,8 @@ pub use target::{
     TargetSpec, TargetTemplate, VolumeMode,
 };
 pub use wave::{
-    MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCounts, WavePhase, WaveSelector,
-    WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
+    MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision, WaveCounts, WavePhase,
+    WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

@@ -166,9 +166,17 @@ pub fn staging_key(vmm: &VirtualMachineMigration, disk_index: usize) -> String {
     .join("/")
 }
 
-/// Name of the VirtualMachineMigration a wave creates for one VM: `<wave>-<vm>`, with `<vm>` the
-/// VM's name, id or uuid made a DNS-1123 label, bounded to [`MAX_NAME_LEN`] (cut names end in a
-/// hash of the whole).
+/// Name of the VirtualMachineMigration a wave creates for one VM: `<wave>-<member>`, with
+/// `<member>` the entry's targetName, else the VM's name, id or uuid, made a DNS-1123 label;
+/// bounded to [`MAX_NAME_LEN`] (cut names end in a hash of `<wave>/<member>`).
+///
+/// # Guarantees
+/// * Deterministic: a function of the two strings only, so a restarted controller finds the
+///   names it made (and a wave's existing migrations keep theirs).
+/// * Not injective, and cannot be while plain names stay plain: `Web-1` and `web_1` make one
+///   label, and wave `a` with VM `b-c` and wave `a-b` with VM `c` both make `a-b-c`. The wave
+///   controller therefore never takes a migration by its name alone: one of another VM is a
+///   `NameCollision`.
 pub fn wave_member_name(wave: &str, vm: &str) -> String {
     let full = format!("{wave}-{}", sanitize_dns1123_label(vm));
     bounded(&full, MAX_NAME_LEN, &format!("{wave}/{vm}"))
@@ -286,5 +294,22 @@ mod tests {
         let long = wave_member_name(&"w".repeat(63), "DC0_H0_VM0");
         assert!(is_label(&long), "{long}");
         assert_ne!(long, wave_member_name(&"w".repeat(63), "DC0_H0_VM1"));
+    }
+
+    #[test]
+    fn wave_member_names_collide_in_the_shapes_the_wave_controller_must_refuse() {
+        // Pinned: these are the collisions `controller/src/wave/members.rs` detects.
+        assert_eq!(
+            wave_member_name("w", "Web-1"),
+            wave_member_name("w", "web_1")
+        );
+        assert_eq!(wave_member_name("a", "b-c"), wave_member_name("a-b", "c"));
+        // Long names cut to the bound keep a hash of the whole, so they stay apart.
+        let (x, y) = (
+            format!("{}-x", "v".repeat(70)),
+            format!("{}-y", "v".repeat(70)),
+        );
+        assert_ne!(wave_member_name("w", &x), wave_member_name("w", &y));
+        assert_eq!(wave_member_name("w", &x).len(), MAX_NAME_LEN);
     }
 }

@@ -13,8 +13,12 @@ use crate::{
 
 /// The default `spec.maxInFlight`.
 pub const DEFAULT_MAX_IN_FLIGHT: i32 = 10;
-/// Most VMs one wave may list.
+/// Most VMs one wave may list in spec.vms, or choose with spec.selector (status.selectedVms
+/// holds no more).
 pub const MAX_WAVE_VMS: usize = 5000;
+/// Most entries of status.collisions: the status stays small whatever the spec; the `Degraded`
+/// condition gives the whole count.
+pub const MAX_REPORTED_COLLISIONS: usize = 100;
 
 /// Desired state of a wave: the template shared by its VMs, the VMs, the throttle and the
 /// operator's intents.
@@ -53,8 +57,11 @@ pub struct MigrationWaveSpec {
     /// Changes apply to migrations the wave has not created yet.
     pub template: WaveTemplate,
 
-    /// The VMs to migrate, one VirtualMachineMigration each (named <wave>-<vm>); empty when
-    /// spec.selector chooses them.
+    /// The VMs to migrate, one VirtualMachineMigration each, named <wave>-<targetName> or, without
+    /// one, <wave>-<the VM's name, id or uuid made a DNS-1123 label>; empty when spec.selector
+    /// chooses them. A VM whose migration would take a name another VM's migration has (Web-1 and
+    /// web_1 both make <wave>-web-1) gets none and is listed in status.collisions: give it a
+    /// targetName.
     #[serde(default)]
     #[schemars(length(max = 5000))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
@@ -198,7 +205,8 @@ pub struct WaveVm {
     #[serde(flatten)]
     pub vm: VmSelector,
     /// Name of the new VirtualMachine (a DNS-1123 label); defaults to the source VM's name made
-    /// valid, e.g. DC0_H0_VM0 becomes dc0-h0-vm0.
+    /// valid, e.g. DC0_H0_VM0 becomes dc0-h0-vm0. The migration is named after it too
+    /// (<wave>-<targetName>), which keeps apart VMs whose names are made the same label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(crate::rules::DNS1123_LABEL))]
     pub target_name: Option<String>,
@@ -332,6 +340,14 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 5000))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub selected_vms: Option<Vec<String>>,
+    /// VMs of the wave that get no migration because the name of theirs is another VM's
+    /// migration's (in this wave or another one), in spec.vms order; at most 100 are listed, the
+    /// Degraded condition counts them all. Give such a VM a targetName (or migrate it in a wave
+    /// of another name) and the wave takes it up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub collisions: Vec<WaveCollision>,
     /// Disk bytes copied over all migrations.
     #[serde(default)]
     pub bytes_done: i64,
@@ -344,6 +360,26 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 8))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition<WaveConditionType>>,
+}
+
+/// A VM of a wave that gets no migration: the name of its migration is another VM's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveCollision {
+    /// Position of the VM in spec.vms (or status.selectedVms), from 0.
+    pub index: i32,
+    /// The VM, as the wave lists it (its name, id or uuid).
+    pub vm: String,
+    /// The name its migration would have.
+    pub migration: String,
+    /// The other VM: another of this wave's, or the one the migration of that name migrates.
+    pub other_vm: String,
+    /// The wave the other VM is listed in (this wave's name when both are in it); absent when
+    /// the migration holding the name belongs to no wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_wave: Option<String>,
+    /// Which VMs collide, and what to do.
+    pub message: String,
 }
 
 impl MigrationWaveStatus {

@@ -10,10 +10,17 @@ use crate::{
     VirtualMachineMigrationSpec, WaveVm, names,
 };
 
-/// Name of the migration a wave creates for `vm`: `<wave>-<vm name, id or uuid made a label>`,
-/// at most 63 characters (see [`names::wave_member_name`]).
+/// Name of the migration a wave creates for `vm`: `<wave>-<targetName>`, else
+/// `<wave>-<the VM's name, id or uuid made a DNS-1123 label>`, at most 63 characters (see
+/// [`names::wave_member_name`]).
+///
+/// Named after the VirtualMachine the migration makes whenever the entry says which (a
+/// targetName, or a name the VirtualMachine's is made from): two entries of one wave then share
+/// a migration name exactly when they would share a VirtualMachine name (`Web-1` and `web_1` both
+/// make `web-1`), which the wave refuses as a collision, and a targetName parts both names.
 pub fn child_migration_name(wave_name: &str, vm: &WaveVm) -> String {
-    names::wave_member_name(wave_name, vm.vm.value().unwrap_or_default())
+    let member = vm.target_name.as_deref().or(vm.vm.value());
+    names::wave_member_name(wave_name, member.unwrap_or_default())
 }
 
 /// The `VirtualMachineMigration` a wave creates for one of its VMs. Pure.
@@ -138,6 +145,28 @@ mod tests {
         let child = child_migration(&w, &w.spec.vms[0]).unwrap();
         assert_eq!(child.spec.target.name.as_deref(), Some("db"));
         assert_eq!(names::vm_name(&child), "db");
+        assert_eq!(child.metadata.name.as_deref(), Some("w1-db"));
+    }
+
+    #[test]
+    fn entries_share_a_migration_name_exactly_when_they_share_a_vm_name() {
+        let entry = |name: &str, target: Option<&str>| WaveVm {
+            vm: VmSelector::by_name(name),
+            target_name: target.map(str::to_owned),
+        };
+        let w = wave("w", 1);
+        let vm_name = |e: &WaveVm| names::vm_name(&child_migration(&w, e).unwrap());
+        let (upper, under) = (entry("Web-1", None), entry("web_1", None));
+        assert_eq!(child_migration_name("w", &upper), "w-web-1");
+        assert_eq!(child_migration_name("w", &under), "w-web-1");
+        assert_eq!(
+            vm_name(&upper),
+            vm_name(&under),
+            "one VirtualMachine name too"
+        );
+        let parted = entry("web_1", Some("web-1-b"));
+        assert_eq!(child_migration_name("w", &parted), "w-web-1-b");
+        assert_ne!(vm_name(&upper), vm_name(&parted));
     }
 
     #[test]

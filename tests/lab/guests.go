@@ -172,6 +172,7 @@ func installGuestBehaviour(m *simulator.Model) {
 // shapeSpec is what `ferry-lab shape` changes.
 type shapeSpec struct {
 	vm             string
+	name           string
 	firmware       string
 	secureBoot     bool
 	cpus           int
@@ -192,6 +193,7 @@ func runShape(args []string) int {
 	stateDir := fs.String("state-dir", "", "the running lab's state directory (holds lab.json)")
 	var s shapeSpec
 	fs.StringVar(&s.vm, "vm", "", "the VM's inventory name")
+	fs.StringVar(&s.name, "name", "", "rename the VM (as vSphere's ReconfigVM_Task does with config.name)")
 	fs.StringVar(&s.firmware, "firmware", "", "bios or efi")
 	fs.BoolVar(&s.secureBoot, "secure-boot", false, "turn UEFI Secure Boot on (with -firmware efi)")
 	fs.IntVar(&s.cpus, "cpus", 0, "number of vCPUs")
@@ -288,7 +290,7 @@ func shape(ctx context.Context, stateDir string, s shapeSpec) error {
 }
 
 func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec) (types.VirtualMachineConfigSpec, error) {
-	spec := types.VirtualMachineConfigSpec{Firmware: s.firmware, GuestId: s.guestID}
+	spec := types.VirtualMachineConfigSpec{Name: s.name, Firmware: s.firmware, GuestId: s.guestID}
 	if s.secureBoot {
 		spec.BootOptions = &types.VirtualMachineBootOptions{EfiSecureBootEnabled: types.NewBool(true)}
 	}

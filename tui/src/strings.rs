@@ -597,6 +597,13 @@ pub mod waves {
         format!(" ✕{n} failed")
     }
 
+    /// VMs of the wave that get no migration: their migration's name is another VM's.
+    pub fn collisions(n: usize) -> String {
+        format!(" ✕{n} name collision{}", if n == 1 { "" } else { "s" })
+    }
+
+    /// The wave's selector chose more VMs than a wave may hold.
+    pub const SELECTOR_TOO_BROAD: &str = " ✕ selector too broad";
     /// After `⇉in/max` on wide terminals.
     pub const IN_FLIGHT: &str = " in flight";
     /// The wave is paused.

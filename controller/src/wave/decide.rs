@@ -2,17 +2,23 @@
 //! within `maxInFlight`, which to cancel or retry, and the aggregated status.
 
 use ferry_crds::condition::{self, WaveConditionType};
+use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
-    WaveCounts, WavePhase, child_migration_name,
+    WaveCollision, WaveCounts, WavePhase,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::members::{self, Listed, Member};
+use crate::events::Note;
+use ferry_crds::{EventAction, EventReason};
+
 /// What the wave controller does in one reconcile.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Plan {
-    /// Indexes into `spec.vms` whose migration does not exist yet.
+    /// Indexes into the wave's members (`spec.vms`, or `status.selectedVms`) whose migration
+    /// does not exist yet, and whose name no other migration holds.
     pub create: Vec<usize>,
     /// Held migrations to release (hold annotation removed), in `spec.vms` order.
     pub release: Vec<String>,
@@ -29,44 +35,50 @@ pub fn occupies_slot(vmm: &VirtualMachineMigration) -> bool {
     !vmm.is_held() && !vmm.phase().is_terminal()
 }
 
-/// Decides. Pure.
+/// Decides, from the wave's own `children` (owner reference to its uid) and `others` (the
+/// namespace's migrations holding a name one of its VMs would take). Pure.
 ///
 /// # Guarantees
 /// * Never more than `maxInFlight` children released and unfinished after the plan runs.
 /// * Releases follow `spec.vms` order; nothing is released while paused or cancelled.
 /// * `cancel` reaches every unfinished child; a raised `retry` reaches every `Failed` child
 ///   whose own token is lower.
-pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &Time) -> Plan {
-    let name = wave.name_any();
-    let index: std::collections::HashMap<&str, &VirtualMachineMigration> = children
-        .iter()
-        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
-        .collect();
-    let by_name = |n: &str| index.get(n).copied();
-    let mut plan = Plan::default();
-    let ordered: Vec<(usize, String)> = wave
-        .members()
-        .iter()
-        .enumerate()
-        .map(|(i, vm)| (i, child_migration_name(&name, vm)))
-        .collect();
-    for (i, child) in &ordered {
-        if by_name(child).is_none() {
-            plan.create.push(*i);
-        }
-    }
+/// * A VM whose migration's name another VM's migration has or would have gets none: it is in
+///   `status.collisions` and `Degraded` (`NameCollision`) names both VMs, the others go on, and
+///   the wave ends `Failed` once they are done (see [`members::assign`]).
+pub fn decide(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    others: &[VirtualMachineMigration],
+    now: &Time,
+) -> Plan {
+    let listed = if wave.spec.selector.is_some() {
+        Listed::Selected
+    } else {
+        Listed::Spec
+    };
+    let assigned = members::assign(&wave.name_any(), &wave.members(), listed, children, others);
+    let mut plan = Plan {
+        create: assigned
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| matches!(m, Member::Create(_)))
+            .map(|(i, _)| i)
+            .collect(),
+        ..Plan::default()
+    };
     let mut in_flight = children.iter().filter(|c| occupies_slot(c)).count();
     let max = usize::try_from(wave.spec.max_in_flight.max(1)).unwrap_or(1);
     if !wave.spec.paused && !wave.spec.cancel {
-        for (_, child) in &ordered {
+        for m in &assigned {
             if in_flight >= max {
                 break;
             }
-            if let Some(c) = by_name(child)
+            if let Member::Migrating(c) = m
                 && c.is_held()
                 && !c.phase().is_terminal()
             {
-                plan.release.push(child.clone());
+                plan.release.push(c.name_any());
                 in_flight += 1;
             }
         }
@@ -87,8 +99,35 @@ pub fn decide(wave: &MigrationWave, children: &[VirtualMachineMigration], now: &
             .map(ResourceExt::name_any)
             .collect();
     }
-    plan.status = status(wave, children, plan.release.len(), now);
+    plan.status = status(wave, children, &assigned, plan.release.len(), now);
     plan
+}
+
+/// The Event a new status deserves over `old`: one Warning `NameCollision` naming every VM newly
+/// refused (each message names both VMs), none when no VM is newly refused. Pure.
+pub fn collision_note(
+    old: Option<&MigrationWaveStatus>,
+    new: &MigrationWaveStatus,
+) -> Option<Note> {
+    let known = |c: &WaveCollision| {
+        old.is_some_and(|o| {
+            o.collisions
+                .iter()
+                .any(|k| (&k.vm, &k.migration, &k.other_vm) == (&c.vm, &c.migration, &c.other_vm))
+        })
+    };
+    let fresh: Vec<&str> = new
+        .collisions
+        .iter()
+        .filter(|c| !known(c))
+        .map(|c| c.message.as_str())
+        .collect();
+    (!fresh.is_empty()).then(|| Note {
+        warning: true,
+        reason: EventReason::Condition(Reason::NameCollision),
+        action: EventAction::Fail,
+        note: fresh.join("; "),
+    })
 }
 
 /// Children as read from a cache, with the releases this controller made that the cache does
@@ -122,18 +161,35 @@ pub fn with_releases(
 fn status(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
+    assigned: &[Member<'_>],
     releasing: usize,
     now: &Time,
 ) -> MigrationWaveStatus {
     let old = wave.status.clone().unwrap_or_default();
     let generation = wave.metadata.generation;
     let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
-    let members = wave.members().len();
-    let total = i32::try_from(members).unwrap_or(i32::MAX);
+    let total = i32::try_from(assigned.len()).unwrap_or(i32::MAX);
     let in_flight = i32::try_from(children.iter().filter(|c| occupies_slot(c)).count() + releasing)
         .unwrap_or(i32::MAX);
     let finished = counts.finished();
-    let all_done = finished >= total && total > 0 && children.len() >= members;
+    let collisions: Vec<&WaveCollision> = assigned
+        .iter()
+        .filter_map(|m| match m {
+            Member::Collides(c) => Some(c),
+            Member::Migrating(_) | Member::Create(_) => None,
+        })
+        .collect();
+    let collided = i32::try_from(collisions.len()).unwrap_or(i32::MAX);
+    // Every VM's migration finished, or the VM gets none.
+    let all_done = total > 0
+        && assigned.iter().all(|m| match m {
+            Member::Migrating(c) => c.phase().is_terminal(),
+            Member::Collides(_) => true,
+            Member::Create(_) => false,
+        });
+    let all_succeeded = assigned
+        .iter()
+        .all(|m| matches!(m, Member::Migrating(c) if c.phase() == Phase::Succeeded));
     let started_at = old
         .started_at
         .clone()
@@ -163,7 +219,7 @@ fn status(
     let phase = if wave.spec.cancel {
         WavePhase::Cancelled
     } else if all_done {
-        if counts.succeeded == total {
+        if all_succeeded {
             WavePhase::Succeeded
         } else {
             WavePhase::Failed
@@ -206,7 +262,10 @@ fn status(
         WavePhase::Failed => (
             ConditionStatus::False,
             Reason::Failed,
-            format!("{} failed, {} cancelled", counts.failed, counts.cancelled),
+            format!(
+                "{} failed, {} cancelled, {collided} got no migration (name collision)",
+                counts.failed, counts.cancelled
+            ),
         ),
     };
     condition::set_condition(
@@ -218,12 +277,14 @@ fn status(
         generation,
         now,
     );
+    let finished_msg = match collided {
+        0 => format!("{finished} of {total} finished"),
+        n => format!("{finished} of {total} finished, {n} got no migration"),
+    };
     let (c_status, c_reason, c_msg) = match phase {
-        WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled => (
-            ConditionStatus::True,
-            p_reason,
-            format!("{finished} of {total} finished"),
-        ),
+        WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled => {
+            (ConditionStatus::True, p_reason, finished_msg)
+        }
         WavePhase::Pending | WavePhase::Running | WavePhase::Paused => (
             ConditionStatus::False,
             if phase == WavePhase::Paused {
@@ -231,7 +292,7 @@ fn status(
             } else {
                 Reason::InProgress
             },
-            format!("{finished} of {total} finished"),
+            finished_msg,
         ),
     };
     condition::set_condition(
@@ -243,7 +304,24 @@ fn status(
         generation,
         now,
     );
-    let (d_status, d_reason, d_msg) = if counts.failed > 0 {
+    let (d_status, d_reason, d_msg) = if let Some(first) = collisions.first() {
+        let more = match collisions.len() {
+            1 => String::new(),
+            n => format!(" (and {} more in status.collisions)", n - 1),
+        };
+        let failed = match counts.failed {
+            0 => String::new(),
+            n => format!("; {n} failed: raise spec.retry to retry them"),
+        };
+        (
+            ConditionStatus::True,
+            Reason::NameCollision,
+            format!(
+                "{collided} of {total} VMs collide: {}{more}{failed}",
+                first.message
+            ),
+        )
+    } else if counts.failed > 0 {
         (
             ConditionStatus::True,
             Reason::Failed,
@@ -292,6 +370,11 @@ fn status(
     }
     MigrationWaveStatus {
         selected_vms: old.selected_vms.clone(),
+        collisions: collisions
+            .into_iter()
+            .take(MAX_REPORTED_COLLISIONS)
+            .cloned()
+            .collect(),
         observed_generation: generation,
         phase,
         total,
@@ -335,7 +418,7 @@ mod tests {
     #[test]
     fn creates_missing_children_and_releases_within_max_in_flight() {
         let w = wave("w", 4).with_max_in_flight(2);
-        let p = decide(&w, &[], &t0());
+        let p = decide(&w, &[], &[], &t0());
         assert_eq!(p.create, vec![0, 1, 2, 3]);
         assert!(p.release.is_empty());
         let kids = children_of(
@@ -347,7 +430,7 @@ mod tests {
                 (Phase::Queued, true),
             ],
         );
-        let p = decide(&w, &kids, &t0());
+        let p = decide(&w, &kids, &[], &t0());
         assert_eq!(
             p.release,
             vec!["w-dc0-h0-vm0".to_owned(), "w-dc0-h0-vm1".to_owned()]
@@ -363,7 +446,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            decide(&w, &kids, &t0()).release,
+            decide(&w, &kids, &[], &t0()).release,
             vec!["w-dc0-h0-vm2".to_owned()]
         );
     }
@@ -375,7 +458,7 @@ mod tests {
         for (i, c) in children.iter_mut().enumerate() {
             c.metadata.uid = Some(format!("u{i}"));
         }
-        let first = decide(&w, &children, &t0());
+        let first = decide(&w, &children, &[], &t0());
         assert_eq!(first.release.len(), 1);
         // The cache still shows every child held; the release of u0 was made.
         let released = ["u0".to_owned()].into_iter().collect();
@@ -384,7 +467,7 @@ mod tests {
             pending, released,
             "u0 is remembered until the cache shows it"
         );
-        let again = decide(&w, &seen, &t0());
+        let again = decide(&w, &seen, &[], &t0());
         assert!(again.release.is_empty(), "{again:?}");
         assert_eq!(again.status.in_flight, 1);
         // Once the cache shows it released, nothing is left to remember.
@@ -404,11 +487,11 @@ mod tests {
                 (Phase::Succeeded, false),
             ],
         );
-        let p = decide(&w, &kids, &t0());
+        let p = decide(&w, &kids, &[], &t0());
         assert!(p.release.is_empty());
         assert_eq!(p.status.phase, WavePhase::Paused);
         let w = wave("w", 3).cancelled();
-        let p = decide(&w, &kids, &t0());
+        let p = decide(&w, &kids, &[], &t0());
         assert!(p.release.is_empty());
         assert_eq!(
             p.cancel,
@@ -422,11 +505,11 @@ mod tests {
         let w = wave("w", 2).with_retry(1);
         let mut kids = children_of(&w, &[(Phase::Failed, false), (Phase::Succeeded, false)]);
         assert_eq!(
-            decide(&w, &kids, &t0()).retry,
+            decide(&w, &kids, &[], &t0()).retry,
             vec!["w-dc0-h0-vm0".to_owned()]
         );
         kids[0].spec.retry = 1;
-        assert!(decide(&w, &kids, &t0()).retry.is_empty());
+        assert!(decide(&w, &kids, &[], &t0()).retry.is_empty());
     }
 
     #[test]
@@ -442,7 +525,7 @@ mod tests {
             started_at: Some(t0()),
             ..Default::default()
         });
-        let p = decide(&w2, &kids, &t0());
+        let p = decide(&w2, &kids, &[], &t0());
         assert_eq!(p.status.phase, WavePhase::Succeeded);
         assert_eq!(p.status.counts.succeeded, 2);
         assert_eq!(p.status.throughput_per_hour, Some(4.0));
@@ -470,7 +553,7 @@ mod tests {
                 (Phase::Queued, true),
             ],
         );
-        let p = decide(&w, &kids, &t0());
+        let p = decide(&w, &kids, &[], &t0());
         assert_eq!(
             cond(&p, WaveConditionType::Degraded),
             (ConditionStatus::True, Reason::Failed)
@@ -497,7 +580,7 @@ mod tests {
                 (Phase::Succeeded, false),
             ],
         );
-        let p = decide(&w, &done, &t0());
+        let p = decide(&w, &done, &[], &t0());
         assert_eq!(
             cond(&p, WaveConditionType::Completed),
             (ConditionStatus::True, Reason::Succeeded)
@@ -506,11 +589,142 @@ mod tests {
             cond(&p, WaveConditionType::Degraded),
             (ConditionStatus::False, Reason::Succeeded)
         );
-        let p = decide(&w.clone().paused(), &kids, &t0());
+        let p = decide(&w.clone().paused(), &kids, &[], &t0());
         assert_eq!(
             cond(&p, WaveConditionType::Completed),
             (ConditionStatus::False, Reason::Paused)
         );
+    }
+
+    fn vm(name: &str) -> ferry_crds::WaveVm {
+        ferry_crds::WaveVm {
+            vm: ferry_crds::VmSelector::by_name(name),
+            target_name: None,
+        }
+    }
+
+    #[test]
+    fn the_second_of_two_colliding_vms_gets_no_child_and_the_status_names_both() {
+        let mut w = wave("w", 0);
+        w.spec.vms = vec![vm("Web-1"), vm("web_1"), vm("db")];
+        let p = decide(&w, &[], &[], &t0());
+        assert_eq!(p.create, vec![0, 2], "no child for web_1");
+        let c = &p.status.collisions;
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].index, c[0].vm.as_str(), c[0].other_vm.as_str()),
+            (1, "web_1", "Web-1")
+        );
+        let d = p.status.condition(WaveConditionType::Degraded).unwrap();
+        assert_eq!(
+            (d.status, d.reason),
+            (ConditionStatus::True, Reason::NameCollision)
+        );
+        assert!(
+            d.message
+                .starts_with("1 of 3 VMs collide: web_1 (spec.vms[1])")
+                && d.message.contains("Web-1"),
+            "{}",
+            d.message
+        );
+        // Once the children exist, the collision stays reported and the others run.
+        let kids: Vec<VirtualMachineMigration> = [0, 2]
+            .iter()
+            .map(|i| child_migration(&w, &w.spec.vms[*i]).unwrap())
+            .collect();
+        let p = decide(&w, &kids, &[], &t0());
+        assert!(p.create.is_empty());
+        assert_eq!(p.release, vec!["w-web-1".to_owned(), "w-db".to_owned()]);
+        assert_eq!(p.status.collisions.len(), 1);
+        assert_eq!(p.status.phase, WavePhase::Running);
+    }
+
+    #[test]
+    fn a_wave_with_a_collision_ends_failed_once_its_other_vms_are_done() {
+        let mut w = wave("w", 0);
+        w.spec.vms = vec![vm("Web-1"), vm("web_1")];
+        let kids = vec![
+            child_migration(&w, &w.spec.vms[0])
+                .unwrap()
+                .with_phase(Phase::Succeeded)
+                .released(),
+        ];
+        let p = decide(&w, &kids, &[], &t0());
+        assert_eq!(p.status.phase, WavePhase::Failed);
+        assert_eq!((p.status.total, p.status.counts.succeeded), (2, 1));
+        let c = p.status.condition(WaveConditionType::Completed).unwrap();
+        assert_eq!(c.message, "1 of 2 finished, 1 got no migration");
+        assert!(
+            p.status
+                .condition(WaveConditionType::Ready)
+                .is_some_and(|r| r.status == ConditionStatus::False)
+        );
+        // A targetName parts them: the second VM is taken up, the wave runs again.
+        w.spec.vms[1].target_name = Some("web-1-b".into());
+        let p = decide(&w, &kids, &[], &t0());
+        assert_eq!(p.create, vec![1]);
+        assert!(p.status.collisions.is_empty());
+        assert_eq!(p.status.phase, WavePhase::Running);
+    }
+
+    #[test]
+    fn another_waves_migration_of_the_name_is_neither_released_nor_counted() {
+        // Wave `a` with VM `b-c` and wave `a-b` with VM `c` both make `a-b-c`.
+        let mut a = wave("a", 0);
+        a.spec.vms = vec![vm("b-c")];
+        let theirs = vec![child_migration(&a, &a.spec.vms[0]).unwrap()];
+        let mut ab = wave("a-b", 0);
+        ab.spec.vms = vec![vm("c")];
+        let p = decide(&ab, &[], &theirs, &t0());
+        assert!(p.create.is_empty() && p.release.is_empty(), "{p:?}");
+        assert_eq!(p.status.counts, WaveCounts::default());
+        assert_eq!(p.status.phase, WavePhase::Failed, "nothing left to run");
+        let c = &p.status.collisions[0];
+        assert_eq!(
+            (c.vm.as_str(), c.other_vm.as_str(), c.other_wave.as_deref()),
+            ("c", "b-c", Some("a"))
+        );
+    }
+
+    #[test]
+    fn the_collisions_listed_are_bounded_and_the_condition_counts_them_all() {
+        let mut w = wave("w", 0);
+        w.spec.vms = (0..(MAX_REPORTED_COLLISIONS + 5))
+            .flat_map(|i| [vm(&format!("Web-{i}")), vm(&format!("web_{i}"))])
+            .collect();
+        let p = decide(&w, &[], &[], &t0());
+        assert_eq!(p.status.collisions.len(), MAX_REPORTED_COLLISIONS);
+        let d = p.status.condition(WaveConditionType::Degraded).unwrap();
+        assert!(
+            d.message.starts_with(&format!(
+                "{} of {} VMs",
+                MAX_REPORTED_COLLISIONS + 5,
+                w.spec.vms.len()
+            )),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn a_collision_is_told_in_one_event_once() {
+        let mut w = wave("w", 0);
+        w.spec.vms = vec![vm("Web-1"), vm("web_1")];
+        let p = decide(&w, &[], &[], &t0());
+        let note = collision_note(None, &p.status).expect("an Event");
+        assert!(note.warning);
+        assert_eq!(note.reason.as_str(), "NameCollision");
+        assert!(
+            note.note.contains("web_1") && note.note.contains("Web-1"),
+            "{}",
+            note.note
+        );
+        assert_eq!(
+            collision_note(Some(&p.status), &p.status),
+            None,
+            "told once"
+        );
+        assert_eq!(collision_note(None, &MigrationWaveStatus::default()), None);
     }
 
     proptest! {
@@ -526,7 +740,7 @@ mod tests {
             }).collect();
             let kids = children_of(&w, &phases);
             let before = kids.iter().filter(|c| occupies_slot(c)).count();
-            let p = decide(&w, &kids, &t0());
+            let p = decide(&w, &kids, &[], &t0());
             let after = before + p.release.len();
             prop_assert!(p.release.is_empty() || after <= max as usize);
             prop_assert_eq!(p.status.in_flight as usize, after);

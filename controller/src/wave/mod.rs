@@ -2,21 +2,26 @@
 //! within `maxInFlight`, steered by the wave's paused/cancel/retry, summed up in its status.
 
 pub mod decide;
+pub mod members;
 pub mod select;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_crds::{MigrationWave, VirtualMachineMigration, child_migration, intent, names};
+use ferry_crds::{
+    MigrationWave, VirtualMachineMigration, WaveVm, child_migration, child_migration_name, intent,
+    names,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::reflector::Store;
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
+use crate::events::Note;
 use crate::kubeio::create_if_absent;
 use crate::{Error, Result};
 
@@ -95,35 +100,72 @@ fn owned_by(c: &VirtualMachineMigration, wave: &MigrationWave) -> bool {
             .any(|o| Some(o.uid.as_str()) == uid)
 }
 
-/// The wave's children, and whether they come from the cache. From the cache, the releases this
-/// controller made that it does not show yet are applied ([`decide::with_releases`]).
-async fn children(
+/// What the wave reads of the namespace's migrations: its children (owner reference to its uid),
+/// the others holding a name one of its VMs would take (another wave's, or no wave's: a
+/// collision, never progress), and whether both come from the cache. From the cache, the
+/// releases this controller made that it does not show yet are applied
+/// ([`decide::with_releases`]).
+struct Seen {
+    children: Vec<VirtualMachineMigration>,
+    others: Vec<VirtualMachineMigration>,
+    cached: bool,
+}
+
+async fn seen(
     wave: &MigrationWave,
+    members: &[WaveVm],
     ctx: &Context,
     vmms: &Api<VirtualMachineMigration>,
-) -> Result<(Vec<VirtualMachineMigration>, bool)> {
+) -> Result<Seen> {
     let (ns, name) = (wave.namespace(), wave.name_any());
     let Some(store) = cache_ready(ctx) else {
-        let selector = format!("{}={name}", names::WAVE_LABEL);
-        let listed = vmms.list(&ListParams::default().labels(&selector)).await?;
-        let ours = listed
-            .items
-            .into_iter()
-            .filter(|c| owned_by(c, wave))
-            .collect();
-        return Ok((ours, false));
+        // Only until the cache has synced: the whole namespace, as the others count too.
+        let listed = vmms.list(&ListParams::default()).await?;
+        let (children, others): (Vec<_>, Vec<_>) =
+            listed.items.into_iter().partition(|c| owned_by(c, wave));
+        return Ok(Seen {
+            children,
+            others,
+            cached: false,
+        });
     };
     let cached: Vec<VirtualMachineMigration> = store
         .state()
         .iter()
-        .filter(|c| c.namespace() == ns && c.labels().get(names::WAVE_LABEL) == Some(&name))
-        .filter(|c| owned_by(c, wave))
+        .filter(|c| c.namespace() == ns && owned_by(c, wave))
         .map(|c| (**c).clone())
+        .collect();
+    let own: std::collections::HashSet<String> = cached.iter().map(ResourceExt::name_any).collect();
+    let others = members
+        .iter()
+        .map(|m| child_migration_name(&name, m))
+        .filter(|n| !own.contains(n))
+        .filter_map(|n| store.get(&ObjectRef::new(&n).within(ns.as_deref().unwrap_or_default())))
+        .filter(|c| !owned_by(c, wave))
+        .map(|c| (*c).clone())
         .collect();
     let uid = wave.uid().unwrap_or_default();
     let (children, pending) = decide::with_releases(cached, &ctx.released(&uid));
     ctx.set_released(&uid, pending);
-    Ok((children, true))
+    Ok(Seen {
+        children,
+        others,
+        cached: true,
+    })
+}
+
+/// Publishes `note` on `wave`, best effort (an Event that cannot be written is logged).
+pub(crate) async fn publish(ctx: &Context, wave: &MigrationWave, note: &Note) {
+    match ctx
+        .recorder
+        .publish(&note.to_event(), &wave.object_ref(&()))
+        .await
+    {
+        Ok(()) => ctx.metrics.write("create", "Event"),
+        Err(e) => {
+            warn!(wave = %wave.name_any(), error = %e, reason = %note.reason, "publishing an event");
+        }
+    }
 }
 
 async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> {
@@ -145,13 +187,21 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
             .and_then(|s| s.selected_vms.as_ref())
             .is_none()
     {
+        // Refused for this spec: nothing changes until the spec does (no inventory list).
+        if select::refused(&wave) {
+            return Ok(Requeue::await_change());
+        }
         return select::resolve(&wave, selector, ctx).await;
     }
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    let (children, cached) = children(&wave, ctx, &vmms).await?;
+    let Seen {
+        children,
+        others,
+        cached,
+    } = seen(&wave, &members, ctx, &vmms).await?;
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
-    let plan = decide::decide(&wave, &children, &now);
+    let plan = decide::decide(&wave, &children, &others, &now);
     let params = PatchParams::default();
     let uid = wave.uid().unwrap_or_default();
     // A child created moments ago may not be in the cache yet: not created twice meanwhile.
@@ -217,6 +267,10 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
             )
             .await?;
         ctx.metrics.write("status", "MigrationWave");
+        if let Some(note) = decide::collision_note(wave.status.as_ref(), &plan.status) {
+            warn!(wave = %wave.name_any(), collisions = %note.note, "VMs get no migration");
+            publish(ctx, &wave, &note).await;
+        }
     }
     let busy = !plan.create.is_empty() || !plan.release.is_empty();
     let waiting = cached

@@ -4,7 +4,11 @@
 use ferry_crds::condition::{self, WaveConditionType};
 use std::collections::BTreeSet;
 
-use ferry_crds::{ConditionStatus, MigrationWave, Reason, WaveSelector, WaveTagSelector, names};
+use ferry_crds::wave::MAX_WAVE_VMS;
+use ferry_crds::{
+    ConditionStatus, EventAction, EventReason, MigrationWave, MigrationWaveStatus, Reason,
+    WavePhase, WaveSelector, WaveTagSelector, names,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -13,6 +17,7 @@ use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
+use crate::events::Note;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 use crate::reconcile::credentials::{SecretData, bind_source};
@@ -59,6 +64,63 @@ fn nothing_chosen(selector: &WaveSelector) -> String {
     }
 }
 
+/// Why `count` VMs are too many for one wave of at most `limit`, and what to do; `None` when they
+/// are not. Pure.
+pub fn too_broad(count: usize, limit: usize) -> Option<String> {
+    (count > limit).then(|| {
+        format!(
+            "spec.selector matches {count} VMs, more than the {limit} one wave may hold; nothing \
+             was created: narrow spec.selector (folder, namePattern, tag) or split the VMs into \
+             several waves"
+        )
+    })
+}
+
+/// `old` as the status of a wave whose selector chose too many VMs (`message`): `Failed`, the
+/// reason `SelectorTooBroad` on every condition, for `generation`. Pure.
+pub fn refusal(
+    old: MigrationWaveStatus,
+    generation: Option<i64>,
+    message: &str,
+    now: &Time,
+) -> MigrationWaveStatus {
+    let mut status = old;
+    status.phase = WavePhase::Failed;
+    status.total = 0;
+    status.observed_generation = generation;
+    condition::init_conditions(&mut status.conditions, generation, now);
+    for (t, s) in [
+        (WaveConditionType::Progressing, ConditionStatus::False),
+        (WaveConditionType::Completed, ConditionStatus::True),
+        (WaveConditionType::Degraded, ConditionStatus::True),
+        (WaveConditionType::Ready, ConditionStatus::False),
+    ] {
+        condition::set_condition(
+            &mut status.conditions,
+            t,
+            s,
+            Reason::SelectorTooBroad,
+            message,
+            generation,
+            now,
+        );
+    }
+    status
+}
+
+/// Whether the wave's selector was refused as too broad for its current spec: it is not resolved
+/// again (no inventory list) until the spec changes. Pure.
+pub fn refused(wave: &MigrationWave) -> bool {
+    wave.status
+        .as_ref()
+        .filter(|s| s.phase == WavePhase::Failed)
+        .and_then(|s| s.condition(WaveConditionType::Progressing))
+        .is_some_and(|c| {
+            c.reason == Reason::SelectorTooBroad
+                && c.observed_generation == wave.metadata.generation
+        })
+}
+
 fn tag_ref(t: &WaveTagSelector) -> TagRef<'_> {
     TagRef {
         name: &t.name,
@@ -86,6 +148,7 @@ async fn select(
     login: &SourceLogin,
     selector: &WaveSelector,
 ) -> Result<Vec<String>, Problem> {
+    ctx.metrics.wave_inventory_lists.inc();
     let names = ctx
         .source
         .list_vms(login, selector.folder.as_deref())
@@ -128,7 +191,8 @@ async fn login(
 }
 
 /// Resolves `selector` for `wave` and records the choice; on a problem, records why in the
-/// `Progressing` condition and looks again with the policy's backoff.
+/// `Progressing` condition and looks again with the policy's backoff. A choice of more VMs than
+/// a wave may hold ([`too_broad`]) fails the wave once, with an Event, until its spec changes.
 ///
 /// # Errors
 /// Kubernetes API failures.
@@ -147,13 +211,33 @@ pub async fn resolve(
     };
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut status = wave.status.clone().unwrap_or_default();
+    // A refusal of an earlier spec is over: this one is judged afresh.
+    status.phase = WavePhase::Pending;
+    status
+        .conditions
+        .retain(|c| c.reason != Reason::SelectorTooBroad);
+    let limit = ctx.policy.wave_selector_limit.min(MAX_WAVE_VMS);
+    let mut note = None;
     let requeue = match chosen {
-        Ok(vms) => {
-            info!(wave = %wave.name_any(), count = vms.len(), "selector resolved");
-            status.total = i32::try_from(vms.len()).unwrap_or(i32::MAX);
-            status.selected_vms = Some(vms);
-            Requeue::requeue(std::time::Duration::ZERO)
-        }
+        Ok(vms) => match too_broad(vms.len(), limit) {
+            Some(message) => {
+                warn!(wave = %wave.name_any(), count = vms.len(), limit, "selector too broad");
+                status = refusal(status, wave.metadata.generation, &message, &now);
+                note = Some(Note {
+                    warning: true,
+                    reason: EventReason::Condition(Reason::SelectorTooBroad),
+                    action: EventAction::Fail,
+                    note: message,
+                });
+                Requeue::await_change()
+            }
+            None => {
+                info!(wave = %wave.name_any(), count = vms.len(), "selector resolved");
+                status.total = i32::try_from(vms.len()).unwrap_or(i32::MAX);
+                status.selected_vms = Some(vms);
+                Requeue::requeue(std::time::Duration::ZERO)
+            }
+        },
         Err(problem) => {
             warn!(wave = %wave.name_any(), reason = %problem.reason, message = %problem.message, "resolving the selector");
             condition::init_conditions(&mut status.conditions, wave.metadata.generation, &now);
@@ -189,6 +273,9 @@ pub async fn resolve(
         )
         .await?;
     ctx.metrics.write("status", "MigrationWave");
+    if let Some(note) = note {
+        super::publish(ctx, wave, &note).await;
+    }
     Ok(requeue)
 }
 
@@ -210,6 +297,45 @@ mod tests {
             choose(&WaveSelector::default(), vec!["b".into(), "a".into()], None),
             ["a", "b"]
         );
+    }
+
+    #[test]
+    fn more_vms_than_a_wave_holds_are_refused_with_the_count_the_limit_and_what_to_do() {
+        assert_eq!(too_broad(MAX_WAVE_VMS, MAX_WAVE_VMS), None);
+        let msg = too_broad(MAX_WAVE_VMS + 3, MAX_WAVE_VMS).unwrap();
+        assert_eq!(
+            msg,
+            "spec.selector matches 5003 VMs, more than the 5000 one wave may hold; nothing was \
+             created: narrow spec.selector (folder, namePattern, tag) or split the VMs into \
+             several waves"
+        );
+    }
+
+    #[test]
+    fn a_refused_selector_fails_the_wave_for_its_generation_only() {
+        use ferry_crds::fixtures::{t0, wave};
+        let mut w = wave("w", 0);
+        w.spec.selector = Some(WaveSelector::default());
+        assert!(!refused(&w), "never resolved");
+        let msg = too_broad(7, 5).unwrap();
+        w.status = Some(refusal(
+            MigrationWaveStatus::default(),
+            w.metadata.generation,
+            &msg,
+            &t0(),
+        ));
+        let s = w.status.as_ref().unwrap();
+        assert_eq!(s.phase, WavePhase::Failed);
+        for t in WaveConditionType::ALL {
+            let c = s.condition(t).unwrap();
+            assert_eq!(
+                (c.reason, c.message.as_str()),
+                (Reason::SelectorTooBroad, msg.as_str())
+            );
+        }
+        assert!(refused(&w), "not listed again for this spec");
+        w.metadata.generation = Some(2);
+        assert!(!refused(&w), "a changed spec is resolved again");
     }
 
     #[test]

@@ -521,6 +521,17 @@ impl Env {
         out
     }
 
+    /// One series of the running controller's metrics as exposed (`name{labels}`, or `name`
+    /// without labels), 0 while absent.
+    pub fn metric(&self, series: &str) -> u64 {
+        let body = http_get(self.metrics_port, "/metrics");
+        body.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .find(|(s, _)| *s == series)
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
     /// Migration reconciles the running controller did, from its metrics.
     pub fn reconciles(&self) -> u64 {
         let body = http_get(self.metrics_port, "/metrics");
@@ -534,6 +545,11 @@ impl Env {
     /// The source VM's power state in vcsim, as the lab's govc-free way: through the controller's
     /// own vSphere client.
     pub async fn power_state(&self) -> String {
+        self.power_state_of(&self.vm).await
+    }
+
+    /// The power state of any VM of the lab's vcsim, as [`Env::power_state`].
+    pub async fn power_state_of(&self, vm: &InventoryVm) -> String {
         let info = &self.lab.info;
         let ep = ferry_controller::vsphere::Endpoint {
             url: info.vcenter.url.clone(),
@@ -545,7 +561,7 @@ impl Env {
         let s = ferry_controller::vsphere::Session::connect(&ep)
             .await
             .unwrap();
-        let p = s.power_state(&self.vm.moref).await.unwrap();
+        let p = s.power_state(&vm.moref).await.unwrap();
         let _ = s.logout().await;
         p.as_str().to_owned()
     }

@@ -32,7 +32,7 @@ pub use layout::Screen;
 pub use row::{Pip, Row};
 pub use stamp::Stamp;
 pub use update::{execute, plan, update};
-pub use wave::WaveRow;
+pub use wave::{Refused, WaveRow};
 
 /// Instants, as the Kubernetes types carry them.
 pub type Timestamp = k8s_openapi::jiff::Timestamp;

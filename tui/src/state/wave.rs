@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use ferry_crds::{MigrationWave, WaveCounts, WavePhase};
+use ferry_crds::condition::WaveConditionType;
+use ferry_crds::{MigrationWave, Reason, WaveCounts, WavePhase};
 use kube::ResourceExt;
 
 use super::{ClusterId, ObjKey, Timestamp};
@@ -36,8 +37,30 @@ pub struct WaveRow {
     pub retry: i64,
     /// Being deleted.
     pub deleting: bool,
+    /// Why VMs of the wave get no migration, if any.
+    pub refused: Option<Refused>,
     /// The trimmed object.
     pub obj: Arc<MigrationWave>,
+}
+
+/// Why VMs of a wave get no migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// This many VMs (as `status.collisions` lists them) collide on a migration name.
+    Collisions(usize),
+    /// `spec.selector` chose more VMs than one wave may hold.
+    SelectorTooBroad,
+}
+
+impl Refused {
+    fn of(obj: &MigrationWave) -> Option<Refused> {
+        let status = obj.status.as_ref()?;
+        let degraded = status.condition(WaveConditionType::Degraded);
+        if degraded.is_some_and(|c| c.reason == Reason::SelectorTooBroad) {
+            return Some(Refused::SelectorTooBroad);
+        }
+        (!status.collisions.is_empty()).then_some(Refused::Collisions(status.collisions.len()))
+    }
 }
 
 impl WaveRow {
@@ -63,6 +86,7 @@ impl WaveRow {
             cancel: obj.spec.cancel,
             retry: obj.spec.retry,
             deleting: obj.metadata.deletion_timestamp.is_some(),
+            refused: Refused::of(&obj),
             obj: Arc::new(obj),
         }
     }
@@ -79,5 +103,40 @@ impl WaveRow {
         } else {
             0.0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::fixtures::{t0, wave};
+    use ferry_crds::{ConditionStatus, MigrationWaveStatus, WaveCollision, condition};
+
+    #[test]
+    fn a_wave_shows_why_vms_get_no_migration() {
+        let mut w = wave("w", 2);
+        assert_eq!(WaveRow::from_object(ClusterId(0), w.clone()).refused, None);
+        w.status = Some(MigrationWaveStatus {
+            collisions: vec![WaveCollision::default(); 2],
+            ..MigrationWaveStatus::default()
+        });
+        assert_eq!(
+            WaveRow::from_object(ClusterId(0), w.clone()).refused,
+            Some(Refused::Collisions(2))
+        );
+        let status = w.status.as_mut().unwrap();
+        condition::set_condition(
+            &mut status.conditions,
+            WaveConditionType::Degraded,
+            ConditionStatus::True,
+            Reason::SelectorTooBroad,
+            "",
+            None,
+            &t0(),
+        );
+        assert_eq!(
+            WaveRow::from_object(ClusterId(0), w).refused,
+            Some(Refused::SelectorTooBroad)
+        );
     }
 }

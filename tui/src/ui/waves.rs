@@ -10,7 +10,7 @@ use ratatui::{
 
 use super::{Theme, format};
 use crate::{
-    state::{Focus, State, WaveRow},
+    state::{Focus, Refused, State, WaveRow},
     strings::{self, waves as text},
 };
 
@@ -38,6 +38,13 @@ pub fn progress_spans(state: &State, w: &WaveRow, t: &Theme, wide: bool) -> Vec<
     ];
     if w.counts.failed > 0 {
         spans.push(Span::styled(text::failed(w.counts.failed), t.bad()));
+    }
+    match w.refused {
+        Some(Refused::Collisions(n)) => spans.push(Span::styled(text::collisions(n), t.bad())),
+        Some(Refused::SelectorTooBroad) => {
+            spans.push(Span::styled(text::SELECTOR_TOO_BROAD, t.bad()));
+        }
+        None => {}
     }
     spans.push(Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)));
     if wide {
