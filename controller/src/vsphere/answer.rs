@@ -473,6 +473,19 @@ pub(super) mod tests {
         );
     }
 
+    #[test]
+    fn the_probe_tells_tolerant_reading_from_strict() {
+        // What vim_rs' vcsim_compat does to every answer it parses: drop what does not build.
+        let tolerant = vim_rs::xml::soap::vim_response_with::<RetrieveResult>(
+            PROBE,
+            DeserializeOptions {
+                tolerate_build_errors: true,
+            },
+        );
+        assert!(tolerant.is_ok(), "a tolerant reader takes the probe");
+        assert!(strictly(PROBE).is_none(), "a strict one refuses it");
+    }
+
     /// The build ferry's tests run is the build they prove: with vim_rs' `vcsim_compat` on
     /// (in this crate or unified in from any other), this fails.
     #[test]
