@@ -12,7 +12,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// Moves VMs from vSphere to KubeVirt: reconciles VirtualMachineMigration and MigrationWave.
 #[derive(Debug, Parser)]
-#[command(name = "ferry-controller", version)]
+#[command(name = "ferry-controller", version, long_version = long_version())]
 struct Cli {
     /// Kubeconfig to use (default: in-cluster config, then the usual lookup).
     #[arg(long, env = "KUBECONFIG", global = true)]
@@ -204,6 +204,20 @@ fn init_logging(format: LogFormat) {
             .init(),
         LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
     }
+}
+
+/// `--version`: the version, and how this very binary reads vSphere's answers, probed rather
+/// than taken from the build (the image test reads it: no simulator compatibility ships).
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let answers = if ferry_controller::vsphere::vim_rs_reads_strictly() {
+            "read strictly (no simulator compatibility)"
+        } else {
+            "TOLERANT: vim_rs vcsim_compat drops what it cannot read; never use this build"
+        };
+        format!("{}\nvSphere answers: {answers}", env!("CARGO_PKG_VERSION"))
+    })
 }
 
 #[tokio::main]

@@ -48,6 +48,8 @@ impl SourceApi for Source {
                 ..Default::default()
             },
             layout_problems: vec![],
+            disks_reported: None,
+            unread: vec![],
         });
         Box::pin(async move { found })
     }

@@ -11,7 +11,7 @@ package main
 //
 // Tests shape their VM through the vSphere API (ReconfigVM_Task), with `ferry-lab shape`:
 // firmware and Secure Boot, CPU topology, memory, NIC device type, disk controller, guest id,
-// the Tools state and the guest's answer to a shutdown.
+// the Tools state and the guest's answer to a shutdown, and a disk a strict client cannot read.
 
 import (
 	"bytes"
@@ -184,6 +184,7 @@ type shapeSpec struct {
 	guestShutdown  string
 	guestID        string
 	power          string
+	addDisk        string
 }
 
 // runShape is `ferry-lab shape --state-dir DIR --vm NAME [changes]`: one ReconfigVM_Task (and a
@@ -205,6 +206,7 @@ func runShape(args []string) int {
 	fs.StringVar(&s.guestShutdown, "guest-shutdown", "", "what the guest does with ShutdownGuest: obey or ignore")
 	fs.StringVar(&s.guestID, "guest-id", "", "guest OS identifier, e.g. windows2019srv_64Guest")
 	fs.StringVar(&s.power, "power", "", "on or off, after the changes")
+	fs.StringVar(&s.addDisk, "add-disk", "", "add a second disk: unreadable (one a strict client cannot read, see unreadableDisk)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -308,7 +310,7 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 			spec.ExtraConfig = append(spec.ExtraConfig, &types.OptionValue{Key: key, Value: v})
 		}
 	}
-	if s.nicType == "" && s.diskController == "" {
+	if s.nicType == "" && s.diskController == "" && s.addDisk == "" {
 		return spec, nil
 	}
 	devices, err := vm.Device(ctx)
@@ -359,5 +361,48 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationEdit, Device: disk})
 		}
 	}
+	if s.addDisk != "" {
+		if s.addDisk != "unreadable" {
+			return spec, fmt.Errorf("-add-disk %q: unreadable", s.addDisk)
+		}
+		disk, err := unreadableDisk(devices, s.vm)
+		if err != nil {
+			return spec, err
+		}
+		spec.DeviceChange = append(spec.DeviceChange, &types.VirtualDeviceConfigSpec{
+			Operation:     types.VirtualDeviceConfigSpecOperationAdd,
+			FileOperation: types.VirtualDeviceConfigSpecFileOperationCreate,
+			Device:        disk,
+		})
+	}
 	return spec, nil
+}
+
+// unreadableDisk is a second disk, "Hard disk 2" (a real flat VMDK beside the first), whose
+// deviceInfo is an ExtendedElementDescription with a message argument that has no value. The API
+// requires KeyAnyValue.value and vcsim answers without it (Go leaves a nil value out), so a
+// client that reads answers strictly (vim_rs without vcsim_compat) cannot read this device: the
+// stand-in for any device a vCenter may answer that ferry cannot read (a newer vSphere's field or
+// type, say). vcsim counts it in summary.config.numVirtualDisks, as vCenter counts every disk.
+func unreadableDisk(devices object.VirtualDeviceList, vm string) (*types.VirtualDisk, error) {
+	disks := devices.SelectByType((*types.VirtualDisk)(nil))
+	if len(disks) == 0 {
+		return nil, fmt.Errorf("%s has no disk to put a second one beside", vm)
+	}
+	ctrl, ok := devices.FindByKey(disks[0].GetVirtualDevice().ControllerKey).(types.BaseVirtualController)
+	if !ok {
+		return nil, fmt.Errorf("the first disk of %s hangs on no controller", vm)
+	}
+	disk := devices.CreateDisk(ctrl, types.ManagedObjectReference{}, "["+vcDatastore+"] "+vm+"/disk2.vmdk")
+	disk.Key = -200
+	disk.CapacityInKB = 1 << 10
+	disk.DeviceInfo = &types.ExtendedElementDescription{
+		ElementDescription: types.ElementDescription{
+			Description: types.Description{Label: "Hard disk 2", Summary: "1,024 KB"},
+			Key:         "disk",
+		},
+		MessageCatalogKeyPrefix: "ferry.lab.disk",
+		MessageArg:              []types.KeyAnyValue{{Key: "reason"}},
+	}
+	return disk, nil
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/xml"
 	"fmt"
 	"net/url"
 	"os"
@@ -184,5 +186,62 @@ func TestShapeReconfiguresAVMThroughTheAPI(t *testing.T) {
 		if _, ok := ctrl.(*types.VirtualAHCIController); !ok {
 			t.Errorf("disk on %T, want SATA", ctrl)
 		}
+	}
+}
+
+// `ferry-lab shape --add-disk unreadable` adds a second disk that vcsim counts and answers
+// without a value the API requires (what makes it unreadable to a strict client).
+func TestShapeAddsADiskAnsweredWithoutAValueTheAPIRequires(t *testing.T) {
+	ctx := context.Background()
+	model := simulator.VPX()
+	defer model.Remove()
+	if err := model.Create(); err != nil {
+		t.Fatal(err)
+	}
+	srv := model.Service.NewServer()
+	defer srv.Close()
+	dir := t.TempDir()
+	pass, _ := srv.URL.User.Password()
+	labJSON := fmt.Sprintf(`{"vcenter": {"url": %q, "username": %q, "password": %q}}`,
+		(&url.URL{Scheme: srv.URL.Scheme, Host: srv.URL.Host, Path: "/sdk"}).String(), srv.URL.User.Username(), pass)
+	if err := os.WriteFile(filepath.Join(dir, "lab.json"), []byte(labJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := shape(ctx, dir, shapeSpec{vm: "DC0_H0_VM1", addDisk: "unreadable"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := govmomi.NewClient(ctx, srv.URL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := find.NewFinder(c.Client, true).VirtualMachine(ctx, "/DC0/vm/DC0_H0_VM1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o mo.VirtualMachine
+	if err := vm.Properties(ctx, vm.Reference(), []string{"config.hardware.device", "summary.config.numVirtualDisks"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	disks := object.VirtualDeviceList(o.Config.Hardware.Device).SelectByType((*types.VirtualDisk)(nil))
+	if len(disks) != 2 {
+		t.Fatalf("disks: %d", len(disks))
+	}
+	added := disks[1].(*types.VirtualDisk)
+	info, ok := added.DeviceInfo.(*types.ExtendedElementDescription)
+	if !ok || info.Label != "Hard disk 2" || added.ControllerKey != disks[0].GetVirtualDevice().ControllerKey {
+		t.Fatalf("added disk %+v, deviceInfo %T", added.VirtualDevice, added.DeviceInfo)
+	}
+	if _, ok := added.Backing.(*types.VirtualDiskFlatVer2BackingInfo); !ok {
+		t.Errorf("backing %T", added.Backing)
+	}
+	answer, err := xml.Marshal(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(answer, []byte("<messageArg><key>reason</key></messageArg>")) {
+		t.Errorf("the description as vcsim answers it: %s", answer)
+	}
+	if o.Summary.Config.NumVirtualDisks != 2 {
+		t.Errorf("numVirtualDisks %d, want both disks counted", o.Summary.Config.NumVirtualDisks)
 	}
 }

@@ -51,6 +51,11 @@ pub struct Discovered {
     pub source: DiscoveredSource,
     /// Why its disks cannot be migrated, if they cannot.
     pub layout_problems: Vec<String>,
+    /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
+    pub disks_reported: Option<u32>,
+    /// What of vSphere's answer ferry could not read, each named (devices by key, label, type,
+    /// backing); empty when it read all of it.
+    pub unread: Vec<String>,
 }
 
 /// The vSphere source.
@@ -266,6 +271,9 @@ pub(crate) fn problem_of(e: &vsphere::Error) -> Problem {
             Reason::EndpointUnreachable,
             format!("{msg}; check the vSphere URL"),
         ),
+        // Not a disk layout ferry refuses, but the same outcome: no migration of a VM ferry
+        // cannot read whole, before anything is touched.
+        E::Unreadable(_) => Problem::permanent(Reason::UnsupportedDiskLayout, msg),
         _ if e.is_transient() => Problem::transient(Reason::TransientError, msg),
         _ => Problem::permanent(Reason::TransientError, msg),
     }
@@ -409,6 +417,8 @@ impl SourceApi for VsphereSource {
             Ok(Discovered {
                 source: to_discovered(&info),
                 layout_problems,
+                disks_reported: info.disks_reported,
+                unread: info.unread.iter().map(ToString::to_string).collect(),
             })
         })
     }

@@ -34,6 +34,10 @@ pub struct SourceFacts {
     pub vm: DiscoveredSource,
     /// Why its disk layout cannot be migrated (empty when it can).
     pub layout_problems: Vec<String>,
+    /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
+    pub disks_reported: Option<u32>,
+    /// What of vSphere's answer about the VM ferry could not read, each named.
+    pub unread: Vec<String>,
     /// The staging bucket: reachable and present, or why not.
     pub bucket: Result<(), Problem>,
     /// A VirtualMachine with the target name that this migration does not own.
@@ -156,6 +160,8 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
     Ok(Ok(SourceFacts {
         vm: discovered.source,
         layout_problems: discovered.layout_problems,
+        disks_reported: discovered.disks_reported,
+        unread: discovered.unread,
         bucket,
         target_taken,
         conflicts,
@@ -293,6 +299,50 @@ fn how_powered_off(scope: &Scope<Observed>) -> String {
     }
 }
 
+/// Whether ferry read the source VM whole: every part of vSphere's answer, and at least as many
+/// virtual disks as vSphere counts. A disk ferry did not read would be missing from the migrated
+/// VM, and the migration would still succeed. Pure.
+///
+/// # Errors
+/// Why not, naming what ferry could not read, else the count and the disks it did read.
+fn read_whole(name: &str, facts: &SourceFacts) -> Result<(), String> {
+    let read = facts.vm.disks.len();
+    let count = facts
+        .disks_reported
+        .filter(|n| usize::try_from(*n).is_ok_and(|n| n > read))
+        .map(|n| format!("vSphere reports {n} virtual disk(s), ferry read {read}"));
+    match (facts.unread.as_slice(), count) {
+        ([], None) => Ok(()),
+        ([], Some(count)) => {
+            let disks: Vec<String> = facts
+                .vm
+                .disks
+                .iter()
+                .map(|d| {
+                    if d.label.is_empty() {
+                        d.key.to_string()
+                    } else {
+                        format!("{} {:?}", d.key, d.label)
+                    }
+                })
+                .collect();
+            Err(format!(
+                "{count} of {name} ({}); ferry migrates a VM only when it reads every disk",
+                if disks.is_empty() {
+                    "none".to_owned()
+                } else {
+                    disks.join(", ")
+                }
+            ))
+        }
+        (unread, count) => Err(format!(
+            "ferry could not read {} in vSphere's answer about {name}{}; ferry migrates a VM only when it reads all of it",
+            unread.join("; "),
+            count.map(|c| format!(" ({c})")).unwrap_or_default()
+        )),
+    }
+}
+
 /// Decides the Preparing step. Pure.
 ///
 /// # Guarantees
@@ -329,6 +379,10 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             )
             .recording(record.clone())
     };
+    // Before anything else: a VM ferry could not read whole is never powered off.
+    if let Err(msg) = read_whole(&name, facts) {
+        return invalid(Reason::UnsupportedDiskLayout, msg, false);
+    }
     if facts.vm.disks.is_empty() {
         return invalid(
             Reason::UnsupportedDiskLayout,
@@ -489,6 +543,8 @@ mod tests {
         SourceFacts {
             vm: vm(power),
             layout_problems: vec![],
+            disks_reported: Some(1),
+            unread: vec![],
             bucket: Ok(()),
             target_taken: false,
             conflicts: vec![],
@@ -657,6 +713,129 @@ mod tests {
             fail_reason(&step(migration("m"), Ok(f))),
             Some((Reason::UnsupportedDiskLayout, false))
         );
+    }
+
+    /// The facts of a powered-on source (powerOff asked) with `read` disks read of `reported`.
+    fn disks(read: i32, reported: Option<u32>, unread: &[&str]) -> SourceFacts {
+        let mut f = facts(PowerState::PoweredOn);
+        f.vm.disks = (0..read)
+            .map(|i| DiscoveredDisk {
+                key: 2000 + i,
+                label: format!("Hard disk {}", i + 1),
+                datastore_path: format!("[ds] vm/disk{i}.vmdk"),
+                capacity_bytes: 1 << 26,
+                ..Default::default()
+            })
+            .collect();
+        f.disks_reported = reported;
+        f.unread = unread.iter().map(|u| (*u).to_owned()).collect();
+        f
+    }
+
+    #[test]
+    fn a_source_is_migrated_only_with_every_disk_vsphere_reports_read() {
+        const UNREAD_DISK: &str = r#"device 2002 "Hard disk 3" (VirtualDisk, backing VirtualDiskPartitionedRawDiskVer2BackingInfo) in config.hardware.device"#;
+        type Case = (&'static str, SourceFacts, Option<&'static [&'static str]>);
+        let cases: Vec<Case> = vec![
+            ("counts equal", disks(2, Some(2), &[]), None),
+            (
+                "vSphere does not say (vcsim may leave the property out)",
+                disks(2, None, &[]),
+                None,
+            ),
+            (
+                "more read than counted: nothing dropped",
+                disks(2, Some(1), &[]),
+                None,
+            ),
+            (
+                "fewer read",
+                disks(2, Some(3), &[]),
+                Some(&[
+                    "vSphere reports 3 virtual disk(s), ferry read 2",
+                    r#"2000 "Hard disk 1", 2001 "Hard disk 2""#,
+                ]),
+            ),
+            (
+                "none read",
+                disks(0, Some(1), &[]),
+                Some(&["vSphere reports 1 virtual disk(s), ferry read 0", "(none)"]),
+            ),
+            (
+                "a device ferry could not read, named, and the count",
+                disks(2, Some(3), &[UNREAD_DISK]),
+                Some(&[
+                    UNREAD_DISK,
+                    "vSphere reports 3 virtual disk(s), ferry read 2",
+                ]),
+            ),
+            (
+                "a device ferry could not read that vSphere does not count",
+                disks(1, Some(1), &[UNREAD_DISK]),
+                Some(&[UNREAD_DISK]),
+            ),
+            (
+                "a property ferry could not read",
+                disks(1, Some(1), &["property config.firmware"]),
+                Some(&["property config.firmware"]),
+            ),
+        ];
+        for (name, f, fails_naming) in cases {
+            let mut vmm = migration("m");
+            vmm.spec.source.power.power_off = true;
+            let o = decide(&scope(vmm, Ok(f), 0));
+            match fails_naming {
+                None => assert!(!matches!(o.step, Step::Fail { .. }), "{name}: {:?}", o.step),
+                Some(words) => {
+                    let Step::Fail {
+                        reason,
+                        message,
+                        retriable,
+                        ..
+                    } = &o.step
+                    else {
+                        panic!("{name}: {:?}", o.step)
+                    };
+                    assert_eq!(
+                        (*reason, *retriable),
+                        (Reason::UnsupportedDiskLayout, false),
+                        "{name}"
+                    );
+                    for w in words {
+                        assert!(message.contains(w), "{name}: {message:?} lacks {w:?}");
+                    }
+                    assert!(o.record.power_off.is_none(), "{name}: nothing powered off");
+                    let v = o.conditions.iter().find(|c| c.type_ == Validated).unwrap();
+                    assert_eq!(
+                        (v.status, v.reason),
+                        (
+                            ferry_crds::ConditionStatus::False,
+                            Reason::UnsupportedDiskLayout
+                        ),
+                        "{name}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_source_read_in_part_is_never_powered_off_even_once_its_power_state_is_recorded() {
+        // The first reconcile read it whole and recorded it powered on; now a disk is unread.
+        let recorded = recorded(PowerState::PoweredOn);
+        let o = decide(&scope(recorded, Ok(disks(1, Some(2), &[])), 0));
+        assert!(
+            matches!(
+                o.step,
+                Step::Fail {
+                    reason: Reason::UnsupportedDiskLayout,
+                    ..
+                }
+            ),
+            "{:?}",
+            o.step
+        );
+        assert!(o.record.power_off.is_none());
     }
 
     #[test]

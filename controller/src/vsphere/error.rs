@@ -59,6 +59,11 @@ pub enum Error {
     #[error("unexpected answer from vSphere: {0}")]
     Protocol(String),
 
+    /// An answer about a VM that vim_rs refuses even without the parts that fail on their own:
+    /// asking again gets the same answer.
+    #[error("ferry cannot read vSphere's answer about {0}")]
+    Unreadable(String),
+
     /// A local file could not be written.
     #[error("{path}: {source}")]
     Io {
@@ -91,7 +96,8 @@ impl Error {
             | Error::BadCredentials { .. }
             | Error::NotFound(_)
             | Error::Ambiguous { .. }
-            | Error::Invalid(_) => false,
+            | Error::Invalid(_)
+            | Error::Unreadable(_) => false,
         }
     }
 
@@ -108,6 +114,7 @@ impl Error {
             Error::Invalid(_) => "Invalid",
             Error::Http { .. } => "Http",
             Error::Protocol(_) => "Protocol",
+            Error::Unreadable(_) => "Unreadable",
             Error::Io { .. } => "Io",
         }
     }
@@ -341,6 +348,7 @@ mod tests {
                 "Http",
             ),
             (Error::Invalid("x".into()), false, "Invalid"),
+            (Error::Unreadable("VM vm-1".into()), false, "Unreadable"),
         ];
         for (e, transient, reason) in cases {
             assert_eq!(e.is_transient(), transient, "{e}");

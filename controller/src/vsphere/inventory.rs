@@ -23,7 +23,7 @@ use super::{
 };
 
 // `?` on every path: vcsim leaves out properties the spec calls required, and a missing one
-// must not make the whole VM unreadable.
+// must not make the whole VM unreadable. Read through `answer::read` (session.rs), strictly.
 vim_retrievable!(
     struct VmProps: VirtualMachine {
         name = "name"?,
@@ -37,6 +37,7 @@ vim_retrievable!(
         cores_per_socket = "config.hardware.num_cores_per_socket"?,
         memory_mb = "config.hardware.memory_mb"?,
         devices = "config.hardware.device"?,
+        num_virtual_disks = "summary.config.num_virtual_disks"?,
         power_state = "runtime.power_state"?,
         guest_family = "guest.guest_family"?,
         tools_running = "guest.tools_running_status"?,
@@ -400,6 +401,41 @@ mod tests {
         assert_eq!(nic_kind(StructType::VirtualE1000), NicDeviceType::E1000);
         assert_eq!(nic_kind(StructType::VirtualPcNet32), NicDeviceType::Pcnet32);
         assert_eq!(nic_kind(StructType::VirtualDisk), NicDeviceType::Other);
+    }
+
+    /// vcsim's own answers, recorded: with every disk read, the disks equal vSphere's count; with
+    /// one ferry could not read, the count says a disk is missing (Preparing then fails).
+    #[test]
+    fn recorded_vcsim_answers_count_the_disks_ferry_read_against_vspheres() {
+        use super::super::answer::{read, tests::VCSIM_VM, tests::VCSIM_VM_UNREADABLE_DISK};
+        let props = |answer: &str| {
+            let a = read(answer).unwrap();
+            (
+                VmProps::try_from(a.content.unwrap()).unwrap(),
+                a.unread.len(),
+            )
+        };
+        let (whole, unread) = props(VCSIM_VM);
+        let keys: Vec<i32> = disks(&whole.devices.unwrap())
+            .iter()
+            .map(|d| d.key)
+            .collect();
+        assert_eq!(
+            (keys, whole.num_virtual_disks, unread),
+            (vec![204], Some(1), 0)
+        );
+        let (part, unread) = props(VCSIM_VM_UNREADABLE_DISK);
+        let read: Vec<DiskInfo> = disks(&part.devices.unwrap());
+        assert_eq!(read.len(), 1);
+        assert_eq!(
+            (read[0].key, &read[0].datastore_path, read[0].capacity_bytes),
+            (
+                204,
+                &"[LocalDS_0] DC0_C0_RP0_VM0/disk1.vmdk".to_owned(),
+                10 << 30
+            )
+        );
+        assert_eq!((part.num_virtual_disks, unread), (Some(2), 1));
     }
 
     #[test]

@@ -127,6 +127,8 @@ mod tests {
             cores_per_socket: 1,
             memory_mib: 1024,
             disks,
+            disks_reported: None,
+            unread: vec![],
             nics: vec![],
             datacenter: "DC0".into(),
         }

@@ -1,6 +1,7 @@
 //! The vSphere source: log in over SOAP (vim_rs) with a pinned TLS thumbprint, find a VM, read
 //! what a migration needs to know about it, switch its power, and download its disks.
 
+mod answer;
 mod datastore;
 mod error;
 mod inventory;
@@ -10,6 +11,7 @@ pub mod tags;
 
 use std::fmt;
 
+pub use answer::vim_rs_reads_strictly;
 pub use datastore::{Allocation, DatastorePath, download_url};
 pub use error::Error;
 pub(crate) use error::chain as error_chain;
@@ -116,6 +118,73 @@ pub struct NicInfo {
     pub network: String,
 }
 
+/// A device in vSphere's answer about a VM that ferry could not read, as far as the answer's text
+/// tells (vim_rs refused its shape, so only the raw XML names it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnreadDevice {
+    /// Device key, unique within the VM (2000, 2001, ...).
+    pub key: Option<i32>,
+    /// Its vSphere type name (`VirtualDisk`, `VirtualCdrom`, ...).
+    pub kind: String,
+    /// `deviceInfo.label`, e.g. "Hard disk 2".
+    pub label: Option<String>,
+    /// The vSphere type name of its backing.
+    pub backing: Option<String>,
+    /// The backing's file (`[datastore] dir/file.vmdk`), when it has one.
+    pub file: Option<String>,
+}
+
+impl UnreadDevice {
+    /// A virtual disk: what a migration would lose.
+    pub fn is_disk(&self) -> bool {
+        self.kind == "VirtualDisk"
+    }
+}
+
+impl fmt::Display for UnreadDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("device")?;
+        if let Some(key) = self.key {
+            write!(f, " {key}")?;
+        }
+        if let Some(label) = &self.label {
+            write!(f, " {label:?}")?;
+        }
+        let kind = if self.kind.is_empty() {
+            "of unknown type"
+        } else {
+            &self.kind
+        };
+        write!(f, " ({kind}")?;
+        if let Some(backing) = &self.backing {
+            write!(f, ", backing {backing}")?;
+        }
+        if let Some(file) = &self.file {
+            write!(f, ", {file}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// A part of vSphere's answer about a VM that ferry could not read. A VM with any is not
+/// migrated: what ferry did not read would be missing, or wrong, in the migrated VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// One entry of `config.hardware.device`.
+    Device(UnreadDevice),
+    /// A property that does not read even without its parts (named by its path).
+    Property(String),
+}
+
+impl fmt::Display for Unread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Device(d) => write!(f, "{d} in config.hardware.device"),
+            Self::Property(p) => write!(f, "property {p}"),
+        }
+    }
+}
+
 /// What a migration needs to know about a source VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmInfo {
@@ -140,6 +209,11 @@ pub struct VmInfo {
     pub cores_per_socket: u32,
     pub memory_mib: u64,
     pub disks: Vec<DiskInfo>,
+    /// `summary.config.numVirtualDisks`: how many virtual disks vSphere counts (absent when the
+    /// endpoint leaves the property out).
+    pub disks_reported: Option<u32>,
+    /// What ferry could not read of vSphere's answer (empty when it read all of it).
+    pub unread: Vec<Unread>,
     pub nics: Vec<NicInfo>,
     /// Inventory path of the VM's datacenter (its name, or `folder/name` when nested): the
     /// `dcPath` of datastore downloads.

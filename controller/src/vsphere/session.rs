@@ -17,10 +17,11 @@ use vim_rs::types::structs::{
     SelectionSpec, TraversalSpec,
 };
 
+use super::answer::{self, RetrieveRequest};
 use super::datastore::{download_url, sdk_url, server_address};
 use super::error::chain;
 use super::inventory::{self, TaskState, VmName, VmPower, VmProps};
-use super::{Endpoint, Error, PowerState, Result, ToolsState, VmInfo, VmSelector};
+use super::{Endpoint, Error, PowerState, Result, ToolsState, Unread, VmInfo, VmSelector};
 use crate::tls::{self, TlsObserver};
 
 /// How long to wait for a power task; vCenter answers in seconds unless something is wrong.
@@ -159,6 +160,61 @@ impl Session {
             Some(content) => T::try_from(content).map(Some).map_err(|e| {
                 Error::Protocol(format!("{} {}: {e}", obj.r#type.as_str(), obj.value))
             }),
+            None => Ok(None),
+        }
+    }
+
+    /// The properties of one VM and what of vSphere's answer could not be read (see
+    /// [`answer::read`]); `None` when the VM does not exist.
+    ///
+    /// Not [`Session::retrieve_one`]: that leaves the reading to vim_rs, which fails the whole
+    /// read on one device it cannot build and says nothing about which.
+    async fn vm_props(&self, moref: &str) -> Result<Option<(VmProps, Vec<Unread>)>> {
+        let pc = &self.client.service_content().property_collector.value;
+        let spec = PropertyFilterSpec {
+            object_set: vec![ObjectSpec {
+                obj: vm_ref(moref),
+                skip: Some(false),
+                select_set: None,
+            }],
+            prop_set: vec![VmProps::prop_spec()],
+            report_missing_objects_in_results: None,
+        };
+        let options = RetrieveOptions {
+            max_objects: Some(1),
+        };
+        let request = RetrieveRequest {
+            spec_set: std::slice::from_ref(&spec),
+            options: &options,
+        };
+        let body = match self
+            .client
+            .invoke_optional(
+                "",
+                "PropertyCollector",
+                pc,
+                "RetrievePropertiesEx",
+                Some(&request),
+            )
+            .await
+        {
+            Ok(Some(body)) => body,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return match self.vim(&e) {
+                    Error::NotFound(_) => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        let text = std::str::from_utf8(&body)
+            .map_err(|e| Error::Protocol(format!("VirtualMachine {moref}: {e}")))?;
+        let read =
+            answer::read(text).map_err(|why| Error::Unreadable(format!("VM {moref}: {why}")))?;
+        match read.content {
+            Some(content) => VmProps::try_from(content)
+                .map(|p| Some((p, read.unread)))
+                .map_err(|e| Error::Protocol(format!("VirtualMachine {moref}: {e}"))),
             None => Ok(None),
         }
     }
@@ -312,8 +368,9 @@ impl Session {
 
     /// Everything about one VM by moref; `None` when it does not exist.
     pub async fn vm_info(&self, moref: &str) -> Result<Option<VmInfo>> {
-        let props: Option<VmProps> = self.retrieve_one(&vm_ref(moref)).await?;
-        let Some(p) = props else { return Ok(None) };
+        let Some((p, unread)) = self.vm_props(moref).await? else {
+            return Ok(None);
+        };
         let devices = p.devices.unwrap_or_default();
         let power_state = p
             .power_state
@@ -356,6 +413,8 @@ impl Session {
             cores_per_socket: p.cores_per_socket.unwrap_or(1).max(1) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
             disks: inventory::disks(&devices),
+            disks_reported: p.num_virtual_disks.and_then(|n| u32::try_from(n).ok()),
+            unread,
             nics,
             datacenter,
         }))

@@ -1,8 +1,9 @@
 //! The OCI image `image/build.sh` writes to target/image/ferry (`make image`; `make test` packs
 //! it from its own build first): its config says non-root and the entrypoint, every blob is
 //! what its digest says, and inside its unpacked root file system — as user 65532, on a
-//! read-only root with a tmpfs at /tmp, as the converter Job runs — ferry-controller and
-//! qemu-img run and a 16 MiB VMDK converts to raw. The Containerfile describes the same image.
+//! read-only root with a tmpfs at /tmp, as the converter Job runs — ferry-controller (which reads
+//! vSphere's answers strictly: no simulator compatibility) and qemu-img run and a 16 MiB VMDK
+//! converts to raw. The Containerfile describes the same image.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -178,6 +179,12 @@ fn inside_the_image_the_controller_and_qemu_img_run_and_a_vmdk_converts_as_non_r
     );
     assert!(
         text.contains(&format!("ferry-controller {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    // No simulator compatibility ships: the binary probes its own vim_rs on an answer with an
+    // element vim_rs cannot build, which `vcsim_compat` would drop silently.
+    assert!(
+        text.contains("vSphere answers: read strictly (no simulator compatibility)"),
         "{text}"
     );
     assert!(
