@@ -35,10 +35,12 @@ struct Counts {
 
 /// Every 250 ms: the source VM's power state from vcsim, then the target's VMI from the API
 /// server (in that order: a sample showing both live means both were live when the power was
-/// read — an instance does not get to Running in the milliseconds between).
+/// read — an instance does not get to Running in the milliseconds between). It runs on a thread
+/// and runtime of its own: vim_rs's session blocks on the runtime when dropped, which a test's
+/// runtime shutting down after a failed assertion would never answer.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Counts>,
+    thread: Option<std::thread::JoinHandle<Counts>>,
 }
 
 impl Sampler {
@@ -51,43 +53,85 @@ impl Sampler {
             tls: ferry_controller::vsphere::TlsPolicy::Insecure,
         };
         ferry_controller::tls::install_default_provider();
-        let session = ferry_controller::vsphere::Session::connect(&ep)
-            .await
-            .unwrap();
-        let vmis: Api<VirtualMachineInstance> = env.ns.api();
-        let (moref, target) = (vm.moref.clone(), names::vm_name(vmm));
+        let lab = env.lab;
+        let (ns, moref, target) = (env.ns.name.clone(), vm.moref.clone(), names::vm_name(vmm));
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut c = Counts::default();
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            while !stopped.load(Ordering::SeqCst) {
-                tick.tick().await;
-                let Ok(power) = session.power_state(&moref).await else {
-                    continue;
-                };
-                let Ok(vmi) = vmis.get_opt(&target).await else {
-                    continue;
-                };
-                let on = power.as_str() == "poweredOn";
-                let running = vmi
-                    .and_then(|v| v.status)
-                    .is_some_and(|s| s.phase == Some(VmiPhase::Running));
-                c.samples += 1;
-                c.source_on += u64::from(on);
-                c.target_running += u64::from(running);
-                c.both += u64::from(on && running);
-            }
-            let _ = session.logout().await;
-            c
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let session = ferry_controller::vsphere::Session::connect(&ep)
+                    .await
+                    .unwrap();
+                let vmis: Api<VirtualMachineInstance> =
+                    Api::namespaced(lab.client().await.unwrap(), &ns);
+                let _ = ready_tx.send(());
+                let mut c = Counts::default();
+                let mut tick = tokio::time::interval(Duration::from_millis(250));
+                while !stopped.load(Ordering::SeqCst) {
+                    tick.tick().await;
+                    let Ok(power) = session.power_state(&moref).await else {
+                        continue;
+                    };
+                    let Ok(vmi) = vmis.get_opt(&target).await else {
+                        continue;
+                    };
+                    let on = power.as_str() == "poweredOn";
+                    let running = vmi
+                        .and_then(|v| v.status)
+                        .is_some_and(|s| s.phase == Some(VmiPhase::Running));
+                    c.samples += 1;
+                    c.source_on += u64::from(on);
+                    c.target_running += u64::from(running);
+                    c.both += u64::from(on && running);
+                }
+                let _ = session.logout().await;
+                c
+            })
         });
-        Sampler { stop, task }
+        ready_rx.await.expect("the sampler started");
+        Sampler {
+            stop,
+            thread: Some(thread),
+        }
     }
 
-    async fn finish(self) -> Counts {
+    async fn finish(mut self) -> Counts {
         self.stop.store(true, Ordering::SeqCst);
-        self.task.await.unwrap()
+        let thread = self.thread.take().unwrap();
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
+            .await
+            .unwrap()
     }
+}
+
+impl Drop for Sampler {
+    /// A test that failed before `finish` lets its sampler end on its own.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The power state of the vcsim VM `moref` now.
+async fn power_of(env: &Env, moref: &str) -> String {
+    let info = &env.lab.info;
+    let ep = ferry_controller::vsphere::Endpoint {
+        url: info.vcenter.url.clone(),
+        username: info.vcenter.username.clone(),
+        password: info.vcenter.password.clone().into(),
+        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+    };
+    let s = ferry_controller::vsphere::Session::connect(&ep)
+        .await
+        .unwrap();
+    let p = s.power_state(moref).await.unwrap();
+    let _ = s.logout().await;
+    p.as_str().to_owned()
 }
 
 fn on_cancel_or_failure(mut vmm: VirtualMachineMigration) -> VirtualMachineMigration {
@@ -225,12 +269,19 @@ async fn a_controller_killed_between_halting_the_target_and_powering_the_source_
             break;
         }
     }
-    let vmi = vmi_of(&env, &env.get("killed").await).await;
-    assert!(
-        vmi.as_ref()
-            .is_some_and(|v| v.metadata.deletion_timestamp.is_some()),
-        "killed while the instance was still stopping: {vmi:?}"
-    );
+    // Killed while the instance is still there, stopping (its grace, 3 s at this speed).
+    let v = env.get("killed").await;
+    eventually(
+        "the instance stopping after the kill",
+        Duration::from_secs(30),
+        || async {
+            vmi_of(&env, &v)
+                .await
+                .filter(|i| i.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(env.power_state().await, "poweredOff");
     env.start_controller();
     let v = wait_settled(&env, "killed", 300).await;
@@ -264,8 +315,13 @@ async fn an_instance_that_never_goes_leaves_the_source_off_with_target_still_run
     vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
     let sampler = Sampler::start(&env, &env.vm, &vmm).await;
     env.create(&vmm).await;
+    env.wait_phase("stuck", Phase::Failed, 300).await;
+    // From the failure on: the instance runs on, the source must stay off.
+    let after = Sampler::start(&env, &env.vm, &vmm).await;
     let v = wait_settled(&env, "stuck", 300).await;
     let seen = sampler.finish().await;
+    let since_failure = after.finish().await;
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(
@@ -287,8 +343,14 @@ async fn an_instance_that_never_goes_leaves_the_source_off_with_target_still_run
         "poweredOff",
         "the source stays off"
     );
-    assert_eq!(seen.source_on, 0, "never powered on: {seen:?}");
-    assert!(seen.target_running > 0, "{seen:?}");
+    assert_eq!(
+        since_failure.source_on, 0,
+        "never powered on: {since_failure:?}"
+    );
+    assert!(
+        since_failure.samples >= 8 && since_failure.target_running > 0,
+        "{since_failure:?}"
+    );
     env.wait_event("stuck", "CleanupIncomplete").await;
     // As an administrator would once the node is known dead: let the instance go.
     let vmis = env.ns.api::<VirtualMachineInstance>();
@@ -443,7 +505,7 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         let vmm = env.migration_of(name, &vm);
         let sampler = Sampler::start(&env, &vm, &vmm).await;
         env.create(&vmm).await;
-        runs.push((*name, *at, *delete, vmm, sampler));
+        runs.push((*name, *at, *delete, vmm, sampler, vm.moref.clone()));
     }
     let stepper = Stepper::new(&env).await;
     let mut pending: Vec<&str> = runs.iter().map(|r| r.0).collect();
@@ -460,7 +522,7 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         round.tick().await;
         let mut still = vec![];
         for name in pending {
-            let (_, at, delete, _, _) = runs.iter().find(|r| r.0 == name).unwrap();
+            let (_, at, delete, _, _, _) = runs.iter().find(|r| r.0 == name).unwrap();
             // The world moves on its own (the sim): look before each step.
             let v = env.get(name).await;
             assert!(
@@ -484,7 +546,7 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         pending = still;
     }
     env.start_controller();
-    for (name, at, delete, vmm, sampler) in runs {
+    for (name, at, delete, vmm, sampler, moref) in runs {
         if delete {
             env.wait_gone(name, 300).await;
         } else {
@@ -503,7 +565,11 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         }
         let seen = sampler.finish().await;
         assert_eq!(seen.both, 0, "{name}: two live copies: {seen:?}");
-        assert!(seen.source_on > 0, "{name}: powered back on: {seen:?}");
+        assert_eq!(
+            power_of(&env, &moref).await,
+            "poweredOn",
+            "{name}: powered back on"
+        );
         if at == At::Validating {
             assert!(seen.target_running > 0, "{name}: its target ran: {seen:?}");
         }
@@ -550,11 +616,13 @@ async fn a_cancel_right_after_the_release_touches_neither_copy() {
         "the window: released, not yet Succeeded"
     );
     assert_eq!(env.power_state().await, "poweredOff");
+    let after = Sampler::start(&env, &env.vm, &vmm).await;
     env.patch_spec("handover", serde_json::json!({"cancel": true}))
         .await;
     env.start_controller();
     let v = env.wait_phase("handover", Phase::Succeeded, 120).await;
     let seen = sampler.finish().await;
+    let since_cancel = after.finish().await;
     assert!(
         v.spec.cancel,
         "the cancel came too late and changed nothing"
@@ -564,8 +632,12 @@ async fn a_cancel_right_after_the_release_touches_neither_copy() {
         "poweredOff",
         "the source stays off"
     );
-    assert_eq!(seen.source_on, 0, "{seen:?}");
-    assert!(seen.target_running > 0, "{seen:?}");
+    assert_eq!(seen.both, 0, "{seen:?}");
+    assert_eq!(since_cancel.source_on, 0, "{since_cancel:?}");
+    assert!(
+        since_cancel.samples > 0 && since_cancel.target_running == since_cancel.samples,
+        "the migrated VM ran throughout: {since_cancel:?}"
+    );
     let vm = vms.get(&target).await.unwrap();
     assert!(vm.metadata.deletion_timestamp.is_none(), "not deleted");
     assert_eq!(

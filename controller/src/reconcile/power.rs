@@ -140,15 +140,23 @@ pub enum Verdict {
     },
 }
 
+/// Once ferry began stopping the target, how long an absent instance is not trusted yet: long
+/// enough for KubeVirt to finish an instance its VM controller was creating from the older run
+/// strategy at the moment of the halt (one create call), so that it shows in a fresh read.
+/// Timestamps are whole seconds, so this is at least one real second.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
 /// The power rule. Pure.
 ///
 /// # Guarantees
 /// * [`Verdict::PowerOn`] only when no instance exists that could run the copy and nothing will
 ///   start one (no VM of ours, or ours halted or being deleted) — never while an instance exists
-///   or might be started by our VM.
+///   or might be started by our VM; and, when ferry had to stop the target (`since`), not before
+///   [`SETTLE`] passed since.
 /// * [`Verdict::Released`] whenever our VM was released: nothing is done to either copy.
 /// * Otherwise [`Verdict::GiveUp`] once `since` (when ferry began stopping the target) lies the
-///   instance's grace plus `margin` in the past; never on a first look (`since` is `None`).
+///   instance's grace plus `margin` in the past; never on a first look (`since` is `None`), and
+///   never when the target is proven stopped.
 /// * Before that: halt our VM when it is not halted; delete an instance of ours whose VM is gone
 ///   and that nobody deletes; else wait.
 pub fn decide(
@@ -162,16 +170,20 @@ pub fn decide(
         TargetVm::Absent | TargetVm::Foreign => true,
         TargetVm::Ours { halted, .. } => *halted,
     };
+    let waited = since.map(|s| Duration::try_from(now.duration_since(s)).unwrap_or_default());
     if halted && target.instance == Instance::Gone {
-        return Verdict::PowerOn;
+        return match waited {
+            Some(w) if w < SETTLE => Verdict::Wait { left: SETTLE - w },
+            Some(_) | None => Verdict::PowerOn,
+        };
     }
     let bound = target.instance.grace() + margin;
-    let waited = since
-        .and_then(|s| Duration::try_from(now.duration_since(s)).ok())
-        .unwrap_or(Duration::ZERO);
-    if waited >= bound {
-        return Verdict::GiveUp { waited };
+    if let Some(w) = waited
+        && w >= bound
+    {
+        return Verdict::GiveUp { waited: w };
     }
+    let waited = waited.unwrap_or_default();
     if !halted {
         return Verdict::Halt;
     }
@@ -389,6 +401,12 @@ fn next_record(
                 "deleting VirtualMachineInstance {vm}, left without its VM, before the source VM is powered back on"
             ),
         ),
+        (Verdict::Wait { .. }, _) if target.instance == Instance::Gone => (
+            None,
+            format!(
+                "VirtualMachine {vm} is stopped and its instance gone: the source VM is powered back on in a moment"
+            ),
+        ),
         (Verdict::Wait { left }, _) => (
             None,
             format!(
@@ -498,10 +516,10 @@ async fn halt(io: Io<'_>, target: &Target) -> Result<()> {
     else {
         return Ok(());
     };
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": resource_version},
-        "spec": {"runStrategy": "Halted"},
-    });
+    let mut patch = serde_json::json!({"spec": {"runStrategy": "Halted"}});
+    if let Some(v) = resource_version {
+        patch["metadata"] = serde_json::json!({"resourceVersion": v});
+    }
     let name = names::vm_name(io.vmm);
     match io
         .api::<VirtualMachine>()
@@ -672,6 +690,24 @@ mod tests {
                 },
             ),
             (
+                "halted a moment ago and gone: settle first",
+                ours(true),
+                Instance::Gone,
+                Some(0),
+                1,
+                Verdict::Wait {
+                    left: Duration::from_secs(1),
+                },
+            ),
+            (
+                "halted and gone, settled",
+                ours(true),
+                Instance::Gone,
+                Some(0),
+                2,
+                Verdict::PowerOn,
+            ),
+            (
                 "the bound passed, but it is gone now",
                 ours(true),
                 Instance::Gone,
@@ -781,6 +817,7 @@ mod tests {
                 prop_assert_eq!(&instance, &Instance::Gone);
                 prop_assert!(!may_start, "our VM may start an instance");
                 prop_assert!(vm != TargetVm::Released);
+                prop_assert!(since.is_none_or(|s| now - s >= SETTLE.as_secs() as i64), "settled");
             }
             if vm == TargetVm::Released {
                 prop_assert_eq!(v, Verdict::Released);
