@@ -57,6 +57,10 @@ struct Cli {
     /// before the migration fails with it.
     #[arg(long, value_parser = parse_duration, default_value = "20s")]
     kubevirt_error_grace: Duration,
+    /// How long past the target instance's terminationGracePeriodSeconds ferry waits for a
+    /// stopped target to be gone before it gives up powering the source back on.
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    target_stop_margin: Duration,
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
@@ -250,6 +254,7 @@ async fn main() -> anyhow::Result<()> {
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
                     kubevirt_error_grace: cli.kubevirt_error_grace,
                     wave_selector_limit: usize::from(cli.wave_selector_limit),
+                    target_stop_margin: cli.target_stop_margin,
                     converter_image: cli.converter_image.clone(),
                     allowed_converter_images: cli
                         .allowed_converter_images

@@ -33,6 +33,11 @@ pub struct Policy {
     /// DataVolumeError, CrashLoopBackOff, ErrImagePull, ImagePullBackOff) may last in Starting or
     /// Validating before the migration fails with it (a node may free up meanwhile).
     pub kubevirt_error_grace: Duration,
+    /// How long past the target instance's own `terminationGracePeriodSeconds` ferry waits for
+    /// the instance to be gone, once it stopped the target, before it gives up powering the
+    /// source back on (`TargetStillRunning`). KubeVirt pads the grace twice by 15 s (the
+    /// virt-launcher pod's grace, then its kill) and removes the instance once its pod is gone.
+    pub target_stop_margin: Duration,
     /// The converter image a conversion Job runs when the migration names none: the
     /// controller's own image (the Deployment passes it).
     pub converter_image: String,
@@ -83,6 +88,7 @@ impl Default for Policy {
             converter_read_limit: None,
             source_poll: Duration::from_secs(5),
             kubevirt_error_grace: Duration::from_secs(20),
+            target_stop_margin: Duration::from_secs(60),
             converter_image: DEFAULT_CONVERTER_IMAGE.to_owned(),
             allowed_converter_images: vec![],
             wave_selector_limit: ferry_crds::wave::MAX_WAVE_VMS,

@@ -262,11 +262,14 @@ pub enum Reason {
     Failed,
     /// The migration was cancelled.
     Cancelled,
+    /// The target VM's instance did not go within the bound after ferry stopped the VM, so the
+    /// source VM was not powered back on (two copies of one VM must never run).
+    TargetStillRunning,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 49] = [
+    pub const ALL: [Reason; 50] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -316,6 +319,7 @@ impl Reason {
         Reason::Succeeded,
         Reason::Failed,
         Reason::Cancelled,
+        Reason::TargetStillRunning,
     ];
 
     /// The reason as written in the API.
@@ -370,6 +374,7 @@ impl Reason {
             Reason::Succeeded => "Succeeded",
             Reason::Failed => "Failed",
             Reason::Cancelled => "Cancelled",
+            Reason::TargetStillRunning => "TargetStillRunning",
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::{
     ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason,
     SourceSpec, StagingRecord, StagingSpec, TargetSpec, condition, names,
     phase::Phase,
-    source::{DiscoveredSource, SourcePowerOff},
+    source::{DiscoveredSource, SourcePowerOff, SourcePowerRestore},
 };
 
 /// Desired state of a migration: where the VM comes from, what it becomes, where its disks are
@@ -201,6 +201,11 @@ pub struct VirtualMachineMigrationStatus {
     /// power-off, or both (the guest did not shut down within the grace period).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_power_off: Option<SourcePowerOff>,
+
+    /// Ferry powering the source VM back on (cancel, failure under OnCancelOrFailure, delete):
+    /// the target stopped first, then the source; how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_power_restore: Option<SourcePowerRestore>,
 
     /// Per-disk state, one entry per source disk.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -389,6 +389,59 @@ pub struct SourcePowerOff {
     pub hard_power_off_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
+/// Ferry powering the source VM back on after a cancel, a failure (restorePowerState
+/// OnCancelOrFailure) or a delete. The source is powered on only once the target is proven not
+/// running: ferry stops the target VM first (runStrategy Halted) and waits, bounded, for its
+/// VirtualMachineInstance to be gone. Written by the controller only; it carries the wait across
+/// reconciles and restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourcePowerRestore {
+    /// When ferry decided to power the source VM back on.
+    pub requested_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// When ferry first stopped the target VM or found its instance stopping; the wait for the
+    /// instance to be gone is bounded from here (its terminationGracePeriodSeconds plus the
+    /// controller's --target-stop-margin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_stopping_since: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// How it ended; absent while ferry is still stopping the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<PowerRestoreResult>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// What happened, for people: the instance waited for, and what to do when ferry gave up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+}
+
+/// How ferry's power-on of the source VM ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PowerRestoreResult {
+    /// The source VM was powered on, after the target was proven not running.
+    PoweredOn,
+    /// The target's instance was still there when the wait ran out: the source stays off, and
+    /// ferry does not power it on later by itself.
+    TargetStillRunning,
+    /// The target VM had been released (the migration completed): the source stays off.
+    TargetReleased,
+    /// vSphere did not power the source VM on (the message says why); ferry does not try again.
+    PowerOnFailed,
+}
+
+impl PowerRestoreResult {
+    /// The name written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerRestoreResult::PoweredOn => "PoweredOn",
+            PowerRestoreResult::TargetStillRunning => "TargetStillRunning",
+            PowerRestoreResult::TargetReleased => "TargetReleased",
+            PowerRestoreResult::PowerOnFailed => "PowerOnFailed",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

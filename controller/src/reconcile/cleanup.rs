@@ -1,7 +1,8 @@
 //! Removing partial results for a cancel, a retry or a delete (the plans are pure, in
-//! `intents`); the source VM is never touched beyond its power state.
+//! `intents`). The source VM is never touched here: its power goes through the power rule
+//! (`power.rs`), which is done with the target before a cancel or a delete removes anything.
 
-use ferry_crds::{PowerState, names};
+use ferry_crds::names;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
@@ -22,8 +23,7 @@ use crate::{Error, Result};
 pub type Unfinished = Vec<String>;
 
 /// Carries out `plan`. Kubernetes objects and staging must go (errors are returned and the
-/// reconcile is retried); restoring the power is best effort (a source that cannot be reached
-/// must not block a cancel or a delete forever), and what failed is returned for an Event.
+/// reconcile is retried); staging on a gone bucket is let go, and returned for an Event.
 ///
 /// # Errors
 /// Kubernetes API errors; staging that cannot be cleaned ([`Error::Staging`]).
@@ -84,12 +84,6 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
                     && classify_vmi(Some(&vmi), recorded_vm_uid(vmm)) != VmiState::Absent
                 {
                     delete_exact(m, &vmis, &name, &vmi.uid().unwrap_or_default()).await?;
-                }
-            }
-            Cleanup::RestorePower => {
-                if let Err(why) = restore_power(io).await {
-                    warn!(migration = %vmm.name_any(), %why, "source power not restored");
-                    unfinished.push(format!("source power: {why}"));
                 }
             }
         }
@@ -172,28 +166,4 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     }
     info!(migration = %io.vmm.name_any(), objects = keys.len(), "staging cleaned");
     Ok(None)
-}
-
-/// Powers the source VM back on when it was on before ferry powered it off.
-async fn restore_power(io: Io<'_>) -> std::result::Result<(), String> {
-    let (ctx, vmm) = (io.ctx, io.vmm);
-    let Some(src) = vmm.status.as_ref().and_then(|s| s.source.as_ref()) else {
-        return Ok(());
-    };
-    if src.power_state != Some(PowerState::PoweredOn) || !vmm.spec.source.power.power_off {
-        return Ok(());
-    }
-    let Some(moref) = src.moref.as_deref() else {
-        return Ok(());
-    };
-    let login = credentials::source_login(io)
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|p| p.message)?;
-    ctx.source
-        .power_on(&login, moref)
-        .await
-        .map_err(|p| p.message)?;
-    info!(migration = %vmm.name_any(), %moref, "source VM powered back on");
-    Ok(())
 }

@@ -1,6 +1,8 @@
 //! "Should we act, and how?" — the operator's intents as a chain of pure policies, checked in
-//! order before any checkpoint runs: cancel → retry → paused → held by the wave → start.
-//! (Deletion comes first of all, through the finalizer.)
+//! order before any checkpoint runs: cancel → retry → a failure's pending power-on → paused →
+//! held by the wave → start. (Deletion comes first of all, through the finalizer.) The source's
+//! power is no cleanup step: a cancel, a delete and a pending power-on go through the power rule
+//! (`power.rs`) before anything else.
 
 use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
 
@@ -25,8 +27,6 @@ pub enum Cleanup {
     Vm,
     /// The VirtualMachineInstance (KubeVirt starts a new one under Always).
     Vmi,
-    /// Power the source VM back on, if ferry powered it off.
-    RestorePower,
 }
 
 /// What a retry that starts over from Preparing removes: every partial result.
@@ -46,7 +46,8 @@ const REIMPORT: [Cleanup; 2] = [Cleanup::VerifyJob, Cleanup::AllDataVolumes];
 /// What the intents ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Intent {
-    /// `spec.cancel` on an unfinished migration: clean up, then `Cancelled`.
+    /// `spec.cancel` on an unfinished migration: the target stopped and the source powered back
+    /// on (the power rule, over as many reconciles as it takes), then clean up, then `Cancelled`.
     Cancel {
         /// What to remove.
         cleanup: Vec<Cleanup>,
@@ -66,6 +67,9 @@ pub enum Intent {
     Held,
     /// `Pending` (or a released `Queued`): start with Preparing.
     Start,
+    /// A `Failed` migration whose source is to be powered back on (OnCancelOrFailure) and is
+    /// not yet: the power rule goes on.
+    RestorePower,
     /// A terminal phase, nothing asked: nothing to do.
     Settled,
     /// Work on the current checkpoint.
@@ -82,31 +86,33 @@ pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
     vmm.spec.source.power.restore_power_state == RestorePowerState::OnCancelOrFailure
 }
 
-/// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM; and the power is
-/// restored when the policy asks.
-pub fn cancel_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
-    let mut c = vec![
+/// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM (once the power
+/// rule is done with it: see [`Intent::Cancel`]).
+pub fn cancel_cleanup() -> Vec<Cleanup> {
+    vec![
         Cleanup::Job,
         Cleanup::Staging,
         Cleanup::VerifyJob,
         Cleanup::S3Secret,
         Cleanup::UnfinishedDataVolumes,
         Cleanup::Vm,
-    ];
-    if restores_on_cancel(vmm) {
-        c.push(Cleanup::RestorePower);
-    }
-    c
+    ]
 }
 
-/// What deleting the migration removes before the finalizer goes. A `Succeeded` migration has
-/// already released its VM and volumes and cleaned staging: nothing is touched then, least of
-/// all the source's power (the VM now runs in KubeVirt).
+/// What deleting the migration removes before the finalizer goes (after the power rule, when
+/// [`restores_on_delete`]). A `Succeeded` migration has already released its VM and volumes and
+/// cleaned staging: nothing is touched then.
 pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
     if vmm.phase() == Phase::Succeeded {
         return vec![Cleanup::Staging, Cleanup::S3Secret];
     }
-    cancel_cleanup(vmm)
+    cancel_cleanup()
+}
+
+/// Whether deleting `vmm` powers the source back on (through the power rule): as a cancel
+/// does, never after success (the VM now runs in KubeVirt).
+pub fn restores_on_delete(vmm: &VirtualMachineMigration) -> bool {
+    restores_on_cancel(vmm) && vmm.phase() != Phase::Succeeded
 }
 
 /// Whether `spec.staging` or `spec.conversion` differ from what the migration recorded when it
@@ -122,7 +128,10 @@ pub fn staging_changed(vmm: &VirtualMachineMigration) -> bool {
 /// Applies the intent policies in order. Pure.
 ///
 /// # Guarantees
-/// * `cancel` wins over everything but deletion, and never touches a `Succeeded` migration;
+/// * `cancel` wins over everything but deletion, and never touches a `Succeeded` migration (nor
+///   one whose VM was released: the power rule finds that out and the cancel gives way);
+/// * a `Failed` migration whose source is still to be powered back on (a pending
+///   `status.sourcePowerRestore`) goes on with it unless a cancel or a retry is asked;
 /// * a retry of a `Failed` migration resumes the checkpoint in `lastFailure.phase`, except when
 ///   the source was powered back on after the failure, or someone powered it on during the
 ///   migration (`SourcePoweredOn` past Preparing): its staged data is stale then, so it starts
@@ -133,7 +142,7 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
     let phase = vmm.phase();
     if vmm.spec.cancel && !matches!(phase, Phase::Succeeded | Phase::Cancelled) {
         return Intent::Cancel {
-            cleanup: cancel_cleanup(vmm),
+            cleanup: cancel_cleanup(),
         };
     }
     if vmm.retry_requested() {
@@ -183,7 +192,15 @@ pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
         }
     }
     if phase.is_terminal() {
-        return Intent::Settled;
+        let restoring = vmm
+            .status
+            .as_ref()
+            .is_some_and(|s| super::power::is_pending(s.source_power_restore.as_ref()));
+        return if restoring {
+            Intent::RestorePower
+        } else {
+            Intent::Settled
+        };
     }
     if vmm.spec.paused {
         return Intent::Paused;
@@ -368,18 +385,16 @@ mod tests {
     }
 
     #[test]
-    fn cleanup_plans_follow_the_power_policy_and_spare_a_finished_migration() {
+    fn power_follows_the_policy_and_spares_a_finished_migration() {
         let mut vmm = migration("m").with_phase(Phase::Importing);
-        assert!(cancel_cleanup(&vmm).contains(&Cleanup::RestorePower));
+        assert!(restores_on_cancel(&vmm) && restores_on_delete(&vmm));
+        assert!(!restores_on_failure(&vmm), "OnCancel by default");
         vmm.spec.source.power.restore_power_state = RestorePowerState::Never;
-        assert!(!cancel_cleanup(&vmm).contains(&Cleanup::RestorePower));
+        assert!(!restores_on_cancel(&vmm) && !restores_on_delete(&vmm));
         let done = migration("m").with_phase(Phase::Succeeded);
+        assert!(!restores_on_delete(&done));
         let c = delete_cleanup(&done);
-        assert!(
-            !c.contains(&Cleanup::RestorePower)
-                && !c.contains(&Cleanup::Vm)
-                && !c.contains(&Cleanup::AllDataVolumes)
-        );
+        assert!(!c.contains(&Cleanup::Vm) && !c.contains(&Cleanup::AllDataVolumes));
         assert!(
             delete_cleanup(&migration("m").with_phase(Phase::Converting)).contains(&Cleanup::Job)
         );
@@ -416,5 +431,49 @@ mod tests {
                 }
             );
         }
+    }
+
+    fn restore(
+        result: Option<ferry_crds::source::PowerRestoreResult>,
+    ) -> ferry_crds::source::SourcePowerRestore {
+        ferry_crds::source::SourcePowerRestore {
+            requested_at: t0(),
+            target_stopping_since: None,
+            finished_at: result.map(|_| t0()),
+            result,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_failure_whose_power_on_is_pending_goes_on_with_it_unless_cancelled_or_retried() {
+        let pending = || {
+            let mut vmm = failed_at(Phase::Validating);
+            if let Some(s) = vmm.status.as_mut() {
+                s.source_power_restore = Some(restore(None));
+            }
+            vmm
+        };
+        assert_eq!(decide(&pending()), Intent::RestorePower);
+        assert_eq!(
+            decide(&pending().paused()),
+            Intent::RestorePower,
+            "a paused migration takes no new step; this one is finishing its failure"
+        );
+        assert!(matches!(
+            decide(&pending().cancelled()),
+            Intent::Cancel { .. }
+        ));
+        assert!(matches!(
+            decide(&pending().with_retry(1)),
+            Intent::Retry { .. }
+        ));
+        let mut done = pending();
+        if let Some(s) = done.status.as_mut() {
+            s.source_power_restore = Some(restore(Some(
+                ferry_crds::source::PowerRestoreResult::TargetStillRunning,
+            )));
+        }
+        assert_eq!(decide(&done), Intent::Settled, "an ended one is settled");
     }
 }

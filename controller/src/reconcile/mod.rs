@@ -1,8 +1,10 @@
 //! The VirtualMachineMigration reconcile. Read the migration fresh; run the pure intent chain
-//! (delete → cancel → retry → paused → held → start); when it proceeds, the current
-//! checkpoint observes the world, decides (pure), carries out its actions, and — should one
-//! fail — decides again on that failure (pure). Then the status is written once (server-side
-//! apply, only when it changed) and the transition's Events are published.
+//! (delete → cancel → retry → pending power-on → paused → held → start); when it proceeds, the
+//! current checkpoint observes the world, decides (pure), carries out its actions, and — should
+//! one fail — decides again on that failure (pure). Then the status is written once (server-side
+//! apply, only when it changed) and the transition's Events are published. The source VM is
+//! powered back on only through the power rule (`power.rs`), before a cancel or a delete removes
+//! anything.
 
 pub mod checkpoint;
 pub mod cleanup;
@@ -12,6 +14,7 @@ pub mod credentials;
 pub mod importing;
 pub mod intents;
 pub mod outcome;
+pub mod power;
 pub mod preparing;
 pub mod scope;
 pub mod starting;
@@ -31,7 +34,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use self::checkpoint::{Checkpoint, Io, Ledger, with_checkpoint};
-use self::intents::{Cleanup, Intent};
+use self::intents::Intent;
 use self::outcome::{Outcome, Step, backoff};
 use self::scope::Scope;
 use crate::context::Context;
@@ -73,6 +76,14 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
     let deleting = fresh.meta().deletion_timestamp.is_some();
     if !has_finalizer && !deleting {
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
+    }
+    // The power rule may take a while (the target stopping) before a deleted migration's
+    // cleanup may run; meanwhile the finalizer stays.
+    if has_finalizer
+        && deleting
+        && let Some(wait) = delete_power(&fresh, &ctx).await?
+    {
+        return Ok(wait);
     }
     let c = ctx.clone();
     let result = finalizer(
@@ -140,17 +151,39 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         ledger: &ledger,
     };
     let mut notes = vec![];
+    let mut power_record = None;
     match &intent {
-        Intent::Proceed => {
-            return with_checkpoint!(
-                vmm.phase(),
-                |C| step::<C>(io, now).await,
-                otherwise Ok(Requeue::requeue(ctx.policy.wait_requeue))
-            );
-        }
+        Intent::Proceed => return proceed(io, now).await,
         Intent::Cancel { cleanup } => {
+            // The target stopped and the source powered back on first; nothing is removed
+            // before that (the VM stays, halted, for as long as ferry waits on it).
+            let report = power::restore(io, intents::restores_on_cancel(vmm), &now).await?;
+            if report.released && vmm.phase().is_checkpoint() {
+                // The cancel came after Validating handed the VM over: the migration is
+                // complete, and neither copy is touched.
+                info!(migration = %vmm.name_any(), "cancel after the VM was released: finishing instead");
+                return proceed(io, now).await;
+            }
+            notes.extend(report.notes(power::record(vmm)));
+            if let Some(wait) = report.pending {
+                let mut new = status::cancelling(vmm, report.record.as_ref(), &now);
+                new.children = ferry_crds::child::apply(new.children, &ledger.take());
+                write::status(ctx, &mut vmm.clone(), new, notes).await?;
+                return Ok(Requeue::requeue(wait.min(ctx.policy.wait_requeue)));
+            }
             let unfinished = cleanup::run(io, cleanup).await?;
             notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
+            power_record = report.record;
+        }
+        Intent::RestorePower => {
+            let report = power::restore(io, true, &now).await?;
+            let mut new = status::after_power(vmm, report.record.as_ref(), &now);
+            new.children = ferry_crds::child::apply(new.children, &ledger.take());
+            let notes = report.notes(power::record(vmm));
+            write::status(ctx, &mut vmm.clone(), new, notes).await?;
+            return Ok(report.pending.map_or_else(Requeue::await_change, |wait| {
+                Requeue::requeue(wait.min(ctx.policy.wait_requeue))
+            }));
         }
         Intent::Retry { cleanup, .. } => {
             cleanup::run(io, cleanup).await?;
@@ -159,9 +192,41 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     }
     if let Some(mut new) = status::after_intent(vmm, &intent, &now) {
         new.children = ferry_crds::child::apply(new.children, &ledger.take());
+        status::with_power(&mut new, vmm, power_record.as_ref(), &now);
         write::status(ctx, &mut vmm.clone(), new, notes).await?;
     }
     Ok(requeue_after_intent(&intent, &ctx.policy))
+}
+
+/// Works on the current checkpoint.
+async fn proceed(io: Io<'_>, now: Time) -> Result<Requeue> {
+    with_checkpoint!(
+        io.vmm.phase(),
+        |C| step::<C>(io, now).await,
+        otherwise Ok(Requeue::requeue(io.ctx.policy.wait_requeue))
+    )
+}
+
+/// The power rule for a deleted migration (`None` once it is done and the cleanup may run):
+/// the target stopped before the source is powered back on, as for a cancel.
+async fn delete_power(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Option<Requeue>> {
+    let now = Time(crate::context::whole_seconds(ctx.clock.now()));
+    // The migration goes with its finalizer: what the rule halts or deletes needs no record.
+    let ledger = Ledger::default();
+    let io = Io {
+        ctx,
+        vmm,
+        ledger: &ledger,
+    };
+    let report = power::restore(io, intents::restores_on_delete(vmm), &now).await?;
+    if report.record.is_some() {
+        let new = status::after_power(vmm, report.record.as_ref(), &now);
+        let notes = report.notes(power::record(vmm));
+        write::status(ctx, &mut vmm.clone(), new, notes).await?;
+    }
+    Ok(report
+        .pending
+        .map(|wait| Requeue::requeue(wait.min(ctx.policy.wait_requeue))))
 }
 
 /// When to look again after carrying out `intent`. Pure.
@@ -171,9 +236,11 @@ fn requeue_after_intent(intent: &Intent, policy: &Policy) -> Requeue {
             Requeue::requeue(policy.wait_requeue)
         }
         Intent::AckRetry => Requeue::requeue(Duration::from_millis(100)),
-        Intent::Cancel { .. } | Intent::Paused | Intent::Held | Intent::Settled => {
-            Requeue::await_change()
-        }
+        Intent::Cancel { .. }
+        | Intent::RestorePower
+        | Intent::Paused
+        | Intent::Held
+        | Intent::Settled => Requeue::await_change(),
     }
 }
 
@@ -184,15 +251,15 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
     let scope = Scope::new(vmm.clone(), now.0, ctx.policy.clone(), observed);
     let outcome = act::<C>(io, &scope, C::decide(&scope)).await?;
     let mut notes = vec![];
-    if matches!(outcome.step, Step::Fail { .. }) && intents::restores_on_failure(vmm) {
-        let unfinished = cleanup::run(io, &[Cleanup::RestorePower]).await?;
-        notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
-    }
-    let (requeue, retrying) = requeue_after_step(&outcome.step, &scope);
+    let (mut requeue, retrying) = requeue_after_step(&outcome.step, &scope);
     notes.extend(retrying);
     let mut new = status::after_outcome(vmm, &outcome, &now);
     // What this reconcile created, proved or deleted: recorded with its one status write.
     new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
+    if power::is_pending(new.source_power_restore.as_ref()) {
+        // A failure whose source is to be powered back on: the power rule goes on at once.
+        requeue = Requeue::requeue(Duration::from_millis(50));
+    }
     write::status(ctx, &mut vmm.clone(), new, notes).await?;
     Ok(requeue)
 }

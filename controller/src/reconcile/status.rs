@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use ferry_crds::source::{PowerRestoreResult, SourcePowerRestore};
 use ferry_crds::{
     Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, StagingRecord,
     VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history, names,
@@ -11,8 +12,9 @@ use ferry_crds::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::checkpoint::conditions_of;
-use super::intents::Intent;
+use super::intents::{self, Intent};
 use super::outcome::{CondUpdate, Outcome, Step};
+use super::power;
 
 /// The status as read, with all eight conditions present. Pure.
 pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
@@ -85,8 +87,11 @@ pub fn staging_record(vmm: &VirtualMachineMigration, s: &Status) -> StagingRecor
 /// The status after a checkpoint's outcome. Pure.
 ///
 /// # Guarantees
-/// `observedGeneration` moves to the spec's generation only when the outcome is not a failure:
-/// a transient retry or a failure has not reconciled that generation.
+/// * `observedGeneration` moves to the spec's generation only when the outcome is not a
+///   failure: a transient retry or a failure has not reconciled that generation.
+/// * A failure under `restorePowerState: OnCancelOrFailure` of a source ferry powered off
+///   records a pending `sourcePowerRestore`: the power rule powers the source on in later
+///   reconciles, once the target is down (the migration is `Failed` meanwhile).
 pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now: &Time) -> Status {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
@@ -164,6 +169,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
                 Reason::Failed,
                 format!("{phase} failed: {message}"),
             );
+            if intents::restores_on_failure(vmm) {
+                s.source_power_restore = power::requested(vmm, now);
+            }
             false
         }
         Step::Retry { reason, message } => {
@@ -197,20 +205,22 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
 }
 
 /// The status once `intent` was carried out (its cleanup done); `None` for
-/// [`Intent::Proceed`], whose status the checkpoint decides. Pure.
+/// [`Intent::Proceed`], whose status the checkpoint decides, and [`Intent::RestorePower`], whose
+/// status is [`after_power`]'s. Pure.
 ///
 /// # Guarantees
 /// * `Start` enters Preparing (first attempt); `Held` enters Queued; `Cancel` enters Cancelled,
 ///   marking the unfinished checkpoint's conditions; `Retry` enters the resumed checkpoint with
-///   one more attempt, the token taken and the conditions from there on reset (`lastFailure` is
-///   kept); `AckRetry` only takes the token; `Paused` and `Settled` change no phase.
+///   one more attempt, the token taken, the conditions from there on reset and the last
+///   power-on of the source forgotten (`lastFailure` is kept); `AckRetry` only takes the token;
+///   `Paused` and `Settled` change no phase.
 /// * `observedGeneration` moves to the spec's generation, except on a settled `Failed` migration
 ///   (its failure did not reconcile that generation).
 pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) -> Option<Status> {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
     let ready_and_message: Option<(ConditionStatus, Reason, String, String)> = match intent {
-        Intent::Proceed => return None,
+        Intent::Proceed | Intent::RestorePower => return None,
         Intent::Start => {
             s.attempts = s.attempts.max(1);
             enter(&mut s, Phase::Preparing, now);
@@ -296,6 +306,9 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
                 // A new attempt powers the source off anew (it may have been powered back on).
                 s.source_power_off = None;
             }
+            // A new attempt: the source is powered off anew, and back on only for its own
+            // cancel or failure.
+            s.source_power_restore = None;
             s.completed_at = None;
             enter(&mut s, resume, now);
             Some((
@@ -319,6 +332,102 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
         s.observed_generation = generation;
     }
     Some(s)
+}
+
+/// The status of a cancel waiting for the power rule (the target still stopping): the phase
+/// stays, `Ready` says `Cancelling` and what ferry waits for. Pure.
+pub fn cancelling(
+    vmm: &VirtualMachineMigration,
+    record: Option<&SourcePowerRestore>,
+    now: &Time,
+) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    let what = record
+        .and_then(|r| r.message.clone())
+        .unwrap_or_else(|| "stopping the target".to_owned());
+    let phase = s.phase;
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::Cancelling,
+        format!("cancelling in {phase}: {what}"),
+    );
+    s.source_power_restore = record.cloned();
+    s.message = Some(format!("cancelling: {what}"));
+    s.observed_generation = generation;
+    s
+}
+
+/// The status after a step of the power rule outside a cancel: a failure's pending power-on, a
+/// delete. Pure (see [`with_power`]).
+pub fn after_power(
+    vmm: &VirtualMachineMigration,
+    record: Option<&SourcePowerRestore>,
+    now: &Time,
+) -> Status {
+    let mut s = initial(vmm, now);
+    with_power(&mut s, vmm, record, now);
+    s
+}
+
+/// Records the power rule's `record` in `s` (the status of `vmm` after its step). Pure.
+///
+/// # Guarantees
+/// * `status.sourcePowerRestore` becomes `record` (nothing changes without one); `message` tells
+///   what changed, when it changed.
+/// * A power-on that gave up (`TargetStillRunning`) ends the migration with that reason:
+///   `lastFailure` (at the checkpoint that failed, or was cancelled) and `Ready` say so, once.
+pub fn with_power(
+    s: &mut Status,
+    vmm: &VirtualMachineMigration,
+    record: Option<&SourcePowerRestore>,
+    now: &Time,
+) {
+    let Some(r) = record else { return };
+    let before = power::record(vmm);
+    s.source_power_restore = Some(r.clone());
+    let what = r.message.clone().unwrap_or_default();
+    if before != Some(r) {
+        s.message = Some(what.clone());
+    }
+    let gave_up = r.result == Some(PowerRestoreResult::TargetStillRunning);
+    let said = s
+        .last_failure
+        .as_ref()
+        .is_some_and(|f| f.reason == Reason::TargetStillRunning);
+    if !gave_up || said {
+        return;
+    }
+    let phase = match vmm.phase() {
+        Phase::Failed | Phase::Cancelled => s.last_failure.as_ref().map(|f| f.phase),
+        p => Some(p),
+    }
+    .filter(|p| p.is_checkpoint())
+    .unwrap_or(Phase::Preparing);
+    let earlier = s
+        .last_failure
+        .as_ref()
+        .filter(|_| vmm.phase() == Phase::Failed)
+        .map(|f| format!(" (the migration had failed in {}: {})", f.phase, f.reason))
+        .unwrap_or_default();
+    s.last_failure = Some(LastFailure {
+        phase,
+        reason: Reason::TargetStillRunning,
+        message: format!("{what}{earlier}"),
+        retriable: false,
+        time: now.clone(),
+    });
+    ready(
+        s,
+        vmm.metadata.generation,
+        now,
+        ConditionStatus::False,
+        Reason::TargetStillRunning,
+        what,
+    );
 }
 
 /// The status without the fields that move with every byte copied.
@@ -701,5 +810,167 @@ mod tests {
             (held.phase, held.message.as_deref()),
             (Phase::Queued, Some("queued by MigrationWave w"))
         );
+    }
+
+    fn on_at_start(mut vmm: VirtualMachineMigration) -> VirtualMachineMigration {
+        vmm.status
+            .get_or_insert_with(Default::default)
+            .source
+            .get_or_insert_with(Default::default)
+            .power_state = Some(ferry_crds::PowerState::PoweredOn);
+        vmm
+    }
+
+    fn restore_record(result: Option<PowerRestoreResult>, message: &str) -> SourcePowerRestore {
+        SourcePowerRestore {
+            requested_at: t0(),
+            target_stopping_since: Some(t0()),
+            finished_at: result.map(|_| t1()),
+            result,
+            message: Some(message.into()),
+        }
+    }
+
+    #[test]
+    fn a_failure_under_on_cancel_or_failure_leaves_the_power_on_pending() {
+        let fail = Outcome::<()>::new(
+            Step::Fail {
+                reason: Reason::GuestAgentTimeout,
+                message: "no agent".into(),
+                retriable: true,
+                resume: Phase::Validating,
+            },
+            "no agent",
+        );
+        let mut vmm = on_at_start(
+            with_status(migration("m"), started(&migration("m"), &t0()))
+                .with_phase(Phase::Validating),
+        );
+        let s = after_outcome(&vmm, &fail, &t1());
+        assert_eq!(s.phase, Phase::Failed);
+        assert_eq!(s.source_power_restore, None, "OnCancel: nothing on failure");
+        vmm.spec.source.power.restore_power_state =
+            ferry_crds::RestorePowerState::OnCancelOrFailure;
+        let s = after_outcome(&vmm, &fail, &t1());
+        assert_eq!(s.phase, Phase::Failed, "failed at once");
+        let r = s.source_power_restore.clone().unwrap();
+        assert_eq!(
+            (r.requested_at, r.result),
+            (t1(), None),
+            "the power-on pending"
+        );
+        // A retry forgets it: the new attempt powers the source off anew.
+        let retried = super::after_intent(
+            &with_status(vmm.clone().with_retry(1), s),
+            &Intent::Retry {
+                resume: Phase::Preparing,
+                cleanup: vec![],
+            },
+            &ts(120),
+        )
+        .unwrap();
+        assert_eq!(retried.source_power_restore, None);
+    }
+
+    #[test]
+    fn a_cancel_waiting_on_the_target_says_so_and_keeps_its_phase() {
+        let vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Validating)
+            .cancelled();
+        let r = restore_record(None, "waiting for VirtualMachineInstance ns/x to be gone");
+        let s = cancelling(&vmm, Some(&r), &t1());
+        assert_eq!(s.phase, Phase::Validating);
+        assert_eq!(s.source_power_restore, Some(r.clone()));
+        let vmm = with_status(vmm, s);
+        let (status, reason) = status_of(&vmm, ConditionType::Ready);
+        assert_eq!((status, reason), (False, Reason::Cancelling));
+        assert!(
+            vmm.condition(ConditionType::Ready)
+                .unwrap()
+                .message
+                .contains("VirtualMachineInstance ns/x")
+        );
+        // The same wait again is no write.
+        let again = cancelling(&vmm, Some(&r), &ts(90));
+        assert!(!worth_writing(vmm.status.as_ref(), &again, None));
+    }
+
+    #[test]
+    fn giving_up_ends_the_migration_with_target_still_running_once() {
+        let failed = {
+            let mut vmm = with_status(migration("m"), started(&migration("m"), &t0()))
+                .with_phase(Phase::Failed);
+            if let Some(s) = vmm.status.as_mut() {
+                s.last_failure = Some(LastFailure {
+                    phase: Phase::Validating,
+                    reason: Reason::GuestAgentTimeout,
+                    message: "no agent".into(),
+                    retriable: true,
+                    time: t0(),
+                });
+                s.source_power_restore = Some(restore_record(None, "waiting"));
+            }
+            vmm
+        };
+        let gave_up = restore_record(
+            Some(PowerRestoreResult::TargetStillRunning),
+            "VirtualMachineInstance ns/x is still there",
+        );
+        let s = after_power(&failed, Some(&gave_up), &t1());
+        let f = s.last_failure.clone().unwrap();
+        assert_eq!(
+            (f.phase, f.reason, f.retriable),
+            (Phase::Validating, Reason::TargetStillRunning, false)
+        );
+        assert!(
+            f.message.contains("still there") && f.message.contains("GuestAgentTimeout"),
+            "{}",
+            f.message
+        );
+        let settled = with_status(migration("m"), s.clone());
+        assert_eq!(
+            status_of(&settled, ConditionType::Ready),
+            (False, Reason::TargetStillRunning)
+        );
+        let again = after_power(&settled, Some(&gave_up), &ts(300));
+        assert!(
+            !worth_writing(Some(&s), &again, None),
+            "said once: no new time on lastFailure"
+        );
+        // A cancel that gave up ends Cancelled with the reason, at the phase it was in.
+        let starting = with_status(migration("m"), started(&migration("m"), &t0()))
+            .with_phase(Phase::Starting)
+            .cancelled();
+        let mut s = super::after_intent(
+            &starting,
+            &Intent::Cancel {
+                cleanup: vec![Cleanup::Vm],
+            },
+            &t1(),
+        )
+        .unwrap();
+        with_power(&mut s, &starting, Some(&gave_up), &t1());
+        assert_eq!(s.phase, Phase::Cancelled);
+        assert_eq!(
+            s.last_failure.as_ref().map(|f| (f.phase, f.reason)),
+            Some((Phase::Starting, Reason::TargetStillRunning))
+        );
+        let done = with_status(migration("m"), s);
+        assert_eq!(
+            status_of(&done, ConditionType::Ready),
+            (False, Reason::TargetStillRunning)
+        );
+    }
+
+    #[test]
+    fn a_power_on_that_ended_well_is_recorded_without_a_failure() {
+        let vmm =
+            with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Failed);
+        let on = restore_record(Some(PowerRestoreResult::PoweredOn), "powered back on");
+        let s = after_power(&vmm, Some(&on), &t1());
+        assert_eq!(s.source_power_restore, Some(on));
+        assert_eq!(s.last_failure, None);
+        assert_eq!(s.message.as_deref(), Some("powered back on"));
+        assert_eq!(after_power(&vmm, None, &t1()).source_power_restore, None);
     }
 }

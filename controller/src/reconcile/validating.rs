@@ -1,7 +1,8 @@
 //! Validating: the guest passed the check spec.target.readiness asks for (the qemu guest agent
 //! connected, the instance Running and Ready, or nothing); then the staging objects and the CDI
-//! Secret are removed and the VM and its volumes released from the migration; only then does it
-//! succeed. KubeVirt's error states end it as they end Starting.
+//! Secret are removed and the volumes and, last, the VM released from the migration; only then
+//! does it succeed. KubeVirt's error states end it as they end Starting. Once the VM is released
+//! the migration is complete: nothing fails it any more, and the power rule touches neither copy.
 
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
@@ -62,17 +63,18 @@ pub struct Observed {
     pub vmi: VmiState,
     /// A KubeVirt error state of the VM.
     pub trouble: Option<Trouble>,
-    /// What remains to clean and release; only looked at once the guest is ready (`None`
-    /// before), so that waiting for a guest costs two reads.
+    /// What remains to clean and release; only looked at once the guest is ready and the VM not
+    /// yet released (`None` otherwise), so that waiting for a guest costs two reads.
     pub leftovers: Option<Result<Leftovers, Problem>>,
 }
 
 /// What Validating does to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Finish up: delete the staged objects and the CDI S3 Secret, and release the VirtualMachine
-    /// and its DataVolumes from the migration's ownership (deleting the migration record later
-    /// must not delete the migrated VM).
+    /// Finish up: delete the staged objects and the CDI S3 Secret, and release the DataVolumes
+    /// and then the VirtualMachine from the migration's ownership (deleting the migration record
+    /// later must not delete the migrated VM). The VM's release is the last act: a released VM
+    /// means everything else is done.
     Finish,
 }
 
@@ -108,7 +110,7 @@ impl Checkpoint for Validating {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let world::KubeVirtState { vm, vmi, trouble } = world::kubevirt_state(io).await?;
-        let leftovers = if guest_ready(io.vmm, &vmi) {
+        let leftovers = if guest_ready(io.vmm, &vmi) && !released(&vm) {
             Some(leftovers(io).await?)
         } else {
             None
@@ -192,6 +194,13 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
         super::cleanup::delete_cdi_objects(io).await?;
     }
     let release = serde_json::json!({"metadata": {"ownerReferences": null}});
+    for name in &left.owned_dvs {
+        io.api::<DataVolume>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&release))
+            .await?;
+        ctx.metrics.write("patch", "DataVolume");
+    }
+    // Last: from here on the migration is complete (see the power rule).
     if matches!(observed.vm, VmState::Ours { owned: true, .. }) {
         io.api::<VirtualMachine>()
             .patch(
@@ -202,17 +211,21 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
             .await?;
         ctx.metrics.write("patch", "VirtualMachine");
     }
-    for name in &left.owned_dvs {
-        io.api::<DataVolume>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&release))
-            .await?;
-        ctx.metrics.write("patch", "DataVolume");
-    }
     info!(migration = %io.vmm.metadata.name.as_deref().unwrap_or_default(), staged = left.staged.len(), "staging cleaned; VM and volumes released");
     Ok(None)
 }
 
+/// Whether Validating already released the VM (only it does, and last of all). Pure.
+fn released(vm: &VmState) -> bool {
+    matches!(vm, VmState::Ours { owned: false, .. })
+}
+
 /// Decides the Validating step. Pure.
+///
+/// # Guarantees
+/// A released VM (ferry releases it only after the guest was ready and everything else was
+/// done) advances to `Succeeded` whatever the guest does now: nothing fails a migration, nor
+/// powers its source back on, after the hand-over.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let Observed {
         vm,
@@ -222,6 +235,16 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     } = &scope.world;
     let target = &scope.vmm.spec.target.template;
     let readiness = target.readiness();
+    if released(vm) {
+        let (reason, msg) = ready_reason(readiness, target.run_strategy);
+        return Outcome::new(
+            Step::Advance {
+                to: Phase::Succeeded,
+            },
+            "migrated",
+        )
+        .with(GuestReady, True, reason, msg);
+    }
     if !guest_ready(&scope.vmm, vmi) {
         if matches!(vm, VmState::Absent | VmState::Foreign) {
             let msg = "the VirtualMachine is gone; raise spec.retry to create it again".to_owned();
@@ -284,24 +307,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         )
         .with(GuestReady, Unknown, Reason::InProgress, msg);
     }
-    let (reason, msg) = match readiness {
-        Readiness::None if target.run_strategy == RunStrategy::Halted => (
-            Reason::NotChecked,
-            "readiness None (runStrategy Halted): the VM is left stopped, nothing checked",
-        ),
-        Readiness::None => (
-            Reason::NotChecked,
-            "readiness None: the VM was created with its run strategy, nothing checked",
-        ),
-        Readiness::Running => (
-            Reason::VMReady,
-            "readiness Running: the VirtualMachineInstance is Running and Ready (no guest agent needed)",
-        ),
-        Readiness::AgentConnected => (
-            Reason::GuestAgentConnected,
-            "readiness AgentConnected: the guest agent connected",
-        ),
-    };
+    let (reason, msg) = ready_reason(readiness, target.run_strategy);
     let status = True;
     match leftovers {
         None => Outcome::new(
@@ -327,6 +333,28 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     }
 }
 
+/// GuestReady's reason and message once the guest passed `readiness`. Pure.
+fn ready_reason(readiness: Readiness, strategy: RunStrategy) -> (Reason, &'static str) {
+    match readiness {
+        Readiness::None if strategy == RunStrategy::Halted => (
+            Reason::NotChecked,
+            "readiness None (runStrategy Halted): the VM is left stopped, nothing checked",
+        ),
+        Readiness::None => (
+            Reason::NotChecked,
+            "readiness None: the VM was created with its run strategy, nothing checked",
+        ),
+        Readiness::Running => (
+            Reason::VMReady,
+            "readiness Running: the VirtualMachineInstance is Running and Ready (no guest agent needed)",
+        ),
+        Readiness::AgentConnected => (
+            Reason::GuestAgentConnected,
+            "readiness AgentConnected: the guest agent connected",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,7 +362,16 @@ mod tests {
     use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
+    /// Our VM, not released yet.
     fn ours() -> VmState {
+        VmState::Ours {
+            run_strategy: Some("Always".into()),
+            owned: true,
+        }
+    }
+
+    /// Our VM, released by an earlier Finish.
+    fn released_vm() -> VmState {
         VmState::Ours {
             run_strategy: Some("Always".into()),
             owned: false,
@@ -424,6 +461,18 @@ mod tests {
         );
         assert_eq!(
             agent(vmi("Running", true, true), Ok(false)),
+            Step::Act(vec![Action::Finish]),
+            "staging is clean, the VM is still to be released"
+        );
+        assert_eq!(
+            step_with(
+                RunStrategy::Always,
+                Some(Readiness::AgentConnected),
+                released_vm(),
+                vmi("Running", true, true),
+                Ok(false),
+                5
+            ),
             Step::Advance {
                 to: Phase::Succeeded
             }
@@ -455,7 +504,7 @@ mod tests {
             step_with(
                 RunStrategy::Halted,
                 None,
-                ours(),
+                released_vm(),
                 VmiState::Absent,
                 Ok(false),
                 5
@@ -555,13 +604,7 @@ mod tests {
             match want {
                 Some(r) => {
                     assert_eq!((c.status, c.reason), (True, r), "{name}");
-                    assert_eq!(
-                        o.step,
-                        Step::Advance {
-                            to: Phase::Succeeded
-                        },
-                        "{name}"
-                    );
+                    assert_eq!(o.step, Step::Act(vec![Action::Finish]), "{name}");
                 }
                 None => {
                     assert_eq!(
@@ -572,6 +615,46 @@ mod tests {
                     assert!(matches!(o.step, Step::Wait { .. }), "{name}");
                 }
             }
+        }
+    }
+
+    /// The release is the last act of Validating: afterwards no guest trouble, timeout or
+    /// missing leftover check fails the migration (a cancel then gives way, see the power rule).
+    #[test]
+    fn after_the_release_nothing_fails_the_migration() {
+        let late = Policy::default().agent_timeout.as_secs() as i64 + 100;
+        let trouble = Some(Trouble {
+            error: KvError::CrashLoopBackOff,
+            message: "the VirtualMachineInstance failed 2 time(s) in a row".into(),
+            since: None,
+        });
+        for (name, vmi) in [
+            ("the agent went away", vmi("Running", true, false)),
+            ("the instance is gone", VmiState::Absent),
+            ("it failed", vmi("Failed", false, false)),
+        ] {
+            let o = outcome(
+                RunStrategy::Always,
+                Some(Readiness::AgentConnected),
+                released_vm(),
+                vmi,
+                trouble.clone(),
+                Err(Problem::permanent(Reason::SecretNotFound, "gone")),
+                late,
+            );
+            assert_eq!(
+                o.step,
+                Step::Advance {
+                    to: Phase::Succeeded
+                },
+                "{name}"
+            );
+            let c = o.conditions.iter().find(|c| c.type_ == GuestReady).unwrap();
+            assert_eq!(
+                (c.status, c.reason),
+                (True, Reason::GuestAgentConnected),
+                "{name}"
+            );
         }
     }
 

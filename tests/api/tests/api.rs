@@ -546,8 +546,14 @@ async fn staging_and_conversion_are_fixed_while_a_migration_runs() {
     let phase = |p: &str| json!({"status": {"phase": p}});
     let changes = [
         ("prefix", json!({"spec": {"staging": {"prefix": "moved"}}})),
-        ("bucket", json!({"spec": {"staging": {"bucket": "other-bucket"}}})),
-        ("format", json!({"spec": {"conversion": {"format": "qcow2"}}})),
+        (
+            "bucket",
+            json!({"spec": {"staging": {"bucket": "other-bucket"}}}),
+        ),
+        (
+            "format",
+            json!({"spec": {"conversion": {"format": "qcow2"}}}),
+        ),
     ];
     // Not started yet: anything goes.
     vmms.patch(
@@ -558,10 +564,20 @@ async fn staging_and_conversion_are_fixed_while_a_migration_runs() {
     .await
     .unwrap();
     let mut wrong = vec![];
-    for running in ["Preparing", "Converting", "Importing", "Validating", "Succeeded"] {
-        vmms.patch_status("fixed", &PatchParams::default(), &Patch::Merge(&phase(running)))
-            .await
-            .unwrap();
+    for running in [
+        "Preparing",
+        "Converting",
+        "Importing",
+        "Validating",
+        "Succeeded",
+    ] {
+        vmms.patch_status(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(&phase(running)),
+        )
+        .await
+        .unwrap();
         for (what, patch) in &changes {
             match vmms
                 .patch("fixed", &PatchParams::default(), &Patch::Merge(patch))
@@ -590,9 +606,13 @@ async fn staging_and_conversion_are_fixed_while_a_migration_runs() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     for settled in ["Failed", "Cancelled"] {
-        vmms.patch_status("fixed", &PatchParams::default(), &Patch::Merge(&phase(settled)))
-            .await
-            .unwrap();
+        vmms.patch_status(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(&phase(settled)),
+        )
+        .await
+        .unwrap();
         for (_, patch) in &changes {
             vmms.patch("fixed", &PatchParams::default(), &Patch::Merge(patch))
                 .await

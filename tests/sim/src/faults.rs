@@ -6,7 +6,7 @@
 //! ```text
 //! spec    := rule ( "," rule )*            whitespace around tokens is ignored
 //! rule    := step "=" mode
-//! step    := "convert" | "import" | "vmi" | "agent"
+//! step    := "convert" | "import" | "vmi" | "agent" | "stop"
 //! mode    := kind [ "@" percent "%" ]      percent in [0, 100]; only `import` has progress
 //! kind    := "once" | "transient" | "always" | "permanent"
 //! ```
@@ -44,10 +44,20 @@ pub enum Step {
     /// The guest agent. Retriable: the agent of this VMI never connects (a new VMI's will).
     /// Terminal: no VMI's agent connects.
     Agent,
+    /// A deleted VMI's stop, as its node sees it. Retriable (`once`): the node answers late and
+    /// the VMI goes after twice its grace. `always` and terminal: the node is lost and the VMI
+    /// never goes (its finalizer stays), as with a virt-handler that is down.
+    Stop,
 }
 
 impl Step {
-    pub const ALL: [Step; 4] = [Step::Convert, Step::Import, Step::Vmi, Step::Agent];
+    pub const ALL: [Step; 5] = [
+        Step::Convert,
+        Step::Import,
+        Step::Vmi,
+        Step::Agent,
+        Step::Stop,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -55,6 +65,7 @@ impl Step {
             Step::Import => "import",
             Step::Vmi => "vmi",
             Step::Agent => "agent",
+            Step::Stop => "stop",
         }
     }
 

@@ -1,8 +1,14 @@
 //! KubeVirt's part: a VirtualMachine whose run strategy asks for it gets a
 //! VirtualMachineInstance of the same name (owned by the VM), walked `Pending` → `Scheduling`
 //! → `Scheduled` → `Running` on node `sim-node` with `Ready`, then `AgentConnected`; `Halted`
-//! deletes it; the VM's `created`/`ready`/`printableStatus`/`Ready`/`startFailure` follow
-//! (after `pkg/virt-controller/watch/vm` in kubevirt).
+//! (or deleting the VM) deletes it; the VM's `created`/`ready`/`printableStatus`/`Ready`/
+//! `startFailure` follow (after `pkg/virt-controller/watch/vm` in kubevirt).
+//!
+//! Stopping takes as long as in KubeVirt at worst: a VMI carries virt-controller's finalizer from
+//! its creation, and a deleted one whose guest may run stays `Running` for its whole
+//! `terminationGracePeriodSeconds` (a guest that ignores the ACPI shutdown), then ends
+//! `Succeeded` and loses the finalizer. A VM carries the VM controller's finalizer, so a deleted
+//! VM stays `Terminating` until its VMI is gone.
 //!
 //! A VMI's fault fate is decided once, when it is created, and written on it as an
 //! annotation: every later decision is a pure function of the objects and the clock.
@@ -38,6 +44,17 @@ use crate::{Error, Result};
 pub const VMI_FATE_ANNOTATION: &str = "sim.ferry.example/vmi-fate";
 /// Annotation on a VMI whose guest agent never connects (value `silent`).
 pub const AGENT_FATE_ANNOTATION: &str = "sim.ferry.example/agent-fate";
+/// Annotation on a VMI whose node stops answering while it stops: `late` (it goes one grace
+/// period late) or `lost` (it never goes: its finalizer stays).
+pub const STOP_FATE_ANNOTATION: &str = "sim.ferry.example/stop-fate";
+/// virt-controller's finalizer on every VMI (`VirtualMachineInstanceFinalizer`, added by virt-api's
+/// VMI mutator at creation), removed once the VMI is final and its pods are gone.
+pub const VMI_FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
+/// The VM controller's finalizer on a VM (`VirtualMachineControllerFinalizer`), removed once the
+/// deleted VM's VMI is gone.
+pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+/// KubeVirt's grace for a VMI that names none (`DefaultGracePeriodSeconds`).
+pub const DEFAULT_GRACE_SECONDS: u64 = 30;
 
 /// `spec.runStrategy`, or what the legacy `spec.running` means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +112,8 @@ pub struct Timing {
     pub agent: Duration,
     pub fail_after: Duration,
     pub recheck: Duration,
+    /// One second of the real component (a VMI's grace is counted in these).
+    pub second: Duration,
 }
 
 impl Timing {
@@ -107,6 +126,7 @@ impl Timing {
             agent: speed.ms(3000),
             fail_after: speed.ms(1000),
             recheck: speed.ms(1000).max(Duration::from_millis(50)),
+            second: speed.ms(1000),
         }
     }
 }
@@ -349,6 +369,76 @@ pub fn step_vmi(
     }
 }
 
+/// A VMI's `spec.terminationGracePeriodSeconds`, KubeVirt's default when unset. Pure.
+pub fn grace_seconds(vmi: &VirtualMachineInstance) -> u64 {
+    vmi.spec
+        .rest
+        .get("terminationGracePeriodSeconds")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+}
+
+/// What happens to a VMI being deleted, and when to look again. Pure.
+///
+/// Guarantees: a VMI whose guest may run (`Scheduled`, `Running`) keeps its phase until its
+/// grace has passed since the deletion (counted from the end of the deletion's second:
+/// `deletionTimestamp` has whole seconds), then ends `Succeeded`; a final one, or one that never
+/// got a guest, loses the finalizer at once; a `lost` one never changes, a `late` one takes
+/// twice its grace.
+pub fn step_stopping(
+    vmi: &VirtualMachineInstance,
+    t: &Timing,
+    now: Timestamp,
+) -> (VmiAction, Option<Duration>) {
+    let fate = vmi
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(STOP_FATE_ANNOTATION))
+        .map(String::as_str);
+    if fate == Some("lost") {
+        return (VmiAction::Nothing, None);
+    }
+    let held = vmi.finalizers().iter().any(|f| f == VMI_FINALIZER);
+    let st = vmi.status.clone().unwrap_or_default();
+    let guest = st.phase == phase::SCHEDULED || st.phase == phase::RUNNING;
+    if !guest {
+        let action = if held {
+            VmiAction::Release
+        } else {
+            VmiAction::Nothing
+        };
+        return (action, None);
+    }
+    let deleted = vmi
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    let periods = if fate == Some("late") { 2 } else { 1 };
+    let grace = t.second * u32::try_from(grace_seconds(vmi) * periods).unwrap_or(u32::MAX);
+    let due = clock::add(deleted, Duration::from_secs(1) + grace);
+    if now < due {
+        return (
+            VmiAction::Nothing,
+            Some(clock::elapsed(now, due).max(Duration::from_millis(10))),
+        );
+    }
+    let now_s = clock::format(now);
+    let mut s = st;
+    enter(&mut s, phase::SUCCEEDED, &now_s);
+    conditions::set(
+        &mut s.conditions,
+        Flavour::KubeVirt,
+        "Ready",
+        false,
+        "GuestNotRunning",
+        "Guest VM is not reported as running",
+        &now_s,
+    );
+    (VmiAction::Patch(s), Some(Duration::from_millis(10)))
+}
+
 /// KubeVirt's crash-loop backoff before a failed VMI is replaced: 10 s doubling to 5 min.
 pub fn start_backoff(consecutive_failures: i64) -> Duration {
     let exp = u32::try_from((consecutive_failures - 1).clamp(0, 5)).unwrap_or(0);
@@ -362,13 +452,17 @@ pub enum VmiAction {
     Create,
     Delete,
     Patch(VirtualMachineInstanceStatus),
+    /// Remove virt-controller's finalizer: the deleted VMI goes.
+    Release,
 }
 
-/// One decision for a VM: the VMI action, the VM status to show, when to look again.
+/// One decision for a VM: the VMI action, the VM status to show, its finalizer (add, remove),
+/// when to look again.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VmDecision {
     pub action: VmiAction,
     pub status: VirtualMachineStatus,
+    pub vm_finalizer: Option<bool>,
     pub requeue: Option<Duration>,
 }
 
@@ -511,12 +605,14 @@ pub fn decide(
     let old_failure = vm.status.as_ref().and_then(|s| s.start_failure.clone());
     let mut failure = old_failure.clone();
     let mut requeue = None;
+    let vm_deleting = vm.metadata.deletion_timestamp.is_some();
     let action = match vmi {
         Some(v) if v.metadata.deletion_timestamp.is_some() => {
-            requeue = Some(t.recheck);
-            VmiAction::Nothing
+            let (action, after) = step_stopping(v, t, now);
+            requeue = after;
+            action
         }
-        Some(_) if strategy == RunStrategy::Halted => VmiAction::Delete,
+        Some(_) if strategy == RunStrategy::Halted || vm_deleting => VmiAction::Delete,
         Some(v) => {
             let st = v.status.clone().unwrap_or_default();
             if st.is_final() {
@@ -552,6 +648,7 @@ pub fn decide(
                 next.map_or(VmiAction::Nothing, VmiAction::Patch)
             }
         }
+        None if vm_deleting => VmiAction::Nothing,
         None if strategy.wants_vmi() => {
             let retry_at = failure
                 .as_ref()
@@ -569,9 +666,16 @@ pub fn decide(
     };
     let dv_failed = matches!(volumes, VolumeCheck::DataVolumeFailed(_));
     let status = vm_status(vm, vmi, &action, failure, &now_s, dv_failed);
+    let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
+    let vm_finalizer = match (vm_deleting, has_finalizer) {
+        (false, false) => Some(true),
+        (true, true) if vmi.is_none() => Some(false),
+        (true, true) | (true, false) | (false, true) => None,
+    };
     VmDecision {
         action,
         status,
+        vm_finalizer,
         requeue,
     }
 }
@@ -597,6 +701,7 @@ pub fn vmi_for(vm: &VirtualMachine, fates: &BTreeMap<String, String>) -> Virtual
     vmi.metadata.namespace = vm.namespace();
     vmi.metadata.labels = Some(labels);
     vmi.metadata.annotations = Some(annotations);
+    vmi.metadata.finalizers = Some(vec![VMI_FINALIZER.to_owned()]);
     vmi.metadata.owner_references = Some(vec![OwnerReference {
         api_version: VirtualMachine::api_version(&()).to_string(),
         kind: VirtualMachine::kind(&()).to_string(),
@@ -675,6 +780,13 @@ async fn fates(sim: &Sim, vm: &VirtualMachine) -> Result<BTreeMap<String, String
     {
         out.insert(AGENT_FATE_ANNOTATION.to_string(), "silent".to_string());
     }
+    if let Some(f) = faults
+        .take(&sim.client, &sim.settings.rates, Step::Stop)
+        .await?
+    {
+        let fate = if f.record { "late" } else { "lost" };
+        out.insert(STOP_FATE_ANNOTATION.to_string(), fate.to_string());
+    }
     Ok(out)
 }
 
@@ -740,6 +852,27 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
+    if let Some(add) = d.vm_finalizer {
+        let mut finalizers: Vec<String> = vm
+            .finalizers()
+            .iter()
+            .filter(|f| *f != VM_FINALIZER)
+            .cloned()
+            .collect();
+        if add {
+            finalizers.push(VM_FINALIZER.to_owned());
+        }
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": finalizers, "resourceVersion": vm.resource_version(),
+        }});
+        sim.api::<VirtualMachine>(&ns)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        if !add {
+            info!(vm = %format!("{ns}/{name}"), "VM released (its VMI is gone)");
+            return Ok(Action::await_change());
+        }
+    }
     match d.action {
         VmiAction::Nothing => {}
         VmiAction::Create => {
@@ -757,6 +890,23 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
                 .map(|_| ())
                 .or_else(ignore_not_found)?;
             info!(vm = %format!("{ns}/{name}"), "deleted VMI");
+        }
+        VmiAction::Release => {
+            if let Some(v) = &vmi {
+                let finalizers: Vec<&String> = v
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != VMI_FINALIZER)
+                    .collect();
+                let patch = serde_json::json!({"metadata": {
+                    "finalizers": finalizers, "resourceVersion": v.resource_version(),
+                }});
+                vmis.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+                    .or_else(ignore_not_found)?;
+                info!(vmi = %format!("{ns}/{name}"), "VMI stopped and gone");
+            }
         }
         VmiAction::Patch(status) => {
             let patch = serde_json::json!({"status": status});
@@ -1206,6 +1356,160 @@ mod tests {
         assert_eq!(
             d.status.printable_status.as_deref(),
             Some("DataVolumeError")
+        );
+    }
+
+    /// `vmi` deleted at `at`, with `grace` seconds (KubeVirt's default when `None`).
+    fn deleted(
+        mut vmi: VirtualMachineInstance,
+        when: &str,
+        grace: Option<u64>,
+    ) -> VirtualMachineInstance {
+        vmi.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(when)),
+        );
+        if let Some(g) = grace {
+            vmi.spec
+                .rest
+                .insert("terminationGracePeriodSeconds".into(), g.into());
+        }
+        vmi
+    }
+
+    #[test]
+    fn a_deleted_running_vmi_keeps_running_for_its_grace_then_goes() {
+        let always = vm(Some("Always"), None);
+        let (running, _) = walk(
+            &always,
+            vmi_of(&always, &[]),
+            at("2026-01-01T00:00:00Z"),
+            50,
+        );
+        let v = vm(Some("Halted"), None);
+        assert_eq!(running.status.as_ref().unwrap().phase, "Running");
+        assert!(
+            running.finalizers().iter().any(|f| f == VMI_FINALIZER),
+            "from its creation"
+        );
+        let gone_at = |grace: Option<u64>, fates: &[(&str, &str)]| {
+            let mut vmi = deleted(running.clone(), "2026-01-01T00:01:00Z", grace);
+            vmi.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(fates.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            let mut now = at("2026-01-01T00:01:00Z");
+            for _ in 0..20 {
+                let (action, after) = step_stopping(&vmi, &t(), now);
+                match action {
+                    VmiAction::Nothing => {
+                        assert_eq!(
+                            vmi.status.as_ref().unwrap().phase,
+                            "Running",
+                            "running while it stops"
+                        );
+                        let d = decide(&v, Some(&vmi), &VolumeCheck::Ready, "n", &t(), now);
+                        assert_eq!(d.status.printable_status.as_deref(), Some("Stopping"));
+                    }
+                    VmiAction::Patch(s) => {
+                        assert_eq!(s.phase, "Succeeded");
+                        vmi.status = Some(s);
+                    }
+                    VmiAction::Release => {
+                        return Some(clock::elapsed(at("2026-01-01T00:01:00Z"), now));
+                    }
+                    other => panic!("{other:?}"),
+                }
+                match after {
+                    Some(d) => now = clock::add(now, d),
+                    None => return None,
+                }
+            }
+            None
+        };
+        // The default grace (30 s), from the end of the deletion's second.
+        let d = gone_at(None, &[]).unwrap();
+        assert!(
+            d >= Duration::from_secs(31) && d < Duration::from_secs(32),
+            "{d:?}"
+        );
+        let d = gone_at(Some(3), &[]).unwrap();
+        assert!(
+            d >= Duration::from_secs(4) && d < Duration::from_secs(5),
+            "{d:?}"
+        );
+        let d = gone_at(Some(3), &[(STOP_FATE_ANNOTATION, "late")]).unwrap();
+        assert!(d >= Duration::from_secs(7), "twice the grace: {d:?}");
+        assert_eq!(
+            gone_at(Some(3), &[(STOP_FATE_ANNOTATION, "lost")]),
+            None,
+            "never"
+        );
+    }
+
+    #[test]
+    fn a_deleted_vmi_without_a_guest_goes_at_once() {
+        let v = vm(Some("Always"), None);
+        let (pending, _) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 1);
+        assert_eq!(pending.status.as_ref().unwrap().phase, "Pending");
+        let (action, _) = step_stopping(
+            &deleted(pending, "2026-01-01T00:00:01Z", None),
+            &t(),
+            at("2026-01-01T00:00:01Z"),
+        );
+        assert_eq!(action, VmiAction::Release);
+        let (failed, _) = walk(
+            &v,
+            vmi_of(&v, &[(VMI_FATE_ANNOTATION, "fail")]),
+            at("2026-01-01T00:00:00Z"),
+            50,
+        );
+        let (action, _) = step_stopping(
+            &deleted(failed, "2026-01-01T00:01:00Z", None),
+            &t(),
+            at("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(action, VmiAction::Release, "a final VMI's guest is down");
+    }
+
+    #[test]
+    fn a_deleted_vm_stops_its_vmi_and_goes_after_it() {
+        let mut v = vm(Some("Always"), None);
+        let d = decide(
+            &v,
+            None,
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(d.vm_finalizer, Some(true), "the VM controller's finalizer");
+        v.metadata.finalizers = Some(vec![VM_FINALIZER.into()]);
+        let (running, _) = walk(&v, vmi_of(&v, &[]), at("2026-01-01T00:00:00Z"), 50);
+        v.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            at("2026-01-01T00:01:00Z"),
+        ));
+        let d = decide(
+            &v,
+            Some(&running),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!((d.action, d.vm_finalizer), (VmiAction::Delete, None));
+        assert_eq!(d.status.printable_status.as_deref(), Some("Terminating"));
+        let d = decide(
+            &v,
+            None,
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:02:00Z"),
+        );
+        assert_eq!(
+            (d.action, d.vm_finalizer),
+            (VmiAction::Nothing, Some(false)),
+            "no new VMI; the VM goes once its VMI is gone"
         );
     }
 

@@ -523,6 +523,13 @@ async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_remo
         (Some(true), Some(true))
     );
 
+    assert!(
+        vmi.finalizers()
+            .iter()
+            .any(|f| f == "kubevirt.io/foregroundDeleteVirtualMachine"),
+        "virt-controller's finalizer from the start"
+    );
+
     vms.patch(
         "web",
         &PatchParams::default(),
@@ -530,6 +537,17 @@ async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_remo
     )
     .await
     .unwrap();
+    // The guest shuts down for its grace (30 s, KubeVirt's default, at speed 5: 6 s): the
+    // instance is still there and Running, the VM Stopping.
+    let stopping = wait_for(&vmis, "web", "VMI being deleted", |v| {
+        v.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    assert_eq!(json(&stopping)["status"]["phase"], "Running");
+    wait_for(&vms, "web", "VM Stopping", |v| {
+        vm_printable(v) == "Stopping"
+    })
+    .await;
     eventually("VMI deleted", WAIT, || {
         let vmis = vmis.clone();
         async move {
@@ -543,6 +561,105 @@ async fn a_vm_that_runs_always_gets_a_running_vmi_with_its_agent_and_halted_remo
     .unwrap();
     let vm = wait_for(&vms, "web", "VM Stopped", |v| vm_printable(v) == "Stopped").await;
     assert_eq!(json(&vm)["status"]["created"].as_bool(), Some(false));
+}
+
+/// A deleted VM stays Terminating while its instance stops for its own grace (the template's
+/// `terminationGracePeriodSeconds`), then both are gone; an instance whose node is lost
+/// (`stop=permanent`) never goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_vm_waits_for_its_instance_and_a_lost_node_keeps_it() {
+    let w = World::new("sim-vm-stop", &["--speed", "5"]).await;
+    blank_dv(&w, "root").await;
+    let vms = dyn_api(&w, &vm_resource());
+    let vmis = dyn_api(&w, &vmi_resource());
+    let mut spec = virtual_machine("grace", "Always", "root", serde_json::json!({}));
+    spec["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 10.into();
+    create(&vms, spec).await;
+    let vmi = wait_for(&vmis, "grace", "VMI Running", |v| {
+        json(v)["status"]["phase"] == "Running"
+    })
+    .await;
+    assert_eq!(json(&vmi)["spec"]["terminationGracePeriodSeconds"], 10);
+    let vm = vms.get("grace").await.unwrap();
+    assert!(
+        vm.finalizers()
+            .iter()
+            .any(|f| f == "kubevirt.io/virtualMachineControllerFinalize")
+    );
+    vms.delete("grace", &DeleteParams::background())
+        .await
+        .unwrap();
+    let vm = wait_for(&vms, "grace", "VM Terminating", |v| {
+        vm_printable(v) == "Terminating"
+    })
+    .await;
+    assert!(vm.metadata.deletion_timestamp.is_some());
+    let stopping = wait_for(&vmis, "grace", "its VMI stopping", |v| {
+        v.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    assert_eq!(json(&stopping)["status"]["phase"], "Running");
+    eventually("VM and VMI gone", WAIT, || {
+        let (vms, vmis) = (vms.clone(), vmis.clone());
+        async move {
+            let vm = vms.get_opt("grace").await.ok()?;
+            let vmi = vmis.get_opt("grace").await.ok()?;
+            (vm.is_none() && vmi.is_none()).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+
+    create(
+        &vms,
+        virtual_machine(
+            "lost",
+            "Always",
+            "root",
+            serde_json::json!({"sim.ferry.example/fault": "stop=permanent"}),
+        ),
+    )
+    .await;
+    let vmi = wait_for(&vmis, "lost", "VMI Running", |v| {
+        json(v)["status"]["phase"] == "Running"
+    })
+    .await;
+    assert_eq!(vmi.annotations()["sim.ferry.example/stop-fate"], "lost");
+    vms.patch(
+        "lost",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"runStrategy": "Halted"}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&vmis, "lost", "VMI being deleted", |v| {
+        v.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    // Three times its scaled grace (30 s at speed 5): still there, still Running.
+    let vmi = vmis.get("lost").await.unwrap();
+    let deleted = vmi.metadata.deletion_timestamp.clone().unwrap().0;
+    eventually(
+        "three grace periods past the deletion",
+        WAIT,
+        || async move {
+            let past = k8s_openapi::jiff::Timestamp::now().duration_since(deleted)
+                >= k8s_openapi::jiff::SignedDuration::from_secs(18);
+            past.then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let vmi = vmis.get("lost").await.unwrap();
+    assert_eq!(json(&vmi)["status"]["phase"], "Running");
+    // Let it go, as an administrator would, so the namespace can be deleted.
+    vmis.patch(
+        "lost",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
