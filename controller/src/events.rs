@@ -47,12 +47,15 @@ impl Note {
                 EventType::Normal
             },
             reason: self.reason.as_str().to_owned(),
-            note: Some(truncate(&self.note, 1000)),
+            note: Some(truncate(&self.note, NOTE_MAX)),
             action: self.action.as_str().to_owned(),
             secondary: None,
         }
     }
 }
+
+/// The longest note ferry writes on an Event (the API server's limit is 1 KiB).
+const NOTE_MAX: usize = 1000;
 
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -160,6 +163,40 @@ pub fn cleanup_incomplete(what: &str) -> Note {
     Note::warning(EventReason::CleanupIncomplete, EventAction::Cleanup, what)
 }
 
+/// The Warning of a delete whose cleanup cannot remove what the migration staged (it retries).
+/// Pure.
+pub fn cleanup_blocked(message: &str) -> Note {
+    Note::warning(
+        EventReason::Condition(Reason::CleanupBlocked),
+        EventAction::Cleanup,
+        message,
+    )
+}
+
+/// The Warnings of an abandoned cleanup: every object left behind, in as many Events as their
+/// names need (an Event's note holds 1000 bytes, and none of `left` may be cut off). Pure.
+pub fn cleanup_abandoned(why: &str, left: &[String]) -> Vec<Note> {
+    let head = format!("cleanup abandoned ({why}); left behind:");
+    let mut notes = vec![];
+    let mut note = head.clone();
+    for (i, item) in left.iter().enumerate() {
+        if note.len() + 1 + item.len() > NOTE_MAX && note != head {
+            notes.push(note);
+            note = format!("left behind (continued, from {}):", i + 1);
+        }
+        note.push(' ');
+        note.push_str(item);
+    }
+    if left.is_empty() {
+        note.push_str(" nothing");
+    }
+    notes.push(note);
+    notes
+        .into_iter()
+        .map(|n| Note::warning(EventReason::CleanupAbandoned, EventAction::Cleanup, n))
+        .collect()
+}
+
 /// The Event of a deleted migration whose partial results were removed in `phase`. Pure.
 pub fn deleted(phase: Phase) -> Note {
     Note::normal(
@@ -236,5 +273,30 @@ mod tests {
         let e =
             Note::normal(EventReason::Deleted, EventAction::Cleanup, "é".repeat(600)).to_event();
         assert!(e.note.unwrap().len() <= 1004);
+    }
+
+    #[test]
+    fn an_abandoned_cleanup_lists_every_object_left_in_notes_that_fit() {
+        let left: Vec<String> = (0..64)
+            .flat_map(|i| {
+                let k = format!("ferry/ns/a-rather-long-migration-name/disk-{i}.img");
+                [format!("s3://bucket/{k}"), format!("s3://bucket/{k}.state.json")]
+            })
+            .collect();
+        let notes = cleanup_abandoned("connection refused", &left);
+        assert!(notes.len() > 1, "128 names do not fit one Event");
+        let mut seen = 0;
+        for n in &notes {
+            assert!(n.warning && n.reason == EventReason::CleanupAbandoned);
+            let e = n.to_event();
+            let note = e.note.unwrap();
+            assert!(note.len() <= NOTE_MAX && !note.ends_with('…'), "not cut: {note}");
+            seen += left.iter().filter(|l| note.contains(l.as_str())).count();
+        }
+        assert_eq!(seen, left.len(), "every object, once");
+        assert!(notes[0].note.contains("connection refused"));
+        let none = cleanup_abandoned("x", &[]);
+        assert_eq!(none.len(), 1);
+        assert!(none[0].note.ends_with("nothing"));
     }
 }

@@ -265,11 +265,15 @@ pub enum Reason {
     /// The target VM's instance did not go within the bound after ferry stopped the VM, so the
     /// source VM was not powered back on (two copies of one VM must never run).
     TargetStillRunning,
+    /// The migration is being deleted and its cleanup cannot remove what it staged (staging
+    /// unreachable, credentials refused): it retries with backoff until it can, or until the
+    /// owner sets the abandon-cleanup annotation.
+    CleanupBlocked,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 50] = [
+    pub const ALL: [Reason; 51] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -320,6 +324,7 @@ impl Reason {
         Reason::Failed,
         Reason::Cancelled,
         Reason::TargetStillRunning,
+        Reason::CleanupBlocked,
     ];
 
     /// The reason as written in the API.
@@ -375,6 +380,7 @@ impl Reason {
             Reason::Failed => "Failed",
             Reason::Cancelled => "Cancelled",
             Reason::TargetStillRunning => "TargetStillRunning",
+            Reason::CleanupBlocked => "CleanupBlocked",
         }
     }
 }

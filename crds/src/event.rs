@@ -18,6 +18,8 @@ pub enum EventReason {
     CleanupIncomplete,
     /// The migration was deleted and its partial results removed.
     Deleted,
+    /// The owner abandoned a blocked cleanup: the Event lists what was left behind.
+    CleanupAbandoned,
 }
 
 impl EventReason {
@@ -29,6 +31,7 @@ impl EventReason {
             EventReason::RetryRequested => "RetryRequested",
             EventReason::CleanupIncomplete => "CleanupIncomplete",
             EventReason::Deleted => "Deleted",
+            EventReason::CleanupAbandoned => "CleanupAbandoned",
         }
     }
 }

@@ -27,6 +27,13 @@ pub const HOLD_ANNOTATION: &str = "migration.platform.example/hold";
 /// Value of [`HOLD_ANNOTATION`] as the wave writes it.
 pub const HOLD_VALUE: &str = "wave";
 
+/// Annotation by which the owner of a VirtualMachineMigration being deleted lets its cleanup go
+/// (value [`ABANDON_CLEANUP_VALUE`]): what cleanup cannot remove (staging unreachable) is left
+/// behind, listed in an Event, and the finalizer released.
+pub const ABANDON_CLEANUP_ANNOTATION: &str = "migration.platform.example/abandon-cleanup";
+/// Value of [`ABANDON_CLEANUP_ANNOTATION`] that abandons the cleanup.
+pub const ABANDON_CLEANUP_VALUE: &str = "true";
+
 /// Field manager of the migration controller (status, finalizer, children).
 pub const CONTROLLER_FIELD_MANAGER: &str = "ferry-controller";
 /// Field manager of the wave controller (child migrations, hold annotation, wave status).

@@ -22,15 +22,49 @@ use crate::{Error, Result};
 /// What a cleanup could not do and let go (best effort), for an Event.
 pub type Unfinished = Vec<String>;
 
-/// Carries out `plan`. Kubernetes objects and staging must go (errors are returned and the
-/// reconcile is retried); staging on a gone bucket is let go, and returned for an Event.
+/// What a cleanup did not finish.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// What it let go (best effort: staging on a gone bucket), for an Event.
+    pub unfinished: Unfinished,
+    /// Staging it could not clean for a reason that may pass (unreachable, refused): the rest of
+    /// the plan was carried out; this part is to be tried again.
+    pub blocked: Option<Blocked>,
+}
+
+/// Staging a cleanup could not remove, and what is left there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// Why (the problem's message: never a credential nor an endpoint's userinfo).
+    pub message: String,
+    /// The objects left behind, as `s3://BUCKET/KEY` (each image and its record).
+    pub left: Vec<String>,
+}
+
+impl Report {
+    /// The unfinished list, or the blocked staging as an error (retried with backoff).
+    ///
+    /// # Errors
+    /// [`Error::Staging`] when staging is blocked.
+    pub fn or_blocked(self) -> Result<Unfinished> {
+        match self.blocked {
+            Some(b) => Err(Error::Staging(b.message)),
+            None => Ok(self.unfinished),
+        }
+    }
+}
+
+/// Carries out `plan`, every step of it: Kubernetes objects must go (an API error is returned
+/// and the reconcile retried); staging that cannot be cleaned for now is reported as
+/// [`Report::blocked`] once the other steps are done (a delete never waits on staging to remove
+/// its Jobs, DataVolumes and Secrets); staging on a gone bucket is let go.
 ///
 /// # Errors
-/// Kubernetes API errors; staging that cannot be cleaned ([`Error::Staging`]).
-pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
+/// Kubernetes API errors.
+pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
     let (ctx, vmm) = (io.ctx, io.vmm);
     let m = &ctx.metrics;
-    let mut unfinished = vec![];
+    let mut report = Report::default();
     let n = staged_keys(vmm).len();
     for step in plan {
         match step {
@@ -43,10 +77,14 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
             Cleanup::Staging => {
                 if let Some(p) = delete_staging(io).await? {
                     if p.transient {
-                        return Err(Error::Staging(p.message));
+                        report.blocked = Some(Blocked {
+                            message: p.message,
+                            left: left_in_staging(vmm),
+                        });
+                    } else {
+                        warn!(migration = %vmm.name_any(), problem = %p.message, "staging could not be cleaned");
+                        report.unfinished.push(format!("staging: {}", p.message));
                     }
-                    warn!(migration = %vmm.name_any(), problem = %p.message, "staging could not be cleaned");
-                    unfinished.push(format!("staging: {}", p.message));
                 }
             }
             Cleanup::S3Secret => {
@@ -88,7 +126,22 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Unfinished> {
             }
         }
     }
-    Ok(unfinished)
+    Ok(report)
+}
+
+/// What the migration staged, as `s3://BUCKET/KEY` (each image and the record beside it), at
+/// the location it recorded when it started. Pure.
+pub fn left_in_staging(vmm: &ferry_crds::VirtualMachineMigration) -> Vec<String> {
+    let bucket = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.staging.as_ref())
+        .map_or(&vmm.spec.staging.bucket, |r| &r.location.bucket);
+    staged_keys(vmm)
+        .iter()
+        .flat_map(|k| [k.clone(), crate::staging::record_key(k)])
+        .map(|k| format!("s3://{bucket}/{k}"))
+        .collect()
 }
 
 /// Deletes `name` of kind `K` if it is the migration's own (by ferry's record of its create,

@@ -5,6 +5,7 @@
 //! (`power.rs`) before anything else.
 
 use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
+use kube::ResourceExt;
 
 use super::checkpoint::retry_cleanup;
 
@@ -113,6 +114,15 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
 /// does, never after success (the VM now runs in KubeVirt).
 pub fn restores_on_delete(vmm: &VirtualMachineMigration) -> bool {
     restores_on_cancel(vmm) && vmm.phase() != Phase::Succeeded
+}
+
+/// Whether the owner of `vmm` abandoned its cleanup: the annotation
+/// [`names::ABANDON_CLEANUP_ANNOTATION`] is `true` (what cleanup cannot remove is left behind).
+/// Pure.
+pub fn abandons_cleanup(vmm: &VirtualMachineMigration) -> bool {
+    vmm.annotations()
+        .get(ferry_crds::names::ABANDON_CLEANUP_ANNOTATION)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(ferry_crds::names::ABANDON_CLEANUP_VALUE))
 }
 
 /// Whether `spec.staging` or `spec.conversion` differ from what the migration recorded when it
@@ -475,5 +485,19 @@ mod tests {
             )));
         }
         assert_eq!(decide(&done), Intent::Settled, "an ended one is settled");
+    }
+
+    #[test]
+    fn only_the_annotation_set_to_true_abandons_a_cleanup() {
+        let with = |v: &str| {
+            let mut vmm = migration("m");
+            vmm.metadata.annotations = Some(
+                [(ferry_crds::names::ABANDON_CLEANUP_ANNOTATION.to_owned(), v.to_owned())].into(),
+            );
+            abandons_cleanup(&vmm)
+        };
+        assert!(!abandons_cleanup(&migration("m")));
+        assert!(with("true") && with("True") && with(" true "));
+        assert!(!with("false") && !with("") && !with("yes"));
     }
 }

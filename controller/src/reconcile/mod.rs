@@ -171,7 +171,7 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
                 write::status(ctx, &mut vmm.clone(), new, notes).await?;
                 return Ok(Requeue::requeue(wait.min(ctx.policy.wait_requeue)));
             }
-            let unfinished = cleanup::run(io, cleanup).await?;
+            let unfinished = cleanup::run(io, cleanup).await?.or_blocked()?;
             notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
             power_record = report.record;
         }
@@ -186,7 +186,7 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
             }));
         }
         Intent::Retry { cleanup, .. } => {
-            cleanup::run(io, cleanup).await?;
+            cleanup::run(io, cleanup).await?.or_blocked()?;
         }
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
@@ -250,6 +250,11 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
     let observed = C::observe(io).await?;
     let scope = Scope::new(vmm.clone(), now.0, ctx.policy.clone(), observed);
     let outcome = act::<C>(io, &scope, C::decide(&scope)).await?;
+    if matches!(outcome.step, Step::Fail { .. }) {
+        // The CDI copy of the staging keys outlives no failure: a retry that imports again
+        // makes it anew (Succeeded and Cancelled remove it too).
+        cleanup::delete_cdi_objects(io).await?;
+    }
     let mut notes = vec![];
     let (mut requeue, retrying) = requeue_after_step(&outcome.step, &scope);
     notes.extend(retrying);
@@ -314,11 +319,26 @@ async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Reque
         vmm,
         ledger: &ledger,
     };
-    let unfinished = cleanup::run(io, &intents::delete_cleanup(vmm)).await?;
-    let mut notes: Vec<Note> = unfinished
+    let report = cleanup::run(io, &intents::delete_cleanup(vmm)).await?;
+    let mut notes: Vec<Note> = report
+        .unfinished
         .iter()
         .map(|u| events::cleanup_incomplete(u))
         .collect();
+    if let Some(blocked) = report.blocked {
+        // Everything else is gone by now; staging holds the finalizer until it can be cleaned,
+        // or until the owner lets it go.
+        if !intents::abandons_cleanup(vmm) {
+            let now = Time(crate::context::whole_seconds(ctx.clock.now()));
+            let new = status::cleanup_blocked(vmm, &blocked.message, &now);
+            if write::status(ctx, &mut vmm.clone(), new, vec![]).await? {
+                write::publish(ctx, vmm, &[events::cleanup_blocked(&blocked.message)]).await;
+            }
+            return Err(Error::Staging(blocked.message));
+        }
+        warn!(migration = %vmm.name_any(), left = blocked.left.len(), "cleanup abandoned by its owner; staging left behind");
+        notes.extend(events::cleanup_abandoned(&blocked.message, &blocked.left));
+    }
     notes.push(events::deleted(vmm.phase()));
     write::publish(ctx, vmm, &notes).await;
     if let Some(uid) = vmm.uid() {

@@ -361,6 +361,30 @@ pub fn cancelling(
     s
 }
 
+/// The status of a migration being deleted whose cleanup cannot remove its staging: Ready says
+/// `CleanupBlocked`, why, and the way out. The phase stays (the board shows it being deleted).
+/// Pure.
+pub fn cleanup_blocked(vmm: &VirtualMachineMigration, why: &str, now: &Time) -> Status {
+    let generation = vmm.metadata.generation;
+    let mut s = initial(vmm, now);
+    let message = format!(
+        "deleting: staging cannot be cleaned ({why}); retrying with backoff — to leave the \
+         staged objects behind, annotate the migration {}={}",
+        names::ABANDON_CLEANUP_ANNOTATION,
+        names::ABANDON_CLEANUP_VALUE
+    );
+    ready(
+        &mut s,
+        generation,
+        now,
+        ConditionStatus::False,
+        Reason::CleanupBlocked,
+        message.clone(),
+    );
+    s.message = Some(message);
+    s
+}
+
 /// The status after a step of the power rule outside a cancel: a failure's pending power-on, a
 /// delete. Pure (see [`with_power`]).
 pub fn after_power(
@@ -972,5 +996,18 @@ mod tests {
         assert_eq!(s.last_failure, None);
         assert_eq!(s.message.as_deref(), Some("powered back on"));
         assert_eq!(after_power(&vmm, None, &t1()).source_power_restore, None);
+    }
+
+    #[test]
+    fn a_blocked_cleanup_says_why_and_the_way_out_and_keeps_the_phase() {
+        let vmm = migration("m").with_phase(Phase::Importing);
+        let s = cleanup_blocked(&vmm, "S3 endpoint unreachable", &t1());
+        assert_eq!(s.phase, Phase::Importing);
+        let ready = condition::get_condition(&s.conditions, ConditionType::Ready).unwrap();
+        assert_eq!(ready.reason, Reason::CleanupBlocked);
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert!(ready.message.contains("S3 endpoint unreachable"));
+        assert!(ready.message.contains(names::ABANDON_CLEANUP_ANNOTATION));
+        assert_eq!(s.message.as_deref(), Some(ready.message.as_str()));
     }
 }

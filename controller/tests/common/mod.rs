@@ -484,13 +484,18 @@ impl Env {
 
     /// Files left under the migration's staging prefix in the S3 server's data directory.
     pub fn staged_files(&self) -> Vec<PathBuf> {
+        self.staged_files_under("e2e")
+    }
+
+    /// Files left under staging prefix `prefix` (for this test's namespace).
+    pub fn staged_files_under(&self, prefix: &str) -> Vec<PathBuf> {
         let dir = self
             .lab
             .info
             .s3
             .data_dir
             .join(&self.lab.info.s3.bucket)
-            .join("e2e")
+            .join(prefix)
             .join(&self.ns.name);
         let mut out = vec![];
         walk(&dir, &mut out);
@@ -825,11 +830,13 @@ impl Env {
 }
 /// A TCP forwarder on loopback that counts the connections it accepts: an endpoint of the
 /// test's own that passes everything on to a real one (TLS and all, so the real endpoint's
-/// certificate is what a client sees). Stops when dropped.
+/// certificate is what a client sees). Stops when dropped: the port closes and every connection
+/// through it is cut (a client's pooled keep-alive connection too), as when the endpoint goes down.
 pub struct Forwarder {
     pub port: u16,
     accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Forwarder {
@@ -840,13 +847,18 @@ impl Forwarder {
         let port = listener.local_addr().unwrap().port();
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (count, target) = (accepted.clone(), target.to_owned());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
                 let target = target.clone();
+                let mut stopped = stopped.clone();
                 tokio::spawn(async move {
                     if let Ok(mut out) = tokio::net::TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
+                            _ = stopped.wait_for(|s| *s) => {}
+                        }
                     }
                 });
             }
@@ -855,6 +867,7 @@ impl Forwarder {
             port,
             accepted,
             task,
+            stop,
         }
     }
 
@@ -872,6 +885,7 @@ impl Forwarder {
 impl Drop for Forwarder {
     fn drop(&mut self) {
         self.task.abort();
+        let _ = self.stop.send(true);
     }
 }
 

@@ -152,11 +152,19 @@ impl Row {
     }
 }
 
-/// The one line a person wants to read: why it failed, else what it is doing.
+/// The one line a person wants to read: why its deletion is stuck, else why it failed, else what
+/// it is doing.
 fn message_of(obj: &VirtualMachineMigration) -> String {
     let Some(status) = obj.status.as_ref() else {
         return String::new();
     };
+    if obj.metadata.deletion_timestamp.is_some()
+        && let Some(c) = obj
+            .condition(ferry_crds::ConditionType::Ready)
+            .filter(|c| c.reason == ferry_crds::Reason::CleanupBlocked)
+    {
+        return one_line(&format!("{}: {}", c.reason.as_str(), c.message));
+    }
     if let Some(f) = status
         .last_failure
         .as_ref()

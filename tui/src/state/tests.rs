@@ -720,6 +720,38 @@ fn row_message_prefers_the_last_failure_then_the_status_message() {
 }
 
 #[test]
+fn a_deletion_stuck_on_its_cleanup_says_so_before_the_failure() {
+    let mut o = vmm("a", Phase::Failed);
+    let st = o.status.as_mut().unwrap();
+    st.last_failure = Some(ferry_crds::LastFailure {
+        phase: Phase::Importing,
+        reason: ferry_crds::Reason::ImportFailed,
+        message: "dv failed".into(),
+        retriable: true,
+        time: ts(1),
+    });
+    ferry_crds::condition::set_condition(
+        &mut st.conditions,
+        ferry_crds::ConditionType::Ready,
+        ferry_crds::ConditionStatus::False,
+        ferry_crds::Reason::CleanupBlocked,
+        "deleting: staging cannot be cleaned (unreachable)",
+        None,
+        &ts(2),
+    );
+    assert_eq!(
+        Row::from_object(C0, o.clone()).message,
+        "ImportFailed: dv failed",
+        "not deleting: the failure"
+    );
+    o.metadata.deletion_timestamp = Some(ts(3));
+    assert_eq!(
+        Row::from_object(C0, o).message,
+        "CleanupBlocked: deleting: staging cannot be cleaned (unreachable)"
+    );
+}
+
+#[test]
 fn pips_tell_a_failure_from_a_migration_that_is_only_under_way() {
     use ferry_crds::{ConditionStatus::*, ConditionType::Ready, Reason};
     let cases = [
