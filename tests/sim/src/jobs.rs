@@ -497,8 +497,20 @@ async fn create_pod(ctx: &Ctx, job: &Job, attempt: i32) -> Result<Option<Pod>> {
         match api.create(&PostParams::default(), &want).await {
             Ok(p) => return Ok(Some(p)),
             Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Only this Job's own pod (the sim restarted mid-attempt) is taken up; a pod of
+                // that name controlled by anything else is never this Job's.
                 if let Some(p) = api.get_opt(&want.name_any()).await? {
-                    return Ok(Some(p));
+                    let mine = p
+                        .owner_references()
+                        .iter()
+                        .any(|o| o.controller == Some(true) && o.uid == uid);
+                    if mine {
+                        return Ok(Some(p));
+                    }
+                    if !warned {
+                        warn!(job = %format!("{ns}/{name}"), pod = %want.name_any(), "FailedCreate: the pod's name is taken by another owner");
+                        warned = true;
+                    }
                 }
             }
             Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) => {

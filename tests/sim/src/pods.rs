@@ -248,7 +248,9 @@ pub fn termination_message(
 }
 
 /// The pod of `attempt` of `job`, as the Job controller creates it: the template's labels plus
-/// the Job's, owned by the Job, bound to `node`. Pure.
+/// the Job's, owned by the Job, bound to `node`. Its name carries a piece of the Job's uid: the
+/// real Job controller names pods `<job>-<random>` (generateName), so a Job never meets the pod
+/// of an earlier Job of the same name that the garbage collector has not removed yet. Pure.
 pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
     let template = job
         .spec
@@ -266,7 +268,15 @@ pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
     spec.node_name = Some(node.to_string());
     Pod {
         metadata: ObjectMeta {
-            name: Some(format!("{}-sim{attempt}", job.name_any())),
+            name: Some(format!(
+                "{}-{}-sim{attempt}",
+                job.name_any(),
+                uid.chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(5)
+                    .collect::<String>()
+                    .to_ascii_lowercase()
+            )),
             namespace: job.namespace(),
             labels: Some(labels),
             annotations: meta.annotations,
@@ -541,7 +551,14 @@ mod tests {
         job.metadata.namespace = Some("ns".into());
         job.metadata.uid = Some("job-uid".into());
         let p = pod_for(&job, 2, "sim-node");
-        assert_eq!(p.metadata.name.as_deref(), Some("m-verify-sim2"));
+        assert_eq!(p.metadata.name.as_deref(), Some("m-verify-jobui-sim2"));
+        let mut next = job.clone();
+        next.metadata.uid = Some("f00d-2".into());
+        assert_ne!(
+            pod_for(&next, 2, "sim-node").metadata.name,
+            p.metadata.name,
+            "a later Job of the same name never meets this one's pod"
+        );
         let labels = p.metadata.labels.clone().unwrap();
         assert_eq!(labels[JOB_NAME_LABEL], "m-verify");
         assert_eq!(labels[CONTROLLER_UID_LABEL], "job-uid");
