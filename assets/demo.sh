@@ -109,7 +109,11 @@ for n in "${NAMES[@]}"; do echo "    - name: $n"; done
 } | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 
 echo "== controller and sim (logs in $WORK)"
+# The converter image is required and pinned by digest; ferry-sim runs the converter from $BIN
+# whatever the image, so this one (ferry_harness::LAB_CONVERTER_IMAGE, a reserved .test domain)
+# is never pulled.
 "$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" \
+    --converter-image registry.ferry.test/ferry/controller@sha256:edf95329aade2a36c424fd070bbd114b031620b33b642329b7b5c3e7ad4cbd17 \
     --metrics-addr 127.0.0.1:18080 --health-addr 127.0.0.1:18081 >"$WORK/controller.log" 2>&1 &
 PIDS+=($!)
 "$BIN/ferry-sim" --kubeconfig "$STATE/kubeconfig" --volume-dir "$WORK/volumes" --bin-dir "$BIN" \

@@ -142,3 +142,6 @@ json.dump(info, open(sys.argv[3], "w"), indent=1)
 PY
 rm -f "$OUT/pack.json"
 say "target/image/ferry: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["ref"], d["digest"], "%.1f MiB compressed" % (d["compressedBytes"]/1048576))' "$OUT/ferry.json") in $(elapsed)"
+DIGEST="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest"])' "$OUT/ferry.json")"
+say "to deploy it: push target/image/ferry to REGISTRY (crane push / skopeo copy keep the digest), then"
+say "  (cd deploy/controller && kustomize edit set image ferry/controller=REGISTRY/ferry/controller@$DIGEST)"

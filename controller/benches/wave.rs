@@ -240,6 +240,7 @@ fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controller {
             "",
         ])
         .args(["--leader-elect", "--leader-elect-namespace", ns])
+        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
         .env("RUST_LOG", "info,kube=warn")
         .stdout(out())
         .stderr(out());

@@ -70,11 +70,13 @@ struct Cli {
     wave_selector_limit: u16,
     #[command(flatten)]
     leader: LeaderFlags,
-    /// Image of the conversion Jobs: the controller's own (the Deployment passes it).
-    #[arg(long, env = "FERRY_CONVERTER_IMAGE", default_value = ferry_controller::policy::DEFAULT_CONVERTER_IMAGE)]
-    converter_image: String,
+    /// Image of the conversion Jobs: the controller's own, on a named registry and pinned by
+    /// digest (the Deployment passes it). Required to run the controller: it has no default,
+    /// since the converter receives the vCenter password and the S3 keys.
+    #[arg(long, env = "FERRY_CONVERTER_IMAGE")]
+    converter_image: Option<String>,
     /// Other converter images a migration may name in spec.conversion.image (exact
-    /// references, comma-separated); none by default.
+    /// references pinned by digest, comma-separated); none by default.
     #[arg(long, env = "FERRY_ALLOWED_CONVERTER_IMAGES", value_delimiter = ',')]
     allowed_converter_images: Vec<String>,
     /// The Secret holding the key of ferry's creation stamps, `NAME` or `NAMESPACE/NAME`
@@ -224,6 +226,29 @@ fn long_version() -> &'static str {
     })
 }
 
+/// The converter images of `cli`, each checked to be chosen for good
+/// ([`ferry_controller::policy::check_pinned_image`]); the controller's own.
+fn converter_images(cli: &Cli) -> anyhow::Result<String> {
+    let own = cli.converter_image.clone().context(
+        "--converter-image (or $FERRY_CONVERTER_IMAGE) is required: the controller's own image, pinned by digest (`make image` prints it)",
+    )?;
+    ferry_controller::policy::check_pinned_image(&own)
+        .map_err(|e| anyhow::anyhow!("--converter-image: {e}"))?;
+    for a in allowed_images(cli) {
+        ferry_controller::policy::check_pinned_image(&a)
+            .map_err(|e| anyhow::anyhow!("--allowed-converter-images: {e}"))?;
+    }
+    Ok(own.trim().to_owned())
+}
+
+fn allowed_images(cli: &Cli) -> Vec<String> {
+    cli.allowed_converter_images
+        .iter()
+        .map(|i| i.trim().to_owned())
+        .filter(|i| !i.is_empty())
+        .collect()
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -239,6 +264,7 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(code);
         }
         None | Some(Command::Run) => {
+            let converter_image = converter_images(&cli)?;
             let opts = RunOptions {
                 namespace: cli.namespace.clone(),
                 concurrency: cli.concurrency,
@@ -255,13 +281,8 @@ async fn main() -> anyhow::Result<()> {
                     kubevirt_error_grace: cli.kubevirt_error_grace,
                     wave_selector_limit: usize::from(cli.wave_selector_limit),
                     target_stop_margin: cli.target_stop_margin,
-                    converter_image: cli.converter_image.clone(),
-                    allowed_converter_images: cli
-                        .allowed_converter_images
-                        .iter()
-                        .map(|i| i.trim().to_owned())
-                        .filter(|i| !i.is_empty())
-                        .collect(),
+                    converter_image,
+                    allowed_converter_images: allowed_images(&cli),
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

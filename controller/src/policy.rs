@@ -39,7 +39,8 @@ pub struct Policy {
     /// virt-launcher pod's grace, then its kill) and removes the instance once its pod is gone.
     pub target_stop_margin: Duration,
     /// The converter image a conversion Job runs when the migration names none: the
-    /// controller's own image (the Deployment passes it).
+    /// controller's own image, pinned by digest (the Deployment passes it). None by default:
+    /// empty, no conversion Job is made.
     pub converter_image: String,
     /// Other converter images a migration may name in `spec.conversion.image` (exact
     /// references). The converter receives the credentials, so only images the platform team
@@ -51,9 +52,48 @@ pub struct Policy {
     pub wave_selector_limit: usize,
 }
 
-/// The converter image when none is configured: the image `make image` builds and
-/// `deploy/controller` names (kustomize replaces both together).
-pub const DEFAULT_CONVERTER_IMAGE: &str = "ferry/controller:latest";
+/// Whether `reference` names one image for good: a registry host (a short name like
+/// `ferry/controller` resolves to whichever registry the node is configured to search, e.g. a
+/// public account ferry does not own) and a `@sha256:` digest (a tag can be moved to other
+/// bytes). The converter receives the vCenter password and the S3 keys, so ferry runs only an
+/// image chosen this precisely. Pure.
+///
+/// # Errors
+/// What is missing, with an example of a pinned reference.
+pub fn check_pinned_image(reference: &str) -> Result<(), String> {
+    const EXAMPLE: &str = "e.g. registry.example.com/ferry/controller@sha256:<64 hex digits> (`make image` prints it)";
+    let r = reference.trim();
+    if r.is_empty() {
+        return Err(format!("no image given: {EXAMPLE}"));
+    }
+    if r.chars().any(char::is_whitespace) {
+        return Err(format!("image {r:?} contains white space"));
+    }
+    let (name, digest) = match r.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (r, None),
+    };
+    let host = name.split_once('/').map(|(h, _)| h);
+    let qualified = host.is_some_and(|h| h.contains('.') || h.contains(':') || h == "localhost");
+    if !qualified {
+        return Err(format!(
+            "image {r:?} is a short name (no registry host): a node resolves it against whatever registries it searches; {EXAMPLE}"
+        ));
+    }
+    let pinned = digest
+        .and_then(|d| d.strip_prefix("sha256:"))
+        .is_some_and(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        });
+    if !pinned {
+        return Err(format!(
+            "image {r:?} is not pinned by digest (a tag can be moved to other bytes); {EXAMPLE}"
+        ));
+    }
+    Ok(())
+}
 
 impl Policy {
     /// The image the conversion Job of a migration naming `wanted` runs, or why it may not. Pure.
@@ -63,6 +103,9 @@ impl Policy {
     /// the controller's converter image nor in the allow-list.
     pub fn converter_image_for(&self, wanted: Option<&str>) -> Result<String, String> {
         match wanted.map(str::trim).filter(|w| !w.is_empty()) {
+            None if self.converter_image.is_empty() => Err(
+                "the controller runs without a converter image (--converter-image): it converts nothing until one is configured".to_owned(),
+            ),
             None => Ok(self.converter_image.clone()),
             Some(w) if w == self.converter_image => Ok(w.to_owned()),
             Some(w) if self.allowed_converter_images.iter().any(|a| a == w) => Ok(w.to_owned()),
@@ -89,7 +132,7 @@ impl Default for Policy {
             source_poll: Duration::from_secs(5),
             kubevirt_error_grace: Duration::from_secs(20),
             target_stop_margin: Duration::from_secs(60),
-            converter_image: DEFAULT_CONVERTER_IMAGE.to_owned(),
+            converter_image: String::new(),
             allowed_converter_images: vec![],
             wave_selector_limit: ferry_crds::wave::MAX_WAVE_VMS,
         }
@@ -133,5 +176,48 @@ mod tests {
                 .is_err(),
             "exact references only"
         );
+    }
+
+    #[test]
+    fn only_an_image_pinned_by_digest_on_a_named_registry_is_chosen_for_good() {
+        let digest = "a".repeat(64);
+        assert!(
+            check_pinned_image(&format!(
+                "registry.example.com/ferry/controller@sha256:{digest}"
+            ))
+            .is_ok()
+        );
+        assert!(check_pinned_image(&format!("localhost:5000/ferry@sha256:{digest}")).is_ok());
+        assert!(check_pinned_image(&format!("localhost/ferry@sha256:{digest}")).is_ok());
+        for (bad, why) in [
+            ("ferry/controller:latest".to_owned(), "short name"),
+            (format!("ferry/controller@sha256:{digest}"), "short name"),
+            (
+                "registry.example.com/ferry/controller:0.1.0".to_owned(),
+                "not pinned",
+            ),
+            (
+                "registry.example.com/ferry/controller@sha256:abc".to_owned(),
+                "not pinned",
+            ),
+            (
+                format!("registry.example.com/ferry@sha256:{}", "A".repeat(64)),
+                "not pinned",
+            ),
+            (String::new(), "no image"),
+            (
+                format!("registry.example.com/f erry@sha256:{digest}"),
+                "white space",
+            ),
+        ] {
+            let e = check_pinned_image(&bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn without_a_converter_image_nothing_is_converted() {
+        let e = Policy::default().converter_image_for(None).unwrap_err();
+        assert!(e.contains("--converter-image"), "{e}");
     }
 }

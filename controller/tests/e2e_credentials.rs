@@ -252,11 +252,11 @@ async fn a_secret_with_a_trailing_newline_true_in_capitals_and_a_trailing_slash_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_converter_runs_only_the_controllers_image_or_an_allowed_one() {
-    const ALLOWED: &str = "registry.example/ferry-debug:1";
+    const ALLOWED: &str = "registry.example/ferry-debug@sha256:1111111111111111111111111111111111111111111111111111111111111111";
     let mut env = Env::new("e2e-cred-image", 16).await;
     env.extra_controller_args = vec![
         "--converter-image".into(),
-        "registry.example/ferry:own".into(),
+        "registry.example/ferry@sha256:2222222222222222222222222222222222222222222222222222222222222222".into(),
         "--allowed-converter-images".into(),
         ALLOWED.into(),
     ];

@@ -77,7 +77,20 @@ enum Command {
     /// Delete migrations (or the wave).
     Delete(Names),
     /// Run the bundled controller in this process (all namespaces unless -n), until Ctrl-C.
+    /// It takes part in the in-cluster controller's leader election (the same Lease), so it
+    /// acts only while no other controller leads, and it runs the converter image it is given.
     Controller {
+        /// Image of the conversion Jobs: the in-cluster controller's (its FERRY_CONVERTER_IMAGE),
+        /// on a named registry and pinned by digest. Required: the converter receives the
+        /// vCenter password and the S3 keys.
+        #[arg(long, env = "FERRY_CONVERTER_IMAGE")]
+        converter_image: String,
+        /// Namespace of the leader Lease, the in-cluster controller's.
+        #[arg(long, default_value = "ferry-system")]
+        leader_elect_namespace: String,
+        /// Name of the leader Lease, the in-cluster controller's.
+        #[arg(long, default_value = "ferry-controller")]
+        leader_elect_lease_name: String,
         /// Serve Prometheus metrics here, e.g. 127.0.0.1:9090.
         #[arg(long)]
         metrics_addr: Option<std::net::SocketAddr>,
@@ -213,10 +226,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Some(Command::Controller {
+            converter_image,
+            leader_elect_namespace,
+            leader_elect_lease_name,
             metrics_addr,
             health_addr,
             concurrency,
         }) => {
+            ferry_controller::policy::check_pinned_image(converter_image)
+                .map_err(|e| anyhow::anyhow!("--converter-image: {e}"))?;
             let filter = EnvFilter::try_from_env("FERRY_LOG")
                 .unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
             let _ = tracing_subscriber::fmt()
@@ -229,12 +247,32 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 concurrency: *concurrency,
                 metrics_addr: *metrics_addr,
                 health_addr: *health_addr,
+                policy: ferry_controller::policy::Policy {
+                    converter_image: converter_image.trim().to_owned(),
+                    ..ferry_controller::policy::Policy::default()
+                },
                 ..ferry_controller::RunOptions::default()
             };
-            tracing::info!(context = %c.context, namespace = ?opts.namespace, "running the controller in-process");
-            ferry_controller::run(c.client, opts)
-                .await
-                .context("controller")?;
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "host".into());
+            let election = ferry_controller::leader::ElectionConfig {
+                lease_name: leader_elect_lease_name.clone(),
+                namespace: leader_elect_namespace.clone(),
+                identity: format!("ferry-cockpit-{host}-{}", std::process::id()),
+                lease_duration: std::time::Duration::from_secs(15),
+                renew_deadline: std::time::Duration::from_secs(10),
+                retry_period: std::time::Duration::from_secs(2),
+            };
+            tracing::info!(context = %c.context, namespace = ?opts.namespace, lease = %format!("{leader_elect_namespace}/{leader_elect_lease_name}"), "running the controller in-process, as a candidate for the leader Lease");
+            ferry_controller::run_elected(
+                c.config,
+                opts,
+                election,
+                ferry_controller::run::shutdown_signal(),
+            )
+            .await
+            .context("controller")?;
             Ok(ExitCode::SUCCESS)
         }
         Some(cmd) => {

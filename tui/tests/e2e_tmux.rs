@@ -406,7 +406,10 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
     controller
         .args(["controller", "--kubeconfig"])
         .arg(&kc)
-        .args(["-n", &ns.name]);
+        .args(["-n", &ns.name])
+        // Its own Lease, in the test's namespace: other suites' controllers share the lab.
+        .args(["--leader-elect-namespace", &ns.name])
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
     let mut sim = Command::new(workspace_bin("ferry-sim"));
@@ -763,7 +766,8 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
         .arg("--kubeconfig")
         .arg(&kc)
         .args(["-n", &ns.name, "--metrics-addr", "", "--health-addr", ""])
-        .args(["--converter-read-limit", &(4u64 << 20).to_string()]);
+        .args(["--converter-read-limit", &(4u64 << 20).to_string()])
+        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry-controller", controller).expect("controller");
     let mut sim = Command::new(workspace_bin("ferry-sim"));
@@ -810,4 +814,95 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
     });
     tmux.keys(&["q"]);
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// The holder of the Lease `ns/ferry-controller`, if any.
+fn lease_holder(kc: &Path, ns: &str) -> Option<String> {
+    let out = Command::new(repo_root().join("target/lab/bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args([
+            "-n",
+            ns,
+            "get",
+            "lease",
+            "ferry-controller",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+        .output()
+        .ok()?;
+    let h = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !h.is_empty()).then_some(h)
+}
+
+/// `ferry controller` takes part in the in-cluster controller's leader election: while another
+/// controller holds the Lease it stands by (it never writes beside a leader), and it leads once
+/// that one is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_controller_stands_by_while_another_leads_and_takes_over_after_it() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-lease").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-lease-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let log = |what: &str| std::fs::File::create(scratch.join(format!("{what}.log"))).unwrap();
+    let mut incluster = Command::new(workspace_bin("ferry-controller"));
+    incluster
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["-n", &ns.name, "--metrics-addr", "", "--health-addr", ""])
+        .args(["--leader-elect", "--leader-elect-namespace", &ns.name])
+        .args(["--leader-elect-identity", "in-cluster"])
+        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
+        .stderr(log("in-cluster"))
+        .stdout(log("in-cluster-out"));
+    let first = ferry_harness::ChildGuard::spawn("in-cluster", incluster).expect("controller");
+    ferry_harness::eventually(
+        "the in-cluster controller to lead",
+        Duration::from_secs(60),
+        || async { (lease_holder(&kc, &ns.name).as_deref() == Some("in-cluster")).then_some(()) },
+    )
+    .await
+    .unwrap();
+
+    let mut embedded = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    embedded
+        .args(["controller", "--kubeconfig"])
+        .arg(&kc)
+        .args(["-n", &ns.name, "--leader-elect-namespace", &ns.name])
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE])
+        .env("FERRY_LOG", "info")
+        .stderr(log("embedded"))
+        .stdout(log("embedded-out"));
+    let _second = ferry_harness::ChildGuard::spawn("ferry controller", embedded).expect("ferry");
+    let embedded_log = scratch.join("embedded.log");
+    ferry_harness::eventually(
+        "the embedded controller to stand by",
+        Duration::from_secs(60),
+        || async {
+            std::fs::read_to_string(&embedded_log)
+                .ok()
+                .filter(|l| l.contains("standing by for the lease"))
+                .map(|_| ())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        lease_holder(&kc, &ns.name).as_deref(),
+        Some("in-cluster"),
+        "the leader keeps the Lease while the embedded controller stands by"
+    );
+
+    drop(first);
+    let holder = ferry_harness::eventually(
+        "the embedded controller to lead",
+        Duration::from_secs(60),
+        || async { lease_holder(&kc, &ns.name).filter(|h| h.starts_with("ferry-cockpit-")) },
+    )
+    .await
+    .unwrap();
+    assert!(holder.starts_with("ferry-cockpit-"), "{holder}");
 }

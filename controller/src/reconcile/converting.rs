@@ -464,6 +464,15 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
 mod tests {
     use super::*;
     use crate::policy::Policy;
+
+    /// The default knobs with the controller's converter image (it has none by default).
+    fn policy() -> Policy {
+        Policy {
+            converter_image: format!("registry.example/ferry@sha256:{}", "d".repeat(64)),
+            ..Policy::default()
+        }
+    }
+
     use ferry_crds::fixtures::{migration, ts};
 
     fn obj(sha: Option<&str>) -> Result<Option<StagedObject>, Problem> {
@@ -489,7 +498,7 @@ mod tests {
         decide(&Scope {
             vmm,
             now: ts(0).0,
-            policy: Policy::default(),
+            policy: policy(),
             retries,
             world: Observed {
                 source_power: match job {
@@ -631,7 +640,7 @@ mod tests {
         let o = decide(&Scope {
             vmm,
             now: ts(0).0,
-            policy: Policy::default(),
+            policy: policy(),
             retries: 0,
             world: Observed {
                 job: JobState::Running { failed: 0 },
@@ -664,7 +673,7 @@ mod tests {
         let o = decide(&Scope {
             vmm,
             now: ts(0).0,
-            policy: Policy::default(),
+            policy: policy(),
             retries: 0,
             world: Observed {
                 job: JobState::Running { failed: 0 },
@@ -686,7 +695,7 @@ mod tests {
         let o = decide(&Scope {
             vmm,
             now: ts(0).0,
-            policy: Policy::default(),
+            policy: policy(),
             retries: 0,
             world: Observed {
                 job: JobState::Failed {
@@ -720,7 +729,7 @@ mod tests {
             Scope {
                 vmm,
                 now: ts(0).0,
-                policy: Policy::default(),
+                policy: policy(),
                 retries: 0,
                 world: Observed {
                     job: JobState::Absent,
@@ -798,7 +807,7 @@ mod tests {
             decide(&Scope {
                 vmm,
                 now: ts(0).0,
-                policy: Policy::default(),
+                policy: policy(),
                 retries: 0,
                 world: Observed {
                     job,
@@ -844,7 +853,7 @@ mod tests {
         let down = decide(&Scope {
             vmm,
             now: ts(0).0,
-            policy: Policy::default(),
+            policy: policy(),
             retries: 0,
             world: Observed {
                 job: JobState::Complete,

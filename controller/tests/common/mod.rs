@@ -329,6 +329,8 @@ impl Env {
             .args(["--backoff-base", "200ms", "--backoff-cap", "2s"])
             .args(&self.extra_controller_args)
             .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
+            // An explicit --converter-image among the extra arguments wins over this.
+            .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
             .stdout(self.log_append("controller"))
             .stderr(self.log_append("controller"));
         self.controller = Some(ChildGuard::spawn("ferry-controller", cmd).unwrap());

@@ -129,6 +129,7 @@ impl Replica {
             .args(["--health-addr", &format!("127.0.0.1:{}", self.health_port)])
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
+            .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
             .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
             .stdout(log())
             .stderr(log());

@@ -19,5 +19,11 @@ pub use start::{Lab, lab, repo_root, run_state_dir};
 pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk, qemu_img};
 pub use wait::eventually;
 
+/// The converter image the lab's controllers are given (`--converter-image` has no default and
+/// takes only a reference on a named registry pinned by digest). ferry-sim runs the Job's
+/// command from the workspace whatever the image, so nothing pulls it; `.test` is a reserved
+/// domain, so it can never name a real registry.
+pub const LAB_CONVERTER_IMAGE: &str = "registry.ferry.test/ferry/controller@sha256:edf95329aade2a36c424fd070bbd114b031620b33b642329b7b5c3e7ad4cbd17";
+
 /// Result of harness operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -32,6 +32,9 @@ pub struct ConnectOptions {
 pub struct Cluster {
     /// The client.
     pub client: Client,
+    /// The configuration it was built from (the embedded controller's leader election builds
+    /// its own clients from it).
+    pub config: Config,
     /// Context name.
     pub context: String,
     /// The context's namespace (`default` when it names none).
@@ -78,9 +81,10 @@ async fn connect_to(
         config.auth_info.impersonate_groups = Some(opts.as_groups.clone());
     }
     let namespace = config.default_namespace.clone();
-    let client = Client::try_from(config)?;
+    let client = Client::try_from(config.clone())?;
     Ok(Cluster {
         client,
+        config,
         context,
         namespace,
     })
