@@ -131,7 +131,7 @@ fn migration_json(env: &Env, name: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_steers_and_only_an_editor_authors() {
     let env = Env::new("e2e-admission", 1).await;
-    let _deployed = install_deploy(&env);
+    let _deployed = install_deploy(&env).await;
     let (operator, editor) = (
         format!("operator-{}", env.ns.name),
         format!("editor-{}", env.ns.name),
@@ -367,7 +367,7 @@ fn secret(env: &Env, name: &str, ty: &str, labels: Value, keys: &[&str]) -> Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controllers_service_account_may_make_only_ferrys_children() {
     let env = Env::new("e2e-admission-sa", 1).await;
-    let deployed = install_deploy(&env);
+    let deployed = install_deploy(&env).await;
     let image = deployed.converter_image.clone();
     let sa: As<'_> = Some((CONTROLLER_SA, &CONTROLLER_SA_GROUPS));
 

@@ -960,8 +960,9 @@ impl Drop for Deployed {
 /// under a name of this test's own and narrowed to its namespace: the lab is shared with other
 /// suites (and other branches' suites) whose controllers and users must not meet a policy they
 /// do not know. The shipped binding's only difference is that its selector matches every
-/// namespace.
-pub fn install_deploy(env: &Env) -> Deployed {
+/// namespace. Returns once the API server enforces them (a privileged Job of the controller's
+/// ServiceAccount is refused).
+pub async fn install_deploy(env: &Env) -> Deployed {
     let base = workspace().join("deploy/controller");
     let rendered = env
         .lab
@@ -1008,10 +1009,39 @@ pub fn install_deploy(env: &Env) -> Deployed {
             file.to_str().unwrap(),
         ])
         .expect("applying deploy/controller");
-    Deployed {
+    let deployed = Deployed {
         converter_image: converter_image.expect("the policy's param ConfigMap"),
         applied,
         bindings,
         lab: env.lab,
-    }
+    };
+    let probe = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "policy-probe", "namespace": env.ns.name},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "p", "image": "probe", "securityContext": {"privileged": true}}
+        ]}}},
+    });
+    let file = env.scratch.join("policy-probe.json");
+    std::fs::write(&file, serde_json::to_vec(&probe).unwrap()).unwrap();
+    // The binding takes effect when the API server's policy informer has it.
+    eventually(
+        "the admission policies enforced",
+        Duration::from_secs(60),
+        || async {
+            let mut cmd = env.lab.kubectl();
+            cmd.args(["create", "--dry-run=server", "-f", file.to_str().unwrap()])
+                .args(["--as", CONTROLLER_SA]);
+            for g in CONTROLLER_SA_GROUPS {
+                cmd.args(["--as-group", g]);
+            }
+            let out = cmd.output().unwrap();
+            (!out.status.success()
+                && String::from_utf8_lossy(&out.stderr).contains("ferry-controller-blast-radius"))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("the blast-radius policy refusing a privileged Job");
+    deployed
 }
