@@ -45,7 +45,14 @@ fn kubectl_as(env: &Env, who: As<'_>, args: &[&str]) -> Result<String, String> {
 }
 
 /// Patches `kind/name` as `who` (`ty`: merge or json).
-fn patch_as(env: &Env, who: As<'_>, kind: &str, name: &str, ty: &str, patch: &Value) -> Result<String, String> {
+fn patch_as(
+    env: &Env,
+    who: As<'_>,
+    kind: &str,
+    name: &str,
+    ty: &str,
+    patch: &Value,
+) -> Result<String, String> {
     kubectl_as(
         env,
         who,
@@ -165,9 +172,21 @@ async fn an_operator_steers_and_only_an_editor_authors() {
 
     // The operator steers: every intent passes.
     for (kind, name, patch) in [
-        ("virtualmachinemigration", "m", json!({"spec": {"paused": true}})),
-        ("virtualmachinemigration", "m", json!({"spec": {"retry": 1}})),
-        ("virtualmachinemigration", "m", json!({"spec": {"cancel": true}})),
+        (
+            "virtualmachinemigration",
+            "m",
+            json!({"spec": {"paused": true}}),
+        ),
+        (
+            "virtualmachinemigration",
+            "m",
+            json!({"spec": {"retry": 1}}),
+        ),
+        (
+            "virtualmachinemigration",
+            "m",
+            json!({"spec": {"cancel": true}}),
+        ),
         (
             "virtualmachinemigration",
             "m",
@@ -182,7 +201,11 @@ async fn an_operator_steers_and_only_an_editor_authors() {
             .unwrap_or_else(|e| panic!("the operator's {patch} on {kind}/{name}: {e}"));
     }
     let m = env.get("m").await;
-    assert!(m.spec.paused && m.spec.cancel && m.spec.retry == 1, "{:?}", m.spec);
+    assert!(
+        m.spec.paused && m.spec.cancel && m.spec.retry == 1,
+        "{:?}",
+        m.spec
+    );
     let w: Value = serde_json::from_str(
         &kubectl_as(&env, None, &["get", "migrationwave", "w", "-o", "json"]).unwrap(),
     )
@@ -194,7 +217,13 @@ async fn an_operator_steers_and_only_an_editor_authors() {
     let add_vm = json!([{"op": "add", "path": "/spec/vms/-", "value": {"name": "vm-b"}}]);
     let authoring: Vec<(&str, &str, &str, Value, String)> = vec![
         ("migrationwave", "w", "json", add_vm, "spec.vms".to_owned()),
-        ("virtualmachinemigration", "m", "merge", staging.clone(), "spec.staging".to_owned()),
+        (
+            "virtualmachinemigration",
+            "m",
+            "merge",
+            staging.clone(),
+            "spec.staging".to_owned(),
+        ),
         (
             "virtualmachinemigration",
             "m",
@@ -220,7 +249,7 @@ async fn an_operator_steers_and_only_an_editor_authors() {
             "migrationwave",
             "w",
             "merge",
-            json!({"spec": {"template": {"source": {"endpoint": {"credentialsSecretRef": {"name": "other"}}}}}}),
+            json!({"spec": {"template": {"source": {"credentialsSecretRef": {"name": "other"}}}}}),
             "spec.template.source".to_owned(),
         ),
         (
@@ -247,8 +276,9 @@ async fn an_operator_steers_and_only_an_editor_authors() {
     ];
     let before_m = env.get("m").await;
     for (kind, name, ty, patch, field) in &authoring {
-        let err = patch_as(&env, op, kind, name, ty, patch)
-            .expect_err(&format!("the operator may not change {field} of {kind}/{name}"));
+        let err = patch_as(&env, op, kind, name, ty, patch).expect_err(&format!(
+            "the operator may not change {field} of {kind}/{name}"
+        ));
         assert!(
             err.contains(field.as_str()) && err.contains("needs the ferry-edit role"),
             "{kind}/{name} {field}: {err}"
@@ -264,25 +294,70 @@ async fn an_operator_steers_and_only_an_editor_authors() {
         &kubectl_as(&env, None, &["get", "migrationwave", "w", "-o", "json"]).unwrap(),
     )
     .unwrap();
-    assert_eq!(w["spec"]["vms"].as_array().map(Vec::len), Some(1), "no VM added");
+    assert_eq!(
+        w["spec"]["vms"].as_array().map(Vec::len),
+        Some(1),
+        "no VM added"
+    );
 
     // A migration's source and target: the CRD's own rule refuses a change to anyone (before
     // admission), so the operator is refused either way.
-    for (path, value) in [("/spec/source/vm/name", "other-vm"), ("/spec/target/name", "other")] {
-        let p = json!([{"op": "add", "path": path, "value": value}]);
+    for p in [
+        json!({"spec": {"source": {"name": "other-vm"}}}),
+        json!({"spec": {"target": {"name": "other"}}}),
+    ] {
         for who in [op, ed] {
-            let err = patch_as(&env, who, "virtualmachinemigration", "m", "json", &p).unwrap_err();
-            assert!(err.contains("immutable"), "{path}: {err}");
+            let err = patch_as(&env, who, "virtualmachinemigration", "m", "merge", &p).unwrap_err();
+            assert!(err.contains("is immutable"), "{p}: {err}");
         }
     }
 
-    // Creating is authoring.
+    // Creating is authoring. ferry-operate has no RBAC `create` at all; a role of the
+    // platform team's own that grants `create` without `author` meets the policy.
     let err = create_as(&env, op, &migration_json(&env, "m2"), false).unwrap_err();
+    assert!(err.contains("cannot create resource"), "{err}");
+    let creator = format!("creator-{}", env.ns.name);
+    env.lab
+        .kubectl_ok(&[
+            "create",
+            "role",
+            &creator,
+            "-n",
+            &env.ns.name,
+            "--verb=create",
+            "--resource=virtualmachinemigrations.migration.platform.example,migrationwaves.migration.platform.example",
+        ])
+        .unwrap();
+    env.lab
+        .kubectl_ok(&[
+            "create",
+            "rolebinding",
+            &creator,
+            "-n",
+            &env.ns.name,
+            "--role",
+            &creator,
+            "--user",
+            &creator,
+        ])
+        .unwrap();
+    let cr: As<'_> = Some((&creator, &[]));
+    let err = ferry_harness::eventually(
+        "the creator's binding to take effect",
+        Duration::from_secs(60),
+        || async {
+            create_as(&env, cr, &migration_json(&env, "m2"), false)
+                .err()
+                .filter(|e| !e.contains("cannot create resource"))
+        },
+    )
+    .await
+    .unwrap();
     assert!(
         err.contains("creating a VirtualMachineMigration needs the ferry-edit role"),
         "{err}"
     );
-    let err = create_as(&env, op, &wave(&env, "w2"), false).unwrap_err();
+    let err = create_as(&env, cr, &wave(&env, "w2"), false).unwrap_err();
     assert!(
         err.contains("creating a MigrationWave needs the ferry-edit role"),
         "{err}"
@@ -387,10 +462,7 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
     )
     .await
     .unwrap();
-    assert!(
-        err.contains("must run as Pod Security restricted"),
-        "{err}"
-    );
+    assert!(err.contains("must run as Pod Security restricted"), "{err}");
     // The same Job from a user the policy does not match passes admission: the refusal above
     // is the policy's, not an RBAC denial or the API's validation.
     create_as(&env, None, &privileged, true).unwrap();
@@ -463,12 +535,24 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
         ),
         (
             "a CDI Secret with another key",
-            secret(&env, "m-staging-s3", "Opaque", ferry_labels(), &["accessKeyId", "password"]),
+            secret(
+                &env,
+                "m-staging-s3",
+                "Opaque",
+                ferry_labels(),
+                &["accessKeyId", "password"],
+            ),
             "ferry-controller may write only Opaque Secrets",
         ),
         (
             "an unlabelled Secret",
-            secret(&env, "m-staging-s3", "Opaque", json!({}), &["accessKeyId", "secretKey"]),
+            secret(
+                &env,
+                "m-staging-s3",
+                "Opaque",
+                json!({}),
+                &["accessKeyId", "secretKey"],
+            ),
             "ferry-controller may write only Opaque Secrets",
         ),
         (
@@ -495,7 +579,13 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
         ("the conversion Job", job(&env, &image, |_| {})),
         (
             "the CDI S3 Secret",
-            secret(&env, "m-staging-s3", "Opaque", ferry_labels(), &["accessKeyId", "secretKey"]),
+            secret(
+                &env,
+                "m-staging-s3",
+                "Opaque",
+                ferry_labels(),
+                &["accessKeyId", "secretKey"],
+            ),
         ),
         (
             "the CA ConfigMap",

@@ -33,7 +33,10 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
         .map(|s| (*s).to_owned())
         .chain(["--leader-elect-lease-name".to_owned(), lease])
         // The image the blast-radius policy allows the ServiceAccount's Jobs.
-        .chain(["--converter-image".to_owned(), deployed.converter_image.clone()])
+        .chain([
+            "--converter-image".to_owned(),
+            deployed.converter_image.clone(),
+        ])
         .collect();
     env.start_sim();
     env.start_controller();

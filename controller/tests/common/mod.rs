@@ -977,7 +977,10 @@ pub async fn install_deploy(env: &Env) -> Deployed {
             continue;
         }
         let kind = v["kind"].as_str().unwrap_or_default().to_owned();
-        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         if kind == "ValidatingAdmissionPolicyBinding" {
             assert_eq!(
                 v["spec"]["matchResources"]["namespaceSelector"],
