@@ -10,40 +10,33 @@ use ferry_crds::Phase;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
     let mut env = Env::new("e2e-deploy", 16).await;
-    let base = workspace().join("deploy/controller");
-    let out = env
-        .lab
-        .kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-k",
-            base.to_str().unwrap(),
-        ])
-        .unwrap();
+    // The admission policies too, their bindings narrowed to this namespace (a shared lab).
+    let deployed = install_deploy(&env).await;
+    let out = &deployed.applied;
     for kind in [
         "serviceaccount/ferry-controller",
         "clusterrole.rbac.authorization.k8s.io/ferry-controller",
         "role.rbac.authorization.k8s.io/ferry-controller-leader",
         "deployment.apps/ferry-controller",
         "poddisruptionbudget.policy/ferry-controller",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/ferry-authoring",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/ferry-controller-blast-radius",
+        "configmap/ferry-controller-policy",
     ] {
         assert!(out.contains(kind), "{kind} applied:\n{out}");
     }
-    env.impersonate(
-        "system:serviceaccount:ferry-system:ferry-controller",
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:ferry-system",
-            "system:authenticated",
-        ],
-    );
+    env.impersonate(CONTROLLER_SA, &CONTROLLER_SA_GROUPS);
     // Under leader election, as deployed: the Lease in ferry-system (a name of this test's own).
     let lease = format!("ferry-controller-{}", env.ns.name);
     env.extra_controller_args = ["--leader-elect", "--leader-elect-namespace", "ferry-system"]
         .iter()
         .map(|s| (*s).to_owned())
         .chain(["--leader-elect-lease-name".to_owned(), lease])
+        // The image the blast-radius policy allows the ServiceAccount's Jobs.
+        .chain([
+            "--converter-image".to_owned(),
+            deployed.converter_image.clone(),
+        ])
         .collect();
     env.start_sim();
     env.start_controller();

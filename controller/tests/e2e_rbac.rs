@@ -8,8 +8,15 @@
 //! * needed: the same request, asked of the real authorizer for a user bound to the ClusterRole
 //!   without that verb (SubjectAccessReview), is denied — remove it and that scenario breaks.
 //!
+//! The admission policies of `deploy/controller` are bound (to the test's namespace) while the
+//! scenarios run: `ferry-controller-blast-radius` checks every Secret, ConfigMap and Job the
+//! controller makes, and `ferry-authoring` the migration its wave creates — which needs the
+//! `author` right of the ClusterRole `ferry-controller-author` (a verb no request uses, so it
+//! is not in the ClusterRole proven below; the wave scenario fails without it).
+//!
 //! And the cockpit users' roles: `ferry-view` watches but cannot patch, `ferry-operate` can
-//! cancel and retry but reads no Secret — through the cockpit's own `--as`.
+//! cancel and retry but reads no Secret — through the cockpit's own `--as`. What else
+//! `ferry-operate` may not change, and what `ferry-edit` may, is e2e_admission's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -175,16 +182,10 @@ fn in_cluster_migration(env: &Env, name: &str, fault: Option<&str>) -> VirtualMa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let mut env = Env::new_ca("e2e-rbac", 16).await;
-    let base = workspace().join("deploy/controller");
-    env.lab
-        .kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-k",
-            base.to_str().unwrap(),
-        ])
-        .unwrap();
+    // With the admission policies bound to this namespace: the controller's requests must pass
+    // them too (its children's shape, the author right its wave uses to create a migration).
+    let deployed = install_deploy(&env).await;
+    env.extra_controller_args = vec!["--converter-image".into(), deployed.converter_image.clone()];
     let token = env
         .lab
         .kubectl_ok(&[
@@ -512,16 +513,8 @@ fn cockpit(env: &Env, user: &str, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ferry_view_watches_and_ferry_operate_steers_but_neither_reads_secrets() {
     let env = Env::new("e2e-roles", 16).await;
-    let base = workspace().join("deploy/controller");
-    env.lab
-        .kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-k",
-            base.to_str().unwrap(),
-        ])
-        .unwrap();
+    // The operator's cancel and retry meet the authoring policy (they are intents: allowed).
+    let _deployed = install_deploy(&env).await;
     let (viewer, operator) = (
         format!("viewer-{}", env.ns.name),
         format!("operator-{}", env.ns.name),

@@ -921,3 +921,132 @@ pub fn last_failure(v: &VirtualMachineMigration) -> (String, String) {
         .unwrap_or_else(|| panic!("no lastFailure: {}", serde_yaml_status(v)));
     (f.reason.to_string(), f.message)
 }
+
+/// The user name of the controller's ServiceAccount, as deploy/controller binds it.
+pub const CONTROLLER_SA: &str = "system:serviceaccount:ferry-system:ferry-controller";
+/// Its groups, as the API server gives a ServiceAccount token.
+pub const CONTROLLER_SA_GROUPS: [&str; 3] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:ferry-system",
+    "system:authenticated",
+];
+
+/// What [`install_deploy`] applied. Its bindings (narrowed to the test's namespace) are deleted
+/// when it is dropped.
+pub struct Deployed {
+    /// The converter image the admission policy allows (its param ConfigMap, as kustomize
+    /// renders it): a controller under the ServiceAccount must run this one.
+    pub converter_image: String,
+    /// `kubectl apply`'s output.
+    pub applied: String,
+    bindings: Vec<String>,
+    lab: &'static Lab,
+}
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        for b in &self.bindings {
+            let _ = self.lab.kubectl_ok(&[
+                "delete",
+                "validatingadmissionpolicybinding",
+                b,
+                "--ignore-not-found",
+                "--wait=false",
+            ]);
+        }
+    }
+}
+
+/// Applies `deploy/controller` as kustomize renders it — every object as shipped, the
+/// admission policies included — except that each ValidatingAdmissionPolicyBinding is applied
+/// under a name of this test's own and narrowed to its namespace: the lab is shared with other
+/// suites (and other branches' suites) whose controllers and users must not meet a policy they
+/// do not know. The shipped binding's only difference is that its selector matches every
+/// namespace. Returns once the API server enforces them (a privileged Job of the controller's
+/// ServiceAccount is refused).
+pub async fn install_deploy(env: &Env) -> Deployed {
+    let base = workspace().join("deploy/controller");
+    let rendered = env
+        .lab
+        .kubectl_ok(&["kustomize", base.to_str().unwrap()])
+        .expect("kustomize deploy/controller");
+    let mut docs = vec![];
+    let mut converter_image = None;
+    let mut bindings = vec![];
+    for doc in serde_yaml::Deserializer::from_str(&rendered) {
+        let mut v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        let kind = v["kind"].as_str().unwrap_or_default().to_owned();
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if kind == "ValidatingAdmissionPolicyBinding" {
+            assert_eq!(
+                v["spec"]["matchResources"]["namespaceSelector"],
+                serde_json::json!({}),
+                "{name}: the shipped binding covers every namespace"
+            );
+            let narrowed = format!("{name}-{}", env.ns.name);
+            v["metadata"]["name"] = narrowed.clone().into();
+            v["spec"]["matchResources"]["namespaceSelector"] = serde_json::json!({
+                "matchLabels": {"kubernetes.io/metadata.name": env.ns.name}
+            });
+            bindings.push(narrowed);
+        }
+        if kind == "ConfigMap" && name == "ferry-controller-policy" {
+            converter_image = v["data"]["converterImage"].as_str().map(str::to_owned);
+        }
+        docs.push(v);
+    }
+    let file = env.scratch.join("deploy.json");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    std::fs::write(&file, serde_json::to_vec(&list).unwrap()).unwrap();
+    let applied = env
+        .lab
+        .kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            file.to_str().unwrap(),
+        ])
+        .expect("applying deploy/controller");
+    let deployed = Deployed {
+        converter_image: converter_image.expect("the policy's param ConfigMap"),
+        applied,
+        bindings,
+        lab: env.lab,
+    };
+    let probe = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "policy-probe", "namespace": env.ns.name},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "p", "image": "probe", "securityContext": {"privileged": true}}
+        ]}}},
+    });
+    let file = env.scratch.join("policy-probe.json");
+    std::fs::write(&file, serde_json::to_vec(&probe).unwrap()).unwrap();
+    // The binding takes effect when the API server's policy informer has it.
+    eventually(
+        "the admission policies enforced",
+        Duration::from_secs(60),
+        || async {
+            let mut cmd = env.lab.kubectl();
+            cmd.args(["create", "--dry-run=server", "-f", file.to_str().unwrap()])
+                .args(["--as", CONTROLLER_SA]);
+            for g in CONTROLLER_SA_GROUPS {
+                cmd.args(["--as-group", g]);
+            }
+            let out = cmd.output().unwrap();
+            (!out.status.success()
+                && String::from_utf8_lossy(&out.stderr).contains("ferry-controller-blast-radius"))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("the blast-radius policy refusing a privileged Job");
+    deployed
+}
