@@ -15,6 +15,7 @@ pub mod intent;
 pub mod manifest;
 pub mod migration;
 pub mod names;
+pub mod redact;
 pub mod phase;
 pub mod rules;
 pub mod secret;
