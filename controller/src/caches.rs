@@ -34,8 +34,8 @@ use serde::de::DeserializeOwned;
 
 use crate::Result;
 use crate::apis::cdi::DataVolume;
-use crate::children::{proof, verify_job};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use crate::children::{proof, verify_job};
 use crate::metrics::{CacheRead, Metrics};
 
 /// The reflector stores of the migration controller's child watches.
@@ -158,7 +158,10 @@ pub fn claimed_migration(meta: &kube::api::ObjectMeta) -> Option<(&str, &str, Op
 /// Cuts `obj` down to what the controller reads before it enters a store. `known` says whether
 /// the migration it claims (namespace, name, uid if labelled) is one the controller holds; if
 /// not, `obj` becomes a stub (see the module's note). Pure.
-pub fn slim<K: Resource + Default>(obj: &mut K, known: impl FnOnce(&str, &str, Option<&str>) -> bool) {
+pub fn slim<K: Resource + Default>(
+    obj: &mut K,
+    known: impl FnOnce(&str, &str, Option<&str>) -> bool,
+) {
     let meta = obj.meta_mut();
     // No decision reads who managed which field; on a migrated VM that is most of its bytes.
     meta.managed_fields = None;
@@ -284,8 +287,14 @@ mod tests {
         j.metadata.uid = Some("job-uid".into());
         j.metadata.labels = Some(
             [
-                (ferry_crds::names::MIGRATION_LABEL.to_owned(), "m".to_owned()),
-                (ferry_crds::names::MIGRATION_UID_LABEL.to_owned(), uid.to_owned()),
+                (
+                    ferry_crds::names::MIGRATION_LABEL.to_owned(),
+                    "m".to_owned(),
+                ),
+                (
+                    ferry_crds::names::MIGRATION_UID_LABEL.to_owned(),
+                    uid.to_owned(),
+                ),
                 ("team".to_owned(), "x".repeat(60)),
             ]
             .into(),
@@ -312,8 +321,15 @@ mod tests {
         let mut j = labelled_job("m-uid");
         slim(&mut j, known);
         let a = j.metadata.annotations.as_ref().unwrap();
-        assert_eq!(a.len(), 2, "only the stamp and the role stay: {:?}", a.keys());
-        assert!(a.contains_key(proof::STAMP_ANNOTATION) && a.contains_key(verify_job::ROLE_ANNOTATION));
+        assert_eq!(
+            a.len(),
+            2,
+            "only the stamp and the role stay: {:?}",
+            a.keys()
+        );
+        assert!(
+            a.contains_key(proof::STAMP_ANNOTATION) && a.contains_key(verify_job::ROLE_ANNOTATION)
+        );
         assert!(j.metadata.managed_fields.is_none());
         assert!(j.spec.is_some(), "the spec decisions read stays");
         assert!(!is_stub(&j.metadata));
@@ -325,16 +341,19 @@ mod tests {
         for uid in ["other-uid", "m-uid"] {
             let mut j = labelled_job(uid);
             // The second round: the right uid, but no migration of that name is known.
-            let knows = |ns: &str, name: &str, u: Option<&str>| {
-                uid == "other-uid" && known(ns, name, u)
-            };
+            let knows =
+                |ns: &str, name: &str, u: Option<&str>| uid == "other-uid" && known(ns, name, u);
             slim(&mut j, knows);
             assert!(is_stub(&j.metadata), "{uid}");
             assert!(j.spec.is_none() && j.status.is_none());
             assert_eq!(j.metadata.name.as_deref(), Some("convert-a"));
             assert_eq!(j.metadata.uid.as_deref(), Some("job-uid"));
             assert_eq!(j.metadata.annotations.as_ref().unwrap().len(), 1);
-            assert_eq!(j.metadata.labels.as_ref().unwrap().len(), 2, "only ferry's labels");
+            assert_eq!(
+                j.metadata.labels.as_ref().unwrap().len(),
+                2,
+                "only ferry's labels"
+            );
             let size = serde_json::to_vec(&j).unwrap().len();
             assert!(size < 512, "a stub is small: {size} bytes");
         }

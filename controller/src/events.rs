@@ -48,7 +48,10 @@ impl Note {
             },
             reason: self.reason.as_str().to_owned(),
             // Whatever a note was made from, no URL user info leaves in an Event.
-            note: Some(truncate(&ferry_crds::redact::userinfo(&self.note), NOTE_MAX)),
+            note: Some(truncate(
+                &ferry_crds::redact::userinfo(&self.note),
+                NOTE_MAX,
+            )),
             action: self.action.as_str().to_owned(),
             secondary: None,
         }
@@ -281,7 +284,10 @@ mod tests {
         let left: Vec<String> = (0..64)
             .flat_map(|i| {
                 let k = format!("ferry/ns/a-rather-long-migration-name/disk-{i}.img");
-                [format!("s3://bucket/{k}"), format!("s3://bucket/{k}.state.json")]
+                [
+                    format!("s3://bucket/{k}"),
+                    format!("s3://bucket/{k}.state.json"),
+                ]
             })
             .collect();
         let notes = cleanup_abandoned("connection refused", &left);
@@ -291,7 +297,10 @@ mod tests {
             assert!(n.warning && n.reason == EventReason::CleanupAbandoned);
             let e = n.to_event();
             let note = e.note.unwrap();
-            assert!(note.len() <= NOTE_MAX && !note.ends_with('…'), "not cut: {note}");
+            assert!(
+                note.len() <= NOTE_MAX && !note.ends_with('…'),
+                "not cut: {note}"
+            );
             seen += left.iter().filter(|l| note.contains(l.as_str())).count();
         }
         assert_eq!(seen, left.len(), "every object, once");

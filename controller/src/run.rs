@@ -349,14 +349,14 @@ fn controllers(
         vmis,
     };
     let migrations = migrations
-    .owns_stream(job_events)
-    .owns_stream(dv_events)
-    .owns_stream(vm_events)
-    .watches_stream(vmi_events, |vmi| {
-        kubevirt::migration_of(&vmi)
-            .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
-    })
-    .graceful_shutdown_on(stopped());
+        .owns_stream(job_events)
+        .owns_stream(dv_events)
+        .owns_stream(vm_events)
+        .watches_stream(vmi_events, |vmi| {
+            kubevirt::migration_of(&vmi)
+                .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
+        })
+        .graceful_shutdown_on(stopped());
     let waves = Controller::new(
         api::<MigrationWave>(&client, ns),
         watcher::Config::default(),

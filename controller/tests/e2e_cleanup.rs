@@ -15,10 +15,10 @@ use common::*;
 use ferry_controller::apis::cdi::DataVolume;
 use ferry_controller::children::secret;
 use ferry_crds::{ConditionType, Phase, Reason, names};
+use ferry_harness::eventually;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use ferry_harness::eventually;
 use kube::api::{ListParams, Patch, PatchParams};
 
 /// Notes of the Events with `reason` about `name`.
@@ -100,7 +100,10 @@ async fn a_delete_blocked_by_unreachable_staging_says_so_and_its_owner_can_aband
 
     // Staging goes away; the migration is deleted.
     drop(fwd);
-    env.api().delete("stuck", &Default::default()).await.unwrap();
+    env.api()
+        .delete("stuck", &Default::default())
+        .await
+        .unwrap();
     let blocked = env
         .wait_for("stuck", "CleanupBlocked while deleting", 60, |v| {
             v.metadata.deletion_timestamp.is_some()
@@ -118,10 +121,14 @@ async fn a_delete_blocked_by_unreachable_staging_says_so_and_its_owner_can_aband
     env.wait_event("stuck", "CleanupBlocked").await;
     // Everything but staging went: no DataVolume of the migration is left.
     let dvs: Api<DataVolume> = env.ns.api();
-    eventually("the migration's DataVolumes gone", std::time::Duration::from_secs(30), || async {
-        let left = dvs.list(&ListParams::default()).await.ok()?.items;
-        left.is_empty().then_some(())
-    })
+    eventually(
+        "the migration's DataVolumes gone",
+        std::time::Duration::from_secs(30),
+        || async {
+            let left = dvs.list(&ListParams::default()).await.ok()?.items;
+            left.is_empty().then_some(())
+        },
+    )
     .await
     .unwrap();
     assert!(
@@ -142,7 +149,9 @@ async fn a_delete_blocked_by_unreachable_staging_says_so_and_its_owner_can_aband
         .unwrap();
     env.wait_gone("stuck", 60).await;
     env.wait_event("stuck", "CleanupAbandoned").await;
-    let listed = event_notes(&env, "stuck", "CleanupAbandoned").await.join(" ");
+    let listed = event_notes(&env, "stuck", "CleanupAbandoned")
+        .await
+        .join(" ");
     for key in &staged {
         assert!(
             listed.contains(&format!("s3://{}/{key}", s3.bucket)),
@@ -178,7 +187,10 @@ async fn staging_is_fixed_while_running_and_a_retry_after_a_change_starts_over_a
     );
     env.wait_phase("moved", Phase::Failed, 180).await;
     let old = staged_keys(&env);
-    assert!(!old.is_empty(), "the failure keeps what it staged under e2e/");
+    assert!(
+        !old.is_empty(),
+        "the failure keeps what it staged under e2e/"
+    );
 
     // Settled, it may take a new place; the retry starts over there.
     env.annotate("moved", FAULT, None).await;
@@ -192,7 +204,12 @@ async fn staging_is_fixed_while_running_and_a_retry_after_a_change_starts_over_a
             v.status.as_ref().is_some_and(|s| s.attempts >= 2) && v.phase().is_terminal()
         })
         .await;
-    assert_eq!(done.phase(), Phase::Succeeded, "{}", serde_yaml_status(&done));
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
     let history: Vec<Phase> = done
         .status
         .as_ref()

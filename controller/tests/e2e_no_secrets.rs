@@ -65,7 +65,9 @@ async fn no_user_info_reaches_status_events_or_logs() {
         &format!("https://{}{vc_host}/sdk", userinfo()),
     ))
     .await;
-    let s3_with_userinfo = s3.endpoint.replacen("://", &format!("://{}", userinfo()), 1);
+    let s3_with_userinfo = s3
+        .endpoint
+        .replacen("://", &format!("://{}", userinfo()), 1);
     create_secret(secret(
         "s3-userinfo",
         &[
@@ -105,7 +107,12 @@ async fn no_user_info_reaches_status_events_or_logs() {
     for name in &failing {
         let v = env.wait_phase(name, Phase::Failed, 120).await;
         let (reason, _) = last_failure(&v);
-        assert_eq!(reason, "CredentialsMismatch", "{name}: {}", serde_yaml_status(&v));
+        assert_eq!(
+            reason,
+            "CredentialsMismatch",
+            "{name}: {}",
+            serde_yaml_status(&v)
+        );
     }
     let mut valid = env.migration("valid");
     valid.spec.source.endpoint.url = None;

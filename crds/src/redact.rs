@@ -89,11 +89,11 @@ mod tests {
                 "a \"http://***@s3:9000\" and https://***@h:1/p",
             ),
             // Unescaped delimiters in the password: still hidden.
+            ("https://u:hun/ter#2?-secret@vc/sdk", "https://***@vc/sdk"),
             (
-                "https://u:hun/ter#2?-secret@vc/sdk",
-                "https://***@vc/sdk",
+                "(https://user:hunter2-secret@[::1]:8443)",
+                "(https://***@[::1]:8443)",
             ),
-            ("(https://user:hunter2-secret@[::1]:8443)", "(https://***@[::1]:8443)"),
         ] {
             let got = userinfo(text);
             assert_eq!(got, want);

@@ -122,7 +122,10 @@ pub fn restores_on_delete(vmm: &VirtualMachineMigration) -> bool {
 pub fn abandons_cleanup(vmm: &VirtualMachineMigration) -> bool {
     vmm.annotations()
         .get(ferry_crds::names::ABANDON_CLEANUP_ANNOTATION)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(ferry_crds::names::ABANDON_CLEANUP_VALUE))
+        .is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case(ferry_crds::names::ABANDON_CLEANUP_VALUE)
+        })
 }
 
 /// Whether `spec.staging` or `spec.conversion` differ from what the migration recorded when it
@@ -492,7 +495,11 @@ mod tests {
         let with = |v: &str| {
             let mut vmm = migration("m");
             vmm.metadata.annotations = Some(
-                [(ferry_crds::names::ABANDON_CLEANUP_ANNOTATION.to_owned(), v.to_owned())].into(),
+                [(
+                    ferry_crds::names::ABANDON_CLEANUP_ANNOTATION.to_owned(),
+                    v.to_owned(),
+                )]
+                .into(),
             );
             abandons_cleanup(&vmm)
         };

@@ -336,7 +336,11 @@ impl Env {
 
     /// The resident memory (VmRSS) of the running controller, in bytes.
     pub fn controller_rss(&self) -> u64 {
-        let pid = self.controller.as_ref().and_then(ChildGuard::id).expect("a controller");
+        let pid = self
+            .controller
+            .as_ref()
+            .and_then(ChildGuard::id)
+            .expect("a controller");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let kib: u64 = status
             .lines()
