@@ -14,6 +14,14 @@
 //!   cache yet. So is every name held by someone else's object outside the label selector.
 //!
 //! Cleanup never reads through here: it must see what is there now.
+//!
+//! What a store keeps is only what decisions read ([`slim`]): anyone who may create a Job can
+//! give it ferry's label, so a store must not grow with what others label. A child of a
+//! migration the controller knows loses its managed fields and every annotation but the ones
+//! decisions read; an object whose migration the controller does not know (a tenant's, a
+//! released or leftover child, or one that arrived before its migration) is kept as a stub of
+//! its name, uid, ferry's labels and owner references — enough to wake its migration — and a
+//! read that finds a stub reads fresh, as for an absent object.
 
 use std::fmt::Debug;
 
@@ -27,6 +35,7 @@ use serde::de::DeserializeOwned;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use crate::children::{proof, verify_job};
 use crate::metrics::{CacheRead, Metrics};
 
 /// The reflector stores of the migration controller's child watches.
@@ -113,6 +122,78 @@ cached!(
     uncached Secret, ConfigMap, PersistentVolumeClaim
 );
 
+/// The annotations a decision reads from a cached child: the creation stamp (`Io::own`) and the
+/// verification Job's role (Importing). Every other annotation is dropped before the store.
+const READ_ANNOTATIONS: [&str; 2] = [proof::STAMP_ANNOTATION, verify_job::ROLE_ANNOTATION];
+
+/// The labels a stub keeps: those that map an object to its migration.
+const STUB_LABELS: [&str; 2] = [
+    ferry_crds::names::MIGRATION_LABEL,
+    ferry_crds::names::MIGRATION_UID_LABEL,
+];
+
+/// Marks a store entry [`slim`] cut down to a stub. Only ever set in memory: a real child loses
+/// every annotation but [`READ_ANNOTATIONS`], so an object cannot pass itself off as a stub.
+const STUB_ANNOTATION: &str = "ferry.internal/stub";
+
+fn is_stub(meta: &kube::api::ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(STUB_ANNOTATION))
+}
+
+/// Which migration `meta` says it belongs to: its namespace, the name label and the uid label
+/// (VMIs carry the name label only).
+pub fn claimed_migration(meta: &kube::api::ObjectMeta) -> Option<(&str, &str, Option<&str>)> {
+    let labels = meta.labels.as_ref()?;
+    Some((
+        meta.namespace.as_deref()?,
+        labels.get(ferry_crds::names::MIGRATION_LABEL)?.as_str(),
+        labels
+            .get(ferry_crds::names::MIGRATION_UID_LABEL)
+            .map(String::as_str),
+    ))
+}
+
+/// Cuts `obj` down to what the controller reads before it enters a store. `known` says whether
+/// the migration it claims (namespace, name, uid if labelled) is one the controller holds; if
+/// not, `obj` becomes a stub (see the module's note). Pure.
+pub fn slim<K: Resource + Default>(
+    obj: &mut K,
+    known: impl FnOnce(&str, &str, Option<&str>) -> bool,
+) {
+    let meta = obj.meta_mut();
+    // No decision reads who managed which field; on a migrated VM that is most of its bytes.
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
+    }
+    let ours = claimed_migration(obj.meta()).is_some_and(|(ns, name, uid)| known(ns, name, uid));
+    if ours {
+        return;
+    }
+    let old = std::mem::take(obj.meta_mut());
+    let mut stub = K::default();
+    let meta = stub.meta_mut();
+    meta.name = old.name;
+    meta.namespace = old.namespace;
+    meta.uid = old.uid;
+    meta.resource_version = old.resource_version;
+    meta.deletion_timestamp = old.deletion_timestamp;
+    meta.labels = old.labels.map(|mut l| {
+        l.retain(|k, _| STUB_LABELS.contains(&k.as_str()));
+        l
+    });
+    meta.owner_references = old.owner_references.map(|mut o| {
+        o.retain(|r| r.kind == "VirtualMachineMigration" || r.kind == "VirtualMachine");
+        // Enough to wake a migration; a list of thousands would make the stub costly again.
+        o.truncate(2);
+        o
+    });
+    meta.annotations = Some([(STUB_ANNOTATION.to_owned(), String::new())].into());
+    *obj = stub;
+}
+
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one, else fresh
 /// from the API (see the module's note on why absence is always read fresh).
 ///
@@ -127,11 +208,12 @@ pub async fn read<K: Observed>(
 ) -> Result<Option<K>> {
     let read = match caches.and_then(K::cached) {
         Some(store) => match store.get(&ObjectRef::new(name).within(namespace)) {
-            Some(found) => {
+            Some(found) if !is_stub(found.meta()) => {
                 metrics.cache_read(&K::kind(&()), CacheRead::Hit);
                 return Ok(Some(K::clone(&found)));
             }
-            None => CacheRead::Miss,
+            // A stub says only that the object exists; what a decision reads is read fresh.
+            Some(_) | None => CacheRead::Miss,
         },
         None => CacheRead::Uncached,
     };
@@ -198,5 +280,107 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    fn labelled_job(uid: &str) -> Job {
+        let mut j = job("ns", "convert-a");
+        j.metadata.uid = Some("job-uid".into());
+        j.metadata.labels = Some(
+            [
+                (
+                    ferry_crds::names::MIGRATION_LABEL.to_owned(),
+                    "m".to_owned(),
+                ),
+                (
+                    ferry_crds::names::MIGRATION_UID_LABEL.to_owned(),
+                    uid.to_owned(),
+                ),
+                ("team".to_owned(), "x".repeat(60)),
+            ]
+            .into(),
+        );
+        j.metadata.annotations = Some(
+            [
+                (proof::STAMP_ANNOTATION.to_owned(), "v1.ab".to_owned()),
+                (verify_job::ROLE_ANNOTATION.to_owned(), "verify".to_owned()),
+                ("big".to_owned(), "x".repeat(600 * 1024)),
+            ]
+            .into(),
+        );
+        j.metadata.managed_fields = Some(vec![Default::default()]);
+        j.spec = Some(Default::default());
+        j
+    }
+
+    fn known(ns: &str, name: &str, uid: Option<&str>) -> bool {
+        (ns, name, uid) == ("ns", "m", Some("m-uid"))
+    }
+
+    #[test]
+    fn a_child_of_a_known_migration_keeps_what_decisions_read() {
+        let mut j = labelled_job("m-uid");
+        slim(&mut j, known);
+        let a = j.metadata.annotations.as_ref().unwrap();
+        assert_eq!(
+            a.len(),
+            2,
+            "only the stamp and the role stay: {:?}",
+            a.keys()
+        );
+        assert!(
+            a.contains_key(proof::STAMP_ANNOTATION) && a.contains_key(verify_job::ROLE_ANNOTATION)
+        );
+        assert!(j.metadata.managed_fields.is_none());
+        assert!(j.spec.is_some(), "the spec decisions read stays");
+        assert!(!is_stub(&j.metadata));
+        assert_eq!(j.metadata.labels.as_ref().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn an_object_of_no_known_migration_is_a_stub_read_fresh() {
+        for uid in ["other-uid", "m-uid"] {
+            let mut j = labelled_job(uid);
+            // The second round: the right uid, but no migration of that name is known.
+            let knows =
+                |ns: &str, name: &str, u: Option<&str>| uid == "other-uid" && known(ns, name, u);
+            slim(&mut j, knows);
+            assert!(is_stub(&j.metadata), "{uid}");
+            assert!(j.spec.is_none() && j.status.is_none());
+            assert_eq!(j.metadata.name.as_deref(), Some("convert-a"));
+            assert_eq!(j.metadata.uid.as_deref(), Some("job-uid"));
+            assert_eq!(j.metadata.annotations.as_ref().unwrap().len(), 1);
+            assert_eq!(
+                j.metadata.labels.as_ref().unwrap().len(),
+                2,
+                "only ferry's labels"
+            );
+            let size = serde_json::to_vec(&j).unwrap().len();
+            assert!(size < 512, "a stub is small: {size} bytes");
+        }
+    }
+
+    #[test]
+    fn a_label_cannot_make_an_object_pass_for_a_stub() {
+        let mut j = labelled_job("m-uid");
+        j.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(STUB_ANNOTATION.to_owned(), String::new());
+        slim(&mut j, known);
+        assert!(!is_stub(&j.metadata));
+    }
+
+    #[tokio::test]
+    async fn a_stub_is_read_fresh() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let mut j = labelled_job("m-uid");
+        slim(&mut j, |_, _, _| false);
+        let caches = caches_with_job(j);
+        let metrics = Metrics::default();
+        let read: Result<Option<Job>> =
+            read(&client, Some(&caches), &metrics, "ns", "convert-a").await;
+        assert!(read.is_err(), "a stub goes to the API");
     }
 }

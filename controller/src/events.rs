@@ -47,7 +47,11 @@ impl Note {
                 EventType::Normal
             },
             reason: self.reason.as_str().to_owned(),
-            note: Some(truncate(&self.note, NOTE_MAX)),
+            // Whatever a note was made from, no URL user info leaves in an Event.
+            note: Some(truncate(
+                &ferry_crds::redact::userinfo(&self.note),
+                NOTE_MAX,
+            )),
             action: self.action.as_str().to_owned(),
             secondary: None,
         }

@@ -15,12 +15,21 @@ pub struct Problem {
     pub transient: bool,
 }
 
+/// A problem's message is what status, Events and logs show: no URL user info reaches them
+/// (`ferry_crds::redact`), whichever error text it was made from.
+fn redacted(message: String) -> String {
+    match ferry_crds::redact::userinfo(&message) {
+        std::borrow::Cow::Owned(r) => r,
+        std::borrow::Cow::Borrowed(_) => message,
+    }
+}
+
 impl Problem {
     /// A problem that retrying may fix.
     pub fn transient(reason: Reason, message: impl Into<String>) -> Self {
         Self {
             reason,
-            message: message.into(),
+            message: redacted(message.into()),
             transient: true,
         }
     }
@@ -29,7 +38,7 @@ impl Problem {
     pub fn permanent(reason: Reason, message: impl Into<String>) -> Self {
         Self {
             reason,
-            message: message.into(),
+            message: redacted(message.into()),
             transient: false,
         }
     }

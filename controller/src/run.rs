@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
-use crate::caches::{Caches, is_ready};
+use crate::caches::{self, Caches, is_ready};
 use crate::children::proof::{self, ProofKey};
 use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
@@ -307,15 +307,40 @@ fn controllers(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    let migrations = Controller::new(
+        api::<VirtualMachineMigration>(&client, ns),
+        watcher::Config::default(),
+    )
+    .with_config(config.clone());
+    let migration_store = migrations.store();
     // The children's watches keep their objects: checkpoints observe them there (see
-    // `caches`). Only labelled children are watched; another team's Jobs never enter memory.
-    let children = watcher::Config::default().labels(ferry_crds::names::MIGRATION_UID_LABEL);
-    let (jobs, job_events) = cached_watch(api::<Job>(&client, ns), children.clone());
-    let (datavolumes, dv_events) = cached_watch(api::<DataVolume>(&client, ns), children.clone());
-    let (vms, vm_events) = cached_watch(api::<VirtualMachine>(&client, ns), children);
+    // `caches`). Only labelled children are watched, and only what decisions read of a child of
+    // a migration in `migration_store` is kept (`caches::slim`): anyone may label a Job. Pages
+    // are small so that a first list of large labelled objects is never held all at once.
+    let children = watcher::Config::default()
+        .labels(ferry_crds::names::MIGRATION_UID_LABEL)
+        .page_size(CHILD_PAGE_SIZE);
+    let (jobs, job_events) = cached_watch(
+        api::<Job>(&client, ns),
+        children.clone(),
+        migration_store.clone(),
+    );
+    let (datavolumes, dv_events) = cached_watch(
+        api::<DataVolume>(&client, ns),
+        children.clone(),
+        migration_store.clone(),
+    );
+    let (vms, vm_events) = cached_watch(
+        api::<VirtualMachine>(&client, ns),
+        children,
+        migration_store.clone(),
+    );
     let (vmis, vmi_events) = cached_watch(
         api::<VirtualMachineInstance>(&client, ns),
-        watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL),
+        watcher::Config::default()
+            .labels(ferry_crds::names::MIGRATION_LABEL)
+            .page_size(CHILD_PAGE_SIZE),
+        migration_store.clone(),
     );
     let caches = Caches {
         jobs,
@@ -323,19 +348,15 @@ fn controllers(
         vms,
         vmis,
     };
-    let migrations = Controller::new(
-        api::<VirtualMachineMigration>(&client, ns),
-        watcher::Config::default(),
-    )
-    .with_config(config.clone())
-    .owns_stream(job_events)
-    .owns_stream(dv_events)
-    .owns_stream(vm_events)
-    .watches_stream(vmi_events, |vmi| {
-        kubevirt::migration_of(&vmi)
-            .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
-    })
-    .graceful_shutdown_on(stopped());
+    let migrations = migrations
+        .owns_stream(job_events)
+        .owns_stream(dv_events)
+        .owns_stream(vm_events)
+        .watches_stream(vmi_events, |vmi| {
+            kubevirt::migration_of(&vmi)
+                .map(|(ns, name)| ObjectRef::<VirtualMachineMigration>::new(&name).within(&ns))
+        })
+        .graceful_shutdown_on(stopped());
     let waves = Controller::new(
         api::<MigrationWave>(&client, ns),
         watcher::Config::default(),
@@ -346,7 +367,7 @@ fn controllers(
         watcher::Config::default(),
     )
     .graceful_shutdown_on(stopped());
-    let (migration_store, wave_store) = (migrations.store(), waves.store());
+    let wave_store = waves.store();
     // Waves read their children from the migration controller's cache rather than listing them.
     let ctx = Arc::new(
         Context::new(
@@ -401,17 +422,25 @@ fn controllers(
     }
 }
 
-/// A watch of `api` under `config` whose objects a store keeps, and its events (deletions
-/// included) for a controller's trigger.
+/// Objects per page of a child watch's list: at most this many objects of up to ~1.5 MiB (etcd's
+/// limit) are in memory before [`caches::slim`] cuts them down.
+const CHILD_PAGE_SIZE: u32 = 50;
+
+/// A watch of `api` under `config` whose objects, cut down by [`caches::slim`] against the
+/// migrations in `migrations`, a store keeps, and its events (deletions included) for a
+/// controller's trigger. It starts once `migrations` has had its first list, so that children
+/// of existing migrations enter the store whole rather than as stubs.
 fn cached_watch<K>(
     api: Api<K>,
     config: watcher::Config,
+    migrations: Store<VirtualMachineMigration>,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
 )
 where
     K: kube::Resource<DynamicType = ()>
+        + Default
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -420,10 +449,26 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api, config)
+    let ready = {
+        let migrations = migrations.clone();
+        async move {
+            // Polled rather than awaited: a store wakes one waiter only (see `is_ready`).
+            while !is_ready(&migrations) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let events = futures::stream::once(ready)
+        .map(move |()| watcher(api.clone(), config.clone()))
+        .flatten()
         .default_backoff()
-        // No decision reads who managed which field; on a migrated VM that is most of its bytes.
-        .modify(|o| kube::ResourceExt::managed_fields_mut(o).clear())
+        .modify(move |o| {
+            caches::slim(o, |ns, name, uid| {
+                migrations
+                    .get(&ObjectRef::new(name).within(ns))
+                    .is_some_and(|m| uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)))
+            });
+        })
         .reflect(writer)
         .touched_objects();
     (store, events)

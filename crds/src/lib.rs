@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod migration;
 pub mod names;
 pub mod phase;
+pub mod redact;
 pub mod rules;
 pub mod secret;
 pub mod source;

@@ -18,6 +18,7 @@ pub const BIND_IMMEDIATE_ANNOTATION: &str = "cdi.kubevirt.io/storage.bind.immedi
     kind = "DataVolume",
     namespaced,
     status = "DataVolumeStatus",
+    derive = "Default",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]

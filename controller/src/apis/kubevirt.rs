@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
     kind = "VirtualMachine",
     namespaced,
     status = "VirtualMachineStatus",
+    derive = "Default",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +68,7 @@ pub struct StartFailure {
     kind = "VirtualMachineInstance",
     namespaced,
     status = "VirtualMachineInstanceStatus",
+    derive = "Default",
     schema = "disabled"
 )]
 pub struct VirtualMachineInstanceSpec {

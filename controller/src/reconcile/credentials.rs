@@ -145,7 +145,8 @@ pub fn bind_source(spec: &SourceEndpoint, s: &SecretData) -> Result<SourceLogin,
         return Err(mismatch(
             &s.name,
             format!(
-                "spec.source.url is {wanted}, but Secret {} holds credentials for {bound}: leave spec.source.url out to use the Secret's, or name the Secret of that vCenter",
+                "spec.source.url is {}, but Secret {} holds credentials for {bound}: leave spec.source.url out to use the Secret's, or name the Secret of that vCenter",
+                ferry_crds::redact::endpoint(wanted),
                 s.name
             ),
         ));
@@ -227,7 +228,8 @@ pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, 
             &s.name,
             format!(
                 "spec.staging.endpoint is {}, but Secret {} holds keys for {bound}: use the Secret of that endpoint",
-                spec.endpoint, s.name
+                ferry_crds::redact::endpoint(&spec.endpoint),
+                s.name
             ),
         ));
     }

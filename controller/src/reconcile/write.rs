@@ -26,6 +26,20 @@ pub async fn publish(ctx: &Context, vmm: &VirtualMachineMigration, notes: &[Note
     }
 }
 
+/// `status` with no URL user info in any of its texts (`ferry_crds::redact`): every
+/// `ferry-view` user reads it, and a message may quote a URL someone wrote with a password.
+fn redacted(status: Status) -> Status {
+    let Ok(mut value) = serde_json::to_value(&status) else {
+        return status;
+    };
+    let before = value.clone();
+    ferry_crds::redact::json(&mut value);
+    if value == before {
+        return status;
+    }
+    serde_json::from_value(value).unwrap_or(status)
+}
+
 /// Writes `new` as the status of `vmm` when it is worth a write (see
 /// [`status::worth_writing`]), with `vmm`'s resourceVersion as precondition, then publishes the
 /// transition's Events and `extra`. Returns whether it wrote.
@@ -43,6 +57,7 @@ pub async fn status(
     extra: Vec<Note>,
 ) -> Result<bool> {
     let uid = vmm.uid().unwrap_or_default();
+    let new = redacted(new);
     let mut notes = vec![];
     let wrote = status::worth_writing(vmm.status.as_ref(), &new, ctx.since_progress_write(&uid));
     if wrote {

@@ -175,8 +175,12 @@ impl Staging {
         // object_store builds its own reqwest client, which takes the process-wide provider.
         crate::tls::install_default_provider();
         let endpoint = config.endpoint.trim_end_matches('/');
-        let url = reqwest::Url::parse(endpoint)
-            .map_err(|e| Error::Invalid(format!("S3 endpoint {:?}: {e}", config.endpoint)))?;
+        let url = reqwest::Url::parse(endpoint).map_err(|e| {
+            Error::Invalid(format!(
+                "S3 endpoint {:?}: {e}",
+                ferry_crds::redact::endpoint(&config.endpoint)
+            ))
+        })?;
         let allow_http = match url.scheme() {
             "https" => false,
             // Plain http only when the URL says so explicitly (a loopback lab, an in-cluster service).

@@ -336,6 +336,27 @@ impl Env {
         self.controller = Some(ChildGuard::spawn("ferry-controller", cmd).unwrap());
     }
 
+    /// The resident memory (VmRSS) of the running controller, in bytes.
+    pub fn controller_rss(&self) -> u64 {
+        let pid = self
+            .controller
+            .as_ref()
+            .and_then(ChildGuard::id)
+            .expect("a controller");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status");
+        kib * 1024
+    }
+
+    /// The controller's log so far.
+    pub fn controller_log(&self) -> String {
+        std::fs::read_to_string(self.scratch.join("controller.log")).unwrap_or_default()
+    }
+
     fn log_append(&self, what: &str) -> std::fs::File {
         std::fs::OpenOptions::new()
             .create(true)
