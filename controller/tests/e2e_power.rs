@@ -386,6 +386,7 @@ impl Stepper {
         ferry_controller::tls::install_default_provider();
         let client = env.lab.client().await.unwrap();
         let policy = ferry_controller::policy::Policy {
+            converter_image: ferry_harness::LAB_CONVERTER_IMAGE.to_owned(),
             backoff_base: Duration::from_millis(200),
             backoff_cap: Duration::from_secs(2),
             ..Default::default()

@@ -143,6 +143,7 @@ impl Driver {
         let env = Env::new(prefix, 1).await;
         let client = env.lab.client().await.unwrap();
         let policy = Policy {
+            converter_image: ferry_harness::LAB_CONVERTER_IMAGE.to_owned(),
             max_transient_retries: 2,
             ..Policy::default()
         };
