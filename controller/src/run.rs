@@ -307,12 +307,11 @@ fn controllers(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let migrations = Controller::new(
-        api::<VirtualMachineMigration>(&client, ns),
-        watcher::Config::default(),
-    )
-    .with_config(config.clone());
-    let migration_store = migrations.store();
+    // One watch of the migrations for both controllers; see `migration_watch`.
+    let (migration_store, migration_events, wave_events, migration_watch) =
+        migration_watch(api::<VirtualMachineMigration>(&client, ns), opts.waves);
+    let migrations = Controller::for_shared_stream(migration_events, migration_store.clone())
+        .with_config(config.clone());
     // The children's watches keep their objects: checkpoints observe them there (see
     // `caches`). Only labelled children are watched, and only what decisions read of a child of
     // a migration in `migration_store` is kept (`caches::slim`): anyone may label a Job. Pages
@@ -362,10 +361,7 @@ fn controllers(
         watcher::Config::default(),
     )
     .with_config(config)
-    .owns(
-        api::<VirtualMachineMigration>(&client, ns),
-        watcher::Config::default(),
-    )
+    .owns_shared_stream(wave_events)
     .graceful_shutdown_on(stopped());
     let wave_store = waves.store();
     // Waves read their children from the migration controller's cache rather than listing them.
@@ -413,13 +409,76 @@ fn controllers(
     );
     async move {
         let synced = tokio::spawn(synced);
-        if run_waves {
-            futures::join!(migrations, waves);
-        } else {
-            migrations.await;
-        }
+        let controllers = async move {
+            if run_waves {
+                futures::join!(migrations, waves);
+            } else {
+                migrations.await;
+            }
+        };
+        // The watch feeds the controllers and ends with them (it never ends by itself).
+        futures::pin_mut!(controllers, migration_watch);
+        futures::future::select(controllers, migration_watch).await;
         synced.abort();
     }
+}
+
+/// How many migration events may wait for a controller's trigger before the watch waits.
+const MIGRATION_EVENT_BUFFER: usize = 1024;
+
+/// The one watch of the migrations, kept in the returned store, and the triggers it gives the
+/// migration controller (objects applied) and, with `waves`, the wave controller (deletions too).
+/// Every event reaches a trigger only once the store holds it: the wave controller reads its
+/// children from this store, and a trigger from a watch of its own could outrun it, so that a
+/// wave summed up a child's old phase and, with nothing else to come, kept that status until its
+/// next resync. The returned future drives the watch; it runs until dropped.
+#[allow(clippy::type_complexity)]
+fn migration_watch(
+    api: Api<VirtualMachineMigration>,
+    waves: bool,
+) -> (
+    Store<VirtualMachineMigration>,
+    impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
+    impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    use futures::SinkExt;
+    use futures::channel::mpsc;
+    use kube::runtime::watcher::Event;
+    let (store, writer) = reflector::store();
+    let (mut to_migrations, migration_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
+    let (mut to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
+    let reader = store.clone();
+    let drive = async move {
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer);
+        futures::pin_mut!(events);
+        while let Some(event) = events.next().await {
+            // After `reflect`: the store already holds this event (a first list's objects
+            // only once it is done, so they go out then, from the store).
+            let (touched, deleted) = match event {
+                Ok(Event::Apply(o)) => (vec![Arc::new(o)], false),
+                Ok(Event::Delete(o)) => (vec![Arc::new(o)], true),
+                Ok(Event::InitDone) => (reader.state(), false),
+                Ok(Event::Init | Event::InitApply(_)) => continue,
+                Err(e) => {
+                    warn!(error = %e, "watching migrations");
+                    continue;
+                }
+            };
+            for o in touched {
+                // A closed trigger is a controller that stopped: the others still get theirs.
+                if !deleted {
+                    let _ = to_migrations.send(o.clone()).await;
+                }
+                if waves {
+                    let _ = to_waves.send(o).await;
+                }
+            }
+        }
+    };
+    (store, migration_events, wave_events, drive)
 }
 
 /// Objects per page of a child watch's list: at most this many objects of up to ~1.5 MiB (etcd's

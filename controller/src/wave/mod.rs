@@ -38,9 +38,10 @@ pub const MIN_LIST_INTERVAL: Duration = Duration::from_millis(500);
 /// slot is refilled within this.
 pub const MIN_CACHE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// While a wave waits for free slots, it looks again this often even without a trigger: its
-/// trigger (its own watch of the children) may arrive before the cache it reads shows the
-/// change, and a cache read costs no request.
+/// While a wave waits for free slots, it looks again this often even without a trigger: a cache
+/// read costs no request, and a slot freed is refilled within this even if a trigger was
+/// coalesced away. (Its triggers come from the cache it reads, after the cache has the change:
+/// `run::migration_watch`.)
 pub const SATURATED_REQUEUE: Duration = Duration::from_secs(1);
 
 /// How long a child this controller created may be missing from the cache before it is
