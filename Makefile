@@ -45,6 +45,7 @@ demo: lab-build
 bench: lab-build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench --workspace
+	FERRY_SOAK_VMS=200 $(CARGO) test -p ferry-controller --test soak -- --nocapture
 
 ## Regenerate deploy/crds from the Rust types.
 crds:

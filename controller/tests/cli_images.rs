@@ -8,18 +8,9 @@ use std::process::Command;
 /// Runs the controller binary with `args` and no FERRY_CONVERTER_IMAGE; returns its exit
 /// status's success and its stderr.
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry-controller"))
-        .args(args)
-        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
-        .env_remove("FERRY_CONVERTER_IMAGE")
-        .env_remove("FERRY_ALLOWED_CONVERTER_IMAGES")
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry-controller"));
+    cmd.args(args);
+    ferry_harness::run_offline(cmd).unwrap()
 }
 
 #[test]

@@ -8,6 +8,12 @@
 //! * needed: the same request, asked of the real authorizer for a user bound to the ClusterRole
 //!   without that verb (SubjectAccessReview), is denied — remove it and that scenario breaks.
 //!
+//! A right that no request uses but an admission plugin checks (`update` on the waves' finalizers,
+//! which OwnerReferencesPermissionEnforcement asks of whoever creates a wave's migration with
+//! `blockOwnerDeletion`; the lab runs the plugin) is proven on the request it admits: that
+//! object made again as a server-side dry run passes as the controller and is refused, by that
+//! plugin, for a user bound to the ClusterRole without the right.
+//!
 //! The admission policies of `deploy/controller` are bound (to the test's namespace) while the
 //! scenarios run: `ferry-controller-blast-radius` checks every Secret, ConfigMap and Job the
 //! controller makes, and `ferry-authoring` the migration its wave creates — which needs the
@@ -30,8 +36,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, ResourceExt};
 
 const SA: &str = "system:serviceaccount:ferry-system:ferry-controller";
 
@@ -162,6 +168,95 @@ async fn allowed(client: &kube::Client, user: &str, r: &Request) -> bool {
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
     let got = api.create(&PostParams::default(), &sar).await.unwrap();
     got.status.is_some_and(|s| s.allowed)
+}
+
+/// A right that no request uses but an admission plugin checks on one the controller makes.
+struct AdmissionChecked {
+    group: &'static str,
+    resource: &'static str,
+    verb: &'static str,
+    /// The request it admits: (group, resource, verb).
+    admits: (&'static str, &'static str, &'static str),
+    plugin: &'static str,
+    /// What the plugin's refusal says.
+    refusal: &'static str,
+}
+
+/// The wave's migrations carry `blockOwnerDeletion`: OwnerReferencesPermissionEnforcement lets
+/// only who may update the wave's finalizers create them (`gc_admission.go` in kube-apiserver).
+const ADMISSION_CHECKED: &[AdmissionChecked] = &[AdmissionChecked {
+    group: "migration.platform.example",
+    resource: "migrationwaves/finalizers",
+    verb: "update",
+    admits: (
+        "migration.platform.example",
+        "virtualmachinemigrations",
+        "create",
+    ),
+    plugin: "OwnerReferencesPermissionEnforcement",
+    refusal: "blockOwnerDeletion",
+}];
+
+/// The object `r` created (read back), made again under a new name as a server-side dry run by
+/// `with` and by `without`: whether each was admitted. A refusal of `without` must say `refusal`
+/// (an unrelated refusal proves nothing).
+async fn admitted(
+    env: &Env,
+    r: &Request,
+    with: &str,
+    without: &str,
+    refusal: &str,
+) -> (bool, bool) {
+    // The audit log may leave a create's name out: the namespace's one migration with an owner.
+    let made = match r.name.clone() {
+        Some(n) => n,
+        None => env
+            .ns
+            .api::<VirtualMachineMigration>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|m| !m.owner_references().is_empty())
+            .map(|m| m.name_any())
+            .expect("the wave's migration"),
+    };
+    let v: VirtualMachineMigration = env.ns.api().get(&made).await.unwrap();
+    let again = serde_json::json!({
+        "apiVersion": ferry_crds::API_VERSION,
+        "kind": "VirtualMachineMigration",
+        "metadata": {
+            "name": format!("{made}-again"),
+            "namespace": env.ns.name,
+            "labels": v.metadata.labels,
+            "ownerReferences": v.metadata.owner_references,
+        },
+        "spec": v.spec,
+    });
+    let file = env.scratch.join(format!("{made}-again.json"));
+    std::fs::write(&file, serde_json::to_vec(&again).unwrap()).unwrap();
+    let run = |user: &str| {
+        env.lab
+            .kubectl()
+            .args(["create", "--dry-run=server", "--as", user, "-f"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let ok = run(with);
+    assert!(
+        ok.status.success(),
+        "{with}: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let refused = run(without);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        refused.status.success() || said.contains(refusal),
+        "{without} refused for another reason: {said}"
+    );
+    (ok.status.success(), refused.status.success())
 }
 
 /// A migration as the in-cluster controller runs it: the vCenter URL and trust come from the
@@ -400,9 +495,14 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let mut not_needed = vec![];
     let mut made = BTreeSet::new();
     for (i, (group, resource, verb)) in rule_verbs(&role).into_iter().enumerate() {
+        // A right an admission plugin checks is used by the request it admits.
+        let checked = ADMISSION_CHECKED
+            .iter()
+            .find(|c| (c.group, c.resource, c.verb) == (&*group, &*resource, &*verb));
+        let wanted = checked.map_or((&*group, &*resource, &*verb), |c| c.admits);
         let Some(r) = requests
             .iter()
-            .find(|r| r.group == group && r.resource == resource && r.verb == verb)
+            .find(|r| (&*r.group, &*r.resource, &*r.verb) == wanted)
         else {
             unused.push(format!("{group}/{resource} {verb}"));
             continue;
@@ -445,19 +545,25 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
             .await
             .unwrap();
         made.insert(probe.clone());
-        let with_all = allowed(&admin, SA, r).await;
-        let without_it = allowed(&admin, &probe, r).await;
+        let (with_all, without_it) = match checked {
+            None => (
+                allowed(&admin, SA, r).await,
+                allowed(&admin, &probe, r).await,
+            ),
+            Some(c) => admitted(&env, r, SA, &probe, c.refusal).await,
+        };
         if !with_all || without_it {
             not_needed.push(format!("{group}/{resource} {verb}: {} {}", r.verb, r.uri));
         }
         report.push(format!(
-            "{:<22} {:<40} {:<6} needed by {:<55} {} {}",
+            "{:<22} {:<40} {:<6} needed by {:<55} {} {}{}",
             if group.is_empty() { "core" } else { &group },
             resource,
             verb,
             scenario_of(r),
             r.verb,
-            r.uri
+            r.uri,
+            checked.map_or(String::new(), |c| format!(" (checked by {})", c.plugin))
         ));
     }
     for name in &made {

@@ -56,6 +56,9 @@ pub fn child_migration(
     let uid = wave.metadata.uid.as_deref().ok_or_else(|| missing("uid"))?;
     let template = &wave.spec.template;
 
+    // blockOwnerDeletion: a foreground delete of the wave waits for its migrations' clean-up.
+    // Under OwnerReferencesPermissionEnforcement this needs `update` on migrationwaves/finalizers
+    // (deploy/controller/clusterrole.yaml).
     let owner = OwnerReference {
         api_version: MigrationWave::api_version(&()).into_owned(),
         kind: MigrationWave::kind(&()).into_owned(),

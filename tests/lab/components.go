@@ -243,11 +243,17 @@ func (l *lab) apiserverStart(context.Context) (func(), error) {
 		"--audit-log-format=json",
 		"--audit-log-maxsize=200",
 		"--audit-log-maxbackup=1",
+		// What a hardened distribution enables besides the defaults (see admission.go).
+		"--enable-admission-plugins=" + strings.Join(hardenedAdmissionPlugins, ","),
+		"--admission-control-config-file=" + admissionConfigPath(l.dir),
 		// 127.0.0.1 cannot be published in the kubernetes Service endpoints
 		"--endpoint-reconciler-type=none",
 		"--v=1",
 	}
 	if err := writeAuditPolicy(l.dir); err != nil {
+		return nil, err
+	}
+	if err := writeAdmissionConfig(l.dir); err != nil {
 		return nil, err
 	}
 	// The lab's own clients, for the probes of the apiserver and what runs on it.

@@ -6,18 +6,9 @@
 use std::process::Command;
 
 fn run(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
-        .arg("controller")
-        .args(args)
-        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
-        .env_remove("FERRY_CONVERTER_IMAGE")
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    cmd.arg("controller").args(args);
+    ferry_harness::run_offline(cmd).unwrap()
 }
 
 #[test]

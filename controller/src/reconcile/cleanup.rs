@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::checkpoint::Io;
 use super::credentials;
 use super::intents::Cleanup;
-use super::world::{VmiState, classify_vmi, recorded_vm_uid, staged_keys};
+use super::world::{VmiState, classify_vmi, recorded_vm_uid, staged_keys, staging_location};
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::children::{Ownership, is_owned_by, secret};
@@ -132,11 +132,7 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
 /// What the migration staged, as `s3://BUCKET/KEY` (each image and the record beside it), at
 /// the location it recorded when it started. Pure.
 pub fn left_in_staging(vmm: &ferry_crds::VirtualMachineMigration) -> Vec<String> {
-    let bucket = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.staging.as_ref())
-        .map_or(&vmm.spec.staging.bucket, |r| &r.location.bucket);
+    let bucket = &staging_location(vmm).bucket;
     staged_keys(vmm)
         .iter()
         .flat_map(|k| [k.clone(), crate::staging::record_key(k)])
@@ -201,13 +197,7 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     if keys.is_empty() {
         return Ok(None);
     }
-    // Where the migration staged, as recorded when it started: never where the spec points now.
-    let at = io
-        .vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.staging.as_ref())
-        .map_or(&io.vmm.spec.staging, |r| &r.location);
+    let at = staging_location(io.vmm);
     let login = match credentials::staging_login_at(io, at).await? {
         Ok(l) => l,
         Err(p) => return Ok(Some(p)),

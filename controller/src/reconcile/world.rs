@@ -242,6 +242,15 @@ pub fn vmm_uid_label(vmi: &VirtualMachineInstance) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Where the migration stages: `spec.staging` as recorded when it left Preparing
+/// ([`ferry_crds::StagingRecord`]), never where the spec points now; the spec until then.
+pub fn staging_location(vmm: &VirtualMachineMigration) -> &ferry_crds::StagingSpec {
+    vmm.status
+        .as_ref()
+        .and_then(|s| s.staging.as_ref())
+        .map_or(&vmm.spec.staging, |r| &r.location)
+}
+
 /// Keys of the staged objects, one per discovered disk: as recorded when the migration left
 /// Preparing ([`ferry_crds::StagingRecord`]), whatever the spec says now.
 pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {

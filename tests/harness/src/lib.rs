@@ -14,7 +14,7 @@ mod wait;
 pub use error::Error;
 pub use info::{InventoryDisk, InventoryNic, InventoryVm, LabInfo};
 pub use namespace::TestNamespace;
-pub use process::ChildGuard;
+pub use process::{ChildGuard, run_offline};
 pub use start::{Lab, lab, repo_root, run_state_dir};
 pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk, qemu_img};
 pub use wait::eventually;

@@ -63,3 +63,27 @@ impl Drop for ChildGuard {
         self.kill();
     }
 }
+
+/// Runs `cmd` (a binary's command line as a person types it) to its end, with no cluster to
+/// reach and none of the environment variables that could choose one or configure it for it
+/// (`KUBECONFIG`, `FERRY_*`): whether it succeeded, and what it said on stderr.
+///
+/// # Errors
+/// [`Error::Spawn`] when the binary cannot be started.
+pub fn run_offline(mut cmd: Command) -> Result<(bool, String)> {
+    cmd.args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .env_remove("KUBECONFIG");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("FERRY_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().map_err(|source| Error::Spawn {
+        what: format!("{cmd:?}"),
+        source,
+    })?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
