@@ -4,7 +4,7 @@ SHELL := bash
 LAB_STATE ?= target/lab/state
 CARGO ?= cargo
 
-.PHONY: all tools lab-build lab build test bench demo crds fmt clippy image image-test
+.PHONY: all tools lab-build lab build check test bench demo crds fmt clippy image image-test
 
 all: build
 
@@ -32,6 +32,17 @@ image:
 ## converted as user 65532 on a read-only root); make test runs it on the image it packs.
 image-test:
 	$(CARGO) test -p ferry-api-tests --test image
+
+## The fast loop, no lab: formatting, lints, unit, snapshot and command-line tests, and the lab
+## S3 server's semantics (its own process). Run it before every commit; `make test` before a stop.
+check:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test -p ferry-controller --test cli_images
+	$(CARGO) test -p ferry --test controller_cli --test frames --test snapshots
+	$(CARGO) test -p ferry-crds --test samples
+	$(CARGO) test -p ferry-lab-s3 --test semantics
 
 ## Every test: unit, snapshot, lab integration and end-to-end, against one shared lab.
 test: lab-build

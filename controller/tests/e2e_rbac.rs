@@ -170,6 +170,67 @@ async fn allowed(client: &kube::Client, user: &str, r: &Request) -> bool {
     got.status.is_some_and(|s| s.allowed)
 }
 
+/// The proof's second part: each admission policy of `deploy/controller` bound while the
+/// scenarios ran (`bindings`, narrowed to the test's namespace), what it judges and how, under
+/// which every request of the controller above passed.
+fn admission_policies(env: &Env, bindings: &[String]) -> Vec<String> {
+    let get = |kind: &str| -> Vec<serde_json::Value> {
+        let text = env.lab.kubectl_ok(&["get", kind, "-o", "json"]).unwrap();
+        let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+        list["items"].as_array().cloned().unwrap_or_default()
+    };
+    let policies = get("validatingadmissionpolicies");
+    let mut lines = vec![
+        String::new(),
+        "admission policies bound while the scenarios ran (no request above was refused):"
+            .to_owned(),
+    ];
+    for b in get("validatingadmissionpolicybindings") {
+        let name = b["metadata"]["name"].as_str().unwrap_or_default();
+        if !bindings.iter().any(|n| n == name) {
+            continue;
+        }
+        let policy = b["spec"]["policyName"].as_str().unwrap_or_default();
+        let p = policies
+            .iter()
+            .find(|p| p["metadata"]["name"] == policy)
+            .expect("the bound policy");
+        let judged: Vec<String> = p["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let list = |k: &str| {
+                    r[k].as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                format!("{} {}", list("operations"), list("resources"))
+            })
+            .collect();
+        lines.push(format!(
+            "{policy:<32} {:<12} {:>2} validations  on {}  ({})",
+            b["spec"]["validationActions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            p["spec"]["validations"].as_array().map_or(0, Vec::len),
+            judged.join("; "),
+            p["spec"]["matchConstraints"]["matchPolicy"]
+                .as_str()
+                .unwrap_or("Equivalent"),
+        ));
+    }
+    assert!(lines.len() > 2, "no admission policy was bound");
+    lines
+}
+
 /// A right that no request uses but an admission plugin checks on one the controller makes.
 struct AdmissionChecked {
     group: &'static str,
@@ -570,6 +631,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
         let _ = bindings.delete(name, &Default::default()).await;
         let _ = roles.delete(name, &Default::default()).await;
     }
+    report.extend(admission_policies(&env, &deployed.bindings));
     let out = workspace().join("target/rbac");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(

@@ -960,7 +960,8 @@ pub struct Deployed {
     pub converter_image: String,
     /// `kubectl apply`'s output.
     pub applied: String,
-    bindings: Vec<String>,
+    /// The policy bindings made, narrowed to the test's namespace.
+    pub bindings: Vec<String>,
     lab: &'static Lab,
 }
 
