@@ -994,6 +994,7 @@ pub async fn install_deploy(env: &Env) -> Deployed {
         .expect("kustomize deploy/controller");
     let mut docs = vec![];
     let mut converter_image = None;
+    let mut deployment_env = serde_json::Value::Null;
     let mut bindings = vec![];
     for doc in serde_yaml::Deserializer::from_str(&rendered) {
         let mut v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
@@ -1021,8 +1022,30 @@ pub async fn install_deploy(env: &Env) -> Deployed {
         if kind == "ConfigMap" && name == "ferry-controller-policy" {
             converter_image = v["data"]["converterImage"].as_str().map(str::to_owned);
         }
+        if kind == "Deployment" {
+            deployment_env = v["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+        }
         docs.push(v);
     }
+    // The controller and the admission policy allow the same converter images: the one that
+    // follows kustomize's `images:` in both, and the others from the policy's ConfigMap.
+    let env_var = |n: &str| {
+        deployment_env
+            .as_array()
+            .and_then(|e| e.iter().find(|v| v["name"] == n))
+            .cloned()
+            .unwrap_or_else(|| panic!("the Deployment sets {n}"))
+    };
+    assert_eq!(
+        env_var("FERRY_CONVERTER_IMAGE")["value"].as_str(),
+        converter_image.as_deref(),
+        "FERRY_CONVERTER_IMAGE and the policy's converterImage"
+    );
+    assert_eq!(
+        env_var("FERRY_ALLOWED_CONVERTER_IMAGES")["valueFrom"]["configMapKeyRef"],
+        serde_json::json!({"name": "ferry-controller-policy", "key": "allowedConverterImages"}),
+        "the allowed converter images are read from the policy's ConfigMap"
+    );
     let file = env.scratch.join("deploy.json");
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
     std::fs::write(&file, serde_json::to_vec(&list).unwrap()).unwrap();
