@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_crds::VirtualMachineMigration;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -54,6 +55,10 @@ struct Memo {
     /// The migration's resourceVersion as last known current: returned by our own status write
     /// or by a fresh read. A cached copy at this version needs no fresh read.
     current_version: Option<String>,
+    /// The credentials Secrets this attempt of the migration read, by name (read once per
+    /// attempt: forgotten on any failure, retry, cancel or end, so a rotated or revoked Secret
+    /// counts from the next attempt on).
+    secrets: HashMap<String, Arc<Secret>>,
 }
 
 /// Shared state of the controllers.
@@ -257,6 +262,39 @@ impl Context {
         })
     }
 
+    /// The credentials Secret `name` as this attempt of the migration `uid` read it.
+    pub fn remembered_secret(&self, uid: &str, name: &str) -> Option<Arc<Secret>> {
+        self.memo(uid, |m| m.secrets.get(name).cloned())
+    }
+
+    /// Keeps `secret` (its name, labels and data only) for the rest of the attempt of `uid`.
+    pub fn remember_secret(&self, uid: &str, secret: &Secret) {
+        let kept = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: secret.metadata.name.clone(),
+                uid: secret.metadata.uid.clone(),
+                labels: secret.metadata.labels.clone(),
+                ..Default::default()
+            },
+            data: secret.data.clone(),
+            type_: secret.type_.clone(),
+            ..Default::default()
+        };
+        let name = kept.metadata.name.clone().unwrap_or_default();
+        self.memo(uid, |m| m.secrets.insert(name, Arc::new(kept)));
+    }
+
+    /// Ends the attempt's credentials of `uid`: the next use reads them again.
+    pub fn forget_secrets(&self, uid: &str) {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(m) = map.get_mut(uid) {
+            m.secrets.clear();
+        }
+    }
+
     /// Forgets `uid` (its migration is gone).
     pub fn forget(&self, uid: &str) {
         let mut map = self
@@ -270,6 +308,46 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_attempts_secret_is_kept_trimmed_per_migration_until_forgotten() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let key = ProofKey::from_bytes(&[1; crate::children::proof::KEY_BYTES]).unwrap();
+        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()), key);
+        let mut secret = Secret::default();
+        secret.metadata.name = Some("creds".into());
+        secret.metadata.annotations = Some([("big".to_owned(), "x".repeat(4096))].into());
+        secret.data = Some(
+            [(
+                "password".to_owned(),
+                k8s_openapi::ByteString(b"pw".to_vec()),
+            )]
+            .into(),
+        );
+        assert!(ctx.remembered_secret("u", "creds").is_none());
+        ctx.remember_secret("u", &secret);
+        let kept = ctx.remembered_secret("u", "creds").unwrap();
+        assert_eq!(kept.data, secret.data);
+        assert!(
+            kept.metadata.annotations.is_none(),
+            "only what binding reads"
+        );
+        assert!(
+            ctx.remembered_secret("v", "creds").is_none(),
+            "per migration"
+        );
+        ctx.forget_secrets("u");
+        assert!(
+            ctx.remembered_secret("u", "creds").is_none(),
+            "read again next attempt"
+        );
+        ctx.forget_secrets("never-seen");
+        assert!(
+            ctx.memory.lock().unwrap().get("never-seen").is_none(),
+            "forgetting makes no entry"
+        );
+    }
 
     #[tokio::test]
     async fn a_cached_migration_is_current_only_at_the_version_last_written_or_read() {

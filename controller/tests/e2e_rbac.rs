@@ -39,69 +39,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 
-const SA: &str = "system:serviceaccount:ferry-system:ferry-controller";
-
-/// One request the controller made, as the audit log records it.
-#[derive(Clone, Debug)]
-struct Request {
-    when: SystemTime,
-    verb: String,
-    group: String,
-    resource: String,
-    namespace: Option<String>,
-    name: Option<String>,
-    code: i64,
-    uri: String,
-}
-
-fn audit(lab: &ferry_harness::Lab) -> Vec<Request> {
-    let text = std::fs::read_to_string(&lab.info.apiserver.audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        // A watch is logged when its response starts (it completes only when it ends).
-        .filter(|e| {
-            e["user"]["username"] == SA
-                && (e["stage"] == "ResponseComplete" || e["stage"] == "ResponseStarted")
-        })
-        .filter_map(|e| {
-            let o = &e["objectRef"];
-            let s = |v: &serde_json::Value| v.as_str().map(str::to_owned);
-            let resource = match (s(&o["resource"]), s(&o["subresource"])) {
-                (Some(r), Some(sub)) => format!("{r}/{sub}"),
-                (Some(r), None) => r,
-                _ => return None,
-            };
-            let ts: k8s_openapi::jiff::Timestamp =
-                e["requestReceivedTimestamp"].as_str()?.parse().ok()?;
-            Some(Request {
-                when: SystemTime::from(ts),
-                verb: s(&e["verb"])?,
-                group: s(&o["apiGroup"]).unwrap_or_default(),
-                resource,
-                namespace: s(&o["namespace"]),
-                name: s(&o["name"]),
-                code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
-                uri: s(&e["requestURI"]).unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
-/// A kubeconfig for `token` on the lab's apiserver.
-fn token_kubeconfig(env: &Env, token: &str) -> std::path::PathBuf {
-    let mut kc = kube::config::Kubeconfig::read_from(&env.lab.info.kubeconfig).unwrap();
-    for a in &mut kc.auth_infos {
-        if let Some(info) = a.auth_info.as_mut() {
-            *info = kube::config::AuthInfo {
-                token: Some(token.to_owned().into()),
-                ..Default::default()
-            };
-        }
-    }
-    let path = env.scratch.join("sa.kubeconfig");
-    std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
-    path
-}
+const SA: &str = CONTROLLER_SA;
 
 fn rule_verbs(role: &ClusterRole) -> Vec<(String, String, String)> {
     let mut out = vec![];
@@ -342,18 +280,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     // them too (its children's shape, the author right its wave uses to create a migration).
     let deployed = install_deploy(&env).await;
     env.extra_controller_args = vec!["--converter-image".into(), deployed.converter_image.clone()];
-    let token = env
-        .lab
-        .kubectl_ok(&[
-            "create",
-            "token",
-            "ferry-controller",
-            "-n",
-            "ferry-system",
-            "--duration=2h",
-        ])
-        .unwrap();
-    env.controller_kubeconfig = Some(token_kubeconfig(&env, token.trim()));
+    env.use_controller_token();
     env.start_sim();
     let started = SystemTime::now();
     env.start_controller();
@@ -533,7 +460,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     scenarios.push(("a failure in Starting, retried", t, SystemTime::now()));
 
     // The record.
-    let requests: Vec<Request> = audit(env.lab)
+    let requests: Vec<Request> = audit(env.lab, SA)
         .into_iter()
         .filter(|r| r.when >= started)
         .filter(|r| r.namespace.as_deref().is_none_or(|n| n == env.ns.name))

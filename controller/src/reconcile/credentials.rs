@@ -262,10 +262,18 @@ pub fn bind_staging(spec: &StagingSpec, s: &SecretData) -> Result<StagingLogin, 
     })
 }
 
-/// Reads the Secret `name` of the migration's namespace.
+/// Reads the Secret `name` of the migration's namespace, once per attempt (see
+/// [`crate::context::Context::remember_secret`]); by name only, never a list or a watch.
 async fn read(io: Io<'_>, name: &str, what: &str) -> Result<Result<SecretData, Problem>> {
+    let uid = io.vmm.uid().unwrap_or_default();
+    if let Some(s) = io.ctx.remembered_secret(&uid, name) {
+        return Ok(Ok(SecretData::of(&s)));
+    }
     Ok(match io.api::<Secret>().get_opt(name).await? {
-        Some(s) => Ok(SecretData::of(&s)),
+        Some(s) => {
+            io.ctx.remember_secret(&uid, &s);
+            Ok(SecretData::of(&s))
+        }
         None => Err(Problem::transient(
             Reason::SecretNotFound,
             format!(

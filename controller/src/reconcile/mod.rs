@@ -152,6 +152,10 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     };
     let mut notes = vec![];
     let mut power_record = None;
+    if !matches!(intent, Intent::Proceed) {
+        // A cancel, a retry, a pause, the end: the attempt's credentials are read again.
+        ctx.forget_secrets(&vmm.uid().unwrap_or_default());
+    }
     match &intent {
         Intent::Proceed => return proceed(io, now).await,
         Intent::Cancel { cleanup } => {
@@ -255,6 +259,11 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
         // makes it anew (Succeeded and Cancelled remove it too).
         cleanup::delete_cdi_objects(io).await?;
     }
+    if ends_attempt(&outcome.step) {
+        // A failure may be the credentials' (a rotated password, a revoked opt-in): the next
+        // try reads them again. At the end they are dropped from memory.
+        ctx.forget_secrets(&vmm.uid().unwrap_or_default());
+    }
     let mut notes = vec![];
     let (mut requeue, retrying) = requeue_after_step(&outcome.step, &scope);
     notes.extend(retrying);
@@ -284,6 +293,16 @@ async fn act<C: Checkpoint>(
         }
     }
     Ok(planned)
+}
+
+/// Whether `step` ends the attempt's use of its credentials: a failure (transient or not), or
+/// the end of the migration. Pure.
+fn ends_attempt<A>(step: &Step<A>) -> bool {
+    match step {
+        Step::Retry { .. } | Step::Fail { .. } => true,
+        Step::Advance { to } => to.is_terminal(),
+        Step::Act(_) | Step::Wait { .. } => false,
+    }
 }
 
 /// When to look again after `step`, and the Event of a transient retry. Pure.
@@ -351,6 +370,32 @@ async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Reque
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_crds::{Phase, Reason};
+
+    #[test]
+    fn credentials_are_read_again_after_a_failure_and_dropped_at_the_end() {
+        let retry = Step::<()>::Retry {
+            reason: Reason::LoginFailed,
+            message: String::new(),
+        };
+        let fail = Step::<()>::Fail {
+            reason: Reason::LoginFailed,
+            message: String::new(),
+            retriable: true,
+            resume: Phase::Preparing,
+        };
+        assert!(ends_attempt(&retry) && ends_attempt(&fail));
+        for to in Phase::ALL.into_iter().filter(|p| p.is_terminal()) {
+            assert!(ends_attempt(&Step::<()>::Advance { to }), "{to:?}");
+        }
+        assert!(!ends_attempt(&Step::<()>::Advance {
+            to: Phase::Converting
+        }));
+        assert!(!ends_attempt(&Step::<()>::Act(vec![()])));
+        assert!(!ends_attempt(&Step::<()>::Wait {
+            requeue: Duration::from_secs(1)
+        }));
+    }
 
     #[test]
     fn api_errors_back_off_per_object_and_conflicts_retry_at_once() {

@@ -338,18 +338,27 @@ impl Env {
 
     /// The resident memory (VmRSS) of the running controller, in bytes.
     pub fn controller_rss(&self) -> u64 {
+        self.controller_status_kib("VmRSS") * 1024
+    }
+
+    /// The highest resident memory (VmHWM) the running controller has had, in bytes: what a
+    /// memory limit would have met.
+    pub fn controller_peak_rss(&self) -> u64 {
+        self.controller_status_kib("VmHWM") * 1024
+    }
+
+    fn controller_status_kib(&self, field: &str) -> u64 {
         let pid = self
             .controller
             .as_ref()
             .and_then(ChildGuard::id)
             .expect("a controller");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let kib: u64 = status
+        status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/<pid>/status");
-        kib * 1024
+            .unwrap_or_else(|| panic!("{field} in /proc/<pid>/status"))
     }
 
     /// The controller's log so far.
@@ -1094,4 +1103,82 @@ pub async fn install_deploy(env: &Env) -> Deployed {
     .await
     .expect("the blast-radius policy refusing a privileged Job");
     deployed
+}
+
+/// One request of a ServiceAccount, as the lab's audit log records it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub when: std::time::SystemTime,
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub code: i64,
+    pub uri: String,
+}
+
+/// Every request `user` (a ServiceAccount: the lab's audit policy logs their reads too) made so
+/// far; a watch as its response starts. `resource` is `resource/subresource` for a subresource.
+pub fn audit(lab: &ferry_harness::Lab, user: &str) -> Vec<Request> {
+    let text = std::fs::read_to_string(&lab.info.apiserver.audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        // A watch is logged when its response starts (it completes only when it ends).
+        .filter(|e| {
+            e["user"]["username"] == user
+                && (e["stage"] == "ResponseComplete" || e["stage"] == "ResponseStarted")
+        })
+        .filter_map(|e| {
+            let o = &e["objectRef"];
+            let s = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+            let resource = match (s(&o["resource"]), s(&o["subresource"])) {
+                (Some(r), Some(sub)) => format!("{r}/{sub}"),
+                (Some(r), None) => r,
+                _ => return None,
+            };
+            let ts: k8s_openapi::jiff::Timestamp =
+                e["requestReceivedTimestamp"].as_str()?.parse().ok()?;
+            Some(Request {
+                when: std::time::SystemTime::from(ts),
+                verb: s(&e["verb"])?,
+                group: s(&o["apiGroup"]).unwrap_or_default(),
+                resource,
+                namespace: s(&o["namespace"]),
+                name: s(&o["name"]),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+                uri: s(&e["requestURI"]).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+impl Env {
+    /// Makes the controller talk to the API server with a real token of deploy/controller's
+    /// ServiceAccount (its RBAC, and its requests in the audit log under its own name).
+    pub fn use_controller_token(&mut self) {
+        let token = self
+            .lab
+            .kubectl_ok(&[
+                "create",
+                "token",
+                "ferry-controller",
+                "-n",
+                "ferry-system",
+                "--duration=2h",
+            ])
+            .unwrap();
+        let mut kc = kube::config::Kubeconfig::read_from(&self.lab.info.kubeconfig).unwrap();
+        for a in &mut kc.auth_infos {
+            if let Some(info) = a.auth_info.as_mut() {
+                *info = kube::config::AuthInfo {
+                    token: Some(token.trim().to_owned().into()),
+                    ..Default::default()
+                };
+            }
+        }
+        let path = self.scratch.join("sa.kubeconfig");
+        std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
+        self.controller_kubeconfig = Some(path);
+    }
 }

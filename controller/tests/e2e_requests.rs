@@ -1,0 +1,97 @@
+//! What one migration costs the API server, counted by the API server: the controller runs with a
+//! real token of deploy/controller's ServiceAccount (its RBAC, the admission policies bound), and
+//! the lab's audit log records each of its requests. One VM, one disk, no failure: the requests
+//! from the migration's creation to its end, by verb and resource, against bounds — a regression
+//! fails `make test` by count (counts are stable where times are not). The table goes to
+//! stderr and `target/bench/requests-one-migration.txt`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use common::*;
+use ferry_crds::Phase;
+
+/// Today's counts for one migration (issue 24 lowers them: ≤ 30 requests, ≤ 22 writes, ≤ 10
+/// status writes).
+const MAX_REQUESTS: usize = 140;
+const MAX_WRITES: usize = 45;
+const MAX_STATUS_WRITES: usize = 25;
+
+fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
+    let mut env = Env::new("e2e-requests", 16).await;
+    let deployed = install_deploy(&env).await;
+    env.extra_controller_args = vec!["--converter-image".into(), deployed.converter_image.clone()];
+    env.use_controller_token();
+    env.start_sim();
+    env.start_controller();
+    // Counted from the migration's creation: the controller's own start (its lists and watches,
+    // the proof key) is paid once, not per migration.
+    let mut vmm = env.migration("counted");
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    ferry_harness::eventually(
+        "the controller's caches to sync",
+        std::time::Duration::from_secs(60),
+        || async {
+            env.controller_log()
+                .contains("caches synced; ready")
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let from = SystemTime::now();
+    env.create(&vmm).await;
+    let v = env.wait_terminal("counted", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    let to = SystemTime::now();
+
+    let requests: Vec<Request> = audit(env.lab, CONTROLLER_SA)
+        .into_iter()
+        .filter(|r| r.when >= from && r.when <= to)
+        .filter(|r| r.namespace.as_deref() == Some(env.ns.name.as_str()))
+        .collect();
+    let mut by: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in &requests {
+        let resource = if r.group.is_empty() {
+            r.resource.clone()
+        } else {
+            format!("{}.{}", r.resource, r.group)
+        };
+        *by.entry((r.verb.clone(), resource)).or_default() += 1;
+    }
+    let writes = requests.iter().filter(|r| is_write(&r.verb)).count();
+    let status = requests
+        .iter()
+        .filter(|r| is_write(&r.verb) && r.resource.ends_with("/status"))
+        .count();
+    let mut table = vec![format!(
+        "one migration, one disk, no failure: {} requests (≤ {MAX_REQUESTS}), {writes} writes (≤ {MAX_WRITES}), {status} status writes (≤ {MAX_STATUS_WRITES})",
+        requests.len()
+    )];
+    let mut rows: Vec<_> = by.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for ((verb, resource), n) in rows {
+        table.push(format!("{n:>5}  {verb:<8} {resource}"));
+    }
+    let text = table.join("\n") + "\n";
+    eprintln!("{text}");
+    let out = workspace().join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("requests-one-migration.txt"), &text).unwrap();
+    assert!(requests.len() <= MAX_REQUESTS, "{text}");
+    assert!(writes <= MAX_WRITES, "{text}");
+    assert!(status <= MAX_STATUS_WRITES, "{text}");
+    drop(deployed);
+}
