@@ -46,9 +46,9 @@ pub struct Importing;
 #[derive(Clone, Debug)]
 pub struct Observed {
     /// The staging login the CDI Secret is made from, and whose CA (if any) the DataVolumes
-    /// name.
+    /// name; `Ok(None)` once every DataVolume exists (not read then).
     pub credentials: Result<Option<StagingLogin>, Problem>,
-    /// The CDI S3 Secret exists.
+    /// The CDI S3 Secret exists (taken as so, unread, once every DataVolume exists).
     pub secret_present: bool,
     /// One per disk.
     pub dvs: Vec<DvState>,
@@ -110,20 +110,6 @@ impl Checkpoint for Importing {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let mut conflicts = vec![];
-        let secret_present = match io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await? {
-            Some(s) => match io.own(&s) {
-                Ownership::Ours { .. } => true,
-                Ownership::Foreign(c) => {
-                    conflicts.push(c);
-                    false
-                }
-            },
-            None => false,
-        };
-        conflicts.extend(
-            world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
-        );
-        let credentials = credentials::staging_login(io).await?.map(Some);
         let mut dvs = vec![];
         for i in 0..staged_keys(io.vmm).len() {
             let found = io
@@ -137,6 +123,27 @@ impl Checkpoint for Importing {
                 Some(Ownership::Ours { .. }) | None => cdi::observe(found.as_ref()),
             });
         }
+        // The CDI Secret (and CA ConfigMap) and the staging credentials they are made from
+        // matter only until every DataVolume exists: they are read only while one is to be
+        // created (no cache holds Secrets or ConfigMaps, so each look is a request).
+        let (secret_present, credentials) = if dvs.is_empty() || dvs.contains(&DvState::Absent) {
+            let present = match io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await? {
+                Some(s) => match io.own(&s) {
+                    Ownership::Ours { .. } => true,
+                    Ownership::Foreign(c) => {
+                        conflicts.push(c);
+                        false
+                    }
+                },
+                None => false,
+            };
+            conflicts.extend(
+                world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
+            );
+            (present, credentials::staging_login(io).await?.map(Some))
+        } else {
+            (true, Ok(None))
+        };
         let (verify, verify_conflict) = verification(io).await?;
         conflicts.extend(verify_conflict);
         let wants_job = verify.job == JobState::Absent
