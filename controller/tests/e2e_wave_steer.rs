@@ -385,19 +385,23 @@ async fn a_wave_declared_with_a_selector_resolves_it_once_and_records_the_vms() 
     let mut env = Env::new("e2e-wave-select", 1).await;
     env.start_controller();
     let waves: Api<MigrationWave> = env.ns.api();
-    let inventory = env.lab.info.inventory().unwrap();
-    let mut want: Vec<String> = inventory
-        .iter()
-        .map(|v| v.name.clone())
-        .filter(|n| n.starts_with("DC0_H0_VM1") && n.len() == "DC0_H0_VM10".len())
+    // Ten VMs of this test's own (the lab's vCenter is shared: other tests claim, rename and
+    // power VMs), renamed under a prefix of this run, so that the pattern chooses exactly them.
+    let run = env.ns.name.rsplit('-').next().unwrap().to_uppercase();
+    let mut want: Vec<String> = (0..10)
+        .map(|i| {
+            let vm = env.lab.claim_vm().unwrap();
+            let name = format!("SEL{run}_VM{i}");
+            env.shape(&vm.name, &["--name", &name]);
+            name
+        })
         .collect();
     want.sort();
-    assert_eq!(want.len(), 10, "the lab names its VMs as vcsim does");
-    // Paused: the children are made and held, nothing of those shared VMs is touched.
+    // Paused: the children are made and held, nothing of those VMs is touched.
     let mut s = spec(&env, &[], 3, true);
     s.selector = Some(ferry_crds::WaveSelector {
         folder: Some("DC0/vm".into()),
-        name_pattern: Some("DC0_H0_VM1?".into()),
+        name_pattern: Some(format!("SEL{run}_VM?")),
         tag: None,
     });
     waves
