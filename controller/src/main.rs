@@ -64,6 +64,10 @@ struct Cli {
     /// Do not run the MigrationWave controller.
     #[arg(long)]
     no_waves: bool,
+    /// Begin the child watches with paged lists instead of streaming lists (for an API server
+    /// without the WatchList feature, before Kubernetes 1.32).
+    #[arg(long)]
+    paged_lists: bool,
     /// Most VMs a wave's spec.selector may choose (at most 5000, what status.selectedVms holds);
     /// a selector choosing more fails the wave with SelectorTooBroad.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u16).range(1..=5000))]
@@ -286,6 +290,7 @@ async fn main() -> anyhow::Result<()> {
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,
+                streaming_lists: !cli.paged_lists,
                 shutdown_grace: cli.leader.shutdown_grace,
                 proof_key: match cli.proof_key_secret.split_once('/') {
                     Some((ns, name)) => ferry_controller::ProofKeySecret {

@@ -14,11 +14,12 @@ use std::time::SystemTime;
 use common::*;
 use ferry_crds::Phase;
 
-/// Today's counts for one migration (issue 24 lowers them: ≤ 30 requests, ≤ 22 writes, ≤ 10
-/// status writes).
-const MAX_REQUESTS: usize = 140;
-const MAX_WRITES: usize = 45;
-const MAX_STATUS_WRITES: usize = 25;
+/// Today's counts for one migration with some room (measured: 83 requests, 39 writes, 22 status
+/// writes; issue 24's targets are ≤ 30, ≤ 22 and ≤ 10). Counts vary only with how many
+/// reconciles the watch events cause, by a few.
+const MAX_REQUESTS: usize = 95;
+const MAX_WRITES: usize = 42;
+const MAX_STATUS_WRITES: usize = 24;
 
 fn is_write(verb: &str) -> bool {
     matches!(

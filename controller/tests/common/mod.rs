@@ -316,6 +316,10 @@ impl Env {
 
     /// Starts (or restarts) the controller, scoped to the namespace, fast backoffs.
     pub fn start_controller(&mut self) {
+        // A running one goes first (SIGKILL, reaped): it holds the metrics port the new one binds.
+        if let Some(mut old) = self.controller.take() {
+            old.kill();
+        }
         let (ctl, _) = binaries();
         let mut cmd = Command::new(ctl);
         cmd.arg("--kubeconfig")
