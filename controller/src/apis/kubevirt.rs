@@ -262,6 +262,19 @@ pub fn trouble(
         }
         KvError::CrashLoopBackOff => None,
     };
+    // These printable statuses are KubeVirt's summary of its instance's conditions: with an
+    // instance that no longer carries the condition (the claim came back, the pod was
+    // scheduled), the VM's summary is older than the instance and nothing is wrong now.
+    let from_instance = matches!(
+        error,
+        KvError::ErrorUnschedulable
+            | KvError::ErrorPvcNotFound
+            | KvError::ErrImagePull
+            | KvError::ImagePullBackOff
+    );
+    if from_instance && vmi.is_some() && cause.is_none() {
+        return None;
+    }
     let failure = vm_conds
         .iter()
         .find(|c| c.type_ == "Failure" && c.status == "True");
@@ -362,6 +375,21 @@ mod tests {
                 KvError::ErrorPvcNotFound,
                 "PVC ns/d does not exist, waiting for it to appear"
             )
+        );
+        // The VM's summary lags an instance that no longer carries the condition: not an error
+        // now. Without an instance, the summary is all there is.
+        let recovered = vmi(json!([]));
+        assert_eq!(
+            trouble(Some(&vm("ErrorPvcNotFound", json!({}))), Some(&recovered)).map(|t| t.error),
+            None
+        );
+        assert_eq!(
+            trouble(Some(&vm("ErrorUnschedulable", json!({}))), Some(&recovered)).map(|t| t.error),
+            None
+        );
+        assert_eq!(
+            trouble(Some(&vm("ErrorPvcNotFound", json!({}))), None).map(|t| t.error),
+            Some(KvError::ErrorPvcNotFound)
         );
         let crash = vm(
             "CrashLoopBackOff",
