@@ -221,6 +221,18 @@ impl Context {
         f(map.entry(uid.to_owned()).or_default())
     }
 
+    /// Changes the memo of `uid` if there is one (never makes one: a settled migration's
+    /// reconciles must not grow the memory).
+    fn memo_if_known(&self, uid: &str, f: impl FnOnce(&mut Memo)) {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(m) = map.get_mut(uid) {
+            f(m);
+        }
+    }
+
     /// How long ago progress was last written for `uid`.
     pub fn since_progress_write(&self, uid: &str) -> Option<Duration> {
         self.memo(uid, |m| m.progress_written.map(|t| t.elapsed()))
@@ -242,13 +254,7 @@ impl Context {
 
     /// A reconcile of `uid` succeeded: the next failure starts the backoff over.
     pub fn note_success(&self, uid: &str) {
-        let mut map = self
-            .memory
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(m) = map.get_mut(uid) {
-            m.failures = 0;
-        }
+        self.memo_if_known(uid, |m| m.failures = 0);
     }
 
     /// When the wave `uid` last listed its children; notes `now` as the new time when `take`.
@@ -286,13 +292,7 @@ impl Context {
 
     /// Ends the attempt's credentials of `uid`: the next use reads them again.
     pub fn forget_secrets(&self, uid: &str) {
-        let mut map = self
-            .memory
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(m) = map.get_mut(uid) {
-            m.secrets.clear();
-        }
+        self.memo_if_known(uid, |m| m.secrets.clear());
     }
 
     /// Forgets `uid` (its migration is gone).
