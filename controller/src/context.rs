@@ -309,12 +309,17 @@ impl Context {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn an_attempts_secret_is_kept_trimmed_per_migration_until_forgotten() {
+    /// A context on a client that reaches nothing (these tests touch only its memory).
+    fn offline() -> Context {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let key = ProofKey::from_bytes(&[1; crate::children::proof::KEY_BYTES]).unwrap();
-        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()), key);
+        Context::new(client, Policy::default(), Arc::new(Metrics::default()), key)
+    }
+
+    #[tokio::test]
+    async fn an_attempts_secret_is_kept_trimmed_per_migration_until_forgotten() {
+        let ctx = offline();
         let mut secret = Secret::default();
         secret.metadata.name = Some("creds".into());
         secret.metadata.annotations = Some([("big".to_owned(), "x".repeat(4096))].into());
@@ -351,10 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cached_migration_is_current_only_at_the_version_last_written_or_read() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let key = ProofKey::from_bytes(&[1; crate::children::proof::KEY_BYTES]).unwrap();
-        let ctx = Context::new(client, Policy::default(), Arc::new(Metrics::default()), key);
+        let ctx = offline();
         assert!(
             !ctx.is_current("u", Some("7")),
             "nothing known after a start"
