@@ -9,9 +9,13 @@
 //! direction only:
 //! * an object the cache shows is used as shown: a change not seen yet arrives as a watch event
 //!   and reconciles the migration again, and every action is idempotent;
-//! * an object the cache does not show is read fresh, because "absent" is what decisions act on
-//!   (create a child, call a cleanup done) and a child created a moment ago may not be in the
-//!   cache yet. So is every name held by someone else's object outside the label selector.
+//! * an object the cache does not show is absent, unless the migration recorded its create
+//!   (`status.children`): then it is read fresh, since a child created a moment ago may not be
+//!   in the cache yet. Absence is safe to act on because acting on it is a create, and a create
+//!   whose name is taken answers "already exists": ferry then reads the object fresh and proves
+//!   it ours by its stamp, or reports the conflict ([`crate::reconcile::checkpoint::Io::create`]).
+//!   Names held by someone else's object outside the label selector are found the same way, or
+//!   by a fresh read where they must be found before anything is touched (Preparing's check).
 //!
 //! Cleanup never reads through here: it must see what is there now.
 //!
@@ -194,8 +198,9 @@ pub fn slim<K: Resource + Default>(
     *obj = stub;
 }
 
-/// The object `name` of kind `K` in `namespace`: from the cache when it shows one, else fresh
-/// from the API (see the module's note on why absence is always read fresh).
+/// The object `name` of kind `K` in `namespace`: from the cache when it shows one; when it
+/// does not, absent — or fresh from the API when `recorded` (the migration recorded creating
+/// it, see the module's note).
 ///
 /// # Errors
 /// Kubernetes API errors of the fresh read.
@@ -205,6 +210,7 @@ pub async fn read<K: Observed>(
     metrics: &Metrics,
     namespace: &str,
     name: &str,
+    recorded: bool,
 ) -> Result<Option<K>> {
     let read = match caches.and_then(K::cached) {
         Some(store) => match store.get(&ObjectRef::new(name).within(namespace)) {
@@ -213,7 +219,12 @@ pub async fn read<K: Observed>(
                 return Ok(Some(K::clone(&found)));
             }
             // A stub says only that the object exists; what a decision reads is read fresh.
-            Some(_) | None => CacheRead::Miss,
+            Some(_) => CacheRead::Miss,
+            None if recorded => CacheRead::Miss,
+            None => {
+                metrics.cache_read(&K::kind(&()), CacheRead::Absent);
+                return Ok(None);
+            }
         },
         None => CacheRead::Uncached,
     };
@@ -253,17 +264,34 @@ mod tests {
         let client = kube::Client::try_from(config).unwrap();
         let caches = caches_with_job(job("ns", "convert-a"));
         let metrics = Metrics::default();
-        let found: Option<Job> = read(&client, Some(&caches), &metrics, "ns", "convert-a")
+        let found: Option<Job> = read(&client, Some(&caches), &metrics, "ns", "convert-a", false)
             .await
             .unwrap();
         assert_eq!(found.unwrap().metadata.name.as_deref(), Some("convert-a"));
-        // The same name in another namespace is not in the cache: it is read from the API.
+        // The same name in another namespace is not in the cache: absent, unless recorded.
+        let other: Option<Job> = read(
+            &client,
+            Some(&caches),
+            &metrics,
+            "other",
+            "convert-a",
+            false,
+        )
+        .await
+        .unwrap();
+        assert!(
+            other.is_none(),
+            "absent from the cache and never made: absent"
+        );
         let other: Result<Option<Job>> =
-            read(&client, Some(&caches), &metrics, "other", "convert-a").await;
-        assert!(other.is_err(), "absent from the cache goes to the API");
+            read(&client, Some(&caches), &metrics, "other", "convert-a", true).await;
+        assert!(
+            other.is_err(),
+            "recorded but not in the cache yet: read from the API"
+        );
         // A kind without a cache always goes to the API.
         let secret: Result<Option<Secret>> =
-            read(&client, Some(&caches), &metrics, "ns", "convert-a").await;
+            read(&client, Some(&caches), &metrics, "ns", "convert-a", false).await;
         assert!(secret.is_err(), "Secrets are read fresh");
         let text = metrics.encode();
         assert!(
@@ -278,6 +306,10 @@ mod tests {
             text.contains(
                 r#"ferry_controller_cache_reads_total{kind="Secret",result="uncached"} 1"#
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ferry_controller_cache_reads_total{kind="Job",result="absent"} 1"#),
             "{text}"
         );
     }
@@ -380,7 +412,7 @@ mod tests {
         let caches = caches_with_job(j);
         let metrics = Metrics::default();
         let read: Result<Option<Job>> =
-            read(&client, Some(&caches), &metrics, "ns", "convert-a").await;
+            read(&client, Some(&caches), &metrics, "ns", "convert-a", false).await;
         assert!(read.is_err(), "a stub goes to the API");
     }
 }

@@ -43,7 +43,7 @@ impl Clock for SystemClock {
 #[derive(Debug, Default, Clone)]
 struct Memo {
     /// When progress was last written.
-    progress_written: Option<Instant>,
+    status_written: Option<Instant>,
     /// Reconciles failed in a row (a Kubernetes API error, a cleanup that could not finish).
     failures: u32,
     /// When a wave last listed its children.
@@ -59,6 +59,9 @@ struct Memo {
     /// attempt: forgotten on any failure, retry, cancel or end, so a rotated or revoked Secret
     /// counts from the next attempt on).
     secrets: HashMap<String, Arc<Secret>>,
+    /// This attempt found every name it will create free (Preparing's check, once per attempt:
+    /// a name taken later is found by its create).
+    names_free: bool,
 }
 
 /// Shared state of the controllers.
@@ -233,14 +236,14 @@ impl Context {
         }
     }
 
-    /// How long ago progress was last written for `uid`.
-    pub fn since_progress_write(&self, uid: &str) -> Option<Duration> {
-        self.memo(uid, |m| m.progress_written.map(|t| t.elapsed()))
+    /// How long ago this controller last wrote the status of `uid`.
+    pub fn since_status_write(&self, uid: &str) -> Option<Duration> {
+        self.memo(uid, |m| m.status_written.map(|t| t.elapsed()))
     }
 
     /// Notes a status write for `uid`.
     pub fn note_write(&self, uid: &str) {
-        self.memo(uid, |m| m.progress_written = Some(Instant::now()));
+        self.memo(uid, |m| m.status_written = Some(Instant::now()));
     }
 
     /// Counts a failed reconcile of `uid`; returns how many failed in a row before this one.
@@ -290,9 +293,23 @@ impl Context {
         self.memo(uid, |m| m.secrets.insert(name, Arc::new(kept)));
     }
 
-    /// Ends the attempt's credentials of `uid`: the next use reads them again.
-    pub fn forget_secrets(&self, uid: &str) {
-        self.memo_if_known(uid, |m| m.secrets.clear());
+    /// Whether this attempt of `uid` found every name it will create free.
+    pub fn names_found_free(&self, uid: &str) -> bool {
+        self.memo(uid, |m| m.names_free)
+    }
+
+    /// Notes that this attempt of `uid` found every name it will create free.
+    pub fn note_names_free(&self, uid: &str) {
+        self.memo(uid, |m| m.names_free = true);
+    }
+
+    /// Ends what the attempt of `uid` read once: its credentials and its check of the names
+    /// (the next use reads them again).
+    pub fn forget_attempt(&self, uid: &str) {
+        self.memo_if_known(uid, |m| {
+            m.secrets.clear();
+            m.names_free = false;
+        });
     }
 
     /// Forgets `uid` (its migration is gone).
@@ -342,12 +359,12 @@ mod tests {
             ctx.remembered_secret("v", "creds").is_none(),
             "per migration"
         );
-        ctx.forget_secrets("u");
+        ctx.forget_attempt("u");
         assert!(
             ctx.remembered_secret("u", "creds").is_none(),
             "read again next attempt"
         );
-        ctx.forget_secrets("never-seen");
+        ctx.forget_attempt("never-seen");
         assert!(
             ctx.memory.lock().unwrap().get("never-seen").is_none(),
             "forgetting makes no entry"

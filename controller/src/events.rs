@@ -79,9 +79,11 @@ fn condition(s: &Status, t: ConditionType) -> Option<(Reason, &str)> {
 /// The Events that the change from `old` to `new` deserves. Pure.
 ///
 /// # Guarantees
-/// * A phase change gives exactly one Event: `Failed` a Warning with `lastFailure`'s reason,
-///   `Cancelled` a Normal `Cancelled`, a retry a Normal `RetryRequested`, any other phase a
-///   Normal named after the phase.
+/// * The start (`Preparing`), the end and a retry each give exactly one Event: `Failed` a
+///   Warning with `lastFailure`'s reason, `Cancelled` a Normal `Cancelled`, `Succeeded` a Normal
+///   `Succeeded`, a retry a Normal `RetryRequested`, the start a Normal `Preparing`. The phases
+///   in between give none: an Event is a write to the shared API server, and the way through
+///   them is in `status.history` with its times.
 /// * A condition newly carrying reason `TransientError` (or a new message under it) gives a
 ///   Warning `TransientError`: CDI restarting an importer, a converter pod failing.
 /// * Nothing changed, nothing published.
@@ -125,18 +127,18 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
                 EventAction::Complete,
                 "the VM runs in KubeVirt; staging cleaned up",
             )),
-            p @ (Phase::Pending
+            Phase::Preparing => out.push(Note::normal(
+                EventReason::Entered(Phase::Preparing),
+                EventAction::Transition,
+                format!("{} → {}", old.phase, Phase::Preparing),
+            )),
+            Phase::Pending
             | Phase::Queued
-            | Phase::Preparing
             | Phase::Converting
             | Phase::Importing
             | Phase::CreatingVM
             | Phase::Starting
-            | Phase::Validating) => out.push(Note::normal(
-                EventReason::Entered(p),
-                EventAction::Transition,
-                format!("{} → {p}", old.phase),
-            )),
+            | Phase::Validating => {}
         }
     }
     for t in ConditionType::ALL {
@@ -224,15 +226,24 @@ mod tests {
     }
 
     #[test]
-    fn one_event_per_transition() {
+    fn one_event_for_the_start_the_end_and_a_retry_and_none_between() {
+        let mut pending = started();
+        pending.phase = Phase::Pending;
         let s0 = started();
+        let n = notes(&pending, &s0);
+        assert_eq!(n.len(), 1);
+        assert_eq!((n[0].reason.as_str(), n[0].warning), ("Preparing", false));
+        assert_eq!(n[0].action, EventAction::Transition);
         let mut s1 = s0.clone();
         status::enter(&mut s1, Phase::Converting, &t1());
-        let n = notes(&s0, &s1);
-        assert_eq!(n.len(), 1);
-        assert_eq!((n[0].reason.as_str(), n[0].warning), ("Converting", false));
-        assert_eq!(n[0].action, EventAction::Transition);
+        assert!(
+            notes(&s0, &s1).is_empty(),
+            "a phase between is in the history only"
+        );
         assert!(notes(&s1, &s1).is_empty());
+        let mut done = s1.clone();
+        status::enter(&mut done, Phase::Succeeded, &t1());
+        assert_eq!(notes(&s1, &done)[0].reason.as_str(), "Succeeded");
         let mut f = s1.clone();
         f.last_failure = Some(LastFailure {
             phase: Phase::Converting,

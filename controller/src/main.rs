@@ -50,6 +50,9 @@ struct Cli {
     /// How long Validating waits for the guest agent.
     #[arg(long, value_parser = parse_duration, default_value = "15m")]
     agent_timeout: Duration,
+    /// Fewest time between two status writes of a migration that only move details or progress.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    status_interval: Duration,
     /// Cap on each converter's datastore read rate in bytes per second (0: none).
     #[arg(long, default_value_t = 0)]
     converter_read_limit: u64,
@@ -285,6 +288,7 @@ async fn main() -> anyhow::Result<()> {
                     kubevirt_error_grace: cli.kubevirt_error_grace,
                     wave_selector_limit: usize::from(cli.wave_selector_limit),
                     target_stop_margin: cli.target_stop_margin,
+                    status_interval: cli.status_interval,
                     converter_image,
                     allowed_converter_images: allowed_images(&cli),
                     ..Policy::default()

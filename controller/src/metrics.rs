@@ -46,8 +46,10 @@ pub struct CacheReadLabels {
 pub enum CacheRead {
     /// By the watch cache.
     Hit,
-    /// By the API: the cache did not show the object.
+    /// By the API: the cache did not show the object (a stub, or one the migration recorded).
     Miss,
+    /// Absent by the watch cache: not shown, and never made by the migration.
+    Absent,
     /// By the API: the kind has no cache (Secrets, ConfigMaps, claims).
     Uncached,
 }
@@ -58,6 +60,7 @@ impl CacheRead {
         match self {
             CacheRead::Hit => "hit",
             CacheRead::Miss => "miss",
+            CacheRead::Absent => "absent",
             CacheRead::Uncached => "uncached",
         }
     }

@@ -23,6 +23,10 @@ pub struct Policy {
     /// How often a running conversion's progress is read from staging (no watch event says it
     /// moved).
     pub progress_requeue: Duration,
+    /// Fewest time between two status writes of a migration that only carry details or
+    /// progress (a DataVolume's phase, a condition's message, a percentage): every write costs
+    /// the shared API server and wakes every watcher of the migration.
+    pub status_interval: Duration,
     /// Cap on each converter's datastore read rate, bytes per second (protects the source's
     /// storage); `None`: no cap.
     pub converter_read_limit: Option<u64>,
@@ -128,6 +132,7 @@ impl Default for Policy {
             agent_timeout: Duration::from_secs(900),
             wait_requeue: Duration::from_secs(60),
             progress_requeue: Duration::from_secs(3),
+            status_interval: Duration::from_secs(10),
             converter_read_limit: None,
             source_poll: Duration::from_secs(5),
             kubevirt_error_grace: Duration::from_secs(20),

@@ -514,7 +514,13 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         } else {
             env.another_vm(4).0
         };
-        let vmm = env.migration_of(name, &vm);
+        let mut vmm = env.migration_of(name, &vm);
+        if *at == At::Validating {
+            // A guest agent that never connects holds the migration in Validating, before the
+            // release: a Validating whose guest is ready finishes in the reconcile that enters
+            // it, leaving no moment to cancel in.
+            vmm = with_fault(vmm, "agent=permanent");
+        }
         let sampler = Sampler::start(&env, &vm, &vmm).await;
         env.create(&vmm).await;
         runs.push((*name, *at, *delete, vmm, sampler, vm.moref.clone()));

@@ -91,6 +91,19 @@ async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
     let out = workspace().join("target/bench");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("requests-one-migration.txt"), &text).unwrap();
+    // The requests in order, for whoever profiles the next regression.
+    let sequence: String = requests
+        .iter()
+        .map(|r| {
+            let ms = r.when.duration_since(from).unwrap_or_default().as_millis();
+            let name = r.name.as_deref().unwrap_or("-");
+            format!(
+                "{ms:>6} ms  {:<7} {:<45} {name} {}\n",
+                r.verb, r.resource, r.code
+            )
+        })
+        .collect();
+    std::fs::write(out.join("requests-one-migration.log"), sequence).unwrap();
     assert!(requests.len() <= MAX_REQUESTS, "{text}");
     assert!(writes <= MAX_WRITES, "{text}");
     assert!(status <= MAX_STATUS_WRITES, "{text}");

@@ -96,6 +96,9 @@ pub fn child_migration(
                 names::HOLD_VALUE.to_owned(),
             )])),
             owner_references: Some(vec![owner]),
+            // Born with ferry's finalizer: the migration controller's first look at it needs
+            // no patch (and no fresh read after one).
+            finalizers: Some(vec![names::FINALIZER.to_owned()]),
             ..ObjectMeta::default()
         },
         spec,
@@ -124,6 +127,10 @@ mod tests {
         assert_eq!(
             (child.spec.cancel, child.spec.paused, child.spec.retry),
             (false, false, 0)
+        );
+        assert_eq!(
+            child.metadata.finalizers,
+            Some(vec![names::FINALIZER.to_owned()])
         );
     }
 

@@ -15,7 +15,7 @@ use super::intents::Cleanup;
 use super::outcome::Outcome;
 use super::scope::Scope;
 use crate::Result;
-use crate::children::{self, Ownership};
+use crate::children::{self, Conflict, Ownership};
 use crate::context::Context;
 use crate::problem::Problem;
 
@@ -53,30 +53,67 @@ impl Ledger {
 }
 
 /// What [`Io::create`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Created {
     /// Our create made it (and it is in the ledger).
     Made,
-    /// The name was taken: by whom is the next observation's question (an answer of
-    /// "already exists" never makes an object ferry's).
-    Exists,
+    /// The name was taken by an object a fresh read proved the migration's own (by its record
+    /// or its creation stamp; an answer of "already exists" alone never makes an object
+    /// ferry's): made by an earlier reconcile, and not in the watch cache yet.
+    Ours,
+    /// The name was taken, and the object was gone by the time it was read: the next reconcile
+    /// creates it.
+    Vanished,
+    /// The name is held by an object that is not the migration's.
+    Taken(Conflict),
+}
+
+impl Created {
+    /// The problem a taken name is (see [`Conflict::problem`]; `hint` is the way out).
+    pub fn problem(&self, hint: &str) -> Option<Problem> {
+        match self {
+            Created::Taken(c) => Some(c.problem(hint)),
+            Created::Made | Created::Ours | Created::Vanished => None,
+        }
+    }
 }
 
 impl Io<'_> {
     /// The object `name` of kind `K` in the migration's namespace, through the children's watch
-    /// caches where the controller keeps one (see [`crate::caches`]: absence is read fresh).
+    /// caches where the controller keeps one (see [`crate::caches`]: what the cache does not
+    /// show is absent, unless the migration recorded creating it).
     ///
     /// # Errors
     /// Kubernetes API errors.
     pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
+        let recorded =
+            self.vmm.status.as_ref().is_some_and(|s| {
+                ferry_crds::child::find(&s.children, &K::kind(&()), name).is_some()
+            });
         crate::caches::read(
             &self.ctx.client,
             self.ctx.children.as_ref(),
             &self.ctx.metrics,
             &self.vmm.namespace().unwrap_or_default(),
             name,
+            recorded,
         )
         .await
+    }
+
+    /// The object `name` of kind `K` in the migration's namespace, from the API: for the names
+    /// that must be found free before anything is touched, whoever holds them.
+    ///
+    /// # Errors
+    /// Kubernetes API errors.
+    pub async fn read_fresh<K>(&self, name: &str) -> Result<Option<K>>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + serde::de::DeserializeOwned,
+    {
+        Ok(self.api::<K>().get_opt(name).await?)
     }
 
     /// Whether `obj`, found under one of the migration's child names, is the migration's own
@@ -93,7 +130,9 @@ impl Io<'_> {
     }
 
     /// Creates `obj` as a child of the migration: stamped (see [`children::proof`]) and, when
-    /// the API server made it, recorded with the uid it answered.
+    /// the API server made it, recorded with the uid it answered. When the name is taken, the
+    /// object holding it is read fresh and classified at once: the watch caches hold only
+    /// objects with ferry's labels, so the next observation would not see it.
     ///
     /// # Errors
     /// Kubernetes API errors other than "already exists".
@@ -114,7 +153,13 @@ impl Io<'_> {
                 self.ledger.push(LedgerEntry::Made(subject.record(&uid)));
                 Ok(Created::Made)
             }
-            None => Ok(Created::Exists),
+            None => Ok(match self.read_fresh::<K>(&name).await? {
+                Some(found) => match self.own(&found) {
+                    Ownership::Ours { .. } => Created::Ours,
+                    Ownership::Foreign(c) => Created::Taken(c),
+                },
+                None => Created::Vanished,
+            }),
         }
     }
 

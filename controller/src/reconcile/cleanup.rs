@@ -178,13 +178,44 @@ where
     }
 }
 
+/// Deletes `name` of kind `K` if it is the migration's own: with no read when the migration
+/// recorded its create (the recorded uid is the delete's precondition), else as
+/// [`delete_owned`] does (an object made just before a crash carries only its stamp). Returns
+/// whether it asked.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn delete_recorded<K>(io: Io<'_>, name: &str) -> Result<bool>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&());
+    let recorded = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| ferry_crds::child::find(&s.children, &kind, name))
+        .map(|r| r.uid.clone());
+    if let Some(uid) = recorded
+        && delete_exact(&io.ctx.metrics, &io.api::<K>(), name, &uid).await?
+    {
+        io.forget(&kind, name);
+        return Ok(true);
+    }
+    // No record, or the recorded object is gone (or another holds the name): look.
+    delete_owned::<K>(io, name).await
+}
+
 /// Deletes the CDI S3 Secret and the staging CA ConfigMap of the migration, where they are its.
 ///
 /// # Errors
 /// Kubernetes API errors.
 pub async fn delete_cdi_objects(io: Io<'_>) -> Result<()> {
-    delete_owned::<Secret>(io, &secret::s3_secret_name(io.vmm)).await?;
-    delete_owned::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?;
+    delete_recorded::<Secret>(io, &secret::s3_secret_name(io.vmm)).await?;
+    delete_recorded::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?;
     Ok(())
 }
 

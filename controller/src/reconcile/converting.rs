@@ -131,10 +131,9 @@ impl Checkpoint for Converting {
                 };
                 let mut job = job::conversion_job(io.vmm, &image)?;
                 job::apply_read_limit(&mut job, io.ctx.policy.converter_read_limit);
-                io.create(job).await?;
+                Ok(io.create(job).await?.problem(RENAME_HINT))
             }
         }
-        Ok(None)
     }
 }
 

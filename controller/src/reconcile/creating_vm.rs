@@ -6,12 +6,12 @@ use ferry_crds::{
     Phase, Reason, names,
 };
 
-use super::checkpoint::{Checkpoint, Io};
+use super::checkpoint::{Checkpoint, Created, Io};
 use super::intents::Cleanup;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::world::{self, VmState};
-use crate::children::virtual_machine;
+use crate::children::{Conflict, Holder, virtual_machine};
 use crate::problem::Problem;
 use crate::{Error, Result};
 
@@ -45,9 +45,9 @@ impl Checkpoint for CreatingVm {
         match action {
             Action::CreateVm => {
                 let vm = virtual_machine::virtual_machine(io.vmm)?;
-                // Made, or the name was taken meanwhile: the next observation says by whom.
                 match io.create(vm).await {
-                    Ok(_) => Ok(None),
+                    Ok(Created::Taken(c)) => Ok(Some(taken(&names::vm_name(io.vmm), &c))),
+                    Ok(Created::Made | Created::Ours | Created::Vanished) => Ok(None),
                     // The API server refused the object itself: no retry changes that.
                     Err(Error::Kube(kube::Error::Api(s))) if matches!(s.code, 400 | 403 | 422) => {
                         Ok(Some(Problem::permanent(
@@ -89,19 +89,30 @@ pub fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
             Reason::VMCreated,
             format!("VirtualMachine {name} exists"),
         ),
-        VmState::Foreign => {
-            let msg = format!(
-                "a VirtualMachine named {name} exists and is not this migration's; delete it or set spec.target.name"
-            );
-            Outcome::failure(
-                Reason::TargetNameTaken,
-                msg,
-                false,
-                Phase::CreatingVM,
-                VMCreated,
-            )
-        }
+        VmState::Foreign => Outcome::failure(
+            Reason::TargetNameTaken,
+            name_taken(&name),
+            false,
+            Phase::CreatingVM,
+            VMCreated,
+        ),
     }
+}
+
+fn name_taken(name: &str) -> String {
+    format!(
+        "a VirtualMachine named {name} exists and is not this migration's; delete it or set spec.target.name"
+    )
+}
+
+/// The problem of a create that found the target name taken by `c`: a VM posing as this
+/// migration's is a conflict like any child's; anyone else's VM, the user's choice of name to
+/// fix. Pure.
+fn taken(name: &str, c: &Conflict) -> Problem {
+    if c.holder == Holder::Impostor {
+        return c.problem(world::RENAME_HINT);
+    }
+    Problem::permanent(Reason::TargetNameTaken, name_taken(name))
 }
 
 #[cfg(test)]

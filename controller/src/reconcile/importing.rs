@@ -19,7 +19,7 @@ use ferry_crds::{
     DiskStatus, Phase, Progress, Reason, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::ListParams;
 use std::collections::BTreeMap;
@@ -124,23 +124,15 @@ impl Checkpoint for Importing {
             });
         }
         // The CDI Secret (and CA ConfigMap) and the staging credentials they are made from
-        // matter only until every DataVolume exists: they are read only while one is to be
-        // created (no cache holds Secrets or ConfigMaps, so each look is a request).
+        // matter only until every DataVolume exists. The Secret is there when the migration
+        // recorded creating it: Preparing found its name free, and a create that finds it taken
+        // reads who holds it (ours by its stamp after a crash, or a conflict).
         let (secret_present, credentials) = if dvs.is_empty() || dvs.contains(&DvState::Absent) {
-            let present = match io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await? {
-                Some(s) => match io.own(&s) {
-                    Ownership::Ours { .. } => true,
-                    Ownership::Foreign(c) => {
-                        conflicts.push(c);
-                        false
-                    }
-                },
-                None => false,
-            };
-            conflicts.extend(
-                world::conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?,
-            );
-            (present, credentials::staging_login(io).await?.map(Some))
+            let recorded = io.vmm.status.as_ref().is_some_and(|s| {
+                ferry_crds::child::find(&s.children, "Secret", &secret::s3_secret_name(io.vmm))
+                    .is_some_and(|r| r.attempt == s.attempts)
+            });
+            (recorded, credentials::staging_login(io).await?.map(Some))
         } else {
             (true, Ok(None))
         };
@@ -188,13 +180,17 @@ impl Checkpoint for Importing {
                     Err(p) => return Ok(Some(p.clone())),
                 };
                 if let Some(pem) = &login.ca_bundle {
-                    io.create(secret::cdi_ca_config_map(io.vmm, pem)?).await?;
+                    let made = io.create(secret::cdi_ca_config_map(io.vmm, pem)?).await?;
+                    if let Some(p) = made.problem(world::RENAME_HINT) {
+                        return Ok(Some(p));
+                    }
                 }
                 let creds = secret::S3Credentials {
                     access_key_id: login.access_key_id.clone(),
                     secret_access_key: login.secret_access_key.clone(),
                 };
-                io.create(secret::cdi_s3_secret(io.vmm, &creds)?).await?;
+                let made = io.create(secret::cdi_s3_secret(io.vmm, &creds)?).await?;
+                return Ok(made.problem(world::RENAME_HINT));
             }
             Action::CreateDataVolume(i) => {
                 let ca = match &observed.credentials {
@@ -219,7 +215,7 @@ impl Checkpoint for Importing {
                     &secret::s3_secret_name(io.vmm),
                     ca.as_deref(),
                 )?;
-                io.create(dv).await?;
+                return Ok(io.create(dv).await?.problem(world::RENAME_HINT));
             }
             Action::CreateVerifyJob(role) => {
                 let volumes = match verify_volumes(io.vmm, &observed.block) {
@@ -236,10 +232,8 @@ impl Checkpoint for Importing {
                     // Converting refused a disallowed image before anything was imported.
                     Err(_) => return Ok(None),
                 };
-                io.create(verify_job::verification_job(
-                    io.vmm, &volumes, *role, &image,
-                )?)
-                .await?;
+                let job = verify_job::verification_job(io.vmm, &volumes, *role, &image)?;
+                return Ok(io.create(job).await?.problem(world::RENAME_HINT));
             }
             Action::DeleteVerifyJob => {
                 super::cleanup::delete_owned::<Job>(io, &names::verify_job_name(io.vmm)).await?;

@@ -26,8 +26,9 @@ pub mod write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_crds::{VirtualMachineMigration, names};
+use ferry_crds::{VirtualMachineMigration, VirtualMachineMigrationStatus as VmmStatus, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
@@ -60,7 +61,12 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
     // The cache may lag behind our own last write: decisions are taken on the cached copy only
     // when it is the version our last write or fresh read returned, else on a fresh read.
     let uid = obj.uid().unwrap_or_default();
-    let fresh = if ctx.is_current(&uid, obj.resource_version().as_deref()) {
+    // A migration ferry never wrote a status for is taken as cached too: a copy that lags can
+    // only lack the finalizer (its patch has the resourceVersion as precondition) or a status
+    // (whose write has it too), and nothing is touched before that first status write but
+    // what Preparing reads.
+    let untouched = obj.status.is_none() && obj.meta().deletion_timestamp.is_none();
+    let fresh = if untouched || ctx.is_current(&uid, obj.resource_version().as_deref()) {
         ctx.metrics.migration_read(true);
         VirtualMachineMigration::clone(&obj)
     } else {
@@ -72,10 +78,17 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         ctx.note_version(&uid, fresh.resource_version());
         fresh
     };
-    let has_finalizer = fresh.finalizers().iter().any(|f| f == names::FINALIZER);
+    let mut fresh = fresh;
+    let mut has_finalizer = fresh.finalizers().iter().any(|f| f == names::FINALIZER);
     let deleting = fresh.meta().deletion_timestamp.is_some();
     if !has_finalizer && !deleting {
+        // Added here rather than by kube-runtime's helper, which answers "await the change":
+        // the patch returns the object, so this reconcile goes on with it and the next one
+        // needs no fresh read.
+        fresh = add_finalizer(&api, &fresh).await?;
+        ctx.note_version(&uid, fresh.resource_version());
         ctx.metrics.write("finalizer", "VirtualMachineMigration");
+        has_finalizer = true;
     }
     // The power rule may take a while (the target stopping) before a deleted migration's
     // cleanup may run; meanwhile the finalizer stays.
@@ -118,6 +131,34 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
     result
 }
 
+/// Adds ferry's finalizer to `vmm` (with its resourceVersion as precondition); returns the
+/// object as written.
+///
+/// # Errors
+/// [`Error::Conflict`] when it changed since it was read; other Kubernetes API errors.
+async fn add_finalizer(
+    api: &Api<VirtualMachineMigration>,
+    vmm: &VirtualMachineMigration,
+) -> Result<VirtualMachineMigration> {
+    let mut finalizers = vmm.finalizers().to_vec();
+    finalizers.push(names::FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": vmm.resource_version()},
+    });
+    match api
+        .patch(
+            &vmm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(written) => Ok(written),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Conflict),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// What the work queue does after a failed reconcile: a conflict is retried at once, anything
 /// else (a Kubernetes API error, an apiserver away) with the policy's backoff per object.
 pub fn error_policy(obj: Arc<VirtualMachineMigration>, err: &Error, ctx: Arc<Context>) -> Requeue {
@@ -154,10 +195,10 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     let mut power_record = None;
     if !matches!(intent, Intent::Proceed) {
         // A cancel, a retry, a pause, the end: the attempt's credentials are read again.
-        ctx.forget_secrets(&vmm.uid().unwrap_or_default());
+        ctx.forget_attempt(&vmm.uid().unwrap_or_default());
     }
     match &intent {
-        Intent::Proceed => return proceed(io, now).await,
+        Intent::Proceed => return proceed(io, now, None, vec![]).await,
         Intent::Cancel { cleanup } => {
             // The target stopped and the source powered back on first; nothing is removed
             // before that (the VM stays, halted, for as long as ferry waits on it).
@@ -166,7 +207,7 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
                 // The cancel came after Validating handed the VM over: the migration is
                 // complete, and neither copy is touched.
                 info!(migration = %vmm.name_any(), "cancel after the VM was released: finishing instead");
-                return proceed(io, now).await;
+                return proceed(io, now, None, vec![]).await;
             }
             notes.extend(report.notes(power::record(vmm)));
             if let Some(wait) = report.pending {
@@ -197,18 +238,61 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     if let Some(mut new) = status::after_intent(vmm, &intent, &now) {
         new.children = ferry_crds::child::apply(new.children, &ledger.take());
         status::with_power(&mut new, vmm, power_record.as_ref(), &now);
+        if matches!(intent, Intent::Start) && new.phase.is_checkpoint() {
+            // Nothing to wait for: the first checkpoint starts in this reconcile, and one
+            // status write carries both.
+            return proceed(io, now, Some(new), notes).await;
+        }
         write::status(ctx, &mut vmm.clone(), new, notes).await?;
     }
     Ok(requeue_after_intent(&intent, &ctx.policy))
 }
 
-/// Works on the current checkpoint.
-async fn proceed(io: Io<'_>, now: Time) -> Result<Requeue> {
-    with_checkpoint!(
-        io.vmm.phase(),
-        |C| step::<C>(io, now).await,
-        otherwise Ok(Requeue::requeue(io.ctx.policy.wait_requeue))
-    )
+/// Most checkpoints one reconcile works on (see [`proceed`]).
+const MAX_CHECKPOINTS_PER_RECONCILE: usize = 4;
+
+/// Works on the current checkpoint and — while one hands over to the next with nothing to wait
+/// for — on the next ones in the same reconcile, then writes the status once: the phases a
+/// migration passes through without waiting cost no write of their own. `start` is a status
+/// not written yet to begin from (the one an intent made), with its Events.
+async fn proceed(
+    io: Io<'_>,
+    now: Time,
+    start: Option<VmmStatus>,
+    mut notes: Vec<Note>,
+) -> Result<Requeue> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    let mut current = vmm.clone();
+    let unwritten = start.is_some();
+    if let Some(s) = start {
+        current.status = Some(s);
+    }
+    for _ in 0..MAX_CHECKPOINTS_PER_RECONCILE {
+        let here = Io {
+            vmm: &current,
+            ..io
+        };
+        let Some(stepped) = with_checkpoint!(
+            current.phase(),
+            |C| Some(step::<C>(here, &now).await?),
+            otherwise None
+        ) else {
+            break;
+        };
+        notes.extend(stepped.notes);
+        if !stepped.hands_over {
+            let written = write::status(ctx, &mut vmm.clone(), stepped.status, notes).await?;
+            return Ok(written.requeue(stepped.requeue));
+        }
+        current.status = Some(stepped.status);
+    }
+    // Handed over as often as one reconcile may (or to no checkpoint): write, and go on soon.
+    if unwritten || current.status != vmm.status {
+        let new = current.status.unwrap_or_default();
+        write::status(ctx, &mut vmm.clone(), new, notes).await?;
+        return Ok(Requeue::requeue(Duration::from_millis(50)));
+    }
+    Ok(Requeue::requeue(ctx.policy.wait_requeue))
 }
 
 /// The power rule for a deleted migration (`None` once it is done and the cleanup may run):
@@ -248,8 +332,20 @@ fn requeue_after_intent(intent: &Intent, policy: &Policy) -> Requeue {
     }
 }
 
-/// One reconcile of checkpoint `C`: observe, decide, act, decide on a failed action, write.
-async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
+/// What one checkpoint's step made of the migration.
+struct Stepped {
+    /// The status it leads to (not written yet).
+    status: VmmStatus,
+    /// The checkpoint is done and the next one may start in the same reconcile.
+    hands_over: bool,
+    /// When to look again (`None`: on a change only).
+    requeue: Option<Duration>,
+    /// Events beyond the status transition's.
+    notes: Vec<Note>,
+}
+
+/// One step of checkpoint `C`: observe, decide, act, decide on a failed action.
+async fn step<C: Checkpoint>(io: Io<'_>, now: &Time) -> Result<Stepped> {
     let (ctx, vmm) = (io.ctx, io.vmm);
     let observed = C::observe(io).await?;
     let scope = Scope::new(vmm.clone(), now.0, ctx.policy.clone(), observed);
@@ -262,20 +358,25 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: Time) -> Result<Requeue> {
     if ends_attempt(&outcome.step) {
         // A failure may be the credentials' (a rotated password, a revoked opt-in): the next
         // try reads them again. At the end they are dropped from memory.
-        ctx.forget_secrets(&vmm.uid().unwrap_or_default());
+        ctx.forget_attempt(&vmm.uid().unwrap_or_default());
     }
-    let mut notes = vec![];
     let (mut requeue, retrying) = requeue_after_step(&outcome.step, &scope);
-    notes.extend(retrying);
-    let mut new = status::after_outcome(vmm, &outcome, &now);
+    let mut new = status::after_outcome(vmm, &outcome, now);
     // What this reconcile created, proved or deleted: recorded with its one status write.
     new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
-    if power::is_pending(new.source_power_restore.as_ref()) {
+    let power_pending = power::is_pending(new.source_power_restore.as_ref());
+    if power_pending {
         // A failure whose source is to be powered back on: the power rule goes on at once.
-        requeue = Requeue::requeue(Duration::from_millis(50));
+        requeue = Some(Duration::from_millis(50));
     }
-    write::status(ctx, &mut vmm.clone(), new, notes).await?;
-    Ok(requeue)
+    let hands_over =
+        matches!(outcome.step, Step::Advance { to } if to.is_checkpoint()) && !power_pending;
+    Ok(Stepped {
+        status: new,
+        hands_over,
+        requeue,
+        notes: retrying.into_iter().collect(),
+    })
 }
 
 /// Carries out `planned`'s actions in order; the first that fails turns the outcome into
@@ -305,8 +406,9 @@ fn ends_attempt<A>(step: &Step<A>) -> bool {
     }
 }
 
-/// When to look again after `step`, and the Event of a transient retry. Pure.
-fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Requeue, Option<Note>) {
+/// When to look again after `step` (`None`: on a change only), and the Event of a transient
+/// retry. Pure.
+fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Option<Duration>, Option<Note>) {
     match step {
         Step::Retry { reason, message } => {
             let uid = scope.vmm.metadata.uid.as_deref().unwrap_or_default();
@@ -319,14 +421,14 @@ fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Requeue, Optio
                 delay.as_secs(),
                 scope.retries,
             );
-            (Requeue::requeue(delay), Some(note))
+            (Some(delay), Some(note))
         }
-        Step::Wait { requeue } => (Requeue::requeue(*requeue), None),
+        Step::Wait { requeue } => (Some(*requeue), None),
         // A power-off or the end of staging shows in no watch; children's creation does, but
         // looking again soon costs one read.
-        Step::Act(_) => (Requeue::requeue(Duration::from_secs(1)), None),
-        Step::Advance { .. } => (Requeue::requeue(Duration::from_millis(50)), None),
-        Step::Fail { .. } => (Requeue::await_change(), None),
+        Step::Act(_) => (Some(Duration::from_secs(1)), None),
+        Step::Advance { .. } => (Some(Duration::from_millis(50)), None),
+        Step::Fail { .. } => (None, None),
     }
 }
 
@@ -350,7 +452,10 @@ async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Reque
         if !intents::abandons_cleanup(vmm) {
             let now = Time(crate::context::whole_seconds(ctx.clock.now()));
             let new = status::cleanup_blocked(vmm, &blocked.message, &now);
-            if write::status(ctx, &mut vmm.clone(), new, vec![]).await? {
+            if write::status(ctx, &mut vmm.clone(), new, vec![])
+                .await?
+                .wrote()
+            {
                 write::publish(ctx, vmm, &[events::cleanup_blocked(&blocked.message)]).await;
             }
             return Err(Error::Staging(blocked.message));

@@ -135,24 +135,23 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         Ok(d) => d,
         Err(p) => return Ok(Err(p)),
     };
-    let bucket = match credentials::staging_login(io).await? {
-        Ok(s) => io.ctx.staging.check_bucket(&s).await,
-        Err(p) => Err(p),
+    let (bucket, with_ca) = match credentials::staging_login(io).await? {
+        Ok(s) => (io.ctx.staging.check_bucket(&s).await, s.ca_bundle.is_some()),
+        Err(p) => (Err(p), false),
     };
-    // The target name is derived from the discovered name when the spec gives none.
-    let mut probe = io.vmm.clone();
-    probe.status.get_or_insert_with(Default::default).source = Some(discovered.source.clone());
-    let probe_io = Io { vmm: &probe, ..io };
-    let target = world::conflict::<VirtualMachine>(probe_io, &names::vm_name(&probe)).await?;
-    // A VM that poses as this migration's is a conflict like any other child's; anyone else's
-    // VM under the target name is the user's choice of name to fix.
-    let (target_taken, posing) = match target {
-        Some(c) if c.holder == Holder::Impostor => (false, Some(c)),
-        Some(_) => (true, None),
-        None => (false, None),
+    // Every name the migration will create, checked free before the source is touched (once
+    // per attempt: each is read fresh, whoever holds it; a name taken after this check is
+    // found by its create).
+    let uid = io.vmm.metadata.uid.as_deref().unwrap_or_default();
+    let (target_taken, conflicts) = if io.ctx.names_found_free(uid) {
+        (false, vec![])
+    } else {
+        let found = taken_names(io, &discovered.source, with_ca).await?;
+        if !found.0 && found.1.is_empty() {
+            io.ctx.note_names_free(uid);
+        }
+        found
     };
-    let mut conflicts: Vec<Conflict> = posing.into_iter().collect();
-    conflicts.extend(world::child_conflicts(io, discovered.source.disks.len()).await?);
     let converter_image = io
         .ctx
         .policy
@@ -167,6 +166,31 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         conflicts,
         converter_image,
     }))
+}
+
+/// Whether the target VM's name is someone else's, and the conflicts of every other name the
+/// migration will create (a VM posing as this migration's among them), read fresh. `with_ca`:
+/// the staging endpoint has a CA bundle, for which CDI gets a ConfigMap.
+async fn taken_names(
+    io: Io<'_>,
+    source: &ferry_crds::DiscoveredSource,
+    with_ca: bool,
+) -> Result<(bool, Vec<Conflict>)> {
+    // The target name is derived from the discovered name when the spec gives none.
+    let mut probe = io.vmm.clone();
+    probe.status.get_or_insert_with(Default::default).source = Some(source.clone());
+    let probe_io = Io { vmm: &probe, ..io };
+    let target = world::conflict::<VirtualMachine>(probe_io, &names::vm_name(&probe)).await?;
+    // A VM that poses as this migration's is a conflict like any other child's; anyone else's
+    // VM under the target name is the user's choice of name to fix.
+    let (target_taken, posing) = match target {
+        Some(c) if c.holder == Holder::Impostor => (false, Some(c)),
+        Some(_) => (true, None),
+        None => (false, None),
+    };
+    let mut conflicts: Vec<Conflict> = posing.into_iter().collect();
+    conflicts.extend(world::child_conflicts(io, source.disks.len(), with_ca).await?);
+    Ok((target_taken, conflicts))
 }
 
 /// The discovered source to record: as read now, but with the power state and VMware Tools

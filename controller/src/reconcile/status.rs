@@ -454,8 +454,9 @@ pub fn with_power(
     );
 }
 
-/// The status without the fields that move with every byte copied.
-fn steady_part(s: &Status) -> Status {
+/// The status without what only moves with the copy: progress, the summary line, each disk's
+/// bytes, percent and rate.
+fn without_progress(s: &Status) -> Status {
     let mut s = s.clone();
     s.progress = None;
     s.message = None;
@@ -467,32 +468,70 @@ fn steady_part(s: &Status) -> Status {
     s
 }
 
+/// The status without its details as well: the children's sub-states copied in (a
+/// DataVolume's phase) and the conditions' messages (a condition whose status or reason
+/// changes is not a detail).
+fn steady_part(s: &Status) -> Status {
+    let mut s = without_progress(s);
+    for d in &mut s.disks {
+        d.import_phase = None;
+    }
+    for c in &mut s.conditions {
+        c.message.clear();
+    }
+    s
+}
+
 fn percent(s: &Status) -> f64 {
     s.progress.as_ref().map_or(0.0, |p| p.percent)
 }
 
-/// Minimum time between two writes that only move progress.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+/// Whether a status is worth writing now, later, or not at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Worth {
+    /// Write it in this reconcile.
+    Now,
+    /// Only details or progress moved and the last write is too recent: look again after this
+    /// long, and write then.
+    Later(Duration),
+    /// Nothing worth a write changed.
+    No,
+}
 
-/// Whether `new` is worth a status write over `old`. Pure.
+/// Whether `new` is worth a status write over `old`, `since_last` after this controller last
+/// wrote the object's status (`None`: never) and with at most one write of details per
+/// `interval`. Pure.
 ///
 /// # Guarantees
 /// * No write when nothing changed.
-/// * Any change besides progress (percent, bytes, rates, ETA, the summary line) is written.
-/// * A change of progress alone is written when at least 1 point of percent moved (or 100 was
-///   reached) and [`PROGRESS_INTERVAL`] passed since this controller last wrote progress for the
-///   object (`since_last: None` = never).
-pub fn worth_writing(old: Option<&Status>, new: &Status, since_last: Option<Duration>) -> bool {
-    let Some(old) = old else { return true };
+/// * Anything steady (phase, conditions' status or reason, records, children, failures) is
+///   written at once.
+/// * Details (the conditions' messages, the children's sub-states) and progress (when at least 1
+///   point of percent moved, or 100 was reached) are written at most once per `interval`; when
+///   one is held back the answer says when to look again. A progress move under a point is not
+///   worth a write by itself.
+pub fn worth_writing(
+    old: Option<&Status>,
+    new: &Status,
+    since_last: Option<Duration>,
+    interval: Duration,
+) -> Worth {
+    let Some(old) = old else { return Worth::Now };
     if old == new {
-        return false;
+        return Worth::No;
     }
     if steady_part(old) != steady_part(new) {
-        return true;
+        return Worth::Now;
     }
     let moved = (percent(new) - percent(old)).abs() >= 1.0
         || (percent(new) >= 100.0 && percent(old) < 100.0);
-    moved && since_last.is_none_or(|d| d >= PROGRESS_INTERVAL)
+    if !moved && without_progress(old) == without_progress(new) {
+        return Worth::No;
+    }
+    match since_last {
+        Some(d) if d < interval => Worth::Later(interval - d),
+        _ => Worth::Now,
+    }
 }
 
 /// Whether every one of the eight conditions is present exactly once.
@@ -670,6 +709,51 @@ mod tests {
         );
     }
 
+    const INTERVAL: Duration = Duration::from_secs(2);
+
+    fn writes(old: Option<&Status>, new: &Status, since_last: Option<Duration>) -> bool {
+        worth_writing(old, new, since_last, INTERVAL) == Worth::Now
+    }
+
+    #[test]
+    fn details_wait_for_the_interval_and_say_when_to_look_again() {
+        let base = started(&migration("m"), &t0());
+        let mut a = base.clone();
+        a.disks = vec![ferry_crds::DiskStatus {
+            import_phase: Some("ImportScheduled".into()),
+            ..ferry_crds::DiskStatus::default()
+        }];
+        let mut b = a.clone();
+        b.disks[0].import_phase = Some("ImportInProgress".into());
+        let one = Some(Duration::from_millis(500));
+        assert_eq!(
+            worth_writing(Some(&a), &b, one, INTERVAL),
+            Worth::Later(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            worth_writing(Some(&a), &b, Some(INTERVAL), INTERVAL),
+            Worth::Now
+        );
+        // A condition's message is a detail; its reason is not.
+        let mut c = a.clone();
+        c.conditions[0].message = "VirtualMachineInstance is Scheduling".into();
+        assert!(matches!(
+            worth_writing(Some(&a), &c, one, INTERVAL),
+            Worth::Later(_)
+        ));
+        c.conditions[0].reason = Reason::TransientError;
+        assert_eq!(worth_writing(Some(&a), &c, one, INTERVAL), Worth::Now);
+        // A record of children is never held back.
+        let mut d = a.clone();
+        d.children.push(ferry_crds::ChildRecord {
+            kind: "Job".into(),
+            name: "m-convert".into(),
+            uid: "u".into(),
+            attempt: 1,
+        });
+        assert_eq!(worth_writing(Some(&a), &d, one, INTERVAL), Worth::Now);
+    }
+
     #[test]
     fn progress_writes_are_throttled_but_real_changes_are_not() {
         let base = started(&migration("m"), &t0());
@@ -684,29 +768,26 @@ mod tests {
             ..Progress::default()
         });
         b.message = Some("importing 10.5%".into());
-        assert!(!worth_writing(Some(&a), &a, None), "no change, no write");
-        assert!(
-            !worth_writing(Some(&a), &b, None),
-            "half a point is not worth it"
-        );
+        assert!(!writes(Some(&a), &a, None), "no change, no write");
+        assert!(!writes(Some(&a), &b, None), "half a point is not worth it");
         let mut c = a.clone();
         c.progress = Some(Progress {
             percent: 12.0,
             ..Progress::default()
         });
-        assert!(worth_writing(Some(&a), &c, Some(Duration::from_secs(3))));
+        assert!(writes(Some(&a), &c, Some(Duration::from_secs(3))));
         assert!(
-            !worth_writing(Some(&a), &c, Some(Duration::from_secs(1))),
+            !writes(Some(&a), &c, Some(Duration::from_secs(1))),
             "too soon"
         );
-        assert!(worth_writing(Some(&a), &c, None), "first progress write");
+        assert!(writes(Some(&a), &c, None), "first progress write");
         let mut d = a.clone();
         d.phase = Phase::Converting;
         assert!(
-            worth_writing(Some(&a), &d, Some(Duration::ZERO)),
+            writes(Some(&a), &d, Some(Duration::ZERO)),
             "a phase change is always written"
         );
-        assert!(worth_writing(None, &a, Some(Duration::ZERO)));
+        assert!(writes(None, &a, Some(Duration::ZERO)));
     }
 
     #[test]
@@ -735,7 +816,7 @@ mod tests {
                 let twice = after_outcome(&with_status(migration("m"), once.clone()), &o, &ts(300));
                 assert_eq!(once, twice, "{phase} {step:?}");
                 assert!(
-                    !worth_writing(Some(&once), &twice, None),
+                    !writes(Some(&once), &twice, None),
                     "{phase} {step:?}: no second write"
                 );
             }
@@ -916,7 +997,7 @@ mod tests {
         );
         // The same wait again is no write.
         let again = cancelling(&vmm, Some(&r), &ts(90));
-        assert!(!worth_writing(vmm.status.as_ref(), &again, None));
+        assert!(!writes(vmm.status.as_ref(), &again, None));
     }
 
     #[test]
@@ -958,7 +1039,7 @@ mod tests {
         );
         let again = after_power(&settled, Some(&gave_up), &ts(300));
         assert!(
-            !worth_writing(Some(&s), &again, None),
+            !writes(Some(&s), &again, None),
             "said once: no new time on lastFailure"
         );
         // A cancel that gave up ends Cancelled with the reason, at the phase it was in.

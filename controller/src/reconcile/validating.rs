@@ -138,12 +138,23 @@ async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
     // Ours by ferry's record (never by an owner reference), and still carrying our owner
     // reference: the release is what is left to do.
     let ours = |o: Option<Ownership>| matches!(o, Some(Ownership::Ours { .. }));
-    let secret = io.read::<Secret>(&secret::s3_secret_name(io.vmm)).await?;
-    let map = io
-        .read::<ConfigMap>(&secret::s3_ca_config_map_name(io.vmm))
-        .await?;
-    let cdi_secret =
-        ours(secret.as_ref().map(|s| io.own(s))) || ours(map.as_ref().map(|c| io.own(c)));
+    // The CDI objects: recorded ones are known without a read (the delete's precondition is
+    // their recorded uid); unrecorded ones are looked for, since one made just before a crash
+    // carries only its stamp.
+    let (secret_name, map_name) = (
+        secret::s3_secret_name(io.vmm),
+        secret::s3_ca_config_map_name(io.vmm),
+    );
+    let recorded = |kind: &str, name: &str| {
+        io.vmm
+            .status
+            .as_ref()
+            .is_some_and(|s| ferry_crds::child::find(&s.children, kind, name).is_some())
+    };
+    let cdi_secret = recorded("Secret", &secret_name)
+        || recorded("ConfigMap", &map_name)
+        || ours(io.read::<Secret>(&secret_name).await?.map(|s| io.own(&s)))
+        || ours(io.read::<ConfigMap>(&map_name).await?.map(|c| io.own(&c)));
     let keys = staged_keys(io.vmm);
     let mut owned_dvs = vec![];
     for i in 0..keys.len() {

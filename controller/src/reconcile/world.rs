@@ -87,7 +87,8 @@ pub fn classify_vm(vm: Option<&VirtualMachine>, io: Io<'_>) -> VmState {
     }
 }
 
-/// The conflict `name` of kind `K` is, if an object not `vmm`'s holds it.
+/// The conflict `name` of kind `K` is, if an object not `vmm`'s holds it: read fresh, since
+/// someone else's object need not carry the labels the watch caches select on.
 ///
 /// # Errors
 /// Kubernetes API errors.
@@ -95,7 +96,7 @@ pub async fn conflict<K: crate::caches::Observed>(
     io: Io<'_>,
     name: &str,
 ) -> Result<Option<Conflict>> {
-    Ok(match io.read::<K>(name).await? {
+    Ok(match io.read_fresh::<K>(name).await? {
         Some(o) => match io.own(&o) {
             Ownership::Ours { .. } => None,
             Ownership::Foreign(c) => Some(c),
@@ -105,19 +106,21 @@ pub async fn conflict<K: crate::caches::Observed>(
 }
 
 /// Every name among the children `vmm` will create for `disks` disks — conversion Job, CDI
-/// Secret and CA ConfigMap, DataVolumes, verification Job — that an object not `vmm`'s holds
-/// (the target VM is [`vm_state`]'s).
+/// Secret and (`with_ca`) CA ConfigMap, DataVolumes, verification Job — that an object not
+/// `vmm`'s holds (the target VM is [`vm_state`]'s).
 ///
 /// # Errors
 /// Kubernetes API errors.
-pub async fn child_conflicts(io: Io<'_>, disks: usize) -> Result<Vec<Conflict>> {
+pub async fn child_conflicts(io: Io<'_>, disks: usize, with_ca: bool) -> Result<Vec<Conflict>> {
     let vmm = io.vmm;
     let mut found = vec![
         conflict::<Job>(io, &names::job_name(vmm)).await?,
         conflict::<Secret>(io, &secret::s3_secret_name(vmm)).await?,
-        conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(vmm)).await?,
         conflict::<Job>(io, &names::verify_job_name(vmm)).await?,
     ];
+    if with_ca {
+        found.push(conflict::<ConfigMap>(io, &secret::s3_ca_config_map_name(vmm)).await?);
+    }
     for i in 0..disks {
         found.push(conflict::<DataVolume>(io, &names::datavolume_name(vmm, i)).await?);
     }

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use ferry_crds::{VirtualMachineMigration, VirtualMachineMigrationStatus as Status, names};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::status;
+use super::status::{self, Worth};
 use crate::context::Context;
 use crate::events::{self, Note};
 use crate::{Error, Result};
@@ -40,9 +41,63 @@ fn redacted(status: Status) -> Status {
     serde_json::from_value(value).unwrap_or(status)
 }
 
+/// The top-level fields of the status (and the types of the conditions) that differ between
+/// `old` and `new`: what a status write was for, in the debug log.
+fn changed(old: &Status, new: &Status) -> String {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return String::new();
+    };
+    let mut keys: Vec<String> = a.keys().chain(b.keys()).cloned().collect();
+    keys.sort();
+    keys.dedup();
+    keys.retain(|k| a.get(k) != b.get(k));
+    for k in &mut keys {
+        if k == "conditions" {
+            let types: Vec<&str> = new
+                .conditions
+                .iter()
+                .filter(|c| !old.conditions.contains(c))
+                .map(|c| c.type_.as_str())
+                .collect();
+            *k = format!("conditions[{}]", types.join(","));
+        }
+    }
+    keys.join(" ")
+}
+
+/// What [`status`] did with a new status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Wrote it.
+    Yes,
+    /// Nothing worth a write had changed.
+    Unchanged,
+    /// Held back details or progress: the reconcile looks again after this long and writes
+    /// them then.
+    Deferred(Duration),
+}
+
+impl Written {
+    /// Whether the status was written.
+    pub fn wrote(self) -> bool {
+        self == Written::Yes
+    }
+
+    /// Look again `after` (`None`: on a change only), or sooner when a held-back status is due.
+    pub fn requeue(self, after: Option<Duration>) -> Requeue {
+        let after = match self {
+            Written::Deferred(d) => Some(after.map_or(d, |a| a.min(d))),
+            Written::Yes | Written::Unchanged => after,
+        };
+        after.map_or_else(Requeue::await_change, Requeue::requeue)
+    }
+}
+
 /// Writes `new` as the status of `vmm` when it is worth a write (see
 /// [`status::worth_writing`]), with `vmm`'s resourceVersion as precondition, then publishes the
-/// transition's Events and `extra`. Returns whether it wrote.
+/// transition's Events and `extra`.
 ///
 /// # Guarantees
 /// At most one status write; on success `vmm` carries the written status and its new
@@ -55,12 +110,22 @@ pub async fn status(
     vmm: &mut VirtualMachineMigration,
     new: Status,
     extra: Vec<Note>,
-) -> Result<bool> {
+) -> Result<Written> {
     let uid = vmm.uid().unwrap_or_default();
     let new = redacted(new);
     let mut notes = vec![];
-    let wrote = status::worth_writing(vmm.status.as_ref(), &new, ctx.since_progress_write(&uid));
-    if wrote {
+    let worth = status::worth_writing(
+        vmm.status.as_ref(),
+        &new,
+        ctx.since_status_write(&uid),
+        ctx.policy.status_interval,
+    );
+    let written = match worth {
+        Worth::Now => Written::Yes,
+        Worth::Later(d) => Written::Deferred(d),
+        Worth::No => Written::Unchanged,
+    };
+    if written.wrote() {
         let api: Api<VirtualMachineMigration> =
             Api::namespaced(ctx.client.clone(), &vmm.namespace().unwrap_or_default());
         let patch = serde_json::json!({
@@ -81,6 +146,7 @@ pub async fn status(
         ctx.metrics.write("status", "VirtualMachineMigration");
         ctx.note_write(&uid);
         let old = vmm.status.clone().unwrap_or_default();
+        debug!(migration = %vmm.name_any(), changed = %changed(&old, &new), "status written");
         if old.phase != new.phase {
             info!(migration = %vmm.name_any(), from = %old.phase, to = %new.phase, "phase");
             if let Some(entered) = old
@@ -100,5 +166,5 @@ pub async fn status(
     }
     notes.extend(extra);
     publish(ctx, vmm, &notes).await;
-    Ok(wrote)
+    Ok(written)
 }

@@ -7,11 +7,14 @@ use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
     WaveCollision, WaveCounts, WavePhase,
 };
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::members::{self, Listed, Member};
 use crate::events::Note;
+use crate::reconcile::status::Worth;
 use ferry_crds::{EventAction, EventReason};
 
 /// What the wave controller does in one reconcile.
@@ -391,9 +394,63 @@ fn status(
     }
 }
 
+/// Whether the wave's `new` status is worth a write over `old`, `since_last` after this
+/// controller last wrote it: the counts, phases and conditions at once; the figures that move
+/// with every byte copied (bytes, throughput, ETA) at most once per `interval`. Pure.
+pub fn worth_writing(
+    old: Option<&MigrationWaveStatus>,
+    new: &MigrationWaveStatus,
+    since_last: Option<Duration>,
+    interval: Duration,
+) -> Worth {
+    let Some(old) = old else { return Worth::Now };
+    if old == new {
+        return Worth::No;
+    }
+    let steady = |s: &MigrationWaveStatus| MigrationWaveStatus {
+        bytes_done: 0,
+        bytes_total: 0,
+        throughput_per_hour: None,
+        eta_seconds: None,
+        ..s.clone()
+    };
+    if steady(old) != steady(new) {
+        return Worth::Now;
+    }
+    match since_last {
+        Some(d) if d < interval => Worth::Later(interval - d),
+        _ => Worth::Now,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_and_eta_wait_for_the_interval_but_counts_do_not() {
+        let old = MigrationWaveStatus {
+            total: 3,
+            bytes_done: 10,
+            eta_seconds: Some(60),
+            ..MigrationWaveStatus::default()
+        };
+        let i = Duration::from_secs(10);
+        let soon = Some(Duration::from_secs(4));
+        let mut moved = old.clone();
+        moved.bytes_done = 20;
+        moved.eta_seconds = Some(50);
+        assert_eq!(
+            worth_writing(Some(&old), &moved, soon, i),
+            Worth::Later(Duration::from_secs(6))
+        );
+        assert_eq!(worth_writing(Some(&old), &moved, Some(i), i), Worth::Now);
+        assert_eq!(worth_writing(Some(&old), &old, None, i), Worth::No);
+        let mut counted = moved.clone();
+        counted.in_flight = 1;
+        assert_eq!(worth_writing(Some(&old), &counted, soon, i), Worth::Now);
+        assert_eq!(worth_writing(None, &old, soon, i), Worth::Now);
+    }
     use ferry_crds::{
         child_migration,
         fixtures::{t0, wave},

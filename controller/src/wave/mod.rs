@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use crate::context::Context;
 use crate::events::Note;
 use crate::kubeio::create_if_absent;
+use crate::reconcile::status::Worth;
 use crate::{Error, Result};
 
 /// Metric label of this controller.
@@ -175,8 +176,18 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         field: "metadata.namespace",
     })?;
     let waves: Api<MigrationWave> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(wave) = waves.get_opt(&wave.name_any()).await? else {
-        return Ok(Requeue::await_change());
+    // As cached when that is the version our last status write or fresh read returned (a
+    // 1,000-VM wave is a large object to read on every reconcile), else fresh.
+    let uid = wave.uid().unwrap_or_default();
+    let wave = if ctx.is_current(&uid, wave.resource_version().as_deref()) {
+        wave.clone()
+    } else {
+        let Some(fresh) = waves.get_opt(&wave.name_any()).await? else {
+            ctx.forget(&uid);
+            return Ok(Requeue::await_change());
+        };
+        ctx.note_version(&uid, fresh.resource_version());
+        fresh
     };
     if wave.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
@@ -204,7 +215,6 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let plan = decide::decide(&wave, &children, &others, &now);
     let params = PatchParams::default();
-    let uid = wave.uid().unwrap_or_default();
     // A child created moments ago may not be in the cache yet: not created twice meanwhile.
     let mut created = if cached {
         ctx.created(&uid)
@@ -254,19 +264,40 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
-    if wave.status.as_ref() != Some(&plan.status) {
+    let worth = decide::worth_writing(
+        wave.status.as_ref(),
+        &plan.status,
+        ctx.since_status_write(&uid),
+        ctx.policy.status_interval,
+    );
+    let mut due = None;
+    if let Worth::Later(d) = worth {
+        due = Some(d);
+    }
+    if worth == Worth::Now {
         let patch = serde_json::json!({
             "apiVersion": ferry_crds::API_VERSION,
             "kind": "MigrationWave",
+            "metadata": {"name": wave.name_any(), "resourceVersion": wave.resource_version()},
             "status": plan.status,
         });
-        waves
+        let written = match waves
             .patch_status(
                 &wave.name_any(),
                 &PatchParams::apply(names::WAVE_FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
-            .await?;
+            .await
+        {
+            Ok(w) => w,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                ctx.note_version(&uid, None);
+                return Err(Error::Conflict);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        ctx.note_version(&uid, written.resource_version());
+        ctx.note_write(&uid);
         ctx.metrics.write("status", "MigrationWave");
         if let Some(note) = decide::collision_note(wave.status.as_ref(), &plan.status) {
             warn!(wave = %wave.name_any(), collisions = %note.note, "VMs get no migration");
@@ -280,13 +311,14 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         && children
             .iter()
             .any(|c| c.is_held() && !c.phase().is_terminal());
-    Ok(if busy {
-        Requeue::requeue(Duration::from_millis(200))
+    let after = if busy {
+        Duration::from_millis(200)
     } else if waiting {
-        Requeue::requeue(SATURATED_REQUEUE)
+        SATURATED_REQUEUE
     } else {
-        Requeue::requeue(Duration::from_secs(300))
-    })
+        Duration::from_secs(300)
+    };
+    Ok(Requeue::requeue(due.map_or(after, |d| d.min(after))))
 }
 
 /// What the work queue does after a failed wave reconcile: the policy's backoff per wave

@@ -611,14 +611,15 @@ impl Env {
 impl Drop for Env {
     fn drop(&mut self) {
         // Stop the processes first, then drop the disk images (hundreds of MiB per test); a
-        // failed test keeps its directory and logs for the post-mortem.
+        // failed test keeps its directory and logs for the post-mortem, and so does every test
+        // with FERRY_KEEP_SCRATCH set (reading a passing run's controller log).
         if let Some(mut c) = self.controller.take() {
             c.kill();
         }
         if let Some(mut s) = self.sim.take() {
             s.kill();
         }
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && std::env::var_os("FERRY_KEEP_SCRATCH").is_none() {
             let _ = std::fs::remove_dir_all(&self.scratch);
         }
     }
