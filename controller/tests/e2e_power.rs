@@ -516,10 +516,11 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
         };
         let mut vmm = env.migration_of(name, &vm);
         if *at == At::Validating {
-            // A guest agent that never connects holds the migration in Validating, before the
-            // release: a Validating whose guest is ready finishes in the reconcile that enters
-            // it, leaving no moment to cancel in.
+            // Waiting for a guest agent that never connects holds the migration in Validating,
+            // before the release: a Validating whose guest is ready finishes in the reconcile
+            // that enters it, leaving no moment to cancel in.
             vmm = with_fault(vmm, "agent=permanent");
+            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
         }
         let sampler = Sampler::start(&env, &vm, &vmm).await;
         env.create(&vmm).await;

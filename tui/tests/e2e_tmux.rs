@@ -767,6 +767,9 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
         .arg(&kc)
         .args(["-n", &ns.name, "--metrics-addr", "", "--health-addr", ""])
         .args(["--converter-read-limit", &(4u64 << 20).to_string()])
+        // Progress is written at most every --status-interval (10 s by default, as long as
+        // this whole conversion): every 2 s, so the board has a percentage to show moving.
+        .args(["--status-interval", "2s"])
         .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry-controller", controller).expect("controller");
