@@ -34,19 +34,17 @@ fn is_write(verb: &str) -> bool {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
-    let mut env = Env::new("e2e-requests", 16).await;
+/// A namespace whose controller runs with the token of deploy/controller's ServiceAccount
+/// (`extra`: more controller arguments), its caches synced.
+async fn counted_env(name: &str, mib: u64, extra: &[&str]) -> (Env, Deployed) {
+    let mut env = Env::new(name, mib).await;
     let deployed = install_deploy(&env).await;
     env.extra_controller_args = vec!["--converter-image".into(), deployed.converter_image.clone()];
+    env.extra_controller_args
+        .extend(extra.iter().map(|a| (*a).to_owned()));
     env.use_controller_token();
     env.start_sim();
     env.start_controller();
-    // Counted from the migration's creation: the controller's own start (its lists and watches,
-    // the proof key) is paid once, not per migration.
-    let mut vmm = env.migration("counted");
-    vmm.spec.source.endpoint.url = None;
-    vmm.spec.source.endpoint.thumbprint = None;
     ferry_harness::eventually(
         "the controller's caches to sync",
         std::time::Duration::from_secs(60),
@@ -58,17 +56,39 @@ async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
     )
     .await
     .unwrap();
+    (env, deployed)
+}
+
+/// A migration whose source endpoint comes from its Secret.
+fn counted_migration(env: &Env, name: &str) -> ferry_crds::VirtualMachineMigration {
+    let mut vmm = env.migration(name);
+    vmm.spec.source.endpoint.url = None;
+    vmm.spec.source.endpoint.thumbprint = None;
+    vmm
+}
+
+/// The controller's requests in the test's namespace between `from` and `to`.
+fn requests_between(env: &Env, from: SystemTime, to: SystemTime) -> Vec<Request> {
+    audit(env.lab, CONTROLLER_SA)
+        .into_iter()
+        .filter(|r| r.when >= from && r.when <= to)
+        .filter(|r| r.namespace.as_deref() == Some(env.ns.name.as_str()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
+    // Counted from the migration's creation: the controller's own start (its lists and watches,
+    // the proof key) is paid once, not per migration.
+    let (env, deployed) = counted_env("e2e-requests", 16, &[]).await;
+    let vmm = counted_migration(&env, "counted");
     let from = SystemTime::now();
     env.create(&vmm).await;
     let v = env.wait_terminal("counted", 300).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     let to = SystemTime::now();
 
-    let requests: Vec<Request> = audit(env.lab, CONTROLLER_SA)
-        .into_iter()
-        .filter(|r| r.when >= from && r.when <= to)
-        .filter(|r| r.namespace.as_deref() == Some(env.ns.name.as_str()))
-        .collect();
+    let requests = requests_between(&env, from, to);
     let mut by: BTreeMap<(String, String), usize> = BTreeMap::new();
     for r in &requests {
         let resource = if r.group.is_empty() {
@@ -113,5 +133,73 @@ async fn one_migration_costs_the_api_server_a_bounded_number_of_requests() {
     assert!(requests.len() <= MAX_REQUESTS, "{text}");
     assert!(writes <= MAX_WRITES, "{text}");
     assert!(status <= MAX_STATUS_WRITES, "{text}");
+    drop(deployed);
+}
+
+/// A copy in progress costs the API server its progress writes and nothing else: every read
+/// comes from the watch caches and the attempt's memory, and progress is written at most every
+/// `--status-interval` (10 s). A conversion read at 256 KiB/s (about half a minute) is counted
+/// while the migration is in Converting: no reads, and status writes within the interval's
+/// bound — for an hour-long copy, whose percent moves a point every 36 s, that is under 2 a
+/// minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_copy_costs_only_its_progress_writes() {
+    let (env, deployed) = counted_env(
+        "e2e-requests-copy",
+        16,
+        &["--converter-read-limit", "262144"],
+    )
+    .await;
+    env.create(&counted_migration(&env, "copying")).await;
+    env.wait_phase("copying", Phase::Converting, 120).await;
+    let from = SystemTime::now();
+    let v = env
+        .wait_for("copying", "copying to leave Converting", 300, |v| {
+            v.phase() != Phase::Converting
+        })
+        .await;
+    let to = SystemTime::now();
+    assert_ne!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let secs = to.duration_since(from).unwrap().as_secs_f64();
+    assert!(
+        secs > 15.0,
+        "the copy lasted {secs:.0} s: too short to count"
+    );
+    let requests = requests_between(&env, from, to);
+    let reads: Vec<String> = requests
+        .iter()
+        .filter(|r| !is_write(&r.verb))
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r.verb,
+                r.resource,
+                r.name.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    let status = requests
+        .iter()
+        .filter(|r| is_write(&r.verb) && r.resource.ends_with("/status"))
+        .count();
+    let per_minute = requests.len() as f64 * 60.0 / secs;
+    eprintln!(
+        "a copy of {secs:.0} s: {} requests ({per_minute:.1} a minute), {status} status writes, reads {reads:?}",
+        requests.len()
+    );
+    // The one write that ends the window (leaving Converting) and its creates are counted too.
+    let bound = (secs / 10.0).ceil() as usize + 1;
+    assert!(
+        status <= bound,
+        "{status} status writes in {secs:.0} s (≤ {bound})"
+    );
+    // A fresh read of the migration itself happens when a child's event beats our own write
+    // to the cache; nothing else is read.
+    let others: Vec<&String> = reads
+        .iter()
+        .filter(|r| !r.contains("virtualmachinemigrations"))
+        .collect();
+    assert!(others.is_empty(), "reads while copying: {reads:?}");
+    assert!(reads.len() <= 2, "reads while copying: {reads:?}");
     drop(deployed);
 }
