@@ -79,7 +79,7 @@ async fn a_64_mib_vm_migrates_to_succeeded_through_every_checkpoint() {
     );
 
     // An Event for the start and one for the end; the way between is the status's history
-    // (the phases in between are no write of their own).
+    // (asserted above; the phases in between are no write of their own).
     let reasons = env.wait_event("happy", "Succeeded").await;
     for want in ["Preparing", "Succeeded"] {
         assert!(
@@ -87,20 +87,6 @@ async fn a_64_mib_vm_migrates_to_succeeded_through_every_checkpoint() {
             "an Event {want} among {reasons:?}"
         );
     }
-    let path: Vec<Phase> = status.history.iter().map(|h| h.phase).collect();
-    assert_eq!(
-        path,
-        [
-            Phase::Preparing,
-            Phase::Converting,
-            Phase::Importing,
-            Phase::CreatingVM,
-            Phase::Starting,
-            Phase::Validating,
-            Phase::Succeeded
-        ],
-        "every checkpoint in the history, in order"
-    );
 
     // Staging is empty; the VM and its volume outlive the migration record.
     assert!(

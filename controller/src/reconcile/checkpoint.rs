@@ -86,10 +86,7 @@ impl Io<'_> {
     /// # Errors
     /// Kubernetes API errors.
     pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
-        let recorded =
-            self.vmm.status.as_ref().is_some_and(|s| {
-                ferry_crds::child::find(&s.children, &K::kind(&()), name).is_some()
-            });
+        let recorded = self.record(&K::kind(&()), name).is_some();
         crate::caches::read(
             &self.ctx.client,
             self.ctx.children.as_ref(),
@@ -99,6 +96,13 @@ impl Io<'_> {
             recorded,
         )
         .await
+    }
+
+    /// The migration's record of creating its child `kind`/`name` (`status.children`), of any
+    /// attempt.
+    pub fn record(&self, kind: &str, name: &str) -> Option<&ferry_crds::ChildRecord> {
+        let s = self.vmm.status.as_ref()?;
+        ferry_crds::child::find(&s.children, kind, name)
     }
 
     /// The object `name` of kind `K` in the migration's namespace, from the API: for the names

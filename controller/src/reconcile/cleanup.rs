@@ -193,12 +193,7 @@ where
         + serde::de::DeserializeOwned,
 {
     let kind = K::kind(&());
-    let recorded = io
-        .vmm
-        .status
-        .as_ref()
-        .and_then(|s| ferry_crds::child::find(&s.children, &kind, name))
-        .map(|r| r.uid.clone());
+    let recorded = io.record(&kind, name).map(|r| r.uid.clone());
     if let Some(uid) = recorded
         && delete_exact(&io.ctx.metrics, &io.api::<K>(), name, &uid).await?
     {

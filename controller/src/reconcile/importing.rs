@@ -128,10 +128,10 @@ impl Checkpoint for Importing {
         // recorded creating it: Preparing found its name free, and a create that finds it taken
         // reads who holds it (ours by its stamp after a crash, or a conflict).
         let (secret_present, credentials) = if dvs.is_empty() || dvs.contains(&DvState::Absent) {
-            let recorded = io.vmm.status.as_ref().is_some_and(|s| {
-                ferry_crds::child::find(&s.children, "Secret", &secret::s3_secret_name(io.vmm))
-                    .is_some_and(|r| r.attempt == s.attempts)
-            });
+            let attempt = io.vmm.status.as_ref().map_or(0, |s| s.attempts);
+            let recorded = io
+                .record("Secret", &secret::s3_secret_name(io.vmm))
+                .is_some_and(|r| r.attempt == attempt);
             (recorded, credentials::staging_login(io).await?.map(Some))
         } else {
             (true, Ok(None))

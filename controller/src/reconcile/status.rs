@@ -498,6 +498,17 @@ pub enum Worth {
     No,
 }
 
+impl Worth {
+    /// For a change that may wait: now when `interval` passed since the last write
+    /// (`since_last`; `None`: never written), else when it will have.
+    pub fn once_per(interval: Duration, since_last: Option<Duration>) -> Worth {
+        match since_last {
+            Some(d) if d < interval => Worth::Later(interval - d),
+            _ => Worth::Now,
+        }
+    }
+}
+
 /// Whether `new` is worth a status write over `old`, `since_last` after this controller last
 /// wrote the object's status (`None`: never) and with at most one write of details per
 /// `interval`. Pure.
@@ -528,10 +539,7 @@ pub fn worth_writing(
     if !moved && without_progress(old) == without_progress(new) {
         return Worth::No;
     }
-    match since_last {
-        Some(d) if d < interval => Worth::Later(interval - d),
-        _ => Worth::Now,
-    }
+    Worth::once_per(interval, since_last)
 }
 
 /// Whether every one of the eight conditions is present exactly once.

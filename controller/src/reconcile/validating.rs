@@ -145,14 +145,8 @@ async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
         secret::s3_secret_name(io.vmm),
         secret::s3_ca_config_map_name(io.vmm),
     );
-    let recorded = |kind: &str, name: &str| {
-        io.vmm
-            .status
-            .as_ref()
-            .is_some_and(|s| ferry_crds::child::find(&s.children, kind, name).is_some())
-    };
-    let cdi_secret = recorded("Secret", &secret_name)
-        || recorded("ConfigMap", &map_name)
+    let cdi_secret = io.record("Secret", &secret_name).is_some()
+        || io.record("ConfigMap", &map_name).is_some()
         || ours(io.read::<Secret>(&secret_name).await?.map(|s| io.own(&s)))
         || ours(io.read::<ConfigMap>(&map_name).await?.map(|c| io.own(&c)));
     let keys = staged_keys(io.vmm);

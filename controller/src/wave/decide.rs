@@ -417,10 +417,7 @@ pub fn worth_writing(
     if steady(old) != steady(new) {
         return Worth::Now;
     }
-    match since_last {
-        Some(d) if d < interval => Worth::Later(interval - d),
-        _ => Worth::Now,
-    }
+    Worth::once_per(interval, since_last)
 }
 
 #[cfg(test)]
