@@ -302,10 +302,25 @@ async fn main() {
                         }
                         Phase::Converting => {}
                         Phase::Failed => panic!("{case}: failed:\n{}", serde_yaml_status(&v)),
-                        p if entered.is_some() && p != Phase::Converting => {
+                        Phase::Importing
+                        | Phase::CreatingVM
+                        | Phase::Starting
+                        | Phase::Validating
+                        | Phase::Succeeded
+                        | Phase::Cancelled
+                            if entered.is_some() =>
+                        {
                             left = Some(Instant::now())
                         }
-                        _ => {}
+                        Phase::Pending
+                        | Phase::Queued
+                        | Phase::Preparing
+                        | Phase::Importing
+                        | Phase::CreatingVM
+                        | Phase::Starting
+                        | Phase::Validating
+                        | Phase::Succeeded
+                        | Phase::Cancelled => {}
                     }
                     assert!(Instant::now() < deadline, "{case}: timed out");
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -10,7 +10,18 @@ use serde::{Deserialize, Serialize};
 /// The eight condition types of a migration, in the order the seed lists them (and the cockpit
 /// shows them).
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumCount,
 )]
 pub enum ConditionType {
     /// The source VM's inventory was read from vSphere.
@@ -43,7 +54,18 @@ impl ConditionKind for ConditionType {
 
 /// The condition types of a MigrationWave.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumCount,
 )]
 pub enum WaveConditionType {
     /// Migrations of the wave are being worked on (False when paused, cancelled or finished).
@@ -60,7 +82,7 @@ pub enum WaveConditionType {
 
 impl WaveConditionType {
     /// Every wave condition type, in display order.
-    pub const ALL: [WaveConditionType; 4] = [
+    pub const ALL: [WaveConditionType; <WaveConditionType as strum::EnumCount>::COUNT] = [
         WaveConditionType::Progressing,
         WaveConditionType::Completed,
         WaveConditionType::Degraded,
@@ -74,7 +96,7 @@ impl ConditionKind for WaveConditionType {
 
 impl ConditionType {
     /// Every condition type, in seed order.
-    pub const ALL: [ConditionType; 8] = [
+    pub const ALL: [ConditionType; <ConditionType as strum::EnumCount>::COUNT] = [
         ConditionType::SourceDiscovered,
         ConditionType::Validated,
         ConditionType::DiskConverted,
@@ -147,8 +169,9 @@ impl fmt::Display for ConditionStatus {
 
 /// Why a condition (or `status.lastFailure`) has its status: a CamelCase identifier that tools can
 /// match on, grouped here by the checkpoint that sets it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[non_exhaustive]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, strum::EnumCount,
+)]
 pub enum Reason {
     // --- any condition ---
     /// Not evaluated yet: an earlier checkpoint has not finished.
@@ -272,8 +295,8 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in declaration order.
-    pub const ALL: [Reason; 51] = [
+    /// Every reason, in declaration order (the compiler checks both).
+    pub const ALL: [Reason; <Reason as strum::EnumCount>::COUNT] = [
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
@@ -384,6 +407,10 @@ impl Reason {
         }
     }
 }
+
+crate::listed::every_variant!(ConditionType, ConditionType::ALL, ordered);
+crate::listed::every_variant!(WaveConditionType, WaveConditionType::ALL);
+crate::listed::every_variant!(Reason, Reason::ALL, ordered);
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

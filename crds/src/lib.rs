@@ -12,6 +12,7 @@ pub mod event;
 pub mod fixtures;
 pub mod history;
 pub mod intent;
+mod listed;
 pub mod manifest;
 pub mod migration;
 pub mod names;

@@ -23,6 +23,7 @@ use crate::Error;
     Serialize,
     Deserialize,
     JsonSchema,
+    strum::EnumCount,
 )]
 pub enum Phase {
     /// Accepted; the controller has not started work yet.
@@ -51,8 +52,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in lifecycle order.
-    pub const ALL: [Phase; 11] = [
+    /// Every phase, in lifecycle order (the declaration's; the compiler checks both).
+    pub const ALL: [Phase; <Phase as strum::EnumCount>::COUNT] = [
         Phase::Pending,
         Phase::Queued,
         Phase::Preparing,
@@ -66,7 +67,8 @@ impl Phase {
         Phase::Cancelled,
     ];
 
-    /// The six checkpoints a migration passes through, in order.
+    /// The six checkpoints a migration passes through, in order: the phases
+    /// [`Phase::is_checkpoint`] names, as the compiler checks.
     pub const CHECKPOINTS: [Phase; 6] = [
         Phase::Preparing,
         Phase::Converting,
@@ -100,13 +102,40 @@ impl Phase {
 
     /// `Succeeded`, `Failed` or `Cancelled`: the controller takes no further step unless
     /// `spec.retry` is raised.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
+    pub const fn is_terminal(self) -> bool {
+        match self {
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled => true,
+            Phase::Pending
+            | Phase::Queued
+            | Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating => false,
+        }
+    }
+
+    /// This phase's position in [`Phase::ALL`], for tables indexed by phase.
+    pub const fn index(self) -> usize {
+        self as usize
     }
 
     /// One of the six checkpoints (`Preparing` … `Validating`).
-    pub fn is_checkpoint(self) -> bool {
-        self.checkpoint_index().is_some()
+    pub const fn is_checkpoint(self) -> bool {
+        match self {
+            Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating => true,
+            Phase::Pending
+            | Phase::Queued
+            | Phase::Succeeded
+            | Phase::Failed
+            | Phase::Cancelled => false,
+        }
     }
 
     /// Work has started and not ended: what a wave counts against `maxInFlight`.
@@ -125,13 +154,38 @@ impl Phase {
     pub fn next(self) -> Option<Phase> {
         match self {
             Phase::Pending | Phase::Queued => Some(Phase::Preparing),
+            Phase::Preparing => Some(Phase::Converting),
+            Phase::Converting => Some(Phase::Importing),
+            Phase::Importing => Some(Phase::CreatingVM),
+            Phase::CreatingVM => Some(Phase::Starting),
+            Phase::Starting => Some(Phase::Validating),
             Phase::Validating => Some(Phase::Succeeded),
-            p => p
-                .checkpoint_index()
-                .and_then(|i| Self::CHECKPOINTS.get(i + 1).copied()),
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled => None,
         }
     }
 }
+
+crate::listed::every_variant!(Phase, Phase::ALL, ordered);
+
+// CHECKPOINTS holds exactly the phases `is_checkpoint` names, in lifecycle order.
+const _: () = {
+    let mut next = 0;
+    let mut i = 0;
+    while i < Phase::ALL.len() {
+        if Phase::ALL[i].is_checkpoint() {
+            assert!(
+                Phase::CHECKPOINTS[next] as usize == i,
+                "CHECKPOINTS out of step"
+            );
+            next += 1;
+        }
+        i += 1;
+    }
+    assert!(
+        next == Phase::CHECKPOINTS.len(),
+        "CHECKPOINTS lists a phase that is not one"
+    );
+};
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

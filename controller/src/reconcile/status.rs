@@ -427,7 +427,13 @@ pub fn with_power(
     }
     let phase = match vmm.phase() {
         Phase::Failed | Phase::Cancelled => s.last_failure.as_ref().map(|f| f.phase),
-        p => Some(p),
+        p @ (Phase::Preparing
+        | Phase::Converting
+        | Phase::Importing
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating) => Some(p),
+        Phase::Pending | Phase::Queued | Phase::Succeeded => None,
     }
     .filter(|p| p.is_checkpoint())
     .unwrap_or(Phase::Preparing);

@@ -785,7 +785,7 @@ mod tests {
         #[test]
         fn never_more_than_max_in_flight(
             max in 1i32..6,
-            states in proptest::collection::vec((0usize..11, any::<bool>()), 1..12),
+            states in proptest::collection::vec((0..Phase::ALL.len(), any::<bool>()), 1..12),
         ) {
             let w = wave("w", states.len()).with_max_in_flight(max);
             let phases: Vec<(Phase, bool)> = states.iter().map(|(p, held)| {

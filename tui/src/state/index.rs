@@ -189,10 +189,6 @@ pub struct Index {
     rows_read: AtomicU64,
 }
 
-fn phase_slot(p: Phase) -> usize {
-    Phase::ALL.iter().position(|x| *x == p).unwrap_or(0)
-}
-
 impl Index {
     /// Rows in scope.
     pub fn len(&self) -> usize {
@@ -272,7 +268,7 @@ impl Index {
 
     /// Count of one phase.
     pub fn count(&self, phase: Phase) -> u32 {
-        self.counts[phase_slot(phase)]
+        self.counts[phase.index()]
     }
 
     /// Succeeded migrations of the wave `wave` per minute for the `minutes` minutes up to
@@ -321,7 +317,7 @@ impl Index {
     }
 
     fn account(&mut self, row: &Row, add: bool) {
-        let slot = &mut self.counts[phase_slot(row.phase)];
+        let slot = &mut self.counts[row.phase.index()];
         *slot = if add {
             *slot + 1
         } else {

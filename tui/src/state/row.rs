@@ -42,7 +42,52 @@ impl Pip {
                 | Reason::RetryRequested
                 | Reason::Cancelling => Pip::Waiting,
                 Reason::TransientError => Pip::Retrying,
-                _ => Pip::Failed,
+                // Every other reason on a False condition is a failure of that checkpoint
+                // (listed: a new reason must be placed here, it is not red by default).
+                Reason::Discovered
+                | Reason::SecretNotFound
+                | Reason::LoginFailed
+                | Reason::EndpointUnreachable
+                | Reason::ThumbprintMismatch
+                | Reason::VMNotFound
+                | Reason::VMAmbiguous
+                | Reason::Validated
+                | Reason::UnsupportedDiskLayout
+                | Reason::SourcePoweredOn
+                | Reason::PowerOffFailed
+                | Reason::TargetNameTaken
+                | Reason::CredentialsNotAllowed
+                | Reason::CredentialsMismatch
+                | Reason::TargetConflict
+                | Reason::Converted
+                | Reason::ConversionFailed
+                | Reason::StagingUnavailable
+                | Reason::BucketNotFound
+                | Reason::ChecksumMismatch
+                | Reason::ConverterImageNotAllowed
+                | Reason::Imported
+                | Reason::ImportFailed
+                | Reason::VMCreated
+                | Reason::VMCreateFailed
+                | Reason::VMRunning
+                | Reason::VMStartFailed
+                | Reason::GuestAgentConnected
+                | Reason::GuestAgentTimeout
+                | Reason::ErrorUnschedulable
+                | Reason::ErrorPvcNotFound
+                | Reason::DataVolumeError
+                | Reason::CrashLoopBackOff
+                | Reason::ErrImagePull
+                | Reason::ImagePullBackOff
+                | Reason::VMReady
+                | Reason::NotChecked
+                | Reason::NameCollision
+                | Reason::SelectorTooBroad
+                | Reason::Succeeded
+                | Reason::Failed
+                | Reason::Cancelled
+                | Reason::TargetStillRunning
+                | Reason::CleanupBlocked => Pip::Failed,
             },
         }
     }

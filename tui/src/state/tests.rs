@@ -182,7 +182,11 @@ fn incremental_view_equals_a_full_rebuild_after_every_event() {
                     Action::MigrationDeleted(ObjKey::at(c, "default", &name)),
                 );
             } else {
-                let mut o = in_wave(&name, &format!("w{}", rnd(3)), Phase::ALL[rnd(11) as usize]);
+                let mut o = in_wave(
+                    &name,
+                    &format!("w{}", rnd(3)),
+                    Phase::ALL[rnd(Phase::ALL.len() as u64) as usize],
+                );
                 let st = o.status.as_mut().unwrap();
                 st.attempts = rnd(3) as i32;
                 st.progress = Some(ferry_crds::Progress {

@@ -154,8 +154,7 @@ impl Summary {
             let mut first = None;
             let mut last = None;
             for s in stays(r, now) {
-                let slot = Phase::ALL.iter().position(|p| *p == s.phase).unwrap_or(0);
-                per_phase[slot] += s.to - s.from;
+                per_phase[s.phase.index()] += s.to - s.from;
                 first.get_or_insert(s.from);
                 last = Some(s.to);
             }

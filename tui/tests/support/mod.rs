@@ -108,7 +108,16 @@ pub fn vmm(
         let last = match phase {
             Phase::Succeeded => 5,
             Phase::Failed => 2,
-            _ => 3,
+            Phase::Cancelled => 3,
+            // Not terminal: the condition below stops at the current checkpoint instead.
+            Phase::Pending
+            | Phase::Queued
+            | Phase::Preparing
+            | Phase::Converting
+            | Phase::Importing
+            | Phase::CreatingVM
+            | Phase::Starting
+            | Phase::Validating => 3,
         };
         if matches!(phase, Phase::Pending | Phase::Queued)
             || p >= phase && phase.is_checkpoint()
@@ -219,8 +228,6 @@ pub fn wave_obj(
     });
     w
 }
-
-const PHASES: [Phase; 11] = Phase::ALL;
 
 /// The one cluster of the fixtures.
 pub const C0: ClusterId = ClusterId(0);
@@ -364,7 +371,7 @@ pub fn many(n: usize, waves: usize) -> Vec<VirtualMachineMigration> {
     (0..n)
         .map(|i| {
             let w = format!("wave-{:02}", i % waves.max(1));
-            let p = PHASES[(i * 7) % PHASES.len()];
+            let p = Phase::ALL[(i * 7) % Phase::ALL.len()];
             vmm(
                 &format!("ns-{}", i % 5),
                 &format!("{w}-dc0-h{}-vm{i:05}", i % 8),
