@@ -10,5 +10,6 @@ pub mod kube;
 pub mod state;
 pub mod strings;
 pub mod ui;
+pub mod verb;
 
 pub use error::Error;

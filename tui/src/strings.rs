@@ -1,16 +1,13 @@
 //! Every user-facing sentence and word of the cockpit, in one place, grouped by the screen that
 //! shows it. Key names (`Ctrl-d`, `PgUp`) live with the keys in `keys.rs`.
 
-use crate::state::{
-    Outcome, Verb,
-    layout::{MIN_HEIGHT, MIN_WIDTH},
-};
+use crate::verb::{Outcome, Verb};
 
 /// App name in the header.
 pub const APP: &str = "ferry";
-/// Shown when the terminal is too small.
-pub fn too_small(w: u16, h: u16) -> String {
-    format!("ferry needs a terminal of at least {MIN_WIDTH}×{MIN_HEIGHT} (this one is {w}×{h})")
+/// Shown when the terminal is too small: `w`×`h`, under the least `min_w`×`min_h`.
+pub fn too_small(w: u16, h: u16, min_w: u16, min_h: u16) -> String {
+    format!("ferry needs a terminal of at least {min_w}×{min_h} (this one is {w}×{h})")
 }
 
 /// The hint when the CRDs are missing.
@@ -729,46 +726,28 @@ pub mod timeline {
     }
 }
 
-/// The first screen of `ferry --welcome`.
+/// The first screen of `ferry --welcome`. `ui::welcome` pairs each thing to try with its keys.
 pub mod welcome {
-    use crate::state::{Action, Nav, Verb};
-
     /// On its border.
     pub const BORDER: &str = " welcome ";
     /// Its first line.
     pub const TITLE: &str = " ferry: a live board of every VM migration. Keys to try:";
     /// Its last line.
     pub const ANY_KEY: &str = " Any key closes this; ? shows every key.";
-    /// What to try, with the actions whose keys it names.
-    pub const TRY: [(&[Action], &str); 8] = [
-        (
-            &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
-            "move on the board",
-        ),
-        (
-            &[Action::Enter],
-            "details of a migration: conditions, disks, children, events",
-        ),
-        (
-            &[Action::PickWave],
-            "the waves with their progress; Enter shows one",
-        ),
-        (
-            &[Action::ShowTimeline],
-            "the timeline: where each migration's time went",
-        ),
-        (
-            &[Action::StartFilter],
-            "filter, e.g. phase:Failed or a name",
-        ),
-        (
-            &[Action::Request(Verb::Retry)],
-            "retry a failed migration (r, then y)",
-        ),
-        (
-            &[Action::Request(Verb::Cancel)],
-            "cancel a running one (␣ marks several)",
-        ),
-        (&[Action::Quit], "quit"),
-    ];
+    /// Try: moving the cursor.
+    pub const MOVE: &str = "move on the board";
+    /// Try: opening a migration.
+    pub const DETAILS: &str = "details of a migration: conditions, disks, children, events";
+    /// Try: the wave picker.
+    pub const WAVES: &str = "the waves with their progress; Enter shows one";
+    /// Try: the timeline.
+    pub const TIMELINE: &str = "the timeline: where each migration's time went";
+    /// Try: a filter.
+    pub const FILTER: &str = "filter, e.g. phase:Failed or a name";
+    /// Try: retrying.
+    pub const RETRY: &str = "retry a failed migration (r, then y)";
+    /// Try: cancelling.
+    pub const CANCEL: &str = "cancel a running one (␣ marks several)";
+    /// Try: leaving.
+    pub const QUIT: &str = "quit";
 }

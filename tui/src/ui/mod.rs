@@ -54,7 +54,7 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         let msg = Paragraph::new(vec![
             Line::raw(""),
             Line::styled(
-                strings::too_small(area.width, area.height),
+                strings::too_small(area.width, area.height, MIN_WIDTH, MIN_HEIGHT),
                 opts.theme.bad(),
             ),
             Line::raw(strings::quits(

@@ -8,7 +8,23 @@ use ratatui::{
 };
 
 use super::{Theme, centered};
-use crate::{keys, strings::welcome as text};
+use crate::{
+    keys,
+    state::{Action, Nav, Verb},
+    strings::welcome as text,
+};
+
+/// What to try, with the actions whose keys it names.
+const TRY: [(&[Action], &str); 8] = [
+    (&[Action::Nav(Nav::Down), Action::Nav(Nav::Up)], text::MOVE),
+    (&[Action::Enter], text::DETAILS),
+    (&[Action::PickWave], text::WAVES),
+    (&[Action::ShowTimeline], text::TIMELINE),
+    (&[Action::StartFilter], text::FILTER),
+    (&[Action::Request(Verb::Retry)], text::RETRY),
+    (&[Action::Request(Verb::Cancel)], text::CANCEL),
+    (&[Action::Quit], text::QUIT),
+];
 
 /// Draws the welcome over `area`, with `note` (may be empty) under its title.
 pub fn draw(frame: &mut Frame, t: &Theme, area: Rect, note: &str) {
@@ -17,7 +33,7 @@ pub fn draw(frame: &mut Frame, t: &Theme, area: Rect, note: &str) {
         lines.push(Line::raw(format!(" {note}")));
         lines.push(Line::raw(""));
     }
-    for (actions, what) in text::TRY {
+    for (actions, what) in TRY {
         let keys: Vec<String> = actions.iter().filter_map(keys::footer_key).collect();
         lines.push(Line::from(vec![
             Span::styled(format!("  {:>7}  ", keys.join(" ")), t.key()),
