@@ -37,6 +37,7 @@ image-test:
 ## S3 server's semantics (its own process). Run it before every commit; `make test` before a stop.
 check:
 	$(CARGO) fmt --all --check
+	.ci/module-cycles
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferry-controller --test cli_images

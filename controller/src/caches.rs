@@ -13,7 +13,7 @@
 //!   (`status.children`): then it is read fresh, since a child created a moment ago may not be
 //!   in the cache yet. Absence is safe to act on because acting on it is a create, and a create
 //!   whose name is taken answers "already exists": ferry then reads the object fresh and proves
-//!   it ours by its stamp, or reports the conflict ([`crate::reconcile::checkpoint::Io::create`]).
+//!   it ours by its stamp, or reports the conflict ([`crate::reconcile::io::Io::create`]).
 //!   Names held by someone else's object outside the label selector are found the same way, or
 //!   by a fresh read where they must be found before anything is touched (Preparing's check).
 //!

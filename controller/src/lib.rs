@@ -8,17 +8,22 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod apis;
+pub mod binding;
 pub mod caches;
 pub mod children;
 pub mod client;
 pub mod context;
+#[cfg(test)]
+mod contract_tests;
 pub mod convert;
 mod error;
 pub mod events;
 pub mod health;
+pub mod job_contract;
 pub mod kubeio;
 pub mod leader;
 pub mod metrics;
+pub mod pacing;
 pub mod policy;
 pub mod ports;
 pub mod problem;

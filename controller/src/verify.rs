@@ -13,10 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use crate::children::job::PERMANENT_EXIT_CODE;
-
-/// Exit code of a failure a new attempt may cure.
-pub const TRANSIENT_EXIT_CODE: i32 = 1;
+pub use crate::job_contract::{PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE};
 
 /// One volume to check: `INDEX=PATH=SIZE=SHA256`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,11 +8,11 @@ use std::process::Command;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use ferry_controller::children::job::{PERMANENT_EXIT_CODE, env};
 use ferry_controller::convert::{
     self, ConvertArgs, Credentials, DataPath, DiskSpec, DiskStatus, OutputFormat,
     TRANSIENT_EXIT_CODE,
 };
+use ferry_controller::job_contract::{PERMANENT_EXIT_CODE, env};
 use ferry_controller::staging::{RecordState, Staging, StagingConfig, sha256_file};
 use ferry_harness::{DiskKind, InventoryVm, lab};
 

@@ -21,14 +21,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::Result;
+use crate::job_contract::{CONVERTER_PROGRAM, WORK_BYTES, env, extra_env};
 
-/// The converter's program name, looked up on the image's `PATH`.
-pub const CONVERTER_PROGRAM: &str = "ferry-controller";
 /// Pod attempts after the first; the controller retries on top of that with `spec.retry`.
 pub const BACKOFF_LIMIT: i32 = 2;
-/// Exit code with which the converter says "retrying cannot help" (bad credentials, missing
-/// disk): the Job fails at once through its pod failure policy.
-pub const PERMANENT_EXIT_CODE: i32 = 3;
 /// A conversion that runs longer than this is stopped (6 h).
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
 /// The non-root user (and group) the converter runs as: the image's own user.
@@ -39,42 +35,6 @@ pub const WORK_MOUNT: &str = "/tmp";
 pub const REQUESTS: [(&str, &str); 2] = [("cpu", "250m"), ("memory", "256Mi")];
 /// What the converter may use at most.
 pub const LIMITS: [(&str, &str); 2] = [("cpu", "2"), ("memory", "1Gi")];
-
-/// Environment variable names of the converter contract.
-pub mod env {
-    /// vSphere SDK URL.
-    pub const VSPHERE_URL: &str = "FERRY_VSPHERE_URL";
-    /// vSphere user (from the Secret).
-    pub const VSPHERE_USERNAME: &str = "FERRY_VSPHERE_USERNAME";
-    /// vSphere password (from the Secret).
-    pub const VSPHERE_PASSWORD: &str = "FERRY_VSPHERE_PASSWORD";
-    /// Pinned TLS thumbprint, when set.
-    pub const VSPHERE_THUMBPRINT: &str = "FERRY_VSPHERE_THUMBPRINT";
-    /// PEM CA bundle of a CA-signed vSphere certificate, when set.
-    pub const VSPHERE_CACERT: &str = "FERRY_VSPHERE_CACERT";
-    /// `"true"` to skip TLS verification.
-    pub const VSPHERE_INSECURE: &str = "FERRY_VSPHERE_INSECURE";
-    /// Managed object reference of the VM, e.g. `vm-42`.
-    pub const VM_MOREF: &str = "FERRY_VM_MOREF";
-    /// Output format: `raw` or `qcow2`.
-    pub const FORMAT: &str = "FERRY_FORMAT";
-    /// S3 endpoint URL.
-    pub const S3_ENDPOINT: &str = "FERRY_S3_ENDPOINT";
-    /// Bucket.
-    pub const S3_BUCKET: &str = "FERRY_S3_BUCKET";
-    /// Region used to sign.
-    pub const S3_REGION: &str = "FERRY_S3_REGION";
-    /// Access key id (from the Secret).
-    pub const S3_ACCESS_KEY_ID: &str = "FERRY_S3_ACCESS_KEY_ID";
-    /// Secret access key (from the Secret).
-    pub const S3_SECRET_ACCESS_KEY: &str = "FERRY_S3_SECRET_ACCESS_KEY";
-    /// PEM CA bundle of a private-CA https S3 endpoint, when set.
-    pub const S3_CACERT: &str = "FERRY_S3_CACERT";
-    /// The uid of the Job the converter runs in (the downward API reads the Job controller's
-    /// label on the pod): every record it writes carries it, and the controller trusts a staged
-    /// image only from the Job it recorded creating.
-    pub const JOB_UID: &str = "FERRY_JOB_UID";
-}
 
 fn plain(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
@@ -217,7 +177,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
     let scratch = Volume {
         name: "scratch".to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
-            size_limit: Some(Quantity(crate::convert::scratch::BASE_BYTES.to_string())),
+            size_limit: Some(Quantity(WORK_BYTES.to_string())),
             ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()
@@ -243,10 +203,9 @@ pub fn apply_read_limit(job: &mut Job, read_limit: Option<u64>) {
         return;
     };
     for c in pod.containers.iter_mut().filter(|c| c.name == "convert") {
-        c.env.get_or_insert_with(Vec::new).push(plain(
-            crate::convert::extra_env::MAX_READ_RATE,
-            r.to_string(),
-        ));
+        c.env
+            .get_or_insert_with(Vec::new)
+            .push(plain(extra_env::MAX_READ_RATE, r.to_string()));
     }
 }
 
@@ -343,7 +302,7 @@ mod tests {
         let scratch = pod.volumes.as_ref().unwrap()[0].empty_dir.clone().unwrap();
         assert_eq!(
             scratch.size_limit,
-            Some(Quantity(crate::convert::scratch::BASE_BYTES.to_string())),
+            Some(Quantity(WORK_BYTES.to_string())),
             "raw output keeps nothing on disk"
         );
     }
@@ -359,22 +318,16 @@ mod tests {
             let env = pod.containers[0].env.clone().unwrap();
             let rate = env
                 .iter()
-                .find(|e| e.name == crate::convert::extra_env::MAX_READ_RATE)
+                .find(|e| e.name == extra_env::MAX_READ_RATE)
                 .and_then(|e| e.value.clone());
             (v.size_limit.unwrap().0, rate)
         };
         // qcow2 is written as it is uploaded, as raw is: no disk lands on the work volume.
-        assert_eq!(
-            seen(&job),
-            (crate::convert::scratch::BASE_BYTES.to_string(), None)
-        );
+        assert_eq!(seen(&job), (WORK_BYTES.to_string(), None));
         apply_read_limit(&mut job, Some(1 << 20));
         assert_eq!(
             seen(&job),
-            (
-                crate::convert::scratch::BASE_BYTES.to_string(),
-                Some((1u64 << 20).to_string())
-            )
+            (WORK_BYTES.to_string(), Some((1u64 << 20).to_string()))
         );
     }
 

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaimVolumeSource, Volume, VolumeDevice, VolumeMount,
 };
 
-use super::job::CONVERTER_PROGRAM;
 use crate::Result;
+use crate::job_contract::CONVERTER_PROGRAM;
 use crate::verify::VolumeSpec;
 
 /// Annotation on the Job saying what its result is worth: [`Role::Verify`] or [`Role::Bind`].
@@ -107,7 +107,7 @@ pub fn volume_arg(v: &VerifyVolume) -> String {
 /// # Guarantees
 /// Owned by and labelled with the migration (pod template too); `image`: the converter's (the
 /// controller's own or an allowed one, as the conversion Job ran); every claim mounted read-only; no service account token; Pod
-/// Security `restricted`; exit code [`super::job::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
+/// Security `restricted`; exit code [`crate::job_contract::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
 /// on success the termination message is the program's result (every volume's checksum, see
 /// [`crate::verify::render_result`]), on failure it falls back to the log's tail, where the
 /// program writes both sums.
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(rule.action, "FailJob");
         assert_eq!(
             rule.on_exit_codes.as_ref().unwrap().values,
-            vec![super::super::job::PERMANENT_EXIT_CODE]
+            vec![crate::job_contract::PERMANENT_EXIT_CODE]
         );
         let bind = verification_job(&migration("web-1"), &vols, Role::Bind, "img").unwrap();
         assert_eq!(

@@ -1,10 +1,7 @@
 //! The converter's errors, mapped to the exit codes the conversion Job's failure policy reads.
 
-use crate::children::job::PERMANENT_EXIT_CODE;
+pub use crate::job_contract::{PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE};
 use crate::{staging, vsphere};
-
-/// Exit code for a failure a new attempt may cure (the Job's `backoffLimit` retries it).
-pub const TRANSIENT_EXIT_CODE: i32 = 1;
 
 /// Everything that can stop a conversion run.
 #[derive(Debug, thiserror::Error)]

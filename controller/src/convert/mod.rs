@@ -49,26 +49,9 @@ pub use map::{DiskMap, Piece};
 pub use upload::{RECORD_INTERVAL, part_size, parts_in_flight};
 pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
-use crate::children::job::env;
+use crate::job_contract::{env, extra_env};
 use crate::staging::{self, DiskRecord, Staging};
 use crate::vsphere::{self, DatastorePath, Endpoint, Session, VmInfo};
-
-/// Environment variables of the converter beyond the Job contract in [`crate::children::job::env`].
-pub mod extra_env {
-    /// Datacenter inventory path (`dcPath`); found from the VM when unset.
-    pub const DATACENTER: &str = "FERRY_DATACENTER";
-    /// Disks, one `[INDEX=]DATASTORE_PATH=STAGING_KEY` per line.
-    pub const DISKS: &str = "FERRY_DISKS";
-    /// Prefix of the staging keys (empty: the keys are full).
-    pub const S3_PREFIX: &str = "FERRY_S3_PREFIX";
-    /// The work volume. Nothing is written to it (no data path keeps a local copy); the run
-    /// reports the most it held.
-    pub const WORK_DIR: &str = "FERRY_WORK_DIR";
-    /// The qemu-img program.
-    pub const QEMU_IMG: &str = "FERRY_QEMU_IMG";
-    /// Cap on the bytes read from the datastore per second; unset: none.
-    pub const MAX_READ_RATE: &str = "FERRY_MAX_READ_RATE";
-}
 
 /// User metadata of a staged disk image (fixed when its upload starts; the checksum is in its
 /// record).

@@ -5,7 +5,7 @@
 //! sockets only: [`BASE_BYTES`].
 
 /// The work volume of a conversion Job (its `sizeLimit`): room for the NBD sockets.
-pub const BASE_BYTES: u64 = 16 << 20;
+pub const BASE_BYTES: u64 = crate::job_contract::WORK_BYTES;
 /// Disks of one VM converted at once.
 pub const PARALLEL_DISKS: usize = 2;
 

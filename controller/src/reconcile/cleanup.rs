@@ -1,5 +1,5 @@
 //! Removing partial results for a cancel, a retry or a delete (the plans are pure, in
-//! `intents`). The source VM is never touched here: its power goes through the power rule
+//! `intents`; the steps are [`Cleanup`]). The source VM is never touched here: its power goes through the power rule
 //! (`power.rs`), which is done with the target before a cancel or a delete removes anything.
 
 use ferry_crds::names;
@@ -8,9 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use tracing::{info, warn};
 
-use super::checkpoint::Io;
 use super::credentials;
-use super::intents::Cleanup;
+use super::io::Io;
 use super::world::{VmiState, classify_vmi, recorded_vm_uid, staged_keys, staging_location};
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
@@ -18,6 +17,27 @@ use crate::children::{Ownership, is_owned_by, secret};
 use crate::kubeio::delete_exact;
 use crate::problem::Problem;
 use crate::{Error, Result};
+
+/// A partial result to remove.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cleanup {
+    /// The conversion Job (and its pods).
+    Job,
+    /// The staged objects in S3.
+    Staging,
+    /// The verification Job (and its pods).
+    VerifyJob,
+    /// The CDI S3 Secret.
+    S3Secret,
+    /// DataVolumes that did not succeed.
+    UnfinishedDataVolumes,
+    /// Every DataVolume.
+    AllDataVolumes,
+    /// The VirtualMachine.
+    Vm,
+    /// The VirtualMachineInstance (KubeVirt starts a new one under Always).
+    Vmi,
+}
 
 /// What a cleanup could not do and let go (best effort), for an Event.
 pub type Unfinished = Vec<String>;

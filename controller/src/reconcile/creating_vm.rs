@@ -6,8 +6,9 @@ use ferry_crds::{
     Phase, Reason, names,
 };
 
-use super::checkpoint::{Checkpoint, Created, Io};
-use super::intents::Cleanup;
+use super::checkpoint::Checkpoint;
+use super::cleanup::Cleanup;
+use super::io::{Created, Io};
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::world::{self, VmState};

@@ -24,9 +24,10 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use std::collections::BTreeMap;
 
-use super::checkpoint::{Checkpoint, Io};
+use super::checkpoint::Checkpoint;
+use super::cleanup::Cleanup;
 use super::credentials;
-use super::intents::Cleanup;
+use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world::{self, staged_keys};

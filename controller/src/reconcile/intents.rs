@@ -7,28 +7,8 @@
 use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
 use kube::ResourceExt;
 
-use super::checkpoint::retry_cleanup;
-
-/// A partial result to remove.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Cleanup {
-    /// The conversion Job (and its pods).
-    Job,
-    /// The staged objects in S3.
-    Staging,
-    /// The verification Job (and its pods).
-    VerifyJob,
-    /// The CDI S3 Secret.
-    S3Secret,
-    /// DataVolumes that did not succeed.
-    UnfinishedDataVolumes,
-    /// Every DataVolume.
-    AllDataVolumes,
-    /// The VirtualMachine.
-    Vm,
-    /// The VirtualMachineInstance (KubeVirt starts a new one under Always).
-    Vmi,
-}
+use super::by_phase::retry_cleanup;
+use super::cleanup::Cleanup;
 
 /// What a retry that starts over from Preparing removes: every partial result.
 const START_OVER: [Cleanup; 6] = [

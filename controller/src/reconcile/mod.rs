@@ -6,6 +6,7 @@
 //! powered back on only through the power rule (`power.rs`), before a cancel or a delete removes
 //! anything.
 
+pub mod by_phase;
 pub mod checkpoint;
 pub mod cleanup;
 pub mod converting;
@@ -13,6 +14,7 @@ pub mod creating_vm;
 pub mod credentials;
 pub mod importing;
 pub mod intents;
+pub mod io;
 pub mod outcome;
 pub mod power;
 pub mod preparing;
@@ -34,12 +36,15 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use self::checkpoint::{Checkpoint, Io, Ledger, with_checkpoint};
+use self::by_phase::with_checkpoint;
+use self::checkpoint::Checkpoint;
 use self::intents::Intent;
-use self::outcome::{Outcome, Step, backoff};
+use self::io::{Io, Ledger};
+use self::outcome::{Outcome, Step};
 use self::scope::Scope;
 use crate::context::Context;
 use crate::events::{self, Note};
+use crate::pacing::{backoff, retry_delay};
 use crate::policy::Policy;
 use crate::{Error, Result};
 
@@ -171,15 +176,6 @@ pub fn error_policy(obj: Arc<VirtualMachineMigration>, err: &Error, ctx: Arc<Con
         warn!(migration = %obj.name_any(), error = %err, label = err.metric_label(), ?delay, "reconcile failed");
     }
     Requeue::requeue(delay)
-}
-
-/// How long to wait after a failed reconcile, the `failures`-th failure in a row of the object
-/// with `uid`. Pure.
-pub fn retry_delay(err: &Error, failures: u32, policy: &Policy, uid: &str) -> Duration {
-    if err.is_conflict() {
-        return Duration::from_millis(200);
-    }
-    backoff(failures, policy.backoff_base, policy.backoff_cap, uid)
 }
 
 async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {

@@ -50,8 +50,8 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use tracing::info;
 
-use super::checkpoint::Io;
 use super::credentials;
+use super::io::Io;
 use super::world::{self, VmState, vmm_uid_label};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::events::{self, Note};

@@ -11,9 +11,10 @@ use ferry_crds::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
 
-use super::checkpoint::{Checkpoint, Io};
+use super::checkpoint::Checkpoint;
+use super::cleanup::Cleanup;
 use super::credentials;
-use super::intents::Cleanup;
+use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world;

@@ -11,8 +11,9 @@ use ferry_crds::{
 };
 use kube::api::{Patch, PatchParams};
 
-use super::checkpoint::{Checkpoint, Io};
-use super::intents::Cleanup;
+use super::checkpoint::Checkpoint;
+use super::cleanup::Cleanup;
+use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::world::{self, KubeVirtState, VmState, VmiState};

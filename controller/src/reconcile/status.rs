@@ -11,10 +11,11 @@ use ferry_crds::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::checkpoint::conditions_of;
+use super::by_phase::conditions_of;
 use super::intents::{self, Intent};
 use super::outcome::{CondUpdate, Outcome, Step};
 use super::power;
+use crate::pacing::Worth;
 
 /// The status as read, with all eight conditions present. Pure.
 pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
@@ -492,29 +493,6 @@ fn percent(s: &Status) -> f64 {
     s.progress.as_ref().map_or(0.0, |p| p.percent)
 }
 
-/// Whether a status is worth writing now, later, or not at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Worth {
-    /// Write it in this reconcile.
-    Now,
-    /// Only details or progress moved and the last write is too recent: look again after this
-    /// long, and write then.
-    Later(Duration),
-    /// Nothing worth a write changed.
-    No,
-}
-
-impl Worth {
-    /// For a change that may wait: now when `interval` passed since the last write
-    /// (`since_last`; `None`: never written), else when it will have.
-    pub fn once_per(interval: Duration, since_last: Option<Duration>) -> Worth {
-        match since_last {
-            Some(d) if d < interval => Worth::Later(interval - d),
-            _ => Worth::Now,
-        }
-    }
-}
-
 /// Whether `new` is worth a status write over `old`, `since_last` after this controller last
 /// wrote the object's status (`None`: never) and with at most one write of details per
 /// `interval`. Pure.
@@ -558,7 +536,7 @@ pub fn has_all_conditions(conds: &[Condition]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::intents::Cleanup;
+    use crate::reconcile::cleanup::Cleanup;
     use crate::reconcile::outcome::Outcome;
 
     fn started(vmm: &VirtualMachineMigration, now: &Time) -> Status {

@@ -13,9 +13,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams};
 use tracing::info;
 
-use super::checkpoint::{Checkpoint, Io};
+use super::checkpoint::Checkpoint;
+use super::cleanup::Cleanup;
 use super::credentials;
-use super::intents::Cleanup;
+use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::world::{self, VmState, VmiState, staged_keys};

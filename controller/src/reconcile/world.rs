@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 
-use super::checkpoint::Io;
+use super::io::Io;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};

@@ -9,9 +9,10 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::status::{self, Worth};
+use super::status;
 use crate::context::Context;
 use crate::events::{self, Note};
+use crate::pacing::Worth;
 use crate::{Error, Result};
 
 /// Publishes `notes` on `vmm`, best effort (an Event that cannot be written is logged).

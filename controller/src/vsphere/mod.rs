@@ -8,15 +8,17 @@ mod inventory;
 mod layout;
 mod session;
 pub mod tags;
+mod url;
 
 use std::fmt;
 
 pub use answer::vim_rs_reads_strictly;
-pub use datastore::{Allocation, DatastorePath, download_url};
+pub use datastore::Allocation;
 pub use error::Error;
 pub(crate) use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
 pub use session::Session;
+pub use url::{DatastorePath, download_url};
 
 pub use crate::tls::{DigestKind, Thumbprint, ThumbprintError, TlsPolicy};
 // The device and guest vocabulary is the API's: status shows it as read here.

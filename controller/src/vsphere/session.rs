@@ -18,9 +18,9 @@ use vim_rs::types::structs::{
 };
 
 use super::answer::{self, RetrieveRequest};
-use super::datastore::{download_url, sdk_url, server_address};
 use super::error::chain;
 use super::inventory::{self, TaskState, VmName, VmPower, VmProps};
+use super::url::{download_url, sdk_url, server_address};
 use super::{Endpoint, Error, PowerState, Result, ToolsState, Unread, VmInfo, VmSelector};
 use crate::tls::{self, TlsObserver};
 

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 
 use super::members::{self, Listed, Member};
 use crate::events::Note;
-use crate::reconcile::status::Worth;
+use crate::pacing::Worth;
 use ferry_crds::{EventAction, EventReason};
 
 /// What the wave controller does in one reconcile.

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 use crate::context::Context;
 use crate::events::Note;
 use crate::kubeio::create_if_absent;
-use crate::reconcile::status::Worth;
+use crate::pacing::Worth;
 use crate::{Error, Result};
 
 /// Metric label of this controller.
@@ -326,7 +326,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
 pub fn error_policy(wave: Arc<MigrationWave>, err: &Error, ctx: Arc<Context>) -> Requeue {
     ctx.metrics.error(CONTROLLER, err.metric_label());
     let uid = wave.uid().unwrap_or_default();
-    let delay = crate::reconcile::retry_delay(err, ctx.note_failure(&uid), &ctx.policy, &uid);
+    let delay = crate::pacing::retry_delay(err, ctx.note_failure(&uid), &ctx.policy, &uid);
     if !err.is_conflict() && !err.is_fenced() {
         warn!(wave = %wave.name_any(), error = %err, ?delay, "wave reconcile failed");
     }

@@ -16,12 +16,12 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
+use crate::binding::{SecretData, bind_source};
 use crate::context::Context;
 use crate::events::Note;
+use crate::pacing::backoff;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
-use crate::reconcile::credentials::{SecretData, bind_source};
-use crate::reconcile::outcome::backoff;
 use crate::vsphere::tags::{self, TagRef};
 use crate::{Error, Result};
 
