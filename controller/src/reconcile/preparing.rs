@@ -310,17 +310,11 @@ fn how_powered_off(scope: &Scope<Observed>) -> String {
         .and_then(|s| s.source_power_off.clone())
         .unwrap_or_default();
     match (done.shutdown_guest_at, done.hard_power_off_at) {
-        (Some(_), None) => "the guest shut down through VMware Tools".to_owned(),
-        (Some(_), Some(_)) => format!(
-            "powered off hard: the guest did not shut down within {grace}s of the VMware Tools request"
-        ),
-        (None, Some(_)) if grace == 0 => {
-            "powered off hard (shutdownGracePeriodSeconds is 0)".to_owned()
-        }
-        (None, Some(_)) => {
-            "powered off hard: VMware Tools were not running in the guest".to_owned()
-        }
-        (None, None) => "the source VM was off".to_owned(),
+        (Some(_), None) => say::shut_down_by_tools(),
+        (Some(_), Some(_)) => say::hard_after_grace(grace),
+        (None, Some(_)) if grace == 0 => say::hard_without_grace(),
+        (None, Some(_)) => say::hard_without_tools(),
+        (None, None) => say::was_off(),
     }
 }
 
@@ -335,7 +329,7 @@ fn read_whole(name: &str, facts: &SourceFacts) -> Result<(), String> {
     let count = facts
         .disks_reported
         .filter(|n| usize::try_from(*n).is_ok_and(|n| n > read))
-        .map(|n| format!("vSphere reports {n} virtual disk(s), ferry read {read}"));
+        .map(|n| say::disks_counted(n, read));
     match (facts.unread.as_slice(), count) {
         ([], None) => Ok(()),
         ([], Some(count)) => {
@@ -343,200 +337,353 @@ fn read_whole(name: &str, facts: &SourceFacts) -> Result<(), String> {
                 .vm
                 .disks
                 .iter()
-                .map(|d| {
-                    if d.label.is_empty() {
-                        d.key.to_string()
-                    } else {
-                        format!("{} {:?}", d.key, d.label)
-                    }
-                })
+                .map(|d| say::disk(d.key, &d.label))
                 .collect();
-            Err(format!(
-                "{count} of {name} ({}); ferry migrates a VM only when it reads every disk",
-                if disks.is_empty() {
-                    "none".to_owned()
-                } else {
-                    disks.join(", ")
-                }
-            ))
+            Err(say::disks_missed(&count, name, &disks))
         }
-        (unread, count) => Err(format!(
-            "ferry could not read {} in vSphere's answer about {name}{}; ferry migrates a VM only when it reads all of it",
-            unread.join("; "),
-            count.map(|c| format!(" ({c})")).unwrap_or_default()
-        )),
+        (unread, count) => Err(say::unreadable(unread, name, count.as_deref())),
     }
 }
 
-/// Decides the Preparing step. Pure.
+/// Decides the Preparing step: the first rule that applies, in this order. Pure.
 ///
 /// # Guarantees
 /// The source is powered off only once its original power state is recorded in the status
 /// (actions run before this reconcile's status write: a crash between the two must not make
 /// ferry forget that the VM was on).
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let facts = match &scope.world.facts {
-        Err(p) => {
-            return Outcome::from_problem(scope, p, Some(SourceDiscovered)).with(
-                Validated,
-                Unknown,
-                Reason::NotStarted,
-                "",
-            );
-        }
-        Ok(f) => f,
+    let f = match &scope.world.facts {
+        Ok(facts) => Found::new(scope, facts),
+        Err(p) => return not_discovered(scope, p),
     };
-    let record = to_record(scope, facts);
-    let name = facts.vm.name.clone().unwrap_or_default();
-    let discovered = format!(
-        "found {name} ({}) with {} disk(s) and {} NIC(s)",
-        facts.vm.moref.as_deref().unwrap_or("?"),
-        facts.vm.disks.len(),
-        facts.vm.nics.len()
-    );
-    let invalid = |reason: Reason, message: String, retriable: bool| {
-        Outcome::failure(reason, message, retriable, Phase::Preparing, Validated)
-            .with(
-                SourceDiscovered,
-                True,
-                Reason::Discovered,
-                discovered.clone(),
-            )
-            .recording(record.clone())
-    };
-    // Before anything else: a VM ferry could not read whole is never powered off.
-    if let Err(msg) = read_whole(&name, facts) {
-        return invalid(Reason::UnsupportedDiskLayout, msg, false);
-    }
-    if facts.vm.disks.is_empty() {
-        return invalid(
-            Reason::UnsupportedDiskLayout,
-            format!("{name} has no virtual disk to migrate"),
-            false,
+    read_in_part(&f)
+        .or_else(|| no_disk(&f))
+        .or_else(|| unsupported_layout(&f))
+        .or_else(|| target_name_taken(&f))
+        .or_else(|| name_held(&f))
+        .or_else(|| image_not_allowed(&f))
+        .or_else(|| bucket_unusable(&f))
+        .or_else(|| kept_on(&f))
+        .or_else(|| power_unrecorded(&f))
+        .or_else(|| powering_off(&f))
+        .unwrap_or_else(|| ready(&f))
+}
+
+/// The source as found, and what every outcome past discovery says and records about it.
+struct Found<'a> {
+    scope: &'a Scope<Observed>,
+    facts: &'a SourceFacts,
+    /// The VM's name in vSphere.
+    name: String,
+    /// The SourceDiscovered condition's message.
+    discovered: String,
+    record: Record,
+}
+
+impl<'a> Found<'a> {
+    fn new(scope: &'a Scope<Observed>, facts: &'a SourceFacts) -> Self {
+        let name = facts.vm.name.clone().unwrap_or_default();
+        let discovered = say::found(
+            &name,
+            facts.vm.moref.as_deref(),
+            facts.vm.disks.len(),
+            facts.vm.nics.len(),
         );
-    }
-    if !facts.layout_problems.is_empty() {
-        let msg = format!(
-            "{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry",
-            facts.layout_problems.join("; ")
-        );
-        return invalid(Reason::UnsupportedDiskLayout, msg, false);
-    }
-    if facts.target_taken {
-        let msg = format!(
-            "a VirtualMachine named {} already exists in this namespace and is not this migration's; set spec.target.name",
-            ferry_crds::names::vm_name(&scope.vmm)
-        );
-        return invalid(Reason::TargetNameTaken, msg, false);
-    }
-    if let Some(c) = facts.conflicts.first() {
-        return Outcome::from_problem(scope, &c.problem(world::RENAME_HINT), Some(Validated))
-            .with(
-                SourceDiscovered,
-                True,
-                Reason::Discovered,
-                discovered.clone(),
-            )
-            .recording(record);
-    }
-    if let Err(msg) = &facts.converter_image {
-        return invalid(Reason::ConverterImageNotAllowed, msg.clone(), false);
-    }
-    if let Err(p) = &facts.bucket {
-        return Outcome::from_problem(scope, p, Some(Validated))
-            .with(
-                SourceDiscovered,
-                True,
-                Reason::Discovered,
-                discovered.clone(),
-            )
-            .recording(record);
-    }
-    let power_off = scope.vmm.spec.source.power.power_off;
-    match facts.vm.power_state {
-        Some(PowerState::PoweredOn | PowerState::Suspended) if !power_off => invalid(
-            Reason::SourcePoweredOn,
-            format!(
-                "{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"
-            ),
-            false,
-        ),
-        Some(PowerState::PoweredOn | PowerState::Suspended) if scope.original_power().is_none() => {
-            // Record first; the next reconcile (right after the write) powers off.
-            Outcome::new(
-                Step::Wait {
-                    requeue: Duration::from_millis(50),
-                },
-                format!("powering {name} off"),
-            )
-            .with(
-                SourceDiscovered,
-                True,
-                Reason::Discovered,
-                discovered.clone(),
-            )
-            .with(
-                Validated,
-                Unknown,
-                Reason::InProgress,
-                "powering the source VM off for a consistent copy",
-            )
-            .recording(record)
+        Self {
+            record: to_record(scope, facts),
+            scope,
+            facts,
+            name,
+            discovered,
         }
-        Some(PowerState::PoweredOn | PowerState::Suspended) => {
-            let (step, message, record) = match power_off_step(scope, facts) {
-                PowerOffStep::Act(action, done) => {
-                    let message = match action {
-                        Action::ShutdownGuest => format!(
-                            "asked the guest of {name} to shut down through VMware Tools; powering it off hard after {}s",
-                            scope.vmm.spec.source.power.shutdown_grace_period_seconds
-                        ),
-                        Action::PowerOff => format!("powering {name} off hard"),
-                    };
-                    let record = Record {
-                        power_off: Some(done),
-                        ..record
-                    };
-                    (Step::Act(vec![action]), message, record)
-                }
-                PowerOffStep::Wait { left } => (
-                    Step::Wait {
-                        requeue: left.min(scope.policy.source_poll) + Duration::from_millis(100),
-                    },
-                    format!(
-                        "waiting for the guest of {name} to shut down (VMware Tools); powering it off hard in {}s",
-                        left.as_secs()
-                    ),
-                    record,
-                ),
-            };
-            Outcome::new(step, message.clone())
-                .with(
-                    SourceDiscovered,
-                    True,
-                    Reason::Discovered,
-                    discovered.clone(),
-                )
-                .with(Validated, Unknown, Reason::InProgress, message)
-                .recording(record)
-        }
-        _ => Outcome::new(
-            Step::Advance {
-                to: Phase::Converting,
-            },
-            format!("{name} is ready to be converted"),
+    }
+
+    /// `out` with the source discovered and recorded.
+    fn discovered(&self, out: Outcome<Action>) -> Outcome<Action> {
+        out.with(
+            SourceDiscovered,
+            True,
+            Reason::Discovered,
+            self.discovered.clone(),
         )
-        .with(SourceDiscovered, True, Reason::Discovered, discovered)
+        .recording(self.record.clone())
+    }
+
+    /// A failure that only a change to the VM or the spec mends.
+    fn invalid(&self, reason: Reason, message: String) -> Outcome<Action> {
+        let out = Outcome::failure(reason, message, false, Phase::Preparing, Validated);
+        self.discovered(out)
+    }
+
+    /// A problem around the source: retried while it may pass, else a failure.
+    fn problem(&self, p: &Problem) -> Outcome<Action> {
+        self.discovered(Outcome::from_problem(self.scope, p, Some(Validated)))
+    }
+
+    /// Whether the source is powered on or suspended: either way, ferry must power it off.
+    fn is_on(&self) -> bool {
+        matches!(
+            self.facts.vm.power_state,
+            Some(PowerState::PoweredOn | PowerState::Suspended)
+        )
+    }
+}
+
+/// The source could not be found or read (login, lookup, connection): nothing else is checked.
+fn not_discovered(scope: &Scope<Observed>, p: &Problem) -> Outcome<Action> {
+    Outcome::from_problem(scope, p, Some(SourceDiscovered)).with(
+        Validated,
+        Unknown,
+        Reason::NotStarted,
+        "",
+    )
+}
+
+/// Before anything else: a VM ferry could not read whole is never powered off.
+fn read_in_part(f: &Found) -> Option<Outcome<Action>> {
+    let msg = read_whole(&f.name, f.facts).err()?;
+    Some(f.invalid(Reason::UnsupportedDiskLayout, msg))
+}
+
+/// A VM without a virtual disk has nothing to migrate.
+fn no_disk(f: &Found) -> Option<Outcome<Action>> {
+    f.facts
+        .vm
+        .disks
+        .is_empty()
+        .then(|| f.invalid(Reason::UnsupportedDiskLayout, say::no_disk(&f.name)))
+}
+
+/// A disk layout ferry cannot migrate is the user's to fix in vSphere.
+fn unsupported_layout(f: &Found) -> Option<Outcome<Action>> {
+    let problems = &f.facts.layout_problems;
+    (!problems.is_empty()).then(|| {
+        f.invalid(
+            Reason::UnsupportedDiskLayout,
+            say::cannot_be_migrated(&f.name, problems),
+        )
+    })
+}
+
+/// Someone else's VirtualMachine has the target name: ferry never takes it over.
+fn target_name_taken(f: &Found) -> Option<Outcome<Action>> {
+    f.facts.target_taken.then(|| {
+        let vm = ferry_crds::names::vm_name(&f.scope.vmm);
+        f.invalid(Reason::TargetNameTaken, say::target_taken(&vm))
+    })
+}
+
+/// Another object holds a name the migration will create: a leftover on its way out is waited
+/// for, anything else is the user's to remove.
+fn name_held(f: &Found) -> Option<Outcome<Action>> {
+    let c = f.facts.conflicts.first()?;
+    Some(f.problem(&c.problem(world::RENAME_HINT)))
+}
+
+/// The converter image asked for is not one the controller's policy allows.
+fn image_not_allowed(f: &Found) -> Option<Outcome<Action>> {
+    let msg = f.facts.converter_image.as_ref().err()?;
+    Some(f.invalid(Reason::ConverterImageNotAllowed, msg.clone()))
+}
+
+/// Without its staging bucket there is nowhere to put the converted disks.
+fn bucket_unusable(f: &Found) -> Option<Outcome<Action>> {
+    let p = f.facts.bucket.as_ref().err()?;
+    Some(f.problem(p))
+}
+
+/// A running source must be off for a consistent copy, and the spec forbids ferry to do it.
+fn kept_on(f: &Found) -> Option<Outcome<Action>> {
+    let forbidden = f.is_on() && !f.scope.vmm.spec.source.power.power_off;
+    forbidden.then(|| f.invalid(Reason::SourcePoweredOn, say::not_powered_off(&f.name)))
+}
+
+/// The source's original power state is recorded before ferry touches it, to restore it later.
+fn power_unrecorded(f: &Found) -> Option<Outcome<Action>> {
+    if !f.is_on() || f.scope.original_power().is_some() {
+        return None;
+    }
+    // Record first; the next reconcile (right after the write) powers off.
+    let wait = Step::Wait {
+        requeue: Duration::from_millis(50),
+    };
+    let out = f
+        .discovered(Outcome::new(wait, say::powering_off(&f.name)))
         .with(
             Validated,
-            True,
-            Reason::Validated,
-            format!(
-                "disk layout, power state, staging bucket and target name checked; {}",
-                how_powered_off(scope)
-            ),
+            Unknown,
+            Reason::InProgress,
+            say::for_a_consistent_copy(),
+        );
+    Some(out)
+}
+
+/// A running source is powered off for a consistent copy, its guest asked to shut down first.
+fn powering_off(f: &Found) -> Option<Outcome<Action>> {
+    if !f.is_on() {
+        return None;
+    }
+    let (step, message, power_off) = match power_off_step(f.scope, f.facts) {
+        PowerOffStep::Act(action, done) => {
+            let message = match action {
+                Action::ShutdownGuest => say::shutdown_asked(
+                    &f.name,
+                    f.scope.vmm.spec.source.power.shutdown_grace_period_seconds,
+                ),
+                Action::PowerOff => say::powering_off_hard(&f.name),
+            };
+            (Step::Act(vec![action]), message, Some(done))
+        }
+        PowerOffStep::Wait { left } => (
+            Step::Wait {
+                requeue: left.min(f.scope.policy.source_poll) + Duration::from_millis(100),
+            },
+            say::waiting_for_shutdown(&f.name, left.as_secs()),
+            None,
+        ),
+    };
+    let record = Record {
+        power_off,
+        ..f.record.clone()
+    };
+    let out = f
+        .discovered(Outcome::new(step, message.clone()))
+        .with(Validated, Unknown, Reason::InProgress, message)
+        .recording(record);
+    Some(out)
+}
+
+/// Every check passed and the source is off: its disks can be converted.
+fn ready(f: &Found) -> Outcome<Action> {
+    let step = Step::Advance {
+        to: Phase::Converting,
+    };
+    f.discovered(Outcome::new(step, say::ready(&f.name))).with(
+        Validated,
+        True,
+        Reason::Validated,
+        say::validated(&how_powered_off(f.scope)),
+    )
+}
+
+/// What Preparing tells people, in conditions, failures and Events.
+mod say {
+    pub(super) fn found(name: &str, moref: Option<&str>, disks: usize, nics: usize) -> String {
+        format!(
+            "found {name} ({}) with {disks} disk(s) and {nics} NIC(s)",
+            moref.unwrap_or("?")
         )
-        .recording(record),
+    }
+
+    pub(super) fn disks_counted(reported: u32, read: usize) -> String {
+        format!("vSphere reports {reported} virtual disk(s), ferry read {read}")
+    }
+
+    /// A disk as vSphere names it: its key, and its label when it has one.
+    pub(super) fn disk(key: i32, label: &str) -> String {
+        if label.is_empty() {
+            key.to_string()
+        } else {
+            format!("{key} {label:?}")
+        }
+    }
+
+    pub(super) fn disks_missed(count: &str, name: &str, disks: &[String]) -> String {
+        format!(
+            "{count} of {name} ({}); ferry migrates a VM only when it reads every disk",
+            if disks.is_empty() {
+                "none".to_owned()
+            } else {
+                disks.join(", ")
+            }
+        )
+    }
+
+    pub(super) fn unreadable(unread: &[String], name: &str, count: Option<&str>) -> String {
+        format!(
+            "ferry could not read {} in vSphere's answer about {name}{}; ferry migrates a VM only when it reads all of it",
+            unread.join("; "),
+            count.map(|c| format!(" ({c})")).unwrap_or_default()
+        )
+    }
+
+    pub(super) fn no_disk(name: &str) -> String {
+        format!("{name} has no virtual disk to migrate")
+    }
+
+    pub(super) fn cannot_be_migrated(name: &str, problems: &[String]) -> String {
+        format!(
+            "{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry",
+            problems.join("; ")
+        )
+    }
+
+    pub(super) fn target_taken(vm: &str) -> String {
+        format!(
+            "a VirtualMachine named {vm} already exists in this namespace and is not this migration's; set spec.target.name"
+        )
+    }
+
+    pub(super) fn not_powered_off(name: &str) -> String {
+        format!(
+            "{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"
+        )
+    }
+
+    pub(super) fn powering_off(name: &str) -> String {
+        format!("powering {name} off")
+    }
+
+    pub(super) fn for_a_consistent_copy() -> String {
+        "powering the source VM off for a consistent copy".to_owned()
+    }
+
+    pub(super) fn shutdown_asked(name: &str, grace: i64) -> String {
+        format!(
+            "asked the guest of {name} to shut down through VMware Tools; powering it off hard after {grace}s"
+        )
+    }
+
+    pub(super) fn powering_off_hard(name: &str) -> String {
+        format!("powering {name} off hard")
+    }
+
+    pub(super) fn waiting_for_shutdown(name: &str, left: u64) -> String {
+        format!(
+            "waiting for the guest of {name} to shut down (VMware Tools); powering it off hard in {left}s"
+        )
+    }
+
+    pub(super) fn ready(name: &str) -> String {
+        format!("{name} is ready to be converted")
+    }
+
+    pub(super) fn validated(how_powered_off: &str) -> String {
+        format!(
+            "disk layout, power state, staging bucket and target name checked; {how_powered_off}"
+        )
+    }
+
+    pub(super) fn shut_down_by_tools() -> String {
+        "the guest shut down through VMware Tools".to_owned()
+    }
+
+    pub(super) fn hard_after_grace(grace: i64) -> String {
+        format!(
+            "powered off hard: the guest did not shut down within {grace}s of the VMware Tools request"
+        )
+    }
+
+    pub(super) fn hard_without_grace() -> String {
+        "powered off hard (shutdownGracePeriodSeconds is 0)".to_owned()
+    }
+
+    pub(super) fn hard_without_tools() -> String {
+        "powered off hard: VMware Tools were not running in the guest".to_owned()
+    }
+
+    pub(super) fn was_off() -> String {
+        "the source VM was off".to_owned()
     }
 }
 
