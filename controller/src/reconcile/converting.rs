@@ -241,222 +241,320 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
     }
 }
 
-/// Decides the Converting step. Pure.
+/// Decides the Converting step: the first rule that applies, else what the conversion Job's
+/// state says. The order is the semantics. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed {
-        job,
-        staged,
-        source_power,
-        conflict,
-        credentials,
-        job_uid,
-        ..
-    } = &scope.world;
-    if let Some(p) = conflict {
-        return Outcome::from_problem(scope, p, Some(DiskConverted));
+    let converted = converted(&scope.world);
+    // About to hand the credentials to a converter: only opted-in, bound ones, and only to the
+    // controller's image or an allowed one.
+    let creating = scope.world.job == JobState::Absent && converted.is_none();
+    conflict(scope)
+        .or_else(|| source_power_unknown(scope))
+        .or_else(|| source_powered_on(scope))
+        .or_else(|| staging_unreadable(scope))
+        .or_else(|| credentials_refused(scope, creating))
+        .or_else(|| converter_image_refused(scope, creating))
+        .or_else(|| staged(scope, converted.as_deref()))
+        .unwrap_or_else(|| match &scope.world.job {
+            JobState::Absent => create_job(scope),
+            JobState::Deleting => old_job_deleting(scope),
+            JobState::Running { failed } => converting(scope, *failed),
+            JobState::Complete => staged_incomplete(scope),
+            JobState::Failed { reason, message } => conversion_failed(scope, reason, message),
+        })
+}
+
+/// The Job's name is held by an object not this migration's: it is never read as our conversion.
+fn conflict(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let p = scope.world.conflict.as_ref()?;
+    Some(Outcome::from_problem(scope, p, Some(DiskConverted)))
+}
+
+/// Whether the source is still off cannot be told: nothing is copied or taken as copied blind.
+fn source_power_unknown(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let Some(Err(p)) = &scope.world.source_power else {
+        return None;
+    };
+    Some(Outcome::from_problem(scope, p, Some(DiskConverted)))
+}
+
+/// A source started again in vSphere may change its disks under the copy: nothing is imported.
+fn source_powered_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let Some(Ok(state @ (PowerState::PoweredOn | PowerState::Suspended))) =
+        &scope.world.source_power
+    else {
+        return None;
+    };
+    let before_read = scope.world.job == JobState::Absent;
+    Some(Outcome::failure(
+        Reason::SourcePoweredOn,
+        say::source_powered_on(power_name(*state), before_read),
+        true,
+        Phase::Converting,
+        DiskConverted,
+    ))
+}
+
+/// Staging that cannot be read says nothing about what was converted.
+fn staging_unreadable(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let p = scope.world.staged.iter().find_map(|s| s.as_ref().err())?;
+    Some(Outcome::from_problem(scope, p, Some(DiskConverted)))
+}
+
+/// A converter about to be made (`creating`) gets only opted-in credentials bound to the endpoint.
+fn credentials_refused(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Action>> {
+    let p = scope
+        .world
+        .credentials
+        .as_ref()
+        .err()
+        .filter(|_| creating)?;
+    Some(Outcome::from_problem(scope, p, Some(DiskConverted)))
+}
+
+/// A converter about to be made (`creating`) runs only the controller's image or an allowed one.
+fn converter_image_refused(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Action>> {
+    if !creating {
+        return None;
     }
-    match source_power {
-        Some(Err(p)) => return Outcome::from_problem(scope, p, Some(DiskConverted)),
-        Some(Ok(state @ (PowerState::PoweredOn | PowerState::Suspended))) => {
-            let when = if *job == JobState::Absent {
-                "before its disks were read"
-            } else {
-                "while its disks were copied"
-            };
-            let msg = format!(
-                "the source VM is {} again {when} (someone started it in vSphere): its disks may change under the copy, so nothing is imported; raise spec.retry to start over (ferry powers it off again), or cancel",
-                power_name(*state)
-            );
-            return Outcome::failure(
-                Reason::SourcePoweredOn,
-                msg,
-                true,
-                Phase::Converting,
-                DiskConverted,
-            );
-        }
-        Some(Ok(PowerState::PoweredOff)) | None => {}
-    }
-    if let Some(p) = staged.iter().find_map(|s| s.as_ref().err()) {
-        return Outcome::from_problem(scope, p, Some(DiskConverted));
-    }
-    let objects: Vec<Option<&StagedObject>> = staged
+    let msg = scope
+        .policy
+        .converter_image_for(scope.vmm.spec.conversion.image.as_deref())
+        .err()?;
+    Some(Outcome::failure(
+        Reason::ConverterImageNotAllowed,
+        msg,
+        false,
+        Phase::Converting,
+        DiskConverted,
+    ))
+}
+
+/// Every disk staged by this attempt's Job (`converted`), which ended or is not made yet: on to
+/// Importing, with each image's size and checksums recorded.
+fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option<Outcome<Action>> {
+    let images =
+        converted.filter(|_| matches!(scope.world.job, JobState::Complete | JobState::Absent))?;
+    let bytes: i64 = images.iter().map(|o| o.size).sum();
+    let record = Record {
+        disks: Some(staged_disks(scope, images)),
+        progress: Some(Progress {
+            percent: 0.0,
+            bytes_done: 0,
+            bytes_total: bytes,
+            ..Progress::default()
+        }),
+        source: None,
+        power_off: None,
+    };
+    let msg = say::converted(scope.disk_count(), bytes);
+    Some(
+        Outcome::new(
+            Step::Advance {
+                to: Phase::Importing,
+            },
+            msg.clone(),
+        )
+        .with(DiskConverted, True, Reason::Converted, msg)
+        .recording(record),
+    )
+}
+
+/// No Job yet and the disks not all staged by it: make the Job. Worded as the running Job will
+/// be, so that its start costs no second write.
+fn create_job(scope: &Scope<Observed>) -> Outcome<Action> {
+    let msg = say::converting(scope.disk_count());
+    Outcome::new(Step::Act(vec![Action::CreateJob]), msg.clone()).with(
+        DiskConverted,
+        Unknown,
+        Reason::InProgress,
+        msg,
+    )
+}
+
+/// The Job of an earlier attempt is still going away: its name is not free yet.
+fn old_job_deleting(scope: &Scope<Observed>) -> Outcome<Action> {
+    Outcome::new(
+        Step::Wait {
+            requeue: scope.policy.wait_requeue,
+        },
+        say::waiting_for_old_job(),
+    )
+    .with(
+        DiskConverted,
+        Unknown,
+        Reason::InProgress,
+        say::old_job_deleting(),
+    )
+}
+
+/// The Job runs: its progress is looked at again soon (no event says it moved), and a converter
+/// pod the Job retried is a transient error, not yet a failure.
+fn converting(scope: &Scope<Observed>, failed: i32) -> Outcome<Action> {
+    let n = scope.disk_count();
+    let (reason, msg) = if failed > 0 {
+        (Reason::TransientError, say::converter_retried(n, failed))
+    } else {
+        (Reason::InProgress, say::converting(n))
+    };
+    let record = running_progress(scope);
+    let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
+    // The condition's message stays put while bytes flow; the percentage goes to the
+    // summary line, which is written throttled.
+    Outcome::new(
+        Step::Wait {
+            requeue: scope.policy.progress_requeue,
+        },
+        say::with_percent(&msg, pct),
+    )
+    .with(DiskConverted, Unknown, reason, msg)
+    .recording(record)
+}
+
+/// The Job completed, yet staging does not hold every image as it wrote it: converting again is
+/// the operator's call.
+fn staged_incomplete(scope: &Scope<Observed>) -> Outcome<Action> {
+    let missing: Vec<String> = staged_objects(&scope.world)
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            None => Some(say::not_in_staging(i)),
+            Some(o) if o.sha256.is_none() || o.raw_sha256.is_none() => Some(say::no_checksum(i)),
+            Some(o) if !by_our_job(&scope.world, o) => Some(say::not_by_our_job(i)),
+            Some(_) => None,
+        })
+        .collect();
+    Outcome::failure(
+        Reason::ConversionFailed,
+        say::conversion_incomplete(&missing),
+        true,
+        Phase::Converting,
+        DiskConverted,
+    )
+}
+
+/// The Job failed: the converter's own words, from its records, say why (the Job's condition
+/// only says which exit code matched).
+fn conversion_failed(scope: &Scope<Observed>, reason: &str, message: &str) -> Outcome<Action> {
+    let said: Vec<String> = scope
+        .world
+        .progress
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            p.as_ref()
+                .and_then(|p| p.error.as_deref())
+                .map(|e| say::converter_said(i, e))
+        })
+        .collect();
+    Outcome::failure(
+        Reason::ConversionFailed,
+        say::conversion_failed(reason, message, &said),
+        true,
+        Phase::Converting,
+        DiskConverted,
+    )
+}
+
+/// What staging holds of each disk (`None`: nothing, or unreadable).
+fn staged_objects(world: &Observed) -> impl Iterator<Item = Option<&StagedObject>> {
+    world
+        .staged
         .iter()
         .map(|s| s.as_ref().ok().and_then(Option::as_ref))
-        .collect();
-    // Only what this attempt's own Job recorded: an image staged by anyone else (an earlier
-    // attempt, another tool, someone with the bucket's keys) is never taken as converted.
-    let by_our_job =
-        |o: &StagedObject| job_uid.is_some() && o.job_uid.as_deref() == job_uid.as_deref();
-    let complete: Option<Vec<StagedObject>> = objects
-        .iter()
+}
+
+/// Only what this attempt's own Job recorded: an image staged by anyone else (an earlier
+/// attempt, another tool, someone with the bucket's keys) is never taken as converted.
+fn by_our_job(world: &Observed, o: &StagedObject) -> bool {
+    world.job_uid.is_some() && o.job_uid.as_deref() == world.job_uid.as_deref()
+}
+
+/// Every disk's image with both checksums, recorded by this attempt's Job; `None` while one is
+/// not (or there are no disks).
+fn converted(world: &Observed) -> Option<Vec<StagedObject>> {
+    staged_objects(world)
         .map(|o| {
-            o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some() && by_our_job(o))
+            o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some() && by_our_job(world, o))
                 .cloned()
         })
         .collect::<Option<Vec<_>>>()
-        .filter(|v| !v.is_empty());
-    let n = scope.disk_count();
-    if *job == JobState::Absent && complete.is_none() {
-        // About to hand the credentials to a converter: only opted-in, bound ones, and only to
-        // the controller's image or an allowed one.
-        if let Err(p) = credentials {
-            return Outcome::from_problem(scope, p, Some(DiskConverted));
-        }
-        if let Err(msg) = scope
-            .policy
-            .converter_image_for(scope.vmm.spec.conversion.image.as_deref())
-        {
-            return Outcome::failure(
-                Reason::ConverterImageNotAllowed,
-                msg,
-                false,
-                Phase::Converting,
-                DiskConverted,
-            );
-        }
+        .filter(|v| !v.is_empty())
+}
+
+/// What Converting says to people: in conditions, failures and Events.
+mod say {
+    pub fn source_powered_on(power: &str, before_read: bool) -> String {
+        let when = if before_read {
+            "before its disks were read"
+        } else {
+            "while its disks were copied"
+        };
+        format!(
+            "the source VM is {power} again {when} (someone started it in vSphere): its disks may change under the copy, so nothing is imported; raise spec.retry to start over (ferry powers it off again), or cancel"
+        )
     }
-    match job {
-        JobState::Complete | JobState::Absent if complete.is_some() => {
-            let staged = complete.unwrap_or_default();
-            let bytes: i64 = staged.iter().map(|o| o.size).sum();
-            let record = Record {
-                disks: Some(staged_disks(scope, &staged)),
-                progress: Some(Progress {
-                    percent: 0.0,
-                    bytes_done: 0,
-                    bytes_total: bytes,
-                    ..Progress::default()
-                }),
-                source: None,
-                power_off: None,
-            };
-            let msg =
-                format!("{n} disk(s) converted and staged, {bytes} bytes, checksums recorded");
-            Outcome::new(
-                Step::Advance {
-                    to: Phase::Importing,
-                },
-                msg.clone(),
-            )
-            .with(DiskConverted, True, Reason::Converted, msg)
-            .recording(record)
-        }
-        // Worded as the running Job will be, so that its start costs no second write.
-        JobState::Absent => Outcome::new(
-            Step::Act(vec![Action::CreateJob]),
-            format!("converting {n} disk(s)"),
+
+    pub fn converted(n: usize, bytes: i64) -> String {
+        format!("{n} disk(s) converted and staged, {bytes} bytes, checksums recorded")
+    }
+
+    pub fn converting(n: usize) -> String {
+        format!("converting {n} disk(s)")
+    }
+
+    pub fn converter_retried(n: usize, failed: i32) -> String {
+        format!("converting {n} disk(s); {failed} converter attempt(s) failed and were retried")
+    }
+
+    pub fn with_percent(msg: &str, pct: f64) -> String {
+        format!("{msg}: {pct:.1}%")
+    }
+
+    pub fn waiting_for_old_job() -> String {
+        "waiting for the old conversion Job to go".into()
+    }
+
+    pub fn old_job_deleting() -> String {
+        "an earlier conversion Job is being deleted".into()
+    }
+
+    pub fn not_in_staging(i: usize) -> String {
+        format!("disk {i} is not in staging")
+    }
+
+    pub fn no_checksum(i: usize) -> String {
+        format!("disk {i} has no sha256 metadata")
+    }
+
+    pub fn not_by_our_job(i: usize) -> String {
+        format!("disk {i} was not recorded by this attempt's conversion Job")
+    }
+
+    pub fn conversion_incomplete(missing: &[String]) -> String {
+        format!(
+            "the conversion Job completed but {}; raise spec.retry to convert again",
+            missing.join(", ")
         )
-        .with(
-            DiskConverted,
-            Unknown,
-            Reason::InProgress,
-            format!("converting {n} disk(s)"),
-        ),
-        JobState::Deleting => Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
+    }
+
+    pub fn converter_said(i: usize, error: &str) -> String {
+        format!("disk {i}: {error}")
+    }
+
+    pub fn conversion_failed(reason: &str, message: &str, said: &[String]) -> String {
+        format!(
+            "the conversion Job failed ({reason}{}){}; see its pod logs, then raise spec.retry",
+            if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
             },
-            "waiting for the old conversion Job to go",
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", said.join("; "))
+            }
         )
-        .with(
-            DiskConverted,
-            Unknown,
-            Reason::InProgress,
-            "an earlier conversion Job is being deleted",
-        ),
-        JobState::Running { failed } => {
-            let msg = if *failed > 0 {
-                format!(
-                    "converting {n} disk(s); {failed} converter attempt(s) failed and were retried"
-                )
-            } else {
-                format!("converting {n} disk(s)")
-            };
-            let reason = if *failed > 0 {
-                Reason::TransientError
-            } else {
-                Reason::InProgress
-            };
-            let record = running_progress(scope);
-            let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
-            // The condition's message stays put while bytes flow; the percentage goes to the
-            // summary line, which is written throttled.
-            Outcome::new(
-                Step::Wait {
-                    requeue: scope.policy.progress_requeue,
-                },
-                format!("{msg}: {pct:.1}%"),
-            )
-            .with(DiskConverted, Unknown, reason, msg)
-            .recording(record)
-        }
-        JobState::Complete => {
-            let missing: Vec<String> = objects
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| {
-                    o.is_none_or(|o| o.sha256.is_none() || o.raw_sha256.is_none() || !by_our_job(o))
-                })
-                .map(|(i, o)| {
-                    format!(
-                        "disk {i} {}",
-                        match o {
-                            None => "is not in staging",
-                            Some(o) if o.sha256.is_none() || o.raw_sha256.is_none() =>
-                                "has no sha256 metadata",
-                            Some(_) => "was not recorded by this attempt's conversion Job",
-                        }
-                    )
-                })
-                .collect();
-            let msg = format!(
-                "the conversion Job completed but {}; raise spec.retry to convert again",
-                missing.join(", ")
-            );
-            Outcome::failure(
-                Reason::ConversionFailed,
-                msg,
-                true,
-                Phase::Converting,
-                DiskConverted,
-            )
-        }
-        JobState::Failed { reason, message } => {
-            // The converter's own words, from its records: the Job's condition only says which
-            // exit code matched.
-            let said: Vec<String> = scope
-                .world
-                .progress
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| {
-                    p.as_ref()
-                        .and_then(|p| p.error.as_deref())
-                        .map(|e| format!("disk {i}: {e}"))
-                })
-                .collect();
-            let msg = format!(
-                "the conversion Job failed ({reason}{}){}; see its pod logs, then raise spec.retry",
-                if message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {message}")
-                },
-                if said.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {}", said.join("; "))
-                }
-            );
-            Outcome::failure(
-                Reason::ConversionFailed,
-                msg,
-                true,
-                Phase::Converting,
-                DiskConverted,
-            )
-        }
     }
 }
 
