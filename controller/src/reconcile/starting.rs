@@ -122,9 +122,340 @@ pub fn on_trouble<W, A>(scope: &Scope<W>, t: &Trouble, marks: ConditionType) -> 
         .and_then(|s| scope.now.duration_since(s).try_into().ok())
         .unwrap_or(std::time::Duration::ZERO);
     let grace = scope.policy.kubevirt_error_grace;
-    let what = format!("KubeVirt reports {}: {}", t.error.as_str(), t.message);
     if lasted >= grace {
-        let advice = match t.error {
+        let message = say::kubevirt_gave_up(t.error, &t.message);
+        Outcome::failure(reason_of(t.error), message, true, scope.phase(), marks)
+    } else {
+        let what = say::kubevirt_reports(t.error, &t.message);
+        let left = grace - lasted;
+        Outcome::new(
+            Step::Wait {
+                requeue: left + std::time::Duration::from_millis(500),
+            },
+            what.clone(),
+        )
+        .with(marks, Unknown, Reason::TransientError, what)
+    }
+}
+
+/// Decides the Starting step: the first of these rules that applies. Pure.
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
+    vm_gone(scope)
+        .or_else(|| readiness_without_a_start(scope))
+        .or_else(|| left_halted(scope))
+        .or_else(|| source_back_on(scope))
+        .or_else(|| set_run_strategy(scope))
+        .or_else(|| not_waited_for(scope))
+        .or_else(|| running(scope))
+        .or_else(|| instance_ended(scope))
+        .or_else(|| kubevirt_trouble(scope))
+        .or_else(|| start_timed_out(scope))
+        .unwrap_or_else(|| still_starting(scope))
+}
+
+/// The VirtualMachine was deleted or is someone else's: only creating it again can help.
+fn vm_gone(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    match scope.world.kubevirt.vm {
+        VmState::Absent | VmState::Foreign => Some(fail(
+            Reason::VMStartFailed,
+            say::vm_gone(),
+            Phase::CreatingVM,
+        )),
+        VmState::Ours { .. } => None,
+    }
+}
+
+/// A readiness check needs a VM that starts; the API server rejects the pair, so only a
+/// hand-built object gets here, and no retry mends it.
+fn readiness_without_a_start(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let (wanted, readiness) = (wanted(scope), readiness(scope));
+    (!starts(wanted) && readiness != Readiness::None).then(|| {
+        Outcome::failure(
+            Reason::VMStartFailed,
+            say::readiness_needs_a_start(readiness, wanted),
+            false,
+            Phase::Starting,
+            VMStarted,
+        )
+    })
+}
+
+/// runStrategy Halted asks for the VM to stay stopped: nothing to start or wait for.
+fn left_halted(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    (wanted(scope) == RunStrategy::Halted).then(|| {
+        Outcome::new(
+            Step::Advance {
+                to: Phase::Validating,
+            },
+            say::left_stopped(),
+        )
+        .with(VMStarted, False, Reason::NotStarted, say::halted())
+    })
+}
+
+/// The cutover: someone may have powered the source on again in vSphere since its disks were
+/// copied, and starting the copy then would run two machines with one identity on stale disks.
+fn source_back_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if strategy_set(scope) || !starts(wanted(scope)) {
+        return None;
+    }
+    match &scope.world.source_power {
+        Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(VMStarted))),
+        Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Some(fail(
+            Reason::SourcePoweredOn,
+            say::source_powered_on(),
+            Phase::Starting,
+        )),
+        Some(Ok(PowerState::PoweredOff)) | None => None,
+    }
+}
+
+/// Setting the run strategy is what makes KubeVirt start the VM (or leave it for the user to
+/// start).
+fn set_run_strategy(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if strategy_set(scope) {
+        return None;
+    }
+    let wanted = wanted(scope);
+    let message = if starts(wanted) {
+        say::starting_the_vm(wanted)
+    } else {
+        say::left_to_start_on_request(wanted)
+    };
+    Some(
+        Outcome::new(Step::Act(vec![Action::SetRunStrategy(wanted)]), message).with(
+            VMStarted,
+            Unknown,
+            Reason::InProgress,
+            say::strategy_set_to(wanted),
+        ),
+    )
+}
+
+/// With readiness None the user asked not to wait: KubeVirt starts the VM, or (Manual) the
+/// user does.
+fn not_waited_for(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if readiness(scope) != Readiness::None {
+        return None;
+    }
+    let wanted = wanted(scope);
+    let (status, reason, msg) = if starts(wanted) {
+        (Unknown, Reason::NotChecked, say::not_waited_for(wanted))
+    } else {
+        (False, Reason::NotStarted, say::start_it_yourself())
+    };
+    Some(
+        Outcome::new(
+            Step::Advance {
+                to: Phase::Validating,
+            },
+            msg.clone(),
+        )
+        .with(VMStarted, status, reason, msg),
+    )
+}
+
+/// A Running instance is what Starting waits for; the guest is Validating's concern.
+fn running(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let vmi = &scope.world.kubevirt.vmi;
+    let running = matches!(
+        vmi,
+        VmiState::Present {
+            phase: VmiPhase::Running,
+            ..
+        }
+    );
+    running.then(|| {
+        Outcome::new(
+            Step::Advance {
+                to: Phase::Validating,
+            },
+            say::vm_running(),
+        )
+        .with(VMStarted, True, Reason::VMRunning, say::instance_running())
+    })
+}
+
+/// Under Once or Manual KubeVirt does not start an ended instance again: waiting is in vain.
+fn instance_ended(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    match &scope.world.kubevirt.vmi {
+        VmiState::Present { phase, reason, .. }
+            if phase.is_final()
+                && matches!(wanted(scope), RunStrategy::Once | RunStrategy::Manual) =>
+        {
+            Some(fail(
+                Reason::VMStartFailed,
+                say::instance_ended(*phase, reason.as_deref()),
+                Phase::Starting,
+            ))
+        }
+        VmiState::Present { .. } | VmiState::Absent => None,
+    }
+}
+
+/// KubeVirt's own error states end Starting after a short grace, not after the start timeout.
+fn kubevirt_trouble(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let trouble = scope.world.kubevirt.trouble.as_ref();
+    trouble.map(|t| on_trouble(scope, t, VMStarted))
+}
+
+/// An instance not Running within the start timeout needs someone to look at it.
+fn start_timed_out(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let waited = scope.in_phase_for();
+    (waited > scope.policy.start_timeout).then(|| {
+        fail(
+            Reason::VMStartFailed,
+            say::not_running_after(waited.as_secs()),
+            Phase::Starting,
+        )
+    })
+}
+
+/// Otherwise KubeVirt is at work on the instance (under Always it restarts a Failed one
+/// itself): wait for it.
+fn still_starting(scope: &Scope<Observed>) -> Outcome<Action> {
+    let requeue = scope.requeue_within(scope.policy.start_timeout);
+    match &scope.world.kubevirt.vmi {
+        VmiState::Present { phase, .. } => {
+            let msg = say::instance_is(*phase);
+            let reason = if *phase == VmiPhase::Failed {
+                Reason::TransientError
+            } else {
+                Reason::InProgress
+            };
+            Outcome::new(Step::Wait { requeue }, msg.clone()).with(VMStarted, Unknown, reason, msg)
+        }
+        VmiState::Absent => Outcome::new(Step::Wait { requeue }, say::waiting_for_kubevirt()).with(
+            VMStarted,
+            Unknown,
+            Reason::InProgress,
+            say::waiting_for_instance(),
+        ),
+    }
+}
+
+/// The run strategy the migration asks for.
+fn wanted(scope: &Scope<Observed>) -> RunStrategy {
+    scope.vmm.spec.target.template.run_strategy
+}
+
+/// The readiness the migration asks for.
+fn readiness(scope: &Scope<Observed>) -> Readiness {
+    scope.vmm.spec.target.template.readiness()
+}
+
+/// Whether our VM's run strategy already is the wanted one.
+fn strategy_set(scope: &Scope<Observed>) -> bool {
+    let name = run_strategy_name(wanted(scope));
+    match &scope.world.kubevirt.vm {
+        VmState::Ours { run_strategy, .. } => run_strategy.as_deref() == Some(name),
+        VmState::Absent | VmState::Foreign => false,
+    }
+}
+
+/// A failure of Starting a retry may mend, resuming `resume`.
+fn fail(reason: Reason, message: String, resume: Phase) -> Outcome<Action> {
+    Outcome::failure(reason, message, true, resume, VMStarted)
+}
+
+/// The words Starting says, in conditions, failures and Events.
+mod say {
+    use ferry_crds::{Readiness, RunStrategy};
+
+    use crate::apis::kubevirt::{KvError, VmiPhase, run_strategy_name};
+
+    pub(super) fn vm_gone() -> String {
+        "the VirtualMachine is gone; raise spec.retry to create it again".into()
+    }
+
+    pub(super) fn readiness_needs_a_start(readiness: Readiness, wanted: RunStrategy) -> String {
+        format!(
+            "spec.target.readiness {readiness:?} needs a runStrategy that starts the VM, not {}",
+            run_strategy_name(wanted)
+        )
+    }
+
+    pub(super) fn left_stopped() -> String {
+        "runStrategy Halted: the VM is left stopped".into()
+    }
+
+    pub(super) fn halted() -> String {
+        "spec.target.runStrategy is Halted".into()
+    }
+
+    pub(super) fn source_powered_on() -> String {
+        "the source VM was powered on again after its disks were copied (someone started it in vSphere): starting the copy would run two machines with one identity on stale disks; raise spec.retry to start over (ferry powers the source off again), or cancel".into()
+    }
+
+    pub(super) fn starting_the_vm(wanted: RunStrategy) -> String {
+        format!(
+            "starting the VM (runStrategy {})",
+            run_strategy_name(wanted)
+        )
+    }
+
+    pub(super) fn left_to_start_on_request(wanted: RunStrategy) -> String {
+        format!(
+            "leaving the VM to be started on request (runStrategy {})",
+            run_strategy_name(wanted)
+        )
+    }
+
+    pub(super) fn strategy_set_to(wanted: RunStrategy) -> String {
+        format!("runStrategy set to {}", run_strategy_name(wanted))
+    }
+
+    pub(super) fn not_waited_for(wanted: RunStrategy) -> String {
+        format!(
+            "runStrategy {}: KubeVirt starts the VM; spec.target.readiness None, so not waited for",
+            run_strategy_name(wanted)
+        )
+    }
+
+    pub(super) fn start_it_yourself() -> String {
+        "runStrategy Manual: start the VM yourself (virtctl start; KubeVirt's start subresource is served by virt-api)".into()
+    }
+
+    pub(super) fn vm_running() -> String {
+        "the VM is running".into()
+    }
+
+    pub(super) fn instance_running() -> String {
+        "VirtualMachineInstance is Running".into()
+    }
+
+    pub(super) fn instance_ended(phase: VmiPhase, reason: Option<&str>) -> String {
+        format!(
+            "the VirtualMachineInstance ended {phase}{}; check its events, then raise spec.retry",
+            reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        )
+    }
+
+    pub(super) fn not_running_after(secs: u64) -> String {
+        format!(
+            "the VirtualMachineInstance is not Running after {secs}s; check scheduling and the VM's events, then raise spec.retry"
+        )
+    }
+
+    pub(super) fn instance_is(phase: VmiPhase) -> String {
+        format!("VirtualMachineInstance is {phase}")
+    }
+
+    pub(super) fn waiting_for_kubevirt() -> String {
+        "waiting for KubeVirt to start the VM".into()
+    }
+
+    pub(super) fn waiting_for_instance() -> String {
+        "waiting for the VirtualMachineInstance".into()
+    }
+
+    pub(super) fn kubevirt_reports(error: KvError, message: &str) -> String {
+        format!("KubeVirt reports {}: {message}", error.as_str())
+    }
+
+    /// KubeVirt's report, and what the operator can do about it.
+    pub(super) fn kubevirt_gave_up(error: KvError, message: &str) -> String {
+        let advice = match error {
             KvError::ErrorUnschedulable => {
                 "free capacity (or fix the VM's requests), then raise spec.retry"
             }
@@ -138,204 +469,7 @@ pub fn on_trouble<W, A>(scope: &Scope<W>, t: &Trouble, marks: ConditionType) -> 
                 "KubeVirt's virt-launcher image cannot be pulled; fix the registry, then raise spec.retry"
             }
         };
-        Outcome::failure(
-            reason_of(t.error),
-            format!("{what}; {advice}"),
-            true,
-            scope.phase(),
-            marks,
-        )
-    } else {
-        let left = grace - lasted;
-        Outcome::new(
-            Step::Wait {
-                requeue: left + std::time::Duration::from_millis(500),
-            },
-            what.clone(),
-        )
-        .with(marks, Unknown, Reason::TransientError, what)
-    }
-}
-
-/// Decides the Starting step. Pure.
-pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed {
-        kubevirt: KubeVirtState { vm, vmi, trouble },
-        source_power,
-    } = &scope.world;
-    let target = &scope.vmm.spec.target.template;
-    let wanted = target.run_strategy;
-    let readiness = target.readiness();
-    let fail = |reason: Reason, message: String, resume: Phase| {
-        Outcome::failure(reason, message, true, resume, VMStarted)
-    };
-    let run_strategy = match vm {
-        VmState::Absent | VmState::Foreign => {
-            return fail(
-                Reason::VMStartFailed,
-                "the VirtualMachine is gone; raise spec.retry to create it again".into(),
-                Phase::CreatingVM,
-            );
-        }
-        VmState::Ours { run_strategy, .. } => run_strategy,
-    };
-    if !starts(wanted) && readiness != Readiness::None {
-        // The API server rejects this; only a hand-built object gets here.
-        return Outcome::failure(
-            Reason::VMStartFailed,
-            format!(
-                "spec.target.readiness {readiness:?} needs a runStrategy that starts the VM, not {}",
-                run_strategy_name(wanted)
-            ),
-            false,
-            Phase::Starting,
-            VMStarted,
-        );
-    }
-    if wanted == RunStrategy::Halted {
-        return Outcome::new(
-            Step::Advance {
-                to: Phase::Validating,
-            },
-            "runStrategy Halted: the VM is left stopped",
-        )
-        .with(
-            VMStarted,
-            False,
-            Reason::NotStarted,
-            "spec.target.runStrategy is Halted",
-        );
-    }
-    if run_strategy.as_deref() != Some(run_strategy_name(wanted)) {
-        if starts(wanted) {
-            match source_power {
-                Some(Err(p)) => return Outcome::from_problem(scope, p, Some(VMStarted)),
-                Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => {
-                    return fail(
-                        Reason::SourcePoweredOn,
-                        "the source VM was powered on again after its disks were copied (someone started it in vSphere): starting the copy would run two machines with one identity on stale disks; raise spec.retry to start over (ferry powers the source off again), or cancel".into(),
-                        Phase::Starting,
-                    );
-                }
-                Some(Ok(PowerState::PoweredOff)) | None => {}
-            }
-        }
-        let what = if starts(wanted) {
-            "starting the VM"
-        } else {
-            "leaving the VM to be started on request"
-        };
-        return Outcome::new(
-            Step::Act(vec![Action::SetRunStrategy(wanted)]),
-            format!("{what} (runStrategy {})", run_strategy_name(wanted)),
-        )
-        .with(
-            VMStarted,
-            Unknown,
-            Reason::InProgress,
-            format!("runStrategy set to {}", run_strategy_name(wanted)),
-        );
-    }
-    if readiness == Readiness::None {
-        let (status, reason, msg) = if starts(wanted) {
-            (
-                Unknown,
-                Reason::NotChecked,
-                format!(
-                    "runStrategy {}: KubeVirt starts the VM; spec.target.readiness None, so not waited for",
-                    run_strategy_name(wanted)
-                ),
-            )
-        } else {
-            (
-                False,
-                Reason::NotStarted,
-                "runStrategy Manual: start the VM yourself (virtctl start; KubeVirt's start subresource is served by virt-api)".to_owned(),
-            )
-        };
-        return Outcome::new(
-            Step::Advance {
-                to: Phase::Validating,
-            },
-            msg.clone(),
-        )
-        .with(VMStarted, status, reason, msg);
-    }
-    let waited = scope.in_phase_for();
-    match vmi {
-        VmiState::Present {
-            phase: VmiPhase::Running,
-            ..
-        } => {
-            return Outcome::new(
-                Step::Advance {
-                    to: Phase::Validating,
-                },
-                "the VM is running",
-            )
-            .with(
-                VMStarted,
-                True,
-                Reason::VMRunning,
-                "VirtualMachineInstance is Running",
-            );
-        }
-        VmiState::Present { phase, reason, .. }
-            if phase.is_final() && matches!(wanted, RunStrategy::Once | RunStrategy::Manual) =>
-        {
-            return fail(
-                Reason::VMStartFailed,
-                format!(
-                    "the VirtualMachineInstance ended {phase}{}; check its events, then raise spec.retry",
-                    reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                ),
-                Phase::Starting,
-            );
-        }
-        VmiState::Present { .. } | VmiState::Absent => {}
-    }
-    if let Some(t) = trouble {
-        return on_trouble(scope, t, VMStarted);
-    }
-    match vmi {
-        _ if waited > scope.policy.start_timeout => fail(
-            Reason::VMStartFailed,
-            format!(
-                "the VirtualMachineInstance is not Running after {}s; check scheduling and the VM's events, then raise spec.retry",
-                waited.as_secs()
-            ),
-            Phase::Starting,
-        ),
-        VmiState::Present { phase, .. } => {
-            let msg = format!("VirtualMachineInstance is {phase}");
-            let reason = if *phase == VmiPhase::Failed {
-                Reason::TransientError
-            } else {
-                Reason::InProgress
-            };
-            Outcome::new(
-                Step::Wait {
-                    requeue: scope.requeue_within(scope.policy.start_timeout),
-                },
-                msg.clone(),
-            )
-            .with(VMStarted, Unknown, reason, msg)
-        }
-        VmiState::Absent => Outcome::new(
-            Step::Wait {
-                requeue: scope.requeue_within(scope.policy.start_timeout),
-            },
-            "waiting for KubeVirt to start the VM",
-        )
-        .with(
-            VMStarted,
-            Unknown,
-            Reason::InProgress,
-            "waiting for the VirtualMachineInstance",
-        ),
+        format!("{}; {advice}", kubevirt_reports(error, message))
     }
 }
 
