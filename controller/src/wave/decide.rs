@@ -420,6 +420,42 @@ pub fn worth_writing(
     Worth::once_per(interval, since_last)
 }
 
+/// While a wave waits for free slots, it looks again this often even without a trigger: a cache
+/// read costs no request, and a slot freed is refilled within this even if a trigger was
+/// coalesced away. (Its triggers come from the cache it reads, after the cache has the change:
+/// `run::migration_watch`.)
+pub const SATURATED_REQUEUE: Duration = Duration::from_secs(1);
+
+/// When to look at the wave again, with no trigger: soon while it creates or releases; every
+/// [`SATURATED_REQUEUE`] while held children wait for a slot (a cache read costs no
+/// request); when a held-back status write falls due (`worth`); else in five minutes. Pure.
+pub fn requeue_after(
+    wave: &MigrationWave,
+    plan: &Plan,
+    children: &[VirtualMachineMigration],
+    cached: bool,
+    worth: Worth,
+) -> Duration {
+    let busy = !plan.create.is_empty() || !plan.release.is_empty();
+    let waiting = cached
+        && !wave.spec.paused
+        && !wave.spec.cancel
+        && children
+            .iter()
+            .any(|c| c.is_held() && !c.phase().is_terminal());
+    let after = if busy {
+        Duration::from_millis(200)
+    } else if waiting {
+        SATURATED_REQUEUE
+    } else {
+        Duration::from_secs(300)
+    };
+    match worth {
+        Worth::Later(d) => d.min(after),
+        Worth::Now | Worth::No => after,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +503,49 @@ mod tests {
                 c
             })
             .collect()
+    }
+
+    #[test]
+    fn a_wave_looks_again_soon_while_busy_each_second_while_children_wait_and_when_a_write_falls_due()
+     {
+        let w = wave("w", 2).with_max_in_flight(1);
+        let busy = decide(&w, &[], &[], &t0());
+        assert_eq!(
+            requeue_after(&w, &busy, &[], true, Worth::No),
+            Duration::from_millis(200)
+        );
+        let kids = children_of(&w, &[(Phase::Converting, false), (Phase::Queued, true)]);
+        let full = decide(&w, &kids, &[], &t0());
+        assert!(
+            full.create.is_empty() && full.release.is_empty(),
+            "{full:?}"
+        );
+        assert_eq!(
+            requeue_after(&w, &full, &kids, true, Worth::No),
+            SATURATED_REQUEUE
+        );
+        assert_eq!(
+            requeue_after(&w, &full, &kids, false, Worth::No),
+            Duration::from_secs(300),
+            "listed, not cached: a child's event triggers it"
+        );
+        let soon = Duration::from_millis(300);
+        assert_eq!(
+            requeue_after(&w, &full, &kids, true, Worth::Later(soon)),
+            soon
+        );
+        let paused = w.clone().paused();
+        let idle = decide(&paused, &kids, &[], &t0());
+        assert_eq!(
+            requeue_after(
+                &paused,
+                &idle,
+                &kids,
+                true,
+                Worth::Later(Duration::from_secs(9))
+            ),
+            Duration::from_secs(9)
+        );
     }
 
     #[test]

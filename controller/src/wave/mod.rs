@@ -4,6 +4,7 @@
 pub mod decide;
 pub mod members;
 pub mod select;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,11 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
-use crate::events::Note;
 use crate::kubeio::create_if_absent;
 use crate::pacing::Worth;
 use crate::{Error, Result};
@@ -39,11 +39,7 @@ pub const MIN_LIST_INTERVAL: Duration = Duration::from_millis(500);
 /// slot is refilled within this.
 pub const MIN_CACHE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// While a wave waits for free slots, it looks again this often even without a trigger: a cache
-/// read costs no request, and a slot freed is refilled within this even if a trigger was
-/// coalesced away. (Its triggers come from the cache it reads, after the cache has the change:
-/// `run::migration_watch`.)
-pub const SATURATED_REQUEUE: Duration = Duration::from_secs(1);
+pub use decide::SATURATED_REQUEUE;
 
 /// How long a child this controller created may be missing from the cache before it is
 /// created again (the cache normally shows it within milliseconds).
@@ -156,38 +152,33 @@ async fn seen(
     })
 }
 
-/// Publishes `note` on `wave`, best effort (an Event that cannot be written is logged).
-pub(crate) async fn publish(ctx: &Context, wave: &MigrationWave, note: &Note) {
-    match ctx
-        .recorder
-        .publish(&note.to_event(), &wave.object_ref(&()))
-        .await
-    {
-        Ok(()) => ctx.metrics.write("create", "Event"),
-        Err(e) => {
-            warn!(wave = %wave.name_any(), error = %e, reason = %note.reason, "publishing an event");
-        }
+/// The wave as cached when that is the version our last status write or fresh read returned
+/// (a 1,000-VM wave is a large object to read on every reconcile), else read fresh; `None` when
+/// it is gone.
+async fn current(wave: &MigrationWave, ctx: &Context, ns: &str) -> Result<Option<MigrationWave>> {
+    let uid = wave.uid().unwrap_or_default();
+    if ctx.is_current(&uid, wave.resource_version().as_deref()) {
+        return Ok(Some(wave.clone()));
     }
+    let waves: Api<MigrationWave> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(fresh) = waves.get_opt(&wave.name_any()).await? else {
+        ctx.forget(&uid);
+        return Ok(None);
+    };
+    ctx.note_version(&uid, fresh.resource_version());
+    Ok(Some(fresh))
 }
 
+/// One wave reconcile: observe (the wave, its children, the names its VMs would take) → the
+/// pure [`decide::decide`] → [`execute`] its creates and patches → one status write when
+/// [`decide::worth_writing`] says so → the requeue [`decide::requeue_after`] gives.
 async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> {
     let ns = wave.namespace().ok_or(Error::MissingField {
         kind: "MigrationWave",
         field: "metadata.namespace",
     })?;
-    let waves: Api<MigrationWave> = Api::namespaced(ctx.client.clone(), &ns);
-    // As cached when that is the version our last status write or fresh read returned (a
-    // 1,000-VM wave is a large object to read on every reconcile), else fresh.
-    let uid = wave.uid().unwrap_or_default();
-    let wave = if ctx.is_current(&uid, wave.resource_version().as_deref()) {
-        wave.clone()
-    } else {
-        let Some(fresh) = waves.get_opt(&wave.name_any()).await? else {
-            ctx.forget(&uid);
-            return Ok(Requeue::await_change());
-        };
-        ctx.note_version(&uid, fresh.resource_version());
-        fresh
+    let Some(wave) = current(wave, ctx, &ns).await? else {
+        return Ok(Requeue::await_change());
     };
     if wave.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
@@ -205,38 +196,69 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         }
         return select::resolve(&wave, selector, ctx).await;
     }
+    let uid = wave.uid().unwrap_or_default();
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    let Seen {
-        children,
-        others,
-        cached,
-    } = seen(&wave, &members, ctx, &vmms).await?;
+    let seen = seen(&wave, &members, ctx, &vmms).await?;
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
-    let plan = decide::decide(&wave, &children, &others, &now);
-    let params = PatchParams::default();
-    // A child created moments ago may not be in the cache yet: not created twice meanwhile.
-    let mut created = if cached {
+    let plan = decide::decide(&wave, &seen.children, &seen.others, &now);
+    execute(ctx, &wave, &members, &seen, &plan, &vmms).await?;
+    let worth = decide::worth_writing(
+        wave.status.as_ref(),
+        &plan.status,
+        ctx.since_status_write(&uid),
+        ctx.policy.status_interval,
+    );
+    if worth == Worth::Now {
+        let note = decide::collision_note(wave.status.as_ref(), &plan.status);
+        if let Some(note) = &note {
+            warn!(wave = %wave.name_any(), collisions = %note.note, "VMs get no migration");
+        }
+        write::status(ctx, &wave, &plan.status, note.as_ref()).await?;
+    }
+    Ok(Requeue::requeue(decide::requeue_after(
+        &wave,
+        &plan,
+        &seen.children,
+        seen.cached,
+        worth,
+    )))
+}
+
+/// Carries out `plan`: creates the children it names (not twice while a fresh one is on its way
+/// into the cache) and patches the intents it names onto children (a release counted as taken
+/// until the cache shows it).
+async fn execute(
+    ctx: &Context,
+    wave: &MigrationWave,
+    members: &[WaveVm],
+    seen: &Seen,
+    plan: &decide::Plan,
+    vmms: &Api<VirtualMachineMigration>,
+) -> Result<()> {
+    let uid = wave.uid().unwrap_or_default();
+    let mut created = if seen.cached {
         ctx.created(&uid)
     } else {
         HashMap::new()
     };
     let present: std::collections::HashSet<String> =
-        children.iter().map(ResourceExt::name_any).collect();
+        seen.children.iter().map(ResourceExt::name_any).collect();
     created.retain(|name, at| at.elapsed() < CREATED_GRACE && !present.contains(name));
     for i in &plan.create {
-        let child = child_migration(&wave, &members[*i])?;
+        let child = child_migration(wave, &members[*i])?;
         let name = child.name_any();
         if created.contains_key(&name) {
             continue;
         }
-        create_if_absent(&ctx.metrics, &vmms, &child, names::WAVE_FIELD_MANAGER).await?;
-        if cached {
+        create_if_absent(&ctx.metrics, vmms, &child, names::WAVE_FIELD_MANAGER).await?;
+        if seen.cached {
             created.insert(name, Instant::now());
         }
     }
     ctx.set_created(&uid, created);
-    let uids: HashMap<String, String> = children
+    let uids: HashMap<String, String> = seen
+        .children
         .iter()
         .filter_map(|c| Some((c.name_any(), c.uid()?)))
         .collect();
@@ -252,7 +274,8 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         );
     let mut released = ctx.released(&uid);
     for (name, patch) in patches {
-        vmms.patch(name, &params, &Patch::Merge(&patch)).await?;
+        vmms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         // A failed patch that was applied after all shows in the cache before the error's
         // backoff ends; a successful one counts as taken until the cache shows it.
         if plan.release.contains(name)
@@ -264,61 +287,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
-    let worth = decide::worth_writing(
-        wave.status.as_ref(),
-        &plan.status,
-        ctx.since_status_write(&uid),
-        ctx.policy.status_interval,
-    );
-    let mut due = None;
-    if let Worth::Later(d) = worth {
-        due = Some(d);
-    }
-    if worth == Worth::Now {
-        let patch = serde_json::json!({
-            "apiVersion": ferry_crds::API_VERSION,
-            "kind": "MigrationWave",
-            "metadata": {"name": wave.name_any(), "resourceVersion": wave.resource_version()},
-            "status": plan.status,
-        });
-        let written = match waves
-            .patch_status(
-                &wave.name_any(),
-                &PatchParams::apply(names::WAVE_FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            Ok(w) => w,
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                ctx.note_version(&uid, None);
-                return Err(Error::Conflict);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        ctx.note_version(&uid, written.resource_version());
-        ctx.note_write(&uid);
-        ctx.metrics.write("status", "MigrationWave");
-        if let Some(note) = decide::collision_note(wave.status.as_ref(), &plan.status) {
-            warn!(wave = %wave.name_any(), collisions = %note.note, "VMs get no migration");
-            publish(ctx, &wave, &note).await;
-        }
-    }
-    let busy = !plan.create.is_empty() || !plan.release.is_empty();
-    let waiting = cached
-        && !wave.spec.paused
-        && !wave.spec.cancel
-        && children
-            .iter()
-            .any(|c| c.is_held() && !c.phase().is_terminal());
-    let after = if busy {
-        Duration::from_millis(200)
-    } else if waiting {
-        SATURATED_REQUEUE
-    } else {
-        Duration::from_secs(300)
-    };
-    Ok(Requeue::requeue(due.map_or(after, |d| d.min(after))))
+    Ok(())
 }
 
 /// What the work queue does after a failed wave reconcile: the policy's backoff per wave

@@ -7,11 +7,10 @@ use std::collections::BTreeSet;
 use ferry_crds::wave::MAX_WAVE_VMS;
 use ferry_crds::{
     ConditionStatus, EventAction, EventReason, MigrationWave, MigrationWaveStatus, Reason,
-    WavePhase, WaveSelector, WaveTagSelector, names,
+    WavePhase, WaveSelector, WaveTagSelector,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
@@ -210,37 +209,73 @@ pub async fn resolve(
         Err(p) => Err(p),
     };
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
+    let limit = ctx.policy.wave_selector_limit.min(MAX_WAVE_VMS);
+    let (status, note, next) = after_selection(wave, chosen, limit, &now);
+    let requeue = match next {
+        Next::Go => Requeue::requeue(std::time::Duration::ZERO),
+        Next::AwaitSpec => Requeue::await_change(),
+        Next::Retry => {
+            let uid = wave.uid().unwrap_or_default();
+            Requeue::requeue(backoff(
+                ctx.note_failure(&uid),
+                ctx.policy.backoff_base,
+                ctx.policy.backoff_cap,
+                &uid,
+            ))
+        }
+    };
+    super::write::status(ctx, wave, &status, note.as_ref()).await?;
+    Ok(requeue)
+}
+
+/// What follows a selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The VMs are chosen: go on with them at once.
+    Go,
+    /// Refused for this spec: nothing changes until the spec does.
+    AwaitSpec,
+    /// vCenter could not be asked: again after the wave's backoff.
+    Retry,
+}
+
+/// The wave's status after resolving its selector to `chosen` (or failing to), with at most
+/// `limit` VMs, and the Event to publish. Pure.
+pub fn after_selection(
+    wave: &MigrationWave,
+    chosen: Result<Vec<String>, Problem>,
+    limit: usize,
+    now: &Time,
+) -> (ferry_crds::MigrationWaveStatus, Option<Note>, Next) {
     let mut status = wave.status.clone().unwrap_or_default();
     // A refusal of an earlier spec is over: this one is judged afresh.
     status.phase = WavePhase::Pending;
     status
         .conditions
         .retain(|c| c.reason != Reason::SelectorTooBroad);
-    let limit = ctx.policy.wave_selector_limit.min(MAX_WAVE_VMS);
-    let mut note = None;
-    let requeue = match chosen {
+    match chosen {
         Ok(vms) => match too_broad(vms.len(), limit) {
             Some(message) => {
                 warn!(wave = %wave.name_any(), count = vms.len(), limit, "selector too broad");
-                status = refusal(status, wave.metadata.generation, &message, &now);
-                note = Some(Note {
+                let status = refusal(status, wave.metadata.generation, &message, now);
+                let note = Note {
                     warning: true,
                     reason: EventReason::Condition(Reason::SelectorTooBroad),
                     action: EventAction::Fail,
                     note: message,
-                });
-                Requeue::await_change()
+                };
+                (status, Some(note), Next::AwaitSpec)
             }
             None => {
                 info!(wave = %wave.name_any(), count = vms.len(), "selector resolved");
                 status.total = i32::try_from(vms.len()).unwrap_or(i32::MAX);
                 status.selected_vms = Some(vms);
-                Requeue::requeue(std::time::Duration::ZERO)
+                (status, None, Next::Go)
             }
         },
         Err(problem) => {
             warn!(wave = %wave.name_any(), reason = %problem.reason, message = %problem.message, "resolving the selector");
-            condition::init_conditions(&mut status.conditions, wave.metadata.generation, &now);
+            condition::init_conditions(&mut status.conditions, wave.metadata.generation, now);
             condition::set_condition(
                 &mut status.conditions,
                 WaveConditionType::Progressing,
@@ -248,35 +283,11 @@ pub async fn resolve(
                 problem.reason,
                 format!("resolving spec.selector: {}", problem.message),
                 wave.metadata.generation,
-                &now,
+                now,
             );
-            let uid = wave.uid().unwrap_or_default();
-            let failures = ctx.note_failure(&uid);
-            Requeue::requeue(backoff(
-                failures,
-                ctx.policy.backoff_base,
-                ctx.policy.backoff_cap,
-                &uid,
-            ))
+            (status, None, Next::Retry)
         }
-    };
-    let patch = serde_json::json!({
-        "apiVersion": ferry_crds::API_VERSION,
-        "kind": "MigrationWave",
-        "status": status,
-    });
-    Api::<MigrationWave>::namespaced(ctx.client.clone(), &ns)
-        .patch_status(
-            &wave.name_any(),
-            &PatchParams::apply(names::WAVE_FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-    ctx.metrics.write("status", "MigrationWave");
-    if let Some(note) = note {
-        super::publish(ctx, wave, &note).await;
     }
-    Ok(requeue)
 }
 
 #[cfg(test)]
@@ -308,6 +319,38 @@ mod tests {
             "spec.selector matches 5003 VMs, more than the 5000 one wave may hold; nothing was \
              created: narrow spec.selector (folder, namePattern, tag) or split the VMs into \
              several waves"
+        );
+    }
+
+    #[test]
+    fn a_selection_is_kept_refused_past_the_limit_or_retried_when_vcenter_cannot_answer() {
+        use ferry_crds::fixtures::{t0, wave};
+        let mut w = wave("w", 0);
+        w.spec.selector = Some(WaveSelector::default());
+        let vms = |n: usize| Ok((0..n).map(|i| format!("vm{i}")).collect::<Vec<_>>());
+        let (s, note, next) = after_selection(&w, vms(3), 5, &t0());
+        assert_eq!((next, note, s.total), (Next::Go, None, 3));
+        assert_eq!(s.selected_vms.as_ref().map(Vec::len), Some(3));
+        let (s, note, next) = after_selection(&w, vms(6), 5, &t0());
+        assert_eq!(next, Next::AwaitSpec);
+        assert_eq!(s.phase, WavePhase::Failed);
+        let note = note.unwrap();
+        assert_eq!(
+            (note.reason, note.warning),
+            (EventReason::Condition(Reason::SelectorTooBroad), true)
+        );
+        assert_eq!(s.selected_vms, None);
+        let down = Problem::transient(Reason::EndpointUnreachable, "vcenter: connection refused");
+        let (s, note, next) = after_selection(&w, Err(down), 5, &t0());
+        assert_eq!((next, note.is_none()), (Next::Retry, true));
+        let c = s.condition(WaveConditionType::Progressing).unwrap();
+        assert_eq!(
+            (c.status, c.reason, c.message.as_str()),
+            (
+                ConditionStatus::False,
+                Reason::EndpointUnreachable,
+                "resolving spec.selector: vcenter: connection refused"
+            )
         );
     }
 
