@@ -132,80 +132,107 @@ pub fn staging_changed(vmm: &VirtualMachineMigration) -> bool {
 ///   started ([`staging_changed`]); a retry of a `Cancelled` one starts over from Preparing;
 /// * a pending retry token on a `Cancelled` migration with `cancel` still true waits.
 pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
-    let phase = vmm.phase();
-    if vmm.spec.cancel && !matches!(phase, Phase::Succeeded | Phase::Cancelled) {
-        return Intent::Cancel {
-            cleanup: cancel_cleanup(),
-        };
+    cancel(vmm)
+        .or_else(|| retry(vmm))
+        .or_else(|| finished(vmm))
+        .or_else(|| paused(vmm))
+        .or_else(|| not_started(vmm))
+        .unwrap_or(Intent::Proceed)
+}
+
+/// The operator's cancel wins over everything but deletion, once there is something to cancel.
+fn cancel(vmm: &VirtualMachineMigration) -> Option<Intent> {
+    let open = !matches!(vmm.phase(), Phase::Succeeded | Phase::Cancelled);
+    (vmm.spec.cancel && open).then(|| Intent::Cancel {
+        cleanup: cancel_cleanup(),
+    })
+}
+
+/// A raised `spec.retry` resumes a failed or cancelled migration; on any other it is only noted.
+fn retry(vmm: &VirtualMachineMigration) -> Option<Intent> {
+    if !vmm.retry_requested() {
+        return None;
     }
-    if vmm.retry_requested() {
-        match phase {
-            Phase::Failed => {
-                let last = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref());
-                let failed_at = last.map_or(Phase::Preparing, |f| f.phase);
-                let powered_on_meanwhile =
-                    last.is_some_and(|f| f.reason == ferry_crds::Reason::SourcePoweredOn);
-                let powered_back = (restores_on_failure(vmm) || powered_on_meanwhile)
-                    && failed_at != Phase::Preparing;
-                // Staging or conversion changed while it was settled: what was staged is not
-                // what the spec asks for now.
-                let respecified = staging_changed(vmm) && failed_at != Phase::Preparing;
-                let resume = if powered_back || respecified || !failed_at.is_checkpoint() {
-                    Phase::Preparing
-                } else {
-                    failed_at
-                };
-                let damaged = resume == Phase::Importing
-                    && last.is_some_and(|f| f.reason == ferry_crds::Reason::ChecksumMismatch);
-                let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
-                    START_OVER.to_vec()
-                } else if damaged {
-                    REIMPORT.to_vec()
-                } else {
-                    retry_cleanup(resume).to_vec()
-                };
-                return Intent::Retry { resume, cleanup };
-            }
-            Phase::Cancelled if !vmm.spec.cancel => {
-                return Intent::Retry {
-                    resume: Phase::Preparing,
-                    cleanup: START_OVER.to_vec(),
-                };
-            }
-            Phase::Cancelled => {}
-            Phase::Pending
-            | Phase::Queued
-            | Phase::Preparing
-            | Phase::Converting
-            | Phase::Importing
-            | Phase::CreatingVM
-            | Phase::Starting
-            | Phase::Validating
-            | Phase::Succeeded => return Intent::AckRetry,
-        }
+    match vmm.phase() {
+        Phase::Failed => Some(retry_failed(vmm)),
+        Phase::Cancelled if !vmm.spec.cancel => Some(Intent::Retry {
+            resume: Phase::Preparing,
+            cleanup: START_OVER.to_vec(),
+        }),
+        // Still cancelled: the token waits until cancel is lowered.
+        Phase::Cancelled => None,
+        Phase::Pending
+        | Phase::Queued
+        | Phase::Preparing
+        | Phase::Converting
+        | Phase::Importing
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating
+        | Phase::Succeeded => Some(Intent::AckRetry),
     }
-    if phase.is_terminal() {
-        let restoring = vmm
-            .status
-            .as_ref()
-            .is_some_and(|s| super::power::is_pending(s.source_power_restore.as_ref()));
-        return if restoring {
-            Intent::RestorePower
-        } else {
-            Intent::Settled
-        };
+}
+
+/// A failed migration resumes where it failed, unless what it did before can no longer be
+/// trusted: then it starts over from Preparing.
+fn retry_failed(vmm: &VirtualMachineMigration) -> Intent {
+    let last = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref());
+    let failed_at = last.map_or(Phase::Preparing, |f| f.phase);
+    let powered_on_meanwhile =
+        last.is_some_and(|f| f.reason == ferry_crds::Reason::SourcePoweredOn);
+    let powered_back =
+        (restores_on_failure(vmm) || powered_on_meanwhile) && failed_at != Phase::Preparing;
+    // Staging or conversion changed while it was settled: what was staged is not what the spec
+    // asks for now.
+    let respecified = staging_changed(vmm) && failed_at != Phase::Preparing;
+    let resume = if powered_back || respecified || !failed_at.is_checkpoint() {
+        Phase::Preparing
+    } else {
+        failed_at
+    };
+    let damaged = resume == Phase::Importing
+        && last.is_some_and(|f| f.reason == ferry_crds::Reason::ChecksumMismatch);
+    let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
+        START_OVER.to_vec()
+    } else if damaged {
+        REIMPORT.to_vec()
+    } else {
+        retry_cleanup(resume).to_vec()
+    };
+    Intent::Retry { resume, cleanup }
+}
+
+/// A finished migration takes no step, but a failure still owes the source its power-on.
+fn finished(vmm: &VirtualMachineMigration) -> Option<Intent> {
+    if !vmm.phase().is_terminal() {
+        return None;
     }
-    if vmm.spec.paused {
-        return Intent::Paused;
+    let restoring = vmm
+        .status
+        .as_ref()
+        .is_some_and(|s| super::power::is_pending(s.source_power_restore.as_ref()));
+    Some(if restoring {
+        Intent::RestorePower
+    } else {
+        Intent::Settled
+    })
+}
+
+/// A paused migration takes no new step until the operator lifts the pause.
+fn paused(vmm: &VirtualMachineMigration) -> Option<Intent> {
+    vmm.spec.paused.then_some(Intent::Paused)
+}
+
+/// A migration not started yet waits for its wave to release it, then starts with Preparing.
+fn not_started(vmm: &VirtualMachineMigration) -> Option<Intent> {
+    if !matches!(vmm.phase(), Phase::Pending | Phase::Queued) {
+        return None;
     }
-    if matches!(phase, Phase::Pending | Phase::Queued) {
-        return if vmm.is_held() {
-            Intent::Held
-        } else {
-            Intent::Start
-        };
-    }
-    Intent::Proceed
+    Some(if vmm.is_held() {
+        Intent::Held
+    } else {
+        Intent::Start
+    })
 }
 
 #[cfg(test)]
