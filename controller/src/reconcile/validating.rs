@@ -226,138 +226,218 @@ fn released(vm: &VmState) -> bool {
     matches!(vm, VmState::Ours { owned: false, .. })
 }
 
-/// Decides the Validating step. Pure.
+/// Decides the Validating step: the first of these rules that applies. Pure.
 ///
 /// # Guarantees
 /// A released VM (ferry releases it only after the guest was ready and everything else was
 /// done) advances to `Succeeded` whatever the guest does now: nothing fails a migration, nor
 /// powers its source back on, after the hand-over.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed {
-        vm,
-        vmi,
-        trouble,
-        leftovers,
-    } = &scope.world;
-    let target = &scope.vmm.spec.target.template;
-    let readiness = target.readiness();
-    if released(vm) {
-        let (reason, msg) = ready_reason(readiness, target.run_strategy);
-        return Outcome::new(
+    if let Some(o) = handed_over(scope) {
+        return o;
+    }
+    if !guest_ready(&scope.vmm, &scope.world.vmi) {
+        return vm_gone(scope)
+            .or_else(|| kubevirt_trouble(scope))
+            .or_else(|| guest_timed_out(scope))
+            .unwrap_or_else(|| waiting_for_the_guest(scope));
+    }
+    clean_up_and_release(scope)
+}
+
+/// A released VM was handed over: ferry released it only after the guest was ready and all
+/// else was done, so nothing the guest does now fails the migration.
+fn handed_over(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    released(&scope.world.vm).then(|| {
+        let (reason, msg) = ready_reason(scope);
+        Outcome::new(
             Step::Advance {
                 to: Phase::Succeeded,
             },
-            "migrated",
+            say::migrated(),
         )
-        .with(GuestReady, True, reason, msg);
+        .with(GuestReady, True, reason, msg)
+    })
+}
+
+/// The VirtualMachine was deleted or is someone else's: only creating it again can help.
+fn vm_gone(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    match scope.world.vm {
+        VmState::Absent | VmState::Foreign => Some(Outcome::failure(
+            Reason::GuestAgentTimeout,
+            say::vm_gone(),
+            true,
+            Phase::CreatingVM,
+            GuestReady,
+        )),
+        VmState::Ours { .. } => None,
     }
-    if !guest_ready(&scope.vmm, vmi) {
-        if matches!(vm, VmState::Absent | VmState::Foreign) {
-            let msg = "the VirtualMachine is gone; raise spec.retry to create it again".to_owned();
-            return Outcome::failure(
-                Reason::GuestAgentTimeout,
-                msg,
-                true,
-                Phase::CreatingVM,
-                GuestReady,
-            );
+}
+
+/// KubeVirt's own error states end Validating as they end Starting: after a short grace.
+fn kubevirt_trouble(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let trouble = scope.world.trouble.as_ref();
+    trouble.map(|t| super::starting::on_trouble(scope, t, GuestReady))
+}
+
+/// A guest not ready within the agent timeout needs someone to look at it; the reason names
+/// the check that was not passed.
+fn guest_timed_out(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let waited = scope.in_phase_for();
+    if waited <= scope.policy.agent_timeout {
+        return None;
+    }
+    let secs = waited.as_secs();
+    let (reason, msg) = match readiness(scope) {
+        Readiness::AgentConnected => (Reason::GuestAgentTimeout, say::no_agent_within(secs)),
+        Readiness::Running | Readiness::None => {
+            (Reason::VMStartFailed, say::not_ready_within(secs))
         }
-        if let Some(t) = trouble {
-            return super::starting::on_trouble(scope, t, GuestReady);
-        }
-        let waited = scope.in_phase_for();
-        if waited > scope.policy.agent_timeout {
-            let (reason, msg) = match readiness {
-                Readiness::AgentConnected => (
-                    Reason::GuestAgentTimeout,
-                    format!(
-                        "the guest agent did not connect within {}s; check that the guest boots and runs qemu-guest-agent (or set spec.target.readiness: Running), then raise spec.retry",
-                        waited.as_secs()
-                    ),
-                ),
-                Readiness::Running | Readiness::None => (
-                    Reason::VMStartFailed,
-                    format!(
-                        "the VirtualMachineInstance was not Running and Ready within {}s; check the VM's events, then raise spec.retry",
-                        waited.as_secs()
-                    ),
-                ),
-            };
-            return Outcome::failure(reason, msg, true, Phase::Validating, GuestReady);
-        }
-        let msg = match (vmi, readiness) {
-            (
-                VmiState::Present {
-                    phase: VmiPhase::Running,
-                    ..
-                },
-                Readiness::AgentConnected,
-            ) => "waiting for the guest agent".to_owned(),
-            (
-                VmiState::Present {
-                    phase: VmiPhase::Running,
-                    ..
-                },
-                _,
-            ) => "waiting for the VirtualMachineInstance to be Ready".to_owned(),
-            (VmiState::Present { phase, .. }, _) => {
-                format!("waiting for the guest: the VirtualMachineInstance is {phase}")
-            }
-            (VmiState::Absent, _) => "waiting for the guest: no VirtualMachineInstance".to_owned(),
-        };
-        return Outcome::new(
-            Step::Wait {
-                requeue: scope.requeue_within(scope.policy.agent_timeout),
+    };
+    Some(Outcome::failure(
+        reason,
+        msg,
+        true,
+        Phase::Validating,
+        GuestReady,
+    ))
+}
+
+/// Otherwise the guest is on its way: wait, saying what for.
+fn waiting_for_the_guest(scope: &Scope<Observed>) -> Outcome<Action> {
+    let msg = match (&scope.world.vmi, readiness(scope)) {
+        (
+            VmiState::Present {
+                phase: VmiPhase::Running,
+                ..
             },
-            msg.clone(),
-        )
-        .with(GuestReady, Unknown, Reason::InProgress, msg);
-    }
-    let (reason, msg) = ready_reason(readiness, target.run_strategy);
-    let status = True;
-    match leftovers {
+            Readiness::AgentConnected,
+        ) => say::waiting_for_the_agent(),
+        (
+            VmiState::Present {
+                phase: VmiPhase::Running,
+                ..
+            },
+            _,
+        ) => say::waiting_for_ready(),
+        (VmiState::Present { phase, .. }, _) => say::waiting_while_instance_is(*phase),
+        (VmiState::Absent, _) => say::waiting_without_instance(),
+    };
+    Outcome::new(
+        Step::Wait {
+            requeue: scope.requeue_within(scope.policy.agent_timeout),
+        },
+        msg.clone(),
+    )
+    .with(GuestReady, Unknown, Reason::InProgress, msg)
+}
+
+/// Once the guest is ready, what is left of ferry's own work goes and the VM is released, last
+/// of all; the migration succeeds only when nothing is left.
+fn clean_up_and_release(scope: &Scope<Observed>) -> Outcome<Action> {
+    let (reason, msg) = ready_reason(scope);
+    let outcome = match &scope.world.leftovers {
         None => Outcome::new(
             Step::Wait {
                 requeue: std::time::Duration::ZERO,
             },
-            "looking at what is left to clean up",
-        )
-        .with(GuestReady, status, reason, msg),
-        Some(Err(p)) => Outcome::from_problem(scope, p, None).with(GuestReady, status, reason, msg),
-        Some(Ok(left)) if !left.is_empty(vm) => Outcome::new(
+            say::looking_at_leftovers(),
+        ),
+        Some(Err(p)) => Outcome::from_problem(scope, p, None),
+        Some(Ok(left)) if !left.is_empty(&scope.world.vm) => Outcome::new(
             Step::Act(vec![Action::Finish]),
-            "removing the staged images and releasing the VM",
-        )
-        .with(GuestReady, status, reason, msg),
+            say::removing_and_releasing(),
+        ),
         Some(Ok(_)) => Outcome::new(
             Step::Advance {
                 to: Phase::Succeeded,
             },
-            "migrated",
-        )
-        .with(GuestReady, status, reason, msg),
+            say::migrated(),
+        ),
+    };
+    outcome.with(GuestReady, True, reason, msg)
+}
+
+/// The readiness the migration asks for.
+fn readiness(scope: &Scope<Observed>) -> Readiness {
+    scope.vmm.spec.target.template.readiness()
+}
+
+/// GuestReady's reason and message once the guest passed the readiness check. Pure.
+fn ready_reason(scope: &Scope<Observed>) -> (Reason, String) {
+    match readiness(scope) {
+        Readiness::None if scope.vmm.spec.target.template.run_strategy == RunStrategy::Halted => {
+            (Reason::NotChecked, say::halted_nothing_checked())
+        }
+        Readiness::None => (Reason::NotChecked, say::nothing_checked()),
+        Readiness::Running => (Reason::VMReady, say::running_and_ready()),
+        Readiness::AgentConnected => (Reason::GuestAgentConnected, say::agent_connected()),
     }
 }
 
-/// GuestReady's reason and message once the guest passed `readiness`. Pure.
-fn ready_reason(readiness: Readiness, strategy: RunStrategy) -> (Reason, &'static str) {
-    match readiness {
-        Readiness::None if strategy == RunStrategy::Halted => (
-            Reason::NotChecked,
-            "readiness None (runStrategy Halted): the VM is left stopped, nothing checked",
-        ),
-        Readiness::None => (
-            Reason::NotChecked,
-            "readiness None: the VM was created with its run strategy, nothing checked",
-        ),
-        Readiness::Running => (
-            Reason::VMReady,
-            "readiness Running: the VirtualMachineInstance is Running and Ready (no guest agent needed)",
-        ),
-        Readiness::AgentConnected => (
-            Reason::GuestAgentConnected,
-            "readiness AgentConnected: the guest agent connected",
-        ),
+/// The words Validating says, in conditions, failures and Events.
+mod say {
+    use crate::apis::kubevirt::VmiPhase;
+
+    pub(super) fn migrated() -> String {
+        "migrated".into()
+    }
+
+    pub(super) fn vm_gone() -> String {
+        "the VirtualMachine is gone; raise spec.retry to create it again".into()
+    }
+
+    pub(super) fn no_agent_within(secs: u64) -> String {
+        format!(
+            "the guest agent did not connect within {secs}s; check that the guest boots and runs qemu-guest-agent (or set spec.target.readiness: Running), then raise spec.retry"
+        )
+    }
+
+    pub(super) fn not_ready_within(secs: u64) -> String {
+        format!(
+            "the VirtualMachineInstance was not Running and Ready within {secs}s; check the VM's events, then raise spec.retry"
+        )
+    }
+
+    pub(super) fn waiting_for_the_agent() -> String {
+        "waiting for the guest agent".into()
+    }
+
+    pub(super) fn waiting_for_ready() -> String {
+        "waiting for the VirtualMachineInstance to be Ready".into()
+    }
+
+    pub(super) fn waiting_while_instance_is(phase: VmiPhase) -> String {
+        format!("waiting for the guest: the VirtualMachineInstance is {phase}")
+    }
+
+    pub(super) fn waiting_without_instance() -> String {
+        "waiting for the guest: no VirtualMachineInstance".into()
+    }
+
+    pub(super) fn looking_at_leftovers() -> String {
+        "looking at what is left to clean up".into()
+    }
+
+    pub(super) fn removing_and_releasing() -> String {
+        "removing the staged images and releasing the VM".into()
+    }
+
+    pub(super) fn halted_nothing_checked() -> String {
+        "readiness None (runStrategy Halted): the VM is left stopped, nothing checked".into()
+    }
+
+    pub(super) fn nothing_checked() -> String {
+        "readiness None: the VM was created with its run strategy, nothing checked".into()
+    }
+
+    pub(super) fn running_and_ready() -> String {
+        "readiness Running: the VirtualMachineInstance is Running and Ready (no guest agent needed)"
+            .into()
+    }
+
+    pub(super) fn agent_connected() -> String {
+        "readiness AgentConnected: the guest agent connected".into()
     }
 }
 
