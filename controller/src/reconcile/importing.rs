@@ -303,7 +303,7 @@ pub fn verified_by_ferry(
     reported: Option<&BTreeMap<usize, String>>,
 ) -> std::result::Result<(), String> {
     let Some(reported) = reported else {
-        return Err("no pod of it that ran ferry's verify program reported checksums".into());
+        return Err(say::no_verify_report());
     };
     let disks = vmm
         .status
@@ -315,11 +315,8 @@ pub fn verified_by_ferry(
         let expected = disks.get(i).and_then(|d| d.raw_checksum.as_deref());
         match (expected, reported.get(&i)) {
             (Some(e), Some(r)) if e.eq_ignore_ascii_case(r) => {}
-            (_, None) => wrong.push(format!("disk {i}: no checksum reported")),
-            (e, Some(r)) => wrong.push(format!(
-                "disk {i}: reported {r}, staged {}",
-                e.unwrap_or("nothing")
-            )),
+            (_, None) => wrong.push(say::no_checksum_reported(i)),
+            (e, Some(r)) => wrong.push(say::checksum_differs(i, r, e)),
         }
     }
     if wrong.is_empty() {
@@ -440,113 +437,234 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
     }
 }
 
-/// Decides the Importing step. Pure.
+/// Decides the Importing step: the first rule that applies, else the imports go on. The order is
+/// the semantics. Every outcome records the imports' progress. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let Observed {
-        credentials,
-        secret_present,
-        dvs,
-        verify,
-        block,
-        conflict,
-    } = &scope.world;
-    let record = progress(scope, dvs);
-    if let Some(p) = conflict {
-        return Outcome::from_problem(scope, p, Some(DiskImported)).recording(record);
-    }
-    let n = dvs.len();
-    let fail = |message: String| {
-        Outcome::failure(
-            Reason::ImportFailed,
-            message,
-            true,
-            Phase::Importing,
-            DiskImported,
-        )
-        .recording(record.clone())
-    };
-    for (i, dv) in dvs.iter().enumerate() {
-        match dv {
-            DvState::Failed { message } => {
-                return fail(format!(
-                    "DataVolume {} failed: {message}; fix the cause, then raise spec.retry",
-                    names::datavolume_name(&scope.vmm, i)
-                ));
-            }
+    let record = progress(scope, &scope.world.dvs);
+    conflict(scope)
+        .or_else(|| datavolume_failed(scope))
+        .or_else(|| verification_failed(scope))
+        .or_else(|| verify_step(scope))
+        .or_else(|| credentials_missing(scope))
+        .unwrap_or_else(|| importing(scope, &record))
+        .recording(record)
+}
+
+/// A child's name is held by an object not this migration's: it is never read as progress.
+fn conflict(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let p = scope.world.conflict.as_ref()?;
+    Some(Outcome::from_problem(scope, p, Some(DiskImported)))
+}
+
+/// A DataVolume CDI gave up on, whose importer restarted past ferry's patience, or paused by
+/// something else will not finish by itself: the first such disk fails the import.
+fn datavolume_failed(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let name = |i| names::datavolume_name(&scope.vmm, i);
+    scope.world.dvs.iter().enumerate().find_map(|(i, dv)| {
+        let msg = match dv {
+            DvState::Failed { message } => say::datavolume_failed(&name(i), message),
             DvState::InProgress {
                 restarts, failing, ..
             } if *restarts > scope.policy.max_import_restarts => {
-                return fail(format!(
-                    "the importer of DataVolume {} restarted {restarts} times{}; raise spec.retry to import again",
-                    names::datavolume_name(&scope.vmm, i),
-                    failing
-                        .as_deref()
-                        .map(|m| format!(" (last: {m})"))
-                        .unwrap_or_default()
-                ));
+                say::importer_gave_up(&name(i), *restarts, failing.as_deref())
             }
-            DvState::Paused => {
-                return fail(format!(
-                    "DataVolume {} is Paused: a multi-stage import waits for its next checkpoint, and ferry asks for none (something else changed it); raise spec.retry to import again",
-                    names::datavolume_name(&scope.vmm, i)
-                ));
-            }
-            _ => {}
-        }
+            DvState::Paused => say::datavolume_paused(&name(i)),
+            _ => return None,
+        };
+        Some(Outcome::failure(
+            Reason::ImportFailed,
+            msg,
+            true,
+            Phase::Importing,
+            DiskImported,
+        ))
+    })
+}
+
+/// A verification Job that failed fails the import, whatever the imports say (one that only
+/// bound the claims ran while CDI wrote: its failure means nothing).
+fn verification_failed(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let verify = &scope.world.verify;
+    if verify.role == Role::Bind {
+        return None;
     }
-    if let Some(o) = verification_outcome(scope, verify, &record) {
-        return o;
+    let JobState::Failed { reason, message } = &verify.job else {
+        return None;
+    };
+    let said = verify.message.as_deref().unwrap_or_default();
+    if said.contains("checksum mismatch") {
+        return Some(Outcome::failure(
+            Reason::ChecksumMismatch,
+            say::checksum_mismatch(said),
+            true,
+            Phase::Importing,
+            DiskImported,
+        ));
     }
-    let done = n > 0 && dvs.iter().all(|d| *d == DvState::Succeeded);
-    let awaiting = n > 0
+    let detail = if said.is_empty() {
+        message.as_str()
+    } else {
+        said
+    };
+    let job = names::verify_job_name(&scope.vmm);
+    Some(Outcome::failure(
+        Reason::ImportFailed,
+        say::verification_failed(&job, reason, detail),
+        true,
+        Phase::Importing,
+        DiskImported,
+    ))
+}
+
+/// Every DataVolume is imported (`done`) or waits for a first consumer: the verification Job
+/// (created, replaced, waited for) decides the step.
+fn verify_step(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let dvs = &scope.world.dvs;
+    let done = !dvs.is_empty() && dvs.iter().all(|d| *d == DvState::Succeeded);
+    let awaiting = !dvs.is_empty()
         && dvs
             .iter()
             .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
-    if done || awaiting {
-        return verify_step(scope, verify, block, done, &record);
+    if !(done || awaiting) {
+        return None;
     }
-    let mut actions = vec![];
-    if !secret_present {
-        if let Err(p) = credentials {
-            return Outcome::from_problem(scope, p, Some(DiskImported)).recording(record);
+    let n = scope.disk_count();
+    let verify = &scope.world.verify;
+    Some(match (&verify.job, verify.role) {
+        (JobState::Absent, _) => create_verify_job(scope, done),
+        (JobState::Deleting, _) => wait(scope, say::binding_job_going()),
+        (_, Role::Bind) if done => replace_binding_job(scope),
+        (_, Role::Bind) => wait(scope, say::claims_bound(n)),
+        (JobState::Running { .. }, Role::Verify) if done => wait(scope, say::verifying(n)),
+        (JobState::Running { .. } | JobState::Complete, Role::Verify) if !done => {
+            wait(scope, say::populating(n))
         }
-        actions.push(Action::CreateS3Secret);
+        (JobState::Complete, Role::Verify) => verified(scope),
+        // Running while importing is covered above; a failed verification before this point.
+        (JobState::Running { .. } | JobState::Failed { .. }, Role::Verify) => {
+            wait(scope, say::verifying(n))
+        }
+    })
+}
+
+/// The imports go on while the verification Job (or CDI) works: `msg` says how.
+fn wait(scope: &Scope<Observed>, msg: String) -> Outcome<Action> {
+    Outcome::new(
+        Step::Wait {
+            requeue: scope.policy.wait_requeue,
+        },
+        msg.clone(),
+    )
+    .with(DiskImported, Unknown, Reason::InProgress, msg)
+}
+
+/// No verification Job yet: one that checks every disk against the checksum recorded when it was
+/// staged, or, while a claim waits for a first consumer without populators, one that only binds
+/// the claims (it would read while CDI writes). Without the recorded checksums there is nothing
+/// to check against: converting again records them.
+fn create_verify_job(scope: &Scope<Observed>, done: bool) -> Outcome<Action> {
+    if let Err(which) = verify_volumes(&scope.vmm, &scope.world.block) {
+        return Outcome::failure(
+            Reason::ImportFailed,
+            say::no_raw_checksum(&which),
+            true,
+            Phase::Converting,
+            DiskImported,
+        );
     }
-    actions.extend(
-        dvs.iter()
-            .enumerate()
-            .filter(|(_, d)| **d == DvState::Absent)
-            .map(|(i, _)| Action::CreateDataVolume(i)),
-    );
-    let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
-    let restarting: Vec<String> = dvs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| match d {
-            DvState::InProgress {
-                restarts, failing, ..
-            } if *restarts > 0 => Some(format!(
-                "disk {i}: importer restarted {restarts} time(s){}",
-                failing
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
-            )),
-            // Down before its first restart, or not started at all (unschedulable, its Secret).
-            DvState::InProgress {
-                failing: Some(m), ..
-            } => Some(format!("disk {i}: {m}")),
-            _ => None,
-        })
+    let legacy_wffc = scope
+        .world
+        .dvs
+        .contains(&DvState::AwaitingConsumer { populator: false });
+    let role = if legacy_wffc {
+        Role::Bind
+    } else {
+        Role::Verify
+    };
+    let n = scope.disk_count();
+    let msg = if done {
+        say::verifying(n)
+    } else {
+        say::first_consumer(n)
+    };
+    Outcome::new(Step::Act(vec![Action::CreateVerifyJob(role)]), msg.clone()).with(
+        DiskImported,
+        Unknown,
+        Reason::InProgress,
+        msg,
+    )
+}
+
+/// The imports are done: the Job that only bound the claims goes, for a real verification.
+fn replace_binding_job(scope: &Scope<Observed>) -> Outcome<Action> {
+    Outcome::new(
+        Step::Act(vec![Action::DeleteVerifyJob]),
+        say::replacing_binding_job(),
+    )
+    .with(
+        DiskImported,
+        Unknown,
+        Reason::InProgress,
+        say::verifying(scope.disk_count()),
+    )
+}
+
+/// A completed verification counts only when ferry's own program reported every disk's staged
+/// checksum, not when some Job merely exited 0: then on to the VM.
+fn verified(scope: &Scope<Observed>) -> Outcome<Action> {
+    if let Err(why) = verified_by_ferry(&scope.vmm, scope.world.verify.reported.as_ref()) {
+        return Outcome::failure(
+            Reason::ImportFailed,
+            say::not_verified_by_ferry(&names::verify_job_name(&scope.vmm), &why),
+            true,
+            Phase::Importing,
+            DiskImported,
+        );
+    }
+    let msg = say::imported(scope.disk_count());
+    Outcome::new(
+        Step::Advance {
+            to: Phase::CreatingVM,
+        },
+        msg.clone(),
+    )
+    .with(DiskImported, True, Reason::Imported, msg)
+}
+
+/// The CDI Secret is made from the staging credentials: without them no DataVolume reads staging.
+fn credentials_missing(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if scope.world.secret_present {
+        return None;
+    }
+    let p = scope.world.credentials.as_ref().err()?;
+    Some(Outcome::from_problem(scope, p, Some(DiskImported)))
+}
+
+/// The imports go on: the CDI Secret first, then every missing DataVolume; an importer that CDI
+/// restarts is a transient error, CDI's to handle.
+fn importing(scope: &Scope<Observed>, record: &Record) -> Outcome<Action> {
+    let dvs = &scope.world.dvs;
+    let n = dvs.len();
+    let secret = (!scope.world.secret_present).then_some(Action::CreateS3Secret);
+    let actions: Vec<Action> = secret
+        .into_iter()
+        .chain(
+            dvs.iter()
+                .enumerate()
+                .filter(|(_, d)| **d == DvState::Absent)
+                .map(|(i, _)| Action::CreateDataVolume(i)),
+        )
         .collect();
+    let pct = record.progress.as_ref().map_or(0.0, |p| p.percent);
+    let restarting = restarting(dvs);
     // The condition's message stays put while bytes flow (a write per percent would follow);
     // the percentage goes to the summary line, which is written throttled.
     let (reason, cond_msg) = if restarting.is_empty() {
-        (Reason::InProgress, format!("importing {n} disk(s)"))
+        (Reason::InProgress, say::importing(n))
     } else {
         (
             Reason::TransientError,
-            format!("importing {n} disk(s); {}", restarting.join("; ")),
+            say::importing_restarting(n, &restarting),
         )
     };
     let step = if actions.is_empty() {
@@ -556,159 +674,136 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     } else {
         Step::Act(actions)
     };
-    Outcome::new(step, format!("importing {n} disk(s): {pct:.1}%"))
-        .with(DiskImported, Unknown, reason, cond_msg)
-        .recording(record)
+    Outcome::new(step, say::importing_percent(n, pct)).with(DiskImported, Unknown, reason, cond_msg)
 }
 
-/// What the verification Job's end means, whatever the imports say: `None` while it did not end
-/// (or only bound the claims). Pure.
-fn verification_outcome(
-    scope: &Scope<Observed>,
-    verify: &Verification,
-    record: &Record,
-) -> Option<Outcome<Action>> {
-    if verify.role == Role::Bind {
-        return None;
+/// What each importer that is down or was restarted said, for the condition.
+fn restarting(dvs: &[DvState]) -> Vec<String> {
+    dvs.iter()
+        .enumerate()
+        .filter_map(|(i, d)| match d {
+            DvState::InProgress {
+                restarts, failing, ..
+            } if *restarts > 0 => Some(say::importer_restarted(i, *restarts, failing.as_deref())),
+            // Down before its first restart, or not started at all (unschedulable, its Secret).
+            DvState::InProgress {
+                failing: Some(m), ..
+            } => Some(say::importer_down(i, m)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What Importing says to people: in conditions, failures and Events.
+mod say {
+    pub fn datavolume_failed(name: &str, message: &str) -> String {
+        format!("DataVolume {name} failed: {message}; fix the cause, then raise spec.retry")
     }
-    let JobState::Failed { reason, message } = &verify.job else {
-        return None;
-    };
-    let job = names::verify_job_name(&scope.vmm);
-    let said = verify.message.as_deref().unwrap_or_default();
-    let o = if said.contains("checksum mismatch") {
-        Outcome::failure(
-            Reason::ChecksumMismatch,
-            format!(
-                "an imported volume differs from its staged image ({said}); the copy was damaged on its way in; raise spec.retry to import every disk again"
-            ),
-            true,
-            Phase::Importing,
-            DiskImported,
-        )
-    } else {
-        let detail = if said.is_empty() {
-            message.as_str()
-        } else {
-            said
-        };
-        Outcome::failure(
-            Reason::ImportFailed,
-            format!(
-                "the verification Job {job} failed ({reason}{}{detail}); see its pod, then raise spec.retry",
-                if detail.is_empty() { "" } else { ": " }
-            ),
-            true,
-            Phase::Importing,
-            DiskImported,
-        )
-    };
-    Some(o.recording(record.clone()))
-}
 
-/// Every DataVolume is imported (`done`) or waits for a first consumer: the verification Job
-/// (created, replaced, waited for) decides the step. Pure.
-fn verify_step(
-    scope: &Scope<Observed>,
-    verify: &Verification,
-    block: &[bool],
-    done: bool,
-    record: &Record,
-) -> Outcome<Action> {
-    let n = scope.disk_count();
-    let wait = |msg: String| {
-        Outcome::new(
-            Step::Wait {
-                requeue: scope.policy.wait_requeue,
-            },
-            msg.clone(),
+    pub fn importer_gave_up(name: &str, restarts: i32, last: Option<&str>) -> String {
+        format!(
+            "the importer of DataVolume {name} restarted {restarts} times{}; raise spec.retry to import again",
+            last.map(|m| format!(" (last: {m})")).unwrap_or_default()
         )
-        .with(DiskImported, Unknown, Reason::InProgress, msg)
-        .recording(record.clone())
-    };
-    let legacy_wffc = scope
-        .world
-        .dvs
-        .contains(&DvState::AwaitingConsumer { populator: false });
-    match (&verify.job, verify.role) {
-        (JobState::Absent, _) => {
-            if let Err(which) = verify_volumes(&scope.vmm, block) {
-                return Outcome::failure(
-                    Reason::ImportFailed,
-                    format!(
-                        "{which}: no raw-contents checksum was recorded when staged, so the import cannot be verified; raise spec.retry to convert again"
-                    ),
-                    true,
-                    Phase::Converting,
-                    DiskImported,
-                )
-                .recording(record.clone());
-            }
-            let role = if legacy_wffc {
-                Role::Bind
-            } else {
-                Role::Verify
-            };
-            let msg = if done {
-                format!("verifying the checksums of {n} imported disk(s)")
-            } else {
-                format!(
-                    "the claims bind on first consumer: the verification Job is it, CDI imports {n} disk(s) meanwhile"
-                )
-            };
-            Outcome::new(Step::Act(vec![Action::CreateVerifyJob(role)]), msg.clone())
-                .with(DiskImported, Unknown, Reason::InProgress, msg)
-                .recording(record.clone())
-        }
-        (JobState::Deleting, _) => wait("waiting for the binding Job to go".into()),
-        (_, Role::Bind) if done => Outcome::new(
-            Step::Act(vec![Action::DeleteVerifyJob]),
-            "imports done; replacing the Job that bound the claims with the verification",
+    }
+
+    pub fn datavolume_paused(name: &str) -> String {
+        format!(
+            "DataVolume {name} is Paused: a multi-stage import waits for its next checkpoint, and ferry asks for none (something else changed it); raise spec.retry to import again"
         )
-        .with(
-            DiskImported,
-            Unknown,
-            Reason::InProgress,
-            format!("verifying the checksums of {n} imported disk(s)"),
+    }
+
+    pub fn checksum_mismatch(said: &str) -> String {
+        format!(
+            "an imported volume differs from its staged image ({said}); the copy was damaged on its way in; raise spec.retry to import every disk again"
         )
-        .recording(record.clone()),
-        (_, Role::Bind) => wait(format!(
-            "the claims were bound by the verification Job; CDI imports {n} disk(s)"
-        )),
-        (JobState::Running { .. }, Role::Verify) if done => {
-            wait(format!("verifying the checksums of {n} imported disk(s)"))
-        }
-        (JobState::Running { .. } | JobState::Complete, Role::Verify) if !done => wait(format!(
-            "CDI populates {n} disk(s); the verification Job reads them once bound"
-        )),
-        (JobState::Complete, Role::Verify) => {
-            if let Err(why) = verified_by_ferry(&scope.vmm, verify.reported.as_ref()) {
-                return Outcome::failure(
-                    Reason::ImportFailed,
-                    format!(
-                        "the verification Job {} completed, but {why}: the imported volumes are not taken as verified; delete that Job if it is not ferry's, then raise spec.retry",
-                        names::verify_job_name(&scope.vmm)
-                    ),
-                    true,
-                    Phase::Importing,
-                    DiskImported,
-                )
-                .recording(record.clone());
-            }
-            let msg = format!("{n} DataVolume(s) imported, checksums verified");
-            Outcome::new(
-                Step::Advance {
-                    to: Phase::CreatingVM,
-                },
-                msg.clone(),
-            )
-            .with(DiskImported, True, Reason::Imported, msg)
-            .recording(record.clone())
-        }
-        // Running while importing is covered above; a failed verification before this point.
-        (JobState::Running { .. } | JobState::Failed { .. }, Role::Verify) => {
-            wait(format!("verifying the checksums of {n} imported disk(s)"))
-        }
+    }
+
+    pub fn verification_failed(job: &str, reason: &str, detail: &str) -> String {
+        format!(
+            "the verification Job {job} failed ({reason}{}{detail}); see its pod, then raise spec.retry",
+            if detail.is_empty() { "" } else { ": " }
+        )
+    }
+
+    pub fn no_raw_checksum(which: &str) -> String {
+        format!(
+            "{which}: no raw-contents checksum was recorded when staged, so the import cannot be verified; raise spec.retry to convert again"
+        )
+    }
+
+    pub fn no_verify_report() -> String {
+        "no pod of it that ran ferry's verify program reported checksums".into()
+    }
+
+    pub fn no_checksum_reported(i: usize) -> String {
+        format!("disk {i}: no checksum reported")
+    }
+
+    pub fn checksum_differs(i: usize, reported: &str, staged: Option<&str>) -> String {
+        format!(
+            "disk {i}: reported {reported}, staged {}",
+            staged.unwrap_or("nothing")
+        )
+    }
+
+    pub fn verifying(n: usize) -> String {
+        format!("verifying the checksums of {n} imported disk(s)")
+    }
+
+    pub fn first_consumer(n: usize) -> String {
+        format!(
+            "the claims bind on first consumer: the verification Job is it, CDI imports {n} disk(s) meanwhile"
+        )
+    }
+
+    pub fn binding_job_going() -> String {
+        "waiting for the binding Job to go".into()
+    }
+
+    pub fn replacing_binding_job() -> String {
+        "imports done; replacing the Job that bound the claims with the verification".into()
+    }
+
+    pub fn claims_bound(n: usize) -> String {
+        format!("the claims were bound by the verification Job; CDI imports {n} disk(s)")
+    }
+
+    pub fn populating(n: usize) -> String {
+        format!("CDI populates {n} disk(s); the verification Job reads them once bound")
+    }
+
+    pub fn not_verified_by_ferry(job: &str, why: &str) -> String {
+        format!(
+            "the verification Job {job} completed, but {why}: the imported volumes are not taken as verified; delete that Job if it is not ferry's, then raise spec.retry"
+        )
+    }
+
+    pub fn imported(n: usize) -> String {
+        format!("{n} DataVolume(s) imported, checksums verified")
+    }
+
+    pub fn importing(n: usize) -> String {
+        format!("importing {n} disk(s)")
+    }
+
+    pub fn importing_restarting(n: usize, restarting: &[String]) -> String {
+        format!("importing {n} disk(s); {}", restarting.join("; "))
+    }
+
+    pub fn importing_percent(n: usize, pct: f64) -> String {
+        format!("importing {n} disk(s): {pct:.1}%")
+    }
+
+    pub fn importer_restarted(i: usize, restarts: i32, failing: Option<&str>) -> String {
+        format!(
+            "disk {i}: importer restarted {restarts} time(s){}",
+            failing.map(|m| format!(": {m}")).unwrap_or_default()
+        )
+    }
+
+    pub fn importer_down(i: usize, message: &str) -> String {
+        format!("disk {i}: {message}")
     }
 }
 
