@@ -173,51 +173,8 @@ impl Checkpoint for Importing {
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
-            Action::CreateS3Secret => {
-                let login = match &observed.credentials {
-                    Ok(Some(l)) => l,
-                    // The decision asks for the Secret only with the credentials in hand.
-                    Ok(None) => return Ok(None),
-                    Err(p) => return Ok(Some(p.clone())),
-                };
-                if let Some(pem) = &login.ca_bundle {
-                    let made = io.create(secret::cdi_ca_config_map(io.vmm, pem)?).await?;
-                    if let Some(p) = made.problem(world::RENAME_HINT) {
-                        return Ok(Some(p));
-                    }
-                }
-                let creds = secret::S3Credentials {
-                    access_key_id: login.access_key_id.clone(),
-                    secret_access_key: login.secret_access_key.clone(),
-                };
-                let made = io.create(secret::cdi_s3_secret(io.vmm, &creds)?).await?;
-                return Ok(made.problem(world::RENAME_HINT));
-            }
-            Action::CreateDataVolume(i) => {
-                let ca = match &observed.credentials {
-                    Ok(Some(l)) => l
-                        .ca_bundle
-                        .as_ref()
-                        .map(|_| secret::s3_ca_config_map_name(io.vmm)),
-                    Ok(None) => None,
-                    Err(p) => return Ok(Some(p.clone())),
-                };
-                let cap = io
-                    .vmm
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.source.as_ref())
-                    .and_then(|s| s.disks.get(*i))
-                    .map_or(0, |d| d.capacity_bytes);
-                let dv = datavolume::data_volume(
-                    io.vmm,
-                    *i,
-                    cap,
-                    &secret::s3_secret_name(io.vmm),
-                    ca.as_deref(),
-                )?;
-                return Ok(io.create(dv).await?.problem(world::RENAME_HINT));
-            }
+            Action::CreateS3Secret => return create_s3_secret(io, observed).await,
+            Action::CreateDataVolume(i) => return create_data_volume(io, observed, *i).await,
             Action::CreateVerifyJob(role) => {
                 let volumes = match verify_volumes(io.vmm, &observed.block) {
                     Ok(v) => v,
@@ -242,6 +199,56 @@ impl Checkpoint for Importing {
         }
         Ok(None)
     }
+}
+
+/// Creates the CDI S3 Secret from the staging credentials, after the CA ConfigMap when staging
+/// has a private CA.
+async fn create_s3_secret(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
+    let login = match &observed.credentials {
+        Ok(Some(l)) => l,
+        // The decision asks for the Secret only with the credentials in hand.
+        Ok(None) => return Ok(None),
+        Err(p) => return Ok(Some(p.clone())),
+    };
+    if let Some(pem) = &login.ca_bundle {
+        let made = io.create(secret::cdi_ca_config_map(io.vmm, pem)?).await?;
+        if let Some(p) = made.problem(world::RENAME_HINT) {
+            return Ok(Some(p));
+        }
+    }
+    let creds = secret::S3Credentials {
+        access_key_id: login.access_key_id.clone(),
+        secret_access_key: login.secret_access_key.clone(),
+    };
+    let made = io.create(secret::cdi_s3_secret(io.vmm, &creds)?).await?;
+    Ok(made.problem(world::RENAME_HINT))
+}
+
+/// Creates the DataVolume of disk `i`, naming the CA ConfigMap when staging has a private CA.
+async fn create_data_volume(io: Io<'_>, observed: &Observed, i: usize) -> Result<Option<Problem>> {
+    let ca = match &observed.credentials {
+        Ok(Some(l)) => l
+            .ca_bundle
+            .as_ref()
+            .map(|_| secret::s3_ca_config_map_name(io.vmm)),
+        Ok(None) => None,
+        Err(p) => return Ok(Some(p.clone())),
+    };
+    let cap = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.disks.get(i))
+        .map_or(0, |d| d.capacity_bytes);
+    let dv = datavolume::data_volume(
+        io.vmm,
+        i,
+        cap,
+        &secret::s3_secret_name(io.vmm),
+        ca.as_deref(),
+    )?;
+    Ok(io.create(dv).await?.problem(world::RENAME_HINT))
 }
 
 /// The verification Job of the migration, with its role and (once failed) the message of its
