@@ -454,17 +454,7 @@ impl SourceApi for VsphereSource {
                 .sessions
                 .with(login, |s| async move { s.shutdown_guest(moref).await })
                 .await?;
-            r.map_err(|e| {
-                let p = problem_of(&e);
-                if p.transient {
-                    p
-                } else {
-                    Problem::permanent(
-                        Reason::PowerOffFailed,
-                        format!("asking the guest of {moref} to shut down: {e}"),
-                    )
-                }
-            })
+            r.map_err(|e| power_problem(&e, &format!("asking the guest of {moref} to shut down")))
         })
     }
 
@@ -478,14 +468,7 @@ impl SourceApi for VsphereSource {
                 .sessions
                 .with(login, |s| async move { s.power_off(moref).await })
                 .await?;
-            r.map_err(|e| {
-                let p = problem_of(&e);
-                if p.transient {
-                    p
-                } else {
-                    Problem::permanent(Reason::PowerOffFailed, format!("powering {moref} off: {e}"))
-                }
-            })
+            r.map_err(|e| power_problem(&e, &format!("powering {moref} off")))
         })
     }
 
@@ -501,6 +484,17 @@ impl SourceApi for VsphereSource {
                 .await?;
             r.map_err(|e| problem_of(&e))
         })
+    }
+}
+
+/// A failed power operation: a transient error as classified, anything else `PowerOffFailed`
+/// saying what was being `doing`.
+fn power_problem(e: &crate::vsphere::Error, doing: &str) -> Problem {
+    let p = problem_of(e);
+    if p.transient {
+        p
+    } else {
+        Problem::permanent(Reason::PowerOffFailed, format!("{doing}: {e}"))
     }
 }
 
