@@ -352,15 +352,7 @@ impl Index {
                 }
             };
             self.by_key.insert(row.key.clone(), id);
-            let pos = if new_visible {
-                self.search(&row).err()
-            } else {
-                None
-            };
-            self.put(id, row);
-            if let Some(pos) = pos {
-                self.view.insert(pos, id);
-            }
+            self.place(id, row, new_visible);
             return;
         };
         let old_visible = self.slots[id].as_ref().is_some_and(|r| self.passes(r));
@@ -381,7 +373,12 @@ impl Index {
             self.account(&old, false);
         }
         self.account(&row, true);
-        let pos = if new_visible && !same_place {
+        self.place(id, row, new_visible && !same_place);
+    }
+
+    /// Puts `row` in slot `id` and, when `into_view`, into the view at its sorted place.
+    fn place(&mut self, id: usize, row: Row, into_view: bool) {
+        let pos = if into_view {
             self.search(&row).err()
         } else {
             None
