@@ -190,6 +190,12 @@ impl Context {
         })
     }
 
+    /// Whether this process wrote or read the migration `uid` (a version of it is noted): a
+    /// cached copy without a status may then be one that lags behind our own write.
+    pub fn knows_version(&self, uid: &str) -> bool {
+        self.memo(uid, |m| m.current_version.is_some())
+    }
+
     /// Notes `version` as the migration `uid`'s current resourceVersion (`None` forgets it: the
     /// next reconcile reads fresh).
     pub fn note_version(&self, uid: &str, version: Option<String>) {

@@ -274,8 +274,14 @@ async fn execute(
         );
     let mut released = ctx.released(&uid);
     for (name, patch) in patches {
-        vmms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        let patched = vmms
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        // The answer is the child as it now stands: the migration controller may decide on
+        // that version from its cache without reading it again.
+        if let Some(child) = patched.uid() {
+            ctx.note_version(&child, patched.resource_version());
+        }
         // A failed patch that was applied after all shows in the cache before the error's
         // backoff ends; a successful one counts as taken until the cache shows it.
         if plan.release.contains(name)
