@@ -185,7 +185,7 @@ impl Context {
     /// Whether `version` is the resourceVersion of the migration `uid` last known current (by
     /// our own write or a fresh read): a cached copy at it can be decided on without a read.
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
-        self.memo(uid, |m| {
+        self.peek(uid, |m| {
             version.is_some() && m.current_version.as_deref() == version
         })
     }
@@ -193,7 +193,7 @@ impl Context {
     /// Whether this process wrote or read the migration `uid` (a version of it is noted): a
     /// cached copy without a status may then be one that lags behind our own write.
     pub fn knows_version(&self, uid: &str) -> bool {
-        self.memo(uid, |m| m.current_version.is_some())
+        self.peek(uid, |m| m.current_version.is_some())
     }
 
     /// Notes `version` as the migration `uid`'s current resourceVersion (`None` forgets it: the
@@ -228,6 +228,19 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(map.entry(uid.to_owned()).or_default())
+    }
+
+    /// Reads the memo of `uid`, a default one when there is none (never makes one: asking
+    /// about a settled migration must not grow the memory).
+    fn peek<T>(&self, uid: &str, f: impl FnOnce(&Memo) -> T) -> T {
+        let map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match map.get(uid) {
+            Some(m) => f(m),
+            None => f(&Memo::default()),
+        }
     }
 
     /// Changes the memo of `uid` if there is one (never makes one: a settled migration's
