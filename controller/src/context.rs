@@ -14,6 +14,7 @@ use kube::runtime::reflector::Store;
 
 use crate::caches::Caches;
 use crate::children::proof::ProofKey;
+use crate::freshness::{self, Cached};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::ports::{S3Staging, SourceApi, StagingApi, VsphereSource};
@@ -182,12 +183,10 @@ impl Context {
         self
     }
 
-    /// Whether `version` is the resourceVersion of the migration `uid` last known current (by
-    /// our own write or a fresh read): a cached copy at it can be decided on without a read.
-    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
-        self.peek(uid, |m| {
-            version.is_some() && m.current_version.as_deref() == version
-        })
+    /// The cached copy at `version` of the object `uid` (a migration or a wave) against the
+    /// version last known current (by our own write or a fresh read): see [`Cached`].
+    pub fn cached(&self, uid: &str, version: Option<&str>) -> Cached {
+        self.peek(uid, |m| freshness::compare(version, m.current_version.as_deref()))
     }
 
     /// Whether this process wrote or read the migration `uid` (a version of it is noted): a
@@ -391,28 +390,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cached_migration_is_current_only_at_the_version_last_written_or_read() {
+    async fn a_cached_copy_is_placed_against_the_version_last_written_or_read() {
         let ctx = offline();
-        assert!(
-            !ctx.is_current("u", Some("7")),
-            "nothing known after a start"
-        );
+        assert_eq!(ctx.cached("u", Some("7")), Cached::Unknown, "nothing known after a start");
         ctx.note_version("u", Some("7".to_owned()));
-        assert!(ctx.is_current("u", Some("7")));
-        assert!(!ctx.is_current("u", Some("6")), "a cache behind our write");
-        assert!(!ctx.is_current("u", Some("8")), "someone else wrote");
-        assert!(!ctx.is_current("u", None));
-        assert!(!ctx.is_current("v", Some("7")), "per migration");
+        assert_eq!(ctx.cached("u", Some("7")), Cached::Current);
+        assert_eq!(ctx.cached("u", Some("6")), Cached::Behind, "a cache behind our write");
+        assert_eq!(ctx.cached("u", Some("8")), Cached::Ahead, "someone else wrote");
+        assert_eq!(ctx.cached("u", None), Cached::Unknown);
+        assert_eq!(ctx.cached("v", Some("7")), Cached::Unknown, "per object");
         ctx.note_version("u", None);
-        assert!(
-            !ctx.is_current("u", Some("7")),
-            "forgotten after a conflict"
-        );
+        assert_eq!(ctx.cached("u", Some("7")), Cached::Unknown, "forgotten after a conflict");
         ctx.note_version("u", Some("9".to_owned()));
         ctx.forget("u");
-        assert!(
-            !ctx.is_current("u", Some("9")),
-            "forgotten with the migration"
-        );
+        assert_eq!(ctx.cached("u", Some("9")), Cached::Unknown, "forgotten with the object");
     }
 }

@@ -18,6 +18,7 @@ mod contract_tests;
 pub mod convert;
 mod error;
 pub mod events;
+pub mod freshness;
 pub mod health;
 pub mod job_contract;
 pub mod kubeio;

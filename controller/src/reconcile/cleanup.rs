@@ -229,9 +229,26 @@ where
 /// # Errors
 /// Kubernetes API errors.
 pub async fn delete_cdi_objects(io: Io<'_>) -> Result<()> {
-    delete_recorded::<Secret>(io, &secret::s3_secret_name(io.vmm)).await?;
-    delete_recorded::<ConfigMap>(io, &secret::s3_ca_config_map_name(io.vmm)).await?;
+    let secret_name = secret::s3_secret_name(io.vmm);
+    let ca_name = secret::s3_ca_config_map_name(io.vmm);
+    let (secret_recorded, ca_recorded) = (
+        io.record(&<Secret as kube::Resource>::kind(&()), &secret_name).is_some(),
+        io.record(&<ConfigMap as kube::Resource>::kind(&()), &ca_name).is_some(),
+    );
+    delete_recorded::<Secret>(io, &secret_name).await?;
+    if ca_needs_deleting(secret_recorded, ca_recorded) {
+        delete_recorded::<ConfigMap>(io, &ca_name).await?;
+    }
     Ok(())
+}
+
+/// Whether the CA ConfigMap may exist to be deleted. It is made (or found ours, and then
+/// recorded) before the Secret in the same step, and both records land in that reconcile's
+/// one status write: a recorded Secret beside no recorded ConfigMap means staging had no CA,
+/// so there is nothing to look for. Without the Secret's record (a crash before any record)
+/// the ConfigMap is looked for by name. Pure.
+fn ca_needs_deleting(secret_recorded: bool, ca_recorded: bool) -> bool {
+    ca_recorded || !secret_recorded
 }
 
 /// Deletes every staged object of the migration (absent objects and a missing bucket are fine).
@@ -255,4 +272,17 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     }
     info!(migration = %io.vmm.name_any(), objects = keys.len(), "staging cleaned");
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_config_map_is_looked_for_unless_the_records_say_none_was_made() {
+        assert!(!ca_needs_deleting(true, false), "the Secret made, no CA: staging had none");
+        assert!(ca_needs_deleting(true, true));
+        assert!(ca_needs_deleting(false, true));
+        assert!(ca_needs_deleting(false, false), "no record at all: a crash before any");
+    }
 }

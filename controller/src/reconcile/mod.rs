@@ -44,6 +44,7 @@ use self::outcome::{Outcome, Step};
 use self::scope::Scope;
 use crate::context::Context;
 use crate::events::{self, Note};
+use crate::freshness::Cached;
 use crate::pacing::{backoff, retry_delay};
 use crate::policy::Policy;
 use crate::{Error, Result};
@@ -63,24 +64,31 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         field: "metadata.namespace",
     })?;
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    // The cache may lag behind our own last write: decisions are taken on the cached copy only
-    // when it is the version our last write or fresh read returned, else on a fresh read.
+    // The cache may lag behind our own last write: decisions are taken on the cached copy when
+    // it is at or after the version our last write or fresh read returned; a copy behind our
+    // write waits for that write's event; with nothing known, the migration is read fresh.
     let uid = obj.uid().unwrap_or_default();
+    let cached = ctx.cached(&uid, obj.resource_version().as_deref());
+    if cached == Cached::Behind {
+        // Our write's event brings a reconcile of its own, on a copy that has the write.
+        ctx.metrics.migration_read(true);
+        return Ok(Requeue::await_change());
+    }
     // A migration this process never wrote nor read, without a status, is taken as cached too:
     // a copy that lags can only lack the finalizer (its patch has the resourceVersion as
     // precondition) or a status (whose write has it too). Once ferry wrote it (the finalizer,
     // the first status), a status-less copy is one that lags behind that write, and is read.
     let untouched =
         obj.status.is_none() && obj.meta().deletion_timestamp.is_none() && !ctx.knows_version(&uid);
-    let current = ctx.is_current(&uid, obj.resource_version().as_deref());
-    if !current && settled_as_cached(&obj, &ctx) {
+    let decidable = matches!(cached, Cached::Current | Cached::Ahead);
+    if !decidable && settled_as_cached(&obj, &ctx) {
         // Nothing to do on the cached copy, so nothing is read: a newer version (a retry
         // raised, a deletion) arrives as an event of its own. A restart among 10,000 finished
         // migrations reads none of them.
         ctx.metrics.migration_read(true);
         return Ok(Requeue::await_change());
     }
-    let fresh = if untouched || current {
+    let fresh = if untouched || decidable {
         ctx.metrics.migration_read(true);
         VirtualMachineMigration::clone(&obj)
     } else {

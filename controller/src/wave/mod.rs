@@ -22,6 +22,7 @@ use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
+use crate::freshness::Cached;
 use crate::kubeio::create_if_absent;
 use crate::pacing::Worth;
 use crate::{Error, Result};
@@ -152,21 +153,31 @@ async fn seen(
     })
 }
 
-/// The wave as cached when that is the version our last status write or fresh read returned
-/// (a 1,000-VM wave is a large object to read on every reconcile), else read fresh; `None` when
-/// it is gone.
-async fn current(wave: &MigrationWave, ctx: &Context, ns: &str) -> Result<Option<MigrationWave>> {
+/// The wave as cached when it is at or after the version our last status write or fresh read
+/// returned (a 1,000-VM wave is a large object to read on every reconcile), else read fresh;
+/// `Current::Gone` when it is gone, `Current::Behind` when the cache has not caught up with our own
+/// last write (that write's event brings a reconcile of its own).
+async fn current(wave: &MigrationWave, ctx: &Context, ns: &str) -> Result<Current> {
     let uid = wave.uid().unwrap_or_default();
-    if ctx.is_current(&uid, wave.resource_version().as_deref()) {
-        return Ok(Some(wave.clone()));
+    match ctx.cached(&uid, wave.resource_version().as_deref()) {
+        Cached::Current | Cached::Ahead => return Ok(Current::Wave(Box::new(wave.clone()))),
+        Cached::Behind => return Ok(Current::Behind),
+        Cached::Unknown => {}
     }
     let waves: Api<MigrationWave> = Api::namespaced(ctx.client.clone(), ns);
     let Some(fresh) = waves.get_opt(&wave.name_any()).await? else {
         ctx.forget(&uid);
-        return Ok(None);
+        return Ok(Current::Gone);
     };
     ctx.note_version(&uid, fresh.resource_version());
-    Ok(Some(fresh))
+    Ok(Current::Wave(Box::new(fresh)))
+}
+
+/// What [`current`] found.
+enum Current {
+    Wave(Box<MigrationWave>),
+    Behind,
+    Gone,
 }
 
 /// One wave reconcile: observe (the wave, its children, the names its VMs would take) → the
@@ -177,8 +188,9 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
         kind: "MigrationWave",
         field: "metadata.namespace",
     })?;
-    let Some(wave) = current(wave, ctx, &ns).await? else {
-        return Ok(Requeue::await_change());
+    let wave = match current(wave, ctx, &ns).await? {
+        Current::Wave(w) => *w,
+        Current::Behind | Current::Gone => return Ok(Requeue::await_change()),
     };
     if wave.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
