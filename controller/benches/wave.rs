@@ -288,6 +288,7 @@ async fn run_wave(
             .map(|n| WaveVm {
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight,

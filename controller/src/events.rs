@@ -164,6 +164,20 @@ pub fn retrying(phase: Phase, reason: Reason, message: &str, delay_secs: u64, re
     )
 }
 
+/// The Warning that the operator accepted Critical preflight concerns (`codes`, newly
+/// accepted) and the migration goes on despite them. Pure.
+pub fn concerns_accepted(codes: &[ferry_crds::ConcernCode]) -> Note {
+    let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+    Note::warning(
+        EventReason::ConcernsAccepted,
+        EventAction::Preflight,
+        format!(
+            "going on despite Critical preflight concerns accepted in spec.preflight.accept: {}",
+            names.join(", ")
+        ),
+    )
+}
+
 /// The Warning for something a cleanup let go (best effort). Pure.
 pub fn cleanup_incomplete(what: &str) -> Note {
     Note::warning(EventReason::CleanupIncomplete, EventAction::Cleanup, what)

@@ -20,6 +20,9 @@ pub struct Policy {
     pub agent_timeout: Duration,
     /// Safety-net requeue while waiting on children (watch events normally come first).
     pub wait_requeue: Duration,
+    /// How often a preflight held or paused in Pending is checked again (a spec change checks
+    /// at once): bounded, so that a held wave is not a vCenter round trip per reconcile.
+    pub preflight_recheck: Duration,
     /// How often a running conversion's progress is read from staging (no watch event says it
     /// moved).
     pub progress_requeue: Duration,
@@ -131,6 +134,7 @@ impl Default for Policy {
             start_timeout: Duration::from_secs(600),
             agent_timeout: Duration::from_secs(900),
             wait_requeue: Duration::from_secs(60),
+            preflight_recheck: Duration::from_secs(600),
             progress_requeue: Duration::from_secs(3),
             status_interval: Duration::from_secs(10),
             converter_read_limit: None,

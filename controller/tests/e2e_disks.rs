@@ -1,7 +1,8 @@
 //! No disk silently dropped, end to end against the lab: a source VM with a disk ferry cannot
 //! read (`ferry-lab shape --add-disk unreadable`: vcsim answers it without a value the API
 //! requires, as a vCenter may answer a device ferry's vim_rs does not know) is read as far as it
-//! can be, the disk is named, and the migration fails in Preparing with the source untouched.
+//! can be, the disk is named, and preflight holds the migration in Pending (a Critical
+//! concern) with the source untouched.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -9,11 +10,11 @@ mod common;
 use common::*;
 use ferry_controller::apis::cdi::DataVolume;
 use ferry_controller::vsphere::{Endpoint, Session, TlsPolicy, Unread};
-use ferry_crds::{ConditionStatus, ConditionType, Phase, Reason};
+use ferry_crds::{ConcernCode, ConditionStatus, ConditionType, Phase, Reason};
 use k8s_openapi::api::batch::v1::Job;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disk_ferry_cannot_read_fails_preparing_naming_it_and_the_source_stays_on() {
+async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and_the_source_stays_on() {
     let mut env = Env::new("disks-unread", 4).await;
     env.shape(&env.vm.name, &["--add-disk", "unreadable"]);
     assert_eq!(env.power_state().await, "poweredOn");
@@ -48,24 +49,17 @@ async fn a_disk_ferry_cannot_read_fails_preparing_naming_it_and_the_source_stays
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("unread")).await;
-    let done = env.wait_terminal("unread", 120).await;
-    let st = done.status.clone().unwrap();
-    let failure = st.last_failure.clone().unwrap_or_else(|| {
-        panic!(
-            "a migration that lost a disk must not end so: {}",
-            serde_yaml_status(&done)
-        )
-    });
-    assert_eq!(
-        (done.phase(), failure.phase, failure.reason),
-        (
-            Phase::Failed,
-            Phase::Preparing,
-            Reason::UnsupportedDiskLayout
-        ),
-        "{}",
-        serde_yaml_status(&done)
-    );
+    let held = env
+        .wait_for("unread", "preflight to hold it", 120, |v| v.held_by_preflight())
+        .await;
+    let st = held.status.clone().unwrap();
+    assert_eq!(held.phase(), Phase::Pending, "{}", serde_yaml_status(&held));
+    let preflight = st.preflight.clone().unwrap();
+    let blocking: Vec<_> = preflight.blocking().collect();
+    let [concern] = blocking.as_slice() else {
+        panic!("one Critical concern: {}", serde_yaml_status(&held))
+    };
+    assert_eq!(concern.code, ConcernCode::IncompleteInventory);
     for says in [
         format!(
             "ferry could not read device {} \"Hard disk 2\" (VirtualDisk",
@@ -75,16 +69,18 @@ async fn a_disk_ferry_cannot_read_fails_preparing_naming_it_and_the_source_stays
         "vSphere reports 2 virtual disk(s), ferry read 1".to_owned(),
     ] {
         assert!(
-            failure.message.contains(&says),
+            concern.message.contains(&says),
             "{:?} lacks {says:?}",
-            failure.message
+            concern.message
         );
     }
-    let validated = done.condition(ConditionType::Validated).unwrap();
+    let validated = held.condition(ConditionType::Validated).unwrap();
     assert_eq!(
         (validated.status, validated.reason),
-        (ConditionStatus::False, Reason::UnsupportedDiskLayout)
+        (ConditionStatus::False, Reason::PreflightFailed)
     );
+    assert!(validated.message.contains("IncompleteInventory"), "{}", validated.message);
+    let done = held;
 
     // Nothing was touched: the source was never asked to power off and still runs, and no
     // conversion or import began.

@@ -38,6 +38,7 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
             .map(|n| WaveVm {
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight: 1,
@@ -112,6 +113,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
             .map(|n| WaveVm {
                 vm: VmSelector::by_name(n),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight: 1,
@@ -130,6 +132,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         &WaveVm {
             vm: VmSelector::by_name(env.vm.name.clone()),
             target_name: None,
+            preflight: None,
         },
     );
     let queued = ferry_crds::child_migration_name(
@@ -137,6 +140,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         &WaveVm {
             vm: VmSelector::by_name(second.name.clone()),
             target_name: None,
+            preflight: None,
         },
     );
     env.wait_phase(&first, Phase::Importing, 240).await;
@@ -200,6 +204,7 @@ fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
             .map(|n| WaveVm {
                 vm: VmSelector::by_name(*n),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight: 2,

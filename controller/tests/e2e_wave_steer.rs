@@ -134,6 +134,7 @@ fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> Migratio
             .map(|n| WaveVm {
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight,

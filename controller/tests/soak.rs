@@ -250,6 +250,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         .map(|vm| WaveVm {
             vm: VmSelector::by_name(vm.name.clone()),
             target_name: None,
+            preflight: None,
         })
         .collect();
     let spec = MigrationWaveSpec {

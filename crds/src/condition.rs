@@ -206,6 +206,9 @@ pub enum Reason {
     VMAmbiguous,
     /// Every pre-flight check passed.
     Validated,
+    /// Preflight found a Critical concern (status.preflight.concerns) that the operator has not
+    /// accepted: nothing was touched, and the migration waits for its cause to be fixed.
+    PreflightFailed,
     /// The VM's disks cannot be migrated (e.g. RDM, independent or shared disks, snapshots).
     UnsupportedDiskLayout,
     /// The VM is powered on and spec.source.powerOff is false, or someone powered it on while
@@ -312,6 +315,7 @@ impl Reason {
         Reason::VMNotFound,
         Reason::VMAmbiguous,
         Reason::Validated,
+        Reason::PreflightFailed,
         Reason::UnsupportedDiskLayout,
         Reason::SourcePoweredOn,
         Reason::PowerOffFailed,
@@ -368,6 +372,7 @@ impl Reason {
             Reason::VMNotFound => "VMNotFound",
             Reason::VMAmbiguous => "VMAmbiguous",
             Reason::Validated => "Validated",
+            Reason::PreflightFailed => "PreflightFailed",
             Reason::UnsupportedDiskLayout => "UnsupportedDiskLayout",
             Reason::SourcePoweredOn => "SourcePoweredOn",
             Reason::PowerOffFailed => "PowerOffFailed",

@@ -20,6 +20,9 @@ pub enum EventReason {
     Deleted,
     /// The owner abandoned a blocked cleanup: the Event lists what was left behind.
     CleanupAbandoned,
+    /// The operator accepted Critical preflight concerns (spec.preflight.accept): the Event
+    /// names them, the migration going on despite them.
+    ConcernsAccepted,
 }
 
 impl EventReason {
@@ -32,6 +35,7 @@ impl EventReason {
             EventReason::CleanupIncomplete => "CleanupIncomplete",
             EventReason::Deleted => "Deleted",
             EventReason::CleanupAbandoned => "CleanupAbandoned",
+            EventReason::ConcernsAccepted => "ConcernsAccepted",
         }
     }
 }
@@ -57,6 +61,8 @@ pub enum EventAction {
     Retry,
     /// Removed partial results.
     Cleanup,
+    /// Weighed preflight's concerns.
+    Preflight,
 }
 
 impl EventAction {
@@ -69,6 +75,7 @@ impl EventAction {
             EventAction::Complete => "Complete",
             EventAction::Retry => "Retry",
             EventAction::Cleanup => "Cleanup",
+            EventAction::Preflight => "Preflight",
         }
     }
 }

@@ -80,6 +80,7 @@ pub fn migration_spec() -> VirtualMachineMigrationSpec {
         conversion: Default::default(),
         cancel: false,
         paused: false,
+        preflight: None,
         retry: 0,
     }
 }
@@ -110,6 +111,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
             .map(|i| WaveVm {
                 vm: VmSelector::by_name(format!("DC0_H0_VM{i}")),
                 target_name: None,
+                preflight: None,
             })
             .collect(),
         max_in_flight: crate::wave::DEFAULT_MAX_IN_FLIGHT,

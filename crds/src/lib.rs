@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod migration;
 pub mod names;
 pub mod phase;
+pub mod preflight;
 pub mod redact;
 pub mod rules;
 pub mod secret;
@@ -37,6 +38,7 @@ pub use migration::{
     VirtualMachineMigrationStatus,
 };
 pub use phase::Phase;
+pub use preflight::{Concern, ConcernCode, PreflightSpec, PreflightStatus, Severity};
 pub use secret::SecretRef;
 pub use source::{
     DiscoveredDisk, DiscoveredNic, DiscoveredSource, DiskController, Firmware, GuestOsFamily,

@@ -6,7 +6,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition, Reason,
+    ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition,
+    PreflightSpec, PreflightStatus, Reason,
     SourceSpec, StagingRecord, StagingSpec, TargetSpec, condition, names,
     phase::Phase,
     source::{DiscoveredSource, SourcePowerOff, SourcePowerRestore},
@@ -70,8 +71,14 @@ pub struct VirtualMachineMigrationSpec {
     pub cancel: bool,
 
     /// Set to true to hold the migration: no new step is started (a running step may finish).
+    /// A migration created paused is preflighted (nothing touched): status.preflight shows
+    /// its concerns, checked again every 10 minutes and on every spec change.
     #[serde(default)]
     pub paused: bool,
+
+    /// What the operator decided about preflight's concerns (accepted Critical concerns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PreflightSpec>,
 
     /// Retry token: raising it retries a Failed migration from the checkpoint that failed (a
     /// Cancelled one from Preparing). It may never decrease.
@@ -197,6 +204,12 @@ pub struct VirtualMachineMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<DiscoveredSource>,
 
+    /// The last preflight: the concerns found about the source and the target before anything
+    /// was touched. A Critical one not accepted holds the migration in Pending
+    /// (reason PreflightFailed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PreflightStatus>,
+
     /// How ferry powered the source VM off: a guest shutdown through VMware Tools, a hard
     /// power-off, or both (the guest did not shut down within the grace period).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,6 +317,17 @@ impl VirtualMachineMigration {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(names::HOLD_ANNOTATION))
+    }
+
+    /// Whether preflight holds it in `Pending`: a Critical concern nobody accepted, nothing
+    /// touched. A wave counts it in no `maxInFlight` slot.
+    pub fn held_by_preflight(&self) -> bool {
+        self.phase() == Phase::Pending
+            && self
+                .status
+                .as_ref()
+                .and_then(|s| s.preflight.as_ref())
+                .is_some_and(|p| p.blocking().next().is_some())
     }
 
     /// Whether spec.retry is above the token the controller last acted on.

@@ -210,6 +210,10 @@ pub struct WaveVm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(crate::rules::DNS1123_LABEL))]
     pub target_name: Option<String>,
+    /// Critical preflight concerns to go on despite for this VM (its migration's
+    /// spec.preflight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<crate::PreflightSpec>,
 }
 
 /// Phase of a wave.
@@ -404,6 +408,7 @@ impl MigrationWave {
                     .map(|n| WaveVm {
                         vm: VmSelector::by_name(n.clone()),
                         target_name: None,
+                        preflight: None,
                     })
                     .collect()
             })

@@ -81,6 +81,7 @@ pub fn child_migration(
         conversion: template.conversion.clone(),
         cancel: false,
         paused: false,
+        preflight: vm.preflight.clone(),
         retry: 0,
     };
     Ok(VirtualMachineMigration {
@@ -163,6 +164,7 @@ mod tests {
         let entry = |name: &str, target: Option<&str>| WaveVm {
             vm: VmSelector::by_name(name),
             target_name: target.map(str::to_owned),
+            preflight: None,
         };
         let w = wave("w", 1);
         let vm_name = |e: &WaveVm| names::vm_name(&child_migration(&w, e).unwrap());
@@ -185,6 +187,7 @@ mod tests {
         let by_id = WaveVm {
             vm: VmSelector::by_id("vm-42"),
             target_name: None,
+            preflight: None,
         };
         assert_eq!(
             child_migration(&w, &by_id)

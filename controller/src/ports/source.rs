@@ -50,7 +50,7 @@ pub struct Discovered {
     /// Inventory, with the current power state.
     pub source: DiscoveredSource,
     /// Why its disks cannot be migrated, if they cannot.
-    pub layout_problems: Vec<String>,
+    pub layout_problems: Vec<vsphere::LayoutProblem>,
     /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
     pub disks_reported: Option<u32>,
     /// What of vSphere's answer ferry could not read, each named (devices by key, label, type,
@@ -410,10 +410,7 @@ impl SourceApi for VsphereSource {
                 }
                 Err(e) => return Err(problem_of(&e)),
             };
-            let layout_problems = match vsphere::validate_layout(&info) {
-                Ok(()) => vec![],
-                Err(p) => p.iter().map(ToString::to_string).collect(),
-            };
+            let layout_problems = vsphere::validate_layout(&info).err().unwrap_or_default();
             Ok(Discovered {
                 source: to_discovered(&info),
                 layout_problems,

@@ -125,7 +125,9 @@ mod tests {
                 );
                 ("fail", Some(*retriable))
             }
-            Step::Advance { .. } | Step::Act(_) | Step::Wait { .. } => ("other", None),
+            Step::Advance { .. } | Step::Act(_) | Step::Wait { .. } | Step::Hold { .. } => {
+                ("other", None)
+            }
         };
         let main = C::CONDITIONS.last().copied();
         let cond = o

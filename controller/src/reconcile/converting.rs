@@ -230,6 +230,7 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
     Record {
         source: None,
         power_off: None,
+        preflight: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -346,6 +347,7 @@ fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option
         }),
         source: None,
         power_off: None,
+        preflight: None,
     };
     let msg = say::converted(scope.disk_count(), bytes);
     Some(

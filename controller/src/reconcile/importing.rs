@@ -433,6 +433,7 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
     Record {
         source: None,
         power_off: None,
+        preflight: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -1245,6 +1246,7 @@ mod tests {
             match &o.step {
                 Step::Fail { reason, .. } => prop_assert!(failed && *reason == Reason::ImportFailed),
                 Step::Advance { .. } => prop_assert!(false, "never without a verification"),
+                Step::Hold { .. } => prop_assert!(false, "only preflight holds"),
                 Step::Act(actions) if ready_for_the_job => {
                     prop_assert!(!failed);
                     prop_assert_eq!(actions, &vec![Action::CreateVerifyJob(role)]);

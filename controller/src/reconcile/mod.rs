@@ -17,6 +17,7 @@ pub mod intents;
 pub mod io;
 pub mod outcome;
 pub mod power;
+pub mod preflight;
 pub mod preparing;
 pub mod scope;
 pub mod starting;
@@ -264,8 +265,24 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         }
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
+    if matches!(intent, Intent::Start)
+        && let Some(wait) = preflight::waiting(vmm, &now, ctx.policy.preflight_recheck)
+    {
+        // Held by preflight and not due for another look: nothing is read or written.
+        return Ok(Requeue::requeue(wait));
+    }
+    // A migration paused before it started is preflighted, nothing touched, on a schedule.
+    let paused_preflight = matches!(intent, Intent::Paused) && vmm.phase() == ferry_crds::Phase::Pending;
+    let mut fresh_preflight = None;
+    if paused_preflight && preflight::recheck_in(vmm, &now, ctx.policy.preflight_recheck).is_none()
+    {
+        fresh_preflight = Some(preflight_only(io, &now).await?);
+    }
     if let Some(mut new) = status::after_intent(vmm, &intent, &now) {
         new.children = ferry_crds::child::apply(new.children, &ledger.take());
+        if let Some(p) = fresh_preflight {
+            new.preflight = Some(p);
+        }
         status::with_power(&mut new, vmm, power_record.as_ref(), &now);
         if matches!(intent, Intent::Start) && new.phase.is_checkpoint() {
             // Nothing to wait for: the first checkpoint starts in this reconcile, and one
@@ -274,7 +291,21 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         }
         write::status(ctx, &mut vmm.clone(), new, notes).await?;
     }
+    if paused_preflight {
+        return Ok(Requeue::requeue(ctx.policy.preflight_recheck));
+    }
     Ok(requeue_after_intent(&intent, &ctx.policy))
+}
+
+/// Preflight alone: what Preparing would observe, weighed, touching nothing.
+async fn preflight_only(io: Io<'_>, now: &Time) -> Result<ferry_crds::PreflightStatus> {
+    let observed = <preparing::Preparing as Checkpoint>::observe(io).await?;
+    let concerns = match &observed.facts {
+        Ok(f) => preflight::concerns(io.vmm, f),
+        Err(p) => preflight::unavailable(p),
+    };
+    let previous = io.vmm.status.as_ref().and_then(|s| s.preflight.as_ref());
+    Ok(preflight::record(io.vmm, concerns, now, previous))
 }
 
 /// Most checkpoints one reconcile works on (see [`proceed`]).
@@ -310,7 +341,13 @@ async fn proceed(
         };
         notes.extend(stepped.notes);
         if !stepped.hands_over {
-            let written = write::status(ctx, &mut vmm.clone(), stepped.status, notes).await?;
+            let mut new = stepped.status;
+            if stepped.held {
+                // Held in Pending as it was: the look in Preparing leaves no trace in the
+                // history, and a recheck that finds the same writes nothing.
+                new = status::held_as_before(vmm.status.as_ref(), new);
+            }
+            let written = write::status(ctx, &mut vmm.clone(), new, notes).await?;
             return Ok(written.requeue(stepped.requeue));
         }
         current.status = Some(stepped.status);
@@ -371,6 +408,8 @@ struct Stepped {
     requeue: Option<Duration>,
     /// Events beyond the status transition's.
     notes: Vec<Note>,
+    /// Preflight sent the migration back to Pending.
+    held: bool,
 }
 
 /// One step of checkpoint `C`: observe, decide, act, decide on a failed action.
@@ -391,6 +430,10 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: &Time) -> Result<Stepped> {
     }
     let (mut requeue, retrying) = requeue_after_step(&outcome.step, &scope);
     let mut new = status::after_outcome(vmm, &outcome, now);
+    let mut notes: Vec<Note> = retrying.into_iter().collect();
+    if let Some(codes) = newly_accepted(vmm, &new) {
+        notes.push(events::concerns_accepted(&codes));
+    }
     // What this reconcile created, proved or deleted: recorded with its one status write.
     new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
     let power_pending = power::is_pending(new.source_power_restore.as_ref());
@@ -404,8 +447,32 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: &Time) -> Result<Stepped> {
         status: new,
         hands_over,
         requeue,
-        notes: retrying.into_iter().collect(),
+        notes,
+        held: matches!(outcome.step, Step::Hold { .. }),
     })
+}
+
+/// The Critical concerns `new` accepts that `vmm`'s status did not yet (for the audit Event).
+/// Pure.
+fn newly_accepted(
+    vmm: &VirtualMachineMigration,
+    new: &VmmStatus,
+) -> Option<Vec<ferry_crds::ConcernCode>> {
+    let before = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.preflight.as_ref())
+        .map(|p| p.accepted.clone())
+        .unwrap_or_default();
+    let codes: Vec<_> = new
+        .preflight
+        .as_ref()?
+        .accepted
+        .iter()
+        .filter(|c| !before.contains(c))
+        .copied()
+        .collect();
+    (!codes.is_empty()).then_some(codes)
 }
 
 /// Carries out `planned`'s actions in order; the first that fails turns the outcome into
@@ -429,7 +496,7 @@ async fn act<C: Checkpoint>(
 /// the end of the migration. Pure.
 fn ends_attempt<A>(step: &Step<A>) -> bool {
     match step {
-        Step::Retry { .. } | Step::Fail { .. } => true,
+        Step::Retry { .. } | Step::Fail { .. } | Step::Hold { .. } => true,
         Step::Advance { to } => to.is_terminal(),
         Step::Act(_) | Step::Wait { .. } => false,
     }
@@ -457,6 +524,7 @@ fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Option<Duratio
         // looking again soon costs one read.
         Step::Act(_) => (Some(Duration::from_secs(1)), None),
         Step::Advance { .. } => (Some(Duration::from_millis(50)), None),
+        Step::Hold { recheck, .. } => (Some(*recheck), None),
         Step::Fail { .. } => (None, None),
     }
 }

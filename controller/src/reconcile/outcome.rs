@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use ferry_crds::{
-    ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, Progress, Reason,
-    SourcePowerOff,
+    ConditionStatus, ConditionType, DiscoveredSource, DiskStatus, Phase, PreflightStatus, Progress,
+    Reason, SourcePowerOff,
 };
 
 use super::scope::Scope;
@@ -33,6 +33,14 @@ pub enum Step<A> {
         reason: Reason,
         /// Details for the operator.
         message: String,
+    },
+    /// Preflight found a Critical concern before anything was touched: back to `Pending`
+    /// (reason `PreflightFailed`), to be checked again after `recheck` or on a spec change.
+    Hold {
+        /// The concerns that hold the migration, for the operator.
+        message: String,
+        /// When to check again.
+        recheck: Duration,
     },
     /// A permanent failure: the migration fails; `resume` is the checkpoint a retry goes back to.
     Fail {
@@ -88,6 +96,8 @@ pub struct Record {
     pub progress: Option<Progress>,
     /// How the source was powered off (Preparing).
     pub power_off: Option<SourcePowerOff>,
+    /// The preflight's concerns (Preparing).
+    pub preflight: Option<PreflightStatus>,
 }
 
 /// A checkpoint's decision: the step, the conditions it sets, what it records, and a one-line
@@ -138,7 +148,11 @@ impl<A> Outcome<A> {
     pub fn actions(&self) -> &[A] {
         match &self.step {
             Step::Act(a) => a,
-            Step::Advance { .. } | Step::Wait { .. } | Step::Retry { .. } | Step::Fail { .. } => {
+            Step::Advance { .. }
+            | Step::Wait { .. }
+            | Step::Retry { .. }
+            | Step::Hold { .. }
+            | Step::Fail { .. } => {
                 &[]
             }
         }

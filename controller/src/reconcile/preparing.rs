@@ -6,7 +6,7 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
-    DiscoveredSource, DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState, names,
+    DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
@@ -16,6 +16,7 @@ use super::cleanup::Cleanup;
 use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
+use super::preflight;
 use super::scope::Scope;
 use super::world;
 use crate::Result;
@@ -28,27 +29,8 @@ use crate::problem::Problem;
 #[derive(Debug)]
 pub struct Preparing;
 
-/// What Preparing found.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SourceFacts {
-    /// The VM as read now (its power state is the current one).
-    pub vm: DiscoveredSource,
-    /// Why its disk layout cannot be migrated (empty when it can).
-    pub layout_problems: Vec<String>,
-    /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
-    pub disks_reported: Option<u32>,
-    /// What of vSphere's answer about the VM ferry could not read, each named.
-    pub unread: Vec<String>,
-    /// The staging bucket: reachable and present, or why not.
-    pub bucket: Result<(), Problem>,
-    /// A VirtualMachine with the target name that this migration does not own.
-    pub target_taken: bool,
-    /// Other child names (Job, CDI Secret and ConfigMap, DataVolumes) held by objects that are
-    /// not this migration's.
-    pub conflicts: Vec<Conflict>,
-    /// The converter image the migration would run, or why it may not.
-    pub converter_image: Result<String, String>,
-}
+pub use super::preflight::SourceFacts;
+
 
 /// What Preparing observes: the facts, and the login it found them with (for the power-off).
 #[derive(Clone, Debug)]
@@ -222,6 +204,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         disks: Some(disks),
         progress: None,
         power_off: None,
+        preflight: None,
     }
 }
 
@@ -318,33 +301,6 @@ fn how_powered_off(scope: &Scope<Observed>) -> String {
     }
 }
 
-/// Whether ferry read the source VM whole: every part of vSphere's answer, and at least as many
-/// virtual disks as vSphere counts. A disk ferry did not read would be missing from the migrated
-/// VM, and the migration would still succeed. Pure.
-///
-/// # Errors
-/// Why not, naming what ferry could not read, else the count and the disks it did read.
-fn read_whole(name: &str, facts: &SourceFacts) -> Result<(), String> {
-    let read = facts.vm.disks.len();
-    let count = facts
-        .disks_reported
-        .filter(|n| usize::try_from(*n).is_ok_and(|n| n > read))
-        .map(|n| say::disks_counted(n, read));
-    match (facts.unread.as_slice(), count) {
-        ([], None) => Ok(()),
-        ([], Some(count)) => {
-            let disks: Vec<String> = facts
-                .vm
-                .disks
-                .iter()
-                .map(|d| say::disk(d.key, &d.label))
-                .collect();
-            Err(say::disks_missed(&count, name, &disks))
-        }
-        (unread, count) => Err(say::unreadable(unread, name, count.as_deref())),
-    }
-}
-
 /// Decides the Preparing step: the first rule that applies, in this order. Pure.
 ///
 /// # Guarantees
@@ -356,14 +312,11 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         Ok(facts) => Found::new(scope, facts),
         Err(p) => return not_discovered(scope, p),
     };
-    read_in_part(&f)
-        .or_else(|| no_disk(&f))
-        .or_else(|| unsupported_layout(&f))
+    held(&f)
         .or_else(|| target_name_taken(&f))
         .or_else(|| name_held(&f))
         .or_else(|| image_not_allowed(&f))
         .or_else(|| bucket_unusable(&f))
-        .or_else(|| kept_on(&f))
         .or_else(|| power_unrecorded(&f))
         .or_else(|| powering_off(&f))
         .unwrap_or_else(|| ready(&f))
@@ -389,8 +342,15 @@ impl<'a> Found<'a> {
             facts.vm.disks.len(),
             facts.vm.nics.len(),
         );
+        let now = Time(crate::context::whole_seconds(scope.now));
+        let concerns = preflight::concerns(&scope.vmm, facts);
+        let previous = scope.vmm.status.as_ref().and_then(|s| s.preflight.as_ref());
+        let record = Record {
+            preflight: Some(preflight::record(&scope.vmm, concerns, &now, previous)),
+            ..to_record(scope, facts)
+        };
         Self {
-            record: to_record(scope, facts),
+            record,
             scope,
             facts,
             name,
@@ -439,30 +399,38 @@ fn not_discovered(scope: &Scope<Observed>, p: &Problem) -> Outcome<Action> {
     )
 }
 
-/// Before anything else: a VM ferry could not read whole is never powered off.
-fn read_in_part(f: &Found) -> Option<Outcome<Action>> {
-    let msg = read_whole(&f.name, f.facts).err()?;
-    Some(f.invalid(Reason::UnsupportedDiskLayout, msg))
-}
-
-/// A VM without a virtual disk has nothing to migrate.
-fn no_disk(f: &Found) -> Option<Outcome<Action>> {
-    f.facts
-        .vm
-        .disks
-        .is_empty()
-        .then(|| f.invalid(Reason::UnsupportedDiskLayout, say::no_disk(&f.name)))
-}
-
-/// A disk layout ferry cannot migrate is the user's to fix in vSphere.
-fn unsupported_layout(f: &Found) -> Option<Outcome<Action>> {
-    let problems = &f.facts.layout_problems;
-    (!problems.is_empty()).then(|| {
-        f.invalid(
-            Reason::UnsupportedDiskLayout,
-            say::cannot_be_migrated(&f.name, problems),
-        )
-    })
+/// Before anything else: a Critical concern the operator has not accepted holds the migration
+/// in Pending, nothing touched (or fails it, should ferry have begun the power-off already).
+fn held(f: &Found) -> Option<Outcome<Action>> {
+    let preflight = f.record.preflight.as_ref()?;
+    let blocking: Vec<&ferry_crds::Concern> = preflight
+        .blocking()
+        .filter(|c| preflight::holds(c.code))
+        .collect();
+    if blocking.is_empty() {
+        return None;
+    }
+    let msg = say::held(&f.name, &blocking);
+    let touched = f
+        .scope
+        .vmm
+        .status
+        .as_ref()
+        .is_some_and(|s| s.source_power_off.is_some());
+    if touched {
+        return Some(f.invalid(Reason::PreflightFailed, msg));
+    }
+    let hold = Step::Hold {
+        message: msg.clone(),
+        recheck: f.scope.policy.preflight_recheck,
+    };
+    let out = Outcome::new(hold, msg.clone()).with(
+        Validated,
+        ferry_crds::ConditionStatus::False,
+        Reason::PreflightFailed,
+        msg,
+    );
+    Some(f.discovered(out))
 }
 
 /// Someone else's VirtualMachine has the target name: ferry never takes it over.
@@ -490,12 +458,6 @@ fn image_not_allowed(f: &Found) -> Option<Outcome<Action>> {
 fn bucket_unusable(f: &Found) -> Option<Outcome<Action>> {
     let p = f.facts.bucket.as_ref().err()?;
     Some(f.problem(p))
-}
-
-/// A running source must be off for a consistent copy, and the spec forbids ferry to do it.
-fn kept_on(f: &Found) -> Option<Outcome<Action>> {
-    let forbidden = f.is_on() && !f.scope.vmm.spec.source.power.power_off;
-    forbidden.then(|| f.invalid(Reason::SourcePoweredOn, say::not_powered_off(&f.name)))
 }
 
 /// The source's original power state is recorded before ferry touches it, to restore it later.
@@ -568,6 +530,18 @@ fn ready(f: &Found) -> Outcome<Action> {
 
 /// What Preparing tells people, in conditions, failures and Events.
 mod say {
+    /// The Critical concerns that hold the migration, each with its code and advice.
+    pub(super) fn held(name: &str, blocking: &[&ferry_crds::Concern]) -> String {
+        let each: Vec<String> = blocking
+            .iter()
+            .map(|c| format!("{}: {}", c.code, c.message))
+            .collect();
+        format!(
+            "preflight holds {name} (nothing touched): {}; see status.preflight",
+            each.join("; ")
+        )
+    }
+
     pub(super) fn found(name: &str, moref: Option<&str>, disks: usize, nics: usize) -> String {
         format!(
             "found {name} ({}) with {disks} disk(s) and {nics} NIC(s)",
@@ -575,58 +549,9 @@ mod say {
         )
     }
 
-    pub(super) fn disks_counted(reported: u32, read: usize) -> String {
-        format!("vSphere reports {reported} virtual disk(s), ferry read {read}")
-    }
-
-    /// A disk as vSphere names it: its key, and its label when it has one.
-    pub(super) fn disk(key: i32, label: &str) -> String {
-        if label.is_empty() {
-            key.to_string()
-        } else {
-            format!("{key} {label:?}")
-        }
-    }
-
-    pub(super) fn disks_missed(count: &str, name: &str, disks: &[String]) -> String {
-        format!(
-            "{count} of {name} ({}); ferry migrates a VM only when it reads every disk",
-            if disks.is_empty() {
-                "none".to_owned()
-            } else {
-                disks.join(", ")
-            }
-        )
-    }
-
-    pub(super) fn unreadable(unread: &[String], name: &str, count: Option<&str>) -> String {
-        format!(
-            "ferry could not read {} in vSphere's answer about {name}{}; ferry migrates a VM only when it reads all of it",
-            unread.join("; "),
-            count.map(|c| format!(" ({c})")).unwrap_or_default()
-        )
-    }
-
-    pub(super) fn no_disk(name: &str) -> String {
-        format!("{name} has no virtual disk to migrate")
-    }
-
-    pub(super) fn cannot_be_migrated(name: &str, problems: &[String]) -> String {
-        format!(
-            "{name} cannot be migrated: {}; fix the VM in vSphere and raise spec.retry",
-            problems.join("; ")
-        )
-    }
-
     pub(super) fn target_taken(vm: &str) -> String {
         format!(
             "a VirtualMachine named {vm} already exists in this namespace and is not this migration's; set spec.target.name"
-        )
-    }
-
-    pub(super) fn not_powered_off(name: &str) -> String {
-        format!(
-            "{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"
         )
     }
 
@@ -691,6 +616,7 @@ mod say {
 mod tests {
     use super::*;
     use crate::policy::Policy;
+    use ferry_crds::DiscoveredSource;
     use ferry_crds::{
         DiscoveredDisk, VirtualMachineMigration,
         fixtures::{migration, ts},
@@ -788,9 +714,9 @@ mod tests {
         // failed: powered on, powerOff refused
         let mut keep_on = migration("m");
         keep_on.spec.source.power.power_off = false;
-        assert_eq!(
-            fail_reason(&step(keep_on, Ok(facts(PowerState::PoweredOn)))),
-            Some((Reason::SourcePoweredOn, false))
+        assert!(
+            matches!(step(keep_on, Ok(facts(PowerState::PoweredOn))), Step::Hold { ref message, .. } if message.contains("PoweredOn")),
+            "held in Pending until someone powers it off"
         );
     }
 
@@ -835,10 +761,12 @@ mod tests {
             && c.reason == Reason::BucketNotFound
             && c.status == ferry_crds::ConditionStatus::False));
         let mut f = facts(PowerState::PoweredOff);
-        f.layout_problems = vec!["disk 1 is an RDM".into()];
-        assert_eq!(
-            fail_reason(&step(migration("m"), Ok(f))),
-            Some((Reason::UnsupportedDiskLayout, false))
+        f.layout_problems = vec![crate::vsphere::LayoutProblem::RawDeviceMapping {
+            disk: "Hard disk 1".into(),
+        }];
+        assert!(
+            matches!(step(migration("m"), Ok(f)), Step::Hold { ref message, .. } if message.contains("RawDeviceMapping")),
+            "an RDM holds the migration in Pending"
         );
         let mut f = facts(PowerState::PoweredOff);
         f.target_taken = true;
@@ -881,10 +809,7 @@ mod tests {
         );
         let mut f = facts(PowerState::PoweredOff);
         f.vm.disks.clear();
-        assert_eq!(
-            fail_reason(&step(migration("m"), Ok(f))),
-            Some((Reason::UnsupportedDiskLayout, false))
-        );
+        assert!(matches!(step(migration("m"), Ok(f)), Step::Hold { ref message, .. } if message.contains("NoDisk")));
     }
 
     /// The facts of a powered-on source (powerOff asked) with `read` disks read of `reported`.
@@ -957,22 +882,16 @@ mod tests {
             vmm.spec.source.power.power_off = true;
             let o = decide(&scope(vmm, Ok(f), 0));
             match fails_naming {
-                None => assert!(!matches!(o.step, Step::Fail { .. }), "{name}: {:?}", o.step),
+                None => assert!(
+                    !matches!(o.step, Step::Fail { .. } | Step::Hold { .. }),
+                    "{name}: {:?}",
+                    o.step
+                ),
                 Some(words) => {
-                    let Step::Fail {
-                        reason,
-                        message,
-                        retriable,
-                        ..
-                    } = &o.step
-                    else {
+                    let Step::Hold { message, .. } = &o.step else {
                         panic!("{name}: {:?}", o.step)
                     };
-                    assert_eq!(
-                        (*reason, *retriable),
-                        (Reason::UnsupportedDiskLayout, false),
-                        "{name}"
-                    );
+                    assert!(message.contains("IncompleteInventory"), "{name}");
                     for w in words {
                         assert!(message.contains(w), "{name}: {message:?} lacks {w:?}");
                     }
@@ -980,10 +899,7 @@ mod tests {
                     let v = o.conditions.iter().find(|c| c.type_ == Validated).unwrap();
                     assert_eq!(
                         (v.status, v.reason),
-                        (
-                            ferry_crds::ConditionStatus::False,
-                            Reason::UnsupportedDiskLayout
-                        ),
+                        (ferry_crds::ConditionStatus::False, Reason::PreflightFailed),
                         "{name}"
                     );
                 }
@@ -996,17 +912,7 @@ mod tests {
         // The first reconcile read it whole and recorded it powered on; now a disk is unread.
         let recorded = recorded(PowerState::PoweredOn);
         let o = decide(&scope(recorded, Ok(disks(1, Some(2), &[])), 0));
-        assert!(
-            matches!(
-                o.step,
-                Step::Fail {
-                    reason: Reason::UnsupportedDiskLayout,
-                    ..
-                }
-            ),
-            "{:?}",
-            o.step
-        );
+        assert!(matches!(o.step, Step::Hold { .. }), "{:?}", o.step);
         assert!(o.record.power_off.is_none());
     }
 

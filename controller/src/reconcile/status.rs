@@ -111,6 +111,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     if let Some(p) = &outcome.record.power_off {
         s.source_power_off = Some(p.clone());
     }
+    if let Some(p) = &outcome.record.preflight {
+        s.preflight = Some(p.clone());
+    }
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
     let phase = s.phase;
     let reconciled = match &outcome.step {
@@ -175,6 +178,18 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
             }
             false
         }
+        Step::Hold { message, .. } => {
+            enter(&mut s, Phase::Pending, now);
+            ready(
+                &mut s,
+                generation,
+                now,
+                ConditionStatus::False,
+                Reason::PreflightFailed,
+                message.clone(),
+            );
+            true
+        }
         Step::Retry { reason, message } => {
             s.retries = s.retries.saturating_add(1);
             ready(
@@ -203,6 +218,19 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
         s.observed_generation = generation;
     }
     s
+}
+
+/// The status `held` (preflight sent the migration back to Pending) with the phase history,
+/// start time and attempts of `before` when the migration was Pending then: nothing started.
+/// Pure.
+pub fn held_as_before(before: Option<&Status>, mut held: Status) -> Status {
+    if let Some(b) = before.filter(|b| b.phase == Phase::Pending) {
+        held.history = b.history.clone();
+        held.started_at = b.started_at.clone();
+        held.attempts = b.attempts;
+        held.completed_at = b.completed_at.clone();
+    }
+    held
 }
 
 /// The status once `intent` was carried out (its cleanup done); `None` for
@@ -1082,5 +1110,37 @@ mod tests {
         assert!(ready.message.contains("S3 endpoint unreachable"));
         assert!(ready.message.contains(names::ABANDON_CLEANUP_ANNOTATION));
         assert_eq!(s.message.as_deref(), Some(ready.message.as_str()));
+    }
+
+    #[test]
+    fn a_hold_leaves_a_pending_migrations_history_as_it_was() {
+        let vmm = migration("m");
+        let started = after_intent(&vmm, &Intent::Start, &t0()).unwrap();
+        assert_eq!(started.phase, Phase::Preparing);
+        let hold: Outcome<()> = Outcome::new(
+            Step::Hold {
+                message: "held".into(),
+                recheck: std::time::Duration::from_secs(600),
+            },
+            "held",
+        );
+        let mut looked = vmm.clone();
+        looked.status = Some(started);
+        let held = after_outcome(&looked, &hold, &t0());
+        assert_eq!(held.phase, Phase::Pending);
+        let ready = held
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Ready)
+            .unwrap();
+        assert_eq!(ready.reason, Reason::PreflightFailed);
+        // The next look, from Pending: Start, Preparing, held again.
+        let mut pending = vmm.clone();
+        pending.status = Some(held.clone());
+        let mut again = pending.clone();
+        again.status = after_intent(&pending, &Intent::Start, &t1());
+        let held_again = held_as_before(pending.status.as_ref(), after_outcome(&again, &hold, &t1()));
+        assert_eq!(held_again.history, held.history, "no entry per look");
+        assert_eq!(held_again.phase, Phase::Pending);
     }
 }

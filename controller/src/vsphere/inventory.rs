@@ -203,6 +203,64 @@ fn has_parent(b: &dyn VirtualDeviceBackingInfoTrait) -> bool {
             .is_some_and(|x| x.parent.is_some())
 }
 
+/// `diskMode` of the backings that have one (flat and RDM disks).
+fn disk_mode(b: &dyn VirtualDeviceBackingInfoTrait) -> Option<String> {
+    let any = b.as_any_ref();
+    any.downcast_ref::<VirtualDiskFlatVer2BackingInfo>()
+        .map(|x| x.disk_mode.clone())
+        .or_else(|| {
+            any.downcast_ref::<VirtualDiskRawDiskMappingVer1BackingInfo>()
+                .and_then(|x| x.disk_mode.clone())
+        })
+        .filter(|m| !m.is_empty())
+}
+
+/// `sharing` of the backings that have one.
+fn sharing(b: &dyn VirtualDeviceBackingInfoTrait) -> Option<String> {
+    let any = b.as_any_ref();
+    any.downcast_ref::<VirtualDiskFlatVer2BackingInfo>()
+        .and_then(|x| x.sharing.clone())
+        .or_else(|| {
+            any.downcast_ref::<VirtualDiskRawDiskMappingVer1BackingInfo>()
+                .and_then(|x| x.sharing.clone())
+        })
+}
+
+/// Whether the backing names an encryption key (`keyId`).
+fn encrypted(b: &dyn VirtualDeviceBackingInfoTrait) -> bool {
+    let any = b.as_any_ref();
+    any.downcast_ref::<VirtualDiskFlatVer2BackingInfo>()
+        .is_some_and(|x| x.key_id.is_some())
+        || any
+            .downcast_ref::<VirtualDiskSeSparseBackingInfo>()
+            .is_some_and(|x| x.key_id.is_some())
+        || any
+            .downcast_ref::<VirtualDiskSparseVer2BackingInfo>()
+            .is_some_and(|x| x.key_id.is_some())
+}
+
+/// Labels of the devices passed through from the host (PCI, USB): KubeVirt's VM will not have
+/// them.
+pub(crate) fn passthrough(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<String> {
+    devices
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.data_type(),
+                StructType::VirtualPciPassthrough | StructType::VirtualUsb
+            )
+        })
+        .map(|d| {
+            let l = label(d.as_ref());
+            if l.is_empty() {
+                format!("{} {}", d.data_type().as_str(), d.get_virtual_device().key)
+            } else {
+                l
+            }
+        })
+        .collect()
+}
+
 fn label(dev: &(dyn VirtualDeviceTrait + 'static)) -> String {
     dev.device_info
         .as_ref()
@@ -245,6 +303,9 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
                 backing_kind(b.data_type())
             }),
             has_parent: backing.is_some_and(has_parent),
+            disk_mode: backing.and_then(disk_mode).unwrap_or_else(|| "persistent".into()),
+            shared: backing.and_then(sharing).is_some_and(|s| s == "sharingMultiWriter"),
+            encrypted: backing.is_some_and(encrypted),
         });
     }
     out

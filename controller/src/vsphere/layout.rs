@@ -26,6 +26,24 @@ pub enum LayoutProblem {
         disk: String,
         kind: String,
     },
+    /// An independent disk: never in a snapshot; `nonpersistent` drops its changes at
+    /// power-off.
+    Independent {
+        disk: String,
+        nonpersistent: bool,
+    },
+    /// A disk other VMs may write too (multi-writer sharing).
+    Shared {
+        disk: String,
+    },
+    /// An encrypted disk: its datastore file is ciphertext.
+    Encrypted {
+        disk: String,
+    },
+    /// A host device passed through (PCI, USB).
+    Passthrough {
+        device: String,
+    },
 }
 
 impl fmt::Display for LayoutProblem {
@@ -46,6 +64,29 @@ impl fmt::Display for LayoutProblem {
             Self::UnsupportedBacking { disk, kind } => {
                 write!(f, "{disk} has an unsupported backing ({kind})")
             }
+            Self::Independent {
+                disk,
+                nonpersistent: true,
+            } => write!(
+                f,
+                "{disk} is independent-nonpersistent: what the guest wrote since it was powered on is dropped at power-off, and the copy has only the disk's base"
+            ),
+            Self::Independent { disk, .. } => write!(
+                f,
+                "{disk} is independent: vSphere never snapshots it (no warm migration of this VM)"
+            ),
+            Self::Shared { disk } => write!(
+                f,
+                "{disk} is shared with other VMs (multi-writer): the copy is of a disk they may still write; stop them, or accept SharedDisk"
+            ),
+            Self::Encrypted { disk } => write!(
+                f,
+                "{disk} is encrypted: its datastore file is ciphertext; decrypt the VM in vSphere first"
+            ),
+            Self::Passthrough { device } => write!(
+                f,
+                "{device} is passed through from the host: the KubeVirt VM will not have it"
+            ),
         }
     }
 }
@@ -57,7 +98,13 @@ pub fn validate_layout(vm: &VmInfo) -> Result<(), Vec<LayoutProblem>> {
     if vm.disks.is_empty() {
         return Err(vec![LayoutProblem::NoDisks]);
     }
-    let mut problems = Vec::new();
+    let mut problems: Vec<LayoutProblem> = vm
+        .passthrough
+        .iter()
+        .map(|device| LayoutProblem::Passthrough {
+            device: device.clone(),
+        })
+        .collect();
     for d in &vm.disks {
         let disk = if d.label.is_empty() {
             format!("disk {}", d.key)
@@ -76,6 +123,18 @@ pub fn validate_layout(vm: &VmInfo) -> Result<(), Vec<LayoutProblem>> {
         }
         if d.has_parent {
             problems.push(LayoutProblem::SnapshotDelta { disk: disk.clone() });
+        }
+        if d.disk_mode.starts_with("independent") {
+            problems.push(LayoutProblem::Independent {
+                disk: disk.clone(),
+                nonpersistent: d.disk_mode == "independent_nonpersistent",
+            });
+        }
+        if d.shared {
+            problems.push(LayoutProblem::Shared { disk: disk.clone() });
+        }
+        if d.encrypted {
+            problems.push(LayoutProblem::Encrypted { disk: disk.clone() });
         }
         let is_vmdk = DatastorePath::parse(&d.datastore_path)
             .is_ok_and(|p| p.file_name().to_ascii_lowercase().ends_with(".vmdk"));
@@ -107,6 +166,9 @@ mod tests {
             backing,
             has_parent,
             controller: None,
+            disk_mode: "persistent".into(),
+            shared: false,
+            encrypted: false,
         }
     }
 
@@ -130,6 +192,7 @@ mod tests {
             disks_reported: None,
             unread: vec![],
             nics: vec![],
+            passthrough: vec![],
             datacenter: "DC0".into(),
         }
     }
@@ -224,5 +287,33 @@ mod tests {
             panic!("expected a problem")
         };
         assert!(problems[0].to_string().starts_with("disk 2003"));
+    }
+
+    #[test]
+    fn independent_shared_encrypted_disks_and_passthrough_are_each_named() {
+        let mut d = disk(2000, "[ds] vm/vm.vmdk", DiskBacking::Flat, false);
+        d.disk_mode = "independent_nonpersistent".into();
+        d.shared = true;
+        d.encrypted = true;
+        let mut v = vm(vec![d]);
+        v.passthrough = vec!["PCI device 0".into()];
+        let Err(problems) = validate_layout(&v) else {
+            panic!("expected problems")
+        };
+        let disk = "Hard disk 1".to_owned();
+        assert_eq!(
+            problems,
+            vec![
+                LayoutProblem::Passthrough {
+                    device: "PCI device 0".into()
+                },
+                LayoutProblem::Independent {
+                    disk: disk.clone(),
+                    nonpersistent: true
+                },
+                LayoutProblem::Shared { disk: disk.clone() },
+                LayoutProblem::Encrypted { disk },
+            ]
+        );
     }
 }

@@ -108,6 +108,13 @@ pub struct DiskInfo {
     pub backing: DiskBacking,
     /// The backing is a snapshot delta on top of a parent disk.
     pub has_parent: bool,
+    /// `backing.diskMode`: persistent (the default), independent_persistent,
+    /// independent_nonpersistent, ...
+    pub disk_mode: String,
+    /// `backing.sharing` is `sharingMultiWriter`: other VMs may write the disk.
+    pub shared: bool,
+    /// `backing.keyId` is set: the disk is encrypted.
+    pub encrypted: bool,
 }
 
 /// One network card of a VM.
@@ -217,6 +224,8 @@ pub struct VmInfo {
     /// What ferry could not read of vSphere's answer (empty when it read all of it).
     pub unread: Vec<Unread>,
     pub nics: Vec<NicInfo>,
+    /// Labels of the PCI and USB devices passed through to the VM (KubeVirt's VM gets none).
+    pub passthrough: Vec<String>,
     /// Inventory path of the VM's datacenter (its name, or `folder/name` when nested): the
     /// `dcPath` of datastore downloads.
     pub datacenter: String,

@@ -413,6 +413,7 @@ impl Session {
             cores_per_socket: p.cores_per_socket.unwrap_or(1).max(1) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
             disks: inventory::disks(&devices),
+            passthrough: inventory::passthrough(&devices),
             disks_reported: p.num_virtual_disks.and_then(|n| u32::try_from(n).ok()),
             unread,
             nics,

@@ -33,9 +33,10 @@ pub struct Plan {
     pub status: MigrationWaveStatus,
 }
 
-/// Whether a child takes a slot of `maxInFlight`: released and not finished.
+/// Whether a child takes a slot of `maxInFlight`: released, not finished, and not held in
+/// Pending by preflight (the wave goes on with the rest).
 pub fn occupies_slot(vmm: &VirtualMachineMigration) -> bool {
-    !vmm.is_held() && !vmm.phase().is_terminal()
+    !vmm.is_held() && !vmm.phase().is_terminal() && !vmm.held_by_preflight()
 }
 
 /// Decides, from the wave's own `children` (owner reference to its uid) and `others` (the
@@ -733,6 +734,7 @@ mod tests {
         ferry_crds::WaveVm {
             vm: ferry_crds::VmSelector::by_name(name),
             target_name: None,
+            preflight: None,
         }
     }
 

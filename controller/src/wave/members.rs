@@ -178,6 +178,7 @@ mod tests {
         WaveVm {
             vm: VmSelector::by_name(name),
             target_name: None,
+            preflight: None,
         }
     }
 

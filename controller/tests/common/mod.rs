@@ -269,6 +269,7 @@ impl Env {
             conversion: Default::default(),
             cancel: false,
             paused: false,
+            preflight: None,
             retry: 0,
         };
         VirtualMachineMigration::new(name, spec)
@@ -657,6 +658,7 @@ pub fn wave_child(wave: &str, vm: &str) -> String {
         &ferry_crds::WaveVm {
             vm: VmSelector::by_name(vm.to_owned()),
             target_name: None,
+            preflight: None,
         },
     )
 }

@@ -52,6 +52,7 @@ impl Pip {
                 | Reason::VMNotFound
                 | Reason::VMAmbiguous
                 | Reason::Validated
+                | Reason::PreflightFailed
                 | Reason::UnsupportedDiskLayout
                 | Reason::SourcePoweredOn
                 | Reason::PowerOffFailed

@@ -1,0 +1,605 @@
+//! Preflight: every concern about a VM and its target, found from what Preparing observes and
+//! before anything is touched. Pure.
+//!
+//! Preparing runs these rules on each look at the source, before the power-off: a Critical
+//! concern the operator has not accepted sends the migration back to Pending with reason
+//! `PreflightFailed` (nothing was touched), to be checked again every
+//! [`Policy::preflight_recheck`](crate::policy::Policy) or at once on a spec change. A
+//! migration paused in Pending is preflighted on the same schedule without ever starting.
+//!
+//! The codes of the target (a name conflict, the staging bucket) keep the rules Preparing had
+//! before preflight — waited for, retried or failed — and are recorded here too, so that one
+//! list shows every blocker.
+
+use std::time::Duration;
+
+use ferry_crds::{
+    Concern, ConcernCode as Code, DiscoveredSource, DiskBus, GuestOsFamily, NicModel, PowerState, PreflightStatus,
+    Severity, ToolsState, VirtualMachineMigration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::problem::Problem;
+use crate::vsphere::LayoutProblem;
+
+/// What Preparing found about the source and the names and places the migration will use:
+/// what preflight weighs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceFacts {
+    /// The VM as read now (its power state is the current one).
+    pub vm: DiscoveredSource,
+    /// What about its disks and devices preflight must weigh (empty when nothing).
+    pub layout_problems: Vec<crate::vsphere::LayoutProblem>,
+    /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
+    pub disks_reported: Option<u32>,
+    /// What of vSphere's answer about the VM ferry could not read, each named.
+    pub unread: Vec<String>,
+    /// The staging bucket: reachable and present, or why not.
+    pub bucket: Result<(), Problem>,
+    /// A VirtualMachine with the target name that this migration does not own.
+    pub target_taken: bool,
+    /// Other child names (Job, CDI Secret and ConfigMap, DataVolumes) held by objects that are
+    /// not this migration's.
+    pub conflicts: Vec<crate::children::Conflict>,
+    /// The converter image the migration would run, or why it may not.
+    pub converter_image: Result<String, String>,
+}
+
+/// Every concern about the migration of `facts`' VM, Critical first. Pure.
+pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let name = facts.vm.name.clone().unwrap_or_default();
+    let mut out = vec![];
+    if let Err(msg) = read_whole(&name, facts) {
+        out.push(critical(Code::IncompleteInventory, msg));
+    }
+    if facts.vm.disks.is_empty() && facts.layout_problems.is_empty() {
+        out.push(critical(Code::NoDisk, say::no_disk(&name)));
+    }
+    out.extend(facts.layout_problems.iter().map(of_layout));
+    out.extend(power(vmm, facts, &name));
+    out.extend(firmware(facts));
+    out.extend(bus(vmm, facts));
+    out.extend(networks(vmm, facts));
+    if facts.target_taken {
+        let vm = ferry_crds::names::vm_name(vmm);
+        out.push(critical(Code::TargetNameTaken, say::target_taken(&vm)));
+    }
+    out.extend(facts.conflicts.iter().map(|c| {
+        let p = c.problem(super::world::RENAME_HINT);
+        critical(Code::NameConflict, p.message)
+    }));
+    if let Err(msg) = &facts.converter_image {
+        out.push(critical(Code::ConverterImageNotAllowed, msg.clone()));
+    }
+    if let Err(p) = &facts.bucket {
+        out.push(critical(Code::StagingUnavailable, p.message.clone()));
+    }
+    out.sort_by_key(|c| c.severity);
+    out
+}
+
+/// The concern of a source that could not be checked at all. Pure.
+pub fn unavailable(p: &Problem) -> Vec<Concern> {
+    vec![critical(
+        Code::SourceUnavailable,
+        format!("{}: {}", p.reason, p.message),
+    )]
+}
+
+/// The preflight record of `concerns`, checked `now` for the spec's generation; `previous`
+/// (with its time) when it found the same, so that looking again writes nothing. Pure.
+pub fn record(
+    vmm: &VirtualMachineMigration,
+    concerns: Vec<Concern>,
+    now: &Time,
+    previous: Option<&PreflightStatus>,
+) -> PreflightStatus {
+    let accepted = accepted(vmm, &concerns);
+    let new = PreflightStatus {
+        checked_at: Some(now.clone()),
+        observed_generation: vmm.metadata.generation,
+        concerns,
+        accepted,
+    };
+    match previous {
+        Some(p)
+            if p.concerns == new.concerns
+                && p.accepted == new.accepted
+                && p.observed_generation == new.observed_generation =>
+        {
+            p.clone()
+        }
+        _ => new,
+    }
+}
+
+/// The Critical concerns among `concerns` that `spec.preflight.accept` accepts (only codes that
+/// may be accepted). Pure.
+fn accepted(vmm: &VirtualMachineMigration, concerns: &[Concern]) -> Vec<Code> {
+    let asked = vmm
+        .spec
+        .preflight
+        .as_ref()
+        .map(|p| p.accept.as_slice())
+        .unwrap_or_default();
+    let mut out: Vec<Code> = concerns
+        .iter()
+        .filter(|c| c.severity == Severity::Critical && c.code.acceptable())
+        .map(|c| c.code)
+        .filter(|code| asked.contains(code))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Whether a Critical concern of these codes holds the migration in Pending; the others keep
+/// Preparing's own rules (see the module's comment). Pure.
+pub fn holds(code: Code) -> bool {
+    match code {
+        Code::NameConflict
+        | Code::StagingUnavailable
+        | Code::TargetNameTaken
+        | Code::ConverterImageNotAllowed
+        | Code::SourceUnavailable => false,
+        Code::PoweredOn
+        | Code::ToolsNotRunning
+        | Code::SnapshotPresent
+        | Code::RawDeviceMapping
+        | Code::IndependentDisk
+        | Code::SharedDisk
+        | Code::EncryptedDisk
+        | Code::Passthrough
+        | Code::UnsupportedDisk
+        | Code::IncompleteInventory
+        | Code::NoDisk
+        | Code::SecureBoot
+        | Code::BusWithoutDrivers
+        | Code::NetworkUnmapped => true,
+    }
+}
+
+/// How long until a migration held or paused in Pending is checked again; `None` when it is
+/// due now (never checked, the spec changed since, or the interval passed). Pure.
+pub fn recheck_in(vmm: &VirtualMachineMigration, now: &Time, every: Duration) -> Option<Duration> {
+    let p = vmm.status.as_ref()?.preflight.as_ref()?;
+    if p.observed_generation != vmm.metadata.generation {
+        return None;
+    }
+    let at = p.checked_at.as_ref()?;
+    let since = now.0.duration_since(at.0);
+    let since = Duration::try_from(since).unwrap_or_default();
+    every.checked_sub(since).filter(|d| !d.is_zero())
+}
+
+/// How long a migration held in Pending by preflight waits before its next look; `None` when
+/// it is not held or the look is due. Pure.
+pub fn waiting(vmm: &VirtualMachineMigration, now: &Time, every: Duration) -> Option<Duration> {
+    let p = vmm.status.as_ref()?.preflight.as_ref()?;
+    let held = vmm.phase() == ferry_crds::Phase::Pending && p.blocking().any(|c| holds(c.code));
+    held.then(|| recheck_in(vmm, now, every)).flatten()
+}
+
+/// Whether ferry read the source VM whole: every part of vSphere's answer, and at least as many
+/// virtual disks as vSphere counts. A disk ferry did not read would be missing from the migrated
+/// VM, and the migration would still succeed. Pure.
+///
+/// # Errors
+/// Why not, naming what ferry could not read, else the count and the disks it did read.
+fn read_whole(name: &str, facts: &SourceFacts) -> Result<(), String> {
+    let read = facts.vm.disks.len();
+    let count = facts
+        .disks_reported
+        .filter(|n| usize::try_from(*n).is_ok_and(|n| n > read))
+        .map(|n| say::disks_counted(n, read));
+    match (facts.unread.as_slice(), count) {
+        ([], None) => Ok(()),
+        ([], Some(count)) => {
+            let disks: Vec<String> = facts
+                .vm
+                .disks
+                .iter()
+                .map(|d| say::disk(d.key, &d.label))
+                .collect();
+            Err(say::disks_missed(&count, name, &disks))
+        }
+        (unread, count) => Err(say::unreadable(unread, name, count.as_deref())),
+    }
+}
+
+fn critical(code: Code, message: impl Into<String>) -> Concern {
+    Concern::new(code, Severity::Critical, message)
+}
+
+/// A disk or device problem as a concern: Critical where the copy would not be the VM's data.
+fn of_layout(p: &LayoutProblem) -> Concern {
+    let (code, severity) = match p {
+        LayoutProblem::NoDisks => (Code::NoDisk, Severity::Critical),
+        LayoutProblem::RawDeviceMapping { .. } => (Code::RawDeviceMapping, Severity::Critical),
+        LayoutProblem::SnapshotDelta { .. } => (Code::SnapshotPresent, Severity::Critical),
+        LayoutProblem::NotVmdk { .. } | LayoutProblem::UnsupportedBacking { .. } => {
+            (Code::UnsupportedDisk, Severity::Critical)
+        }
+        LayoutProblem::Independent { .. } => (Code::IndependentDisk, Severity::Warning),
+        LayoutProblem::Shared { .. } => (Code::SharedDisk, Severity::Critical),
+        LayoutProblem::Encrypted { .. } => (Code::EncryptedDisk, Severity::Critical),
+        LayoutProblem::Passthrough { .. } => (Code::Passthrough, Severity::Warning),
+    };
+    Concern::new(code, severity, p.to_string())
+}
+
+/// A running source: ferry powers it off when allowed (Info), else it cannot be copied
+/// consistently (Critical); without running Tools that power-off is a hard one (Warning).
+fn power(vmm: &VirtualMachineMigration, facts: &SourceFacts, name: &str) -> Vec<Concern> {
+    let on = matches!(
+        facts.vm.power_state,
+        Some(PowerState::PoweredOn | PowerState::Suspended)
+    );
+    if !on {
+        return vec![];
+    }
+    let policy = &vmm.spec.source.power;
+    if !policy.power_off {
+        return vec![critical(Code::PoweredOn, say::kept_on(name))];
+    }
+    let mut out = vec![Concern::new(
+        Code::PoweredOn,
+        Severity::Info,
+        say::will_power_off(name, policy.shutdown_grace_period_seconds),
+    )];
+    if facts.vm.vmware_tools != Some(ToolsState::Running) {
+        out.push(Concern::new(
+            Code::ToolsNotRunning,
+            Severity::Warning,
+            say::hard_power_off(name),
+        ));
+    }
+    out
+}
+
+/// UEFI Secure Boot: KubeVirt runs it (SMM, OVMF with Microsoft's keys), worth knowing.
+fn firmware(facts: &SourceFacts) -> Option<Concern> {
+    (facts.vm.secure_boot == Some(true))
+        .then(|| Concern::new(Code::SecureBoot, Severity::Info, say::secure_boot()))
+}
+
+/// A bus or NIC model that needs virtio drivers the spec does not say the guest has: a Windows
+/// guest will not boot from a virtio disk (Critical, may be accepted); another guest may lack
+/// them in its initramfs (Warning).
+fn bus(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Option<Concern> {
+    let d = &vmm.spec.target.template.devices;
+    if d.virtio_drivers {
+        return None;
+    }
+    let disk_needs = matches!(d.disk_bus, Some(DiskBus::Virtio | DiskBus::Scsi));
+    let nic_needs = matches!(d.nic_model, Some(NicModel::Virtio));
+    if !disk_needs && !nic_needs {
+        return None;
+    }
+    let windows = facts.vm.guest_os_family == Some(GuestOsFamily::Windows);
+    let severity = if windows && disk_needs {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    Some(Concern::new(
+        Code::BusWithoutDrivers,
+        severity,
+        say::without_drivers(disk_needs, windows),
+    ))
+}
+
+/// NICs whose network no mapping takes: they are left out of the migrated VM.
+fn networks(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let maps = &vmm.spec.target.template.networks;
+    facts
+        .vm
+        .nics
+        .iter()
+        .enumerate()
+        .filter(|(i, nic)| {
+            if maps.is_empty() {
+                // Without mappings the first adapter goes to the pod network.
+                *i > 0
+            } else {
+                !maps.iter().any(|m| m.source == nic.network)
+            }
+        })
+        .map(|(_, nic)| {
+            Concern::new(
+                Code::NetworkUnmapped,
+                Severity::Warning,
+                say::left_out(&nic.mac, &nic.network),
+            )
+        })
+        .collect()
+}
+
+/// What preflight tells people.
+mod say {
+    pub(super) fn disks_counted(reported: u32, read: usize) -> String {
+        format!("vSphere reports {reported} virtual disk(s), ferry read {read}")
+    }
+
+    /// A disk as vSphere names it: its key, and its label when it has one.
+    pub(super) fn disk(key: i32, label: &str) -> String {
+        if label.is_empty() {
+            key.to_string()
+        } else {
+            format!("{key} {label:?}")
+        }
+    }
+
+    pub(super) fn disks_missed(count: &str, name: &str, disks: &[String]) -> String {
+        format!(
+            "{count} of {name} ({}); ferry migrates a VM only when it reads every disk",
+            if disks.is_empty() {
+                "none".to_owned()
+            } else {
+                disks.join(", ")
+            }
+        )
+    }
+
+    pub(super) fn unreadable(unread: &[String], name: &str, count: Option<&str>) -> String {
+        format!(
+            "ferry could not read {} in vSphere's answer about {name}{}; ferry migrates a VM only when it reads all of it",
+            unread.join("; "),
+            count.map(|c| format!(" ({c})")).unwrap_or_default()
+        )
+    }
+
+    pub(super) fn no_disk(name: &str) -> String {
+        format!("{name} has no virtual disk to migrate")
+    }
+
+    pub(super) fn target_taken(vm: &str) -> String {
+        format!(
+            "a VirtualMachine named {vm} already exists in this namespace and is not this migration's; set spec.target.name"
+        )
+    }
+
+    pub(super) fn kept_on(name: &str) -> String {
+        format!(
+            "{name} is not powered off and spec.source.powerOff is false; power it off in vSphere or set powerOff"
+        )
+    }
+
+    pub(super) fn will_power_off(name: &str, grace: i64) -> String {
+        format!(
+            "{name} runs: the migration shuts its guest down (VMware Tools), powering it off hard after {grace}s"
+        )
+    }
+
+    pub(super) fn hard_power_off(name: &str) -> String {
+        format!(
+            "VMware Tools do not run in {name}: its power-off will be a hard one (the guest's unwritten data is lost); start Tools, or shut the guest down yourself before the window"
+        )
+    }
+
+    pub(super) fn secure_boot() -> String {
+        "UEFI Secure Boot is on: the VM gets KubeVirt's Secure Boot (SMM, Microsoft's keys); a guest signed with other keys will not boot".to_owned()
+    }
+
+    pub(super) fn without_drivers(disk: bool, windows: bool) -> String {
+        let what = if disk {
+            "target.template.devices asks for a virtio disk bus"
+        } else {
+            "target.template.devices asks for virtio NICs"
+        };
+        let then = if windows {
+            "a Windows guest without virtio-win does not boot from it (INACCESSIBLE_BOOT_DEVICE)"
+        } else {
+            "a guest whose initramfs lacks virtio drivers does not find its disk or network"
+        };
+        format!(
+            "{what} but devices.virtioDrivers is false: {then}; install the drivers and set virtioDrivers, choose sata/e1000e, or accept BusWithoutDrivers"
+        )
+    }
+
+    pub(super) fn left_out(mac: &str, network: &str) -> String {
+        format!(
+            "the NIC {mac} on network {network:?} is left out of the migrated VM: map {network:?} in target.template.networks"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::{DiscoveredDisk, DiscoveredNic, DiscoveredSource, PreflightSpec, fixtures};
+
+    fn facts() -> SourceFacts {
+        SourceFacts {
+            vm: DiscoveredSource {
+                name: Some("vm0".into()),
+                power_state: Some(PowerState::PoweredOff),
+                disks: vec![DiscoveredDisk {
+                    key: 2000,
+                    datastore_path: "[ds] vm0/vm0.vmdk".into(),
+                    capacity_bytes: 1 << 30,
+                    ..Default::default()
+                }],
+                nics: vec![DiscoveredNic {
+                    mac: "00:50:56:00:00:01".into(),
+                    network: "VM Network".into(),
+                    device_type: None,
+                }],
+                ..Default::default()
+            },
+            layout_problems: vec![],
+            disks_reported: Some(1),
+            unread: vec![],
+            bucket: Ok(()),
+            target_taken: false,
+            conflicts: vec![],
+            converter_image: Ok("img".into()),
+        }
+    }
+
+    fn codes(c: &[Concern]) -> Vec<(Code, Severity)> {
+        c.iter().map(|c| (c.code, c.severity)).collect()
+    }
+
+    #[test]
+    fn a_clean_powered_off_vm_has_no_concern() {
+        assert_eq!(concerns(&fixtures::migration("m"), &facts()), vec![]);
+    }
+
+    #[test]
+    fn a_running_vm_is_powered_off_by_the_migration_or_blocks_it() {
+        let mut f = facts();
+        f.vm.power_state = Some(PowerState::PoweredOn);
+        f.vm.vmware_tools = Some(ToolsState::Running);
+        let vmm = fixtures::migration("m");
+        assert_eq!(
+            codes(&concerns(&vmm, &f)),
+            vec![(Code::PoweredOn, Severity::Info)]
+        );
+        f.vm.vmware_tools = Some(ToolsState::NotRunning);
+        assert_eq!(
+            codes(&concerns(&vmm, &f)),
+            vec![
+                (Code::ToolsNotRunning, Severity::Warning),
+                (Code::PoweredOn, Severity::Info)
+            ]
+        );
+        let mut kept = vmm.clone();
+        kept.spec.source.power.power_off = false;
+        assert_eq!(
+            codes(&concerns(&kept, &f)),
+            vec![(Code::PoweredOn, Severity::Critical)]
+        );
+    }
+
+    #[test]
+    fn disk_problems_weigh_by_whether_the_copy_would_be_the_vms_data() {
+        let mut f = facts();
+        let disk = "Hard disk 1".to_owned();
+        f.layout_problems = vec![
+            LayoutProblem::SnapshotDelta { disk: disk.clone() },
+            LayoutProblem::Independent {
+                disk: disk.clone(),
+                nonpersistent: false,
+            },
+            LayoutProblem::Shared { disk: disk.clone() },
+            LayoutProblem::Encrypted { disk: disk.clone() },
+            LayoutProblem::RawDeviceMapping { disk },
+            LayoutProblem::Passthrough {
+                device: "USB 1".into(),
+            },
+        ];
+        let got = codes(&concerns(&fixtures::migration("m"), &f));
+        assert_eq!(
+            got,
+            vec![
+                (Code::SnapshotPresent, Severity::Critical),
+                (Code::SharedDisk, Severity::Critical),
+                (Code::EncryptedDisk, Severity::Critical),
+                (Code::RawDeviceMapping, Severity::Critical),
+                (Code::IndependentDisk, Severity::Warning),
+                (Code::Passthrough, Severity::Warning),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_disk_ferry_did_not_read_is_critical() {
+        let mut f = facts();
+        f.disks_reported = Some(2);
+        let c = concerns(&fixtures::migration("m"), &f);
+        assert_eq!(codes(&c), vec![(Code::IncompleteInventory, Severity::Critical)]);
+        assert!(c[0].message.contains("vSphere reports 2 virtual disk(s), ferry read 1"));
+        f.vm.disks.clear();
+        f.disks_reported = Some(0);
+        assert_eq!(
+            codes(&concerns(&fixtures::migration("m"), &f)),
+            vec![(Code::NoDisk, Severity::Critical)]
+        );
+    }
+
+    #[test]
+    fn windows_on_a_virtio_disk_without_drivers_is_critical_and_may_be_accepted() {
+        let mut f = facts();
+        f.vm.guest_os_family = Some(GuestOsFamily::Windows);
+        let mut vmm = fixtures::migration("m");
+        vmm.spec.target.template.devices.disk_bus = Some(DiskBus::Virtio);
+        let c = concerns(&vmm, &f);
+        assert_eq!(codes(&c), vec![(Code::BusWithoutDrivers, Severity::Critical)]);
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        assert_eq!(record(&vmm, c.clone(), &now, None).blocking().count(), 1);
+        vmm.spec.preflight = Some(PreflightSpec {
+            accept: vec![Code::BusWithoutDrivers, Code::SnapshotPresent],
+        });
+        let r = record(&vmm, c, &now, None);
+        assert_eq!(r.accepted, vec![Code::BusWithoutDrivers]);
+        assert_eq!(r.blocking().count(), 0);
+        f.vm.guest_os_family = Some(GuestOsFamily::Linux);
+        assert_eq!(
+            codes(&concerns(&vmm, &f)),
+            vec![(Code::BusWithoutDrivers, Severity::Warning)]
+        );
+        vmm.spec.target.template.devices.virtio_drivers = true;
+        assert_eq!(concerns(&vmm, &f), vec![]);
+    }
+
+    #[test]
+    fn a_snapshot_is_never_accepted() {
+        let mut f = facts();
+        f.layout_problems = vec![LayoutProblem::SnapshotDelta {
+            disk: "Hard disk 1".into(),
+        }];
+        let mut vmm = fixtures::migration("m");
+        vmm.spec.preflight = Some(PreflightSpec {
+            accept: vec![Code::SnapshotPresent],
+        });
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let r = record(&vmm, concerns(&vmm, &f), &now, None);
+        assert_eq!(r.accepted, vec![]);
+        assert_eq!(r.blocking().count(), 1);
+    }
+
+    #[test]
+    fn unmapped_networks_leave_their_nics_out() {
+        let mut f = facts();
+        f.vm.nics.push(DiscoveredNic {
+            mac: "00:50:56:00:00:02".into(),
+            network: "Backup".into(),
+            device_type: None,
+        });
+        let vmm = fixtures::migration("m");
+        let c = concerns(&vmm, &f);
+        assert_eq!(codes(&c), vec![(Code::NetworkUnmapped, Severity::Warning)]);
+        assert!(c[0].message.contains("Backup"));
+        let mut mapped = vmm.clone();
+        mapped.spec.target.template.networks = vec![ferry_crds::NetworkMapping {
+            source: "VM Network".into(),
+            pod: Some(Default::default()),
+            multus: None,
+        }];
+        let c = concerns(&mapped, &f);
+        assert_eq!(codes(&c), vec![(Code::NetworkUnmapped, Severity::Warning)]);
+        assert!(c[0].message.contains("Backup"));
+    }
+
+    #[test]
+    fn a_held_migration_is_checked_again_on_its_interval_or_a_spec_change() {
+        let every = Duration::from_secs(600);
+        let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap());
+        let later = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000 + s).unwrap());
+        let mut vmm = fixtures::migration("m");
+        assert_eq!(recheck_in(&vmm, &t0, every), None, "never checked");
+        let st = vmm.status.get_or_insert_with(Default::default);
+        st.preflight = Some(PreflightStatus {
+            checked_at: Some(t0.clone()),
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(
+            recheck_in(&vmm, &later(100), every),
+            Some(Duration::from_secs(500))
+        );
+        assert_eq!(recheck_in(&vmm, &later(600), every), None, "due");
+        vmm.metadata.generation = Some(2);
+        assert_eq!(recheck_in(&vmm, &later(100), every), None, "the spec changed");
+    }
+}

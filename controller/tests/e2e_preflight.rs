@@ -1,0 +1,187 @@
+//! Preflight against the lab: the concerns about a VM and its target are found before anything
+//! is touched. A migration created paused is preflighted without starting; unpaused, a
+//! Critical concern holds it in Pending (reason PreflightFailed) with the source still running;
+//! the operator's accept (spec.preflight.accept) lets it go on, recorded in status and an
+//! Event. In a wave, a VM held by preflight takes no maxInFlight slot and the others migrate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ferry_crds::{
+    ConcernCode, ConditionType, DiskBus, MigrationWave, MigrationWaveSpec, Phase, Reason,
+    Severity, VirtualMachineMigration, VmSelector, WaveVm,
+};
+use ferry_harness::{eventually, put_vmdk};
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use kube::api::PostParams;
+
+fn concerns_of(v: &VirtualMachineMigration) -> Vec<(ConcernCode, Severity)> {
+    let mut c: Vec<_> = v
+        .status
+        .as_ref()
+        .and_then(|s| s.preflight.as_ref())
+        .map(|p| p.concerns.iter().map(|c| (c.code, c.severity)).collect())
+        .unwrap_or_default();
+    c.sort();
+    c
+}
+
+fn ready_reason(v: &VirtualMachineMigration) -> Option<Reason> {
+    v.condition(ConditionType::Ready).map(|c| c.reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_is_preflighted_paused_held_while_critical_and_goes_on_once_accepted() {
+    let mut env = Env::new("preflight", 4).await;
+    // A Windows guest without running Tools, on EFI with Secure Boot, asked onto a virtio disk
+    // bus without virtio drivers.
+    env.shape(
+        &env.vm.name,
+        &[
+            "--guest-id",
+            "windows2019srv_64Guest",
+            "--tools",
+            "not-running",
+            "--firmware",
+            "efi",
+            "--secure-boot",
+        ],
+    );
+    assert_eq!(env.power_state().await, "poweredOn");
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("pre");
+    vmm.spec.paused = true;
+    vmm.spec.target.template.devices.disk_bus = Some(DiskBus::Virtio);
+    env.create(&vmm).await;
+
+    // Paused: preflighted, nothing started.
+    let v = env
+        .wait_for("pre", "a preflight of the paused migration", 120, |v| {
+            !concerns_of(v).is_empty()
+        })
+        .await;
+    let want = vec![
+        (ConcernCode::PoweredOn, Severity::Info),
+        (ConcernCode::ToolsNotRunning, Severity::Warning),
+        (ConcernCode::SecureBoot, Severity::Info),
+        (ConcernCode::BusWithoutDrivers, Severity::Critical),
+    ];
+    let mut sorted = want.clone();
+    sorted.sort();
+    assert_eq!(concerns_of(&v), sorted, "{}", serde_yaml_status(&v));
+    assert_eq!(v.phase(), Phase::Pending);
+    assert!(v.held_by_preflight());
+    let st = v.status.clone().unwrap();
+    assert_eq!(st.source_power_off, None);
+    assert!(st.started_at.is_none(), "never started");
+
+    // Unpaused: the Critical concern holds it in Pending, the source untouched.
+    env.patch_spec("pre", serde_json::json!({"paused": false})).await;
+    let v = env
+        .wait_for("pre", "preflight to hold it", 120, |v| {
+            ready_reason(v) == Some(Reason::PreflightFailed)
+        })
+        .await;
+    assert_eq!(v.phase(), Phase::Pending, "{}", serde_yaml_status(&v));
+    let validated = v.condition(ConditionType::Validated).unwrap();
+    assert_eq!(validated.reason, Reason::PreflightFailed);
+    assert!(
+        validated.message.contains("BusWithoutDrivers")
+            && validated.message.contains("virtioDrivers"),
+        "{}",
+        validated.message
+    );
+    assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
+    assert_eq!(env.power_state().await, "poweredOn");
+    let jobs: Api<Job> = env.ns.api();
+    assert!(jobs.list(&Default::default()).await.unwrap().items.is_empty());
+
+    // Accepted: it goes on at once (a spec change is looked at without waiting for the
+    // recheck), and the acceptance is on record.
+    env.patch_spec(
+        "pre",
+        serde_json::json!({"preflight": {"accept": ["BusWithoutDrivers"]}}),
+    )
+    .await;
+    let done = env.wait_terminal("pre", 300).await;
+    assert_eq!(done.phase(), Phase::Succeeded, "{}", serde_yaml_status(&done));
+    let p = done.status.as_ref().unwrap().preflight.clone().unwrap();
+    assert_eq!(p.accepted, vec![ConcernCode::BusWithoutDrivers]);
+    assert!(
+        env.event_reasons("pre")
+            .await
+            .iter()
+            .any(|r| r == "ConcernsAccepted"),
+        "an Event records the acceptance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_goes_on_past_a_vm_held_by_preflight() {
+    let mut env = Env::new("preflight-wave", 8).await;
+    // The wave's first VM has a disk ferry cannot read: a Critical concern.
+    env.shape(&env.vm.name, &["--add-disk", "unreadable"]);
+    let clean = env.lab.claim_vm().unwrap();
+    put_vmdk(&clean, &env.scratch.join("clean"), 8, 91).unwrap();
+    env.start_sim();
+    env.start_controller();
+    let spec = MigrationWaveSpec {
+        template: env.wave_template(),
+        vms: [env.vm.name.clone(), clean.name.clone()]
+            .into_iter()
+            .map(|n| WaveVm {
+                vm: VmSelector::by_name(n),
+                target_name: None,
+                preflight: None,
+            })
+            .collect(),
+        max_in_flight: 1,
+        selector: None,
+        paused: false,
+        cancel: false,
+        retry: 0,
+    };
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("w", spec))
+        .await
+        .unwrap();
+    let vmms: Api<VirtualMachineMigration> = env.ns.api();
+    let (held, migrated) = eventually(
+        "the clean VM migrated past the held one",
+        Duration::from_secs(300),
+        || async {
+            let all = vmms.list(&Default::default()).await.ok()?.items;
+            let held = all.iter().find(|v| v.held_by_preflight())?.clone();
+            let done = all
+                .iter()
+                .find(|v| v.phase() == Phase::Succeeded)?
+                .clone();
+            Some((held, done))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(
+        held.spec.source.vm.name.as_deref(),
+        Some(env.vm.name.as_str())
+    );
+    assert_eq!(
+        migrated.spec.source.vm.name.as_deref(),
+        Some(clean.name.as_str())
+    );
+    assert!(
+        concerns_of(&held).contains(&(ConcernCode::IncompleteInventory, Severity::Critical)),
+        "{}",
+        serde_yaml_status(&held)
+    );
+    assert_eq!(env.power_state().await, "poweredOn", "the held VM untouched");
+    let w = waves.get("w").await.unwrap();
+    let s = w.status.unwrap();
+    assert_eq!((s.in_flight, s.counts.succeeded), (0, 1), "{s:?}");
+}
