@@ -2,7 +2,7 @@
 //! delete`. They reuse the state's rules, so a script and a key press do the same thing.
 
 use ::kube::{Api, api::ListParams};
-use ferry_crds::{ConditionType, MigrationWave, VirtualMachineMigration};
+use ferry_crds::{ConditionType, MigrationWave, Severity, VirtualMachineMigration};
 use serde_json::json;
 
 use crate::{
@@ -175,7 +175,8 @@ fn table(rows: Vec<Vec<String>>) -> String {
 }
 
 /// The board as plain text, one line per visible migration; with several clusters, their
-/// states first, then a CLUSTER column.
+/// states first, then a CLUSTER column; then preflight's concerns of the migrations that have
+/// any.
 pub fn board_text(state: &State) -> String {
     let all_ns = state.all_namespaces();
     let multi = state.multi_cluster();
@@ -238,11 +239,60 @@ pub fn board_text(state: &State) -> String {
         rows.push(cells);
     }
     out.push_str(&table(rows));
+    out.push_str(&concerns_text(state));
+    out
+}
+
+/// Preflight's concerns of each visible migration that has any, after the board: the migration
+/// (and whether preflight holds it), then one line per concern — severity, code, message — to
+/// paste into a change ticket. Empty when no migration has a concern.
+fn concerns_text(state: &State) -> String {
+    let multi = state.multi_cluster();
+    let rows: Vec<_> = state
+        .index
+        .visible_range(0, state.index.visible_len())
+        .filter_map(|r| Some((r, r.preflight().filter(|p| !p.concerns.is_empty())?)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let code_w = rows
+        .iter()
+        .flat_map(|(_, p)| &p.concerns)
+        .map(|c| c.code.as_str().len())
+        .max()
+        .unwrap_or(0);
+    let mut out = format!("\n{}\n", column::PREFLIGHT);
+    for (r, p) in rows {
+        let mut head = if multi {
+            format!("{}/{}", state.context_of(r.key.cluster), r.key)
+        } else {
+            r.key.to_string()
+        };
+        if r.held_by.is_some() {
+            head.push_str(&format!("  {}", strings::preflight::HELD));
+        }
+        out.push_str(&head);
+        out.push('\n');
+        for c in &p.concerns {
+            let mut line = format!(
+                "  {:<8}  {:<code_w$}  {}",
+                c.severity.as_str(),
+                c.code.as_str(),
+                c.message.split_whitespace().collect::<Vec<_>>().join(" ")
+            );
+            if c.severity == Severity::Critical && p.accepted.contains(&c.code) {
+                line.push_str(&format!(" ({})", strings::preflight::ACCEPTED));
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
     out
 }
 
 /// The board as JSON: the clusters with their states, and the migrations with the board's
-/// columns and their cluster.
+/// columns, their cluster and their last preflight (`status.preflight` as the API has it).
 pub fn board_json(state: &State) -> serde_json::Value {
     let clusters: Vec<serde_json::Value> = state
         .clusters
@@ -278,6 +328,8 @@ pub fn board_json(state: &State) -> serde_json::Value {
                 "attempt": r.attempt,
                 "inPhaseSeconds": r.phase_since.map(|t| format::secs_between(t, state.now)),
                 "message": r.message,
+                "heldByPreflight": r.held_by.is_some(),
+                "preflight": r.preflight(),
                 "cancel": r.cancel,
                 "paused": r.paused,
                 "retry": r.retry,

@@ -136,6 +136,12 @@ pub const BINDINGS: &[Binding] = &[
         action: || Action::ShowTimeline,
     },
     Binding {
+        keys: &[k('P')],
+        label: "P",
+        help: help::PREFLIGHT,
+        action: || Action::ShowPreflight,
+    },
+    Binding {
         keys: &[k(' ')],
         label: "Space",
         help: help::MARK,
@@ -269,6 +275,10 @@ pub const BOARD_HINTS: &[Hint] = &[
         word: hint::DETAILS,
     },
     Hint {
+        actions: &[Action::ShowPreflight],
+        word: hint::PREFLIGHT,
+    },
+    Hint {
         actions: &[Action::Quit],
         word: hint::QUIT,
     },
@@ -303,6 +313,50 @@ pub const VIEW_HINTS: &[Hint] = &[
     Hint {
         actions: VERBS,
         word: hint::ACT,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+    Hint {
+        actions: &[Action::Quit],
+        word: hint::QUIT,
+    },
+];
+
+/// Footer hints in the preflight view, whose lines are groups to open.
+pub const PREFLIGHT_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SELECT,
+    },
+    Hint {
+        actions: &[Action::Enter],
+        word: hint::SHOW_GROUP,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+    Hint {
+        actions: &[Action::Quit],
+        word: hint::QUIT,
+    },
+];
+
+/// Footer hints in the list of a preflight group, about many migrations: no verb applies.
+pub const PREFLIGHT_GROUP_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SCROLL,
     },
     Hint {
         actions: &[Action::ToggleHelp],
@@ -456,7 +510,13 @@ mod tests {
 
     #[test]
     fn every_footer_hint_shows_keys_bound_in_the_one_key_map() {
-        for h in BOARD_HINTS.iter().chain(VIEW_HINTS).chain(WAVE_HINTS) {
+        for h in BOARD_HINTS
+            .iter()
+            .chain(VIEW_HINTS)
+            .chain(WAVE_HINTS)
+            .chain(PREFLIGHT_HINTS)
+            .chain(PREFLIGHT_GROUP_HINTS)
+        {
             for a in h.actions {
                 assert!(footer_key(a).is_some(), "{a:?} ({}) is not bound", h.word);
             }
@@ -471,7 +531,13 @@ mod tests {
             false,
             ferry_crds::fixtures::ts(0).0,
         );
-        for h in BOARD_HINTS.iter().chain(VIEW_HINTS).chain(WAVE_HINTS) {
+        for h in BOARD_HINTS
+            .iter()
+            .chain(VIEW_HINTS)
+            .chain(WAVE_HINTS)
+            .chain(PREFLIGHT_HINTS)
+            .chain(PREFLIGHT_GROUP_HINTS)
+        {
             for a in h.actions {
                 let key = footer_key(a).unwrap();
                 let ev = match key.as_str() {

@@ -243,6 +243,7 @@ pub mod details {
     pub const CHILDREN: &str = "children";
     pub const TIMELINE: &str = "timeline";
     pub const EVENTS: &str = "events";
+    pub const PREFLIGHT: &str = "preflight";
 
     // Labels in front of a value.
     pub const SOURCE: &str = "source";
@@ -381,6 +382,36 @@ pub mod details {
     pub fn attempt(n: i32, current: bool) -> String {
         format!("  attempt {n}{}", if current { "  (now)" } else { "" })
     }
+
+    /// No preflight recorded yet.
+    pub const NOT_CHECKED: &str = "(not checked yet)";
+    /// Preflight found nothing.
+    pub const NO_CONCERNS: &str = "no concerns";
+    /// Label of when preflight ran.
+    pub const CHECKED: &str = "checked";
+    /// Label of what holds the migration.
+    pub const HELD: &str = "held";
+
+    /// When preflight ran (`None`: not said), and whether the spec changed since (a check
+    /// for the new spec is due).
+    pub fn checked(ago: Option<&str>, spec_changed: bool) -> String {
+        let when = ago.map_or(super::NONE.to_owned(), super::ago);
+        if spec_changed {
+            format!("{when}, for an older spec (checking again)")
+        } else {
+            when
+        }
+    }
+
+    /// Why a migration held by preflight waits, and what ends it.
+    pub fn held(blocking: usize) -> String {
+        format!(
+            "in Pending, nothing touched: {blocking} Critical concern{} nobody accepted; fix {} \
+             cause (or accept it in spec.preflight.accept where that is allowed)",
+            if blocking == 1 { "" } else { "s" },
+            if blocking == 1 { "its" } else { "each one's" }
+        )
+    }
 }
 
 /// What each key does, for the help overlay (in `keys::BINDINGS` order).
@@ -388,10 +419,12 @@ pub mod help {
     /// Title of the overlay.
     pub const TITLE: &str = "keys (Esc closes)";
     /// The legend under the keys.
-    pub const LEGEND: [&str; 3] = [
+    pub const LEGEND: [&str; 5] = [
         " Pips: SourceDiscovered Validated DiskConverted DiskImported VMCreated",
         "       VMStarted GuestReady Ready   (● true ✕ failed ↻ retrying ○ not yet)",
         " Gutter: ● marked  … pending  ✕ cancelling  ‖ paused  † deleting",
+        " Blocked: preflight holds it in Pending (a Critical concern nobody accepted)",
+        " Wave preflight: ✓ ready  ✕ blocked  ⚠ ready with warnings",
     ];
 
     pub const UP: &str = "up (scroll in views)";
@@ -408,6 +441,7 @@ pub mod help {
     pub const REVERSE_SORT: &str = "reverse sort";
     pub const WAVE: &str = "waves with their progress; Enter shows one";
     pub const TIMELINE: &str = "timeline: phases over time of the rows shown";
+    pub const PREFLIGHT: &str = "preflight: concerns by code";
     pub const MARK: &str = "mark / unmark";
     pub const MARK_ALL: &str = "mark all visible (again: unmark all)";
     pub const CANCEL: &str = "cancel (marked, selected, or the wave)";
@@ -429,6 +463,7 @@ pub mod hint {
     pub const SORT: &str = "sort";
     pub const WAVE: &str = "waves";
     pub const TIMELINE: &str = "timeline";
+    pub const PREFLIGHT: &str = "preflight";
     pub const WAVES: &str = "strip";
     pub const MARK: &str = "mark";
     pub const CANCEL: &str = "cancel";
@@ -447,6 +482,7 @@ pub mod hint {
     pub const ACT_ON_WAVE: &str = "act on the MigrationWave";
     pub const BOARD: &str = "board";
     pub const WAVE_STRIP: &str = "wave strip: ";
+    pub const SHOW_GROUP: &str = "its migrations";
 }
 
 /// The header: context, scope, connection, counts.
@@ -548,6 +584,7 @@ pub mod column {
     pub const CONTEXT: &str = "CONTEXT";
     pub const STATE: &str = "STATE";
     pub const ERROR: &str = "ERROR";
+    pub const PREFLIGHT: &str = "PREFLIGHT";
 }
 
 /// The board's title line.
@@ -585,6 +622,19 @@ pub mod board {
     pub fn marked(n: usize) -> String {
         format!("{n} marked ")
     }
+
+    /// The PHASE cell of a migration preflight holds in Pending.
+    pub const BLOCKED: &str = "Blocked";
+
+    /// The message of a migration preflight holds: the first Critical concern that holds it
+    /// (as a failure reads: code, then message), and how many more do.
+    pub fn held(code: &str, more: usize, message: &str) -> String {
+        if more == 0 {
+            format!("{code}: {message}")
+        } else {
+            format!("{code} (+{more}): {message}")
+        }
+    }
 }
 
 /// The wave strip.
@@ -618,6 +668,38 @@ pub mod waves {
     /// A wave's name after its context, on a board of several clusters.
     pub fn in_context(context: &str, name: &str) -> String {
         format!("{context}/{name}")
+    }
+
+    /// In front of the wave's preflight counts.
+    pub const PREFLIGHT: &str = " preflight ";
+    /// Between two preflight counts.
+    pub const SEPARATOR: &str = " · ";
+
+    /// Migrations preflight found nothing to hold in: in words, else a glyph.
+    pub fn ready(n: i32, words: bool) -> String {
+        if words {
+            format!("{n} ready")
+        } else {
+            format!("{n}✓")
+        }
+    }
+
+    /// Migrations a Critical concern nobody accepted holds (or will hold once released).
+    pub fn blocked(n: i32, words: bool) -> String {
+        if words {
+            format!("{n} blocked")
+        } else {
+            format!("{n}✕")
+        }
+    }
+
+    /// Ready migrations with at least one Warning.
+    pub fn warnings(n: i32, words: bool) -> String {
+        match (words, n) {
+            (true, 1) => "1 warning".to_owned(),
+            (true, n) => format!("{n} warnings"),
+            (false, n) => format!("{n}⚠"),
+        }
     }
 }
 
@@ -726,6 +808,118 @@ pub mod timeline {
     }
 }
 
+/// The preflight view (`P`), its group view, and the concerns `ferry board --once` prints.
+pub mod preflight {
+    use ferry_crds::ConcernCode;
+
+    /// Its title.
+    pub const TITLE: &str = " preflight ";
+    /// No migration on the board was preflighted.
+    pub const NOTHING_CHECKED: &str = "No migration on the board was preflighted yet.";
+    /// Preflighted, and nothing found.
+    pub const NOTHING_FOUND: &str = "Preflight found no concern about the migrations on the board.";
+    /// The group shown has no migration on the board any more.
+    pub const GROUP_GONE: &str = "no migration on the board has this concern any more";
+    /// A Critical concern the operator accepted.
+    pub const ACCEPTED: &str = "accepted";
+    /// A Critical concern nobody accepted, of a code that may be accepted.
+    pub const MAY_BE_ACCEPTED: &str = "may be accepted in spec.preflight.accept";
+    /// After a migration preflight holds, in `ferry board --once`.
+    pub const HELD: &str = "held by preflight";
+
+    /// Counts over the rows shown: preflighted, ready, blocked, ready with warnings.
+    pub fn tally(checked: i32, ready: i32, blocked: i32, warnings: i32) -> String {
+        format!("{checked} checked · {ready} ready · {blocked} blocked · {warnings} with warnings ")
+    }
+
+    /// How many VMs a group holds.
+    pub fn vms(n: usize) -> String {
+        format!("{n} VM{}", if n == 1 { "" } else { "s" })
+    }
+
+    /// A group: how many VMs, its severity and code, in columns.
+    pub fn group(vms: usize, severity: &str, code: &str) -> String {
+        let unit = if vms == 1 { "VM" } else { "VMs" };
+        format!("{vms:>5} {unit:<3} · {severity:<8} · {code:<24}")
+    }
+
+    /// How many of a Critical group's VMs accepted it, as a column (blank for none).
+    pub fn accepted(n: usize) -> String {
+        if n == 0 {
+            format!("{:12}", "")
+        } else {
+            format!("{:>12}", format!("{n} accepted"))
+        }
+    }
+
+    /// Heading of the group view.
+    pub fn group_heading(code: &str, severity: &str, vms: &str) -> String {
+        format!(" preflight · {code} · {severity}  {vms} ")
+    }
+
+    /// Column header of the group view.
+    pub fn group_header(name_w: usize) -> String {
+        format!("  {:<name_w$} {:<10} {}", "NAME", "PHASE", "MESSAGE")
+    }
+
+    /// What a code means and what to do about it, in a line.
+    pub fn about(code: ConcernCode) -> &'static str {
+        match code {
+            ConcernCode::SourceUnavailable => {
+                "the source could not be checked: its endpoint, credentials or the VM's lookup"
+            }
+            ConcernCode::PoweredOn => {
+                "the VM is powered on: the migration powers it off, or may not"
+            }
+            ConcernCode::ToolsNotRunning => {
+                "VMware Tools do not run: the shutdown will be a hard power-off"
+            }
+            ConcernCode::SnapshotPresent => {
+                "the VM has snapshots (a disk is a delta): consolidate or delete them first"
+            }
+            ConcernCode::RawDeviceMapping => {
+                "a disk is a raw device mapping: its data is on a LUN ferry cannot read"
+            }
+            ConcernCode::IndependentDisk => {
+                "a disk is independent: vSphere never snapshots it (nonpersistent: changes lost)"
+            }
+            ConcernCode::SharedDisk => {
+                "a disk is shared with other VMs: the copy is of a disk others still write"
+            }
+            ConcernCode::EncryptedDisk => "a disk is encrypted: ferry cannot convert ciphertext",
+            ConcernCode::Passthrough => {
+                "a PCI or USB device is passed through: the KubeVirt VM will not have it"
+            }
+            ConcernCode::UnsupportedDisk => "a disk's format or backing is one ferry cannot read",
+            ConcernCode::IncompleteInventory => {
+                "ferry read fewer disks than vSphere counts, or not all of vSphere's answer"
+            }
+            ConcernCode::NoDisk => "the VM has no virtual disk: nothing to migrate",
+            ConcernCode::SecureBoot => {
+                "Secure Boot is on: a guest signed with other than Microsoft's keys will not boot"
+            }
+            ConcernCode::BusWithoutDrivers => {
+                "the chosen bus needs drivers the guest is not said to have (virtioDrivers)"
+            }
+            ConcernCode::TargetNameTaken => {
+                "another VirtualMachine has the target name, or the name is not valid"
+            }
+            ConcernCode::NameConflict => {
+                "an object ferry would create exists and is not this migration's"
+            }
+            ConcernCode::NetworkUnmapped => {
+                "a NIC's network is not in target.template.networks: that NIC is left out"
+            }
+            ConcernCode::StagingUnavailable => {
+                "the staging bucket cannot be reached, written, or does not exist"
+            }
+            ConcernCode::ConverterImageNotAllowed => {
+                "the converter image asked for is not allowed by the controller's policy"
+            }
+        }
+    }
+}
+
 /// The first screen of `ferry --welcome`. `ui::welcome` pairs each thing to try with its keys.
 pub mod welcome {
     /// On its border.
@@ -742,6 +936,8 @@ pub mod welcome {
     pub const WAVES: &str = "the waves with their progress; Enter shows one";
     /// Try: the timeline.
     pub const TIMELINE: &str = "the timeline: where each migration's time went";
+    /// Try: the preflight view.
+    pub const PREFLIGHT: &str = "preflight: what holds migrations, grouped by concern";
     /// Try: a filter.
     pub const FILTER: &str = "filter, e.g. phase:Failed or a name";
     /// Try: retrying.

@@ -13,7 +13,7 @@ use ferry::{
 use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
-use support::{C0, now, sample_state, two_cluster_state};
+use support::{C0, now, sample_state, two_cluster_state, with_preflight};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -360,5 +360,43 @@ fn welcome() {
         s.popup = Some(ferry::state::Popup::Welcome {
             note: "This demo wave has 30 VMs; two fail on purpose (injected faults).".into(),
         });
+    });
+}
+
+#[test]
+fn board_with_a_migration_preflight_holds_and_the_waves_preflight_counts() {
+    at_both_sizes("board_preflight", with_preflight);
+}
+
+#[test]
+fn preflight_view_groups_the_concerns_of_the_rows_shown() {
+    at_both_sizes("preflight", |s| {
+        with_preflight(s);
+        apply(s, [Action::ShowPreflight, Action::Nav(Nav::Down)]);
+    });
+}
+
+#[test]
+fn preflight_group_lists_its_migrations_with_their_messages() {
+    at_both_sizes("preflight_group", |s| {
+        with_preflight(s);
+        apply(s, [Action::ShowPreflight, Action::Enter]);
+    });
+}
+
+#[test]
+fn preflight_view_of_a_board_none_was_preflighted_on_says_so() {
+    at_both_sizes("preflight_none", |s| apply(s, [Action::ShowPreflight]));
+}
+
+#[test]
+fn details_of_a_migration_preflight_holds() {
+    at_both_sizes("details_preflight", |s| {
+        with_preflight(s);
+        apply(s, [Action::StartFilter]);
+        for c in "w2-dc0-h0-vm1".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit, Action::Enter]);
     });
 }

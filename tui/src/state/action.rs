@@ -167,6 +167,8 @@ pub enum Action {
     PickWave,
     /// Open the timeline of the migrations on the board.
     ShowTimeline,
+    /// Open the preflight view: the concerns of the migrations on the board, grouped.
+    ShowPreflight,
     /// Mark or unmark the selected row.
     ToggleMark,
     /// Mark every visible row (or unmark all when all are marked).

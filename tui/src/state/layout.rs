@@ -85,7 +85,13 @@ pub fn page(state: &State) -> Option<usize> {
     let chrome = match state.view() {
         None => BOARD_CHROME,
         Some(View::Timeline) => TIMELINE_CHROME,
-        Some(View::Details(_) | View::Yaml(_) | View::Events(_)) => VIEW_CHROME,
+        Some(
+            View::Details(_)
+            | View::Yaml(_)
+            | View::Events(_)
+            | View::Preflight(_)
+            | View::PreflightGroup(_),
+        ) => VIEW_CHROME,
     };
     let rows = Bands::of(screen.height, state).body.saturating_sub(chrome);
     Some(usize::from(rows).max(1))

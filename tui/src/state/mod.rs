@@ -7,6 +7,7 @@ pub mod events;
 pub mod filter;
 pub mod index;
 pub mod layout;
+pub mod preflight;
 pub mod row;
 pub mod stamp;
 pub mod timeline;
@@ -29,6 +30,7 @@ pub use events::{EventKind, EventRow, EventStore};
 pub use filter::Filter;
 pub use index::{Index, Sort, SortKey, WaveScope};
 pub use layout::Screen;
+pub use preflight::GroupKey;
 pub use row::{Pip, Row};
 pub use stamp::Stamp;
 pub use update::{execute, plan, update};
@@ -118,6 +120,11 @@ pub enum View {
     Events(Target),
     /// Phases over time of the migrations on the board.
     Timeline,
+    /// Preflight's concerns about the migrations on the board, grouped by code and severity,
+    /// with the group under the cursor (`None`: the first).
+    Preflight(Option<GroupKey>),
+    /// The migrations on the board with one concern, each with its message.
+    PreflightGroup(GroupKey),
 }
 
 /// The line being typed at the bottom.

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use ferry_crds::{
-    Condition, ConditionStatus, ConditionType, Phase, Reason, VirtualMachineMigration,
+    ConcernCode, Condition, ConditionStatus, ConditionType, Phase, PreflightStatus, Reason,
+    VirtualMachineMigration,
 };
 use kube::ResourceExt;
 
 use super::{ClusterId, ObjKey, Timestamp};
+use crate::strings;
 
 /// What a condition pip tells a person, which is not always its status: a `False` that only
 /// means "not yet" on a healthy migration is no failure.
@@ -127,8 +129,12 @@ pub struct Row {
     pub phase_since: Option<Timestamp>,
     /// `status.completedAt`.
     pub completed_at: Option<Timestamp>,
-    /// Last failure, else the status message, else the latest condition message.
+    /// Last failure, else what holds it in preflight, else the status message, else the latest
+    /// condition message.
     pub message: String,
+    /// The first Critical concern that holds it in Pending, when preflight holds it
+    /// ([`VirtualMachineMigration::held_by_preflight`]): the board says `Blocked` and names it.
+    pub held_by: Option<ConcernCode>,
     /// `spec.cancel`.
     pub cancel: bool,
     /// `spec.paused`.
@@ -189,6 +195,7 @@ impl Row {
             phase_since,
             completed_at: status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0),
             message: message_of(&obj),
+            held_by: held_by(&obj),
             cancel: obj.spec.cancel,
             paused: obj.spec.paused,
             retry: obj.spec.retry,
@@ -196,10 +203,24 @@ impl Row {
             obj: Arc::new(obj),
         }
     }
+
+    /// Its last preflight, if one ran.
+    pub fn preflight(&self) -> Option<&PreflightStatus> {
+        self.obj.status.as_ref()?.preflight.as_ref()
+    }
 }
 
-/// The one line a person wants to read: why its deletion is stuck, else why it failed, else what
-/// it is doing.
+/// The first Critical concern that holds `obj` in Pending, when preflight holds it.
+fn held_by(obj: &VirtualMachineMigration) -> Option<ConcernCode> {
+    if !obj.held_by_preflight() {
+        return None;
+    }
+    let p = obj.status.as_ref()?.preflight.as_ref()?;
+    p.blocking().next().map(|c| c.code)
+}
+
+/// The one line a person wants to read: why its deletion is stuck, else why it failed, else
+/// what holds it in preflight, else what it is doing.
 fn message_of(obj: &VirtualMachineMigration) -> String {
     let Some(status) = obj.status.as_ref() else {
         return String::new();
@@ -217,6 +238,21 @@ fn message_of(obj: &VirtualMachineMigration) -> String {
         .filter(|_| status.phase == Phase::Failed)
     {
         return one_line(&format!("{}: {}", f.reason.as_str(), f.message));
+    }
+    // The controller's own message names every blocker after a preamble; the board leads
+    // with the first one's code, which is what fits a narrow MESSAGE column.
+    if obj.held_by_preflight()
+        && let Some(p) = status.preflight.as_ref()
+    {
+        let mut blocking = p.blocking();
+        if let Some(first) = blocking.next() {
+            let more = blocking.count();
+            return one_line(&strings::board::held(
+                first.code.as_str(),
+                more,
+                &first.message,
+            ));
+        }
     }
     if let Some(m) = status.message.as_deref().filter(|m| !m.is_empty()) {
         return one_line(m);

@@ -890,3 +890,142 @@ fn w_opens_the_picker_and_enter_shows_one_wave_or_every_wave() {
     update(&mut s, Action::Enter);
     assert_eq!(visible_names(&s), ["a", "b"]);
 }
+
+/// `o` with preflight's `concerns` (code, severity) recorded, `accepted` accepted; held in
+/// Pending as the controller writes it when a Critical one nobody accepted is among them.
+fn preflighted(
+    mut o: VirtualMachineMigration,
+    concerns: &[(ferry_crds::ConcernCode, ferry_crds::Severity)],
+    accepted: &[ferry_crds::ConcernCode],
+) -> VirtualMachineMigration {
+    let name = o.metadata.name.clone().unwrap_or_default();
+    let st = o.status.get_or_insert_with(Default::default);
+    st.message = Some(format!(
+        "preflight holds {name} (nothing touched): …; see status.preflight"
+    ));
+    st.preflight = Some(ferry_crds::PreflightStatus {
+        concerns: concerns
+            .iter()
+            .map(|(c, s)| ferry_crds::Concern::new(*c, *s, format!("{c} of {name}")))
+            .collect(),
+        accepted: accepted.to_vec(),
+        ..Default::default()
+    });
+    o
+}
+
+#[test]
+fn a_migration_preflight_holds_names_its_first_blocking_concern_and_no_other_row_does() {
+    use ferry_crds::{ConcernCode::*, Severity::*};
+    let held = preflighted(
+        vmm("held", Phase::Pending),
+        &[
+            (SharedDisk, Critical),
+            (SnapshotPresent, Critical),
+            (RawDeviceMapping, Critical),
+            (ToolsNotRunning, Warning),
+        ],
+        &[SharedDisk],
+    );
+    let r = Row::from_object(C0, held);
+    assert_eq!(
+        r.held_by,
+        Some(SnapshotPresent),
+        "the accepted one holds nothing"
+    );
+    assert_eq!(r.message, "SnapshotPresent (+1): SnapshotPresent of held");
+    // Queued (a paused wave's child) or past Pending: not held, the message as it was.
+    for phase in [Phase::Queued, Phase::Preparing] {
+        let o = preflighted(vmm("q", phase), &[(SnapshotPresent, Critical)], &[]);
+        let r = Row::from_object(C0, o);
+        assert_eq!(r.held_by, None, "{phase:?}");
+        assert!(r.message.starts_with("preflight holds q"), "{phase:?}");
+    }
+    let accepted = preflighted(
+        vmm("ok", Phase::Pending),
+        &[(SharedDisk, Critical)],
+        &[SharedDisk],
+    );
+    assert_eq!(Row::from_object(C0, accepted).held_by, None);
+}
+
+#[test]
+fn p_opens_the_concerns_of_the_rows_shown_enter_lists_a_group_and_esc_goes_back() {
+    use ferry_crds::{ConcernCode::*, Severity::*};
+    let mut s = state_with(vec![
+        preflighted(
+            vmm("a", Phase::Pending),
+            &[(SnapshotPresent, Critical)],
+            &[],
+        ),
+        preflighted(
+            vmm("b", Phase::Queued),
+            &[(ToolsNotRunning, Warning), (PoweredOn, Info)],
+            &[],
+        ),
+        preflighted(vmm("c", Phase::Pending), &[(PoweredOn, Info)], &[]),
+        vmm("d", Phase::Succeeded),
+    ]);
+    update(&mut s, Action::ShowPreflight);
+    assert_eq!(s.view(), Some(&View::Preflight(None)));
+    let key = |severity, code| GroupKey { severity, code };
+    update(&mut s, Action::Nav(Nav::Down));
+    assert_eq!(
+        s.view(),
+        Some(&View::Preflight(Some(key(Warning, ToolsNotRunning))))
+    );
+    update(&mut s, Action::Nav(Nav::Bottom));
+    assert_eq!(s.view(), Some(&View::Preflight(Some(key(Info, PoweredOn)))));
+    update(&mut s, Action::Nav(Nav::Down));
+    assert_eq!(
+        s.view(),
+        Some(&View::Preflight(Some(key(Info, PoweredOn)))),
+        "stays on the last group"
+    );
+    update(&mut s, Action::Enter);
+    assert_eq!(s.view(), Some(&View::PreflightGroup(key(Info, PoweredOn))));
+    // Verbs act on no migration here: the group is many, none selected.
+    update(&mut s, Action::Request(Verb::Cancel));
+    assert_eq!(s.popup, None);
+    update(&mut s, Action::Back);
+    assert_eq!(
+        s.view(),
+        Some(&View::Preflight(Some(key(Info, PoweredOn)))),
+        "back on the group it opened"
+    );
+    update(&mut s, Action::Back);
+    assert_eq!(s.view(), None);
+}
+
+#[test]
+fn the_preflight_groups_follow_the_filter_of_the_board() {
+    use ferry_crds::{ConcernCode::*, Severity::*};
+    let mut s = state_with(vec![
+        preflighted(
+            vmm("web", Phase::Pending),
+            &[(SnapshotPresent, Critical)],
+            &[],
+        ),
+        preflighted(
+            vmm("db", Phase::Pending),
+            &[(ToolsNotRunning, Warning)],
+            &[],
+        ),
+    ]);
+    type_filter(&mut s, "db");
+    update(&mut s, Action::ShowPreflight);
+    let groups = preflight::groups(s.index.visible_range(0, s.index.visible_len()));
+    assert_eq!(
+        groups.iter().map(|g| g.key.code).collect::<Vec<_>>(),
+        [ToolsNotRunning]
+    );
+    // Enter opens the one group there is, whichever was never chosen.
+    update(&mut s, Action::Enter);
+    assert_eq!(
+        s.view(),
+        Some(&View::PreflightGroup(GroupKey {
+            severity: Warning,
+            code: ToolsNotRunning
+        }))
+    );
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ferry_crds::condition::WaveConditionType;
-use ferry_crds::{MigrationWave, Reason, WaveCounts, WavePhase};
+use ferry_crds::{MigrationWave, Reason, WaveCounts, WavePhase, WavePreflight};
 use kube::ResourceExt;
 
 use super::{ClusterId, ObjKey, Timestamp};
@@ -39,6 +39,9 @@ pub struct WaveRow {
     pub deleting: bool,
     /// Why VMs of the wave get no migration, if any.
     pub refused: Option<Refused>,
+    /// `status.preflight`: how many of its migrations are ready, blocked or carry warnings
+    /// (absent until one was preflighted; a paused wave preflights before it starts).
+    pub preflight: Option<WavePreflight>,
     /// The trimmed object.
     pub obj: Arc<MigrationWave>,
 }
@@ -87,6 +90,7 @@ impl WaveRow {
             retry: obj.spec.retry,
             deleting: obj.metadata.deletion_timestamp.is_some(),
             refused: Refused::of(&obj),
+            preflight: status.preflight,
             obj: Arc::new(obj),
         }
     }

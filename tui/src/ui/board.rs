@@ -133,6 +133,16 @@ fn cluster_cell(state: &State, row: &Row, w: &Widths, t: &Theme) -> Line<'static
     }
 }
 
+/// The PHASE cell: the phase, or `Blocked` for a migration preflight holds in Pending (its
+/// MESSAGE then names the concern), which is what an operator must act on.
+fn phase(row: &Row, t: &Theme) -> Span<'static> {
+    if row.held_by.is_some() {
+        Span::styled(text::BLOCKED, t.bad())
+    } else {
+        Span::styled(row.phase.as_str(), t.phase(row.phase))
+    }
+}
+
 fn pips(row: &Row, t: &Theme) -> Line<'static> {
     Line::from(
         row.pips
@@ -271,14 +281,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                     format::fit(r.wave.as_deref().unwrap_or(strings::NONE), w.wave as usize),
                     t.dim(),
                 )),
-                Cell::from(Span::styled(r.phase.as_str(), t.phase(r.phase))),
+                Cell::from(phase(r, t)),
                 Cell::from(progress(r, &w, t)),
                 Cell::from(pips(r, t)),
                 Cell::from(format!("{:>3}", r.attempt)),
                 Cell::from(format!("{:>7}", format::age(r.phase_since, state.now))),
                 Cell::from(Span::styled(
                     r.message.clone(),
-                    if r.phase == ferry_crds::Phase::Failed {
+                    if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
                         t.bad()
                     } else {
                         t.text()

@@ -1,7 +1,7 @@
-//! Details of one migration: spec summary, conditions, disks, children, phase timeline, and its
-//! live Events. Two columns on wide screens, one scrolling column otherwise.
+//! Details of one migration: spec summary, preflight's concerns, conditions, disks, children,
+//! phase timeline, and its live Events. Two columns on wide screens, one scrolling column otherwise.
 
-use ferry_crds::{ConditionType, VirtualMachineMigration};
+use ferry_crds::{ConditionType, Severity, VirtualMachineMigration};
 use ratatui::{
     Frame,
     layout::Rect,
@@ -10,6 +10,7 @@ use ratatui::{
 
 use super::{
     Theme, format,
+    preflight::severity_style,
     scrolled::{self, Body},
 };
 use crate::{
@@ -123,6 +124,73 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
                 t.bad(),
             ),
         ]));
+    }
+    out
+}
+
+/// Where a wrapped value goes on: under the value, after the label.
+const VALUE_INDENT: usize = 11;
+/// Where a concern's message goes: under its code.
+const MESSAGE_INDENT: usize = 6;
+
+/// Preflight's concerns, Critical first (as recorded), each with its message wrapped to a
+/// column `width` wide; accepted ones marked, and the ones that could be said so.
+fn preflight(row: &Row, state: &State, t: &Theme, width: usize) -> Vec<Line<'static>> {
+    let mut out = vec![section(text::PREFLIGHT, t)];
+    let Some(p) = row.preflight() else {
+        out.push(Line::styled(format!("  {}", text::NOT_CHECKED), t.dim()));
+        return out;
+    };
+    let spec_changed =
+        p.observed_generation.is_some() && p.observed_generation != row.obj.metadata.generation;
+    let ago = p
+        .checked_at
+        .as_ref()
+        .map(|c| format::age(Some(c.0), state.now));
+    out.push(kv(
+        text::CHECKED,
+        text::checked(ago.as_deref(), spec_changed),
+        t,
+    ));
+    if row.held_by.is_some() {
+        let why = text::held(p.blocking().count());
+        let wrapped = format::wrap(&why, width.saturating_sub(VALUE_INDENT));
+        for (i, l) in wrapped.into_iter().enumerate() {
+            let head = if i == 0 {
+                label(text::HELD, t)
+            } else {
+                Span::raw(" ".repeat(VALUE_INDENT))
+            };
+            out.push(Line::from(vec![head, Span::styled(l, t.bad())]));
+        }
+    }
+    if p.concerns.is_empty() {
+        out.push(Line::styled(format!("  {}", text::NO_CONCERNS), t.dim()));
+    }
+    for c in &p.concerns {
+        let accepted = c.severity == Severity::Critical && p.accepted.contains(&c.code);
+        let mut spans = vec![
+            Span::styled(
+                format!("  {:<9}", c.severity.as_str()),
+                severity_style(t, c.severity, !accepted),
+            ),
+            Span::raw(c.code.as_str()),
+        ];
+        if accepted {
+            spans.push(Span::styled(
+                format!("  {}", strings::preflight::ACCEPTED),
+                t.ok(),
+            ));
+        } else if c.severity == Severity::Critical && c.code.acceptable() {
+            spans.push(Span::styled(
+                format!("  {}", strings::preflight::MAY_BE_ACCEPTED),
+                t.dim(),
+            ));
+        }
+        out.push(Line::from(spans));
+        for l in format::wrap(&c.message, width.saturating_sub(MESSAGE_INDENT)) {
+            out.push(Line::raw(format!("{}{l}", " ".repeat(MESSAGE_INDENT))));
+        }
     }
     out
 }
@@ -287,6 +355,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
     // The rule above the view takes a row, never a column.
     let columns = if area.width >= 140 {
         let mut left = summary(row, state, t);
+        left.extend(preflight(row, state, t, usize::from(area.width / 2)));
         left.extend(disks(row, t));
         left.extend(children(key, state, t));
         left.extend(timeline(row, state, t));
@@ -295,6 +364,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         vec![left, right]
     } else {
         let mut lines = summary(row, state, t);
+        lines.extend(preflight(row, state, t, usize::from(area.width)));
         lines.extend(conditions(row, state, t));
         lines.extend(disks(row, t));
         lines.extend(children(key, state, t));

@@ -11,7 +11,7 @@ use ratatui::{
 use super::Theme;
 use crate::{
     keys,
-    state::{Action, Filter, Focus, InputKind, State},
+    state::{Action, Filter, Focus, InputKind, State, View},
     strings,
 };
 
@@ -45,7 +45,11 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             if f.error { t.bad() } else { t.ok() },
         )
     } else {
-        let hints = if !state.views.is_empty() {
+        let hints = if let Some(View::Preflight(_)) = state.view() {
+            keys::hints(keys::PREFLIGHT_HINTS)
+        } else if let Some(View::PreflightGroup(_)) = state.view() {
+            keys::hints(keys::PREFLIGHT_GROUP_HINTS)
+        } else if !state.views.is_empty() {
             keys::hints(keys::VIEW_HINTS)
         } else if state.focus == Focus::Waves {
             format!(

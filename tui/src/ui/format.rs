@@ -97,6 +97,38 @@ pub fn fit(s: &str, width: usize) -> String {
     out
 }
 
+/// `s` in lines of at most `width` characters, broken between words (a word longer than a line
+/// is cut); at least one line. The views scroll by lines, so a long message is wrapped here
+/// rather than by the widget.
+pub fn wrap(s: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut out = vec![];
+    let mut line = String::new();
+    let mut len = 0;
+    for word in s.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        if len > 0 && len + 1 + word.len() > width {
+            out.push(std::mem::take(&mut line));
+            len = 0;
+        }
+        while word.len() > width {
+            let rest = word.split_off(width);
+            out.push(word.into_iter().collect());
+            word = rest;
+        }
+        if len > 0 {
+            line.push(' ');
+            len += 1;
+        }
+        len += word.len();
+        line.extend(word);
+    }
+    if len > 0 || out.is_empty() {
+        out.push(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +174,20 @@ mod tests {
         let (f, e) = gauge(45.0, 10);
         assert_eq!(f.chars().count() + e.chars().count(), 10);
         assert_eq!(f, "████▌");
+    }
+
+    #[test]
+    fn wrap_breaks_between_words_and_cuts_only_a_word_longer_than_a_line() {
+        assert_eq!(
+            wrap("take the  snapshots out", 10),
+            ["take the", "snapshots", "out"]
+        );
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("a abcdefghij", 4), ["a", "abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
+        for line in wrap("one two three four five six seven eight nine ten", 9) {
+            assert!(line.chars().count() <= 9, "{line}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod header;
 pub mod help;
 pub mod logs;
 pub mod picker;
+pub mod preflight;
 pub mod scrolled;
 pub mod theme;
 pub mod timeline;
@@ -85,6 +86,8 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(View::Yaml(target)) => yaml::draw(frame, state, t, body, target),
         Some(View::Events(target)) => events::draw(frame, state, t, body, target),
         Some(View::Timeline) => timeline::draw(frame, state, t, body),
+        Some(View::Preflight(selected)) => preflight::draw(frame, state, t, body, *selected),
+        Some(View::PreflightGroup(key)) => preflight::draw_group(frame, state, t, body, *key),
     }
     if state.show_logs {
         logs::draw(frame, t, logs_area, opts.logs);

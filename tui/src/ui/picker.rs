@@ -33,7 +33,8 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, cursor: usi
                 text::every_wave(state.waves.len(), state.index.len()),
                 t.title(),
             )),
-            Some(w) => spans.extend(progress_spans(state, w, t, wide)),
+            // Inside the border, after the cursor's two cells.
+            Some(w) => spans.extend(progress_spans(state, w, t, wide, usize::from(width) - 4)),
         }
         let mut line = Line::from(spans);
         if selected {

@@ -36,6 +36,18 @@ pub fn draw(
         Span::styled(format!(" {heading} "), t.title()),
         Span::styled(strings::view::in_namespace(&key.namespace), t.dim()),
     ]);
+    draw_titled(frame, state, t, area, title, body);
+}
+
+/// Draws a view titled `title` (about no one object) over `area`.
+pub fn draw_titled(
+    frame: &mut Frame,
+    state: &State,
+    t: &Theme,
+    area: Rect,
+    title: Line<'_>,
+    body: Body<'_>,
+) {
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(t.dim())

@@ -1,6 +1,7 @@
-//! The wave strip: one line per wave (done/total bar, failed, in flight vs maxInFlight,
-//! throughput, ETA) and a sparkline of completions per minute for the selected wave.
+//! The wave strip: one line per wave (done/total bar, failed, preflight's counts, in flight vs
+//! maxInFlight, throughput, ETA) and a sparkline of completions per minute for the selected wave.
 
+use ferry_crds::WavePreflight;
 use ratatui::{
     Frame,
     layout::{Constraint, Layout, Rect},
@@ -15,18 +16,25 @@ use crate::{
 };
 
 /// One wave's progress: name (after its context on a board of several clusters), phase,
-/// done/total, failed, in flight, throughput, ETA and its intents. Shared with the wave picker.
-pub fn progress_spans(state: &State, w: &WaveRow, t: &Theme, wide: bool) -> Vec<Span<'static>> {
+/// done/total, failed, preflight, in flight, throughput, ETA and its intents, for a line
+/// `room` cells wide. Shared with the wave picker.
+pub fn progress_spans(
+    state: &State,
+    w: &WaveRow,
+    t: &Theme,
+    wide: bool,
+    room: usize,
+) -> Vec<Span<'static>> {
     let done = w.done();
     let (fill, empty) = format::gauge(w.percent_done(), if wide { 16 } else { 8 });
-    let (name, room) = if state.multi_cluster() {
+    let (name, name_w) = if state.multi_cluster() {
         let name = text::in_context(state.context_of(w.key.cluster), &w.key.name);
         (name, if wide { 24 } else { 14 })
     } else {
         (w.key.name.clone(), if wide { 16 } else { 10 })
     };
     let mut spans = vec![
-        Span::styled(format::fit(&name, room), t.title()),
+        Span::styled(format::fit(&name, name_w), t.title()),
         Span::raw(" "),
         Span::styled(
             format!("{:<10}", format!("{:?}", w.phase)),
@@ -46,26 +54,58 @@ pub fn progress_spans(state: &State, w: &WaveRow, t: &Theme, wide: bool) -> Vec<
         }
         None => {}
     }
-    spans.push(Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)));
+    let mut rest = vec![Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight))];
     if wide {
-        spans.push(Span::styled(text::IN_FLIGHT, t.dim()));
+        rest.push(Span::styled(text::IN_FLIGHT, t.dim()));
     }
     if let Some(tp) = w.throughput_per_hour {
-        spans.push(Span::raw(text::per_hour(tp)));
+        rest.push(Span::raw(text::per_hour(tp)));
     }
     if let Some(eta) = w.eta_seconds {
-        spans.push(Span::raw(format!(
+        rest.push(Span::raw(format!(
             " {}",
             strings::eta(&format::duration(eta))
         )));
     }
     if w.paused {
-        spans.push(Span::styled(text::PAUSED, t.warn()));
+        rest.push(Span::styled(text::PAUSED, t.warn()));
     }
     if w.cancel {
-        spans.push(Span::styled(text::CANCEL, t.warn()));
+        rest.push(Span::styled(text::CANCEL, t.warn()));
     }
+    // Before in flight and throughput: a wave paused to be planned shows what holds its VMs
+    // while nothing else about it moves. In words when the whole line then fits (before the
+    // wave moves, nothing else fills it), else in glyphs.
+    if let Some(p) = &w.preflight {
+        let used: usize = spans.iter().chain(&rest).map(Span::width).sum();
+        let words = preflight_spans(p, t, true);
+        let fits = used + words.iter().map(Span::width).sum::<usize>() <= room;
+        spans.extend(if fits {
+            words
+        } else {
+            preflight_spans(p, t, false)
+        });
+    }
+    spans.extend(rest);
     spans
+}
+
+/// `preflight 10 ready · 2 blocked · 3 warnings`, or in glyphs `preflight 10✓ 2✕ 3⚠`; a count
+/// coloured only when it is not zero.
+fn preflight_spans(p: &WavePreflight, t: &Theme, words: bool) -> Vec<Span<'static>> {
+    let sep = if words { text::SEPARATOR } else { " " };
+    let style = |n: i32, s| if n > 0 { s } else { t.dim() };
+    vec![
+        Span::styled(text::PREFLIGHT, t.dim()),
+        Span::styled(text::ready(p.ready, words), style(p.ready, t.ok())),
+        Span::styled(sep, t.dim()),
+        Span::styled(text::blocked(p.blocked, words), style(p.blocked, t.bad())),
+        Span::styled(sep, t.dim()),
+        Span::styled(
+            text::warnings(p.warnings, words),
+            style(p.warnings, t.warn()),
+        ),
+    ]
 }
 
 fn line(
@@ -74,10 +114,10 @@ fn line(
     t: &Theme,
     selected: bool,
     focused: bool,
-    wide: bool,
+    (wide, room): (bool, usize),
 ) -> Line<'static> {
     let mut spans = vec![Span::styled(if selected { "▸ " } else { "  " }, t.key())];
-    spans.extend(progress_spans(state, w, t, wide));
+    spans.extend(progress_spans(state, w, t, wide, room.saturating_sub(2)));
     let mut l = Line::from(spans);
     if selected && focused {
         l = l.style(t.cursor(true));
@@ -111,7 +151,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                 t,
                 Some(&w.key) == selected.as_ref(),
                 focused,
-                wide,
+                (wide, usize::from(text.width)),
             )
         })
         .collect();

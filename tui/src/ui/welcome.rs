@@ -15,11 +15,12 @@ use crate::{
 };
 
 /// What to try, with the actions whose keys it names.
-const TRY: [(&[Action], &str); 8] = [
+const TRY: [(&[Action], &str); 9] = [
     (&[Action::Nav(Nav::Down), Action::Nav(Nav::Up)], text::MOVE),
     (&[Action::Enter], text::DETAILS),
     (&[Action::PickWave], text::WAVES),
     (&[Action::ShowTimeline], text::TIMELINE),
+    (&[Action::ShowPreflight], text::PREFLIGHT),
     (&[Action::StartFilter], text::FILTER),
     (&[Action::Request(Verb::Retry)], text::RETRY),
     (&[Action::Request(Verb::Cancel)], text::CANCEL),

@@ -8,8 +8,9 @@ use ferry::state::{
     update,
 };
 use ferry_crds::{
-    ConditionStatus, ConditionType, LastFailure, MigrationWave, MigrationWaveStatus, Phase,
-    PhaseTransition, Progress, Reason, VirtualMachineMigration, WaveCounts, WavePhase,
+    Concern, ConcernCode, ConditionStatus, ConditionType, LastFailure, MigrationWave,
+    MigrationWaveStatus, Phase, PhaseTransition, PreflightStatus, Progress, Reason, Severity,
+    VirtualMachineMigration, WaveCounts, WavePhase, WavePreflight,
     fixtures::{migration, ts, wave},
 };
 
@@ -364,6 +365,163 @@ pub fn sample_waves(ns: &str) -> Vec<MigrationWave> {
             WavePhase::Running,
         ),
     ]
+}
+
+/// What preflight found about each migration of [`sample_migrations`] it found anything about,
+/// in the controller's words, Critical first; and the Critical codes accepted.
+fn sample_concerns(name: &str) -> Option<(Vec<Concern>, Vec<ConcernCode>)> {
+    use ConcernCode::*;
+    use Severity::*;
+    let c = |code, severity, message: &str| Concern::new(code, severity, message);
+    let powered_on = |vm: &str| {
+        c(
+            PoweredOn,
+            Info,
+            &format!(
+                "{vm} runs: the migration shuts its guest down (VMware Tools), powering it off \
+                 hard after 300s"
+            ),
+        )
+    };
+    let no_tools = |vm: &str| {
+        c(
+            ToolsNotRunning,
+            Warning,
+            &format!(
+                "VMware Tools do not run in {vm}: its power-off will be a hard one (the guest's \
+                 unwritten data is lost); start Tools, or shut the guest down yourself before \
+                 the window"
+            ),
+        )
+    };
+    let (concerns, accepted) = match name {
+        // Held in Pending: two Critical concerns nobody accepted.
+        "w2-dc0-h0-vm1" => (
+            vec![
+                c(
+                    SnapshotPresent,
+                    Critical,
+                    "the VM has 2 snapshot tree(s): its disks' current data is in delta files; \
+                     delete or consolidate its snapshots in vSphere first",
+                ),
+                c(
+                    RawDeviceMapping,
+                    Critical,
+                    "Hard disk 2 is a raw device mapping (RDM)",
+                ),
+                no_tools("DC0_H0_VM1"),
+                powered_on("DC0_H0_VM1"),
+            ],
+            vec![],
+        ),
+        // Paused in Pending, its shared disk accepted: nothing holds it.
+        "w2-dc0-h0-vm2" => (
+            vec![
+                c(
+                    SharedDisk,
+                    Critical,
+                    "Hard disk 1 is shared with other VMs (multi-writer): the copy is of a disk \
+                     they may still write; stop them, or accept SharedDisk",
+                ),
+                c(
+                    SecureBoot,
+                    Info,
+                    "UEFI Secure Boot is on: the VM gets KubeVirt's Secure Boot (SMM, \
+                     Microsoft's keys); a guest signed with other keys will not boot",
+                ),
+            ],
+            vec![SharedDisk],
+        ),
+        // Queued: preflighted while the wave held them.
+        "w1-files-09" => (
+            vec![c(
+                SnapshotPresent,
+                Critical,
+                "Hard disk 1 is a snapshot delta disk; consolidate or delete the VM's \
+                 snapshots first",
+            )],
+            vec![],
+        ),
+        "w1-metrics-10" => (
+            vec![c(
+                NetworkUnmapped,
+                Warning,
+                "the NIC 00:50:56:a1:0b:0a on network \"Backup\" is left out of the migrated \
+                 VM: map \"Backup\" in target.template.networks",
+            )],
+            vec![],
+        ),
+        // Under way or done: what preflight said before they started.
+        "w1-web-00" => (
+            vec![no_tools("DC0_H0_VM0"), powered_on("DC0_H0_VM0")],
+            vec![],
+        ),
+        "w1-db-01" => (vec![powered_on("DC0_H0_VM1")], vec![]),
+        "w1-api-03" => (vec![no_tools("DC0_H0_VM3")], vec![]),
+        "w2-dc0-h0-vm0" => (vec![powered_on("DC0_H0_VM0")], vec![]),
+        _ => return None,
+    };
+    Some((concerns, accepted))
+}
+
+/// [`sample_migrations`] with preflight's record as the controller writes it (checked two
+/// minutes before [`now`]): `w2-dc0-h0-vm1` held in Pending by a snapshot and an RDM.
+pub fn preflight_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
+    let mut out = sample_migrations(ns);
+    for o in &mut out {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let Some((concerns, accepted)) = sample_concerns(&name) else {
+            continue;
+        };
+        o.spec.preflight = (!accepted.is_empty()).then(|| ferry_crds::PreflightSpec {
+            accept: accepted.clone(),
+        });
+        let s = o.status.as_mut().unwrap();
+        let blocking: Vec<String> = concerns
+            .iter()
+            .filter(|c| c.severity == Severity::Critical && !accepted.contains(&c.code))
+            .map(|c| format!("{}: {}", c.code, c.message))
+            .collect();
+        s.preflight = Some(PreflightStatus {
+            checked_at: Some(ts(3480)),
+            observed_generation: Some(1),
+            concerns,
+            accepted,
+        });
+        if s.phase == Phase::Pending && !blocking.is_empty() {
+            let msg = format!(
+                "preflight holds {name} (nothing touched): {}; see status.preflight",
+                blocking.join("; ")
+            );
+            s.message = Some(msg.clone());
+            ferry_crds::condition::set_condition(
+                &mut s.conditions,
+                ConditionType::Validated,
+                ConditionStatus::False,
+                Reason::PreflightFailed,
+                &msg,
+                Some(1),
+                &ts(3480),
+            );
+        }
+    }
+    out
+}
+
+/// The sample with preflight's records ([`preflight_migrations`]) and the waves' counts of
+/// them, as their controllers write them.
+pub fn with_preflight(s: &mut State) {
+    let ns = "apps";
+    let migrations = preflight_migrations(ns);
+    for mut w in sample_waves(ns) {
+        let name = w.metadata.name.clone();
+        let children = migrations.iter().filter(|m| m.wave() == name.as_deref());
+        w.status.as_mut().unwrap().preflight = WavePreflight::of(children);
+        update(s, Action::WaveApplied(C0, Box::new(w)));
+    }
+    for m in migrations {
+        update(s, Action::MigrationApplied(C0, Box::new(m)));
+    }
 }
 
 /// `n` migrations over `waves` waves, for benchmarks.

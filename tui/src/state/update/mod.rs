@@ -62,6 +62,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::ReverseSort => navigation::reverse_sort(state),
         Action::PickWave => navigation::pick_wave(state),
         Action::ShowTimeline => navigation::show_timeline(state),
+        Action::ShowPreflight => navigation::show_preflight(state),
         Action::ToggleMark => navigation::toggle_mark(state),
         Action::MarkAllVisible => navigation::mark_all_visible(state),
         Action::ShowYaml => navigation::show(state, View::Yaml),

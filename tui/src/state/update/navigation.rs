@@ -2,8 +2,8 @@
 //! board, marks, sort and the wave scope.
 
 use super::super::{
-    Children, Effect, Filter, Focus, Nav, ObjKey, Popup, Sort, State, Target, TargetKind, View,
-    index::WaveScope, layout,
+    Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
+    View, index::WaveScope, layout, preflight,
 };
 
 /// Takes the page from the screen layout; when it changed, keeps the cursor on screen.
@@ -68,6 +68,13 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
     if state.popup.is_some() {
         return;
     }
+    if let Some(View::Preflight(selected)) = state.views.last() {
+        let to = move_among_groups(state, *selected, nav);
+        if let Some(View::Preflight(selected)) = state.views.last_mut() {
+            *selected = to;
+        }
+        return;
+    }
     if !state.views.is_empty() {
         let page = state.page.max(1);
         state.scroll = match nav {
@@ -129,7 +136,23 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
         set_wave_scope(state, wave);
         return;
     }
-    if state.popup.is_some() || !state.views.is_empty() {
+    if state.popup.is_some() {
+        return;
+    }
+    if let Some(View::Preflight(selected)) = state.views.last() {
+        let key = {
+            let groups = board_groups(state);
+            groups
+                .get(preflight::position(&groups, *selected))
+                .map(|g| g.key)
+        };
+        if let Some(key) = key {
+            state.views.push(View::PreflightGroup(key));
+            state.scroll = 0;
+        }
+        return;
+    }
+    if !state.views.is_empty() {
         return;
     }
     if state.focus == Focus::Waves {
@@ -233,6 +256,36 @@ pub(super) fn show_timeline(state: &mut State) {
     }
 }
 
+/// `P`: the concerns preflight found about the migrations the board shows, grouped.
+pub(super) fn show_preflight(state: &mut State) {
+    if !matches!(state.views.last(), Some(View::Preflight(_))) {
+        state.views.push(View::Preflight(None));
+        state.scroll = 0;
+    }
+}
+
+/// The preflight groups of the rows the board shows (filter, wave and namespace as on it).
+fn board_groups(state: &State) -> Vec<preflight::Group<'_>> {
+    preflight::groups(state.index.visible_range(0, state.index.visible_len()))
+}
+
+/// The group `nav` moves the preflight view's cursor to from `selected`.
+fn move_among_groups(state: &State, selected: Option<GroupKey>, nav: Nav) -> Option<GroupKey> {
+    let groups = board_groups(state);
+    let at = preflight::position(&groups, selected);
+    let last = groups.len().saturating_sub(1);
+    let page = state.page.max(1);
+    let to = match nav {
+        Nav::Up => at.saturating_sub(1),
+        Nav::Down => (at + 1).min(last),
+        Nav::PageUp => at.saturating_sub(page),
+        Nav::PageDown => (at + page).min(last),
+        Nav::Top => 0,
+        Nav::Bottom => last,
+    };
+    groups.get(to).map(|g| g.key)
+}
+
 pub(super) fn toggle_mark(state: &mut State) {
     if let Some(k) = state.selected.clone() {
         if !state.marks.remove(&k) {
@@ -280,8 +333,8 @@ pub(super) fn focused_target(state: &State) -> Option<Target> {
                 key: k.clone(),
             }),
             View::Yaml(t) | View::Events(t) => Some(t.clone()),
-            // The timeline is about every row shown; verbs there act on none.
-            View::Timeline => None,
+            // The timeline and preflight are about every row shown; verbs there act on none.
+            View::Timeline | View::Preflight(_) | View::PreflightGroup(_) => None,
         };
     }
     if state.focus == Focus::Waves {
