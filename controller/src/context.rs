@@ -186,7 +186,9 @@ impl Context {
     /// The cached copy at `version` of the object `uid` (a migration or a wave) against the
     /// version last known current (by our own write or a fresh read): see [`Cached`].
     pub fn cached(&self, uid: &str, version: Option<&str>) -> Cached {
-        self.peek(uid, |m| freshness::compare(version, m.current_version.as_deref()))
+        self.peek(uid, |m| {
+            freshness::compare(version, m.current_version.as_deref())
+        })
     }
 
     /// Whether this process wrote or read the migration `uid` (a version of it is noted): a
@@ -392,17 +394,37 @@ mod tests {
     #[tokio::test]
     async fn a_cached_copy_is_placed_against_the_version_last_written_or_read() {
         let ctx = offline();
-        assert_eq!(ctx.cached("u", Some("7")), Cached::Unknown, "nothing known after a start");
+        assert_eq!(
+            ctx.cached("u", Some("7")),
+            Cached::Unknown,
+            "nothing known after a start"
+        );
         ctx.note_version("u", Some("7".to_owned()));
         assert_eq!(ctx.cached("u", Some("7")), Cached::Current);
-        assert_eq!(ctx.cached("u", Some("6")), Cached::Behind, "a cache behind our write");
-        assert_eq!(ctx.cached("u", Some("8")), Cached::Ahead, "someone else wrote");
+        assert_eq!(
+            ctx.cached("u", Some("6")),
+            Cached::Behind,
+            "a cache behind our write"
+        );
+        assert_eq!(
+            ctx.cached("u", Some("8")),
+            Cached::Ahead,
+            "someone else wrote"
+        );
         assert_eq!(ctx.cached("u", None), Cached::Unknown);
         assert_eq!(ctx.cached("v", Some("7")), Cached::Unknown, "per object");
         ctx.note_version("u", None);
-        assert_eq!(ctx.cached("u", Some("7")), Cached::Unknown, "forgotten after a conflict");
+        assert_eq!(
+            ctx.cached("u", Some("7")),
+            Cached::Unknown,
+            "forgotten after a conflict"
+        );
         ctx.note_version("u", Some("9".to_owned()));
         ctx.forget("u");
-        assert_eq!(ctx.cached("u", Some("9")), Cached::Unknown, "forgotten with the object");
+        assert_eq!(
+            ctx.cached("u", Some("9")),
+            Cached::Unknown,
+            "forgotten with the object"
+        );
     }
 }

@@ -59,7 +59,11 @@ mod tests {
         assert_eq!(compare(Some("7"), Some("7")), Cached::Current);
         assert_eq!(compare(Some("6"), Some("7")), Cached::Behind);
         assert_eq!(compare(Some("8"), Some("7")), Cached::Ahead);
-        assert_eq!(compare(Some("10"), Some("9")), Cached::Ahead, "by length first");
+        assert_eq!(
+            compare(Some("10"), Some("9")),
+            Cached::Ahead,
+            "by length first"
+        );
         assert_eq!(compare(Some("99"), Some("100")), Cached::Behind);
         assert_eq!(compare(Some("7"), None), Cached::Unknown, "nothing known");
         assert_eq!(compare(None, Some("7")), Cached::Unknown);
@@ -71,6 +75,10 @@ mod tests {
             assert_eq!(compare(Some(odd), Some("8")), Cached::Unknown, "{odd:?}");
             assert_eq!(compare(Some("8"), Some(odd)), Cached::Unknown, "{odd:?}");
         }
-        assert_eq!(compare(Some("abc"), Some("abc")), Cached::Current, "equality needs no order");
+        assert_eq!(
+            compare(Some("abc"), Some("abc")),
+            Cached::Current,
+            "equality needs no order"
+        );
     }
 }

@@ -14,7 +14,8 @@ use ferry_crds::{ConcernCode, ConditionStatus, ConditionType, Phase, Reason};
 use k8s_openapi::api::batch::v1::Job;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and_the_source_stays_on() {
+async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and_the_source_stays_on()
+ {
     let mut env = Env::new("disks-unread", 4).await;
     env.shape(&env.vm.name, &["--add-disk", "unreadable"]);
     assert_eq!(env.power_state().await, "poweredOn");
@@ -50,7 +51,9 @@ async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and
     env.start_controller();
     env.create(&env.migration("unread")).await;
     let held = env
-        .wait_for("unread", "preflight to hold it", 120, |v| v.held_by_preflight())
+        .wait_for("unread", "preflight to hold it", 120, |v| {
+            v.held_by_preflight()
+        })
         .await;
     let st = held.status.clone().unwrap();
     assert_eq!(held.phase(), Phase::Pending, "{}", serde_yaml_status(&held));
@@ -79,7 +82,11 @@ async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and
         (validated.status, validated.reason),
         (ConditionStatus::False, Reason::PreflightFailed)
     );
-    assert!(validated.message.contains("IncompleteInventory"), "{}", validated.message);
+    assert!(
+        validated.message.contains("IncompleteInventory"),
+        "{}",
+        validated.message
+    );
     let done = held;
 
     // Nothing was touched: the source was never asked to power off and still runs, and no

@@ -2,7 +2,9 @@
 //! is touched. A migration created paused is preflighted without starting; unpaused, a
 //! Critical concern holds it in Pending (reason PreflightFailed) with the source still running;
 //! the operator's accept (spec.preflight.accept) lets it go on, recorded in status and an
-//! Event. In a wave, a VM held by preflight takes no maxInFlight slot and the others migrate.
+//! Event. A wave created paused has every VM's migration preflighted while it holds them and
+//! counts what was found; unpaused, a VM held by preflight takes no maxInFlight slot and the
+//! others migrate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -11,8 +13,8 @@ use std::time::Duration;
 
 use common::*;
 use ferry_crds::{
-    ConcernCode, ConditionType, DiskBus, MigrationWave, MigrationWaveSpec, Phase, Reason,
-    Severity, VirtualMachineMigration, VmSelector, WaveVm,
+    ConcernCode, ConditionType, DiskBus, MigrationWave, MigrationWaveSpec, Phase, Reason, Severity,
+    VirtualMachineMigration, VmSelector, WaveVm,
 };
 use ferry_harness::{eventually, put_vmdk};
 use k8s_openapi::api::batch::v1::Job;
@@ -81,7 +83,8 @@ async fn a_migration_is_preflighted_paused_held_while_critical_and_goes_on_once_
     assert!(st.started_at.is_none(), "never started");
 
     // Unpaused: the Critical concern holds it in Pending, the source untouched.
-    env.patch_spec("pre", serde_json::json!({"paused": false})).await;
+    env.patch_spec("pre", serde_json::json!({"paused": false}))
+        .await;
     let v = env
         .wait_for("pre", "preflight to hold it", 120, |v| {
             ready_reason(v) == Some(Reason::PreflightFailed)
@@ -99,7 +102,13 @@ async fn a_migration_is_preflighted_paused_held_while_critical_and_goes_on_once_
     assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
     assert_eq!(env.power_state().await, "poweredOn");
     let jobs: Api<Job> = env.ns.api();
-    assert!(jobs.list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(
+        jobs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 
     // Accepted: it goes on at once (a spec change is looked at without waiting for the
     // recheck), and the acceptance is on record.
@@ -109,7 +118,12 @@ async fn a_migration_is_preflighted_paused_held_while_critical_and_goes_on_once_
     )
     .await;
     let done = env.wait_terminal("pre", 300).await;
-    assert_eq!(done.phase(), Phase::Succeeded, "{}", serde_yaml_status(&done));
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
     let p = done.status.as_ref().unwrap().preflight.clone().unwrap();
     assert_eq!(p.accepted, vec![ConcernCode::BusWithoutDrivers]);
     assert!(
@@ -122,7 +136,7 @@ async fn a_migration_is_preflighted_paused_held_while_critical_and_goes_on_once_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wave_goes_on_past_a_vm_held_by_preflight() {
+async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflight() {
     let mut env = Env::new("preflight-wave", 8).await;
     // The wave's first VM has a disk ferry cannot read: a Critical concern.
     env.shape(&env.vm.name, &["--add-disk", "unreadable"]);
@@ -142,7 +156,7 @@ async fn a_wave_goes_on_past_a_vm_held_by_preflight() {
             .collect(),
         max_in_flight: 1,
         selector: None,
-        paused: false,
+        paused: true,
         cancel: false,
         retry: 0,
     };
@@ -152,16 +166,39 @@ async fn a_wave_goes_on_past_a_vm_held_by_preflight() {
         .await
         .unwrap();
     let vmms: Api<VirtualMachineMigration> = env.ns.api();
+
+    // Created paused: planned. Each VM's migration is preflighted while the wave holds it, and
+    // the wave counts what preflight found; nothing starts.
+    let planned = eventually("the wave's preflight", Duration::from_secs(120), || async {
+        let w = waves.get("w").await.ok()?;
+        let p = w.status.as_ref()?.preflight?;
+        (p.checked == 2).then_some(p)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!((planned.ready, planned.blocked), (1, 1), "{planned:?}");
+    for v in vmms.list(&Default::default()).await.unwrap().items {
+        assert_eq!(v.phase(), Phase::Queued, "{}", serde_yaml_status(&v));
+        assert!(v.status.as_ref().unwrap().started_at.is_none());
+    }
+    assert_eq!(env.power_state().await, "poweredOn");
+
+    // Unpaused: the wave goes on past the blocked VM.
+    waves
+        .patch(
+            "w",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
     let (held, migrated) = eventually(
         "the clean VM migrated past the held one",
         Duration::from_secs(300),
         || async {
             let all = vmms.list(&Default::default()).await.ok()?.items;
             let held = all.iter().find(|v| v.held_by_preflight())?.clone();
-            let done = all
-                .iter()
-                .find(|v| v.phase() == Phase::Succeeded)?
-                .clone();
+            let done = all.iter().find(|v| v.phase() == Phase::Succeeded)?.clone();
             Some((held, done))
         },
     )
@@ -180,8 +217,69 @@ async fn a_wave_goes_on_past_a_vm_held_by_preflight() {
         "{}",
         serde_yaml_status(&held)
     );
-    assert_eq!(env.power_state().await, "poweredOn", "the held VM untouched");
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "the held VM untouched"
+    );
     let w = waves.get("w").await.unwrap();
     let s = w.status.unwrap();
     assert_eq!((s.in_flight, s.counts.succeeded), (0, 1), "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passthrough() {
+    let mut env = Env::new("preflight-shapes", 4).await;
+    // As `ferry-lab shape` makes them through the vSphere API (ReconfigVM_Task,
+    // CreateSnapshot_Task): what vSphere then reports is what ferry reads.
+    env.shape(
+        &env.vm.name,
+        &[
+            "--disk-mode",
+            "independent_persistent",
+            "--multi-writer",
+            "--encrypted",
+            "--passthrough",
+            "usb",
+        ],
+    );
+    env.shape(
+        &env.vm.name,
+        &["--passthrough", "pci", "--snapshot", "before-the-window"],
+    );
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("shapes");
+    vmm.spec.paused = true;
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("shapes", "a preflight", 120, |v| !concerns_of(v).is_empty())
+        .await;
+    let got = concerns_of(&v);
+    for want in [
+        (ConcernCode::SnapshotPresent, Severity::Critical),
+        (ConcernCode::SharedDisk, Severity::Critical),
+        (ConcernCode::EncryptedDisk, Severity::Critical),
+        (ConcernCode::IndependentDisk, Severity::Warning),
+        (ConcernCode::Passthrough, Severity::Warning),
+    ] {
+        assert!(
+            got.contains(&want),
+            "{want:?} missing: {}",
+            serde_yaml_status(&v)
+        );
+    }
+    let passthrough = got
+        .iter()
+        .filter(|c| c.0 == ConcernCode::Passthrough)
+        .count();
+    assert_eq!(passthrough, 2, "the USB and the PCI device");
+    assert!(
+        !got.iter().any(|c| c.0 == ConcernCode::IncompleteInventory),
+        "ferry reads all of it: {}",
+        serde_yaml_status(&v)
+    );
+    assert_eq!(v.phase(), Phase::Pending);
+    assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
+    assert_eq!(env.power_state().await, "poweredOn");
 }

@@ -52,7 +52,7 @@ pub use target::{
 };
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision, WaveCounts, WavePhase,
-    WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
+    WavePreflight, WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ChildRecord, Condition, ConditionType, ConversionSpec, DiskFormat, PhaseTransition,
-    PreflightSpec, PreflightStatus, Reason,
-    SourceSpec, StagingRecord, StagingSpec, TargetSpec, condition, names,
+    PreflightSpec, PreflightStatus, Reason, SourceSpec, StagingRecord, StagingSpec, TargetSpec,
+    condition, names,
     phase::Phase,
     source::{DiscoveredSource, SourcePowerOff, SourcePowerRestore},
 };
@@ -317,6 +317,16 @@ impl VirtualMachineMigration {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(names::HOLD_ANNOTATION))
+    }
+
+    /// Whether its wave asks for it to be preflighted while held (the wave was paused when it
+    /// created it).
+    pub fn preflight_while_held(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(names::HOLD_ANNOTATION))
+            .is_some_and(|v| v == names::HOLD_PREFLIGHT_VALUE)
     }
 
     /// Whether preflight holds it in `Pending`: a Critical concern nobody accepted, nothing

@@ -26,6 +26,9 @@ pub const CREDENTIALS_LABEL_VALUE: &str = "true";
 pub const HOLD_ANNOTATION: &str = "migration.platform.example/hold";
 /// Value of [`HOLD_ANNOTATION`] as the wave writes it.
 pub const HOLD_VALUE: &str = "wave";
+/// Value of [`HOLD_ANNOTATION`] on the migrations a paused wave creates: held, and preflighted
+/// meanwhile (a wave is paused to be planned).
+pub const HOLD_PREFLIGHT_VALUE: &str = "preflight";
 
 /// Annotation by which the owner of a VirtualMachineMigration being deleted lets its cleanup go
 /// (value [`ABANDON_CLEANUP_VALUE`]): what cleanup cannot remove (staging unreachable) is left

@@ -352,6 +352,9 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub collisions: Vec<WaveCollision>,
+    /// What preflight found over the wave's migrations (absent until one was preflighted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<WavePreflight>,
     /// Disk bytes copied over all migrations.
     #[serde(default)]
     pub bytes_done: i64,
@@ -364,6 +367,51 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 8))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition<WaveConditionType>>,
+}
+
+/// Preflight over a wave's migrations: how many are ready, blocked or carry warnings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WavePreflight {
+    /// Migrations preflighted.
+    #[serde(default)]
+    pub checked: i32,
+    /// Preflighted without a Critical concern that holds them.
+    #[serde(default)]
+    pub ready: i32,
+    /// With a Critical concern nobody accepted: they will not start (fix, or accept).
+    #[serde(default)]
+    pub blocked: i32,
+    /// Ready, with at least one Warning.
+    #[serde(default)]
+    pub warnings: i32,
+}
+
+impl WavePreflight {
+    /// The counts over `children` (those preflighted); `None` when none was.
+    pub fn of<'a>(
+        children: impl IntoIterator<Item = &'a crate::VirtualMachineMigration>,
+    ) -> Option<Self> {
+        let mut out = Self::default();
+        for p in children
+            .into_iter()
+            .filter_map(|c| c.status.as_ref()?.preflight.as_ref())
+        {
+            out.checked += 1;
+            if p.blocking().next().is_some() {
+                out.blocked += 1;
+            } else {
+                out.ready += 1;
+                if p.concerns
+                    .iter()
+                    .any(|c| c.severity == crate::Severity::Warning)
+                {
+                    out.warnings += 1;
+                }
+            }
+        }
+        (out.checked > 0).then_some(out)
+    }
 }
 
 /// A VM of a wave that gets no migration: the name of its migration is another VM's.

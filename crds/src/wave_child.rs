@@ -27,7 +27,8 @@ pub fn child_migration_name(wave_name: &str, vm: &WaveVm) -> String {
 ///
 /// # Guarantees
 /// * Deterministic name ([`child_migration_name`]) in the wave's namespace.
-/// * Carries the wave label, the hold annotation (it stays `Queued` until the wave releases it)
+/// * Carries the wave label, the hold annotation (it stays `Queued` until the wave releases it;
+///   made while the wave is paused, the hold asks for preflight meanwhile)
 ///   and a controller owner reference to the wave, so deleting the wave deletes it.
 /// * Its spec is the wave's template with the entry's VM selector and target name; the intents
 ///   start false/0 (the wave controller propagates cancel and retry itself).
@@ -94,7 +95,12 @@ pub fn child_migration(
             )])),
             annotations: Some(BTreeMap::from([(
                 names::HOLD_ANNOTATION.to_owned(),
-                names::HOLD_VALUE.to_owned(),
+                if wave.spec.paused {
+                    names::HOLD_PREFLIGHT_VALUE
+                } else {
+                    names::HOLD_VALUE
+                }
+                .to_owned(),
             )])),
             owner_references: Some(vec![owner]),
             // Born with ferry's finalizer: the migration controller's first look at it needs

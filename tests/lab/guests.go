@@ -185,6 +185,13 @@ type shapeSpec struct {
 	guestID        string
 	power          string
 	addDisk        string
+	// What preflight must find (issue 26): a snapshot, each disk's mode and sharing, an
+	// encryption key on each disk's backing, a device passed through from the host.
+	snapshot    string
+	diskMode    string
+	multiWriter bool
+	encrypted   bool
+	passthrough string
 }
 
 // runShape is `ferry-lab shape --state-dir DIR --vm NAME [changes]`: one ReconfigVM_Task (and a
@@ -207,6 +214,11 @@ func runShape(args []string) int {
 	fs.StringVar(&s.guestID, "guest-id", "", "guest OS identifier, e.g. windows2019srv_64Guest")
 	fs.StringVar(&s.power, "power", "", "on or off, after the changes")
 	fs.StringVar(&s.addDisk, "add-disk", "", "add a second disk: unreadable (one a strict client cannot read, see unreadableDisk)")
+	fs.StringVar(&s.snapshot, "snapshot", "", "take a snapshot of this name (CreateSnapshot_Task), after the changes")
+	fs.StringVar(&s.diskMode, "disk-mode", "", "every disk's mode: persistent, independent_persistent, independent_nonpersistent")
+	fs.BoolVar(&s.multiWriter, "multi-writer", false, "share every disk with other VMs (sharing: sharingMultiWriter)")
+	fs.BoolVar(&s.encrypted, "encrypted", false, "put an encryption key id on every disk's backing (as an encrypted VM's disks carry)")
+	fs.StringVar(&s.passthrough, "passthrough", "", "pass a host device through: usb or pci")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -288,6 +300,15 @@ func shape(ctx context.Context, stateDir string, s shapeSpec) error {
 			}
 		}
 	}
+	if s.snapshot != "" {
+		task, err := vm.CreateSnapshot(ctx, s.snapshot, "ferry lab", false, false)
+		if err != nil {
+			return err
+		}
+		if err := task.Wait(ctx); err != nil {
+			return fmt.Errorf("snapshot %s: %w", s.vm, err)
+		}
+	}
 	return nil
 }
 
@@ -310,7 +331,8 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 			spec.ExtraConfig = append(spec.ExtraConfig, &types.OptionValue{Key: key, Value: v})
 		}
 	}
-	if s.nicType == "" && s.diskController == "" && s.addDisk == "" {
+	diskEdits := s.diskMode != "" || s.multiWriter || s.encrypted
+	if s.nicType == "" && s.diskController == "" && s.addDisk == "" && !diskEdits && s.passthrough == "" {
 		return spec, nil
 	}
 	devices, err := vm.Device(ctx)
@@ -360,6 +382,59 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 			spec.DeviceChange = append(spec.DeviceChange,
 				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationEdit, Device: disk})
 		}
+	}
+	if diskEdits {
+		for _, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {
+			disk := d.(*types.VirtualDisk)
+			b, ok := disk.Backing.(*types.VirtualDiskFlatVer2BackingInfo)
+			if !ok {
+				return spec, fmt.Errorf("%s: disk %d is not a flat VMDK (%T)", s.vm, disk.Key, disk.Backing)
+			}
+			if s.diskMode != "" {
+				b.DiskMode = s.diskMode
+			}
+			if s.multiWriter {
+				b.Sharing = string(types.VirtualDiskSharingSharingMultiWriter)
+			}
+			if s.encrypted {
+				b.KeyId = &types.CryptoKeyId{KeyId: "ferry-lab-key", ProviderId: &types.KeyProviderId{Id: "ferry-lab-kms"}}
+			}
+			spec.DeviceChange = append(spec.DeviceChange,
+				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationEdit, Device: disk})
+		}
+	}
+	switch s.passthrough {
+	case "":
+	case "usb":
+		ctrl := &types.VirtualUSBController{VirtualController: types.VirtualController{VirtualDevice: types.VirtualDevice{Key: -300}}}
+		usb := &types.VirtualUSB{
+			VirtualDevice: types.VirtualDevice{
+				Key:           -301,
+				ControllerKey: -300,
+				Backing: &types.VirtualUSBUSBBackingInfo{
+					VirtualDeviceDeviceBackingInfo: types.VirtualDeviceDeviceBackingInfo{DeviceName: "path:1/0/1"},
+				},
+				DeviceInfo: &types.Description{Label: "USB 1", Summary: "a host's USB device"},
+			},
+			Connected: true,
+		}
+		spec.DeviceChange = append(spec.DeviceChange,
+			&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: ctrl},
+			&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: usb})
+	case "pci":
+		pci := &types.VirtualPCIPassthrough{VirtualDevice: types.VirtualDevice{
+			Key:           -302,
+			ControllerKey: 100,
+			Backing: &types.VirtualPCIPassthroughDeviceBackingInfo{
+				VirtualDeviceDeviceBackingInfo: types.VirtualDeviceDeviceBackingInfo{DeviceName: "GPU"},
+				Id:                             "0000:3b:00.0", DeviceId: "1eb8", SystemId: "ferry-lab", VendorId: 0x10de,
+			},
+			DeviceInfo: &types.Description{Label: "PCI device 0", Summary: "a host's PCI device"},
+		}}
+		spec.DeviceChange = append(spec.DeviceChange,
+			&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: pci})
+	default:
+		return spec, fmt.Errorf("-passthrough %q: usb or pci", s.passthrough)
 	}
 	if s.addDisk != "" {
 		if s.addDisk != "unreadable" {

@@ -245,3 +245,63 @@ func TestShapeAddsADiskAnsweredWithoutAValueTheAPIRequires(t *testing.T) {
 		t.Errorf("numVirtualDisks %d, want both disks counted", o.Summary.Config.NumVirtualDisks)
 	}
 }
+
+// `ferry-lab shape` makes what preflight must find: a snapshot, independent and multi-writer
+// disks with an encryption key id, and host devices passed through — each as vSphere's API
+// reports it afterwards.
+func TestShapeMakesWhatPreflightMustFind(t *testing.T) {
+	ctx := context.Background()
+	model := simulator.VPX()
+	defer model.Remove()
+	if err := model.Create(); err != nil {
+		t.Fatal(err)
+	}
+	srv := model.Service.NewServer()
+	defer srv.Close()
+	dir := t.TempDir()
+	pass, _ := srv.URL.User.Password()
+	labJSON := fmt.Sprintf(`{"vcenter": {"url": %q, "username": %q, "password": %q}}`,
+		(&url.URL{Scheme: srv.URL.Scheme, Host: srv.URL.Host, Path: "/sdk"}).String(), srv.URL.User.Username(), pass)
+	if err := os.WriteFile(filepath.Join(dir, "lab.json"), []byte(labJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []shapeSpec{
+		{vm: "DC0_H0_VM0", diskMode: "independent_persistent", multiWriter: true, encrypted: true, passthrough: "usb"},
+		{vm: "DC0_H0_VM0", passthrough: "pci", snapshot: "before-the-window"},
+	} {
+		if err := shape(ctx, dir, s); err != nil {
+			t.Fatalf("%+v: %v", s, err)
+		}
+	}
+	c, err := govmomi.NewClient(ctx, srv.URL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := find.NewFinder(c.Client, true).VirtualMachine(ctx, "/DC0/vm/DC0_H0_VM0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o mo.VirtualMachine
+	if err := vm.Properties(ctx, vm.Reference(), []string{"config", "rootSnapshot"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.RootSnapshot) != 1 {
+		t.Errorf("root snapshots: %v", o.RootSnapshot)
+	}
+	devices := object.VirtualDeviceList(o.Config.Hardware.Device)
+	for _, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {
+		b, ok := d.GetVirtualDevice().Backing.(*types.VirtualDiskFlatVer2BackingInfo)
+		if !ok {
+			t.Fatalf("backing %T", d.GetVirtualDevice().Backing)
+		}
+		if b.DiskMode != "independent_persistent" || b.Sharing != "sharingMultiWriter" || b.KeyId == nil {
+			t.Errorf("disk mode %q sharing %q key %+v", b.DiskMode, b.Sharing, b.KeyId)
+		}
+	}
+	if n := len(devices.SelectByType((*types.VirtualUSB)(nil))); n != 1 {
+		t.Errorf("USB devices: %d", n)
+	}
+	if n := len(devices.SelectByType((*types.VirtualPCIPassthrough)(nil))); n != 1 {
+		t.Errorf("PCI passthrough devices: %d", n)
+	}
+}

@@ -232,8 +232,10 @@ pub async fn delete_cdi_objects(io: Io<'_>) -> Result<()> {
     let secret_name = secret::s3_secret_name(io.vmm);
     let ca_name = secret::s3_ca_config_map_name(io.vmm);
     let (secret_recorded, ca_recorded) = (
-        io.record(&<Secret as kube::Resource>::kind(&()), &secret_name).is_some(),
-        io.record(&<ConfigMap as kube::Resource>::kind(&()), &ca_name).is_some(),
+        io.record(&<Secret as kube::Resource>::kind(&()), &secret_name)
+            .is_some(),
+        io.record(&<ConfigMap as kube::Resource>::kind(&()), &ca_name)
+            .is_some(),
     );
     delete_recorded::<Secret>(io, &secret_name).await?;
     if ca_needs_deleting(secret_recorded, ca_recorded) {
@@ -280,9 +282,15 @@ mod tests {
 
     #[test]
     fn the_ca_config_map_is_looked_for_unless_the_records_say_none_was_made() {
-        assert!(!ca_needs_deleting(true, false), "the Secret made, no CA: staging had none");
+        assert!(
+            !ca_needs_deleting(true, false),
+            "the Secret made, no CA: staging had none"
+        );
         assert!(ca_needs_deleting(true, true));
         assert!(ca_needs_deleting(false, true));
-        assert!(ca_needs_deleting(false, false), "no record at all: a crash before any");
+        assert!(
+            ca_needs_deleting(false, false),
+            "no record at all: a crash before any"
+        );
     }
 }

@@ -271,8 +271,13 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         // Held by preflight and not due for another look: nothing is read or written.
         return Ok(Requeue::requeue(wait));
     }
-    // A migration paused before it started is preflighted, nothing touched, on a schedule.
-    let paused_preflight = matches!(intent, Intent::Paused) && vmm.phase() == ferry_crds::Phase::Pending;
+    // A migration paused before it started, or held by a wave that was paused (planned) when
+    // it made it, is preflighted, nothing touched, on a schedule.
+    let paused_preflight = match intent {
+        Intent::Paused => vmm.phase() == ferry_crds::Phase::Pending,
+        Intent::Held => vmm.preflight_while_held(),
+        _ => false,
+    };
     let mut fresh_preflight = None;
     if paused_preflight && preflight::recheck_in(vmm, &now, ctx.policy.preflight_recheck).is_none()
     {

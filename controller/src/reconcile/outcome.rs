@@ -152,9 +152,7 @@ impl<A> Outcome<A> {
             | Step::Wait { .. }
             | Step::Retry { .. }
             | Step::Hold { .. }
-            | Step::Fail { .. } => {
-                &[]
-            }
+            | Step::Fail { .. } => &[],
         }
     }
 

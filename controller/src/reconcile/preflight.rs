@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use ferry_crds::{
-    Concern, ConcernCode as Code, DiscoveredSource, DiskBus, GuestOsFamily, NicModel, PowerState, PreflightStatus,
-    Severity, ToolsState, VirtualMachineMigration,
+    Concern, ConcernCode as Code, DiscoveredSource, DiskBus, GuestOsFamily, NicModel, PowerState,
+    PreflightStatus, Severity, ToolsState, VirtualMachineMigration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -215,7 +215,9 @@ fn of_layout(p: &LayoutProblem) -> Concern {
     let (code, severity) = match p {
         LayoutProblem::NoDisks => (Code::NoDisk, Severity::Critical),
         LayoutProblem::RawDeviceMapping { .. } => (Code::RawDeviceMapping, Severity::Critical),
-        LayoutProblem::SnapshotDelta { .. } => (Code::SnapshotPresent, Severity::Critical),
+        LayoutProblem::SnapshotDelta { .. } | LayoutProblem::Snapshots { .. } => {
+            (Code::SnapshotPresent, Severity::Critical)
+        }
         LayoutProblem::NotVmdk { .. } | LayoutProblem::UnsupportedBacking { .. } => {
             (Code::UnsupportedDisk, Severity::Critical)
         }
@@ -507,8 +509,14 @@ mod tests {
         let mut f = facts();
         f.disks_reported = Some(2);
         let c = concerns(&fixtures::migration("m"), &f);
-        assert_eq!(codes(&c), vec![(Code::IncompleteInventory, Severity::Critical)]);
-        assert!(c[0].message.contains("vSphere reports 2 virtual disk(s), ferry read 1"));
+        assert_eq!(
+            codes(&c),
+            vec![(Code::IncompleteInventory, Severity::Critical)]
+        );
+        assert!(
+            c[0].message
+                .contains("vSphere reports 2 virtual disk(s), ferry read 1")
+        );
         f.vm.disks.clear();
         f.disks_reported = Some(0);
         assert_eq!(
@@ -524,7 +532,10 @@ mod tests {
         let mut vmm = fixtures::migration("m");
         vmm.spec.target.template.devices.disk_bus = Some(DiskBus::Virtio);
         let c = concerns(&vmm, &f);
-        assert_eq!(codes(&c), vec![(Code::BusWithoutDrivers, Severity::Critical)]);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BusWithoutDrivers, Severity::Critical)]
+        );
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         assert_eq!(record(&vmm, c.clone(), &now, None).blocking().count(), 1);
         vmm.spec.preflight = Some(PreflightSpec {
@@ -585,7 +596,8 @@ mod tests {
     fn a_held_migration_is_checked_again_on_its_interval_or_a_spec_change() {
         let every = Duration::from_secs(600);
         let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap());
-        let later = |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000 + s).unwrap());
+        let later =
+            |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000 + s).unwrap());
         let mut vmm = fixtures::migration("m");
         assert_eq!(recheck_in(&vmm, &t0, every), None, "never checked");
         let st = vmm.status.get_or_insert_with(Default::default);
@@ -600,6 +612,10 @@ mod tests {
         );
         assert_eq!(recheck_in(&vmm, &later(600), every), None, "due");
         vmm.metadata.generation = Some(2);
-        assert_eq!(recheck_in(&vmm, &later(100), every), None, "the spec changed");
+        assert_eq!(
+            recheck_in(&vmm, &later(100), every),
+            None,
+            "the spec changed"
+        );
     }
 }

@@ -31,7 +31,6 @@ pub struct Preparing;
 
 pub use super::preflight::SourceFacts;
 
-
 /// What Preparing observes: the facts, and the login it found them with (for the power-off).
 #[derive(Clone, Debug)]
 pub struct Observed {
@@ -312,11 +311,14 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         Ok(facts) => Found::new(scope, facts),
         Err(p) => return not_discovered(scope, p),
     };
-    held(&f)
-        .or_else(|| target_name_taken(&f))
+    // The target's rules first, as before preflight: each fails, waits or retries on its own
+    // terms (a name held by a leftover on its way out is waited for; credentials bound to
+    // another endpoint fail at once). Then preflight's hold, before any power change.
+    target_name_taken(&f)
         .or_else(|| name_held(&f))
         .or_else(|| image_not_allowed(&f))
         .or_else(|| bucket_unusable(&f))
+        .or_else(|| held(&f))
         .or_else(|| power_unrecorded(&f))
         .or_else(|| powering_off(&f))
         .unwrap_or_else(|| ready(&f))
@@ -399,8 +401,8 @@ fn not_discovered(scope: &Scope<Observed>, p: &Problem) -> Outcome<Action> {
     )
 }
 
-/// Before anything else: a Critical concern the operator has not accepted holds the migration
-/// in Pending, nothing touched (or fails it, should ferry have begun the power-off already).
+/// Before any power change: a Critical concern the operator has not accepted holds the
+/// migration in Pending, nothing touched (or fails it, should ferry have begun the power-off already).
 fn held(f: &Found) -> Option<Outcome<Action>> {
     let preflight = f.record.preflight.as_ref()?;
     let blocking: Vec<&ferry_crds::Concern> = preflight
@@ -809,7 +811,9 @@ mod tests {
         );
         let mut f = facts(PowerState::PoweredOff);
         f.vm.disks.clear();
-        assert!(matches!(step(migration("m"), Ok(f)), Step::Hold { ref message, .. } if message.contains("NoDisk")));
+        assert!(
+            matches!(step(migration("m"), Ok(f)), Step::Hold { ref message, .. } if message.contains("NoDisk"))
+        );
     }
 
     /// The facts of a powered-on source (powerOff asked) with `read` disks read of `reported`.

@@ -1139,7 +1139,8 @@ mod tests {
         pending.status = Some(held.clone());
         let mut again = pending.clone();
         again.status = after_intent(&pending, &Intent::Start, &t1());
-        let held_again = held_as_before(pending.status.as_ref(), after_outcome(&again, &hold, &t1()));
+        let held_again =
+            held_as_before(pending.status.as_ref(), after_outcome(&again, &hold, &t1()));
         assert_eq!(held_again.history, held.history, "no entry per look");
         assert_eq!(held_again.phase, Phase::Pending);
     }

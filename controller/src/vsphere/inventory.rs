@@ -45,6 +45,7 @@ vim_retrievable!(
         parent = "parent"?,
         parent_v_app = "parent_v_app"?,
         networks = "network"?,
+        root_snapshots = "root_snapshot"?,
     }
 );
 
@@ -303,8 +304,12 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
                 backing_kind(b.data_type())
             }),
             has_parent: backing.is_some_and(has_parent),
-            disk_mode: backing.and_then(disk_mode).unwrap_or_else(|| "persistent".into()),
-            shared: backing.and_then(sharing).is_some_and(|s| s == "sharingMultiWriter"),
+            disk_mode: backing
+                .and_then(disk_mode)
+                .unwrap_or_else(|| "persistent".into()),
+            shared: backing
+                .and_then(sharing)
+                .is_some_and(|s| s == "sharingMultiWriter"),
             encrypted: backing.is_some_and(encrypted),
         });
     }

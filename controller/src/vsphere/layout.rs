@@ -44,6 +44,10 @@ pub enum LayoutProblem {
     Passthrough {
         device: String,
     },
+    /// The VM has snapshots (`rootSnapshot`), whatever its disks' backings say.
+    Snapshots {
+        count: usize,
+    },
 }
 
 impl fmt::Display for LayoutProblem {
@@ -83,6 +87,10 @@ impl fmt::Display for LayoutProblem {
                 f,
                 "{disk} is encrypted: its datastore file is ciphertext; decrypt the VM in vSphere first"
             ),
+            Self::Snapshots { count } => write!(
+                f,
+                "the VM has {count} snapshot tree(s): its disks' current data is in delta files; delete or consolidate its snapshots in vSphere first"
+            ),
             Self::Passthrough { device } => write!(
                 f,
                 "{device} is passed through from the host: the KubeVirt VM will not have it"
@@ -105,6 +113,11 @@ pub fn validate_layout(vm: &VmInfo) -> Result<(), Vec<LayoutProblem>> {
             device: device.clone(),
         })
         .collect();
+    if vm.snapshots > 0 {
+        problems.push(LayoutProblem::Snapshots {
+            count: vm.snapshots,
+        });
+    }
     for d in &vm.disks {
         let disk = if d.label.is_empty() {
             format!("disk {}", d.key)
@@ -193,6 +206,7 @@ mod tests {
             unread: vec![],
             nics: vec![],
             passthrough: vec![],
+            snapshots: 0,
             datacenter: "DC0".into(),
         }
     }

@@ -226,6 +226,9 @@ pub struct VmInfo {
     pub nics: Vec<NicInfo>,
     /// Labels of the PCI and USB devices passed through to the VM (KubeVirt's VM gets none).
     pub passthrough: Vec<String>,
+    /// How many snapshot trees the VM has (`rootSnapshot`): with any, its disks' current data
+    /// is in delta files on top of the base ones.
+    pub snapshots: usize,
     /// Inventory path of the VM's datacenter (its name, or `folder/name` when nested): the
     /// `dcPath` of datastore downloads.
     pub datacenter: String,

@@ -414,6 +414,7 @@ impl Session {
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
             disks: inventory::disks(&devices),
             passthrough: inventory::passthrough(&devices),
+            snapshots: p.root_snapshots.as_ref().map_or(0, Vec::len),
             disks_reported: p.num_virtual_disks.and_then(|n| u32::try_from(n).ok()),
             unread,
             nics,

@@ -389,6 +389,7 @@ fn status(
         completed_at,
         throughput_per_hour: throughput,
         eta_seconds: eta,
+        preflight: ferry_crds::WavePreflight::of(children),
         bytes_done,
         bytes_total,
         conditions,
