@@ -909,3 +909,93 @@ async fn the_embedded_controller_stands_by_while_another_leads_and_takes_over_af
     .unwrap();
     assert!(holder.starts_with("ferry-cockpit-"), "{holder}");
 }
+
+/// `ferry-lab shape --vm VM ARGS…` on the running lab (ReconfigVM_Task through vSphere's API).
+fn shape(lab: &Lab, vm: &str, args: &[&str]) {
+    let out = Command::new(repo_root().join("target/lab/bin/ferry-lab"))
+        .arg("shape")
+        .arg("--state-dir")
+        .arg(&lab.info.state_dir)
+        .args(["--vm", vm])
+        .args(args)
+        .output()
+        .expect("ferry-lab shape");
+    assert!(
+        out.status.success(),
+        "ferry-lab shape {vm} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_preflight_holds_reads_blocked_and_p_shows_its_concern_grouped() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-preflight").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-preflight-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let vm = lab.claim_vm().expect("vm");
+    ferry_harness::put_vmdk(&vm, &scratch, 4, 3).expect("vmdk");
+    // A second disk ferry cannot read: a Critical concern (IncompleteInventory).
+    shape(lab, &vm.name, &["--add-disk", "unreadable"]);
+    apply_credentials(lab, &kc, &ns.name);
+
+    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    controller
+        .args(["controller", "--kubeconfig"])
+        .arg(&kc)
+        .args(["-n", &ns.name])
+        .args(["--leader-elect-namespace", &ns.name])
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
+    let _controller =
+        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+
+    let tmux = Tmux::start("ferry-preflight", &cockpit(&kc, &ns.name, ""), 160, 40);
+    tmux.wait_for("● live", T);
+    kubectl(
+        &kc,
+        &["apply", "-f", "-"],
+        Some(&lab_migration(lab, &ns.name, "held", &vm.name, None)),
+    );
+    // The board marks it at a glance, with the concern's code.
+    let board = tmux.wait("held marked Blocked", Duration::from_secs(120), |s| {
+        s.lines()
+            .any(|l| l.contains("held") && l.contains("Blocked"))
+    });
+    assert!(board.contains("IncompleteInventory"), "{board}");
+
+    // P: the concerns of the rows shown, grouped by code.
+    tmux.keys(&["P"]);
+    let view = tmux.wait("the preflight view", T, |s| {
+        s.lines()
+            .any(|l| l.contains("IncompleteInventory") && l.contains("Critical"))
+    });
+    assert!(view.contains("1 VM"), "{view}");
+    // Enter: the group's migrations, each with its whole message.
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("vSphere reports 2 virtual disk(s)", T);
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["Escape"]);
+    tmux.wait("back on the board", T, |s| {
+        s.lines()
+            .any(|l| l.contains("held") && l.contains("Blocked"))
+    });
+    tmux.keys(&["q"]);
+    // Nothing was touched: the source still runs.
+    let power = kubectl(
+        &kc,
+        &[
+            "get",
+            "vmm",
+            "held",
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.status.sourcePowerOff}",
+        ],
+        None,
+    );
+    assert_eq!(power.trim(), "", "never asked to power off");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
