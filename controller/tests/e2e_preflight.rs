@@ -283,3 +283,80 @@ async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passth
     assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
     assert_eq!(env.power_state().await, "poweredOn");
 }
+
+/// The storage map places each disk by its datastore (the lab's VMs live on `LocalDS_0`): the
+/// DataVolume gets the mapped class and access mode. A map that leaves the datastore out, with
+/// no default class, holds the migration (DatastoreUnmapped) before anything is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_holds() {
+    use ferry_controller::apis::cdi::DataVolume;
+    use ferry_crds::{AccessMode, StorageMapping};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let mut env = Env::new("preflight-storage", 4).await;
+    let class = format!("{}-mapped", env.ns.name);
+    let client = env.lab.client().await.unwrap();
+    Api::<StorageClass>::all(client)
+        .create(
+            &PostParams::default(),
+            &StorageClass {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(class.clone()),
+                    ..Default::default()
+                },
+                provisioner: format!("{class}.sim.ferry.example"),
+                volume_binding_mode: Some("Immediate".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (other_vm, _) = env.another_vm(4);
+    env.start_sim();
+    env.start_controller();
+
+    let mut mapped = env.migration("mapped");
+    mapped.spec.target.template.storage_map = vec![StorageMapping {
+        datastore: "LocalDS_0".into(),
+        storage_class_name: Some(class.clone()),
+        volume_mode: None,
+        access_mode: Some(AccessMode::ReadWriteMany),
+    }];
+    let mut unmapped = env.migration_of("unmapped", &other_vm);
+    unmapped.spec.target.template.storage_map = vec![StorageMapping {
+        datastore: "SomeOtherDS".into(),
+        storage_class_name: Some(class.clone()),
+        ..Default::default()
+    }];
+    env.create(&mapped).await;
+    env.create(&unmapped).await;
+
+    let done = env.wait_terminal("mapped", 300).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    let dv = env
+        .ns
+        .api::<DataVolume>()
+        .get("mapped-disk-0")
+        .await
+        .unwrap();
+    let storage = serde_json::to_value(&dv).unwrap()["spec"]["storage"].clone();
+    assert_eq!(storage["storageClassName"], class.as_str(), "{storage}");
+    assert_eq!(storage["accessModes"], serde_json::json!(["ReadWriteMany"]));
+
+    let held = env
+        .wait_for("unmapped", "preflight to hold it", 120, |v| {
+            ready_reason(v) == Some(Reason::PreflightFailed)
+        })
+        .await;
+    assert!(
+        concerns_of(&held).contains(&(ConcernCode::DatastoreUnmapped, Severity::Critical)),
+        "{}",
+        serde_yaml_status(&held)
+    );
+    assert_eq!(held.phase(), Phase::Pending);
+    assert_eq!(held.status.as_ref().unwrap().source_power_off, None);
+}

@@ -47,8 +47,9 @@ pub use source::{
 };
 pub use staging::{StagingRecord, StagingSpec};
 pub use target::{
-    Devices, DiskBus, MultusNetwork, NetworkMapping, NicModel, PodNetwork, Readiness, RunStrategy,
-    TargetSpec, TargetTemplate, VolumeMode,
+    AccessMode, Devices, DiskBus, DiskPlacement, MultusNetwork, NetworkMapping, NicModel,
+    PodNetwork, Readiness, RunStrategy, StorageMapping, TargetSpec, TargetTemplate, VolumeMode,
+    datastore_of,
 };
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision, WaveCounts, WavePhase,

@@ -97,6 +97,9 @@ pub enum ConcernCode {
     NameConflict,
     /// A source NIC's network is not in `target.template.networks`: that NIC is left out.
     NetworkUnmapped,
+    /// A disk's datastore is not in `target.template.storageMap`, which names no default
+    /// class: where its volume goes is not said.
+    DatastoreUnmapped,
     /// The staging bucket cannot be reached, written, or does not exist.
     StagingUnavailable,
     /// The converter image asked for is not allowed by the controller's policy.
@@ -123,6 +126,7 @@ impl ConcernCode {
         ConcernCode::TargetNameTaken,
         ConcernCode::NameConflict,
         ConcernCode::NetworkUnmapped,
+        ConcernCode::DatastoreUnmapped,
         ConcernCode::StagingUnavailable,
         ConcernCode::ConverterImageNotAllowed,
     ];
@@ -147,6 +151,7 @@ impl ConcernCode {
             ConcernCode::TargetNameTaken => "TargetNameTaken",
             ConcernCode::NameConflict => "NameConflict",
             ConcernCode::NetworkUnmapped => "NetworkUnmapped",
+            ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
             ConcernCode::StagingUnavailable => "StagingUnavailable",
             ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
         }
@@ -174,6 +179,7 @@ impl ConcernCode {
             | ConcernCode::TargetNameTaken
             | ConcernCode::NameConflict
             | ConcernCode::NetworkUnmapped
+            | ConcernCode::DatastoreUnmapped
             | ConcernCode::StagingUnavailable
             | ConcernCode::ConverterImageNotAllowed => false,
         }
@@ -217,7 +223,7 @@ pub struct PreflightSpec {
     /// SharedDisk, BusWithoutDrivers). Each accepted concern is recorded in
     /// status.preflight.accepted and in an Event.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 19))]
+    #[schemars(length(max = 20))]
     pub accept: Vec<ConcernCode>,
 }
 

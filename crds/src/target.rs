@@ -185,6 +185,65 @@ pub struct NetworkMapping {
     pub multus: Option<MultusNetwork>,
 }
 
+/// How the volumes of a PersistentVolumeClaim may be mounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum AccessMode {
+    /// By one node at a time.
+    ReadWriteOnce,
+    /// By many nodes at once (what KubeVirt's live migration needs).
+    ReadWriteMany,
+}
+
+impl AccessMode {
+    /// Kubernetes' name of the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::ReadWriteOnce => "ReadWriteOnce",
+            AccessMode::ReadWriteMany => "ReadWriteMany",
+        }
+    }
+}
+
+/// Where the disks on one vSphere datastore go.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageMapping {
+    /// Name of the vSphere datastore, as in a disk's path: `datastore1` for
+    /// `[datastore1] vm/vm.vmdk`.
+    #[schemars(length(min = 1, max = 80))]
+    pub datastore: String,
+    /// StorageClass of the volumes of its disks; the cluster's default class when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(crate::rules::DNS1123_SUBDOMAIN))]
+    pub storage_class_name: Option<String>,
+    /// Volume mode of those volumes; the StorageClass's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mode: Option<VolumeMode>,
+    /// Access mode of those volumes; the StorageClass's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_mode: Option<AccessMode>,
+}
+
+/// Where one disk's volume goes: its StorageClass, volume mode and access mode (each `None`:
+/// the class's or the cluster's default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskPlacement {
+    /// StorageClass.
+    pub storage_class_name: Option<String>,
+    /// Volume mode.
+    pub volume_mode: Option<VolumeMode>,
+    /// Access mode.
+    pub access_mode: Option<AccessMode>,
+}
+
+/// The datastore of a disk's datastore path (`[datastore1] vm/vm.vmdk` → `datastore1`), `None`
+/// when the path has no `[…]`. Pure.
+pub fn datastore_of(datastore_path: &str) -> Option<&str> {
+    let rest = datastore_path.trim_start().strip_prefix('[')?;
+    let end = rest.find(']')?;
+    Some(&rest[..end])
+}
+
 /// The target of a migration minus its name: shared by every VM of a wave.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -199,6 +258,14 @@ pub struct TargetTemplate {
     /// default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mode: Option<VolumeMode>,
+
+    /// Where the disks of each vSphere datastore go (a VM's disks may live on several). A
+    /// datastore not listed takes storageClassName and volumeMode above when storageClassName
+    /// is set; without it, a disk on an unlisted datastore is a Critical preflight concern
+    /// (DatastoreUnmapped) rather than a silent fall to the cluster's default class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub storage_map: Vec<StorageMapping>,
 
     /// KubeVirt run strategy of the new VirtualMachine: Always (default), Halted, Manual,
     /// RerunOnFailure or Once. The VM is created Halted and switched to this in Starting.
@@ -226,6 +293,24 @@ pub struct TargetTemplate {
 }
 
 impl TargetTemplate {
+    /// Where the volume of a disk on `datastore` goes; `None` when the storage map leaves it
+    /// out and names no default (see `storageMap`). Pure.
+    pub fn placement(&self, datastore: Option<&str>) -> Option<DiskPlacement> {
+        if let Some(m) = datastore.and_then(|d| self.storage_map.iter().find(|m| m.datastore == d))
+        {
+            return Some(DiskPlacement {
+                storage_class_name: m.storage_class_name.clone(),
+                volume_mode: m.volume_mode,
+                access_mode: m.access_mode,
+            });
+        }
+        (self.storage_map.is_empty() || self.storage_class_name.is_some()).then(|| DiskPlacement {
+            storage_class_name: self.storage_class_name.clone(),
+            volume_mode: self.volume_mode,
+            access_mode: None,
+        })
+    }
+
     /// The readiness check in effect: the one asked for, else `None` for run strategies that
     /// leave the VM stopped (Halted, Manual) and `Running` for the others.
     pub fn readiness(&self) -> Readiness {
@@ -309,6 +394,47 @@ mod tests {
         assert_eq!(
             t(RunStrategy::Always, Some(Readiness::None)).readiness(),
             Readiness::None
+        );
+    }
+
+    #[test]
+    fn a_disk_path_names_its_datastore() {
+        assert_eq!(datastore_of("[LocalDS_0] vm/vm.vmdk"), Some("LocalDS_0"));
+        assert_eq!(datastore_of("[san 2] a/b.vmdk"), Some("san 2"));
+        assert_eq!(datastore_of("vm/vm.vmdk"), None);
+    }
+
+    #[test]
+    fn each_datastore_goes_where_the_map_says_else_to_the_default_or_nowhere() {
+        let mut t = TargetTemplate::default();
+        assert_eq!(
+            t.placement(Some("any")),
+            Some(DiskPlacement::default()),
+            "no map: the cluster's default class, as before"
+        );
+        t.storage_map = vec![StorageMapping {
+            datastore: "san".into(),
+            storage_class_name: Some("fast".into()),
+            volume_mode: Some(VolumeMode::Block),
+            access_mode: Some(AccessMode::ReadWriteMany),
+        }];
+        assert_eq!(
+            t.placement(Some("san")),
+            Some(DiskPlacement {
+                storage_class_name: Some("fast".into()),
+                volume_mode: Some(VolumeMode::Block),
+                access_mode: Some(AccessMode::ReadWriteMany),
+            })
+        );
+        assert_eq!(
+            t.placement(Some("nas")),
+            None,
+            "a map and no default: unmapped"
+        );
+        t.storage_class_name = Some("standard".into());
+        assert_eq!(
+            t.placement(Some("nas")).and_then(|p| p.storage_class_name),
+            Some("standard".into())
         );
     }
 }

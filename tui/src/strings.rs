@@ -907,6 +907,9 @@ pub mod preflight {
             ConcernCode::NameConflict => {
                 "an object ferry would create exists and is not this migration's"
             }
+            ConcernCode::DatastoreUnmapped => {
+                "a disk's datastore is not in the storage map, which names no default class"
+            }
             ConcernCode::NetworkUnmapped => {
                 "a NIC's network is not in target.template.networks: that NIC is left out"
             }

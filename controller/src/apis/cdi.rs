@@ -73,6 +73,9 @@ pub struct StorageSpec {
     /// `Filesystem` or `Block`; CDI's StorageProfile decides when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mode: Option<String>,
+    /// `ReadWriteOnce`, `ReadWriteMany`; CDI's StorageProfile decides when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_modes: Option<Vec<String>>,
     /// Other fields.
     #[serde(flatten)]
     pub rest: Map<String, Value>,

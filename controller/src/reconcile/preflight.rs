@@ -60,6 +60,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     out.extend(firmware(facts));
     out.extend(bus(vmm, facts));
     out.extend(networks(vmm, facts));
+    out.extend(datastores(vmm, facts));
     if facts.target_taken {
         let vm = ferry_crds::names::vm_name(vmm);
         out.push(critical(Code::TargetNameTaken, say::target_taken(&vm)));
@@ -154,7 +155,8 @@ pub fn holds(code: Code) -> bool {
         | Code::NoDisk
         | Code::SecureBoot
         | Code::BusWithoutDrivers
-        | Code::NetworkUnmapped => true,
+        | Code::NetworkUnmapped
+        | Code::DatastoreUnmapped => true,
     }
 }
 
@@ -316,6 +318,24 @@ fn networks(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> 
         .collect()
 }
 
+/// Datastores of the VM's disks that the storage map leaves out, naming no default class.
+fn datastores(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let template = &vmm.spec.target.template;
+    let mut unmapped: Vec<&str> = facts
+        .vm
+        .disks
+        .iter()
+        .filter_map(|d| ferry_crds::datastore_of(&d.datastore_path))
+        .filter(|ds| template.placement(Some(ds)).is_none())
+        .collect();
+    unmapped.sort_unstable();
+    unmapped.dedup();
+    unmapped
+        .into_iter()
+        .map(|ds| critical(Code::DatastoreUnmapped, say::datastore_unmapped(ds)))
+        .collect()
+}
+
 /// What preflight tells people.
 mod say {
     pub(super) fn disks_counted(reported: u32, read: usize) -> String {
@@ -395,6 +415,12 @@ mod say {
         };
         format!(
             "{what} but devices.virtioDrivers is false: {then}; install the drivers and set virtioDrivers, choose sata/e1000e, or accept BusWithoutDrivers"
+        )
+    }
+
+    pub(super) fn datastore_unmapped(datastore: &str) -> String {
+        format!(
+            "a disk is on datastore {datastore:?}, which target.template.storageMap does not list, and no storageClassName says where the rest goes: map {datastore:?} or set storageClassName"
         )
     }
 
@@ -617,5 +643,24 @@ mod tests {
             None,
             "the spec changed"
         );
+    }
+
+    #[test]
+    fn a_datastore_the_storage_map_leaves_out_is_critical_without_a_default() {
+        let f = facts();
+        let mut vmm = fixtures::migration("m");
+        vmm.spec.target.template.storage_map = vec![ferry_crds::StorageMapping {
+            datastore: "san".into(),
+            storage_class_name: Some("fast".into()),
+            ..Default::default()
+        }];
+        let c = concerns(&vmm, &f);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::DatastoreUnmapped, Severity::Critical)]
+        );
+        assert!(c[0].message.contains("\"ds\""), "{}", c[0].message);
+        vmm.spec.target.template.storage_class_name = Some("standard".into());
+        assert_eq!(concerns(&vmm, &f), vec![], "the default takes it");
     }
 }
