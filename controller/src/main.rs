@@ -47,6 +47,10 @@ struct Cli {
     /// How long Starting waits for the VMI to run.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     start_timeout: Duration,
+    /// How often a migration held by preflight, or preflighted while paused, is checked again
+    /// (a spec change checks at once): each check is a vCenter round trip and a few reads.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    preflight_recheck: Duration,
     /// How long Validating waits for the guest agent.
     #[arg(long, value_parser = parse_duration, default_value = "15m")]
     agent_timeout: Duration,
@@ -86,6 +90,10 @@ struct Cli {
     /// references pinned by digest, comma-separated); none by default.
     #[arg(long, env = "FERRY_ALLOWED_CONVERTER_IMAGES", value_delimiter = ',')]
     allowed_converter_images: Vec<String>,
+    /// Let migrations attach VMs to NetworkAttachmentDefinitions of other namespaces
+    /// (`namespace/name` in target.networks); refused by preflight otherwise.
+    #[arg(long, env = "FERRY_CROSS_NAMESPACE_NETWORKS")]
+    cross_namespace_networks: bool,
     /// The Secret holding the key of ferry's creation stamps, `NAME` or `NAMESPACE/NAME`
     /// (made when absent; default namespace: $POD_NAMESPACE, else the kubeconfig's). Keep it
     /// where the authors of migrations cannot read it.
@@ -283,6 +291,7 @@ async fn main() -> anyhow::Result<()> {
                     max_transient_retries: cli.max_transient_retries,
                     max_import_restarts: cli.max_import_restarts,
                     start_timeout: cli.start_timeout,
+                    preflight_recheck: cli.preflight_recheck,
                     agent_timeout: cli.agent_timeout,
                     converter_read_limit: Some(cli.converter_read_limit).filter(|r| *r > 0),
                     kubevirt_error_grace: cli.kubevirt_error_grace,
@@ -291,6 +300,7 @@ async fn main() -> anyhow::Result<()> {
                     status_interval: cli.status_interval,
                     converter_image,
                     allowed_converter_images: allowed_images(&cli),
+                    cross_namespace_networks: cli.cross_namespace_networks,
                     ..Policy::default()
                 },
                 waves: !cli.no_waves,

@@ -53,6 +53,10 @@ pub struct Policy {
     /// references). The converter receives the credentials, so only images the platform team
     /// trusts may run it.
     pub allowed_converter_images: Vec<String>,
+    /// Whether a migration may attach its VM to a NetworkAttachmentDefinition of another
+    /// namespace (`namespace/name`): a platform decision, off by default — a migration's
+    /// author could otherwise put a VM on any team's network.
+    pub cross_namespace_networks: bool,
     /// Most VMs a wave's `spec.selector` may choose (never more than
     /// [`ferry_crds::wave::MAX_WAVE_VMS`], what `status.selectedVms` holds); a selector choosing
     /// more fails the wave with `SelectorTooBroad`. Lower it to bound what one selector can start.
@@ -143,6 +147,7 @@ impl Default for Policy {
             target_stop_margin: Duration::from_secs(60),
             converter_image: String::new(),
             allowed_converter_images: vec![],
+            cross_namespace_networks: false,
             wave_selector_limit: ferry_crds::wave::MAX_WAVE_VMS,
         }
     }

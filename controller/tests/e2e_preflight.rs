@@ -360,3 +360,77 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
     assert_eq!(held.phase(), Phase::Pending);
     assert_eq!(held.status.as_ref().unwrap().source_power_off, None);
 }
+
+/// A Multus network whose NetworkAttachmentDefinition does not exist holds the migration; once
+/// it is created, the next look (every --preflight-recheck) lets the migration go on. One of
+/// another namespace is refused while the platform does not allow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_network_attachment_holds_until_it_exists_and_another_namespaces_is_refused() {
+    use ferry_controller::apis::multus::network_attachment_definition;
+    use ferry_crds::{MultusNetwork, NetworkMapping};
+    use kube::api::DynamicObject;
+    let mut env = Env::new("preflight-nets", 4).await;
+    let (other_vm, _) = env.another_vm(4);
+    env.extra_controller_args = vec!["--preflight-recheck".into(), "2s".into()];
+    env.start_sim();
+    env.start_controller();
+    let multus = |name: &str| {
+        vec![NetworkMapping {
+            source: "VM Network".into(),
+            pod: None,
+            multus: Some(MultusNetwork {
+                network_name: name.into(),
+            }),
+        }]
+    };
+    let mut own = env.migration("own-net");
+    own.spec.target.template.networks = multus("storage-net");
+    let mut foreign = env.migration_of("foreign-net", &other_vm);
+    foreign.spec.target.template.networks = multus("team-b/db-net");
+    env.create(&own).await;
+    env.create(&foreign).await;
+
+    for (name, code) in [
+        ("own-net", ConcernCode::NetworkAttachmentMissing),
+        ("foreign-net", ConcernCode::NetworkNotAllowed),
+    ] {
+        let held = env
+            .wait_for(name, "preflight to hold it", 120, |v| {
+                ready_reason(v) == Some(Reason::PreflightFailed)
+            })
+            .await;
+        assert!(
+            concerns_of(&held).contains(&(code, Severity::Critical)),
+            "{name}: {}",
+            serde_yaml_status(&held)
+        );
+    }
+
+    // The network appears: the next look finds it, and the migration goes on by itself.
+    let nads: Api<DynamicObject> = Api::namespaced_with(
+        env.lab.client().await.unwrap(),
+        &env.ns.name,
+        &network_attachment_definition(),
+    );
+    let mut nad = DynamicObject::new("storage-net", &network_attachment_definition());
+    nad.data = serde_json::json!({"spec": {"config": "{\"cniVersion\": \"0.3.1\", \"type\": \"bridge\"}"}});
+    nads.create(&PostParams::default(), &nad).await.unwrap();
+    let v = env
+        .wait_for("own-net", "it to go on", 120, |v| {
+            v.phase() != Phase::Pending && !v.held_by_preflight()
+        })
+        .await;
+    assert!(
+        !concerns_of(&v)
+            .iter()
+            .any(|c| c.0 == ConcernCode::NetworkAttachmentMissing),
+        "{}",
+        serde_yaml_status(&v)
+    );
+    let foreign = env.get("foreign-net").await;
+    assert!(
+        foreign.held_by_preflight(),
+        "{}",
+        serde_yaml_status(&foreign)
+    );
+}

@@ -97,6 +97,12 @@ pub enum ConcernCode {
     NameConflict,
     /// A source NIC's network is not in `target.template.networks`: that NIC is left out.
     NetworkUnmapped,
+    /// A Multus network of `target.template.networks` names a NetworkAttachmentDefinition that
+    /// does not exist.
+    NetworkAttachmentMissing,
+    /// A Multus network names a NetworkAttachmentDefinition of another namespace, which the
+    /// platform does not allow (the controller's --cross-namespace-networks).
+    NetworkNotAllowed,
     /// A disk's datastore is not in `target.template.storageMap`, which names no default
     /// class: where its volume goes is not said.
     DatastoreUnmapped,
@@ -126,6 +132,8 @@ impl ConcernCode {
         ConcernCode::TargetNameTaken,
         ConcernCode::NameConflict,
         ConcernCode::NetworkUnmapped,
+        ConcernCode::NetworkAttachmentMissing,
+        ConcernCode::NetworkNotAllowed,
         ConcernCode::DatastoreUnmapped,
         ConcernCode::StagingUnavailable,
         ConcernCode::ConverterImageNotAllowed,
@@ -151,6 +159,8 @@ impl ConcernCode {
             ConcernCode::TargetNameTaken => "TargetNameTaken",
             ConcernCode::NameConflict => "NameConflict",
             ConcernCode::NetworkUnmapped => "NetworkUnmapped",
+            ConcernCode::NetworkAttachmentMissing => "NetworkAttachmentMissing",
+            ConcernCode::NetworkNotAllowed => "NetworkNotAllowed",
             ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
             ConcernCode::StagingUnavailable => "StagingUnavailable",
             ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
@@ -179,6 +189,8 @@ impl ConcernCode {
             | ConcernCode::TargetNameTaken
             | ConcernCode::NameConflict
             | ConcernCode::NetworkUnmapped
+            | ConcernCode::NetworkAttachmentMissing
+            | ConcernCode::NetworkNotAllowed
             | ConcernCode::DatastoreUnmapped
             | ConcernCode::StagingUnavailable
             | ConcernCode::ConverterImageNotAllowed => false,
@@ -223,7 +235,7 @@ pub struct PreflightSpec {
     /// SharedDisk, BusWithoutDrivers). Each accepted concern is recorded in
     /// status.preflight.accepted and in an Event.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 20))]
+    #[schemars(length(max = 22))]
     pub accept: Vec<ConcernCode>,
 }
 

@@ -907,6 +907,12 @@ pub mod preflight {
             ConcernCode::NameConflict => {
                 "an object ferry would create exists and is not this migration's"
             }
+            ConcernCode::NetworkAttachmentMissing => {
+                "a Multus network names a NetworkAttachmentDefinition that does not exist"
+            }
+            ConcernCode::NetworkNotAllowed => {
+                "a Multus network of another namespace, which the platform does not allow"
+            }
             ConcernCode::DatastoreUnmapped => {
                 "a disk's datastore is not in the storage map, which names no default class"
             }

@@ -5,3 +5,4 @@
 pub mod cdi;
 pub mod job;
 pub mod kubevirt;
+pub mod multus;

@@ -43,6 +43,11 @@ pub struct SourceFacts {
     pub conflicts: Vec<crate::children::Conflict>,
     /// The converter image the migration would run, or why it may not.
     pub converter_image: Result<String, String>,
+    /// The NetworkAttachmentDefinitions (`namespace/name`) of the Multus mappings that do not
+    /// exist (only those the platform allows are looked for).
+    pub missing_networks: Vec<String>,
+    /// Whether the platform lets a migration use another namespace's networks.
+    pub cross_namespace_networks: bool,
 }
 
 /// Every concern about the migration of `facts`' VM, Critical first. Pure.
@@ -61,6 +66,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     out.extend(bus(vmm, facts));
     out.extend(networks(vmm, facts));
     out.extend(datastores(vmm, facts));
+    out.extend(attachments(vmm, facts));
     if facts.target_taken {
         let vm = ferry_crds::names::vm_name(vmm);
         out.push(critical(Code::TargetNameTaken, say::target_taken(&vm)));
@@ -156,6 +162,8 @@ pub fn holds(code: Code) -> bool {
         | Code::SecureBoot
         | Code::BusWithoutDrivers
         | Code::NetworkUnmapped
+        | Code::NetworkAttachmentMissing
+        | Code::NetworkNotAllowed
         | Code::DatastoreUnmapped => true,
     }
 }
@@ -318,6 +326,41 @@ fn networks(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> 
         .collect()
 }
 
+/// The Multus networks of the mappings, `namespace/name` (a bare name is in the migration's
+/// namespace), each with whether it lies outside that namespace. Pure.
+pub fn multus_networks(vmm: &VirtualMachineMigration) -> Vec<(String, bool)> {
+    let own = vmm.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out: Vec<(String, bool)> = vmm
+        .spec
+        .target
+        .template
+        .networks
+        .iter()
+        .filter_map(|m| m.multus.as_ref())
+        .map(|m| match m.network_name.split_once('/') {
+            Some((ns, name)) => (format!("{ns}/{name}"), ns != own),
+            None => (format!("{own}/{}", m.network_name), false),
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Multus networks of another namespace the platform does not allow, and those that do not
+/// exist.
+fn attachments(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let refused = multus_networks(vmm)
+        .into_iter()
+        .filter(|(_, outside)| *outside && !facts.cross_namespace_networks)
+        .map(|(n, _)| critical(Code::NetworkNotAllowed, say::network_not_allowed(&n)));
+    let missing = facts
+        .missing_networks
+        .iter()
+        .map(|n| critical(Code::NetworkAttachmentMissing, say::network_missing(n)));
+    refused.chain(missing).collect()
+}
+
 /// Datastores of the VM's disks that the storage map leaves out, naming no default class.
 fn datastores(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
     let template = &vmm.spec.target.template;
@@ -418,6 +461,18 @@ mod say {
         )
     }
 
+    pub(super) fn network_not_allowed(network: &str) -> String {
+        format!(
+            "target.template.networks attaches to {network}, a NetworkAttachmentDefinition of another namespace, which this platform does not allow (the controller's --cross-namespace-networks): use one of the migration's namespace"
+        )
+    }
+
+    pub(super) fn network_missing(network: &str) -> String {
+        format!(
+            "the NetworkAttachmentDefinition {network} of target.template.networks does not exist: create it, or map the network elsewhere"
+        )
+    }
+
     pub(super) fn datastore_unmapped(datastore: &str) -> String {
         format!(
             "a disk is on datastore {datastore:?}, which target.template.storageMap does not list, and no storageClassName says where the rest goes: map {datastore:?} or set storageClassName"
@@ -461,6 +516,8 @@ mod tests {
             target_taken: false,
             conflicts: vec![],
             converter_image: Ok("img".into()),
+            missing_networks: vec![],
+            cross_namespace_networks: false,
         }
     }
 
@@ -662,5 +719,38 @@ mod tests {
         assert!(c[0].message.contains("\"ds\""), "{}", c[0].message);
         vmm.spec.target.template.storage_class_name = Some("standard".into());
         assert_eq!(concerns(&vmm, &f), vec![], "the default takes it");
+    }
+
+    #[test]
+    fn multus_networks_must_exist_and_stay_in_the_namespace_unless_allowed() {
+        let mut vmm = fixtures::migration("m");
+        let multus = |name: &str| ferry_crds::NetworkMapping {
+            source: "VM Network".into(),
+            pod: None,
+            multus: Some(ferry_crds::MultusNetwork {
+                network_name: name.into(),
+            }),
+        };
+        vmm.spec.target.template.networks = vec![multus("default/storage"), multus("team-b/db")];
+        assert_eq!(
+            multus_networks(&vmm),
+            vec![
+                ("default/storage".into(), false),
+                ("team-b/db".into(), true)
+            ]
+        );
+        let mut f = facts();
+        f.missing_networks = vec!["default/storage".into()];
+        let c = concerns(&vmm, &f);
+        assert_eq!(
+            codes(&c),
+            vec![
+                (Code::NetworkNotAllowed, Severity::Critical),
+                (Code::NetworkAttachmentMissing, Severity::Critical)
+            ]
+        );
+        f.cross_namespace_networks = true;
+        f.missing_networks = vec![];
+        assert_eq!(concerns(&vmm, &f), vec![]);
     }
 }

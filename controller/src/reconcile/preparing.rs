@@ -147,7 +147,32 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         target_taken,
         conflicts,
         converter_image,
+        missing_networks: missing_networks(io).await?,
+        cross_namespace_networks: io.ctx.policy.cross_namespace_networks,
     }))
+}
+
+/// The NetworkAttachmentDefinitions the Multus mappings name that do not exist, read fresh
+/// (only with Multus mappings; another namespace's only when the platform allows it).
+async fn missing_networks(io: Io<'_>) -> Result<Vec<String>> {
+    let mut missing = vec![];
+    for (network, outside) in preflight::multus_networks(io.vmm) {
+        if outside && !io.ctx.policy.cross_namespace_networks {
+            continue;
+        }
+        let Some((ns, name)) = network.split_once('/') else {
+            continue;
+        };
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+            io.ctx.client.clone(),
+            ns,
+            &crate::apis::multus::network_attachment_definition(),
+        );
+        if api.get_opt(name).await?.is_none() {
+            missing.push(network);
+        }
+    }
+    Ok(missing)
 }
 
 /// Whether the target VM's name is someone else's, and the conflicts of every other name the
@@ -649,6 +674,8 @@ mod tests {
             target_taken: false,
             conflicts: vec![],
             converter_image: Ok("img".into()),
+            missing_networks: vec![],
+            cross_namespace_networks: false,
         }
     }
 

@@ -221,10 +221,12 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
 }
 
 /// The status `held` (preflight sent the migration back to Pending) with the phase history,
-/// start time and attempts of `before` when the migration was Pending then: nothing started.
-/// Pure.
+/// start time and attempts `before` had when it was Pending then (no status yet counts as
+/// Pending): nothing started. Pure.
 pub fn held_as_before(before: Option<&Status>, mut held: Status) -> Status {
-    if let Some(b) = before.filter(|b| b.phase == Phase::Pending) {
+    let fresh = Status::default();
+    let b = before.unwrap_or(&fresh);
+    if b.phase == Phase::Pending {
         held.history = b.history.clone();
         held.started_at = b.started_at.clone();
         held.attempts = b.attempts;
@@ -1143,5 +1145,11 @@ mod tests {
             held_as_before(pending.status.as_ref(), after_outcome(&again, &hold, &t1()));
         assert_eq!(held_again.history, held.history, "no entry per look");
         assert_eq!(held_again.phase, Phase::Pending);
+        let first = held_as_before(None, held);
+        assert_eq!(
+            (first.history.len(), first.started_at, first.attempts),
+            (0, None, 0),
+            "held at its first look: never started"
+        );
     }
 }
