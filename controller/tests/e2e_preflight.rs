@@ -286,7 +286,8 @@ async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passth
 
 /// The storage map places each disk by its datastore (the lab's VMs live on `LocalDS_0`): the
 /// DataVolume gets the mapped class and access mode. A map that leaves the datastore out, with
-/// no default class, holds the migration (DatastoreUnmapped) before anything is touched.
+/// no default class, holds the migration (DatastoreUnmapped) before anything is touched, as
+/// does a StorageClass that does not exist (StorageClassMissing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_holds() {
     use ferry_controller::apis::cdi::DataVolume;
@@ -311,9 +312,13 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         .await
         .unwrap();
     let (other_vm, _) = env.another_vm(4);
+    let (third_vm, _) = env.another_vm(4);
     env.start_sim();
     env.start_controller();
 
+    let mut classless = env.migration_of("classless", &third_vm);
+    classless.spec.target.template.storage_class_name = Some(format!("{class}-nowhere"));
+    env.create(&classless).await;
     let mut mapped = env.migration("mapped");
     mapped.spec.target.template.storage_map = vec![StorageMapping {
         datastore: "LocalDS_0".into(),
@@ -359,6 +364,18 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
     );
     assert_eq!(held.phase(), Phase::Pending);
     assert_eq!(held.status.as_ref().unwrap().source_power_off, None);
+
+    // A StorageClass that does not exist: its claims would never bind.
+    let held = env
+        .wait_for("classless", "preflight to hold it", 120, |v| {
+            ready_reason(v) == Some(Reason::PreflightFailed)
+        })
+        .await;
+    assert!(
+        concerns_of(&held).contains(&(ConcernCode::StorageClassMissing, Severity::Critical)),
+        "{}",
+        serde_yaml_status(&held)
+    );
 }
 
 /// A Multus network whose NetworkAttachmentDefinition does not exist holds the migration; once

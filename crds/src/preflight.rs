@@ -103,6 +103,9 @@ pub enum ConcernCode {
     /// A Multus network names a NetworkAttachmentDefinition of another namespace, which the
     /// platform does not allow (the controller's --cross-namespace-networks).
     NetworkNotAllowed,
+    /// A StorageClass the disks' volumes would use does not exist: their claims would wait for a
+    /// provisioner forever.
+    StorageClassMissing,
     /// A disk's datastore is not in `target.template.storageMap`, which names no default
     /// class: where its volume goes is not said.
     DatastoreUnmapped,
@@ -134,6 +137,7 @@ impl ConcernCode {
         ConcernCode::NetworkUnmapped,
         ConcernCode::NetworkAttachmentMissing,
         ConcernCode::NetworkNotAllowed,
+        ConcernCode::StorageClassMissing,
         ConcernCode::DatastoreUnmapped,
         ConcernCode::StagingUnavailable,
         ConcernCode::ConverterImageNotAllowed,
@@ -161,6 +165,7 @@ impl ConcernCode {
             ConcernCode::NetworkUnmapped => "NetworkUnmapped",
             ConcernCode::NetworkAttachmentMissing => "NetworkAttachmentMissing",
             ConcernCode::NetworkNotAllowed => "NetworkNotAllowed",
+            ConcernCode::StorageClassMissing => "StorageClassMissing",
             ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
             ConcernCode::StagingUnavailable => "StagingUnavailable",
             ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
@@ -191,6 +196,7 @@ impl ConcernCode {
             | ConcernCode::NetworkUnmapped
             | ConcernCode::NetworkAttachmentMissing
             | ConcernCode::NetworkNotAllowed
+            | ConcernCode::StorageClassMissing
             | ConcernCode::DatastoreUnmapped
             | ConcernCode::StagingUnavailable
             | ConcernCode::ConverterImageNotAllowed => false,
@@ -235,7 +241,7 @@ pub struct PreflightSpec {
     /// SharedDisk, BusWithoutDrivers). Each accepted concern is recorded in
     /// status.preflight.accepted and in an Event.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 22))]
+    #[schemars(length(max = 23))]
     pub accept: Vec<ConcernCode>,
 }
 

@@ -913,6 +913,9 @@ pub mod preflight {
             ConcernCode::NetworkNotAllowed => {
                 "a Multus network of another namespace, which the platform does not allow"
             }
+            ConcernCode::StorageClassMissing => {
+                "a StorageClass the disks would use does not exist: the claims would never bind"
+            }
             ConcernCode::DatastoreUnmapped => {
                 "a disk's datastore is not in the storage map, which names no default class"
             }

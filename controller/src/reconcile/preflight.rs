@@ -48,6 +48,8 @@ pub struct SourceFacts {
     pub missing_networks: Vec<String>,
     /// Whether the platform lets a migration use another namespace's networks.
     pub cross_namespace_networks: bool,
+    /// The StorageClasses the disks' volumes would use (named ones only) that do not exist.
+    pub missing_classes: Vec<String>,
 }
 
 /// Every concern about the migration of `facts`' VM, Critical first. Pure.
@@ -67,6 +69,12 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     out.extend(networks(vmm, facts));
     out.extend(datastores(vmm, facts));
     out.extend(attachments(vmm, facts));
+    out.extend(
+        facts
+            .missing_classes
+            .iter()
+            .map(|c| critical(Code::StorageClassMissing, say::class_missing(c))),
+    );
     if facts.target_taken {
         let vm = ferry_crds::names::vm_name(vmm);
         out.push(critical(Code::TargetNameTaken, say::target_taken(&vm)));
@@ -164,6 +172,7 @@ pub fn holds(code: Code) -> bool {
         | Code::NetworkUnmapped
         | Code::NetworkAttachmentMissing
         | Code::NetworkNotAllowed
+        | Code::StorageClassMissing
         | Code::DatastoreUnmapped => true,
     }
 }
@@ -361,6 +370,23 @@ fn attachments(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concer
     refused.chain(missing).collect()
 }
 
+/// The StorageClasses the volumes of `disks` would use, by name (a disk placed on the
+/// cluster's default class names none), each once. Pure.
+pub fn named_classes(
+    vmm: &VirtualMachineMigration,
+    disks: &[ferry_crds::DiscoveredDisk],
+) -> Vec<String> {
+    let template = &vmm.spec.target.template;
+    let mut out: Vec<String> = disks
+        .iter()
+        .filter_map(|d| template.placement(ferry_crds::datastore_of(&d.datastore_path)))
+        .filter_map(|p| p.storage_class_name)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Datastores of the VM's disks that the storage map leaves out, naming no default class.
 fn datastores(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
     let template = &vmm.spec.target.template;
@@ -473,6 +499,12 @@ mod say {
         )
     }
 
+    pub(super) fn class_missing(class: &str) -> String {
+        format!(
+            "the StorageClass {class:?} (target.template.storageClassName or storageMap) does not exist: its claims would wait for a provisioner forever; create it or name another"
+        )
+    }
+
     pub(super) fn datastore_unmapped(datastore: &str) -> String {
         format!(
             "a disk is on datastore {datastore:?}, which target.template.storageMap does not list, and no storageClassName says where the rest goes: map {datastore:?} or set storageClassName"
@@ -518,6 +550,7 @@ mod tests {
             converter_image: Ok("img".into()),
             missing_networks: vec![],
             cross_namespace_networks: false,
+            missing_classes: vec![],
         }
     }
 
@@ -752,5 +785,24 @@ mod tests {
         f.cross_namespace_networks = true;
         f.missing_networks = vec![];
         assert_eq!(concerns(&vmm, &f), vec![]);
+    }
+
+    #[test]
+    fn the_classes_a_migration_would_use_are_named_once_and_a_missing_one_holds() {
+        let mut f = facts();
+        let mut vmm = fixtures::migration("m");
+        assert_eq!(
+            named_classes(&vmm, &f.vm.disks),
+            Vec::<String>::new(),
+            "the default"
+        );
+        vmm.spec.target.template.storage_class_name = Some("gold".into());
+        f.vm.disks.push(f.vm.disks[0].clone());
+        assert_eq!(named_classes(&vmm, &f.vm.disks), vec!["gold".to_owned()]);
+        f.missing_classes = vec!["gold".into()];
+        assert_eq!(
+            codes(&concerns(&vmm, &f)),
+            vec![(Code::StorageClassMissing, Severity::Critical)]
+        );
     }
 }

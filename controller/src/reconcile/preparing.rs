@@ -138,6 +138,7 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         .ctx
         .policy
         .converter_image_for(io.vmm.spec.conversion.image.as_deref());
+    let missing_classes = missing_classes(io, &discovered.source.disks).await?;
     Ok(Ok(SourceFacts {
         vm: discovered.source,
         layout_problems: discovered.layout_problems,
@@ -149,7 +150,21 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         converter_image,
         missing_networks: missing_networks(io).await?,
         cross_namespace_networks: io.ctx.policy.cross_namespace_networks,
+        missing_classes,
     }))
+}
+
+/// The StorageClasses the disks would use (by name) that do not exist, read by name.
+async fn missing_classes(io: Io<'_>, disks: &[ferry_crds::DiscoveredDisk]) -> Result<Vec<String>> {
+    let api: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+        kube::Api::all(io.ctx.client.clone());
+    let mut missing = vec![];
+    for class in preflight::named_classes(io.vmm, disks) {
+        if api.get_opt(&class).await?.is_none() {
+            missing.push(class);
+        }
+    }
+    Ok(missing)
 }
 
 /// The NetworkAttachmentDefinitions the Multus mappings name that do not exist, read fresh
@@ -676,6 +691,7 @@ mod tests {
             converter_image: Ok("img".into()),
             missing_networks: vec![],
             cross_namespace_networks: false,
+            missing_classes: vec![],
         }
     }
 
