@@ -459,6 +459,37 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     .unwrap();
     scenarios.push(("a failure in Starting, retried", t, SystemTime::now()));
 
+    // 5. Preflight of a paused migration naming a StorageClass and a Multus network, neither
+    //    of which exists: each is looked for by name, and the migration is held, untouched.
+    let t = SystemTime::now();
+    let mut vmm = in_cluster_migration(&env, "preflight", None);
+    vmm.spec.paused = true;
+    vmm.spec.target.template.storage_class_name = Some(format!("{}-nowhere", env.ns.name));
+    vmm.spec.target.template.networks = vec![ferry_crds::NetworkMapping {
+        source: "VM Network".into(),
+        pod: None,
+        multus: Some(ferry_crds::MultusNetwork {
+            network_name: "no-such-net".into(),
+        }),
+    }];
+    env.create(&vmm).await;
+    env.wait_for("preflight", "its preflight", 120, |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.preflight.as_ref())
+            .is_some_and(|p| {
+                let codes: Vec<_> = p.concerns.iter().map(|c| c.code).collect();
+                codes.contains(&ferry_crds::ConcernCode::StorageClassMissing)
+                    && codes.contains(&ferry_crds::ConcernCode::NetworkAttachmentMissing)
+            })
+    })
+    .await;
+    scenarios.push((
+        "a paused migration preflighted (a StorageClass and a network looked for)",
+        t,
+        SystemTime::now(),
+    ));
+
     // The record.
     let requests: Vec<Request> = audit(env.lab, SA)
         .into_iter()
