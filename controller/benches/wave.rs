@@ -289,6 +289,8 @@ async fn run_wave(
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight,

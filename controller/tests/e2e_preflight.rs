@@ -152,6 +152,8 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
                 vm: VmSelector::by_name(n),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight: 1,

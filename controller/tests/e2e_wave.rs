@@ -39,6 +39,8 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight: 1,
@@ -114,6 +116,8 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
                 vm: VmSelector::by_name(n),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight: 1,
@@ -133,6 +137,8 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
             vm: VmSelector::by_name(env.vm.name.clone()),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         },
     );
     let queued = ferry_crds::child_migration_name(
@@ -141,6 +147,8 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
             vm: VmSelector::by_name(second.name.clone()),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         },
     );
     env.wait_phase(&first, Phase::Importing, 240).await;
@@ -205,6 +213,8 @@ fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
                 vm: VmSelector::by_name(*n),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight: 2,

@@ -135,6 +135,8 @@ fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> Migratio
                 vm: VmSelector::by_name(n.clone()),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight,

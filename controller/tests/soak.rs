@@ -251,6 +251,8 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
             vm: VmSelector::by_name(vm.name.clone()),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         })
         .collect();
     let spec = MigrationWaveSpec {

@@ -112,6 +112,8 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
                 vm: VmSelector::by_name(format!("DC0_H0_VM{i}")),
                 target_name: None,
                 preflight: None,
+                storage_map: vec![],
+                networks: vec![],
             })
             .collect(),
         max_in_flight: crate::wave::DEFAULT_MAX_IN_FLIGHT,

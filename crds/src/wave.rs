@@ -214,6 +214,15 @@ pub struct WaveVm {
     /// spec.preflight).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<crate::PreflightSpec>,
+    /// This VM's storage map, in place of the template's target.storageMap (when not empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub storage_map: Vec<crate::StorageMapping>,
+    /// This VM's network mappings, in place of the template's target.networks (when not
+    /// empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub networks: Vec<crate::NetworkMapping>,
 }
 
 /// Phase of a wave.
@@ -457,6 +466,8 @@ impl MigrationWave {
                         vm: VmSelector::by_name(n.clone()),
                         target_name: None,
                         preflight: None,
+                        storage_map: vec![],
+                        networks: vec![],
                     })
                     .collect()
             })

@@ -23,6 +23,19 @@ pub fn child_migration_name(wave_name: &str, vm: &WaveVm) -> String {
     names::wave_member_name(wave_name, member.unwrap_or_default())
 }
 
+/// The wave's target template with `vm`'s own maps in place of the template's, where it has
+/// them: maps are shared by a wave's VMs and overridable per VM. Pure.
+fn with_overrides(target: &crate::TargetTemplate, vm: &WaveVm) -> crate::TargetTemplate {
+    let mut t = target.clone();
+    if !vm.storage_map.is_empty() {
+        t.storage_map = vm.storage_map.clone();
+    }
+    if !vm.networks.is_empty() {
+        t.networks = vm.networks.clone();
+    }
+    t
+}
+
 /// The `VirtualMachineMigration` a wave creates for one of its VMs. Pure.
 ///
 /// # Guarantees
@@ -76,7 +89,7 @@ pub fn child_migration(
         },
         target: TargetSpec {
             name: vm.target_name.clone(),
-            template: template.target.clone(),
+            template: with_overrides(&template.target, vm),
         },
         staging: template.staging.clone(),
         conversion: template.conversion.clone(),
@@ -166,11 +179,43 @@ mod tests {
     }
 
     #[test]
+    fn a_vms_own_maps_replace_the_templates_for_its_migration_only() {
+        let mut w = wave("w1", 2);
+        w.spec.template.target.storage_map = vec![crate::StorageMapping {
+            datastore: "san".into(),
+            storage_class_name: Some("fast".into()),
+            ..Default::default()
+        }];
+        let own = vec![crate::StorageMapping {
+            datastore: "san".into(),
+            storage_class_name: Some("gold".into()),
+            ..Default::default()
+        }];
+        w.spec.vms[1].storage_map = own.clone();
+        w.spec.vms[1].networks = vec![crate::NetworkMapping {
+            source: "VM Network".into(),
+            pod: Some(Default::default()),
+            multus: None,
+        }];
+        let first = child_migration(&w, &w.spec.vms[0]).unwrap();
+        let second = child_migration(&w, &w.spec.vms[1]).unwrap();
+        assert_eq!(
+            first.spec.target.template.storage_map,
+            w.spec.template.target.storage_map
+        );
+        assert!(first.spec.target.template.networks.is_empty());
+        assert_eq!(second.spec.target.template.storage_map, own);
+        assert_eq!(second.spec.target.template.networks.len(), 1);
+    }
+
+    #[test]
     fn entries_share_a_migration_name_exactly_when_they_share_a_vm_name() {
         let entry = |name: &str, target: Option<&str>| WaveVm {
             vm: VmSelector::by_name(name),
             target_name: target.map(str::to_owned),
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         };
         let w = wave("w", 1);
         let vm_name = |e: &WaveVm| names::vm_name(&child_migration(&w, e).unwrap());
@@ -194,6 +239,8 @@ mod tests {
             vm: VmSelector::by_id("vm-42"),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         };
         assert_eq!(
             child_migration(&w, &by_id)

@@ -736,6 +736,8 @@ mod tests {
             vm: ferry_crds::VmSelector::by_name(name),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         }
     }
 

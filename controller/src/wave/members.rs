@@ -179,6 +179,8 @@ mod tests {
             vm: VmSelector::by_name(name),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         }
     }
 

@@ -659,6 +659,8 @@ pub fn wave_child(wave: &str, vm: &str) -> String {
             vm: VmSelector::by_name(vm.to_owned()),
             target_name: None,
             preflight: None,
+            storage_map: vec![],
+            networks: vec![],
         },
     )
 }
