@@ -52,6 +52,28 @@ pub struct SourceFacts {
     pub missing_classes: Vec<String>,
 }
 
+impl SourceFacts {
+    /// The facts of `vm` with nothing else to weigh: read whole, staging and names fine, the
+    /// default converter image (tests start from it and change one thing).
+    #[cfg(test)]
+    pub fn clean(vm: DiscoveredSource) -> Self {
+        let disks = u32::try_from(vm.disks.len()).unwrap_or(u32::MAX);
+        Self {
+            vm,
+            layout_problems: vec![],
+            disks_reported: Some(disks),
+            unread: vec![],
+            bucket: Ok(()),
+            target_taken: false,
+            conflicts: vec![],
+            converter_image: Ok("img".into()),
+            missing_networks: vec![],
+            cross_namespace_networks: false,
+            missing_classes: vec![],
+        }
+    }
+}
+
 /// Every concern about the migration of `facts`' VM, Critical first. Pure.
 pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
     let name = facts.vm.name.clone().unwrap_or_default();
@@ -76,8 +98,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
             .map(|c| critical(Code::StorageClassMissing, say::class_missing(c))),
     );
     if facts.target_taken {
-        let vm = ferry_crds::names::vm_name(vmm);
-        out.push(critical(Code::TargetNameTaken, say::target_taken(&vm)));
+        out.push(critical(Code::TargetNameTaken, target_taken(vmm)));
     }
     out.extend(facts.conflicts.iter().map(|c| {
         let p = c.problem(super::world::RENAME_HINT);
@@ -91,6 +112,11 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     }
     out.sort_by_key(|c| c.severity);
     out
+}
+
+/// What a target name held by someone else's VirtualMachine means, and what to do. Pure.
+pub fn target_taken(vmm: &VirtualMachineMigration) -> String {
+    say::target_taken(&ferry_crds::names::vm_name(vmm))
 }
 
 /// The concern of a source that could not be checked at all. Pure.
@@ -524,34 +550,22 @@ mod tests {
     use ferry_crds::{DiscoveredDisk, DiscoveredNic, DiscoveredSource, PreflightSpec, fixtures};
 
     fn facts() -> SourceFacts {
-        SourceFacts {
-            vm: DiscoveredSource {
-                name: Some("vm0".into()),
-                power_state: Some(PowerState::PoweredOff),
-                disks: vec![DiscoveredDisk {
-                    key: 2000,
-                    datastore_path: "[ds] vm0/vm0.vmdk".into(),
-                    capacity_bytes: 1 << 30,
-                    ..Default::default()
-                }],
-                nics: vec![DiscoveredNic {
-                    mac: "00:50:56:00:00:01".into(),
-                    network: "VM Network".into(),
-                    device_type: None,
-                }],
+        SourceFacts::clean(DiscoveredSource {
+            name: Some("vm0".into()),
+            power_state: Some(PowerState::PoweredOff),
+            disks: vec![DiscoveredDisk {
+                key: 2000,
+                datastore_path: "[ds] vm0/vm0.vmdk".into(),
+                capacity_bytes: 1 << 30,
                 ..Default::default()
-            },
-            layout_problems: vec![],
-            disks_reported: Some(1),
-            unread: vec![],
-            bucket: Ok(()),
-            target_taken: false,
-            conflicts: vec![],
-            converter_image: Ok("img".into()),
-            missing_networks: vec![],
-            cross_namespace_networks: false,
-            missing_classes: vec![],
-        }
+            }],
+            nics: vec![DiscoveredNic {
+                mac: "00:50:56:00:00:01".into(),
+                network: "VM Network".into(),
+                device_type: None,
+            }],
+            ..Default::default()
+        })
     }
 
     fn codes(c: &[Concern]) -> Vec<(Code, Severity)> {

@@ -478,8 +478,10 @@ fn held(f: &Found) -> Option<Outcome<Action>> {
 /// Someone else's VirtualMachine has the target name: ferry never takes it over.
 fn target_name_taken(f: &Found) -> Option<Outcome<Action>> {
     f.facts.target_taken.then(|| {
-        let vm = ferry_crds::names::vm_name(&f.scope.vmm);
-        f.invalid(Reason::TargetNameTaken, say::target_taken(&vm))
+        f.invalid(
+            Reason::TargetNameTaken,
+            preflight::target_taken(&f.scope.vmm),
+        )
     })
 }
 
@@ -591,12 +593,6 @@ mod say {
         )
     }
 
-    pub(super) fn target_taken(vm: &str) -> String {
-        format!(
-            "a VirtualMachine named {vm} already exists in this namespace and is not this migration's; set spec.target.name"
-        )
-    }
-
     pub(super) fn powering_off(name: &str) -> String {
         format!("powering {name} off")
     }
@@ -680,19 +676,7 @@ mod tests {
     }
 
     fn facts(power: PowerState) -> SourceFacts {
-        SourceFacts {
-            vm: vm(power),
-            layout_problems: vec![],
-            disks_reported: Some(1),
-            unread: vec![],
-            bucket: Ok(()),
-            target_taken: false,
-            conflicts: vec![],
-            converter_image: Ok("img".into()),
-            missing_networks: vec![],
-            cross_namespace_networks: false,
-            missing_classes: vec![],
-        }
+        SourceFacts::clean(vm(power))
     }
 
     fn scope(
@@ -1224,6 +1208,35 @@ mod tests {
         assert_eq!(
             (src.power_state, src.vmware_tools),
             (Some(PowerState::PoweredOn), Some(ToolsState::Running))
+        );
+    }
+
+    #[test]
+    fn a_critical_concern_after_the_power_off_began_fails_instead_of_holding() {
+        // Nothing touched: held in Pending.
+        let mut f = facts(PowerState::PoweredOff);
+        f.layout_problems = vec![crate::vsphere::LayoutProblem::Shared {
+            disk: "Hard disk 1".into(),
+        }];
+        assert!(matches!(
+            step(migration("m"), Ok(f.clone())),
+            Step::Hold { .. }
+        ));
+        // ferry asked the guest to shut down already: Pending would hide a source it touched,
+        // so the migration fails (and the power rule may restore the source; no target exists).
+        let mut touched = recorded(PowerState::PoweredOn);
+        touched
+            .status
+            .get_or_insert_with(Default::default)
+            .source_power_off = Some(ferry_crds::SourcePowerOff {
+            shutdown_guest_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            )),
+            ..Default::default()
+        });
+        assert_eq!(
+            fail_reason(&step(touched, Ok(f))),
+            Some((Reason::PreflightFailed, false))
         );
     }
 }
