@@ -257,6 +257,7 @@ pub struct Runtime {
     ui_tx: UnboundedSender<Action>,
     ui_rx: UnboundedReceiver<Action>,
     connect: ConnectOptions,
+    clipboard: Box<dyn Write + Send>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -294,7 +295,14 @@ impl Runtime {
             ui_tx,
             ui_rx,
             connect,
+            clipboard: Box::new(std::io::stdout()),
         }
+    }
+
+    /// Where [`Effect::Copy`] writes its OSC 52 sequence: the terminal's stdout unless a test
+    /// listens instead.
+    pub fn set_clipboard(&mut self, out: Box<dyn Write + Send>) {
+        self.clipboard = out;
     }
 
     /// Where watch actions go (tests feed the loop through it).
@@ -358,6 +366,15 @@ impl Runtime {
                 });
             }
             Effect::Rewatch(_) => self.watch(state),
+            Effect::Copy(text) => {
+                // Written between frames: the terminal's own buffer was flushed with the last
+                // frame, so the sequence never lands inside one. A failed write loses the copy,
+                // never the screen.
+                let copy = crossterm::clipboard::CopyToClipboard::to_clipboard_from(text);
+                if let Err(e) = crossterm::execute!(self.clipboard, copy) {
+                    tracing::warn!(error = %e, "copying to the clipboard (OSC 52) failed");
+                }
+            }
             Effect::SwitchContexts(contexts) => {
                 let opts = ConnectOptions {
                     contexts,

@@ -190,6 +190,18 @@ pub const BINDINGS: &[Binding] = &[
         action: || Action::ShowEvents,
     },
     Binding {
+        keys: &[k('m')],
+        label: "m",
+        help: help::NEXT_MESSAGE,
+        action: || Action::NextMessage,
+    },
+    Binding {
+        keys: &[k('Y')],
+        label: "Y",
+        help: help::COPY_MESSAGE,
+        action: || Action::CopyMessage,
+    },
+    Binding {
         keys: &[k('l')],
         label: "l",
         help: help::LOGS,
@@ -321,6 +333,38 @@ pub const VIEW_HINTS: &[Hint] = &[
     Hint {
         actions: &[Action::Quit],
         word: hint::QUIT,
+    },
+];
+
+/// Footer hints in the details view, whose messages can be selected and copied.
+pub const DETAILS_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SCROLL,
+    },
+    Hint {
+        actions: &[Action::NextMessage],
+        word: hint::NEXT_MESSAGE,
+    },
+    Hint {
+        actions: &[Action::CopyMessage],
+        word: hint::COPY,
+    },
+    Hint {
+        actions: &[Action::ShowEvents],
+        word: hint::EVENTS,
+    },
+    Hint {
+        actions: VERBS,
+        word: hint::ACT,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
     },
 ];
 
@@ -513,6 +557,7 @@ mod tests {
         for h in BOARD_HINTS
             .iter()
             .chain(VIEW_HINTS)
+            .chain(DETAILS_HINTS)
             .chain(WAVE_HINTS)
             .chain(PREFLIGHT_HINTS)
             .chain(PREFLIGHT_GROUP_HINTS)
@@ -534,6 +579,7 @@ mod tests {
         for h in BOARD_HINTS
             .iter()
             .chain(VIEW_HINTS)
+            .chain(DETAILS_HINTS)
             .chain(WAVE_HINTS)
             .chain(PREFLIGHT_HINTS)
             .chain(PREFLIGHT_GROUP_HINTS)

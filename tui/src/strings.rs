@@ -451,9 +451,40 @@ pub mod help {
     pub const YAML: &str = "YAML";
     pub const EVENTS: &str = "events";
     pub const LOGS: &str = "show / hide logs";
+    pub const NEXT_MESSAGE: &str = "next message (in details)";
+    pub const COPY_MESSAGE: &str = "copy message whole (OSC 52)";
     pub const COMMAND: &str = "command: ns NAME|all, wave NAME|all, ctx NAME, q";
     pub const HELP: &str = "help";
     pub const QUIT: &str = "quit";
+}
+
+/// The messages of the details view: which one the copy key takes, and what it did.
+pub mod message {
+    /// Nothing to copy here.
+    pub const NONE: &str = "no message to copy here";
+    /// The last failure.
+    pub const FAILURE: &str = "the failure";
+    /// `status.message`.
+    pub const STATUS: &str = "the status message";
+    /// An Event's note.
+    pub const EVENT: &str = "an Event";
+
+    /// A condition's message.
+    pub fn condition(ty: &str) -> String {
+        format!("condition {ty}")
+    }
+
+    /// Which message is selected (`3/7`), after `m`.
+    pub fn selected(n: usize, of: usize, what: &str) -> String {
+        format!("message {n}/{of}: {what} (▸ in the view)")
+    }
+
+    /// What `Y` did: the sequence was written, whether the terminal takes it is its own choice.
+    pub fn copied(chars: usize) -> String {
+        format!(
+            "copied {chars} characters to the clipboard (OSC 52: the terminal, or tmux, must allow it)"
+        )
+    }
 }
 
 /// Footer words, after the keys `keys::BOARD_HINTS` and its siblings take from the key map.
@@ -483,6 +514,8 @@ pub mod hint {
     pub const BOARD: &str = "board";
     pub const WAVE_STRIP: &str = "wave strip: ";
     pub const SHOW_GROUP: &str = "its migrations";
+    pub const NEXT_MESSAGE: &str = "next msg";
+    pub const COPY: &str = "copy";
 }
 
 /// The header: context, scope, connection, counts.

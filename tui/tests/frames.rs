@@ -267,3 +267,82 @@ async fn changes_to_rows_off_screen_draw_no_frame_and_the_next_change_on_screen_
         frames.len()
     );
 }
+
+/// A clipboard the test reads: what the loop writes for the copy key.
+#[derive(Clone, Default)]
+struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_copy_key_writes_the_whole_failure_as_one_osc_52_sequence() {
+    use base64::Engine;
+    use ferry::state::Edit;
+
+    let mut state = support::sample_state(Scope::Namespace("apps".into()));
+    support::with_long_failure(&mut state);
+    let mut rt = Runtime::new(vec![], ConnectOptions::default());
+    let written = Written::default();
+    rt.set_clipboard(Box::new(written.clone()));
+    let mut first = vec![
+        Action::Resize(Screen {
+            width: 80,
+            height: 24,
+        }),
+        Action::StartFilter,
+    ];
+    first.extend("w1-cache-02".chars().map(|c| Action::Edit(Edit::Char(c))));
+    first.extend([Action::Submit, Action::Enter, Action::CopyMessage]);
+    // The first frame comes after every action of `first` was applied (and its effects run).
+    let (drawn_tx, mut drawn_rx) = mpsc::unbounded_channel::<()>();
+    let mut observer = |_: &State, _: &FrameInfo| {
+        let _ = drawn_tx.send(());
+    };
+    let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    app::drive(
+        &mut terminal,
+        &mut state,
+        &mut rt,
+        first,
+        futures::stream::pending(),
+        async {
+            drawn_rx.recv().await;
+        },
+        Theme::MONO,
+        &mut observer,
+    )
+    .await
+    .unwrap();
+
+    let out = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+    let body = out
+        .strip_prefix("\x1b]52;c;")
+        .and_then(|s| s.strip_suffix("\x1b\\"))
+        .unwrap_or_else(|| panic!("not one OSC 52 sequence: {out:?}"));
+    let copied = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let copied = String::from_utf8(copied).unwrap();
+    // The whole failure as the API has it, its line break included, after reason and phase.
+    assert!(
+        copied.starts_with("ImportFailed in Importing: ") && copied.contains(support::LONG_FAILURE),
+        "{copied:?}"
+    );
+    let flash = state
+        .flash
+        .as_ref()
+        .map(|f| f.text.clone())
+        .unwrap_or_default();
+    assert!(
+        flash.contains(&copied.chars().count().to_string()),
+        "{flash}"
+    );
+}

@@ -6,14 +6,16 @@ mod support;
 use ferry::{
     state::{
         Action, ConnState, Edit, Nav, Outcome, Resource, Scope, Screen, State, Target, TargetKind,
-        Verb, update,
+        Verb, messages::About, update,
     },
     ui::{self, Options, Theme},
 };
 use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
-use support::{C0, now, sample_state, two_cluster_state, with_preflight};
+use support::{
+    C0, LONG_FAILURE, now, sample_state, two_cluster_state, with_long_failure, with_preflight,
+};
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -399,4 +401,51 @@ fn details_of_a_migration_preflight_holds() {
         }
         apply(s, [Action::Submit, Action::Enter]);
     });
+}
+
+/// Opens the details of the failed `w1-cache-02`.
+fn details_of_the_failed_one(s: &mut State) {
+    apply(s, [Action::StartFilter]);
+    for c in "w1-cache-02".chars() {
+        apply(s, [Action::Edit(Edit::Char(c))]);
+    }
+    apply(s, [Action::Submit, Action::Enter]);
+}
+
+#[test]
+fn details_show_the_failure_conditions_and_events_whole_with_the_selected_one_marked() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        with_long_failure(&mut s);
+        details_of_the_failed_one(&mut s);
+        let screen = render(&mut s, w, h);
+        // Every word of the failure is on screen, its last one included: nothing is cut.
+        for word in LONG_FAILURE.split_whitespace() {
+            assert!(screen.contains(word), "{w}x{h}: {word:?} missing\n{screen}");
+        }
+        assert_snapshot!(format!("details_whole_failure_{w}x{h}"), screen);
+    }
+}
+
+#[test]
+fn details_scrolled_to_the_events_with_the_newest_events_note_selected() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        with_long_failure(&mut s);
+        details_of_the_failed_one(&mut s);
+        // From the failure, through the conditions' messages, to the newest Event.
+        let newest = About::Event("cache-ev-3002".into());
+        for _ in 0..10 {
+            if s.message.as_ref() == Some(&newest) {
+                break;
+            }
+            apply(&mut s, [Action::NextMessage]);
+        }
+        assert_eq!(s.message, Some(newest));
+        apply(&mut s, [Action::Nav(Nav::Bottom)]);
+        let screen = render(&mut s, w, h);
+        assert!(screen.contains("▸"), "{screen}");
+        assert!(screen.contains("once the cause is fixed"), "{screen}");
+        assert_snapshot!(format!("details_event_selected_{w}x{h}"), screen);
+    }
 }

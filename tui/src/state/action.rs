@@ -183,6 +183,11 @@ pub enum Action {
     ShowYaml,
     /// Show the events of the selected object.
     ShowEvents,
+    /// In details, select the next message (the one the copy key takes).
+    NextMessage,
+    /// Copy the selected message whole to the terminal's clipboard (OSC 52): in details the
+    /// selected one, on the board the selected row's.
+    CopyMessage,
     /// Show or hide the log pane.
     ToggleLogs,
     /// Show or hide help.
@@ -221,6 +226,9 @@ pub enum Effect {
     Rewatch(Scope),
     /// Switch to these kubeconfig contexts (one or more).
     SwitchContexts(Vec<String>),
+    /// Put this text on the terminal's clipboard (OSC 52, as k9s does): the terminal, or the
+    /// tmux or ssh in between, decides whether to take it.
+    Copy(String),
     /// Leave the app.
     Quit,
 }

@@ -7,6 +7,7 @@ pub mod events;
 pub mod filter;
 pub mod index;
 pub mod layout;
+pub mod messages;
 pub mod preflight;
 pub mod row;
 pub mod stamp;
@@ -292,6 +293,8 @@ pub struct State {
     pub views: Vec<View>,
     /// Scroll of the innermost view.
     pub scroll: usize,
+    /// The message selected in the details view, which the copy key takes (`None`: its first).
+    pub message: Option<messages::About>,
     /// A popup, if open.
     pub popup: Option<Popup>,
     /// The bottom input line, if typing.
@@ -336,6 +339,7 @@ impl State {
             wave_cursor: 0,
             views: vec![],
             scroll: 0,
+            message: None,
             popup: None,
             input: None,
             show_logs: false,

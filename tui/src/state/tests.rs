@@ -1029,3 +1029,36 @@ fn the_preflight_groups_follow_the_filter_of_the_board() {
         }))
     );
 }
+
+#[test]
+fn the_copy_key_takes_the_selected_rows_message_on_the_board_and_nothing_in_the_timeline() {
+    let mut failed = vmm("a", Phase::Failed);
+    failed.status.as_mut().unwrap().last_failure = Some(ferry_crds::LastFailure {
+        phase: Phase::Converting,
+        reason: ferry_crds::Reason::ConversionFailed,
+        message: "qemu-img convert exited 1:\n  write failed: No space left on device".into(),
+        retriable: true,
+        time: ts(10),
+    });
+    let mut s = state_with(vec![failed]);
+    let fx = update(&mut s, Action::CopyMessage);
+    assert_eq!(
+        fx,
+        [Effect::Copy(
+            "ConversionFailed: qemu-img convert exited 1: write failed: No space left on device"
+                .into()
+        )],
+        "the board's message, whole"
+    );
+    // In details, the failure with its own line breaks.
+    update(&mut s, Action::Enter);
+    let fx = update(&mut s, Action::CopyMessage);
+    let [Effect::Copy(text)] = fx.as_slice() else {
+        panic!("{fx:?}");
+    };
+    assert!(text.contains("exited 1:\n  write failed"), "{text}");
+    update(&mut s, Action::Back);
+    update(&mut s, Action::ShowTimeline);
+    assert!(update(&mut s, Action::CopyMessage).is_empty());
+    assert!(s.flash.as_ref().is_some_and(|f| f.error));
+}

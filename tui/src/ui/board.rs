@@ -256,8 +256,22 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         Constraint::Length(if w.rate { 10 } else { 8 }),
         Constraint::Length(w.attempt),
         Constraint::Length(8),
-        Constraint::Fill(1),
     ]);
+    // MESSAGE takes what the other columns leave (each followed by one space): it shows the
+    // message's start and an ellipsis, the details view the whole of it.
+    let fixed: u16 = cons
+        .iter()
+        .map(|c| match c {
+            Constraint::Length(n) => n + 1,
+            Constraint::Min(_)
+            | Constraint::Max(_)
+            | Constraint::Percentage(_)
+            | Constraint::Ratio(..)
+            | Constraint::Fill(_) => 1,
+        })
+        .sum();
+    let message_w = usize::from(inner.width.saturating_sub(fixed));
+    cons.push(Constraint::Fill(1));
     let focused = state.focus == Focus::Board;
     let rows: Vec<TRow> = state
         .index
@@ -287,7 +301,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                 Cell::from(format!("{:>3}", r.attempt)),
                 Cell::from(format!("{:>7}", format::age(r.phase_since, state.now))),
                 Cell::from(Span::styled(
-                    r.message.clone(),
+                    format::fit(&r.message, message_w),
                     if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
                         t.bad()
                     } else {

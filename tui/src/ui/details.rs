@@ -14,7 +14,10 @@ use super::{
     scrolled::{self, Body},
 };
 use crate::{
-    state::{EventKind, ObjKey, Pip, Row, State},
+    state::{
+        EventKind, ObjKey, Pip, Row, State,
+        messages::{self, About},
+    },
     strings::{self, details as text, view},
 };
 
@@ -26,11 +29,65 @@ fn label(k: &str, t: &Theme) -> Span<'static> {
     Span::styled(format!("  {k:<9}"), t.dim())
 }
 
+/// The label of a message the copy key would take: marked as the board marks its cursor.
+fn message_label(k: &str, selected: bool, t: &Theme) -> Span<'static> {
+    if selected {
+        Span::styled(format!("{} {k:<9}", MARKER), t.key())
+    } else {
+        label(k, t)
+    }
+}
+
+/// The glyph in front of the selected message (as the board's cursor).
+const MARKER: &str = "▸";
+
+/// `s` in lines of at most `width` characters, its own line breaks kept (a failure may carry
+/// a tool's output of several lines), blank lines dropped.
+fn wrap_message(s: &str, width: usize) -> Vec<String> {
+    let mut out: Vec<String> = s
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .flat_map(|l| format::wrap(l, width))
+        .collect();
+    if out.is_empty() {
+        out.push(String::new());
+    }
+    out
+}
+
+/// A labelled value wrapped under itself: the label, then the value's lines after
+/// [`VALUE_INDENT`] columns, each in `style`.
+fn wrapped_value(
+    head: Span<'static>,
+    value: &str,
+    width: usize,
+    style: ratatui::style::Style,
+) -> Vec<Line<'static>> {
+    wrap_message(value, width.saturating_sub(VALUE_INDENT))
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let lead = if i == 0 {
+                head.clone()
+            } else {
+                Span::raw(" ".repeat(VALUE_INDENT))
+            };
+            Line::from(vec![lead, Span::styled(l, style)])
+        })
+        .collect()
+}
+
 fn kv(k: &str, v: String, t: &Theme) -> Line<'static> {
     Line::from(vec![label(k, t), Span::raw(v)])
 }
 
-fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
+fn summary(
+    row: &Row,
+    state: &State,
+    t: &Theme,
+    width: usize,
+    selected: Option<&About>,
+) -> Vec<Line<'static>> {
     let o: &VirtualMachineMigration = &row.obj;
     let s = &o.spec;
     let status = o.status.clone().unwrap_or_default();
@@ -113,17 +170,15 @@ fn summary(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
         }
         out.push(kv(text::PROGRESS, v, t));
     }
-    if let Some(m) = status.message.as_deref() {
-        out.push(kv(text::MESSAGE, m.to_owned(), t));
+    // Whole, wrapped: the failure is the one thing the operator must read in full.
+    if let Some(m) = status.message.as_deref().filter(|m| !m.trim().is_empty()) {
+        let head = message_label(text::MESSAGE, selected == Some(&About::Status), t);
+        out.extend(wrapped_value(head, m, width, t.text()));
     }
     if let Some(f) = &status.last_failure {
-        out.push(Line::from(vec![
-            label(text::FAILURE, t),
-            Span::styled(
-                text::failure(f.reason.as_str(), &f.phase, &f.message, f.retriable),
-                t.bad(),
-            ),
-        ]));
+        let head = message_label(text::FAILURE, selected == Some(&About::Failure), t);
+        let whole = text::failure(f.reason.as_str(), &f.phase, &f.message, f.retriable);
+        out.extend(wrapped_value(head, &whole, width, t.bad()));
     }
     out
 }
@@ -195,7 +250,50 @@ fn preflight(row: &Row, state: &State, t: &Theme, width: usize) -> Vec<Line<'sta
     out
 }
 
-fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
+/// Where a condition's or an Event's message goes when it does not fit after its columns: on
+/// the lines below, this far in.
+const BELOW_INDENT: usize = 4;
+
+/// A table line's message: after the columns (`lead` cells wide) when it fits whole there,
+/// else whole on the lines below, wrapped.
+fn message_after(
+    mut spans: Vec<Span<'static>>,
+    lead: usize,
+    message: &str,
+    width: usize,
+    style: ratatui::style::Style,
+) -> Vec<Line<'static>> {
+    let one_line = !message.contains('\n');
+    if message.trim().is_empty() || one_line && lead + message.chars().count() <= width {
+        spans.push(Span::styled(message.to_owned(), style));
+        return vec![Line::from(spans)];
+    }
+    let mut out = vec![Line::from(spans)];
+    for l in wrap_message(message, width.saturating_sub(BELOW_INDENT)) {
+        out.push(Line::from(vec![
+            Span::raw(" ".repeat(BELOW_INDENT)),
+            Span::styled(l, style),
+        ]));
+    }
+    out
+}
+
+/// The cursor column of a table line: the marker when its message is the selected one.
+fn gutter(selected: bool, t: &Theme) -> Span<'static> {
+    if selected {
+        Span::styled(format!("{MARKER} "), t.key())
+    } else {
+        Span::raw("  ")
+    }
+}
+
+fn conditions(
+    row: &Row,
+    state: &State,
+    t: &Theme,
+    width: usize,
+    selected: Option<&About>,
+) -> Vec<Line<'static>> {
     let mut out = vec![
         section(text::CONDITIONS, t),
         Line::styled(text::conditions_header(), t.dim()),
@@ -204,8 +302,9 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
         let c = row.obj.condition(ty);
         let status = c.map_or(ferry_crds::ConditionStatus::Unknown, |c| c.status);
         let (pip, style) = t.pip(Pip::of(c, row.phase));
-        out.push(Line::from(vec![
-            Span::raw(format!("  {:<17}", ty.as_str())),
+        let spans = vec![
+            gutter(selected == Some(&About::Condition(ty)), t),
+            Span::raw(format!("{:<17}", ty.as_str())),
             Span::styled(format!("{pip} {:<8}", status.as_str()), style),
             Span::raw(format!(
                 "{:<22}",
@@ -215,8 +314,15 @@ fn conditions(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
                 "{:<8}",
                 format::age(c.map(|c| c.last_transition_time.0), state.now)
             )),
-            Span::styled(c.map(|c| c.message.clone()).unwrap_or_default(), t.dim()),
-        ]));
+        ];
+        let message = c.map(|c| c.message.as_str()).unwrap_or_default();
+        out.extend(message_after(
+            spans,
+            2 + 17 + 10 + 22 + 8,
+            message,
+            width,
+            t.dim(),
+        ));
     }
     out
 }
@@ -316,8 +422,16 @@ fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
     out
 }
 
-/// Lines of the events of an object, newest first.
-pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> Vec<Line<'static>> {
+/// Lines of the events of an object, newest first, each note whole (wrapped below its line
+/// when it does not fit in `width`); the note of the Event `selected` marked.
+pub fn event_lines(
+    state: &State,
+    kind: EventKind,
+    key: &ObjKey,
+    t: &Theme,
+    width: usize,
+    selected: Option<&About>,
+) -> Vec<Line<'static>> {
     let mut out = vec![];
     for e in state.events.of(kind, key).rev() {
         let style = if e.type_ == "Warning" {
@@ -330,12 +444,15 @@ pub fn event_lines(state: &State, kind: EventKind, key: &ObjKey, t: &Theme) -> V
         } else {
             String::new()
         };
-        out.push(Line::from(vec![
-            Span::styled(format!("  {:>7} ", format::age(e.time, state.now)), t.dim()),
+        let chosen = matches!(selected, Some(About::Event(uid)) if *uid == e.uid);
+        let spans = vec![
+            gutter(chosen, t),
+            Span::styled(format!("{:>7} ", format::age(e.time, state.now)), t.dim()),
             Span::styled(format!("{:<8}", e.type_), style),
             Span::raw(format!("{:<22}", e.reason)),
-            Span::raw(format!("{}{count}", e.note)),
-        ]));
+        ];
+        let note = format!("{}{count}", e.note);
+        out.extend(message_after(spans, 2 + 8 + 8 + 22, &note, width, t.text()));
     }
     if out.is_empty() {
         out.push(Line::styled(format!("  {}", view::NO_EVENTS), t.dim()));
@@ -350,22 +467,37 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         scrolled::draw(frame, state, t, area, heading, Body::Gone(text::GONE));
         return;
     };
+    // The message the copy key takes, marked where it is drawn.
+    let list = messages::of(row, &state.events);
+    let selected = list
+        .get(messages::position(&list, state.message.as_ref()))
+        .map(|m| &m.about);
+    let wide = area.width >= 140;
+    // Each of two columns is half the width (the layout's 50 %).
+    let col = usize::from(if wide { area.width / 2 } else { area.width });
     let mut events = vec![section(text::EVENTS, t)];
-    events.extend(event_lines(state, EventKind::Migration, key, t));
+    events.extend(event_lines(
+        state,
+        EventKind::Migration,
+        key,
+        t,
+        col,
+        selected,
+    ));
     // The rule above the view takes a row, never a column.
-    let columns = if area.width >= 140 {
-        let mut left = summary(row, state, t);
-        left.extend(preflight(row, state, t, usize::from(area.width / 2)));
+    let columns = if wide {
+        let mut left = summary(row, state, t, col, selected);
+        left.extend(preflight(row, state, t, col));
         left.extend(disks(row, t));
         left.extend(children(key, state, t));
         left.extend(timeline(row, state, t));
-        let mut right = conditions(row, state, t);
+        let mut right = conditions(row, state, t, col, selected);
         right.extend(events);
         vec![left, right]
     } else {
-        let mut lines = summary(row, state, t);
-        lines.extend(preflight(row, state, t, usize::from(area.width)));
-        lines.extend(conditions(row, state, t));
+        let mut lines = summary(row, state, t, col, selected);
+        lines.extend(preflight(row, state, t, col));
+        lines.extend(conditions(row, state, t, col, selected));
         lines.extend(disks(row, t));
         lines.extend(children(key, state, t));
         lines.extend(timeline(row, state, t));

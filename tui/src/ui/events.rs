@@ -19,7 +19,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, target: &Ta
         TargetKind::Wave => EventKind::Wave,
     };
     let mut lines = vec![Line::styled(view::events_header(), t.dim())];
-    lines.extend(event_lines(state, kind, &target.key, t));
+    lines.extend(event_lines(
+        state,
+        kind,
+        &target.key,
+        t,
+        usize::from(area.width),
+        None,
+    ));
     let heading = (view::events_heading(&target.key.name), &target.key);
     scrolled::draw(frame, state, t, area, heading, Body::Columns(vec![lines]));
 }

@@ -580,3 +580,61 @@ pub fn two_cluster_state() -> State {
     update(&mut s, Action::Tick(now()));
     s
 }
+
+/// The failure CDI reports when an import breaks off, whole: longer than any pane is wide, on
+/// two lines (the importer's own output after the DataVolume's message).
+pub const LONG_FAILURE: &str = "DataVolume w1-cache-02-disk-0 failed: Unable to process data: \
+    Unable to transfer source data to target file: unable to write to file: stream error: \
+    stream ID 1; INTERNAL_ERROR; received from peer\nimporter pod importer-w1-cache-02-disk-0 \
+    restarted 3 times; its last words: \"unexpected EOF at byte 41943040 of 67108864\"";
+
+/// `w1-cache-02` failed as the demo's injected import fault fails: [`LONG_FAILURE`] in its
+/// `status.lastFailure`, a long condition message, and Events whose notes do not fit a line.
+pub fn with_long_failure(s: &mut State) {
+    let ns = "apps";
+    let mut o = vmm(ns, "w1-cache-02", Some("w1"), Phase::Failed, 2);
+    let st = o.status.as_mut().unwrap();
+    st.last_failure.as_mut().unwrap().message = LONG_FAILURE.into();
+    ferry_crds::condition::set_condition(
+        &mut st.conditions,
+        ConditionType::DiskImported,
+        ConditionStatus::False,
+        Reason::ImportFailed,
+        "DataVolume w1-cache-02-disk-0 failed: Unable to process data: Unable to transfer \
+         source data to target file",
+        Some(1),
+        &ts(3002),
+    );
+    update(s, Action::MigrationApplied(C0, Box::new(o)));
+    let key = ObjKey::new(ns, "w1-cache-02");
+    let ev = |i: i64, type_: &str, reason: &str, note: &str| EventRow {
+        uid: format!("cache-ev-{i}"),
+        kind: EventKind::Migration,
+        regarding: key.clone(),
+        time: Some(ts(i).0),
+        type_: type_.into(),
+        reason: reason.into(),
+        note: note.into(),
+        count: 1,
+    };
+    update(
+        s,
+        Action::EventApplied(ev(
+            900,
+            "Normal",
+            "ImportStarted",
+            "DataVolumes w1-cache-02-disk-0, w1-cache-02-disk-1 created",
+        )),
+    );
+    update(
+        s,
+        Action::EventApplied(ev(
+            3002,
+            "Warning",
+            "Failed",
+            "Importing failed (ImportFailed): DataVolume w1-cache-02-disk-0 failed: Unable to \
+             process data: Unable to transfer source data to target file; retry with \
+             `ferry retry w1-cache-02` once the cause is fixed",
+        )),
+    );
+}

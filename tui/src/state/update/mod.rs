@@ -67,6 +67,8 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::MarkAllVisible => navigation::mark_all_visible(state),
         Action::ShowYaml => navigation::show(state, View::Yaml),
         Action::ShowEvents => navigation::show(state, View::Events),
+        Action::NextMessage => navigation::next_message(state),
+        Action::CopyMessage => session::copy_message(state, &mut fx),
         Action::ToggleLogs => state.show_logs = !state.show_logs,
         Action::ToggleHelp => navigation::toggle_help(state),
         Action::StartFilter => input::start_filter(state),

@@ -3,8 +3,10 @@
 
 use super::super::{
     Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
-    View, index::WaveScope, layout, preflight,
+    View, index::WaveScope, layout, messages, preflight,
 };
+use super::session::flash;
+use crate::strings;
 
 /// Takes the page from the screen layout; when it changed, keeps the cursor on screen.
 pub(super) fn relayout(state: &mut State) {
@@ -179,6 +181,34 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
     });
     state.views.push(View::Details(key));
     state.scroll = 0;
+    state.message = None;
+}
+
+/// `m` in details: the next message is the one the copy key takes; the footer says which, as
+/// the view may show it below the page.
+pub(super) fn next_message(state: &mut State) {
+    let Some(View::Details(key)) = state.views.last() else {
+        return;
+    };
+    let Some(row) = state.index.get(key) else {
+        return;
+    };
+    let list = messages::of(row, &state.events);
+    state.message = messages::next(&list, state.message.as_ref());
+    let at = messages::position(&list, state.message.as_ref());
+    let text = match list.get(at).map(|m| &m.about) {
+        Some(about) => {
+            let what = match about {
+                messages::About::Failure => strings::message::FAILURE.to_owned(),
+                messages::About::Status => strings::message::STATUS.to_owned(),
+                messages::About::Condition(t) => strings::message::condition(t.as_str()),
+                messages::About::Event(_) => strings::message::EVENT.to_owned(),
+            };
+            strings::message::selected(at + 1, list.len(), &what)
+        }
+        None => strings::message::NONE.to_owned(),
+    };
+    flash(state, text, false);
 }
 
 pub(super) fn back(state: &mut State) {

@@ -3,7 +3,9 @@
 
 use k8s_openapi::jiff::SignedDuration;
 
-use super::super::{ClusterView, Connection, Effect, Flash, Focus, Scope, State, Timestamp};
+use super::super::{
+    ClusterView, Connection, Effect, Flash, Focus, Scope, State, Timestamp, View, messages,
+};
 use crate::strings;
 
 /// How long a bottom-line message stays.
@@ -40,6 +42,33 @@ pub(super) fn context_switched(state: &mut State, clusters: Vec<ClusterView>) {
     let names: Vec<&str> = state.clusters.iter().map(|c| c.context.as_str()).collect();
     let text = strings::context_switched(&names.join(","));
     flash(state, text, false);
+}
+
+/// `Y`: the selected message whole, to the terminal's clipboard: in details the one selected
+/// there, on the board the selected row's (what its MESSAGE column starts).
+pub(super) fn copy_message(state: &mut State, fx: &mut Vec<Effect>) {
+    let text = match state.views.last() {
+        Some(View::Details(key)) => state.index.get(key).and_then(|row| {
+            let list = messages::of(row, &state.events);
+            let at = messages::position(&list, state.message.as_ref());
+            list.into_iter().nth(at).map(|m| m.text)
+        }),
+        None => state.selected_row().map(|r| r.message.clone()),
+        Some(
+            View::Yaml(_)
+            | View::Events(_)
+            | View::Timeline
+            | View::Preflight(_)
+            | View::PreflightGroup(_),
+        ) => None,
+    };
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) => {
+            flash(state, strings::message::copied(text.chars().count()), false);
+            fx.push(Effect::Copy(text));
+        }
+        None => flash(state, strings::message::NONE.to_owned(), true),
+    }
 }
 
 pub(super) fn quit(state: &mut State, fx: &mut Vec<Effect>) {
