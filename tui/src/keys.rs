@@ -142,6 +142,12 @@ pub const BINDINGS: &[Binding] = &[
         action: || Action::ShowPreflight,
     },
     Binding {
+        keys: &[k('!')],
+        label: "!",
+        help: help::PROBLEMS,
+        action: || Action::ShowProblems,
+    },
+    Binding {
         keys: &[k(' ')],
         label: "Space",
         help: help::MARK,
@@ -291,6 +297,10 @@ pub const BOARD_HINTS: &[Hint] = &[
         word: hint::PREFLIGHT,
     },
     Hint {
+        actions: &[Action::ShowProblems],
+        word: hint::PROBLEMS,
+    },
+    Hint {
         actions: &[Action::Quit],
         word: hint::QUIT,
     },
@@ -368,6 +378,34 @@ pub const DETAILS_HINTS: &[Hint] = &[
     },
 ];
 
+/// Footer hints in the problems view: Enter marks a group, the verbs act on the marked.
+pub const PROBLEMS_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SELECT,
+    },
+    Hint {
+        actions: &[Action::Enter],
+        word: hint::MARK_GROUP,
+    },
+    Hint {
+        actions: &[Action::Request(Verb::Retry)],
+        word: hint::RETRY,
+    },
+    Hint {
+        actions: &[Action::Request(Verb::Cancel)],
+        word: hint::CANCEL,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+];
+
 /// Footer hints in the preflight view, whose lines are groups to open.
 pub const PREFLIGHT_HINTS: &[Hint] = &[
     Hint {
@@ -421,6 +459,10 @@ pub const WAVE_HINTS: &[Hint] = &[
     Hint {
         actions: &[Action::Enter],
         word: hint::SHOW_WAVE,
+    },
+    Hint {
+        actions: &[Action::ShowProblems],
+        word: hint::PROBLEMS,
     },
     Hint {
         actions: VERBS,
@@ -558,6 +600,7 @@ mod tests {
             .iter()
             .chain(VIEW_HINTS)
             .chain(DETAILS_HINTS)
+            .chain(PROBLEMS_HINTS)
             .chain(WAVE_HINTS)
             .chain(PREFLIGHT_HINTS)
             .chain(PREFLIGHT_GROUP_HINTS)
@@ -580,6 +623,7 @@ mod tests {
             .iter()
             .chain(VIEW_HINTS)
             .chain(DETAILS_HINTS)
+            .chain(PROBLEMS_HINTS)
             .chain(WAVE_HINTS)
             .chain(PREFLIGHT_HINTS)
             .chain(PREFLIGHT_GROUP_HINTS)

@@ -453,9 +453,49 @@ pub mod help {
     pub const LOGS: &str = "show / hide logs";
     pub const NEXT_MESSAGE: &str = "next message (in details)";
     pub const COPY_MESSAGE: &str = "copy message whole (OSC 52)";
+    pub const PROBLEMS: &str = "problems: failed and stuck, grouped";
     pub const COMMAND: &str = "command: ns NAME|all, wave NAME|all, ctx NAME, q";
     pub const HELP: &str = "help";
     pub const QUIT: &str = "quit";
+}
+
+/// The problems view (`!`): failed and stuck migrations grouped by cause.
+pub mod problems {
+    /// Its title.
+    pub const TITLE: &str = " problems ";
+    /// Nothing failed or stuck among the rows shown.
+    pub const NONE: &str = "nothing failed or stuck among the migrations shown";
+    /// The verb of a failed group.
+    pub const FAILED: &str = "failed";
+    /// The verb of a stuck group.
+    pub const STUCK: &str = "stuck in";
+    /// Where the stuck threshold is explained.
+    pub const STUCK_MEANS: &str =
+        "stuck: no new phase, attempt or byte for longer than the phase usually takes";
+
+    /// The counts of the title.
+    pub fn tally(failed: usize, stuck: usize) -> String {
+        format!("{failed} failed  {stuck} stuck ")
+    }
+
+    /// One group's line: `3 × failed ImportFailed: DataVolume *-disk-0 failed: …`.
+    pub fn group(n: usize, verb: &str, cause: &str, line: &str) -> String {
+        if line.is_empty() {
+            format!("{n:>3} × {verb} {cause}")
+        } else {
+            format!("{n:>3} × {verb} {cause}: {line}")
+        }
+    }
+
+    /// Enter marked a group.
+    pub fn marked(n: usize, total: usize) -> String {
+        format!("marked {n} (now {total} marked): retry or cancel acts on the marked, once asked")
+    }
+
+    /// Enter again unmarked it.
+    pub fn unmarked(n: usize) -> String {
+        format!("unmarked {n}")
+    }
 }
 
 /// The messages of the details view: which one the copy key takes, and what it did.
@@ -516,6 +556,8 @@ pub mod hint {
     pub const SHOW_GROUP: &str = "its migrations";
     pub const NEXT_MESSAGE: &str = "next msg";
     pub const COPY: &str = "copy";
+    pub const PROBLEMS: &str = "problems";
+    pub const MARK_GROUP: &str = "mark group";
 }
 
 /// The header: context, scope, connection, counts.
@@ -675,6 +717,11 @@ pub mod waves {
     /// Migrations of the wave that failed.
     pub fn failed(n: i32) -> String {
         format!(" ✕{n} failed")
+    }
+
+    /// After the failed count: the key of the problems view.
+    pub fn problems_key(key: &str) -> String {
+        format!(" {key}")
     }
 
     /// VMs of the wave that get no migration: their migration's name is another VM's.

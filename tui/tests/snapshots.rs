@@ -15,6 +15,7 @@ use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
 use support::{
     C0, LONG_FAILURE, now, sample_state, two_cluster_state, with_long_failure, with_preflight,
+    with_problems,
 };
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
@@ -448,4 +449,55 @@ fn details_scrolled_to_the_events_with_the_newest_events_note_selected() {
         assert!(screen.contains("once the cause is fixed"), "{screen}");
         assert_snapshot!(format!("details_event_selected_{w}x{h}"), screen);
     }
+}
+
+#[test]
+fn problems_view_groups_failed_and_stuck_migrations_and_enter_marks_the_biggest_group() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        with_problems(&mut s);
+        apply(&mut s, [Action::ShowProblems, Action::Enter]);
+        // The three imports that failed alike are one group, all marked.
+        let marked: Vec<&str> = {
+            let mut m: Vec<&str> = s.marks.iter().map(|k| k.name.as_str()).collect();
+            m.sort();
+            m
+        };
+        assert_eq!(marked, ["w1-api-03", "w1-cache-02", "w1-worker-04"]);
+        assert_snapshot!(format!("problems_{w}x{h}"), render(&mut s, w, h));
+    }
+}
+
+#[test]
+fn problems_view_retry_of_the_marked_group_asks_once() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        with_problems(&mut s);
+        apply(
+            &mut s,
+            [
+                Action::ShowProblems,
+                Action::Enter,
+                Action::Request(Verb::Retry),
+            ],
+        );
+        assert_snapshot!(
+            format!("problems_retry_confirm_{w}x{h}"),
+            render(&mut s, w, h)
+        );
+    }
+}
+
+#[test]
+fn problems_view_from_the_wave_strip_shows_that_waves_problems() {
+    at_both_sizes("problems_of_wave_w2", |s| {
+        apply(
+            s,
+            [
+                Action::FocusNext,
+                Action::Nav(Nav::Down),
+                Action::ShowProblems,
+            ],
+        );
+    });
 }

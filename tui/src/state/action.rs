@@ -169,6 +169,8 @@ pub enum Action {
     ShowTimeline,
     /// Open the preflight view: the concerns of the migrations on the board, grouped.
     ShowPreflight,
+    /// Open the problems view: the failed and stuck migrations on the board, grouped.
+    ShowProblems,
     /// Mark or unmark the selected row.
     ToggleMark,
     /// Mark every visible row (or unmark all when all are marked).

@@ -90,7 +90,8 @@ pub fn page(state: &State) -> Option<usize> {
             | View::Yaml(_)
             | View::Events(_)
             | View::Preflight(_)
-            | View::PreflightGroup(_),
+            | View::PreflightGroup(_)
+            | View::Problems(_),
         ) => VIEW_CHROME,
     };
     let rows = Bands::of(screen.height, state).body.saturating_sub(chrome);

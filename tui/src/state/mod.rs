@@ -9,6 +9,7 @@ pub mod index;
 pub mod layout;
 pub mod messages;
 pub mod preflight;
+pub mod problems;
 pub mod row;
 pub mod stamp;
 pub mod timeline;
@@ -126,6 +127,9 @@ pub enum View {
     Preflight(Option<GroupKey>),
     /// The migrations on the board with one concern, each with its message.
     PreflightGroup(GroupKey),
+    /// The failed and stuck migrations on the board, grouped by cause and message, with the
+    /// group under the cursor (`None`: the first).
+    Problems(Option<problems::ProblemKey>),
 }
 
 /// The line being typed at the bottom.
@@ -285,6 +289,8 @@ pub struct State {
     pub selected: Option<ObjKey>,
     /// Marked rows.
     pub marks: HashSet<ObjKey>,
+    /// Each migration's last progress as the watches showed it (what "stuck" is measured from).
+    pub moved: HashMap<ObjKey, problems::Moved>,
     /// Board or wave strip.
     pub focus: Focus,
     /// Selected line of the wave strip.
@@ -335,6 +341,7 @@ impl State {
             page: 20,
             selected: None,
             marks: HashSet::new(),
+            moved: HashMap::new(),
             focus: Focus::Board,
             wave_cursor: 0,
             views: vec![],

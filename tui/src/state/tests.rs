@@ -1062,3 +1062,117 @@ fn the_copy_key_takes_the_selected_rows_message_on_the_board_and_nothing_in_the_
     assert!(update(&mut s, Action::CopyMessage).is_empty());
     assert!(s.flash.as_ref().is_some_and(|f| f.error));
 }
+
+fn failed_with(name: &str, reason: ferry_crds::Reason, message: &str) -> VirtualMachineMigration {
+    let mut o = vmm(name, Phase::Failed);
+    o.status.as_mut().unwrap().last_failure = Some(ferry_crds::LastFailure {
+        phase: Phase::Importing,
+        reason,
+        message: message.into(),
+        retriable: true,
+        time: ts(10),
+    });
+    o
+}
+
+#[test]
+fn enter_on_a_problem_group_marks_its_migrations_and_one_confirmation_retries_just_those() {
+    use ferry_crds::Reason::{ImportFailed, SourcePoweredOn};
+    let mut s = state_with(vec![
+        failed_with(
+            "a",
+            ImportFailed,
+            "DataVolume a-disk-0 failed: Unable to process",
+        ),
+        failed_with("b", SourcePoweredOn, "the source VM was powered on"),
+        failed_with(
+            "c",
+            ImportFailed,
+            "DataVolume c-disk-0 failed: Unable to process",
+        ),
+        vmm("d", Phase::Succeeded),
+    ]);
+    update(&mut s, Action::ShowProblems);
+    assert_eq!(s.view(), Some(&View::Problems(None)));
+    // The biggest group first: a and c.
+    update(&mut s, Action::Enter);
+    let mut marked: Vec<&str> = s.marks.iter().map(|k| k.name.as_str()).collect();
+    marked.sort();
+    assert_eq!(marked, ["a", "c"]);
+    update(&mut s, Action::Request(Verb::Retry));
+    let Some(Popup::Confirm(c)) = &s.popup else {
+        panic!("one confirmation: {:?}", s.popup);
+    };
+    let names: Vec<&str> = c.targets.iter().map(|t| t.key.name.as_str()).collect();
+    assert_eq!(names, ["a", "c"]);
+    let fx = update(&mut s, Action::Confirm);
+    let patched: Vec<&str> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Patch { target, .. } => Some(target.key.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patched, ["a", "c"]);
+    assert!(
+        s.marks.is_empty(),
+        "the marks go with the request, as on the board"
+    );
+    // The report of the two requests closes; the view stays.
+    update(&mut s, Action::Back);
+    assert!(matches!(s.view(), Some(View::Problems(_))));
+    // The next group; Enter twice marks and unmarks it.
+    update(&mut s, Action::Nav(Nav::Down));
+    update(&mut s, Action::Enter);
+    assert_eq!(
+        s.marks.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    update(&mut s, Action::Enter);
+    assert!(s.marks.is_empty());
+}
+
+#[test]
+fn the_watch_remembers_when_a_migrations_bytes_last_moved() {
+    let mut o = vmm("a", Phase::Converting);
+    let st = o.status.as_mut().unwrap();
+    st.attempts = 1;
+    st.history = vec![ferry_crds::PhaseTransition {
+        phase: Phase::Converting,
+        attempt: 1,
+        entered_at: ts(100),
+        left_at: None,
+    }];
+    st.progress = Some(ferry_crds::Progress {
+        percent: 1.0,
+        bytes_done: 10,
+        bytes_total: 1000,
+        rate_bytes_per_second: None,
+        eta_seconds: None,
+    });
+    let mut s = state_with(vec![o.clone()]);
+    assert_eq!(
+        s.moved[&key("a")].at,
+        ts(100).0,
+        "first seen: the phase entry"
+    );
+    update(&mut s, Action::Tick(ts(5000).0));
+    o.status
+        .as_mut()
+        .unwrap()
+        .progress
+        .as_mut()
+        .unwrap()
+        .bytes_done = 20;
+    update(&mut s, Action::MigrationApplied(C0, Box::new(o.clone())));
+    assert_eq!(s.moved[&key("a")].at, ts(5000).0);
+    update(&mut s, Action::Tick(ts(6000).0));
+    update(&mut s, Action::MigrationsListed(C0, vec![o]));
+    assert_eq!(
+        s.moved[&key("a")].at,
+        ts(5000).0,
+        "a relist of the same bytes"
+    );
+    update(&mut s, Action::MigrationDeleted(key("a")));
+    assert!(s.moved.is_empty());
+}

@@ -49,6 +49,8 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             keys::hints(keys::PREFLIGHT_HINTS)
         } else if let Some(View::PreflightGroup(_)) = state.view() {
             keys::hints(keys::PREFLIGHT_GROUP_HINTS)
+        } else if let Some(View::Problems(_)) = state.view() {
+            keys::hints(keys::PROBLEMS_HINTS)
         } else if let Some(View::Details(_)) = state.view() {
             keys::hints(keys::DETAILS_HINTS)
         } else if !state.views.is_empty() {

@@ -11,6 +11,7 @@ pub mod help;
 pub mod logs;
 pub mod picker;
 pub mod preflight;
+pub mod problems;
 pub mod scrolled;
 pub mod theme;
 pub mod timeline;
@@ -88,6 +89,9 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(View::Timeline) => timeline::draw(frame, state, t, body),
         Some(View::Preflight(selected)) => preflight::draw(frame, state, t, body, *selected),
         Some(View::PreflightGroup(key)) => preflight::draw_group(frame, state, t, body, *key),
+        Some(View::Problems(selected)) => {
+            problems::draw(frame, state, t, body, selected.as_ref());
+        }
     }
     if state.show_logs {
         logs::draw(frame, t, logs_area, opts.logs);

@@ -11,7 +11,8 @@ use ratatui::{
 
 use super::{Theme, format};
 use crate::{
-    state::{Focus, Refused, State, WaveRow},
+    keys,
+    state::{Action, Focus, Refused, State, WaveRow},
     strings::{self, waves as text},
 };
 
@@ -46,6 +47,10 @@ pub fn progress_spans(
     ];
     if w.counts.failed > 0 {
         spans.push(Span::styled(text::failed(w.counts.failed), t.bad()));
+        // The way to them: the problems view, grouped by cause.
+        if let Some(key) = keys::footer_key(&Action::ShowProblems) {
+            spans.push(Span::styled(text::problems_key(&key), t.key()));
+        }
     }
     match w.refused {
         Some(Refused::Collisions(n)) => spans.push(Span::styled(text::collisions(n), t.bad())),

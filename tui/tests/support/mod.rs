@@ -638,3 +638,34 @@ pub fn with_long_failure(s: &mut State) {
         )),
     );
 }
+
+/// A wave on a bad day: besides `w1-cache-02` (see [`with_long_failure`]), two more imports of
+/// wave w1 fail the same way, on their own DataVolumes, and `legacy-erp` fails because its
+/// source was powered on meanwhile. The sample's migrations under way have been in their phase
+/// longer than it usually takes, so they show as stuck.
+pub fn with_problems(s: &mut State) {
+    with_long_failure(s);
+    let ns = "apps";
+    let fail = |name: &str, wave: Option<&str>, i: i64, reason: Reason, message: String| {
+        let mut o = vmm(ns, name, wave, Phase::Failed, i);
+        let f = o.status.as_mut().unwrap().last_failure.as_mut().unwrap();
+        f.reason = reason;
+        f.message = message;
+        o
+    };
+    for (name, i) in [("w1-api-03", 3), ("w1-worker-04", 4)] {
+        let message = LONG_FAILURE.replace("w1-cache-02", name);
+        let o = fail(name, Some("w1"), i, Reason::ImportFailed, message);
+        update(s, Action::MigrationApplied(C0, Box::new(o)));
+    }
+    let o = fail(
+        "legacy-erp",
+        None,
+        23,
+        Reason::SourcePoweredOn,
+        "the source VM DC0_H0_VM0 was powered on after ferry powered it off; nothing was \
+         imported"
+            .into(),
+    );
+    update(s, Action::MigrationApplied(C0, Box::new(o)));
+}

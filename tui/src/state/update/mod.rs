@@ -63,6 +63,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::PickWave => navigation::pick_wave(state),
         Action::ShowTimeline => navigation::show_timeline(state),
         Action::ShowPreflight => navigation::show_preflight(state),
+        Action::ShowProblems => navigation::show_problems(state),
         Action::ToggleMark => navigation::toggle_mark(state),
         Action::MarkAllVisible => navigation::mark_all_visible(state),
         Action::ShowYaml => navigation::show(state, View::Yaml),

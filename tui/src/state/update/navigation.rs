@@ -3,7 +3,7 @@
 
 use super::super::{
     Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
-    View, index::WaveScope, layout, messages, preflight,
+    View, index::WaveScope, layout, messages, preflight, problems,
 };
 use super::session::flash;
 use crate::strings;
@@ -68,6 +68,13 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
         return;
     }
     if state.popup.is_some() {
+        return;
+    }
+    if let Some(View::Problems(selected)) = state.views.last() {
+        let to = move_among_problems(state, selected.as_ref(), nav);
+        if let Some(View::Problems(selected)) = state.views.last_mut() {
+            *selected = to;
+        }
         return;
     }
     if let Some(View::Preflight(selected)) = state.views.last() {
@@ -152,6 +159,10 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
             state.views.push(View::PreflightGroup(key));
             state.scroll = 0;
         }
+        return;
+    }
+    if let Some(View::Problems(selected)) = state.views.last() {
+        mark_problem_group(state, selected.clone());
         return;
     }
     if !state.views.is_empty() {
@@ -294,6 +305,81 @@ pub(super) fn show_preflight(state: &mut State) {
     }
 }
 
+/// `!`: the failed and stuck migrations the board shows, grouped by cause and message.
+pub(super) fn show_problems(state: &mut State) {
+    // From the wave strip: the problems of the wave under its cursor.
+    if state.views.is_empty() && state.focus == Focus::Waves {
+        let wave = state
+            .waves
+            .get(state.wave_cursor)
+            .map(|w| WaveScope::exactly(&w.key));
+        set_wave_scope(state, wave);
+    }
+    if !matches!(state.views.last(), Some(View::Problems(_))) {
+        state.views.push(View::Problems(None));
+        state.scroll = 0;
+        state.focus = Focus::Board;
+    }
+}
+
+/// The problem groups of the rows the board shows (filter, wave and namespace as on it).
+fn board_problems(state: &State) -> Vec<problems::Group<'_>> {
+    problems::groups(
+        state.index.visible_range(0, state.index.visible_len()),
+        &state.moved,
+        state.now,
+    )
+}
+
+/// The group `nav` moves the problems view's cursor to from `selected`.
+fn move_among_problems(
+    state: &State,
+    selected: Option<&problems::ProblemKey>,
+    nav: Nav,
+) -> Option<problems::ProblemKey> {
+    let groups = board_problems(state);
+    let at = problems::position(&groups, selected);
+    let last = groups.len().saturating_sub(1);
+    let page = state.page.max(1);
+    let to = match nav {
+        Nav::Up => at.saturating_sub(1),
+        Nav::Down => (at + 1).min(last),
+        Nav::PageUp => at.saturating_sub(page),
+        Nav::PageDown => (at + page).min(last),
+        Nav::Top => 0,
+        Nav::Bottom => last,
+    };
+    groups.get(to).map(|g| g.key.clone())
+}
+
+/// Enter in the problems view: marks the group's migrations (unmarks them when all are
+/// marked), so that the board's verbs act on the group with one confirmation.
+fn mark_problem_group(state: &mut State, selected: Option<problems::ProblemKey>) {
+    let (keys, key) = {
+        let groups = board_problems(state);
+        let Some(g) = groups.get(problems::position(&groups, selected.as_ref())) else {
+            flash(state, strings::problems::NONE.to_owned(), true);
+            return;
+        };
+        let keys: Vec<ObjKey> = g.members.iter().map(|m| m.row.key.clone()).collect();
+        (keys, g.key.clone())
+    };
+    let text = if keys.iter().all(|k| state.marks.contains(k)) {
+        for k in &keys {
+            state.marks.remove(k);
+        }
+        strings::problems::unmarked(keys.len())
+    } else {
+        state.marks.extend(keys.iter().cloned());
+        strings::problems::marked(keys.len(), state.marks.len())
+    };
+    // The cursor stays on the group just marked.
+    if let Some(View::Problems(selected)) = state.views.last_mut() {
+        *selected = Some(key);
+    }
+    flash(state, text, false);
+}
+
 /// The preflight groups of the rows the board shows (filter, wave and namespace as on it).
 fn board_groups(state: &State) -> Vec<preflight::Group<'_>> {
     preflight::groups(state.index.visible_range(0, state.index.visible_len()))
@@ -363,8 +449,11 @@ pub(super) fn focused_target(state: &State) -> Option<Target> {
                 key: k.clone(),
             }),
             View::Yaml(t) | View::Events(t) => Some(t.clone()),
-            // The timeline and preflight are about every row shown; verbs there act on none.
-            View::Timeline | View::Preflight(_) | View::PreflightGroup(_) => None,
+            // The timeline, preflight and problems are about every row shown; verbs there act
+            // on none but the marked (problems: Enter marks a group).
+            View::Timeline | View::Preflight(_) | View::PreflightGroup(_) | View::Problems(_) => {
+                None
+            }
         };
     }
     if state.focus == Focus::Waves {

@@ -59,7 +59,8 @@ pub(super) fn copy_message(state: &mut State, fx: &mut Vec<Effect>) {
             | View::Events(_)
             | View::Timeline
             | View::Preflight(_)
-            | View::PreflightGroup(_),
+            | View::PreflightGroup(_)
+            | View::Problems(_),
         ) => None,
     };
     match text.filter(|t| !t.is_empty()) {
@@ -85,6 +86,7 @@ fn reset_data(state: &mut State) {
         c.conn = Connection::default();
     }
     state.marks.clear();
+    state.moved.clear();
     state.pending.clear();
     state.views.clear();
     state.children = None;

@@ -6,7 +6,7 @@ use ferry_crds::{Phase, WavePhase, intent};
 use super::{
     super::{
         Confirm, Effect, Expect, Focus, ObjKey, Outcome, Pending, Popup, Report, State, Target,
-        TargetKind, Verb,
+        TargetKind, Verb, View,
     },
     navigation::focused_target,
     session::flash,
@@ -115,9 +115,22 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
 }
 
 /// What a mutation applies to: the wave under the strip cursor, the migration in details, the
-/// marked migrations, else the selected one.
+/// marked migrations (on the board, and in the problems view, whose Enter marks a group),
+/// else the selected one.
 fn targets(state: &State) -> Vec<Target> {
-    if state.views.is_empty() && state.focus == Focus::Board && !state.marks.is_empty() {
+    let on_marks = match state.views.last() {
+        None => state.focus == Focus::Board,
+        Some(View::Problems(_)) => true,
+        Some(
+            View::Details(_)
+            | View::Yaml(_)
+            | View::Events(_)
+            | View::Timeline
+            | View::Preflight(_)
+            | View::PreflightGroup(_),
+        ) => false,
+    };
+    if on_marks && !state.marks.is_empty() {
         let mut keys: Vec<&ObjKey> = state.marks.iter().collect();
         keys.sort();
         return keys

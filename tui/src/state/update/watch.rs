@@ -11,6 +11,7 @@ use super::{
     },
     navigation::{clamp_wave_cursor, resync_cursor},
 };
+use crate::state::problems::Moved;
 
 /// Notes that a cluster's watches delivered something.
 fn heard_from(state: &mut State, c: ClusterId) {
@@ -42,6 +43,8 @@ pub(super) fn migration_applied(
         expect_met_row(e, &row)
     });
     let key = row.key.clone();
+    let moved = Moved::after(state.moved.get(&key), &row, state.now);
+    state.moved.insert(key.clone(), moved);
     let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
         && state.children.as_ref().is_none_or(|c| {
             c.key != key || state.now.duration_since(c.asked_at) >= CHILDREN_REFRESH
@@ -65,6 +68,7 @@ pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
     heard_from(state, key.cluster);
     state.index.remove(&key);
     state.marks.remove(&key);
+    state.moved.remove(&key);
     state.pending.remove(&Target {
         kind: TargetKind::Migration,
         key,
@@ -79,6 +83,14 @@ pub(super) fn migrations_listed(
 ) {
     heard_from(state, c);
     let rows: Vec<Row> = objs.into_iter().map(|o| Row::from_object(c, o)).collect();
+    let now = state.now;
+    let moved: Vec<(ObjKey, Moved)> = rows
+        .iter()
+        .map(|r| (r.key.clone(), Moved::after(state.moved.get(&r.key), r, now)))
+        .collect();
+    // This cluster's memory is the list's: a migration gone meanwhile is forgotten.
+    state.moved.retain(|k, _| k.cluster != c);
+    state.moved.extend(moved);
     state.index.replace_cluster(c, rows);
     let index = &state.index;
     state.marks.retain(|k| index.get(k).is_some());
