@@ -339,6 +339,20 @@ pub fn board_json(state: &State) -> serde_json::Value {
     json!({ "clusters": clusters, "migrations": items })
 }
 
+/// `ferry report`: the report of the migrations a loaded state shows (its wave scope, its
+/// namespaces), at the state's clock.
+pub fn report(state: &State) -> crate::report::Report {
+    let wave = state.index.wave_scope().map(|w| w.name.clone());
+    crate::report::build(
+        state
+            .index
+            .visible_range(0, state.index.visible_len())
+            .map(|r| r.obj.as_ref()),
+        wave.as_deref(),
+        state.now,
+    )
+}
+
 /// What happened to one named object.
 #[derive(Debug)]
 pub struct ActResult {

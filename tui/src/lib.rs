@@ -7,6 +7,7 @@ pub mod cli;
 pub mod error;
 pub mod keys;
 pub mod kube;
+pub mod report;
 pub mod state;
 pub mod strings;
 pub mod ui;

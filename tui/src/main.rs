@@ -55,8 +55,29 @@ enum Output {
     Json,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ReportFormat {
+    /// A markdown table, for a change ticket.
+    Md,
+    /// One line per VM, then one per wave.
+    Csv,
+    /// Everything, for scripts.
+    Json,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// A record of a wave (or of every migration in scope): per VM its phases with their times,
+    /// the downtime, the bytes moved, attempts, how it ended and why; totals per wave. Reads
+    /// the cluster once.
+    Report {
+        /// The MigrationWave (default: every migration in scope; --wave works too).
+        #[arg(value_name = "WAVE")]
+        wave_name: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "md")]
+        output: ReportFormat,
+    },
     /// The board (interactive unless --once).
     Board {
         /// Print the board once and exit.
@@ -225,6 +246,42 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Some(Command::Report { wave_name, output }) => {
+            init_stderr_logging();
+            let wave = wave_name.clone().or_else(|| cli.wave.clone());
+            let clusters = cluster::connect_all(&cli.connect_options()).await?;
+            let state = cli::load_all(&clusters, cli.scope(), wave.clone()).await;
+            let report = cli::report(&state);
+            match output {
+                ReportFormat::Md => print!("{}", ferry::report::markdown(&report)),
+                ReportFormat::Csv => print!("{}", ferry::report::csv(&report)),
+                ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            }
+            for c in state
+                .clusters
+                .iter()
+                .filter(|c| !c.conn.migrations.is_live())
+            {
+                let (word, why) = cli::state_word(&c.conn.migrations);
+                eprintln!(
+                    "ferry: context {}: {word}: {}",
+                    c.context,
+                    why.unwrap_or("")
+                );
+            }
+            // A report of a wave nobody migrates is a typo, not an empty record.
+            if let Some(w) = wave.as_deref()
+                && report.vms.is_empty()
+            {
+                eprintln!("ferry: {}", strings::no_migration_of_wave(w));
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(if cli::all_listed(&state) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
         Some(Command::Controller {
             converter_image,
             leader_elect_namespace,
@@ -283,7 +340,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Pause(n) => (Verb::Pause, n),
                 Command::Resume(n) => (Verb::Resume, n),
                 Command::Delete(n) => (Verb::Delete, n),
-                Command::Board { .. } | Command::Controller { .. } => unreachable!("handled above"),
+                Command::Board { .. } | Command::Controller { .. } | Command::Report { .. } => {
+                    unreachable!("handled above")
+                }
             };
             act(&cli, verb, &names.names).await
         }

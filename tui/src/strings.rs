@@ -1039,3 +1039,119 @@ pub mod welcome {
     /// Try: leaving.
     pub const QUIT: &str = "quit";
 }
+
+/// `ferry report WAVE` found no migration of that wave.
+pub fn no_migration_of_wave(wave: &str) -> String {
+    format!("no migration of wave {wave} in scope (-n NS, -A: every namespace)")
+}
+
+/// `ferry report`: its titles and cells.
+pub mod report {
+    /// An empty cell.
+    pub const NONE: &str = "-";
+    /// The totals' heading.
+    pub const TOTALS: &str = "Totals";
+    /// The totals of the migrations of no wave.
+    pub const NO_WAVE: &str = "(no wave)";
+    /// The VM table's columns (markdown).
+    pub const VM_COLUMNS: [&str; 11] = [
+        "Migration",
+        "Source VM",
+        "Wave",
+        "Final",
+        "Attempts",
+        "Started (UTC)",
+        "Ended (UTC)",
+        "Phases",
+        "Moved",
+        "Downtime",
+        "Failure",
+    ];
+    /// The totals' columns (markdown).
+    pub const TOTAL_COLUMNS: [&str; 11] = [
+        "Wave",
+        "VMs",
+        "Succeeded",
+        "Failed",
+        "Cancelled",
+        "Under way",
+        "Retries",
+        "Moved",
+        "Downtime (sum / longest)",
+        "Started (UTC)",
+        "Ended (UTC)",
+    ];
+    /// The CSV's columns.
+    pub const CSV_COLUMNS: [&str; 23] = [
+        "row",
+        "wave",
+        "namespace",
+        "name",
+        "source_vm",
+        "final_phase",
+        "attempts",
+        "started_at",
+        "completed_at",
+        "phases",
+        "bytes_moved",
+        "bytes_total",
+        "downtime_seconds",
+        "downtime_from",
+        "downtime_to",
+        "failure_reason",
+        "failure_message",
+        "vms",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "under_way",
+        "retries",
+    ];
+
+    /// The title.
+    pub fn title(wave: Option<&str>) -> String {
+        match wave {
+            Some(w) => format!("Migration report: wave {w}"),
+            None => "Migration report".into(),
+        }
+    }
+
+    /// Under the title.
+    pub fn generated(at: &str) -> String {
+        format!(
+            "Generated {at} by `ferry report` from the cluster's VirtualMachineMigrations. \
+             Downtime: from ferry's first power-off request to the source until the migrated \
+             VM ran (VMStarted) or ferry powered the source back on."
+        )
+    }
+
+    /// A retry's phases begin with it.
+    pub fn attempt(n: i32) -> String {
+        format!("(attempt {n}) ")
+    }
+
+    /// Bytes moved of the total.
+    pub fn bytes(moved: &str, total: &str) -> String {
+        format!("{moved} of {total}")
+    }
+
+    /// A downtime that ferry ended by powering the source back on.
+    pub fn restored(d: &str) -> String {
+        format!("{d} (source powered back on)")
+    }
+
+    /// A downtime still going on at the report.
+    pub fn still_down(d: &str) -> String {
+        format!("{d} so far (still down)")
+    }
+
+    /// A failure a retry got past.
+    pub fn retried_past(cell: &str) -> String {
+        format!("(retried past) {cell}")
+    }
+
+    /// The totals' downtime.
+    pub fn downtime_totals(sum: &str, longest: &str) -> String {
+        format!("{sum} / {longest}")
+    }
+}

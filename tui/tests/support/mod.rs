@@ -669,3 +669,151 @@ pub fn with_problems(s: &mut State) {
     );
     update(s, Action::MigrationApplied(C0, Box::new(o)));
 }
+
+/// `make demo`'s wave on a bad day, as the API would show it an hour in (the fixtures' `now`):
+/// five VMs of `demo-wave` in namespace `demo` whose sources ran. `vm0` and `vm1` moved; `vm2`
+/// failed at 40 % of its import (the demo's injected import fault), was retried and moved on
+/// its second attempt; `vm3` failed its conversion (the injected convert fault) and ferry
+/// powered its source back on (the demo's `restorePowerState: OnCancelOrFailure`); `vm4` is
+/// still importing. Plus one migration of another wave, which a report of `demo-wave` leaves
+/// out.
+pub fn demo_wave() -> Vec<VirtualMachineMigration> {
+    use ferry_crds::{
+        SourcePowerOff,
+        source::{PowerRestoreResult, SourcePowerRestore},
+    };
+    let mib = |n: i64| n << 20;
+    // Each VM: its phases as (phase, attempt, seconds in it), how it ends, bytes moved of its
+    // total, and its start (seconds after t0).
+    let vm = |i: usize, start: i64, stays: &[(Phase, i32, i64)], end: Phase, moved: i64| {
+        let name = format!("demo-wave-dc0-h0-vm{i}");
+        let mut o = migration(&name).in_wave("demo-wave").released();
+        o.metadata.namespace = Some("demo".into());
+        o.spec.source.vm.name = Some(format!("DC0_H0_VM{i}"));
+        let mut o = o.with_phase(end);
+        let s = o.status.as_mut().unwrap();
+        let mut at = start;
+        for (phase, attempt, secs) in stays {
+            s.history.push(PhaseTransition {
+                phase: *phase,
+                attempt: *attempt,
+                entered_at: ts(at),
+                left_at: Some(ts(at + secs)),
+            });
+            at += secs;
+        }
+        let attempts = stays.last().map_or(1, |s| s.1);
+        s.history.push(PhaseTransition {
+            phase: end,
+            attempt: attempts,
+            entered_at: ts(at),
+            left_at: None,
+        });
+        s.attempts = attempts;
+        s.started_at = Some(ts(start));
+        if end.is_terminal() {
+            s.completed_at = Some(ts(at));
+        }
+        // Preparing asks the guest to shut down 20 s in.
+        s.source_power_off = Some(SourcePowerOff {
+            shutdown_guest_at: Some(ts(start + 20)),
+            hard_power_off_at: None,
+        });
+        s.progress = Some(Progress {
+            percent: moved as f64 * 100.0 / mib(512) as f64,
+            bytes_done: moved,
+            bytes_total: mib(512),
+            rate_bytes_per_second: None,
+            eta_seconds: None,
+        });
+        (o, at)
+    };
+    let running = |o: &mut VirtualMachineMigration, at: i64| {
+        let s = o.status.as_mut().unwrap();
+        ferry_crds::condition::set_condition(
+            &mut s.conditions,
+            ConditionType::VMStarted,
+            ConditionStatus::True,
+            Reason::VMRunning,
+            "the VirtualMachineInstance runs",
+            Some(1),
+            &ts(at),
+        );
+    };
+    use Phase::*;
+    let ok = [
+        (Preparing, 1, 45),
+        (Converting, 1, 380),
+        (Importing, 1, 410),
+        (CreatingVM, 1, 3),
+        (Starting, 1, 35),
+        (Validating, 1, 60),
+    ];
+    let (mut vm0, _) = vm(0, 60, &ok, Succeeded, mib(512));
+    running(&mut vm0, 60 + 45 + 380 + 410 + 3 + 35);
+    let (mut vm1, _) = vm(1, 62, &ok, Succeeded, mib(512));
+    running(&mut vm1, 62 + 45 + 380 + 410 + 3 + 35);
+    let retried = [
+        (Preparing, 1, 44),
+        (Converting, 1, 371),
+        (Importing, 1, 160),
+        (Failed, 1, 240),
+        (Importing, 2, 415),
+        (CreatingVM, 2, 3),
+        (Starting, 2, 31),
+        (Validating, 2, 58),
+    ];
+    let (mut vm2, _) = vm(2, 64, &retried, Succeeded, mib(512));
+    running(&mut vm2, 64 + 44 + 371 + 160 + 240 + 415 + 3 + 31);
+    vm2.status.as_mut().unwrap().last_failure = Some(LastFailure {
+        phase: Importing,
+        reason: Reason::ImportFailed,
+        message: "DataVolume demo-wave-dc0-h0-vm2-disk-0 failed: Unable to process data: \
+                  injected permanent import fault at 40% (ferry-sim)"
+            .into(),
+        retriable: true,
+        time: ts(64 + 44 + 371 + 160),
+    });
+    let (mut vm3, failed_at) = vm(
+        3,
+        480,
+        &[(Preparing, 1, 46), (Converting, 1, 95)],
+        Failed,
+        mib(96),
+    );
+    {
+        let s = vm3.status.as_mut().unwrap();
+        s.last_failure = Some(LastFailure {
+            phase: Converting,
+            reason: Reason::ConversionFailed,
+            message: "the conversion Job demo-wave-dc0-h0-vm3-convert failed: injected \
+                      permanent convert fault (ferry-sim)"
+                .into(),
+            retriable: true,
+            time: ts(failed_at),
+        });
+        s.source_power_restore = Some(SourcePowerRestore {
+            requested_at: ts(failed_at),
+            target_stopping_since: None,
+            result: Some(PowerRestoreResult::PoweredOn),
+            finished_at: Some(ts(failed_at + 12)),
+            message: None,
+        });
+    }
+    let (vm4, _) = vm(
+        4,
+        1000,
+        &[(Preparing, 1, 47), (Converting, 1, 388)],
+        Importing,
+        mib(205),
+    );
+    let mut other = vmm(
+        "demo",
+        "other-wave-vm",
+        Some("other-wave"),
+        Phase::Succeeded,
+        5,
+    );
+    other.status.as_mut().unwrap().source_power_off = None;
+    vec![vm0, vm1, vm2, vm3, vm4, other]
+}
