@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ferry_crds::wave::WaveSource;
 use ferry_crds::{
     MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec,
-    VirtualMachineMigration, VmSelector, WaveTemplate, WaveVm, names,
+    VirtualMachineMigration, WaveTemplate, WaveVm, names,
 };
 use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, put_vmdk, repo_root};
 use futures::StreamExt;
@@ -283,16 +283,7 @@ async fn run_wave(
 ) -> Duration {
     let spec = MigrationWaveSpec {
         template: template(lab),
-        vms: vms
-            .iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(n.clone()),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
-            .collect(),
+        vms: vms.iter().map(|n| WaveVm::by_name(n.clone())).collect(),
         max_in_flight,
         selector: None,
         paused: false,

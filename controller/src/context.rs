@@ -89,6 +89,9 @@ pub struct Context {
     /// The watch caches of the migrations' children, where checkpoints observe them; `None`
     /// reads every child from the API.
     pub children: Option<Caches>,
+    /// A watch cache of the ResourceQuotas where migrations run, which preflight weighs the
+    /// disks' claims against (no list per migration); `None` lists them from the API.
+    pub quotas: Option<Store<k8s_openapi::api::core::v1::ResourceQuota>>,
     memory: Mutex<HashMap<String, Memo>>,
 }
 
@@ -165,6 +168,7 @@ impl Context {
             proof,
             migrations: None,
             children: None,
+            quotas: None,
             memory: Mutex::default(),
         }
     }
@@ -180,6 +184,16 @@ impl Context {
     #[must_use]
     pub fn with_child_caches(mut self, caches: Caches) -> Self {
         self.children = Some(caches);
+        self
+    }
+
+    /// This context, reading ResourceQuotas from `store` (a watch of them).
+    #[must_use]
+    pub fn with_quota_store(
+        mut self,
+        store: Store<k8s_openapi::api::core::v1::ResourceQuota>,
+    ) -> Self {
+        self.quotas = Some(store);
         self
     }
 

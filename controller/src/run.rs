@@ -379,6 +379,21 @@ fn controllers(
     .owns_shared_stream(wave_events)
     .graceful_shutdown_on(stopped());
     let wave_store = waves.store();
+    // ResourceQuotas, few and small, for preflight to weigh the disks' claims against: a watch
+    // rather than a list per migration. Not part of readiness: until it has listed, preflight
+    // lists for itself.
+    let (quota_store, quota_writer) = reflector::store();
+    let quota_watch = watcher(
+        api::<k8s_openapi::api::core::v1::ResourceQuota>(&client, ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(quota_writer)
+    .for_each(|e| async move {
+        if let Err(e) = e {
+            warn!(error = %e, "watching resource quotas");
+        }
+    });
     // Waves read their children from the migration controller's cache rather than listing them.
     let ctx = Arc::new(
         Context::new(
@@ -388,7 +403,8 @@ fn controllers(
             key,
         )
         .with_migration_store(migration_store.clone())
-        .with_child_caches(caches.clone()),
+        .with_child_caches(caches.clone())
+        .with_quota_store(quota_store),
     );
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
@@ -431,9 +447,12 @@ fn controllers(
                 migrations.await;
             }
         };
-        // The watch feeds the controllers and ends with them (it never ends by itself).
-        futures::pin_mut!(controllers, migration_watch);
-        futures::future::select(controllers, migration_watch).await;
+        // The watches feed the controllers and end with them (they never end by themselves).
+        let watches = async move {
+            futures::join!(migration_watch, quota_watch);
+        };
+        futures::pin_mut!(controllers, watches);
+        futures::future::select(controllers, watches).await;
         synced.abort();
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use ferry_crds::{
     ConcernCode, ConditionType, DiskBus, MigrationWave, MigrationWaveSpec, Phase, Reason, Severity,
-    VirtualMachineMigration, VmSelector, WaveVm,
+    VirtualMachineMigration, WaveVm,
 };
 use ferry_harness::{eventually, put_vmdk};
 use k8s_openapi::api::batch::v1::Job;
@@ -148,13 +148,7 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
         template: env.wave_template(),
         vms: [env.vm.name.clone(), clean.name.clone()]
             .into_iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(n),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
+            .map(WaveVm::by_name)
             .collect(),
         max_in_flight: 1,
         selector: None,
@@ -313,10 +307,42 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         )
         .await
         .unwrap();
+    // A class whose claims a ResourceQuota of the namespace leaves no room for (1 MiB).
+    let tight = format!("{class}-tight");
+    let admin = env.lab.client().await.unwrap();
+    Api::<StorageClass>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &StorageClass {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(tight.clone()),
+                    ..Default::default()
+                },
+                provisioner: format!("{tight}.sim.ferry.example"),
+                volume_binding_mode: Some("Immediate".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "team-storage"},
+        "spec": {"hard": {format!("{tight}.storageclass.storage.k8s.io/requests.storage"): "1Mi"}},
+    }))
+    .unwrap();
+    env.ns
+        .api()
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
     let (other_vm, _) = env.another_vm(4);
     let (third_vm, _) = env.another_vm(4);
+    let (fourth_vm, _) = env.another_vm(4);
     env.start_sim();
     env.start_controller();
+    let mut squeezed = env.migration_of("squeezed", &fourth_vm);
+    squeezed.spec.target.template.storage_class_name = Some(tight.clone());
+    env.create(&squeezed).await;
 
     let mut classless = env.migration_of("classless", &third_vm);
     classless.spec.target.template.storage_class_name = Some(format!("{class}-nowhere"));
@@ -328,6 +354,18 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         volume_mode: None,
         access_mode: Some(AccessMode::ReadWriteMany),
     }];
+    // Placement rides along: labels, annotations and scheduling the one node satisfies, and
+    // powerState Auto with a source that ran, so the VM is started.
+    let placement = &mut mapped.spec.target.template.placement;
+    placement.labels = [("app".to_owned(), "billing".to_owned())].into();
+    placement.annotations = [("owner".to_owned(), "team-a".to_owned())].into();
+    placement.node_selector = [("kubernetes.io/os".to_owned(), "linux".to_owned())].into();
+    placement.tolerations = vec![k8s_openapi::api::core::v1::Toleration {
+        key: Some("dedicated".into()),
+        operator: Some("Exists".into()),
+        ..Default::default()
+    }];
+    mapped.spec.target.template.power_state = Some(ferry_crds::TargetPowerState::Auto);
     let mut unmapped = env.migration_of("unmapped", &other_vm);
     unmapped.spec.target.template.storage_map = vec![StorageMapping {
         datastore: "SomeOtherDS".into(),
@@ -353,6 +391,26 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
     let storage = serde_json::to_value(&dv).unwrap()["spec"]["storage"].clone();
     assert_eq!(storage["storageClassName"], class.as_str(), "{storage}");
     assert_eq!(storage["accessModes"], serde_json::json!(["ReadWriteMany"]));
+    let vm = env
+        .ns
+        .api::<ferry_controller::apis::kubevirt::VirtualMachine>()
+        .get(&ferry_crds::names::vm_name(&done))
+        .await
+        .unwrap();
+    let vm = serde_json::to_value(&vm).unwrap();
+    assert_eq!(vm["metadata"]["labels"]["app"], "billing", "{vm}");
+    assert_eq!(vm["metadata"]["annotations"]["owner"], "team-a", "{vm}");
+    let t = &vm["spec"]["template"];
+    assert_eq!(t["metadata"]["labels"]["app"], "billing", "{vm}");
+    assert_eq!(
+        t["spec"]["nodeSelector"]["kubernetes.io/os"], "linux",
+        "{vm}"
+    );
+    assert_eq!(t["spec"]["tolerations"][0]["key"], "dedicated", "{vm}");
+    assert_eq!(
+        vm["spec"]["runStrategy"], "Always",
+        "Auto, and the source ran"
+    );
 
     let held = env
         .wait_for("unmapped", "preflight to hold it", 120, |v| {
@@ -378,6 +436,26 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         "{}",
         serde_yaml_status(&held)
     );
+
+    // A quota the disks' claims would exceed: held, the quota named, nothing touched.
+    let held = env
+        .wait_for("squeezed", "preflight to hold it", 120, |v| {
+            ready_reason(v) == Some(Reason::PreflightFailed)
+        })
+        .await;
+    let p = held.status.as_ref().unwrap().preflight.as_ref().unwrap();
+    let holding: Vec<_> = p
+        .concerns
+        .iter()
+        .filter(|c| c.severity == Severity::Critical)
+        .collect();
+    assert_eq!(holding.len(), 1, "only the quota holds it: {p:?}");
+    assert_eq!(holding[0].code, ConcernCode::QuotaExceeded);
+    assert!(
+        holding[0].message.contains("ResourceQuota team-storage"),
+        "{p:?}"
+    );
+    assert_eq!(held.status.as_ref().unwrap().source_power_off, None);
 }
 
 /// A Multus network whose NetworkAttachmentDefinition does not exist holds the migration; once

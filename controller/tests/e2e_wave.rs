@@ -33,16 +33,7 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
     env.start_controller();
     let spec = MigrationWaveSpec {
         template: env.wave_template(),
-        vms: vms
-            .iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(n.clone()),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
-            .collect(),
+        vms: vms.iter().map(|n| WaveVm::by_name(n.clone())).collect(),
         max_in_flight: 1,
         selector: None,
         paused: false,
@@ -112,13 +103,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         template: env.wave_template(),
         vms: [env.vm.name.clone(), second.name.clone()]
             .into_iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(n),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
+            .map(WaveVm::by_name)
             .collect(),
         max_in_flight: 1,
         selector: None,
@@ -131,26 +116,8 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         .create(&PostParams::default(), &MigrationWave::new("w2", spec))
         .await
         .unwrap();
-    let first = ferry_crds::child_migration_name(
-        "w2",
-        &WaveVm {
-            vm: VmSelector::by_name(env.vm.name.clone()),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        },
-    );
-    let queued = ferry_crds::child_migration_name(
-        "w2",
-        &WaveVm {
-            vm: VmSelector::by_name(second.name.clone()),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        },
-    );
+    let first = ferry_crds::child_migration_name("w2", &WaveVm::by_name(env.vm.name.clone()));
+    let queued = ferry_crds::child_migration_name("w2", &WaveVm::by_name(second.name.clone()));
     env.wait_phase(&first, Phase::Importing, 240).await;
     assert_eq!(
         env.get(&queued).await.phase(),
@@ -207,16 +174,7 @@ async fn event_notes(env: &Env, name: &str, reason: &str) -> Vec<String> {
 fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
     MigrationWaveSpec {
         template: env.wave_template(),
-        vms: vms
-            .iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(*n),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
-            .collect(),
+        vms: vms.iter().map(|n| WaveVm::by_name(*n)).collect(),
         max_in_flight: 2,
         selector: None,
         paused,

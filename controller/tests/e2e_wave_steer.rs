@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use ferry_crds::condition::WaveConditionType;
 use ferry_crds::{
-    ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, VmSelector,
-    WavePhase, WaveVm,
+    ConditionStatus, MigrationWave, MigrationWaveSpec, Phase, VirtualMachineMigration, WavePhase,
+    WaveVm,
 };
 use ferry_harness::put_vmdk;
 use futures::StreamExt;
@@ -129,16 +129,7 @@ fn check_releases(seen: &Seen) {
 fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> MigrationWaveSpec {
     MigrationWaveSpec {
         template: env.wave_template(),
-        vms: vms
-            .iter()
-            .map(|n| WaveVm {
-                vm: VmSelector::by_name(n.clone()),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
-            .collect(),
+        vms: vms.iter().map(|n| WaveVm::by_name(n.clone())).collect(),
         max_in_flight,
         selector: None,
         paused,

@@ -28,7 +28,7 @@ use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_crds::wave::WaveSource;
 use ferry_crds::{
     MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec,
-    VirtualMachineMigration, VmSelector, WaveTemplate, WaveVm, child_migration_name,
+    VirtualMachineMigration, WaveTemplate, WaveVm, child_migration_name,
 };
 use ferry_harness::{ChildGuard, Lab, eventually, put_vmdk};
 use futures::StreamExt;
@@ -247,13 +247,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     };
     let entries: Vec<WaveVm> = inventory
         .iter()
-        .map(|vm| WaveVm {
-            vm: VmSelector::by_name(vm.name.clone()),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        })
+        .map(|vm| WaveVm::by_name(vm.name.clone()))
         .collect();
     let spec = MigrationWaveSpec {
         template: WaveTemplate {

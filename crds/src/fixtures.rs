@@ -108,13 +108,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
             conversion: Default::default(),
         },
         vms: (0..n)
-            .map(|i| WaveVm {
-                vm: VmSelector::by_name(format!("DC0_H0_VM{i}")),
-                target_name: None,
-                preflight: None,
-                storage_map: vec![],
-                networks: vec![],
-            })
+            .map(|i| WaveVm::by_name(format!("DC0_H0_VM{i}")))
             .collect(),
         max_in_flight: crate::wave::DEFAULT_MAX_IN_FLIGHT,
         selector: None,

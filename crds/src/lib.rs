@@ -18,6 +18,7 @@ pub mod migration;
 pub mod names;
 pub mod phase;
 pub mod preflight;
+pub mod quantity;
 pub mod redact;
 pub mod rules;
 pub mod secret;
@@ -47,8 +48,9 @@ pub use source::{
 };
 pub use staging::{StagingRecord, StagingSpec};
 pub use target::{
-    AccessMode, Devices, DiskBus, DiskPlacement, MultusNetwork, NetworkMapping, NicModel,
-    PodNetwork, Readiness, RunStrategy, StorageMapping, TargetSpec, TargetTemplate, VolumeMode,
+    AccessMode, Devices, DiskBus, DiskPlacement, InstancetypeKind, InstancetypeRef, MultusNetwork,
+    NetworkMapping, NicModel, PodNetwork, PreferenceKind, PreferenceRef, Readiness, RunStrategy,
+    StorageMapping, TargetPowerState, TargetSpec, TargetTemplate, VmPlacement, VolumeMode,
     datastore_of,
 };
 pub use wave::{

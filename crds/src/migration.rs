@@ -292,6 +292,28 @@ impl VirtualMachineMigrationStatus {
 }
 
 impl VirtualMachineMigration {
+    /// The run strategy the migrated VM ends with: spec.target's, or Halted when its
+    /// powerState says off (see [`crate::TargetTemplate::run_strategy_after`]), judged on the
+    /// source's power state as ferry first read it.
+    pub fn final_run_strategy(&self) -> crate::RunStrategy {
+        self.spec
+            .target
+            .template
+            .run_strategy_after(self.source_power_state())
+    }
+
+    /// The readiness check in effect (see [`crate::TargetTemplate::readiness_after`]).
+    pub fn readiness(&self) -> crate::Readiness {
+        self.spec
+            .target
+            .template
+            .readiness_after(self.source_power_state())
+    }
+
+    fn source_power_state(&self) -> Option<crate::PowerState> {
+        self.status.as_ref()?.source.as_ref()?.power_state
+    }
+
     /// `status.phase`, `Pending` when there is no status yet.
     pub fn phase(&self) -> Phase {
         self.status.as_ref().map_or(Phase::Pending, |s| s.phase)

@@ -109,6 +109,9 @@ pub enum ConcernCode {
     /// A disk's datastore is not in `target.template.storageMap`, which names no default
     /// class: where its volume goes is not said.
     DatastoreUnmapped,
+    /// A ResourceQuota of the namespace has less left (of storage, or of claims, in all or
+    /// for the class) than the VM's disks' claims would take: their creation would be refused.
+    QuotaExceeded,
     /// The staging bucket cannot be reached, written, or does not exist.
     StagingUnavailable,
     /// The converter image asked for is not allowed by the controller's policy.
@@ -139,6 +142,7 @@ impl ConcernCode {
         ConcernCode::NetworkNotAllowed,
         ConcernCode::StorageClassMissing,
         ConcernCode::DatastoreUnmapped,
+        ConcernCode::QuotaExceeded,
         ConcernCode::StagingUnavailable,
         ConcernCode::ConverterImageNotAllowed,
     ];
@@ -167,6 +171,7 @@ impl ConcernCode {
             ConcernCode::NetworkNotAllowed => "NetworkNotAllowed",
             ConcernCode::StorageClassMissing => "StorageClassMissing",
             ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
+            ConcernCode::QuotaExceeded => "QuotaExceeded",
             ConcernCode::StagingUnavailable => "StagingUnavailable",
             ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
         }
@@ -198,6 +203,7 @@ impl ConcernCode {
             | ConcernCode::NetworkNotAllowed
             | ConcernCode::StorageClassMissing
             | ConcernCode::DatastoreUnmapped
+            | ConcernCode::QuotaExceeded
             | ConcernCode::StagingUnavailable
             | ConcernCode::ConverterImageNotAllowed => false,
         }

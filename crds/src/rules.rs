@@ -156,6 +156,29 @@ pub fn readiness_needs_a_start() -> Rule {
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 
+/// powerState On asks ferry to start the VM, which a Halted or Manual run strategy never does.
+pub fn power_on_needs_a_start() -> Rule {
+    Rule::new(
+        "!has(self.powerState) || self.powerState != 'On' \
+         || !has(self.runStrategy) || !(self.runStrategy in ['Halted', 'Manual'])",
+    )
+    .message(
+        "powerState On needs a runStrategy that starts the VM (Always, RerunOnFailure or Once); \
+         for a VM left stopped use powerState Off",
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
+/// Ferry's own labels are how it finds its children (with its creation proof); a placement
+/// that set them would make a VM look like another migration's.
+pub fn placement_labels_not_ferrys() -> Rule {
+    Rule::new(
+        "!has(self.labels) || self.labels.all(k, !k.startsWith('migration.platform.example/'))",
+    )
+    .message("placement.labels may not set ferry's own labels (migration.platform.example/...)")
+    .reason(kube::core::Reason::FieldValueForbidden)
+}
+
 /// Every CEL rule this crate puts into the CRDs, for tests and documentation.
 pub fn all() -> Vec<Rule> {
     vec![
@@ -173,5 +196,7 @@ pub fn all() -> Vec<Rule> {
         at_most_one_pod_network(),
         vms_or_selector(),
         readiness_needs_a_start(),
+        power_on_needs_a_start(),
+        placement_labels_not_ferrys(),
     ]
 }

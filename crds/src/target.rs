@@ -1,8 +1,12 @@
 //! The KubeVirt side: what the migrated VirtualMachine looks like.
 
+use std::collections::BTreeMap;
+
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::PowerState;
 
 /// Volume mode of the imported disks' volumes: Filesystem or Block; the StorageClass's default
 /// when unset.
@@ -245,9 +249,10 @@ pub fn datastore_of(datastore_path: &str) -> Option<&str> {
 }
 
 /// The target of a migration minus its name: shared by every VM of a wave.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::rules::readiness_needs_a_start())]
+#[x_kube(validation = crate::rules::power_on_needs_a_start())]
 pub struct TargetTemplate {
     /// StorageClass of the imported disks' volumes; the cluster's default class when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -290,6 +295,146 @@ pub struct TargetTemplate {
     /// Disk bus, NIC model, MAC addresses and machine type of the migrated VM.
     #[serde(default, skip_serializing_if = "Devices::is_default")]
     pub devices: Devices,
+
+    /// The migrated VM's power state once ferry is done (Forklift's targetPowerState): On
+    /// (started as runStrategy says), Off (left Halted whatever runStrategy says; not waited
+    /// for) or Auto (On when the source was poweredOn when ferry first read it, else Off).
+    /// Unset: as runStrategy says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<TargetPowerState>,
+
+    /// The migrated VM's labels and annotations, the nodes it may run on, and the
+    /// instancetype and preference it takes its size and defaults from.
+    #[serde(default, skip_serializing_if = "VmPlacement::is_empty")]
+    pub placement: VmPlacement,
+}
+
+/// The migrated VM's power state once ferry is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TargetPowerState {
+    /// Started, as runStrategy says (which must be one that starts it).
+    On,
+    /// Left stopped: created Halted and kept so; readiness is not waited for.
+    Off,
+    /// As the source VM was when ferry first read it: On if it was poweredOn, else Off.
+    Auto,
+}
+
+/// Where and as what the migrated VM runs: its own labels and annotations, scheduling, and an
+/// instancetype/preference. Ferry's own labels (migration.platform.example/*) cannot be set
+/// here: they are how ferry finds its children.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::placement_labels_not_ferrys())]
+pub struct VmPlacement {
+    /// Labels of the VirtualMachine and of its instances (KubeVirt copies the template's onto
+    /// the VirtualMachineInstance and its pod, so NetworkPolicies and Services select them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the VirtualMachine.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub annotations: BTreeMap<String, String>,
+    /// Node labels the VM's pod must match (the instance's nodeSelector).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub node_selector: BTreeMap<String, String>,
+    /// The instance's affinity (node, pod and pod anti-affinity), as in a Pod spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "bounded::<Option<k8s_openapi::api::core::v1::Affinity>>")]
+    pub affinity: Option<k8s_openapi::api::core::v1::Affinity>,
+    /// The instance's tolerations, as in a Pod spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounded::<Vec<k8s_openapi::api::core::v1::Toleration>>")]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// A KubeVirt instancetype the VM takes its CPU and memory from instead of the source's;
+    /// the source's CPU and memory are then left out of the VM (KubeVirt refuses both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instancetype: Option<InstancetypeRef>,
+    /// A KubeVirt preference the VM takes its defaults from (devices ferry maps stay explicit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference: Option<PreferenceRef>,
+}
+
+/// Kubernetes' own schema of `T` with every list and string bounded: the apiserver estimates
+/// the cost of the CRD's CEL rules from these bounds, and refuses rules over unbounded input.
+/// The bounds are far above what a Pod's scheduling terms use.
+fn bounded<T: JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    fn bound(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                match o.get("type").and_then(|t| t.as_str()) {
+                    Some("array") if !o.contains_key("maxItems") => {
+                        o.insert("maxItems".into(), 16.into());
+                    }
+                    Some("string") if !o.contains_key("maxLength") && !o.contains_key("enum") => {
+                        o.insert("maxLength".into(), 1024.into());
+                    }
+                    _ => {}
+                }
+                o.values_mut().for_each(bound);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(bound),
+            _ => {}
+        }
+    }
+    let mut schema = T::json_schema(generator).to_value();
+    bound(&mut schema);
+    schemars::Schema::try_from(schema).unwrap_or_default()
+}
+
+impl VmPlacement {
+    /// Nothing asked for.
+    pub fn is_empty(&self) -> bool {
+        *self == VmPlacement::default()
+    }
+}
+
+/// A KubeVirt instancetype by name: namespaced (VirtualMachineInstancetype, in the VM's
+/// namespace) or cluster-wide (VirtualMachineClusterInstancetype, the default).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstancetypeRef {
+    /// The instancetype's name.
+    #[schemars(length(min = 1, max = 253), pattern(crate::rules::DNS1123_SUBDOMAIN))]
+    pub name: String,
+    /// VirtualMachineClusterInstancetype (default) or VirtualMachineInstancetype.
+    #[serde(default)]
+    pub kind: InstancetypeKind,
+}
+
+/// Which kind of KubeVirt instancetype.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum InstancetypeKind {
+    /// Cluster-wide.
+    #[default]
+    VirtualMachineClusterInstancetype,
+    /// In the VM's namespace.
+    VirtualMachineInstancetype,
+}
+
+/// A KubeVirt preference by name: namespaced (VirtualMachinePreference) or cluster-wide
+/// (VirtualMachineClusterPreference, the default).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreferenceRef {
+    /// The preference's name.
+    #[schemars(length(min = 1, max = 253), pattern(crate::rules::DNS1123_SUBDOMAIN))]
+    pub name: String,
+    /// VirtualMachineClusterPreference (default) or VirtualMachinePreference.
+    #[serde(default)]
+    pub kind: PreferenceKind,
+}
+
+/// Which kind of KubeVirt preference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PreferenceKind {
+    /// Cluster-wide.
+    #[default]
+    VirtualMachineClusterPreference,
+    /// In the VM's namespace.
+    VirtualMachinePreference,
 }
 
 impl TargetTemplate {
@@ -311,10 +456,31 @@ impl TargetTemplate {
         })
     }
 
-    /// The readiness check in effect: the one asked for, else `None` for run strategies that
-    /// leave the VM stopped (Halted, Manual) and `Running` for the others.
-    pub fn readiness(&self) -> Readiness {
-        self.readiness.unwrap_or(match self.run_strategy {
+    /// The run strategy the VM ends with, given the source's power state as ferry first read
+    /// it: runStrategy, or Halted when powerState is Off, or Auto and the source was not
+    /// poweredOn (unknown counts as not: ferry never starts a VM it cannot say was running).
+    pub fn run_strategy_after(&self, source: Option<PowerState>) -> RunStrategy {
+        let off = match self.power_state {
+            None | Some(TargetPowerState::On) => false,
+            Some(TargetPowerState::Off) => true,
+            Some(TargetPowerState::Auto) => source != Some(PowerState::PoweredOn),
+        };
+        if off {
+            RunStrategy::Halted
+        } else {
+            self.run_strategy
+        }
+    }
+
+    /// The readiness check in effect: `None` when the VM ends stopped (powerState Off, or
+    /// Auto with a source that was off), else the one asked for, else `None` for run
+    /// strategies that leave the VM stopped (Halted, Manual) and `Running` for the others.
+    pub fn readiness_after(&self, source: Option<PowerState>) -> Readiness {
+        let strategy = self.run_strategy_after(source);
+        if strategy != self.run_strategy {
+            return Readiness::None;
+        }
+        self.readiness.unwrap_or(match strategy {
             RunStrategy::Halted | RunStrategy::Manual => Readiness::None,
             RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once => {
                 Readiness::Running
@@ -324,7 +490,7 @@ impl TargetTemplate {
 }
 
 /// The target of a migration: the KubeVirt VirtualMachine to create.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetSpec {
     /// Name of the new VirtualMachine (a DNS-1123 label). Defaults to the source VM's name made
@@ -383,18 +549,73 @@ mod tests {
             readiness: r,
             ..TargetTemplate::default()
         };
-        assert_eq!(t(RunStrategy::Always, None).readiness(), Readiness::Running);
-        assert_eq!(t(RunStrategy::Once, None).readiness(), Readiness::Running);
-        assert_eq!(t(RunStrategy::Halted, None).readiness(), Readiness::None);
-        assert_eq!(t(RunStrategy::Manual, None).readiness(), Readiness::None);
         assert_eq!(
-            t(RunStrategy::Always, Some(Readiness::AgentConnected)).readiness(),
+            t(RunStrategy::Always, None).readiness_after(None),
+            Readiness::Running
+        );
+        assert_eq!(
+            t(RunStrategy::Once, None).readiness_after(None),
+            Readiness::Running
+        );
+        assert_eq!(
+            t(RunStrategy::Halted, None).readiness_after(None),
+            Readiness::None
+        );
+        assert_eq!(
+            t(RunStrategy::Manual, None).readiness_after(None),
+            Readiness::None
+        );
+        assert_eq!(
+            t(RunStrategy::Always, Some(Readiness::AgentConnected)).readiness_after(None),
             Readiness::AgentConnected
         );
         assert_eq!(
-            t(RunStrategy::Always, Some(Readiness::None)).readiness(),
+            t(RunStrategy::Always, Some(Readiness::None)).readiness_after(None),
             Readiness::None
         );
+    }
+
+    #[test]
+    fn power_state_decides_the_final_run_strategy_and_readiness() {
+        use PowerState::{PoweredOff, PoweredOn, Suspended};
+        let t = |p: Option<TargetPowerState>, r: Option<Readiness>| TargetTemplate {
+            power_state: p,
+            readiness: r,
+            run_strategy: RunStrategy::RerunOnFailure,
+            ..TargetTemplate::default()
+        };
+        let agent = Some(Readiness::AgentConnected);
+        for source in [Some(PoweredOn), Some(PoweredOff), None] {
+            // Unset and On: runStrategy as asked, readiness as asked.
+            for p in [None, Some(TargetPowerState::On)] {
+                assert_eq!(
+                    t(p, agent).run_strategy_after(source),
+                    RunStrategy::RerunOnFailure
+                );
+                assert_eq!(
+                    t(p, agent).readiness_after(source),
+                    Readiness::AgentConnected
+                );
+            }
+            // Off: Halted, nothing waited for, whatever the source was.
+            let off = t(Some(TargetPowerState::Off), agent);
+            assert_eq!(off.run_strategy_after(source), RunStrategy::Halted);
+            assert_eq!(off.readiness_after(source), Readiness::None);
+        }
+        // Auto: as the source was; unknown or suspended is not "on".
+        let auto = t(Some(TargetPowerState::Auto), agent);
+        assert_eq!(
+            auto.run_strategy_after(Some(PoweredOn)),
+            RunStrategy::RerunOnFailure
+        );
+        assert_eq!(
+            auto.readiness_after(Some(PoweredOn)),
+            Readiness::AgentConnected
+        );
+        for source in [Some(PoweredOff), Some(Suspended), None] {
+            assert_eq!(auto.run_strategy_after(source), RunStrategy::Halted);
+            assert_eq!(auto.readiness_after(source), Readiness::None);
+        }
     }
 
     #[test]

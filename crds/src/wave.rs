@@ -197,7 +197,7 @@ pub struct WaveTemplate {
 }
 
 /// One VM of a wave: exactly one of `name`, `id`, `uuid`, and optionally the target name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::rules::exactly_one_vm_selector())]
 pub struct WaveVm {
@@ -223,6 +223,13 @@ pub struct WaveVm {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub networks: Vec<crate::NetworkMapping>,
+    /// This VM's placement (labels, annotations, scheduling, instancetype), in place of the
+    /// template's target.placement as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::VmPlacement>,
+    /// This VM's power state after cutover, in place of the template's target.powerState.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<crate::TargetPowerState>,
 }
 
 /// Phase of a wave.
@@ -450,6 +457,16 @@ impl MigrationWaveStatus {
     }
 }
 
+impl WaveVm {
+    /// The VM of this inventory name, with the template's target and maps as they are.
+    pub fn by_name(name: impl Into<String>) -> WaveVm {
+        WaveVm {
+            vm: VmSelector::by_name(name.into()),
+            ..WaveVm::default()
+        }
+    }
+}
+
 impl MigrationWave {
     /// The wave's VMs: spec.vms, or the VMs spec.selector chose once (none before that).
     pub fn members(&self) -> Vec<WaveVm> {
@@ -459,18 +476,7 @@ impl MigrationWave {
         self.status
             .as_ref()
             .and_then(|s| s.selected_vms.as_ref())
-            .map(|names| {
-                names
-                    .iter()
-                    .map(|n| WaveVm {
-                        vm: VmSelector::by_name(n.clone()),
-                        target_name: None,
-                        preflight: None,
-                        storage_map: vec![],
-                        networks: vec![],
-                    })
-                    .collect()
-            })
+            .map(|names| names.iter().map(|n| WaveVm::by_name(n.clone())).collect())
             .unwrap_or_default()
     }
 

@@ -33,6 +33,12 @@ fn with_overrides(target: &crate::TargetTemplate, vm: &WaveVm) -> crate::TargetT
     if !vm.networks.is_empty() {
         t.networks = vm.networks.clone();
     }
+    if let Some(p) = &vm.placement {
+        t.placement = p.clone();
+    }
+    if let Some(p) = vm.power_state {
+        t.power_state = Some(p);
+    }
     t
 }
 
@@ -211,11 +217,8 @@ mod tests {
     #[test]
     fn entries_share_a_migration_name_exactly_when_they_share_a_vm_name() {
         let entry = |name: &str, target: Option<&str>| WaveVm {
-            vm: VmSelector::by_name(name),
             target_name: target.map(str::to_owned),
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
+            ..WaveVm::by_name(name)
         };
         let w = wave("w", 1);
         let vm_name = |e: &WaveVm| names::vm_name(&child_migration(&w, e).unwrap());
@@ -237,10 +240,7 @@ mod tests {
         let w = wave("w1", 1);
         let by_id = WaveVm {
             vm: VmSelector::by_id("vm-42"),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
+            ..WaveVm::default()
         };
         assert_eq!(
             child_migration(&w, &by_id)

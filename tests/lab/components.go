@@ -134,7 +134,9 @@ type componentState struct {
 var crdFS embed.FS
 
 const defaultControllers = "garbage-collector-controller,namespace-controller,serviceaccount-controller," +
-	"serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller"
+	"serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller," +
+	// ResourceQuota status (hard and used), which quota admission and ferry's preflight read.
+	"resourcequota-controller"
 
 const s3Bucket = "ferry-staging"
 

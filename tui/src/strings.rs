@@ -999,6 +999,9 @@ pub mod preflight {
             ConcernCode::DatastoreUnmapped => {
                 "a disk's datastore is not in the storage map, which names no default class"
             }
+            ConcernCode::QuotaExceeded => {
+                "a ResourceQuota has less storage or claims left than the disks need"
+            }
             ConcernCode::NetworkUnmapped => {
                 "a NIC's network is not in target.template.networks: that NIC is left out"
             }

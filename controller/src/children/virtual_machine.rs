@@ -1,8 +1,6 @@
 //! The migrated KubeVirt VirtualMachine: devices, firmware and networks from the discovered
 //! source, disks on the imported DataVolumes.
 
-use std::collections::BTreeMap;
-
 use ferry_crds::{
     DiscoveredNic, DiscoveredSource, Firmware, NetworkMapping, NicModel, RunStrategy,
     TargetTemplate, VirtualMachineMigration, names,
@@ -127,13 +125,14 @@ pub fn domain(
         // Every NIC was left out by the mapping: no pod interface either.
         devices["autoattachPodInterface"] = json!(false);
     }
-    let mut domain = json!({
-        "cpu": cpu(source),
-        "memory": {"guest": memory},
-        "resources": {"requests": {"memory": memory}},
-        "firmware": firmware,
-        "devices": devices,
-    });
+    let mut domain = json!({"firmware": firmware, "devices": devices});
+    if target.placement.instancetype.is_none() {
+        // With an instancetype, it gives CPU and memory: KubeVirt refuses a VM that sets them
+        // too (user guide, "Instance types and preferences": conflicts rejected at admission).
+        domain["cpu"] = cpu(source);
+        domain["memory"] = json!({"guest": memory});
+        domain["resources"] = json!({"requests": {"memory": memory}});
+    }
     if let Some(f) = features {
         domain["features"] = f;
     }
@@ -165,17 +164,50 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
     if !networks.is_empty() {
         vmi_spec["networks"] = json!(networks);
     }
-    let template_labels: BTreeMap<String, String> = super::labels(vmm);
+    let placement = &vmm.spec.target.template.placement;
+    scheduling(&mut vmi_spec, placement);
+    // The user's labels first: ferry's own (which the CRD forbids in placement) always win.
+    let mut template_labels = placement.labels.clone();
+    template_labels.extend(super::labels(vmm));
+    let mut meta = meta;
+    meta.labels = Some(template_labels.clone());
+    if !placement.annotations.is_empty() {
+        meta.annotations = Some(placement.annotations.clone());
+    }
+    let mut rest = Map::new();
+    if let Some(it) = &placement.instancetype {
+        rest.insert(
+            "instancetype".into(),
+            json!({"name": it.name, "kind": it.kind}),
+        );
+    }
+    if let Some(p) = &placement.preference {
+        rest.insert("preference".into(), json!({"name": p.name, "kind": p.kind}));
+    }
     let spec = VirtualMachineSpec {
         run_strategy: Some(run_strategy_name(RunStrategy::Halted).to_owned()),
         template: Some(json!({"metadata": {"labels": template_labels}, "spec": vmi_spec})),
-        rest: Map::new(),
+        rest,
     };
     Ok(VirtualMachine {
         metadata: meta,
         spec,
         status: None,
     })
+}
+
+/// The instance's scheduling from the placement: nodeSelector, affinity and tolerations, as
+/// KubeVirt's VirtualMachineInstanceSpec names them (the same shapes as a Pod's). Pure.
+fn scheduling(vmi_spec: &mut Value, placement: &ferry_crds::VmPlacement) {
+    if !placement.node_selector.is_empty() {
+        vmi_spec["nodeSelector"] = json!(placement.node_selector);
+    }
+    if let Some(a) = &placement.affinity {
+        vmi_spec["affinity"] = json!(a);
+    }
+    if !placement.tolerations.is_empty() {
+        vmi_spec["tolerations"] = json!(placement.tolerations);
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +302,75 @@ mod tests {
             json!([{"name": "net-0", "model": "e1000e", "masquerade": {}, "macAddress": "00:50:56:aa:bb:01"}])
         );
         assert_eq!(t["spec"]["networks"], json!([{"name": "net-0", "pod": {}}]));
+    }
+
+    #[test]
+    fn placement_labels_schedules_and_sizes_the_vm() {
+        use ferry_crds::{InstancetypeKind, InstancetypeRef, PreferenceKind, PreferenceRef};
+        use k8s_openapi::api::core::v1::Toleration;
+        let mut vmm = discovered(source());
+        let p = &mut vmm.spec.target.template.placement;
+        p.labels = [("app".to_owned(), "web".to_owned())].into();
+        p.annotations = [("owner".to_owned(), "team-a".to_owned())].into();
+        p.node_selector = [("zone".to_owned(), "b".to_owned())].into();
+        p.tolerations = vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("vms".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        }];
+        p.instancetype = Some(InstancetypeRef {
+            name: "u1.medium".into(),
+            kind: InstancetypeKind::VirtualMachineClusterInstancetype,
+        });
+        p.preference = Some(PreferenceRef {
+            name: "rhel.9".into(),
+            kind: PreferenceKind::VirtualMachinePreference,
+        });
+        let v = serde_json::to_value(virtual_machine(&vmm).unwrap()).unwrap();
+        // Labels on the VM and its instances, ferry's own kept beside them.
+        for labels in [
+            &v["metadata"]["labels"],
+            &v["spec"]["template"]["metadata"]["labels"],
+        ] {
+            assert_eq!(labels["app"], "web");
+            assert_eq!(labels[names::MIGRATION_LABEL], "web-1");
+        }
+        assert_eq!(v["metadata"]["annotations"], json!({"owner": "team-a"}));
+        let t = &v["spec"]["template"]["spec"];
+        assert_eq!(t["nodeSelector"], json!({"zone": "b"}));
+        assert_eq!(
+            t["tolerations"],
+            json!([{"key": "dedicated", "operator": "Equal", "value": "vms", "effect": "NoSchedule"}])
+        );
+        assert!(t.get("affinity").is_none(), "no affinity asked for");
+        assert_eq!(
+            v["spec"]["instancetype"],
+            json!({"name": "u1.medium", "kind": "VirtualMachineClusterInstancetype"})
+        );
+        assert_eq!(
+            v["spec"]["preference"],
+            json!({"name": "rhel.9", "kind": "VirtualMachinePreference"})
+        );
+        // The instancetype sizes the VM: the source's CPU and memory are left out.
+        let d = &t["domain"];
+        for k in ["cpu", "memory", "resources"] {
+            assert!(d.get(k).is_none(), "{k} left to the instancetype: {d}");
+        }
+        assert_eq!(
+            d["devices"]["disks"][0]["bootOrder"], 1,
+            "devices still ferry's"
+        );
+        // Without a placement nothing of it appears.
+        let plain = serde_json::to_value(virtual_machine(&discovered(source())).unwrap()).unwrap();
+        assert!(plain["metadata"].get("annotations").is_none());
+        assert!(plain["spec"].get("instancetype").is_none());
+        assert!(
+            plain["spec"]["template"]["spec"]
+                .get("nodeSelector")
+                .is_none()
+        );
     }
 
     /// The README's mapping table, row by row: what each source shape and spec.target.devices

@@ -11,6 +11,7 @@
 //! before preflight — waited for, retried or failed — and are recorded here too, so that one
 //! list shows every blocker.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ferry_crds::{
@@ -50,6 +51,107 @@ pub struct SourceFacts {
     pub cross_namespace_networks: bool,
     /// The StorageClasses the disks' volumes would use (named ones only) that do not exist.
     pub missing_classes: Vec<String>,
+    /// What each ResourceQuota of the namespace has left.
+    pub quotas: Vec<QuotaLeft>,
+}
+
+/// What one ResourceQuota has left of each resource it limits: `status.hard − status.used`
+/// (bytes for storage, a count for claims), as its quota controller last computed them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuotaLeft {
+    /// The ResourceQuota's name.
+    pub name: String,
+    /// Resource name (e.g. `requests.storage`) → what is left of it.
+    pub left: BTreeMap<String, u64>,
+}
+
+impl QuotaLeft {
+    /// From a ResourceQuota: its status where the quota controller computed one, else its
+    /// spec with nothing used yet. A quantity that does not parse limits nothing here.
+    pub fn of(q: &k8s_openapi::api::core::v1::ResourceQuota) -> Self {
+        use ferry_crds::quantity::parse_bytes;
+        let status = q.status.as_ref();
+        let hard = status
+            .and_then(|s| s.hard.as_ref())
+            .or_else(|| q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+        let used = status.and_then(|s| s.used.as_ref());
+        let left = hard
+            .into_iter()
+            .flatten()
+            .filter_map(|(resource, h)| {
+                let used = used
+                    .and_then(|u| u.get(resource))
+                    .map_or(Some(0), |u| parse_bytes(&u.0));
+                Some((resource.clone(), parse_bytes(&h.0)?.saturating_sub(used?)))
+            })
+            .collect();
+        Self {
+            name: q.metadata.name.clone().unwrap_or_default(),
+            left,
+        }
+    }
+}
+
+/// CDI's default filesystem overhead (CDIConfig `filesystemOverhead.global`, "0.055"): on a
+/// Filesystem volume the claim CDI makes for a DataVolume's `storage` is the disk's size over
+/// (1 − overhead), so the disk image and its filesystem fit (CDI `GetRequiredSpace`). A Block
+/// volume's claim is the disk's size.
+const CDI_FILESYSTEM_OVERHEAD: f64 = 0.055;
+
+/// What the claims of the VM's disks take of each quota resource: bytes and claims in all, and
+/// per StorageClass named (a claim on the cluster's default class counts in the totals only:
+/// which class that is, the apiserver decides when the claim is made). A disk whose volume mode
+/// is not said is counted as Filesystem, the larger. Pure.
+pub fn claims_need(
+    vmm: &VirtualMachineMigration,
+    disks: &[ferry_crds::DiscoveredDisk],
+) -> BTreeMap<String, u64> {
+    let template = &vmm.spec.target.template;
+    let mut need: BTreeMap<String, u64> = BTreeMap::new();
+    let mut add = |k: String, n: u64| *need.entry(k).or_default() += n;
+    for d in disks {
+        let placement = template.placement(ferry_crds::datastore_of(&d.datastore_path));
+        let block = placement
+            .as_ref()
+            .is_some_and(|p| p.volume_mode == Some(ferry_crds::VolumeMode::Block));
+        let size = u64::try_from(d.capacity_bytes.max(1)).unwrap_or_default();
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let bytes = if block {
+            size
+        } else {
+            (size as f64 / (1.0 - CDI_FILESYSTEM_OVERHEAD)).ceil() as u64
+        };
+        for claims in ["persistentvolumeclaims", "count/persistentvolumeclaims"] {
+            add(claims.into(), 1);
+        }
+        add("requests.storage".into(), bytes);
+        if let Some(class) = placement.and_then(|p| p.storage_class_name) {
+            let per_class = |r: &str| format!("{class}.storageclass.storage.k8s.io/{r}");
+            add(per_class("requests.storage"), bytes);
+            add(per_class("persistentvolumeclaims"), 1);
+        }
+    }
+    need
+}
+
+/// Each quota resource that has less left than the disks' claims need.
+fn quotas(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let need = claims_need(vmm, &facts.vm.disks);
+    let ns = vmm.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out = vec![];
+    for q in &facts.quotas {
+        for (resource, n) in &need {
+            if let Some(left) = q.left.get(resource).filter(|l| *l < n) {
+                let msg = say::quota_short(ns, &q.name, resource, *left, *n);
+                out.push(critical(Code::QuotaExceeded, msg));
+            }
+        }
+    }
+    out
 }
 
 impl SourceFacts {
@@ -70,6 +172,7 @@ impl SourceFacts {
             missing_networks: vec![],
             cross_namespace_networks: false,
             missing_classes: vec![],
+            quotas: vec![],
         }
     }
 }
@@ -97,6 +200,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
             .iter()
             .map(|c| critical(Code::StorageClassMissing, say::class_missing(c))),
     );
+    out.extend(quotas(vmm, facts));
     if facts.target_taken {
         out.push(critical(Code::TargetNameTaken, target_taken(vmm)));
     }
@@ -199,7 +303,8 @@ pub fn holds(code: Code) -> bool {
         | Code::NetworkAttachmentMissing
         | Code::NetworkNotAllowed
         | Code::StorageClassMissing
-        | Code::DatastoreUnmapped => true,
+        | Code::DatastoreUnmapped
+        | Code::QuotaExceeded => true,
     }
 }
 
@@ -525,6 +630,27 @@ mod say {
         )
     }
 
+    pub(super) fn quota_short(
+        ns: &str,
+        quota: &str,
+        resource: &str,
+        left: u64,
+        need: u64,
+    ) -> String {
+        let amount = |n: u64| {
+            if resource.ends_with("requests.storage") {
+                format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30))
+            } else {
+                format!("{n} claim(s)")
+            }
+        };
+        format!(
+            "ResourceQuota {quota} in {ns} has {} of {resource} left and this VM's disks need {}: raise the quota or free some before the window (their claims would be refused)",
+            amount(left),
+            amount(need)
+        )
+    }
+
     pub(super) fn class_missing(class: &str) -> String {
         format!(
             "the StorageClass {class:?} (target.template.storageClassName or storageMap) does not exist: its claims would wait for a provisioner forever; create it or name another"
@@ -799,6 +925,93 @@ mod tests {
         f.cross_namespace_networks = true;
         f.missing_networks = vec![];
         assert_eq!(concerns(&vmm, &f), vec![]);
+    }
+
+    #[test]
+    fn disks_claims_are_weighed_against_what_each_quota_has_left() {
+        use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaStatus};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        const GI: u64 = 1 << 30;
+        let mut f = facts();
+        let mut vmm = fixtures::migration("m");
+        f.vm.disks[0].capacity_bytes = 10 * GI as i64;
+        f.vm.disks.push(f.vm.disks[0].clone());
+        vmm.spec.target.template.storage_class_name = Some("gold".into());
+        // Filesystem (mode not said): each 10 GiB disk takes 10 GiB / 0.945 ≈ 10.58 GiB.
+        let need = claims_need(&vmm, &f.vm.disks);
+        assert_eq!(need["requests.storage"], 2 * 11_362_347_344);
+        assert_eq!(need["persistentvolumeclaims"], 2);
+        assert_eq!(
+            need["gold.storageclass.storage.k8s.io/persistentvolumeclaims"],
+            2
+        );
+        vmm.spec.target.template.volume_mode = Some(ferry_crds::VolumeMode::Block);
+        assert_eq!(claims_need(&vmm, &f.vm.disks)["requests.storage"], 20 * GI);
+
+        let quota = |hard: &[(&str, &str)], used: &[(&str, &str)]| {
+            let q = |v: &[(&str, &str)]| {
+                Some(
+                    v.iter()
+                        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                        .collect(),
+                )
+            };
+            QuotaLeft::of(&ResourceQuota {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("team".into()),
+                    ..Default::default()
+                },
+                spec: None,
+                status: Some(ResourceQuotaStatus {
+                    hard: q(hard),
+                    used: q(used),
+                }),
+            })
+        };
+        // 50Gi hard, 25Gi used: 25 GiB left holds 20; 3 claims left holds 2.
+        f.quotas = vec![quota(
+            &[
+                ("requests.storage", "50Gi"),
+                ("persistentvolumeclaims", "5"),
+                ("requests.cpu", "4"),
+            ],
+            &[
+                ("requests.storage", "25Gi"),
+                ("persistentvolumeclaims", "2"),
+            ],
+        )];
+        assert_eq!(concerns(&vmm, &f), vec![]);
+        // The class's own limit binds first: 1 claim of gold left, 2 needed.
+        f.quotas = vec![quota(
+            &[(
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                "3",
+            )],
+            &[(
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                "2",
+            )],
+        )];
+        let c = concerns(&vmm, &f);
+        assert_eq!(codes(&c), vec![(Code::QuotaExceeded, Severity::Critical)]);
+        assert!(
+            c[0].message.contains("1 claim(s) of gold.storageclass"),
+            "{}",
+            c[0].message
+        );
+        assert!(c[0].message.contains("need 2 claim(s)"), "{}", c[0].message);
+        // Storage short: 15 GiB left for 20.
+        f.quotas = vec![quota(
+            &[("requests.storage", "40Gi")],
+            &[("requests.storage", "25Gi")],
+        )];
+        let c = concerns(&vmm, &f);
+        assert!(
+            c[0].message.contains("15.0 GiB of requests.storage left"),
+            "{}",
+            c[0].message
+        );
+        assert!(holds(Code::QuotaExceeded) && !Code::QuotaExceeded.acceptable());
     }
 
     #[test]

@@ -151,7 +151,30 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         missing_networks: missing_networks(io).await?,
         cross_namespace_networks: io.ctx.policy.cross_namespace_networks,
         missing_classes,
+        quotas: quotas_left(io).await?,
     }))
+}
+
+/// What each ResourceQuota of the migration's namespace has left: from the watch cache once
+/// it has listed, else (no cache, or not listed yet) one list.
+async fn quotas_left(io: Io<'_>) -> Result<Vec<preflight::QuotaLeft>> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let ns = io.vmm.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(store) = io
+        .ctx
+        .quotas
+        .as_ref()
+        .filter(|s| crate::caches::is_ready(s))
+    {
+        let quotas = store.state();
+        let here = quotas
+            .iter()
+            .filter(|q| q.metadata.namespace.as_deref() == Some(ns));
+        return Ok(here.map(|q| preflight::QuotaLeft::of(q)).collect());
+    }
+    let api: kube::Api<ResourceQuota> = kube::Api::namespaced(io.ctx.client.clone(), ns);
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list.items.iter().map(preflight::QuotaLeft::of).collect())
 }
 
 /// The StorageClasses the disks would use (by name) that do not exist, read by name.

@@ -59,7 +59,7 @@ impl Checkpoint for Starting {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let kubevirt = world::kubevirt_state(io).await?;
-        let wanted = io.vmm.spec.target.template.run_strategy;
+        let wanted = io.vmm.final_run_strategy();
         let about_to_start = starts(wanted)
             && matches!(&kubevirt.vm, VmState::Ours { run_strategy, .. }
                 if run_strategy.as_deref() != Some(run_strategy_name(wanted)));
@@ -180,7 +180,8 @@ fn readiness_without_a_start(scope: &Scope<Observed>) -> Option<Outcome<Action>>
     })
 }
 
-/// runStrategy Halted asks for the VM to stay stopped: nothing to start or wait for.
+/// runStrategy Halted, or powerState Off (or Auto with a source that was not running), asks
+/// for the VM to stay stopped: nothing to start or wait for.
 fn left_halted(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     (wanted(scope) == RunStrategy::Halted).then(|| {
         Outcome::new(
@@ -189,7 +190,12 @@ fn left_halted(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
             },
             say::left_stopped(),
         )
-        .with(VMStarted, False, Reason::NotStarted, say::halted())
+        .with(
+            VMStarted,
+            False,
+            Reason::NotStarted,
+            say::halted(&scope.vmm),
+        )
     })
 }
 
@@ -336,12 +342,12 @@ fn still_starting(scope: &Scope<Observed>) -> Outcome<Action> {
 
 /// The run strategy the migration asks for.
 fn wanted(scope: &Scope<Observed>) -> RunStrategy {
-    scope.vmm.spec.target.template.run_strategy
+    scope.vmm.final_run_strategy()
 }
 
 /// The readiness the migration asks for.
 fn readiness(scope: &Scope<Observed>) -> Readiness {
-    scope.vmm.spec.target.template.readiness()
+    scope.vmm.readiness()
 }
 
 /// Whether our VM's run strategy already is the wanted one.
@@ -379,8 +385,20 @@ mod say {
         "runStrategy Halted: the VM is left stopped".into()
     }
 
-    pub(super) fn halted() -> String {
-        "spec.target.runStrategy is Halted".into()
+    /// Why the VM ends stopped: the run strategy, or the power state asked for after cutover.
+    pub(super) fn halted(vmm: &ferry_crds::VirtualMachineMigration) -> String {
+        let t = &vmm.spec.target.template;
+        let source = vmm.status.as_ref().and_then(|s| s.source.as_ref());
+        match (t.run_strategy, t.power_state) {
+            (RunStrategy::Halted, _) => "spec.target.runStrategy is Halted".into(),
+            (_, Some(ferry_crds::TargetPowerState::Auto)) => format!(
+                "spec.target.powerState is Auto and the source VM was {} when ferry first read it",
+                source
+                    .and_then(|s| s.power_state)
+                    .map_or("of unknown power state".to_owned(), |p| format!("{p:?}"))
+            ),
+            _ => "spec.target.powerState is Off".into(),
+        }
     }
 
     pub(super) fn source_powered_on() -> String {
@@ -523,6 +541,14 @@ mod tests {
         if let Some(s) = vmm.status.as_mut() {
             ferry_crds::history::record_phase(&mut s.history, Phase::Starting, 1, &ts(0));
         }
+        decide_for(vmm, w, elapsed)
+    }
+
+    fn decide_for(
+        vmm: ferry_crds::VirtualMachineMigration,
+        w: World,
+        elapsed: i64,
+    ) -> Outcome<Action> {
         decide(&Scope {
             vmm,
             now: ts(elapsed).0,
@@ -604,6 +630,45 @@ mod tests {
             Step::Advance {
                 to: Phase::Validating
             }
+        );
+    }
+
+    #[test]
+    fn power_state_off_or_auto_from_a_stopped_source_leaves_the_vm_halted() {
+        use ferry_crds::{ConditionType, PowerState as Source, TargetPowerState as P};
+        let run = |p: P, source: Source| {
+            let mut vmm = migration("m").with_phase(Phase::Starting);
+            vmm.spec.target.template.power_state = Some(p);
+            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+            if let Some(s) = vmm.status.as_mut() {
+                s.source.get_or_insert_default().power_state = Some(source);
+            }
+            decide_for(vmm, world(ours("Halted"), VmiState::Absent), 5)
+        };
+        for (p, source) in [
+            (P::Off, Source::PoweredOn),
+            (P::Auto, Source::PoweredOff),
+            (P::Auto, Source::Suspended),
+        ] {
+            let o = run(p, source);
+            assert_eq!(
+                o.step,
+                Step::Advance {
+                    to: Phase::Validating
+                },
+                "{p:?} {source:?}"
+            );
+            let started = o
+                .conditions
+                .iter()
+                .find(|c| c.type_ == ConditionType::VMStarted);
+            let msg = started.map(|c| c.message.clone()).unwrap_or_default();
+            assert!(msg.contains("powerState"), "{p:?}: {msg}");
+        }
+        // Auto with a source that ran: started as runStrategy says.
+        assert_eq!(
+            run(P::Auto, Source::PoweredOn).step,
+            Step::Act(vec![Action::SetRunStrategy(RunStrategy::Always)])
         );
     }
 

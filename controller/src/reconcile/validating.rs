@@ -81,7 +81,7 @@ pub enum Action {
 
 /// Whether the guest passed the readiness check of `vmm`. Pure.
 fn guest_ready(vmm: &VirtualMachineMigration, vmi: &VmiState) -> bool {
-    match vmm.spec.target.template.readiness() {
+    match vmm.readiness() {
         Readiness::None => true,
         Readiness::Running => matches!(
             vmi,
@@ -360,13 +360,13 @@ fn clean_up_and_release(scope: &Scope<Observed>) -> Outcome<Action> {
 
 /// The readiness the migration asks for.
 fn readiness(scope: &Scope<Observed>) -> Readiness {
-    scope.vmm.spec.target.template.readiness()
+    scope.vmm.readiness()
 }
 
 /// GuestReady's reason and message once the guest passed the readiness check. Pure.
 fn ready_reason(scope: &Scope<Observed>) -> (Reason, String) {
     match readiness(scope) {
-        Readiness::None if scope.vmm.spec.target.template.run_strategy == RunStrategy::Halted => {
+        Readiness::None if scope.vmm.final_run_strategy() == RunStrategy::Halted => {
             (Reason::NotChecked, say::halted_nothing_checked())
         }
         Readiness::None => (Reason::NotChecked, say::nothing_checked()),

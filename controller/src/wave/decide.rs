@@ -732,13 +732,7 @@ mod tests {
     }
 
     fn vm(name: &str) -> ferry_crds::WaveVm {
-        ferry_crds::WaveVm {
-            vm: ferry_crds::VmSelector::by_name(name),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        }
+        ferry_crds::WaveVm::by_name(name)
     }
 
     #[test]

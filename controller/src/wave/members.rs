@@ -175,13 +175,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn entry(name: &str) -> WaveVm {
-        WaveVm {
-            vm: VmSelector::by_name(name),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        }
+        WaveVm::by_name(name)
     }
 
     fn wave_of(name: &str, vms: &[WaveVm]) -> ferry_crds::MigrationWave {

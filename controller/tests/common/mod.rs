@@ -653,16 +653,7 @@ fn http_get(port: u16, path: &str) -> String {
 
 /// The name of the migration the wave `wave` makes for the VM named `vm`.
 pub fn wave_child(wave: &str, vm: &str) -> String {
-    ferry_crds::child_migration_name(
-        wave,
-        &ferry_crds::WaveVm {
-            vm: VmSelector::by_name(vm.to_owned()),
-            target_name: None,
-            preflight: None,
-            storage_map: vec![],
-            networks: vec![],
-        },
-    )
+    ferry_crds::child_migration_name(wave, &ferry_crds::WaveVm::by_name(vm.to_owned()))
 }
 
 /// Waits up to 300 s for the wave `name` to satisfy `pred` (`what` names it on failure).

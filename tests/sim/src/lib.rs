@@ -16,8 +16,10 @@ pub mod migration;
 pub mod pods;
 pub mod process;
 pub mod pvcs;
-pub mod quantity;
+/// Quantities, shared with the controller.
+pub use ferry_crds::quantity;
 pub mod s3;
+pub mod scheduling;
 pub mod sim;
 pub mod storage;
 pub mod vms;

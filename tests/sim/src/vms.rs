@@ -35,6 +35,7 @@ use crate::kubevirt::{
 };
 use crate::migration::{Child, Faults};
 use crate::pvcs::Pvcs;
+use crate::scheduling;
 use crate::sim::Sim;
 use crate::volumes::Volumes;
 use crate::{Error, Result};
@@ -284,6 +285,18 @@ pub fn step_vmi(
             (Some(s), Some(t.scheduling))
         }
         phase::SCHEDULING => {
+            if !scheduling::fits(&vmi.spec, node) {
+                conditions::set(
+                    &mut s.conditions,
+                    kv,
+                    "PodScheduled",
+                    false,
+                    "Unschedulable",
+                    scheduling::NO_NODE_MATCHES,
+                    &now_s,
+                );
+                return (changed(s), None);
+            }
             if fate == Some("unschedulable") {
                 let msg = "0/1 nodes are available: 1 Insufficient devices.kubevirt.io/kvm (fault injected by ferry-sim)";
                 conditions::set(
@@ -1160,6 +1173,31 @@ mod tests {
                 .unwrap()
                 .reason,
             "NotAllDVsReady"
+        );
+    }
+
+    #[test]
+    fn a_vmi_whose_node_selector_matches_no_node_stays_scheduling_unschedulable() {
+        let v = vm(Some("Always"), None);
+        let mut vmi = vmi_of(&v, &[]);
+        vmi.spec
+            .rest
+            .insert("nodeSelector".into(), serde_json::json!({"zone": "b"}));
+        let (vmi, phases) = walk(&v, vmi, at("2026-01-01T00:00:00Z"), 50);
+        assert_eq!(phases, vec!["Pending", "Scheduling"]);
+        let c = conditions::find(&vmi.status.as_ref().unwrap().conditions, "PodScheduled");
+        assert_eq!(c.unwrap().message, crate::scheduling::NO_NODE_MATCHES);
+        let d = decide(
+            &v,
+            Some(&vmi),
+            &VolumeCheck::Ready,
+            "n",
+            &t(),
+            at("2026-01-01T00:10:00Z"),
+        );
+        assert_eq!(
+            d.status.printable_status.as_deref(),
+            Some("ErrorUnschedulable")
         );
     }
 
