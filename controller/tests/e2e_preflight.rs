@@ -243,11 +243,17 @@ async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passth
         &env.vm.name,
         &["--passthrough", "pci", "--snapshot", "before-the-window"],
     );
+    // A raw device mapping, on a VM of its own (its disk's backing is the LUN's mapping).
+    let (rdm_vm, _) = env.another_vm(4);
+    env.shape(&rdm_vm.name, &["--rdm"]);
     env.start_sim();
     env.start_controller();
     let mut vmm = env.migration("shapes");
     vmm.spec.paused = true;
     env.create(&vmm).await;
+    let mut rdm = env.migration_of("rdm", &rdm_vm);
+    rdm.spec.paused = true;
+    env.create(&rdm).await;
     let v = env
         .wait_for("shapes", "a preflight", 120, |v| !concerns_of(v).is_empty())
         .await;
@@ -278,6 +284,16 @@ async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passth
     assert_eq!(v.phase(), Phase::Pending);
     assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
     assert_eq!(env.power_state().await, "poweredOn");
+
+    let v = env
+        .wait_for("rdm", "a preflight", 120, |v| !concerns_of(v).is_empty())
+        .await;
+    assert!(
+        concerns_of(&v).contains(&(ConcernCode::RawDeviceMapping, Severity::Critical)),
+        "{}",
+        serde_yaml_status(&v)
+    );
+    assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
 }
 
 /// The storage map places each disk by its datastore (the lab's VMs live on `LocalDS_0`): the

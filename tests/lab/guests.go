@@ -191,6 +191,7 @@ type shapeSpec struct {
 	diskMode    string
 	multiWriter bool
 	encrypted   bool
+	rdm         bool
 	passthrough string
 }
 
@@ -218,6 +219,7 @@ func runShape(args []string) int {
 	fs.StringVar(&s.diskMode, "disk-mode", "", "every disk's mode: persistent, independent_persistent, independent_nonpersistent")
 	fs.BoolVar(&s.multiWriter, "multi-writer", false, "share every disk with other VMs (sharing: sharingMultiWriter)")
 	fs.BoolVar(&s.encrypted, "encrypted", false, "put an encryption key id on every disk's backing (as an encrypted VM's disks carry)")
+	fs.BoolVar(&s.rdm, "rdm", false, "turn every disk into a raw device mapping (physical compatibility mode, as a LUN passed to the VM)")
 	fs.StringVar(&s.passthrough, "passthrough", "", "pass a host device through: usb or pci")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -331,7 +333,7 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 			spec.ExtraConfig = append(spec.ExtraConfig, &types.OptionValue{Key: key, Value: v})
 		}
 	}
-	diskEdits := s.diskMode != "" || s.multiWriter || s.encrypted
+	diskEdits := s.diskMode != "" || s.multiWriter || s.encrypted || s.rdm
 	if s.nicType == "" && s.diskController == "" && s.addDisk == "" && !diskEdits && s.passthrough == "" {
 		return spec, nil
 	}
@@ -398,6 +400,17 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 			}
 			if s.encrypted {
 				b.KeyId = &types.CryptoKeyId{KeyId: "ferry-lab-key", ProviderId: &types.KeyProviderId{Id: "ferry-lab-kms"}}
+			}
+			if s.rdm {
+				// What vSphere reports for an RDM: the mapping file in place of the VMDK, and the
+				// LUN it maps (vSphere API reference, VirtualDiskRawDiskMappingVer1BackingInfo).
+				disk.Backing = &types.VirtualDiskRawDiskMappingVer1BackingInfo{
+					VirtualDeviceFileBackingInfo: b.VirtualDeviceFileBackingInfo,
+					LunUuid:                      "0200000000600508b1001c4f3a8e0b4d",
+					DeviceName:                   "/vmfs/devices/disks/naa.600508b1001c4f3a8e0b4d",
+					CompatibilityMode:            string(types.VirtualDiskCompatibilityModePhysicalMode),
+					DiskMode:                     b.DiskMode,
+				}
 			}
 			spec.DeviceChange = append(spec.DeviceChange,
 				&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationEdit, Device: disk})

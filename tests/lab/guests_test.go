@@ -304,4 +304,23 @@ func TestShapeMakesWhatPreflightMustFind(t *testing.T) {
 	if n := len(devices.SelectByType((*types.VirtualPCIPassthrough)(nil))); n != 1 {
 		t.Errorf("PCI passthrough devices: %d", n)
 	}
+
+	// A raw device mapping: the disk's backing becomes the mapping of a LUN.
+	if err := shape(ctx, dir, shapeSpec{vm: "DC0_H0_VM1", rdm: true}); err != nil {
+		t.Fatal(err)
+	}
+	vm, err = find.NewFinder(c.Client, true).VirtualMachine(ctx, "/DC0/vm/DC0_H0_VM1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = mo.VirtualMachine{}
+	if err := vm.Properties(ctx, vm.Reference(), []string{"config"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range object.VirtualDeviceList(o.Config.Hardware.Device).SelectByType((*types.VirtualDisk)(nil)) {
+		b, ok := d.GetVirtualDevice().Backing.(*types.VirtualDiskRawDiskMappingVer1BackingInfo)
+		if !ok || b.CompatibilityMode != "physicalMode" || b.LunUuid == "" {
+			t.Errorf("RDM backing: %T %+v", d.GetVirtualDevice().Backing, b)
+		}
+	}
 }
