@@ -187,6 +187,20 @@ impl Context {
         self
     }
 
+    /// What the ResourceQuotas of `ns` have left, from the watch of them once it has listed;
+    /// `None` without that watch or before its first list.
+    pub fn cached_quotas(&self, ns: &str) -> Option<Vec<crate::quota::QuotaLeft>> {
+        let store = self
+            .quotas
+            .as_ref()
+            .filter(|s| crate::caches::is_ready(s))?;
+        let quotas = store.state();
+        let here = quotas
+            .iter()
+            .filter(|q| q.metadata.namespace.as_deref() == Some(ns));
+        Some(here.map(|q| crate::quota::QuotaLeft::of(q)).collect())
+    }
+
     /// This context, reading ResourceQuotas from `store` (a watch of them).
     #[must_use]
     pub fn with_quota_store(

@@ -28,6 +28,7 @@ pub mod pacing;
 pub mod policy;
 pub mod ports;
 pub mod problem;
+pub mod quota;
 pub mod reconcile;
 pub mod run;
 pub mod staging;

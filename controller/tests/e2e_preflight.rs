@@ -140,6 +140,17 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
     let mut env = Env::new("preflight-wave", 8).await;
     // The wave's first VM has a disk ferry cannot read: a Critical concern.
     env.shape(&env.vm.name, &["--add-disk", "unreadable"]);
+    // A quota each VM's disk (10 GiB as vSphere reports it; 10.6 GiB with CDI's filesystem
+    // overhead) fits on its own and the wave's do not together.
+    let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "team"}, "spec": {"hard": {"requests.storage": "15Gi"}}}),
+    )
+    .unwrap();
+    env.ns
+        .api()
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
     let clean = env.lab.claim_vm().unwrap();
     put_vmdk(&clean, &env.scratch.join("clean"), 8, 91).unwrap();
     env.start_sim();
@@ -167,12 +178,16 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
     // the wave counts what preflight found; nothing starts.
     let planned = eventually("the wave's preflight", Duration::from_secs(120), || async {
         let w = waves.get("w").await.ok()?;
-        let p = w.status.as_ref()?.preflight?;
-        (p.checked == 2).then_some(p)
+        let p = w.status.as_ref()?.preflight.clone()?;
+        (p.checked == 2 && !p.quota_short.is_empty()).then_some(p)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
     assert_eq!((planned.ready, planned.blocked), (1, 1), "{planned:?}");
+    assert!(
+        planned.quota_short[0].contains("ResourceQuota team"),
+        "{planned:?}"
+    );
     for v in vmms.list(&Default::default()).await.unwrap().items {
         assert_eq!(v.phase(), Phase::Queued, "{}", serde_yaml_status(&v));
         assert!(v.status.as_ref().unwrap().started_at.is_none());

@@ -8,6 +8,8 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// How much a concern weighs.
@@ -267,6 +269,12 @@ pub struct PreflightStatus {
     /// Critical concerns the operator accepted (spec.preflight.accept), the migration going on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepted: Vec<ConcernCode>,
+    /// What the disks' claims would take of each ResourceQuota resource they count against
+    /// (`requests.storage` in bytes, `persistentvolumeclaims` as a count, and the same per
+    /// StorageClass named), CDI's filesystem overhead included: what a wave sums up.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub claims: BTreeMap<String, i64>,
 }
 
 impl PreflightStatus {
@@ -309,6 +317,7 @@ mod tests {
         let status = PreflightStatus {
             checked_at: None,
             observed_generation: None,
+            claims: BTreeMap::new(),
             concerns: vec![
                 Concern::new(ConcernCode::SharedDisk, Severity::Critical, "shared"),
                 Concern::new(ConcernCode::SnapshotPresent, Severity::Critical, "snap"),

@@ -386,7 +386,7 @@ pub struct MigrationWaveStatus {
 }
 
 /// Preflight over a wave's migrations: how many are ready, blocked or carry warnings.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WavePreflight {
     /// Migrations preflighted.
@@ -401,6 +401,17 @@ pub struct WavePreflight {
     /// Ready, with at least one Warning.
     #[serde(default)]
     pub warnings: i32,
+    /// What the claims of the VMs not started yet (Pending, Queued) would take of each
+    /// ResourceQuota resource, summed over their preflights.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub claims: std::collections::BTreeMap<String, i64>,
+    /// Where those claims together exceed what a ResourceQuota of the namespace has left
+    /// (each VM may fit on its own while the wave does not): raise the quota before the window
+    /// or the last VMs' imports are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub quota_short: Vec<String>,
 }
 
 impl WavePreflight {
@@ -409,10 +420,15 @@ impl WavePreflight {
         children: impl IntoIterator<Item = &'a crate::VirtualMachineMigration>,
     ) -> Option<Self> {
         let mut out = Self::default();
-        for p in children
-            .into_iter()
-            .filter_map(|c| c.status.as_ref()?.preflight.as_ref())
-        {
+        for c in children {
+            let Some(p) = c.status.as_ref().and_then(|s| s.preflight.as_ref()) else {
+                continue;
+            };
+            if matches!(c.phase(), crate::Phase::Pending | crate::Phase::Queued) {
+                for (resource, n) in &p.claims {
+                    *out.claims.entry(resource.clone()).or_default() += n;
+                }
+            }
             out.checked += 1;
             if p.blocking().next().is_some() {
                 out.blocked += 1;
@@ -489,6 +505,39 @@ impl MigrationWave {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waves_preflight_counts_and_sums_the_claims_of_vms_not_started() {
+        use crate::fixtures::migration;
+        let with = |phase: Phase, gib: i64, blocking: bool| {
+            let mut m = migration("m").with_phase(phase);
+            let concerns = blocking
+                .then(|| {
+                    crate::Concern::new(crate::ConcernCode::NoDisk, crate::Severity::Critical, "x")
+                })
+                .into_iter()
+                .collect();
+            m.status.get_or_insert_default().preflight = Some(crate::PreflightStatus {
+                concerns,
+                claims: [("requests.storage".to_owned(), gib << 30)].into(),
+                ..Default::default()
+            });
+            m
+        };
+        let children = [
+            with(Phase::Pending, 10, true),
+            with(Phase::Queued, 20, false),
+            with(Phase::Importing, 40, false),
+        ];
+        let p = WavePreflight::of(&children).unwrap();
+        assert_eq!((p.checked, p.ready, p.blocked), (3, 2, 1));
+        assert_eq!(
+            p.claims["requests.storage"],
+            30 << 30,
+            "the importing VM's claims exist already"
+        );
+        assert_eq!(WavePreflight::of(&[migration("none")]), None);
+    }
 
     #[test]
     fn counts_group_phases_and_sum_to_total() {

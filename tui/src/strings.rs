@@ -774,6 +774,11 @@ pub mod waves {
     }
 
     /// Ready migrations with at least one Warning.
+    /// The wave's disks together exceed a ResourceQuota (status.preflight.quotaShort).
+    pub fn quota_short(words: bool) -> &'static str {
+        if words { " · over quota" } else { " quota✕" }
+    }
+
     pub fn warnings(n: i32, words: bool) -> String {
         match (words, n) {
             (true, 1) => "1 warning".to_owned(),

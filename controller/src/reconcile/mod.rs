@@ -305,12 +305,15 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
 /// Preflight alone: what Preparing would observe, weighed, touching nothing.
 async fn preflight_only(io: Io<'_>, now: &Time) -> Result<ferry_crds::PreflightStatus> {
     let observed = <preparing::Preparing as Checkpoint>::observe(io).await?;
-    let concerns = match &observed.facts {
-        Ok(f) => preflight::concerns(io.vmm, f),
-        Err(p) => preflight::unavailable(p),
+    let (concerns, claims) = match &observed.facts {
+        Ok(f) => (
+            preflight::concerns(io.vmm, f),
+            preflight::claims_need(io.vmm, &f.vm.disks),
+        ),
+        Err(p) => (preflight::unavailable(p), Default::default()),
     };
     let previous = io.vmm.status.as_ref().and_then(|s| s.preflight.as_ref());
-    Ok(preflight::record(io.vmm, concerns, now, previous))
+    Ok(preflight::record(io.vmm, concerns, claims, now, previous))
 }
 
 /// Most checkpoints one reconcile works on (see [`proceed`]).

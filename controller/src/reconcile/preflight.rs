@@ -55,42 +55,7 @@ pub struct SourceFacts {
     pub quotas: Vec<QuotaLeft>,
 }
 
-/// What one ResourceQuota has left of each resource it limits: `status.hard − status.used`
-/// (bytes for storage, a count for claims), as its quota controller last computed them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct QuotaLeft {
-    /// The ResourceQuota's name.
-    pub name: String,
-    /// Resource name (e.g. `requests.storage`) → what is left of it.
-    pub left: BTreeMap<String, u64>,
-}
-
-impl QuotaLeft {
-    /// From a ResourceQuota: its status where the quota controller computed one, else its
-    /// spec with nothing used yet. A quantity that does not parse limits nothing here.
-    pub fn of(q: &k8s_openapi::api::core::v1::ResourceQuota) -> Self {
-        use ferry_crds::quantity::parse_bytes;
-        let status = q.status.as_ref();
-        let hard = status
-            .and_then(|s| s.hard.as_ref())
-            .or_else(|| q.spec.as_ref().and_then(|s| s.hard.as_ref()));
-        let used = status.and_then(|s| s.used.as_ref());
-        let left = hard
-            .into_iter()
-            .flatten()
-            .filter_map(|(resource, h)| {
-                let used = used
-                    .and_then(|u| u.get(resource))
-                    .map_or(Some(0), |u| parse_bytes(&u.0));
-                Some((resource.clone(), parse_bytes(&h.0)?.saturating_sub(used?)))
-            })
-            .collect();
-        Self {
-            name: q.metadata.name.clone().unwrap_or_default(),
-            left,
-        }
-    }
-}
+pub use crate::quota::QuotaLeft;
 
 /// CDI's default filesystem overhead (CDIConfig `filesystemOverhead.global`, "0.055"): on a
 /// Filesystem volume the claim CDI makes for a DataVolume's `storage` is the disk's size over
@@ -136,6 +101,22 @@ pub fn claims_need(
         }
     }
     need
+}
+
+/// Where the claims of a wave's VMs not started yet (`claims`, summed from their preflights)
+/// exceed what a quota of the namespace has left: one message per quota resource short. Pure.
+pub fn wave_short(claims: &BTreeMap<String, i64>, quotas: &[QuotaLeft], ns: &str) -> Vec<String> {
+    let mut out = vec![];
+    for q in quotas {
+        for (resource, n) in claims {
+            let n = u64::try_from(*n).unwrap_or_default();
+            if let Some(left) = q.left.get(resource).filter(|l| **l < n) {
+                out.push(say::wave_quota_short(ns, &q.name, resource, *left, n));
+            }
+        }
+    }
+    out.truncate(8);
+    out
 }
 
 /// Each quota resource that has less left than the disks' claims need.
@@ -236,6 +217,7 @@ pub fn unavailable(p: &Problem) -> Vec<Concern> {
 pub fn record(
     vmm: &VirtualMachineMigration,
     concerns: Vec<Concern>,
+    claims: BTreeMap<String, u64>,
     now: &Time,
     previous: Option<&PreflightStatus>,
 ) -> PreflightStatus {
@@ -245,11 +227,16 @@ pub fn record(
         observed_generation: vmm.metadata.generation,
         concerns,
         accepted,
+        claims: claims
+            .into_iter()
+            .map(|(k, v)| (k, i64::try_from(v).unwrap_or(i64::MAX)))
+            .collect(),
     };
     match previous {
         Some(p)
             if p.concerns == new.concerns
                 && p.accepted == new.accepted
+                && p.claims == new.claims
                 && p.observed_generation == new.observed_generation =>
         {
             p.clone()
@@ -630,6 +617,30 @@ mod say {
         )
     }
 
+    fn amount(resource: &str, n: u64) -> String {
+        if resource.ends_with("requests.storage") && n < 1 << 30 {
+            format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
+        } else if resource.ends_with("requests.storage") {
+            format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30))
+        } else {
+            format!("{n} claim(s)")
+        }
+    }
+
+    pub(super) fn wave_quota_short(
+        ns: &str,
+        quota: &str,
+        resource: &str,
+        left: u64,
+        need: u64,
+    ) -> String {
+        format!(
+            "the wave's VMs not started yet need {} of {resource} and ResourceQuota {quota} in {ns} has {} left: raise it before the window, or the last VMs' claims are refused",
+            amount(resource, need),
+            amount(resource, left)
+        )
+    }
+
     pub(super) fn quota_short(
         ns: &str,
         quota: &str,
@@ -637,13 +648,7 @@ mod say {
         left: u64,
         need: u64,
     ) -> String {
-        let amount = |n: u64| {
-            if resource.ends_with("requests.storage") {
-                format!("{:.1} GiB", n as f64 / f64::from(1u32 << 30))
-            } else {
-                format!("{n} claim(s)")
-            }
-        };
+        let amount = |n: u64| amount(resource, n);
         format!(
             "ResourceQuota {quota} in {ns} has {} of {resource} left and this VM's disks need {}: raise the quota or free some before the window (their claims would be refused)",
             amount(left),
@@ -793,11 +798,16 @@ mod tests {
             vec![(Code::BusWithoutDrivers, Severity::Critical)]
         );
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        assert_eq!(record(&vmm, c.clone(), &now, None).blocking().count(), 1);
+        assert_eq!(
+            record(&vmm, c.clone(), BTreeMap::new(), &now, None)
+                .blocking()
+                .count(),
+            1
+        );
         vmm.spec.preflight = Some(PreflightSpec {
             accept: vec![Code::BusWithoutDrivers, Code::SnapshotPresent],
         });
-        let r = record(&vmm, c, &now, None);
+        let r = record(&vmm, c, BTreeMap::new(), &now, None);
         assert_eq!(r.accepted, vec![Code::BusWithoutDrivers]);
         assert_eq!(r.blocking().count(), 0);
         f.vm.guest_os_family = Some(GuestOsFamily::Linux);
@@ -820,7 +830,7 @@ mod tests {
             accept: vec![Code::SnapshotPresent],
         });
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        let r = record(&vmm, concerns(&vmm, &f), &now, None);
+        let r = record(&vmm, concerns(&vmm, &f), BTreeMap::new(), &now, None);
         assert_eq!(r.accepted, vec![]);
         assert_eq!(r.blocking().count(), 1);
     }
@@ -1012,6 +1022,21 @@ mod tests {
             c[0].message
         );
         assert!(holds(Code::QuotaExceeded) && !Code::QuotaExceeded.acceptable());
+
+        // A wave: each VM fits on its own, together they do not.
+        let left = QuotaLeft {
+            name: "team".into(),
+            left: [("requests.storage".to_owned(), 30 * GI)].into(),
+        };
+        let claims = [("requests.storage".to_owned(), 2 * 20 * GI as i64)].into();
+        let short = wave_short(&claims, std::slice::from_ref(&left), "ns");
+        assert_eq!(short.len(), 1);
+        assert!(
+            short[0].contains("need 40.0 GiB") && short[0].contains("30.0 GiB left"),
+            "{short:?}"
+        );
+        let fits = [("requests.storage".to_owned(), 20 * GI as i64)].into();
+        assert!(wave_short(&fits, &[left], "ns").is_empty());
     }
 
     #[test]

@@ -160,17 +160,8 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
 async fn quotas_left(io: Io<'_>) -> Result<Vec<preflight::QuotaLeft>> {
     use k8s_openapi::api::core::v1::ResourceQuota;
     let ns = io.vmm.metadata.namespace.as_deref().unwrap_or_default();
-    if let Some(store) = io
-        .ctx
-        .quotas
-        .as_ref()
-        .filter(|s| crate::caches::is_ready(s))
-    {
-        let quotas = store.state();
-        let here = quotas
-            .iter()
-            .filter(|q| q.metadata.namespace.as_deref() == Some(ns));
-        return Ok(here.map(|q| preflight::QuotaLeft::of(q)).collect());
+    if let Some(cached) = io.ctx.cached_quotas(ns) {
+        return Ok(cached);
     }
     let api: kube::Api<ResourceQuota> = kube::Api::namespaced(io.ctx.client.clone(), ns);
     let list = api.list(&kube::api::ListParams::default()).await?;
@@ -409,9 +400,12 @@ impl<'a> Found<'a> {
         );
         let now = Time(crate::context::whole_seconds(scope.now));
         let concerns = preflight::concerns(&scope.vmm, facts);
+        let claims = preflight::claims_need(&scope.vmm, &facts.vm.disks);
         let previous = scope.vmm.status.as_ref().and_then(|s| s.preflight.as_ref());
         let record = Record {
-            preflight: Some(preflight::record(&scope.vmm, concerns, &now, previous)),
+            preflight: Some(preflight::record(
+                &scope.vmm, concerns, claims, &now, previous,
+            )),
             ..to_record(scope, facts)
         };
         Self {

@@ -213,7 +213,13 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let seen = seen(&wave, &members, ctx, &vmms).await?;
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
-    let plan = decide::decide(&wave, &seen.children, &seen.others, &now);
+    let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
+    // Each VM's preflight weighs its own claims; the wave weighs them together, against the
+    // quotas as the watch of them shows (none before its first list: a summary, not a gate).
+    if let Some(p) = plan.status.preflight.as_mut() {
+        let quotas = ctx.cached_quotas(&ns).unwrap_or_default();
+        p.quota_short = crate::reconcile::preflight::wave_short(&p.claims, &quotas, &ns);
+    }
     execute(ctx, &wave, &members, &seen, &plan, &vmms).await?;
     let worth = decide::worth_writing(
         wave.status.as_ref(),

@@ -111,6 +111,10 @@ fn preflight_spans(p: &WavePreflight, t: &Theme, words: bool) -> Vec<Span<'stati
             style(p.warnings, t.warn()),
         ),
     ]
+    .into_iter()
+    // The wave's disks together exceed a quota (each VM may fit alone): the details say which.
+    .chain((!p.quota_short.is_empty()).then(|| Span::styled(text::quota_short(words), t.bad())))
+    .collect()
 }
 
 fn line(

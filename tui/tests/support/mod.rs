@@ -487,6 +487,7 @@ pub fn preflight_migrations(ns: &str) -> Vec<VirtualMachineMigration> {
             observed_generation: Some(1),
             concerns,
             accepted,
+            claims: Default::default(),
         });
         if s.phase == Phase::Pending && !blocking.is_empty() {
             let msg = format!(
