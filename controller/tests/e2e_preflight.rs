@@ -16,7 +16,7 @@ use ferry_crds::{
     ConcernCode, ConditionType, DiskBus, MigrationWave, MigrationWaveSpec, Phase, Reason, Severity,
     VirtualMachineMigration, WaveVm,
 };
-use ferry_harness::{eventually, put_vmdk};
+use ferry_harness::{InventoryVm, eventually, put_vmdk};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::PostParams;
@@ -238,13 +238,17 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
     assert_eq!((s.in_flight, s.counts.succeeded), (0, 1), "{s:?}");
 }
 
+/// A paused wave of VMs shaped as vSphere reports them (`ferry-lab shape`: ReconfigVM_Task,
+/// CreateSnapshot_Task) and one clean VM: every concern is found before anything is touched, and
+/// once unpaused the clean VM migrates with its own placement and power state while the others
+/// stay held, still running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passthrough() {
+async fn a_wave_of_shaped_vms_finds_every_concern_and_only_the_clean_vm_migrates_with_its_maps() {
+    use ferry_crds::{TargetPowerState, VmPlacement};
     let mut env = Env::new("preflight-shapes", 4).await;
-    // As `ferry-lab shape` makes them through the vSphere API (ReconfigVM_Task,
-    // CreateSnapshot_Task): what vSphere then reports is what ferry reads.
+    let disks = env.vm.clone();
     env.shape(
-        &env.vm.name,
+        &disks.name,
         &[
             "--disk-mode",
             "independent_persistent",
@@ -254,61 +258,143 @@ async fn preflight_finds_snapshots_independent_shared_encrypted_disks_and_passth
             "usb",
         ],
     );
+    let (snapshot, _) = env.another_vm(4);
     env.shape(
-        &env.vm.name,
+        &snapshot.name,
         &["--passthrough", "pci", "--snapshot", "before-the-window"],
     );
-    // A raw device mapping, on a VM of its own (its disk's backing is the LUN's mapping).
-    let (rdm_vm, _) = env.another_vm(4);
-    env.shape(&rdm_vm.name, &["--rdm"]);
+    let (rdm, _) = env.another_vm(4);
+    env.shape(&rdm.name, &["--rdm"]);
+    let (clean, _) = env.another_vm(4);
     env.start_sim();
     env.start_controller();
-    let mut vmm = env.migration("shapes");
-    vmm.spec.paused = true;
-    env.create(&vmm).await;
-    let mut rdm = env.migration_of("rdm", &rdm_vm);
-    rdm.spec.paused = true;
-    env.create(&rdm).await;
-    let v = env
-        .wait_for("shapes", "a preflight", 120, |v| !concerns_of(v).is_empty())
-        .await;
-    let got = concerns_of(&v);
-    for want in [
-        (ConcernCode::SnapshotPresent, Severity::Critical),
-        (ConcernCode::SharedDisk, Severity::Critical),
-        (ConcernCode::EncryptedDisk, Severity::Critical),
-        (ConcernCode::IndependentDisk, Severity::Warning),
-        (ConcernCode::Passthrough, Severity::Warning),
-    ] {
+    let mut vms: Vec<WaveVm> = [&disks, &snapshot, &rdm]
+        .iter()
+        .map(|v| WaveVm::by_name(v.name.clone()))
+        .collect();
+    vms.push(WaveVm {
+        placement: Some(VmPlacement {
+            labels: [("app".to_owned(), "ledger".to_owned())].into(),
+            ..VmPlacement::default()
+        }),
+        power_state: Some(TargetPowerState::PoweredOff),
+        ..WaveVm::by_name(clean.name.clone())
+    });
+    let spec = MigrationWaveSpec {
+        template: env.wave_template(),
+        vms,
+        max_in_flight: 4,
+        selector: None,
+        paused: true,
+        cancel: false,
+        retry: 0,
+    };
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("w", spec))
+        .await
+        .unwrap();
+    let planned = eventually("the wave's preflight", Duration::from_secs(120), || async {
+        let p = waves.get("w").await.ok()?.status?.preflight?;
+        (p.checked == 4).then_some(p)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!((planned.ready, planned.blocked), (1, 3), "{planned:?}");
+
+    let vmms: Api<VirtualMachineMigration> = env.ns.api();
+    let of = |vm: &InventoryVm| {
+        let name = ferry_crds::child_migration_name("w", &WaveVm::by_name(vm.name.clone()));
+        let vmms = vmms.clone();
+        async move { vmms.get(&name).await.unwrap() }
+    };
+    let critical =
+        |v: &VirtualMachineMigration, code| concerns_of(v).contains(&(code, Severity::Critical));
+    let d = of(&disks).await;
+    for code in [ConcernCode::SharedDisk, ConcernCode::EncryptedDisk] {
+        assert!(critical(&d, code), "{code:?}: {}", serde_yaml_status(&d));
+    }
+    for code in [ConcernCode::IndependentDisk, ConcernCode::Passthrough] {
         assert!(
-            got.contains(&want),
-            "{want:?} missing: {}",
-            serde_yaml_status(&v)
+            concerns_of(&d).contains(&(code, Severity::Warning)),
+            "{code:?}: {}",
+            serde_yaml_status(&d)
         );
     }
-    let passthrough = got
-        .iter()
-        .filter(|c| c.0 == ConcernCode::Passthrough)
-        .count();
-    assert_eq!(passthrough, 2, "the USB and the PCI device");
+    let s = of(&snapshot).await;
     assert!(
-        !got.iter().any(|c| c.0 == ConcernCode::IncompleteInventory),
-        "ferry reads all of it: {}",
-        serde_yaml_status(&v)
-    );
-    assert_eq!(v.phase(), Phase::Pending);
-    assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
-    assert_eq!(env.power_state().await, "poweredOn");
-
-    let v = env
-        .wait_for("rdm", "a preflight", 120, |v| !concerns_of(v).is_empty())
-        .await;
-    assert!(
-        concerns_of(&v).contains(&(ConcernCode::RawDeviceMapping, Severity::Critical)),
+        critical(&s, ConcernCode::SnapshotPresent),
         "{}",
-        serde_yaml_status(&v)
+        serde_yaml_status(&s)
     );
-    assert_eq!(v.status.as_ref().unwrap().source_power_off, None);
+    assert!(
+        concerns_of(&s).contains(&(ConcernCode::Passthrough, Severity::Warning)),
+        "the PCI device: {}",
+        serde_yaml_status(&s)
+    );
+    let r = of(&rdm).await;
+    assert!(
+        critical(&r, ConcernCode::RawDeviceMapping),
+        "{}",
+        serde_yaml_status(&r)
+    );
+    for v in [&d, &s, &r] {
+        assert!(
+            !concerns_of(v)
+                .iter()
+                .any(|c| c.0 == ConcernCode::IncompleteInventory),
+            "ferry reads all of it: {}",
+            serde_yaml_status(v)
+        );
+    }
+    let c = of(&clean).await;
+    assert!(
+        !concerns_of(&c).iter().any(|c| c.1 == Severity::Critical),
+        "{}",
+        serde_yaml_status(&c)
+    );
+
+    // Unpaused: the clean VM migrates, created with its placement and left off; the others are
+    // held in Pending and their sources never touched.
+    waves
+        .patch(
+            "w",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    let done = eventually(
+        "the clean VM migrated",
+        Duration::from_secs(300),
+        || async {
+            let v = of(&clean).await;
+            v.phase().is_terminal().then_some(v)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    let vm = env
+        .ns
+        .api::<ferry_controller::apis::kubevirt::VirtualMachine>()
+        .get(&ferry_crds::names::vm_name(&done))
+        .await
+        .unwrap();
+    let vm = serde_json::to_value(&vm).unwrap();
+    assert_eq!(vm["metadata"]["labels"]["app"], "ledger", "{vm}");
+    assert_eq!(vm["spec"]["runStrategy"], "Halted", "powerState Off: {vm}");
+    for v in [&disks, &snapshot, &rdm] {
+        let m = of(v).await;
+        assert!(m.held_by_preflight(), "{}", serde_yaml_status(&m));
+        assert_eq!(m.status.as_ref().unwrap().source_power_off, None);
+        assert_eq!(env.power_state_of(v).await, "poweredOn", "{}", v.name);
+    }
 }
 
 /// The storage map places each disk by its datastore (the lab's VMs live on `LocalDS_0`): the

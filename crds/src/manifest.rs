@@ -291,6 +291,31 @@ mod tests {
         }
     }
 
+    /// Kubernetes reads manifests as YAML 1.1, where an unquoted `On`, `off`, `yes` or `N` is
+    /// a boolean: an enum value spelled so would reach the API server as `true` from a user's
+    /// plain YAML (and from an unquoted CRD), and be refused.
+    #[test]
+    fn no_enum_value_reads_as_a_yaml_boolean() {
+        const BOOLEANS: &[&str] = &["y", "yes", "n", "no", "true", "false", "on", "off"];
+        for s in [vmm(), wave()] {
+            let mut bad = vec![];
+            // Spec only: what users write. Status is written by the controller, in JSON.
+            walk(&s["properties"]["spec"], "spec", &mut |path, p| {
+                for v in p["enum"].as_array().into_iter().flatten() {
+                    if v.as_str()
+                        .is_some_and(|v| BOOLEANS.contains(&v.to_lowercase().as_str()))
+                    {
+                        bad.push(format!("{path}: {v}"));
+                    }
+                }
+            });
+            assert!(
+                bad.is_empty(),
+                "enum values YAML 1.1 reads as booleans: {bad:?}"
+            );
+        }
+    }
+
     #[test]
     fn every_spec_string_and_list_is_bounded_for_cel_cost() {
         for s in [vmm(), wave()] {

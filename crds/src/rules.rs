@@ -156,15 +156,15 @@ pub fn readiness_needs_a_start() -> Rule {
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 
-/// powerState On asks ferry to start the VM, which a Halted or Manual run strategy never does.
+/// powerState PoweredOn asks ferry to start the VM, which a Halted or Manual run strategy never does.
 pub fn power_on_needs_a_start() -> Rule {
     Rule::new(
-        "!has(self.powerState) || self.powerState != 'On' \
+        "!has(self.powerState) || self.powerState != 'PoweredOn' \
          || !has(self.runStrategy) || !(self.runStrategy in ['Halted', 'Manual'])",
     )
     .message(
-        "powerState On needs a runStrategy that starts the VM (Always, RerunOnFailure or Once); \
-         for a VM left stopped use powerState Off",
+        "powerState PoweredOn needs a runStrategy that starts the VM (Always, RerunOnFailure or Once); \
+         for a VM left stopped use powerState PoweredOff",
     )
     .reason(kube::core::Reason::FieldValueInvalid)
 }

@@ -296,9 +296,10 @@ pub struct TargetTemplate {
     #[serde(default, skip_serializing_if = "Devices::is_default")]
     pub devices: Devices,
 
-    /// The migrated VM's power state once ferry is done (Forklift's targetPowerState): On
-    /// (started as runStrategy says), Off (left Halted whatever runStrategy says; not waited
-    /// for) or Auto (On when the source was poweredOn when ferry first read it, else Off).
+    /// The migrated VM's power state once ferry is done (Forklift's targetPowerState):
+    /// PoweredOn (started as runStrategy says), PoweredOff (left Halted whatever runStrategy
+    /// says; not waited for) or Auto (PoweredOn when the source was poweredOn when ferry first
+    /// read it, else PoweredOff).
     /// Unset: as runStrategy says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<TargetPowerState>,
@@ -309,14 +310,15 @@ pub struct TargetTemplate {
     pub placement: VmPlacement,
 }
 
-/// The migrated VM's power state once ferry is done.
+/// The migrated VM's power state once ferry is done, in vSphere's words. Not `On`/`Off`:
+/// Kubernetes reads YAML 1.1, where an unquoted `On` or `Off` is a boolean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum TargetPowerState {
     /// Started, as runStrategy says (which must be one that starts it).
-    On,
+    PoweredOn,
     /// Left stopped: created Halted and kept so; readiness is not waited for.
-    Off,
-    /// As the source VM was when ferry first read it: On if it was poweredOn, else Off.
+    PoweredOff,
+    /// As the source VM was when ferry first read it: PoweredOn if it was, else PoweredOff.
     Auto,
 }
 
@@ -457,12 +459,12 @@ impl TargetTemplate {
     }
 
     /// The run strategy the VM ends with, given the source's power state as ferry first read
-    /// it: runStrategy, or Halted when powerState is Off, or Auto and the source was not
+    /// it: runStrategy, or Halted when powerState is PoweredOff, or Auto and the source was not
     /// poweredOn (unknown counts as not: ferry never starts a VM it cannot say was running).
     pub fn run_strategy_after(&self, source: Option<PowerState>) -> RunStrategy {
         let off = match self.power_state {
-            None | Some(TargetPowerState::On) => false,
-            Some(TargetPowerState::Off) => true,
+            None | Some(TargetPowerState::PoweredOn) => false,
+            Some(TargetPowerState::PoweredOff) => true,
             Some(TargetPowerState::Auto) => source != Some(PowerState::PoweredOn),
         };
         if off {
@@ -587,7 +589,7 @@ mod tests {
         let agent = Some(Readiness::AgentConnected);
         for source in [Some(PoweredOn), Some(PoweredOff), None] {
             // Unset and On: runStrategy as asked, readiness as asked.
-            for p in [None, Some(TargetPowerState::On)] {
+            for p in [None, Some(TargetPowerState::PoweredOn)] {
                 assert_eq!(
                     t(p, agent).run_strategy_after(source),
                     RunStrategy::RerunOnFailure
@@ -598,7 +600,7 @@ mod tests {
                 );
             }
             // Off: Halted, nothing waited for, whatever the source was.
-            let off = t(Some(TargetPowerState::Off), agent);
+            let off = t(Some(TargetPowerState::PoweredOff), agent);
             assert_eq!(off.run_strategy_after(source), RunStrategy::Halted);
             assert_eq!(off.readiness_after(source), Readiness::None);
         }

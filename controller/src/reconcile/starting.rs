@@ -397,7 +397,7 @@ mod say {
                     .and_then(|s| s.power_state)
                     .map_or("of unknown power state".to_owned(), |p| format!("{p:?}"))
             ),
-            _ => "spec.target.powerState is Off".into(),
+            _ => "spec.target.powerState is PoweredOff".into(),
         }
     }
 
@@ -646,7 +646,7 @@ mod tests {
             decide_for(vmm, world(ours("Halted"), VmiState::Absent), 5)
         };
         for (p, source) in [
-            (P::Off, Source::PoweredOn),
+            (P::PoweredOff, Source::PoweredOn),
             (P::Auto, Source::PoweredOff),
             (P::Auto, Source::Suspended),
         ] {
