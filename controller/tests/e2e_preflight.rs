@@ -452,6 +452,22 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         .create(&PostParams::default(), &quota)
         .await
         .unwrap();
+    // What a CSI driver with capacity tracking publishes (external-provisioner): plenty for the
+    // mapped class, 1 GiB for the tight one.
+    for (c, room) in [(&class, "100Gi"), (&tight, "1Gi")] {
+        let capacity: k8s_openapi::api::storage::v1::CSIStorageCapacity =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": c},
+                "storageClassName": c,
+                "capacity": room,
+            }))
+            .unwrap();
+        env.ns
+            .api()
+            .create(&PostParams::default(), &capacity)
+            .await
+            .unwrap();
+    }
     let (other_vm, _) = env.another_vm(4);
     let (third_vm, _) = env.another_vm(4);
     let (fourth_vm, _) = env.another_vm(4);
@@ -566,8 +582,15 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         .iter()
         .filter(|c| c.severity == Severity::Critical)
         .collect();
-    assert_eq!(holding.len(), 1, "only the quota holds it: {p:?}");
-    assert_eq!(holding[0].code, ConcernCode::QuotaExceeded);
+    let codes: Vec<_> = holding.iter().map(|c| c.code).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ConcernCode::QuotaExceeded,
+            ConcernCode::StorageCapacityShort
+        ],
+        "the quota and the class's capacity hold it: {p:?}"
+    );
     assert!(
         holding[0].message.contains("ResourceQuota team-storage"),
         "{p:?}"

@@ -114,6 +114,9 @@ pub enum ConcernCode {
     /// A ResourceQuota of the namespace has less left (of storage, or of claims, in all or
     /// for the class) than the VM's disks' claims would take: their creation would be refused.
     QuotaExceeded,
+    /// A StorageClass's driver reports (CSIStorageCapacity) no topology segment with room for
+    /// the largest of the disks' claims on it.
+    StorageCapacityShort,
     /// The staging bucket cannot be reached, written, or does not exist.
     StagingUnavailable,
     /// The converter image asked for is not allowed by the controller's policy.
@@ -145,6 +148,7 @@ impl ConcernCode {
         ConcernCode::StorageClassMissing,
         ConcernCode::DatastoreUnmapped,
         ConcernCode::QuotaExceeded,
+        ConcernCode::StorageCapacityShort,
         ConcernCode::StagingUnavailable,
         ConcernCode::ConverterImageNotAllowed,
     ];
@@ -174,6 +178,7 @@ impl ConcernCode {
             ConcernCode::StorageClassMissing => "StorageClassMissing",
             ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
             ConcernCode::QuotaExceeded => "QuotaExceeded",
+            ConcernCode::StorageCapacityShort => "StorageCapacityShort",
             ConcernCode::StagingUnavailable => "StagingUnavailable",
             ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
         }
@@ -206,6 +211,7 @@ impl ConcernCode {
             | ConcernCode::StorageClassMissing
             | ConcernCode::DatastoreUnmapped
             | ConcernCode::QuotaExceeded
+            | ConcernCode::StorageCapacityShort
             | ConcernCode::StagingUnavailable
             | ConcernCode::ConverterImageNotAllowed => false,
         }

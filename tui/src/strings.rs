@@ -1004,6 +1004,9 @@ pub mod preflight {
             ConcernCode::DatastoreUnmapped => {
                 "a disk's datastore is not in the storage map, which names no default class"
             }
+            ConcernCode::StorageCapacityShort => {
+                "a StorageClass reports no room for the largest of the disks' claims"
+            }
             ConcernCode::QuotaExceeded => {
                 "a ResourceQuota has less storage or claims left than the disks need"
             }

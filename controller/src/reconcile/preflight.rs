@@ -53,6 +53,9 @@ pub struct SourceFacts {
     pub missing_classes: Vec<String>,
     /// What each ResourceQuota of the namespace has left.
     pub quotas: Vec<QuotaLeft>,
+    /// What the named classes' drivers report they have room for, per topology segment (none
+    /// where they report nothing).
+    pub capacities: Vec<ClassRoom>,
 }
 
 pub use crate::quota::QuotaLeft;
@@ -71,36 +74,86 @@ pub fn claims_need(
     vmm: &VirtualMachineMigration,
     disks: &[ferry_crds::DiscoveredDisk],
 ) -> BTreeMap<String, u64> {
-    let template = &vmm.spec.target.template;
     let mut need: BTreeMap<String, u64> = BTreeMap::new();
     let mut add = |k: String, n: u64| *need.entry(k).or_default() += n;
-    for d in disks {
-        let placement = template.placement(ferry_crds::datastore_of(&d.datastore_path));
-        let block = placement
-            .as_ref()
-            .is_some_and(|p| p.volume_mode == Some(ferry_crds::VolumeMode::Block));
-        let size = u64::try_from(d.capacity_bytes.max(1)).unwrap_or_default();
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let bytes = if block {
-            size
-        } else {
-            (size as f64 / (1.0 - CDI_FILESYSTEM_OVERHEAD)).ceil() as u64
-        };
+    for (class, bytes) in disk_claims(vmm, disks) {
         for claims in ["persistentvolumeclaims", "count/persistentvolumeclaims"] {
             add(claims.into(), 1);
         }
         add("requests.storage".into(), bytes);
-        if let Some(class) = placement.and_then(|p| p.storage_class_name) {
+        if let Some(class) = class {
             let per_class = |r: &str| format!("{class}.storageclass.storage.k8s.io/{r}");
             add(per_class("requests.storage"), bytes);
             add(per_class("persistentvolumeclaims"), 1);
         }
     }
     need
+}
+
+/// Each disk's claim: the StorageClass it names (none: the cluster's default) and its bytes. Pure.
+fn disk_claims(
+    vmm: &VirtualMachineMigration,
+    disks: &[ferry_crds::DiscoveredDisk],
+) -> Vec<(Option<String>, u64)> {
+    let template = &vmm.spec.target.template;
+    disks
+        .iter()
+        .map(|d| {
+            let placement = template.placement(ferry_crds::datastore_of(&d.datastore_path));
+            let block = placement
+                .as_ref()
+                .is_some_and(|p| p.volume_mode == Some(ferry_crds::VolumeMode::Block));
+            let size = u64::try_from(d.capacity_bytes.max(1)).unwrap_or_default();
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let bytes = if block {
+                size
+            } else {
+                (size as f64 / (1.0 - CDI_FILESYSTEM_OVERHEAD)).ceil() as u64
+            };
+            (placement.and_then(|p| p.storage_class_name), bytes)
+        })
+        .collect()
+}
+
+/// What a CSI driver reports a StorageClass has room for in one topology segment
+/// (`CSIStorageCapacity`: its `maximumVolumeSize`, else its `capacity`), in bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassRoom {
+    /// The StorageClass.
+    pub class: String,
+    /// The largest volume the segment can provision.
+    pub bytes: u64,
+}
+
+/// A named class whose driver reports capacity (CSIStorageCapacity objects) and no segment of
+/// it with room for the largest of the disks' claims on it: that claim could never be
+/// provisioned (the scheduler's volume binding filters on these objects). A class with no
+/// report is not judged. Pure.
+fn capacity(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Concern> {
+    let mut largest: BTreeMap<String, u64> = BTreeMap::new();
+    for (class, bytes) in disk_claims(vmm, &facts.vm.disks) {
+        if let Some(class) = class {
+            let l = largest.entry(class).or_default();
+            *l = (*l).max(bytes);
+        }
+    }
+    largest
+        .into_iter()
+        .filter_map(|(class, need)| {
+            let rooms = facts.capacities.iter().filter(|r| r.class == class);
+            let most = rooms.map(|r| r.bytes).max()?;
+            (most < need).then(|| {
+                critical(
+                    Code::StorageCapacityShort,
+                    say::capacity_short(&class, most, need),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Where the claims of a wave's VMs not started yet (`claims`, summed from their preflights)
@@ -154,6 +207,7 @@ impl SourceFacts {
             cross_namespace_networks: false,
             missing_classes: vec![],
             quotas: vec![],
+            capacities: vec![],
         }
     }
 }
@@ -182,6 +236,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
             .map(|c| critical(Code::StorageClassMissing, say::class_missing(c))),
     );
     out.extend(quotas(vmm, facts));
+    out.extend(capacity(vmm, facts));
     if facts.target_taken {
         out.push(critical(Code::TargetNameTaken, target_taken(vmm)));
     }
@@ -291,7 +346,8 @@ pub fn holds(code: Code) -> bool {
         | Code::NetworkNotAllowed
         | Code::StorageClassMissing
         | Code::DatastoreUnmapped
-        | Code::QuotaExceeded => true,
+        | Code::QuotaExceeded
+        | Code::StorageCapacityShort => true,
     }
 }
 
@@ -625,6 +681,15 @@ mod say {
         } else {
             format!("{n} claim(s)")
         }
+    }
+
+    pub(super) fn capacity_short(class: &str, most: u64, need: u64) -> String {
+        let r = "requests.storage";
+        format!(
+            "the StorageClass {class:?} reports room for {} at most in any topology segment (CSIStorageCapacity) and a disk's claim needs {}: free or add capacity, or map the disk to another class",
+            amount(r, most),
+            amount(r, need)
+        )
     }
 
     pub(super) fn wave_quota_short(
@@ -1037,6 +1102,39 @@ mod tests {
         );
         let fits = [("requests.storage".to_owned(), 20 * GI as i64)].into();
         assert!(wave_short(&fits, &[left], "ns").is_empty());
+    }
+
+    #[test]
+    fn a_class_whose_driver_reports_no_room_for_the_largest_claim_holds() {
+        const GI: u64 = 1 << 30;
+        let mut f = facts();
+        let mut vmm = fixtures::migration("m");
+        vmm.spec.target.template.storage_class_name = Some("gold".into());
+        vmm.spec.target.template.volume_mode = Some(ferry_crds::VolumeMode::Block);
+        f.vm.disks[0].capacity_bytes = 20 * GI as i64;
+        let room = |class: &str, gib: u64| ClassRoom {
+            class: class.into(),
+            bytes: gib * GI,
+        };
+        // Not reported, or reported for another class: not judged.
+        assert_eq!(concerns(&vmm, &f), vec![]);
+        f.capacities = vec![room("silver", 1)];
+        assert_eq!(concerns(&vmm, &f), vec![]);
+        // One segment with room is enough.
+        f.capacities = vec![room("gold", 5), room("gold", 25)];
+        assert_eq!(concerns(&vmm, &f), vec![]);
+        f.capacities = vec![room("gold", 5), room("gold", 15)];
+        let c = concerns(&vmm, &f);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::StorageCapacityShort, Severity::Critical)]
+        );
+        assert!(
+            c[0].message.contains("15.0 GiB at most"),
+            "{}",
+            c[0].message
+        );
+        assert!(c[0].message.contains("needs 20.0 GiB"), "{}", c[0].message);
     }
 
     #[test]

@@ -138,7 +138,8 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         .ctx
         .policy
         .converter_image_for(io.vmm.spec.conversion.image.as_deref());
-    let missing_classes = missing_classes(io, &discovered.source.disks).await?;
+    let classes = preflight::named_classes(io.vmm, &discovered.source.disks);
+    let missing_classes = missing_classes(io, &classes).await?;
     Ok(Ok(SourceFacts {
         vm: discovered.source,
         layout_problems: discovered.layout_problems,
@@ -152,7 +153,32 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         cross_namespace_networks: io.ctx.policy.cross_namespace_networks,
         missing_classes,
         quotas: quotas_left(io).await?,
+        capacities: capacities(io, &classes).await?,
     }))
+}
+
+/// What the drivers of the classes the disks would use report they have room for
+/// (CSIStorageCapacity, in the drivers' namespaces: one list, only when the migration names a
+/// class).
+async fn capacities(io: Io<'_>, classes: &[String]) -> Result<Vec<preflight::ClassRoom>> {
+    use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+    if classes.is_empty() {
+        return Ok(vec![]);
+    }
+    let api: kube::Api<CSIStorageCapacity> = kube::Api::all(io.ctx.client.clone());
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|c| classes.contains(&c.storage_class_name))
+        .filter_map(|c| {
+            let q = c.maximum_volume_size.as_ref().or(c.capacity.as_ref())?;
+            Some(preflight::ClassRoom {
+                class: c.storage_class_name.clone(),
+                bytes: ferry_crds::quantity::parse_bytes(&q.0)?,
+            })
+        })
+        .collect())
 }
 
 /// What each ResourceQuota of the migration's namespace has left: from the watch cache once
@@ -169,13 +195,13 @@ async fn quotas_left(io: Io<'_>) -> Result<Vec<preflight::QuotaLeft>> {
 }
 
 /// The StorageClasses the disks would use (by name) that do not exist, read by name.
-async fn missing_classes(io: Io<'_>, disks: &[ferry_crds::DiscoveredDisk]) -> Result<Vec<String>> {
+async fn missing_classes(io: Io<'_>, classes: &[String]) -> Result<Vec<String>> {
     let api: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
         kube::Api::all(io.ctx.client.clone());
     let mut missing = vec![];
-    for class in preflight::named_classes(io.vmm, disks) {
-        if api.get_opt(&class).await?.is_none() {
-            missing.push(class);
+    for class in classes {
+        if api.get_opt(class).await?.is_none() {
+            missing.push(class.clone());
         }
     }
     Ok(missing)
