@@ -25,7 +25,11 @@
 //! decisions read; an object whose migration the controller does not know (a tenant's, a
 //! released or leftover child, or one that arrived before its migration) is kept as a stub of
 //! its name, uid, ferry's labels and owner references — enough to wake its migration — and a
-//! read that finds a stub reads fresh, as for an absent object.
+//! read that finds a stub reads fresh, as for an absent object. A child its migration released
+//! (no owner reference, the released label: the migrated VM and its volumes, kept by the user
+//! long after) keeps its metadata only, which is all a decision reads of it: the controller's
+//! memory follows what is in flight, not the migrated fleet (`ferry_controller_cached_children`
+//! counts each form).
 
 use std::fmt::Debug;
 
@@ -67,6 +71,43 @@ impl Debug for Caches {
 }
 
 impl Caches {
+    /// How many children each store holds in each form: `(kind, form, count)` with form
+    /// `whole`, `metadata` or `stub` (see [`slim`]).
+    pub fn forms(&self) -> Vec<(&'static str, &'static str, usize)> {
+        fn count<K: Resource + Clone>(
+            kind: &'static str,
+            store: &Store<K>,
+            whole: impl Fn(&K) -> bool,
+        ) -> [(&'static str, &'static str, usize); 3]
+        where
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            let (mut w, mut m, mut s) = (0, 0, 0);
+            for o in store.state() {
+                if is_stub(o.meta()) {
+                    s += 1;
+                } else if whole(&o) {
+                    w += 1;
+                } else {
+                    m += 1;
+                }
+            }
+            [(kind, "whole", w), (kind, "metadata", m), (kind, "stub", s)]
+        }
+        let mut out = vec![];
+        out.extend(count("Job", &self.jobs, |j| j.spec.is_some()));
+        out.extend(count("DataVolume", &self.datavolumes, |d| {
+            d.spec != Default::default() || d.status.is_some()
+        }));
+        out.extend(count("VirtualMachine", &self.vms, |v| {
+            v.spec.template.is_some() || v.status.is_some()
+        }));
+        out.extend(count("VirtualMachineInstance", &self.vmis, |v| {
+            v.status.is_some()
+        }));
+        out
+    }
+
     /// Whether every store has had its first list.
     pub fn ready(&self) -> bool {
         is_ready(&self.jobs)
@@ -161,7 +202,10 @@ pub fn claimed_migration(meta: &kube::api::ObjectMeta) -> Option<(&str, &str, Op
 
 /// Cuts `obj` down to what the controller reads before it enters a store. `known` says whether
 /// the migration it claims (namespace, name, uid if labelled) is one the controller holds; if
-/// not, `obj` becomes a stub (see the module's note). Pure.
+/// not, `obj` becomes a stub (see the module's note). A child its migration released (ferry
+/// does so last of all, in Validating: no owner reference, the released label) keeps its
+/// metadata only — all a decision reads of it is that it is released — so memory follows what
+/// is in flight, not the migrated fleet. Pure.
 pub fn slim<K: Resource + Default>(
     obj: &mut K,
     known: impl FnOnce(&str, &str, Option<&str>) -> bool,
@@ -172,8 +216,24 @@ pub fn slim<K: Resource + Default>(
     if let Some(a) = meta.annotations.as_mut() {
         a.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
     }
-    let ours = claimed_migration(obj.meta()).is_some_and(|(ns, name, uid)| known(ns, name, uid));
-    if ours {
+    let known = claimed_migration(obj.meta()).is_some_and(|(ns, name, uid)| known(ns, name, uid));
+    // Ferry releases a child by removing every owner reference and labelling it released (a
+    // VMI keeps its VM's, and is read whole until its migration is done).
+    let released = obj
+        .meta()
+        .owner_references
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+        && obj.meta().labels.as_ref().is_some_and(|l| {
+            l.get(ferry_crds::names::RELEASED_LABEL).map(String::as_str)
+                == Some(ferry_crds::names::RELEASED_VALUE)
+        });
+    if known && released {
+        let meta = std::mem::take(obj.meta_mut());
+        *obj = K::default();
+        *obj.meta_mut() = meta;
+    }
+    if known {
         return;
     }
     let old = std::mem::take(obj.meta_mut());
@@ -389,6 +449,76 @@ mod tests {
             let size = serde_json::to_vec(&j).unwrap().len();
             assert!(size < 512, "a stub is small: {size} bytes");
         }
+    }
+
+    #[test]
+    fn a_released_child_keeps_its_metadata_only() {
+        use crate::apis::kubevirt::VirtualMachine;
+        let vm = |owned: bool| {
+            let mut v: VirtualMachine = serde_json::from_value(serde_json::json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": "web-1", "namespace": "ns", "uid": "vm-uid",
+                    "labels": {ferry_crds::names::MIGRATION_LABEL: "m",
+                        ferry_crds::names::MIGRATION_UID_LABEL: "m-uid",
+                        ferry_crds::names::RELEASED_LABEL: "true"},
+                    "annotations": {proof::STAMP_ANNOTATION: "stamp"}},
+                "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+                "status": {"printableStatus": "Running"},
+            }))
+            .unwrap();
+            if owned {
+                v.metadata.owner_references = Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        kind: "VirtualMachineMigration".into(),
+                        name: "m".into(),
+                        uid: "m-uid".into(),
+                        ..Default::default()
+                    },
+                ]);
+            }
+            v
+        };
+        // Released: no template, no status; still ferry's by its stamp, and not a stub.
+        let mut released = vm(false);
+        slim(&mut released, known);
+        assert!(released.spec.template.is_none() && released.spec.run_strategy.is_none());
+        assert!(released.status.is_none());
+        assert!(!is_stub(&released.metadata));
+        assert!(
+            released
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key(proof::STAMP_ANNOTATION)
+        );
+        assert_eq!(released.metadata.uid.as_deref(), Some("vm-uid"));
+        let size = serde_json::to_vec(&released).unwrap().len();
+        assert!(size < 512, "a released child is small: {size} bytes");
+        // Owned still (not released, whatever its labels say): whole.
+        let mut owned = vm(true);
+        slim(&mut owned, known);
+        assert!(owned.spec.template.is_some() && owned.status.is_some());
+    }
+
+    #[test]
+    fn an_instance_owned_by_its_vm_stays_whole() {
+        use crate::apis::kubevirt::VirtualMachineInstance;
+        let mut vmi: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "web-1", "namespace": "ns",
+                "labels": {ferry_crds::names::MIGRATION_LABEL: "m"},
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                    "name": "web-1", "uid": "vm-uid", "controller": true}]},
+            "spec": {},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
+        slim(&mut vmi, |_, _, _| true);
+        assert!(
+            vmi.status.is_some(),
+            "Validating reads its phase and readiness"
+        );
     }
 
     #[test]

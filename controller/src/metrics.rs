@@ -66,6 +66,16 @@ impl CacheRead {
     }
 }
 
+/// Label set of the children a watch cache holds, by how much of each it keeps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CachedLabels {
+    /// Kind held.
+    pub kind: String,
+    /// `whole` (a child in flight, as decisions read it), `metadata` (a released child of a
+    /// migration handed over) or `stub` (no migration the controller holds).
+    pub form: String,
+}
+
 /// Label set of a phase duration.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
@@ -102,6 +112,8 @@ pub struct Metrics {
     pub migration_reads: Family<CacheReadLabels, Counter>,
     /// Lists of the vCenter inventory made to resolve a wave's `spec.selector`.
     pub wave_inventory_lists: Counter,
+    /// Children the watch caches hold, by kind and form (refreshed every few seconds).
+    pub cached_children: Family<CachedLabels, Gauge>,
     registry: Registry,
 }
 
@@ -182,7 +194,14 @@ impl Default for Metrics {
             "Lists of the vCenter inventory made to resolve a wave's spec.selector",
             wave_inventory_lists.clone(),
         );
+        let cached_children = Family::<CachedLabels, Gauge>::default();
+        registry.register(
+            "cached_children",
+            "Children the watch caches hold: whole (in flight), metadata (released) or stub",
+            cached_children.clone(),
+        );
         Self {
+            cached_children,
             wave_inventory_lists,
             requests,
             cache_reads,

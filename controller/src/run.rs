@@ -408,6 +408,27 @@ fn controllers(
     );
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
+    // What the caches hold, for the metrics (and the test that a released child is not held
+    // whole): counted every few seconds rather than on each event.
+    let counted = {
+        let (caches, metrics) = (caches.clone(), served.metrics.clone());
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                for (kind, form, n) in caches.forms() {
+                    let labels = crate::metrics::CachedLabels {
+                        kind: kind.to_owned(),
+                        form: form.to_owned(),
+                    };
+                    metrics
+                        .cached_children
+                        .get_or_create(&labels)
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+            }
+        }
+    };
     let synced = async move {
         while !(is_ready(&migration_store)
             && (!run_waves || is_ready(&wave_store))
@@ -440,6 +461,7 @@ fn controllers(
     );
     async move {
         let synced = tokio::spawn(synced);
+        let counted = tokio::spawn(counted);
         let controllers = async move {
             if run_waves {
                 futures::join!(migrations, waves);
@@ -454,6 +476,7 @@ fn controllers(
         futures::pin_mut!(controllers, watches);
         futures::future::select(controllers, watches).await;
         synced.abort();
+        counted.abort();
     }
 }
 

@@ -408,40 +408,26 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
     use k8s_openapi::api::storage::v1::StorageClass;
     let mut env = Env::new("preflight-storage", 4).await;
     let class = format!("{}-mapped", env.ns.name);
-    let client = env.lab.client().await.unwrap();
-    Api::<StorageClass>::all(client)
-        .create(
-            &PostParams::default(),
-            &StorageClass {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(class.clone()),
-                    ..Default::default()
-                },
-                provisioner: format!("{class}.sim.ferry.example"),
-                volume_binding_mode: Some("Immediate".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    // A class whose claims a ResourceQuota of the namespace leaves no room for (1 MiB).
+    // And a class whose claims a ResourceQuota of the namespace leaves no room for (1 MiB).
     let tight = format!("{class}-tight");
     let admin = env.lab.client().await.unwrap();
-    Api::<StorageClass>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &StorageClass {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(tight.clone()),
+    for name in [&class, &tight] {
+        Api::<StorageClass>::all(admin.clone())
+            .create(
+                &PostParams::default(),
+                &StorageClass {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    },
+                    provisioner: format!("{name}.sim.ferry.example"),
+                    volume_binding_mode: Some("Immediate".into()),
                     ..Default::default()
                 },
-                provisioner: format!("{tight}.sim.ferry.example"),
-                volume_binding_mode: Some("Immediate".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+            )
+            .await
+            .unwrap();
+    }
     let quota: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "team-storage"},
         "spec": {"hard": {format!("{tight}.storageclass.storage.k8s.io/requests.storage"): "1Mi"}},

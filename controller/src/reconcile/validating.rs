@@ -199,7 +199,10 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
     if left.cdi_secret {
         super::cleanup::delete_cdi_objects(io).await?;
     }
-    let release = serde_json::json!({"metadata": {"ownerReferences": null}});
+    let release = serde_json::json!({"metadata": {
+        "ownerReferences": null,
+        "labels": {names::RELEASED_LABEL: names::RELEASED_VALUE},
+    }});
     for name in &left.owned_dvs {
         io.api::<DataVolume>()
             .patch(name, &PatchParams::default(), &Patch::Merge(&release))

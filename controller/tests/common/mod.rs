@@ -574,6 +574,15 @@ impl Env {
             .map_or(0, |v| v as u64)
     }
 
+    /// The running controller's metrics of the watch caches, as exposed.
+    pub fn metrics_text(&self) -> String {
+        let body = http_get(self.metrics_port, "/metrics");
+        body.lines()
+            .filter(|l| l.starts_with("ferry_controller_cached"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Migration reconciles the running controller did, from its metrics.
     pub fn reconciles(&self) -> u64 {
         let body = http_get(self.metrics_port, "/metrics");
