@@ -8,310 +8,18 @@
 //! resize it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ferry_crds::wave::WaveSource;
-use ferry_crds::{
-    MigrationWave, MigrationWaveSpec, Phase, SecretRef, SourceEndpoint, StagingSpec,
-    VirtualMachineMigration, WaveTemplate, WaveVm, names,
-};
+use ferry_crds::{MigrationWave, Phase, VirtualMachineMigration, names};
 use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, put_vmdk, repo_root};
 use futures::StreamExt;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The controller and the sim of this build's profile (`cargo bench` is release; `cargo bench
-/// --profile dev` gives a quicker, slower look).
-fn bins() -> (PathBuf, PathBuf) {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let profile = if dir.ends_with("debug") {
-        "dev"
-    } else {
-        "release"
-    };
-    // The controller is this package's binary (built for benches); the sim is another package.
-    // The whole workspace, as `make bench` builds it: a `-p` build resolves other features and
-    // would build every dependency (vim_rs: minutes) a second time.
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--profile", profile, "--workspace", "--bins"])
-        .current_dir(repo_root())
-        .status()
-        .unwrap();
-    assert!(st.success(), "building the binaries");
-    (dir.join("ferry-controller"), dir.join("ferry-sim"))
-}
-
-/// A credentials Secret opted in for ferry by its owner's label.
-fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                [(
-                    ferry_crds::names::CREDENTIALS_LABEL.to_owned(),
-                    ferry_crds::names::CREDENTIALS_LABEL_VALUE.to_owned(),
-                )]
-                .into(),
-            ),
-            ..ObjectMeta::default()
-        },
-        data: Some(
-            data.iter()
-                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Secret::default()
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
-/// Sum of the samples of metric `name` whose labels contain `filter`.
-fn metric(text: &str, name: &str, filter: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.starts_with(name)
-                && (l.as_bytes().get(name.len()) == Some(&b'{')
-                    || l.as_bytes().get(name.len()) == Some(&b' '))
-        })
-        .filter(|l| l.contains(filter))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>()
-        // A counter never incremented has no series: an empty sum, which is -0.0 ("-0").
-        + 0.0
-}
-
-/// The q-quantile of a Prometheus histogram (linear inside the bucket).
-fn quantile(text: &str, name: &str, q: f64) -> f64 {
-    let mut buckets: Vec<(f64, f64)> = text
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().ok()?
-            };
-            Some((le, l.rsplit_once(' ')?.1.parse().ok()?))
-        })
-        .collect();
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total = buckets.last().map_or(0.0, |b| b.1);
-    if total == 0.0 {
-        return 0.0;
-    }
-    let want = q * total;
-    let (mut lo, mut below) = (0.0, 0.0);
-    for (le, count) in buckets {
-        if count >= want {
-            if le.is_infinite() {
-                return lo;
-            }
-            let frac = if count > below {
-                (want - below) / (count - below)
-            } else {
-                1.0
-            };
-            return lo + (le - lo) * frac;
-        }
-        (lo, below) = (le, count);
-    }
-    lo
-}
-
-/// The numeric fields of `/proc/PID/stat` after the command name (0 where unreadable).
-fn stat_ticks(pid: u32) -> impl Fn(usize) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<f64> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| {
-            r.split_whitespace()
-                .map(|v| v.parse().unwrap_or(0.0))
-                .collect()
-        })
-        .unwrap_or_default();
-    move |i| fields.get(i).copied().unwrap_or(0.0)
-}
-
-/// CPU seconds of a process's children it waited for (the sim's Job processes: converters,
-/// verifiers).
-fn children_cpu(pid: u32) -> f64 {
-    let ticks = stat_ticks(pid);
-    (ticks(13) + ticks(14)) / 100.0
-}
-
-/// CPU seconds and (peak, current) resident MiB of a process.
-fn usage(pid: u32) -> (f64, f64, f64) {
-    let ticks = stat_ticks(pid);
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (cpu, kib("VmHWM:") / 1024.0, kib("VmRSS:") / 1024.0)
-}
-
-/// CPU seconds of the lab's processes under `state` (their command lines name it): the
-/// apiserver's, and the rest's (the lab process with etcd and vcsim, the controller-manager, S3).
-fn lab_cpu(state: &Path) -> (f64, f64) {
-    let state = state.to_string_lossy();
-    let (mut apiserver, mut rest) = (0.0, 0.0);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if !cmdline.contains(state.as_ref()) || !cmdline.contains("target/lab/bin/") {
-            continue;
-        }
-        let cpu = usage(pid).0;
-        if cmdline.contains("internal-apiserver") {
-            apiserver += cpu;
-        } else {
-            rest += cpu;
-        }
-    }
-    (apiserver, rest)
-}
-
-struct Controller {
-    proc: ChildGuard,
-    metrics: u16,
-}
-
-fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controller {
-    let metrics = free_port();
-    let out = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap()
-    };
-    let mut cmd = Command::new(bin);
-    cmd.arg("--kubeconfig")
-        .arg(&lab.info.kubeconfig)
-        .args(["--namespace", ns, "--concurrency", "64"])
-        .args([
-            "--metrics-addr",
-            &format!("127.0.0.1:{metrics}"),
-            "--health-addr",
-            "",
-        ])
-        .args(["--leader-elect", "--leader-elect-namespace", ns])
-        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
-        .env("RUST_LOG", "info,kube=warn")
-        .stdout(out())
-        .stderr(out());
-    Controller {
-        proc: ChildGuard::spawn("ferry-controller", cmd).unwrap(),
-        metrics,
-    }
-}
-
-fn template(lab: &Lab) -> WaveTemplate {
-    let info = &lab.info;
-    WaveTemplate {
-        source: WaveSource {
-            endpoint: SourceEndpoint {
-                url: Some(info.vcenter.url.clone()),
-                credentials_secret_ref: SecretRef::new("vsphere"),
-                thumbprint: Some(info.vcenter.thumbprint_sha256.clone()),
-                insecure_skip_tls_verify: false,
-            },
-            power: Default::default(),
-        },
-        target: Default::default(),
-        staging: StagingSpec {
-            endpoint: info.s3.endpoint.clone(),
-            bucket: info.s3.bucket.clone(),
-            prefix: Some("bench".into()),
-            region: info.s3.region.clone(),
-            credentials_secret_ref: SecretRef::new("staging"),
-        },
-        conversion: Default::default(),
-    }
-}
-
-async fn run_wave(
-    waves: &Api<MigrationWave>,
-    name: &str,
-    lab: &Lab,
-    vms: &[String],
-    max_in_flight: i32,
-) -> Duration {
-    let spec = MigrationWaveSpec {
-        template: template(lab),
-        vms: vms.iter().map(|n| WaveVm::by_name(n.clone())).collect(),
-        max_in_flight,
-        selector: None,
-        paused: false,
-        cancel: false,
-        retry: 0,
-    };
-    let t = Instant::now();
-    waves
-        .create(&PostParams::default(), &MigrationWave::new(name, spec))
-        .await
-        .unwrap();
-    let w = eventually(
-        &format!("wave {name} to finish"),
-        Duration::from_secs(7200),
-        || async {
-            let w = waves.get(name).await.ok()?;
-            w.status
-                .as_ref()
-                .is_some_and(|s| s.phase.is_terminal())
-                .then_some(w)
-        },
-    )
-    .await
-    .unwrap();
-    let s = w.status.unwrap();
-    assert_eq!(s.counts.succeeded as usize, vms.len(), "wave {name}: {s:?}");
-    t.elapsed()
-}
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use support::*;
 
 /// Mean seconds per phase (from `status.history`, whole seconds) of the wave's migrations, and
 /// the mean time in flight (released to Succeeded): where a migration's time goes.
@@ -357,20 +65,6 @@ async fn phase_breakdown(vmms: &Api<VirtualMachineMigration>, wave: &str) {
     );
 }
 
-struct Row {
-    what: String,
-    figure: String,
-    target: String,
-}
-
-fn row(what: &str, figure: String, target: &str) -> Row {
-    Row {
-        what: what.into(),
-        figure,
-        target: target.into(),
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     // `cargo bench` passes --bench; a filter that does not name us skips (as libtest would).
@@ -410,29 +104,7 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
     let info = lab.info.clone();
-    let secrets: Api<Secret> = ns.api();
-    for s in [
-        secret(
-            "vsphere",
-            &[
-                ("username", &info.vcenter.username),
-                ("password", &info.vcenter.password),
-                ("url", &info.vcenter.url),
-                ("thumbprint", &info.vcenter.thumbprint_sha256),
-            ],
-        ),
-        secret(
-            "staging",
-            &[
-                ("accessKeyId", &info.s3.access_key),
-                ("secretAccessKey", &info.s3.secret_key),
-                ("endpoint", &info.s3.endpoint),
-                ("bucket", &info.s3.bucket),
-            ],
-        ),
-    ] {
-        secrets.create(&PostParams::default(), &s).await.unwrap();
-    }
+    lab_secrets(&lab, &ns).await;
     let inventory: Vec<_> = info.inventory().unwrap().into_iter().take(n + 1).collect();
     let t = Instant::now();
     for (i, vm) in inventory.iter().enumerate() {
@@ -698,42 +370,7 @@ async fn main() {
             "-",
         ),
     ];
-    let width = rows
-        .iter()
-        .map(|r| r.what.chars().count())
-        .max()
-        .unwrap_or(0);
-    let fig = rows
-        .iter()
-        .map(|r| r.figure.chars().count())
-        .max()
-        .unwrap_or(0);
-    let mut text = format!(
-        "{:<width$}  {:<fig$}  target\n",
-        "ferry-controller: waves at scale", "figure"
-    );
-    for r in &rows {
-        text += &format!("{:<width$}  {:<fig$}  {}\n", r.what, r.figure, r.target);
-    }
-    print!("{text}");
-    let out = repo_root().join("target/bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("wave.txt"), &text).unwrap();
-    let json: Vec<BTreeMap<&str, &str>> = rows
-        .iter()
-        .map(|r| {
-            BTreeMap::from([
-                ("what", r.what.as_str()),
-                ("figure", r.figure.as_str()),
-                ("target", r.target.as_str()),
-            ])
-        })
-        .collect();
-    std::fs::write(
-        out.join("wave.json"),
-        serde_json::to_vec_pretty(&json).unwrap(),
-    )
-    .unwrap();
+    write_table("ferry-controller: waves at scale", "wave", &rows);
     drop(ns);
     lab.stop().unwrap();
     // FERRY_BENCH_KEEP=1 keeps the controller's and the sim's logs.

@@ -27,9 +27,11 @@
 //! its name, uid, ferry's labels and owner references — enough to wake its migration — and a
 //! read that finds a stub reads fresh, as for an absent object. A child its migration released
 //! (no owner reference, the released label: the migrated VM and its volumes, kept by the user
-//! long after) keeps its metadata only, which is all a decision reads of it: the controller's
-//! memory follows what is in flight, not the migrated fleet (`ferry_controller_cached_children`
-//! counts each form).
+//! long after) keeps its metadata only, which is all a decision reads of it; any other child of a
+//! succeeded, settled migration (the migrated VM's instance) is a stub, and the settled migration
+//! itself is cached cut down (`reconcile::settled`): the controller's memory follows what is in
+//! flight, not the migrated fleet (`ferry_controller_cached_children` counts each form). A VMI
+//! cached whole while its migration ran is cut down at its next event or restart.
 
 use std::fmt::Debug;
 
@@ -200,15 +202,40 @@ pub fn claimed_migration(meta: &kube::api::ObjectMeta) -> Option<(&str, &str, Op
     ))
 }
 
-/// Cuts `obj` down to what the controller reads before it enters a store. `known` says whether
-/// the migration it claims (namespace, name, uid if labelled) is one the controller holds; if
-/// not, `obj` becomes a stub (see the module's note). A child its migration released (ferry
-/// does so last of all, in Validating: no owner reference, the released label) keeps its
-/// metadata only — all a decision reads of it is that it is released — so memory follows what
-/// is in flight, not the migrated fleet. Pure.
+/// Whether `meta` is a child's its migration released: ferry releases a child by removing every
+/// owner reference and labelling it released (a VMI keeps its VM's). The store holds such a
+/// child as metadata only, so [`read`] reads it fresh: a migration whose status lags behind
+/// its release (the process died between the release and the status write) must see the whole
+/// object again to find its way to the end.
+fn is_released(meta: &kube::api::ObjectMeta) -> bool {
+    meta.owner_references.as_ref().is_none_or(Vec::is_empty)
+        && meta.labels.as_ref().is_some_and(|l| {
+            l.get(ferry_crds::names::RELEASED_LABEL).map(String::as_str)
+                == Some(ferry_crds::names::RELEASED_VALUE)
+        })
+}
+
+/// What the controller holds of the migration a child claims (see [`slim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// No migration of that namespace, name (and uid, when labelled).
+    Unknown,
+    /// A migration with work left, or one that may yet have some (failed, cancelled).
+    Known,
+    /// A migration that succeeded and is settled: nothing of its children is read again.
+    Succeeded,
+}
+
+/// Cuts `obj` down to what the controller reads before it enters a store. `holder` says what
+/// the controller holds of the migration it claims (namespace, name, uid if labelled); of none,
+/// `obj` becomes a stub (see the module's note). A child its migration released (ferry does so
+/// last of all, in Validating: no owner reference, the released label) keeps its metadata
+/// only — all a decision reads of it is that it is released — and any other child of a
+/// succeeded, settled migration (the migrated VM's instance, owned by its VM) is a stub: so
+/// memory follows what is in flight, not the migrated fleet. Pure.
 pub fn slim<K: Resource + Default>(
     obj: &mut K,
-    known: impl FnOnce(&str, &str, Option<&str>) -> bool,
+    holder: impl FnOnce(&str, &str, Option<&str>) -> Holder,
 ) {
     let meta = obj.meta_mut();
     // No decision reads who managed which field; on a migrated VM that is most of its bytes.
@@ -216,25 +243,18 @@ pub fn slim<K: Resource + Default>(
     if let Some(a) = meta.annotations.as_mut() {
         a.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
     }
-    let known = claimed_migration(obj.meta()).is_some_and(|(ns, name, uid)| known(ns, name, uid));
-    // Ferry releases a child by removing every owner reference and labelling it released (a
-    // VMI keeps its VM's, and is read whole until its migration is done).
-    let released = obj
-        .meta()
-        .owner_references
-        .as_ref()
-        .is_none_or(Vec::is_empty)
-        && obj.meta().labels.as_ref().is_some_and(|l| {
-            l.get(ferry_crds::names::RELEASED_LABEL).map(String::as_str)
-                == Some(ferry_crds::names::RELEASED_VALUE)
-        });
-    if known && released {
-        let meta = std::mem::take(obj.meta_mut());
-        *obj = K::default();
-        *obj.meta_mut() = meta;
-    }
-    if known {
-        return;
+    let holder = claimed_migration(obj.meta())
+        .map_or(Holder::Unknown, |(ns, name, uid)| holder(ns, name, uid));
+    let released = is_released(obj.meta());
+    match (holder, released) {
+        (Holder::Known | Holder::Succeeded, true) => {
+            let meta = std::mem::take(obj.meta_mut());
+            *obj = K::default();
+            *obj.meta_mut() = meta;
+            return;
+        }
+        (Holder::Known, false) => return,
+        (Holder::Succeeded | Holder::Unknown, false) | (Holder::Unknown, true) => {}
     }
     let old = std::mem::take(obj.meta_mut());
     let mut stub = K::default();
@@ -260,7 +280,9 @@ pub fn slim<K: Resource + Default>(
 
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one; when it
 /// does not, absent — or fresh from the API when `recorded` (the migration recorded creating
-/// it, see the module's note).
+/// it, see the module's note). A released child, held as metadata only, is taken from the
+/// cache when `released_suffices` (the caller reads only that it was released: Validating,
+/// where the release happens), else read fresh (see [`is_released`]).
 ///
 /// # Errors
 /// Kubernetes API errors of the fresh read.
@@ -271,14 +293,18 @@ pub async fn read<K: Observed>(
     namespace: &str,
     name: &str,
     recorded: bool,
+    released_suffices: bool,
 ) -> Result<Option<K>> {
     let read = match caches.and_then(K::cached) {
         Some(store) => match store.get(&ObjectRef::new(name).within(namespace)) {
-            Some(found) if !is_stub(found.meta()) => {
+            Some(found)
+                if !is_stub(found.meta()) && (released_suffices || !is_released(found.meta())) =>
+            {
                 metrics.cache_read(&K::kind(&()), CacheRead::Hit);
                 return Ok(Some(K::clone(&found)));
             }
-            // A stub says only that the object exists; what a decision reads is read fresh.
+            // A stub says only that the object exists, a released child's metadata that it was
+            // handed over; what a decision reads is read fresh.
             Some(_) => CacheRead::Miss,
             None if recorded => CacheRead::Miss,
             None => {
@@ -324,9 +350,17 @@ mod tests {
         let client = kube::Client::try_from(config).unwrap();
         let caches = caches_with_job(job("ns", "convert-a"));
         let metrics = Metrics::default();
-        let found: Option<Job> = read(&client, Some(&caches), &metrics, "ns", "convert-a", false)
-            .await
-            .unwrap();
+        let found: Option<Job> = read(
+            &client,
+            Some(&caches),
+            &metrics,
+            "ns",
+            "convert-a",
+            false,
+            false,
+        )
+        .await
+        .unwrap();
         assert_eq!(found.unwrap().metadata.name.as_deref(), Some("convert-a"));
         // The same name in another namespace is not in the cache: absent, unless recorded.
         let other: Option<Job> = read(
@@ -336,6 +370,7 @@ mod tests {
             "other",
             "convert-a",
             false,
+            false,
         )
         .await
         .unwrap();
@@ -343,15 +378,31 @@ mod tests {
             other.is_none(),
             "absent from the cache and never made: absent"
         );
-        let other: Result<Option<Job>> =
-            read(&client, Some(&caches), &metrics, "other", "convert-a", true).await;
+        let other: Result<Option<Job>> = read(
+            &client,
+            Some(&caches),
+            &metrics,
+            "other",
+            "convert-a",
+            true,
+            false,
+        )
+        .await;
         assert!(
             other.is_err(),
             "recorded but not in the cache yet: read from the API"
         );
         // A kind without a cache always goes to the API.
-        let secret: Result<Option<Secret>> =
-            read(&client, Some(&caches), &metrics, "ns", "convert-a", false).await;
+        let secret: Result<Option<Secret>> = read(
+            &client,
+            Some(&caches),
+            &metrics,
+            "ns",
+            "convert-a",
+            false,
+            false,
+        )
+        .await;
         assert!(secret.is_err(), "Secrets are read fresh");
         let text = metrics.encode();
         assert!(
@@ -404,8 +455,12 @@ mod tests {
         j
     }
 
-    fn known(ns: &str, name: &str, uid: Option<&str>) -> bool {
-        (ns, name, uid) == ("ns", "m", Some("m-uid"))
+    fn known(ns: &str, name: &str, uid: Option<&str>) -> Holder {
+        if (ns, name, uid) == ("ns", "m", Some("m-uid")) {
+            Holder::Known
+        } else {
+            Holder::Unknown
+        }
     }
 
     #[test]
@@ -433,8 +488,13 @@ mod tests {
         for uid in ["other-uid", "m-uid"] {
             let mut j = labelled_job(uid);
             // The second round: the right uid, but no migration of that name is known.
-            let knows =
-                |ns: &str, name: &str, u: Option<&str>| uid == "other-uid" && known(ns, name, u);
+            let knows = |ns: &str, name: &str, u: Option<&str>| {
+                if uid == "other-uid" {
+                    known(ns, name, u)
+                } else {
+                    Holder::Unknown
+                }
+            };
             slim(&mut j, knows);
             assert!(is_stub(&j.metadata), "{uid}");
             assert!(j.spec.is_none() && j.status.is_none());
@@ -480,8 +540,15 @@ mod tests {
         };
         // Released: no template, no status; still ferry's by its stamp, and not a stub.
         let mut released = vm(false);
+        let mut of_settled = released.clone();
         slim(&mut released, known);
         assert!(released.spec.template.is_none() && released.spec.run_strategy.is_none());
+        slim(&mut of_settled, |_, _, _| Holder::Succeeded);
+        assert_eq!(
+            serde_json::to_value(&of_settled).unwrap(),
+            serde_json::to_value(&released).unwrap(),
+            "the same once its migration settled"
+        );
         assert!(released.status.is_none());
         assert!(!is_stub(&released.metadata));
         assert!(
@@ -514,11 +581,15 @@ mod tests {
             "status": {"phase": "Running"},
         }))
         .unwrap();
-        slim(&mut vmi, |_, _, _| true);
+        let mut settled = vmi.clone();
+        slim(&mut vmi, |_, _, _| Holder::Known);
         assert!(
             vmi.status.is_some(),
             "Validating reads its phase and readiness"
         );
+        // Once its migration succeeded and settled, nothing reads it: a stub (read fresh).
+        slim(&mut settled, |_, _, _| Holder::Succeeded);
+        assert!(is_stub(&settled.metadata) && settled.status.is_none());
     }
 
     #[test]
@@ -534,15 +605,63 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stub_is_read_fresh() {
+    async fn a_stub_and_a_released_child_are_read_fresh_and_a_whole_child_is_not() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let mut j = labelled_job("m-uid");
-        slim(&mut j, |_, _, _| false);
-        let caches = caches_with_job(j);
         let metrics = Metrics::default();
-        let read: Result<Option<Job>> =
-            read(&client, Some(&caches), &metrics, "ns", "convert-a", false).await;
-        assert!(read.is_err(), "a stub goes to the API");
+        let mut stub = labelled_job("m-uid");
+        slim(&mut stub, |_, _, _| Holder::Unknown);
+        // Released, with a migration that may still be catching up with its release (it died
+        // between the release and its status write): its decisions need the whole object.
+        let mut released = labelled_job("m-uid");
+        released.metadata.labels.as_mut().unwrap().insert(
+            ferry_crds::names::RELEASED_LABEL.into(),
+            ferry_crds::names::RELEASED_VALUE.into(),
+        );
+        slim(&mut released, known);
+        assert!(released.spec.is_none(), "held as metadata only");
+        let cached = caches_with_job(released.clone());
+        let found: Result<Option<Job>> = read(
+            &client,
+            Some(&cached),
+            &metrics,
+            "ns",
+            "convert-a",
+            false,
+            true,
+        )
+        .await;
+        assert!(
+            found.is_ok(),
+            "where its release is all that is read, from the cache"
+        );
+        for (what, j) in [("a stub", stub), ("a released child", released)] {
+            let caches = caches_with_job(j);
+            let found: Result<Option<Job>> = read(
+                &client,
+                Some(&caches),
+                &metrics,
+                "ns",
+                "convert-a",
+                false,
+                false,
+            )
+            .await;
+            assert!(found.is_err(), "{what} goes to the API");
+        }
+        let mut whole = labelled_job("m-uid");
+        slim(&mut whole, known);
+        let caches = caches_with_job(whole);
+        let found: Result<Option<Job>> = read(
+            &client,
+            Some(&caches),
+            &metrics,
+            "ns",
+            "convert-a",
+            false,
+            false,
+        )
+        .await;
+        assert!(found.unwrap().unwrap().spec.is_some(), "from the cache");
     }
 }

@@ -76,6 +76,13 @@ pub struct CachedLabels {
     pub form: String,
 }
 
+/// Label set of the migrations the watch cache holds, by form.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FormLabel {
+    /// `whole` or `settled`.
+    pub form: String,
+}
+
 /// Label set of a phase duration.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
@@ -114,6 +121,9 @@ pub struct Metrics {
     pub wave_inventory_lists: Counter,
     /// Children the watch caches hold, by kind and form (refreshed every few seconds).
     pub cached_children: Family<CachedLabels, Gauge>,
+    /// Migrations the watch cache holds, by form: `whole` or `settled` (cut down, see
+    /// `reconcile::settled`).
+    pub cached_migrations: Family<FormLabel, Gauge>,
     registry: Registry,
 }
 
@@ -200,8 +210,15 @@ impl Default for Metrics {
             "Children the watch caches hold: whole (in flight), metadata (released) or stub",
             cached_children.clone(),
         );
+        let cached_migrations = Family::<FormLabel, Gauge>::default();
+        registry.register(
+            "cached_migrations",
+            "Migrations the watch cache holds: whole, or settled (cut down to what a wave counts)",
+            cached_migrations.clone(),
+        );
         Self {
             cached_children,
+            cached_migrations,
             wave_inventory_lists,
             requests,
             cache_reads,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -412,10 +413,24 @@ fn controllers(
     // whole): counted every few seconds rather than on each event.
     let counted = {
         let (caches, metrics) = (caches.clone(), served.metrics.clone());
+        let migrations = migration_store.clone();
         async move {
             let mut every = tokio::time::interval(Duration::from_secs(5));
             loop {
                 every.tick().await;
+                let (settled, whole): (Vec<_>, Vec<_>) = migrations
+                    .state()
+                    .into_iter()
+                    .partition(|m| reconcile::settled::is_slim(m));
+                for (form, n) in [("settled", settled.len()), ("whole", whole.len())] {
+                    let labels = crate::metrics::FormLabel {
+                        form: form.to_owned(),
+                    };
+                    metrics
+                        .cached_migrations
+                        .get_or_create(&labels)
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
                 for (kind, form, n) in caches.forms() {
                     let labels = crate::metrics::CachedLabels {
                         kind: kind.to_owned(),
@@ -508,7 +523,17 @@ fn migration_watch(
     let (mut to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
     let reader = store.clone();
     let drive = async move {
-        let events = watcher(api, config).default_backoff().reflect(writer);
+        // Settled migrations enter the store cut down (`reconcile::settled`): memory follows
+        // what is in flight, not the finished records a migration program leaves behind.
+        let events = watcher(api, config)
+            .default_backoff()
+            .modify(|vmm| {
+                let now = Time(crate::context::whole_seconds(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+                crate::reconcile::settled::slim(vmm, &now);
+            })
+            .reflect(writer);
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
             // After `reflect`: the store already holds this event (a first list's objects
@@ -579,9 +604,18 @@ where
         .default_backoff()
         .modify(move |o| {
             caches::slim(o, |ns, name, uid| {
-                migrations
-                    .get(&ObjectRef::new(name).within(ns))
-                    .is_some_and(|m| uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)))
+                match migrations.get(&ObjectRef::new(name).within(ns)) {
+                    Some(m) if uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)) => {
+                        if reconcile::settled::is_slim(&m)
+                            && m.phase() == ferry_crds::Phase::Succeeded
+                        {
+                            caches::Holder::Succeeded
+                        } else {
+                            caches::Holder::Known
+                        }
+                    }
+                    _ => caches::Holder::Unknown,
+                }
             });
         })
         .reflect(writer)

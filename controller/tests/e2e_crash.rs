@@ -73,3 +73,68 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
     assert!(same_file(&env.volume(&dv_name("crashy", 0)), &raw));
     assert!(env.staged_files().is_empty());
 }
+
+/// The window between Validating's release of the VM and the status write that records the end:
+/// a controller that dies there leaves a migration whose status lags behind the world (here its
+/// status is put back to what it was in Starting, as if every later write was lost). The VM is
+/// released — held by the cache as metadata only — and the restarted controller must still see
+/// it whole, running, and bring the migration to its end: not start it again, not wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_that_lags_behind_the_release_still_ends_succeeded() {
+    use ferry_controller::apis::kubevirt::VirtualMachine;
+    use kube::api::PostParams;
+    let mut env = Env::new("e2e-crash-lag", 4).await;
+    env.start_sim();
+    env.start_controller();
+    let api = env.api();
+    let starting = {
+        let mut seen = std::pin::pin!(
+            watcher(
+                api.clone(),
+                watcher::Config::default().fields("metadata.name=lagging")
+            )
+            .applied_objects()
+        );
+        env.create(&env.migration("lagging")).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        loop {
+            let next = tokio::time::timeout_at(deadline, seen.next()).await;
+            let Ok(Some(Ok(v))) = next else {
+                panic!("never seen in Starting; logs in {}", env.scratch.display())
+            };
+            if v.phase() == Phase::Starting {
+                break v.status.unwrap();
+            }
+        }
+    };
+    let done = env.wait_phase("lagging", Phase::Succeeded, 300).await;
+    let vms: kube::Api<VirtualMachine> = env.ns.api();
+    let vm_name = ferry_crds::names::vm_name(&done);
+    let vm = vms.get(&vm_name).await.unwrap();
+    assert!(
+        vm.metadata.owner_references.is_none_or(|o| o.is_empty()),
+        "released"
+    );
+    // Killed between the release and the write of the end: the status is Starting's.
+    if let Some(c) = env.controller.as_mut() {
+        c.kill();
+    }
+    let mut lagging = api.get("lagging").await.unwrap();
+    lagging.status = Some(starting);
+    api.replace_status("lagging", &PostParams::default(), &lagging)
+        .await
+        .unwrap();
+    assert_eq!(env.get("lagging").await.phase(), Phase::Starting);
+    env.start_controller();
+    let v = env.wait_phase("lagging", Phase::Succeeded, 120).await;
+    assert!(all_conditions_true(&v), "{}", serde_yaml_status(&v));
+    let after = vms.get(&vm_name).await.unwrap();
+    assert_eq!(
+        after.metadata.uid, vm.metadata.uid,
+        "the same VM, not made again"
+    );
+    assert!(
+        after.metadata.owner_references.is_none_or(|o| o.is_empty()),
+        "still released"
+    );
+}

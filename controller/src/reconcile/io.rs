@@ -82,6 +82,10 @@ impl Io<'_> {
     /// Kubernetes API errors.
     pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
         let recorded = self.record(&K::kind(&()), name).is_some();
+        // Validating releases the children and reads of a released one only that it is: the
+        // metadata the cache holds. Elsewhere a released child means a status that lags behind
+        // the release (a crash between the two), and the phase needs the whole object.
+        let released_suffices = self.vmm.phase() == ferry_crds::Phase::Validating;
         crate::caches::read(
             &self.ctx.client,
             self.ctx.children.as_ref(),
@@ -89,6 +93,7 @@ impl Io<'_> {
             &self.vmm.namespace().unwrap_or_default(),
             name,
             recorded,
+            released_suffices,
         )
         .await
     }
