@@ -261,17 +261,7 @@ async fn main() {
     let state = repo_root().join("target/lab/bench-settled-state");
     let _ = std::fs::remove_dir_all(&state);
     let lab = Lab::start(&state, (wave_vms + 1) as u32).unwrap();
-    let crds = repo_root().join("deploy/crds");
-    lab.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()])
-        .unwrap();
-    lab.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachinemigrations.migration.platform.example",
-        "crd/migrationwaves.migration.platform.example",
-    ])
-    .unwrap();
+    lab.install_crds().unwrap();
     let ns = lab.namespace("settled").await.unwrap();
     let scratch = repo_root().join("target/bench/settled-scratch");
     let _ = std::fs::remove_dir_all(&scratch);

@@ -88,17 +88,7 @@ async fn main() {
         n + 1,
         t.elapsed().as_secs_f64()
     );
-    let crds = repo_root().join("deploy/crds");
-    lab.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()])
-        .unwrap();
-    lab.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachinemigrations.migration.platform.example",
-        "crd/migrationwaves.migration.platform.example",
-    ])
-    .unwrap();
+    lab.install_crds().unwrap();
     let ns: TestNamespace = lab.namespace("bench").await.unwrap();
     let scratch = repo_root().join("target/bench/scratch");
     let _ = std::fs::remove_dir_all(&scratch);

@@ -609,6 +609,24 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let metrics = Metrics::default();
+        // Any read that goes to the API fails: nothing listens there.
+        let read_job = |j: Job, released_suffices: bool| {
+            let (client, metrics) = (&client, &metrics);
+            async move {
+                let caches = caches_with_job(j);
+                let found: Result<Option<Job>> = read(
+                    client,
+                    Some(&caches),
+                    metrics,
+                    "ns",
+                    "convert-a",
+                    false,
+                    released_suffices,
+                )
+                .await;
+                found
+            }
+        };
         let mut stub = labelled_job("m-uid");
         slim(&mut stub, |_, _, _| Holder::Unknown);
         // Released, with a migration that may still be catching up with its release (it died
@@ -620,48 +638,16 @@ mod tests {
         );
         slim(&mut released, known);
         assert!(released.spec.is_none(), "held as metadata only");
-        let cached = caches_with_job(released.clone());
-        let found: Result<Option<Job>> = read(
-            &client,
-            Some(&cached),
-            &metrics,
-            "ns",
-            "convert-a",
-            false,
-            true,
-        )
-        .await;
         assert!(
-            found.is_ok(),
+            read_job(released.clone(), true).await.is_ok(),
             "where its release is all that is read, from the cache"
         );
         for (what, j) in [("a stub", stub), ("a released child", released)] {
-            let caches = caches_with_job(j);
-            let found: Result<Option<Job>> = read(
-                &client,
-                Some(&caches),
-                &metrics,
-                "ns",
-                "convert-a",
-                false,
-                false,
-            )
-            .await;
-            assert!(found.is_err(), "{what} goes to the API");
+            assert!(read_job(j, false).await.is_err(), "{what} goes to the API");
         }
         let mut whole = labelled_job("m-uid");
         slim(&mut whole, known);
-        let caches = caches_with_job(whole);
-        let found: Result<Option<Job>> = read(
-            &client,
-            Some(&caches),
-            &metrics,
-            "ns",
-            "convert-a",
-            false,
-            false,
-        )
-        .await;
+        let found = read_job(whole, false).await;
         assert!(found.unwrap().unwrap().spec.is_some(), "from the cache");
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{S3_SECRET, VSPHERE_SECRET, bin_dir, binaries, s3_secret, vsphere_secret, workspace};
+use common::{S3_SECRET, VSPHERE_SECRET, bin_dir, binaries, s3_secret, vsphere_secret};
 use ferry_controller::apis::cdi::DataVolume;
 use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_crds::wave::WaveSource;
@@ -88,21 +88,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         n + 4,
         started.elapsed().as_secs_f64()
     );
-    lab.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "-f",
-        workspace().join("deploy/crds").to_str().unwrap(),
-    ])
-    .unwrap();
-    lab.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachinemigrations.migration.platform.example",
-        "crd/migrationwaves.migration.platform.example",
-    ])
-    .unwrap();
+    lab.install_crds().unwrap();
     let ns = lab.namespace("soak").await.unwrap();
     let client = ns.client.clone();
     let scratch = bin_dir().join("soak").join(&ns.name);

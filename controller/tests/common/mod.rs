@@ -71,23 +71,8 @@ pub fn workspace() -> PathBuf {
 pub fn install_crds(lab: &Lab) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let dir = workspace().join("deploy/crds");
-        lab.kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            dir.to_str().unwrap(),
-        ])
-        .expect("applying the CRDs");
-        lab.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/virtualmachinemigrations.migration.platform.example",
-            "crd/migrationwaves.migration.platform.example",
-        ])
-        .expect("CRDs established");
+        lab.install_crds()
+            .expect("the CRDs applied and established")
     });
 }
 

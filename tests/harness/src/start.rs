@@ -295,6 +295,25 @@ impl Lab {
         cmd
     }
 
+    /// Applies ferry's CRDs from `deploy/crds` (server-side, idempotent) and waits until both
+    /// are established.
+    ///
+    /// # Errors
+    /// kubectl's, with its stderr.
+    pub fn install_crds(&self) -> Result<()> {
+        let dir = repo_root().join("deploy/crds");
+        let dir = dir.to_string_lossy();
+        self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir])?;
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/virtualmachinemigrations.migration.platform.example",
+            "crd/migrationwaves.migration.platform.example",
+        ])?;
+        Ok(())
+    }
+
     /// Runs `kubectl ARGS` and returns stdout, or an error carrying stderr.
     pub fn kubectl_ok(&self, args: &[&str]) -> Result<String> {
         let out = self
