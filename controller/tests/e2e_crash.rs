@@ -137,4 +137,6 @@ async fn a_status_that_lags_behind_the_release_still_ends_succeeded() {
         after.metadata.owner_references.is_none_or(|o| o.is_empty()),
         "still released"
     );
+    // Never two live copies: the target runs, so the source stays off.
+    assert_eq!(env.power_state().await, "poweredOff");
 }
