@@ -7,7 +7,8 @@
 //! Prints a table with the target beside each figure and writes `target/bench/settled.{txt,json}`.
 //!
 //! `FERRY_BENCH_SETTLED_SMALL`, `FERRY_BENCH_SETTLED`, `FERRY_BENCH_INFLIGHT_VMS`,
-//! `FERRY_BENCH_SPEED` resize it.
+//! `FERRY_BENCH_SPEED` resize it; `FERRY_BENCH_CONTROLLER_WRAP` starts the controller through a
+//! program of one's own (a heap profiler's preload).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -47,8 +47,8 @@ struct Memo {
     status_written: Option<Instant>,
     /// Reconciles failed in a row (a Kubernetes API error, a cleanup that could not finish).
     failures: u32,
-    /// When a wave last listed its children.
-    listed: Option<Instant>,
+    /// When a wave last read its children.
+    looked: Option<Instant>,
     /// Children (uids) a wave released that its cache did not show released yet.
     released: HashSet<String>,
     /// Children (names) a wave created that its cache did not show yet, and when.
@@ -308,12 +308,12 @@ impl Context {
         self.memo_if_known(uid, |m| m.failures = 0);
     }
 
-    /// When the wave `uid` last listed its children; notes `now` as the new time when `take`.
-    pub fn last_listed(&self, uid: &str, take: Option<Instant>) -> Option<Instant> {
+    /// When the wave `uid` last read its children; notes `now` as the new time when `take`.
+    pub fn last_looked(&self, uid: &str, take: Option<Instant>) -> Option<Instant> {
         self.memo(uid, |m| {
-            let before = m.listed;
+            let before = m.looked;
             if take.is_some() {
-                m.listed = take;
+                m.looked = take;
             }
             before
         })

@@ -38,11 +38,30 @@ pub fn bins() -> (PathBuf, PathBuf) {
     // The controller is this package's binary (built for benches); the sim is another package.
     // The whole workspace, as `make bench` builds it: a `-p` build resolves other features and
     // would build every dependency (vim_rs: minutes) a second time.
-    let st = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
         .args(["build", "--profile", profile, "--workspace", "--bins"])
-        .current_dir(repo_root())
-        .status()
-        .unwrap();
+        .current_dir(repo_root());
+    // Without what `cargo bench` set for this process (this package's name, manifest dir, …):
+    // build scripts that watch those variables (ring's) would see them changed and rebuild, and
+    // everything above them with it — twelve minutes of each bench run.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k == "OUT_DIR"
+            || ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CFG_", "CARGO_BIN_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&&*k)
+        {
+            cargo.env_remove(&*k);
+        }
+    }
+    let st = cargo.status().unwrap();
     assert!(st.success(), "building the binaries");
     (dir.join("ferry-controller"), dir.join("ferry-sim"))
 }
@@ -231,7 +250,16 @@ pub fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controll
             .open(log)
             .unwrap()
     };
-    let mut cmd = Command::new(bin);
+    // `FERRY_BENCH_CONTROLLER_WRAP`: a program the controller is started through, which must
+    // exec it (its pid is the one measured), e.g. a script that preloads a heap profiler.
+    let mut cmd = match std::env::var_os("FERRY_BENCH_CONTROLLER_WRAP") {
+        Some(wrap) => {
+            let mut c = Command::new(wrap);
+            c.arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
     cmd.arg("--kubeconfig")
         .arg(&lab.info.kubeconfig)
         .args(["--namespace", ns, "--concurrency", "64"])

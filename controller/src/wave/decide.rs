@@ -435,12 +435,10 @@ pub fn requeue_after(
     wave: &MigrationWave,
     plan: &Plan,
     children: &[VirtualMachineMigration],
-    cached: bool,
     worth: Worth,
 ) -> Duration {
     let busy = !plan.create.is_empty() || !plan.release.is_empty();
-    let waiting = cached
-        && !wave.spec.paused
+    let waiting = !wave.spec.paused
         && !wave.spec.cancel
         && children
             .iter()
@@ -513,7 +511,7 @@ mod tests {
         let w = wave("w", 2).with_max_in_flight(1);
         let busy = decide(&w, &[], &[], &t0());
         assert_eq!(
-            requeue_after(&w, &busy, &[], true, Worth::No),
+            requeue_after(&w, &busy, &[], Worth::No),
             Duration::from_millis(200)
         );
         let kids = children_of(&w, &[(Phase::Converting, false), (Phase::Queued, true)]);
@@ -523,29 +521,15 @@ mod tests {
             "{full:?}"
         );
         assert_eq!(
-            requeue_after(&w, &full, &kids, true, Worth::No),
+            requeue_after(&w, &full, &kids, Worth::No),
             SATURATED_REQUEUE
         );
-        assert_eq!(
-            requeue_after(&w, &full, &kids, false, Worth::No),
-            Duration::from_secs(300),
-            "listed, not cached: a child's event triggers it"
-        );
         let soon = Duration::from_millis(300);
-        assert_eq!(
-            requeue_after(&w, &full, &kids, true, Worth::Later(soon)),
-            soon
-        );
+        assert_eq!(requeue_after(&w, &full, &kids, Worth::Later(soon)), soon);
         let paused = w.clone().paused();
         let idle = decide(&paused, &kids, &[], &t0());
         assert_eq!(
-            requeue_after(
-                &paused,
-                &idle,
-                &kids,
-                true,
-                Worth::Later(Duration::from_secs(9))
-            ),
+            requeue_after(&paused, &idle, &kids, Worth::Later(Duration::from_secs(9))),
             Duration::from_secs(9)
         );
     }
