@@ -41,7 +41,7 @@ check:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferry-controller --test cli_images
-	$(CARGO) test -p ferry --test controller_cli --test frames --test snapshots
+	$(CARGO) test -p ferry --test controller_cli --test frames --test snapshots --test memory
 	$(CARGO) test -p ferry-crds --test samples
 	$(CARGO) test -p ferry-lab-s3 --test semantics
 
