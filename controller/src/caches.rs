@@ -283,8 +283,8 @@ pub fn slim<K: Resource + Default>(
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one; when it
 /// does not, absent — or fresh from the API when `recorded` (the migration recorded creating
 /// it, see the module's note). A released child, held as metadata only, is taken from the
-/// cache when `released_suffices` (the caller reads only that it was released: Validating,
-/// where the release happens), else read fresh (see [`is_released`]).
+/// cache when `released_suffices` (the migration recorded releasing it: all it reads of it is
+/// that it exists, with that uid), else read fresh (see [`is_released`]).
 ///
 /// # Errors
 /// Kubernetes API errors of the fresh read.

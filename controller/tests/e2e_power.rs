@@ -2,7 +2,7 @@
 //! never `poweredOn` while an instance of the target (API server) is `Running` — through a failure
 //! in Starting, a failure in Validating, a cancel in every phase and a delete, a controller
 //! SIGKILL between halting the target and powering the source on, an instance that never goes,
-//! and a cancel right after the VM was released. Each test also checks that the source does end
+//! a release written by someone else, and a cancel right after the VM was released. Each test also checks that the source does end
 //! up powered on where the policy asks, so that none passes by never powering it on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -232,6 +232,57 @@ async fn a_failure_in_validating_powers_the_source_on_only_after_the_instance_is
         seen.target_running > 0 && seen.source_on > 0,
         "both were live, one after the other: {seen:?}"
     );
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+}
+
+/// Someone else "releases" the target VM while Validating waits for a guest agent that never
+/// connects: they remove its owner reference and write ferry's released label. Neither is a
+/// hand-over (only the migration's own record of its release is): the migration still fails
+/// its guest check rather than succeed unverified, and the power rule halts the VM ferry made
+/// before it powers the source back on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_written_by_someone_else_is_no_hand_over() {
+    let mut env = Env::new("power-forged", 4).await;
+    env.extra_controller_args = vec!["--agent-timeout".into(), "30s".into()];
+    env.sim_args = vec!["--speed".into(), "10".into()];
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = on_cancel_or_failure(with_fault(env.migration("forged"), "agent=permanent"));
+    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.create(&vmm).await;
+    let v = env.wait_phase("forged", Phase::Validating, 300).await;
+    let target = names::vm_name(&v);
+    let vms = env.ns.api::<VirtualMachine>();
+    let forged = serde_json::json!({"metadata": {
+        "ownerReferences": null,
+        "labels": {names::RELEASED_LABEL: names::RELEASED_VALUE},
+    }});
+    vms.patch(&target, &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    let v = wait_settled(&env, "forged", 300).await;
+    let seen = sampler.finish().await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert_eq!(
+        (f.phase, f.reason),
+        (Phase::Validating, Reason::GuestAgentTimeout)
+    );
+    let s = v.status.as_ref().unwrap();
+    let record = ferry_crds::child::find(&s.children, "VirtualMachine", &target).unwrap();
+    assert!(!record.released, "ferry released nothing: {record:?}");
+    let vm = vms.get(&target).await.unwrap();
+    assert_eq!(
+        vm.spec.run_strategy.as_deref(),
+        Some("Halted"),
+        "the VM ferry made is halted like any of its own"
+    );
+    let r = restore_of(&v).unwrap();
+    assert_eq!(r.result, Some(PowerRestoreResult::PoweredOn), "{r:?}");
+    assert_eq!(env.power_state().await, "poweredOn");
+    assert!(vmi_of(&env, &v).await.is_none());
+    assert!(seen.target_running > 0 && seen.source_on > 0, "{seen:?}");
     assert_eq!(seen.both, 0, "two live copies: {seen:?}");
 }
 

@@ -233,9 +233,23 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
         "poweredOn",
         "the held VM untouched"
     );
-    let w = waves.get("w").await.unwrap();
-    let s = w.status.unwrap();
-    assert_eq!((s.in_flight, s.counts.succeeded), (0, 1), "{s:?}");
+    // The wave's status follows its migrations' (it reads them from its cache): wait for it to
+    // count the success rather than read it the instant the migration says so.
+    let counted = eventually(
+        "the wave counts the success",
+        Duration::from_secs(60),
+        || async {
+            let s = waves.get("w").await.ok()?.status?;
+            (s.counts.succeeded == 1).then_some(s)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(
+        (counted.in_flight, counted.counts.pending),
+        (0, 1),
+        "{counted:?}"
+    );
 }
 
 /// A paused wave of VMs shaped as vSphere reports them (`ferry-lab shape`: ReconfigVM_Task,

@@ -26,6 +26,11 @@ pub struct ChildRecord {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub attempt: i32,
+    /// ferry handed the object over to its user (Validating removed its owner reference): the
+    /// record, not the object, says so, since anyone who may edit the object can remove an
+    /// owner reference or write a label.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// A change to the ledger found or made during one reconcile.
@@ -40,6 +45,13 @@ pub enum LedgerEntry {
         /// Name.
         name: String,
     },
+    /// ferry released the object `kind`/`name` to its user: mark its record so.
+    Released {
+        /// Kind.
+        kind: String,
+        /// Name.
+        name: String,
+    },
 }
 
 /// The record of `kind`/`name`, if any.
@@ -48,7 +60,8 @@ pub fn find<'a>(ledger: &'a [ChildRecord], kind: &str, name: &str) -> Option<&'a
 }
 
 /// `ledger` with `changes` applied in order: a made object replaces any record of its kind and
-/// name, a gone one removes it. The order of the other records is kept. Pure.
+/// name, a gone one removes it, a released one is marked (only one ferry recorded making can
+/// be). The order of the other records is kept. Pure.
 pub fn apply(mut ledger: Vec<ChildRecord>, changes: &[LedgerEntry]) -> Vec<ChildRecord> {
     for change in changes {
         match change {
@@ -63,6 +76,14 @@ pub fn apply(mut ledger: Vec<ChildRecord>, changes: &[LedgerEntry]) -> Vec<Child
             }
             LedgerEntry::Gone { kind, name } => {
                 ledger.retain(|c| !(c.kind == *kind && c.name == *name));
+            }
+            LedgerEntry::Released { kind, name } => {
+                if let Some(c) = ledger
+                    .iter_mut()
+                    .find(|c| c.kind == *kind && c.name == *name)
+                {
+                    c.released = true;
+                }
             }
         }
     }
@@ -79,7 +100,39 @@ mod tests {
             name: name.into(),
             uid: uid.into(),
             attempt: 1,
+            released: false,
         }
+    }
+
+    #[test]
+    fn a_released_object_is_marked_only_when_recorded_and_a_new_create_unmarks_it() {
+        let ledger = vec![rec("VirtualMachine", "m", "a")];
+        let next = apply(
+            ledger,
+            &[
+                LedgerEntry::Released {
+                    kind: "VirtualMachine".into(),
+                    name: "m".into(),
+                },
+                LedgerEntry::Released {
+                    kind: "DataVolume".into(),
+                    name: "never-made".into(),
+                },
+            ],
+        );
+        assert_eq!(next.len(), 1, "nothing unrecorded is marked: {next:?}");
+        assert!(next[0].released);
+        let yaml = serde_json::to_value(&next[0]).unwrap();
+        assert_eq!(yaml["released"], true);
+        assert!(
+            serde_json::to_value(rec("Job", "j", "b"))
+                .unwrap()
+                .get("released")
+                .is_none(),
+            "an unreleased record is written as before"
+        );
+        let again = apply(next, &[LedgerEntry::Made(rec("VirtualMachine", "m", "c"))]);
+        assert!(!again[0].released, "a new create is not released");
     }
 
     #[test]

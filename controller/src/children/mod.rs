@@ -81,15 +81,18 @@ pub fn child_meta(vmm: &VirtualMachineMigration, name: String) -> Result<ObjectM
     })
 }
 
-/// Whether `meta` names `vmm` as its controller owner (by uid).
-pub fn is_owned_by(meta: &ObjectMeta, vmm: &VirtualMachineMigration) -> bool {
-    let Some(uid) = vmm.metadata.uid.as_deref() else {
+/// Whether `vmm` recorded releasing the object `kind` `meta` describes to its user (Validating
+/// does, last of all): by its own record of that very object (name and uid), never by the
+/// object's owner references or labels, which anyone who may edit it can change. Pure.
+pub fn released_by_record(vmm: &VirtualMachineMigration, kind: &str, meta: &ObjectMeta) -> bool {
+    let (Some(s), Some(name), Some(uid)) = (
+        vmm.status.as_ref(),
+        meta.name.as_deref(),
+        meta.uid.as_deref(),
+    ) else {
         return false;
     };
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.uid == uid && o.controller == Some(true))
+    ferry_crds::child::find(&s.children, kind, name).is_some_and(|r| r.released && r.uid == uid)
 }
 
 /// Whether an object found under a name this migration creates is its own.
@@ -380,6 +383,7 @@ mod tests {
             name: name.into(),
             uid: uid.into(),
             attempt,
+            released: false,
         });
         vmm
     }
@@ -405,7 +409,7 @@ mod tests {
         );
         assert_eq!(owner.block_owner_deletion, None);
         assert_eq!(meta.namespace.as_deref(), Some("default"));
-        assert!(is_owned_by(&meta, &vmm));
+        assert_eq!(Some(owner.uid.as_str()), vmm.metadata.uid.as_deref());
     }
 
     #[test]

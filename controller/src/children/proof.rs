@@ -94,6 +94,7 @@ impl Subject<'_> {
             name: self.name.to_owned(),
             uid: uid.to_owned(),
             attempt: self.attempt,
+            released: false,
         }
     }
 }

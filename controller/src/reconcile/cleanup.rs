@@ -13,7 +13,7 @@ use super::io::Io;
 use super::world::{VmiState, classify_vmi, recorded_vm_uid, staged_keys, staging_location};
 use crate::apis::cdi::{self, DataVolume, DvState};
 use crate::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::children::{Ownership, is_owned_by, secret};
+use crate::children::{Ownership, secret};
 use crate::kubeio::delete_exact;
 use crate::problem::Problem;
 use crate::{Error, Result};
@@ -127,9 +127,10 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             Cleanup::Vm => {
                 let vms = io.api::<VirtualMachine>();
                 let name = names::vm_name(vmm);
-                // A released VM (no owner reference left) is the user's now.
+                // A VM the migration recorded releasing is the user's now. One whose owner
+                // reference someone else removed was never handed over: it goes as ours does.
                 if let Some(vm) = vms.get_opt(&name).await?
-                    && is_owned_by(&vm.metadata, vmm)
+                    && !io.released(&vm)
                 {
                     delete_if_ours(io, &vms, &vm).await?;
                 }

@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(
             step(VmState::Ours {
                 run_strategy: Some("Halted".into()),
-                owned: true,
+                released: false,
             }),
             Step::Advance {
                 to: Phase::Starting

@@ -81,18 +81,19 @@ impl Io<'_> {
     /// # Errors
     /// Kubernetes API errors.
     pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
-        let recorded = self.record(&K::kind(&()), name).is_some();
-        // Validating releases the children and reads of a released one only that it is: the
-        // metadata the cache holds. Elsewhere a released child means a status that lags behind
-        // the release (a crash between the two), and the phase needs the whole object.
-        let released_suffices = self.vmm.phase() == ferry_crds::Phase::Validating;
+        let record = self.record(&K::kind(&()), name);
+        // Of a child the migration recorded releasing, all it reads is that it exists, with
+        // that uid: the metadata the cache holds suffices. A child the cache holds released
+        // while the record does not say so (a status lagging behind the release, or someone
+        // else's edit) is read whole.
+        let released_suffices = record.is_some_and(|r| r.released);
         crate::caches::read(
             &self.ctx.client,
             self.ctx.children.as_ref(),
             &self.ctx.metrics,
             &self.vmm.namespace().unwrap_or_default(),
             name,
-            recorded,
+            record.is_some(),
             released_suffices,
         )
         .await
@@ -171,6 +172,21 @@ impl Io<'_> {
     pub fn forget(&self, kind: &str, name: &str) {
         self.ledger.push(LedgerEntry::Gone {
             kind: kind.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+
+    /// Whether the migration recorded releasing `obj` to its user
+    /// ([`children::released_by_record`]).
+    pub fn released<K: kube::Resource<DynamicType = ()>>(&self, obj: &K) -> bool {
+        children::released_by_record(self.vmm, &K::kind(&()), obj.meta())
+    }
+
+    /// Records that ferry released its child `name` of kind `K` (with this reconcile's status
+    /// write).
+    pub fn mark_released<K: kube::Resource<DynamicType = ()>>(&self, name: &str) {
+        self.ledger.push(LedgerEntry::Released {
+            kind: K::kind(&()).into_owned(),
             name: name.to_owned(),
         });
     }

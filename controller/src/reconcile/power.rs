@@ -470,12 +470,12 @@ pub fn classify(
     let target_vm = match (vm, state) {
         (_, VmState::Absent) | (None, _) => TargetVm::Absent,
         (_, VmState::Foreign) => TargetVm::Foreign,
-        (_, VmState::Ours { owned: false, .. }) => TargetVm::Released,
+        (_, VmState::Ours { released: true, .. }) => TargetVm::Released,
         (
             Some(v),
             VmState::Ours {
                 run_strategy,
-                owned: true,
+                released: false,
             },
         ) => TargetVm::Ours {
             halted: run_strategy.as_deref() == Some("Halted")
@@ -866,7 +866,7 @@ mod tests {
     ) -> Target {
         let state = vm.map_or(VmState::Absent, |v| VmState::Ours {
             run_strategy: v.spec.run_strategy.clone(),
-            owned: crate::children::is_owned_by(&v.metadata, vmm),
+            released: crate::children::released_by_record(vmm, "VirtualMachine", &v.metadata),
         });
         classify(vm, state, vmi, vmm)
     }
@@ -906,10 +906,37 @@ mod tests {
             look(Some(&going), None, &vmm).vm,
             TargetVm::Ours { halted: true, .. }
         ));
-        // Released: the owner reference is gone, the uid label stays.
-        let mut released = our_vm(&vmm, "Always");
-        released.metadata.owner_references = None;
-        assert_eq!(look(Some(&released), None, &vmm).vm, TargetVm::Released);
+        // Its owner reference removed and labelled released, by someone else: still ours, not
+        // handed over (the record says nothing of a release).
+        let mut unowned = our_vm(&vmm, "Always");
+        unowned.metadata.uid = Some("vm-uid".into());
+        unowned.metadata.owner_references = None;
+        unowned
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(names::RELEASED_LABEL.into(), names::RELEASED_VALUE.into());
+        assert!(matches!(
+            look(Some(&unowned), None, &vmm).vm,
+            TargetVm::Ours { halted: false, .. }
+        ));
+        // Released: the migration recorded the release of this very VM.
+        let mut vmm = vmm;
+        let s = vmm.status.get_or_insert_with(Default::default);
+        let name = unowned.metadata.name.clone().unwrap();
+        s.children = vec![ferry_crds::ChildRecord {
+            kind: "VirtualMachine".into(),
+            name,
+            uid: "vm-uid".into(),
+            attempt: 1,
+            released: true,
+        }];
+        assert_eq!(look(Some(&unowned), None, &vmm).vm, TargetVm::Released);
+        vmm.status.as_mut().unwrap().children[0].uid = "another-uid".into();
+        assert!(
+            matches!(look(Some(&unowned), None, &vmm).vm, TargetVm::Ours { .. }),
+            "the record of another VM of that name releases nothing"
+        );
     }
 
     /// `vmm` whose source was found in `power` by Preparing.

@@ -500,7 +500,7 @@ mod tests {
     fn ours(s: &str) -> VmState {
         VmState::Ours {
             run_strategy: Some(s.into()),
-            owned: true,
+            released: false,
         }
     }
 

@@ -772,6 +772,7 @@ mod tests {
             name: "m-convert".into(),
             uid: "u".into(),
             attempt: 1,
+            released: false,
         });
         assert_eq!(worth_writing(Some(&a), &d, one, INTERVAL), Worth::Now);
     }

@@ -23,7 +23,7 @@ use super::world::{self, VmState, VmiState, staged_keys};
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{Trouble, VirtualMachine, VmiPhase};
-use crate::children::{Ownership, is_owned_by, secret};
+use crate::children::{Ownership, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -39,8 +39,8 @@ pub struct Leftovers {
     pub staged: Vec<String>,
     /// The CDI S3 Secret (or the staging CA ConfigMap) of this migration still exists.
     pub cdi_secret: bool,
-    /// Names of DataVolumes that still carry the migration's owner reference.
-    pub owned_dvs: Vec<String>,
+    /// Names of the migration's DataVolumes it has not recorded releasing.
+    pub unreleased_dvs: Vec<String>,
     /// The staging login the staged objects are deleted with.
     pub login: Option<StagingLogin>,
 }
@@ -50,8 +50,14 @@ impl Leftovers {
     fn is_empty(&self, vm: &VmState) -> bool {
         self.staged.is_empty()
             && !self.cdi_secret
-            && self.owned_dvs.is_empty()
-            && !matches!(vm, VmState::Ours { owned: true, .. })
+            && self.unreleased_dvs.is_empty()
+            && !matches!(
+                vm,
+                VmState::Ours {
+                    released: false,
+                    ..
+                }
+            )
     }
 }
 
@@ -151,14 +157,16 @@ async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
         || ours(io.read::<Secret>(&secret_name).await?.map(|s| io.own(&s)))
         || ours(io.read::<ConfigMap>(&map_name).await?.map(|c| io.own(&c)));
     let keys = staged_keys(io.vmm);
-    let mut owned_dvs = vec![];
+    let mut unreleased_dvs = vec![];
     for i in 0..keys.len() {
         let name = names::datavolume_name(io.vmm, i);
+        // Not released by the record: one whose owner reference is gone all the same (a status
+        // lagging behind the release, or someone else's edit) is released again and recorded.
         if let Some(dv) = io.read::<DataVolume>(&name).await?
-            && is_owned_by(&dv.metadata, io.vmm)
+            && !io.released(&dv)
             && ours(Some(io.own(&dv)))
         {
-            owned_dvs.push(name);
+            unreleased_dvs.push(name);
         }
     }
     let login = match credentials::staging_login(io).await? {
@@ -177,7 +185,7 @@ async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
     Ok(Ok(Leftovers {
         staged,
         cdi_secret,
-        owned_dvs,
+        unreleased_dvs,
         login: Some(login),
     }))
 }
@@ -203,30 +211,36 @@ async fn finish(io: Io<'_>, observed: &Observed) -> Result<Option<Problem>> {
         "ownerReferences": null,
         "labels": {names::RELEASED_LABEL: names::RELEASED_VALUE},
     }});
-    for name in &left.owned_dvs {
+    for name in &left.unreleased_dvs {
         io.api::<DataVolume>()
             .patch(name, &PatchParams::default(), &Patch::Merge(&release))
             .await?;
         ctx.metrics.write("patch", "DataVolume");
+        io.mark_released::<DataVolume>(name);
     }
     // Last: from here on the migration is complete (see the power rule).
-    if matches!(observed.vm, VmState::Ours { owned: true, .. }) {
+    if matches!(
+        observed.vm,
+        VmState::Ours {
+            released: false,
+            ..
+        }
+    ) {
+        let name = names::vm_name(io.vmm);
         io.api::<VirtualMachine>()
-            .patch(
-                &names::vm_name(io.vmm),
-                &PatchParams::default(),
-                &Patch::Merge(&release),
-            )
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&release))
             .await?;
         ctx.metrics.write("patch", "VirtualMachine");
+        io.mark_released::<VirtualMachine>(&name);
     }
     info!(migration = %io.vmm.metadata.name.as_deref().unwrap_or_default(), staged = left.staged.len(), "staging cleaned; VM and volumes released");
     Ok(None)
 }
 
-/// Whether Validating already released the VM (only it does, and last of all). Pure.
+/// Whether Validating already released the VM (only it does, and last of all), by the
+/// migration's own record of it. Pure.
 fn released(vm: &VmState) -> bool {
-    matches!(vm, VmState::Ours { owned: false, .. })
+    matches!(vm, VmState::Ours { released: true, .. })
 }
 
 /// Decides the Validating step: the first of these rules that applies. Pure.
@@ -455,7 +469,7 @@ mod tests {
     fn ours() -> VmState {
         VmState::Ours {
             run_strategy: Some("Always".into()),
-            owned: true,
+            released: false,
         }
     }
 
@@ -463,7 +477,7 @@ mod tests {
     fn released_vm() -> VmState {
         VmState::Ours {
             run_strategy: Some("Always".into()),
-            owned: false,
+            released: true,
         }
     }
 

@@ -11,7 +11,7 @@ use super::io::Io;
 use crate::Result;
 use crate::apis::cdi::DataVolume;
 use crate::apis::kubevirt::{self, Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
-use crate::children::{Conflict, Ownership, is_owned_by, secret};
+use crate::children::{Conflict, Ownership, secret};
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
@@ -22,13 +22,13 @@ pub enum VmState {
     Absent,
     /// One that this migration does not own.
     Foreign,
-    /// Ours, with its current run strategy; `owned` while its owner reference is still on it
-    /// (Validating releases it).
+    /// Ours, with its current run strategy and whether Validating released it.
     Ours {
         /// `spec.runStrategy`.
         run_strategy: Option<String>,
-        /// Still carries the migration's controller owner reference.
-        owned: bool,
+        /// The migration recorded releasing it to its user ([`Io::released`]): a VM whose owner
+        /// reference someone else removed is not released.
+        released: bool,
     },
 }
 
@@ -80,7 +80,7 @@ pub fn classify_vm(vm: Option<&VirtualMachine>, io: Io<'_>) -> VmState {
         Some(vm) => match io.own(vm) {
             Ownership::Ours { .. } => VmState::Ours {
                 run_strategy: vm.spec.run_strategy.clone(),
-                owned: is_owned_by(&vm.metadata, io.vmm),
+                released: io.released(vm),
             },
             Ownership::Foreign(_) => VmState::Foreign,
         },
