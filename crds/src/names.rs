@@ -8,6 +8,9 @@ use crate::VirtualMachineMigration;
 /// Finalizer that lets the controller clean up staging objects, Jobs and DataVolumes before a
 /// migration disappears.
 pub const FINALIZER: &str = "migration.platform.example/cleanup";
+
+/// What every label, annotation and finalizer name of ferry's begins with.
+pub const PREFIX: &str = "migration.platform.example/";
 /// Label on a VirtualMachineMigration naming the MigrationWave it belongs to.
 pub const WAVE_LABEL: &str = "migration.platform.example/wave";
 /// Label on every child (Job, DataVolume, VirtualMachine) naming its VirtualMachineMigration.

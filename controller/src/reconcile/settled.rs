@@ -69,6 +69,18 @@ pub fn slim(vmm: &mut VirtualMachineMigration, now: &Time) {
     });
     vmm.spec.target = Default::default();
     vmm.spec.conversion = Default::default();
+    vmm.spec.staging = Default::default();
+    // The wave matches its VMs by `spec.source.vm`; where and how they were reached is not read.
+    vmm.spec.source.endpoint = Default::default();
+    // ferry's own labels and annotations are read (the wave's, the hold); anyone else's are
+    // not, and a `kubectl apply`'s copy of the whole object is often the record's largest part.
+    let ferrys = |k: &String| k.starts_with(names::PREFIX);
+    if let Some(l) = vmm.metadata.labels.as_mut() {
+        l.retain(|k, _| ferrys(k));
+    }
+    if let Some(a) = vmm.metadata.annotations.as_mut() {
+        a.retain(|k, _| ferrys(k));
+    }
     vmm.annotations_mut()
         .insert(SLIM_MARK.to_owned(), String::new());
 }
@@ -120,6 +132,12 @@ mod tests {
             4
         ];
         full.metadata.managed_fields = Some(vec![Default::default()]);
+        full.annotations_mut().insert(
+            "kubectl.kubernetes.io/last-applied-configuration".into(),
+            "x".repeat(4000),
+        );
+        full.labels_mut()
+            .insert(names::WAVE_LABEL.into(), "w".into());
         assert!(
             settled(&full, &t0()),
             "a settled migration with its records"
@@ -142,6 +160,20 @@ mod tests {
         assert_eq!(slimmed.uid(), full.uid());
         assert_eq!(slimmed.finalizers(), full.finalizers());
         assert!(slimmed.metadata.managed_fields.is_none());
+        assert_eq!(
+            slimmed.spec.source.vm, full.spec.source.vm,
+            "the wave's key"
+        );
+        assert_eq!(
+            slimmed.labels().get(names::WAVE_LABEL).map(String::as_str),
+            Some("w")
+        );
+        assert!(
+            !slimmed
+                .annotations()
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration"),
+            "another tool's annotation goes"
+        );
     }
 
     #[test]

@@ -61,16 +61,16 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     // The children are read from the migration controller's cache only. Until it has synced,
     // the wave waits: listing the namespace instead (as it once did) held every migration of a
     // settled cluster in memory at once, whole, on each restart (10,000: 270 MB of heap).
-    if cache_ready(&ctx).is_none() {
+    let Some(store) = cache_ready(&ctx) else {
         return Ok(Requeue::requeue(CACHE_WAIT));
-    }
+    };
     if let Some(wait) = wait_before_look(ctx.last_looked(&uid, None), now, MIN_CACHE_INTERVAL) {
         return Ok(Requeue::requeue(wait));
     }
     ctx.last_looked(&uid, Some(now));
     ctx.metrics.reconcile(CONTROLLER);
     let started = std::time::Instant::now();
-    let result = reconcile_wave(&wave, &ctx).await;
+    let result = reconcile_wave(&wave, &ctx, store).await;
     if result.is_ok()
         && let Some(uid) = wave.uid()
     {
@@ -108,10 +108,14 @@ struct Seen {
     others: Vec<VirtualMachineMigration>,
 }
 
-/// `None` while the cache has not synced.
-fn seen(wave: &MigrationWave, members: &[WaveVm], ctx: &Context) -> Option<Seen> {
+/// What `store` (the migration cache, synced) shows of the wave's children and names.
+fn seen(
+    wave: &MigrationWave,
+    members: &[WaveVm],
+    ctx: &Context,
+    store: &Store<VirtualMachineMigration>,
+) -> Seen {
     let (ns, name) = (wave.namespace(), wave.name_any());
-    let store = cache_ready(ctx)?;
     let cached: Vec<VirtualMachineMigration> = store
         .state()
         .iter()
@@ -130,7 +134,7 @@ fn seen(wave: &MigrationWave, members: &[WaveVm], ctx: &Context) -> Option<Seen>
     let uid = wave.uid().unwrap_or_default();
     let (children, pending) = decide::with_releases(cached, &ctx.released(&uid));
     ctx.set_released(&uid, pending);
-    Some(Seen { children, others })
+    Seen { children, others }
 }
 
 /// The wave as cached when it is at or after the version our last status write or fresh read
@@ -160,10 +164,14 @@ enum Current {
     Gone,
 }
 
-/// One wave reconcile: observe (the wave, its children, the names its VMs would take) → the
-/// pure [`decide::decide`] → [`execute`] its creates and patches → one status write when
-/// [`decide::worth_writing`] says so → the requeue [`decide::requeue_after`] gives.
-async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> {
+/// One wave reconcile: observe (the wave, its children from `store`, the names its VMs would
+/// take) → the pure [`decide::decide`] → [`execute`] its creates and patches → one status write
+/// when [`decide::worth_writing`] says so → the requeue [`decide::requeue_after`] gives.
+async fn reconcile_wave(
+    wave: &MigrationWave,
+    ctx: &Context,
+    store: &Store<VirtualMachineMigration>,
+) -> Result<Requeue> {
     let ns = wave.namespace().ok_or(Error::MissingField {
         kind: "MigrationWave",
         field: "metadata.namespace",
@@ -191,9 +199,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context) -> Result<Requeue> 
     let uid = wave.uid().unwrap_or_default();
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(seen) = seen(&wave, &members, ctx) else {
-        return Ok(Requeue::requeue(CACHE_WAIT));
-    };
+    let seen = seen(&wave, &members, ctx, store);
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
     // Each VM's preflight weighs its own claims; the wave weighs them together, against the
