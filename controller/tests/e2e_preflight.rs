@@ -278,7 +278,7 @@ async fn a_wave_of_shaped_vms_finds_every_concern_and_only_the_clean_vm_migrates
         &["--passthrough", "pci", "--snapshot", "before-the-window"],
     );
     let (rdm, _) = env.another_vm(4);
-    env.shape(&rdm.name, &["--rdm"]);
+    env.shape(&rdm.name, &["--rdm", "--cbt", "off"]);
     let (clean, _) = env.another_vm(4);
     env.start_sim();
     env.start_controller();
@@ -352,6 +352,11 @@ async fn a_wave_of_shaped_vms_finds_every_concern_and_only_the_clean_vm_migrates
         "{}",
         serde_yaml_status(&r)
     );
+    assert!(
+        concerns_of(&r).contains(&(ConcernCode::ChangeTrackingOff, Severity::Info)),
+        "{}",
+        serde_yaml_status(&r)
+    );
     for v in [&d, &s, &r] {
         assert!(
             !concerns_of(v)
@@ -365,6 +370,13 @@ async fn a_wave_of_shaped_vms_finds_every_concern_and_only_the_clean_vm_migrates
     assert!(
         !concerns_of(&c).iter().any(|c| c.1 == Severity::Critical),
         "{}",
+        serde_yaml_status(&c)
+    );
+    assert!(
+        !concerns_of(&c)
+            .iter()
+            .any(|c| c.0 == ConcernCode::ChangeTrackingOff),
+        "the lab's VMs track changes: {}",
         serde_yaml_status(&c)
     );
 
@@ -596,6 +608,97 @@ async fn the_storage_map_places_each_disk_by_its_datastore_and_an_unmapped_one_h
         "{p:?}"
     );
     assert_eq!(held.status.as_ref().unwrap().source_power_off, None);
+}
+
+/// An instancetype and a preference that do not exist hold the migration, each named in its
+/// own concern; each created (the cluster-wide instancetype, the namespaced preference) lets it
+/// go on at the next look, with the VM created on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_instancetype_or_preference_holds_until_both_exist() {
+    use ferry_controller::apis::instancetype::{instancetype, preference};
+    use ferry_crds::{InstancetypeKind, InstancetypeRef, PreferenceKind, PreferenceRef};
+    use kube::api::DynamicObject;
+    let mut env = Env::new("preflight-itype", 4).await;
+    env.extra_controller_args = vec!["--preflight-recheck".into(), "2s".into()];
+    env.start_sim();
+    env.start_controller();
+    // Cluster-wide: named after the test's namespace, so that labs shared by tests never meet.
+    let itype_name = format!("{}-u1", env.ns.name);
+    let mut vmm = env.migration("sized");
+    let placement = &mut vmm.spec.target.template.placement;
+    placement.instancetype = Some(InstancetypeRef {
+        name: itype_name.clone(),
+        kind: InstancetypeKind::VirtualMachineClusterInstancetype,
+    });
+    placement.preference = Some(PreferenceRef {
+        name: "linux".into(),
+        kind: PreferenceKind::VirtualMachinePreference,
+    });
+    env.create(&vmm).await;
+    let missing = |v: &VirtualMachineMigration| -> Vec<String> {
+        v.status
+            .as_ref()
+            .and_then(|s| s.preflight.as_ref())
+            .map(|p| {
+                p.concerns
+                    .iter()
+                    .filter(|c| c.code == ConcernCode::InstancetypeMissing)
+                    .map(|c| c.message.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let held = env
+        .wait_for("sized", "preflight to hold it", 120, |v| {
+            ready_reason(v) == Some(Reason::PreflightFailed)
+        })
+        .await;
+    let both = missing(&held);
+    assert_eq!(both.len(), 2, "{}", serde_yaml_status(&held));
+    assert!(
+        both[0].contains(&format!("VirtualMachineClusterInstancetype {itype_name}")),
+        "{both:?}"
+    );
+    assert!(
+        both[1].contains("VirtualMachinePreference linux"),
+        "{both:?}"
+    );
+    assert!(
+        concerns_of(&held).contains(&(ConcernCode::InstancetypeMissing, Severity::Critical)),
+        "{}",
+        serde_yaml_status(&held)
+    );
+    assert_eq!(env.power_state().await, "poweredOn", "nothing touched");
+
+    let client = env.lab.client().await.unwrap();
+    let (itype, _) = instancetype(InstancetypeKind::VirtualMachineClusterInstancetype);
+    let mut it = DynamicObject::new(&itype_name, &itype);
+    it.data = serde_json::json!({"spec": {"cpu": {"guest": 1}, "memory": {"guest": "64Mi"}}});
+    let itypes: Api<DynamicObject> = Api::all_with(client.clone(), &itype);
+    itypes.create(&PostParams::default(), &it).await.unwrap();
+    let one = env
+        .wait_for("sized", "the instancetype found", 120, |v| {
+            missing(v).len() == 1
+        })
+        .await;
+    assert!(one.held_by_preflight(), "{}", serde_yaml_status(&one));
+    assert!(missing(&one)[0].contains("VirtualMachinePreference linux"));
+
+    let (pref, _) = preference(PreferenceKind::VirtualMachinePreference);
+    let prefs: Api<DynamicObject> = Api::namespaced_with(client, &env.ns.name, &pref);
+    let mut p = DynamicObject::new("linux", &pref);
+    p.data = serde_json::json!({"spec": {}});
+    prefs.create(&PostParams::default(), &p).await.unwrap();
+    let v = env
+        .wait_for("sized", "it to go on", 120, |v| {
+            v.phase() != Phase::Pending && !v.held_by_preflight()
+        })
+        .await;
+    assert!(missing(&v).is_empty(), "{}", serde_yaml_status(&v));
+    itypes
+        .delete(&itype_name, &Default::default())
+        .await
+        .unwrap();
 }
 
 /// A Multus network whose NetworkAttachmentDefinition does not exist holds the migration; once

@@ -459,11 +459,35 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     .unwrap();
     scenarios.push(("a failure in Starting, retried", t, SystemTime::now()));
 
-    // 5. Preflight of a paused migration naming a StorageClass and a Multus network, neither
-    //    of which exists: each is looked for by name, and the migration is held, untouched.
+    // 5. Preflight of paused migrations naming a StorageClass, a Multus network, and an
+    //    instancetype and a preference of each kind, none of which exists: each is looked for
+    //    by name, and the migrations are held, untouched.
     let t = SystemTime::now();
-    let mut vmm = in_cluster_migration(&env, "preflight", None);
-    vmm.spec.paused = true;
+    use ferry_crds::{InstancetypeKind, InstancetypeRef, PreferenceKind, PreferenceRef};
+    let sized = |name: &str, it: InstancetypeKind, pref: PreferenceKind| {
+        let mut vmm = in_cluster_migration(&env, name, None);
+        vmm.spec.paused = true;
+        vmm.spec.target.template.placement.instancetype = Some(InstancetypeRef {
+            name: format!("{}-none", env.ns.name),
+            kind: it,
+        });
+        vmm.spec.target.template.placement.preference = Some(PreferenceRef {
+            name: format!("{}-none", env.ns.name),
+            kind: pref,
+        });
+        vmm
+    };
+    let mut vmm = sized(
+        "preflight",
+        InstancetypeKind::VirtualMachineClusterInstancetype,
+        PreferenceKind::VirtualMachinePreference,
+    );
+    let other_kinds = sized(
+        "preflight-kinds",
+        InstancetypeKind::VirtualMachineInstancetype,
+        PreferenceKind::VirtualMachineClusterPreference,
+    );
+    env.create(&other_kinds).await;
     vmm.spec.target.template.storage_class_name = Some(format!("{}-nowhere", env.ns.name));
     vmm.spec.target.template.networks = vec![ferry_crds::NetworkMapping {
         source: "VM Network".into(),
@@ -481,11 +505,25 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
                 let codes: Vec<_> = p.concerns.iter().map(|c| c.code).collect();
                 codes.contains(&ferry_crds::ConcernCode::StorageClassMissing)
                     && codes.contains(&ferry_crds::ConcernCode::NetworkAttachmentMissing)
+                    && codes.contains(&ferry_crds::ConcernCode::InstancetypeMissing)
+            })
+    })
+    .await;
+    env.wait_for("preflight-kinds", "its preflight", 120, |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.preflight.as_ref())
+            .is_some_and(|p| {
+                p.concerns
+                    .iter()
+                    .filter(|c| c.code == ferry_crds::ConcernCode::InstancetypeMissing)
+                    .count()
+                    == 2
             })
     })
     .await;
     scenarios.push((
-        "a paused migration preflighted (a StorageClass and a network looked for)",
+        "paused migrations preflighted (a StorageClass, a network, instancetypes and preferences looked for)",
         t,
         SystemTime::now(),
     ));

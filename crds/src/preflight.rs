@@ -88,6 +88,9 @@ pub enum ConcernCode {
     /// UEFI Secure Boot is on: the VM gets KubeVirt's Secure Boot (SMM, OVMF with Microsoft
     /// keys); a guest signed with other keys will not boot.
     SecureBoot,
+    /// Changed block tracking is off (`config.changeTrackingEnabled`): a cold migration copies
+    /// every block regardless; an incremental (warm) copy needs it on before the first snapshot.
+    ChangeTrackingOff,
     /// The chosen disk bus needs drivers the guest is not said to have (virtio without
     /// `devices.virtioDrivers`): a Windows guest will not boot.
     BusWithoutDrivers,
@@ -108,6 +111,9 @@ pub enum ConcernCode {
     /// A StorageClass the disks' volumes would use does not exist: their claims would wait for a
     /// provisioner forever.
     StorageClassMissing,
+    /// The instancetype or preference `target.template.placement` names does not exist:
+    /// KubeVirt would not start the VM.
+    InstancetypeMissing,
     /// A disk's datastore is not in `target.template.storageMap`, which names no default
     /// class: where its volume goes is not said.
     DatastoreUnmapped,
@@ -139,6 +145,7 @@ impl ConcernCode {
         ConcernCode::IncompleteInventory,
         ConcernCode::NoDisk,
         ConcernCode::SecureBoot,
+        ConcernCode::ChangeTrackingOff,
         ConcernCode::BusWithoutDrivers,
         ConcernCode::TargetNameTaken,
         ConcernCode::NameConflict,
@@ -146,6 +153,7 @@ impl ConcernCode {
         ConcernCode::NetworkAttachmentMissing,
         ConcernCode::NetworkNotAllowed,
         ConcernCode::StorageClassMissing,
+        ConcernCode::InstancetypeMissing,
         ConcernCode::DatastoreUnmapped,
         ConcernCode::QuotaExceeded,
         ConcernCode::StorageCapacityShort,
@@ -169,6 +177,7 @@ impl ConcernCode {
             ConcernCode::IncompleteInventory => "IncompleteInventory",
             ConcernCode::NoDisk => "NoDisk",
             ConcernCode::SecureBoot => "SecureBoot",
+            ConcernCode::ChangeTrackingOff => "ChangeTrackingOff",
             ConcernCode::BusWithoutDrivers => "BusWithoutDrivers",
             ConcernCode::TargetNameTaken => "TargetNameTaken",
             ConcernCode::NameConflict => "NameConflict",
@@ -176,6 +185,7 @@ impl ConcernCode {
             ConcernCode::NetworkAttachmentMissing => "NetworkAttachmentMissing",
             ConcernCode::NetworkNotAllowed => "NetworkNotAllowed",
             ConcernCode::StorageClassMissing => "StorageClassMissing",
+            ConcernCode::InstancetypeMissing => "InstancetypeMissing",
             ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
             ConcernCode::QuotaExceeded => "QuotaExceeded",
             ConcernCode::StorageCapacityShort => "StorageCapacityShort",
@@ -203,12 +213,14 @@ impl ConcernCode {
             | ConcernCode::IncompleteInventory
             | ConcernCode::NoDisk
             | ConcernCode::SecureBoot
+            | ConcernCode::ChangeTrackingOff
             | ConcernCode::TargetNameTaken
             | ConcernCode::NameConflict
             | ConcernCode::NetworkUnmapped
             | ConcernCode::NetworkAttachmentMissing
             | ConcernCode::NetworkNotAllowed
             | ConcernCode::StorageClassMissing
+            | ConcernCode::InstancetypeMissing
             | ConcernCode::DatastoreUnmapped
             | ConcernCode::QuotaExceeded
             | ConcernCode::StorageCapacityShort

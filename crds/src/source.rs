@@ -357,6 +357,9 @@ pub struct DiscoveredSource {
     /// UEFI Secure Boot is on (only with efi firmware).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
+    /// Changed block tracking is on (`config.changeTrackingEnabled`), when vSphere says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_tracking: Option<bool>,
     /// Number of virtual CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_cpu: Option<i32>,

@@ -193,6 +193,7 @@ type shapeSpec struct {
 	encrypted   bool
 	rdm         bool
 	passthrough string
+	cbt         string
 }
 
 // runShape is `ferry-lab shape --state-dir DIR --vm NAME [changes]`: one ReconfigVM_Task (and a
@@ -221,6 +222,7 @@ func runShape(args []string) int {
 	fs.BoolVar(&s.encrypted, "encrypted", false, "put an encryption key id on every disk's backing (as an encrypted VM's disks carry)")
 	fs.BoolVar(&s.rdm, "rdm", false, "turn every disk into a raw device mapping (physical compatibility mode, as a LUN passed to the VM)")
 	fs.StringVar(&s.passthrough, "passthrough", "", "pass a host device through: usb or pci")
+	fs.StringVar(&s.cbt, "cbt", "", "changed block tracking (config.changeTrackingEnabled): on or off")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -318,6 +320,13 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 	spec := types.VirtualMachineConfigSpec{Name: s.name, Firmware: s.firmware, GuestId: s.guestID}
 	if s.secureBoot {
 		spec.BootOptions = &types.VirtualMachineBootOptions{EfiSecureBootEnabled: types.NewBool(true)}
+	}
+	switch s.cbt {
+	case "":
+	case "on", "off":
+		spec.ChangeTrackingEnabled = types.NewBool(s.cbt == "on")
+	default:
+		return spec, fmt.Errorf("-cbt %q: on or off", s.cbt)
 	}
 	if s.cpus > 0 {
 		spec.NumCPUs = int32(s.cpus)

@@ -247,8 +247,8 @@ func TestShapeAddsADiskAnsweredWithoutAValueTheAPIRequires(t *testing.T) {
 }
 
 // `ferry-lab shape` makes what preflight must find: a snapshot, independent and multi-writer
-// disks with an encryption key id, and host devices passed through — each as vSphere's API
-// reports it afterwards.
+// disks with an encryption key id, host devices passed through and changed block tracking off
+// — each as vSphere's API reports it afterwards.
 func TestShapeMakesWhatPreflightMustFind(t *testing.T) {
 	ctx := context.Background()
 	model := simulator.VPX()
@@ -267,7 +267,7 @@ func TestShapeMakesWhatPreflightMustFind(t *testing.T) {
 	}
 	for _, s := range []shapeSpec{
 		{vm: "DC0_H0_VM0", diskMode: "independent_persistent", multiWriter: true, encrypted: true, passthrough: "usb"},
-		{vm: "DC0_H0_VM0", passthrough: "pci", snapshot: "before-the-window"},
+		{vm: "DC0_H0_VM0", passthrough: "pci", snapshot: "before-the-window", cbt: "off"},
 	} {
 		if err := shape(ctx, dir, s); err != nil {
 			t.Fatalf("%+v: %v", s, err)
@@ -287,6 +287,9 @@ func TestShapeMakesWhatPreflightMustFind(t *testing.T) {
 	}
 	if len(o.RootSnapshot) != 1 {
 		t.Errorf("root snapshots: %v", o.RootSnapshot)
+	}
+	if cbt := o.Config.ChangeTrackingEnabled; cbt == nil || *cbt {
+		t.Errorf("changeTrackingEnabled %v, want false", cbt)
 	}
 	devices := object.VirtualDeviceList(o.Config.Hardware.Device)
 	for _, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {

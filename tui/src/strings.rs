@@ -983,6 +983,12 @@ pub mod preflight {
             ConcernCode::SecureBoot => {
                 "Secure Boot is on: a guest signed with other than Microsoft's keys will not boot"
             }
+            ConcernCode::ChangeTrackingOff => {
+                "changed block tracking is off: an incremental (warm) copy would need it"
+            }
+            ConcernCode::InstancetypeMissing => {
+                "the instancetype or preference named does not exist: KubeVirt would not start it"
+            }
             ConcernCode::BusWithoutDrivers => {
                 "the chosen bus needs drivers the guest is not said to have (virtioDrivers)"
             }

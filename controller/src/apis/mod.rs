@@ -3,6 +3,7 @@
 //! status — and of a Job's — into small states that decisions match on.
 
 pub mod cdi;
+pub mod instancetype;
 pub mod job;
 pub mod kubevirt;
 pub mod multus;

@@ -333,6 +333,7 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
             vsphere::Firmware::Efi => Firmware::Efi,
         }),
         secure_boot: Some(vm.firmware == vsphere::Firmware::Efi && vm.secure_boot),
+        change_tracking: vm.change_tracking,
         num_cpu: cpus,
         // Only a whole number of sockets is a topology; anything else reads as one core each.
         cores_per_socket: i32::try_from(vm.cores_per_socket)

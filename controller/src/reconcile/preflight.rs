@@ -51,6 +51,8 @@ pub struct SourceFacts {
     pub cross_namespace_networks: bool,
     /// The StorageClasses the disks' volumes would use (named ones only) that do not exist.
     pub missing_classes: Vec<String>,
+    /// The instancetype and preference the placement names that do not exist (`Kind name`).
+    pub missing_instancetypes: Vec<String>,
     /// What each ResourceQuota of the namespace has left.
     pub quotas: Vec<QuotaLeft>,
     /// What the named classes' drivers report they have room for, per topology segment (none
@@ -206,6 +208,7 @@ impl SourceFacts {
             missing_networks: vec![],
             cross_namespace_networks: false,
             missing_classes: vec![],
+            missing_instancetypes: vec![],
             quotas: vec![],
             capacities: vec![],
         }
@@ -225,6 +228,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     out.extend(facts.layout_problems.iter().map(of_layout));
     out.extend(power(vmm, facts, &name));
     out.extend(firmware(facts));
+    out.extend(change_tracking(facts, &name));
     out.extend(bus(vmm, facts));
     out.extend(networks(vmm, facts));
     out.extend(datastores(vmm, facts));
@@ -234,6 +238,12 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
             .missing_classes
             .iter()
             .map(|c| critical(Code::StorageClassMissing, say::class_missing(c))),
+    );
+    out.extend(
+        facts
+            .missing_instancetypes
+            .iter()
+            .map(|i| critical(Code::InstancetypeMissing, say::instancetype_missing(i))),
     );
     out.extend(quotas(vmm, facts));
     out.extend(capacity(vmm, facts));
@@ -340,11 +350,13 @@ pub fn holds(code: Code) -> bool {
         | Code::IncompleteInventory
         | Code::NoDisk
         | Code::SecureBoot
+        | Code::ChangeTrackingOff
         | Code::BusWithoutDrivers
         | Code::NetworkUnmapped
         | Code::NetworkAttachmentMissing
         | Code::NetworkNotAllowed
         | Code::StorageClassMissing
+        | Code::InstancetypeMissing
         | Code::DatastoreUnmapped
         | Code::QuotaExceeded
         | Code::StorageCapacityShort => true,
@@ -455,6 +467,19 @@ fn power(vmm: &VirtualMachineMigration, facts: &SourceFacts, name: &str) -> Vec<
 fn firmware(facts: &SourceFacts) -> Option<Concern> {
     (facts.vm.secure_boot == Some(true))
         .then(|| Concern::new(Code::SecureBoot, Severity::Info, say::secure_boot()))
+}
+
+/// Changed block tracking off: nothing for a cold copy, which reads every block anyway, but an
+/// incremental one needs it on before the first snapshot — worth knowing days before (Info).
+/// Unknown (the endpoint did not say) is no concern.
+fn change_tracking(facts: &SourceFacts, name: &str) -> Option<Concern> {
+    (facts.vm.change_tracking == Some(false)).then(|| {
+        Concern::new(
+            Code::ChangeTrackingOff,
+            Severity::Info,
+            say::change_tracking_off(name),
+        )
+    })
 }
 
 /// A bus or NIC model that needs virtio drivers the spec does not say the guest has: a Windows
@@ -645,6 +670,18 @@ mod say {
         "UEFI Secure Boot is on: the VM gets KubeVirt's Secure Boot (SMM, Microsoft's keys); a guest signed with other keys will not boot".to_owned()
     }
 
+    pub(super) fn instancetype_missing(what: &str) -> String {
+        format!(
+            "{what}, named by target.template.placement, does not exist (or KubeVirt's instancetype API is not served): KubeVirt would not start the VM; create it or name another"
+        )
+    }
+
+    pub(super) fn change_tracking_off(name: &str) -> String {
+        format!(
+            "changed block tracking is off on {name}: this cold copy reads every block as it would anyway; an incremental (warm) copy needs it on (config.changeTrackingEnabled, then a new snapshot) before the window"
+        )
+    }
+
     pub(super) fn without_drivers(disk: bool, windows: bool) -> String {
         let what = if disk {
             "target.template.devices asks for a virtio disk bus"
@@ -797,6 +834,20 @@ mod tests {
             codes(&concerns(&kept, &f)),
             vec![(Code::PoweredOn, Severity::Critical)]
         );
+    }
+
+    #[test]
+    fn change_tracking_off_is_worth_knowing_and_unknown_is_nothing() {
+        let vmm = fixtures::migration("m");
+        let mut f = facts();
+        f.vm.change_tracking = Some(false);
+        let c = concerns(&vmm, &f);
+        assert_eq!(codes(&c), vec![(Code::ChangeTrackingOff, Severity::Info)]);
+        assert!(c[0].message.contains("vm0"), "{c:?}");
+        for known in [Some(true), None] {
+            f.vm.change_tracking = known;
+            assert_eq!(concerns(&vmm, &f), vec![], "{known:?}");
+        }
     }
 
     #[test]

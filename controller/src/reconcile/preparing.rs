@@ -152,6 +152,7 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         missing_networks: missing_networks(io).await?,
         cross_namespace_networks: io.ctx.policy.cross_namespace_networks,
         missing_classes,
+        missing_instancetypes: missing_instancetypes(io).await?,
         quotas: quotas_left(io).await?,
         capacities: capacities(io, &classes).await?,
     }))
@@ -202,6 +203,37 @@ async fn missing_classes(io: Io<'_>, classes: &[String]) -> Result<Vec<String>> 
     for class in classes {
         if api.get_opt(class).await?.is_none() {
             missing.push(class.clone());
+        }
+    }
+    Ok(missing)
+}
+
+/// The instancetype and preference `target.template.placement` names that do not exist (as
+/// `Kind name`), read by name (only when one is named). KubeVirt does not start a VM whose
+/// instancetype or preference is missing; one its API does not serve (404 too) is as missing.
+async fn missing_instancetypes(io: Io<'_>) -> Result<Vec<String>> {
+    use crate::apis::instancetype::{instancetype, preference};
+    let placement = &io.vmm.spec.target.template.placement;
+    let named = placement
+        .instancetype
+        .iter()
+        .map(|i| (instancetype(i.kind), &i.name))
+        .chain(
+            placement
+                .preference
+                .iter()
+                .map(|p| (preference(p.kind), &p.name)),
+        );
+    let ns = io.vmm.metadata.namespace.as_deref().unwrap_or_default();
+    let mut missing = vec![];
+    for ((resource, cluster_wide), name) in named {
+        let api: kube::Api<kube::api::DynamicObject> = if cluster_wide {
+            kube::Api::all_with(io.ctx.client.clone(), &resource)
+        } else {
+            kube::Api::namespaced_with(io.ctx.client.clone(), ns, &resource)
+        };
+        if api.get_opt(name).await?.is_none() {
+            missing.push(format!("{} {name}", resource.kind));
         }
     }
     Ok(missing)

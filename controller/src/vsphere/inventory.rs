@@ -33,6 +33,7 @@ vim_retrievable!(
         guest_full_name = "config.guest_full_name"?,
         firmware = "config.firmware"?,
         secure_boot = "config.boot_options.efi_secure_boot_enabled"?,
+        change_tracking = "config.change_tracking_enabled"?,
         num_cpu = "config.hardware.num_cpu"?,
         cores_per_socket = "config.hardware.num_cores_per_socket"?,
         memory_mb = "config.hardware.memory_mb"?,

@@ -198,6 +198,7 @@ mod tests {
             tools: super::super::ToolsState::NotInstalled,
             firmware: Firmware::Bios,
             secure_boot: false,
+            change_tracking: Some(true),
             num_cpu: 1,
             cores_per_socket: 1,
             memory_mib: 1024,

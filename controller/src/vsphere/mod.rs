@@ -213,6 +213,8 @@ pub struct VmInfo {
     pub firmware: Firmware,
     /// `config.bootOptions.efiSecureBootEnabled`.
     pub secure_boot: bool,
+    /// `config.changeTrackingEnabled` (absent when the endpoint leaves it out).
+    pub change_tracking: Option<bool>,
     pub num_cpu: u32,
     /// `config.hardware.numCoresPerSocket` (1 when unset).
     pub cores_per_socket: u32,

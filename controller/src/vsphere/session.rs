@@ -409,6 +409,7 @@ impl Session {
             tools,
             firmware: inventory::firmware(p.firmware.as_deref()),
             secure_boot: p.secure_boot.unwrap_or(false),
+            change_tracking: p.change_tracking,
             num_cpu: p.num_cpu.unwrap_or_default().max(0) as u32,
             cores_per_socket: p.cores_per_socket.unwrap_or(1).max(1) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,
