@@ -202,27 +202,39 @@ async fn a_failure_in_starting_halts_the_target_before_the_source_is_powered_on(
     assert_eq!(seen.both, 0, "two live copies: {seen:?}");
 }
 
-/// A failure in Validating under OnCancelOrFailure (the guest has no agent): the instance runs
-/// when the migration fails; ferry halts it and powers the source on only once it is gone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failure_in_validating_powers_the_source_on_only_after_the_instance_is_gone() {
-    let mut env = Env::new("power-validating", 4).await;
-    env.extra_controller_args = vec!["--agent-timeout".into(), "3s".into()];
+/// A lab with the sim at speed 10 and a controller that waits `agent_timeout` for a guest
+/// agent, and migration `name` (OnCancelOrFailure) whose guest never gets one.
+async fn agentless(test: &str, name: &str, agent_timeout: &str) -> (Env, VirtualMachineMigration) {
+    let mut env = Env::new(test, 4).await;
+    env.extra_controller_args = vec!["--agent-timeout".into(), agent_timeout.into()];
     env.sim_args = vec!["--speed".into(), "10".into()];
     env.start_sim();
     env.start_controller();
-    let mut vmm = on_cancel_or_failure(with_fault(env.migration("agentless"), "agent=permanent"));
+    let mut vmm = on_cancel_or_failure(with_fault(env.migration(name), "agent=permanent"));
     vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
-    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
-    env.create(&vmm).await;
-    let v = wait_settled(&env, "agentless", 300).await;
-    let seen = sampler.finish().await;
-    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    (env, vmm)
+}
+
+/// `v` failed in Validating for want of the guest agent.
+fn assert_failed_waiting_for_the_agent(v: &VirtualMachineMigration) {
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(
         (f.phase, f.reason),
         (Phase::Validating, Reason::GuestAgentTimeout)
     );
+}
+
+/// A failure in Validating under OnCancelOrFailure (the guest has no agent): the instance runs
+/// when the migration fails; ferry halts it and powers the source on only once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_in_validating_powers_the_source_on_only_after_the_instance_is_gone() {
+    let (env, vmm) = agentless("power-validating", "agentless", "3s").await;
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.create(&vmm).await;
+    let v = wait_settled(&env, "agentless", 300).await;
+    let seen = sampler.finish().await;
+    assert_failed_waiting_for_the_agent(&v);
     let r = restore_of(&v).unwrap();
     assert_eq!(r.result, Some(PowerRestoreResult::PoweredOn), "{r:?}");
     assert!(r.target_stopping_since.is_some(), "it waited: {r:?}");
@@ -242,13 +254,7 @@ async fn a_failure_in_validating_powers_the_source_on_only_after_the_instance_is
 /// before it powers the source back on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_written_by_someone_else_is_no_hand_over() {
-    let mut env = Env::new("power-forged", 4).await;
-    env.extra_controller_args = vec!["--agent-timeout".into(), "30s".into()];
-    env.sim_args = vec!["--speed".into(), "10".into()];
-    env.start_sim();
-    env.start_controller();
-    let mut vmm = on_cancel_or_failure(with_fault(env.migration("forged"), "agent=permanent"));
-    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+    let (env, vmm) = agentless("power-forged", "forged", "30s").await;
     let sampler = Sampler::start(&env, &env.vm, &vmm).await;
     env.create(&vmm).await;
     let v = env.wait_phase("forged", Phase::Validating, 300).await;
@@ -263,12 +269,7 @@ async fn a_release_written_by_someone_else_is_no_hand_over() {
         .unwrap();
     let v = wait_settled(&env, "forged", 300).await;
     let seen = sampler.finish().await;
-    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
-    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
-    assert_eq!(
-        (f.phase, f.reason),
-        (Phase::Validating, Reason::GuestAgentTimeout)
-    );
+    assert_failed_waiting_for_the_agent(&v);
     let s = v.status.as_ref().unwrap();
     let record = ferry_crds::child::find(&s.children, "VirtualMachine", &target).unwrap();
     assert!(!record.released, "ferry released nothing: {record:?}");
@@ -290,13 +291,7 @@ async fn a_release_written_by_someone_else_is_no_hand_over() {
 /// and restarted: the restarted one waits for the instance to go, then powers the source on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_between_halting_the_target_and_powering_the_source_resumes_safely() {
-    let mut env = Env::new("power-kill", 4).await;
-    env.extra_controller_args = vec!["--agent-timeout".into(), "3s".into()];
-    env.sim_args = vec!["--speed".into(), "10".into()];
-    env.start_sim();
-    env.start_controller();
-    let mut vmm = on_cancel_or_failure(with_fault(env.migration("killed"), "agent=permanent"));
-    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+    let (mut env, vmm) = agentless("power-kill", "killed", "3s").await;
     let target = names::vm_name(&vmm);
     let mut strategies = std::pin::pin!(
         watcher(

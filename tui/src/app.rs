@@ -365,6 +365,16 @@ impl Runtime {
                     let _ = tx.send(Action::Children { key, result });
                 });
             }
+            Effect::FetchWhole { key } => {
+                let Some(client) = self.client_of(key.cluster) else {
+                    return After::Continue;
+                };
+                let tx = self.ui_tx.clone();
+                tokio::spawn(async move {
+                    let result = crate::kube::watch::whole_yaml(client, &key).await;
+                    let _ = tx.send(Action::Whole { key, result });
+                });
+            }
             Effect::Rewatch(_) => self.watch(state),
             Effect::Copy(text) => {
                 // Written between frames: the terminal's own buffer was flushed with the last

@@ -217,6 +217,14 @@ pub mod view {
         format!("# cannot render: {e}")
     }
 
+    /// The YAML view's migration is being read from the API.
+    pub const READING_WHOLE: &str = "# reading the whole object…";
+
+    /// The YAML view's migration could not be read.
+    pub fn cannot_read(e: &str) -> String {
+        format!("# cannot read the object: {e}")
+    }
+
     /// Column header of the events view.
     pub fn events_header() -> String {
         format!("  {:>7} {:<8}{:<22}{}", "AGE", "TYPE", "REASON", "MESSAGE")

@@ -177,6 +177,33 @@ async fn board_shows_new_migrations_and_c_then_y_sets_spec_cancel_in_the_apiserv
         s.contains("alpha") && s.contains("bravo")
     });
     assert!(screen.contains("Pending"), "{screen}");
+    // The YAML view reads the migration whole: its child records, which the board's cut-down
+    // copy drops, are there (written as the controller would, on the status subresource).
+    kubectl(
+        &kc,
+        &[
+            "-n",
+            &ns.name,
+            "patch",
+            "vmm",
+            "alpha",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"children":[{"kind":"Job","name":"alpha-convert-record","uid":"u-1","attempt":1}]}}"#,
+        ],
+        None,
+    );
+    tmux.keys(&["y"]);
+    tmux.wait_for("kind: VirtualMachineMigration", T);
+    // The status is at the end, below the pane.
+    tmux.keys(&["G"]);
+    let yaml = tmux.wait_for("alpha-convert-record", T);
+    assert!(yaml.contains("children:"), "{yaml}");
+    tmux.keys(&["Escape"]);
+    tmux.wait("back on the board", T, |s| {
+        s.contains("bravo") && !s.contains("alpha-convert-record")
+    });
     // The cursor is on the first row (alpha, sorted by name).
     tmux.keys(&["c"]);
     tmux.wait_for("Cancel 1 migration?", T);

@@ -245,7 +245,35 @@ fn details_of_a_failed_migration_with_children() {
 
 #[test]
 fn yaml() {
-    at_both_sizes("yaml", |s| apply(s, [Action::ShowYaml]));
+    at_both_sizes("yaml", |s| {
+        apply(s, [Action::ShowYaml]);
+        // What the API answers: the migration whole, as the app writes it.
+        let key = s.selected_row().unwrap().key.clone();
+        let text = serde_yaml::to_string(&*s.index.get(&key).unwrap().obj).unwrap();
+        apply(
+            s,
+            [Action::Whole {
+                key,
+                result: Ok(text),
+            }],
+        );
+    });
+}
+
+#[test]
+fn yaml_while_reading_and_when_unreadable() {
+    at_both_sizes("yaml_reading", |s| apply(s, [Action::ShowYaml]));
+    at_both_sizes("yaml_unreadable", |s| {
+        apply(s, [Action::ShowYaml]);
+        let key = s.selected_row().unwrap().key.clone();
+        apply(
+            s,
+            [Action::Whole {
+                key,
+                result: Err("virtualmachinemigrations \"a\" is forbidden".into()),
+            }],
+        );
+    });
 }
 
 #[test]

@@ -340,6 +340,21 @@ pub async fn run_wave(
     .await
     .unwrap();
     let s = w.status.unwrap();
+    if s.counts.succeeded as usize != vms.len() {
+        // What failed, and why: the lab goes with the bench.
+        let vmms: Api<ferry_crds::VirtualMachineMigration> = Api::namespaced(
+            waves.clone().into_client(),
+            &w.metadata.namespace.unwrap_or_default(),
+        );
+        for v in vmms.list(&Default::default()).await.unwrap().items {
+            if let Some(f) = v.status.as_ref().and_then(|s| s.last_failure.as_ref()) {
+                eprintln!(
+                    "bench: {} failed: {f:?}",
+                    v.metadata.name.unwrap_or_default()
+                );
+            }
+        }
+    }
     assert_eq!(s.counts.succeeded as usize, vms.len(), "wave {name}: {s:?}");
     t.elapsed()
 }

@@ -26,6 +26,32 @@ pub fn trim_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
     }
 }
 
+/// Cuts a migration down to what the board, details, timeline, preflight, problems and report
+/// read: its discovered source, child records, staging record, preflight's quota claims and
+/// owner references are read by none of them (issue #30: the board's memory at 10,000). The
+/// YAML view reads the whole object from the API when it opens ([`whole_yaml`]).
+pub fn trim_migration(o: &mut VirtualMachineMigration) {
+    trim_meta(&mut o.metadata);
+    o.metadata.owner_references = None;
+    if let Some(s) = o.status.as_mut() {
+        s.source = None;
+        s.children = vec![];
+        s.staging = None;
+        if let Some(p) = s.preflight.as_mut() {
+            p.claims = Default::default();
+        }
+    }
+}
+
+/// Migration `key` read whole from the API, as YAML (managedFields trimmed), for the YAML view;
+/// or why it could not be read.
+pub async fn whole_yaml(client: Client, key: &ObjKey) -> Result<String, String> {
+    let api: Api<VirtualMachineMigration> = Api::namespaced(client, &key.namespace);
+    let mut o = api.get(&key.name).await.map_err(|e| e.to_string())?;
+    trim_meta(&mut o.metadata);
+    serde_yaml::to_string(&o).map_err(|e| e.to_string())
+}
+
 /// An object kind the cockpit watches. What a list delivers is kept as it arrives, trimmed
 /// and (for Events) reduced to a row, so a list of thousands never sits whole in memory twice.
 pub trait Watched:
@@ -53,7 +79,7 @@ impl Watched for VirtualMachineMigration {
     const RESOURCE: Resource = Resource::Migrations;
     type Kept = VirtualMachineMigration;
     fn keep(mut self, _: ClusterId) -> Option<Self> {
-        trim_meta(&mut self.metadata);
+        trim_migration(&mut self);
         Some(self)
     }
     fn applied(self, cluster: ClusterId) -> Option<Action> {

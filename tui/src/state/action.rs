@@ -131,6 +131,13 @@ pub enum Action {
         /// Its children, or why they could not be read.
         result: Result<Vec<Child>, String>,
     },
+    /// A migration was read whole for the YAML view.
+    Whole {
+        /// The migration.
+        key: ObjKey,
+        /// Its YAML, or why it could not be read.
+        result: Result<String, String>,
+    },
     /// The contexts changed (`:ctx a,b`); each watched in its default namespace.
     ContextSwitched(Vec<ClusterView>),
     /// `:ctx` failed.
@@ -223,6 +230,11 @@ pub enum Effect {
         key: ObjKey,
         /// As the watch last delivered it.
         obj: Arc<VirtualMachineMigration>,
+    },
+    /// Read a migration whole, for the YAML view (in the cluster of `key`).
+    FetchWhole {
+        /// The migration.
+        key: ObjKey,
     },
     /// Restart the watches of every cluster on a new scope.
     Rewatch(Scope),

@@ -250,6 +250,19 @@ pub struct Children {
     pub result: Option<Result<Vec<Child>, String>>,
 }
 
+/// The whole migration shown in the YAML view, read from the API (the board keeps a cut-down
+/// copy: see `kube::watch::trim_migration`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Whole {
+    /// Whose.
+    pub key: ObjKey,
+    /// When it was asked for.
+    pub asked_at: Timestamp,
+    /// Its YAML, or why it could not be read; `None` while the first read is under way (a
+    /// re-read keeps the last answer until the next arrives).
+    pub result: Option<Result<String, String>>,
+}
+
 /// A one-line message at the bottom, for a few seconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flash {
@@ -313,6 +326,8 @@ pub struct State {
     pub report: Option<Report>,
     /// Children of the migration in details.
     pub children: Option<Children>,
+    /// The whole migration of the YAML view.
+    pub whole: Option<Whole>,
     /// Bottom-line message.
     pub flash: Option<Flash>,
     /// Set by `q` / `:q`.
@@ -353,6 +368,7 @@ impl State {
             pending: HashMap::new(),
             report: None,
             children: None,
+            whole: None,
             flash: None,
             quit: false,
             next_id: 1,

@@ -608,6 +608,52 @@ fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_second
 }
 
 #[test]
+fn the_yaml_view_reads_the_migration_whole_and_again_on_its_changes_at_most_every_two_seconds() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    let fx = update(&mut s, Action::ShowYaml);
+    assert_eq!(fx, vec![Effect::FetchWhole { key: key("a") }]);
+    assert_eq!(s.whole.as_ref().map(|w| w.result.clone()), Some(None));
+    update(
+        &mut s,
+        Action::Whole {
+            key: key("a"),
+            result: Ok("kind: VirtualMachineMigration\n".into()),
+        },
+    );
+    // A change within two seconds of the read: not read again.
+    let fx = update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Importing))),
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    update(&mut s, Action::Tick(ts(3602).0));
+    let fx = update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::CreatingVM))),
+    );
+    assert_eq!(fx, vec![Effect::FetchWhole { key: key("a") }]);
+    assert_eq!(
+        s.whole.as_ref().and_then(|w| w.result.clone()),
+        Some(Ok("kind: VirtualMachineMigration\n".into())),
+        "the last answer stays shown while the next is read"
+    );
+    // An answer about another migration is not this view's.
+    update(
+        &mut s,
+        Action::Whole {
+            key: key("b"),
+            result: Err("gone".into()),
+        },
+    );
+    assert!(matches!(
+        s.whole.as_ref().and_then(|w| w.result.clone()),
+        Some(Ok(_))
+    ));
+    update(&mut s, Action::Back);
+    assert_eq!(s.whole, None, "nothing kept once the view is closed");
+}
+
+#[test]
 fn paging_moves_by_the_viewport_and_keeps_the_cursor_on_screen() {
     let objs: Vec<_> = (0..50)
         .map(|i| vmm(&format!("m{i:02}"), Phase::Pending))

@@ -1,4 +1,5 @@
-//! The YAML of one object, as the watch delivered it (managedFields trimmed).
+//! The YAML of one object (managedFields trimmed): a migration's read whole from the API when
+//! the view opens and on its changes, a wave's as the watch delivered it.
 
 use ::kube::Resource;
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
@@ -17,15 +18,25 @@ use crate::{
     strings::view,
 };
 
-/// The YAML text of a target, if it is known.
+/// The YAML text of a target, if it is still on the board: a migration's as read whole from the
+/// API (the board keeps it cut down), a wave's as the watch delivered it.
 pub fn yaml_of(state: &State, target: &Target) -> Option<String> {
-    let text = match target.kind {
-        TargetKind::Migration => serde_yaml::to_string(&*state.index.get(&target.key)?.obj),
-        TargetKind::Wave => {
-            serde_yaml::to_string(&*state.waves.iter().find(|w| w.key == target.key)?.obj)
+    match target.kind {
+        TargetKind::Migration => {
+            state.index.get(&target.key)?;
+            let read = state.whole.as_ref().filter(|w| w.key == target.key);
+            Some(match read.and_then(|w| w.result.as_ref()) {
+                Some(Ok(text)) => text.clone(),
+                Some(Err(e)) => view::cannot_read(e),
+                None => view::READING_WHOLE.to_owned(),
+            })
         }
-    };
-    Some(text.unwrap_or_else(|e| view::cannot_render(&e)))
+        TargetKind::Wave => {
+            let text =
+                serde_yaml::to_string(&*state.waves.iter().find(|w| w.key == target.key)?.obj);
+            Some(text.unwrap_or_else(|e| view::cannot_render(&e)))
+        }
+    }
 }
 
 /// Draws the YAML view.

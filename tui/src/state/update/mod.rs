@@ -43,6 +43,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::EventsListed(c, evs) => watch::events_listed(state, c, evs),
         Action::Connection(c, r, s) => watch::connection(state, c, r, s),
         Action::Children { key, result } => watch::children(state, key, result),
+        Action::Whole { key, result } => watch::whole(state, key, result),
         Action::Outcome {
             id,
             target,
@@ -66,7 +67,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::ShowProblems => navigation::show_problems(state),
         Action::ToggleMark => navigation::toggle_mark(state),
         Action::MarkAllVisible => navigation::mark_all_visible(state),
-        Action::ShowYaml => navigation::show(state, View::Yaml),
+        Action::ShowYaml => navigation::show_yaml(state, &mut fx),
         Action::ShowEvents => navigation::show(state, View::Events),
         Action::NextMessage => navigation::next_message(state),
         Action::CopyMessage => session::copy_message(state, &mut fx),

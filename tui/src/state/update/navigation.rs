@@ -3,7 +3,7 @@
 
 use super::super::{
     Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
-    View, index::WaveScope, layout, messages, preflight, problems,
+    View, Whole, index::WaveScope, layout, messages, preflight, problems,
 };
 use super::session::flash;
 use crate::strings;
@@ -234,6 +234,9 @@ pub(super) fn back(state: &mut State) {
         if state.views.is_empty() {
             state.children = None;
         }
+        if !state.views.iter().any(|v| matches!(v, View::Yaml(_))) {
+            state.whole = None;
+        }
         return;
     }
     if state.focus == Focus::Waves {
@@ -425,6 +428,34 @@ pub(super) fn mark_all_visible(state: &mut State) {
 }
 
 /// Opens a view (YAML, events) of the focused object.
+/// `y`: the YAML of the focused object. A migration's is read whole from the API, since the
+/// board keeps it cut down; a wave's is the watch's own copy.
+pub(super) fn show_yaml(state: &mut State, fx: &mut Vec<Effect>) {
+    let Some(t) = focused_target(state) else {
+        return;
+    };
+    if t.kind == TargetKind::Migration {
+        ask_whole(state, &t.key, fx);
+    }
+    state.views.push(View::Yaml(t));
+    state.scroll = 0;
+}
+
+/// Asks for migration `key` whole; the answer it had stays shown until the new one arrives.
+pub(super) fn ask_whole(state: &mut State, key: &ObjKey, fx: &mut Vec<Effect>) {
+    fx.push(Effect::FetchWhole { key: key.clone() });
+    let shown = state
+        .whole
+        .take()
+        .filter(|w| w.key == *key)
+        .and_then(|w| w.result);
+    state.whole = Some(Whole {
+        key: key.clone(),
+        asked_at: state.now,
+        result: shown,
+    });
+}
+
 pub(super) fn show(state: &mut State, view: fn(Target) -> View) {
     if let Some(t) = focused_target(state) {
         state.views.push(view(t));

@@ -9,7 +9,7 @@ use super::{
         Child, Children, ClusterId, ConnState, Effect, EventRow, Expect, ObjKey, Resource, Row,
         State, Target, TargetKind, View, WaveRow,
     },
-    navigation::{clamp_wave_cursor, resync_cursor},
+    navigation::{ask_whole, clamp_wave_cursor, resync_cursor},
 };
 use crate::state::problems::Moved;
 
@@ -28,7 +28,8 @@ pub(super) fn connection(state: &mut State, c: ClusterId, r: Resource, s: ConnSt
     }
 }
 
-/// Children of the migration in details are re-read at most this often, on its changes.
+/// Children of the migration in details, and the migration of the YAML view, are re-read at
+/// most this often, on its changes.
 const CHILDREN_REFRESH: SignedDuration = SignedDuration::from_secs(2);
 
 pub(super) fn migration_applied(
@@ -55,10 +56,17 @@ pub(super) fn migration_applied(
             obj: row.obj.clone(),
         });
         state.children = Some(Children {
-            key,
+            key: key.clone(),
             asked_at: state.now,
             result: None,
         });
+    }
+    let reread = matches!(state.view(), Some(View::Yaml(t)) if t.kind == TargetKind::Migration && t.key == key)
+        && state.whole.as_ref().is_none_or(|w| {
+            w.key != key || state.now.duration_since(w.asked_at) >= CHILDREN_REFRESH
+        });
+    if reread {
+        ask_whole(state, &key, fx);
     }
     state.index.upsert(row);
     resync_cursor(state);
@@ -167,6 +175,13 @@ pub(super) fn events_listed(state: &mut State, c: ClusterId, evs: Vec<EventRow>)
         .filter(|e| e.regarding.cluster == c)
         .collect();
     state.events.replace_cluster(c, evs);
+}
+
+/// A migration read whole for the YAML view; an answer about one no longer shown is dropped.
+pub(super) fn whole(state: &mut State, key: ObjKey, result: Result<String, String>) {
+    if let Some(w) = state.whole.as_mut().filter(|w| w.key == key) {
+        w.result = Some(result);
+    }
 }
 
 /// Children read for details; an answer about a migration no longer shown is dropped.
