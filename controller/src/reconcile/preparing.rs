@@ -227,16 +227,27 @@ async fn missing_instancetypes(io: Io<'_>) -> Result<Vec<String>> {
     let ns = io.vmm.metadata.namespace.as_deref().unwrap_or_default();
     let mut missing = vec![];
     for ((resource, cluster_wide), name) in named {
-        let api: kube::Api<kube::api::DynamicObject> = if cluster_wide {
-            kube::Api::all_with(io.ctx.client.clone(), &resource)
-        } else {
-            kube::Api::namespaced_with(io.ctx.client.clone(), ns, &resource)
-        };
-        if api.get_opt(name).await?.is_none() {
+        if !exists(io, &resource, (!cluster_wide).then_some(ns), name).await? {
             missing.push(format!("{} {name}", resource.kind));
         }
     }
     Ok(missing)
+}
+
+/// Whether the object `name` of a kind ferry only looks for (read as a dynamic object, by
+/// name) exists: in `namespace`, or cluster-wide when `None`.
+async fn exists(
+    io: Io<'_>,
+    resource: &kube::api::ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<bool> {
+    let client = io.ctx.client.clone();
+    let api: kube::Api<kube::api::DynamicObject> = match namespace {
+        Some(ns) => kube::Api::namespaced_with(client, ns, resource),
+        None => kube::Api::all_with(client, resource),
+    };
+    Ok(api.get_opt(name).await?.is_some())
 }
 
 /// The NetworkAttachmentDefinitions the Multus mappings name that do not exist, read fresh
@@ -250,12 +261,8 @@ async fn missing_networks(io: Io<'_>) -> Result<Vec<String>> {
         let Some((ns, name)) = network.split_once('/') else {
             continue;
         };
-        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-            io.ctx.client.clone(),
-            ns,
-            &crate::apis::multus::network_attachment_definition(),
-        );
-        if api.get_opt(name).await?.is_none() {
+        let nad = crate::apis::multus::network_attachment_definition();
+        if !exists(io, &nad, Some(ns), name).await? {
             missing.push(network);
         }
     }

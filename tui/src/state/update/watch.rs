@@ -2,7 +2,7 @@
 //! shows its effect, and the details view re-reads children as its migration changes.
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
-use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{
     super::{
@@ -46,10 +46,11 @@ pub(super) fn migration_applied(
     let key = row.key.clone();
     let moved = Moved::after(state.moved.get(&key), &row, state.now);
     state.moved.insert(key.clone(), moved);
+    let due = |asked: Option<(&ObjKey, Timestamp)>| {
+        asked.is_none_or(|(k, at)| *k != key || state.now.duration_since(at) >= CHILDREN_REFRESH)
+    };
     let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
-        && state.children.as_ref().is_none_or(|c| {
-            c.key != key || state.now.duration_since(c.asked_at) >= CHILDREN_REFRESH
-        });
+        && due(state.children.as_ref().map(|c| (&c.key, c.asked_at)));
     if refetch {
         fx.push(Effect::FetchChildren {
             key: key.clone(),
@@ -62,9 +63,7 @@ pub(super) fn migration_applied(
         });
     }
     let reread = matches!(state.view(), Some(View::Yaml(t)) if t.kind == TargetKind::Migration && t.key == key)
-        && state.whole.as_ref().is_none_or(|w| {
-            w.key != key || state.now.duration_since(w.asked_at) >= CHILDREN_REFRESH
-        });
+        && due(state.whole.as_ref().map(|w| (&w.key, w.asked_at)));
     if reread {
         ask_whole(state, &key, fx);
     }
