@@ -21,6 +21,17 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use support::*;
 
+/// Counter `name`'s growth per migration, series by series: `verb="create",kind="Job" 1.00, …`.
+fn per_series(before: &str, after: &str, name: &str, migrations: f64) -> String {
+    series_growth(before, after, name)
+        .into_iter()
+        .map(|(labels, d)| (labels, d / migrations))
+        .filter(|(_, per)| *per >= 0.05)
+        .map(|(labels, per)| format!("{} {per:.2}", labels.replace('"', "")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Mean seconds per phase (from `status.history`, whole seconds) of the wave's migrations, and
 /// the mean time in flight (released to Succeeded): where a migration's time goes.
 async fn phase_breakdown(vmms: &Api<VirtualMachineMigration>, wave: &str) {
@@ -305,6 +316,16 @@ async fn main() {
         row(
             "status writes per migration",
             format!("{:.1}", status_writes / nf),
+            "-",
+        ),
+        row(
+            "  writes per migration by verb and kind (≥ 0.05)",
+            per_series(&base, &after, "ferry_controller_api_writes_total", nf),
+            "-",
+        ),
+        row(
+            "  requests per migration by verb (≥ 0.05)",
+            per_series(&base, &after, "ferry_controller_api_requests_total", nf),
             "-",
         ),
         row(

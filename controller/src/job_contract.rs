@@ -70,4 +70,8 @@ pub mod extra_env {
     pub const QEMU_IMG: &str = "FERRY_QEMU_IMG";
     /// Cap on the bytes read from the datastore per second; unset: none.
     pub const MAX_READ_RATE: &str = "FERRY_MAX_READ_RATE";
+    /// A warm round's snapshot (its moref); unset at cutover.
+    pub const SNAPSHOT: &str = "FERRY_SNAPSHOT";
+    /// A warm round's disks, one `INDEX:DEVICE_KEY:TARGET:CHANGE_ID:DATASTORE_PATH` per line.
+    pub const DELTA_DISKS: &str = "FERRY_DELTA_DISKS";
 }

@@ -166,6 +166,9 @@ enum Command {
     /// Check imported volumes against the staged images' checksums (what the verification Job
     /// runs).
     Verify(ferry_controller::verify::VerifyArgs),
+    /// Copy the areas of each disk changed since a change id into its imported volume and
+    /// read them back (what a warm migration's delta Job runs).
+    Delta(ferry_controller::convert::delta::DeltaArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -276,6 +279,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Verify(args)) => {
             let code = ferry_controller::verify::run_to_exit_code(args).await;
+            std::process::exit(code);
+        }
+        Some(Command::Delta(args)) => {
+            let code = ferry_controller::convert::delta::run_to_exit_code(args).await;
             std::process::exit(code);
         }
         None | Some(Command::Run) => {

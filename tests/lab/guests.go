@@ -237,42 +237,56 @@ func runShape(args []string) int {
 	return 0
 }
 
-func shape(ctx context.Context, stateDir string, s shapeSpec) error {
+// labVCenter is the running lab's vCenter, as lab.json describes it.
+type labVCenter struct {
+	URL          string `json:"url"`
+	Username     string `json:"username"`
+	Password     string `json:"password"`
+	DatastoreDir string `json:"datastoreDir"`
+}
+
+// connectLab logs in to the vCenter of the lab whose state directory is stateDir and finds the
+// VM named vm in its default datacenter.
+func connectLab(ctx context.Context, stateDir, vm string) (*govmomi.Client, labVCenter, *object.VirtualMachine, error) {
 	var info struct {
-		VCenter struct {
-			URL      string `json:"url"`
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"vcenter"`
+		VCenter labVCenter `json:"vcenter"`
 	}
 	raw, err := os.ReadFile(filepath.Join(stateDir, "lab.json"))
 	if err != nil {
-		return err
+		return nil, info.VCenter, nil, err
 	}
 	if err := json.Unmarshal(raw, &info); err != nil {
-		return fmt.Errorf("lab.json: %w", err)
+		return nil, info.VCenter, nil, fmt.Errorf("lab.json: %w", err)
 	}
 	u, err := url.Parse(info.VCenter.URL)
 	if err != nil {
-		return err
+		return nil, info.VCenter, nil, err
 	}
 	u.User = url.UserPassword(info.VCenter.Username, info.VCenter.Password)
 	// The lab's own certificate: this tool only ever talks to the lab it was started with.
 	c, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
+		return nil, info.VCenter, nil, err
+	}
+	finder := find.NewFinder(c.Client, true)
+	dc, err := finder.DefaultDatacenter(ctx)
+	if err == nil {
+		finder.SetDatacenter(dc)
+		var found *object.VirtualMachine
+		if found, err = finder.VirtualMachine(ctx, vm); err == nil {
+			return c, info.VCenter, found, nil
+		}
+	}
+	_ = c.Logout(context.Background())
+	return nil, info.VCenter, nil, err
+}
+
+func shape(ctx context.Context, stateDir string, s shapeSpec) error {
+	c, _, vm, err := connectLab(ctx, stateDir, s.vm)
+	if err != nil {
 		return err
 	}
 	defer c.Logout(context.Background())
-	finder := find.NewFinder(c.Client, true)
-	dc, err := finder.DefaultDatacenter(ctx)
-	if err != nil {
-		return err
-	}
-	finder.SetDatacenter(dc)
-	vm, err := finder.VirtualMachine(ctx, s.vm)
-	if err != nil {
-		return err
-	}
 	spec, err := shapeConfigSpec(ctx, vm, s)
 	if err != nil {
 		return err

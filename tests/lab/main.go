@@ -44,6 +44,8 @@ func main() {
 			os.Exit(runShape(os.Args[2:]))
 		case "tag":
 			os.Exit(runTag(os.Args[2:]))
+		case "guest-write":
+			os.Exit(runGuestWrite(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println(labVersion())
 			return

@@ -105,6 +105,8 @@ func startVcsim(ctx context.Context, base string, port, n int, user, pass, certF
 	srv.Config.Handler = ignoringGuests(model, folderAuth(mux, user, pass)) // guests.go
 
 	lab := &vcsimLab{model: model, server: srv, url: fmt.Sprintf("https://127.0.0.1:%d/sdk", port), user: user, pass: pass}
+	// QueryChangedDiskAreas, and snapshots that freeze their disks and carry change ids
+	// (changed_areas.go, snapshots.go, cbt.go): what a warm migration needs of vCenter.
 	srv.Config.Handler = changedAreasSOAP(srv.Config.Handler, model.Map(), func() string { return lab.dsDir },
 		func(ck *http.Cookie) bool { return sessionAlive(mux, ck) })
 

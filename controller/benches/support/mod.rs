@@ -124,6 +124,31 @@ pub fn metric(text: &str, name: &str, filter: &str) -> f64 {
         + 0.0
 }
 
+/// Each series of counter `name` (its labels) and how much it grew from `before` to `after`,
+/// the largest first: where a count comes from.
+pub fn series_growth(before: &str, after: &str, name: &str) -> Vec<(String, f64)> {
+    let series = |text: &str| -> BTreeMap<String, f64> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once("} ")?;
+                Some((labels.to_owned(), value.parse::<f64>().ok()?))
+            })
+            .collect()
+    };
+    let before = series(before);
+    let mut grown: Vec<(String, f64)> = series(after)
+        .into_iter()
+        .map(|(labels, v)| {
+            let was = before.get(&labels).copied().unwrap_or(0.0);
+            (labels, v - was)
+        })
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
+    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    grown
+}
+
 /// The q-quantile of a Prometheus histogram (linear inside the bucket).
 pub fn quantile(text: &str, name: &str, q: f64) -> f64 {
     let mut buckets: Vec<(f64, f64)> = text

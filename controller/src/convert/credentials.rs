@@ -84,23 +84,7 @@ impl Credentials {
     /// [`Error::Usage`] for a pin that is not a thumbprint or a bundle without a certificate:
     /// the controller refuses the same Secret with the same checks ([`crate::tls`]).
     pub fn endpoint(&self) -> Result<Endpoint, Error> {
-        let v = &self.vsphere;
-        let tls = match &v.trust {
-            VsphereTrust::Thumbprint(t) => Thumbprint::parse(t)
-                .map(TlsPolicy::Thumbprint)
-                .map_err(|e| Error::Usage(format!("{}: {e}", env::VSPHERE_THUMBPRINT)))?,
-            VsphereTrust::CaBundle(pem) => CaBundle::from_pem(pem)
-                .map(TlsPolicy::CaBundle)
-                .map_err(|e| Error::Usage(format!("{}: {e}", env::VSPHERE_CACERT)))?,
-            VsphereTrust::Insecure => TlsPolicy::Insecure,
-            VsphereTrust::SystemRoots => TlsPolicy::SystemRoots,
-        };
-        Ok(Endpoint {
-            url: v.url.clone(),
-            username: v.username.clone(),
-            password: v.password.clone(),
-            tls,
-        })
+        endpoint_of(&self.vsphere)
     }
 
     /// The staging configuration: the S3 Secret's endpoint, bucket, keys and CA bundle; the
@@ -125,6 +109,38 @@ impl Credentials {
             ca_bundle: s.ca_bundle.clone(),
         })
     }
+}
+
+/// The vSphere endpoint alone, from this process's environment (a delta Job has no S3
+/// Secret): read and trusted as [`Credentials::endpoint`] does.
+///
+/// # Errors
+/// As [`Credentials::read`] and [`Credentials::endpoint`], for the vSphere Secret.
+pub fn vsphere_endpoint_from_env() -> Result<Endpoint, Error> {
+    let var = |name: &str| std::env::var_os(name);
+    let vsphere = credentials::vsphere(&secret_of_env(&VSPHERE_ENV, &var))
+        .map_err(|e| usage("vSphere", &VSPHERE_ENV, e))?;
+    endpoint_of(&vsphere)
+}
+
+/// The vSphere endpoint of a Secret read, trusted as it says.
+fn endpoint_of(v: &VsphereCredentials) -> Result<Endpoint, Error> {
+    let tls = match &v.trust {
+        VsphereTrust::Thumbprint(t) => Thumbprint::parse(t)
+            .map(TlsPolicy::Thumbprint)
+            .map_err(|e| Error::Usage(format!("{}: {e}", env::VSPHERE_THUMBPRINT)))?,
+        VsphereTrust::CaBundle(pem) => CaBundle::from_pem(pem)
+            .map(TlsPolicy::CaBundle)
+            .map_err(|e| Error::Usage(format!("{}: {e}", env::VSPHERE_CACERT)))?,
+        VsphereTrust::Insecure => TlsPolicy::Insecure,
+        VsphereTrust::SystemRoots => TlsPolicy::SystemRoots,
+    };
+    Ok(Endpoint {
+        url: v.url.clone(),
+        username: v.username.clone(),
+        password: v.password.clone(),
+        tls,
+    })
 }
 
 /// The reader's error, with the variable that carried the key.

@@ -21,7 +21,7 @@ use crate::staging::{DiskRecord, RecordState, Staging};
 use crate::vsphere::{self, Allocation, DatastorePath};
 
 /// What a disk is on the datastore.
-enum Input {
+pub(super) enum Input {
     /// Flat extents (ESXi's `-flat.vmdk`), read directly.
     Flat(DiskMap),
     /// One sparse VMDK file (hosted sparse, or stream-optimized as in an OVA), read by qemu-img.
@@ -153,54 +153,7 @@ impl Ctx<'_> {
 
     /// Reads the `.vmdk` the disk names and tells what it is.
     async fn probe(&self, index: usize, disk: &DiskSpec) -> Result<Input, Error> {
-        let vs = self.vs(disk, index);
-        let bad = |detail: String| Error::BadDisk {
-            disk: format!("disk {index} ({})", disk.datastore_path),
-            detail,
-        };
-        let ds =
-            DatastorePath::parse(&disk.datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
-        let (session, dc) = (&self.src.session, &self.src.datacenter);
-        let path = ds.to_string();
-        let len = session.file_len(&path, dc).await.map_err(vs.clone())?;
-        let head = session
-            .read_range(&path, dc, 0, len.min(vmdk::MAX_DESCRIPTOR_BYTES))
-            .await
-            .map_err(vs.clone())?;
-        if let Some(h) = vmdk::sparse_header(&head) {
-            return Ok(Input::Sparse {
-                path,
-                len,
-                compressed: h.compressed,
-            });
-        }
-        if len > vmdk::MAX_DESCRIPTOR_BYTES || !vmdk::is_descriptor(&head) {
-            return Err(bad(format!(
-                "{} is neither a VMDK descriptor nor a sparse VMDK ({len} bytes)",
-                ds.file_name()
-            )));
-        }
-        let text = String::from_utf8_lossy(&head);
-        let exts = vmdk::extents(&text).map_err(|e| bad(e.to_string()))?;
-        let map = DiskMap::from_extents(&exts, &vmdk::zero_extents(&text)).map_err(|e| {
-            bad(format!(
-                "{e}; a descriptor over sparse extents (a hosted split disk or a snapshot delta) \
-                 is not read; consolidate the disk first"
-            ))
-        })?;
-        // A short flat extent would read as zeros past its end: a silent wrong copy. Refuse it.
-        for (file, need) in map.files.iter().zip(map.needed_file_lengths()) {
-            let have = session
-                .file_len(&ds.sibling(file).to_string(), dc)
-                .await
-                .map_err(vs.clone())?;
-            if have < need {
-                return Err(bad(format!(
-                    "extent {file} has {have} bytes, but the descriptor needs {need}; the disk is incomplete"
-                )));
-            }
-        }
-        Ok(Input::Flat(map))
+        probe(&self.src, index, &disk.datastore_path).await
     }
 
     /// The flat map narrowed to what vSphere says is allocated, when it can say.
@@ -219,7 +172,7 @@ impl Ctx<'_> {
         match self
             .src
             .session
-            .allocated_areas(&vm.moref, d.key, size)
+            .allocated_areas(&vm.moref, None, d.key, size)
             .await
             .map_err(|source| Error::Vsphere {
                 disk: disk.datastore_path.clone(),
@@ -447,6 +400,65 @@ impl Ctx<'_> {
         }
         Ok((up, raw_sha256))
     }
+}
+
+/// Reads the `.vmdk` at `datastore_path` (disk `index`) and tells what it is.
+pub(super) async fn probe(
+    src: &Source,
+    index: usize,
+    datastore_path: &str,
+) -> Result<Input, Error> {
+    let name = format!("disk {index} ({datastore_path})");
+    let vs = move |source| Error::Vsphere {
+        disk: name.clone(),
+        source,
+    };
+    let bad = |detail: String| Error::BadDisk {
+        disk: format!("disk {index} ({datastore_path})"),
+        detail,
+    };
+    let ds = DatastorePath::parse(datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
+    let (session, dc) = (&src.session, &src.datacenter);
+    let path = ds.to_string();
+    let len = session.file_len(&path, dc).await.map_err(vs.clone())?;
+    let head = session
+        .read_range(&path, dc, 0, len.min(vmdk::MAX_DESCRIPTOR_BYTES))
+        .await
+        .map_err(vs.clone())?;
+    if let Some(h) = vmdk::sparse_header(&head) {
+        return Ok(Input::Sparse {
+            path,
+            len,
+            compressed: h.compressed,
+        });
+    }
+    if len > vmdk::MAX_DESCRIPTOR_BYTES || !vmdk::is_descriptor(&head) {
+        return Err(bad(format!(
+            "{} is neither a VMDK descriptor nor a sparse VMDK ({len} bytes)",
+            ds.file_name()
+        )));
+    }
+    let text = String::from_utf8_lossy(&head);
+    let exts = vmdk::extents(&text).map_err(|e| bad(e.to_string()))?;
+    let map = DiskMap::from_extents(&exts, &vmdk::zero_extents(&text)).map_err(|e| {
+        bad(format!(
+            "{e}; a descriptor over sparse extents (a hosted split disk or a snapshot delta) \
+             is not read; consolidate the disk first"
+        ))
+    })?;
+    // A short flat extent would read as zeros past its end: a silent wrong copy. Refuse it.
+    for (file, need) in map.files.iter().zip(map.needed_file_lengths()) {
+        let have = session
+            .file_len(&ds.sibling(file).to_string(), dc)
+            .await
+            .map_err(vs.clone())?;
+        if have < need {
+            return Err(bad(format!(
+                "extent {file} has {have} bytes, but the descriptor needs {need}; the disk is incomplete"
+            )));
+        }
+    }
+    Ok(Input::Flat(map))
 }
 
 /// A flat disk's raw contents in parts of `part` bytes, several ranges fetched at once; holes

@@ -42,6 +42,9 @@ pub enum Error {
     /// The bytes of an image did not add up (a bug or a source that changed underneath).
     #[error("upload: {0}")]
     Upload(String),
+    /// A volume does not read back what a warm round wrote to it: its storage lost a write.
+    #[error("verification: {0}")]
+    Verify(String),
 }
 
 impl From<super::qcow2::EncodeError> for Error {
@@ -54,7 +57,10 @@ impl Error {
     /// Whether a new attempt may succeed with the same arguments.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Usage(_) | Error::BadDisk { .. } | Error::SourcePoweredOn { .. } => false,
+            Error::Usage(_)
+            | Error::BadDisk { .. }
+            | Error::SourcePoweredOn { .. }
+            | Error::Verify(_) => false,
             Error::Upload(_) => true,
             Error::Vsphere { source, .. } => source.is_transient(),
             Error::Staging { source, .. } => source.is_transient(),
@@ -84,6 +90,7 @@ impl Error {
             Error::SourcePoweredOn { .. } => "SourcePoweredOn",
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
+            Error::Verify(_) => "Mismatch",
         }
     }
 }

@@ -25,6 +25,7 @@
 //! before the disk is done again, and an image is only ever taken as complete with its record.
 
 pub mod credentials;
+pub mod delta;
 mod disk;
 mod error;
 mod map;

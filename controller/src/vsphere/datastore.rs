@@ -8,7 +8,6 @@
 
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{CONTENT_RANGE, RANGE};
-use vim_rs::mo;
 
 use super::session::Session;
 use super::{Error, Result};
@@ -147,8 +146,8 @@ impl Session {
         Ok(buf.freeze())
     }
 
-    /// The areas of a VM's disk that may hold data, from `QueryChangedDiskAreas` with change id
-    /// `*` (every allocated area), asked piece by piece until the whole capacity is covered.
+    /// The areas of a VM's disk (or of its disk as `snapshot` froze it) that may hold data, from
+    /// `QueryChangedDiskAreas` with change id `*` (every allocated area; [`Session::changed_areas`]).
     ///
     /// vSphere answers only for a powered-off VM when no snapshot is given, and only with
     /// changed block tracking enabled on the VM; any fault makes the allocation
@@ -158,48 +157,22 @@ impl Session {
     pub async fn allocated_areas(
         &self,
         moref: &str,
+        snapshot: Option<&str>,
         device_key: i32,
         capacity: u64,
     ) -> Result<Allocation> {
-        let (_, _, client) = self.parts();
-        let vm = mo::VirtualMachine::new(client.clone(), moref);
-        let mut areas = Vec::new();
-        let mut offset = 0u64;
-        while offset < capacity {
-            let start = i64::try_from(offset).unwrap_or(i64::MAX);
-            let info = match vm
-                .query_changed_disk_areas(None, device_key, start, "*")
-                .await
-            {
-                Ok(info) => info,
-                Err(e) => {
-                    return match self.sdk_error(&e) {
-                        e @ (Error::Unreachable { .. }
-                        | Error::ThumbprintMismatch { .. }
-                        | Error::TlsUntrusted { .. }) => Err(e),
-                        other => Ok(Allocation::Unknown(other.to_string())),
-                    };
-                }
-            };
-            for a in info.changed_area.iter().flatten() {
-                if a.length > 0 && a.start >= 0 {
-                    areas.push((a.start as u64, a.length as u64));
-                }
-            }
-            let next = u64::try_from(info.start_offset.saturating_add(info.length)).unwrap_or(0);
-            if next <= offset {
-                return Ok(Allocation::Unknown(format!(
-                    "QueryChangedDiskAreas made no progress at offset {offset}"
-                )));
-            }
-            offset = next;
+        match self
+            .changed_areas(moref, snapshot, device_key, capacity, "*")
+            .await
+        {
+            Ok(areas) => Ok(Allocation::Known(areas)),
+            Err(
+                e @ (Error::Unreachable { .. }
+                | Error::ThumbprintMismatch { .. }
+                | Error::TlsUntrusted { .. }),
+            ) => Err(e),
+            Err(other) => Ok(Allocation::Unknown(other.to_string())),
         }
-        Ok(Allocation::Known(areas))
-    }
-
-    fn sdk_error(&self, e: &vim_rs::core::client::Error) -> Error {
-        let (_, tls, _) = self.parts();
-        Error::from_vim(self.sdk_url().as_str(), e, tls)
     }
 }
 

@@ -7,6 +7,7 @@ mod error;
 mod inventory;
 mod layout;
 mod session;
+mod snapshot;
 pub mod tags;
 mod url;
 
@@ -18,6 +19,7 @@ pub use error::Error;
 pub(crate) use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
 pub use session::Session;
+pub use snapshot::{Snapshot, SnapshotDisk};
 pub use url::{DatastorePath, download_url};
 
 pub use crate::tls::{DigestKind, Thumbprint, ThumbprintError, TlsPolicy};

@@ -106,7 +106,7 @@ impl Session {
             .map(str::to_owned)
     }
 
-    fn vim(&self, err: &vim_rs::core::client::Error) -> Error {
+    pub(super) fn vim(&self, err: &vim_rs::core::client::Error) -> Error {
         Error::from_vim(self.sdk.as_str(), err, &self.tls)
     }
 
@@ -553,7 +553,7 @@ impl Session {
         }
     }
 
-    async fn wait_task(&self, task: &ManagedObjectReference) -> Result<()> {
+    pub(super) async fn wait_task(&self, task: &ManagedObjectReference) -> Result<()> {
         let started = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
