@@ -42,6 +42,7 @@ fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Pat
         qemu_img: "qemu-img".into(),
         max_read_rate: None,
         job_uid: None,
+        snapshot: None,
     }
 }
 
@@ -651,5 +652,95 @@ async fn a_powered_on_source_is_refused_before_its_disks_are_read() {
     assert!(err.to_string().contains(&vm.moref), "{err}");
     assert_eq!(staging().list(&prefix("on")).await.unwrap(), vec![]);
     assert!(is_empty_dir(&work));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_vms_snapshot_is_staged_as_it_froze_the_disk() {
+    // A warm migration's first round: the VM runs and writes; the converter reads the disk
+    // its snapshot froze.
+    let vm = lab().claim_vm().unwrap();
+    let dir = scratch("convert-snapshot");
+    let descriptor = &vm.disks[0].local_path;
+    let flat = descriptor.with_file_name("disk1-flat.vmdk");
+    let data: Vec<u8> = (0..(8u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&flat, &data).unwrap();
+    std::fs::write(
+        descriptor,
+        "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n\
+         # Extent description\nRW 16384 VMFS \"disk1-flat.vmdk\"\n\n# The Disk Data Base\n#DDB\nddb.adapterType = \"lsilogic\"\n",
+    )
+    .unwrap();
+    let info = &lab().info;
+    ferry_controller::tls::install_default_provider();
+    let s = ferry_controller::vsphere::Session::connect(&ferry_controller::vsphere::Endpoint {
+        url: info.vcenter.url.clone(),
+        username: info.vcenter.username.clone(),
+        password: info.vcenter.password.clone().into(),
+        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+    })
+    .await
+    .unwrap();
+    s.power_on(&vm.moref).await.unwrap();
+    let snap = s
+        .ensure_snapshot(&vm.moref, "ferry-convert-lab", "convert_lab")
+        .await
+        .unwrap();
+    let frozen = s.snapshot_disks(&snap).await.unwrap().remove(0);
+    // The guest writes after the snapshot.
+    let out = Command::new(ferry_harness::repo_root().join("target/lab/bin/ferry-lab"))
+        .arg("guest-write")
+        .arg("--state-dir")
+        .arg(&info.state_dir)
+        .args(["--vm", &vm.name, "--percent", "50", "--seed", "11"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(std::fs::read(&flat).unwrap(), data, "the guest wrote");
+    let key = format!("{}/disk-0.raw", prefix("snapshot"));
+    let spec = |path: &str| DiskSpec {
+        index: Some(0),
+        datastore_path: path.to_owned(),
+        key: key.clone(),
+    };
+    let mut a = args(
+        &vm,
+        vec![spec(&frozen.datastore_path)],
+        OutputFormat::Raw,
+        &dir.join("work"),
+    );
+    a.snapshot = Some(snap.clone());
+    let report = convert::run(a.clone(), creds(&[])).await.unwrap();
+    assert_eq!(report.disks[0].status, DiskStatus::Converted);
+    let staged = dir.join("staged.raw");
+    staging().get_to_file(&key, &staged).await.unwrap();
+    assert!(
+        std::fs::read(&staged).unwrap() == data,
+        "the staged image is the disk as the snapshot froze it, not as the guest wrote on"
+    );
+    staging().delete_prefix(&prefix("snapshot")).await.unwrap();
+
+    // Without a snapshot, the running VM is refused; with one removed, so is the copy.
+    let mut live = args(
+        &vm,
+        vec![spec(&vm.disks[0].datastore_path)],
+        OutputFormat::Raw,
+        &dir.join("work"),
+    );
+    live.snapshot = None;
+    let err = convert::run(live, creds(&[])).await.unwrap_err();
+    assert_eq!(err.reason(), "SourcePoweredOn", "{err}");
+    s.remove_snapshot(&snap).await.unwrap();
+    let err = convert::run(a, creds(&[])).await.unwrap_err();
+    assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE, "{err}");
+    assert!(err.to_string().contains(&snap), "{err}");
+    assert_eq!(staging().list(&prefix("snapshot")).await.unwrap(), vec![]);
+    let _ = s.logout().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }

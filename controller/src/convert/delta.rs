@@ -145,6 +145,7 @@ pub async fn run(
         session,
         datacenter,
         vm: None,
+        snapshot: None,
     };
     let throttle = args.max_read_rate.map(|r| Arc::new(Throttle::new(r)));
     let mut reports = Vec::new();

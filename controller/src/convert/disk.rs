@@ -161,18 +161,31 @@ impl Ctx<'_> {
         let Some(vm) = &self.src.vm else {
             return Ok((map, false));
         };
-        let Some(d) = vm
-            .disks
-            .iter()
-            .find(|d| d.datastore_path == disk.datastore_path)
-        else {
+        // Reading a snapshot, its disks name the frozen files; else the VM's own.
+        let (snapshot, key) = match &self.src.snapshot {
+            Some((snap, disks)) => (
+                Some(snap.as_str()),
+                disks
+                    .iter()
+                    .find(|d| d.datastore_path == disk.datastore_path)
+                    .map(|d| d.key),
+            ),
+            None => (
+                None,
+                vm.disks
+                    .iter()
+                    .find(|d| d.datastore_path == disk.datastore_path)
+                    .map(|d| d.key),
+            ),
+        };
+        let Some(key) = key else {
             return Ok((map, false));
         };
         let size = map.size();
         match self
             .src
             .session
-            .allocated_areas(&vm.moref, None, d.key, size)
+            .allocated_areas(&vm.moref, snapshot, key, size)
             .await
             .map_err(|source| Error::Vsphere {
                 disk: disk.datastore_path.clone(),

@@ -34,6 +34,11 @@ pub enum Error {
         "the source VM {moref} is {state}, not poweredOff: its disks may change under the copy, so none is staged"
     )]
     SourcePoweredOn { moref: String, state: &'static str },
+    /// The snapshot being read was removed: its file is the running VM's disk again.
+    #[error(
+        "the snapshot {snapshot} of VM {moref} was removed during the copy: its disk may have changed under it, so none is staged"
+    )]
+    SnapshotGone { moref: String, snapshot: String },
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -60,6 +65,7 @@ impl Error {
             Error::Usage(_)
             | Error::BadDisk { .. }
             | Error::SourcePoweredOn { .. }
+            | Error::SnapshotGone { .. }
             | Error::Verify(_) => false,
             Error::Upload(_) => true,
             Error::Vsphere { source, .. } => source.is_transient(),
@@ -88,6 +94,7 @@ impl Error {
             Error::Qemu { .. } => "QemuImg",
             Error::BadDisk { .. } => "BadDisk",
             Error::SourcePoweredOn { .. } => "SourcePoweredOn",
+            Error::SnapshotGone { .. } => "SnapshotGone",
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
             Error::Verify(_) => "Mismatch",

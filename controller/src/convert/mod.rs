@@ -148,6 +148,10 @@ pub struct ConvertArgs {
     /// recorded by this same Job are taken as already staged.
     #[arg(long, env = env::JOB_UID)]
     pub job_uid: Option<String>,
+    /// A snapshot of the VM (its moref) whose frozen disks the `--disk` paths name: a warm
+    /// migration's first round, read while the VM runs. Without one the VM must be off.
+    #[arg(long, env = extra_env::SNAPSHOT)]
+    pub snapshot: Option<String>,
 }
 
 /// What happened to one disk.
@@ -309,14 +313,34 @@ pub(crate) struct Source {
     pub session: Arc<Session>,
     pub datacenter: String,
     pub vm: Option<VmInfo>,
+    /// The snapshot read instead of the VM's disks, and its disks (a warm first round).
+    pub snapshot: Option<(String, Vec<vsphere::SnapshotDisk>)>,
 }
 
-/// Fails unless the source VM is powered off: checked before each disk is read and after it was
-/// uploaded, so that a VM someone powers on during the copy never yields a staged image.
+/// Fails unless the disks read cannot change: the source VM powered off, or — reading a
+/// snapshot — that snapshot still there (a snapshot removed hands its file back to the running
+/// VM, which writes it). Checked before each disk is read and after it was uploaded, so that a
+/// VM someone powers on, or a snapshot someone removes, during the copy never yields a staged
+/// image.
 pub(crate) async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
     let Some(vm) = src.vm.as_ref() else {
         return Ok(());
     };
+    let vs = |source| Error::Vsphere {
+        disk: disk.to_owned(),
+        source,
+    };
+    if let Some((snapshot, _)) = &src.snapshot {
+        let all = src.session.snapshots(&vm.moref).await.map_err(vs)?;
+        return if all.iter().any(|s| &s.moref == snapshot) {
+            Ok(())
+        } else {
+            Err(Error::SnapshotGone {
+                moref: vm.moref.clone(),
+                snapshot: snapshot.clone(),
+            })
+        };
+    }
     let state = src
         .session
         .power_state(&vm.moref)
@@ -492,10 +516,35 @@ async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, 
             )));
         }
     };
+    let snapshot = match (args.snapshot.as_deref().filter(|s| !s.is_empty()), &vm) {
+        (None, _) => None,
+        (Some(snap), Some(vm)) => match session.snapshot_disks(snap).await {
+            Ok(disks) => Some((snap.to_owned(), disks)),
+            Err(e) => {
+                let _ = session.logout().await;
+                return Err(match e {
+                    vsphere::Error::NotFound(_) => Error::SnapshotGone {
+                        moref: vm.moref.clone(),
+                        snapshot: snap.to_owned(),
+                    },
+                    other => login(other),
+                });
+            }
+        },
+        (Some(_), None) => {
+            let _ = session.logout().await;
+            return Err(Error::Usage(format!(
+                "--snapshot ({}) needs --vm-moref ({})",
+                extra_env::SNAPSHOT,
+                env::VM_MOREF
+            )));
+        }
+    };
     Ok(Source {
         session: Arc::new(session),
         datacenter,
         vm,
+        snapshot,
     })
 }
 

@@ -396,9 +396,17 @@ fn status(
     }
 }
 
+/// How often at most the counts that move as migrations go from phase to phase (the phase
+/// breakdown, in flight, pending, queued, running, succeeded) are written: a wave of a thousand
+/// moves them thousands of times, and every write is a request to a shared apiserver. Each
+/// migration's own status carries its phase at once.
+pub const COUNTS_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Whether the wave's `new` status is worth a write over `old`, `since_last` after this
-/// controller last wrote it: the counts, phases and conditions at once; the figures that move
-/// with every byte copied (bytes, throughput, ETA) at most once per `interval`. Pure.
+/// controller last wrote it: the wave's phase, its conditions, collisions, preflight and every
+/// failure or cancellation at once; the counts migrations move through at most once per
+/// [`COUNTS_INTERVAL`]; the figures that move with every byte copied (bytes, throughput, ETA) at
+/// most once per `interval`. Pure.
 pub fn worth_writing(
     old: Option<&MigrationWaveStatus>,
     new: &MigrationWaveStatus,
@@ -409,15 +417,28 @@ pub fn worth_writing(
     if old == new {
         return Worth::No;
     }
-    let steady = |s: &MigrationWaveStatus| MigrationWaveStatus {
+    let counted = |s: &MigrationWaveStatus| MigrationWaveStatus {
         bytes_done: 0,
         bytes_total: 0,
         throughput_per_hour: None,
         eta_seconds: None,
         ..s.clone()
     };
+    let steady = |s: &MigrationWaveStatus| MigrationWaveStatus {
+        phases: Default::default(),
+        in_flight: 0,
+        counts: ferry_crds::wave::WaveCounts {
+            failed: s.counts.failed,
+            cancelled: s.counts.cancelled,
+            ..Default::default()
+        },
+        ..counted(s)
+    };
     if steady(old) != steady(new) {
         return Worth::Now;
+    }
+    if counted(old) != counted(new) {
+        return Worth::once_per(COUNTS_INTERVAL.min(interval), since_last);
     }
     Worth::once_per(interval, since_last)
 }
@@ -461,7 +482,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bytes_and_eta_wait_for_the_interval_but_counts_do_not() {
+    fn bytes_and_eta_wait_for_the_interval_counts_a_moment_failures_not_at_all() {
         let old = MigrationWaveStatus {
             total: 3,
             bytes_done: 10,
@@ -481,7 +502,19 @@ mod tests {
         assert_eq!(worth_writing(Some(&old), &old, None, i), Worth::No);
         let mut counted = moved.clone();
         counted.in_flight = 1;
+        counted.counts.succeeded = 1;
+        let just = Some(Duration::from_millis(500));
+        assert_eq!(
+            worth_writing(Some(&old), &counted, just, i),
+            Worth::Later(Duration::from_millis(1500))
+        );
         assert_eq!(worth_writing(Some(&old), &counted, soon, i), Worth::Now);
+        let mut failed = counted.clone();
+        failed.counts.failed = 1;
+        assert_eq!(worth_writing(Some(&old), &failed, just, i), Worth::Now);
+        let mut done = counted.clone();
+        done.phase = ferry_crds::wave::WavePhase::Succeeded;
+        assert_eq!(worth_writing(Some(&old), &done, just, i), Worth::Now);
         assert_eq!(worth_writing(None, &old, soon, i), Worth::Now);
     }
     use ferry_crds::{
