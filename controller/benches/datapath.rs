@@ -303,6 +303,7 @@ async fn main() {
                         Phase::Converting => {}
                         Phase::Failed => panic!("{case}: failed:\n{}", serde_yaml_status(&v)),
                         Phase::Importing
+                        | Phase::CuttingOver
                         | Phase::CreatingVM
                         | Phase::Starting
                         | Phase::Validating
@@ -316,6 +317,7 @@ async fn main() {
                         | Phase::Queued
                         | Phase::Preparing
                         | Phase::Importing
+                        | Phase::CuttingOver
                         | Phase::CreatingVM
                         | Phase::Starting
                         | Phase::Validating

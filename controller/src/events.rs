@@ -136,6 +136,7 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
             | Phase::Queued
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => {}

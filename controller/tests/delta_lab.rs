@@ -108,6 +108,7 @@ async fn round(
         datacenter: None,
         disks: vec![disk],
         max_read_rate: None,
+        result_file: None,
     };
     delta::run(&args, &endpoint())
         .await

@@ -12,24 +12,25 @@ use ferry_crds::{Phase, VirtualMachineMigration};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicate_children() {
-    let mut env = Env::new("e2e-crash", 64).await;
-    // Slow enough that Importing spans a kill and a restart.
-    env.sim_args = vec!["--throughput-mib".into(), "8".into()];
-    env.start_sim();
-    env.start_controller();
-    let creations = Creations::watch(&env).await;
+/// Creates `vmm` and SIGKILLs the controller once inside each checkpoint it enters, restarting it
+/// each time; `in_checkpoint` runs after each kill, with the checkpoint. The migration at its end.
+async fn kill_in_every_checkpoint(
+    env: &mut Env,
+    vmm: &VirtualMachineMigration,
+    mut in_checkpoint: impl FnMut(&Env, Phase),
+) -> (VirtualMachineMigration, BTreeSet<Phase>, Creations) {
+    let creations = Creations::watch(env).await;
     let api = env.api();
+    let name = vmm.metadata.name.clone().unwrap();
     let mut phases = std::pin::pin!(
         watcher(
             api.clone(),
-            watcher::Config::default().fields("metadata.name=crashy")
+            watcher::Config::default().fields(&format!("metadata.name={name}"))
         )
         .applied_objects()
         .filter_map(|v| async move { v.ok().map(|v: VirtualMachineMigration| v.phase()) })
     );
-    env.create(&env.migration("crashy")).await;
+    env.create(vmm).await;
     let mut killed = BTreeSet::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(420);
     loop {
@@ -44,6 +45,7 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
             if let Some(c) = env.controller.as_mut() {
                 c.kill();
             }
+            in_checkpoint(env, phase);
             // A moment for the world to move on without us, then back.
             tokio::time::sleep(Duration::from_millis(300)).await;
             env.start_controller();
@@ -52,12 +54,26 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
             break;
         }
     }
-    let v = env.get("crashy").await;
+    (env.get(&name).await, killed, creations)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicate_children() {
+    let mut env = Env::new("e2e-crash", 64).await;
+    // Slow enough that Importing spans a kill and a restart.
+    env.sim_args = vec!["--throughput-mib".into(), "8".into()];
+    env.start_sim();
+    env.start_controller();
+    let vmm = env.migration("crashy");
+    let (v, killed, creations) = kill_in_every_checkpoint(&mut env, &vmm, |_, _| {}).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert_eq!(
         killed,
-        Phase::CHECKPOINTS.into_iter().collect::<BTreeSet<_>>(),
-        "killed once inside each checkpoint"
+        Phase::CHECKPOINTS
+            .into_iter()
+            .filter(|p| *p != Phase::CuttingOver)
+            .collect::<BTreeSet<_>>(),
+        "killed once inside each checkpoint of a cold migration"
     );
     assert!(all_conditions_true(&v));
     assert_eq!(creations.duplicates(), vec![], "no child created twice");
@@ -72,6 +88,46 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
     qemu_raw(&env.disk.vmdk, &raw);
     assert!(same_file(&env.volume(&dv_name("crashy", 0)), &raw));
     assert!(env.staged_files().is_empty());
+}
+
+/// A warm migration asked to cut over at creation: killed in every checkpoint, the snapshot's
+/// and the cutover's included, while its guest writes before the cutover. It still ends with the
+/// volume equal to the source's final disk, no snapshot left and no child made twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_migration_killed_in_every_checkpoint_still_cuts_over_to_the_final_disk() {
+    let mut env = Env::new("e2e-crash-warm", 16).await;
+    let flat = env.flat_and_running().await;
+    env.sim_args = vec!["--throughput-mib".into(), "4".into()];
+    env.start_sim();
+    env.start_controller();
+    let vmm = env.warm_migration("warmcrash", true);
+    let (v, killed, creations) = kill_in_every_checkpoint(&mut env, &vmm, |env, phase| {
+        // The guest writes while the source still runs: the cutover must carry it over.
+        if matches!(phase, Phase::Converting | Phase::Importing) {
+            guest_write(env.lab, &env.vm, 20.0, phase.index() as u64);
+        }
+    })
+    .await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    assert_eq!(
+        killed,
+        Phase::CHECKPOINTS.into_iter().collect::<BTreeSet<_>>(),
+        "killed once inside each checkpoint of a warm migration"
+    );
+    assert!(all_conditions_true(&v), "{}", serde_yaml_status(&v));
+    assert_eq!(creations.duplicates(), vec![], "no child created twice");
+    assert!(
+        creations.names().iter().any(|n| n.ends_with("-cutover")),
+        "{:?}",
+        creations.names()
+    );
+    assert!(
+        same_file(&env.volume(&dv_name("warmcrash", 0)), &flat),
+        "the volume is the source's final disk"
+    );
+    let s = lab_session(env.lab).await;
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    let _ = s.logout().await;
 }
 
 /// The window between Validating's release of the VM and the status write that records the end:

@@ -646,7 +646,12 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
     let hit: std::collections::BTreeSet<Phase> = cancelled_in.iter().map(|(_, p)| *p).collect();
     assert_eq!(
         hit,
-        Phase::CHECKPOINTS.into_iter().collect(),
+        // Cold migrations: every checkpoint but a warm one's CuttingOver (e2e_warm cancels
+        // before and the power rule after it).
+        Phase::CHECKPOINTS
+            .into_iter()
+            .filter(|p| *p != Phase::CuttingOver)
+            .collect(),
         "{cancelled_in:?}"
     );
 }

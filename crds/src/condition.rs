@@ -32,6 +32,9 @@ pub enum ConditionType {
     DiskConverted,
     /// Every DataVolume reached `Succeeded`.
     DiskImported,
+    /// A warm migration's cutover is done: the source powered off and what changed since the
+    /// first copy written into the volumes and read back.
+    CutOver,
     /// The KubeVirt VirtualMachine exists.
     VMCreated,
     /// The VirtualMachineInstance was observed `Running`.
@@ -101,6 +104,7 @@ impl ConditionType {
         ConditionType::Validated,
         ConditionType::DiskConverted,
         ConditionType::DiskImported,
+        ConditionType::CutOver,
         ConditionType::VMCreated,
         ConditionType::VMStarted,
         ConditionType::GuestReady,
@@ -114,6 +118,7 @@ impl ConditionType {
             ConditionType::Validated => "Validated",
             ConditionType::DiskConverted => "DiskConverted",
             ConditionType::DiskImported => "DiskImported",
+            ConditionType::CutOver => "CutOver",
             ConditionType::VMCreated => "VMCreated",
             ConditionType::VMStarted => "VMStarted",
             ConditionType::GuestReady => "GuestReady",
@@ -246,6 +251,15 @@ pub enum Reason {
     Imported,
     /// A DataVolume failed.
     ImportFailed,
+    // --- CutOver (CuttingOver) ---
+    /// The first copy is imported; the source runs on until the cutover (spec.warm).
+    WaitingForCutover,
+    /// The source powered off and its changes since the first copy are in the volumes.
+    CutOver,
+    /// The changes could not be copied into the volumes, or did not read back.
+    CutoverFailed,
+    /// vSphere refused to take or remove a snapshot of the source.
+    SnapshotFailed,
     // --- VMCreated / VMStarted / GuestReady ---
     /// The VirtualMachine exists.
     VMCreated,
@@ -331,6 +345,10 @@ impl Reason {
         Reason::ConverterImageNotAllowed,
         Reason::Imported,
         Reason::ImportFailed,
+        Reason::WaitingForCutover,
+        Reason::CutOver,
+        Reason::CutoverFailed,
+        Reason::SnapshotFailed,
         Reason::VMCreated,
         Reason::VMCreateFailed,
         Reason::VMRunning,
@@ -388,6 +406,10 @@ impl Reason {
             Reason::ConverterImageNotAllowed => "ConverterImageNotAllowed",
             Reason::Imported => "Imported",
             Reason::ImportFailed => "ImportFailed",
+            Reason::WaitingForCutover => "WaitingForCutover",
+            Reason::CutOver => "CutOver",
+            Reason::CutoverFailed => "CutoverFailed",
+            Reason::SnapshotFailed => "SnapshotFailed",
             Reason::VMCreated => "VMCreated",
             Reason::VMCreateFailed => "VMCreateFailed",
             Reason::VMRunning => "VMRunning",

@@ -78,6 +78,8 @@ pub fn migration_spec() -> VirtualMachineMigrationSpec {
         target: TargetSpec::default(),
         staging: staging(),
         conversion: Default::default(),
+        mode: Default::default(),
+        warm: None,
         cancel: false,
         paused: false,
         preflight: None,
@@ -166,7 +168,13 @@ impl VirtualMachineMigration {
     /// With all eight conditions present (`Unknown` / `NotStarted`).
     pub fn with_initial_conditions(mut self) -> Self {
         let generation = self.metadata.generation;
-        condition::init_conditions(&mut self.status_mut().conditions, generation, &t0());
+        let cold = self.spec.mode == crate::MigrationMode::Cold;
+        let conditions = &mut self.status_mut().conditions;
+        condition::init_conditions(conditions, generation, &t0());
+        // As the controller writes them: a cold migration has no cutover.
+        if cold {
+            conditions.retain(|c| c.type_ != ConditionType::CutOver);
+        }
         self
     }
 

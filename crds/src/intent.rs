@@ -31,6 +31,12 @@ pub fn retry(current: i64, cancelled: bool, resource_version: Option<&str>) -> V
     patch
 }
 
+/// `spec.warm.cutover: true`: a warm migration cuts over — the source powered off, its last
+/// changes copied, the VM started.
+pub fn cutover() -> Value {
+    json!({"spec": {"warm": {"cutover": true}}})
+}
+
 /// Sets `spec.retry` to `token` (a wave passes its own token down to its failed children).
 pub fn retry_to(token: i64) -> Value {
     json!({"spec": {"retry": token}})

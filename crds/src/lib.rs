@@ -25,6 +25,7 @@ pub mod secret;
 pub mod source;
 pub mod staging;
 pub mod target;
+pub mod warm;
 pub mod wave;
 pub mod wave_child;
 
@@ -53,6 +54,7 @@ pub use target::{
     StorageMapping, TargetPowerState, TargetSpec, TargetTemplate, VmPlacement, VolumeMode,
     datastore_of,
 };
+pub use warm::{MigrationMode, SnapshotRecord, WarmSpec, WarmStatus};
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision, WaveCounts, WavePhase,
     WavePreflight, WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,

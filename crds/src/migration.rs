@@ -34,6 +34,7 @@ use crate::{
            where it stands.",
     validation = crate::rules::name_fits_label(),
     validation = crate::rules::staging_fixed_while_running(),
+    validation = crate::rules::mode_fixed_while_running(),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
         description = "Checkpoint the migration is in"),
     printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress.percent",
@@ -63,6 +64,16 @@ pub struct VirtualMachineMigrationSpec {
     /// How disks are converted.
     #[serde(default)]
     pub conversion: ConversionSpec,
+
+    /// Cold (the default): the source is powered off for the whole copy. Warm: the disks are
+    /// copied while it runs, and it is powered off at the cutover for the changes since only
+    /// (changed block tracking must be on). Fixed once the migration has started.
+    #[serde(default)]
+    pub mode: crate::MigrationMode,
+
+    /// A warm migration's cutover: when, or now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::WarmSpec>,
 
     /// Set to true to stop the migration: its partial results (conversion Job, staged images,
     /// unfinished DataVolumes and VM) are deleted and it ends Cancelled. To start again, set it
@@ -144,6 +155,16 @@ pub struct DiskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::rules::SHA256_HEX))]
     pub raw_checksum: Option<String>,
+    /// The disk's change id when its first copy was taken (a warm migration): the cutover
+    /// copies the areas changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
+    /// Datastore path of the disk as the warm migration's snapshot froze it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_path: Option<String>,
+    /// The disk's device key in vSphere (a warm migration asks for its changed areas by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_key: Option<i32>,
     /// Name of the DataVolume importing this disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_volume: Option<String>,
@@ -229,6 +250,10 @@ pub struct VirtualMachineMigrationStatus {
     /// Overall copy progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+
+    /// A warm migration: its rounds, the snapshot it holds, its cutover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::WarmStatus>,
 
     /// What this attempt stages on and the keys it writes there: fixed when it leaves
     /// Preparing, so that cleanup removes what the migration made whatever `spec.staging` says

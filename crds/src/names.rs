@@ -134,6 +134,12 @@ pub fn verify_job_name(vmm: &VirtualMachineMigration) -> String {
     derived(&vmm.name_any(), "verify")
 }
 
+/// Name of the Job copying a warm migration's last changes into its volumes at the cutover:
+/// `<migration>-cutover`.
+pub fn cutover_job_name(vmm: &VirtualMachineMigration) -> String {
+    derived(&vmm.name_any(), "cutover")
+}
+
 /// Name of the DataVolume importing disk `disk_index` (from 0): `<migration>-disk-<index>`.
 pub fn datavolume_name(vmm: &VirtualMachineMigration, disk_index: usize) -> String {
     derived(&vmm.name_any(), &format!("disk-{disk_index}"))

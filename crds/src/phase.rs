@@ -37,6 +37,9 @@ pub enum Phase {
     Converting,
     /// Importing every staged disk into a DataVolume.
     Importing,
+    /// A warm migration's cutover: waiting for its time, then the source powered off and what
+    /// changed since the first copy written into the volumes. A cold migration skips it.
+    CuttingOver,
     /// Creating the KubeVirt VirtualMachine on the imported volumes.
     CreatingVM,
     /// Starting the VirtualMachine and waiting for its instance to run.
@@ -59,6 +62,7 @@ impl Phase {
         Phase::Preparing,
         Phase::Converting,
         Phase::Importing,
+        Phase::CuttingOver,
         Phase::CreatingVM,
         Phase::Starting,
         Phase::Validating,
@@ -67,18 +71,20 @@ impl Phase {
         Phase::Cancelled,
     ];
 
-    /// The six checkpoints a migration passes through, in order: the phases
-    /// [`Phase::is_checkpoint`] names, as the compiler checks.
-    pub const CHECKPOINTS: [Phase; 6] = [
+    /// The checkpoints a migration passes through, in order: the phases
+    /// [`Phase::is_checkpoint`] names, as the compiler checks (a cold migration skips
+    /// `CuttingOver`).
+    pub const CHECKPOINTS: [Phase; 7] = [
         Phase::Preparing,
         Phase::Converting,
         Phase::Importing,
+        Phase::CuttingOver,
         Phase::CreatingVM,
         Phase::Starting,
         Phase::Validating,
     ];
 
-    /// The six checkpoints, in order (see [`Phase::CHECKPOINTS`]).
+    /// The checkpoints, in order (see [`Phase::CHECKPOINTS`]).
     pub fn checkpoints() -> &'static [Phase] {
         &Self::CHECKPOINTS
     }
@@ -91,6 +97,7 @@ impl Phase {
             Phase::Preparing => "Preparing",
             Phase::Converting => "Converting",
             Phase::Importing => "Importing",
+            Phase::CuttingOver => "CuttingOver",
             Phase::CreatingVM => "CreatingVM",
             Phase::Starting => "Starting",
             Phase::Validating => "Validating",
@@ -110,6 +117,7 @@ impl Phase {
             | Phase::Preparing
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => false,
@@ -121,12 +129,13 @@ impl Phase {
         self as usize
     }
 
-    /// One of the six checkpoints (`Preparing` … `Validating`).
+    /// One of the checkpoints (`Preparing` … `Validating`).
     pub const fn is_checkpoint(self) -> bool {
         match self {
             Phase::Preparing
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => true,
@@ -150,13 +159,14 @@ impl Phase {
 
     /// The phase that follows a checkpoint when its desired state holds: the next checkpoint, or
     /// `Succeeded` after `Validating`. `Pending` and `Queued` lead to `Preparing`; terminal
-    /// phases have no successor.
+    /// phases have no successor. (A cold migration's Importing goes on to `CreatingVM`.)
     pub fn next(self) -> Option<Phase> {
         match self {
             Phase::Pending | Phase::Queued => Some(Phase::Preparing),
             Phase::Preparing => Some(Phase::Converting),
             Phase::Converting => Some(Phase::Importing),
-            Phase::Importing => Some(Phase::CreatingVM),
+            Phase::Importing => Some(Phase::CuttingOver),
+            Phase::CuttingOver => Some(Phase::CreatingVM),
             Phase::CreatingVM => Some(Phase::Starting),
             Phase::Starting => Some(Phase::Validating),
             Phase::Validating => Some(Phase::Succeeded),

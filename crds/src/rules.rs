@@ -123,6 +123,22 @@ pub fn staging_fixed_while_running() -> Rule {
     .reason(kube::core::Reason::FieldValueForbidden)
 }
 
+/// `spec.mode` is fixed once the migration has started, until it is settled as `Failed` or
+/// `Cancelled`: a warm migration's snapshot and first copy are not a cold one's. At the root: it
+/// reads the status.
+pub fn mode_fixed_while_running() -> Rule {
+    Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.phase) \
+         || oldSelf.status.phase in ['Pending', 'Queued', 'Failed', 'Cancelled'] \
+         || self.spec.mode == oldSelf.spec.mode",
+    )
+    .message(
+        "spec.mode cannot change once the migration has started: cancel it, or wait until it is \
+         Failed, then change it and raise spec.retry (the retry starts over)",
+    )
+    .reason(kube::core::Reason::FieldValueForbidden)
+}
+
 /// `spec.retry` is a token that only grows.
 pub fn retry_only_grows() -> Rule {
     Rule::new("self >= oldSelf")
@@ -191,6 +207,7 @@ pub fn all() -> Vec<Rule> {
         source_immutable(),
         target_immutable(),
         staging_fixed_while_running(),
+        mode_fixed_while_running(),
         retry_only_grows(),
         exactly_one_network_binding(),
         at_most_one_pod_network(),

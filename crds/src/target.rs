@@ -362,7 +362,9 @@ pub struct VmPlacement {
 /// Kubernetes' own schema of `T` with every list and string bounded: the apiserver estimates
 /// the cost of the CRD's CEL rules from these bounds, and refuses rules over unbounded input.
 /// The bounds are far above what a Pod's scheduling terms use.
-fn bounded<T: JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn bounded<T: JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
     fn bound(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(o) => {

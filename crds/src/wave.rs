@@ -296,6 +296,7 @@ impl WaveCounts {
             Phase::Preparing
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => &mut self.running,
@@ -547,7 +548,7 @@ mod tests {
             WaveCounts {
                 pending: 1,
                 queued: 1,
-                running: 6,
+                running: 7,
                 succeeded: 1,
                 failed: 1,
                 cancelled: 1

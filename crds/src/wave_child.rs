@@ -99,6 +99,9 @@ pub fn child_migration(
         },
         staging: template.staging.clone(),
         conversion: template.conversion.clone(),
+        // Waves migrate cold until a wave can cut its VMs over together (issue 27).
+        mode: crate::MigrationMode::Cold,
+        warm: None,
         cancel: false,
         paused: false,
         preflight: vm.preflight.clone(),

@@ -184,6 +184,12 @@ pub const BINDINGS: &[Binding] = &[
         action: || Action::Request(Verb::Delete),
     },
     Binding {
+        keys: &[k('X')],
+        label: "X",
+        help: help::CUTOVER,
+        action: || Action::Request(Verb::Cutover),
+    },
+    Binding {
         keys: &[k('y')],
         label: "y",
         help: help::YAML,

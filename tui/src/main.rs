@@ -97,6 +97,9 @@ enum Command {
     Resume(Names),
     /// Delete migrations (or the wave).
     Delete(Names),
+    /// Set spec.warm.cutover on warm migrations: each source is powered off, its last changes
+    /// copied and its VM started.
+    Cutover(Names),
     /// Run the bundled controller in this process (all namespaces unless -n), until Ctrl-C.
     /// It takes part in the in-cluster controller's leader election (the same Lease), so it
     /// acts only while no other controller leads, and it runs the converter image it is given.
@@ -340,6 +343,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Pause(n) => (Verb::Pause, n),
                 Command::Resume(n) => (Verb::Resume, n),
                 Command::Delete(n) => (Verb::Delete, n),
+                Command::Cutover(n) => (Verb::Cutover, n),
                 Command::Board { .. } | Command::Controller { .. } | Command::Report { .. } => {
                     unreachable!("handled above")
                 }

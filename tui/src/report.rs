@@ -233,6 +233,7 @@ fn add(t: &mut Totals, r: &VmRecord) {
         | Phase::Preparing
         | Phase::Converting
         | Phase::Importing
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => t.under_way += 1,

@@ -117,6 +117,9 @@ pub fn what_changes(verb: Verb) -> &'static str {
         Verb::Delete => {
             "deletes the object — the controller cleans up its staging and children first"
         }
+        Verb::Cutover => {
+            "sets spec.warm.cutover: true — the source is powered off, its last changes copied and the VM started"
+        }
     }
 }
 
@@ -190,6 +193,12 @@ pub mod skip {
     pub const NOT_PAUSED: &str = "not paused";
     /// Delete again.
     pub const DELETING: &str = "already being deleted";
+    /// Cutover of a cold migration.
+    pub const NOT_WARM: &str = "not a warm migration";
+    /// Cutover asked for already.
+    pub const CUTTING_OVER: &str = "already cutting over";
+    /// Cutover of a wave (its migrations are cut over one by one).
+    pub const WAVE_CUTOVER: &str = "a wave (mark its migrations to cut them over)";
 }
 
 /// The full-screen views over the board: details, YAML, events.
@@ -456,6 +465,7 @@ pub mod help {
     pub const RETRY: &str = "retry a failed or cancelled one";
     pub const PAUSE: &str = "pause / resume";
     pub const DELETE: &str = "delete";
+    pub const CUTOVER: &str = "cut over a warm migration (marked or selected)";
     pub const YAML: &str = "YAML";
     pub const EVENTS: &str = "events";
     pub const LOGS: &str = "show / hide logs";
@@ -640,6 +650,7 @@ pub mod header {
             Phase::Preparing => "Prep",
             Phase::Converting => "Conv",
             Phase::Importing => "Imp",
+            Phase::CuttingOver => "Cut",
             Phase::CreatingVM => "VM",
             Phase::Starting => "Start",
             Phase::Validating => "Valid",

@@ -15,6 +15,8 @@ pub enum Verb {
     Resume,
     /// Delete the object.
     Delete,
+    /// `spec.warm.cutover: true` (warm migrations).
+    Cutover,
 }
 
 impl Verb {
@@ -26,6 +28,7 @@ impl Verb {
             Verb::Pause => "pause",
             Verb::Resume => "resume",
             Verb::Delete => "delete",
+            Verb::Cutover => "cutover",
         }
     }
 }

@@ -44,6 +44,24 @@ fn plain(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
+/// The vSphere endpoint and credentials, each by `secretKeyRef` from the migration's Secret
+/// `secret`, and the VM's moref: what a Job reading the source needs.
+pub(super) fn vsphere_env(secret: &str, moref: &str) -> Vec<EnvVar> {
+    vec![
+        from_secret(env::VSPHERE_URL, secret, keys::VSPHERE_URL_KEY),
+        from_secret(env::VSPHERE_USERNAME, secret, keys::VSPHERE_USERNAME_KEY),
+        from_secret(env::VSPHERE_PASSWORD, secret, keys::VSPHERE_PASSWORD_KEY),
+        from_secret_if_set(
+            env::VSPHERE_THUMBPRINT,
+            secret,
+            keys::VSPHERE_THUMBPRINT_KEY,
+        ),
+        from_secret_if_set(env::VSPHERE_CACERT, secret, keys::CA_CERT_KEY),
+        from_secret_if_set(env::VSPHERE_INSECURE, secret, keys::INSECURE_KEY),
+        plain(env::VM_MOREF, moref),
+    ]
+}
+
 fn from_pod_label(name: &str, label: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
@@ -97,13 +115,30 @@ pub fn converter_args(vmm: &VirtualMachineMigration) -> Vec<String> {
         .map(|s| s.disks.as_slice())
         .unwrap_or_default();
     let mut args = vec!["convert".to_owned()];
+    // A warm migration reads each disk as its snapshot froze it (recorded in Converting).
+    let snapshot = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.warm.as_ref())
+        .and_then(|w| w.snapshot.as_ref())
+        .and_then(|s| s.moref.clone());
+    let frozen = |i: usize| {
+        vmm.status
+            .as_ref()
+            .and_then(|s| s.disks.get(i))
+            .and_then(|d| d.snapshot_path.clone())
+    };
+    if let Some(m) = &snapshot {
+        args.push("--snapshot".to_owned());
+        args.push(m.clone());
+    }
     for (i, d) in disks.iter().enumerate() {
+        let path = match &snapshot {
+            Some(_) => frozen(i).unwrap_or_else(|| d.datastore_path.clone()),
+            None => d.datastore_path.clone(),
+        };
         args.push("--disk".to_owned());
-        args.push(format!(
-            "{i}={}={}",
-            d.datastore_path,
-            names::staging_key(vmm, i)
-        ));
+        args.push(format!("{i}={path}={}", names::staging_key(vmm, i)));
     }
     args
 }
@@ -129,20 +164,9 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
         .and_then(|s| s.source.as_ref())
         .and_then(|s| s.moref.clone())
         .unwrap_or_default();
-    let vs_secret = &src.credentials_secret_ref.name;
     let s3_secret = &staging.credentials_secret_ref.name;
-    let env_vars = vec![
-        from_secret(env::VSPHERE_URL, vs_secret, keys::VSPHERE_URL_KEY),
-        from_secret(env::VSPHERE_USERNAME, vs_secret, keys::VSPHERE_USERNAME_KEY),
-        from_secret(env::VSPHERE_PASSWORD, vs_secret, keys::VSPHERE_PASSWORD_KEY),
-        from_secret_if_set(
-            env::VSPHERE_THUMBPRINT,
-            vs_secret,
-            keys::VSPHERE_THUMBPRINT_KEY,
-        ),
-        from_secret_if_set(env::VSPHERE_CACERT, vs_secret, keys::CA_CERT_KEY),
-        from_secret_if_set(env::VSPHERE_INSECURE, vs_secret, keys::INSECURE_KEY),
-        plain(env::VM_MOREF, moref),
+    let mut env_vars = vsphere_env(&src.credentials_secret_ref.name, &moref);
+    env_vars.extend([
         plain(env::FORMAT, vmm.spec.conversion.format.as_str()),
         from_secret(env::S3_ENDPOINT, s3_secret, keys::S3_ENDPOINT_KEY),
         from_secret(env::S3_BUCKET, s3_secret, keys::S3_BUCKET_KEY),
@@ -155,7 +179,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
         ),
         from_secret_if_set(env::S3_CACERT, s3_secret, keys::CA_CERT_KEY),
         from_pod_label(env::JOB_UID, crate::apis::job::CONTROLLER_UID_LABEL),
-    ];
+    ]);
     let container = Container {
         name: "convert".to_owned(),
         image: Some(image.to_owned()),

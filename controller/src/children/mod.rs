@@ -6,6 +6,7 @@
 //! else's object, is a [`Conflict`], never progress. (The API types they are built of live in
 //! [`crate::apis`].)
 
+pub mod cutover_job;
 pub mod datavolume;
 pub mod job;
 pub mod proof;

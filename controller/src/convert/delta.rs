@@ -100,6 +100,23 @@ pub struct DeltaArgs {
     /// Cap on the datastore read rate, bytes per second.
     #[arg(long, env = extra_env::MAX_READ_RATE)]
     pub max_read_rate: Option<u64>,
+    /// Where to write the result (every disk's report, one JSON document): the container's
+    /// termination message file, which the kubelet hands to the controller in the pod's status.
+    #[arg(long)]
+    pub result_file: Option<PathBuf>,
+}
+
+/// The result a delta Job reports: every disk's round. Compact JSON, well within the kubelet's
+/// 4096 bytes of termination message for 60 disks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeltaResult {
+    /// Per disk index: bytes copied and the round's SHA-256 (read back equal).
+    pub disks: std::collections::BTreeMap<usize, (u64, String)>,
+}
+
+/// Reads a delta Job's result. Pure.
+pub fn parse_result(text: &str) -> Option<DeltaResult> {
+    serde_json::from_str(text.trim()).ok()
 }
 
 /// What one disk's round did; one JSON line on stdout.
@@ -155,6 +172,20 @@ pub async fn run(
         reports.push(report);
     }
     let _ = src.session.logout().await;
+    if let Some(path) = &args.result_file {
+        let result = DeltaResult {
+            disks: reports
+                .iter()
+                .map(|r| (r.disk, (r.bytes, r.sha256.clone())))
+                .collect(),
+        };
+        std::fs::write(path, serde_json::to_string(&result).unwrap_or_default()).map_err(
+            |source| Error::Io {
+                path: path.clone(),
+                source,
+            },
+        )?;
+    }
     Ok(reports)
 }
 

@@ -58,6 +58,9 @@ pub struct Discovered {
     pub unread: Vec<String>,
 }
 
+/// A snapshot ferry took: its moref, and the disks as it froze them.
+pub type Frozen = (String, Vec<vsphere::SnapshotDisk>);
+
 /// The vSphere source.
 pub trait SourceApi: Send + Sync + 'static {
     /// Logs in, finds the VM, reads its inventory and validates its disk layout.
@@ -91,6 +94,46 @@ pub trait SourceApi: Send + Sync + 'static {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>>;
+    /// Takes a snapshot named `name` of the running VM (or finds the one of that name taken
+    /// before a crash); its moref and the disks as it froze them.
+    fn ensure_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        name: &'a str,
+        description: &'a str,
+    ) -> BoxFuture<'a, Result<Frozen, Problem>> {
+        let _ = (login, moref, name, description);
+        Box::pin(async { Err(no_snapshots()) })
+    }
+    /// The VM's snapshot named `name` (read only), its moref and the disks as it froze them.
+    fn find_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Frozen>, Problem>> {
+        let _ = (login, moref, name);
+        Box::pin(async { Err(no_snapshots()) })
+    }
+    /// The VM's snapshots, parents first.
+    fn snapshots<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<vsphere::Snapshot>, Problem>> {
+        let _ = (login, moref);
+        Box::pin(async { Err(no_snapshots()) })
+    }
+    /// Removes one snapshot (its changes merged into the VM's disks); gone already is fine.
+    fn remove_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
+        let _ = (login, snapshot);
+        Box::pin(async { Err(no_snapshots()) })
+    }
     /// The names of the VMs under the folder at inventory path `folder` (any depth), or of all.
     fn list_vms<'a>(
         &'a self,
@@ -482,6 +525,101 @@ impl SourceApi for VsphereSource {
                 .await?;
             r.map_err(|e| problem_of(&e))
         })
+    }
+
+    fn ensure_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        name: &'a str,
+        description: &'a str,
+    ) -> BoxFuture<'a, Result<Frozen, Problem>> {
+        Box::pin(async move {
+            let r = self
+                .sessions
+                .with(login, |s| async move {
+                    let snap = s.ensure_snapshot(moref, name, description).await?;
+                    let disks = s.snapshot_disks(&snap).await?;
+                    Ok::<_, vsphere::Error>((snap, disks))
+                })
+                .await?;
+            r.map_err(|e| snapshot_problem(&e, &format!("taking snapshot {name:?} of {moref}")))
+        })
+    }
+
+    fn find_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Frozen>, Problem>> {
+        Box::pin(async move {
+            let r = self
+                .sessions
+                .with(login, |s| async move {
+                    let found = s.snapshots(moref).await?;
+                    let mut named = found.into_iter().filter(|x| x.name == name);
+                    let Some(snap) = named.next() else {
+                        return Ok(None);
+                    };
+                    if named.next().is_some() {
+                        return Err(vsphere::Error::Invalid(format!(
+                            "VM {moref} has more than one snapshot named {name:?}"
+                        )));
+                    }
+                    let disks = s.snapshot_disks(&snap.moref).await?;
+                    Ok(Some((snap.moref, disks)))
+                })
+                .await?;
+            r.map_err(|e| snapshot_problem(&e, &format!("reading snapshot {name:?} of {moref}")))
+        })
+    }
+
+    fn snapshots<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<vsphere::Snapshot>, Problem>> {
+        Box::pin(async move {
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.snapshots(moref).await })
+                .await?;
+            r.map_err(|e| problem_of(&e))
+        })
+    }
+
+    fn remove_snapshot<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), Problem>> {
+        Box::pin(async move {
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.remove_snapshot(snapshot).await })
+                .await?;
+            r.map_err(|e| snapshot_problem(&e, &format!("removing snapshot {snapshot}")))
+        })
+    }
+}
+
+/// What a source without snapshots answers to a warm migration.
+fn no_snapshots() -> Problem {
+    Problem::permanent(
+        Reason::SnapshotFailed,
+        "this source takes no snapshots: migrate cold (spec.mode: Cold)",
+    )
+}
+
+/// A failed snapshot operation: a transient error as classified, anything else
+/// `SnapshotFailed` saying what was being `doing`.
+fn snapshot_problem(e: &crate::vsphere::Error, doing: &str) -> Problem {
+    let p = problem_of(e);
+    if p.transient {
+        p
+    } else {
+        Problem::permanent(Reason::SnapshotFailed, format!("{doing}: {e}"))
     }
 }
 

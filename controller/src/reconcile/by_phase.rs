@@ -25,6 +25,10 @@ macro_rules! with_checkpoint {
                 type $c = $crate::reconcile::importing::Importing;
                 $body
             }
+            P::CuttingOver => {
+                type $c = $crate::reconcile::cutting_over::CuttingOver;
+                $body
+            }
             P::CreatingVM => {
                 type $c = $crate::reconcile::creating_vm::CreatingVm;
                 $body

@@ -37,6 +37,10 @@ pub enum Cleanup {
     Vm,
     /// The VirtualMachineInstance (KubeVirt starts a new one under Always).
     Vmi,
+    /// A warm migration's cutover Job (and its pods).
+    CutoverJob,
+    /// The snapshot a warm migration took of the source and recorded (by its name).
+    Snapshot,
 }
 
 /// What a cleanup could not do and let go (best effort), for an Event.
@@ -93,6 +97,22 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             }
             Cleanup::VerifyJob => {
                 delete_owned::<Job>(io, &names::verify_job_name(vmm)).await?;
+            }
+            Cleanup::CutoverJob => {
+                delete_owned::<Job>(io, &names::cutover_job_name(vmm)).await?;
+            }
+            Cleanup::Snapshot => {
+                if let Some((what, p)) = remove_snapshot(io).await? {
+                    if p.transient {
+                        report.blocked = Some(Blocked {
+                            message: p.message,
+                            left: vec![what],
+                        });
+                    } else {
+                        warn!(migration = %vmm.name_any(), problem = %p.message, "the snapshot could not be removed");
+                        report.unfinished.push(format!("{what}: {}", p.message));
+                    }
+                }
             }
             Cleanup::Staging => {
                 if let Some(p) = delete_staging(io).await? {
@@ -275,6 +295,36 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     }
     info!(migration = %io.vmm.name_any(), objects = keys.len(), "staging cleaned");
     Ok(None)
+}
+
+/// Removes the snapshot the migration recorded taking, found by its name (ferry's, carrying
+/// the migration's uid and attempt; a snapshot of another name is never touched). What was
+/// left and why, when it could not.
+async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
+    let Some(rec) = super::warm::recorded_snapshot(io.vmm) else {
+        return Ok(None);
+    };
+    let vm = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+        .unwrap_or_default();
+    let what = format!("snapshot {:?} of the source VM {vm}", rec.name);
+    let login = match credentials::source_login(io).await? {
+        Ok(l) => l,
+        Err(p) => return Ok(Some((what, p))),
+    };
+    let problem = match io.ctx.source.find_snapshot(&login, &vm, &rec.name).await {
+        Ok(Some((moref, _))) => io.ctx.source.remove_snapshot(&login, &moref).await.err(),
+        Ok(None) => None,
+        Err(p) => Some(p),
+    };
+    if problem.is_none() {
+        info!(migration = %io.vmm.name_any(), snapshot = %rec.name, "snapshot removed");
+    }
+    Ok(problem.map(|p| (what, p)))
 }
 
 #[cfg(test)]

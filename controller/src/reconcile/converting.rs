@@ -20,10 +20,12 @@ use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
+use super::warm;
 use super::world::{RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
 use crate::children::{Ownership, job};
+use crate::ports::source::Frozen;
 use crate::ports::{ConverterProgress, StagedObject};
 use crate::problem::Problem;
 
@@ -53,6 +55,9 @@ pub struct Observed {
     /// recorded when ferry created it (a finished Job may be gone). A staged image counts only
     /// when that Job's converter recorded it.
     pub job_uid: Option<String>,
+    /// A warm migration's snapshot, looked up by the name ferry recorded until its moref and
+    /// disks are recorded too: `Ok(None)` when vSphere has none of that name (yet).
+    pub snapshot: Option<std::result::Result<Option<Frozen>, Problem>>,
 }
 
 /// What Converting does to the world.
@@ -60,12 +65,16 @@ pub struct Observed {
 pub enum Action {
     /// Create the conversion Job.
     CreateJob,
+    /// A warm migration: take the snapshot whose name is recorded, of the running source.
+    TakeSnapshot,
+    /// A warm migration: remove its snapshot, once its disks are staged.
+    RemoveSnapshot,
 }
 
 impl Checkpoint for Converting {
     const PHASE: Phase = Phase::Converting;
     const CONDITIONS: &'static [ConditionType] = &[DiskConverted];
-    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::Job, Cleanup::Staging];
+    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::Job, Cleanup::Snapshot, Cleanup::Staging];
     type Observed = Observed;
     type Action = Action;
 
@@ -97,6 +106,21 @@ impl Checkpoint for Converting {
                 (v, p)
             }
         };
+        let snapshot = match (
+            &login,
+            warm::recorded_snapshot(io.vmm),
+            job == JobState::Absent,
+        ) {
+            (Ok(l), Some(rec), true) if rec.moref.is_none() || !warm::disks_recorded(io.vmm) => {
+                Some(
+                    io.ctx
+                        .source
+                        .find_snapshot(l, &source_moref(io.vmm), &rec.name)
+                        .await,
+                )
+            }
+            _ => None,
+        };
         let source_power = match job {
             JobState::Absent | JobState::Complete | JobState::Failed { .. } => {
                 Some(super::world::source_power(io, login).await)
@@ -111,6 +135,7 @@ impl Checkpoint for Converting {
             conflict,
             credentials,
             job_uid,
+            snapshot,
         })
     }
 
@@ -118,8 +143,51 @@ impl Checkpoint for Converting {
         decide(scope)
     }
 
+    /// A snapshot that could not be removed stays recorded: cleanup removes it later.
+    fn on_action_failed(
+        scope: &Scope<Observed>,
+        planned: Outcome<Action>,
+        failed: &Action,
+        problem: &Problem,
+    ) -> Outcome<Action> {
+        let mut record = planned.record;
+        if *failed == Action::RemoveSnapshot {
+            record.warm = None;
+        }
+        Outcome::from_problem(scope, problem, Some(DiskConverted)).recording(record)
+    }
+
     async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
+            Action::TakeSnapshot | Action::RemoveSnapshot => {
+                let login = match credentials::source_login(io).await? {
+                    Ok(l) => l,
+                    Err(p) => return Ok(Some(p)),
+                };
+                let Some(rec) = warm::recorded_snapshot(io.vmm) else {
+                    // The decision acts on a recorded snapshot only.
+                    return Ok(None);
+                };
+                let vm = source_moref(io.vmm);
+                let done = match action {
+                    Action::TakeSnapshot => io
+                        .ctx
+                        .source
+                        .ensure_snapshot(
+                            &login,
+                            &vm,
+                            &rec.name,
+                            &warm::snapshot_description(io.vmm),
+                        )
+                        .await
+                        .map(|_| ()),
+                    _ => match &rec.moref {
+                        Some(m) => io.ctx.source.remove_snapshot(&login, m).await,
+                        None => Ok(()),
+                    },
+                };
+                Ok(done.err())
+            }
             Action::CreateJob => {
                 let image = match io
                     .ctx
@@ -136,6 +204,15 @@ impl Checkpoint for Converting {
             }
         }
     }
+}
+
+/// The source VM's moref, as Preparing recorded it.
+fn source_moref(vmm: &ferry_crds::VirtualMachineMigration) -> String {
+    vmm.status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+        .unwrap_or_default()
 }
 
 /// The uid ferry's create gave this attempt's conversion Job, from `status.children`.
@@ -231,6 +308,7 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
         source: None,
         power_off: None,
         preflight: None,
+        warm: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -255,6 +333,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .or_else(|| staging_unreadable(scope))
         .or_else(|| credentials_refused(scope, creating))
         .or_else(|| converter_image_refused(scope, creating))
+        .or_else(|| warm_snapshot(scope, creating))
         .or_else(|| staged(scope, converted.as_deref()))
         .unwrap_or_else(|| match &scope.world.job {
             JobState::Absent => create_job(scope),
@@ -280,7 +359,11 @@ fn source_power_unknown(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
 }
 
 /// A source started again in vSphere may change its disks under the copy: nothing is imported.
+/// (A warm migration's runs: its copy reads a snapshot.)
 fn source_powered_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if warm::is_warm(&scope.vmm) {
+        return None;
+    }
     let Some(Ok(state @ (PowerState::PoweredOn | PowerState::Suspended))) =
         &scope.world.source_power
     else {
@@ -348,8 +431,32 @@ fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option
         source: None,
         power_off: None,
         preflight: None,
+        warm: None,
     };
     let msg = say::converted(scope.disk_count(), bytes);
+    // A warm migration's snapshot goes once its disks are staged: the VM runs on without it.
+    if let Some(rec) = warm::recorded_snapshot(&scope.vmm) {
+        let mut w = warm::status(&scope.vmm);
+        w.snapshot = None;
+        w.rounds = 1;
+        w.last_round_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            crate::context::whole_seconds(scope.now),
+        ));
+        let step = match rec.moref {
+            Some(_) => Step::Act(vec![Action::RemoveSnapshot]),
+            None => Step::Wait {
+                requeue: std::time::Duration::from_millis(50),
+            },
+        };
+        return Some(
+            Outcome::new(step, msg.clone())
+                .with(DiskConverted, True, Reason::Converted, msg)
+                .recording(Record {
+                    warm: Some(w),
+                    ..record
+                }),
+        );
+    }
     Some(
         Outcome::new(
             Step::Advance {
@@ -360,6 +467,49 @@ fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option
         .with(DiskConverted, True, Reason::Converted, msg)
         .recording(record),
     )
+}
+
+/// A warm migration reads its disks from a snapshot of the running source: its name is recorded
+/// first (so that cleanup finds it whatever happens next), then it is taken, then its moref and
+/// each disk's frozen file and change id are recorded; only then is the Job made.
+fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Action>> {
+    if !warm::is_warm(&scope.vmm) || !creating {
+        return None;
+    }
+    let soon = Step::Wait {
+        requeue: std::time::Duration::from_millis(50),
+    };
+    let mut w = warm::status(&scope.vmm);
+    let msg = say::taking_snapshot();
+    let out = |step, w: Option<ferry_crds::WarmStatus>, disks: Option<Vec<DiskStatus>>| {
+        Outcome::new(step, msg.clone())
+            .with(DiskConverted, Unknown, Reason::InProgress, msg.clone())
+            .recording(Record {
+                warm: w,
+                disks,
+                ..Record::default()
+            })
+    };
+    let Some(rec) = w.snapshot.clone() else {
+        w.snapshot = Some(ferry_crds::SnapshotRecord {
+            name: warm::snapshot_name(&scope.vmm),
+            moref: None,
+        });
+        return Some(out(soon, Some(w), None));
+    };
+    match &scope.world.snapshot {
+        None => None,
+        Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(DiskConverted))),
+        Some(Ok(None)) => Some(out(Step::Act(vec![Action::TakeSnapshot]), None, None)),
+        Some(Ok(Some((moref, frozen)))) => {
+            w.snapshot = Some(ferry_crds::SnapshotRecord {
+                name: rec.name,
+                moref: Some(moref.clone()),
+            });
+            let disks = warm::disks_in_snapshot(&scope.vmm, frozen);
+            Some(out(soon, Some(w), Some(disks)))
+        }
+    }
 }
 
 /// No Job yet and the disks not all staged by it: make the Job. Worded as the running Job will
@@ -485,6 +635,10 @@ fn converted(world: &Observed) -> Option<Vec<StagedObject>> {
 
 /// What Converting says to people: in conditions, failures and Events.
 mod say {
+    pub fn taking_snapshot() -> String {
+        "taking a snapshot of the running source: its disks are copied as it froze them".into()
+    }
+
     pub fn source_powered_on(power: &str, before_read: bool) -> String {
         let when = if before_read {
             "before its disks were read"
@@ -611,6 +765,7 @@ mod tests {
                 conflict: None,
                 credentials: Ok(()),
                 job_uid: Some(JOB_UID.into()),
+                snapshot: None,
             },
         })
     }
@@ -750,6 +905,7 @@ mod tests {
                 conflict: None,
                 credentials: Ok(()),
                 job_uid: Some(JOB_UID.into()),
+                snapshot: None,
             },
         });
         assert_eq!(
@@ -783,6 +939,7 @@ mod tests {
                 conflict: None,
                 credentials: Ok(()),
                 job_uid: Some(JOB_UID.into()),
+                snapshot: None,
             },
         });
         let p = o.record.progress.unwrap();
@@ -814,6 +971,7 @@ mod tests {
                 conflict: None,
                 credentials: Ok(()),
                 job_uid: Some(JOB_UID.into()),
+                snapshot: None,
             },
         });
         let Step::Fail { message, .. } = &o.step else {
@@ -837,6 +995,7 @@ mod tests {
                     conflict: None,
                     credentials: Ok(()),
                     job_uid: Some(JOB_UID.into()),
+                    snapshot: None,
                     progress: vec![None],
                     source_power: None,
                 },
@@ -917,6 +1076,7 @@ mod tests {
                     conflict: None,
                     credentials: Ok(()),
                     job_uid: Some(JOB_UID.into()),
+                    snapshot: None,
                 },
             })
         };
@@ -963,6 +1123,7 @@ mod tests {
                 conflict: None,
                 credentials: Ok(()),
                 job_uid: Some(JOB_UID.into()),
+                snapshot: None,
             },
         });
         assert!(

@@ -434,6 +434,7 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
         source: None,
         power_off: None,
         preflight: None,
+        warm: None,
         disks: Some(disks),
         progress: Some(Progress {
             percent,
@@ -630,13 +631,13 @@ fn verified(scope: &Scope<Observed>) -> Outcome<Action> {
         );
     }
     let msg = say::imported(scope.disk_count());
-    Outcome::new(
-        Step::Advance {
-            to: Phase::CreatingVM,
-        },
-        msg.clone(),
-    )
-    .with(DiskImported, True, Reason::Imported, msg)
+    // A warm migration's source still runs: its cutover comes first.
+    let to = if super::warm::is_warm(&scope.vmm) {
+        Phase::CuttingOver
+    } else {
+        Phase::CreatingVM
+    };
+    Outcome::new(Step::Advance { to }, msg.clone()).with(DiskImported, True, Reason::Imported, msg)
 }
 
 /// The CDI Secret is made from the staging credentials: without them no DataVolume reads staging.

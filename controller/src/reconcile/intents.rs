@@ -11,12 +11,14 @@ use super::by_phase::retry_cleanup;
 use super::cleanup::Cleanup;
 
 /// What a retry that starts over from Preparing removes: every partial result.
-const START_OVER: [Cleanup; 6] = [
+const START_OVER: [Cleanup; 8] = [
     Cleanup::Job,
+    Cleanup::Snapshot,
     Cleanup::Staging,
     Cleanup::VerifyJob,
     Cleanup::S3Secret,
     Cleanup::AllDataVolumes,
+    Cleanup::CutoverJob,
     Cleanup::Vm,
 ];
 
@@ -72,10 +74,12 @@ pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
 pub fn cancel_cleanup() -> Vec<Cleanup> {
     vec![
         Cleanup::Job,
+        Cleanup::Snapshot,
         Cleanup::Staging,
         Cleanup::VerifyJob,
         Cleanup::S3Secret,
         Cleanup::UnfinishedDataVolumes,
+        Cleanup::CutoverJob,
         Cleanup::Vm,
     ]
 }
@@ -166,6 +170,7 @@ fn retry(vmm: &VirtualMachineMigration) -> Option<Intent> {
         | Phase::Preparing
         | Phase::Converting
         | Phase::Importing
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating
@@ -345,12 +350,12 @@ mod tests {
                 },
             ),
             (
-                "retry of a failed conversion drops the Job and staging",
+                "retry of a failed conversion drops the Job, its snapshot and staging",
                 failed_at(Phase::Converting).with_retry(1),
                 |i| {
                     *i == Intent::Retry {
                         resume: Phase::Converting,
-                        cleanup: vec![Cleanup::Job, Cleanup::Staging],
+                        cleanup: vec![Cleanup::Job, Cleanup::Snapshot, Cleanup::Staging],
                     }
                 },
             ),

@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod converting;
 pub mod creating_vm;
 pub mod credentials;
+pub mod cutting_over;
 pub mod importing;
 pub mod intents;
 pub mod io;
@@ -24,6 +25,7 @@ pub mod settled;
 pub mod starting;
 pub mod status;
 pub mod validating;
+pub mod warm;
 pub mod world;
 pub mod write;
 

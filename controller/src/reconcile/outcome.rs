@@ -98,6 +98,8 @@ pub struct Record {
     pub power_off: Option<SourcePowerOff>,
     /// The preflight's concerns (Preparing).
     pub preflight: Option<PreflightStatus>,
+    /// A warm migration's state (Converting, CuttingOver).
+    pub warm: Option<ferry_crds::WarmStatus>,
 }
 
 /// A checkpoint's decision: the step, the conditions it sets, what it records, and a one-line

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ferry_crds::{
-    Concern, ConcernCode as Code, DiscoveredSource, DiskBus, GuestOsFamily, NicModel, PowerState,
-    PreflightStatus, Severity, ToolsState, VirtualMachineMigration,
+    Concern, ConcernCode as Code, DiscoveredSource, DiskBus, GuestOsFamily, MigrationMode,
+    NicModel, PowerState, PreflightStatus, Severity, ToolsState, VirtualMachineMigration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -228,7 +228,7 @@ pub fn concerns(vmm: &VirtualMachineMigration, facts: &SourceFacts) -> Vec<Conce
     out.extend(facts.layout_problems.iter().map(of_layout));
     out.extend(power(vmm, facts, &name));
     out.extend(firmware(facts));
-    out.extend(change_tracking(facts, &name));
+    out.extend(change_tracking(vmm, facts, &name));
     out.extend(bus(vmm, facts));
     out.extend(networks(vmm, facts));
     out.extend(datastores(vmm, facts));
@@ -470,15 +470,22 @@ fn firmware(facts: &SourceFacts) -> Option<Concern> {
 }
 
 /// Changed block tracking off: nothing for a cold copy, which reads every block anyway, but an
-/// incremental one needs it on before the first snapshot — worth knowing days before (Info).
+/// incremental one needs it on before the first snapshot — worth knowing days before (Info);
+/// a warm migration cannot run without it (Critical: ferry does not switch it on, which takes
+/// a reconfiguration of the running VM and a snapshot taken and removed, the operator's call).
 /// Unknown (the endpoint did not say) is no concern.
-fn change_tracking(facts: &SourceFacts, name: &str) -> Option<Concern> {
-    (facts.vm.change_tracking == Some(false)).then(|| {
-        Concern::new(
+fn change_tracking(
+    vmm: &VirtualMachineMigration,
+    facts: &SourceFacts,
+    name: &str,
+) -> Option<Concern> {
+    (facts.vm.change_tracking == Some(false)).then(|| match vmm.spec.mode {
+        MigrationMode::Cold => Concern::new(
             Code::ChangeTrackingOff,
             Severity::Info,
             say::change_tracking_off(name),
-        )
+        ),
+        MigrationMode::Warm => critical(Code::ChangeTrackingOff, say::warm_without_tracking(name)),
     })
 }
 
@@ -682,6 +689,12 @@ mod say {
         )
     }
 
+    pub(super) fn warm_without_tracking(name: &str) -> String {
+        format!(
+            "changed block tracking is off on {name}: a warm migration copies only what changed since its first copy and cannot run without it; switch it on (config.changeTrackingEnabled: true, then take and remove a snapshot so that it takes effect on the running VM) or migrate cold (spec.mode: Cold)"
+        )
+    }
+
     pub(super) fn without_drivers(disk: bool, windows: bool) -> String {
         let what = if disk {
             "target.template.devices asks for a virtio disk bus"
@@ -844,6 +857,15 @@ mod tests {
         let c = concerns(&vmm, &f);
         assert_eq!(codes(&c), vec![(Code::ChangeTrackingOff, Severity::Info)]);
         assert!(c[0].message.contains("vm0"), "{c:?}");
+        let mut warm = vmm.clone();
+        warm.spec.mode = MigrationMode::Warm;
+        let c = concerns(&warm, &f);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::ChangeTrackingOff, Severity::Critical)]
+        );
+        assert!(holds(Code::ChangeTrackingOff));
+        assert!(c[0].message.contains("spec.mode: Cold"), "{c:?}");
         for known in [Some(true), None] {
             f.vm.change_tracking = known;
             assert_eq!(concerns(&vmm, &f), vec![], "{known:?}");

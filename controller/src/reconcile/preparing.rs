@@ -323,6 +323,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         progress: None,
         power_off: None,
         preflight: None,
+        warm: None,
     }
 }
 
@@ -334,28 +335,25 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
 ///   hard only once `shutdownGracePeriodSeconds` passed since that request.
 /// * Without running Tools, suspended, or with a grace of 0, it is powered off hard at once.
 /// * Every request is recorded (with its time) in the same reconcile's status write.
-fn power_off_step(scope: &Scope<Observed>, facts: &SourceFacts) -> PowerOffStep {
-    let done = scope
-        .vmm
+pub(super) fn power_off_step(
+    vmm: &ferry_crds::VirtualMachineMigration,
+    at: k8s_openapi::jiff::Timestamp,
+    power: Option<PowerState>,
+    tools: Option<ToolsState>,
+) -> PowerOffStep {
+    let done = vmm
         .status
         .as_ref()
         .and_then(|s| s.source_power_off.clone())
         .unwrap_or_default();
-    let grace = scope
-        .vmm
-        .spec
-        .source
-        .power
-        .shutdown_grace_period_seconds
-        .max(0);
-    let now = Time(crate::context::whole_seconds(scope.now));
+    let grace = vmm.spec.source.power.shutdown_grace_period_seconds.max(0);
+    let now = Time(crate::context::whole_seconds(at));
     if done.hard_power_off_at.is_some() {
         // Asked before; the VM is still on (a crash or a slow task): ask again, idempotently.
         return PowerOffStep::Act(Action::PowerOff, done);
     }
-    let guest_can_shut_down = facts.vm.power_state == Some(PowerState::PoweredOn)
-        && facts.vm.vmware_tools == Some(ToolsState::Running)
-        && grace > 0;
+    let guest_can_shut_down =
+        power == Some(PowerState::PoweredOn) && tools == Some(ToolsState::Running) && grace > 0;
     match &done.shutdown_guest_at {
         None if guest_can_shut_down => PowerOffStep::Act(
             Action::ShutdownGuest,
@@ -372,7 +370,7 @@ fn power_off_step(scope: &Scope<Observed>, facts: &SourceFacts) -> PowerOffStep 
             },
         ),
         Some(asked) => {
-            let waited = scope.now.duration_since(asked.0).as_secs();
+            let waited = at.duration_since(asked.0).as_secs();
             if waited >= grace {
                 PowerOffStep::Act(
                     Action::PowerOff,
@@ -394,7 +392,7 @@ fn power_off_step(scope: &Scope<Observed>, facts: &SourceFacts) -> PowerOffStep 
 
 /// The next power-off step.
 #[derive(Clone, Debug, PartialEq)]
-enum PowerOffStep {
+pub(super) enum PowerOffStep {
     /// Take the action, recording the power-off as given.
     Act(Action, SourcePowerOff),
     /// The guest was asked to shut down; a hard power-off follows after `left`.
@@ -607,11 +605,17 @@ fn power_unrecorded(f: &Found) -> Option<Outcome<Action>> {
 }
 
 /// A running source is powered off for a consistent copy, its guest asked to shut down first.
+/// A warm migration's runs on: its first copy reads a snapshot, and CuttingOver powers it off.
 fn powering_off(f: &Found) -> Option<Outcome<Action>> {
-    if !f.is_on() {
+    if !f.is_on() || f.scope.vmm.spec.mode == ferry_crds::MigrationMode::Warm {
         return None;
     }
-    let (step, message, power_off) = match power_off_step(f.scope, f.facts) {
+    let (step, message, power_off) = match power_off_step(
+        &f.scope.vmm,
+        f.scope.now,
+        f.facts.vm.power_state,
+        f.facts.vm.vmware_tools,
+    ) {
         PowerOffStep::Act(action, done) => {
             let message = match action {
                 Action::ShutdownGuest => say::shutdown_asked(
@@ -650,12 +654,21 @@ fn ready(f: &Found) -> Outcome<Action> {
         Validated,
         True,
         Reason::Validated,
-        say::validated(&how_powered_off(f.scope)),
+        say::validated(&match f.scope.vmm.spec.mode {
+            ferry_crds::MigrationMode::Warm if f.is_on() => say::runs_until_cutover(),
+            ferry_crds::MigrationMode::Warm | ferry_crds::MigrationMode::Cold => {
+                how_powered_off(f.scope)
+            }
+        }),
     )
 }
 
 /// What Preparing tells people, in conditions, failures and Events.
 mod say {
+    pub(super) fn runs_until_cutover() -> String {
+        "the source runs on: a warm migration copies a snapshot of it and powers it off at the cutover".into()
+    }
+
     /// The Critical concerns that hold the migration, each with its code and advice.
     pub(super) fn held(name: &str, blocking: &[&ferry_crds::Concern]) -> String {
         let each: Vec<String> = blocking

@@ -17,10 +17,14 @@ use super::outcome::{CondUpdate, Outcome, Step};
 use super::power;
 use crate::pacing::Worth;
 
-/// The status as read, with all eight conditions present. Pure.
+/// The status as read, with every condition present — a cold migration has no cutover, and no
+/// `CutOver` condition. Pure.
 pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     let mut s = vmm.status.clone().unwrap_or_default();
     condition::init_conditions(&mut s.conditions, vmm.metadata.generation, now);
+    if !super::warm::is_warm(vmm) {
+        s.conditions.retain(|c| c.type_ != ConditionType::CutOver);
+    }
     s
 }
 
@@ -114,6 +118,10 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     if let Some(p) = &outcome.record.preflight {
         s.preflight = Some(p.clone());
     }
+    if let Some(w) = &outcome.record.warm {
+        s.warm = Some(w.clone());
+    }
+
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
     let phase = s.phase;
     let reconciled = match &outcome.step {
@@ -307,6 +315,10 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
         }
         Intent::Retry { resume, .. } => {
             let resume = *resume;
+            // A warm copy taken again takes a snapshot of its own (the old one was removed).
+            if matches!(resume, Phase::Preparing | Phase::Converting) {
+                s.warm = None;
+            }
             s.attempts = s.attempts.max(1) + 1;
             s.retry_observed = vmm.spec.retry;
             let from = resume.checkpoint_index().unwrap_or(0);
@@ -317,6 +329,9 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
                     (Reason::NotStarted, String::new())
                 };
                 for t in conditions_of(*p) {
+                    if *t == ConditionType::CutOver && !super::warm::is_warm(vmm) {
+                        continue;
+                    }
                     condition::set_condition(
                         &mut s.conditions,
                         *t,
@@ -461,6 +476,7 @@ pub fn with_power(
         p @ (Phase::Preparing
         | Phase::Converting
         | Phase::Importing
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating) => Some(p),
@@ -558,9 +574,11 @@ pub fn worth_writing(
 
 /// Whether every one of the eight conditions is present exactly once.
 pub fn has_all_conditions(conds: &[Condition]) -> bool {
-    ConditionType::ALL
-        .iter()
-        .all(|t| conds.iter().filter(|c| c.type_ == *t).count() == 1)
+    // CutOver only on warm migrations: at most once.
+    ConditionType::ALL.iter().all(|t| {
+        let n = conds.iter().filter(|c| c.type_ == *t).count();
+        n == 1 || (*t == ConditionType::CutOver && n == 0)
+    })
 }
 
 #[cfg(test)]

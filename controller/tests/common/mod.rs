@@ -252,6 +252,8 @@ impl Env {
                 credentials_secret_ref: SecretRef::new(S3_SECRET),
             },
             conversion: Default::default(),
+            mode: Default::default(),
+            warm: None,
             cancel: false,
             paused: false,
             preflight: None,
@@ -677,10 +679,11 @@ pub fn serde_yaml_status(v: &VirtualMachineMigration) -> String {
 }
 
 /// Whether all eight conditions are `True`.
+/// Every condition True; a cold migration has no CutOver condition.
 pub fn all_conditions_true(v: &VirtualMachineMigration) -> bool {
-    ConditionType::ALL.iter().all(|t| {
-        v.condition(*t)
-            .is_some_and(|c| c.status == ConditionStatus::True)
+    ConditionType::ALL.iter().all(|t| match v.condition(*t) {
+        Some(c) => c.status == ConditionStatus::True,
+        None => *t == ConditionType::CutOver && v.spec.mode == ferry_crds::MigrationMode::Cold,
     })
 }
 
@@ -1174,5 +1177,79 @@ impl Env {
         let path = self.scratch.join("sa.kubeconfig");
         std::fs::write(&path, serde_json::to_vec(&kc).unwrap()).unwrap();
         self.controller_kubeconfig = Some(path);
+    }
+}
+
+/// A logged-in vSphere session on the lab's vCenter.
+pub async fn lab_session(lab: &Lab) -> ferry_controller::vsphere::Session {
+    let vc = &lab.info.vcenter;
+    ferry_controller::tls::install_default_provider();
+    ferry_controller::vsphere::Session::connect(&ferry_controller::vsphere::Endpoint {
+        url: vc.url.clone(),
+        username: vc.username.clone(),
+        password: vc.password.clone().into(),
+        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+    })
+    .await
+    .unwrap()
+}
+
+/// `ferry-lab guest-write`: the running guest of `vm` rewrites `percent` of its disk's 1 MiB
+/// blocks (seeded); the blocks written.
+pub fn guest_write(lab: &Lab, vm: &InventoryVm, percent: f64, seed: u64) -> Vec<u64> {
+    let out = Command::new(ferry_harness::repo_root().join("target/lab/bin/ferry-lab"))
+        .arg("guest-write")
+        .arg("--state-dir")
+        .arg(&lab.info.state_dir)
+        .args(["--vm", &vm.name, "--percent", &percent.to_string()])
+        .args(["--seed", &seed.to_string()])
+        .output()
+        .expect("ferry-lab guest-write");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "guest-write: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("written="))
+        .expect("guest-write names the blocks it wrote")
+        .split(',')
+        .filter(|b| !b.is_empty())
+        .map(|b| b.parse().unwrap())
+        .collect()
+}
+
+impl Env {
+    /// This test's VM given a 16 MiB ESXi-style flat disk (every 4th MiB zero) and powered on,
+    /// for a warm migration; the flat extent's local path.
+    pub async fn flat_and_running(&self) -> PathBuf {
+        ferry_harness::put_disk(
+            &self.vm,
+            &self.scratch,
+            16,
+            0x3a7,
+            ferry_harness::DiskKind::Flat,
+            4,
+        )
+        .unwrap();
+        let s = lab_session(self.lab).await;
+        s.power_on(&self.vm.moref).await.unwrap();
+        let _ = s.logout().await;
+        self.vm.disks[0]
+            .local_path
+            .with_file_name("disk1-flat.vmdk")
+    }
+
+    /// A warm migration of this test's VM (`cutover` asked for at creation, or not).
+    pub fn warm_migration(&self, name: &str, cutover: bool) -> VirtualMachineMigration {
+        let mut vmm = self.migration(name);
+        vmm.spec.mode = ferry_crds::MigrationMode::Warm;
+        vmm.spec.warm = Some(ferry_crds::WarmSpec {
+            cutover,
+            ..Default::default()
+        });
+        vmm
     }
 }

@@ -226,6 +226,8 @@ pub enum Expect {
     RetryAtLeast(i64),
     /// The object gone or being deleted.
     Gone,
+    /// `spec.warm.cutover` true.
+    Cutover,
 }
 
 /// A row's pending marker: a request was sent and the watch has not shown its effect yet.

@@ -38,6 +38,9 @@ pub fn usual_time(phase: Phase) -> Option<SignedDuration> {
         // plus the verification Job reading every byte back once the copy is done: a disk of
         // hundreds of GiB at a slow 100 MiB/s takes about half an hour.
         Phase::Importing => 30 * MIN,
+        // A warm migration waits here for its cutover, which is the operator's time (hours or
+        // days); the cutover's own steps say where they stand in its message.
+        Phase::CuttingOver => return None,
         // One create of a VirtualMachine: seconds.
         Phase::CreatingVM => 5 * MIN,
         // Scheduling the virt-launcher pod and booting it: a few minutes; the controller's own
@@ -217,6 +220,7 @@ fn problem(
         | Phase::Preparing
         | Phase::Converting
         | Phase::Importing
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating

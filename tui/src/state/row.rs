@@ -40,6 +40,7 @@ impl Pip {
                 Reason::NotStarted
                 | Reason::InProgress
                 | Reason::HeldByWave
+                | Reason::WaitingForCutover
                 | Reason::Paused
                 | Reason::RetryRequested
                 | Reason::Cancelling => Pip::Waiting,
@@ -57,6 +58,9 @@ impl Pip {
                 | Reason::PreflightFailed
                 | Reason::UnsupportedDiskLayout
                 | Reason::SourcePoweredOn
+                | Reason::CutOver
+                | Reason::CutoverFailed
+                | Reason::SnapshotFailed
                 | Reason::PowerOffFailed
                 | Reason::TargetNameTaken
                 | Reason::CredentialsNotAllowed
@@ -119,7 +123,8 @@ pub struct Row {
     pub percent: Option<f64>,
     /// `status.progress.rateBytesPerSecond`.
     pub rate: Option<i64>,
-    /// The eight conditions in seed order, as their statuses (absent ones are `Unknown`).
+    /// The eight conditions in seed order but `CutOver` (a warm migration's phase shows it), as
+    /// their statuses (absent ones are `Unknown`).
     pub conditions: [ConditionStatus; 8],
     /// The eight conditions as a person should read them (see [`Pip::of`]).
     pub pips: [Pip; 8],
@@ -155,11 +160,11 @@ impl Row {
         let phase = obj.phase();
         let mut conditions = [ConditionStatus::Unknown; 8];
         let mut pips = [Pip::Waiting; 8];
-        for ((st, pip), t) in conditions
-            .iter_mut()
-            .zip(pips.iter_mut())
-            .zip(ConditionType::ALL)
-        {
+        // Eight pips: every condition but a warm migration's CutOver, which its phase shows.
+        let board = ConditionType::ALL
+            .into_iter()
+            .filter(|t| *t != ConditionType::CutOver);
+        for ((st, pip), t) in conditions.iter_mut().zip(pips.iter_mut()).zip(board) {
             let c = obj.condition(t);
             if let Some(c) = c {
                 *st = c.status;

@@ -341,6 +341,60 @@ fn an_applied_outcome_keeps_the_marker_until_the_watch() {
 }
 
 #[test]
+fn cutover_asks_the_warm_migrations_marked_and_skips_cold_finished_and_asked_ones() {
+    let warm = |name: &str, phase: Phase, asked: bool| {
+        let mut o = vmm(name, phase);
+        o.spec.mode = ferry_crds::MigrationMode::Warm;
+        o.spec.warm = Some(ferry_crds::WarmSpec {
+            cutover: asked,
+            ..Default::default()
+        });
+        o
+    };
+    let mut s = state_with(vec![
+        warm("w", Phase::CuttingOver, false),
+        warm("asked", Phase::CuttingOver, true),
+        warm("done", Phase::Succeeded, false),
+        vmm("cold", Phase::Importing),
+    ]);
+    update(&mut s, Action::MarkAllVisible);
+    update(&mut s, Action::Request(Verb::Cutover));
+    let Some(Popup::Confirm(c)) = &s.popup else {
+        panic!("{:?}", s.popup)
+    };
+    let names: Vec<&str> = c.targets.iter().map(|t| t.key.name.as_str()).collect();
+    assert_eq!(names, vec!["w"]);
+    let mut why: Vec<(&str, &str)> = c
+        .skipped
+        .iter()
+        .map(|(t, why)| (t.key.name.as_str(), *why))
+        .collect();
+    why.sort_unstable();
+    assert_eq!(
+        why,
+        vec![
+            ("asked", crate::strings::skip::CUTTING_OVER),
+            ("cold", crate::strings::skip::NOT_WARM),
+            ("done", crate::strings::skip::FINISHED),
+        ]
+    );
+    let fx = update(&mut s, Action::Confirm);
+    let Some(Effect::Patch { patch, .. }) = fx.first() else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(patch, &json!({"spec": {"warm": {"cutover": true}}}));
+    assert!(s.pending_of(&key("w")).is_some());
+    update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(warm("w", Phase::CuttingOver, true))),
+    );
+    assert!(
+        s.pending_of(&key("w")).is_none(),
+        "the watch showing spec.warm.cutover ends the marker"
+    );
+}
+
+#[test]
 fn retry_raises_the_token_conditionally_and_clears_cancel_of_a_cancelled_one() {
     let mut failed = vmm("f", Phase::Failed).with_retry(2);
     failed.metadata.resource_version = Some("41".into());

@@ -300,6 +300,10 @@ fn conditions(
     ];
     for ty in ConditionType::ALL {
         let c = row.obj.condition(ty);
+        // A cold migration has no cutover.
+        if ty == ConditionType::CutOver && c.is_none() {
+            continue;
+        }
         let status = c.map_or(ferry_crds::ConditionStatus::Unknown, |c| c.status);
         let (pip, style) = t.pip(Pip::of(c, row.phase));
         let spans = vec![

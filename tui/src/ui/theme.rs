@@ -104,6 +104,7 @@ impl Theme {
             Phase::Preparing => Color::LightBlue,
             Phase::Converting => Color::Blue,
             Phase::Importing => Color::Cyan,
+            Phase::CuttingOver => Color::LightCyan,
             Phase::CreatingVM | Phase::Starting => Color::LightMagenta,
             Phase::Validating => Color::LightGreen,
             Phase::Succeeded => Color::Green,
@@ -143,6 +144,7 @@ impl Theme {
             Phase::Preparing => ("P", "━"),
             Phase::Converting => ("C", "━"),
             Phase::Importing => ("I", "━"),
+            Phase::CuttingOver => ("X", "━"),
             Phase::CreatingVM => ("V", "━"),
             Phase::Starting => ("S", "━"),
             Phase::Validating => ("G", "━"),
@@ -162,6 +164,7 @@ impl Theme {
             | Phase::Preparing
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating

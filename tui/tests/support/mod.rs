@@ -25,6 +25,7 @@ fn reason_true(t: ConditionType) -> Reason {
         ConditionType::Validated => Reason::Validated,
         ConditionType::DiskConverted => Reason::Converted,
         ConditionType::DiskImported => Reason::Imported,
+        ConditionType::CutOver => Reason::CutOver,
         ConditionType::VMCreated => Reason::VMCreated,
         ConditionType::VMStarted => Reason::VMRunning,
         ConditionType::GuestReady => Reason::GuestAgentConnected,
@@ -37,7 +38,7 @@ fn conditions_done(p: Phase) -> usize {
         Phase::Pending | Phase::Queued | Phase::Preparing => 0,
         Phase::Converting => 2,
         Phase::Importing => 3,
-        Phase::CreatingVM => 4,
+        Phase::CuttingOver | Phase::CreatingVM => 4,
         Phase::Starting => 5,
         Phase::Validating => 6,
         Phase::Succeeded => 8,
@@ -63,7 +64,12 @@ pub fn vmm(
     }
     let mut o = o.with_phase(phase).with_initial_conditions().with_disks(2);
     let done = conditions_done(phase);
-    for (k, t) in ConditionType::ALL.into_iter().enumerate() {
+    // These are cold migrations: no CutOver condition.
+    for (k, t) in ConditionType::ALL
+        .into_iter()
+        .filter(|t| *t != ConditionType::CutOver)
+        .enumerate()
+    {
         if k < done {
             o = o.with_condition(t, ConditionStatus::True, reason_true(t));
         }
@@ -76,6 +82,7 @@ pub fn vmm(
         Phase::Preparing
         | Phase::Converting
         | Phase::Importing
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => Some((ConditionStatus::False, Reason::InProgress)),
@@ -103,7 +110,11 @@ pub fn vmm(
             left_at: None,
         });
     }
-    for p in Phase::CHECKPOINTS {
+    // Cold migrations: no CuttingOver.
+    let cold = Phase::CHECKPOINTS
+        .into_iter()
+        .filter(|p| *p != Phase::CuttingOver);
+    for (idx, p) in cold.enumerate() {
         // Checkpoints passed: those before the current one; all for a success, up to
         // Importing (where it failed) for a failure, up to CreatingVM for a cancel.
         let last = match phase {
@@ -116,13 +127,14 @@ pub fn vmm(
             | Phase::Preparing
             | Phase::Converting
             | Phase::Importing
+            | Phase::CuttingOver
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => 3,
         };
         if matches!(phase, Phase::Pending | Phase::Queued)
             || p >= phase && phase.is_checkpoint()
-            || phase.is_terminal() && p.checkpoint_index() > Some(last)
+            || phase.is_terminal() && idx > last
         {
             break;
         }
@@ -146,7 +158,11 @@ pub fn vmm(
     let pct = match phase {
         Phase::Converting => Some(((i * 17) % 50) as f64),
         Phase::Importing => Some(50.0 + ((i * 13) % 50) as f64),
-        Phase::CreatingVM | Phase::Starting | Phase::Validating | Phase::Succeeded => Some(100.0),
+        Phase::CuttingOver
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating
+        | Phase::Succeeded => Some(100.0),
         Phase::Failed => Some(62.5),
         Phase::Pending | Phase::Queued | Phase::Preparing | Phase::Cancelled => None,
     };
@@ -198,6 +214,7 @@ pub fn vmm(
         Phase::Pending
         | Phase::Preparing
         | Phase::Converting
+        | Phase::CuttingOver
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => {}

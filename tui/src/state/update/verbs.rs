@@ -168,6 +168,13 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
                 Verb::Pause if r.paused => Some(skip::PAUSED),
                 Verb::Resume if !r.paused => Some(skip::NOT_PAUSED),
                 Verb::Delete if r.deleting => Some(skip::DELETING),
+                Verb::Cutover if r.obj.spec.mode != ferry_crds::MigrationMode::Warm => {
+                    Some(skip::NOT_WARM)
+                }
+                Verb::Cutover if r.phase.is_terminal() => Some(skip::FINISHED),
+                Verb::Cutover if r.obj.spec.warm.as_ref().is_some_and(|w| w.cutover) => {
+                    Some(skip::CUTTING_OVER)
+                }
                 _ => None,
             }
         }
@@ -187,6 +194,7 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
                 Verb::Pause if w.paused => Some(skip::PAUSED),
                 Verb::Resume if !w.paused => Some(skip::NOT_PAUSED),
                 Verb::Delete if w.deleting => Some(skip::DELETING),
+                Verb::Cutover => Some(skip::WAVE_CUTOVER),
                 _ => None,
             }
         }
@@ -204,6 +212,7 @@ fn request_for(state: &State, id: u64, verb: Verb, t: &Target) -> (Effect, Expec
         Verb::Cancel => (patch(intent::cancel()), Expect::Cancel),
         Verb::Pause => (patch(intent::pause(true)), Expect::Paused(true)),
         Verb::Resume => (patch(intent::pause(false)), Expect::Paused(false)),
+        Verb::Cutover => (patch(intent::cutover()), Expect::Cutover),
         Verb::Delete => (
             Effect::Delete {
                 id,

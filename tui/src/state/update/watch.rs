@@ -214,6 +214,7 @@ fn expect_met_row(e: &Expect, row: &Row) -> bool {
         Expect::Paused(p) => row.paused == p,
         Expect::RetryAtLeast(n) => row.retry >= n,
         Expect::Gone => row.deleting,
+        Expect::Cutover => row.obj.spec.warm.as_ref().is_some_and(|w| w.cutover),
     }
 }
 
@@ -223,5 +224,7 @@ fn expect_met_wave(e: &Expect, w: &WaveRow) -> bool {
         Expect::Paused(p) => w.paused == p,
         Expect::RetryAtLeast(n) => w.retry >= n,
         Expect::Gone => w.deleting,
+        // A wave is never asked to cut over.
+        Expect::Cutover => true,
     }
 }
