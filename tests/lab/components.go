@@ -233,6 +233,16 @@ func (l *lab) apiserverStart(context.Context) (func(), error) {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p.frontClientCert,
 		"--proxy-client-key-file=" + p.frontKey,
+		// pods/log (and exec, attach, port-forward) go to the pod's node's kubelet, which
+		// ferry-sim serves: the apiserver authenticates with a client certificate of the cluster
+		// CA (CIS 1.2.4), and dials the Node's InternalIP, 127.0.0.1 here (the default order
+		// starts with Hostname, which names no resolvable host in the lab). No
+		// --kubelet-certificate-authority: a kubelet without serverTLSBootstrap serves a
+		// self-signed certificate, which the apiserver then does not verify (kubeadm's default;
+		// CIS 1.2.5 left out).
+		"--kubelet-client-certificate=" + p.kubeletClientCert,
+		"--kubelet-client-key=" + p.kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--profiling=false",
 		// Stop in seconds: the HTTP server's shutdown waits 2 s (not --request-timeout, 60 s) for
 		// connections still open, which are open watches only once the in-flight requests drained

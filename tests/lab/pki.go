@@ -32,7 +32,10 @@ type pki struct {
 	saKey, saPub              string // ServiceAccount token signing key (RSA)
 	frontCACert, frontCAKey   string // front-proxy (requestheader) CA
 	frontClientCert, frontKey string // front-proxy client (aggregator -> extension apiservers)
-	vcsimCert, vcsimKey       string // vcsim TLS cert (self-signed, 127.0.0.1/localhost)
+	// The apiserver's client certificate towards kubelets (--kubelet-client-certificate):
+	// pods/log, exec, port-forward and nodes/proxy go to the node's kubelet with it.
+	kubeletClientCert, kubeletClientKey string
+	vcsimCert, vcsimKey                 string // vcsim TLS cert (self-signed, 127.0.0.1/localhost)
 	// A private CA for the lab's CA-signed endpoints (a vCenter with a corporate certificate,
 	// S3 over https), and the serving certificates it signs.
 	endpointCACert, endpointCAKey string
@@ -51,6 +54,7 @@ func newPKI(dir string) *pki {
 		saKey: p("sa.key"), saPub: p("sa.pub"),
 		frontCACert: p("front-proxy-ca.crt"), frontCAKey: p("front-proxy-ca.key"),
 		frontClientCert: p("front-proxy-client.crt"), frontKey: p("front-proxy-client.key"),
+		kubeletClientCert: p("apiserver-kubelet-client.crt"), kubeletClientKey: p("apiserver-kubelet-client.key"),
 		vcsimCert: p("vcsim.crt"), vcsimKey: p("vcsim.key"),
 		endpointCACert: p("endpoint-ca.crt"), endpointCAKey: p("endpoint-ca.key"),
 		vcsimCACert: p("vcsim-ca.crt"), vcsimCAKey: p("vcsim-ca.key"),
@@ -83,6 +87,14 @@ func (k *pki) ensure() error {
 	}
 	if err := k.ensureLeaf(k.kcmCert, k.kcmKey, ca, caKey,
 		pkix.Name{CommonName: "system:kube-controller-manager", Organization: []string{"system:masters"}}, nil, nil,
+		x509.ExtKeyUsageClientAuth, validity); err != nil {
+		return err
+	}
+	// kubeadm's apiserver-kubelet-client (cmd/kubeadm/app/phases/certs/certlist.go): signed by
+	// the cluster CA, which kubelets trust as their client CA, in the group a kubelet's
+	// SubjectAccessReview lets through (system:masters). Created on a lab's next start too.
+	if err := k.ensureLeaf(k.kubeletClientCert, k.kubeletClientKey, ca, caKey,
+		pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, nil, nil,
 		x509.ExtKeyUsageClientAuth, validity); err != nil {
 		return err
 	}

@@ -410,18 +410,9 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
     }
 }
 
+/// A line of the sim's own in the attempt's log (with its index record, see `logs`).
 fn append_log(log: &std::path::Path, line: &str) {
-    use std::io::Write;
-    if let Some(dir) = log.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-    {
-        let _ = writeln!(f, "{line}");
-    }
+    crate::logs::append_line(log, line);
 }
 
 fn child_of(job: &Job) -> Child<'_> {
@@ -490,7 +481,8 @@ async fn create_pod(ctx: &Ctx, job: &Job, attempt: i32) -> Result<Option<Pod>> {
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
-    let want = pods::pod_for(job, attempt, &sim.settings.node_name);
+    let log = sim.settings.volumes.job_log(&ns, &name, attempt);
+    let want = pods::pod_for(job, attempt, &sim.settings.node_name, &log);
     let api = sim.api::<Pod>(&ns);
     let mut warned = false;
     loop {
@@ -701,11 +693,15 @@ async fn run_pod(
         .into_iter()
         .map(|(k, v)| (k, pods::rewrite(&v, &mounts)))
         .collect();
+    // The runtime makes the container's log before starting it: whoever sees the container
+    // running finds its log.
+    crate::logs::Writer::open(log).map_err(|e| Error::io(log, e))?;
     let started = now();
+    let id = pods::container_id(pod_obj);
     pod_status(
         ctx,
         pod_obj,
-        &pods::status_running(&container, "127.0.0.1", &started),
+        &pods::status_running(&container, &id, "127.0.0.1", &started),
     )
     .await?;
     let mut proc = process::spawn(
@@ -725,7 +721,8 @@ async fn run_pod(
             }
         }
     };
-    drop(proc);
+    // All its output is in the log before the pod says it terminated (see `Running::finish`).
+    proc.finish().await;
     // Read before the attempt's root goes: the kubelet reads it when the container ends.
     let written = pods::termination_file(&mounts)
         .and_then(|f| std::fs::read_to_string(f).ok())
@@ -755,7 +752,15 @@ async fn run_pod(
     pod_status(
         ctx,
         pod_obj,
-        &pods::status_terminated(&container, "127.0.0.1", &started, &now(), code, termination),
+        &pods::status_terminated(
+            &container,
+            &id,
+            "127.0.0.1",
+            &started,
+            &now(),
+            code,
+            termination,
+        ),
     )
     .await?;
     Ok(Some(exit(status.success(), false, message, Some(code))))
@@ -794,11 +799,17 @@ mod tests {
             status: Some(status),
             ..Pod::default()
         };
-        let running = pod(pods::status_running(&container, "127.0.0.1", &started));
+        let running = pod(pods::status_running(
+            &container,
+            "ferry-sim://1",
+            "127.0.0.1",
+            &started,
+        ));
         assert!(terminated(&running).is_none());
         let done = |code| {
             pod(pods::status_terminated(
                 &container,
+                "ferry-sim://1",
                 "127.0.0.1",
                 &started,
                 &started,

@@ -9,6 +9,7 @@ use ferry_sim::faults::Rates;
 use ferry_sim::volumes::Volumes;
 use ferry_sim::{Settings, Sim};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use rustls::pki_types::pem::PemObject;
 
 /// Plays CDI (DataVolume imports from S3), KubeVirt (VMIs for VMs) and the kubelet (runs Job
 /// containers as host processes) against a real apiserver, through their public contracts.
@@ -45,9 +46,26 @@ struct Cli {
     /// Label selector of the Jobs to run (default: every Job in scope, as a kubelet would).
     #[arg(long)]
     job_selector: Option<String>,
-    /// The node name pods and VMIs report.
+    /// The node name pods and VMIs report; the sim registers this Node with its kubelet
+    /// endpoint.
     #[arg(long, default_value = "sim-node")]
     node_name: String,
+    /// Port of the kubelet endpoint (`pods/log`), on 127.0.0.1; 0 takes a free one.
+    #[arg(long, default_value_t = 0)]
+    kubelet_port: u16,
+    /// CA bundle (PEM) whose client certificates the kubelet endpoint accepts (default: the
+    /// kubeconfig's cluster CA, which signs the apiserver's kubelet client certificate).
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// The kubelet endpoint's serving certificate (PEM, with its chain); default self-signed.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The key of `--tls-cert-file` (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// How often the Node is looked at (and taken over when the endpoint it names is gone).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    node_status_update_frequency: std::time::Duration,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -87,6 +105,20 @@ async fn main() -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
+    // The kubelet's --client-ca-file; in a kubeadm cluster it is the cluster CA, which the
+    // kubeconfig names for the apiserver.
+    let client_ca = match &cli.client_ca_file {
+        Some(path) => rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .with_context(|| format!("reading {}", path.display()))?,
+        None => config
+            .root_cert
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(rustls::pki_types::CertificateDer::from)
+            .collect(),
+    };
     let client = kube::Client::try_from(config)?;
     let settings = Settings {
         namespace: cli.namespace,
@@ -97,9 +129,30 @@ async fn main() -> anyhow::Result<()> {
         throughput: cli.throughput_mib * 1024.0 * 1024.0,
         job_selector: cli.job_selector,
         node_name: cli.node_name,
+        kubelet: ferry_sim::kubelet::Config {
+            port: cli.kubelet_port,
+            client_ca,
+            serving: cli.tls_cert_file.zip(cli.tls_private_key_file),
+            status_every: cli.node_status_update_frequency,
+        },
     };
     Sim::new(client, settings).run(shutdown()).await?;
     Ok(())
+}
+
+/// `10s`, `500ms`, `2m`, or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = n.parse().map_err(|_| format!("not a duration: {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("not a duration: {s:?} (ms, s or m)")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -114,5 +167,23 @@ async fn shutdown() {
     tokio::select! {
         _ = term.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_read_as_the_kubelet_writes_them() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("s").is_err());
     }
 }

@@ -247,11 +247,63 @@ pub fn termination_message(
     Some(text).filter(|t| !t.trim().is_empty())
 }
 
+/// Where the pod's container log lives on the host, as the container runtime reports a
+/// container's `LogPath` to the kubelet. Any sim on the host can then answer the node's
+/// `containerLogs` for a pod another sim runs (several sims share a node name in the tests).
+pub const LOG_ANNOTATION: &str = "sim.ferry.example/container-log";
+
+/// The log of a Job pod's container: the file its [`LOG_ANNOTATION`] names when that is the log
+/// of this pod's Job and attempt (`…/_jobs/<namespace>/<job>/attempt-<n>.log`, an absolute path
+/// without `..`: a pod cannot point the node at any other file), else where `own` volumes keep
+/// it. `None` for a pod no sim runs (not controlled by a Job, or not named `…-sim<n>`). Pure.
+pub fn container_log(pod: &Pod, own: &Volumes) -> Option<PathBuf> {
+    let ns = pod.namespace()?;
+    let job = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "Job")?
+        .name
+        .clone();
+    let attempt: i32 = pod.name_any().rsplit_once("-sim")?.1.parse().ok()?;
+    let mine = own.job_log(&ns, &job, attempt);
+    let Some(named) = pod.annotations().get(LOG_ANNOTATION).map(PathBuf::from) else {
+        return Some(mine);
+    };
+    let tail = Path::new("_jobs")
+        .join(&ns)
+        .join(&job)
+        .join(format!("attempt-{attempt}.log"));
+    let plain = named.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    });
+    Some(if named.is_absolute() && plain && named.ends_with(&tail) {
+        named
+    } else {
+        mine
+    })
+}
+
+/// The container's id in its status (`<runtime>://<id>`, as the kubelet writes it): the kubelet
+/// refuses the logs of a terminated container that has none (`validateContainerLogStatus`).
+pub fn container_id(pod: &Pod) -> String {
+    let uid: String = pod
+        .uid()
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    format!("ferry-sim://{uid}")
+}
+
 /// The pod of `attempt` of `job`, as the Job controller creates it: the template's labels plus
-/// the Job's, owned by the Job, bound to `node`. Its name carries a piece of the Job's uid: the
-/// real Job controller names pods `<job>-<random>` (generateName), so a Job never meets the pod
-/// of an earlier Job of the same name that the garbage collector has not removed yet. Pure.
-pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
+/// the Job's, owned by the Job, bound to `node`, its container's log at `log`. Its name carries a
+/// piece of the Job's uid: the real Job controller names pods `<job>-<random>` (generateName), so
+/// a Job never meets the pod of an earlier Job of the same name that the garbage collector has
+/// not removed yet. Pure.
+pub fn pod_for(job: &Job, attempt: i32, node: &str, log: &Path) -> Pod {
     let template = job
         .spec
         .as_ref()
@@ -279,7 +331,11 @@ pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
             )),
             namespace: job.namespace(),
             labels: Some(labels),
-            annotations: meta.annotations,
+            annotations: Some({
+                let mut a = meta.annotations.unwrap_or_default();
+                a.insert(LOG_ANNOTATION.into(), log.display().to_string());
+                a
+            }),
             owner_references: Some(vec![OwnerReference {
                 api_version: "batch/v1".into(),
                 kind: "Job".into(),
@@ -295,9 +351,15 @@ pub fn pod_for(job: &Job, attempt: i32, node: &str) -> Pod {
     }
 }
 
-fn container_status(c: &Container, state: ContainerState, ready: bool) -> ContainerStatus {
+fn container_status(
+    c: &Container,
+    id: Option<&str>,
+    state: ContainerState,
+    ready: bool,
+) -> ContainerStatus {
     ContainerStatus {
         name: c.name.clone(),
+        container_id: id.map(str::to_owned),
         image: c.image.clone().unwrap_or_default(),
         image_id: String::new(),
         ready,
@@ -315,6 +377,7 @@ pub fn status_pending(c: &Container, why: &str) -> PodStatus {
         phase: Some("Pending".into()),
         container_statuses: Some(vec![container_status(
             c,
+            None,
             ContainerState {
                 waiting: Some(ContainerStateWaiting {
                     reason: Some("ContainerCreating".into()),
@@ -328,14 +391,15 @@ pub fn status_pending(c: &Container, why: &str) -> PodStatus {
     }
 }
 
-/// A pod whose container runs. Pure.
-pub fn status_running(c: &Container, node_ip: &str, started: &Time) -> PodStatus {
+/// A pod whose container (`id`) runs. Pure.
+pub fn status_running(c: &Container, id: &str, node_ip: &str, started: &Time) -> PodStatus {
     PodStatus {
         phase: Some("Running".into()),
         host_ip: Some(node_ip.into()),
         start_time: Some(started.clone()),
         container_statuses: Some(vec![container_status(
             c,
+            Some(id),
             ContainerState {
                 running: Some(ContainerStateRunning {
                     started_at: Some(started.clone()),
@@ -348,9 +412,11 @@ pub fn status_running(c: &Container, node_ip: &str, started: &Time) -> PodStatus
     }
 }
 
-/// A pod whose container ended with `code` (restartPolicy Never: the pod ends with it). Pure.
+/// A pod whose container (`id`) ended with `code` (restartPolicy Never: the pod ends with it).
+/// Pure.
 pub fn status_terminated(
     c: &Container,
+    id: &str,
     node_ip: &str,
     started: &Time,
     finished: &Time,
@@ -363,9 +429,11 @@ pub fn status_terminated(
         start_time: Some(started.clone()),
         container_statuses: Some(vec![container_status(
             c,
+            Some(id),
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: code,
+                    container_id: Some(id.to_owned()),
                     reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
                     message,
                     started_at: Some(started.clone()),
@@ -550,12 +618,13 @@ mod tests {
         job.metadata.name = Some("m-verify".into());
         job.metadata.namespace = Some("ns".into());
         job.metadata.uid = Some("job-uid".into());
-        let p = pod_for(&job, 2, "sim-node");
+        let log = Path::new("/v/_jobs/ns/m-verify/attempt-2.log");
+        let p = pod_for(&job, 2, "sim-node", log);
         assert_eq!(p.metadata.name.as_deref(), Some("m-verify-jobui-sim2"));
         let mut next = job.clone();
         next.metadata.uid = Some("f00d-2".into());
         assert_ne!(
-            pod_for(&next, 2, "sim-node").metadata.name,
+            pod_for(&next, 2, "sim-node", log).metadata.name,
             p.metadata.name,
             "a later Job of the same name never meets this one's pod"
         );
@@ -566,5 +635,52 @@ mod tests {
         assert_eq!((o.kind.as_str(), o.controller), ("Job", Some(true)));
         assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("sim-node"));
         assert!(selector(&labels).contains("batch.kubernetes.io/job-name=m-verify"));
+        assert_eq!(
+            p.metadata.annotations.clone().unwrap()[LOG_ANNOTATION],
+            "/v/_jobs/ns/m-verify/attempt-2.log"
+        );
+    }
+
+    #[test]
+    fn the_log_is_the_one_the_pod_names_only_when_it_is_its_attempts() {
+        let mut job = Job::default();
+        job.metadata.name = Some("j".into());
+        job.metadata.namespace = Some("ns".into());
+        job.metadata.uid = Some("abcde-1".into());
+        let own = Volumes::new("/mine");
+        let at = |path: &str| {
+            let mut p = pod_for(&job, 3, "n", Path::new(path));
+            p.metadata.uid = Some("p-1".into());
+            container_log(&p, &own).unwrap()
+        };
+        assert_eq!(
+            at("/other/sim/_jobs/ns/j/attempt-3.log"),
+            PathBuf::from("/other/sim/_jobs/ns/j/attempt-3.log"),
+            "another sim's volumes"
+        );
+        for bad in [
+            "/etc/passwd",
+            "/x/_jobs/ns/j/attempt-2.log",
+            "/x/_jobs/other/j/attempt-3.log",
+            "/x/../_jobs/ns/j/attempt-3.log",
+            "relative/_jobs/ns/j/attempt-3.log",
+        ] {
+            assert_eq!(
+                at(bad),
+                PathBuf::from("/mine/_jobs/ns/j/attempt-3.log"),
+                "{bad}"
+            );
+        }
+        let mut foreign = pod_for(&job, 3, "n", Path::new("/x"));
+        foreign.metadata.owner_references = None;
+        assert_eq!(container_log(&foreign, &own), None);
+        let p = Pod {
+            metadata: ObjectMeta {
+                uid: Some("0f-3a".into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        };
+        assert_eq!(container_id(&p), "ferry-sim://0f3a");
     }
 }

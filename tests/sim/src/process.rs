@@ -245,14 +245,17 @@ pub fn find_executable(command0: &str, bin_dir: &Path, path_var: &str) -> Option
         .find(|p| p.is_file())
 }
 
-/// A container process, in its own process group so that everything it starts dies with it.
+/// A container process, in its own process group so that everything it starts dies with it,
+/// and the copy of its output into its log.
 #[derive(Debug)]
 pub struct Running {
     child: tokio::process::Child,
     pgid: Option<u32>,
+    pump: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Starts `program` with exactly `env` (plus `PATH` and `HOME`), output appended to `log`.
+/// Starts `program` with exactly `env` (plus `PATH` and `HOME`), its stdout and stderr copied
+/// to `log` with a time and stream per line, as a container runtime does (see `logs`).
 ///
 /// Errors: the log or work directory cannot be created, the program cannot be started.
 pub fn spawn(
@@ -263,16 +266,8 @@ pub fn spawn(
     log: &Path,
     bin_dir: &Path,
 ) -> Result<Running> {
-    if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    }
     std::fs::create_dir_all(workdir).map_err(|e| Error::io(workdir, e))?;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| Error::io(log, e))?;
-    let err = out.try_clone().map_err(|e| Error::io(log, e))?;
+    let writer = crate::logs::Writer::open(log).map_err(|e| Error::io(log, e))?;
     let host_path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
@@ -282,19 +277,38 @@ pub fn spawn(
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(workdir)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
+        // Pipes, as a runtime gives a container: the sim reads them and times each line. A
+        // process outliving a killed sim gets EPIPE on its next write (its reader is gone);
+        // the restarted sim runs the attempt again anyway.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let child = cmd.spawn().map_err(|e| Error::io(program, e))?;
+    let mut child = cmd.spawn().map_err(|e| Error::io(program, e))?;
     let pgid = child.id();
-    Ok(Running { child, pgid })
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let pump = tokio::spawn(crate::logs::pump(stdout, stderr, writer));
+    Ok(Running {
+        child,
+        pgid,
+        pump: Some(pump),
+    })
 }
 
 impl Running {
     /// Waits for the process to exit.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         self.child.wait().await
+    }
+
+    /// Kills what is left of the process group and waits (at most 5 s) until its output is all
+    /// in the log: the kubelet reads the log's tail for the termination message, and a reader
+    /// of the log who sees the container terminated must find all of it.
+    pub async fn finish(mut self) {
+        self.kill();
+        if let Some(pump) = self.pump.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), pump).await;
+        }
     }
 
     /// SIGKILL to the whole process group.

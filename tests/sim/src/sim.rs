@@ -15,7 +15,7 @@ use tracing::info;
 use crate::clock::Speed;
 use crate::faults::Rates;
 use crate::volumes::Volumes;
-use crate::{Result, datavolumes, jobs, pvcs, vms};
+use crate::{Result, datavolumes, jobs, kubelet, node, pvcs, vms};
 
 /// Everything the command line decides.
 #[derive(Clone, Debug)]
@@ -33,6 +33,8 @@ pub struct Settings {
     pub job_selector: Option<String>,
     /// The node every pod and VMI "runs" on.
     pub node_name: String,
+    /// The node's kubelet endpoint (`pods/log`).
+    pub kubelet: kubelet::Config,
 }
 
 /// Shared state of the running sim.
@@ -83,8 +85,13 @@ impl Sim {
     /// Runs every part until `shutdown` resolves, then stops the tasks (killing Job
     /// processes) and returns.
     ///
-    /// Errors: none of the parts ends on its own; an error here means a watcher could not start.
+    /// Errors: the kubelet endpoint cannot be bound (its port is taken, its certificate
+    /// unreadable); none of the parts ends on its own.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let endpoint = kubelet::bind(&self.settings.kubelet, &self.settings.node_name).await?;
+        let port = endpoint.port;
+        let kubelet = endpoint.serve(self.clone());
+        let node = node::run(self.clone(), port, self.settings.kubelet.status_every);
         let pvc_store = pvcs::Pvcs::start(self.clone());
         let dvs = datavolumes::run(self.clone(), pvc_store.clone());
         let jobs = jobs::run(self.clone());
@@ -96,6 +103,7 @@ impl Sim {
                 .as_deref()
                 .unwrap_or("all namespaces"),
             speed = self.settings.speed.factor(),
+            kubelet_port = port,
             "ferry-sim running"
         );
         tokio::select! {
@@ -103,6 +111,8 @@ impl Sim {
             () = dvs => {},
             () = jobs => {},
             () = vms => {},
+            () = kubelet => {},
+            () = node => {},
         }
         self.tasks.shutdown().await;
         pvc_store.stop();

@@ -57,6 +57,15 @@ impl World {
             .join(format!("{claim}.img"))
     }
 
+    /// Another sim beside this world's, acting in namespace `ns` with `args`, with its own
+    /// volume and bin directories under `<dir>/<tag>` (its log: `<dir>/<tag>/sim-0.log`).
+    pub fn spawn_other_sim(&self, tag: &str, ns: &str, args: &[&str]) -> ChildGuard {
+        let dir = self.dir.join(tag);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        spawn_sim(self.lab, ns, &dir, &args, 0)
+    }
+
     /// SIGKILLs the sim and starts a new one with the same arguments.
     pub fn restart_sim(&mut self, generation: u32) {
         self.sim.kill();
