@@ -7,11 +7,9 @@
 
 use ferry_crds::{VirtualMachineMigration, names};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaimVolumeSource, Volume, VolumeDevice, VolumeMount,
-};
+use k8s_openapi::api::core::v1::Container;
 
-use super::verify_job::{QEMU_ID, RESULT_PATH, device_path, mount_path};
+use super::verify_job::{Claims, QEMU_ID, RESULT_PATH, device_path, mount_path};
 use crate::Result;
 use crate::job_contract::CONVERTER_PROGRAM;
 
@@ -73,32 +71,17 @@ pub fn cutover_job(
         "--result-file".to_owned(),
         RESULT_PATH.to_owned(),
     ];
-    let (mut mounts, mut devices, mut pod_volumes) = (vec![], vec![], vec![]);
+    let mut claims = Claims::default();
     for v in volumes {
-        let name = format!("disk-{}", v.index);
         args.push("--disk".to_owned());
         args.push(disk_arg(v));
-        if v.block {
-            devices.push(VolumeDevice {
-                name: name.clone(),
-                device_path: device_path(v.index),
-            });
-        } else {
-            mounts.push(VolumeMount {
-                name: name.clone(),
-                mount_path: mount_path(v.index),
-                ..VolumeMount::default()
-            });
-        }
-        pod_volumes.push(Volume {
-            name,
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: v.claim.clone(),
-                read_only: None,
-            }),
-            ..Volume::default()
-        });
+        claims.attach(v.index, &v.claim, v.block, false);
     }
+    let Claims {
+        mounts,
+        devices,
+        volumes: pod_volumes,
+    } = claims;
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),

@@ -60,6 +60,43 @@ impl Role {
     }
 }
 
+/// Imported claims as a pod sees them: a Filesystem claim mounted at [`mount_path`] (CDI's
+/// `disk.img` at its root), a Block claim as the device [`device_path`].
+#[derive(Default)]
+pub(super) struct Claims {
+    pub mounts: Vec<VolumeMount>,
+    pub devices: Vec<VolumeDevice>,
+    pub volumes: Vec<Volume>,
+}
+
+impl Claims {
+    /// Disk `index`'s claim, read-only or writable.
+    pub fn attach(&mut self, index: usize, claim: &str, block: bool, read_only: bool) {
+        let name = format!("disk-{index}");
+        if block {
+            self.devices.push(VolumeDevice {
+                name: name.clone(),
+                device_path: device_path(index),
+            });
+        } else {
+            self.mounts.push(VolumeMount {
+                name: name.clone(),
+                mount_path: mount_path(index),
+                read_only: read_only.then_some(true),
+                ..VolumeMount::default()
+            });
+        }
+        self.volumes.push(Volume {
+            name,
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.to_owned(),
+                read_only: read_only.then_some(true),
+            }),
+            ..Volume::default()
+        });
+    }
+}
+
 /// One imported volume to verify.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyVolume {
@@ -130,35 +167,17 @@ pub fn verification_job(
         "--result-file".to_owned(),
         RESULT_PATH.to_owned(),
     ];
-    let mut mounts = vec![];
-    let mut devices = vec![];
-    let mut pod_volumes = vec![];
+    let mut claims = Claims::default();
     for v in volumes {
-        let name = format!("disk-{}", v.index);
         args.push("--volume".to_owned());
         args.push(volume_arg(v));
-        if v.block {
-            devices.push(VolumeDevice {
-                name: name.clone(),
-                device_path: device_path(v.index),
-            });
-        } else {
-            mounts.push(VolumeMount {
-                name: name.clone(),
-                mount_path: mount_path(v.index),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            });
-        }
-        pod_volumes.push(Volume {
-            name,
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: v.claim.clone(),
-                read_only: Some(true),
-            }),
-            ..Volume::default()
-        });
+        claims.attach(v.index, &v.claim, v.block, true);
     }
+    let Claims {
+        mounts,
+        devices,
+        volumes: pod_volumes,
+    } = claims;
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),

@@ -304,13 +304,7 @@ async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
     let Some(rec) = super::warm::recorded_snapshot(io.vmm) else {
         return Ok(None);
     };
-    let vm = io
-        .vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-        .unwrap_or_default();
+    let vm = super::world::source_moref(io.vmm).unwrap_or_default();
     let what = format!("snapshot {:?} of the source VM {vm}", rec.name);
     let login = match credentials::source_login(io).await? {
         Ok(l) => l,

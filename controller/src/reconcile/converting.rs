@@ -115,7 +115,11 @@ impl Checkpoint for Converting {
                 Some(
                     io.ctx
                         .source
-                        .find_snapshot(l, &source_moref(io.vmm), &rec.name)
+                        .find_snapshot(
+                            l,
+                            &super::world::source_moref(io.vmm).unwrap_or_default(),
+                            &rec.name,
+                        )
                         .await,
                 )
             }
@@ -168,7 +172,7 @@ impl Checkpoint for Converting {
                     // The decision acts on a recorded snapshot only.
                     return Ok(None);
                 };
-                let vm = source_moref(io.vmm);
+                let vm = super::world::source_moref(io.vmm).unwrap_or_default();
                 let done = match action {
                     Action::TakeSnapshot => io
                         .ctx
@@ -204,15 +208,6 @@ impl Checkpoint for Converting {
             }
         }
     }
-}
-
-/// The source VM's moref, as Preparing recorded it.
-fn source_moref(vmm: &ferry_crds::VirtualMachineMigration) -> String {
-    vmm.status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-        .unwrap_or_default()
 }
 
 /// The uid ferry's create gave this attempt's conversion Job, from `status.children`.

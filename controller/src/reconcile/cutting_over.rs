@@ -15,11 +15,7 @@ use ferry_crds::{
     ConditionType::{self, CutOver},
     Phase, PowerState, Reason, ToolsState, names,
 };
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::ListParams;
 
 use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
@@ -29,10 +25,9 @@ use super::outcome::{Outcome, Record, Step};
 use super::preparing::{Action as PowerAction, PowerOffStep, power_off_step};
 use super::scope::Scope;
 use super::warm;
-use super::world::{RENAME_HINT, staged_keys};
+use super::world::{self, RENAME_HINT, staged_keys};
 use crate::Result;
-use crate::apis::job::{self as job_state, JobState};
-use crate::children::Ownership;
+use crate::apis::job::JobState;
 use crate::children::cutover_job::{self, CutoverVolume};
 use crate::convert::delta::{DeltaResult, parse_result};
 use crate::problem::Problem;
@@ -87,53 +82,29 @@ impl Checkpoint for CuttingOver {
             .is_some_and(|w| w.cutover_due(&now));
         let source = if begun || due {
             Some(match credentials::source_login(io).await? {
-                Ok(login) => io.ctx.source.power(&login, &source_moref(io.vmm)).await,
+                Ok(login) => {
+                    io.ctx
+                        .source
+                        .power(&login, &world::source_moref(io.vmm).unwrap_or_default())
+                        .await
+                }
                 Err(p) => Err(p),
             })
         } else {
             None
         };
-        let found = io.read::<Job>(&names::cutover_job_name(io.vmm)).await?;
-        let (job, conflict) = match found.as_ref().map(|j| io.own(j)) {
-            Some(Ownership::Foreign(c)) => (None, Some(c.problem(RENAME_HINT))),
-            Some(Ownership::Ours { .. }) | None => (found, None),
+        let seen =
+            world::reporting_job(io, &names::cutover_job_name(io.vmm), cutover_job::CONTAINER)
+                .await?;
+        let state = seen.state;
+        let conflict = seen.conflict.map(|c| c.problem(RENAME_HINT));
+        let message = seen.failure;
+        let reported = seen.report.and_then(|m| parse_result(&m));
+        let block = if begun && state == JobState::Absent && conflict.is_none() {
+            world::block_claims(io, staged_keys(io.vmm).len()).await?
+        } else {
+            vec![]
         };
-        let state = job_state::observe(job.as_ref());
-        let pods = || async {
-            let uid = job.as_ref().and_then(|j| j.uid()).unwrap_or_default();
-            io.api::<Pod>()
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
-                )
-                .await
-                .map(|l| l.items)
-        };
-        let (message, reported) = match (&state, job.as_ref()) {
-            (JobState::Failed { .. }, Some(_)) => (
-                job_state::last_failure_message(&pods().await?, cutover_job::CONTAINER),
-                None,
-            ),
-            (JobState::Complete, Some(j)) => (
-                None,
-                job_state::succeeded_message(j, &pods().await?, cutover_job::CONTAINER)
-                    .and_then(|m| parse_result(&m)),
-            ),
-            _ => (None, None),
-        };
-        let mut block = vec![];
-        if begun && state == JobState::Absent && conflict.is_none() {
-            for i in 0..staged_keys(io.vmm).len() {
-                let pvc = io
-                    .read::<PersistentVolumeClaim>(&names::datavolume_name(io.vmm, i))
-                    .await?;
-                block.push(
-                    pvc.and_then(|p| p.spec)
-                        .and_then(|s| s.volume_mode)
-                        .is_some_and(|m| m == "Block"),
-                );
-            }
-        }
         Ok(Observed {
             source,
             job: state,
@@ -149,7 +120,7 @@ impl Checkpoint for CuttingOver {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
-        let moref = source_moref(io.vmm);
+        let moref = world::source_moref(io.vmm).unwrap_or_default();
         match action {
             Action::ShutdownGuest | Action::PowerOff => {
                 let login = match credentials::source_login(io).await? {
@@ -181,15 +152,6 @@ impl Checkpoint for CuttingOver {
             }
         }
     }
-}
-
-/// The source VM's moref, as Preparing recorded it.
-fn source_moref(vmm: &ferry_crds::VirtualMachineMigration) -> String {
-    vmm.status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-        .unwrap_or_default()
 }
 
 /// What the cutover Job writes: per disk its claim, device key, the first copy's change id and

@@ -19,9 +19,7 @@ use ferry_crds::{
     DiskStatus, Phase, Progress, Reason, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::ListParams;
 use std::collections::BTreeMap;
 
 use super::checkpoint::Checkpoint;
@@ -33,7 +31,7 @@ use super::scope::Scope;
 use super::world::{self, staged_keys};
 use crate::Result;
 use crate::apis::cdi::{self, DataVolume, DvState};
-use crate::apis::job::{self as job_state, JobState};
+use crate::apis::job::JobState;
 use crate::children::verify_job::{self, Role, VerifyVolume};
 use crate::children::{Ownership, datavolume, secret};
 use crate::ports::StagingLogin;
@@ -144,19 +142,11 @@ impl Checkpoint for Importing {
             && dvs
                 .iter()
                 .all(|d| matches!(d, DvState::Succeeded | DvState::AwaitingConsumer { .. }));
-        let mut block = vec![];
-        if wants_job {
-            for i in 0..dvs.len() {
-                let pvc = io
-                    .read::<PersistentVolumeClaim>(&names::datavolume_name(io.vmm, i))
-                    .await?;
-                block.push(
-                    pvc.and_then(|p| p.spec)
-                        .and_then(|s| s.volume_mode)
-                        .is_some_and(|m| m == "Block"),
-                );
-            }
-        }
+        let block = if wants_job {
+            world::block_claims(io, dvs.len()).await?
+        } else {
+            vec![]
+        };
         Ok(Observed {
             credentials,
             secret_present,
@@ -254,48 +244,23 @@ async fn create_data_volume(io: Io<'_>, observed: &Observed, i: usize) -> Result
 /// The verification Job of the migration, with its role and (once failed) the message of its
 /// last failed pod.
 async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::children::Conflict>)> {
-    let found = io.read::<Job>(&names::verify_job_name(io.vmm)).await?;
     // A Job under the verification Job's name that is not ours says nothing about our volumes.
-    let (job, conflict) = match found.as_ref().map(|j| io.own(j)) {
-        Some(Ownership::Foreign(c)) => (None, Some(c)),
-        Some(Ownership::Ours { .. }) | None => (found, None),
-    };
+    let seen =
+        world::reporting_job(io, &names::verify_job_name(io.vmm), verify_job::CONTAINER).await?;
     let role = Role::parse(
-        job.as_ref()
+        seen.job
+            .as_ref()
             .and_then(|j| j.annotations().get(verify_job::ROLE_ANNOTATION))
             .map(String::as_str),
     );
-    let state = job_state::observe(job.as_ref());
-    let pods = || async {
-        let uid = job.as_ref().and_then(|j| j.uid()).unwrap_or_default();
-        io.api::<Pod>()
-            .list(
-                &ListParams::default()
-                    .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
-            )
-            .await
-            .map(|l| l.items)
-    };
-    let (message, reported) = match (&state, job.as_ref()) {
-        (JobState::Failed { .. }, Some(_)) => (
-            job_state::last_failure_message(&pods().await?, verify_job::CONTAINER),
-            None,
-        ),
-        (JobState::Complete, Some(j)) => (
-            None,
-            job_state::succeeded_message(j, &pods().await?, verify_job::CONTAINER)
-                .and_then(|m| crate::verify::parse_result(&m)),
-        ),
-        _ => (None, None),
-    };
     Ok((
         Verification {
-            job: state,
+            job: seen.state,
             role,
-            message,
-            reported,
+            message: seen.failure,
+            reported: seen.report.and_then(|m| crate::verify::parse_result(&m)),
         },
-        conflict,
+        seen.conflict,
     ))
 }
 

@@ -268,6 +268,94 @@ pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
 }
 
+/// Per disk (the first `disks`), whether its claim is a block device (`volumeMode: Block`);
+/// read when a Job mounting the claims is to be made.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn block_claims(io: Io<'_>, disks: usize) -> Result<Vec<bool>> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let mut block = Vec::with_capacity(disks);
+    for i in 0..disks {
+        let pvc = io
+            .read::<PersistentVolumeClaim>(&names::datavolume_name(io.vmm, i))
+            .await?;
+        block.push(
+            pvc.and_then(|p| p.spec)
+                .and_then(|s| s.volume_mode)
+                .is_some_and(|m| m == "Block"),
+        );
+    }
+    Ok(block)
+}
+
+/// The source VM's moref, as Preparing recorded it.
+pub fn source_moref(vmm: &VirtualMachineMigration) -> Option<String> {
+    vmm.status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.moref.clone())
+}
+
+/// A Job of the migration's whose pods report through their termination message (the
+/// verification and cutover Jobs), as observed.
+#[derive(Debug)]
+pub struct ReportingJob {
+    /// The Job, when ours (`None` too when its name is held by someone else's: `conflict`).
+    pub job: Option<Job>,
+    /// Its name held by an object that is not this migration's: never read as ours.
+    pub conflict: Option<Conflict>,
+    /// Where it stands.
+    pub state: crate::apis::job::JobState,
+    /// Once failed: what its last failed pod said.
+    pub failure: Option<String>,
+    /// Once complete: what a pod of it that ran `container` to success reported.
+    pub report: Option<String>,
+}
+
+/// Reads the Job `name` and, once it ended, its pods' messages (`container`'s).
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn reporting_job(io: Io<'_>, name: &str, container: &str) -> Result<ReportingJob> {
+    use crate::apis::job::{self as job_state, JobState};
+    use k8s_openapi::api::core::v1::Pod;
+    let found = io.read::<Job>(name).await?;
+    let (job, conflict) = match found.as_ref().map(|j| io.own(j)) {
+        Some(Ownership::Foreign(c)) => (None, Some(c)),
+        Some(Ownership::Ours { .. }) | None => (found, None),
+    };
+    let state = job_state::observe(job.as_ref());
+    let pods = || async {
+        let uid = job.as_ref().and_then(|j| j.uid()).unwrap_or_default();
+        io.api::<Pod>()
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("{}={uid}", job_state::CONTROLLER_UID_LABEL)),
+            )
+            .await
+            .map(|l| l.items)
+    };
+    let (failure, report) = match (&state, job.as_ref()) {
+        (JobState::Failed { .. }, Some(_)) => (
+            job_state::last_failure_message(&pods().await?, container),
+            None,
+        ),
+        (JobState::Complete, Some(j)) => (
+            None,
+            job_state::succeeded_message(j, &pods().await?, container),
+        ),
+        _ => (None, None),
+    };
+    Ok(ReportingJob {
+        job,
+        conflict,
+        state,
+        failure,
+        report,
+    })
+}
+
 /// The source VM's power state now, as vSphere reports it through `login` (the observation's
 /// own, so the Secret is read once per reconcile): looked at again before its disks are read and
 /// before the cutover. `Err` when vSphere or the credentials failed (classified).
@@ -275,13 +363,7 @@ pub async fn source_power(
     io: Io<'_>,
     login: std::result::Result<SourceLogin, Problem>,
 ) -> std::result::Result<PowerState, Problem> {
-    let Some(moref) = io
-        .vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-    else {
+    let Some(moref) = source_moref(io.vmm) else {
         return Err(Problem::permanent(
             Reason::VMNotFound,
             "the source VM was never recorded; raise spec.retry to start over",
