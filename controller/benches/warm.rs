@@ -117,7 +117,11 @@ async fn main() {
     env.api().delete("cold", &Default::default()).await.unwrap();
     env.wait_gone("cold", 600).await;
     let _ = std::fs::remove_file(env.volume(&dv_name("cold", 0)));
-    let _ = std::fs::remove_file(cold_vm.disks[0].local_path.with_file_name("disk1-flat.vmdk"));
+    let _ = std::fs::remove_file(
+        cold_vm.disks[0]
+            .local_path
+            .with_file_name("disk1-flat.vmdk"),
+    );
 
     // Warm: the guest writes 2 % between the first copy and the cutover.
     let warm_vm = vm_with_disk(&env, mib, 6).await;

@@ -762,6 +762,42 @@ async fn ferry_view_watches_and_ferry_operate_steers_but_neither_reads_secrets()
     );
     assert_eq!(env.get("failed-one").await.spec.retry, 1);
 
+    // The cockpit's pod logs view (`L`): ferry-view lists pods and reads their logs in its
+    // namespace — the rule is what grants it (a user with no binding may not) — and no more:
+    // not in another namespace, no exec, no get of a pod by name.
+    let client = admin_client(&env).await;
+    let ask = |verb: &str, resource: &str, ns: &str| Request {
+        when: SystemTime::now(),
+        verb: verb.into(),
+        group: String::new(),
+        resource: resource.into(),
+        namespace: Some(ns.to_owned()),
+        name: (resource != "pods" || verb == "get").then(|| "some-convert-x2k4q".to_owned()),
+        code: 0,
+        uri: String::new(),
+    };
+    let ns = env.ns.name.clone();
+    for (verb, resource) in [("list", "pods"), ("get", "pods/log")] {
+        assert!(
+            allowed(&client, &viewer, &ask(verb, resource, &ns)).await,
+            "ferry-view may {verb} {resource}"
+        );
+        assert!(
+            !allowed(&client, &format!("nobody-{ns}"), &ask(verb, resource, &ns)).await,
+            "without ferry-view no one may {verb} {resource}: the rule is needed"
+        );
+        assert!(
+            !allowed(&client, &viewer, &ask(verb, resource, "default")).await,
+            "ferry-view is bound in its namespace only"
+        );
+    }
+    for (verb, resource) in [("create", "pods/exec"), ("get", "pods"), ("watch", "pods")] {
+        assert!(
+            !allowed(&client, &viewer, &ask(verb, resource, &ns)).await,
+            "ferry-view may not {verb} {resource}"
+        );
+    }
+
     // Neither reads a Secret.
     for user in [&viewer, &operator] {
         let out = env

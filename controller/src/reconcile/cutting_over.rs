@@ -319,6 +319,16 @@ fn source_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
             CutOver,
         ));
     }
+    // The operator said ferry must not switch the source off: they do it, then retry.
+    if !scope.vmm.spec.source.power.power_off {
+        return Some(Outcome::failure(
+            Reason::SourcePoweredOn,
+            say::kept_on(),
+            true,
+            Phase::CuttingOver,
+            CutOver,
+        ));
+    }
     let (step, message, power_off) =
         match power_off_step(&scope.vmm, scope.now, Some(*power), Some(*tools)) {
             PowerOffStep::Act(action, done) => {
@@ -453,6 +463,10 @@ mod say {
         "the source was powered on while its last changes were copied: the copy is not its final state; power it off and raise spec.retry".into()
     }
 
+    pub(super) fn kept_on() -> String {
+        "the cutover needs the source off and spec.source.power.powerOff is false: power it off in vSphere, then raise spec.retry".into()
+    }
+
     pub(super) fn unrecorded(missing: &str) -> String {
         format!(
             "no change id recorded for {missing}: the first copy must be taken again (retry from Preparing by cancelling and retrying)"
@@ -554,6 +568,25 @@ mod tests {
         };
         let o = decide(&scope(vmm.clone(), off.clone()));
         assert_eq!(o.step, Step::Act(vec![Action::CreateJob]));
+        let mut hands_off = vmm.clone();
+        hands_off.spec.source.power.power_off = false;
+        let o = decide(&scope(
+            hands_off,
+            Observed {
+                source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),
+                ..world()
+            },
+        ));
+        assert!(
+            matches!(
+                o.step,
+                Step::Fail {
+                    reason: Reason::SourcePoweredOn,
+                    ..
+                }
+            ),
+            "powerOff: false is never overridden by the cutover: {o:?}"
+        );
         let running = Observed {
             source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),
             job: JobState::Running { failed: 0 },

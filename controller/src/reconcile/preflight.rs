@@ -451,7 +451,11 @@ fn power(vmm: &VirtualMachineMigration, facts: &SourceFacts, name: &str) -> Vec<
     let mut out = vec![Concern::new(
         Code::PoweredOn,
         Severity::Info,
-        say::will_power_off(name, policy.shutdown_grace_period_seconds),
+        say::will_power_off(
+            name,
+            policy.shutdown_grace_period_seconds,
+            vmm.spec.mode == MigrationMode::Warm,
+        ),
     )];
     if facts.vm.vmware_tools != Some(ToolsState::Running) {
         out.push(Concern::new(
@@ -661,9 +665,14 @@ mod say {
         )
     }
 
-    pub(super) fn will_power_off(name: &str, grace: i64) -> String {
+    pub(super) fn will_power_off(name: &str, grace: i64, warm: bool) -> String {
+        let when = if warm {
+            " at the cutover (it runs on while its first copy is taken)"
+        } else {
+            ""
+        };
         format!(
-            "{name} runs: the migration shuts its guest down (VMware Tools), powering it off hard after {grace}s"
+            "{name} runs: the migration shuts its guest down (VMware Tools){when}, powering it off hard after {grace}s"
         )
     }
 
