@@ -28,7 +28,7 @@ use tokio::{
 use crate::{
     error::Result,
     keys,
-    kube::{self as cluster, Cluster, ConnectOptions, actions, children, watch},
+    kube::{self as cluster, Cluster, ConnectOptions, actions, children, podlogs, watch},
     state::{Action, ClusterId, ClusterView, Effect, Popup, Scope, Screen, Stamp, State, update},
     ui::{self, Options, Theme},
 };
@@ -258,6 +258,15 @@ pub struct Runtime {
     ui_rx: UnboundedReceiver<Action>,
     connect: ConnectOptions,
     clipboard: Box<dyn Write + Send>,
+    /// The pod log being followed: one at a time, aborted when another is asked for or the
+    /// view is left, so no stream outlives what it was opened for.
+    log_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_log();
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -296,6 +305,13 @@ impl Runtime {
             ui_rx,
             connect,
             clipboard: Box::new(std::io::stdout()),
+            log_task: None,
+        }
+    }
+
+    fn stop_log(&mut self) {
+        if let Some(t) = self.log_task.take() {
+            t.abort();
         }
     }
 
@@ -375,7 +391,36 @@ impl Runtime {
                     let _ = tx.send(Action::Whole { key, result });
                 });
             }
-            Effect::Rewatch(_) => self.watch(state),
+            Effect::FetchPods { key } => {
+                let Some(client) = self.client_of(key.cluster) else {
+                    return After::Continue;
+                };
+                let tx = self.ui_tx.clone();
+                tokio::spawn(async move {
+                    let result = podlogs::find(client, &key).await;
+                    let _ = tx.send(Action::PodsFound { key, result });
+                });
+            }
+            Effect::FollowLog {
+                key,
+                session,
+                pod,
+                container,
+            } => {
+                self.stop_log();
+                let Some(client) = self.client_of(key.cluster) else {
+                    return After::Continue;
+                };
+                let tx = self.ui_tx.clone();
+                self.log_task = Some(tokio::spawn(podlogs::follow(
+                    client, key, pod, container, session, tx,
+                )));
+            }
+            Effect::StopLog => self.stop_log(),
+            Effect::Rewatch(_) => {
+                self.stop_log();
+                self.watch(state);
+            }
             Effect::Copy(text) => {
                 // Written between frames: the terminal's own buffer was flushed with the last
                 // frame, so the sequence never lands inside one. A failed write loses the copy,
@@ -386,6 +431,7 @@ impl Runtime {
                 }
             }
             Effect::SwitchContexts(contexts) => {
+                self.stop_log();
                 let opts = ConnectOptions {
                     contexts,
                     ..self.connect.clone()

@@ -4,7 +4,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::{
-    state::{Action, Edit, Nav, Popup, State, Verb},
+    state::{Action, Edit, Nav, Popup, State, Verb, View},
     strings::{confirm, help, hint},
 };
 
@@ -202,6 +202,12 @@ pub const BINDINGS: &[Binding] = &[
         action: || Action::ShowEvents,
     },
     Binding {
+        keys: &[k('L')],
+        label: "L",
+        help: help::POD_LOGS,
+        action: || Action::ShowPodLogs,
+    },
+    Binding {
         keys: &[k('m')],
         label: "m",
         help: help::NEXT_MESSAGE,
@@ -236,6 +242,35 @@ pub const BINDINGS: &[Binding] = &[
         label: "q Ctrl-c",
         help: help::QUIT,
         action: || Action::Quit,
+    },
+];
+
+/// The keys of the pod logs view, looked at before [`BINDINGS`] while it is the innermost view
+/// (Tab and `q` mean something else there: the next pod, back).
+pub const PODLOGS_BINDINGS: &[Binding] = &[
+    Binding {
+        keys: &[code(KeyCode::Tab), code(KeyCode::Right)],
+        label: "Tab →",
+        help: help::NEXT_POD,
+        action: || Action::NextPod,
+    },
+    Binding {
+        keys: &[code(KeyCode::BackTab), code(KeyCode::Left)],
+        label: "⇧Tab ←",
+        help: help::PREV_POD,
+        action: || Action::PrevPod,
+    },
+    Binding {
+        keys: &[k('f')],
+        label: "f",
+        help: help::FOLLOW_AGAIN,
+        action: || Action::FollowAgain,
+    },
+    Binding {
+        keys: &[code(KeyCode::Esc), k('q')],
+        label: "Esc q",
+        help: help::BACK,
+        action: || Action::Back,
     },
 ];
 
@@ -382,6 +417,11 @@ pub const DETAILS_HINTS: &[Hint] = &[
         actions: &[Action::ToggleHelp],
         word: hint::HELP,
     },
+    // Last: at 80 columns the ones before it stay whole.
+    Hint {
+        actions: &[Action::ShowPodLogs],
+        word: hint::POD_LOGS,
+    },
 ];
 
 /// Footer hints in the problems view: Enter marks a group, the verbs act on the marked.
@@ -456,6 +496,30 @@ pub const PREFLIGHT_GROUP_HINTS: &[Hint] = &[
     },
 ];
 
+/// Footer hints in the pod logs view.
+pub const PODLOGS_HINTS: &[Hint] = &[
+    Hint {
+        actions: &[Action::Back],
+        word: hint::BACK,
+    },
+    Hint {
+        actions: &[Action::NextPod],
+        word: hint::NEXT_POD,
+    },
+    Hint {
+        actions: &[Action::Nav(Nav::Down), Action::Nav(Nav::Up)],
+        word: hint::SCROLL,
+    },
+    Hint {
+        actions: &[Action::FollowAgain],
+        word: hint::FOLLOW_AGAIN,
+    },
+    Hint {
+        actions: &[Action::ToggleHelp],
+        word: hint::HELP,
+    },
+];
+
 /// Footer hints on the wave strip (after [`hint::WAVE_STRIP`]).
 pub const WAVE_HINTS: &[Hint] = &[
     Hint {
@@ -495,7 +559,10 @@ fn short(key: Key) -> String {
 /// The key the footer shows for `action`: the first plain character bound to it (what one
 /// types), else its first key; `None` when nothing binds it.
 pub fn footer_key(action: &Action) -> Option<String> {
-    let b = BINDINGS.iter().find(|b| (b.action)() == *action)?;
+    let b = BINDINGS
+        .iter()
+        .chain(PODLOGS_BINDINGS)
+        .find(|b| (b.action)() == *action)?;
     let plain = b
         .keys
         .iter()
@@ -590,6 +657,11 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
         }
         None => {}
     }
+    if matches!(state.view(), Some(View::PodLogs(_)))
+        && let Some(b) = PODLOGS_BINDINGS.iter().find(|b| b.keys.contains(&key))
+    {
+        return Some((b.action)());
+    }
     BINDINGS
         .iter()
         .find(|b| b.keys.contains(&key))
@@ -668,5 +740,38 @@ mod tests {
         );
         assert_eq!(footer_key(&Action::FocusNext).as_deref(), Some("Tab"));
         assert_eq!(footer_key(&Action::Confirm), None);
+    }
+
+    #[test]
+    fn in_the_pod_logs_view_tab_f_and_q_mean_pod_follow_and_back_and_l_stays_ferrys_log() {
+        let mut state = State::new(
+            "lab",
+            crate::state::Scope::All,
+            false,
+            ferry_crds::fixtures::ts(0).0,
+        );
+        let press = |s: &State, c: KeyCode| action_for(s, KeyEvent::new(c, KeyModifiers::NONE));
+        assert_eq!(press(&state, KeyCode::Char('L')), Some(Action::ShowPodLogs));
+        assert_eq!(press(&state, KeyCode::Char('l')), Some(Action::ToggleLogs));
+        assert_eq!(press(&state, KeyCode::Char('q')), Some(Action::Quit));
+        state
+            .views
+            .push(View::PodLogs(crate::state::ObjKey::new("default", "a")));
+        assert_eq!(press(&state, KeyCode::Tab), Some(Action::NextPod));
+        assert_eq!(press(&state, KeyCode::Right), Some(Action::NextPod));
+        assert_eq!(press(&state, KeyCode::Left), Some(Action::PrevPod));
+        assert_eq!(press(&state, KeyCode::Char('f')), Some(Action::FollowAgain));
+        assert_eq!(press(&state, KeyCode::Char('q')), Some(Action::Back));
+        assert_eq!(press(&state, KeyCode::Esc), Some(Action::Back));
+        assert_eq!(press(&state, KeyCode::Char('l')), Some(Action::ToggleLogs));
+        assert_eq!(
+            press(&state, KeyCode::Char('j')),
+            Some(Action::Nav(Nav::Down))
+        );
+        for h in PODLOGS_HINTS {
+            for a in h.actions {
+                assert!(footer_key(a).is_some(), "{a:?} ({}) is not bound", h.word);
+            }
+        }
     }
 }

@@ -468,7 +468,11 @@ pub mod help {
     pub const CUTOVER: &str = "cut over a warm migration (marked or selected)";
     pub const YAML: &str = "YAML";
     pub const EVENTS: &str = "events";
-    pub const LOGS: &str = "show / hide logs";
+    pub const LOGS: &str = "show / hide ferry's own log";
+    pub const POD_LOGS: &str = "pod logs; Tab pod, f follow";
+    pub const NEXT_POD: &str = "next pod";
+    pub const PREV_POD: &str = "previous pod";
+    pub const FOLLOW_AGAIN: &str = "read the log again and follow it";
     pub const NEXT_MESSAGE: &str = "next message (in details)";
     pub const COPY_MESSAGE: &str = "copy message whole (OSC 52)";
     pub const PROBLEMS: &str = "problems: failed and stuck, grouped";
@@ -576,6 +580,88 @@ pub mod hint {
     pub const COPY: &str = "copy";
     pub const PROBLEMS: &str = "problems";
     pub const MARK_GROUP: &str = "mark group";
+    pub const POD_LOGS: &str = "pod logs";
+    pub const NEXT_POD: &str = "pod";
+    pub const FOLLOW_AGAIN: &str = "follow again";
+}
+
+/// The pod logs view (`L`): a migration's Jobs' and importers' pods and the chosen one's log.
+pub mod podlogs {
+    /// Heading of the view.
+    pub fn heading(name: &str) -> String {
+        format!("pod logs of {name}")
+    }
+
+    /// The pods are being listed.
+    pub const LISTING: &str = "listing the migration's pods…";
+
+    /// No pod: none of its Jobs has one, it has no Job yet, or they were deleted with it.
+    pub const NO_PODS: &str =
+        "no pods: the migration has no Job or importer pod now (a Job's pods go with it)";
+
+    /// The pods could not be listed, with why.
+    pub fn cannot_list(why: &str) -> String {
+        format!("cannot list the pods: {why}")
+    }
+
+    /// The user may not list pods in `ns`.
+    pub fn list_forbidden(ns: &str) -> String {
+        format!(
+            "forbidden: you may not list pods in namespace {ns} (the ClusterRole ferry-view grants it)"
+        )
+    }
+
+    /// The user may not read `pods/log` in `ns`.
+    pub fn log_forbidden(ns: &str) -> String {
+        format!(
+            "forbidden: you lack get on pods/log in namespace {ns} (the ClusterRole ferry-view grants it)"
+        )
+    }
+
+    /// The migration could not be read (its Jobs are found from its `status.children`).
+    pub fn cannot_read_migration(why: &str) -> String {
+        format!("cannot read the migration: {why}")
+    }
+
+    /// A pod listed with no container.
+    pub const NO_CONTAINER: &str = "the pod has no container";
+
+    /// The pod chosen: `web-1-convert-x2k4q (Failed)`.
+    pub fn pod(name: &str, phase: &str) -> String {
+        format!("{name} ({phase})")
+    }
+
+    /// The pod chosen, of how many: `pod 2/3 ` (Tab shows the next).
+    pub fn count(at: usize, of: usize) -> String {
+        format!("pod {at}/{of} ")
+    }
+
+    /// What made the pod chosen: `of legacy-erp-convert`.
+    pub fn made_by(owner: &str) -> String {
+        format!(" of {owner}")
+    }
+
+    /// The stream's state line: which container, then what became of it.
+    pub fn container(name: &str) -> String {
+        format!("container {name} · ")
+    }
+
+    pub const IDLE: &str = "nothing to read";
+    pub const OPENING: &str = "opening the log…";
+    pub const FOLLOWING: &str = "following (last 500 lines, then live)";
+    pub const ENDED: &str =
+        "ended: the container stopped or the connection closed (f follows again)";
+
+    /// The state line when the log could not be read; why follows under it, whole.
+    pub const FAILED: &str = "cannot read the log (f tries again):";
+
+    /// Lines dropped from the front to stay within the lines kept.
+    pub fn dropped(n: usize) -> String {
+        format!("… {n} earlier lines not kept")
+    }
+
+    /// The log has no line yet.
+    pub const EMPTY: &str = "(no lines yet)";
 }
 
 /// The header: context, scope, connection, counts.

@@ -521,6 +521,79 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
+/// Issue 29: a migration whose conversion fails; the operator selects it, presses `L` and reads
+/// what the converter's pod printed last, through `pods/log` (the sim serves the kubelet's log
+/// endpoint), then leaves the view with the board intact. The failure is a real one of the
+/// converter (its source disk's descriptor is not a VMDK): the sim's injected convert fault
+/// fails an attempt before its container runs, so that pod has no log to read — the kubelet's
+/// "is not available", which the view shows as such.
+#[tokio::test(flavor = "multi_thread")]
+async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-podlogs").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-podlogs-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let vm = lab.claim_vm().expect("vm");
+    let disk = ferry_harness::put_vmdk(&vm, &scratch, 16, 3).expect("vmdk");
+    std::fs::write(&disk.vmdk, "# not a VMDK descriptor\n").expect("spoil the descriptor");
+    apply_credentials(lab, &kc, &ns.name);
+
+    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    controller
+        .args(["controller", "--kubeconfig"])
+        .arg(&kc)
+        .args(["-n", &ns.name])
+        .args(["--leader-elect-namespace", &ns.name])
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
+    let _controller =
+        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+    let mut sim = Command::new(workspace_bin("ferry-sim"));
+    sim.arg("--kubeconfig")
+        .arg(&kc)
+        .args(["-n", &ns.name, "--volume-dir"])
+        .arg(scratch.join("volumes"));
+    sim.arg("--bin-dir")
+        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
+    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+
+    let tmux = Tmux::start("ferry-podlogs", &cockpit(&kc, &ns.name, ""), 160, 40);
+    tmux.wait_for("● live", T);
+    let yaml = lab_migration(lab, &ns.name, "broken", &vm.name, None);
+    kubectl(&kc, &["apply", "-f", "-"], Some(&yaml));
+    let failed = |s: &str| {
+        s.lines()
+            .any(|l| l.split_whitespace().any(|w| w == "broken") && l.contains("Failed"))
+    };
+    tmux.wait("broken Failed", Duration::from_secs(180), failed);
+
+    tmux.keys(&["L"]);
+    // What `ferry-controller convert` prints last when it fails (convert/mod.rs `exit_code`).
+    const LAST: &str = "ferry-controller convert: permanent failure";
+    let screen = tmux.wait_for(LAST, T);
+    assert!(
+        screen.contains("pod logs of broken") && screen.contains("broken-convert-"),
+        "the view names the migration and its conversion pod:\n{screen}"
+    );
+    assert!(
+        screen.contains("container convert") || screen.contains("container "),
+        "which container:\n{screen}"
+    );
+    // The container has ended: the stream ends, and the view says so.
+    tmux.wait_for("ended", T);
+    // `f` reads it again: the same last line.
+    tmux.keys(&["f"]);
+    tmux.wait_for(LAST, T);
+    // Esc: back on the board, the row still there; `l` is still ferry's own log pane.
+    tmux.keys(&["Escape"]);
+    tmux.wait("back on the board", T, |s| {
+        !s.contains("pod logs of") && failed(s)
+    });
+    tmux.keys(&["q"]);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 fn tmux_env_cockpit(kubeconfigs: &std::ffi::OsStr, args: &str) -> String {
     format!(
         "KUBECONFIG={} exec {} {args}",

@@ -276,6 +276,84 @@ fn yaml_while_reading_and_when_unreadable() {
     });
 }
 
+/// The pod logs view of the selected migration, its two conversion pods listed.
+fn pod_logs(s: &mut State) -> u64 {
+    use ferry::state::podlogs::{JobRef, PodInfo};
+    apply(s, [Action::ShowPodLogs]);
+    let key = s.selected_row().unwrap().key.clone();
+    let job = format!("{}-convert", key.name);
+    let pod = |n: &str, ago: i64, phase: &str| PodInfo {
+        name: format!("{job}-x2k4q-sim{n}"),
+        owner: job.clone(),
+        job_uid: Some("uid-1".into()),
+        containers: vec!["convert".into()],
+        phase: phase.into(),
+        created: Some(now() - SignedDuration::from_secs(ago)),
+    };
+    apply(
+        s,
+        [Action::PodsFound {
+            key,
+            result: Ok((
+                vec![JobRef {
+                    name: job.clone(),
+                    uid: "uid-1".into(),
+                }],
+                vec![pod("1", 120, "Failed"), pod("2", 60, "Failed")],
+            )),
+        }],
+    );
+    s.podlogs.as_ref().unwrap().session
+}
+
+#[test]
+fn pod_logs_following_with_a_long_line_wrapped() {
+    at_both_sizes("pod_logs", |s| {
+        let session = pod_logs(s);
+        let lines = [
+            "ferry-controller convert: disk 0 of 1 (scsi0:0), 16 MiB, format qcow2",
+            "reading [datastore1] web/web.vmdk through NBD",
+            "uploading s3://ferry-staging/apps/web/disk-0.qcow2: part 1 of 1",
+            "error: the staging bucket refused the upload: AccessDenied: Access Denied (request id 4442587FB7D0A2F9, host id vr5wKoDy/8bK+Q3Tt5u1yJmVFa2H8AXl3ZykrHHH0Zw=)",
+            "exit 2 (permanent): see the record beside the image",
+        ];
+        apply(
+            s,
+            [Action::LogLines {
+                session,
+                lines: lines.iter().map(|l| (*l).to_owned()).collect(),
+            }],
+        );
+    });
+}
+
+#[test]
+fn pod_logs_forbidden_and_waiting_to_start() {
+    at_both_sizes("pod_logs_forbidden", |s| {
+        let session = pod_logs(s);
+        apply(
+            s,
+            [Action::LogEnded {
+                session,
+                result: Err(ferry::strings::podlogs::log_forbidden("apps")),
+            }],
+        );
+    });
+    at_both_sizes("pod_logs_waiting", |s| {
+        let session = pod_logs(s);
+        let pod = s.podlogs.as_ref().unwrap().pod().unwrap().name.clone();
+        apply(
+            s,
+            [Action::LogEnded {
+                session,
+                result: Err(format!(
+                    "container \"convert\" in pod \"{pod}\" is waiting to start: ContainerCreating"
+                )),
+            }],
+        );
+    });
+}
+
 #[test]
 fn events() {
     at_both_sizes("events", |s| {

@@ -2,6 +2,7 @@
 
 pub mod actions;
 pub mod children;
+pub mod podlogs;
 pub mod watch;
 
 use std::path::PathBuf;

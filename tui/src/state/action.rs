@@ -10,6 +10,7 @@ use super::{
     conn::{ConnState, Resource},
     events::EventRow,
     layout::Screen,
+    podlogs::{JobRef, PodInfo},
 };
 
 pub use crate::verb::{Outcome, Verb};
@@ -138,6 +139,29 @@ pub enum Action {
         /// Its YAML, or why it could not be read.
         result: Result<String, String>,
     },
+    /// The pods of a migration's Jobs and importers were listed for the pod logs view.
+    PodsFound {
+        /// The migration.
+        key: ObjKey,
+        /// Its Jobs as its `status.children` records them, and the pods found (filtered
+        /// again by the state: only a recorded Job's uid makes a pod its own), or why not.
+        result: Result<(Vec<JobRef>, Vec<PodInfo>), String>,
+    },
+    /// Lines of the log stream `session` arrived.
+    LogLines {
+        /// The stream (see [`crate::state::podlogs::PodLogs::session`]).
+        session: u64,
+        /// The lines, without their newline.
+        lines: Vec<String>,
+    },
+    /// The log stream `session` ended (`Ok`) or could not go on (`Err`: why, in the
+    /// operator's words).
+    LogEnded {
+        /// The stream.
+        session: u64,
+        /// How it ended.
+        result: Result<(), String>,
+    },
     /// The contexts changed (`:ctx a,b`); each watched in its default namespace.
     ContextSwitched(Vec<ClusterView>),
     /// `:ctx` failed.
@@ -192,6 +216,15 @@ pub enum Action {
     ShowYaml,
     /// Show the events of the selected object.
     ShowEvents,
+    /// Show the logs of the selected migration's pods (its Jobs', its importers').
+    ShowPodLogs,
+    /// In the pod logs view, the next pod.
+    NextPod,
+    /// In the pod logs view, the previous pod.
+    PrevPod,
+    /// In the pod logs view, read the chosen pod's log again and follow it (after it ended or
+    /// failed, or to catch up).
+    FollowAgain,
     /// In details, select the next message (the one the copy key takes).
     NextMessage,
     /// Copy the selected message whole to the terminal's clipboard (OSC 52): in details the
@@ -236,6 +269,26 @@ pub enum Effect {
         /// The migration.
         key: ObjKey,
     },
+    /// List the pods of a migration's Jobs and importers (in the cluster of `key`).
+    FetchPods {
+        /// The migration.
+        key: ObjKey,
+    },
+    /// Read container `container` of pod `pod` (in the cluster and namespace of `key`): its
+    /// last lines, then follow it; lines and the end come back tagged with `session`. A new
+    /// one replaces the stream before it.
+    FollowLog {
+        /// The migration whose pod it is.
+        key: ObjKey,
+        /// Tags what comes back.
+        session: u64,
+        /// The pod.
+        pod: String,
+        /// Its container.
+        container: String,
+    },
+    /// Stop reading any log (the view was left).
+    StopLog,
     /// Restart the watches of every cluster on a new scope.
     Rewatch(Scope),
     /// Switch to these kubeconfig contexts (one or more).

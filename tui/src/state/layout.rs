@@ -18,6 +18,8 @@ pub const VIEW_CHROME: u16 = 1;
 /// Rows of the timeline that are not migrations: the rule with its title, the time axis, and
 /// below the bars, where the time went and the legend.
 pub const TIMELINE_CHROME: u16 = 4;
+/// Rows of the pod logs view above its lines: the rule, the pods, the stream's state.
+pub const PODLOGS_CHROME: u16 = 3;
 
 /// The terminal's size in cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,7 @@ pub fn page(state: &State) -> Option<usize> {
     let chrome = match state.view() {
         None => BOARD_CHROME,
         Some(View::Timeline) => TIMELINE_CHROME,
+        Some(View::PodLogs(_)) => PODLOGS_CHROME,
         Some(
             View::Details(_)
             | View::Yaml(_)

@@ -8,6 +8,7 @@ pub mod filter;
 pub mod index;
 pub mod layout;
 pub mod messages;
+pub mod podlogs;
 pub mod preflight;
 pub mod problems;
 pub mod row;
@@ -130,6 +131,8 @@ pub enum View {
     /// The failed and stuck migrations on the board, grouped by cause and message, with the
     /// group under the cursor (`None`: the first).
     Problems(Option<problems::ProblemKey>),
+    /// The logs of a migration's pods.
+    PodLogs(ObjKey),
 }
 
 /// The line being typed at the bottom.
@@ -330,6 +333,8 @@ pub struct State {
     pub children: Option<Children>,
     /// The whole migration of the YAML view.
     pub whole: Option<Whole>,
+    /// The pod logs view's pods and lines.
+    pub podlogs: Option<podlogs::PodLogs>,
     /// Bottom-line message.
     pub flash: Option<Flash>,
     /// Set by `q` / `:q`.
@@ -371,6 +376,7 @@ impl State {
             report: None,
             children: None,
             whole: None,
+            podlogs: None,
             flash: None,
             quit: false,
             next_id: 1,

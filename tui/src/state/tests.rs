@@ -1276,3 +1276,277 @@ fn the_watch_remembers_when_a_migrations_bytes_last_moved() {
     update(&mut s, Action::MigrationDeleted(key("a")));
     assert!(s.moved.is_empty());
 }
+
+// --- the pod logs view ---
+
+fn job(name: &str, uid: &str) -> podlogs::JobRef {
+    podlogs::JobRef {
+        name: name.into(),
+        uid: uid.into(),
+    }
+}
+
+fn pod(name: &str, owner: &str, uid: Option<&str>, at: i64, phase: &str) -> podlogs::PodInfo {
+    podlogs::PodInfo {
+        name: name.into(),
+        owner: owner.into(),
+        job_uid: uid.map(str::to_owned),
+        containers: vec!["convert".into()],
+        phase: phase.into(),
+        created: Some(ts(at).0),
+    }
+}
+
+fn follows(fx: &[Effect]) -> Vec<(u64, &str, &str)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::FollowLog {
+                session,
+                pod,
+                container,
+                ..
+            } => Some((*session, pod.as_str(), container.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The board with `web-1` selected and its pod logs view open on `pods` (the state filters).
+fn pod_logs_of(jobs: Vec<podlogs::JobRef>, pods: Vec<podlogs::PodInfo>) -> (State, Vec<Effect>) {
+    let mut s = state_with(vec![
+        vmm("web-1", Phase::Failed),
+        vmm("web-10", Phase::Failed),
+    ]);
+    let fx = update(&mut s, Action::ShowPodLogs);
+    assert_eq!(fx, vec![Effect::FetchPods { key: key("web-1") }]);
+    assert_eq!(s.view(), Some(&View::PodLogs(key("web-1"))));
+    let fx = update(
+        &mut s,
+        Action::PodsFound {
+            key: key("web-1"),
+            result: Ok((jobs, pods)),
+        },
+    );
+    (s, fx)
+}
+
+#[test]
+fn the_pod_logs_view_lists_the_pods_of_the_migrations_own_jobs_by_uid_and_follows_the_newest() {
+    let (s, fx) = pod_logs_of(
+        vec![job("web-1-convert", "uid-a"), job("web-1-verify", "uid-v")],
+        vec![
+            pod(
+                "web-1-convert-aaaaa-sim1",
+                "web-1-convert",
+                Some("uid-a"),
+                10,
+                "Failed",
+            ),
+            pod(
+                "web-1-convert-aaaaa-sim2",
+                "web-1-convert",
+                Some("uid-a"),
+                20,
+                "Failed",
+            ),
+            // Another migration's Job of a similar name (web-10's), and an earlier Job of the
+            // very same name whose pod waits for the garbage collector: other uids.
+            pod(
+                "web-10-convert-bbbbb-sim1",
+                "web-10-convert",
+                Some("uid-b"),
+                30,
+                "Running",
+            ),
+            pod(
+                "web-1-convert-old00-sim1",
+                "web-1-convert",
+                Some("uid-old"),
+                40,
+                "Failed",
+            ),
+            pod("importer-web-1-disk-0", "web-1-disk-0", None, 5, "Running"),
+        ],
+    );
+    let logs = s.podlogs.as_ref().unwrap();
+    let names: Vec<&str> = logs
+        .pods
+        .as_ref()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "web-1-convert-aaaaa-sim1",
+            "web-1-convert-aaaaa-sim2",
+            "importer-web-1-disk-0"
+        ]
+    );
+    // The newest of the Job's pods: the last attempt, where the failure shows.
+    assert_eq!(logs.pod().unwrap().name, "web-1-convert-aaaaa-sim2");
+    assert_eq!(
+        follows(&fx),
+        [(logs.session, "web-1-convert-aaaaa-sim2", "convert")]
+    );
+    assert_eq!(logs.stream, podlogs::Stream::Opening);
+}
+
+#[test]
+fn a_migration_without_pods_says_so_and_follows_nothing() {
+    let (s, fx) = pod_logs_of(vec![], vec![]);
+    assert!(follows(&fx).is_empty());
+    assert_eq!(s.podlogs.as_ref().unwrap().pod(), None);
+}
+
+#[test]
+fn log_lines_are_bounded_cleaned_and_those_of_an_earlier_stream_dropped() {
+    let (mut s, _) = pod_logs_of(
+        vec![job("web-1-convert", "uid-a")],
+        vec![
+            pod("p1", "web-1-convert", Some("uid-a"), 10, "Failed"),
+            pod("p2", "web-1-convert", Some("uid-a"), 20, "Running"),
+        ],
+    );
+    let first = s.podlogs.as_ref().unwrap().session;
+    let lines = (0..6_000).map(|i| format!("line {i}")).collect();
+    update(
+        &mut s,
+        Action::LogLines {
+            session: first,
+            lines,
+        },
+    );
+    let logs = s.podlogs.as_ref().unwrap();
+    assert_eq!(logs.stream, podlogs::Stream::Following);
+    assert_eq!(logs.lines.len(), podlogs::KEEP_LINES);
+    assert_eq!(logs.dropped, 1_000);
+    assert_eq!(logs.lines.front().unwrap(), "line 1000");
+    assert_eq!(logs.lines.back().unwrap(), "line 5999");
+
+    // Another pod: a new stream; a late line of the first is not mixed in.
+    let fx = update(&mut s, Action::NextPod);
+    let second = s.podlogs.as_ref().unwrap().session;
+    assert_ne!(first, second);
+    assert_eq!(follows(&fx), [(second, "p1", "convert")]);
+    update(
+        &mut s,
+        Action::LogLines {
+            session: first,
+            lines: vec!["late".into()],
+        },
+    );
+    // A terminal escape, a bell and a progress bar's carriage return never reach a cell.
+    update(
+        &mut s,
+        Action::LogLines {
+            session: second,
+            lines: vec!["\u{1b}[31mred\u{7}\r".into(), "a\tb".into()],
+        },
+    );
+    let logs = s.podlogs.as_ref().unwrap();
+    assert_eq!(
+        logs.lines.iter().collect::<Vec<_>>(),
+        ["\u{FFFD}[31mred\u{FFFD}", "a    b"]
+    );
+    assert_eq!(logs.dropped, 0);
+}
+
+#[test]
+fn a_log_that_cannot_be_read_says_why_and_f_lists_and_follows_again() {
+    let (mut s, _) = pod_logs_of(
+        vec![job("web-1-convert", "uid-a")],
+        vec![pod("p1", "web-1-convert", Some("uid-a"), 10, "Pending")],
+    );
+    let session = s.podlogs.as_ref().unwrap().session;
+    let why = "container \"convert\" in pod \"p1\" is waiting to start: ContainerCreating";
+    update(
+        &mut s,
+        Action::LogEnded {
+            session,
+            result: Err(why.into()),
+        },
+    );
+    assert_eq!(
+        s.podlogs.as_ref().unwrap().stream,
+        podlogs::Stream::Failed(why.into())
+    );
+    let fx = update(&mut s, Action::FollowAgain);
+    assert_eq!(fx, vec![Effect::FetchPods { key: key("web-1") }]);
+    let fx = update(
+        &mut s,
+        Action::PodsFound {
+            key: key("web-1"),
+            result: Ok((
+                vec![job("web-1-convert", "uid-a")],
+                vec![pod("p1", "web-1-convert", Some("uid-a"), 10, "Running")],
+            )),
+        },
+    );
+    let again = s.podlogs.as_ref().unwrap().session;
+    assert_ne!(again, session);
+    assert_eq!(follows(&fx), [(again, "p1", "convert")]);
+    // A stream that simply ends (the container stopped) is told apart from a failure.
+    update(
+        &mut s,
+        Action::LogEnded {
+            session: again,
+            result: Ok(()),
+        },
+    );
+    assert_eq!(s.podlogs.as_ref().unwrap().stream, podlogs::Stream::Ended);
+}
+
+#[test]
+fn esc_leaves_the_pod_logs_view_and_stops_its_stream() {
+    let (mut s, _) = pod_logs_of(
+        vec![job("web-1-convert", "uid-a")],
+        vec![pod("p1", "web-1-convert", Some("uid-a"), 10, "Failed")],
+    );
+    // A popup over it closes first; the stream goes on.
+    update(&mut s, Action::ToggleHelp);
+    assert!(update(&mut s, Action::Back).is_empty());
+    assert!(s.podlogs.is_some());
+    let fx = update(&mut s, Action::Back);
+    assert_eq!(fx, vec![Effect::StopLog]);
+    assert_eq!(s.view(), None);
+    assert!(s.podlogs.is_none());
+    // An answer of the closed view's list is dropped.
+    let fx = update(
+        &mut s,
+        Action::PodsFound {
+            key: key("web-1"),
+            result: Ok((vec![], vec![])),
+        },
+    );
+    assert!(fx.is_empty() && s.podlogs.is_none());
+}
+
+#[test]
+fn scrolling_up_leaves_the_tail_and_the_end_key_sticks_to_it_again() {
+    let (mut s, _) = pod_logs_of(
+        vec![job("web-1-convert", "uid-a")],
+        vec![pod("p1", "web-1-convert", Some("uid-a"), 10, "Running")],
+    );
+    update(
+        &mut s,
+        Action::Resize(layout::Screen {
+            width: 80,
+            height: 24,
+        }),
+    );
+    let session = s.podlogs.as_ref().unwrap().session;
+    let lines = (0..100).map(|i| format!("line {i}")).collect();
+    update(&mut s, Action::LogLines { session, lines });
+    let last = 100 - s.page;
+    update(&mut s, Action::Nav(Nav::Up));
+    assert!(!s.podlogs.as_ref().unwrap().tail);
+    assert_eq!(s.scroll, last - 1);
+    update(&mut s, Action::Nav(Nav::Top));
+    assert_eq!(s.scroll, 0);
+    update(&mut s, Action::Nav(Nav::Bottom));
+    assert!(s.podlogs.as_ref().unwrap().tail);
+}

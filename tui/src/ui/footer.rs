@@ -51,6 +51,8 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             keys::hints(keys::PREFLIGHT_GROUP_HINTS)
         } else if let Some(View::Problems(_)) = state.view() {
             keys::hints(keys::PROBLEMS_HINTS)
+        } else if let Some(View::PodLogs(_)) = state.view() {
+            keys::hints(keys::PODLOGS_HINTS)
         } else if let Some(View::Details(_)) = state.view() {
             keys::hints(keys::DETAILS_HINTS)
         } else if !state.views.is_empty() {

@@ -10,6 +10,7 @@ pub mod header;
 pub mod help;
 pub mod logs;
 pub mod picker;
+pub mod podlogs;
 pub mod preflight;
 pub mod problems;
 pub mod scrolled;
@@ -89,6 +90,7 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(View::Timeline) => timeline::draw(frame, state, t, body),
         Some(View::Preflight(selected)) => preflight::draw(frame, state, t, body, *selected),
         Some(View::PreflightGroup(key)) => preflight::draw_group(frame, state, t, body, *key),
+        Some(View::PodLogs(key)) => podlogs::draw(frame, state, t, body, key),
         Some(View::Problems(selected)) => {
             problems::draw(frame, state, t, body, selected.as_ref());
         }

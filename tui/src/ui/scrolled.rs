@@ -74,3 +74,35 @@ pub fn draw_titled(
         frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), *r);
     }
 }
+
+/// Draws a view of `key` headed `heading`: `head`'s lines fixed under the rule, then `lines`
+/// from screen row `scroll` (at most the last full page). The pod logs view: its pods and
+/// stream state stay in sight while its lines scroll.
+pub fn draw_headed(
+    frame: &mut Frame,
+    t: &Theme,
+    area: Rect,
+    (heading, key): (String, &ObjKey),
+    head: Vec<Line<'_>>,
+    lines: Vec<Line<'_>>,
+    scroll: usize,
+) {
+    let title = Line::from(vec![
+        Span::styled(format!(" {heading} "), t.title()),
+        Span::styled(strings::view::in_namespace(&key.namespace), t.dim()),
+    ]);
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let n = u16::try_from(head.len())
+        .unwrap_or(u16::MAX)
+        .min(inner.height);
+    let [top, rest] = Layout::vertical([Constraint::Length(n), Constraint::Fill(1)]).areas(inner);
+    frame.render_widget(Paragraph::new(head), top);
+    let page = usize::from(rest.height);
+    let scroll = u16::try_from(scroll.min(lines.len().saturating_sub(page))).unwrap_or(u16::MAX);
+    frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)), rest);
+}

@@ -5,6 +5,7 @@
 
 mod input;
 mod navigation;
+mod podlogs;
 mod session;
 mod verbs;
 mod watch;
@@ -44,6 +45,9 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::Connection(c, r, s) => watch::connection(state, c, r, s),
         Action::Children { key, result } => watch::children(state, key, result),
         Action::Whole { key, result } => watch::whole(state, key, result),
+        Action::PodsFound { key, result } => podlogs::found(state, &key, result, &mut fx),
+        Action::LogLines { session, lines } => podlogs::lines(state, session, lines),
+        Action::LogEnded { session, result } => podlogs::ended(state, session, result),
         Action::Outcome {
             id,
             target,
@@ -57,7 +61,12 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         // --- from the operator ---
         Action::Nav(nav) => navigation::navigate(state, nav),
         Action::Enter => navigation::enter(state, &mut fx),
-        Action::Back => navigation::back(state),
+        Action::Back => {
+            navigation::back(state);
+            if !state.views.iter().any(|v| matches!(v, View::PodLogs(_))) {
+                podlogs::left(state, &mut fx);
+            }
+        }
         Action::FocusNext => navigation::focus_next(state),
         Action::CycleSort => navigation::cycle_sort(state),
         Action::ReverseSort => navigation::reverse_sort(state),
@@ -69,6 +78,10 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::MarkAllVisible => navigation::mark_all_visible(state),
         Action::ShowYaml => navigation::show_yaml(state, &mut fx),
         Action::ShowEvents => navigation::show(state, View::Events),
+        Action::ShowPodLogs => podlogs::show(state, &mut fx),
+        Action::NextPod => podlogs::choose(state, 1, &mut fx),
+        Action::PrevPod => podlogs::choose(state, -1, &mut fx),
+        Action::FollowAgain => podlogs::again(state, &mut fx),
         Action::NextMessage => navigation::next_message(state),
         Action::CopyMessage => session::copy_message(state, &mut fx),
         Action::ToggleLogs => state.show_logs = !state.show_logs,

@@ -3,7 +3,7 @@
 
 use super::super::{
     Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
-    View, Whole, index::WaveScope, layout, messages, preflight, problems,
+    View, Whole, index::WaveScope, layout, messages, podlogs, preflight, problems,
 };
 use super::session::flash;
 use crate::strings;
@@ -84,6 +84,10 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
         }
         return;
     }
+    if matches!(state.views.last(), Some(View::PodLogs(_))) {
+        scroll_logs(state, nav);
+        return;
+    }
     if !state.views.is_empty() {
         let page = state.page.max(1);
         state.scroll = match nav {
@@ -123,6 +127,32 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
     };
     state.selected = state.index.visible(state.cursor).map(|r| r.key.clone());
     ensure_visible(state);
+}
+
+/// Scrolling the pod logs view: in screen rows of its lines wrapped at the screen's width, so
+/// the last page is known; at the end it sticks there (`tail`) as lines arrive.
+fn scroll_logs(state: &mut State, nav: Nav) {
+    let page = state.page.max(1);
+    let width = state.screen.map_or(80, |s| usize::from(s.width));
+    let Some(logs) = state.podlogs.as_mut() else {
+        return;
+    };
+    let last = podlogs::total_rows(logs, width).saturating_sub(page);
+    let from = if logs.tail {
+        last
+    } else {
+        state.scroll.min(last)
+    };
+    let to = match nav {
+        Nav::Up => from.saturating_sub(1),
+        Nav::Down => from + 1,
+        Nav::PageUp => from.saturating_sub(page),
+        Nav::PageDown => from + page,
+        Nav::Top => 0,
+        Nav::Bottom => last,
+    };
+    logs.tail = to >= last;
+    state.scroll = to.min(last);
 }
 
 pub(super) fn set_wave_scope(state: &mut State, wave: Option<WaveScope>) {
@@ -475,7 +505,7 @@ pub(super) fn toggle_help(state: &mut State) {
 pub(super) fn focused_target(state: &State) -> Option<Target> {
     if let Some(v) = state.view() {
         return match v {
-            View::Details(k) => Some(Target {
+            View::Details(k) | View::PodLogs(k) => Some(Target {
                 kind: TargetKind::Migration,
                 key: k.clone(),
             }),

@@ -57,6 +57,7 @@ pub(super) fn copy_message(state: &mut State, fx: &mut Vec<Effect>) {
         Some(
             View::Yaml(_)
             | View::Events(_)
+            | View::PodLogs(_)
             | View::Timeline
             | View::Preflight(_)
             | View::PreflightGroup(_)
@@ -90,6 +91,8 @@ fn reset_data(state: &mut State) {
     state.pending.clear();
     state.views.clear();
     state.children = None;
+    // Its stream stops with the runtime's switch (Effect::Rewatch / SwitchContexts).
+    state.podlogs = None;
     state.popup = None;
     state.selected = None;
     state.cursor = 0;

@@ -125,6 +125,7 @@ fn targets(state: &State) -> Vec<Target> {
             View::Details(_)
             | View::Yaml(_)
             | View::Events(_)
+            | View::PodLogs(_)
             | View::Timeline
             | View::Preflight(_)
             | View::PreflightGroup(_),

@@ -1,0 +1,190 @@
+//! The pod logs view's I/O: the pods of a migration's Jobs and importers, listed, and one
+//! container's log read through `pods/log` — its last lines, then followed.
+//!
+//! A Job's pods are found by the uid its record in the migration's `status.children` holds
+//! (the label the Job controller writes, `batch.kubernetes.io/controller-uid`), never by name:
+//! a Job of a similar name, or an earlier Job of the same name whose pods wait for the garbage
+//! collector, has another uid. Reading the record takes only `get` on the migration (which
+//! `ferry-view` has), not `get` on Jobs.
+
+use ::kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, LogParams},
+};
+use ferry_crds::VirtualMachineMigration;
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::{
+    state::{
+        Action, ObjKey,
+        podlogs::{JOB_UID_LABEL, JobRef, PodInfo, TAIL_LINES},
+    },
+    strings::podlogs as say,
+};
+
+/// Most lines sent to the loop in one action: a tail of 500 arrives in a few batches, not 500
+/// actions.
+const BATCH: usize = 256;
+
+fn info(p: Pod, owner: String) -> PodInfo {
+    let job_uid = p.labels().get(JOB_UID_LABEL).cloned();
+    let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let containers = p
+        .spec
+        .map(|s| s.containers.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default();
+    let phase = p
+        .status
+        .and_then(|s| s.phase)
+        .unwrap_or_else(|| crate::strings::NONE.into());
+    PodInfo {
+        name: p.metadata.name.unwrap_or_default(),
+        owner,
+        job_uid,
+        containers,
+        phase,
+        created,
+    }
+}
+
+fn list_error(e: &::kube::Error, ns: &str) -> String {
+    match e {
+        ::kube::Error::Api(s) if s.code == 403 => say::list_forbidden(ns),
+        e => super::one_line(e),
+    }
+}
+
+/// The migration's Jobs (from its `status.children`) and the pods found for them and its
+/// DataVolumes' importers (CDI names one `importer-<datavolume>`).
+pub async fn find(client: Client, key: &ObjKey) -> Result<(Vec<JobRef>, Vec<PodInfo>), String> {
+    let ns = &key.namespace;
+    let vmms: Api<VirtualMachineMigration> = Api::namespaced(client.clone(), ns);
+    let vmm = vmms
+        .get(&key.name)
+        .await
+        .map_err(|e| say::cannot_read_migration(&super::one_line(&e)))?;
+    let records = vmm.status.map(|s| s.children).unwrap_or_default();
+    let jobs: Vec<JobRef> = records
+        .iter()
+        .filter(|c| c.kind == "Job" && !c.uid.is_empty())
+        .map(|c| JobRef {
+            name: c.name.clone(),
+            uid: c.uid.clone(),
+        })
+        .collect();
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let mut found = vec![];
+    if !jobs.is_empty() {
+        let uids: Vec<&str> = jobs.iter().map(|j| j.uid.as_str()).collect();
+        let lp = ListParams::default().labels(&format!("{JOB_UID_LABEL} in ({})", uids.join(",")));
+        for p in pods.list(&lp).await.map_err(|e| list_error(&e, ns))? {
+            let uid = p.labels().get(JOB_UID_LABEL).cloned();
+            let owner = jobs
+                .iter()
+                .find(|j| Some(&j.uid) == uid.as_ref())
+                .map(|j| j.name.clone())
+                .unwrap_or_default();
+            found.push(info(p, owner));
+        }
+    }
+    for dv in records.iter().filter(|c| c.kind == "DataVolume") {
+        // Optional: CDI's importer exists only while it imports (and only with CDI).
+        let lp = ListParams::default().fields(&format!("metadata.name=importer-{}", dv.name));
+        if let Ok(list) = pods.list(&lp).await {
+            found.extend(list.into_iter().map(|p| {
+                let mut i = info(p, dv.name.clone());
+                // An importer is CDI's, never a Job's, whatever its labels say.
+                i.job_uid = None;
+                i
+            }));
+        }
+    }
+    Ok((jobs, found))
+}
+
+/// Why a log cannot be read, in the operator's words: a 403 names the permission and the role
+/// that grants it; a 400/404 carries the kubelet's or API server's own sentence (e.g.
+/// `container "convert" in pod "…" is waiting to start: ContainerCreating`).
+fn log_error(e: &::kube::Error, ns: &str) -> String {
+    match e {
+        ::kube::Error::Api(s) if s.code == 403 => say::log_forbidden(ns),
+        ::kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        e => super::one_line(e),
+    }
+}
+
+/// Reads container `container` of pod `pod` in `key`'s namespace: the last
+/// [`TAIL_LINES`] lines, then each line as it is written, until the container ends (the API
+/// server closes the stream) or the task is aborted. Lines and the end go to `tx` tagged with
+/// `session`; nothing here can end the cockpit.
+pub async fn follow(
+    client: Client,
+    key: ObjKey,
+    pod: String,
+    container: String,
+    session: u64,
+    tx: UnboundedSender<Action>,
+) {
+    let api: Api<Pod> = Api::namespaced(client, &key.namespace);
+    let lp = LogParams {
+        container: Some(container),
+        follow: true,
+        tail_lines: Some(TAIL_LINES),
+        ..LogParams::default()
+    };
+    let reader = match api.log_stream(&pod, &lp).await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Action::LogEnded {
+                session,
+                result: Err(log_error(&e, &key.namespace)),
+            });
+            return;
+        }
+    };
+    // Lines read as bytes and decoded leniently: a converter may print a byte that is not
+    // UTF-8, and `lines()` would end the stream on it.
+    let lines = futures::stream::unfold(Box::pin(reader), |mut r| async move {
+        let mut buf = vec![];
+        match r.read_until(b'\n', &mut buf).await {
+            Ok(0) => None,
+            Ok(_) => {
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                }
+                Some((Ok(String::from_utf8_lossy(&buf).into_owned()), r))
+            }
+            Err(e) => Some((Err(e), r)),
+        }
+    });
+    let mut chunks = Box::pin(lines.ready_chunks(BATCH));
+    while let Some(chunk) = chunks.next().await {
+        let mut lines = Vec::with_capacity(chunk.len());
+        let mut failed = None;
+        for l in chunk {
+            match l {
+                Ok(l) => lines.push(l),
+                Err(e) => {
+                    failed = Some(super::one_line(&e));
+                    break;
+                }
+            }
+        }
+        if !lines.is_empty() && tx.send(Action::LogLines { session, lines }).is_err() {
+            return;
+        }
+        if let Some(why) = failed {
+            let _ = tx.send(Action::LogEnded {
+                session,
+                result: Err(why),
+            });
+            return;
+        }
+    }
+    let _ = tx.send(Action::LogEnded {
+        session,
+        result: Ok(()),
+    });
+}
