@@ -20,7 +20,7 @@ rm -rf "$STATE"
 mkdir -p "$STATE"
 # The lab reads its stdin from this shell's fd 3: if this script dies in any way, the pipe
 # closes and the lab stops itself.
-exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 160 --stop-on-stdin-eof \
+exec 3> >(exec target/lab/bin/ferry-lab --state-dir "$STATE" --vms 240 --stop-on-stdin-eof \
     >"$STATE.stdout" 2>"$STATE.stderr")
 LAB_STARTED=$(date +%s)
 until grep -qx ready "$STATE.stdout" 2>/dev/null; do
