@@ -53,9 +53,11 @@ spec:
   configuration:
     developerConfiguration: {}
 YAML
-# virt-operator writes status; virt-api and virt-controller ignore a KubeVirt CR without a phase.
+# virt-operator writes status; virt-api and virt-controller ignore a KubeVirt CR without a phase, and
+# take the default architecture from status.defaultArchitecture (empty: every VMI is refused with
+# "unsupported architecture: ").
 k -n "$NS" patch kubevirt kubevirt --subresource=status --type=merge \
-  -p '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.8.3","targetKubeVirtVersion":"v1.8.3"}}' >/dev/null
+  -p '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.8.3","targetKubeVirtVersion":"v1.8.3","defaultArchitecture":"amd64"}}' >/dev/null
 
 # ---- ServiceAccount kubeconfigs (virt-api's admitters tell virt-controller's writes by its SA) --------------
 server=$(k config view --raw -o jsonpath='{.clusters[0].cluster.server}')
