@@ -81,6 +81,7 @@ start() { # name logfile args...
 }
 start virt-controller "$BIN/virt-controller" --kubeconfig "$KV/kubevirt-controller.kubeconfig" \
   --listen 127.0.0.1 --port $((PORT + 1)) --leader-elect-lease-duration 15s \
+  --launcher-image quay.io/kubevirt/virt-launcher:v1.8.3 --exporter-image quay.io/kubevirt/virt-exportserver:v1.8.3 \
   --prom-cert-file "$P/virt-api.crt" --prom-key-file "$P/virt-api.key"
 start virt-api "$BIN/virt-api" --kubeconfig "$KV/kubevirt-apiserver.kubeconfig" \
   --listen 127.0.0.1 --port "$PORT" --tls-cert-file "$P/virt-api.crt" --tls-key-file "$P/virt-api.key" \
