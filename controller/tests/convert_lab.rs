@@ -685,7 +685,7 @@ async fn a_running_vms_snapshot_is_staged_as_it_froze_the_disk() {
     .unwrap();
     s.power_on(&vm.moref).await.unwrap();
     let snap = s
-        .ensure_snapshot(&vm.moref, "ferry-convert-lab", "convert_lab")
+        .create_snapshot(&vm.moref, "ferry-convert-lab", "convert_lab")
         .await
         .unwrap();
     let frozen = s.snapshot_disks(&snap).await.unwrap().remove(0);

@@ -118,3 +118,55 @@ async fn cancelled_before_the_cutover_the_source_runs_on_untouched_with_no_snaps
     assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
     let _ = s.logout().await;
 }
+
+/// A snapshot named as ferry names its own, planted on the source before the migration starts:
+/// its name proves nothing (the migration's uid is readable by whoever reads the migration).
+/// Preflight holds the migration (a VM with snapshots is not migrated), ferry takes no snapshot
+/// of its own, and cancelled, it leaves the planted one where it is. (A snapshot planted after
+/// preflight, between the record of ferry's name and its task, is judged by its creation stamp:
+/// `reconcile::warm`'s and `reconcile::converting`'s unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_ferrys_name_that_ferry_did_not_take_holds_the_migration_and_stays() {
+    let mut env = Env::new("e2e-warm-planted", 16).await;
+    env.flat_and_running().await;
+    let created = env.create(&env.warm_migration("planted", false)).await;
+    let uid = created.metadata.uid.clone().unwrap();
+    let s = lab_session(env.lab).await;
+    let planted = s
+        .create_snapshot(
+            &env.vm.moref,
+            &format!("ferry-warm-{uid}-0"),
+            "taken by ferry for the warm migration (a copy of its words, no stamp)",
+        )
+        .await
+        .unwrap();
+    env.start_sim();
+    env.start_controller();
+
+    let held = env
+        .wait_for("planted", "held by preflight", 120, |v| {
+            v.condition(ConditionType::Validated)
+                .is_some_and(|c| c.reason == Reason::PreflightFailed)
+        })
+        .await;
+    assert_eq!(held.phase(), Phase::Pending);
+    let message = &held.condition(ConditionType::Validated).unwrap().message;
+    assert!(message.contains("SnapshotPresent"), "{message}");
+    env.patch_spec("planted", serde_json::json!({"cancel": true}))
+        .await;
+    let done = env.wait_terminal("planted", 120).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Cancelled,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    let left = s.snapshots(&env.vm.moref).await.unwrap();
+    assert_eq!(
+        left.iter().map(|x| x.moref.as_str()).collect::<Vec<_>>(),
+        [planted.as_str()],
+        "the planted snapshot stays, and ferry took none of its own"
+    );
+    assert_eq!(env.power_state().await, "poweredOn", "never powered off");
+    let _ = s.logout().await;
+}

@@ -123,13 +123,15 @@ impl ProofKey {
 
     /// Whether `meta` carries the stamp of `subject` (compared in constant time). Pure.
     pub fn verifies(&self, meta: &ObjectMeta, subject: &Subject<'_>) -> bool {
-        let Some(stamp) = meta
-            .annotations
+        meta.annotations
             .as_ref()
             .and_then(|a| a.get(STAMP_ANNOTATION))
-        else {
-            return false;
-        };
+            .is_some_and(|stamp| self.verifies_stamp(stamp, subject))
+    }
+
+    /// Whether `stamp` is the stamp of `subject` (compared in constant time), wherever it was
+    /// carried: an annotation, or the description of a vSphere snapshot. Pure.
+    pub fn verifies_stamp(&self, stamp: &str, subject: &Subject<'_>) -> bool {
         let Some(hex) = stamp.strip_prefix(&format!("{VERSION}.")) else {
             return false;
         };

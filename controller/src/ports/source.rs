@@ -58,9 +58,6 @@ pub struct Discovered {
     pub unread: Vec<String>,
 }
 
-/// A snapshot ferry took: its moref, and the disks as it froze them.
-pub type Frozen = (String, Vec<vsphere::SnapshotDisk>);
-
 /// The vSphere source.
 pub trait SourceApi: Send + Sync + 'static {
     /// Logs in, finds the VM, reads its inventory and validates its disk layout.
@@ -94,26 +91,25 @@ pub trait SourceApi: Send + Sync + 'static {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>>;
-    /// Takes a snapshot named `name` of the running VM (or finds the one of that name taken
-    /// before a crash); its moref and the disks as it froze them.
-    fn ensure_snapshot<'a>(
+    /// Takes a snapshot named `name` described by `description` of the running VM; its moref.
+    /// Not idempotent: the caller looks for its own first ([`crate::reconcile::warm`]).
+    fn take_snapshot<'a>(
         &'a self,
         login: &'a SourceLogin,
         moref: &'a str,
         name: &'a str,
         description: &'a str,
-    ) -> BoxFuture<'a, Result<Frozen, Problem>> {
+    ) -> BoxFuture<'a, Result<String, Problem>> {
         let _ = (login, moref, name, description);
         Box::pin(async { Err(no_snapshots()) })
     }
-    /// The VM's snapshot named `name` (read only), its moref and the disks as it froze them.
-    fn find_snapshot<'a>(
+    /// The disks as snapshot `snapshot` froze them (read only).
+    fn snapshot_disks<'a>(
         &'a self,
         login: &'a SourceLogin,
-        moref: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Frozen>, Problem>> {
-        let _ = (login, moref, name);
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<vsphere::SnapshotDisk>, Problem>> {
+        let _ = (login, snapshot);
         Box::pin(async { Err(no_snapshots()) })
     }
     /// The VM's snapshots, parents first.
@@ -527,51 +523,35 @@ impl SourceApi for VsphereSource {
         })
     }
 
-    fn ensure_snapshot<'a>(
+    fn take_snapshot<'a>(
         &'a self,
         login: &'a SourceLogin,
         moref: &'a str,
         name: &'a str,
         description: &'a str,
-    ) -> BoxFuture<'a, Result<Frozen, Problem>> {
+    ) -> BoxFuture<'a, Result<String, Problem>> {
         Box::pin(async move {
             let r = self
                 .sessions
                 .with(login, |s| async move {
-                    let snap = s.ensure_snapshot(moref, name, description).await?;
-                    let disks = s.snapshot_disks(&snap).await?;
-                    Ok::<_, vsphere::Error>((snap, disks))
+                    s.create_snapshot(moref, name, description).await
                 })
                 .await?;
             r.map_err(|e| snapshot_problem(&e, &format!("taking snapshot {name:?} of {moref}")))
         })
     }
 
-    fn find_snapshot<'a>(
+    fn snapshot_disks<'a>(
         &'a self,
         login: &'a SourceLogin,
-        moref: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Frozen>, Problem>> {
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<vsphere::SnapshotDisk>, Problem>> {
         Box::pin(async move {
             let r = self
                 .sessions
-                .with(login, |s| async move {
-                    let found = s.snapshots(moref).await?;
-                    let mut named = found.into_iter().filter(|x| x.name == name);
-                    let Some(snap) = named.next() else {
-                        return Ok(None);
-                    };
-                    if named.next().is_some() {
-                        return Err(vsphere::Error::Invalid(format!(
-                            "VM {moref} has more than one snapshot named {name:?}"
-                        )));
-                    }
-                    let disks = s.snapshot_disks(&snap.moref).await?;
-                    Ok(Some((snap.moref, disks)))
-                })
+                .with(login, |s| async move { s.snapshot_disks(snapshot).await })
                 .await?;
-            r.map_err(|e| snapshot_problem(&e, &format!("reading snapshot {name:?} of {moref}")))
+            r.map_err(|e| snapshot_problem(&e, &format!("reading snapshot {snapshot}")))
         })
     }
 

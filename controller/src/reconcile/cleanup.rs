@@ -297,9 +297,10 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
     Ok(None)
 }
 
-/// Removes the snapshot the migration recorded taking, found by its name (ferry's, carrying
-/// the migration's uid and attempt; a snapshot of another name is never touched). What was
-/// left and why, when it could not.
+/// Removes the snapshot the migration recorded taking, once judged ferry's
+/// ([`super::warm::judge`]: the recorded moref, or the recorded name with ferry's creation
+/// stamp); a snapshot ferry cannot prove it took is left alone, whatever its name. What was
+/// left and why, when ferry's own could not be removed.
 async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
     let Some(rec) = super::warm::recorded_snapshot(io.vmm) else {
         return Ok(None);
@@ -310,14 +311,21 @@ async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
         Ok(l) => l,
         Err(p) => return Ok(Some((what, p))),
     };
-    let problem = match io.ctx.source.find_snapshot(&login, &vm, &rec.name).await {
-        Ok(Some((moref, _))) => io.ctx.source.remove_snapshot(&login, &moref).await.err(),
-        Ok(None) => None,
+    let problem = match super::world::warm_snapshot(io, &login, &rec, false).await {
+        Ok(super::warm::SnapshotSeen::Ours { moref, .. }) => {
+            let p = io.ctx.source.remove_snapshot(&login, &moref).await.err();
+            if p.is_none() {
+                info!(migration = %io.vmm.name_any(), snapshot = %rec.name, "snapshot removed");
+            }
+            p
+        }
+        Ok(super::warm::SnapshotSeen::Absent { .. }) => None,
+        Ok(super::warm::SnapshotSeen::Foreign(why)) => {
+            info!(migration = %io.vmm.name_any(), snapshot = %rec.name, %why, "a snapshot of ferry's name left alone: not ferry's");
+            None
+        }
         Err(p) => Some(p),
     };
-    if problem.is_none() {
-        info!(migration = %io.vmm.name_any(), snapshot = %rec.name, "snapshot removed");
-    }
     Ok(problem.map(|p| (what, p)))
 }
 

@@ -25,7 +25,6 @@ use super::world::{RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::{self as job_state, JobState};
 use crate::children::{Ownership, job};
-use crate::ports::source::Frozen;
 use crate::ports::{ConverterProgress, StagedObject};
 use crate::problem::Problem;
 
@@ -57,7 +56,7 @@ pub struct Observed {
     pub job_uid: Option<String>,
     /// A warm migration's snapshot, looked up by the name ferry recorded until its moref and
     /// disks are recorded too: `Ok(None)` when vSphere has none of that name (yet).
-    pub snapshot: Option<std::result::Result<Option<Frozen>, Problem>>,
+    pub snapshot: Option<std::result::Result<warm::SnapshotSeen, Problem>>,
 }
 
 /// What Converting does to the world.
@@ -112,16 +111,7 @@ impl Checkpoint for Converting {
             job == JobState::Absent,
         ) {
             (Ok(l), Some(rec), true) if rec.moref.is_none() || !warm::disks_recorded(io.vmm) => {
-                Some(
-                    io.ctx
-                        .source
-                        .find_snapshot(
-                            l,
-                            &super::world::source_moref(io.vmm).unwrap_or_default(),
-                            &rec.name,
-                        )
-                        .await,
-                )
+                Some(super::world::warm_snapshot(io, l, &rec, true).await)
             }
             _ => None,
         };
@@ -177,11 +167,11 @@ impl Checkpoint for Converting {
                     Action::TakeSnapshot => io
                         .ctx
                         .source
-                        .ensure_snapshot(
+                        .take_snapshot(
                             &login,
                             &vm,
                             &rec.name,
-                            &warm::snapshot_description(io.vmm),
+                            &warm::snapshot_description(io.vmm, &io.ctx.proof, &rec.name),
                         )
                         .await
                         .map(|_| ()),
@@ -495,16 +485,32 @@ fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Acti
     match &scope.world.snapshot {
         None => None,
         Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(DiskConverted))),
-        Some(Ok(None)) => Some(out(Step::Act(vec![Action::TakeSnapshot]), None, None)),
-        Some(Ok(Some((moref, frozen)))) => {
+        Some(Ok(warm::SnapshotSeen::Foreign(why))) => Some(snapshot_refused(why)),
+        Some(Ok(warm::SnapshotSeen::Absent { depth })) => match warm::chain_too_deep(*depth) {
+            Some(why) => Some(snapshot_refused(&why)),
+            None => Some(out(Step::Act(vec![Action::TakeSnapshot]), None, None)),
+        },
+        Some(Ok(warm::SnapshotSeen::Ours { moref, disks })) => {
             w.snapshot = Some(ferry_crds::SnapshotRecord {
                 name: rec.name,
                 moref: Some(moref.clone()),
             });
-            let disks = warm::disks_in_snapshot(&scope.vmm, frozen);
+            let disks = warm::disks_in_snapshot(&scope.vmm, disks);
             Some(out(soon, Some(w), Some(disks)))
         }
     }
+}
+
+/// A snapshot ferry will not take or use: the migration fails, retryable once the operator has
+/// dealt with the source's snapshots.
+fn snapshot_refused(why: &str) -> Outcome<Action> {
+    Outcome::failure(
+        Reason::SnapshotFailed,
+        why.to_owned(),
+        true,
+        Phase::Converting,
+        DiskConverted,
+    )
 }
 
 /// No Job yet and the disks not all staged by it: make the Job. Worded as the running Job will
@@ -763,6 +769,73 @@ mod tests {
                 snapshot: None,
             },
         })
+    }
+
+    /// A warm migration whose snapshot's name is recorded, before its Job: what it makes of the
+    /// source's snapshots.
+    fn decide_warm(seen: warm::SnapshotSeen) -> Outcome<Action> {
+        let mut vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
+        vmm.spec.mode = ferry_crds::MigrationMode::Warm;
+        vmm.status.get_or_insert_with(Default::default).warm = Some(ferry_crds::WarmStatus {
+            snapshot: Some(ferry_crds::SnapshotRecord {
+                name: warm::snapshot_name(&vmm),
+                moref: None,
+            }),
+            ..ferry_crds::WarmStatus::default()
+        });
+        decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: policy(),
+            retries: 0,
+            world: Observed {
+                source_power: Some(Ok(PowerState::PoweredOn)),
+                progress: vec![None],
+                job: JobState::Absent,
+                staged: vec![Ok(None)],
+                conflict: None,
+                credentials: Ok(()),
+                job_uid: None,
+                snapshot: Some(Ok(seen)),
+            },
+        })
+    }
+
+    #[test]
+    fn a_warm_copy_reads_only_a_snapshot_ferry_can_prove_it_took() {
+        assert_eq!(
+            decide_warm(warm::SnapshotSeen::Absent { depth: 3 }).step,
+            Step::Act(vec![Action::TakeSnapshot])
+        );
+        let ours = decide_warm(warm::SnapshotSeen::Ours {
+            moref: "snapshot-9".into(),
+            disks: vec![],
+        });
+        assert!(matches!(ours.step, Step::Wait { .. }), "{:?}", ours.step);
+        let rec = ours.record.warm.and_then(|w| w.snapshot).unwrap();
+        assert_eq!(
+            rec.moref.as_deref(),
+            Some("snapshot-9"),
+            "its moref recorded"
+        );
+        for seen in [
+            warm::SnapshotSeen::Foreign(
+                "the source VM has a snapshot ... ferry did not take".into(),
+            ),
+            warm::SnapshotSeen::Absent {
+                depth: warm::CHAIN_LIMIT - warm::CHAIN_HEADROOM,
+            },
+        ] {
+            let out = decide_warm(seen.clone());
+            let Step::Fail { reason, .. } = &out.step else {
+                panic!("{seen:?}: {:?}", out.step);
+            };
+            assert_eq!(*reason, Reason::SnapshotFailed, "{seen:?}");
+            assert!(
+                out.record.warm.is_none(),
+                "nothing recorded of it: {seen:?}"
+            );
+        }
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! final cold delta overwrite), `VirtualMachineSnapshot.config` (the disk as it was, its
 //! backing's `changeId`), `VirtualMachine.QueryChangedDiskAreas` (areas changed since a change
 //! id, up to the snapshot, asked again from `startOffset + length` until the disk is covered),
-//! `VirtualMachineSnapshot.RemoveSnapshot_Task`. The snapshot ferry takes is found again by
-//! its name, which carries the migration's uid and the round: a crash between the task and
-//! ferry's record of it finds the same snapshot, never a second one.
+//! `VirtualMachineSnapshot.RemoveSnapshot_Task`. Which snapshot is ferry's is the caller's
+//! judgement (its name is recorded before the task, its description carries a creation stamp
+//! only ferry can make: `reconcile::warm`), so that a crash between the task and ferry's record
+//! of it finds the same snapshot, never a second one, and never someone else's.
 
 use vim_rs::mo;
 use vim_rs::types::enums::MoTypesEnum;
@@ -95,47 +96,33 @@ impl Session {
         Ok(out)
     }
 
-    /// Takes a snapshot named `name` of the VM (no memory, not quiesced) and waits for it;
-    /// its moref.
+    /// Takes a snapshot named `name` described by `description` of the VM (no memory, not
+    /// quiesced), waits for it, and answers its moref: the one snapshot of that name and
+    /// description (the caller makes the description unique: ferry's carries its creation stamp).
     ///
-    /// Guarantees: idempotent by name — a snapshot of that name already there is answered
-    /// without a task (a retry after a crash or a lost answer); two of that name are an
-    /// [`Error::Invalid`], never a guess.
+    /// Not idempotent by itself: the caller looks for its snapshot first (by its proof, never by
+    /// its name alone: anyone with snapshot rights on the VM can take one of any name).
     ///
     /// Errors: vSphere's faults (`TooManySnapshotLevels` past a chain of 32, `InvalidState`…)
-    /// as [`Error::Fault`].
-    pub async fn ensure_snapshot(&self, vm: &str, name: &str, description: &str) -> Result<String> {
-        if let Some(s) = self.snapshot_named(vm, name).await? {
-            return Ok(s.moref);
-        }
+    /// as [`Error::Fault`]; [`Error::Protocol`] when the tree then holds not exactly one such.
+    pub async fn create_snapshot(&self, vm: &str, name: &str, description: &str) -> Result<String> {
         let handle = mo::VirtualMachine::new(self.parts().2.clone(), vm);
         let task = handle
             .create_snapshot_task(name, Some(description), false, false)
             .await
             .map_err(|e| self.vim(&e))?;
         self.wait_task(&task).await?;
-        self.snapshot_named(vm, name)
-            .await?
-            .map(|s| s.moref)
-            .ok_or_else(|| {
-                Error::Protocol(format!(
-                    "VM {vm}: snapshot {name:?} not in the tree after its task succeeded"
-                ))
-            })
-    }
-
-    /// The VM's snapshot named `name`, if there is exactly one.
-    async fn snapshot_named(&self, vm: &str, name: &str) -> Result<Option<Snapshot>> {
-        let mut named: Vec<Snapshot> = self
+        let mut taken: Vec<Snapshot> = self
             .snapshots(vm)
             .await?
             .into_iter()
-            .filter(|s| s.name == name)
+            .filter(|s| s.name == name && s.description == description)
             .collect();
-        match named.len() {
-            0 | 1 => Ok(named.pop()),
-            count => Err(Error::Invalid(format!(
-                "VM {vm} has {count} snapshots named {name:?}; ferry names one per round"
+        match (taken.pop(), taken.len()) {
+            (Some(s), 0) => Ok(s.moref),
+            (found, more) => Err(Error::Protocol(format!(
+                "VM {vm}: {} snapshots named {name:?} with ferry's description after its task succeeded, not one",
+                usize::from(found.is_some()) + more
             ))),
         }
     }
