@@ -4,6 +4,8 @@
 #   target/lab/bin/kubectl     hard link to ferry-lab (it dispatches on argv[0])
 #   target/lab/bin/ferry-lab-s3  the S3 server (Rust, tests/s3 of this workspace, release build)
 #   target/lab/bin/ferry-lab.test  the lab's own Go tests, compiled (run by `make test`)
+#   target/lab/bin/ferry-kubevirt  KubeVirt's virt-api and virt-controller (`ferry-lab --kubevirt`),
+#                                  by tests/kubevirt/build.sh: its own key and cache (.../kubevirt/<key>/)
 # Built binaries are cached in ${FERRY_CACHE:-$HOME/.cache/ferry}/lab/<key>/, key = sha256 of the
 # lab's sources (go.mod, go.sum, *.go, crds/*.yaml, this script) and the Go version, so a fresh
 # clone on the same machine links the cached binaries instead of rebuilding. ferry-lab-s3 is cached
@@ -42,9 +44,16 @@ up_to_date() {
   [ -x "$OUT/ferry-lab" ] && [ -x "$OUT/kubectl" ] && [ -x "$OUT/ferry-lab-s3" ] && [ -x "$OUT/ferry-lab.test" ] &&
     [ "$(cat "$OUT/.key" 2>/dev/null)" = "$KEY $S3_KEY" ]
 }
+# KubeVirt's components have their own script, cache key, cache and lock; run last, without
+# the lab's lock.
+done_then_kubevirt() {
+  exec 9>&-
+  exec "$ROOT/tests/kubevirt/build.sh"
+}
+
 if up_to_date; then
   say "target/lab/bin is up to date (key $KEY)"
-  exit 0
+  done_then_kubevirt
 fi
 
 mkdir -p "$CACHE_ROOT/lab" "$OUT"
@@ -54,7 +63,7 @@ if ! flock -n 9; then
   say "another lab build holds $CACHE_ROOT/lab/.build.lock; waiting for it"
   flock 9
 fi
-if up_to_date; then say "target/lab/bin is up to date (key $KEY)"; exit 0; fi
+if up_to_date; then say "target/lab/bin is up to date (key $KEY)"; done_then_kubevirt; fi
 
 # Prints a heartbeat every 30 s while the given pid runs: elapsed time and, when $1 is a log of
 # `go build -v`, the number of packages compiled so far.
@@ -136,3 +145,4 @@ rm -f "$OUT/s3s-fs"
 place "$CACHE/ferry-lab.test" "$OUT/ferry-lab.test"
 echo "$KEY $S3_KEY" >"$OUT/.key"
 say "target/lab/bin ready: ferry-lab, kubectl, ferry-lab-s3, ferry-lab.test (key $KEY)"
+done_then_kubevirt

@@ -43,6 +43,17 @@ import (
 // allocates its ports, starts it after what it needs, waits for its probe, writes its lab.json
 // entry and stops it.
 func (l *lab) components() []*component {
+	comps := l.baseComponents()
+	if l.kubevirt {
+		// KubeVirt's virt-api and virt-controller (kubevirt.go), right after the CRDs.
+		i := slices.IndexFunc(comps, func(c *component) bool { return c.name == "crds" })
+		comps = slices.Insert(comps, i+1, l.kubevirtComponents()...)
+	}
+	return comps
+}
+
+// baseComponents is the lab without --kubevirt.
+func (l *lab) baseComponents() []*component {
 	return []*component{{
 		name:  "kubeconfig", // DIR/kubeconfig: the admin identity, for users of the lab
 		start: l.kubeconfigWrite,
@@ -128,6 +139,7 @@ type componentState struct {
 	vc       *vcsimLab
 	vcCA     *vcsimLab    // the CA-signed vcsim
 	s3TLS    *http.Server // the https front of S3
+	kv       kubevirtState
 }
 
 //go:embed crds/*.yaml
@@ -379,8 +391,14 @@ func (l *lab) controllerManagerReady(ctx context.Context) error {
 
 // ---------- CRDs ----------
 
-// crdsApply creates or updates the CRDs of crds/*.yaml.
+// crdsApply creates or updates the CRDs of crds/*.yaml; with --kubevirt, those of KubeVirt's
+// groups are left to KubeVirt's own (the kubevirt component applies them).
 func (l *lab) crdsApply(ctx context.Context) (func(), error) {
+	if !l.kubevirt {
+		if err := l.kubevirtRemoveWebhooks(ctx); err != nil {
+			return nil, err
+		}
+	}
 	files, err := fs.Glob(crdFS, "crds/*.yaml")
 	if err != nil {
 		return nil, err
@@ -398,7 +416,7 @@ func (l *lab) crdsApply(ctx context.Context) (func(), error) {
 			if err := yaml.UnmarshalStrict([]byte(doc), &crd); err != nil {
 				return nil, fmt.Errorf("%s: %w", f, err)
 			}
-			if crd.Name == "" {
+			if crd.Name == "" || (l.kubevirt && kubevirtOwns(&crd)) {
 				continue
 			}
 			l.crdNames = append(l.crdNames, crd.Name)

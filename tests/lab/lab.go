@@ -161,9 +161,10 @@ func runLab(args []string) int {
 	vms := fs.Int("vms", 16, "number of VMs in the simulated vCenter (up to 10000)")
 	stopOnEOF := fs.Bool("stop-on-stdin-eof", false, "stop the lab when stdin reaches EOF")
 	controllers := fs.String("controllers", defaultControllers, "kube-controller-manager --controllers value")
+	kubevirt := fs.Bool("kubevirt", false, "also run KubeVirt's own virt-api and virt-controller (ferry-kubevirt, next to ferry-lab), with KubeVirt's CRDs, RBAC, KubeVirt CR and webhooks (virt-api on 127.0.0.1)")
 	contextName := fs.String("context", defaultContext, "name of the cluster and context in DIR/kubeconfig (its user is NAME-admin), so that kubeconfigs of two labs merge")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: ferry-lab --state-dir DIR [--vms N] [--stop-on-stdin-eof]\n       ferry-lab kubectl ARGS... | kubectl ARGS... (via link named kubectl)\n")
+		fmt.Fprintf(os.Stderr, "usage: ferry-lab --state-dir DIR [--vms N] [--stop-on-stdin-eof] [--kubevirt]\n       ferry-lab kubectl ARGS... | kubectl ARGS... (via link named kubectl)\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -186,7 +187,7 @@ func runLab(args []string) int {
 		fmt.Fprintln(os.Stderr, "ferry-lab:", err)
 		return 1
 	}
-	l := &lab{dir: dir, vms: *vms, controllers: *controllers, context: *contextName}
+	l := &lab{dir: dir, vms: *vms, controllers: *controllers, context: *contextName, kubevirt: *kubevirt}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -252,6 +253,7 @@ type lab struct {
 	vms         int
 	controllers string
 	context     string // cluster and context name in DIR/kubeconfig
+	kubevirt    bool   // --kubevirt: KubeVirt's virt-api and virt-controller too (kubevirt.go)
 
 	lockFile *os.File
 	logDir   string

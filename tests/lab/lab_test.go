@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"io/fs"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 )
 
 // The real table is valid, and lab.json and ports.json keep the keys their readers
@@ -35,6 +39,54 @@ func TestComponentTable(t *testing.T) {
 	slices.Sort(ports)
 	if want := []string{"apiserver", "etcdClient", "etcdPeer", "s3", "s3tls", "vcsim", "vcsimCA"}; !slices.Equal(ports, want) {
 		t.Errorf("ports.json keys %v, want %v", ports, want)
+	}
+}
+
+// With --kubevirt, KubeVirt's parts come right after the CRDs, its lab.json entry after the
+// apiserver's, and the lab leaves KubeVirt's CRDs (not CDI's) to KubeVirt.
+func TestComponentTableKubeVirt(t *testing.T) {
+	comps := (&lab{kubevirt: true}).components()
+	if err := checkTable(comps); err != nil {
+		t.Fatal(err)
+	}
+	var names, keys, ports []string
+	for _, c := range comps {
+		names = append(names, c.name)
+		if c.json != "" {
+			keys = append(keys, c.json)
+		}
+		ports = append(ports, c.ports...)
+	}
+	i := slices.Index(names, "crds")
+	if want := []string{"crds", "kubevirt", "virt-controller", "virt-api", "kubevirt-webhooks"}; i < 0 || !slices.Equal(names[i:i+5], want) {
+		t.Errorf("components %v, want %v in a row", names, want)
+	}
+	if want := []string{"kubeconfig", "apiserver", "kubevirt", "vcenter", "s3", "vcenterCa", "s3Tls"}; !slices.Equal(keys, want) {
+		t.Errorf("lab.json keys %v, want %v", keys, want)
+	}
+	slices.Sort(ports)
+	if want := []string{"apiserver", "etcdClient", "etcdPeer", "s3", "s3tls", "vcsim", "vcsimCA", "virtApi", "virtController"}; !slices.Equal(ports, want) {
+		t.Errorf("ports.json keys %v, want %v", ports, want)
+	}
+	owned := map[string]bool{}
+	files, _ := fs.Glob(crdFS, "crds/*.yaml")
+	for _, f := range files {
+		b, _ := crdFS.ReadFile(f)
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal(b, &crd); err != nil {
+			t.Fatal(f, err)
+		}
+		owned[crd.Name] = kubevirtOwns(&crd)
+	}
+	for name, want := range map[string]bool{
+		"virtualmachines.kubevirt.io": true, "virtualmachineinstances.kubevirt.io": true,
+		"virtualmachineclusterinstancetypes.instancetype.kubevirt.io": true,
+		"datavolumes.cdi.kubevirt.io":                                 false,
+		"network-attachment-definitions.k8s.cni.cncf.io":              false,
+	} {
+		if got, ok := owned[name]; !ok || got != want {
+			t.Errorf("kubevirtOwns(%s) = %v (found %v), want %v", name, got, ok, want)
+		}
 	}
 }
 

@@ -20,6 +20,26 @@ pub struct LabInfo {
     pub vcenter_ca: VCenterCaInfo,
     /// The https front of S3, with a certificate of the same CA.
     pub s3_tls: S3TlsInfo,
+    /// KubeVirt's own virt-api and virt-controller: only in a lab started with `--kubevirt`
+    /// ([`crate::Lab::start_with_kubevirt`]).
+    #[serde(default)]
+    pub kubevirt: Option<KubeVirtInfo>,
+}
+
+/// `lab.json` `kubevirt`: KubeVirt's virt-api (serving its webhooks) and virt-controller.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeVirtInfo {
+    /// The KubeVirt release they were built from, e.g. `v1.8.3`.
+    pub version: String,
+    /// Their namespace, where the `KubeVirt` CR `kubevirt` lives.
+    pub namespace: String,
+    /// `https://127.0.0.1:PORT`, where the webhook configurations point.
+    pub virt_api: String,
+    /// virt-controller's health and metrics endpoint (TLS).
+    pub virt_controller: String,
+    /// PEM of the CA of their serving certificates.
+    pub ca_file: PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -12,7 +12,7 @@ mod vmdk;
 mod wait;
 
 pub use error::Error;
-pub use info::{InventoryDisk, InventoryNic, InventoryVm, LabInfo};
+pub use info::{InventoryDisk, InventoryNic, InventoryVm, KubeVirtInfo, LabInfo};
 pub use namespace::TestNamespace;
 pub use process::{ChildGuard, run_offline};
 pub use start::{Lab, lab, repo_root, run_state_dir};

@@ -142,18 +142,35 @@ impl Lab {
     /// `CONTEXT-admin`): a second cluster whose kubeconfig merges with the first one's
     /// (`KUBECONFIG=a:b`, see [`Lab::kubeconfigs`]).
     pub fn start_as(state_dir: &Path, vms: u32, context: &str) -> Result<Lab> {
+        Lab::spawn(state_dir, vms, context, false)
+    }
+
+    /// Like [`Lab::start`], with KubeVirt's own virt-api and virt-controller (`ferry-lab
+    /// --kubevirt`): KubeVirt's CRDs instead of the lab's schema-less ones, and every
+    /// VirtualMachine and VirtualMachineInstance judged by virt-api's webhooks. `ready` comes
+    /// once virt-api has refused an invalid VirtualMachine and mutated a valid one;
+    /// [`LabInfo::kubevirt`] says where they run.
+    pub fn start_with_kubevirt(state_dir: &Path, vms: u32) -> Result<Lab> {
+        Lab::spawn(state_dir, vms, "ferry-lab", true)
+    }
+
+    fn spawn(state_dir: &Path, vms: u32, context: &str, kubevirt: bool) -> Result<Lab> {
         build()?;
         sweep_dead_states(&runs_dir());
         let bin = repo_root().join("target/lab/bin/ferry-lab");
         let started = Instant::now();
-        let mut child = Command::new(&bin)
-            .arg("--state-dir")
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--state-dir")
             .arg(state_dir)
             .arg("--vms")
             .arg(vms.to_string())
             .arg("--stop-on-stdin-eof")
             .arg("--context")
-            .arg(context)
+            .arg(context);
+        if kubevirt {
+            cmd.arg("--kubevirt");
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
