@@ -67,13 +67,20 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Installs the ferry CRDs (idempotent).
+/// Installs the ferry CRDs on `lab` (idempotent), once per lab in this test process: a test
+/// binary may run the shared lab and labs of its own (one with KubeVirt), each needing them.
 pub fn install_crds(lab: &Lab) {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
+    static DONE: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    // Held while installing, so that two tests on one lab do not both apply them.
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !done.contains(&lab.info.state_dir) {
         lab.install_crds()
-            .expect("the CRDs applied and established")
-    });
+            .expect("the CRDs applied and established");
+        done.insert(lab.info.state_dir.clone());
+    }
 }
 
 /// A free TCP port on loopback.
@@ -164,7 +171,19 @@ impl Env {
             vsphere_secret(lab, VSPHERE_SECRET),
             s3_secret(lab, S3_SECRET),
         ];
-        Env::with(prefix, vm, mib, 0x5eed ^ mib, secrets).await
+        Env::with(lab, prefix, vm, mib, 0x5eed ^ mib, secrets).await
+    }
+
+    /// Like [`Env::new`], on `lab` instead of the shared one: a lab this test binary started
+    /// for itself (one with KubeVirt, [`Lab::start_with_kubevirt`]), its ferry CRDs installed,
+    /// one of its vcsim VMs claimed and its vCenter and S3 in the Secrets.
+    pub async fn on_lab(lab: &'static Lab, prefix: &str, mib: u64) -> Env {
+        let vm = lab.claim_vm().unwrap();
+        let secrets = [
+            vsphere_secret(lab, VSPHERE_SECRET),
+            s3_secret(lab, S3_SECRET),
+        ];
+        Env::with(lab, prefix, vm, mib, 0x5eed ^ mib, secrets).await
     }
 
     /// Like [`Env::new`], on the lab's CA-signed vCenter and its https S3: the Secrets carry
@@ -196,12 +215,19 @@ impl Env {
                 ],
             ),
         ];
-        Env::with(prefix, vm, mib, 0xca ^ mib, secrets).await
+        Env::with(lab, prefix, vm, mib, 0xca ^ mib, secrets).await
     }
 
-    /// A namespace holding `secrets`, and `vm` given a real `mib`-MiB disk of `seed`'s bytes.
-    async fn with(prefix: &str, vm: InventoryVm, mib: u64, seed: u64, secrets: [Secret; 2]) -> Env {
-        let lab = lab();
+    /// A namespace of `lab` holding `secrets`, and `vm` given a real `mib`-MiB disk of `seed`'s
+    /// bytes.
+    async fn with(
+        lab: &'static Lab,
+        prefix: &str,
+        vm: InventoryVm,
+        mib: u64,
+        seed: u64,
+        secrets: [Secret; 2],
+    ) -> Env {
         binaries();
         install_crds(lab);
         let ns = lab.namespace(prefix).await.unwrap();

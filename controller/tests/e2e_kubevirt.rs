@@ -1,0 +1,278 @@
+//! End to end against KubeVirt's own admission (#28): the controller and ferry-sim as processes
+//! on a lab of this test's own that runs KubeVirt v1.8.3's virt-api and virt-controller
+//! (`ferry-lab --kubevirt`: KubeVirt's CRDs with their schemas, virt-api's webhooks on every
+//! VirtualMachine write).
+//!
+//! A migration whose target template names a machine type ferry's CRD accepts (a pattern) and
+//! KubeVirt's default configuration does not (`emulatedMachines` `q35*`, `pc-q35*`) goes through
+//! Preparing, Converting and Importing (the sim plays the converter Job's kubelet and CDI), and
+//! its VirtualMachine is refused by `virtualmachine-validator.kubevirt.io`: the migration fails
+//! in CreatingVM at once (no retry changes KubeVirt's mind), with KubeVirt's own words in its
+//! failure, its VMCreated condition and its Event. Nothing is left behind: no VirtualMachine
+//! ever existed (so the sim's KubeVirt part, which acts only on VirtualMachines, never acted on
+//! KubeVirt's CRDs), the CDI Secret went with the failure, the source is powered back on
+//! (OnCancelOrFailure, the target proven absent), and deleting the migration removes the rest.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::*;
+use ferry_controller::apis::cdi::DataVolume;
+use ferry_controller::apis::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use ferry_controller::children::secret;
+use ferry_crds::source::PowerRestoreResult;
+use ferry_crds::{ConditionStatus, ConditionType, Phase, Reason, RestorePowerState, names};
+use ferry_harness::{Lab, eventually, run_state_dir};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+/// The lab of this test binary, with KubeVirt; it stops when the test process exits.
+fn kubevirt_lab() -> &'static Lab {
+    static LAB: OnceLock<Lab> = OnceLock::new();
+    LAB.get_or_init(|| {
+        let lab = Lab::start_with_kubevirt(&run_state_dir("e2e-kubevirt"), 2)
+            .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"));
+        let kv = lab
+            .info
+            .kubevirt
+            .as_ref()
+            .expect("lab.json has no kubevirt entry");
+        println!("KubeVirt {} virt-api at {}", kv.version, kv.virt_api);
+        lab
+    })
+}
+
+/// The lab's admin user, whose client certificate the controller and the sim run with.
+const LAB_ADMIN: &str = "ferry-lab-admin";
+
+/// The machine type of the refused VM, and what KubeVirt's VM validator says of it
+/// (`kubevirt_admission.rs` checks the same words on a dry run).
+const MACHINE_TYPE: &str = "pc-i440fx-rhel7.6.0";
+const KUBEVIRT_DENIED: &str =
+    r#"admission webhook "virtualmachine-validator.kubevirt.io" denied the request"#;
+const KUBEVIRT_SAYS: &str = "spec.template.spec.domain.machine.type is not supported: pc-i440fx-rhel7.6.0 (allowed values: [q35* pc-q35*])";
+
+/// Notes of the Events with `reason` about `name`.
+async fn event_notes(env: &Env, name: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = env.ns.api();
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_kubevirt_refuses_fails_creating_vm_with_kubevirts_message_and_leaves_nothing() {
+    let mut env = Env::on_lab(kubevirt_lab(), "e2e-kv-refused", 16).await;
+    // Watching from before the migration: every Job, DataVolume, VirtualMachine and Secret
+    // made in the namespace, however briefly it lived.
+    let creations = Creations::watch(&env).await;
+    env.start_sim();
+    env.start_controller();
+    assert_eq!(env.power_state().await, "poweredOn", "the lab's VMs run");
+
+    let mut vmm = env.migration("i440fx");
+    vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
+    vmm.spec.target.template.devices.machine_type = Some(MACHINE_TYPE.into());
+    let made = env.create(&vmm).await;
+    let v = env
+        .wait_for(
+            "i440fx",
+            "i440fx to fail and power the source on",
+            300,
+            |v| {
+                v.phase().is_terminal()
+                    && v.status
+                        .as_ref()
+                        .and_then(|s| s.source_power_restore.as_ref())
+                        .is_some_and(|r| r.result.is_some())
+            },
+        )
+        .await;
+    let status = v.status.clone().unwrap();
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+
+    // It got there through the disks: converted, imported, then refused.
+    let visited: Vec<Phase> = status.history.iter().map(|h| h.phase).collect();
+    assert_eq!(
+        visited,
+        [
+            Phase::Preparing,
+            Phase::Converting,
+            Phase::Importing,
+            Phase::CreatingVM,
+            Phase::Failed
+        ],
+        "{}",
+        serde_yaml_status(&v)
+    );
+    assert_eq!(
+        v.condition(ConditionType::DiskImported).map(|c| c.status),
+        Some(ConditionStatus::True),
+        "{}",
+        serde_yaml_status(&v)
+    );
+
+    // Failed in CreatingVM with KubeVirt's own words, at once and for good: a refusal of the
+    // object itself is no transient error.
+    let f = status.last_failure.clone().unwrap();
+    assert_eq!(
+        (f.phase, f.reason),
+        (Phase::CreatingVM, Reason::VMCreateFailed)
+    );
+    assert!(
+        f.message.contains(KUBEVIRT_DENIED) && f.message.contains(KUBEVIRT_SAYS),
+        "KubeVirt's message in the failure: {}",
+        f.message
+    );
+    assert!(!f.retriable, "nothing changes by itself: {f:?}");
+    assert_eq!(status.retries, 0, "not retried as transient");
+    let created = v.condition(ConditionType::VMCreated).unwrap();
+    assert_eq!(
+        (created.status, created.reason),
+        (ConditionStatus::False, Reason::VMCreateFailed)
+    );
+    assert!(
+        created.message.contains(KUBEVIRT_SAYS),
+        "{}",
+        created.message
+    );
+    // The apiserver's side (its audit log records every write): the controller asked once, and
+    // KubeVirt's webhook answered 422.
+    let vm_name = names::vm_name(&v);
+    let asked: Vec<(Option<String>, i64)> = audit(env.lab, LAB_ADMIN)
+        .into_iter()
+        .filter(|r| {
+            r.verb == "create"
+                && r.resource == "virtualmachines"
+                && r.namespace.as_deref() == Some(env.ns.name.as_str())
+                && r.uri.contains("fieldManager=ferry-controller")
+        })
+        .map(|r| (r.name, r.code))
+        .collect();
+    assert_eq!(asked, [(Some(vm_name.clone()), 422)]);
+    env.wait_event("i440fx", "VMCreateFailed").await;
+    let notes = event_notes(&env, "i440fx", "VMCreateFailed").await;
+    assert!(
+        notes.iter().any(|n| n.contains(MACHINE_TYPE)),
+        "the Event says what KubeVirt refused: {notes:?}"
+    );
+
+    // No VirtualMachine was ever made, so no instance either: the sim (KubeVirt's stand-in for
+    // what virt-controller and virt-handler would do past admission) had nothing to act on.
+    let vms: Api<VirtualMachine> = env.ns.api();
+    let vmis: Api<VirtualMachineInstance> = env.ns.api();
+    assert!(vms.get_opt(&vm_name).await.unwrap().is_none());
+    assert!(
+        vmis.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let seen = creations.names();
+    assert!(
+        !seen.iter().any(|n| n.starts_with("VirtualMachine/")),
+        "a VirtualMachine existed: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|n| n.starts_with("Job/"))
+            && seen.contains(&format!("DataVolume/{}", dv_name("i440fx", 0))),
+        "the disks went through the converter Job and CDI: {seen:?}"
+    );
+    assert!(
+        env.sim.as_mut().unwrap().running(),
+        "ferry-sim kept running against KubeVirt's CRDs; logs in {}",
+        env.scratch.display()
+    );
+
+    // The source runs again, powered on only once the target was proven absent.
+    let restore = status.source_power_restore.clone().unwrap();
+    assert_eq!(
+        restore.result,
+        Some(PowerRestoreResult::PoweredOn),
+        "{restore:?}"
+    );
+    assert_eq!(env.power_state().await, "poweredOn");
+
+    // The CDI copy of the S3 keys went with the failure.
+    let secrets: Api<Secret> = env.ns.api();
+    assert!(
+        secrets
+            .get_opt(&secret::s3_secret_name(&made))
+            .await
+            .unwrap()
+            .is_none(),
+        "the CDI Secret outlived the failure"
+    );
+
+    // Deleted, the migration leaves nothing of its own: no Job, DataVolume, VirtualMachine,
+    // Secret beside the test's credentials, or staged file.
+    env.api()
+        .delete("i440fx", &Default::default())
+        .await
+        .unwrap();
+    env.wait_gone("i440fx", 120).await;
+    let last = std::sync::Mutex::new(vec![]);
+    let gone = eventually(
+        "nothing of the migration left",
+        Duration::from_secs(60),
+        || async {
+            let left = leftovers(&env).await?;
+            let none = left.is_empty();
+            *last.lock().unwrap() = left;
+            none.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        gone.is_ok(),
+        "left behind: {:?}; logs in {}",
+        last.lock().unwrap(),
+        env.scratch.display()
+    );
+}
+
+/// The Jobs, DataVolumes, VirtualMachines and Secrets (but the test's credentials) in the
+/// test's namespace and the files under its staging prefix; `None` when a list failed.
+async fn leftovers(env: &Env) -> Option<Vec<String>> {
+    async fn named<K>(api: Api<K>, kind: &str) -> Option<Vec<String>>
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        let items = api.list(&ListParams::default()).await.ok()?.items;
+        Some(
+            items
+                .iter()
+                .map(|o| format!("{kind}/{}", o.name_any()))
+                .collect(),
+        )
+    }
+    let mut left = named::<Job>(env.ns.api(), "Job").await?;
+    left.extend(named::<DataVolume>(env.ns.api(), "DataVolume").await?);
+    left.extend(named::<VirtualMachine>(env.ns.api(), "VirtualMachine").await?);
+    left.extend(
+        named::<Secret>(env.ns.api(), "Secret")
+            .await?
+            .into_iter()
+            .filter(|n| {
+                *n != format!("Secret/{VSPHERE_SECRET}") && *n != format!("Secret/{S3_SECRET}")
+            }),
+    );
+    left.extend(env.staged_files().iter().map(|f| f.display().to_string()));
+    Some(left)
+}
