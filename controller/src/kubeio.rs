@@ -102,12 +102,43 @@ pub async fn delete_exact<K>(metrics: &Metrics, api: &Api<K>, name: &str, uid: &
 where
     K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
 {
+    delete_exact_as(metrics, api, name, uid, DeleteParams::background()).await
+}
+
+/// [`delete_exact`] in the foreground: the object stays (with its deletion timestamp) until
+/// the garbage collector has removed its dependents — a Job's pods, so no writer is left once
+/// it is gone.
+///
+/// # Errors
+/// Kubernetes API errors other than not-found and a changed uid.
+pub async fn delete_exact_foreground<K>(
+    metrics: &Metrics,
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    delete_exact_as(metrics, api, name, uid, DeleteParams::foreground()).await
+}
+
+async fn delete_exact_as<K>(
+    metrics: &Metrics,
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+    how: DeleteParams,
+) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_owned()),
             resource_version: None,
         }),
-        ..DeleteParams::background()
+        ..how
     };
     match api.delete(name, &params).await {
         Ok(_) => {

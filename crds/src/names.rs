@@ -140,6 +140,12 @@ pub fn cutover_job_name(vmm: &VirtualMachineMigration) -> String {
     derived(&vmm.name_any(), "cutover")
 }
 
+/// Name of the Job copying a warm migration's changes into its volumes in a precopy round while
+/// the source runs: `<migration>-precopy` (one round at a time; deleted when its round ends).
+pub fn precopy_job_name(vmm: &VirtualMachineMigration) -> String {
+    derived(&vmm.name_any(), "precopy")
+}
+
 /// Name of the DataVolume importing disk `disk_index` (from 0): `<migration>-disk-<index>`.
 pub fn datavolume_name(vmm: &VirtualMachineMigration, disk_index: usize) -> String {
     derived(&vmm.name_any(), &format!("disk-{disk_index}"))

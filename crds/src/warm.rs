@@ -30,9 +30,28 @@ pub struct WarmSpec {
     /// the cutover has begun: the source is then powered off.
     #[serde(default)]
     pub cutover: bool,
+    /// Seconds between precopy rounds while the migration waits for its cutover: each round
+    /// snapshots the running source and copies only what changed since the round before, so
+    /// that the cutover's own copy stays small. Default 3600 (Forklift's default precopy
+    /// interval is 60 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub precopy_interval_seconds: Option<i32>,
 }
 
+/// Seconds between precopy rounds when `precopyIntervalSeconds` is not set.
+pub const DEFAULT_PRECOPY_INTERVAL_SECONDS: i32 = 3600;
+
 impl WarmSpec {
+    /// Seconds between precopy rounds.
+    pub fn precopy_interval(&self) -> std::time::Duration {
+        let secs = self
+            .precopy_interval_seconds
+            .unwrap_or(DEFAULT_PRECOPY_INTERVAL_SECONDS)
+            .max(1);
+        std::time::Duration::from_secs(u64::from(secs.unsigned_abs()))
+    }
+
     /// Whether the cutover is due at `now`.
     pub fn cutover_due(&self, now: &Time) -> bool {
         self.cutover || self.cutover_at.as_ref().is_some_and(|at| at.0 <= now.0)
@@ -41,7 +60,7 @@ impl WarmSpec {
 
 /// A snapshot ferry took of the source, by the name it gave it (which carries the migration's
 /// uid and the round) and, once known, its moref.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotRecord {
     /// The name ferry gave it: ferry's prefix, the migration's uid and the attempt.
@@ -49,6 +68,9 @@ pub struct SnapshotRecord {
     /// Its managed object reference in vSphere, once taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moref: Option<String>,
+    /// When ferry set out to take it (a precopy round's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
 }
 
 /// Where a warm migration stands.
@@ -71,6 +93,25 @@ pub struct WarmStatus {
     /// Bytes the cutover copied: what changed since the last round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cutover_bytes: Option<i64>,
+    /// Bytes the last precopy round after the first copied: what changed between two rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delta_bytes: Option<i64>,
+    /// How fast the guest changes its disks: the last delta's bytes over the time between the
+    /// two snapshots it lies between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_rate_bytes_per_second: Option<i64>,
+    /// When the next precopy round starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_round_at: Option<Time>,
+    /// The cutover's copy, predicted from the last round: the changes expected by then (at the
+    /// measured rate) at the last round's measured speed, Job start included. The guest's
+    /// shutdown and the VM's boot come on top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_cutover_copy_seconds: Option<i64>,
+    /// Why the last precopy round failed, when it did (the next round copies its changes
+    /// again: the change ids move on only with a round that completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_round_failure: Option<String>,
 }
 
 #[cfg(test)]

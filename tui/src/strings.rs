@@ -272,6 +272,44 @@ pub mod details {
     pub const PROGRESS: &str = "progress";
     pub const MESSAGE: &str = "message";
     pub const FAILURE: &str = "failure";
+    pub const WARM: &str = "warm";
+
+    /// A warm migration's precopy: rounds copied, the last delta, the guest's change rate, the
+    /// next round, the cutover's predicted copy, and the cutover (each part only when known).
+    pub fn warm(
+        rounds: i32,
+        delta: Option<String>,
+        rate: Option<String>,
+        next: Option<String>,
+        predicted: Option<String>,
+        cutover: &str,
+    ) -> String {
+        let mut out = format!("round {rounds}");
+        for (word, v) in [
+            ("last delta", delta),
+            ("changing", rate),
+            ("next round in", next),
+            ("cutover copy ~", predicted),
+        ] {
+            if let Some(v) = v {
+                let sep = if word.ends_with('~') { "" } else { " " };
+                out.push_str(&format!(" · {word}{sep}{v}"));
+            }
+        }
+        out.push_str(&format!(" · cutover {cutover}"));
+        out
+    }
+
+    /// The cutover under way.
+    pub const CUTOVER_UNDER_WAY: &str = "under way";
+    /// The cutover asked for (`spec.warm.cutover: true`), not begun yet.
+    pub const CUTOVER_ASKED: &str = "asked";
+    /// No cutover asked for nor planned.
+    pub const CUTOVER_ON_DEMAND: &str = "on demand (X)";
+    /// The cutover planned at a time: when, and how long until.
+    pub fn cutover_at(at: &str, left: &str) -> String {
+        format!("at {at} (in {left})")
+    }
 
     /// The migration was deleted while shown.
     pub const GONE: &str = "gone: the migration was deleted";

@@ -510,6 +510,40 @@ fn details_of_a_migration_preflight_holds() {
     });
 }
 
+#[test]
+fn details_of_a_warm_migration_waiting_for_its_cutover() {
+    at_both_sizes("details_warm", |s| {
+        let mut o = support::vmm(
+            "apps",
+            "warm-db-01",
+            None,
+            ferry_crds::Phase::CuttingOver,
+            7,
+        );
+        o.spec.mode = ferry_crds::MigrationMode::Warm;
+        o.spec.warm = Some(ferry_crds::WarmSpec {
+            cutover_at: Some(ferry_crds::fixtures::ts(3600 + 5400)),
+            precopy_interval_seconds: Some(600),
+            ..ferry_crds::WarmSpec::default()
+        });
+        o.status.as_mut().unwrap().warm = Some(ferry_crds::WarmStatus {
+            rounds: 4,
+            last_round_at: Some(ferry_crds::fixtures::ts(3300)),
+            last_delta_bytes: Some(96 << 20),
+            change_rate_bytes_per_second: Some(160 << 10),
+            next_round_at: Some(ferry_crds::fixtures::ts(3900)),
+            predicted_cutover_copy_seconds: Some(41),
+            ..ferry_crds::WarmStatus::default()
+        });
+        apply(s, [Action::MigrationApplied(C0, Box::new(o))]);
+        apply(s, [Action::StartFilter]);
+        for c in "warm-db".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit, Action::Enter]);
+    });
+}
+
 /// Opens the details of the failed `w1-cache-02`.
 fn details_of_the_failed_one(s: &mut State) {
     apply(s, [Action::StartFilter]);

@@ -15,6 +15,8 @@ use crate::job_contract::CONVERTER_PROGRAM;
 
 /// The container's name.
 pub const CONTAINER: &str = "cutover";
+/// The container's name in a precopy round's Job.
+pub const PRECOPY_CONTAINER: &str = "precopy";
 /// Pod attempts after the first (a round run again writes the same bytes).
 pub const BACKOFF_LIMIT: i32 = 2;
 /// The last changes of a busy VM's disks; past this the Job is stopped (6 h).
@@ -33,7 +35,8 @@ pub struct CutoverVolume {
     pub device_key: i32,
     /// Its change id at the first copy.
     pub change_id: String,
-    /// The source disk's datastore path (the VM's own: it is powered off).
+    /// The file to read: the VM's own disk at the cutover (it is powered off), the disk as
+    /// the round's snapshot froze it in a precopy round (it runs).
     pub datastore_path: String,
 }
 
@@ -59,7 +62,46 @@ pub fn cutover_job(
     volumes: &[CutoverVolume],
     image: &str,
 ) -> Result<Job> {
-    let meta = super::child_meta(vmm, names::cutover_job_name(vmm))?;
+    delta_job(
+        vmm,
+        names::cutover_job_name(vmm),
+        CONTAINER,
+        volumes,
+        image,
+        None,
+    )
+}
+
+/// The Job of a precopy round of `vmm` ([`names::precopy_job_name`]), running `image`: the
+/// same copy as the cutover's, read from the round's `snapshot` of the running source.
+///
+/// # Errors
+/// When the migration lacks a uid or namespace.
+pub fn precopy_job(
+    vmm: &VirtualMachineMigration,
+    volumes: &[CutoverVolume],
+    image: &str,
+    snapshot: &str,
+) -> Result<Job> {
+    delta_job(
+        vmm,
+        names::precopy_job_name(vmm),
+        PRECOPY_CONTAINER,
+        volumes,
+        image,
+        Some(snapshot),
+    )
+}
+
+fn delta_job(
+    vmm: &VirtualMachineMigration,
+    name: String,
+    container: &str,
+    volumes: &[CutoverVolume],
+    image: &str,
+    snapshot: Option<&str>,
+) -> Result<Job> {
+    let meta = super::child_meta(vmm, name)?;
     let moref = vmm
         .status
         .as_ref()
@@ -71,6 +113,10 @@ pub fn cutover_job(
         "--result-file".to_owned(),
         RESULT_PATH.to_owned(),
     ];
+    if let Some(snapshot) = snapshot {
+        args.push("--snapshot".to_owned());
+        args.push(snapshot.to_owned());
+    }
     let mut claims = Claims::default();
     for v in volumes {
         args.push("--disk".to_owned());
@@ -83,7 +129,7 @@ pub fn cutover_job(
         volumes: pod_volumes,
     } = claims;
     let container = Container {
-        name: CONTAINER.to_owned(),
+        name: container.to_owned(),
         image: Some(image.to_owned()),
         command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(args),
@@ -167,6 +213,32 @@ mod tests {
         let sc = pod.security_context.unwrap();
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.run_as_user, Some(QEMU_ID));
+    }
+
+    #[test]
+    fn a_precopy_round_reads_its_snapshot_of_the_running_source() {
+        let job = precopy_job(&migration("web-1"), &[vol(0, false)], "img", "snapshot-7").unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("web-1-precopy"));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(c.name, PRECOPY_CONTAINER);
+        let args = c.args.clone().unwrap();
+        let at = args.iter().position(|a| a == "--snapshot").unwrap();
+        assert_eq!(args[at + 1], "snapshot-7");
+        #[derive(clap::Parser)]
+        struct Delta {
+            #[command(flatten)]
+            args: crate::convert::delta::DeltaArgs,
+        }
+        let parsed = <Delta as clap::Parser>::try_parse_from(
+            std::iter::once("delta".to_owned())
+                .chain(args.into_iter().skip(1))
+                .chain(["--vm-moref".to_owned(), "vm-1".to_owned()]),
+        )
+        .unwrap()
+        .args;
+        assert_eq!(parsed.snapshot.as_deref(), Some("snapshot-7"));
+        assert_eq!(parsed.disks.len(), 1);
     }
 
     #[test]

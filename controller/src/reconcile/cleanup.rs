@@ -39,7 +39,10 @@ pub enum Cleanup {
     Vmi,
     /// A warm migration's cutover Job (and its pods).
     CutoverJob,
-    /// The snapshot a warm migration took of the source and recorded (by its name).
+    /// A warm migration's precopy round's Job (and its pods).
+    PrecopyJob,
+    /// The snapshot a warm migration took of the source and recorded (judged ferry's by its
+    /// creation stamp).
     Snapshot,
 }
 
@@ -100,6 +103,9 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             }
             Cleanup::CutoverJob => {
                 delete_owned::<Job>(io, &names::cutover_job_name(vmm)).await?;
+            }
+            Cleanup::PrecopyJob => {
+                delete_writer_job(io, &names::precopy_job_name(vmm)).await?;
             }
             Cleanup::Snapshot => {
                 if let Some((what, p)) = remove_snapshot(io).await? {
@@ -198,6 +204,33 @@ where
     match api.get_opt(name).await? {
         Some(o) => delete_if_ours(io, &api, &o).await,
         None => Ok(false),
+    }
+}
+
+/// Deletes the Job `name` in the foreground when it is the migration's own (see
+/// [`crate::kubeio::delete_exact_foreground`]): a Job writing into the volumes, whose pods must
+/// be gone before another copy writes there. Returns whether it asked.
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn delete_writer_job(io: Io<'_>, name: &str) -> Result<bool> {
+    let api = io.api::<Job>();
+    let Some(job) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    match io.own(&job) {
+        Ownership::Ours { .. } => {
+            let asked = crate::kubeio::delete_exact_foreground(
+                &io.ctx.metrics,
+                &api,
+                name,
+                &job.uid().unwrap_or_default(),
+            )
+            .await?;
+            io.forget("Job", name);
+            Ok(asked)
+        }
+        Ownership::Foreign(_) => Ok(false),
     }
 }
 
@@ -311,7 +344,7 @@ async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
         Ok(l) => l,
         Err(p) => return Ok(Some((what, p))),
     };
-    let problem = match super::world::warm_snapshot(io, &login, &rec, false).await {
+    let problem = match super::snapshots::judged(io, &login, &rec, false).await {
         Ok(super::warm::SnapshotSeen::Ours { moref, .. }) => {
             let p = io.ctx.source.remove_snapshot(&login, &moref).await.err();
             if p.is_none() {

@@ -111,7 +111,7 @@ impl Checkpoint for Converting {
             job == JobState::Absent,
         ) {
             (Ok(l), Some(rec), true) if rec.moref.is_none() || !warm::disks_recorded(io.vmm) => {
-                Some(super::world::warm_snapshot(io, l, &rec, true).await)
+                Some(super::snapshots::judged(io, l, &rec, true).await)
             }
             _ => None,
         };
@@ -424,9 +424,12 @@ fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option
         let mut w = warm::status(&scope.vmm);
         w.snapshot = None;
         w.rounds = 1;
-        w.last_round_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            crate::context::whole_seconds(scope.now),
-        ));
+        // Changes since the snapshot are the next round's.
+        w.last_round_at = rec.started_at.clone().or_else(|| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                crate::context::whole_seconds(scope.now),
+            ))
+        });
         let step = match rec.moref {
             Some(_) => Step::Act(vec![Action::RemoveSnapshot]),
             None => Step::Wait {
@@ -479,6 +482,9 @@ fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Acti
         w.snapshot = Some(ferry_crds::SnapshotRecord {
             name: warm::snapshot_name(&scope.vmm),
             moref: None,
+            started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                crate::context::whole_seconds(scope.now),
+            )),
         });
         return Some(out(soon, Some(w), None));
     };
@@ -492,8 +498,8 @@ fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Acti
         },
         Some(Ok(warm::SnapshotSeen::Ours { moref, disks })) => {
             w.snapshot = Some(ferry_crds::SnapshotRecord {
-                name: rec.name,
                 moref: Some(moref.clone()),
+                ..rec
             });
             let disks = warm::disks_in_snapshot(&scope.vmm, disks);
             Some(out(soon, Some(w), Some(disks)))
@@ -779,7 +785,7 @@ mod tests {
         vmm.status.get_or_insert_with(Default::default).warm = Some(ferry_crds::WarmStatus {
             snapshot: Some(ferry_crds::SnapshotRecord {
                 name: warm::snapshot_name(&vmm),
-                moref: None,
+                ..Default::default()
             }),
             ..ferry_crds::WarmStatus::default()
         });

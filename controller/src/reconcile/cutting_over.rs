@@ -22,13 +22,15 @@ use super::cleanup::Cleanup;
 use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
+use super::precopy;
 use super::preparing::{Action as PowerAction, PowerOffStep, power_off_step};
 use super::scope::Scope;
+use super::snapshots;
 use super::warm;
 use super::world::{self, RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::JobState;
-use crate::children::cutover_job::{self, CutoverVolume};
+use crate::children::cutover_job;
 use crate::convert::delta::{DeltaResult, parse_result};
 use crate::problem::Problem;
 
@@ -49,8 +51,26 @@ pub struct Observed {
     pub message: Option<String>,
     /// Once complete: what a pod of it that ran ferry's delta program reported.
     pub reported: Option<DeltaResult>,
-    /// Per disk, whether its claim is a block device; read only when the Job is to be made.
+    /// Per disk, whether its claim is a block device; read only when a Job is to be made.
     pub block: Vec<bool>,
+    /// Before the cutover began: the precopy round's Job and snapshot.
+    pub round: Option<RoundSeen>,
+}
+
+/// A precopy round as observed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundSeen {
+    /// The round's Job (`Absent` when its name is held by an object not ours: `conflict`).
+    pub job: JobState,
+    /// The Job's name held by someone else's object.
+    pub conflict: Option<Problem>,
+    /// What its last failed pod said.
+    pub failure: Option<String>,
+    /// Once complete: what a pod of it that ran ferry's delta program reported.
+    pub reported: Option<DeltaResult>,
+    /// The round's recorded snapshot as ferry judges it (with its disks when ferry's); looked
+    /// at when one is recorded and no Job of the round runs.
+    pub snapshot: Option<std::result::Result<warm::SnapshotSeen, Problem>>,
 }
 
 /// What CuttingOver does to the world.
@@ -62,12 +82,19 @@ pub enum Action {
     PowerOff,
     /// Create the cutover Job.
     CreateJob,
+    /// Take the precopy round's snapshot (its name recorded).
+    TakeSnapshot,
+    /// Create the precopy round's Job.
+    CreateRoundJob,
+    /// End the round: its Job deleted, its snapshot (when ferry's) removed.
+    EndRound,
 }
 
 impl Checkpoint for CuttingOver {
     const PHASE: Phase = Phase::CuttingOver;
     const CONDITIONS: &'static [ConditionType] = &[CutOver];
-    const RETRY_CLEANUP: &'static [Cleanup] = &[Cleanup::CutoverJob];
+    const RETRY_CLEANUP: &'static [Cleanup] =
+        &[Cleanup::CutoverJob, Cleanup::PrecopyJob, Cleanup::Snapshot];
     type Observed = Observed;
     type Action = Action;
 
@@ -100,7 +127,16 @@ impl Checkpoint for CuttingOver {
         let conflict = seen.conflict.map(|c| c.problem(RENAME_HINT));
         let message = seen.failure;
         let reported = seen.report.and_then(|m| parse_result(&m));
-        let block = if begun && state == JobState::Absent && conflict.is_none() {
+        let round = if begun {
+            None
+        } else {
+            Some(observe_round(io).await?)
+        };
+        let round_job_due = round.as_ref().is_some_and(|r| {
+            r.job == JobState::Absent
+                && matches!(r.snapshot, Some(Ok(warm::SnapshotSeen::Ours { .. })))
+        });
+        let block = if (begun && state == JobState::Absent && conflict.is_none()) || round_job_due {
             world::block_claims(io, staged_keys(io.vmm).len()).await?
         } else {
             vec![]
@@ -112,7 +148,24 @@ impl Checkpoint for CuttingOver {
             message,
             reported,
             block,
+            round,
         })
+    }
+
+    /// A round that could not be ended keeps its record (its snapshot stays recorded for the
+    /// next try, and for cleanup).
+    fn on_action_failed(
+        scope: &Scope<Observed>,
+        planned: Outcome<Action>,
+        failed: &Action,
+        problem: &Problem,
+    ) -> Outcome<Action> {
+        let mut record = planned.record;
+        if *failed == Action::EndRound {
+            record.warm = None;
+            record.disks = None;
+        }
+        Outcome::from_problem(scope, problem, Some(CutOver)).recording(record)
     }
 
     fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
@@ -134,8 +187,62 @@ impl Checkpoint for CuttingOver {
                 };
                 Ok(done.err())
             }
+            Action::TakeSnapshot => {
+                let (Some(rec), Ok(login)) = (
+                    warm::status(io.vmm).snapshot,
+                    credentials::source_login(io).await?,
+                ) else {
+                    // The decision takes a recorded snapshot, with credentials it just used.
+                    return Ok(None);
+                };
+                let description = warm::snapshot_description(io.vmm, &io.ctx.proof, &rec.name);
+                Ok(io
+                    .ctx
+                    .source
+                    .take_snapshot(&login, &moref, &rec.name, &description)
+                    .await
+                    .err())
+            }
+            Action::CreateRoundJob => {
+                let Some(RoundSeen {
+                    snapshot: Some(Ok(warm::SnapshotSeen::Ours { moref: snap, disks })),
+                    ..
+                }) = &observed.round
+                else {
+                    return Ok(None);
+                };
+                let (Ok(volumes), Ok(image)) = (
+                    precopy::volumes(io.vmm, &observed.block, disks),
+                    io.ctx
+                        .policy
+                        .converter_image_for(io.vmm.spec.conversion.image.as_deref()),
+                ) else {
+                    // The decision makes the Job only with every disk in the snapshot.
+                    return Ok(None);
+                };
+                let job = cutover_job::precopy_job(io.vmm, &volumes, &image, snap)?;
+                Ok(io.create(job).await?.problem(RENAME_HINT))
+            }
+            Action::EndRound => {
+                // In the foreground: its pods gone before the next copy (or the cutover) writes.
+                super::cleanup::delete_writer_job(io, &names::precopy_job_name(io.vmm)).await?;
+                let Some(rec) = warm::status(io.vmm).snapshot else {
+                    return Ok(None);
+                };
+                let login = match credentials::source_login(io).await? {
+                    Ok(l) => l,
+                    Err(p) => return Ok(Some(p)),
+                };
+                Ok(match snapshots::judged(io, &login, &rec, false).await {
+                    Ok(warm::SnapshotSeen::Ours { moref: snap, .. }) => {
+                        io.ctx.source.remove_snapshot(&login, &snap).await.err()
+                    }
+                    Ok(_) => None,
+                    Err(p) => Some(p),
+                })
+            }
             Action::CreateJob => {
-                let Ok(volumes) = volumes(io.vmm, &observed.block) else {
+                let Ok(volumes) = warm::volumes(io.vmm, &observed.block) else {
                     // The decision creates the Job only with every disk's change id recorded.
                     return Ok(None);
                 };
@@ -154,51 +261,186 @@ impl Checkpoint for CuttingOver {
     }
 }
 
-/// What the cutover Job writes: per disk its claim, device key, the first copy's change id and
-/// the VM's own disk. Pure.
-///
-/// # Errors
-/// The disks whose change id or device key is not recorded.
-pub fn volumes(
-    vmm: &ferry_crds::VirtualMachineMigration,
-    block: &[bool],
-) -> std::result::Result<Vec<CutoverVolume>, String> {
-    let status = vmm.status.as_ref();
-    let disks = status.map(|s| s.disks.as_slice()).unwrap_or_default();
-    let source = status
-        .and_then(|s| s.source.as_ref())
-        .map(|s| s.disks.as_slice())
-        .unwrap_or_default();
-    let mut out = vec![];
-    let mut missing = vec![];
-    for i in 0..staged_keys(vmm).len() {
-        let d = disks.get(i);
-        match (
-            d.and_then(|d| d.device_key),
-            d.and_then(|d| d.change_id.clone()),
-            source.get(i),
-        ) {
-            (Some(device_key), Some(change_id), Some(src)) => out.push(CutoverVolume {
-                index: i,
-                claim: names::datavolume_name(vmm, i),
-                block: block.get(i).copied().unwrap_or(false),
-                device_key,
-                change_id,
-                datastore_path: src.datastore_path.clone(),
-            }),
-            _ => missing.push(format!("disk {i}")),
+/// The precopy round's Job, and its recorded snapshot when no Job of the round runs.
+async fn observe_round(io: Io<'_>) -> Result<RoundSeen> {
+    let seen = world::reporting_job(
+        io,
+        &names::precopy_job_name(io.vmm),
+        cutover_job::PRECOPY_CONTAINER,
+    )
+    .await?;
+    let job = seen.state;
+    let snapshot = match warm::status(io.vmm).snapshot {
+        Some(rec) if !matches!(job, JobState::Running { .. } | JobState::Deleting) => {
+            Some(match credentials::source_login(io).await? {
+                Ok(login) => snapshots::judged(io, &login, &rec, true).await,
+                Err(p) => Err(p),
+            })
         }
+        _ => None,
+    };
+    Ok(RoundSeen {
+        job,
+        conflict: seen.conflict.map(|c| c.problem(RENAME_HINT)),
+        failure: seen.failure,
+        reported: seen.report.and_then(|m| parse_result(&m)),
+        snapshot,
+    })
+}
+
+/// Before the cutover began: the precopy rounds. A round in flight is taken through (snapshot,
+/// Job, end) or — once the cutover is due — cut short; a round is started when due. `None`
+/// when nothing of a round is to be done (the cutover's own rules follow). Pure.
+fn round(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let seen = scope.world.round.as_ref()?;
+    if let Some(p) = &seen.conflict {
+        return Some(Outcome::from_problem(scope, p, Some(CutOver)));
     }
-    if missing.is_empty() {
-        Ok(out)
-    } else {
-        Err(missing.join(", "))
+    let vmm = &scope.vmm;
+    let w = warm::status(vmm);
+    let n = w.rounds + 1;
+    let now = Time(crate::context::whole_seconds(scope.now));
+    // The cutover is due once its source is looked at (see `observe`).
+    let cutover_due = scope.world.source.is_some();
+    let soon = Step::Wait {
+        requeue: Duration::from_millis(50),
+    };
+    let waiting = |step: Step<Action>, msg: String| {
+        Outcome::new(step, msg.clone()).with(CutOver, Unknown, Reason::WaitingForCutover, msg)
+    };
+    let end = |w: ferry_crds::WarmStatus, disks: Option<Vec<ferry_crds::DiskStatus>>, msg| {
+        waiting(Step::Act(vec![Action::EndRound]), msg).recording(Record {
+            warm: Some(w),
+            disks,
+            ..Record::default()
+        })
+    };
+    let abandon =
+        |why: Option<String>, msg: String| end(precopy::abandoned(vmm, &now, why), None, msg);
+    let fail = |why: String| abandon(Some(why.clone()), precopy::say::failed(n, &why));
+    let Some(rec) = w.snapshot.clone() else {
+        return match &seen.job {
+            // A Job of a round that ended is still going: no other copy starts until it is gone.
+            JobState::Deleting => Some(waiting(
+                Step::Wait {
+                    requeue: scope.policy.wait_requeue,
+                },
+                say::old_round_deleting(),
+            )),
+            // A round's Job left by a crash after its round was recorded ended.
+            JobState::Running { .. } | JobState::Complete | JobState::Failed { .. } => Some(
+                waiting(Step::Act(vec![Action::EndRound]), say::old_round_deleting()),
+            ),
+            JobState::Absent if !cutover_due && precopy::due(vmm, &w, &now) => {
+                let mut w = w.clone();
+                w.snapshot = Some(ferry_crds::SnapshotRecord {
+                    name: precopy::snapshot_name(vmm, n),
+                    moref: None,
+                    started_at: Some(now.clone()),
+                });
+                w.next_round_at = None;
+                Some(
+                    waiting(soon, precopy::say::taking_snapshot(n)).recording(Record {
+                        warm: Some(w),
+                        ..Record::default()
+                    }),
+                )
+            }
+            JobState::Absent => None,
+        };
+    };
+    if cutover_due {
+        return Some(abandon(None, precopy::say::cut_short(n)));
+    }
+    match &seen.job {
+        JobState::Deleting => Some(waiting(
+            Step::Wait {
+                requeue: scope.policy.wait_requeue,
+            },
+            say::old_round_deleting(),
+        )),
+        JobState::Running { .. } => Some(waiting(
+            Step::Wait {
+                requeue: scope.policy.progress_requeue,
+            },
+            precopy::say::copying(n, scope.disk_count()),
+        )),
+        JobState::Failed { reason, message } => Some(fail(say::job_failed(
+            reason,
+            seen.failure.as_deref().unwrap_or(message.as_str()),
+        ))),
+        JobState::Complete => {
+            let all = (0..staged_keys(vmm).len()).all(|i| {
+                seen.reported
+                    .as_ref()
+                    .is_some_and(|r| r.disks.contains_key(&i))
+            });
+            match (&seen.reported, &seen.snapshot) {
+                (Some(reported), Some(Ok(warm::SnapshotSeen::Ours { disks, .. }))) if all => {
+                    match precopy::completed(vmm, reported, disks, &now) {
+                        Ok((w, disks)) => Some(end(w, Some(disks), precopy::say::ending(n))),
+                        Err(why) => Some(fail(why)),
+                    }
+                }
+                (_, Some(Err(p))) if p.transient => {
+                    Some(Outcome::from_problem(scope, p, Some(CutOver)))
+                }
+                _ if !all => Some(fail(say::no_report(&names::precopy_job_name(vmm)))),
+                _ => Some(fail(say::snapshot_gone(&rec.name))),
+            }
+        }
+        JobState::Absent => match &seen.snapshot {
+            None => None,
+            Some(Err(p)) if p.transient => Some(Outcome::from_problem(scope, p, Some(CutOver))),
+            Some(Err(p)) => Some(fail(p.message.clone())),
+            // Someone else's snapshot under the round's name: neither read nor removed.
+            Some(Ok(warm::SnapshotSeen::Foreign(why))) => Some(Outcome::failure(
+                Reason::SnapshotFailed,
+                why.clone(),
+                true,
+                Phase::CuttingOver,
+                CutOver,
+            )),
+            Some(Ok(warm::SnapshotSeen::Absent { .. })) if rec.moref.is_some() => {
+                Some(fail(say::snapshot_gone(&rec.name)))
+            }
+            Some(Ok(warm::SnapshotSeen::Absent { depth })) => match warm::chain_too_deep(*depth) {
+                Some(why) => Some(fail(why)),
+                None => Some(waiting(
+                    Step::Act(vec![Action::TakeSnapshot]),
+                    precopy::say::taking_snapshot(n),
+                )),
+            },
+            Some(Ok(warm::SnapshotSeen::Ours { moref, disks })) => {
+                if rec.moref.is_none() {
+                    let mut w = w.clone();
+                    w.snapshot = Some(ferry_crds::SnapshotRecord {
+                        moref: Some(moref.clone()),
+                        ..rec
+                    });
+                    return Some(waiting(soon, precopy::say::taking_snapshot(n)).recording(
+                        Record {
+                            warm: Some(w),
+                            ..Record::default()
+                        },
+                    ));
+                }
+                match precopy::volumes(vmm, &scope.world.block, disks) {
+                    Ok(_) => Some(waiting(
+                        Step::Act(vec![Action::CreateRoundJob]),
+                        precopy::say::copying(n, scope.disk_count()),
+                    )),
+                    Err(why) => Some(fail(why)),
+                }
+            }
+        },
     }
 }
 
 /// Decides the CuttingOver step: the first rule that applies. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     conflict(scope)
+        .or_else(|| round(scope))
         .or_else(|| waiting(scope))
         .or_else(|| begin(scope))
         .or_else(|| source_unknown(scope))
@@ -256,13 +498,18 @@ fn waiting(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         .warm
         .as_ref()
         .and_then(|w| w.cutover_at.clone());
-    let requeue = at.as_ref().map_or(Duration::from_secs(300), |t| {
-        Duration::try_from(t.0.duration_since(scope.now))
-            .unwrap_or_default()
-            .min(Duration::from_secs(300))
+    let w = warm::status(&scope.vmm);
+    let next = precopy::next_round_at(&scope.vmm, &w);
+    let until = |t: &Time| {
+        Duration::try_from(t.0.duration_since(scope.now)).unwrap_or_default()
             + Duration::from_millis(100)
-    });
-    let msg = say::waiting(at.as_ref());
+    };
+    let requeue = [at.as_ref(), next.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(until)
+        .fold(Duration::from_secs(300), Duration::min);
+    let msg = say::waiting(at.as_ref(), w.rounds, next.as_ref());
     Some(Outcome::new(Step::Wait { requeue }, msg.clone()).with(
         CutOver,
         Unknown,
@@ -361,7 +608,7 @@ fn source_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
 }
 
 fn create_job(scope: &Scope<Observed>) -> Outcome<Action> {
-    if let Err(missing) = volumes(&scope.vmm, &scope.world.block) {
+    if let Err(missing) = warm::volumes(&scope.vmm, &scope.world.block) {
         return Outcome::failure(
             Reason::CutoverFailed,
             say::unrecorded(&missing),
@@ -418,18 +665,24 @@ fn cut_over(scope: &Scope<Observed>) -> Outcome<Action> {
 mod say {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    pub(super) fn waiting(at: Option<&Time>) -> String {
+    pub(super) fn waiting(at: Option<&Time>, rounds: i32, next: Option<&Time>) -> String {
+        let copied = match (rounds, next) {
+            (r, Some(n)) => format!("{r} round(s) copied, the next at {}", n.0),
+            (r, None) => format!("{r} round(s) copied"),
+        };
         match at {
             Some(t) => format!(
-                "first copy imported and verified; the source runs on until the cutover at {}",
+                "imported and verified, {copied}; the source runs on until the cutover at {}",
                 t.0
             ),
-            None => "first copy imported and verified; the source runs on until the cutover (set spec.warm.cutover: true, or spec.warm.cutoverAt)".into(),
+            None => format!(
+                "imported and verified, {copied}; the source runs on until the cutover (set spec.warm.cutover: true, or spec.warm.cutoverAt)"
+            ),
         }
     }
 
     pub(super) fn beginning() -> String {
-        "cutting over: the source is powered off, then what changed since the first copy is copied"
+        "cutting over: the source is powered off, then what changed since the last round is copied"
             .into()
     }
 
@@ -448,7 +701,17 @@ mod say {
     }
 
     pub(super) fn copying(disks: usize) -> String {
-        format!("cutting over: copying what changed on {disks} disk(s) since the first copy")
+        format!("cutting over: copying what changed on {disks} disk(s) since the last round")
+    }
+
+    pub(super) fn old_round_deleting() -> String {
+        "waiting for the last precopy round's Job to go away".into()
+    }
+
+    pub(super) fn snapshot_gone(name: &str) -> String {
+        format!(
+            "the round's snapshot {name:?} is gone from the source before its changes were read"
+        )
     }
 
     pub(super) fn old_job_deleting() -> String {
@@ -480,7 +743,7 @@ mod say {
     }
 
     pub(super) fn cut_over(bytes: u64) -> String {
-        format!("cut over: {bytes} bytes changed since the first copy, copied and read back")
+        format!("cut over: {bytes} bytes changed since the last round, copied and read back")
     }
 }
 
@@ -524,7 +787,127 @@ mod tests {
             message: None,
             reported: None,
             block: vec![false],
+            round: None,
         }
+    }
+
+    fn round_seen(job: JobState, snapshot: Option<warm::SnapshotSeen>) -> Observed {
+        Observed {
+            round: Some(RoundSeen {
+                job,
+                conflict: None,
+                failure: None,
+                reported: None,
+                snapshot: snapshot.map(Ok),
+            }),
+            ..world()
+        }
+    }
+
+    fn frozen(id: &str) -> Vec<crate::vsphere::SnapshotDisk> {
+        vec![crate::vsphere::SnapshotDisk {
+            key: 2000,
+            datastore_path: "[ds] vm/disk1-snap.vmdk".into(),
+            capacity_bytes: 1 << 30,
+            change_id: Some(id.into()),
+        }]
+    }
+
+    #[test]
+    fn a_precopy_round_snapshots_copies_then_ends_and_moves_the_change_ids_on() {
+        let mut vmm = warm_vmm();
+        let t0 = fixtures::t0();
+        let earlier = Time(t0.0.checked_sub(Duration::from_secs(7200)).unwrap());
+        vmm.status.as_mut().unwrap().warm = Some(ferry_crds::WarmStatus {
+            rounds: 1,
+            last_round_at: Some(earlier),
+            ..Default::default()
+        });
+        // Due (an hour after the last round): its snapshot's name recorded first.
+        let o = decide(&scope(vmm.clone(), round_seen(JobState::Absent, None)));
+        let w = o.record.warm.clone().unwrap();
+        let rec = w.snapshot.clone().expect("the round's snapshot named");
+        assert!(rec.name.ends_with("-2"), "{}", rec.name);
+        assert_eq!(o.conditions[0].reason, Reason::WaitingForCutover);
+        vmm.status.as_mut().unwrap().warm = Some(w);
+        // Not there yet: taken.
+        let o = decide(&scope(
+            vmm.clone(),
+            round_seen(
+                JobState::Absent,
+                Some(warm::SnapshotSeen::Absent { depth: 0 }),
+            ),
+        ));
+        assert_eq!(o.step, Step::Act(vec![Action::TakeSnapshot]));
+        // Ferry's (by its stamp): its moref recorded, then the round's Job made.
+        let ours = warm::SnapshotSeen::Ours {
+            moref: "snapshot-7".into(),
+            disks: frozen("52 aa/2"),
+        };
+        let o = decide(&scope(
+            vmm.clone(),
+            round_seen(JobState::Absent, Some(ours.clone())),
+        ));
+        let w = o.record.warm.clone().unwrap();
+        assert_eq!(
+            w.snapshot.as_ref().unwrap().moref.as_deref(),
+            Some("snapshot-7")
+        );
+        vmm.status.as_mut().unwrap().warm = Some(w);
+        let o = decide(&scope(
+            vmm.clone(),
+            round_seen(JobState::Absent, Some(ours.clone())),
+        ));
+        assert_eq!(o.step, Step::Act(vec![Action::CreateRoundJob]));
+        // Running: the source runs on, the round waits.
+        let o = decide(&scope(
+            vmm.clone(),
+            round_seen(JobState::Running { failed: 0 }, None),
+        ));
+        assert!(matches!(o.step, Step::Wait { .. }));
+        // Reported: the round ends, the change ids move on to the round's.
+        let mut done = round_seen(JobState::Complete, Some(ours.clone()));
+        done.round.as_mut().unwrap().reported = Some(DeltaResult {
+            disks: [(0, (5 << 20, "ab".into()))].into(),
+        });
+        let o = decide(&scope(vmm.clone(), done.clone()));
+        assert_eq!(o.step, Step::Act(vec![Action::EndRound]));
+        let w = o.record.warm.clone().unwrap();
+        assert_eq!((w.rounds, w.snapshot.clone()), (2, None));
+        assert_eq!(w.last_delta_bytes, Some(5 << 20));
+        assert!(w.predicted_cutover_copy_seconds.is_some() && w.next_round_at.is_some());
+        assert_eq!(
+            o.record.disks.unwrap()[0].change_id.as_deref(),
+            Some("52 aa/2")
+        );
+        // Its Job failed: the round ends, the change ids stay, the failure is said.
+        let o = decide(&scope(
+            vmm.clone(),
+            round_seen(
+                JobState::Failed {
+                    reason: "BackoffLimitExceeded".into(),
+                    message: "FileFault".into(),
+                },
+                Some(ours),
+            ),
+        ));
+        assert_eq!(o.step, Step::Act(vec![Action::EndRound]));
+        assert!(o.record.disks.is_none());
+        let w = o.record.warm.unwrap();
+        assert_eq!(w.rounds, 1);
+        assert!(w.last_round_failure.unwrap().contains("FileFault"));
+        // The cutover comes: the round in flight is cut short before anything else.
+        let mut cut = round_seen(JobState::Running { failed: 0 }, None);
+        cut.source = Some(Ok((PowerState::PoweredOn, ToolsState::Running)));
+        let o = decide(&scope(vmm.clone(), cut));
+        assert_eq!(o.step, Step::Act(vec![Action::EndRound]));
+        assert!(o.record.warm.unwrap().snapshot.is_none());
+        // A round's Job still going away holds the cutover's Job back.
+        vmm.status.as_mut().unwrap().warm.as_mut().unwrap().snapshot = None;
+        let mut going = round_seen(JobState::Deleting, None);
+        going.source = Some(Ok((PowerState::PoweredOff, ToolsState::NotRunning)));
+        let o = decide(&scope(vmm, going));
+        assert!(matches!(o.step, Step::Wait { .. }), "{o:?}");
     }
 
     fn scope(vmm: ferry_crds::VirtualMachineMigration, w: Observed) -> Scope<Observed> {
@@ -637,12 +1020,12 @@ mod tests {
 
     #[test]
     fn the_cutover_volumes_name_each_disks_change_id_and_the_vms_own_disk() {
-        let v = volumes(&warm_vmm(), &[true]).unwrap();
+        let v = warm::volumes(&warm_vmm(), &[true]).unwrap();
         assert_eq!(v[0].change_id, "52 aa/1");
         assert_eq!(v[0].datastore_path, "[ds] vm/disk1.vmdk");
         assert!(v[0].block);
         let mut bare = warm_vmm();
         bare.status.as_mut().unwrap().disks[0].change_id = None;
-        assert_eq!(volumes(&bare, &[]).unwrap_err(), "disk 0");
+        assert_eq!(warm::volumes(&bare, &[]).unwrap_err(), "disk 0");
     }
 }

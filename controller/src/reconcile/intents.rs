@@ -11,7 +11,7 @@ use super::by_phase::retry_cleanup;
 use super::cleanup::Cleanup;
 
 /// What a retry that starts over from Preparing removes: every partial result.
-const START_OVER: [Cleanup; 8] = [
+const START_OVER: [Cleanup; 9] = [
     Cleanup::Job,
     Cleanup::Snapshot,
     Cleanup::Staging,
@@ -19,6 +19,7 @@ const START_OVER: [Cleanup; 8] = [
     Cleanup::S3Secret,
     Cleanup::AllDataVolumes,
     Cleanup::CutoverJob,
+    Cleanup::PrecopyJob,
     Cleanup::Vm,
 ];
 
@@ -80,6 +81,7 @@ pub fn cancel_cleanup() -> Vec<Cleanup> {
         Cleanup::S3Secret,
         Cleanup::UnfinishedDataVolumes,
         Cleanup::CutoverJob,
+        Cleanup::PrecopyJob,
         Cleanup::Vm,
     ]
 }

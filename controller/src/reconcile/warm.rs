@@ -14,6 +14,7 @@ use ferry_crds::{
     DiskStatus, MigrationMode, SnapshotRecord, VirtualMachineMigration, WarmStatus, names,
 };
 
+use crate::children::cutover_job::CutoverVolume;
 use crate::children::proof::{ProofKey, Subject};
 use crate::vsphere::{Snapshot, SnapshotDisk};
 
@@ -202,6 +203,48 @@ pub fn disks_recorded(vmm: &VirtualMachineMigration) -> bool {
         })
 }
 
+/// What the cutover Job writes (and a precopy round's, reading its snapshot instead): per disk its claim, device key, the first copy's change id and
+/// the VM's own disk. Pure.
+///
+/// # Errors
+/// The disks whose change id or device key is not recorded.
+pub fn volumes(
+    vmm: &ferry_crds::VirtualMachineMigration,
+    block: &[bool],
+) -> std::result::Result<Vec<CutoverVolume>, String> {
+    let status = vmm.status.as_ref();
+    let disks = status.map(|s| s.disks.as_slice()).unwrap_or_default();
+    let source = status
+        .and_then(|s| s.source.as_ref())
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let mut out = vec![];
+    let mut missing = vec![];
+    for i in 0..super::world::staged_keys(vmm).len() {
+        let d = disks.get(i);
+        match (
+            d.and_then(|d| d.device_key),
+            d.and_then(|d| d.change_id.clone()),
+            source.get(i),
+        ) {
+            (Some(device_key), Some(change_id), Some(src)) => out.push(CutoverVolume {
+                index: i,
+                claim: names::datavolume_name(vmm, i),
+                block: block.get(i).copied().unwrap_or(false),
+                device_key,
+                change_id,
+                datastore_path: src.datastore_path.clone(),
+            }),
+            _ => missing.push(format!("disk {i}")),
+        }
+    }
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(missing.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,7 +306,7 @@ mod tests {
         let name = snapshot_name(&vmm);
         let rec = SnapshotRecord {
             name: name.clone(),
-            moref: None,
+            ..SnapshotRecord::default()
         };
         let ours = snapshot_description(&vmm, &key(1), &name);
         assert!(ours.starts_with("taken by ferry"), "{ours}");
@@ -327,6 +370,7 @@ mod tests {
         let recorded = SnapshotRecord {
             name: name.clone(),
             moref: Some("snapshot-2".into()),
+            ..SnapshotRecord::default()
         };
         assert!(matches!(
             judge(&vmm, &key(1), &recorded, "vm-1", &[taken, twin]),

@@ -375,26 +375,3 @@ pub async fn source_power(
         .await
         .map(|(state, _tools)| state)
 }
-
-/// The snapshot the migration recorded, as ferry judges the source's snapshots
-/// ([`super::warm::judge`]); with `disks`, ferry's own snapshot's disks are read too.
-pub async fn warm_snapshot(
-    io: Io<'_>,
-    login: &SourceLogin,
-    rec: &ferry_crds::SnapshotRecord,
-    disks: bool,
-) -> std::result::Result<super::warm::SnapshotSeen, Problem> {
-    let vm = source_moref(io.vmm).unwrap_or_default();
-    let all = io.ctx.source.snapshots(login, &vm).await?;
-    let seen = super::warm::judge(io.vmm, &io.ctx.proof, rec, &vm, &all);
-    match seen {
-        super::warm::SnapshotSeen::Ours { moref, .. } if disks => {
-            let frozen = io.ctx.source.snapshot_disks(login, &moref).await?;
-            Ok(super::warm::SnapshotSeen::Ours {
-                moref,
-                disks: frozen,
-            })
-        }
-        other => Ok(other),
-    }
-}

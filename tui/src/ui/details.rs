@@ -170,6 +170,9 @@ fn summary(
         }
         out.push(kv(text::PROGRESS, v, t));
     }
+    if let Some(w) = warm(o, &status, state.now) {
+        out.extend(wrapped_value(label(text::WARM, t), &w, width, t.text()));
+    }
     // Whole, wrapped: the failure is the one thing the operator must read in full.
     if let Some(m) = status.message.as_deref().filter(|m| !m.trim().is_empty()) {
         let head = message_label(text::MESSAGE, selected == Some(&About::Status), t);
@@ -181,6 +184,44 @@ fn summary(
         out.extend(wrapped_value(head, &whole, width, t.bad()));
     }
     out
+}
+
+/// A warm migration's precopy line, once its first copy is done or its cutover planned.
+fn warm(
+    o: &VirtualMachineMigration,
+    status: &ferry_crds::VirtualMachineMigrationStatus,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<String> {
+    if o.spec.mode != ferry_crds::MigrationMode::Warm {
+        return None;
+    }
+    let w = status.warm.clone().unwrap_or_default();
+    let spec = o.spec.warm.clone().unwrap_or_default();
+    let until = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+        format::duration(format::secs_between(now, t.0))
+    };
+    let cutover = if w.cutover_started_at.is_some() {
+        text::CUTOVER_UNDER_WAY.to_owned()
+    } else if spec.cutover {
+        text::CUTOVER_ASKED.to_owned()
+    } else if let Some(at) = &spec.cutover_at {
+        text::cutover_at(&at.0.to_string(), &until(at))
+    } else {
+        text::CUTOVER_ON_DEMAND.to_owned()
+    };
+    let next = w
+        .next_round_at
+        .as_ref()
+        .filter(|_| w.cutover_started_at.is_none())
+        .map(until);
+    Some(text::warm(
+        w.rounds,
+        w.last_delta_bytes.map(format::bytes),
+        w.change_rate_bytes_per_second.map(format::rate),
+        next,
+        w.predicted_cutover_copy_seconds.map(format::duration),
+        &cutover,
+    ))
 }
 
 /// Where a wrapped value goes on: under the value, after the label.
