@@ -35,7 +35,8 @@ image-test:
 
 ## The fast loop, no lab: formatting, lints, unit, snapshot and command-line tests, and the lab
 ## S3 server's semantics (its own process). Run it before every commit; `make test` before a stop.
-check:
+## Its unit tests read images back with qemu-img, so the tools come first.
+check: tools
 	$(CARGO) fmt --all --check
 	.ci/module-cycles
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
