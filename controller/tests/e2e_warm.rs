@@ -170,3 +170,219 @@ async fn a_snapshot_of_ferrys_name_that_ferry_did_not_take_holds_the_migration_a
     assert_eq!(env.power_state().await, "poweredOn", "never powered off");
     let _ = s.logout().await;
 }
+
+/// Precopy rounds: while the migration waits for its cutover, every interval a snapshot of the
+/// running source and only what changed since the round before are copied into the volume; the
+/// round measures the guest's change rate and predicts the cutover's copy; its snapshot goes.
+/// The cutover then copies only what changed since the last round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn precopy_rounds_follow_the_running_guest_until_the_cutover() {
+    let (env, flat) = warm_env("e2e-warm-rounds").await;
+    let mut vmm = env.warm_migration("rounds", false);
+    vmm.spec.warm.as_mut().unwrap().precopy_interval_seconds = Some(10);
+    env.create(&vmm).await;
+    env.wait_for(
+        "rounds",
+        "the first copy imported",
+        300,
+        waiting_for_cutover,
+    )
+    .await;
+
+    let written = guest_write(env.lab, &env.vm, 10.0, 21);
+    assert!(!written.is_empty());
+    let rounded = env
+        .wait_for("rounds", "a second round copied", 120, |v| {
+            v.status
+                .as_ref()
+                .and_then(|s| s.warm.as_ref())
+                .is_some_and(|w| w.rounds >= 2 && w.snapshot.is_none())
+        })
+        .await;
+    let w = rounded.status.clone().unwrap().warm.unwrap();
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "rounds copy while the source runs"
+    );
+    assert!(
+        same_file(&env.volume(&dv_name("rounds", 0)), &flat),
+        "the round copied what the guest wrote"
+    );
+    if w.rounds == 2 {
+        assert_eq!(
+            w.last_delta_bytes,
+            Some(written.len() as i64 * MIB),
+            "the second round copied what changed since the first, no more"
+        );
+        assert!(
+            w.change_rate_bytes_per_second.is_some_and(|r| r > 0),
+            "{w:?}"
+        );
+    }
+    assert!(
+        w.predicted_cutover_copy_seconds.is_some_and(|s| s >= 1),
+        "{w:?}"
+    );
+    assert!(w.next_round_at.is_some(), "{w:?}");
+    let s = lab_session(env.lab).await;
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+
+    // More writes, then the cutover (a round may be under way: it is cut short).
+    let more = guest_write(env.lab, &env.vm, 5.0, 22);
+    assert!(!more.is_empty());
+    env.patch_spec("rounds", serde_json::json!({"warm": {"cutover": true}}))
+        .await;
+    let done = env.wait_terminal("rounds", 300).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    assert_eq!(env.power_state().await, "poweredOff");
+    assert!(
+        same_file(&env.volume(&dv_name("rounds", 0)), &flat),
+        "the volume is the source's final disk, byte for byte"
+    );
+    let w = done.status.unwrap().warm.unwrap();
+    assert!(
+        w.cutover_bytes.unwrap_or_default() <= more.len() as i64 * MIB,
+        "the cutover copied at most what changed since the last round: {w:?}"
+    );
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    let _ = s.logout().await;
+}
+
+/// A warm wave of two VMs with `maxInFlight` 1: both are precopied while they run (a migration
+/// waiting for its cutover takes no slot), both wait; at the wave's cutover they cut over one at
+/// a time, and each volume ends byte-equal to its source's final disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_wave_precopies_every_vm_then_cuts_them_over_within_max_in_flight() {
+    use ferry_crds::{MigrationWave, MigrationWaveSpec, VirtualMachineMigration, WaveVm};
+    use futures::StreamExt;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let mut env = Env::new("e2e-warm-wave", 16).await;
+    let flat = env.flat_and_running().await;
+    let second = env.lab.claim_vm().unwrap();
+    ferry_harness::put_disk(
+        &second,
+        &env.scratch.join("second"),
+        16,
+        0x5ec,
+        ferry_harness::DiskKind::Flat,
+        4,
+    )
+    .unwrap();
+    let s = lab_session(env.lab).await;
+    s.power_on(&second.moref).await.unwrap();
+    let second_flat = second.disks[0].local_path.with_file_name("disk1-flat.vmdk");
+    env.start_sim();
+    env.start_controller();
+
+    let mut template = env.wave_template();
+    template.mode = ferry_crds::MigrationMode::Warm;
+    let spec = MigrationWaveSpec {
+        template,
+        vms: [env.vm.name.clone(), second.name.clone()]
+            .into_iter()
+            .map(WaveVm::by_name)
+            .collect(),
+        max_in_flight: 1,
+        selector: None,
+        paused: false,
+        cancel: false,
+        retry: 0,
+        warm: Some(ferry_crds::WarmSpec::default()),
+    };
+    let names = [&env.vm.name, &second.name]
+        .map(|n| ferry_crds::child_migration_name("ww", &WaveVm::by_name(n.clone())));
+    // The most children cutting over at once (cutover begun, not finished).
+    let vmms: Api<VirtualMachineMigration> = env.ns.api();
+    let peak = std::sync::Arc::new(AtomicUsize::new(0));
+    let tracker = {
+        let (peak, vmms) = (peak.clone(), vmms.clone());
+        tokio::spawn(async move {
+            let mut cutting = std::collections::BTreeMap::new();
+            let mut s = std::pin::pin!(watcher(vmms, watcher::Config::default()).applied_objects());
+            while let Some(Ok(v)) = s.next().await {
+                let v: VirtualMachineMigration = v;
+                let begun = v
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.warm.as_ref())
+                    .is_some_and(|w| w.cutover_started_at.is_some());
+                cutting.insert(
+                    kube::ResourceExt::name_any(&v),
+                    begun && !v.phase().is_terminal(),
+                );
+                let n = cutting.values().filter(|c| **c).count();
+                peak.fetch_max(n, Ordering::Relaxed);
+            }
+        })
+    };
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("ww", spec))
+        .await
+        .unwrap();
+    for n in &names {
+        env.wait_for(n, "the first copy imported", 300, waiting_for_cutover)
+            .await;
+    }
+    let w = ferry_harness::eventually(
+        "the wave to count both waiting",
+        Duration::from_secs(60),
+        || async {
+            let w = waves.get("ww").await.ok()?;
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.waiting_for_cutover == 2 && s.in_flight == 0)
+                .then_some(w)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(w.status.unwrap().counts.succeeded, 0);
+    assert_eq!(env.power_state().await, "poweredOn");
+    assert_eq!(env.power_state_of(&second).await, "poweredOn");
+
+    // Both guests write; then the wave's cutover.
+    assert!(!guest_write(env.lab, &env.vm, 25.0, 31).is_empty());
+    assert!(!guest_write(env.lab, &second, 25.0, 32).is_empty());
+    waves
+        .patch(
+            "ww",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"warm": {"cutover": true}}})),
+        )
+        .await
+        .unwrap();
+    for n in &names {
+        let done = env.wait_terminal(n, 300).await;
+        assert_eq!(
+            done.phase(),
+            Phase::Succeeded,
+            "{}",
+            serde_yaml_status(&done)
+        );
+    }
+    tracker.abort();
+    assert_eq!(
+        peak.load(Ordering::Relaxed),
+        1,
+        "one cutover at a time (maxInFlight 1)"
+    );
+    assert_eq!(env.power_state().await, "poweredOff");
+    assert_eq!(env.power_state_of(&second).await, "poweredOff");
+    assert!(same_file(&env.volume(&dv_name(&names[0], 0)), &flat));
+    assert!(same_file(&env.volume(&dv_name(&names[1], 0)), &second_flat));
+    for vm in [&env.vm, &second] {
+        assert_eq!(s.snapshots(&vm.moref).await.unwrap(), vec![]);
+    }
+    let _ = s.logout().await;
+}

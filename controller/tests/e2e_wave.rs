@@ -39,6 +39,7 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
         paused: false,
         cancel: false,
         retry: 0,
+        warm: None,
     };
     let waves: Api<MigrationWave> = env.ns.api();
     // Track the largest number of children in flight at once.
@@ -110,6 +111,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         paused: false,
         cancel: false,
         retry: 0,
+        warm: None,
     };
     let waves: Api<MigrationWave> = env.ns.api();
     waves
@@ -180,6 +182,7 @@ fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
         paused,
         cancel: false,
         retry: 0,
+        warm: None,
     }
 }
 

@@ -50,6 +50,7 @@ fn spec(env: &Env, selector: WaveSelector) -> MigrationWaveSpec {
         paused: true,
         cancel: false,
         retry: 0,
+        warm: None,
     }
 }
 

@@ -135,6 +135,7 @@ fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> Migratio
         paused,
         cancel: false,
         retry: 0,
+        warm: None,
     }
 }
 

@@ -250,6 +250,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
                 credentials_secret_ref: SecretRef::new(S3_SECRET),
             },
             conversion: Default::default(),
+            mode: Default::default(),
         },
         vms: entries.clone(),
         max_in_flight: MAX_IN_FLIGHT,
@@ -257,6 +258,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         paused: false,
         cancel: false,
         retry: 0,
+        warm: None,
     };
     let waves: Api<MigrationWave> = ns.api();
     let wave_started = Instant::now();

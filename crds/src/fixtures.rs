@@ -108,6 +108,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
             target: Default::default(),
             staging: staging(),
             conversion: Default::default(),
+            mode: Default::default(),
         },
         vms: (0..n)
             .map(|i| WaveVm::by_name(format!("DC0_H0_VM{i}")))
@@ -117,6 +118,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
         paused: false,
         cancel: false,
         retry: 0,
+        warm: None,
     };
     let mut w = MigrationWave::new(name, spec);
     w.metadata = ObjectMeta {

@@ -86,6 +86,14 @@ pub struct MigrationWaveSpec {
     #[serde(default)]
     pub cancel: bool,
 
+    /// A warm wave's (template.mode Warm) cutover: its migrations copy while their VMs run and
+    /// then wait, precopying every precopyIntervalSeconds; once spec.warm.cutover is true or
+    /// spec.warm.cutoverAt has come, the wave cuts each waiting migration over, at most
+    /// maxInFlight cutting over at once. A migration waiting for its cutover takes no slot of
+    /// maxInFlight, so every VM of the wave is precopied before the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::WarmSpec>,
+
     /// Retry token: raising it retries every Failed migration of the wave. It may never decrease.
     #[serde(default)]
     #[schemars(range(min = 0))]
@@ -194,6 +202,10 @@ pub struct WaveTemplate {
     /// How disks are converted.
     #[serde(default)]
     pub conversion: ConversionSpec,
+    /// Cold (the default) or Warm: how every migration of the wave copies (spec.warm says
+    /// when a warm wave cuts over).
+    #[serde(default)]
+    pub mode: crate::MigrationMode,
 }
 
 /// One VM of a wave: exactly one of `name`, `id`, `uuid`, and optionally the target name.
@@ -341,9 +353,14 @@ pub struct MigrationWaveStatus {
     /// Migrations per phase (only phases with at least one).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub phases: std::collections::BTreeMap<String, i32>,
-    /// Migrations being worked on (past Queued, not finished); at most spec.maxInFlight.
+    /// Migrations being worked on (past Queued, not finished, not waiting for their cutover);
+    /// at most spec.maxInFlight.
     #[serde(default)]
     pub in_flight: i32,
+    /// Warm migrations copied while their VMs run, waiting for the wave's cutover.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub waiting_for_cutover: i32,
     /// When the first migration of the wave was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,

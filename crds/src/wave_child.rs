@@ -99,9 +99,17 @@ pub fn child_migration(
         },
         staging: template.staging.clone(),
         conversion: template.conversion.clone(),
-        // Waves migrate cold until a wave can cut its VMs over together (issue 27).
-        mode: crate::MigrationMode::Cold,
-        warm: None,
+        // A warm child keeps the wave's precopy interval; its cutover is the wave's to give
+        // (within maxInFlight), never its own time: all at once would overrun the wave's slots.
+        mode: template.mode,
+        warm: (template.mode == crate::MigrationMode::Warm).then(|| crate::WarmSpec {
+            precopy_interval_seconds: wave
+                .spec
+                .warm
+                .as_ref()
+                .and_then(|w| w.precopy_interval_seconds),
+            ..crate::WarmSpec::default()
+        }),
         cancel: false,
         paused: false,
         preflight: vm.preflight.clone(),

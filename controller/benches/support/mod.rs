@@ -327,6 +327,7 @@ pub fn template(lab: &Lab) -> WaveTemplate {
             credentials_secret_ref: SecretRef::new("staging"),
         },
         conversion: Default::default(),
+        mode: Default::default(),
     }
 }
 
@@ -345,6 +346,7 @@ pub async fn run_wave(
         paused: false,
         cancel: false,
         retry: 0,
+        warm: None,
     };
     let t = Instant::now();
     waves

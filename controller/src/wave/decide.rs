@@ -4,8 +4,8 @@
 use ferry_crds::condition::{self, WaveConditionType};
 use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
 use ferry_crds::{
-    ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
-    WaveCollision, WaveCounts, WavePhase,
+    ConditionStatus, MigrationMode, MigrationWave, MigrationWaveStatus, Phase, Reason,
+    VirtualMachineMigration, WaveCollision, WaveCounts, WavePhase,
 };
 use std::time::Duration;
 
@@ -29,14 +29,52 @@ pub struct Plan {
     pub cancel: Vec<String>,
     /// Failed migrations whose `spec.retry` is raised to the wave's.
     pub retry: Vec<String>,
+    /// Warm migrations waiting for the wave's cutover that are given theirs now
+    /// (`spec.warm.cutover: true`), in `spec.vms` order.
+    pub cutover: Vec<String>,
     /// The status to write.
     pub status: MigrationWaveStatus,
 }
 
-/// Whether a child takes a slot of `maxInFlight`: released, not finished, and not held in
-/// Pending by preflight (the wave goes on with the rest).
-pub fn occupies_slot(vmm: &VirtualMachineMigration) -> bool {
-    !vmm.is_held() && !vmm.phase().is_terminal() && !vmm.held_by_preflight()
+/// Whether a child takes a slot of `maxInFlight`: released, not finished, not held in
+/// Pending by preflight (the wave goes on with the rest) and not waiting for a cutover.
+pub fn occupies_slot(vmm: &VirtualMachineMigration, now: &Time) -> bool {
+    !vmm.is_held()
+        && !vmm.phase().is_terminal()
+        && !vmm.held_by_preflight()
+        && !waits_for_cutover(vmm, now)
+}
+
+/// Whether a warm child copied while its VM runs and waits for a cutover nobody gave it yet.
+/// Such a child takes no slot (its precopy rounds copy only what changed), so that every VM of
+/// a warm wave is precopied before the window; its cutover takes one again. Pure.
+pub fn waits_for_cutover(vmm: &VirtualMachineMigration, now: &Time) -> bool {
+    vmm.spec.mode == MigrationMode::Warm
+        && vmm.phase() == Phase::CuttingOver
+        && !vmm.spec.cancel
+        && !vmm.spec.warm.as_ref().is_some_and(|w| w.cutover_due(now))
+        && vmm
+            .status
+            .as_ref()
+            .and_then(|s| s.warm.as_ref())
+            .is_none_or(|w| w.cutover_started_at.is_none())
+}
+
+/// What the wave's precopied migrations wait for, in words.
+fn waiting_note(wave: &MigrationWave) -> String {
+    match wave.spec.warm.as_ref().and_then(|w| w.cutover_at.as_ref()) {
+        Some(at) => format!("precopied, waiting for the wave's cutover at {}", at.0),
+        None => "precopied, waiting for the wave's cutover (set spec.warm.cutover: true, or \
+                 spec.warm.cutoverAt)"
+            .to_owned(),
+    }
+}
+
+/// Whether the wave's cutover is due: a warm wave whose `spec.warm` asks for it now or whose
+/// time has come.
+pub fn cutover_due(wave: &MigrationWave, now: &Time) -> bool {
+    wave.spec.template.mode == MigrationMode::Warm
+        && wave.spec.warm.as_ref().is_some_and(|w| w.cutover_due(now))
 }
 
 /// Decides, from the wave's own `children` (owner reference to its uid) and `others` (the
@@ -71,8 +109,23 @@ pub fn decide(
             .collect(),
         ..Plan::default()
     };
-    let mut in_flight = children.iter().filter(|c| occupies_slot(c)).count();
+    let mut in_flight = children.iter().filter(|c| occupies_slot(c, now)).count();
     let max = usize::try_from(wave.spec.max_in_flight.max(1)).unwrap_or(1);
+    // Cutovers before releases: once the window is open, finishing precopied VMs (each one's
+    // downtime running) comes before starting new ones.
+    if !wave.spec.paused && !wave.spec.cancel && cutover_due(wave, now) {
+        for m in &assigned {
+            if in_flight >= max {
+                break;
+            }
+            if let Member::Migrating(c) = m
+                && waits_for_cutover(c, now)
+            {
+                plan.cutover.push(c.name_any());
+                in_flight += 1;
+            }
+        }
+    }
     if !wave.spec.paused && !wave.spec.cancel {
         for m in &assigned {
             if in_flight >= max {
@@ -103,7 +156,13 @@ pub fn decide(
             .map(ResourceExt::name_any)
             .collect();
     }
-    plan.status = status(wave, children, &assigned, plan.release.len(), now);
+    plan.status = status(
+        wave,
+        children,
+        &assigned,
+        (plan.release.len(), plan.cutover.len()),
+        now,
+    );
     plan
 }
 
@@ -134,9 +193,9 @@ pub fn collision_note(
     })
 }
 
-/// Children as read from a cache, with the releases this controller made that the cache does
-/// not show yet applied to them: a release not yet seen must still count as a taken slot, or
-/// the next plan would release past `maxInFlight`. Pure.
+/// Children as read from a cache, with the releases and cutovers this controller made that the
+/// cache does not show yet applied to them: a release (or cutover) not yet seen must still count
+/// as a taken slot, or the next plan would go past `maxInFlight`. Pure.
 ///
 /// Returns the children and the uids of `released` the cache still shows held (the ones to
 /// keep remembering); a child gone from the cache is forgotten.
@@ -152,11 +211,20 @@ pub fn with_releases(
         let Some(uid) = c.metadata.uid.as_deref() else {
             continue;
         };
-        if c.is_held() && released.contains(uid) {
+        if !released.contains(uid) {
+            continue;
+        }
+        if c.is_held() {
             pending.insert(uid.to_owned());
             if let Some(a) = c.metadata.annotations.as_mut() {
                 a.remove(ferry_crds::names::HOLD_ANNOTATION);
             }
+        }
+        // A cutover given counts as a slot taken the same way.
+        let given = c.spec.warm.as_ref().is_some_and(|w| w.cutover);
+        if c.spec.mode == MigrationMode::Warm && c.phase() == Phase::CuttingOver && !given {
+            pending.insert(uid.to_owned());
+            c.spec.warm.get_or_insert_with(Default::default).cutover = true;
         }
     }
     (children, pending)
@@ -166,15 +234,25 @@ fn status(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
     assigned: &[Member<'_>],
-    releasing: usize,
+    (releasing, cutting): (usize, usize),
     now: &Time,
 ) -> MigrationWaveStatus {
     let old = wave.status.clone().unwrap_or_default();
     let generation = wave.metadata.generation;
     let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
     let total = i32::try_from(assigned.len()).unwrap_or(i32::MAX);
-    let in_flight = i32::try_from(children.iter().filter(|c| occupies_slot(c)).count() + releasing)
-        .unwrap_or(i32::MAX);
+    let in_flight = i32::try_from(
+        children.iter().filter(|c| occupies_slot(c, now)).count() + releasing + cutting,
+    )
+    .unwrap_or(i32::MAX);
+    let waiting_for_cutover = i32::try_from(
+        children
+            .iter()
+            .filter(|c| waits_for_cutover(c, now))
+            .count()
+            .saturating_sub(cutting),
+    )
+    .unwrap_or(i32::MAX);
     let finished = counts.finished();
     let collisions: Vec<&WaveCollision> = assigned
         .iter()
@@ -246,7 +324,13 @@ fn status(
         WavePhase::Running | WavePhase::Pending => (
             ConditionStatus::True,
             Reason::InProgress,
-            format!("{in_flight} in flight, {finished} of {total} finished"),
+            match waiting_for_cutover {
+                0 => format!("{in_flight} in flight, {finished} of {total} finished"),
+                n => format!(
+                    "{in_flight} in flight, {finished} of {total} finished, {n} {}",
+                    waiting_note(wave)
+                ),
+            },
         ),
         WavePhase::Paused => (
             ConditionStatus::False,
@@ -385,6 +469,7 @@ fn status(
         counts,
         phases,
         in_flight,
+        waiting_for_cutover,
         started_at,
         completed_at,
         throughput_per_hour: throughput,
@@ -427,6 +512,7 @@ pub fn worth_writing(
     let steady = |s: &MigrationWaveStatus| MigrationWaveStatus {
         phases: Default::default(),
         in_flight: 0,
+        waiting_for_cutover: 0,
         counts: ferry_crds::wave::WaveCounts {
             failed: s.counts.failed,
             cancelled: s.counts.cancelled,
@@ -457,20 +543,32 @@ pub fn requeue_after(
     plan: &Plan,
     children: &[VirtualMachineMigration],
     worth: Worth,
+    now: &Time,
 ) -> Duration {
-    let busy = !plan.create.is_empty() || !plan.release.is_empty();
-    let waiting = !wave.spec.paused
-        && !wave.spec.cancel
-        && children
+    let busy = !plan.create.is_empty() || !plan.release.is_empty() || !plan.cutover.is_empty();
+    let steering = !wave.spec.paused && !wave.spec.cancel;
+    let precopied = children.iter().any(|c| waits_for_cutover(c, now));
+    let waiting = steering
+        && (children
             .iter()
-            .any(|c| c.is_held() && !c.phase().is_terminal());
-    let after = if busy {
+            .any(|c| c.is_held() && !c.phase().is_terminal())
+            || (precopied && cutover_due(wave, now)));
+    let mut after = if busy {
         Duration::from_millis(200)
     } else if waiting {
         SATURATED_REQUEUE
     } else {
         Duration::from_secs(300)
     };
+    // Precopied migrations wait for the wave's cutover time: be there when it comes.
+    if steering
+        && precopied
+        && let Some(at) = wave.spec.warm.as_ref().and_then(|w| w.cutover_at.as_ref())
+        && at.0 > now.0
+    {
+        let until = Duration::try_from(at.0.duration_since(now.0)).unwrap_or_default();
+        after = after.min(until + Duration::from_millis(100));
+    }
     match worth {
         Worth::Later(d) => d.min(after),
         Worth::Now | Worth::No => after,
@@ -544,7 +642,7 @@ mod tests {
         let w = wave("w", 2).with_max_in_flight(1);
         let busy = decide(&w, &[], &[], &t0());
         assert_eq!(
-            requeue_after(&w, &busy, &[], Worth::No),
+            requeue_after(&w, &busy, &[], Worth::No, &t0()),
             Duration::from_millis(200)
         );
         let kids = children_of(&w, &[(Phase::Converting, false), (Phase::Queued, true)]);
@@ -554,17 +652,119 @@ mod tests {
             "{full:?}"
         );
         assert_eq!(
-            requeue_after(&w, &full, &kids, Worth::No),
+            requeue_after(&w, &full, &kids, Worth::No, &t0()),
             SATURATED_REQUEUE
         );
         let soon = Duration::from_millis(300);
-        assert_eq!(requeue_after(&w, &full, &kids, Worth::Later(soon)), soon);
+        assert_eq!(
+            requeue_after(&w, &full, &kids, Worth::Later(soon), &t0()),
+            soon
+        );
         let paused = w.clone().paused();
         let idle = decide(&paused, &kids, &[], &t0());
         assert_eq!(
-            requeue_after(&paused, &idle, &kids, Worth::Later(Duration::from_secs(9))),
+            requeue_after(
+                &paused,
+                &idle,
+                &kids,
+                Worth::Later(Duration::from_secs(9)),
+                &t0()
+            ),
             Duration::from_secs(9)
         );
+    }
+
+    /// A warm wave of 4, `maxInFlight` 2, cutover at `t0 + 60 s`.
+    fn warm_wave() -> MigrationWave {
+        let mut w = wave("w", 4).with_max_in_flight(2);
+        w.spec.template.mode = MigrationMode::Warm;
+        w.spec.warm = Some(ferry_crds::WarmSpec {
+            cutover_at: Some(Time(t0().0 + std::time::Duration::from_secs(60))),
+            precopy_interval_seconds: Some(600),
+            ..ferry_crds::WarmSpec::default()
+        });
+        w
+    }
+
+    #[test]
+    fn a_warm_wave_precopies_every_vm_then_cuts_them_over_within_max_in_flight() {
+        let w = warm_wave();
+        let kids = children_of(
+            &w,
+            &[
+                (Phase::CuttingOver, false),
+                (Phase::CuttingOver, false),
+                (Phase::Converting, false),
+                (Phase::Queued, true),
+            ],
+        );
+        assert_eq!(
+            kids[0].spec.mode,
+            MigrationMode::Warm,
+            "the template's mode"
+        );
+        let interval = kids[0].spec.warm.as_ref().unwrap().precopy_interval_seconds;
+        assert_eq!(interval, Some(600), "the wave's precopy interval");
+        // Before the cutover: the two waiting take no slot, so the fourth is released.
+        let p = decide(&w, &kids, &[], &t0());
+        assert_eq!(p.release, vec!["w-dc0-h0-vm3".to_owned()]);
+        assert!(p.cutover.is_empty(), "{p:?}");
+        assert_eq!((p.status.in_flight, p.status.waiting_for_cutover), (2, 2));
+        let progressing = p.status.conditions.iter();
+        let msg = &progressing
+            .filter(|c| c.type_ == WaveConditionType::Progressing)
+            .map(|c| c.message.clone())
+            .collect::<String>();
+        assert!(
+            msg.contains("2 precopied, waiting for the wave's cutover at"),
+            "{msg}"
+        );
+        assert_eq!(
+            requeue_after(&w, &p, &kids, Worth::No, &t0()),
+            Duration::from_millis(200),
+            "busy releasing"
+        );
+        let idle = Plan {
+            release: vec![],
+            ..p.clone()
+        };
+        let mut settled = kids.clone();
+        settled[2] = settled[2].clone().with_phase(Phase::Succeeded);
+        settled[3] = settled[3].clone().with_phase(Phase::Succeeded);
+        assert_eq!(
+            requeue_after(&w, &idle, &settled, Worth::No, &t0()),
+            Duration::from_millis(60_100),
+            "back when the cutover comes"
+        );
+        // At the cutover, one slot free (the converting one takes the other): one cutover,
+        // in spec.vms order; the cache not showing it yet still counts it.
+        let at = Time(t0().0 + std::time::Duration::from_secs(60));
+        let p = decide(&w, &kids, &[], &at);
+        assert_eq!(p.cutover, vec!["w-dc0-h0-vm0".to_owned()]);
+        assert!(p.release.is_empty(), "cutovers first: {p:?}");
+        assert_eq!((p.status.in_flight, p.status.waiting_for_cutover), (2, 1));
+        let mut uids = kids.clone();
+        for (i, c) in uids.iter_mut().enumerate() {
+            c.metadata.uid = Some(format!("u{i}"));
+        }
+        let given = std::collections::HashSet::from(["u0".to_owned()]);
+        let (seen, pending) = with_releases(uids, &given);
+        assert_eq!(pending, given, "remembered until the cache shows it");
+        assert!(
+            decide(&w, &seen, &[], &at).cutover.is_empty(),
+            "no slot left"
+        );
+        // Paused or cancelled waves give no cutover.
+        assert!(
+            decide(&w.clone().paused(), &kids, &[], &at)
+                .cutover
+                .is_empty()
+        );
+        // A cold wave's children never wait.
+        let cold = wave("w", 1);
+        let c = children_of(&cold, &[(Phase::CuttingOver, false)]);
+        assert!(!waits_for_cutover(&c[0], &at));
+        assert_eq!(c[0].spec.warm, None);
     }
 
     #[test]
@@ -888,7 +1088,7 @@ mod tests {
                 (phase, *held && matches!(phase, Phase::Pending | Phase::Queued))
             }).collect();
             let kids = children_of(&w, &phases);
-            let before = kids.iter().filter(|c| occupies_slot(c)).count();
+            let before = kids.iter().filter(|c| occupies_slot(c, &t0())).count();
             let p = decide(&w, &kids, &[], &t0());
             let after = before + p.release.len();
             prop_assert!(p.release.is_empty() || after <= max as usize);

@@ -227,6 +227,7 @@ async fn reconcile_wave(
         &plan,
         &seen.children,
         worth,
+        &now,
     )))
 }
 
@@ -266,6 +267,7 @@ async fn execute(
         .iter()
         .map(|n| (n, intent::release()))
         .chain(plan.cancel.iter().map(|n| (n, intent::cancel())))
+        .chain(plan.cutover.iter().map(|n| (n, intent::cutover())))
         .chain(
             plan.retry
                 .iter()
@@ -283,7 +285,7 @@ async fn execute(
         }
         // A failed patch that was applied after all shows in the cache before the error's
         // backoff ends; a successful one counts as taken until the cache shows it.
-        if plan.release.contains(name)
+        if (plan.release.contains(name) || plan.cutover.contains(name))
             && let Some(child) = uids.get(name)
         {
             released.insert(child.clone());

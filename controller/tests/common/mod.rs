@@ -300,6 +300,7 @@ impl Env {
             target: t.target.template,
             staging: t.staging,
             conversion: t.conversion,
+            mode: Default::default(),
         }
     }
 
