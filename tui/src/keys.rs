@@ -355,6 +355,15 @@ const VERBS: &[Action] = &[
     Action::Request(Verb::Delete),
 ];
 
+/// The verbs on the wave strip: those of a migration, and the cutover of a warm wave.
+const WAVE_VERBS: &[Action] = &[
+    Action::Request(Verb::Cancel),
+    Action::Request(Verb::Retry),
+    Action::TogglePause,
+    Action::Request(Verb::Delete),
+    Action::Request(Verb::Cutover),
+];
+
 /// Footer hints in a view over the board.
 pub const VIEW_HINTS: &[Hint] = &[
     Hint {
@@ -535,7 +544,7 @@ pub const WAVE_HINTS: &[Hint] = &[
         word: hint::PROBLEMS,
     },
     Hint {
-        actions: VERBS,
+        actions: WAVE_VERBS,
         word: hint::ACT_ON_WAVE,
     },
     Hint {

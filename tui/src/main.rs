@@ -98,7 +98,8 @@ enum Command {
     /// Delete migrations (or the wave).
     Delete(Names),
     /// Set spec.warm.cutover on warm migrations: each source is powered off, its last changes
-    /// copied and its VM started.
+    /// copied and its VM started (or, with only --wave, on the warm wave: its precopied
+    /// migrations cut over, at most maxInFlight at once).
     Cutover(Names),
     /// Run the bundled controller in this process (all namespaces unless -n), until Ctrl-C.
     /// It takes part in the in-cluster controller's leader election (the same Lease), so it

@@ -107,9 +107,12 @@ pub fn nothing_to_do(verb: Verb, first: &str, why: &str, n: usize) -> String {
     }
 }
 
-/// What a verb changes, for the confirm dialog.
-pub fn what_changes(verb: Verb) -> &'static str {
+/// What a verb changes, for the confirm dialog: on a wave (`wave`) or its migrations.
+pub fn what_changes(verb: Verb, wave: bool) -> &'static str {
     match verb {
+        Verb::Cutover if wave => {
+            "sets the wave's spec.warm.cutover: true — its precopied migrations cut over, at most maxInFlight at once, the others once precopied"
+        }
         Verb::Cancel => "sets spec.cancel: true — the controller cleans up and ends it Cancelled",
         Verb::Retry => "raises spec.retry by one — resumes from the checkpoint that failed",
         Verb::Pause => "sets spec.paused: true — no new step starts",
@@ -197,8 +200,11 @@ pub mod skip {
     pub const NOT_WARM: &str = "not a warm migration";
     /// Cutover asked for already.
     pub const CUTTING_OVER: &str = "already cutting over";
-    /// Cutover of a wave (its migrations are cut over one by one).
-    pub const WAVE_CUTOVER: &str = "a wave (mark its migrations to cut them over)";
+    /// Cutover of a cold wave.
+    pub const COLD_WAVE: &str =
+        "a cold wave (spec.template.mode Cold): only a warm wave's migrations wait for a cutover";
+    /// Cutover of a wave asked for already.
+    pub const WAVE_CUTOVER_ASKED: &str = "already asked to cut over";
 }
 
 /// The full-screen views over the board: details, YAML, events.
@@ -503,7 +509,7 @@ pub mod help {
     pub const RETRY: &str = "retry a failed or cancelled one";
     pub const PAUSE: &str = "pause / resume";
     pub const DELETE: &str = "delete";
-    pub const CUTOVER: &str = "cut over a warm migration (marked or selected)";
+    pub const CUTOVER: &str = "cut over warm migrations (marked, selected, or the wave)";
     pub const YAML: &str = "YAML";
     pub const EVENTS: &str = "events";
     pub const LOGS: &str = "show / hide ferry's own log";
@@ -916,17 +922,55 @@ pub mod waves {
         }
     }
 
-    /// Ready migrations with at least one Warning.
     /// The wave's disks together exceed a ResourceQuota (status.preflight.quotaShort).
     pub fn quota_short(words: bool) -> &'static str {
         if words { " · over quota" } else { " quota✕" }
     }
 
+    /// Ready migrations with at least one Warning.
     pub fn warnings(n: i32, words: bool) -> String {
         match (words, n) {
             (true, 1) => "1 warning".to_owned(),
             (true, n) => format!("{n} warnings"),
             (false, n) => format!("{n}⚠"),
+        }
+    }
+
+    /// A warm wave's migrations copied while their VMs run, waiting for the wave's cutover: in
+    /// words, else a glyph.
+    pub fn waiting(n: i32, words: bool) -> String {
+        if words {
+            format!(" {n} precopied, waiting")
+        } else {
+            format!(" ◷{n}")
+        }
+    }
+
+    /// The wave's cutover planned at `at` (UTC), `left` from now; the glyph form leaves the
+    /// time out.
+    pub fn cutover_at(at: &str, left: &str, words: bool) -> String {
+        if words {
+            format!(" · cutover {at} in {left}")
+        } else {
+            format!(" cutover in {left}")
+        }
+    }
+
+    /// The wave's cutover asked for (`spec.warm.cutover`) or its time come.
+    pub fn cutover_now(words: bool) -> &'static str {
+        if words {
+            " · cutover now"
+        } else {
+            " cutover now"
+        }
+    }
+
+    /// Neither `spec.warm.cutover` nor `spec.warm.cutoverAt` (`X` on the wave asks for it).
+    pub fn cutover_not_set(words: bool) -> &'static str {
+        if words {
+            " · cutover: not set"
+        } else {
+            " no cutover set"
         }
     }
 }

@@ -1099,3 +1099,141 @@ async fn a_migration_preflight_holds_reads_blocked_and_p_shows_its_concern_group
     assert_eq!(power.trim(), "", "never asked to power off");
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// `kubectl get KIND NAME -n NS -o jsonpath=PATH`.
+fn jsonpath(kc: &Path, ns: &str, kind: &str, name: &str, path: &str) -> String {
+    kubectl(
+        kc,
+        &[
+            "get",
+            kind,
+            name,
+            "-n",
+            ns,
+            "-o",
+            &format!("jsonpath={path}"),
+        ],
+        None,
+    )
+}
+
+/// Writes `status` as the controller would, on the status subresource.
+fn patch_status(kc: &Path, ns: &str, kind: &str, name: &str, status: &str) {
+    kubectl(
+        kc,
+        &[
+            "-n",
+            ns,
+            "patch",
+            kind,
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{status}}}"#),
+        ],
+        None,
+    );
+}
+
+/// Issue 27: `X` on a warm migration precopied and waiting for its cutover, confirmed with `y`,
+/// sets its `spec.warm.cutover` in the API server; on the wave strip, `X` on a cold wave is
+/// refused in the footer (the wave untouched), and on a warm wave — whose strip line says how
+/// many wait and that no cutover is set — it sets the wave's `spec.warm.cutover`. No controller
+/// runs: the statuses are written as the controllers would write them.
+#[tokio::test(flavor = "multi_thread")]
+async fn x_then_y_cuts_over_a_waiting_warm_migration_and_a_warm_wave_and_refuses_a_cold_wave() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-cutover").await.expect("namespace");
+
+    let mut vmm: VirtualMachineMigration = migration("warmy");
+    vmm.metadata.namespace = Some(ns.name.clone());
+    vmm.metadata.uid = None;
+    vmm.metadata.generation = None;
+    vmm.spec.mode = ferry_crds::MigrationMode::Warm;
+    vmm.spec.warm = Some(ferry_crds::WarmSpec {
+        precopy_interval_seconds: Some(600),
+        ..ferry_crds::WarmSpec::default()
+    });
+    let mut waves = String::new();
+    for (name, mode) in [
+        ("cold", ferry_crds::MigrationMode::Cold),
+        ("warmwave", ferry_crds::MigrationMode::Warm),
+    ] {
+        let mut w = ferry_crds::fixtures::wave(name, 2);
+        w.metadata.namespace = Some(ns.name.clone());
+        w.metadata.uid = None;
+        w.metadata.generation = None;
+        w.spec.template.mode = mode;
+        waves += &serde_yaml::to_string(&w).expect("yaml");
+        waves += "---\n";
+    }
+    let yaml = serde_yaml::to_string(&vmm).expect("yaml") + "---\n" + &waves;
+    kubectl(&kc, &["apply", "-f", "-"], Some(&yaml));
+    patch_status(
+        &kc,
+        &ns.name,
+        "vmm",
+        "warmy",
+        r#"{"phase":"CuttingOver","message":"precopied, waiting for its cutover","warm":{"rounds":2}}"#,
+    );
+    for (name, waiting) in [("cold", 0), ("warmwave", 2)] {
+        patch_status(
+            &kc,
+            &ns.name,
+            "wave",
+            name,
+            &format!(r#"{{"phase":"Running","total":2,"waitingForCutover":{waiting}}}"#),
+        );
+    }
+
+    let tmux = Tmux::start("ferry-cutover", &cockpit(&kc, &ns.name, ""), 160, 40);
+    tmux.wait(
+        "warmy waiting on a live board, both waves on the strip",
+        T,
+        |s| {
+            s.contains("● live")
+                && s.lines()
+                    .any(|l| l.contains("warmy") && l.contains("CuttingOve"))
+                && s.contains("2 precopied, waiting · cutover: not set")
+                && s.lines()
+                    .any(|l| l.contains("cold") && l.contains("Running"))
+        },
+    );
+
+    // The migration: the only row, under the cursor.
+    tmux.keys(&["X"]);
+    tmux.wait_for("Cutover 1 migration?", T);
+    tmux.keys(&["y"]);
+    tmux.wait_for("cutover warmy: applied", T);
+    assert_eq!(
+        jsonpath(&kc, &ns.name, "vmm", "warmy", "{.spec.warm.cutover}"),
+        "true"
+    );
+
+    // The wave strip (Tab), on its first wave: the cold one is refused, never patched.
+    tmux.keys(&["Tab"]);
+    tmux.wait_for("wave strip:", T);
+    tmux.keys(&["X"]);
+    tmux.wait_for("nothing to cutover: cold is a cold wave", T);
+    assert_eq!(
+        jsonpath(&kc, &ns.name, "wave", "cold", "{.spec.warm}"),
+        "",
+        "a cold wave is not patched"
+    );
+
+    // The warm one: asked, then its spec.warm.cutover set; the strip says the cutover is now.
+    tmux.keys(&["j"]);
+    tmux.keys(&["X"]);
+    tmux.wait_for("Cutover 1 wave?", T);
+    tmux.keys(&["y"]);
+    tmux.wait_for("cutover warmwave: applied", T);
+    assert_eq!(
+        jsonpath(&kc, &ns.name, "wave", "warmwave", "{.spec.warm.cutover}"),
+        "true"
+    );
+    tmux.wait_for("2 precopied, waiting · cutover now", T);
+    tmux.keys(&["q"]);
+}

@@ -641,3 +641,105 @@ fn problems_view_from_the_wave_strip_shows_that_waves_problems() {
         );
     });
 }
+
+/// A warm wave `w3` of four: three precopied and waiting for the wave's cutover at 03:13Z
+/// (2 h 13 min after the fixtures' clock), one still copying.
+fn with_warm_wave(s: &mut State) {
+    let cutover_at = ferry_crds::fixtures::ts(3600 + 7980);
+    let mut w = support::wave_obj(
+        "apps",
+        "w3",
+        4,
+        ferry_crds::WaveCounts {
+            running: 4,
+            ..ferry_crds::WaveCounts::default()
+        },
+        ferry_crds::WavePhase::Running,
+    );
+    w.spec.template.mode = ferry_crds::MigrationMode::Warm;
+    w.spec.warm = Some(ferry_crds::WarmSpec {
+        cutover_at: Some(cutover_at.clone()),
+        precopy_interval_seconds: Some(600),
+        ..ferry_crds::WarmSpec::default()
+    });
+    let status = w.status.as_mut().unwrap();
+    status.in_flight = 1;
+    status.waiting_for_cutover = 3;
+    status.throughput_per_hour = None;
+    status.eta_seconds = None;
+    let migrations = ["db", "app", "queue", "search"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, vm)| {
+            let waiting = i < 3;
+            let phase = if waiting {
+                ferry_crds::Phase::CuttingOver
+            } else {
+                ferry_crds::Phase::Importing
+            };
+            let mut o = support::vmm(
+                "apps",
+                &format!("w3-{vm}-0{i}"),
+                Some("w3"),
+                phase,
+                20 + i as i64,
+            );
+            o.spec.mode = ferry_crds::MigrationMode::Warm;
+            o.spec.warm = Some(ferry_crds::WarmSpec {
+                precopy_interval_seconds: Some(600),
+                ..ferry_crds::WarmSpec::default()
+            });
+            if waiting {
+                let st = o.status.as_mut().unwrap();
+                st.message = Some(format!(
+                    "precopied, waiting for the wave's cutover at {}",
+                    cutover_at.0
+                ));
+                st.warm = Some(ferry_crds::WarmStatus {
+                    rounds: 3,
+                    last_round_at: Some(ferry_crds::fixtures::ts(3300)),
+                    next_round_at: Some(ferry_crds::fixtures::ts(3900)),
+                    ..ferry_crds::WarmStatus::default()
+                });
+            }
+            o
+        });
+    for o in migrations {
+        apply(s, [Action::MigrationApplied(C0, Box::new(o))]);
+    }
+    apply(s, [Action::WaveApplied(C0, Box::new(w))]);
+}
+
+#[test]
+fn wave_strip_of_a_warm_wave_waiting_for_its_cutover() {
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        with_warm_wave(&mut s);
+        // The board shows wave w3 (the picker: every wave, w1, w2, w3), the strip focused on it.
+        apply(
+            &mut s,
+            [
+                Action::PickWave,
+                Action::Nav(Nav::Down),
+                Action::Nav(Nav::Down),
+                Action::Nav(Nav::Down),
+                Action::Enter,
+                Action::FocusNext,
+            ],
+        );
+        let screen = render(&mut s, w, h);
+        let line = screen
+            .lines()
+            .find(|l| l.contains("w3 Running"))
+            .unwrap_or_else(|| panic!("no line of w3:\n{screen}"));
+        if w >= 140 {
+            assert!(
+                line.contains("3 precopied, waiting · cutover 03:13Z in 2h13m"),
+                "{line}"
+            );
+        } else {
+            assert!(line.contains("◷3 cutover in 2h13m"), "{line}");
+        }
+        assert_snapshot!(format!("wave_strip_warm_{w}x{h}"), screen);
+    }
+}

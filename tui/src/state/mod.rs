@@ -37,7 +37,7 @@ pub use preflight::GroupKey;
 pub use row::{Pip, Row};
 pub use stamp::Stamp;
 pub use update::{execute, plan, update};
-pub use wave::{Refused, WaveRow};
+pub use wave::{Refused, WarmWave, WaveCutover, WaveRow};
 
 /// Instants, as the Kubernetes types carry them.
 pub type Timestamp = k8s_openapi::jiff::Timestamp;

@@ -603,6 +603,74 @@ fn the_wave_strip_takes_actions_for_the_wave() {
 }
 
 #[test]
+fn x_on_a_warm_wave_asks_then_sets_its_cutover_and_a_cold_one_is_refused_unpatched() {
+    let mut s = state_with(vec![in_wave("a", "warm", Phase::CuttingOver)]);
+    let mut warm = ferry_crds::fixtures::wave("warm", 2);
+    warm.spec.template.mode = ferry_crds::MigrationMode::Warm;
+    warm.metadata.resource_version = Some("9".into());
+    let cold = ferry_crds::fixtures::wave("cold", 2);
+    update(&mut s, Action::WavesListed(C0, vec![cold, warm.clone()]));
+    update(&mut s, Action::FocusNext);
+    assert_eq!(s.focus, Focus::Waves);
+    assert_eq!(s.selected_wave().map(|w| w.key.name.as_str()), Some("cold"));
+    // A cold wave: refused in the footer, nothing asked, nothing sent.
+    assert!(update(&mut s, Action::Request(Verb::Cutover)).is_empty());
+    assert_eq!(s.popup, None);
+    let flash = s.flash.clone().unwrap();
+    assert!(flash.error, "{flash:?}");
+    assert_eq!(
+        flash.text,
+        crate::strings::nothing_to_do(Verb::Cutover, "cold", crate::strings::skip::COLD_WAVE, 1)
+    );
+    assert!(update(&mut s, Action::Confirm).is_empty());
+    assert!(s.pending.is_empty());
+    // The warm one: asked, then the wave's own spec.warm.cutover patched.
+    update(&mut s, Action::Nav(Nav::Down));
+    assert_eq!(s.selected_wave().map(|w| w.key.name.as_str()), Some("warm"));
+    update(&mut s, Action::Request(Verb::Cutover));
+    let Some(Popup::Confirm(c)) = &s.popup else {
+        panic!("{:?}", s.popup)
+    };
+    assert_eq!(c.verb, Verb::Cutover);
+    assert_eq!(
+        c.targets,
+        vec![Target {
+            kind: TargetKind::Wave,
+            key: key("warm")
+        }]
+    );
+    let fx = update(&mut s, Action::Confirm);
+    let [Effect::Patch { target, patch, .. }] = fx.as_slice() else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(target.kind, TargetKind::Wave);
+    assert_eq!(target.key, key("warm"));
+    assert_eq!(patch, &json!({"spec": {"warm": {"cutover": true}}}));
+    assert!(s.pending.values().any(|p| p.verb == Verb::Cutover));
+    // The watch showing the wave's spec.warm.cutover ends the marker; X again has nothing to do.
+    warm.spec.warm = Some(ferry_crds::WarmSpec {
+        cutover: true,
+        ..Default::default()
+    });
+    update(&mut s, Action::WaveApplied(C0, Box::new(warm.clone())));
+    assert!(s.pending.is_empty());
+    // Asked already, or being cancelled (the wave then cuts nothing over): nothing to do.
+    let refused = |s: &mut State, why: &str| {
+        assert!(update(s, Action::Request(Verb::Cutover)).is_empty());
+        assert_eq!(s.popup, None);
+        assert!(
+            s.flash.as_ref().is_some_and(|f| f.text.contains(why)),
+            "{:?}",
+            s.flash
+        );
+    };
+    refused(&mut s, crate::strings::skip::WAVE_CUTOVER_ASKED);
+    warm.spec.warm = None;
+    update(&mut s, Action::WaveApplied(C0, Box::new(warm.cancelled())));
+    refused(&mut s, crate::strings::skip::CANCELLING);
+}
+
+#[test]
 fn esc_backs_out_of_input_popup_view_then_filter_marks_and_wave() {
     let mut s = state_with(vec![
         in_wave("a", "w1", Phase::Pending),

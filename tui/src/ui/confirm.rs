@@ -28,7 +28,7 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
             t.bad(),
         ),
         Line::raw(""),
-        Line::raw(strings::what_changes(c.verb)),
+        Line::raw(strings::what_changes(c.verb, kind == text::WAVE)),
         Line::raw(""),
     ];
     for target in c.targets.iter().take(MAX_LISTED) {

@@ -84,6 +84,21 @@ pub fn clock_secs(secs: i64) -> String {
     Timestamp::from_second(secs).map_or_else(|_| "-".to_owned(), clock)
 }
 
+/// A moment to come, in UTC, as short as `now` leaves it clear: `03:13Z` within a day,
+/// `Jan 2 03:13Z` later; with seconds when it has any (`03:13:30Z`).
+pub fn moment(t: Timestamp, now: Timestamp) -> String {
+    let time = if t.as_second().rem_euclid(60) == 0 {
+        "%H:%MZ"
+    } else {
+        "%H:%M:%SZ"
+    };
+    if t.as_second().saturating_sub(now.as_second()) < 86_400 {
+        t.strftime(time).to_string()
+    } else {
+        t.strftime(&format!("%b %-d {time}")).to_string()
+    }
+}
+
 /// `s` cut to `width` characters, ending in `…` when cut.
 pub fn fit(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
@@ -146,6 +161,22 @@ mod tests {
             (f64::NAN, "NaN%"),
         ] {
             assert_eq!(percent(p), want, "{p}");
+        }
+    }
+
+    #[test]
+    fn moments_to_come_show_the_date_only_beyond_a_day() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let now = at("2026-01-01T01:00:00Z");
+        for (t, want) in [
+            ("2026-01-01T03:13:00Z", "03:13Z"),
+            ("2026-01-01T03:13:30Z", "03:13:30Z"),
+            ("2026-01-02T00:59:00Z", "00:59Z"),
+            ("2026-01-02T01:00:00Z", "Jan 2 01:00Z"),
+            ("2026-02-14T18:05:00Z", "Feb 14 18:05Z"),
+            ("2025-12-31T23:00:00Z", "23:00Z"),
+        ] {
+            assert_eq!(moment(at(t), now), want, "{t}");
         }
     }
 

@@ -1,5 +1,6 @@
-//! The wave strip: one line per wave (done/total bar, failed, preflight's counts, in flight vs
-//! maxInFlight, throughput, ETA) and a sparkline of completions per minute for the selected wave.
+//! The wave strip: one line per wave (done/total bar, failed, preflight's counts, a warm wave's
+//! precopied migrations and its cutover counted down, in flight vs maxInFlight, throughput, ETA)
+//! and a sparkline of completions per minute for the selected wave.
 
 use ferry_crds::WavePreflight;
 use ratatui::{
@@ -12,7 +13,7 @@ use ratatui::{
 use super::{Theme, format};
 use crate::{
     keys,
-    state::{Action, Focus, Refused, State, WaveRow},
+    state::{Action, Focus, Refused, State, Timestamp, WaveCutover, WaveRow},
     strings::{self, waves as text},
 };
 
@@ -91,8 +92,38 @@ pub fn progress_spans(
             preflight_spans(p, t, false)
         });
     }
+    // Before in flight too: while a warm wave's migrations wait, its cutover is what comes next.
+    if let Some(words) = warm_text(w, state.now, true) {
+        let used: usize = spans.iter().chain(&rest).map(Span::width).sum();
+        let fits = used + Span::raw(words.as_str()).width() <= room;
+        let shown = if fits {
+            words
+        } else {
+            warm_text(w, state.now, false).unwrap_or_default()
+        };
+        let due = w
+            .warm
+            .is_some_and(|warm| warm.cutover(state.now) == WaveCutover::Now);
+        spans.push(Span::styled(shown, if due { t.warn() } else { t.text() }));
+    }
     spans.extend(rest);
     spans
+}
+
+/// A warm wave's cutover on its line: how many of its migrations are precopied and waiting,
+/// and when the cutover comes, counted down from `now` — in words (`3 precopied, waiting ·
+/// cutover 03:13Z in 2h13m`, `… · cutover now` once asked for or due, `… · cutover: not set`),
+/// else in glyphs (`◷3 cutover in 2h13m`); `None` for a cold or finished wave. Pure.
+pub fn warm_text(w: &WaveRow, now: Timestamp, words: bool) -> Option<String> {
+    let warm = w.warm.filter(|_| !w.phase.is_terminal())?;
+    let cutover = match warm.cutover(now) {
+        WaveCutover::NotSet => text::cutover_not_set(words).to_owned(),
+        WaveCutover::Now => text::cutover_now(words).to_owned(),
+        WaveCutover::At { at, in_secs } => {
+            text::cutover_at(&format::moment(at, now), &format::duration(in_secs), words)
+        }
+    };
+    Some(format!("{}{cutover}", text::waiting(warm.waiting, words)))
 }
 
 /// `preflight 10 ready · 2 blocked · 3 warnings`, or in glyphs `preflight 10✓ 2✕ 3⚠`; a count
@@ -176,5 +207,102 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             .index
             .completions_per_minute(&w.key, minute, s.width as usize);
         frame.render_widget(Sparkline::default().data(&data).style(t.ok()), s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ClusterId;
+    use ferry_crds::{
+        MigrationMode, MigrationWaveStatus, WarmSpec,
+        fixtures::{ts, wave},
+    };
+
+    fn warm_wave(waiting: i32, spec: Option<WarmSpec>) -> WaveRow {
+        let mut w = wave("w", 4);
+        w.spec.template.mode = MigrationMode::Warm;
+        w.spec.warm = spec;
+        w.status = Some(MigrationWaveStatus {
+            phase: ferry_crds::WavePhase::Running,
+            waiting_for_cutover: waiting,
+            ..MigrationWaveStatus::default()
+        });
+        WaveRow::from_object(ClusterId(0), w)
+    }
+
+    fn at(secs: i64) -> Option<WarmSpec> {
+        Some(WarmSpec {
+            cutover_at: Some(ts(secs)),
+            ..WarmSpec::default()
+        })
+    }
+
+    #[test]
+    fn a_warm_wave_says_how_many_wait_and_counts_its_cutover_down() {
+        // The fixtures' clock: ts(3600) is 01:00Z.
+        let now = |secs| ts(secs).0;
+        let asked = Some(WarmSpec {
+            cutover: true,
+            ..WarmSpec::default()
+        });
+        let cases = [
+            (
+                warm_wave(3, at(3600 + 7980)),
+                now(3600),
+                "3 precopied, waiting · cutover 03:13Z in 2h13m",
+                "◷3 cutover in 2h13m",
+            ),
+            // A second later the countdown has moved.
+            (
+                warm_wave(3, at(3600 + 7980)),
+                now(3600 + 7979),
+                "3 precopied, waiting · cutover 03:13Z in 1s",
+                "◷3 cutover in 1s",
+            ),
+            (
+                warm_wave(3, at(3600 + 7980)),
+                now(3600 + 7980),
+                "3 precopied, waiting · cutover now",
+                "◷3 cutover now",
+            ),
+            (
+                warm_wave(1, asked),
+                now(3600),
+                "1 precopied, waiting · cutover now",
+                "◷1 cutover now",
+            ),
+            (
+                warm_wave(0, None),
+                now(3600),
+                "0 precopied, waiting · cutover: not set",
+                "◷0 no cutover set",
+            ),
+            (
+                warm_wave(2, at(3600 + 2 * 86_400)),
+                now(3600),
+                "2 precopied, waiting · cutover Jan 3 01:00Z in 2d00h",
+                "◷2 cutover in 2d00h",
+            ),
+        ];
+        for (w, now, words, glyphs) in cases {
+            assert_eq!(
+                warm_text(&w, now, true).as_deref().map(str::trim_start),
+                Some(words)
+            );
+            assert_eq!(
+                warm_text(&w, now, false).as_deref().map(str::trim_start),
+                Some(glyphs)
+            );
+        }
+    }
+
+    #[test]
+    fn a_cold_or_finished_wave_has_no_cutover_to_show() {
+        let cold = WaveRow::from_object(ClusterId(0), wave("w", 2));
+        assert_eq!(warm_text(&cold, ts(0).0, true), None);
+        let mut done = warm_wave(0, at(60));
+        done.phase = ferry_crds::WavePhase::Succeeded;
+        assert_eq!(warm_text(&done, ts(0).0, true), None);
     }
 }

@@ -195,7 +195,12 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
                 Verb::Pause if w.paused => Some(skip::PAUSED),
                 Verb::Resume if !w.paused => Some(skip::NOT_PAUSED),
                 Verb::Delete if w.deleting => Some(skip::DELETING),
-                Verb::Cutover => Some(skip::WAVE_CUTOVER),
+                Verb::Cutover if w.warm.is_none() => Some(skip::COLD_WAVE),
+                Verb::Cutover if w.phase.is_terminal() => Some(skip::FINISHED),
+                Verb::Cutover if w.cancel => Some(skip::CANCELLING),
+                Verb::Cutover if w.warm.is_some_and(|warm| warm.asked) => {
+                    Some(skip::WAVE_CUTOVER_ASKED)
+                }
                 _ => None,
             }
         }

@@ -224,7 +224,6 @@ fn expect_met_wave(e: &Expect, w: &WaveRow) -> bool {
         Expect::Paused(p) => w.paused == p,
         Expect::RetryAtLeast(n) => w.retry >= n,
         Expect::Gone => w.deleting,
-        // A wave is never asked to cut over.
-        Expect::Cutover => true,
+        Expect::Cutover => w.warm.is_some_and(|warm| warm.asked),
     }
 }
