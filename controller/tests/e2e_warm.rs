@@ -386,3 +386,164 @@ async fn a_warm_wave_precopies_every_vm_then_cuts_them_over_within_max_in_flight
     }
     let _ = s.logout().await;
 }
+
+/// The round's record as the migration shows it.
+fn warm_of(v: &ferry_crds::VirtualMachineMigration) -> ferry_crds::WarmStatus {
+    v.status
+        .as_ref()
+        .and_then(|s| s.warm.clone())
+        .unwrap_or_default()
+}
+
+/// SIGKILLed twice inside a precopy round (once its snapshot is recorded, once its Job exists),
+/// the controller takes the round up again: it completes, the volume follows the guest, the
+/// source runs on, no snapshot and no round Job are left; then the cutover ends byte-equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_inside_a_precopy_round_finishes_it_and_leaves_nothing() {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::Api;
+    use std::time::Duration;
+
+    let (mut env, flat) = warm_env("e2e-warm-kill").await;
+    let mut vmm = env.warm_migration("killed", false);
+    vmm.spec.warm.as_mut().unwrap().precopy_interval_seconds = Some(10);
+    env.create(&vmm).await;
+    env.wait_for(
+        "killed",
+        "the first copy imported",
+        300,
+        waiting_for_cutover,
+    )
+    .await;
+    let written = guest_write(env.lab, &env.vm, 10.0, 41);
+    assert!(!written.is_empty());
+
+    // Inside round 2: its snapshot recorded.
+    env.wait_for("killed", "round 2's snapshot recorded", 120, |v| {
+        let w = warm_of(v);
+        w.rounds == 1 && w.snapshot.is_some()
+    })
+    .await;
+    env.controller.take().unwrap().kill();
+    env.start_controller();
+    // Inside round 2 again: its Job made (unless the round ended meanwhile: then the next).
+    let jobs: Api<Job> = env.ns.api();
+    let job = ferry_crds::names::precopy_job_name(&env.get("killed").await);
+    ferry_harness::eventually("the round's Job", Duration::from_secs(120), || async {
+        jobs.get_opt(&job).await.ok().flatten().map(|_| ())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    env.controller.take().unwrap().kill();
+    env.start_controller();
+
+    let rounded = env
+        .wait_for("killed", "a round completed after the kills", 180, |v| {
+            let w = warm_of(v);
+            w.rounds >= 2 && w.snapshot.is_none()
+        })
+        .await;
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "rounds leave it running"
+    );
+    assert!(
+        same_file(&env.volume(&dv_name("killed", 0)), &flat),
+        "the round copied what the guest wrote"
+    );
+    assert_eq!(warm_of(&rounded).last_round_failure, None);
+    let s = lab_session(env.lab).await;
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+
+    env.patch_spec("killed", serde_json::json!({"warm": {"cutover": true}}))
+        .await;
+    let done = env.wait_terminal("killed", 300).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    assert!(same_file(&env.volume(&dv_name("killed", 0)), &flat));
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    assert!(
+        jobs.get_opt(&job).await.unwrap().is_none(),
+        "no round Job left"
+    );
+    let _ = s.logout().await;
+}
+
+/// A precopy round whose Job fails (the sim's permanent Job fault) is recorded and ended: its
+/// snapshot removed, the source untouched and running, the change ids not moved; once the fault
+/// is gone the next round copies those changes again, and the cutover ends byte-equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_precopy_round_is_recorded_and_the_next_copies_its_changes_again() {
+    let (env, flat) = warm_env("e2e-warm-fail").await;
+    let mut vmm = env.warm_migration("failing", false);
+    vmm.spec.warm.as_mut().unwrap().precopy_interval_seconds = Some(10);
+    env.create(&vmm).await;
+    env.wait_for(
+        "failing",
+        "the first copy imported",
+        300,
+        waiting_for_cutover,
+    )
+    .await;
+    // Every later Job of this migration fails until the annotation goes.
+    env.annotate("failing", FAULT, Some("convert=permanent"))
+        .await;
+    let written = guest_write(env.lab, &env.vm, 10.0, 51);
+    assert!(!written.is_empty());
+    let failed = env
+        .wait_for("failing", "a round failed and ended", 180, |v| {
+            let w = warm_of(v);
+            w.last_round_failure.is_some() && w.snapshot.is_none()
+        })
+        .await;
+    let w = warm_of(&failed);
+    assert_eq!(w.rounds, 1, "a failed round does not count: {w:?}");
+    assert_eq!(failed.phase(), Phase::CuttingOver, "it waits on");
+    assert!(
+        w.last_round_failure
+            .as_deref()
+            .is_some_and(|m| m.contains("injected permanent convert fault")),
+        "{w:?}"
+    );
+    assert_eq!(env.power_state().await, "poweredOn");
+    let s = lab_session(env.lab).await;
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    assert!(
+        !same_file(&env.volume(&dv_name("failing", 0)), &flat),
+        "the failed round's changes are not in the volume yet"
+    );
+
+    env.annotate("failing", FAULT, None).await;
+    let rounded = env
+        .wait_for("failing", "the next round completed", 180, |v| {
+            let w = warm_of(v);
+            w.rounds >= 2 && w.snapshot.is_none()
+        })
+        .await;
+    assert_eq!(
+        warm_of(&rounded).last_round_failure,
+        None,
+        "cleared by a round that completed"
+    );
+    assert!(
+        same_file(&env.volume(&dv_name("failing", 0)), &flat),
+        "the next round copied the failed one's changes again"
+    );
+    env.patch_spec("failing", serde_json::json!({"warm": {"cutover": true}}))
+        .await;
+    let done = env.wait_terminal("failing", 300).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    assert!(same_file(&env.volume(&dv_name("failing", 0)), &flat));
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    let _ = s.logout().await;
+}

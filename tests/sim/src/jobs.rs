@@ -363,12 +363,33 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
         let exit = match (ended, fault) {
             (Some(exit), _) => exit,
             (None, Some(f)) => {
+                let started = now();
                 tokio::time::sleep(sim.settings.speed.ms(1000)).await;
                 let message = format!(
                     "injected {} convert fault (ferry-sim)",
                     if f.terminal { "permanent" } else { "transient" }
                 );
                 append_log(&log, &message);
+                // The kubelet reports the container's exit on the pod, as for a real one: a pod
+                // left Pending would never go when its Job is deleted.
+                if let Some(c) = job
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .and_then(|p| p.containers.first())
+                {
+                    let id = pods::container_id(&pod);
+                    let ended = pods::status_terminated(
+                        c,
+                        &id,
+                        "127.0.0.1",
+                        &started,
+                        &now(),
+                        1,
+                        Some(message.clone()),
+                    );
+                    pod_status(ctx, &pod, &ended).await?;
+                }
                 Exit {
                     success: false,
                     terminal: f.terminal,
@@ -380,7 +401,10 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
             }
             (None, None) => match run_pod(ctx, job, &pod, attempt, &log).await? {
                 Some(exit) => exit,
-                None => return Ok(()),
+                None => {
+                    release_pod(ctx, job, &pod).await?;
+                    return Ok(());
+                }
             },
         };
         info!(job = %format!("{ns}/{name}"), attempt, success = exit.success, "pod finished");
@@ -518,6 +542,69 @@ async fn create_pod(ctx: &Ctx, job: &Job, attempt: i32) -> Result<Option<Pod>> {
             return Ok(None);
         }
     }
+}
+
+/// What the kubelet does with the pod of a Job that went away (deleted, its pods with it by the
+/// garbage collector): its container killed (by [`run_pod`]), the pod's terminal status
+/// written, and — once it is marked for deletion — the pod deleted with grace 0 and its UID as
+/// precondition (kubelet `pkg/kubelet/status/status_manager.go`, `syncPod`: `canBeDeleted`, then
+/// `Delete` with `GracePeriodSeconds: 0`). A pod already terminal when the collector deletes it
+/// goes at once by the apiserver's own rule (`pkg/registry/core/pod/strategy.go`,
+/// `CheckGracefulDelete`: a Failed or Succeeded pod gets grace 0).
+async fn release_pod(ctx: &Ctx, job: &Job, pod: &Pod) -> Result<()> {
+    let api = ctx.sim.api::<Pod>(&pod.namespace().unwrap_or_default());
+    let Some(fresh) = api.get_opt(&pod.name_any()).await? else {
+        return Ok(());
+    };
+    if fresh.uid() != pod.uid() {
+        return Ok(());
+    }
+    let terminal = fresh
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Failed" || p == "Succeeded");
+    if !terminal
+        && let Some(c) = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.first())
+    {
+        let at = now();
+        let started = fresh
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .unwrap_or_else(|| at.clone());
+        // Killed by the kubelet: SIGKILL reads as 137.
+        let killed = pods::status_terminated(
+            c,
+            &pods::container_id(&fresh),
+            "127.0.0.1",
+            &started,
+            &at,
+            137,
+            Some("the pod was deleted".into()),
+        );
+        pod_status(ctx, &fresh, &killed).await?;
+    }
+    if fresh.metadata.deletion_timestamp.is_some() {
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: fresh.uid(),
+                resource_version: None,
+            }),
+            ..kube::api::DeleteParams::default()
+        };
+        match api.delete(&fresh.name_any(), &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 async fn pod_status(ctx: &Ctx, pod: &Pod, status: &PodStatus) -> Result<()> {
