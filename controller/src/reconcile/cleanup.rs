@@ -334,7 +334,7 @@ async fn delete_staging(io: Io<'_>) -> Result<Option<Problem>> {
 /// ([`super::warm::judge`]: the recorded moref, or the recorded name with ferry's creation
 /// stamp); a snapshot ferry cannot prove it took is left alone, whatever its name. What was
 /// left and why, when ferry's own could not be removed.
-async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
+pub(super) async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Problem)>> {
     let Some(rec) = super::warm::recorded_snapshot(io.vmm) else {
         return Ok(None);
     };

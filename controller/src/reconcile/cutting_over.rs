@@ -226,20 +226,8 @@ impl Checkpoint for CuttingOver {
             Action::EndRound => {
                 // In the foreground: its pods gone before the next copy (or the cutover) writes.
                 super::cleanup::delete_writer_job(io, &names::precopy_job_name(io.vmm)).await?;
-                let Some(rec) = warm::status(io.vmm).snapshot else {
-                    return Ok(None);
-                };
-                let login = match credentials::source_login(io).await? {
-                    Ok(l) => l,
-                    Err(p) => return Ok(Some(p)),
-                };
-                Ok(match snapshots::judged(io, &login, &rec, false).await {
-                    Ok(warm::SnapshotSeen::Ours { moref: snap, .. }) => {
-                        io.ctx.source.remove_snapshot(&login, &snap).await.err()
-                    }
-                    Ok(_) => None,
-                    Err(p) => Some(p),
-                })
+                // The round's snapshot, removed as cleanup removes it: only once judged ferry's.
+                Ok(super::cleanup::remove_snapshot(io).await?.map(|(_, p)| p))
             }
             Action::CreateJob => {
                 let Ok(volumes) = warm::volumes(io.vmm, &observed.block) else {
