@@ -547,3 +547,85 @@ async fn a_failed_precopy_round_is_recorded_and_the_next_copies_its_changes_agai
     assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
     let _ = s.logout().await;
 }
+
+/// A cutover asked while a precopy round's Job is still at work cuts that round short: its Job
+/// deleted in the foreground (its pods gone before the cutover's Job writes), its snapshot
+/// removed, its changes not counted; the cutover copies everything since the last completed
+/// round and the volume ends byte-equal. The round is held in flight by the sim's `always`
+/// Job fault (each attempt fails; the Job retries after its backoff, 10 s then 20 s), so the
+/// cutover lands inside it; the fault goes with the cutover's patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cutover_cuts_a_running_precopy_round_short_and_copies_its_changes() {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::{Api, Patch, PatchParams};
+    use std::time::Duration;
+
+    let (env, flat) = warm_env("e2e-warm-short").await;
+    let mut vmm = env.warm_migration("short", false);
+    vmm.spec.warm.as_mut().unwrap().precopy_interval_seconds = Some(10);
+    env.create(&vmm).await;
+    env.wait_for("short", "the first copy imported", 300, waiting_for_cutover)
+        .await;
+    env.annotate("short", FAULT, Some("convert=always")).await;
+    let written = guest_write(env.lab, &env.vm, 10.0, 61);
+    assert!(!written.is_empty());
+
+    // Round 2 in flight: its Job made, one attempt failed, the Job retrying.
+    let jobs: Api<Job> = env.ns.api();
+    let job = ferry_crds::names::precopy_job_name(&env.get("short").await);
+    ferry_harness::eventually(
+        "the round's Job retrying",
+        Duration::from_secs(180),
+        || async {
+            let j = jobs.get_opt(&job).await.ok().flatten()?;
+            let st = j.status?;
+            let ended = st.conditions.iter().flatten().any(|c| {
+                matches!(c.type_.as_str(), "Failed" | "FailureTarget" | "Complete")
+                    && c.status == "True"
+            });
+            (st.failed.unwrap_or(0) >= 1 && !ended).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    let during = env.get("short").await;
+    assert!(
+        warm_of(&during).snapshot.is_some(),
+        "the round's snapshot is held"
+    );
+    assert_eq!(warm_of(&during).rounds, 1);
+
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {FAULT: null}},
+        "spec": {"warm": {"cutover": true}},
+    });
+    env.api()
+        .patch("short", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let done = env.wait_terminal("short", 300).await;
+    assert_eq!(
+        done.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&done)
+    );
+    let w = warm_of(&done);
+    assert_eq!(
+        (w.rounds, w.last_round_failure.clone()),
+        (1, None),
+        "the round was cut short, neither completed nor failed: {w:?}"
+    );
+    assert!(w.cutover_bytes.is_some_and(|b| b > 0), "{w:?}");
+    assert!(
+        same_file(&env.volume(&dv_name("short", 0)), &flat),
+        "the cutover copied the cut round's changes"
+    );
+    assert!(
+        jobs.get_opt(&job).await.unwrap().is_none(),
+        "no round Job left"
+    );
+    let s = lab_session(env.lab).await;
+    assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
+    let _ = s.logout().await;
+}

@@ -108,6 +108,13 @@ pub struct WarmStatus {
     /// shutdown and the VM's boot come on top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_cutover_copy_seconds: Option<i64>,
+    /// The cutover's downtime up to the VM's boot, predicted with the guest's shutdown at its
+    /// longest: the grace ferry gives a guest whose VMware Tools ran before it powers it off
+    /// hard (`spec.source.power.shutdownGracePeriodSeconds`; none without Tools or with a grace
+    /// of 0), then the predicted copy. The VM's boot to VirtualMachineInstance Running comes on
+    /// top; the migration's report shows the downtime measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_downtime_seconds: Option<i64>,
     /// Why the last precopy round failed, when it did (the next round copies its changes
     /// again: the change ids move on only with a round that completed).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -295,7 +295,7 @@ pub mod details {
             ("last delta", delta),
             ("changing", rate),
             ("next round in", next),
-            ("cutover copy ~", predicted),
+            ("downtime ~", predicted),
         ] {
             if let Some(v) = v {
                 let sep = if word.ends_with('~') { "" } else { " " };
@@ -304,6 +304,15 @@ pub mod details {
         }
         out.push_str(&format!(" · cutover {cutover}"));
         out
+    }
+
+    /// The predicted downtime: the cutover's copy, the guest's shutdown at its longest when it
+    /// is given one, and the boot on top.
+    pub fn predicted_downtime(copy: &str, shutdown: Option<&str>) -> String {
+        match shutdown {
+            Some(s) => format!("{copy} copy + shutdown ≤{s} + boot"),
+            None => format!("{copy} + boot"),
+        }
     }
 
     /// The cutover under way.

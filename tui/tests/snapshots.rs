@@ -533,6 +533,7 @@ fn details_of_a_warm_migration_waiting_for_its_cutover() {
             change_rate_bytes_per_second: Some(160 << 10),
             next_round_at: Some(ferry_crds::fixtures::ts(3900)),
             predicted_cutover_copy_seconds: Some(41),
+            predicted_downtime_seconds: Some(161),
             ..ferry_crds::WarmStatus::default()
         });
         apply(s, [Action::MigrationApplied(C0, Box::new(o))]);

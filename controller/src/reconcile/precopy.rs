@@ -23,7 +23,7 @@ use crate::vsphere::SnapshotDisk;
 /// The precopy interval of `vmm`.
 pub fn interval(vmm: &VirtualMachineMigration) -> Duration {
     vmm.spec.warm.as_ref().map_or_else(
-        || Duration::from_secs(3600),
+        || ferry_crds::WarmSpec::default().precopy_interval(),
         ferry_crds::WarmSpec::precopy_interval,
     )
 }
@@ -140,10 +140,29 @@ pub fn completed(
     w.last_round_at = Some(started);
     w.last_delta_bytes = Some(i64::try_from(bytes).unwrap_or(i64::MAX));
     w.change_rate_bytes_per_second = rate.map(|r| r.round() as i64);
-    w.predicted_cutover_copy_seconds = Some(predicted.round().max(1.0) as i64);
+    let copy = predicted.round().max(1.0) as i64;
+    w.predicted_cutover_copy_seconds = Some(copy);
+    w.predicted_downtime_seconds = Some(copy.saturating_add(longest_shutdown(vmm)));
     w.next_round_at = now.0.checked_add(interval(vmm)).ok().map(Time);
     w.last_round_failure = None;
     Ok((w, disks))
+}
+
+/// The longest the cutover's power-off can take: the grace a guest with running VMware Tools
+/// is given to shut down before it is powered off hard (as [`super::preparing`] powers off);
+/// none for a guest without Tools (hard at once) or with a grace of 0.
+fn longest_shutdown(vmm: &VirtualMachineMigration) -> i64 {
+    let tools = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.vmware_tools);
+    let grace = vmm.spec.source.power.shutdown_grace_period_seconds.max(0);
+    if tools == Some(ferry_crds::ToolsState::Running) {
+        grace
+    } else {
+        0
+    }
 }
 
 /// The warm status after a round that did not complete (its Job failed, or the cutover came
@@ -251,7 +270,42 @@ mod tests {
         assert_eq!(w.change_rate_bytes_per_second, Some(104_858));
         // As much again by the next round, copied as fast as this one (30 s).
         assert_eq!(w.predicted_cutover_copy_seconds, Some(30));
+        assert_eq!(
+            w.predicted_downtime_seconds,
+            Some(30),
+            "no VMware Tools seen: powered off hard at once, the copy is the downtime"
+        );
         assert_eq!(w.next_round_at, Some(at(2_230)));
+    }
+
+    #[test]
+    fn the_predicted_downtime_counts_a_guest_shutdown_at_its_longest() {
+        let mut vmm = in_round();
+        vmm.spec.source.power.shutdown_grace_period_seconds = 120;
+        let discovered = vmm
+            .status
+            .get_or_insert_with(Default::default)
+            .source
+            .get_or_insert_with(Default::default);
+        discovered.vmware_tools = Some(ferry_crds::ToolsState::Running);
+        let reported = DeltaResult {
+            disks: [(0, (60 << 20, "sha".to_owned()))].into(),
+        };
+        let (w, _) = completed(&vmm, &reported, &[frozen(2000, Some("new"))], &at(1_630)).unwrap();
+        assert_eq!(w.predicted_cutover_copy_seconds, Some(30));
+        assert_eq!(
+            w.predicted_downtime_seconds,
+            Some(150),
+            "120 s grace + 30 s copy"
+        );
+
+        vmm.spec.source.power.shutdown_grace_period_seconds = 0;
+        let (w, _) = completed(&vmm, &reported, &[frozen(2000, Some("new"))], &at(1_630)).unwrap();
+        assert_eq!(
+            w.predicted_downtime_seconds,
+            Some(30),
+            "grace 0: hard at once"
+        );
     }
 
     #[test]

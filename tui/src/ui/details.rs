@@ -219,8 +219,23 @@ fn warm(
         w.last_delta_bytes.map(format::bytes),
         w.change_rate_bytes_per_second.map(format::rate),
         next,
-        w.predicted_cutover_copy_seconds.map(format::duration),
+        predicted_downtime(&w),
         &cutover,
+    ))
+}
+
+/// The predicted downtime as the warm line says it: the copy, and the longest shutdown when
+/// the guest is given one (a status written before the downtime was predicted: the copy only).
+fn predicted_downtime(w: &ferry_crds::WarmStatus) -> Option<String> {
+    let copy = w.predicted_cutover_copy_seconds?;
+    let shutdown = w
+        .predicted_downtime_seconds
+        .map_or(0, |d| d.saturating_sub(copy).max(0));
+    Some(text::predicted_downtime(
+        &format::duration(copy),
+        (shutdown > 0)
+            .then(|| format::duration(shutdown))
+            .as_deref(),
     ))
 }
 
