@@ -167,6 +167,11 @@ async fn main() {
         .as_ref()
         .and_then(|s| s.warm.as_ref())
         .and_then(|w| w.predicted_cutover_copy_seconds);
+    let predicted_downtime = rounded
+        .status
+        .as_ref()
+        .and_then(|s| s.warm.as_ref())
+        .and_then(|w| w.predicted_downtime_seconds);
     let written = guest_write(&env, &warm_vm, 2.0, 28);
     env.patch_spec("warm", serde_json::json!({"warm": {"cutover": true}}))
         .await;
@@ -225,6 +230,11 @@ async fn main() {
         support::row(
             "  cutover copy predicted after the round",
             predicted.map_or("-".to_owned(), |p| format!("{p} s")),
+            "reported",
+        ),
+        support::row(
+            "  downtime predicted after the round (copy + longest shutdown; boot on top)",
+            predicted_downtime.map_or("-".to_owned(), |p| format!("{p} s")),
             "reported",
         ),
     ];
