@@ -416,6 +416,18 @@ spec:
     )
 }
 
+/// The phase the board's row of migration `name` shows, if it has a row.
+fn row_phase(screen: &str, name: &str) -> Option<String> {
+    let line = screen
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == name))?;
+    ferry_crds::Phase::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .find(|p| line.contains(p))
+        .map(str::to_owned)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries_a_failed_one() {
     let lab = lab();
@@ -455,16 +467,6 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
     kubectl(&kc, &["apply", "-f", "-"], Some(&yaml));
 
     // Watch the good one move: collect every phase its row shows until it succeeds.
-    let row_phase = |screen: &str, name: &str| -> Option<String> {
-        let line = screen
-            .lines()
-            .find(|l| l.split_whitespace().any(|w| w == name))?;
-        ferry_crds::Phase::ALL
-            .iter()
-            .map(|p| p.as_str())
-            .find(|p| line.contains(p))
-            .map(str::to_owned)
-    };
     let mut seen: Vec<String> = vec![];
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
@@ -523,10 +525,9 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
 
 /// Issue 29: a migration whose conversion fails; the operator selects it, presses `L` and reads
 /// what the converter's pod printed last, through `pods/log` (the sim serves the kubelet's log
-/// endpoint), then leaves the view with the board intact. The failure is a real one of the
-/// converter (its source disk's descriptor is not a VMDK): the sim's injected convert fault
-/// fails an attempt before its container runs, so that pod has no log to read — the kubelet's
-/// "is not available", which the view shows as such.
+/// endpoint), then leaves the view with the board intact. The first failure is a real one of
+/// the converter (its source disk's descriptor is not a VMDK); the second is `make demo`'s, the
+/// sim's injected permanent convert fault, whose pod ends Failed with the sim's line in its log.
 #[tokio::test(flavor = "multi_thread")]
 async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
     let lab = lab();
@@ -590,6 +591,36 @@ async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
     tmux.wait("back on the board", T, |s| {
         !s.contains("pod logs of") && failed(s)
     });
+
+    // The demo's failure: the sim's injected permanent convert fault. Its pod ends Failed with
+    // the sim's own line in its log (as a converter's would be), and `L` shows that line.
+    let other = lab.claim_vm().expect("vm");
+    let yaml = lab_migration(
+        lab,
+        &ns.name,
+        "injected",
+        &other.name,
+        Some("convert=permanent"),
+    );
+    kubectl(&kc, &["apply", "-f", "-"], Some(&yaml));
+    tmux.wait("injected Failed", Duration::from_secs(180), |s| {
+        row_phase(s, "injected").as_deref() == Some("Failed")
+    });
+    tmux.keys(&["/"]);
+    for c in "injected".chars() {
+        tmux.keys(&[&c.to_string()]);
+    }
+    tmux.keys(&["Enter"]);
+    tmux.wait("only injected on the board", T, |s| {
+        row_phase(s, "injected").is_some() && row_phase(s, "broken").is_none()
+    });
+    tmux.keys(&["L"]);
+    let screen = tmux.wait_for("injected permanent convert fault (ferry-sim)", T);
+    assert!(
+        screen.contains("pod logs of injected") && screen.contains("(Failed)"),
+        "the view names the migration and its failed pod:\n{screen}"
+    );
+    tmux.keys(&["Escape"]);
     tmux.keys(&["q"]);
     let _ = std::fs::remove_dir_all(&scratch);
 }
