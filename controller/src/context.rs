@@ -41,6 +41,16 @@ impl Clock for SystemClock {
     }
 }
 
+/// What a wave gave its children that its cache may not show yet, by child uid: each still
+/// takes its slot of `maxInFlight` until the cache shows it ([`crate::wave::decide::with_releases`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Given {
+    /// Children released (their hold removed).
+    pub released: HashSet<String>,
+    /// Warm children given their cutover (`spec.warm.cutover: true`).
+    pub cut_over: HashSet<String>,
+}
+
 #[derive(Debug, Default, Clone)]
 struct Memo {
     /// When progress was last written.
@@ -49,8 +59,8 @@ struct Memo {
     failures: u32,
     /// When a wave last read its children.
     looked: Option<Instant>,
-    /// Children (uids) a wave released that its cache did not show released yet.
-    released: HashSet<String>,
+    /// Releases and cutovers a wave gave that its cache did not show yet.
+    given: Given,
     /// Children (names) a wave created that its cache did not show yet, and when.
     created: HashMap<String, Instant>,
     /// The migration's resourceVersion as last known current: returned by our own status write
@@ -231,9 +241,9 @@ impl Context {
         self.memo(uid, |m| m.current_version = version);
     }
 
-    /// The children (uids) the wave `uid` released that its cache may not show yet.
-    pub fn released(&self, uid: &str) -> HashSet<String> {
-        self.memo(uid, |m| m.released.clone())
+    /// The releases and cutovers the wave `uid` gave that its cache may not show yet.
+    pub fn given(&self, uid: &str) -> Given {
+        self.memo(uid, |m| m.given.clone())
     }
 
     /// The children (names) the wave `uid` created that its cache may not show yet, and when.
@@ -246,9 +256,9 @@ impl Context {
         self.memo(uid, |m| m.created = created);
     }
 
-    /// Sets what [`Self::released`] answers for the wave `uid`.
-    pub fn set_released(&self, uid: &str, released: HashSet<String>) {
-        self.memo(uid, |m| m.released = released);
+    /// Sets what [`Self::given`] answers for the wave `uid`.
+    pub fn set_given(&self, uid: &str, given: Given) {
+        self.memo(uid, |m| m.given = given);
     }
 
     fn memo<T>(&self, uid: &str, f: impl FnOnce(&mut Memo) -> T) -> T {

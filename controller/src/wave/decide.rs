@@ -1,11 +1,9 @@
 //! The wave's decision, pure: which child migrations to create, which held ones to release
 //! within `maxInFlight`, which to cancel or retry, and the aggregated status.
 
-use ferry_crds::condition::{self, WaveConditionType};
-use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
 use ferry_crds::{
-    ConditionStatus, MigrationMode, MigrationWave, MigrationWaveStatus, Phase, Reason,
-    VirtualMachineMigration, WaveCollision, WaveCounts, WavePhase,
+    MigrationMode, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
+    WaveCollision,
 };
 use std::time::Duration;
 
@@ -13,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::members::{self, Listed, Member};
+pub use super::slots::{cutover_due, occupies_slot, waits_for_cutover};
+use crate::context::Given;
 use crate::events::Note;
 use crate::pacing::Worth;
 use ferry_crds::{EventAction, EventReason};
@@ -34,47 +34,6 @@ pub struct Plan {
     pub cutover: Vec<String>,
     /// The status to write.
     pub status: MigrationWaveStatus,
-}
-
-/// Whether a child takes a slot of `maxInFlight`: released, not finished, not held in
-/// Pending by preflight (the wave goes on with the rest) and not waiting for a cutover.
-pub fn occupies_slot(vmm: &VirtualMachineMigration, now: &Time) -> bool {
-    !vmm.is_held()
-        && !vmm.phase().is_terminal()
-        && !vmm.held_by_preflight()
-        && !waits_for_cutover(vmm, now)
-}
-
-/// Whether a warm child copied while its VM runs and waits for a cutover nobody gave it yet.
-/// Such a child takes no slot (its precopy rounds copy only what changed), so that every VM of
-/// a warm wave is precopied before the window; its cutover takes one again. Pure.
-pub fn waits_for_cutover(vmm: &VirtualMachineMigration, now: &Time) -> bool {
-    vmm.spec.mode == MigrationMode::Warm
-        && vmm.phase() == Phase::CuttingOver
-        && !vmm.spec.cancel
-        && !vmm.spec.warm.as_ref().is_some_and(|w| w.cutover_due(now))
-        && vmm
-            .status
-            .as_ref()
-            .and_then(|s| s.warm.as_ref())
-            .is_none_or(|w| w.cutover_started_at.is_none())
-}
-
-/// What the wave's precopied migrations wait for, in words.
-fn waiting_note(wave: &MigrationWave) -> String {
-    match wave.spec.warm.as_ref().and_then(|w| w.cutover_at.as_ref()) {
-        Some(at) => format!("precopied, waiting for the wave's cutover at {}", at.0),
-        None => "precopied, waiting for the wave's cutover (set spec.warm.cutover: true, or \
-                 spec.warm.cutoverAt)"
-            .to_owned(),
-    }
-}
-
-/// Whether the wave's cutover is due: a warm wave whose `spec.warm` asks for it now or whose
-/// time has come.
-pub fn cutover_due(wave: &MigrationWave, now: &Time) -> bool {
-    wave.spec.template.mode == MigrationMode::Warm
-        && wave.spec.warm.as_ref().is_some_and(|w| w.cutover_due(now))
 }
 
 /// Decides, from the wave's own `children` (owner reference to its uid) and `others` (the
@@ -156,7 +115,7 @@ pub fn decide(
             .map(ResourceExt::name_any)
             .collect();
     }
-    plan.status = status(
+    plan.status = super::status::status(
         wave,
         children,
         &assigned,
@@ -193,292 +152,38 @@ pub fn collision_note(
     })
 }
 
-/// Children as read from a cache, with the releases and cutovers this controller made that the
+/// Children as read from a cache, with the releases and cutovers this controller gave that the
 /// cache does not show yet applied to them: a release (or cutover) not yet seen must still count
 /// as a taken slot, or the next plan would go past `maxInFlight`. Pure.
 ///
-/// Returns the children and the uids of `released` the cache still shows held (the ones to
-/// keep remembering); a child gone from the cache is forgotten.
+/// Returns the children and what of `given` the cache still does not show (the ones to keep
+/// remembering); a child gone from the cache is forgotten.
 pub fn with_releases(
     mut children: Vec<VirtualMachineMigration>,
-    released: &std::collections::HashSet<String>,
-) -> (
-    Vec<VirtualMachineMigration>,
-    std::collections::HashSet<String>,
-) {
-    let mut pending = std::collections::HashSet::new();
+    given: &Given,
+) -> (Vec<VirtualMachineMigration>, Given) {
+    let mut pending = Given::default();
     for c in &mut children {
-        let Some(uid) = c.metadata.uid.as_deref() else {
+        let Some(uid) = c.metadata.uid.clone() else {
             continue;
         };
-        if !released.contains(uid) {
-            continue;
-        }
-        if c.is_held() {
-            pending.insert(uid.to_owned());
+        if given.released.contains(&uid) && c.is_held() {
             if let Some(a) = c.metadata.annotations.as_mut() {
                 a.remove(ferry_crds::names::HOLD_ANNOTATION);
             }
+            pending.released.insert(uid.clone());
         }
-        // A cutover given counts as a slot taken the same way.
-        let given = c.spec.warm.as_ref().is_some_and(|w| w.cutover);
-        if c.spec.mode == MigrationMode::Warm && c.phase() == Phase::CuttingOver && !given {
-            pending.insert(uid.to_owned());
+        let shown = c.spec.warm.as_ref().is_some_and(|w| w.cutover);
+        if given.cut_over.contains(&uid)
+            && c.spec.mode == MigrationMode::Warm
+            && c.phase() == Phase::CuttingOver
+            && !shown
+        {
             c.spec.warm.get_or_insert_with(Default::default).cutover = true;
+            pending.cut_over.insert(uid);
         }
     }
     (children, pending)
-}
-
-fn status(
-    wave: &MigrationWave,
-    children: &[VirtualMachineMigration],
-    assigned: &[Member<'_>],
-    (releasing, cutting): (usize, usize),
-    now: &Time,
-) -> MigrationWaveStatus {
-    let old = wave.status.clone().unwrap_or_default();
-    let generation = wave.metadata.generation;
-    let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
-    let total = i32::try_from(assigned.len()).unwrap_or(i32::MAX);
-    let in_flight = i32::try_from(
-        children.iter().filter(|c| occupies_slot(c, now)).count() + releasing + cutting,
-    )
-    .unwrap_or(i32::MAX);
-    let waiting_for_cutover = i32::try_from(
-        children
-            .iter()
-            .filter(|c| waits_for_cutover(c, now))
-            .count()
-            .saturating_sub(cutting),
-    )
-    .unwrap_or(i32::MAX);
-    let finished = counts.finished();
-    let collisions: Vec<&WaveCollision> = assigned
-        .iter()
-        .filter_map(|m| match m {
-            Member::Collides(c) => Some(c),
-            Member::Migrating(_) | Member::Create(_) => None,
-        })
-        .collect();
-    let collided = i32::try_from(collisions.len()).unwrap_or(i32::MAX);
-    // Every VM's migration finished, or the VM gets none.
-    let all_done = total > 0
-        && assigned.iter().all(|m| match m {
-            Member::Migrating(c) => c.phase().is_terminal(),
-            Member::Collides(_) => true,
-            Member::Create(_) => false,
-        });
-    let all_succeeded = assigned
-        .iter()
-        .all(|m| matches!(m, Member::Migrating(c) if c.phase() == Phase::Succeeded));
-    let started_at = old
-        .started_at
-        .clone()
-        .or_else(|| (in_flight > 0 || finished > 0).then(|| now.clone()));
-    let last_completion = children
-        .iter()
-        .filter_map(|c| c.status.as_ref()?.completed_at.clone())
-        .max_by_key(|t| t.0);
-    let (throughput, eta) = match (&started_at, &last_completion) {
-        (Some(s), Some(l)) if finished > 0 => {
-            let hours = (l.0.as_second() - s.0.as_second()).max(1) as f64 / 3600.0;
-            let per_hour = f64::from(finished) / hours;
-            let remaining = f64::from((total - finished).max(0));
-            (
-                Some((per_hour * 100.0).round() / 100.0),
-                Some((remaining / per_hour * 3600.0).round() as i64),
-            )
-        }
-        _ => (None, None),
-    };
-    let (bytes_done, bytes_total) = children
-        .iter()
-        .filter_map(|c| c.status.as_ref()?.progress.as_ref())
-        .fold((0i64, 0i64), |(d, t), p| {
-            (d + p.bytes_done, t + p.bytes_total)
-        });
-    let phase = if wave.spec.cancel {
-        WavePhase::Cancelled
-    } else if all_done {
-        if all_succeeded {
-            WavePhase::Succeeded
-        } else {
-            WavePhase::Failed
-        }
-    } else if wave.spec.paused {
-        WavePhase::Paused
-    } else if children.is_empty() {
-        WavePhase::Pending
-    } else {
-        WavePhase::Running
-    };
-    let completed_at = if phase.is_terminal() && all_done {
-        old.completed_at.clone().or(last_completion)
-    } else {
-        None
-    };
-    let mut conditions = old.conditions.clone();
-    condition::init_conditions(&mut conditions, generation, now);
-    let (p_status, p_reason, p_msg) = match phase {
-        WavePhase::Running | WavePhase::Pending => (
-            ConditionStatus::True,
-            Reason::InProgress,
-            match waiting_for_cutover {
-                0 => format!("{in_flight} in flight, {finished} of {total} finished"),
-                n => format!(
-                    "{in_flight} in flight, {finished} of {total} finished, {n} {}",
-                    waiting_note(wave)
-                ),
-            },
-        ),
-        WavePhase::Paused => (
-            ConditionStatus::False,
-            Reason::Paused,
-            "spec.paused is true".to_owned(),
-        ),
-        WavePhase::Cancelled => (
-            ConditionStatus::False,
-            Reason::Cancelled,
-            "spec.cancel is true".to_owned(),
-        ),
-        WavePhase::Succeeded => (
-            ConditionStatus::False,
-            Reason::Succeeded,
-            format!("all {total} migrations succeeded"),
-        ),
-        WavePhase::Failed => (
-            ConditionStatus::False,
-            Reason::Failed,
-            format!(
-                "{} failed, {} cancelled, {collided} got no migration (name collision)",
-                counts.failed, counts.cancelled
-            ),
-        ),
-    };
-    condition::set_condition(
-        &mut conditions,
-        WaveConditionType::Progressing,
-        p_status,
-        p_reason,
-        p_msg,
-        generation,
-        now,
-    );
-    let finished_msg = match collided {
-        0 => format!("{finished} of {total} finished"),
-        n => format!("{finished} of {total} finished, {n} got no migration"),
-    };
-    let (c_status, c_reason, c_msg) = match phase {
-        WavePhase::Succeeded | WavePhase::Failed | WavePhase::Cancelled => {
-            (ConditionStatus::True, p_reason, finished_msg)
-        }
-        WavePhase::Pending | WavePhase::Running | WavePhase::Paused => (
-            ConditionStatus::False,
-            if phase == WavePhase::Paused {
-                Reason::Paused
-            } else {
-                Reason::InProgress
-            },
-            finished_msg,
-        ),
-    };
-    condition::set_condition(
-        &mut conditions,
-        WaveConditionType::Completed,
-        c_status,
-        c_reason,
-        c_msg,
-        generation,
-        now,
-    );
-    let (d_status, d_reason, d_msg) = if let Some(first) = collisions.first() {
-        let more = match collisions.len() {
-            1 => String::new(),
-            n => format!(" (and {} more in status.collisions)", n - 1),
-        };
-        let failed = match counts.failed {
-            0 => String::new(),
-            n => format!("; {n} failed: raise spec.retry to retry them"),
-        };
-        (
-            ConditionStatus::True,
-            Reason::NameCollision,
-            format!(
-                "{collided} of {total} VMs collide: {}{more}{failed}",
-                first.message
-            ),
-        )
-    } else if counts.failed > 0 {
-        (
-            ConditionStatus::True,
-            Reason::Failed,
-            format!(
-                "{} of {total} failed; raise spec.retry to retry them",
-                counts.failed
-            ),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            if phase == WavePhase::Succeeded {
-                Reason::Succeeded
-            } else {
-                Reason::InProgress
-            },
-            "no migration failed".to_owned(),
-        )
-    };
-    condition::set_condition(
-        &mut conditions,
-        WaveConditionType::Degraded,
-        d_status,
-        d_reason,
-        d_msg,
-        generation,
-        now,
-    );
-    let (r_status, r_reason) = if phase == WavePhase::Succeeded {
-        (ConditionStatus::True, Reason::Succeeded)
-    } else {
-        (ConditionStatus::False, Reason::InProgress)
-    };
-    condition::set_condition(
-        &mut conditions,
-        WaveConditionType::Ready,
-        r_status,
-        r_reason,
-        format!("{} of {total} succeeded", counts.succeeded),
-        generation,
-        now,
-    );
-    let mut phases = std::collections::BTreeMap::new();
-    for c in children {
-        *phases.entry(c.phase().as_str().to_owned()).or_insert(0) += 1;
-    }
-    MigrationWaveStatus {
-        selected_vms: old.selected_vms.clone(),
-        collisions: collisions
-            .into_iter()
-            .take(MAX_REPORTED_COLLISIONS)
-            .cloned()
-            .collect(),
-        observed_generation: generation,
-        phase,
-        total,
-        counts,
-        phases,
-        in_flight,
-        waiting_for_cutover,
-        started_at,
-        completed_at,
-        throughput_per_hour: throughput,
-        eta_seconds: eta,
-        preflight: ferry_crds::WavePreflight::of(children),
-        bytes_done,
-        bytes_total,
-        conditions,
-    }
 }
 
 /// How often at most the counts that move as migrations go from phase to phase (the phase
@@ -578,6 +283,9 @@ pub fn requeue_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_crds::condition::WaveConditionType;
+    use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
+    use ferry_crds::{ConditionStatus, WaveCounts, WavePhase};
 
     #[test]
     fn bytes_and_eta_wait_for_the_interval_counts_a_moment_failures_not_at_all() {
@@ -747,7 +455,10 @@ mod tests {
         for (i, c) in uids.iter_mut().enumerate() {
             c.metadata.uid = Some(format!("u{i}"));
         }
-        let given = std::collections::HashSet::from(["u0".to_owned()]);
+        let given = Given {
+            cut_over: ["u0".to_owned()].into(),
+            ..Given::default()
+        };
         let (seen, pending) = with_releases(uids, &given);
         assert_eq!(pending, given, "remembered until the cache shows it");
         assert!(
@@ -813,7 +524,10 @@ mod tests {
         let first = decide(&w, &children, &[], &t0());
         assert_eq!(first.release.len(), 1);
         // The cache still shows every child held; the release of u0 was made.
-        let released = ["u0".to_owned()].into_iter().collect();
+        let released = Given {
+            released: ["u0".to_owned()].into(),
+            ..Given::default()
+        };
         let (seen, pending) = with_releases(children.clone(), &released);
         assert_eq!(
             pending, released,
@@ -825,7 +539,7 @@ mod tests {
         // Once the cache shows it released, nothing is left to remember.
         children[0] = children[0].clone().released();
         let (_, pending) = with_releases(children, &released);
-        assert!(pending.is_empty());
+        assert_eq!(pending, Given::default());
     }
 
     #[test]

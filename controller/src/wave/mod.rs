@@ -4,6 +4,8 @@
 pub mod decide;
 pub mod members;
 pub mod select;
+mod slots;
+mod status;
 mod write;
 
 use std::collections::HashMap;
@@ -132,8 +134,8 @@ fn seen(
         .map(|c| (*c).clone())
         .collect();
     let uid = wave.uid().unwrap_or_default();
-    let (children, pending) = decide::with_releases(cached, &ctx.released(&uid));
-    ctx.set_released(&uid, pending);
+    let (children, pending) = decide::with_releases(cached, &ctx.given(&uid));
+    ctx.set_given(&uid, pending);
     Seen { children, others }
 }
 
@@ -273,7 +275,7 @@ async fn execute(
                 .iter()
                 .map(|n| (n, intent::retry_to(wave.spec.retry))),
         );
-    let mut released = ctx.released(&uid);
+    let mut given = ctx.given(&uid);
     for (name, patch) in patches {
         let patched = vmms
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -285,11 +287,18 @@ async fn execute(
         }
         // A failed patch that was applied after all shows in the cache before the error's
         // backoff ends; a successful one counts as taken until the cache shows it.
-        if (plan.release.contains(name) || plan.cutover.contains(name))
-            && let Some(child) = uids.get(name)
-        {
-            released.insert(child.clone());
-            ctx.set_released(&uid, released.clone());
+        if let Some(child) = uids.get(name) {
+            let set = if plan.release.contains(name) {
+                Some(&mut given.released)
+            } else if plan.cutover.contains(name) {
+                Some(&mut given.cut_over)
+            } else {
+                None
+            };
+            if let Some(set) = set {
+                set.insert(child.clone());
+                ctx.set_given(&uid, given.clone());
+            }
         }
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
