@@ -284,144 +284,195 @@ fn round(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     if let Some(p) = &seen.conflict {
         return Some(Outcome::from_problem(scope, p, Some(CutOver)));
     }
-    let vmm = &scope.vmm;
-    let w = warm::status(vmm);
-    let n = w.rounds + 1;
-    let now = Time(crate::context::whole_seconds(scope.now));
+    let r = Round::of(scope);
+    let Some(rec) = r.w.snapshot.clone() else {
+        return r.between(&seen.job);
+    };
     // The cutover is due once its source is looked at (see `observe`).
-    let cutover_due = scope.world.source.is_some();
-    let soon = Step::Wait {
-        requeue: Duration::from_millis(50),
-    };
-    let waiting = |step: Step<Action>, msg: String| {
-        Outcome::new(step, msg.clone()).with(CutOver, Unknown, Reason::WaitingForCutover, msg)
-    };
-    let end = |w: ferry_crds::WarmStatus, disks: Option<Vec<ferry_crds::DiskStatus>>, msg| {
-        waiting(Step::Act(vec![Action::EndRound]), msg).recording(Record {
-            warm: Some(w),
-            disks,
-            ..Record::default()
-        })
-    };
-    let abandon =
-        |why: Option<String>, msg: String| end(precopy::abandoned(vmm, &now, why), None, msg);
-    let fail = |why: String| abandon(Some(why.clone()), precopy::say::failed(n, &why));
-    let Some(rec) = w.snapshot.clone() else {
-        return match &seen.job {
-            // A Job of a round that ended is still going: no other copy starts until it is gone.
-            JobState::Deleting => Some(waiting(
-                Step::Wait {
-                    requeue: scope.policy.wait_requeue,
-                },
-                say::old_round_deleting(),
-            )),
-            // A round's Job left by a crash after its round was recorded ended.
-            JobState::Running { .. } | JobState::Complete | JobState::Failed { .. } => Some(
-                waiting(Step::Act(vec![Action::EndRound]), say::old_round_deleting()),
-            ),
-            JobState::Absent if !cutover_due && precopy::due(vmm, &w, &now) => {
-                let mut w = w.clone();
-                w.snapshot = Some(ferry_crds::SnapshotRecord {
-                    name: precopy::snapshot_name(vmm, n),
-                    moref: None,
-                    started_at: Some(now.clone()),
-                });
-                w.next_round_at = None;
-                Some(
-                    waiting(soon, precopy::say::taking_snapshot(n)).recording(Record {
-                        warm: Some(w),
-                        ..Record::default()
-                    }),
-                )
-            }
-            JobState::Absent => None,
-        };
-    };
-    if cutover_due {
-        return Some(abandon(None, precopy::say::cut_short(n)));
+    if scope.world.source.is_some() {
+        return Some(r.abandon(None, precopy::say::cut_short(r.n)));
     }
     match &seen.job {
-        JobState::Deleting => Some(waiting(
+        JobState::Deleting => Some(r.waiting(
             Step::Wait {
                 requeue: scope.policy.wait_requeue,
             },
             say::old_round_deleting(),
         )),
-        JobState::Running { .. } => Some(waiting(
+        JobState::Running { .. } => Some(r.waiting(
             Step::Wait {
                 requeue: scope.policy.progress_requeue,
             },
-            precopy::say::copying(n, scope.disk_count()),
+            precopy::say::copying(r.n, scope.disk_count()),
         )),
-        JobState::Failed { reason, message } => Some(fail(say::job_failed(
+        JobState::Failed { reason, message } => Some(r.fail(say::job_failed(
             reason,
             seen.failure.as_deref().unwrap_or(message.as_str()),
         ))),
-        JobState::Complete => {
-            let all = (0..staged_keys(vmm).len()).all(|i| {
-                seen.reported
-                    .as_ref()
-                    .is_some_and(|r| r.disks.contains_key(&i))
-            });
-            match (&seen.reported, &seen.snapshot) {
-                (Some(reported), Some(Ok(warm::SnapshotSeen::Ours { disks, .. }))) if all => {
-                    match precopy::completed(vmm, reported, disks, &now) {
-                        Ok((w, disks)) => Some(end(w, Some(disks), precopy::say::ending(n))),
-                        Err(why) => Some(fail(why)),
-                    }
-                }
-                (_, Some(Err(p))) if p.transient => {
-                    Some(Outcome::from_problem(scope, p, Some(CutOver)))
-                }
-                _ if !all => Some(fail(say::no_report(&names::precopy_job_name(vmm)))),
-                _ => Some(fail(say::snapshot_gone(&rec.name))),
+        JobState::Complete => Some(r.copied(seen, &rec)),
+        JobState::Absent => r.snapshot_step(seen, rec),
+    }
+}
+
+/// Round `n` of a warm migration as the rules see it, and the outcomes they end in.
+struct Round<'a> {
+    scope: &'a Scope<Observed>,
+    w: ferry_crds::WarmStatus,
+    n: i32,
+    now: Time,
+}
+
+impl<'a> Round<'a> {
+    fn of(scope: &'a Scope<Observed>) -> Self {
+        let w = warm::status(&scope.vmm);
+        let n = w.rounds + 1;
+        let now = Time(crate::context::whole_seconds(scope.now));
+        Round { scope, w, n, now }
+    }
+
+    fn waiting(&self, step: Step<Action>, msg: String) -> Outcome<Action> {
+        Outcome::new(step, msg.clone()).with(CutOver, Unknown, Reason::WaitingForCutover, msg)
+    }
+
+    /// Again in a moment: a record was written that the next step acts on.
+    fn soon(&self, w: ferry_crds::WarmStatus, msg: String) -> Outcome<Action> {
+        let step = Step::Wait {
+            requeue: Duration::from_millis(50),
+        };
+        self.waiting(step, msg).recording(Record {
+            warm: Some(w),
+            ..Record::default()
+        })
+    }
+
+    fn end(
+        &self,
+        w: ferry_crds::WarmStatus,
+        disks: Option<Vec<ferry_crds::DiskStatus>>,
+        msg: String,
+    ) -> Outcome<Action> {
+        self.waiting(Step::Act(vec![Action::EndRound]), msg)
+            .recording(Record {
+                warm: Some(w),
+                disks,
+                ..Record::default()
+            })
+    }
+
+    fn abandon(&self, why: Option<String>, msg: String) -> Outcome<Action> {
+        self.end(
+            precopy::abandoned(&self.scope.vmm, &self.now, why),
+            None,
+            msg,
+        )
+    }
+
+    fn fail(&self, why: String) -> Outcome<Action> {
+        let msg = precopy::say::failed(self.n, &why);
+        self.abandon(Some(why), msg)
+    }
+
+    /// No round's snapshot recorded: a Job of an ended round goes first; a round starts when
+    /// due (its snapshot's name recorded before it is taken) and the cutover is not.
+    fn between(&self, job: &JobState) -> Option<Outcome<Action>> {
+        let vmm = &self.scope.vmm;
+        match job {
+            // A Job of a round that ended is still going: no other copy starts until it is gone.
+            JobState::Deleting => Some(self.waiting(
+                Step::Wait {
+                    requeue: self.scope.policy.wait_requeue,
+                },
+                say::old_round_deleting(),
+            )),
+            // A round's Job left by a crash after its round was recorded ended.
+            JobState::Running { .. } | JobState::Complete | JobState::Failed { .. } => {
+                Some(self.waiting(Step::Act(vec![Action::EndRound]), say::old_round_deleting()))
             }
+            JobState::Absent
+                if self.scope.world.source.is_none() && precopy::due(vmm, &self.w, &self.now) =>
+            {
+                let mut w = self.w.clone();
+                w.snapshot = Some(ferry_crds::SnapshotRecord {
+                    name: precopy::snapshot_name(vmm, self.n),
+                    moref: None,
+                    started_at: Some(self.now.clone()),
+                });
+                w.next_round_at = None;
+                Some(self.soon(w, precopy::say::taking_snapshot(self.n)))
+            }
+            JobState::Absent => None,
         }
-        JobState::Absent => match &seen.snapshot {
-            None => None,
-            Some(Err(p)) if p.transient => Some(Outcome::from_problem(scope, p, Some(CutOver))),
-            Some(Err(p)) => Some(fail(p.message.clone())),
-            // Someone else's snapshot under the round's name: neither read nor removed.
-            Some(Ok(warm::SnapshotSeen::Foreign(why))) => Some(Outcome::failure(
+    }
+
+    /// The round's Job completed: with every disk reported and the snapshot still ferry's,
+    /// the round counts and the change ids move on; else it failed.
+    fn copied(&self, seen: &RoundSeen, rec: &ferry_crds::SnapshotRecord) -> Outcome<Action> {
+        let vmm = &self.scope.vmm;
+        let all = (0..staged_keys(vmm).len()).all(|i| {
+            seen.reported
+                .as_ref()
+                .is_some_and(|r| r.disks.contains_key(&i))
+        });
+        match (&seen.reported, &seen.snapshot) {
+            (Some(reported), Some(Ok(warm::SnapshotSeen::Ours { disks, .. }))) if all => {
+                match precopy::completed(vmm, reported, disks, &self.now) {
+                    Ok((w, disks)) => self.end(w, Some(disks), precopy::say::ending(self.n)),
+                    Err(why) => self.fail(why),
+                }
+            }
+            (_, Some(Err(p))) if p.transient => Outcome::from_problem(self.scope, p, Some(CutOver)),
+            _ if !all => self.fail(say::no_report(&names::precopy_job_name(vmm))),
+            _ => self.fail(say::snapshot_gone(&rec.name)),
+        }
+    }
+
+    /// The round's snapshot recorded, no Job: take the snapshot, record its moref, then make
+    /// the Job — each once the last is seen done. Someone else's snapshot under the round's
+    /// name is neither read nor removed.
+    fn snapshot_step(
+        &self,
+        seen: &RoundSeen,
+        rec: ferry_crds::SnapshotRecord,
+    ) -> Option<Outcome<Action>> {
+        let (scope, n) = (self.scope, self.n);
+        match seen.snapshot.as_ref()? {
+            Err(p) if p.transient => Some(Outcome::from_problem(scope, p, Some(CutOver))),
+            Err(p) => Some(self.fail(p.message.clone())),
+            Ok(warm::SnapshotSeen::Foreign(why)) => Some(Outcome::failure(
                 Reason::SnapshotFailed,
                 why.clone(),
                 true,
                 Phase::CuttingOver,
                 CutOver,
             )),
-            Some(Ok(warm::SnapshotSeen::Absent { .. })) if rec.moref.is_some() => {
-                Some(fail(say::snapshot_gone(&rec.name)))
+            Ok(warm::SnapshotSeen::Absent { .. }) if rec.moref.is_some() => {
+                Some(self.fail(say::snapshot_gone(&rec.name)))
             }
-            Some(Ok(warm::SnapshotSeen::Absent { depth })) => match warm::chain_too_deep(*depth) {
-                Some(why) => Some(fail(why)),
-                None => Some(waiting(
+            Ok(warm::SnapshotSeen::Absent { depth }) => Some(match warm::chain_too_deep(*depth) {
+                Some(why) => self.fail(why),
+                None => self.waiting(
                     Step::Act(vec![Action::TakeSnapshot]),
                     precopy::say::taking_snapshot(n),
-                )),
-            },
-            Some(Ok(warm::SnapshotSeen::Ours { moref, disks })) => {
-                if rec.moref.is_none() {
-                    let mut w = w.clone();
-                    w.snapshot = Some(ferry_crds::SnapshotRecord {
-                        moref: Some(moref.clone()),
-                        ..rec
-                    });
-                    return Some(waiting(soon, precopy::say::taking_snapshot(n)).recording(
-                        Record {
-                            warm: Some(w),
-                            ..Record::default()
-                        },
-                    ));
-                }
-                match precopy::volumes(vmm, &scope.world.block, disks) {
-                    Ok(_) => Some(waiting(
+                ),
+            }),
+            Ok(warm::SnapshotSeen::Ours { moref, .. }) if rec.moref.is_none() => {
+                let mut w = self.w.clone();
+                w.snapshot = Some(ferry_crds::SnapshotRecord {
+                    moref: Some(moref.clone()),
+                    ..rec
+                });
+                Some(self.soon(w, precopy::say::taking_snapshot(n)))
+            }
+            Ok(warm::SnapshotSeen::Ours { disks, .. }) => Some(
+                match precopy::volumes(&scope.vmm, &scope.world.block, disks) {
+                    Ok(_) => self.waiting(
                         Step::Act(vec![Action::CreateRoundJob]),
                         precopy::say::copying(n, scope.disk_count()),
-                    )),
-                    Err(why) => Some(fail(why)),
-                }
-            }
-        },
+                    ),
+                    Err(why) => self.fail(why),
+                },
+            ),
+        }
     }
 }
 
