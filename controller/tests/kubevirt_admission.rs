@@ -21,10 +21,9 @@ use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_controller::children::virtual_machine::virtual_machine;
 use ferry_crds::fixtures::migration;
 use ferry_crds::{
-    DiscoveredDisk, DiscoveredNic, DiscoveredSource, DiskBus, DiskController, Firmware,
-    InstancetypeKind, InstancetypeRef, MultusNetwork, NetworkMapping, NicDeviceType, NicModel,
-    PodNetwork, PreferenceKind, PreferenceRef, TargetTemplate, VirtualMachineMigration,
-    VirtualMachineMigrationStatus,
+    DiscoveredDisk, DiscoveredSource, DiskBus, DiskController, Firmware, InstancetypeKind,
+    InstancetypeRef, MultusNetwork, NetworkMapping, NicModel, PodNetwork, PreferenceKind,
+    PreferenceRef, TargetTemplate, VirtualMachineMigration, VirtualMachineMigrationStatus,
 };
 use ferry_harness::{Lab, TestNamespace, run_state_dir};
 use kube::api::{Api, DynamicObject, PostParams};
@@ -50,39 +49,12 @@ fn kubevirt_lab() -> &'static Lab {
     })
 }
 
-const SOURCE_UUID: &str = "42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d";
+use ferry_crds::fixtures::SOURCE_UUID;
 
 /// A discovered source like vcsim's: EFI without Secure Boot, 2 vCPUs, 2 GiB, two disks on
 /// paravirtual SCSI, two vmxnet3 NICs on two networks.
 fn source() -> DiscoveredSource {
-    let nic = |mac: &str, network: &str| DiscoveredNic {
-        mac: mac.into(),
-        network: network.into(),
-        device_type: Some(NicDeviceType::Vmxnet3),
-    };
-    DiscoveredSource {
-        name: Some("DC0_H0_VM0".into()),
-        uuid: Some(SOURCE_UUID.into()),
-        firmware: Some(Firmware::Efi),
-        secure_boot: Some(false),
-        num_cpu: Some(2),
-        memory_mib: Some(2048),
-        guest_id: Some("otherLinux64Guest".into()),
-        disks: (0..2)
-            .map(|i| DiscoveredDisk {
-                key: 2000 + i,
-                datastore_path: format!("[LocalDS_0] DC0_H0_VM0/disk{i}.vmdk"),
-                capacity_bytes: 1 << 30,
-                controller: Some(DiskController::Pvscsi),
-                ..Default::default()
-            })
-            .collect(),
-        nics: vec![
-            nic("00:50:56:aa:bb:01", "VM Network"),
-            nic("00:50:56:aa:bb:02", "DVS0"),
-        ],
-        ..Default::default()
-    }
+    ferry_crds::fixtures::discovered_source()
 }
 
 /// The VirtualMachine the controller creates for a migration in `ns` whose discovery found

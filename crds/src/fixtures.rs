@@ -11,8 +11,48 @@ use crate::{
     Reason, SecretRef, SourceEndpoint, SourceSpec, StagingSpec, TargetSpec,
     VirtualMachineMigration, VirtualMachineMigrationSpec, VirtualMachineMigrationStatus,
     VmSelector, WaveSource, WaveTemplate, WaveVm, condition, names,
-    source::{DiscoveredSource, PowerPolicy},
+    source::{
+        DiscoveredDisk, DiscoveredNic, DiscoveredSource, DiskController, Firmware, NicDeviceType,
+        PowerPolicy,
+    },
 };
+
+/// The BIOS UUID of [`discovered_source`].
+pub const SOURCE_UUID: &str = "42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d";
+
+/// What discovery finds of vcsim's `DC0_H0_VM0` made richer: EFI without Secure Boot, 2 vCPUs,
+/// 2 GiB, two 1 GiB disks on a paravirtual SCSI controller, two vmxnet3 NICs (`VM Network`,
+/// `DVS0`).
+pub fn discovered_source() -> DiscoveredSource {
+    let nic = |mac: &str, network: &str| DiscoveredNic {
+        mac: mac.into(),
+        network: network.into(),
+        device_type: Some(NicDeviceType::Vmxnet3),
+    };
+    DiscoveredSource {
+        name: Some("DC0_H0_VM0".into()),
+        uuid: Some(SOURCE_UUID.into()),
+        firmware: Some(Firmware::Efi),
+        secure_boot: Some(false),
+        num_cpu: Some(2),
+        memory_mib: Some(2048),
+        guest_id: Some("otherLinux64Guest".into()),
+        disks: (0..2)
+            .map(|i| DiscoveredDisk {
+                key: 2000 + i,
+                datastore_path: format!("[LocalDS_0] DC0_H0_VM0/disk{i}.vmdk"),
+                capacity_bytes: 1 << 30,
+                controller: Some(DiskController::Pvscsi),
+                ..Default::default()
+            })
+            .collect(),
+        nics: vec![
+            nic("00:50:56:aa:bb:01", "VM Network"),
+            nic("00:50:56:aa:bb:02", "DVS0"),
+        ],
+        ..Default::default()
+    }
+}
 
 /// A SHA-1 thumbprint in vSphere's format.
 pub const THUMBPRINT: &str = "AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01";

@@ -213,10 +213,7 @@ fn scheduling(vmi_spec: &mut Value, placement: &ferry_crds::VmPlacement) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_crds::{
-        DiscoveredDisk, DiskBus, DiskController, MultusNetwork, NicDeviceType, PodNetwork,
-        fixtures::migration,
-    };
+    use ferry_crds::{DiskBus, MultusNetwork, NicDeviceType, PodNetwork, fixtures::migration};
 
     fn nic(mac: &str, network: &str) -> DiscoveredNic {
         DiscoveredNic {
@@ -227,29 +224,7 @@ mod tests {
     }
 
     fn source() -> DiscoveredSource {
-        DiscoveredSource {
-            name: Some("DC0_H0_VM0".into()),
-            uuid: Some("42265e3b-3d1b-4b6b-9d58-2c8a9f0b1c2d".into()),
-            firmware: Some(Firmware::Efi),
-            secure_boot: Some(false),
-            num_cpu: Some(2),
-            memory_mib: Some(2048),
-            guest_id: Some("otherLinux64Guest".into()),
-            disks: (0..2)
-                .map(|i| DiscoveredDisk {
-                    key: 2000 + i,
-                    datastore_path: format!("[ds] d{i}.vmdk"),
-                    capacity_bytes: 1 << 26,
-                    controller: Some(DiskController::Pvscsi),
-                    ..Default::default()
-                })
-                .collect(),
-            nics: vec![
-                nic("00:50:56:aa:bb:01", "VM Network"),
-                nic("00:50:56:aa:bb:02", "DVS0"),
-            ],
-            ..Default::default()
-        }
+        ferry_crds::fixtures::discovered_source()
     }
 
     fn discovered(source: DiscoveredSource) -> VirtualMachineMigration {
