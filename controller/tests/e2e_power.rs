@@ -140,7 +140,7 @@ fn on_cancel_or_failure(mut vmm: VirtualMachineMigration) -> VirtualMachineMigra
 }
 
 fn restore_of(v: &VirtualMachineMigration) -> Option<SourcePowerRestore> {
-    v.status.as_ref()?.source_power_restore.clone()
+    v.status.as_ref()?.source_power_restore.as_deref().cloned()
 }
 
 /// Waits until `name` has ended and its power-on (if any) too.

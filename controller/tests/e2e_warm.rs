@@ -391,7 +391,7 @@ async fn a_warm_wave_precopies_every_vm_then_cuts_them_over_within_max_in_flight
 fn warm_of(v: &ferry_crds::VirtualMachineMigration) -> ferry_crds::WarmStatus {
     v.status
         .as_ref()
-        .and_then(|s| s.warm.clone())
+        .and_then(|s| s.warm.as_deref().cloned())
         .unwrap_or_default()
 }
 

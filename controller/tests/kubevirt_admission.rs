@@ -64,7 +64,7 @@ fn ferry_vm(ns: &str, src: DiscoveredSource, target: TargetTemplate) -> VirtualM
     vmm.metadata.namespace = Some(ns.into());
     vmm.spec.target.template = target;
     vmm.status = Some(VirtualMachineMigrationStatus {
-        source: Some(src),
+        source: Some(Box::new(src)),
         ..Default::default()
     });
     virtual_machine(&vmm).expect("ferry builds the VirtualMachine")

@@ -223,7 +223,7 @@ impl VirtualMachineMigration {
     /// With `n` discovered disks of 64 MiB and their per-disk status.
     pub fn with_disks(mut self, n: usize) -> Self {
         let status = self.status_mut();
-        let source = status.source.get_or_insert_with(DiscoveredSource::default);
+        let source = status.source.get_or_insert_with(Default::default);
         source.disks = (0..n)
             .map(|i| crate::DiscoveredDisk {
                 key: 2000 + i as i32,
@@ -247,7 +247,7 @@ impl VirtualMachineMigration {
     pub fn with_discovered_name(mut self, name: &str) -> Self {
         self.status_mut()
             .source
-            .get_or_insert_with(DiscoveredSource::default)
+            .get_or_insert_with(Default::default)
             .name = Some(name.into());
         self
     }

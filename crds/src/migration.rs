@@ -202,6 +202,10 @@ pub struct LastFailure {
 }
 
 /// Observed state of a migration, written only by the controller through the status subresource.
+// The large parts that many copies lack or that caches cut away (the discovered source, the
+// power-on record, the warm and staging records) are boxed: the controller's cache and the
+// cockpit hold one copy per migration of the fleet, and inline they cost 728 B each even when
+// absent. The schema and the JSON are the same.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineMigrationStatus {
@@ -223,7 +227,7 @@ pub struct VirtualMachineMigrationStatus {
 
     /// What the controller discovered about the source VM, including its original power state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<DiscoveredSource>,
+    pub source: Option<Box<DiscoveredSource>>,
 
     /// The last preflight: the concerns found about the source and the target before anything
     /// was touched. A Critical one not accepted holds the migration in Pending
@@ -239,7 +243,7 @@ pub struct VirtualMachineMigrationStatus {
     /// Ferry powering the source VM back on (cancel, failure under OnCancelOrFailure, delete):
     /// the target stopped first, then the source; how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_power_restore: Option<SourcePowerRestore>,
+    pub source_power_restore: Option<Box<SourcePowerRestore>>,
 
     /// Per-disk state, one entry per source disk.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -253,13 +257,13 @@ pub struct VirtualMachineMigrationStatus {
 
     /// A warm migration: its rounds, the snapshot it holds, its cutover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::WarmStatus>,
+    pub warm: Option<Box<crate::WarmStatus>>,
 
     /// What this attempt stages on and the keys it writes there: fixed when it leaves
     /// Preparing, so that cleanup removes what the migration made whatever `spec.staging` says
     /// later, and a retry after a change of `spec.staging` or `spec.conversion` starts over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staging: Option<StagingRecord>,
+    pub staging: Option<Box<StagingRecord>>,
 
     /// The objects ferry's own creates made for this migration, with the uid each create
     /// answered: an object under a child's name is ferry's only when it is recorded here (or,

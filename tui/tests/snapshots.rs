@@ -526,7 +526,7 @@ fn details_of_a_warm_migration_waiting_for_its_cutover() {
             precopy_interval_seconds: Some(600),
             ..ferry_crds::WarmSpec::default()
         });
-        o.status.as_mut().unwrap().warm = Some(ferry_crds::WarmStatus {
+        o.status.as_mut().unwrap().warm = Some(Box::new(ferry_crds::WarmStatus {
             rounds: 4,
             last_round_at: Some(ferry_crds::fixtures::ts(3300)),
             last_delta_bytes: Some(96 << 20),
@@ -535,7 +535,7 @@ fn details_of_a_warm_migration_waiting_for_its_cutover() {
             predicted_cutover_copy_seconds: Some(41),
             predicted_downtime_seconds: Some(161),
             ..ferry_crds::WarmStatus::default()
-        });
+        }));
         apply(s, [Action::MigrationApplied(C0, Box::new(o))]);
         apply(s, [Action::StartFilter]);
         for c in "warm-db".chars() {
@@ -696,12 +696,12 @@ fn with_warm_wave(s: &mut State) {
                     "precopied, waiting for the wave's cutover at {}",
                     cutover_at.0
                 ));
-                st.warm = Some(ferry_crds::WarmStatus {
+                st.warm = Some(Box::new(ferry_crds::WarmStatus {
                     rounds: 3,
                     last_round_at: Some(ferry_crds::fixtures::ts(3300)),
                     next_round_at: Some(ferry_crds::fixtures::ts(3900)),
                     ..ferry_crds::WarmStatus::default()
-                });
+                }));
             }
             o
         });

@@ -138,10 +138,10 @@ mod tests {
             datastore_path: path.into(),
             ..Default::default()
         };
-        vmm.status.get_or_insert_with(Default::default).source = Some(DiscoveredSource {
+        vmm.status.get_or_insert_with(Default::default).source = Some(Box::new(DiscoveredSource {
             disks: vec![disk("[san] web-1/a.vmdk"), disk("[nas] web-1/b.vmdk")],
             ..Default::default()
-        });
+        }));
         let on_san =
             serde_json::to_value(data_volume(&vmm, 0, 1 << 20, "s", None).unwrap()).unwrap();
         let storage = &on_san["spec"]["storage"];

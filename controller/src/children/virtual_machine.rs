@@ -230,7 +230,7 @@ mod tests {
     fn discovered(source: DiscoveredSource) -> VirtualMachineMigration {
         let mut vmm = migration("web-1");
         vmm.status = Some(ferry_crds::VirtualMachineMigrationStatus {
-            source: Some(source),
+            source: Some(Box::new(source)),
             ..Default::default()
         });
         vmm
@@ -469,7 +469,7 @@ mod tests {
             let mut src = source();
             let mut vmm = discovered(source());
             shape(&mut src, &mut vmm.spec.target.template.devices);
-            vmm.status.as_mut().unwrap().source = Some(src);
+            vmm.status.as_mut().unwrap().source = Some(Box::new(src));
             let d = domain_of(&vmm);
             assert!(
                 check(&d),

@@ -782,13 +782,14 @@ mod tests {
     fn decide_warm(seen: warm::SnapshotSeen) -> Outcome<Action> {
         let mut vmm = migration("m").with_disks(1).with_phase(Phase::Converting);
         vmm.spec.mode = ferry_crds::MigrationMode::Warm;
-        vmm.status.get_or_insert_with(Default::default).warm = Some(ferry_crds::WarmStatus {
-            snapshot: Some(ferry_crds::SnapshotRecord {
-                name: warm::snapshot_name(&vmm),
-                ..Default::default()
-            }),
-            ..ferry_crds::WarmStatus::default()
-        });
+        vmm.status.get_or_insert_with(Default::default).warm =
+            Some(Box::new(ferry_crds::WarmStatus {
+                snapshot: Some(ferry_crds::SnapshotRecord {
+                    name: warm::snapshot_name(&vmm),
+                    ..Default::default()
+                }),
+                ..ferry_crds::WarmStatus::default()
+            }));
         decide(&Scope {
             vmm,
             now: ts(0).0,

@@ -800,14 +800,14 @@ mod tests {
         vmm.spec.warm = Some(WarmSpec::default());
         let s = vmm.status.get_or_insert_with(Default::default);
         s.phase = Phase::CuttingOver;
-        s.source = Some(DiscoveredSource {
+        s.source = Some(Box::new(DiscoveredSource {
             moref: Some("vm-1".into()),
             disks: vec![DiscoveredDisk {
                 datastore_path: "[ds] vm/disk1.vmdk".into(),
                 ..DiscoveredDisk::default()
             }],
             ..DiscoveredSource::default()
-        });
+        }));
         s.disks = vec![DiskStatus {
             index: 0,
             staged_object: Some("k".into()),
@@ -857,18 +857,18 @@ mod tests {
         let mut vmm = warm_vmm();
         let t0 = fixtures::t0();
         let earlier = Time(t0.0.checked_sub(Duration::from_secs(7200)).unwrap());
-        vmm.status.as_mut().unwrap().warm = Some(ferry_crds::WarmStatus {
+        vmm.status.as_mut().unwrap().warm = Some(Box::new(ferry_crds::WarmStatus {
             rounds: 1,
             last_round_at: Some(earlier),
             ..Default::default()
-        });
+        }));
         // Due (an hour after the last round): its snapshot's name recorded first.
         let o = decide(&scope(vmm.clone(), round_seen(JobState::Absent, None)));
         let w = o.record.warm.clone().unwrap();
         let rec = w.snapshot.clone().expect("the round's snapshot named");
         assert!(rec.name.ends_with("-2"), "{}", rec.name);
         assert_eq!(o.conditions[0].reason, Reason::WaitingForCutover);
-        vmm.status.as_mut().unwrap().warm = Some(w);
+        vmm.status.as_mut().unwrap().warm = Some(Box::new(w));
         // Not there yet: taken.
         let o = decide(&scope(
             vmm.clone(),
@@ -892,7 +892,7 @@ mod tests {
             w.snapshot.as_ref().unwrap().moref.as_deref(),
             Some("snapshot-7")
         );
-        vmm.status.as_mut().unwrap().warm = Some(w);
+        vmm.status.as_mut().unwrap().warm = Some(Box::new(w));
         let o = decide(&scope(
             vmm.clone(),
             round_seen(JobState::Absent, Some(ours.clone())),
@@ -975,10 +975,10 @@ mod tests {
             "recorded first"
         );
         assert!(matches!(o.step, Step::Wait { .. }));
-        vmm.status.as_mut().unwrap().warm = Some(ferry_crds::WarmStatus {
+        vmm.status.as_mut().unwrap().warm = Some(Box::new(ferry_crds::WarmStatus {
             cutover_started_at: Some(fixtures::t0()),
             ..Default::default()
-        });
+        }));
         // Taken back after it began: the cutover goes on.
         vmm.spec.warm.as_mut().unwrap().cutover = false;
         let o = decide(&scope(vmm.clone(), on));

@@ -217,7 +217,7 @@ fn finished(vmm: &VirtualMachineMigration) -> Option<Intent> {
     let restoring = vmm
         .status
         .as_ref()
-        .is_some_and(|s| super::power::is_pending(s.source_power_restore.as_ref()));
+        .is_some_and(|s| super::power::is_pending(s.source_power_restore.as_deref()));
     Some(if restoring {
         Intent::RestorePower
     } else {
@@ -431,11 +431,11 @@ mod tests {
     fn a_retry_after_staging_or_conversion_changed_starts_over_and_removes_the_old_copies() {
         let mut vmm = failed_at(Phase::Importing).with_retry(1);
         if let Some(st) = vmm.status.as_mut() {
-            st.staging = Some(ferry_crds::StagingRecord {
+            st.staging = Some(Box::new(ferry_crds::StagingRecord {
                 location: vmm.spec.staging.clone(),
                 conversion: vmm.spec.conversion.clone(),
                 keys: vec!["k".into()],
-            });
+            }));
         }
         assert!(matches!(
             decide(&vmm),
@@ -477,7 +477,7 @@ mod tests {
         let pending = || {
             let mut vmm = failed_at(Phase::Validating);
             if let Some(s) = vmm.status.as_mut() {
-                s.source_power_restore = Some(restore(None));
+                s.source_power_restore = Some(Box::new(restore(None)));
             }
             vmm
         };
@@ -497,9 +497,9 @@ mod tests {
         ));
         let mut done = pending();
         if let Some(s) = done.status.as_mut() {
-            s.source_power_restore = Some(restore(Some(
+            s.source_power_restore = Some(Box::new(restore(Some(
                 ferry_crds::source::PowerRestoreResult::TargetStillRunning,
-            )));
+            ))));
         }
         assert_eq!(decide(&done), Intent::Settled, "an ended one is settled");
     }

@@ -449,7 +449,7 @@ async fn step<C: Checkpoint>(io: Io<'_>, now: &Time) -> Result<Stepped> {
     }
     // What this reconcile created, proved or deleted: recorded with its one status write.
     new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
-    let power_pending = power::is_pending(new.source_power_restore.as_ref());
+    let power_pending = power::is_pending(new.source_power_restore.as_deref());
     if power_pending {
         // A failure whose source is to be powered back on: the power rule goes on at once.
         requeue = Some(Duration::from_millis(50));

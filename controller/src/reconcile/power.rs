@@ -269,7 +269,7 @@ impl Report {
 
 /// The recorded power-on of `vmm`, if any.
 pub fn record(vmm: &VirtualMachineMigration) -> Option<&SourcePowerRestore> {
-    vmm.status.as_ref()?.source_power_restore.as_ref()
+    vmm.status.as_ref()?.source_power_restore.as_deref()
 }
 
 /// The power step of a cancel (`wanted`: the policy asks to restore power on a cancel), a

@@ -236,7 +236,7 @@ mod tests {
         let st = vmm.status.get_or_insert_with(Default::default);
         st.disks[0].device_key = Some(2000);
         st.disks[0].change_id = Some("old".into());
-        st.warm = Some(WarmStatus {
+        st.warm = Some(Box::new(WarmStatus {
             rounds: 1,
             last_round_at: Some(at(1_000)),
             snapshot: Some(SnapshotRecord {
@@ -245,7 +245,7 @@ mod tests {
                 started_at: Some(at(1_600)),
             }),
             ..WarmStatus::default()
-        });
+        }));
         vmm
     }
 

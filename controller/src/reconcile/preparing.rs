@@ -279,7 +279,7 @@ async fn taken_names(
 ) -> Result<(bool, Vec<Conflict>)> {
     // The target name is derived from the discovered name when the spec gives none.
     let mut probe = io.vmm.clone();
-    probe.status.get_or_insert_with(Default::default).source = Some(source.clone());
+    probe.status.get_or_insert_with(Default::default).source = Some(Box::new(source.clone()));
     let probe_io = Io { vmm: &probe, ..io };
     let target = world::conflict::<VirtualMachine>(probe_io, &names::vm_name(&probe)).await?;
     // A VM that poses as this migration's is a conflict like any other child's; anyone else's
@@ -798,7 +798,7 @@ mod tests {
     /// A migration whose first Preparing reconcile recorded the source as `power`.
     fn recorded(power: PowerState) -> VirtualMachineMigration {
         let mut vmm = migration("m");
-        vmm.status.get_or_insert_with(Default::default).source = Some(vm(power));
+        vmm.status.get_or_insert_with(Default::default).source = Some(Box::new(vm(power)));
         vmm
     }
 
@@ -1078,7 +1078,8 @@ mod tests {
     #[test]
     fn the_original_power_state_survives_our_own_power_off() {
         let mut vmm = migration("m");
-        vmm.status.get_or_insert_with(Default::default).source = Some(vm(PowerState::PoweredOn));
+        vmm.status.get_or_insert_with(Default::default).source =
+            Some(Box::new(vm(PowerState::PoweredOn)));
         let o = decide(&scope(vmm, Ok(facts(PowerState::PoweredOff)), 0));
         assert_eq!(
             o.step,

@@ -68,7 +68,7 @@ impl<W> Scope<W> {
 
     /// The discovered source, if Preparing recorded it.
     pub fn source(&self) -> Option<&DiscoveredSource> {
-        self.vmm.status.as_ref()?.source.as_ref()
+        self.vmm.status.as_ref()?.source.as_deref()
     }
 
     /// Number of disks discovered.

@@ -104,7 +104,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
         set(&mut s, generation, now, u);
     }
     if let Some(src) = &outcome.record.source {
-        s.source = Some(src.clone());
+        s.source = Some(Box::new(src.clone()));
     }
     if let Some(d) = &outcome.record.disks {
         s.disks = d.clone();
@@ -119,7 +119,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
         s.preflight = Some(p.clone());
     }
     if let Some(w) = &outcome.record.warm {
-        s.warm = Some(w.clone());
+        s.warm = Some(Box::new(w.clone()));
     }
 
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
@@ -127,7 +127,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     let reconciled = match &outcome.step {
         Step::Advance { to } => {
             if *to == Phase::Converting && s.staging.is_none() {
-                s.staging = Some(staging_record(vmm, &s));
+                s.staging = Some(Box::new(staging_record(vmm, &s)));
             }
             enter(&mut s, *to, now);
             if *to == Phase::Succeeded {
@@ -182,7 +182,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
                 format!("{phase} failed: {message}"),
             );
             if intents::restores_on_failure(vmm) {
-                s.source_power_restore = power::requested(vmm, now);
+                s.source_power_restore = power::requested(vmm, now).map(Box::new);
             }
             false
         }
@@ -401,7 +401,7 @@ pub fn cancelling(
         Reason::Cancelling,
         format!("cancelling in {phase}: {what}"),
     );
-    s.source_power_restore = record.cloned();
+    s.source_power_restore = record.cloned().map(Box::new);
     s.message = Some(format!("cancelling: {what}"));
     s.observed_generation = generation;
     s
@@ -458,7 +458,7 @@ pub fn with_power(
 ) {
     let Some(r) = record else { return };
     let before = power::record(vmm);
-    s.source_power_restore = Some(r.clone());
+    s.source_power_restore = Some(Box::new(r.clone()));
     let what = r.message.clone().unwrap_or_default();
     if before != Some(r) {
         s.message = Some(what.clone());
@@ -1026,7 +1026,7 @@ mod tests {
         let r = restore_record(None, "waiting for VirtualMachineInstance ns/x to be gone");
         let s = cancelling(&vmm, Some(&r), &t1());
         assert_eq!(s.phase, Phase::Validating);
-        assert_eq!(s.source_power_restore, Some(r.clone()));
+        assert_eq!(s.source_power_restore, Some(Box::new(r.clone())));
         let vmm = with_status(vmm, s);
         let (status, reason) = status_of(&vmm, ConditionType::Ready);
         assert_eq!((status, reason), (False, Reason::Cancelling));
@@ -1054,7 +1054,7 @@ mod tests {
                     retriable: true,
                     time: t0(),
                 });
-                s.source_power_restore = Some(restore_record(None, "waiting"));
+                s.source_power_restore = Some(Box::new(restore_record(None, "waiting")));
             }
             vmm
         };
@@ -1114,7 +1114,7 @@ mod tests {
             with_status(migration("m"), started(&migration("m"), &t0())).with_phase(Phase::Failed);
         let on = restore_record(Some(PowerRestoreResult::PoweredOn), "powered back on");
         let s = after_power(&vmm, Some(&on), &t1());
-        assert_eq!(s.source_power_restore, Some(on));
+        assert_eq!(s.source_power_restore, Some(Box::new(on)));
         assert_eq!(s.last_failure, None);
         assert_eq!(s.message.as_deref(), Some("powered back on"));
         assert_eq!(after_power(&vmm, None, &t1()).source_power_restore, None);

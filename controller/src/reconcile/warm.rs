@@ -143,7 +143,7 @@ pub fn chain_too_deep(depth: usize) -> Option<String> {
 pub fn status(vmm: &VirtualMachineMigration) -> WarmStatus {
     vmm.status
         .as_ref()
-        .and_then(|s| s.warm.clone())
+        .and_then(|s| s.warm.as_deref().cloned())
         .unwrap_or_default()
 }
 
@@ -267,10 +267,10 @@ mod tests {
     #[test]
     fn each_disks_frozen_file_and_change_id_are_recorded_in_device_order() {
         let mut vmm = fixtures::migration("m");
-        vmm.status.get_or_insert_with(Default::default).source = Some(DiscoveredSource {
+        vmm.status.get_or_insert_with(Default::default).source = Some(Box::new(DiscoveredSource {
             disks: vec![DiscoveredDisk::default(), DiscoveredDisk::default()],
             ..DiscoveredSource::default()
-        });
+        }));
         assert!(!disks_recorded(&vmm));
         let frozen = |i: i32| SnapshotDisk {
             key: 2000 + i,

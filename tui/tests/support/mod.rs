@@ -810,13 +810,13 @@ pub fn demo_wave() -> Vec<VirtualMachineMigration> {
             retriable: true,
             time: ts(failed_at),
         });
-        s.source_power_restore = Some(SourcePowerRestore {
+        s.source_power_restore = Some(Box::new(SourcePowerRestore {
             requested_at: ts(failed_at),
             target_stopping_since: None,
             result: Some(PowerRestoreResult::PoweredOn),
             finished_at: Some(ts(failed_at + 12)),
             message: None,
-        });
+        }));
     }
     let (vm4, _) = vm(
         4,
