@@ -393,7 +393,8 @@ impl Env {
             .unwrap()
     }
 
-    /// Starts the sim, scoped to the namespace, running Job commands from target/debug.
+    /// Starts the sim, scoped to the namespace, running Job commands from target/debug; on a lab
+    /// with KubeVirt's own virt-controller, as its node only (`--kubevirt real`).
     pub fn start_sim(&mut self) {
         let (ctl, sim) = binaries();
         let mut cmd = Command::new(sim);
@@ -405,6 +406,12 @@ impl Env {
             .arg("--bin-dir")
             .arg(ctl.parent().unwrap())
             .args(&self.sim_args)
+            // KubeVirt's own virt-controller runs in this lab: the sim plays only the node.
+            .args(if self.lab.info.kubevirt.is_some() {
+                &["--kubevirt", "real"][..]
+            } else {
+                &[][..]
+            })
             .env("RUST_LOG", "info,kube=warn")
             .stdout(self.log_append("sim"))
             .stderr(self.log_append("sim"));

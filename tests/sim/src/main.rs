@@ -66,6 +66,11 @@ struct Cli {
     /// How often the Node is looked at (and taken over when the endpoint it names is gone).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     node_status_update_frequency: std::time::Duration,
+    /// Who plays KubeVirt's control plane: `sim` (the sim: VMIs from VMs, VM status, the node)
+    /// or `real` (KubeVirt's own virt-api and virt-controller run, as in `ferry-lab --kubevirt`;
+    /// the sim plays only the node: virt-handler and the virt-launcher pod).
+    #[arg(long, default_value = "sim", value_parser = ["sim", "real"])]
+    kubevirt: String,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -134,6 +139,11 @@ async fn main() -> anyhow::Result<()> {
             client_ca,
             serving: cli.tls_cert_file.zip(cli.tls_private_key_file),
             status_every: cli.node_status_update_frequency,
+        },
+        kubevirt: if cli.kubevirt == "real" {
+            ferry_sim::KubeVirt::Real
+        } else {
+            ferry_sim::KubeVirt::Sim
         },
     };
     Sim::new(client, settings).run(shutdown()).await?;

@@ -15,7 +15,19 @@ use tracing::info;
 use crate::clock::Speed;
 use crate::faults::Rates;
 use crate::volumes::Volumes;
-use crate::{Result, datavolumes, jobs, kubelet, node, pvcs, vms};
+use crate::{Result, datavolumes, handler, jobs, kubelet, node, pvcs, vms};
+
+/// Who plays KubeVirt's control plane.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KubeVirt {
+    /// The sim plays it whole: VMIs from VMs, VM status, and the node (`vms.rs`).
+    #[default]
+    Sim,
+    /// KubeVirt's own virt-api and virt-controller run (`ferry-lab --kubevirt`): the sim plays
+    /// only the node, virt-handler and the launcher pod (`handler.rs`), and keeps the Node's
+    /// virt-handler heartbeat fresh.
+    Real,
+}
 
 /// Everything the command line decides.
 #[derive(Clone, Debug)]
@@ -35,6 +47,8 @@ pub struct Settings {
     pub node_name: String,
     /// The node's kubelet endpoint (`pods/log`).
     pub kubelet: kubelet::Config,
+    /// Who plays KubeVirt's control plane.
+    pub kubevirt: KubeVirt,
 }
 
 /// Shared state of the running sim.
@@ -91,11 +105,16 @@ impl Sim {
         let endpoint = kubelet::bind(&self.settings.kubelet, &self.settings.node_name).await?;
         let port = endpoint.port;
         let kubelet = endpoint.serve(self.clone());
-        let node = node::run(self.clone(), port, self.settings.kubelet.status_every);
+        let real = self.settings.kubevirt == KubeVirt::Real;
+        let node = node::run(self.clone(), port, self.settings.kubelet.status_every, real);
         let pvc_store = pvcs::Pvcs::start(self.clone());
         let dvs = datavolumes::run(self.clone(), pvc_store.clone());
         let jobs = jobs::run(self.clone());
-        let vms = vms::run(self.clone(), pvc_store.clone());
+        let vms: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = if real {
+            Box::pin(handler::run(self.clone()))
+        } else {
+            Box::pin(vms::run(self.clone(), pvc_store.clone()))
+        };
         info!(
             scope = self
                 .settings
@@ -104,6 +123,7 @@ impl Sim {
                 .unwrap_or("all namespaces"),
             speed = self.settings.speed.factor(),
             kubelet_port = port,
+            kubevirt = ?self.settings.kubevirt,
             "ferry-sim running"
         );
         tokio::select! {
