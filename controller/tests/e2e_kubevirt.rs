@@ -37,14 +37,15 @@ use ferry_harness::{Lab, eventually, run_state_dir};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 
-/// The lab of this test binary, with KubeVirt; it stops when the test process exits.
+/// The lab of this test binary, with KubeVirt and a vcsim VM for each test; it stops when the
+/// test process exits.
 fn kubevirt_lab() -> &'static Lab {
     static LAB: OnceLock<Lab> = OnceLock::new();
     LAB.get_or_init(|| {
-        let lab = Lab::start_with_kubevirt(&run_state_dir("e2e-kubevirt"), 2)
+        let lab = Lab::start_with_kubevirt(&run_state_dir("e2e-kubevirt"), 3)
             .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"));
         let kv = lab
             .info
@@ -289,6 +290,10 @@ async fn leftovers(env: &Env) -> Option<Vec<String>> {
 /// `kubevirt-controller` kubeconfig.
 const VIRT_CONTROLLER: &str = "system:serviceaccount:kubevirt:kubevirt-controller";
 
+/// Who the sim is when it writes what virt-handler writes (`lab.json`
+/// `kubevirt.handlerKubeconfig`).
+const VIRT_HANDLER: &str = "system:serviceaccount:kubevirt:kubevirt-handler";
+
 /// The virt-launcher pods in the test's namespace.
 async fn launcher_pods(env: &Env) -> Vec<Pod> {
     let pods: Api<Pod> = env.ns.api();
@@ -355,8 +360,13 @@ async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
     );
     assert_eq!(vm.spec.run_strategy.as_deref(), Some("Always"));
 
-    // The instance is the VM's, Running on the sim's node, its agent connected.
-    let vmis: Api<VirtualMachineInstance> = env.ns.api();
+    // The instance is the VM's, Running on the sim's node, Ready (virt-controller's, from the
+    // launcher pod), and its agent connects (virt-handler's).
+    let vmis: Api<DynamicObject> = Api::namespaced_with(
+        env.ns.client.clone(),
+        &env.ns.name,
+        &ApiResource::erase::<VirtualMachineInstance>(&()),
+    );
     let vmi = vmis.get(&vm_name).await.unwrap();
     let owner = vmi
         .owner_references()
@@ -368,23 +378,26 @@ async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
         (owner.kind.as_str(), Some(owner.uid.as_str())),
         ("VirtualMachine", vm.uid().as_deref())
     );
-    let vmi_status = vmi.status.clone().unwrap();
-    let vmi_json = serde_json::to_value(&vmi).unwrap();
-    assert_eq!(vmi_json["status"]["phase"], "Running", "{vmi_json}");
-    assert_eq!(vmi_json["status"]["nodeName"], "sim-node", "{vmi_json}");
-    let cond = |t: &str| {
-        vmi_status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .map(|c| c.status.clone())
+    let status = &vmi.data["status"];
+    assert_eq!(status["phase"], "Running", "{status}");
+    assert_eq!(status["nodeName"], "sim-node", "{status}");
+    let condition = |status: &serde_json::Value, t: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .map(|c| c["status"].clone())
     };
-    assert_eq!(cond("Ready").as_deref(), Some("True"), "{vmi_json}");
-    assert_eq!(
-        cond("AgentConnected").as_deref(),
-        Some("True"),
-        "{vmi_json}"
-    );
+    assert_eq!(condition(status, "Ready"), Some("True".into()), "{status}");
+    let agent = eventually(
+        "the guest agent connected",
+        Duration::from_secs(30),
+        || async {
+            let vmi = vmis.get(&vm_name).await.ok()?;
+            (condition(&vmi.data["status"], "AgentConnected") == Some("True".into())).then_some(())
+        },
+    )
+    .await;
+    assert!(agent.is_ok(), "logs in {}", env.scratch.display());
 
     // virt-controller made the instance and its launcher pod; the sim only bound the pod to
     // its node and ran it.
@@ -400,6 +413,15 @@ async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
             .iter()
             .any(|(verb, _, _)| verb == "create"),
         "the sim (lab admin) created no VMI"
+    );
+    // The instance's Running and agent are virt-handler's writes, as virt-handler's
+    // ServiceAccount (virt-api drops a VMI status change of anyone else's).
+    let handled = requests_of(&env, VIRT_HANDLER, "virtualmachineinstances");
+    assert!(
+        handled.iter().any(|(verb, name, code)| verb == "patch"
+            && name.as_deref() == Some(vm_name.as_str())
+            && *code == 200),
+        "the sim wrote the VMI as virt-handler: {handled:?}"
     );
     let made_pods = requests_of(&env, VIRT_CONTROLLER, "pods");
     assert!(

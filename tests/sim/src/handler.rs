@@ -25,7 +25,7 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::clock;
-use crate::conditions::{self, Flavour};
+use crate::conditions;
 use crate::kubevirt::{
     PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
     VirtualMachineInstanceStatus, phase,
@@ -139,8 +139,49 @@ impl Decision {
     }
 }
 
-/// Whether the pod's `nodeSelector` and required node affinity let it on `node`, by the same
-/// filter as a VMI's (`scheduling::fits`). Pure.
+/// The machine types virt-handler's node labeller finds on the sim's host and labels
+/// `machine-type.node.kubevirt.io/<type>=true` (`prepareLabels`,
+/// `pkg/virt-handler/node-labeller/node_labeller.go`, from libvirt's capabilities): guessed, those
+/// of CentOS Stream 9's QEMU in KubeVirt v1.8's virt-launcher, `q35` its alias; KubeVirt's default
+/// `emulatedMachines` (`q35*`, `pc-q35*`, `pkg/virt-config/virt-config.go`) admits all of them.
+/// virt-controller selects the VMI's machine type (`WithMachineType`,
+/// `pkg/virt-controller/services/nodeselectorrenderer.go`).
+pub const MACHINE_TYPES: &[&str] = &[
+    "q35",
+    "pc-q35-rhel9.6.0",
+    "pc-q35-rhel9.4.0",
+    "pc-q35-rhel9.2.0",
+    "pc-q35-rhel9.0.0",
+    "pc-q35-rhel8.6.0",
+    "pc-q35-rhel8.5.0",
+    "pc-q35-rhel8.4.0",
+    "pc-q35-rhel8.3.0",
+    "pc-q35-rhel8.2.0",
+    "pc-q35-rhel8.1.0",
+    "pc-q35-rhel8.0.0",
+    "pc-q35-rhel7.6.0",
+];
+
+/// The labels virt-handler puts on its node: the heartbeat's and the node labeller's machine
+/// types. Pure.
+pub fn handler_labels() -> BTreeMap<String, String> {
+    let mut l: BTreeMap<String, String> = [
+        ("kubevirt.io/schedulable", "true"),
+        ("cpumanager", "false"),
+        ("kubevirt.io/cpumanager", "false"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    for m in MACHINE_TYPES {
+        l.insert(format!("machine-type.node.kubevirt.io/{m}"), "true".into());
+    }
+    l
+}
+
+/// Whether the pod's `nodeSelector` and required node affinity let it on `node`, labelled as
+/// the kubelet and virt-handler label it, by the same filter as a VMI's
+/// (`scheduling::fits_labels`). Pure.
 pub fn pod_fits(spec: &PodSpec, node: &str) -> bool {
     let mut rest = serde_json::Map::new();
     if let Some(s) = &spec.node_selector
@@ -153,12 +194,15 @@ pub fn pod_fits(spec: &PodSpec, node: &str) -> bool {
     {
         rest.insert("affinity".into(), v);
     }
-    scheduling::fits(
+    let mut labels = scheduling::node_labels(node);
+    labels.extend(handler_labels());
+    scheduling::fits_labels(
         &VirtualMachineInstanceSpec {
             volumes: vec![],
             rest,
         },
         node,
+        &labels,
     )
 }
 
@@ -390,7 +434,7 @@ pub fn decide(
     now: Timestamp,
 ) -> Decision {
     let now_t = Time(now);
-    let now_s = clock::format(now);
+    let now_s = kubevirt_time(now);
     let vst = vmi.status.clone().unwrap_or_default();
     let pst = pod.status.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
@@ -528,16 +572,15 @@ pub fn decide(
             if waited < t.agent {
                 return Decision::wait(t.agent - waited);
             }
+            // As virt-handler adds it (`vm.go`, the agent channel connected): a probe time, no
+            // transition time.
             let mut s = vst;
-            conditions::set(
-                &mut s.conditions,
-                Flavour::KubeVirt,
-                "AgentConnected",
-                true,
-                "",
-                "",
-                &now_s,
-            );
+            s.conditions.push(conditions::Condition {
+                type_: "AgentConnected".into(),
+                status: "True".into(),
+                last_probe_time: Some(now_s),
+                ..conditions::Condition::default()
+            });
             s.guest_os_info = Some(serde_json::json!({
                 "id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"
             }));
@@ -548,20 +591,23 @@ pub fn decide(
     }
 }
 
-/// virt-handler's heartbeat patch of its Node (`HeartBeat.do` in
-/// `pkg/virt-handler/heartbeat/heartbeat.go`): schedulable, no CPU manager, the time. Pure.
-pub fn heartbeat(now: Timestamp) -> serde_json::Value {
-    // metav1.Time marshals whole seconds.
-    let at = now
-        .round(k8s_openapi::jiff::Unit::Second)
+/// A time as KubeVirt writes it (`metav1.Time`: whole seconds, truncated). virt-controller's VMI
+/// patches `test` the conditions as it serialises them (`prepareVMIPatch`,
+/// `pkg/virt-controller/watch/vmi/lifecycle.go`): a condition the sim wrote with milliseconds
+/// would fail every one of them. Pure.
+pub fn kubevirt_time(now: Timestamp) -> String {
+    Timestamp::from_second(now.as_second())
         .unwrap_or(now)
-        .to_string();
+        .to_string()
+}
+
+/// virt-handler's heartbeat patch of its Node (`HeartBeat.do` in
+/// `pkg/virt-handler/heartbeat/heartbeat.go`): schedulable, no CPU manager, the time; with the
+/// node labeller's machine types (sent apart by virt-handler, here in one patch). Pure.
+pub fn heartbeat(now: Timestamp) -> serde_json::Value {
+    let at = kubevirt_time(now);
     serde_json::json!({"metadata": {
-        "labels": {
-            "kubevirt.io/schedulable": "true",
-            "cpumanager": "false",
-            "kubevirt.io/cpumanager": "false",
-        },
+        "labels": handler_labels(),
         "annotations": {HEARTBEAT_ANNOTATION: at},
     }})
 }
@@ -705,6 +751,15 @@ async fn act(
             }
         }
         PodAction::Status(status) => {
+            if status.phase.as_deref() == Some("Pending") {
+                let spec = pod.spec.as_ref();
+                warn!(
+                    pod = %key,
+                    node_selector = ?spec.and_then(|s| s.node_selector.as_ref()),
+                    affinity = ?spec.and_then(|s| s.affinity.as_ref()),
+                    "launcher pod unschedulable"
+                );
+            }
             let patch = serde_json::json!({
                 "metadata": {"resourceVersion": pod.resource_version()},
                 "status": status,
@@ -732,19 +787,19 @@ async fn act(
         }
     }
     if let Some(status) = vmi_status {
-        // The VMI has no status subresource: virt-handler writes the object; the resource
-        // version keeps virt-controller's writes in between.
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": vmi.resource_version()},
-            "status": status,
-        });
-        sim.api::<VirtualMachineInstance>(&ns)
-            .patch(
-                &vmi.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        // The VMI has no status subresource: virt-handler writes the object, as itself (virt-api's
+        // VMI mutator restores the old status on anyone else's update).
+        let old = vmi.status.clone().unwrap_or_default();
+        let ops = vmi_patch(vmi.resource_version().as_deref(), &old, &status);
+        let url = format!(
+            "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{}",
+            vmi.name_any()
+        );
+        let req = http::Request::patch(url)
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(serde_json::to_vec(&ops)?)
+            .map_err(|e| Error::Invalid(format!("VMI patch request: {e}")))?;
+        sim.handler.request::<serde_json::Value>(req).await?;
         let old = vmi.status.as_ref().map(|s| s.phase.as_str());
         if old != Some(status.phase.as_str()) {
             info!(vmi = %format!("{ns}/{}", vmi.name_any()), phase = %status.phase, "VMI phase (virt-handler)");
@@ -753,6 +808,69 @@ async fn act(
         }
     }
     Ok(())
+}
+
+/// The JSON patch from `old` to `new` VMI status, touching only what virt-handler changed: the
+/// phase, the transition timestamps and conditions it appends, `reason`, `guestOSInfo`; guarded
+/// by a test of the resource version. A merge patch would write back every condition as the sim
+/// reads it, without the `null` times KubeVirt's schema keeps (`nullable`), and virt-controller's
+/// patches, which `test` the conditions as it serialises them (`prepareVMIPatch`), would all fail.
+/// An appended condition carries its unset times as `null`, as Go serialises `metav1.Time`. Pure.
+pub fn vmi_patch(
+    resource_version: Option<&str>,
+    old: &VirtualMachineInstanceStatus,
+    new: &VirtualMachineInstanceStatus,
+) -> Vec<serde_json::Value> {
+    use serde_json::{Value, json};
+    let mut ops = vec![];
+    if let Some(rv) = resource_version {
+        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+    }
+    if new.phase != old.phase {
+        ops.push(json!({"op": "add", "path": "/status/phase", "value": new.phase}));
+    }
+    if new.reason != old.reason {
+        ops.push(json!({"op": "add", "path": "/status/reason", "value": new.reason}));
+    }
+    let added: Vec<&PhaseTransition> = new
+        .phase_transition_timestamps
+        .iter()
+        .skip(old.phase_transition_timestamps.len())
+        .collect();
+    if old.phase_transition_timestamps.is_empty() && !added.is_empty() {
+        ops.push(json!({"op": "add", "path": "/status/phaseTransitionTimestamps", "value": added}));
+    } else {
+        for t in added {
+            ops.push(
+                json!({"op": "add", "path": "/status/phaseTransitionTimestamps/-", "value": t}),
+            );
+        }
+    }
+    let as_go = |c: &conditions::Condition| -> Value {
+        let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+        if let Some(m) = v.as_object_mut() {
+            m.entry("lastProbeTime").or_insert(Value::Null);
+            m.entry("lastTransitionTime").or_insert(Value::Null);
+        }
+        v
+    };
+    let appended: Vec<Value> = new
+        .conditions
+        .iter()
+        .filter(|c| conditions::find(&old.conditions, &c.type_).is_none())
+        .map(as_go)
+        .collect();
+    if old.conditions.is_empty() && !appended.is_empty() {
+        ops.push(json!({"op": "add", "path": "/status/conditions", "value": appended}));
+    } else {
+        for c in appended {
+            ops.push(json!({"op": "add", "path": "/status/conditions/-", "value": c}));
+        }
+    }
+    if new.guest_os_info != old.guest_os_info {
+        ops.push(json!({"op": "add", "path": "/status/guestOSInfo", "value": new.guest_os_info}));
+    }
+    ops
 }
 
 #[cfg(test)]
@@ -891,6 +1009,21 @@ mod tests {
             s.conditions.unwrap()[0].message.as_deref(),
             Some(UNSCHEDULABLE_FAULT)
         );
+    }
+
+    #[test]
+    fn a_pod_selecting_a_machine_type_the_node_labeller_found_fits() {
+        let mut p = pod();
+        let sel = p.spec.as_mut().unwrap().node_selector.as_mut().unwrap();
+        sel.insert("machine-type.node.kubevirt.io/q35".into(), "true".into());
+        sel.insert("kubernetes.io/arch".into(), "amd64".into());
+        assert!(pod_fits(p.spec.as_ref().unwrap(), "sim-node"));
+        let sel = p.spec.as_mut().unwrap().node_selector.as_mut().unwrap();
+        sel.insert(
+            "machine-type.node.kubevirt.io/pc-i440fx-rhel7.6.0".into(),
+            "true".into(),
+        );
+        assert!(!pod_fits(p.spec.as_ref().unwrap(), "sim-node"));
     }
 
     #[test]
@@ -1114,6 +1247,39 @@ mod tests {
     }
 
     #[test]
+    fn the_vmi_patch_appends_what_virt_handler_adds_and_rewrites_nothing_else() {
+        let mut old = vmi(phase::SCHEDULED, T0).status.unwrap();
+        // virt-controller's, kept as stored (its times null).
+        old.conditions.push(conditions::Condition {
+            type_: "DataVolumesReady".into(),
+            status: "True".into(),
+            ..conditions::Condition::default()
+        });
+        let mut new = old.clone();
+        enter(&mut new, phase::RUNNING, "2026-01-01T00:00:01Z");
+        new.conditions.push(conditions::Condition {
+            type_: "AgentConnected".into(),
+            status: "True".into(),
+            last_probe_time: Some("2026-01-01T00:00:01Z".into()),
+            ..conditions::Condition::default()
+        });
+        let ops = vmi_patch(Some("42"), &old, &new);
+        assert_eq!(
+            serde_json::Value::Array(ops),
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/status/phase", "value": "Running"},
+                {"op": "add", "path": "/status/phaseTransitionTimestamps/-", "value":
+                    {"phase": "Running", "phaseTransitionTimestamp": "2026-01-01T00:00:01Z"}},
+                {"op": "add", "path": "/status/conditions/-", "value":
+                    {"type": "AgentConnected", "status": "True",
+                     "lastProbeTime": "2026-01-01T00:00:01Z", "lastTransitionTime": null}},
+            ])
+        );
+        assert_eq!(vmi_patch(None, &old, &old), Vec::<serde_json::Value>::new());
+    }
+
+    #[test]
     fn fates_are_read_from_the_pods_annotations_once_decided() {
         let mut p = pod();
         assert_eq!(fates_of(&p), None);
@@ -1145,7 +1311,7 @@ mod tests {
         assert_eq!(h["metadata"]["labels"]["kubevirt.io/schedulable"], "true");
         assert_eq!(
             h["metadata"]["annotations"][HEARTBEAT_ANNOTATION],
-            "2026-01-01T00:00:01Z"
+            "2026-01-01T00:00:00Z"
         );
     }
 }

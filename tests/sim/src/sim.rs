@@ -54,6 +54,10 @@ pub struct Settings {
 /// Shared state of the running sim.
 pub struct Sim {
     pub client: Client,
+    /// Who writes what virt-handler writes (VMI status): `client` unless
+    /// `--virt-handler-kubeconfig` names virt-handler's ServiceAccount (virt-api's VMI mutator
+    /// keeps a status change only from KubeVirt's own ServiceAccounts).
+    pub handler: Client,
     pub settings: Settings,
     pub tasks: Arc<Tasks>,
 }
@@ -68,8 +72,14 @@ impl std::fmt::Debug for Sim {
 
 impl Sim {
     pub fn new(client: Client, settings: Settings) -> Arc<Sim> {
+        Sim::with_handler(client.clone(), client, settings)
+    }
+
+    /// Like [`Sim::new`], writing virt-handler's part as `handler`.
+    pub fn with_handler(client: Client, handler: Client, settings: Settings) -> Arc<Sim> {
         Arc::new(Sim {
             client,
+            handler,
             settings,
             tasks: Arc::new(Tasks::default()),
         })
