@@ -95,7 +95,7 @@ pub enum PodAction {
     /// Bind it to the node (`pods/binding`, the scheduler's write).
     Bind,
     /// Merge this status (strategic: conditions by type, others' kept).
-    Status(PodStatus),
+    Status(Box<PodStatus>),
     /// Delete it with grace 0 and its uid as precondition (the kubelet's status manager).
     Delete,
 }
@@ -460,7 +460,7 @@ pub fn decide(
             if have.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(msg)) {
                 return Decision::nothing();
             }
-            return Decision::pod(PodAction::Status(unschedulable(msg, &now_t)));
+            return Decision::pod(PodAction::Status(Box::new(unschedulable(msg, &now_t))));
         }
         let waited = since(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
         if waited < t.scheduling {
@@ -504,7 +504,7 @@ pub fn decide(
         }
         if !pod_final {
             let code = if vst.phase == phase::FAILED { 1 } else { 0 };
-            return Decision::pod(PodAction::Status(ended(pod, code, &now_t)));
+            return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
         }
         if pod.metadata.deletion_timestamp.is_some() {
             return Decision::pod(PodAction::Delete);
@@ -529,7 +529,7 @@ pub fn decide(
         if waited < t.scheduled {
             return Decision::wait(t.scheduled - waited);
         }
-        return Decision::pod(PodAction::Status(running(pod, &now_t)));
+        return Decision::pod(PodAction::Status(Box::new(running(pod, &now_t))));
     }
     // Running: keep Ready in step with the readiness gates virt-controller sets.
     let want = running(pod, &now_t);
@@ -540,11 +540,11 @@ pub fn decide(
             .map(|c| c.status.clone())
     };
     if ready(&want) != ready(&pst) {
-        return Decision::pod(PodAction::Status(want));
+        return Decision::pod(PodAction::Status(Box::new(want)));
     }
     if vst.is_final() {
         let code = if vst.phase == phase::FAILED { 1 } else { 0 };
-        return Decision::pod(PodAction::Status(ended(pod, code, &now_t)));
+        return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
     }
     let waited = since(vst.phase_since().and_then(clock::parse));
     match vst.phase.as_str() {
@@ -939,7 +939,8 @@ mod tests {
         p
     }
 
-    fn with_status(mut p: Pod, s: PodStatus) -> Pod {
+    fn with_status(mut p: Pod, s: impl std::borrow::Borrow<PodStatus>) -> Pod {
+        let s: PodStatus = s.borrow().clone();
         let mut old = p.status.take().unwrap_or_default();
         // Strategic merge: conditions by type.
         let mut conds = old.conditions.take().unwrap_or_default();
