@@ -299,9 +299,17 @@ func (l *lab) kubevirtInstall(ctx context.Context) (func(), error) {
 		Namespace(kubevirtNamespace).Patch(ctx, "kubevirt", types.MergePatchType, []byte(status), metav1.PatchOptions{FieldManager: "ferry-lab"}, "status"); err != nil {
 		return nil, fmt.Errorf("KubeVirt status: %w", err)
 	}
+	// virt-handler is played by ferry-sim (--kubevirt real); it writes VMI status, which virt-api's
+	// VMI mutator keeps only from KubeVirt's ServiceAccounts (it restores the old status of anyone
+	// else's update, pkg/virt-api/webhooks/mutating-webhook/mutators/vmi-mutator.go), so it needs
+	// virt-handler's ServiceAccount. ferry-kubevirt manifests prints no virt-handler RBAC: this
+	// role grants what the sim writes as virt-handler, the VMIs, and no more.
+	if err := l.kubevirtApply(ctx, handlerRBAC()); err != nil {
+		return nil, err
+	}
 	// Each component as its own ServiceAccount: virt-api's admitters tell virt-controller's
 	// and virt-handler's writes by their names.
-	for _, sa := range []string{"kubevirt-apiserver", "kubevirt-controller"} {
+	for _, sa := range []string{"kubevirt-apiserver", "kubevirt-controller", kubevirtHandlerSA} {
 		ttl := int64(kubevirtTokenTTL / time.Second)
 		tr, err := l.kube.CoreV1().ServiceAccounts(kubevirtNamespace).CreateToken(ctx, sa,
 			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
@@ -314,6 +322,32 @@ func (l *lab) kubevirtInstall(ctx context.Context) (func(), error) {
 	}
 	progress("kubevirt: %d CRDs, %d RBAC objects, KubeVirt %s/kubevirt Deployed", len(crds), len(rbac), kubevirtNamespace)
 	return nil, nil
+}
+
+// kubevirtHandlerSA is virt-handler's ServiceAccount name (components.HandlerServiceAccountName).
+const kubevirtHandlerSA = "kubevirt-handler"
+
+// handlerRBAC is the ServiceAccount kubevirt/kubevirt-handler and a ClusterRole of the lab's own
+// (ferry-lab-virt-handler, not virt-operator's kubevirt-handler) to read and update VMIs.
+func handlerRBAC() []*unstructured.Unstructured {
+	const role = "ferry-lab-virt-handler"
+	return []*unstructured.Unstructured{{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ServiceAccount",
+		"metadata": map[string]any{"name": kubevirtHandlerSA, "namespace": kubevirtNamespace},
+	}}, {Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": role},
+		"rules": []any{map[string]any{
+			"apiGroups": []any{"kubevirt.io"},
+			"resources": []any{"virtualmachineinstances"},
+			"verbs":     []any{"get", "list", "watch", "update", "patch"},
+		}},
+	}}, {Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": role},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": kubevirtHandlerSA, "namespace": kubevirtNamespace}},
+	}}}
 }
 
 func (l *lab) waitEstablished(ctx context.Context, name string) error {
@@ -490,12 +524,16 @@ type kubevirtInfo struct {
 	VirtAPI        string `json:"virtApi"`
 	VirtController string `json:"virtController"`
 	CAFile         string `json:"caFile"`
+	// HandlerKubeconfig: a token of ServiceAccount kubevirt/kubevirt-handler, for whoever plays
+	// virt-handler (ferry-sim --kubevirt real --virt-handler-kubeconfig).
+	HandlerKubeconfig string `json:"handlerKubeconfig"`
 }
 
 func (l *lab) kubevirtInfo() (any, error) {
 	return kubevirtInfo{
 		Version: l.kv.version, Namespace: kubevirtNamespace, VirtAPI: l.virtAPIURL(),
 		VirtController: l.virtControllerURL(), CAFile: l.kvPath("kubevirt-ca.crt"),
+		HandlerKubeconfig: l.kvPath(kubevirtHandlerSA + ".kubeconfig"),
 	}, nil
 }
 

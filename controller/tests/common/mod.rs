@@ -393,7 +393,9 @@ impl Env {
             .unwrap()
     }
 
-    /// Starts the sim, scoped to the namespace, running Job commands from target/debug.
+    /// Starts the sim, scoped to the namespace, running Job commands from target/debug; on a lab
+    /// with KubeVirt's own virt-controller, as its node only (`--kubevirt real`), virt-handler's
+    /// writes as virt-handler's ServiceAccount.
     pub fn start_sim(&mut self) {
         let (ctl, sim) = binaries();
         let mut cmd = Command::new(sim);
@@ -408,6 +410,14 @@ impl Env {
             .env("RUST_LOG", "info,kube=warn")
             .stdout(self.log_append("sim"))
             .stderr(self.log_append("sim"));
+        // KubeVirt's own virt-controller runs in this lab: the sim plays only the node, and
+        // writes VMI status as virt-handler's ServiceAccount.
+        if let Some(kv) = &self.lab.info.kubevirt {
+            cmd.args(["--kubevirt", "real"]);
+            if let Some(handler) = &kv.handler_kubeconfig {
+                cmd.arg("--virt-handler-kubeconfig").arg(handler);
+            }
+        }
         self.sim = Some(ChildGuard::spawn("ferry-sim", cmd).unwrap());
     }
 

@@ -40,6 +40,11 @@ pub struct KubeVirtInfo {
     pub virt_controller: String,
     /// PEM of the CA of their serving certificates.
     pub ca_file: PathBuf,
+    /// A kubeconfig with a token of ServiceAccount `kubevirt/kubevirt-handler`, for whoever
+    /// plays virt-handler (`ferry-sim --kubevirt real --virt-handler-kubeconfig`); absent from
+    /// the `lab.json` of an older lab.
+    #[serde(default)]
+    pub handler_kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

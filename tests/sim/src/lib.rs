@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod datavolumes;
 mod error;
 pub mod faults;
+pub mod handler;
 pub mod image;
 pub mod jobs;
 pub mod kubelet;
@@ -29,4 +30,4 @@ pub mod vms;
 pub mod volumes;
 
 pub use error::{Error, Result};
-pub use sim::{Settings, Sim};
+pub use sim::{KubeVirt, Settings, Sim};

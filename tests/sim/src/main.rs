@@ -66,6 +66,17 @@ struct Cli {
     /// How often the Node is looked at (and taken over when the endpoint it names is gone).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     node_status_update_frequency: std::time::Duration,
+    /// Who plays KubeVirt's control plane: `sim` (the sim: VMIs from VMs, VM status, the node)
+    /// or `real` (KubeVirt's own virt-api and virt-controller run, as in `ferry-lab --kubevirt`;
+    /// the sim plays only the node: virt-handler and the virt-launcher pod).
+    #[arg(long, default_value = "sim", value_parser = ["sim", "real"])]
+    kubevirt: String,
+    /// With `--kubevirt real`: the kubeconfig of virt-handler's ServiceAccount
+    /// (`kubevirt/kubevirt-handler`; the lab's is `lab.json` `kubevirt.handlerKubeconfig`), as
+    /// which VMI status is written: virt-api keeps a VMI status change only from KubeVirt's own
+    /// ServiceAccounts. Default: `--kubeconfig`'s user (whose VMI status writes virt-api drops).
+    #[arg(long)]
+    virt_handler_kubeconfig: Option<PathBuf>,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -98,12 +109,12 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&cli.volume_dir)
         .with_context(|| format!("creating {}", cli.volume_dir.display()))?;
     let config = match &cli.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
-        }
+        Some(path) => kubeconfig(path).await?,
         None => kube::Config::infer().await?,
+    };
+    let handler = match &cli.virt_handler_kubeconfig {
+        Some(path) => Some(kube::Client::try_from(kubeconfig(path).await?)?),
+        None => None,
     };
     // The kubelet's --client-ca-file; in a kubeadm cluster it is the cluster CA, which the
     // kubeconfig names for the apiserver.
@@ -135,9 +146,22 @@ async fn main() -> anyhow::Result<()> {
             serving: cli.tls_cert_file.zip(cli.tls_private_key_file),
             status_every: cli.node_status_update_frequency,
         },
+        kubevirt: if cli.kubevirt == "real" {
+            ferry_sim::KubeVirt::Real
+        } else {
+            ferry_sim::KubeVirt::Sim
+        },
     };
-    Sim::new(client, settings).run(shutdown()).await?;
+    let handler = handler.unwrap_or_else(|| client.clone());
+    Sim::with_handler(client, handler, settings)
+        .run(shutdown())
+        .await?;
     Ok(())
+}
+
+async fn kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Config> {
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
 }
 
 /// `10s`, `500ms`, `2m`, or plain seconds.

@@ -171,11 +171,29 @@ pub async fn sync(sim: &Sim, port: u16, take_over: bool) -> Result<Plan> {
 
 /// Registers the Node, then looks at it every `every` until the sim ends. Errors are logged and
 /// the next look tries again (a sim without the right to write Nodes runs on, without logs).
-pub async fn run(sim: Arc<Sim>, port: u16, every: Duration) {
+/// With `heartbeat` (KubeVirt's own virt-controller runs) each look also sends virt-handler's
+/// heartbeat (`handler::heartbeat`), more often than its 1 min (`heartBeatInterval` in
+/// `pkg/virt-handler/vm.go`).
+pub async fn run(sim: Arc<Sim>, port: u16, every: Duration, heartbeat: bool) {
     let mut first = true;
     let mut warned = false;
     loop {
-        match sync(&sim, port, first).await {
+        let looked = sync(&sim, port, first).await;
+        if heartbeat && matches!(looked, Ok(Plan::Create | Plan::TakeOver | Plan::Keep)) {
+            let api: Api<Node> = Api::all(sim.client.clone());
+            let patch = crate::handler::heartbeat(clock::now());
+            if let Err(e) = api
+                .patch(
+                    &sim.settings.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                warn!(node = %sim.settings.node_name, error = %e, "virt-handler heartbeat");
+            }
+        }
+        match looked {
             Ok(Plan::Foreign) if !warned => {
                 warn!(
                     node = %sim.settings.node_name,

@@ -31,7 +31,16 @@ pub fn node_labels(node: &str) -> BTreeMap<String, String> {
 
 /// Whether the VMI's pod may run on `node`. Pure.
 pub fn fits(spec: &VirtualMachineInstanceSpec, node: &str) -> bool {
-    let labels = node_labels(node);
+    fits_labels(spec, node, &node_labels(node))
+}
+
+/// Whether a pod of `spec`'s `nodeSelector` and `affinity` may run on `node` labelled `labels`.
+/// Pure.
+pub fn fits_labels(
+    spec: &VirtualMachineInstanceSpec,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     let selector: BTreeMap<String, String> = spec
         .rest
         .get("nodeSelector")
@@ -48,7 +57,7 @@ pub fn fits(spec: &VirtualMachineInstanceSpec, node: &str) -> bool {
         .and_then(|a| a.node_affinity)
         .and_then(|n| n.required_during_scheduling_ignored_during_execution);
     // Terms are ORed; an empty list of terms matches no node.
-    required.is_none_or(|r| r.node_selector_terms.iter().any(|t| term(t, node, &labels)))
+    required.is_none_or(|r| r.node_selector_terms.iter().any(|t| term(t, node, labels)))
 }
 
 /// One term: its expressions and fields all hold; a term with neither matches nothing.

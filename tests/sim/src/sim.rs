@@ -15,7 +15,19 @@ use tracing::info;
 use crate::clock::Speed;
 use crate::faults::Rates;
 use crate::volumes::Volumes;
-use crate::{Result, datavolumes, jobs, kubelet, node, pvcs, vms};
+use crate::{Result, datavolumes, handler, jobs, kubelet, node, pvcs, vms};
+
+/// Who plays KubeVirt's control plane.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KubeVirt {
+    /// The sim plays it whole: VMIs from VMs, VM status, and the node (`vms.rs`).
+    #[default]
+    Sim,
+    /// KubeVirt's own virt-api and virt-controller run (`ferry-lab --kubevirt`): the sim plays
+    /// only the node, virt-handler and the launcher pod (`handler.rs`), and keeps the Node's
+    /// virt-handler heartbeat fresh.
+    Real,
+}
 
 /// Everything the command line decides.
 #[derive(Clone, Debug)]
@@ -35,11 +47,17 @@ pub struct Settings {
     pub node_name: String,
     /// The node's kubelet endpoint (`pods/log`).
     pub kubelet: kubelet::Config,
+    /// Who plays KubeVirt's control plane.
+    pub kubevirt: KubeVirt,
 }
 
 /// Shared state of the running sim.
 pub struct Sim {
     pub client: Client,
+    /// Who writes what virt-handler writes (VMI status): `client` unless
+    /// `--virt-handler-kubeconfig` names virt-handler's ServiceAccount (virt-api's VMI mutator
+    /// keeps a status change only from KubeVirt's own ServiceAccounts).
+    pub handler: Client,
     pub settings: Settings,
     pub tasks: Arc<Tasks>,
 }
@@ -54,8 +72,14 @@ impl std::fmt::Debug for Sim {
 
 impl Sim {
     pub fn new(client: Client, settings: Settings) -> Arc<Sim> {
+        Sim::with_handler(client.clone(), client, settings)
+    }
+
+    /// Like [`Sim::new`], writing virt-handler's part as `handler`.
+    pub fn with_handler(client: Client, handler: Client, settings: Settings) -> Arc<Sim> {
         Arc::new(Sim {
             client,
+            handler,
             settings,
             tasks: Arc::new(Tasks::default()),
         })
@@ -91,11 +115,16 @@ impl Sim {
         let endpoint = kubelet::bind(&self.settings.kubelet, &self.settings.node_name).await?;
         let port = endpoint.port;
         let kubelet = endpoint.serve(self.clone());
-        let node = node::run(self.clone(), port, self.settings.kubelet.status_every);
+        let real = self.settings.kubevirt == KubeVirt::Real;
+        let node = node::run(self.clone(), port, self.settings.kubelet.status_every, real);
         let pvc_store = pvcs::Pvcs::start(self.clone());
         let dvs = datavolumes::run(self.clone(), pvc_store.clone());
         let jobs = jobs::run(self.clone());
-        let vms = vms::run(self.clone(), pvc_store.clone());
+        let vms: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = if real {
+            Box::pin(handler::run(self.clone()))
+        } else {
+            Box::pin(vms::run(self.clone(), pvc_store.clone()))
+        };
         info!(
             scope = self
                 .settings
@@ -104,6 +133,7 @@ impl Sim {
                 .unwrap_or("all namespaces"),
             speed = self.settings.speed.factor(),
             kubelet_port = port,
+            kubevirt = ?self.settings.kubevirt,
             "ferry-sim running"
         );
         tokio::select! {

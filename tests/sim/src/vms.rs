@@ -756,7 +756,8 @@ fn error_policy(_vm: Arc<VirtualMachine>, e: &Error, _ctx: Arc<Ctx>) -> Action {
     Action::requeue(Duration::from_secs(1))
 }
 
-fn child_of(vm: &VirtualMachine) -> Child<'_> {
+/// The VM as a child for fault lookups (its migration owner, or itself).
+pub fn child_of(vm: &VirtualMachine) -> Child<'_> {
     Child {
         api_version: "kubevirt.io/v1",
         kind: "VirtualMachine",
@@ -768,7 +769,11 @@ fn child_of(vm: &VirtualMachine) -> Child<'_> {
     }
 }
 
-async fn fates(sim: &Sim, vm: &VirtualMachine) -> Result<BTreeMap<String, String>> {
+/// The fault fates of the VM's next instance, as annotations (`vmi`, `agent`, `stop`); taking
+/// a `once` fault records it as fired. `--kubevirt real` writes them on the launcher pod.
+///
+/// Errors: recording a fired fault failed.
+pub async fn fates(sim: &Sim, vm: &VirtualMachine) -> Result<BTreeMap<String, String>> {
     let mut faults = match Faults::load(&sim.client, &child_of(vm)).await {
         Ok(f) => f,
         Err(e) => {

@@ -1,0 +1,1318 @@
+//! The node in a lab that runs KubeVirt's own virt-controller (`--kubevirt real`): the scheduler
+//! binding the virt-launcher pod virt-controller makes, the kubelet running it, and virt-handler
+//! writing what it writes of the VMI (`Running`, the guest agent, the guest's shutdown).
+//! virt-controller creates the VMI and its pod, moves it to `Scheduling` and `Scheduled`, syncs
+//! `Ready` from the pod and removes its finalizer; none of that is played here.
+//!
+//! A pod's fault fate is decided once, when the sim first sees it, and written on it as
+//! annotations: every later decision is a pure function of the VMI, its pod and the clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use crate::clock;
+use crate::conditions;
+use crate::kubevirt::{
+    PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
+    VirtualMachineInstanceStatus, phase,
+};
+use crate::scheduling;
+use crate::sim::Sim;
+use crate::vms::{
+    AGENT_FATE_ANNOTATION, STOP_FATE_ANNOTATION, Timing, VMI_FATE_ANNOTATION, grace_seconds,
+};
+use crate::{Error, Result};
+
+/// virt-controller's label on launcher pods (`AppLabel`, `podLabels` in
+/// `pkg/virt-controller/services/template.go`).
+pub const LAUNCHER_SELECTOR: &str = "kubevirt.io=virt-launcher";
+/// The launcher's container whose state virt-controller reads (`IsPodReady` in
+/// `pkg/controller/controller.go`).
+pub const COMPUTE: &str = "compute";
+/// Marks a pod whose fault fates were decided (the fates themselves may be none).
+pub const FATED_ANNOTATION: &str = "sim.ferry.example/fated";
+/// virt-handler's heartbeat on its Node (`VirtHandlerHeartbeat`); virt-controller's node
+/// controller fails the VMIs of a node whose heartbeat is older than 5 minutes.
+pub const HEARTBEAT_ANNOTATION: &str = "kubevirt.io/heartbeat";
+
+/// What the node does wrong for one pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fates {
+    /// The launcher fails once its VMI is `Scheduled`: the VMI ends `Failed`.
+    pub fail: bool,
+    /// The scheduler finds no room: the pod is never bound.
+    pub unschedulable: bool,
+    /// The guest agent never connects.
+    pub silent: bool,
+    pub stop: Option<StopFate>,
+}
+
+/// How the node answers when the guest is asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopFate {
+    /// Twice the grace.
+    Late,
+    /// Never: the VMI keeps running and its pod stays, as with a node that is gone.
+    Lost,
+}
+
+/// The pod's fates, `None` until decided. Pure.
+pub fn fates_of(pod: &Pod) -> Option<Fates> {
+    let a = pod.metadata.annotations.as_ref()?;
+    a.contains_key(FATED_ANNOTATION).then(|| {
+        let get = |k: &str| a.get(k).map(String::as_str);
+        Fates {
+            fail: get(VMI_FATE_ANNOTATION) == Some("fail"),
+            unschedulable: get(VMI_FATE_ANNOTATION) == Some("unschedulable"),
+            silent: get(AGENT_FATE_ANNOTATION) == Some("silent"),
+            stop: match get(STOP_FATE_ANNOTATION) {
+                Some("late") => Some(StopFate::Late),
+                Some("lost") => Some(StopFate::Lost),
+                _ => None,
+            },
+        }
+    })
+}
+
+/// What to do about the pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodAction {
+    Nothing,
+    /// Bind it to the node (`pods/binding`, the scheduler's write).
+    Bind,
+    /// Merge this status (strategic: conditions by type, others' kept).
+    Status(Box<PodStatus>),
+    /// Delete it with grace 0 and its uid as precondition (the kubelet's status manager).
+    Delete,
+}
+
+/// One decision for a VMI and its launcher pod: at most one write each, and when to look again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub pod: PodAction,
+    pub vmi: Option<VirtualMachineInstanceStatus>,
+    pub requeue: Option<Duration>,
+}
+
+impl Decision {
+    fn wait(d: Duration) -> Decision {
+        Decision {
+            pod: PodAction::Nothing,
+            vmi: None,
+            requeue: Some(d.max(Duration::from_millis(10))),
+        }
+    }
+    fn nothing() -> Decision {
+        Decision {
+            pod: PodAction::Nothing,
+            vmi: None,
+            requeue: None,
+        }
+    }
+    fn pod(a: PodAction) -> Decision {
+        Decision {
+            pod: a,
+            vmi: None,
+            requeue: Some(Duration::from_millis(10)),
+        }
+    }
+    fn vmi(s: VirtualMachineInstanceStatus) -> Decision {
+        Decision {
+            pod: PodAction::Nothing,
+            vmi: Some(s),
+            requeue: Some(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// The machine types virt-handler's node labeller finds on the sim's host and labels
+/// `machine-type.node.kubevirt.io/<type>=true` (`prepareLabels`,
+/// `pkg/virt-handler/node-labeller/node_labeller.go`, from libvirt's capabilities): guessed, those
+/// of CentOS Stream 9's QEMU in KubeVirt v1.8's virt-launcher, `q35` its alias; KubeVirt's default
+/// `emulatedMachines` (`q35*`, `pc-q35*`, `pkg/virt-config/virt-config.go`) admits all of them.
+/// virt-controller selects the VMI's machine type (`WithMachineType`,
+/// `pkg/virt-controller/services/nodeselectorrenderer.go`).
+pub const MACHINE_TYPES: &[&str] = &[
+    "q35",
+    "pc-q35-rhel9.6.0",
+    "pc-q35-rhel9.4.0",
+    "pc-q35-rhel9.2.0",
+    "pc-q35-rhel9.0.0",
+    "pc-q35-rhel8.6.0",
+    "pc-q35-rhel8.5.0",
+    "pc-q35-rhel8.4.0",
+    "pc-q35-rhel8.3.0",
+    "pc-q35-rhel8.2.0",
+    "pc-q35-rhel8.1.0",
+    "pc-q35-rhel8.0.0",
+    "pc-q35-rhel7.6.0",
+];
+
+/// The labels virt-handler puts on its node: the heartbeat's and the node labeller's machine
+/// types. Pure.
+pub fn handler_labels() -> BTreeMap<String, String> {
+    let mut l: BTreeMap<String, String> = [
+        ("kubevirt.io/schedulable", "true"),
+        ("cpumanager", "false"),
+        ("kubevirt.io/cpumanager", "false"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    for m in MACHINE_TYPES {
+        l.insert(format!("machine-type.node.kubevirt.io/{m}"), "true".into());
+    }
+    l
+}
+
+/// Whether the pod's `nodeSelector` and required node affinity let it on `node`, labelled as
+/// the kubelet and virt-handler label it, by the same filter as a VMI's
+/// (`scheduling::fits_labels`). Pure.
+pub fn pod_fits(spec: &PodSpec, node: &str) -> bool {
+    let mut rest = serde_json::Map::new();
+    if let Some(s) = &spec.node_selector
+        && let Ok(v) = serde_json::to_value(s)
+    {
+        rest.insert("nodeSelector".into(), v);
+    }
+    if let Some(a) = &spec.affinity
+        && let Ok(v) = serde_json::to_value(a)
+    {
+        rest.insert("affinity".into(), v);
+    }
+    let mut labels = scheduling::node_labels(node);
+    labels.extend(handler_labels());
+    scheduling::fits_labels(
+        &VirtualMachineInstanceSpec {
+            volumes: vec![],
+            rest,
+        },
+        node,
+        &labels,
+    )
+}
+
+fn condition(pod: &Pod, type_: &str) -> Option<PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+fn pod_condition(
+    type_: &str,
+    status: bool,
+    reason: Option<&str>,
+    msg: Option<&str>,
+    now: &Time,
+) -> PodCondition {
+    PodCondition {
+        type_: type_.into(),
+        status: conditions::status_str(status).into(),
+        reason: reason.map(Into::into),
+        message: msg.map(Into::into),
+        last_transition_time: Some(now.clone()),
+        ..PodCondition::default()
+    }
+}
+
+/// A conditions list where only those that changed status are new (their transition time now).
+fn keep_times(pod: &Pod, mut want: Vec<PodCondition>) -> Vec<PodCondition> {
+    for c in &mut want {
+        if let Some(old) = condition(pod, &c.type_)
+            && old.status == c.status
+        {
+            c.last_transition_time = old.last_transition_time;
+        }
+    }
+    want
+}
+
+fn container_id(pod: &Pod) -> String {
+    format!("ferry-sim://{}", pod.uid().unwrap_or_default())
+}
+
+fn status_of(c: &Container, id: &str, state: ContainerState, ready: bool) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: String::new(),
+        container_id: Some(id.to_owned()),
+        ready,
+        started: Some(state.running.is_some()),
+        restart_count: 0,
+        state: Some(state),
+        ..ContainerStatus::default()
+    }
+}
+
+/// The launcher pod running, as the kubelet reports it: init containers completed, every
+/// container running and ready, `Ready` only when the readiness gates hold too (virt-controller's
+/// `kubevirt.io/virtual-machine-unpaused`; `GeneratePodReadyCondition` in
+/// `pkg/kubelet/status/generate.go`). Pure.
+pub fn running(pod: &Pod, now: &Time) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let id = container_id(pod);
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.clone())
+        .unwrap_or_else(|| now.clone());
+    let done = |c: &Container| {
+        status_of(
+            c,
+            &id,
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 0,
+                    reason: Some("Completed".into()),
+                    container_id: Some(id.clone()),
+                    started_at: Some(started.clone()),
+                    finished_at: Some(started.clone()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            },
+            false,
+        )
+    };
+    let run = |c: &Container| {
+        status_of(
+            c,
+            &id,
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(started.clone()),
+                }),
+                ..ContainerState::default()
+            },
+            true,
+        )
+    };
+    let gates = spec.readiness_gates.clone().unwrap_or_default();
+    let unmet: Vec<String> = gates
+        .iter()
+        .filter(|g| condition(pod, &g.condition_type).is_none_or(|c| c.status != "True"))
+        .map(|g| g.condition_type.clone())
+        .collect();
+    let ready = if unmet.is_empty() {
+        pod_condition("Ready", true, None, None, now)
+    } else {
+        let msg = format!(
+            "corresponding condition of pod readiness gate \"{}\" does not exist.",
+            unmet[0]
+        );
+        pod_condition(
+            "Ready",
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(&msg),
+            now,
+        )
+    };
+    let conditions = keep_times(
+        pod,
+        vec![
+            pod_condition("PodReadyToStartContainers", true, None, None, now),
+            pod_condition("Initialized", true, None, None, now),
+            ready,
+            pod_condition("ContainersReady", true, None, None, now),
+            pod_condition("PodScheduled", true, None, None, now),
+        ],
+    );
+    PodStatus {
+        phase: Some("Running".into()),
+        host_ip: Some("127.0.0.1".into()),
+        start_time: Some(started.clone()),
+        conditions: Some(conditions),
+        init_container_statuses: spec
+            .init_containers
+            .as_ref()
+            .map(|cs| cs.iter().map(done).collect()),
+        container_statuses: Some(spec.containers.iter().map(run).collect()),
+        ..PodStatus::default()
+    }
+}
+
+/// The launcher pod after its containers ended with `code` (virt-launcher exits once its domain
+/// is gone; restartPolicy Never). Pure.
+pub fn ended(pod: &Pod, code: i32, now: &Time) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let id = container_id(pod);
+    let started = pod.status.as_ref().and_then(|s| s.start_time.clone());
+    let end = |c: &Container| {
+        status_of(
+            c,
+            &id,
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                    container_id: Some(id.clone()),
+                    started_at: started.clone(),
+                    finished_at: Some(now.clone()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            },
+            false,
+        )
+    };
+    let conditions = keep_times(
+        pod,
+        vec![
+            pod_condition("PodReadyToStartContainers", false, None, None, now),
+            pod_condition("Ready", false, Some("PodCompleted"), None, now),
+            pod_condition("ContainersReady", false, Some("PodCompleted"), None, now),
+        ],
+    );
+    PodStatus {
+        phase: Some(if code == 0 { "Succeeded" } else { "Failed" }.into()),
+        host_ip: Some("127.0.0.1".into()),
+        start_time: started.clone(),
+        conditions: Some(conditions),
+        container_statuses: Some(spec.containers.iter().map(end).collect()),
+        ..PodStatus::default()
+    }
+}
+
+fn unschedulable(msg: &str, now: &Time) -> PodStatus {
+    PodStatus {
+        phase: Some("Pending".into()),
+        conditions: Some(vec![pod_condition(
+            "PodScheduled",
+            false,
+            Some("Unschedulable"),
+            Some(msg),
+            now,
+        )]),
+        ..PodStatus::default()
+    }
+}
+
+fn enter(s: &mut VirtualMachineInstanceStatus, phase: &str, now: &str) {
+    s.phase = phase.to_string();
+    s.phase_transition_timestamps.push(PhaseTransition {
+        phase: phase.to_string(),
+        phase_transition_timestamp: now.to_string(),
+    });
+}
+
+/// The injected scheduler message (as `vms::step_vmi` writes it on a VMI in the default mode).
+pub const UNSCHEDULABLE_FAULT: &str =
+    "0/1 nodes are available: 1 Insufficient devices.kubevirt.io/kvm (fault injected by ferry-sim)";
+
+/// Decides the next step of the node for `vmi` and its launcher `pod` (fates decided). Pure.
+///
+/// Guarantees: at most one write to each; a pod bound elsewhere, or a VMI in a phase
+/// virt-controller owns (`Pending`, `Scheduling`) with its pod not yet ours, is left alone;
+/// a guest stops no sooner than its grace after the deletion of its VMI or pod (twice that when
+/// `late`, never when `lost`); a pod goes only once its VMI's guest is down.
+pub fn decide(
+    vmi: &VirtualMachineInstance,
+    pod: &Pod,
+    fates: &Fates,
+    node: &str,
+    t: &Timing,
+    now: Timestamp,
+) -> Decision {
+    let now_t = Time(now);
+    let now_s = kubevirt_time(now);
+    let vst = vmi.status.clone().unwrap_or_default();
+    let pst = pod.status.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_phase = pst.phase.as_deref().unwrap_or("Pending");
+    let pod_final = pod_phase == "Succeeded" || pod_phase == "Failed";
+    let bound = spec.node_name.as_deref().filter(|n| !n.is_empty());
+    let since = |ts: Option<Timestamp>| clock::elapsed(ts.unwrap_or(now), now);
+
+    // The scheduler.
+    let Some(bound) = bound else {
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Decision::nothing();
+        }
+        let msg = if fates.unschedulable {
+            Some(UNSCHEDULABLE_FAULT)
+        } else if !pod_fits(&spec, node) {
+            Some(scheduling::NO_NODE_MATCHES)
+        } else {
+            None
+        };
+        if let Some(msg) = msg {
+            let have = condition(pod, "PodScheduled");
+            if have.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(msg)) {
+                return Decision::nothing();
+            }
+            return Decision::pod(PodAction::Status(Box::new(unschedulable(msg, &now_t))));
+        }
+        let waited = since(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        if waited < t.scheduling {
+            return Decision::wait(t.scheduling - waited);
+        }
+        return Decision::pod(PodAction::Bind);
+    };
+    if bound != node {
+        return Decision::nothing();
+    }
+
+    let guest = vst.phase == phase::SCHEDULED || vst.phase == phase::RUNNING;
+    // The guest is asked to stop by deleting its VMI (virt-handler) or its pod (the kubelet's
+    // SIGTERM to virt-launcher), whichever came first.
+    let stop_asked = [
+        vmi.metadata.deletion_timestamp.as_ref(),
+        pod.metadata.deletion_timestamp.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|t| t.0)
+    .min();
+    if let Some(asked) = stop_asked {
+        if fates.stop == Some(StopFate::Lost) {
+            return Decision::nothing();
+        }
+        if guest {
+            let periods = if fates.stop == Some(StopFate::Late) {
+                2
+            } else {
+                1
+            };
+            let grace = t.second * u32::try_from(grace_seconds(vmi) * periods).unwrap_or(u32::MAX);
+            let due = clock::add(asked, Duration::from_secs(1) + grace);
+            if now < due {
+                return Decision::wait(clock::elapsed(now, due));
+            }
+            let mut s = vst;
+            enter(&mut s, phase::SUCCEEDED, &now_s);
+            return Decision::vmi(s);
+        }
+        if !pod_final {
+            let code = if vst.phase == phase::FAILED { 1 } else { 0 };
+            return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Decision::pod(PodAction::Delete);
+        }
+        return Decision::nothing();
+    }
+
+    if pod_final {
+        // virt-launcher is gone: virt-handler reports the domain gone.
+        if guest {
+            let mut s = vst;
+            enter(&mut s, phase::FAILED, &now_s);
+            return Decision::vmi(s);
+        }
+        return Decision::nothing();
+    }
+    if pod_phase != "Running" {
+        let bound_at = condition(pod, "PodScheduled")
+            .and_then(|c| c.last_transition_time)
+            .map(|t| t.0);
+        let waited = since(bound_at);
+        if waited < t.scheduled {
+            return Decision::wait(t.scheduled - waited);
+        }
+        return Decision::pod(PodAction::Status(Box::new(running(pod, &now_t))));
+    }
+    // Running: keep Ready in step with the readiness gates virt-controller sets.
+    let want = running(pod, &now_t);
+    let ready = |s: &PodStatus| {
+        s.conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+    };
+    if ready(&want) != ready(&pst) {
+        return Decision::pod(PodAction::Status(Box::new(want)));
+    }
+    if vst.is_final() {
+        let code = if vst.phase == phase::FAILED { 1 } else { 0 };
+        return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
+    }
+    let waited = since(vst.phase_since().and_then(clock::parse));
+    match vst.phase.as_str() {
+        phase::SCHEDULED if fates.fail => {
+            if waited < t.fail_after {
+                return Decision::wait(t.fail_after - waited);
+            }
+            let mut s = vst;
+            enter(&mut s, phase::FAILED, &now_s);
+            s.reason = Some("FaultInjected".into());
+            Decision::vmi(s)
+        }
+        phase::SCHEDULED => {
+            if waited < t.pending {
+                return Decision::wait(t.pending - waited);
+            }
+            let mut s = vst;
+            enter(&mut s, phase::RUNNING, &now_s);
+            Decision::vmi(s)
+        }
+        phase::RUNNING => {
+            if fates.silent || conditions::is_true(&vst.conditions, "AgentConnected") {
+                return Decision::nothing();
+            }
+            if waited < t.agent {
+                return Decision::wait(t.agent - waited);
+            }
+            // As virt-handler adds it (`vm.go`, the agent channel connected): a probe time, no
+            // transition time.
+            let mut s = vst;
+            s.conditions.push(conditions::Condition {
+                type_: "AgentConnected".into(),
+                status: "True".into(),
+                last_probe_time: Some(now_s),
+                ..conditions::Condition::default()
+            });
+            s.guest_os_info = Some(serde_json::json!({
+                "id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"
+            }));
+            Decision::vmi(s)
+        }
+        // Pending, Scheduling: virt-controller's.
+        _ => Decision::nothing(),
+    }
+}
+
+/// A time as KubeVirt writes it (`metav1.Time`: whole seconds, truncated). virt-controller's VMI
+/// patches `test` the conditions as it serialises them (`prepareVMIPatch`,
+/// `pkg/virt-controller/watch/vmi/lifecycle.go`): a condition the sim wrote with milliseconds
+/// would fail every one of them. Pure.
+pub fn kubevirt_time(now: Timestamp) -> String {
+    Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
+}
+
+/// virt-handler's heartbeat patch of its Node (`HeartBeat.do` in
+/// `pkg/virt-handler/heartbeat/heartbeat.go`): schedulable, no CPU manager, the time; with the
+/// node labeller's machine types (sent apart by virt-handler, here in one patch). Pure.
+pub fn heartbeat(now: Timestamp) -> serde_json::Value {
+    let at = kubevirt_time(now);
+    serde_json::json!({"metadata": {
+        "labels": handler_labels(),
+        "annotations": {HEARTBEAT_ANNOTATION: at},
+    }})
+}
+
+struct Ctx {
+    sim: Arc<Sim>,
+    timing: Timing,
+}
+
+/// Runs the node's part for VMIs and their launcher pods until the watch ends.
+pub async fn run(sim: Arc<Sim>) {
+    let timing = Timing::at(sim.settings.speed);
+    let controller = Controller::new(
+        sim.scoped::<VirtualMachineInstance>(),
+        watcher::Config::default(),
+    )
+    .owns(
+        sim.scoped::<Pod>(),
+        watcher::Config::default().labels(LAUNCHER_SELECTOR),
+    );
+    let ctx = Arc::new(Ctx { sim, timing });
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(error = %e, "node reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_vmi: Arc<VirtualMachineInstance>, e: &Error, _ctx: Arc<Ctx>) -> Action {
+    match e {
+        Error::Kube(kube::Error::Api(s)) if s.code == 409 => {
+            debug!(error = %e, "node: conflict, again")
+        }
+        _ => warn!(error = %e, label = e.metric_label(), "node"),
+    }
+    Action::requeue(Duration::from_millis(500))
+}
+
+/// Whether `pod` is controlled by the VMI of `uid`.
+fn controlled_by(pod: &Pod, uid: &str) -> bool {
+    pod.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == "VirtualMachineInstance" && o.uid == uid)
+}
+
+/// Decides and writes the pod's fault fates, from its VMI's owner VM (and that VM's migration).
+async fn decide_fates(sim: &Sim, vmi: &VirtualMachineInstance, pod: &Pod) -> Result<()> {
+    let ns = pod.namespace().unwrap_or_default();
+    let vm_uid = vmi
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "VirtualMachine" && o.controller == Some(true))
+        .map(|o| (o.name.clone(), o.uid.clone()));
+    let mut anns = BTreeMap::new();
+    if let Some((name, uid)) = vm_uid
+        && let Some(vm) = sim.api::<VirtualMachine>(&ns).get_opt(&name).await?
+        && vm.uid().as_deref() == Some(uid.as_str())
+    {
+        anns = crate::vms::fates(sim, &vm).await?;
+    }
+    anns.insert(FATED_ANNOTATION.into(), "true".into());
+    let patch = serde_json::json!({"metadata": {"annotations": anns}});
+    sim.api::<Pod>(&ns)
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    if anns.len() > 1 {
+        info!(pod = %format!("{ns}/{}", pod.name_any()), fates = ?anns, "launcher pod fates");
+    }
+    Ok(())
+}
+
+async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Ctx>) -> Result<Action> {
+    let sim = &ctx.sim;
+    let ns = vmi.namespace().unwrap_or_default();
+    let uid = vmi.uid().unwrap_or_default();
+    let pods = sim
+        .api::<Pod>(&ns)
+        .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .await?;
+    let mut next: Option<Duration> = None;
+    for pod in pods.items.iter().filter(|p| controlled_by(p, &uid)) {
+        let Some(fates) = fates_of(pod) else {
+            decide_fates(sim, &vmi, pod).await?;
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        };
+        let d = decide(
+            &vmi,
+            pod,
+            &fates,
+            &sim.settings.node_name,
+            &ctx.timing,
+            clock::now(),
+        );
+        act(sim, &vmi, pod, d.pod, d.vmi).await?;
+        next = match (next, d.requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(next.map_or_else(Action::await_change, Action::requeue))
+}
+
+async fn act(
+    sim: &Sim,
+    vmi: &VirtualMachineInstance,
+    pod: &Pod,
+    pod_action: PodAction,
+    vmi_status: Option<VirtualMachineInstanceStatus>,
+) -> Result<()> {
+    let ns = pod.namespace().unwrap_or_default();
+    let pods: Api<Pod> = sim.api(&ns);
+    let name = pod.name_any();
+    let key = format!("{ns}/{name}");
+    match pod_action {
+        PodAction::Nothing => {}
+        PodAction::Bind => {
+            let binding = serde_json::json!({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "uid": pod.uid()},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": sim.settings.node_name},
+            });
+            match pods
+                .create_subresource::<_, serde_json::Value>(
+                    "binding",
+                    &name,
+                    &PostParams::default(),
+                    &binding,
+                )
+                .await
+            {
+                Ok(_) => info!(pod = %key, node = %sim.settings.node_name, "launcher pod bound"),
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        PodAction::Status(status) => {
+            if status.phase.as_deref() == Some("Pending") {
+                let spec = pod.spec.as_ref();
+                warn!(
+                    pod = %key,
+                    node_selector = ?spec.and_then(|s| s.node_selector.as_ref()),
+                    affinity = ?spec.and_then(|s| s.affinity.as_ref()),
+                    "launcher pod unschedulable"
+                );
+            }
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": pod.resource_version()},
+                "status": status,
+            });
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await?;
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) != status.phase.as_deref() {
+                info!(pod = %key, phase = ?status.phase, "launcher pod phase");
+            }
+        }
+        PodAction::Delete => {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: pod.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&name, &dp).await {
+                Ok(_) => info!(pod = %key, "launcher pod gone"),
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some(status) = vmi_status {
+        // The VMI has no status subresource: virt-handler writes the object, as itself (virt-api's
+        // VMI mutator restores the old status on anyone else's update).
+        let old = vmi.status.clone().unwrap_or_default();
+        let ops = vmi_patch(vmi.resource_version().as_deref(), &old, &status);
+        let url = format!(
+            "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{}",
+            vmi.name_any()
+        );
+        let req = http::Request::patch(url)
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(serde_json::to_vec(&ops)?)
+            .map_err(|e| Error::Invalid(format!("VMI patch request: {e}")))?;
+        sim.handler.request::<serde_json::Value>(req).await?;
+        let old = vmi.status.as_ref().map(|s| s.phase.as_str());
+        if old != Some(status.phase.as_str()) {
+            info!(vmi = %format!("{ns}/{}", vmi.name_any()), phase = %status.phase, "VMI phase (virt-handler)");
+        } else {
+            info!(vmi = %format!("{ns}/{}", vmi.name_any()), "guest agent connected");
+        }
+    }
+    Ok(())
+}
+
+/// The JSON patch from `old` to `new` VMI status, touching only what virt-handler changed: the
+/// phase, the transition timestamps and conditions it appends, `reason`, `guestOSInfo`; guarded
+/// by a test of the resource version. A merge patch would write back every condition as the sim
+/// reads it, without the `null` times KubeVirt's schema keeps (`nullable`), and virt-controller's
+/// patches, which `test` the conditions as it serialises them (`prepareVMIPatch`), would all fail.
+/// An appended condition carries its unset times as `null`, as Go serialises `metav1.Time`. Pure.
+pub fn vmi_patch(
+    resource_version: Option<&str>,
+    old: &VirtualMachineInstanceStatus,
+    new: &VirtualMachineInstanceStatus,
+) -> Vec<serde_json::Value> {
+    use serde_json::{Value, json};
+    let mut ops = vec![];
+    if let Some(rv) = resource_version {
+        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+    }
+    if new.phase != old.phase {
+        ops.push(json!({"op": "add", "path": "/status/phase", "value": new.phase}));
+    }
+    if new.reason != old.reason {
+        ops.push(json!({"op": "add", "path": "/status/reason", "value": new.reason}));
+    }
+    let added: Vec<&PhaseTransition> = new
+        .phase_transition_timestamps
+        .iter()
+        .skip(old.phase_transition_timestamps.len())
+        .collect();
+    if old.phase_transition_timestamps.is_empty() && !added.is_empty() {
+        ops.push(json!({"op": "add", "path": "/status/phaseTransitionTimestamps", "value": added}));
+    } else {
+        for t in added {
+            ops.push(
+                json!({"op": "add", "path": "/status/phaseTransitionTimestamps/-", "value": t}),
+            );
+        }
+    }
+    let as_go = |c: &conditions::Condition| -> Value {
+        let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+        if let Some(m) = v.as_object_mut() {
+            m.entry("lastProbeTime").or_insert(Value::Null);
+            m.entry("lastTransitionTime").or_insert(Value::Null);
+        }
+        v
+    };
+    let appended: Vec<Value> = new
+        .conditions
+        .iter()
+        .filter(|c| conditions::find(&old.conditions, &c.type_).is_none())
+        .map(as_go)
+        .collect();
+    if old.conditions.is_empty() && !appended.is_empty() {
+        ops.push(json!({"op": "add", "path": "/status/conditions", "value": appended}));
+    } else {
+        for c in appended {
+            ops.push(json!({"op": "add", "path": "/status/conditions/-", "value": c}));
+        }
+    }
+    if new.guest_os_info != old.guest_os_info {
+        ops.push(json!({"op": "add", "path": "/status/guestOSInfo", "value": new.guest_os_info}));
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::clock::Speed;
+
+    fn t() -> Timing {
+        Timing::at(Speed::new(1.0))
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+
+    fn vmi(phase: &str, since: &str) -> VirtualMachineInstance {
+        let mut v: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": "ns", "uid": "vmi-uid"},
+            "spec": {"terminationGracePeriodSeconds": 30, "domain": {}},
+        }))
+        .unwrap();
+        let mut s = VirtualMachineInstanceStatus {
+            node_name: Some("sim-node".into()),
+            ..VirtualMachineInstanceStatus::default()
+        };
+        enter(&mut s, phase, since);
+        v.status = Some(s);
+        v
+    }
+
+    /// virt-controller's launcher pod: unbound, a readiness gate, `compute` and a sidecar.
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "virt-launcher-vm1-abcde", "namespace": "ns", "uid": "pod-uid",
+                "creationTimestamp": T0,
+                "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": "vmi-uid"},
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                    "name": "vm1", "uid": "vmi-uid", "controller": true}]},
+            "spec": {
+                "nodeSelector": {"kubevirt.io/schedulable": "true"},
+                "readinessGates": [{"conditionType": "kubevirt.io/virtual-machine-unpaused"}],
+                "containers": [{"name": "compute", "image": "virt-launcher"},
+                               {"name": "guest-console-log", "image": "virt-launcher"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn bound(mut p: Pod, at_: &str) -> Pod {
+        p.spec.as_mut().unwrap().node_name = Some("sim-node".into());
+        p.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![pod_condition(
+                "PodScheduled",
+                true,
+                None,
+                None,
+                &Time(at(at_)),
+            )]),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    fn with_status(mut p: Pod, s: impl std::borrow::Borrow<PodStatus>) -> Pod {
+        let s: PodStatus = s.borrow().clone();
+        let mut old = p.status.take().unwrap_or_default();
+        // Strategic merge: conditions by type.
+        let mut conds = old.conditions.take().unwrap_or_default();
+        for c in s.conditions.clone().unwrap_or_default() {
+            conds.retain(|o| o.type_ != c.type_);
+            conds.push(c);
+        }
+        p.status = Some(PodStatus {
+            conditions: Some(conds),
+            ..s
+        });
+        p
+    }
+
+    fn decide_at(v: &VirtualMachineInstance, p: &Pod, f: &Fates, now: &str) -> Decision {
+        decide(v, p, f, "sim-node", &t(), at(now))
+    }
+
+    fn ready(p: &Pod) -> Option<String> {
+        condition(p, "Ready").map(|c| c.status)
+    }
+
+    #[test]
+    fn a_launcher_pod_that_fits_is_bound_after_the_schedulers_delay() {
+        let v = vmi(phase::SCHEDULING, T0);
+        let p = pod();
+        let none = Fates::default();
+        let d = decide_at(&v, &p, &none, "2026-01-01T00:00:00.200Z");
+        assert_eq!((d.pod, d.vmi), (PodAction::Nothing, None));
+        assert_eq!(d.requeue, Some(Duration::from_millis(800)));
+        assert_eq!(
+            decide_at(&v, &p, &none, "2026-01-01T00:00:01Z").pod,
+            PodAction::Bind
+        );
+    }
+
+    #[test]
+    fn a_pod_that_does_not_fit_or_is_fated_unschedulable_says_so_and_stays_unbound() {
+        let v = vmi(phase::SCHEDULING, T0);
+        let mut p = pod();
+        p.spec.as_mut().unwrap().node_selector = Some([("zone".to_owned(), "b".to_owned())].into());
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:05Z");
+        let PodAction::Status(s) = d.pod else {
+            panic!("{d:?}")
+        };
+        let c = &s.conditions.clone().unwrap()[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_deref()),
+            ("PodScheduled", "False", Some("Unschedulable"))
+        );
+        assert_eq!(c.message.as_deref(), Some(scheduling::NO_NODE_MATCHES));
+        // Said once.
+        let p = with_status(p, s);
+        assert_eq!(
+            decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:06Z"),
+            Decision::nothing()
+        );
+        let fated = Fates {
+            unschedulable: true,
+            ..Fates::default()
+        };
+        let d = decide_at(&v, &pod(), &fated, "2026-01-01T00:00:05Z");
+        let PodAction::Status(s) = d.pod else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            s.conditions.unwrap()[0].message.as_deref(),
+            Some(UNSCHEDULABLE_FAULT)
+        );
+    }
+
+    #[test]
+    fn a_pod_selecting_a_machine_type_the_node_labeller_found_fits() {
+        let mut p = pod();
+        let sel = p.spec.as_mut().unwrap().node_selector.as_mut().unwrap();
+        sel.insert("machine-type.node.kubevirt.io/q35".into(), "true".into());
+        sel.insert("kubernetes.io/arch".into(), "amd64".into());
+        assert!(pod_fits(p.spec.as_ref().unwrap(), "sim-node"));
+        let sel = p.spec.as_mut().unwrap().node_selector.as_mut().unwrap();
+        sel.insert(
+            "machine-type.node.kubevirt.io/pc-i440fx-rhel7.6.0".into(),
+            "true".into(),
+        );
+        assert!(!pod_fits(p.spec.as_ref().unwrap(), "sim-node"));
+    }
+
+    #[test]
+    fn a_pod_bound_elsewhere_is_another_nodes() {
+        let mut p = bound(pod(), T0);
+        p.spec.as_mut().unwrap().node_name = Some("other".into());
+        let d = decide_at(
+            &vmi(phase::SCHEDULING, T0),
+            &p,
+            &Fates::default(),
+            "2026-01-01T00:10:00Z",
+        );
+        assert_eq!(d, Decision::nothing());
+    }
+
+    #[test]
+    fn a_bound_pod_runs_and_is_ready_only_once_virt_controllers_gate_holds() {
+        let v = vmi(phase::SCHEDULING, T0);
+        let p = bound(pod(), T0);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:01Z");
+        assert_eq!(d.pod, PodAction::Nothing);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:02Z");
+        let PodAction::Status(s) = d.pod else {
+            panic!("{d:?}")
+        };
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        let cs = s.container_statuses.clone().unwrap();
+        assert!(
+            cs.iter()
+                .all(|c| c.ready && c.state.as_ref().unwrap().running.is_some())
+        );
+        let p = with_status(p, s);
+        assert_eq!(
+            ready(&p).as_deref(),
+            Some("False"),
+            "the gate is not there yet"
+        );
+        // virt-controller sets the gate's condition; the kubelet's Ready follows.
+        let gate = pod_condition(
+            "kubevirt.io/virtual-machine-unpaused",
+            true,
+            Some("NotPaused"),
+            None,
+            &Time(at(T0)),
+        );
+        let p = with_status(
+            p.clone(),
+            PodStatus {
+                conditions: Some(vec![gate]),
+                ..p.status.clone().unwrap()
+            },
+        );
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:03Z");
+        let PodAction::Status(s) = d.pod else {
+            panic!("{d:?}")
+        };
+        let p = with_status(p, s);
+        assert_eq!(ready(&p).as_deref(), Some("True"));
+        assert!(condition(&p, "kubevirt.io/virtual-machine-unpaused").is_some());
+        // Scheduling is virt-controller's to move.
+        assert_eq!(
+            decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:04Z"),
+            Decision::nothing()
+        );
+    }
+
+    fn running_pod() -> Pod {
+        let p = bound(pod(), T0);
+        let s = running(&p, &Time(at(T0)));
+        let mut p = with_status(p, s);
+        let gate = pod_condition(
+            "kubevirt.io/virtual-machine-unpaused",
+            true,
+            None,
+            None,
+            &Time(at(T0)),
+        );
+        let s = PodStatus {
+            conditions: Some(vec![gate]),
+            ..p.status.clone().unwrap()
+        };
+        p = with_status(p, s);
+        let s = running(&p, &Time(at(T0)));
+        with_status(p, s)
+    }
+
+    #[test]
+    fn a_scheduled_vmi_runs_then_its_agent_connects_unless_silent() {
+        let p = running_pod();
+        let v = vmi(phase::SCHEDULED, T0);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:00.100Z");
+        assert_eq!(d.vmi, None);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:01Z");
+        let s = d.vmi.unwrap();
+        assert_eq!(s.phase, phase::RUNNING);
+        assert_eq!(s.node_name.as_deref(), Some("sim-node"));
+        assert!(
+            conditions::find(&s.conditions, "Ready").is_none(),
+            "Ready is virt-controller's, from the pod"
+        );
+        let mut v = v;
+        v.status = Some(s);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:02Z");
+        assert_eq!(d.vmi, None);
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:04Z");
+        let s = d.vmi.unwrap();
+        assert!(conditions::is_true(&s.conditions, "AgentConnected"));
+        assert!(s.guest_os_info.is_some());
+        let silent = Fates {
+            silent: true,
+            ..Fates::default()
+        };
+        assert_eq!(
+            decide_at(&v, &p, &silent, "2026-01-01T01:00:00Z"),
+            Decision::nothing()
+        );
+    }
+
+    #[test]
+    fn a_failing_launcher_fails_its_vmi_then_the_pod_ends_failed() {
+        let p = running_pod();
+        let v = vmi(phase::SCHEDULED, T0);
+        let fail = Fates {
+            fail: true,
+            ..Fates::default()
+        };
+        let s = decide_at(&v, &p, &fail, "2026-01-01T00:00:01Z")
+            .vmi
+            .unwrap();
+        assert_eq!(
+            (s.phase.as_str(), s.reason.as_deref()),
+            (phase::FAILED, Some("FaultInjected"))
+        );
+        let mut v = v;
+        v.status = Some(s);
+        let d = decide_at(&v, &p, &fail, "2026-01-01T00:00:02Z");
+        let PodAction::Status(ps) = d.pod else {
+            panic!("{d:?}")
+        };
+        assert_eq!(ps.phase.as_deref(), Some("Failed"));
+        let code = ps.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap()
+            .exit_code;
+        assert_eq!(code, 1);
+    }
+
+    fn deleted(mut v: VirtualMachineInstance, when: &str) -> VirtualMachineInstance {
+        v.metadata.deletion_timestamp = Some(Time(at(when)));
+        v
+    }
+
+    #[test]
+    fn a_deleted_vmi_keeps_running_for_its_grace_then_succeeds_and_its_pod_goes() {
+        let p = running_pod();
+        let v = deleted(vmi(phase::RUNNING, T0), "2026-01-01T00:01:00Z");
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:10Z");
+        assert_eq!((d.pod, d.vmi), (PodAction::Nothing, None));
+        assert_eq!(d.requeue, Some(Duration::from_secs(21)));
+        let s = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:31Z")
+            .vmi
+            .unwrap();
+        assert_eq!(s.phase, phase::SUCCEEDED);
+        let mut v = v;
+        v.status = Some(s);
+        // virt-launcher exits 0 once the domain is gone.
+        let d = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:32Z");
+        let PodAction::Status(ps) = d.pod else {
+            panic!("{d:?}")
+        };
+        assert_eq!(ps.phase.as_deref(), Some("Succeeded"));
+        let mut p = with_status(p, ps);
+        // virt-controller deletes the pod; the kubelet lets it go.
+        p.metadata.deletion_timestamp = Some(Time(at("2026-01-01T00:01:33Z")));
+        assert_eq!(
+            decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:33Z").pod,
+            PodAction::Delete
+        );
+    }
+
+    #[test]
+    fn a_deleted_pod_stops_the_guest_after_the_grace_too() {
+        let mut p = running_pod();
+        p.metadata.deletion_timestamp = Some(Time(at("2026-01-01T00:01:00Z")));
+        let v = vmi(phase::RUNNING, T0);
+        assert_eq!(
+            decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:30Z").vmi,
+            None
+        );
+        let s = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:01:31Z")
+            .vmi
+            .unwrap();
+        assert_eq!(s.phase, phase::SUCCEEDED);
+    }
+
+    #[test]
+    fn a_late_node_takes_twice_the_grace_and_a_lost_one_never_answers() {
+        let p = running_pod();
+        let v = deleted(vmi(phase::RUNNING, T0), "2026-01-01T00:01:00Z");
+        let late = Fates {
+            stop: Some(StopFate::Late),
+            ..Fates::default()
+        };
+        assert_eq!(decide_at(&v, &p, &late, "2026-01-01T00:01:31Z").vmi, None);
+        assert!(
+            decide_at(&v, &p, &late, "2026-01-01T00:02:01Z")
+                .vmi
+                .is_some()
+        );
+        let lost = Fates {
+            stop: Some(StopFate::Lost),
+            ..Fates::default()
+        };
+        assert_eq!(
+            decide_at(&v, &p, &lost, "2026-01-01T05:00:00Z"),
+            Decision::nothing()
+        );
+    }
+
+    #[test]
+    fn the_vmi_patch_appends_what_virt_handler_adds_and_rewrites_nothing_else() {
+        let mut old = vmi(phase::SCHEDULED, T0).status.unwrap();
+        // virt-controller's, kept as stored (its times null).
+        old.conditions.push(conditions::Condition {
+            type_: "DataVolumesReady".into(),
+            status: "True".into(),
+            ..conditions::Condition::default()
+        });
+        let mut new = old.clone();
+        enter(&mut new, phase::RUNNING, "2026-01-01T00:00:01Z");
+        new.conditions.push(conditions::Condition {
+            type_: "AgentConnected".into(),
+            status: "True".into(),
+            last_probe_time: Some("2026-01-01T00:00:01Z".into()),
+            ..conditions::Condition::default()
+        });
+        let ops = vmi_patch(Some("42"), &old, &new);
+        assert_eq!(
+            serde_json::Value::Array(ops),
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/status/phase", "value": "Running"},
+                {"op": "add", "path": "/status/phaseTransitionTimestamps/-", "value":
+                    {"phase": "Running", "phaseTransitionTimestamp": "2026-01-01T00:00:01Z"}},
+                {"op": "add", "path": "/status/conditions/-", "value":
+                    {"type": "AgentConnected", "status": "True",
+                     "lastProbeTime": "2026-01-01T00:00:01Z", "lastTransitionTime": null}},
+            ])
+        );
+        assert_eq!(vmi_patch(None, &old, &old), Vec::<serde_json::Value>::new());
+    }
+
+    #[test]
+    fn fates_are_read_from_the_pods_annotations_once_decided() {
+        let mut p = pod();
+        assert_eq!(fates_of(&p), None);
+        p.metadata.annotations = Some(
+            [
+                (FATED_ANNOTATION, "true"),
+                (VMI_FATE_ANNOTATION, "fail"),
+                (AGENT_FATE_ANNOTATION, "silent"),
+                (STOP_FATE_ANNOTATION, "late"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        );
+        assert_eq!(
+            fates_of(&p),
+            Some(Fates {
+                fail: true,
+                unschedulable: false,
+                silent: true,
+                stop: Some(StopFate::Late)
+            })
+        );
+    }
+
+    #[test]
+    fn the_heartbeat_marks_the_node_schedulable_with_the_time() {
+        let h = heartbeat(at("2026-01-01T00:00:00.600Z"));
+        assert_eq!(h["metadata"]["labels"]["kubevirt.io/schedulable"], "true");
+        assert_eq!(
+            h["metadata"]["annotations"][HEARTBEAT_ANNOTATION],
+            "2026-01-01T00:00:00Z"
+        );
+    }
+}
