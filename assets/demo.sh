@@ -62,7 +62,13 @@ PY
 
 echo "== CRDs, namespace $NS, Secrets from lab.json, wave demo-wave"
 "$KUBECTL" "${K[@]}" apply -f deploy/crds/ >/dev/null
-"$KUBECTL" "${K[@]}" wait --for=condition=Established crd --all --timeout=60s >/dev/null
+# kubectl wait fails at once (not waits) on a CRD whose status.conditions is not yet written;
+# that one error means "not yet".
+for _ in $(seq 300); do
+    out=$("$KUBECTL" "${K[@]}" wait --for=condition=Established crd --all --timeout=60s 2>&1) && break
+    case "$out" in *"accessor error"*) sleep 0.2 ;; *) echo "$out" >&2; exit 1 ;; esac
+done
+"$KUBECTL" "${K[@]}" wait --for=condition=Established crd --all --timeout=1s >/dev/null
 "$KUBECTL" "${K[@]}" create namespace "$NS" --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 # Credentials Secrets are opted in for ferry (the label) and bound to their endpoints (url and
 # thumbprint; endpoint and bucket): ferry sends them nowhere else.

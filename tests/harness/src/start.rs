@@ -321,14 +321,27 @@ impl Lab {
         let dir = repo_root().join("deploy/crds");
         let dir = dir.to_string_lossy();
         self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir])?;
-        self.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/virtualmachinemigrations.migration.platform.example",
-            "crd/migrationwaves.migration.platform.example",
-        ])?;
-        Ok(())
+        // `kubectl wait --for=condition=...` fails at once instead of waiting when it reads a
+        // CRD whose `status.conditions` the apiserver has not yet written ("accessor error:
+        // <nil> is of the type <nil>"). That window is short but real on a loaded machine, so
+        // that one error means "not yet" until the same 60 s deadline.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/virtualmachinemigrations.migration.platform.example",
+                "crd/migrationwaves.migration.platform.example",
+            ]) {
+                Err(Error::Command { detail, .. })
+                    if detail.contains("accessor error") && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => return other.map(drop),
+            }
+        }
     }
 
     /// Runs `kubectl ARGS` and returns stdout, or an error carrying stderr.
