@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
-    Pod, PodCondition, PodSpec, PodStatus,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -30,6 +27,7 @@ use crate::kubevirt::{
     PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
     VirtualMachineInstanceStatus, phase,
 };
+use crate::pods;
 use crate::scheduling;
 use crate::sim::Sim;
 use crate::vms::{
@@ -249,20 +247,6 @@ fn container_id(pod: &Pod) -> String {
     format!("ferry-sim://{}", pod.uid().unwrap_or_default())
 }
 
-fn status_of(c: &Container, id: &str, state: ContainerState, ready: bool) -> ContainerStatus {
-    ContainerStatus {
-        name: c.name.clone(),
-        image: c.image.clone().unwrap_or_default(),
-        image_id: String::new(),
-        container_id: Some(id.to_owned()),
-        ready,
-        started: Some(state.running.is_some()),
-        restart_count: 0,
-        state: Some(state),
-        ..ContainerStatus::default()
-    }
-}
-
 /// The launcher pod running, as the kubelet reports it: init containers completed, every
 /// container running and ready, `Ready` only when the readiness gates hold too (virt-controller's
 /// `kubevirt.io/virtual-machine-unpaused`; `GeneratePodReadyCondition` in
@@ -275,37 +259,13 @@ pub fn running(pod: &Pod, now: &Time) -> PodStatus {
         .as_ref()
         .and_then(|s| s.start_time.clone())
         .unwrap_or_else(|| now.clone());
+    // Init containers completed at once; every container runs and is ready.
     let done = |c: &Container| {
-        status_of(
-            c,
-            &id,
-            ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: 0,
-                    reason: Some("Completed".into()),
-                    container_id: Some(id.clone()),
-                    started_at: Some(started.clone()),
-                    finished_at: Some(started.clone()),
-                    ..ContainerStateTerminated::default()
-                }),
-                ..ContainerState::default()
-            },
-            false,
-        )
+        let state = pods::state_terminated(&id, 0, Some(&started), &started, None);
+        pods::container_status(c, Some(&id), state, false)
     };
-    let run = |c: &Container| {
-        status_of(
-            c,
-            &id,
-            ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: Some(started.clone()),
-                }),
-                ..ContainerState::default()
-            },
-            true,
-        )
-    };
+    let run =
+        |c: &Container| pods::container_status(c, Some(&id), pods::state_running(&started), true);
     let gates = spec.readiness_gates.clone().unwrap_or_default();
     let unmet: Vec<String> = gates
         .iter()
@@ -358,22 +318,8 @@ pub fn ended(pod: &Pod, code: i32, now: &Time) -> PodStatus {
     let id = container_id(pod);
     let started = pod.status.as_ref().and_then(|s| s.start_time.clone());
     let end = |c: &Container| {
-        status_of(
-            c,
-            &id,
-            ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: code,
-                    reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
-                    container_id: Some(id.clone()),
-                    started_at: started.clone(),
-                    finished_at: Some(now.clone()),
-                    ..ContainerStateTerminated::default()
-                }),
-                ..ContainerState::default()
-            },
-            false,
-        )
+        let state = pods::state_terminated(&id, code, started.as_ref(), now, None);
+        pods::container_status(c, Some(&id), state, false)
     };
     let conditions = keep_times(
         pod,

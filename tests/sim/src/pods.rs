@@ -351,7 +351,9 @@ pub fn pod_for(job: &Job, attempt: i32, node: &str, log: &Path) -> Pod {
     }
 }
 
-fn container_status(
+/// A container's status as the kubelet reports it; `started` follows `ready` (a running
+/// container here is ready at once: no probes). Pure.
+pub(crate) fn container_status(
     c: &Container,
     id: Option<&str>,
     state: ContainerState,
@@ -400,12 +402,7 @@ pub fn status_running(c: &Container, id: &str, node_ip: &str, started: &Time) ->
         container_statuses: Some(vec![container_status(
             c,
             Some(id),
-            ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: Some(started.clone()),
-                }),
-                ..ContainerState::default()
-            },
+            state_running(started),
             true,
         )]),
         ..PodStatus::default()
@@ -430,21 +427,43 @@ pub fn status_terminated(
         container_statuses: Some(vec![container_status(
             c,
             Some(id),
-            ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: code,
-                    container_id: Some(id.to_owned()),
-                    reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
-                    message,
-                    started_at: Some(started.clone()),
-                    finished_at: Some(finished.clone()),
-                    ..ContainerStateTerminated::default()
-                }),
-                ..ContainerState::default()
-            },
+            state_terminated(id, code, Some(started), finished, message),
             false,
         )]),
         ..PodStatus::default()
+    }
+}
+
+/// A container's state while it runs (since `started`). Pure.
+pub(crate) fn state_running(started: &Time) -> ContainerState {
+    ContainerState {
+        running: Some(ContainerStateRunning {
+            started_at: Some(started.clone()),
+        }),
+        ..ContainerState::default()
+    }
+}
+
+/// A container's state once it exited with `code` (`Completed` on 0, else `Error`, as the
+/// kubelet names them). Pure.
+pub(crate) fn state_terminated(
+    id: &str,
+    code: i32,
+    started: Option<&Time>,
+    finished: &Time,
+    message: Option<String>,
+) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: code,
+            container_id: Some(id.to_owned()),
+            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+            message,
+            started_at: started.cloned(),
+            finished_at: Some(finished.clone()),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
     }
 }
 
