@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use ferry_crds::{Phase, VirtualMachineMigration};
+use ferry_crds::{Phase, Readiness, VirtualMachineMigration};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -64,7 +64,10 @@ async fn a_controller_killed_in_every_checkpoint_still_migrates_without_duplicat
     env.sim_args = vec!["--throughput-mib".into(), "8".into()];
     env.start_sim();
     env.start_controller();
-    let vmm = env.migration("crashy");
+    let mut vmm = env.migration("crashy");
+    // The agent connects a moment after the instance runs: Validating lasts long enough to be
+    // killed in (a guest ready at once goes from Starting to Succeeded in one reconcile).
+    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
     let (v, killed, creations) = kill_in_every_checkpoint(&mut env, &vmm, |_, _| {}).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     assert_eq!(
@@ -100,7 +103,8 @@ async fn a_warm_migration_killed_in_every_checkpoint_still_cuts_over_to_the_fina
     env.sim_args = vec!["--throughput-mib".into(), "4".into()];
     env.start_sim();
     env.start_controller();
-    let vmm = env.warm_migration("warmcrash", true);
+    let mut vmm = env.warm_migration("warmcrash", true);
+    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
     let (v, killed, creations) = kill_in_every_checkpoint(&mut env, &vmm, |env, phase| {
         // The guest writes while the source still runs: the cutover must carry it over.
         if matches!(phase, Phase::Converting | Phase::Importing) {

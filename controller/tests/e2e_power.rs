@@ -656,9 +656,11 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
     );
 }
 
-/// The VM was released (Validating's last act) and the controller died before writing
-/// Succeeded: a cancel arriving then finds the hand-over done, touches neither copy and lets the
-/// migration succeed.
+/// The VM's release (Validating's last act) and Succeeded are one status write: the reconcile
+/// that released the VM recorded the release and Succeeded together, so no cancel can find the
+/// VM released and the migration not done. A cancel arriving right after touches neither copy.
+/// (A controller that dies between the release and that write leaves the release unrecorded:
+/// the next reconcile finishes again, every step idempotent, as `e2e_crash` kills in Validating.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_right_after_the_release_touches_neither_copy() {
     let mut env = Env::new("power-release", 4).await;
@@ -672,18 +674,38 @@ async fn a_cancel_right_after_the_release_touches_neither_copy() {
     let vms = env.ns.api::<VirtualMachine>();
     let target = names::vm_name(&vmm);
     // Step by step until the reconcile that released the VM; not one further.
+    let validated = std::sync::atomic::AtomicBool::new(false);
     let v = eventually("the VM released", Duration::from_secs(300), || async {
         let v = stepper.step(&env, "handover").await;
-        assert!(!v.phase().is_terminal(), "{}", serde_yaml_status(&v));
         let vm = vms.get_opt(&target).await.ok().flatten()?;
-        vm.owner_references().is_empty().then_some(v)
+        if vm.owner_references().is_empty() {
+            return Some(v);
+        }
+        assert!(!v.phase().is_terminal(), "{}", serde_yaml_status(&v));
+        if v.phase() == Phase::Validating {
+            validated.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        None
     })
     .await
     .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert!(
+        validated.into_inner(),
+        "the guest was waited for in Validating"
+    );
     assert_eq!(
         v.phase(),
-        Phase::Validating,
-        "the window: released, not yet Succeeded"
+        Phase::Succeeded,
+        "released and Succeeded in one write: {}",
+        serde_yaml_status(&v)
+    );
+    let record = v
+        .status
+        .as_ref()
+        .and_then(|s| ferry_crds::child::find(&s.children, "VirtualMachine", &target).cloned());
+    assert!(
+        record.as_ref().is_some_and(|r| r.released),
+        "the release is recorded with it: {record:?}"
     );
     assert_eq!(env.power_state().await, "poweredOff");
     let after = Sampler::start(&env, &env.vm, &vmm).await;

@@ -64,4 +64,17 @@ pub trait Checkpoint {
         Outcome::from_problem(scope, problem, Self::CONDITIONS.last().copied())
             .recording(planned.record)
     }
+
+    /// What the outcome becomes when every one of `planned`'s actions succeeded. Pure.
+    ///
+    /// The default: `planned` as it is (an `Act` waits for the world to move). A checkpoint
+    /// whose action completes it, with nothing left to wait for, advances here instead: one
+    /// status write for the act and the step it completes, not two.
+    fn on_actions_done(
+        scope: &Scope<Self::Observed>,
+        planned: Outcome<Self::Action>,
+    ) -> Outcome<Self::Action> {
+        let _ = scope;
+        planned
+    }
 }

@@ -489,7 +489,7 @@ fn newly_accepted(
 }
 
 /// Carries out `planned`'s actions in order; the first that fails turns the outcome into
-/// [`Checkpoint::on_action_failed`]'s.
+/// [`Checkpoint::on_action_failed`]'s, and all done into [`Checkpoint::on_actions_done`]'s.
 async fn act<C: Checkpoint>(
     io: Io<'_>,
     scope: &Scope<C::Observed>,
@@ -502,7 +502,11 @@ async fn act<C: Checkpoint>(
             return Ok(C::on_action_failed(scope, planned, action, &problem));
         }
     }
-    Ok(planned)
+    Ok(if actions.is_empty() {
+        planned
+    } else {
+        C::on_actions_done(scope, planned)
+    })
 }
 
 /// Whether `step` ends the attempt's use of its credentials: a failure (transient or not), or

@@ -139,6 +139,29 @@ impl Checkpoint for Validating {
             Action::Finish => finish(io, observed).await,
         }
     }
+
+    fn on_actions_done(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action> {
+        finished(scope, planned)
+    }
+}
+
+/// Finishing is the last of ferry's work and its answers prove it done (every delete and
+/// release answered): the migration succeeds with the same status write that records the
+/// releases. A crash before that write finds the VM unreleased by the record and finishes again
+/// (each step is idempotent). Pure.
+fn finished(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action> {
+    if planned.actions() != [Action::Finish] {
+        return planned;
+    }
+    let (reason, msg) = ready_reason(scope);
+    Outcome::new(
+        Step::Advance {
+            to: Phase::Succeeded,
+        },
+        say::migrated(),
+    )
+    .with(GuestReady, True, reason, msg)
+    .recording(planned.record)
 }
 
 async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
