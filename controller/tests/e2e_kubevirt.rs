@@ -22,7 +22,6 @@
 
 mod common;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
@@ -33,29 +32,12 @@ use ferry_crds::source::PowerRestoreResult;
 use ferry_crds::{
     ConditionStatus, ConditionType, Phase, Readiness, Reason, RestorePowerState, names,
 };
-use ferry_harness::{Lab, eventually, run_state_dir};
+use ferry_harness::eventually;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
-
-/// The lab of this test binary, with KubeVirt and a vcsim VM for each test; it stops when the
-/// test process exits.
-fn kubevirt_lab() -> &'static Lab {
-    static LAB: OnceLock<Lab> = OnceLock::new();
-    LAB.get_or_init(|| {
-        let lab = Lab::start_with_kubevirt(&run_state_dir("e2e-kubevirt"), 3)
-            .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"));
-        let kv = lab
-            .info
-            .kubevirt
-            .as_ref()
-            .expect("lab.json has no kubevirt entry");
-        println!("KubeVirt {} virt-api at {}", kv.version, kv.virt_api);
-        lab
-    })
-}
 
 /// The lab's admin user, whose client certificate the controller and the sim run with.
 const LAB_ADMIN: &str = "ferry-lab-admin";
@@ -86,7 +68,12 @@ async fn event_notes(env: &Env, name: &str, reason: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_kubevirt_refuses_fails_creating_vm_with_kubevirts_message_and_leaves_nothing() {
-    let mut env = Env::on_lab(kubevirt_lab(), "e2e-kv-refused", 16).await;
+    let mut env = Env::on_lab(
+        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        "e2e-kv-refused",
+        16,
+    )
+    .await;
     // Watching from before the migration: every Job, DataVolume, VirtualMachine and Secret
     // made in the namespace, however briefly it lived.
     let creations = Creations::watch(&env).await;
@@ -236,17 +223,19 @@ async fn a_vm_kubevirt_refuses_fails_creating_vm_with_kubevirts_message_and_leav
         .await
         .unwrap();
     env.wait_gone("i440fx", 120).await;
+    assert_nothing_left(&env, Duration::from_secs(60)).await;
+}
+
+/// Waits (up to `within`) until nothing of the test's migrations is left; else fails listing
+/// what is.
+async fn assert_nothing_left(env: &Env, within: Duration) {
     let last = std::sync::Mutex::new(vec![]);
-    let gone = eventually(
-        "nothing of the migration left",
-        Duration::from_secs(60),
-        || async {
-            let left = leftovers(&env).await?;
-            let none = left.is_empty();
-            *last.lock().unwrap() = left;
-            none.then_some(())
-        },
-    )
+    let gone = eventually("nothing of the migration left", within, || async {
+        let left = leftovers(env).await?;
+        let none = left.is_empty();
+        *last.lock().unwrap() = left;
+        none.then_some(())
+    })
     .await;
     assert!(
         gone.is_ok(),
@@ -256,8 +245,9 @@ async fn a_vm_kubevirt_refuses_fails_creating_vm_with_kubevirts_message_and_leav
     );
 }
 
-/// The Jobs, DataVolumes, VirtualMachines and Secrets (but the test's credentials) in the
-/// test's namespace and the files under its staging prefix; `None` when a list failed.
+/// The Jobs, DataVolumes, VirtualMachines, VirtualMachineInstances, launcher pods and Secrets
+/// (but the test's credentials) in the test's namespace and the files under its staging prefix;
+/// `None` when a list failed.
 async fn leftovers(env: &Env) -> Option<Vec<String>> {
     async fn named<K>(api: Api<K>, kind: &str) -> Option<Vec<String>>
     where
@@ -281,6 +271,13 @@ async fn leftovers(env: &Env) -> Option<Vec<String>> {
             .filter(|n| {
                 *n != format!("Secret/{VSPHERE_SECRET}") && *n != format!("Secret/{S3_SECRET}")
             }),
+    );
+    left.extend(named::<VirtualMachineInstance>(env.ns.api(), "VirtualMachineInstance").await?);
+    left.extend(
+        launcher_pods(env)
+            .await
+            .iter()
+            .map(|p| format!("Pod/{}", p.name_any())),
     );
     left.extend(env.staged_files().iter().map(|f| f.display().to_string()));
     Some(left)
@@ -314,7 +311,12 @@ fn requests_of(env: &Env, user: &str, resource: &str) -> Vec<(String, Option<Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
-    let mut env = Env::on_lab(kubevirt_lab(), "e2e-kv-happy", 16).await;
+    let mut env = Env::on_lab(
+        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        "e2e-kv-happy",
+        16,
+    )
+    .await;
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("happy")).await;
@@ -453,7 +455,12 @@ async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_cancelled_while_validating_leaves_no_instance_or_launcher_pod() {
-    let mut env = Env::on_lab(kubevirt_lab(), "e2e-kv-cancel", 16).await;
+    let mut env = Env::on_lab(
+        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        "e2e-kv-cancel",
+        16,
+    )
+    .await;
     // The guest's 30 s grace, and everything else, ten times faster.
     env.sim_args = vec!["--speed".into(), "10".into()];
     env.start_sim();
@@ -511,37 +518,5 @@ async fn a_migration_cancelled_while_validating_leaves_no_instance_or_launcher_p
         .await
         .unwrap();
     env.wait_gone("cancel", 120).await;
-    let last = std::sync::Mutex::new(vec![]);
-    let gone = eventually(
-        "no VMI or launcher pod, nothing of the migration",
-        Duration::from_secs(120),
-        || async {
-            let mut left = leftovers(&env).await?;
-            let vmis: Api<VirtualMachineInstance> = env.ns.api();
-            left.extend(
-                vmis.list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .iter()
-                    .map(|v| format!("VirtualMachineInstance/{}", v.name_any())),
-            );
-            left.extend(
-                launcher_pods(&env)
-                    .await
-                    .iter()
-                    .map(|p| format!("Pod/{}", p.name_any())),
-            );
-            let none = left.is_empty();
-            *last.lock().unwrap() = left;
-            none.then_some(())
-        },
-    )
-    .await;
-    assert!(
-        gone.is_ok(),
-        "left behind: {:?}; logs in {}",
-        last.lock().unwrap(),
-        env.scratch.display()
-    );
+    assert_nothing_left(&env, Duration::from_secs(120)).await;
 }

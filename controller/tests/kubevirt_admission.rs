@@ -15,8 +15,6 @@
 //! ferry's CRD lets through (`devices.machineType` is only a pattern).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::OnceLock;
-
 use ferry_controller::apis::kubevirt::VirtualMachine;
 use ferry_controller::children::virtual_machine::virtual_machine;
 use ferry_crds::fixtures::migration;
@@ -25,29 +23,10 @@ use ferry_crds::{
     InstancetypeRef, MultusNetwork, NetworkMapping, NicModel, PodNetwork, PreferenceKind,
     PreferenceRef, TargetTemplate, VirtualMachineMigration, VirtualMachineMigrationStatus,
 };
-use ferry_harness::{Lab, TestNamespace, run_state_dir};
+use ferry_harness::TestNamespace;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-
-/// The lab of this test binary, with KubeVirt; it stops when the test process exits.
-fn kubevirt_lab() -> &'static Lab {
-    static LAB: OnceLock<Lab> = OnceLock::new();
-    LAB.get_or_init(|| {
-        let lab = Lab::start_with_kubevirt(&run_state_dir("kubevirt-admission"), 2)
-            .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"));
-        let kv = lab
-            .info
-            .kubevirt
-            .as_ref()
-            .expect("lab.json has no kubevirt entry");
-        println!(
-            "KubeVirt {} virt-api at {} (namespace {})",
-            kv.version, kv.virt_api, kv.namespace
-        );
-        lab
-    })
-}
 
 use ferry_crds::fixtures::SOURCE_UUID;
 
@@ -467,7 +446,10 @@ async fn dry_run(api: &Api<VirtualMachine>, vm: &VirtualMachine) -> Result<Value
 }
 
 async fn namespace(prefix: &str) -> (TestNamespace, Api<VirtualMachine>) {
-    let ns = kubevirt_lab().namespace(prefix).await.unwrap();
+    let ns = ferry_harness::kubevirt_lab("kubevirt-admission", 2)
+        .namespace(prefix)
+        .await
+        .unwrap();
     let api = ns.api::<VirtualMachine>();
     (ns, api)
 }

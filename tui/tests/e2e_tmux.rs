@@ -357,6 +357,20 @@ fn workspace_bin(name: &str) -> std::path::PathBuf {
 
 /// The credentials Secrets a lab migration names (`vsphere-credentials`, `s3-credentials`),
 /// opted in for ferry and bound to the lab's endpoints, applied in `ns`.
+/// ferry-sim in namespace `ns`, its volumes under `scratch`; on a lab with KubeVirt's own
+/// virt-controller, as the node only.
+fn spawn_sim(lab: &Lab, ns: &str, scratch: &Path) -> ferry_harness::ChildGuard {
+    let mut sim = Command::new(workspace_bin("ferry-sim"));
+    sim.arg("--kubeconfig")
+        .arg(&lab.info.kubeconfig)
+        .args(["-n", ns, "--volume-dir"])
+        .arg(scratch.join("volumes"))
+        .arg("--bin-dir")
+        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"))
+        .args(lab.info.sim_kubevirt_args());
+    ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim")
+}
+
 fn apply_credentials(lab: &Lab, kc: &Path, ns: &str) {
     let v = &lab.info.vcenter;
     let s = &lab.info.s3;
@@ -451,14 +465,7 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
         .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
-    let mut sim = Command::new(workspace_bin("ferry-sim"));
-    sim.arg("--kubeconfig")
-        .arg(&kc)
-        .args(["-n", &ns.name, "--volume-dir"])
-        .arg(scratch.join("volumes"));
-    sim.arg("--bin-dir")
-        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
-    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+    let _sim = spawn_sim(lab, &ns.name, &scratch);
 
     let tmux = Tmux::start("ferry-flow", &cockpit(&kc, &ns.name, ""), 160, 40);
     tmux.wait_for("● live", T);
@@ -550,14 +557,7 @@ async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
         .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
-    let mut sim = Command::new(workspace_bin("ferry-sim"));
-    sim.arg("--kubeconfig")
-        .arg(&kc)
-        .args(["-n", &ns.name, "--volume-dir"])
-        .arg(scratch.join("volumes"));
-    sim.arg("--bin-dir")
-        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
-    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+    let _sim = spawn_sim(lab, &ns.name, &scratch);
 
     let tmux = Tmux::start("ferry-podlogs", &cockpit(&kc, &ns.name, ""), 160, 40);
     tmux.wait_for("● live", T);
@@ -904,14 +904,7 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
         .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE);
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry-controller", controller).expect("controller");
-    let mut sim = Command::new(workspace_bin("ferry-sim"));
-    sim.arg("--kubeconfig")
-        .arg(&kc)
-        .args(["-n", &ns.name, "--volume-dir"])
-        .arg(scratch.join("volumes"));
-    sim.arg("--bin-dir")
-        .arg(workspace_bin("ferry-controller").parent().expect("bin dir"));
-    let _sim = ferry_harness::ChildGuard::spawn("ferry-sim", sim).expect("sim");
+    let _sim = spawn_sim(lab, &ns.name, &scratch);
 
     let tmux = Tmux::start("ferry-convert", &cockpit(&kc, &ns.name, ""), 160, 40);
     tmux.wait_for("● live", T);

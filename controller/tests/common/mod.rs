@@ -410,14 +410,7 @@ impl Env {
             .env("RUST_LOG", "info,kube=warn")
             .stdout(self.log_append("sim"))
             .stderr(self.log_append("sim"));
-        // KubeVirt's own virt-controller runs in this lab: the sim plays only the node, and
-        // writes VMI status as virt-handler's ServiceAccount.
-        if let Some(kv) = &self.lab.info.kubevirt {
-            cmd.args(["--kubevirt", "real"]);
-            if let Some(handler) = &kv.handler_kubeconfig {
-                cmd.arg("--virt-handler-kubeconfig").arg(handler);
-            }
-        }
+        cmd.args(self.lab.info.sim_kubevirt_args());
         self.sim = Some(ChildGuard::spawn("ferry-sim", cmd).unwrap());
     }
 

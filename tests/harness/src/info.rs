@@ -26,6 +26,23 @@ pub struct LabInfo {
     pub kubevirt: Option<KubeVirtInfo>,
 }
 
+impl LabInfo {
+    /// The arguments `ferry-sim` needs on this lab: none on a lab without KubeVirt (the sim
+    /// plays KubeVirt whole); on a lab with KubeVirt's own virt-controller, the node only
+    /// (`--kubevirt real`), writing what virt-handler writes as its ServiceAccount.
+    pub fn sim_kubevirt_args(&self) -> Vec<std::ffi::OsString> {
+        let Some(kv) = &self.kubevirt else {
+            return vec![];
+        };
+        let mut args = vec!["--kubevirt".into(), "real".into()];
+        if let Some(handler) = &kv.handler_kubeconfig {
+            args.push("--virt-handler-kubeconfig".into());
+            args.push(handler.into());
+        }
+        args
+    }
+}
+
 /// `lab.json` `kubevirt`: KubeVirt's virt-api (serving its webhooks) and virt-controller.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -52,6 +52,24 @@ pub fn lab() -> &'static Lab {
     })
 }
 
+/// A lab with KubeVirt's own virt-api and virt-controller, started on first use: the shared
+/// [`lab`] when it runs them (`make test` starts it with `--kubevirt`), else one of this test
+/// process's own (`target/lab/runs/NAME-PID`, `vms` vcsim VMs) that stops when the process
+/// exits.
+///
+/// Panics as [`lab`] does.
+pub fn kubevirt_lab(name: &str, vms: u32) -> &'static Lab {
+    static OWN: OnceLock<Lab> = OnceLock::new();
+    let shared = lab();
+    if shared.info.kubevirt.is_some() {
+        return shared;
+    }
+    OWN.get_or_init(|| {
+        Lab::start_with_kubevirt(&run_state_dir(name), vms)
+            .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"))
+    })
+}
+
 /// The repository root (the workspace directory).
 pub fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -431,7 +431,7 @@ async fn the_kubelet_endpoint_authenticates_by_client_certificate_and_asks_for_a
     leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let nobody_key = rcgen::KeyPair::generate().unwrap();
     let nobody = leaf.signed_by(&nobody_key, &ca).unwrap();
-    let lab_ca = std::fs::read_to_string(&ferry_harness::lab().info.apiserver.ca_file).unwrap();
+    let lab_ca = std::fs::read_to_string(&common::sim_lab().info.apiserver.ca_file).unwrap();
     let bundle = std::env::temp_dir().join(format!("ferry-sim-logs-ca-{}.pem", std::process::id()));
     std::fs::write(&bundle, format!("{lab_ca}{}", pem(ca.der()))).unwrap();
 

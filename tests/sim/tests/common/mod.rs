@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, lab, repo_root};
+use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, lab, repo_root, run_state_dir};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -17,6 +17,22 @@ use object_store::path::Path as ObjectPath;
 use object_store::{Attribute, AttributeValue, Attributes, ObjectStore, PutOptions};
 
 pub const WAIT: Duration = Duration::from_secs(90);
+
+/// The lab these tests run on. They test the sim playing KubeVirt whole, which a lab running
+/// KubeVirt's own virt-controller does not allow (two controllers of one VirtualMachine would
+/// fight over its instance): the shared lab when it has no KubeVirt, else one of this test
+/// process's own without it (it stops when the process exits).
+pub fn sim_lab() -> &'static Lab {
+    static OWN: OnceLock<&'static Lab> = OnceLock::new();
+    let shared = lab();
+    if shared.info.kubevirt.is_none() {
+        return shared;
+    }
+    OWN.get_or_init(|| {
+        let own = Lab::start(&run_state_dir("sim-tests"), 4).expect("a lab without KubeVirt");
+        Box::leak(Box::new(own))
+    })
+}
 
 /// One test's world: a namespace, a scratch directory, a running sim.
 pub struct World {
@@ -31,7 +47,7 @@ impl World {
     /// A fresh namespace with a sim acting on it, started with `extra` arguments.
     pub async fn new(prefix: &str, extra: &[&str]) -> World {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let lab = lab();
+        let lab = sim_lab();
         let ns = lab.namespace(prefix).await.unwrap();
         let dir = repo_root().join("target/sim-tests").join(&ns.name);
         std::fs::create_dir_all(dir.join("bin")).unwrap();
@@ -163,7 +179,7 @@ impl Drop for World {
 }
 
 pub fn store() -> Arc<dyn ObjectStore> {
-    let s3 = &lab().info.s3;
+    let s3 = &sim_lab().info.s3;
     Arc::new(
         AmazonS3Builder::new()
             .with_endpoint(&s3.endpoint)
