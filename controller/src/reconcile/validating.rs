@@ -153,6 +153,12 @@ fn finished(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action
     if planned.actions() != [Action::Finish] {
         return planned;
     }
+    succeeded(scope).recording(planned.record)
+}
+
+/// The migration succeeds: the guest passed its readiness check and ferry's work is done.
+/// Pure.
+fn succeeded(scope: &Scope<Observed>) -> Outcome<Action> {
     let (reason, msg) = ready_reason(scope);
     Outcome::new(
         Step::Advance {
@@ -161,7 +167,6 @@ fn finished(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action
         say::migrated(),
     )
     .with(GuestReady, True, reason, msg)
-    .recording(planned.record)
 }
 
 async fn leftovers(io: Io<'_>) -> Result<Result<Leftovers, Problem>> {
@@ -288,16 +293,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
 /// A released VM was handed over: ferry released it only after the guest was ready and all
 /// else was done, so nothing the guest does now fails the migration.
 fn handed_over(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
-    released(&scope.world.vm).then(|| {
-        let (reason, msg) = ready_reason(scope);
-        Outcome::new(
-            Step::Advance {
-                to: Phase::Succeeded,
-            },
-            say::migrated(),
-        )
-        .with(GuestReady, True, reason, msg)
-    })
+    released(&scope.world.vm).then(|| succeeded(scope))
 }
 
 /// The VirtualMachine was deleted or is someone else's: only creating it again can help.
