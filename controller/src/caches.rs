@@ -2,8 +2,8 @@
 //! with.
 //!
 //! The migration controller watches the Jobs, DataVolumes and VirtualMachines that carry a
-//! migration's uid label, and the VirtualMachineInstances that carry its name label (the watches
-//! that wake it up). Their reflectors keep the objects, so observing a child is a lookup rather
+//! migration's uid label and not the released label, and the VirtualMachineInstances that carry
+//! its name label (the watches that wake it up). Their reflectors keep the objects, so observing a child is a lookup rather
 //! than a GET: at wave scale these reads were most of the apiserver's work (about 120 GETs per
 //! migration). A lookup may lag the apiserver by one watch event, which is harmless in one
 //! direction only:
@@ -27,9 +27,11 @@
 //! its name, uid, ferry's labels and owner references — enough to wake its migration — and a
 //! read that finds a stub reads fresh, as for an absent object. A child its migration released
 //! (no owner reference, the released label: the migrated VM and its volumes, kept by the user
-//! long after) keeps its metadata only, which is all a decision reads of it, while its migration
-//! is in flight; every child of a succeeded, settled migration (the released VM and volumes, the
-//! VM's instance) is a stub, and the settled migration
+//! long after) leaves the watches: the release is Validating's last act, written with
+//! Succeeded, so no decision reads it again (one released while its migration still runs — a
+//! status write lost to a crash, or someone else's label — is recorded, so read fresh). Should
+//! one reach a store all the same it keeps its metadata only; every child of a succeeded,
+//! settled migration still watched (the VM's instance) is a stub, and the settled migration
 //! itself is cached cut down (`reconcile::settled`): the controller's memory follows what is in
 //! flight, not the migrated fleet (`ferry_controller_cached_children` counts each form). A VMI
 //! cached whole while its migration ran is cut down at its next event or restart.

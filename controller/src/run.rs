@@ -335,8 +335,10 @@ fn controllers(
     // `caches`). Only labelled children are watched, and only what decisions read of a child of
     // a migration in `migration_store` is kept (`caches::slim`): anyone may label a Job. A first
     // list of large labelled objects is never held all at once (streamed, or small pages).
-    let children =
-        initial(watcher::Config::default().labels(ferry_crds::names::MIGRATION_UID_LABEL));
+    // Released children (the migrated VM and its volumes: the user's from then on) leave the
+    // watches: the migrated fleet is not held at all. One labelled released by someone else
+    // while its migration runs is read fresh, as is every recorded child a cache does not show.
+    let children = initial(watcher::Config::default().labels(&children_selector()));
     let (jobs, job_events) = cached_watch(
         api::<Job>(&client, ns),
         children.clone(),
@@ -647,4 +649,11 @@ pub async fn shutdown_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The label selector of the child watches: children of a migration (its uid label), not
+/// released. Pure.
+fn children_selector() -> String {
+    use ferry_crds::names::{MIGRATION_UID_LABEL, RELEASED_LABEL, RELEASED_VALUE};
+    format!("{MIGRATION_UID_LABEL},{RELEASED_LABEL}!={RELEASED_VALUE}")
 }

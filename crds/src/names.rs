@@ -20,8 +20,8 @@ pub const MIGRATION_LABEL: &str = "migration.platform.example/migration";
 /// someone else's object) is a conflict, never progress. It stays on released children.
 pub const MIGRATION_UID_LABEL: &str = "migration.platform.example/migration-uid";
 /// Label ferry puts on a child it released (the migrated VM and its DataVolumes, value
-/// [`RELEASED_VALUE`]) with the removal of its owner reference: the controller's caches then
-/// keep only its metadata (memory follows what is in flight, not the migrated fleet).
+/// [`RELEASED_VALUE`]) with the removal of its owner reference: the controller's child watches
+/// select it out (memory follows what is in flight, not the migrated fleet).
 pub const RELEASED_LABEL: &str = "migration.platform.example/released";
 /// Value of [`RELEASED_LABEL`].
 pub const RELEASED_VALUE: &str = "true";
