@@ -69,16 +69,14 @@ fn mib(b: u64) -> String {
 /// `(download s, qemu s, upload s)`.
 async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (f64, f64, f64) {
     let info = &env.lab.info;
-    ferry_controller::tls::install_default_provider();
-    let ep = ferry_controller::vsphere::Endpoint {
+    ferry_vsphere::tls::install_default_provider();
+    let ep = ferry_vsphere::Endpoint {
         url: info.vcenter.url.clone(),
         username: info.vcenter.username.clone(),
         password: info.vcenter.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     };
-    let s = ferry_controller::vsphere::Session::connect(&ep)
-        .await
-        .unwrap();
+    let s = ferry_vsphere::Session::connect(&ep).await.unwrap();
     let t = Instant::now();
     let mut local = vec![];
     for f in files {
@@ -114,25 +112,24 @@ async fn floor(env: &Env, files: &[String], dir: &Path, format: DiskFormat) -> (
 /// then deleted. Seconds from the upload's creation to its completion. The file was just written
 /// by qemu-img, so it is read from the page cache as the converter's parts come from memory.
 ///
-/// [`part_size`]: ferry_controller::convert::part_size
-/// [`parts_in_flight`]: ferry_controller::convert::parts_in_flight
+/// [`part_size`]: ferry_convert::part_size
+/// [`parts_in_flight`]: ferry_convert::parts_in_flight
 async fn upload_floor(env: &Env, file: &Path) -> f64 {
     use futures::StreamExt;
     use tokio::io::AsyncReadExt;
     let s3 = &env.lab.info.s3;
-    let staging =
-        ferry_controller::staging::Staging::new(ferry_controller::staging::StagingConfig {
-            endpoint: s3.endpoint.clone(),
-            bucket: s3.bucket.clone(),
-            region: s3.region.clone(),
-            access_key: s3.access_key.clone(),
-            secret_key: s3.secret_key.clone().into(),
-            prefix: String::new(),
-            ca_bundle: None,
-        })
-        .unwrap();
+    let staging = ferry_staging::Staging::new(ferry_staging::StagingConfig {
+        endpoint: s3.endpoint.clone(),
+        bucket: s3.bucket.clone(),
+        region: s3.region.clone(),
+        access_key: s3.access_key.clone(),
+        secret_key: s3.secret_key.clone().into(),
+        prefix: String::new(),
+        ca_bundle: None,
+    })
+    .unwrap();
     let size = std::fs::metadata(file).unwrap().len();
-    let part = ferry_controller::convert::part_size(size);
+    let part = ferry_convert::part_size(size);
     let key = format!("bench-upload-floor/{}", env.ns.name);
     let t = Instant::now();
     let up = staging
@@ -154,7 +151,7 @@ async fn upload_floor(env: &Env, file: &Path) -> f64 {
             let (staging, up) = (&staging, &up);
             async move { staging.put_part(up, i, b).await.unwrap() }
         })
-        .buffered(ferry_controller::convert::parts_in_flight(part))
+        .buffered(ferry_convert::parts_in_flight(part))
         .collect()
         .await;
     staging.complete_multipart(&up, ids).await.unwrap();

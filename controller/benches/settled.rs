@@ -252,7 +252,7 @@ async fn main() {
     {
         return;
     }
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let small = env_or("FERRY_BENCH_SETTLED_SMALL", 1_000);
     let large = env_or("FERRY_BENCH_SETTLED", 10_000);
     // Off by default: ferry-sim plays KubeVirt for every VM of the namespace and does not keep

@@ -49,13 +49,13 @@ async fn vm_with_disk(env: &Env, mib: u64, seed: u64) -> InventoryVm {
     )
     .unwrap();
     let _ = std::fs::remove_file(&disk.raw);
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let vc = &env.lab.info.vcenter;
-    let s = ferry_controller::vsphere::Session::connect(&ferry_controller::vsphere::Endpoint {
+    let s = ferry_vsphere::Session::connect(&ferry_vsphere::Endpoint {
         url: vc.url.clone(),
         username: vc.username.clone(),
         password: vc.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     })
     .await
     .unwrap();

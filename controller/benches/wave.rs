@@ -84,7 +84,7 @@ async fn main() {
     {
         return;
     }
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let n = env_or("FERRY_BENCH_VMS", 1000);
     let settled = env_or("FERRY_BENCH_SETTLED", 10_000);
     let max_in_flight = env_or("FERRY_BENCH_MAX_IN_FLIGHT", 50) as i32;

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use crate::Result;
 use crate::ports::{SourceLogin, SourceTrust, StagingLogin};
 use crate::problem::Problem;
-use crate::tls::{CaBundle, Thumbprint};
+use ferry_vsphere::tls::{CaBundle, Thumbprint};
 
 /// What a credentials Secret holds, as far as binding needs it: its name, whether its owner
 /// opted it in, and its data as stored (read only through [`ferry_crds::credentials`]: values
@@ -269,7 +269,7 @@ mod tests {
     use secrecy::ExposeSecret;
 
     const VC: &str = "https://127.0.0.1:8989/sdk";
-    const CA: &str = include_str!("testdata/test-ca.pem");
+    const CA: &str = include_str!("../../vsphere/src/testdata/test-ca.pem");
 
     fn secret(name: &str, opted_in: bool, kv: &[(&str, &str)]) -> SecretData {
         SecretData {

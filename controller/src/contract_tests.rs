@@ -19,13 +19,13 @@ use std::os::unix::ffi::OsStringExt;
 
 use crate::binding::{SecretData, bind_source, bind_staging};
 use crate::children::job::conversion_job;
-use crate::convert::Error;
-use crate::convert::credentials::*;
-use crate::staging::StagingConfig;
-use crate::vsphere::Endpoint;
+use ferry_convert::Error;
+use ferry_convert::credentials::*;
 use ferry_crds::fixtures::{THUMBPRINT, migration};
+use ferry_staging::StagingConfig;
+use ferry_vsphere::Endpoint;
 
-const CA: &str = include_str!("testdata/test-ca.pem");
+const CA: &str = include_str!("../../vsphere/src/testdata/test-ca.pem");
 
 /// The tables are the Job's contract: every credential variable the conversion Job sets
 /// comes from the key the table names, of the Secret the table is for.

@@ -15,12 +15,10 @@ pub mod client;
 pub mod context;
 #[cfg(test)]
 mod contract_tests;
-pub mod convert;
 mod error;
 pub mod events;
 pub mod freshness;
 pub mod health;
-pub mod job_contract;
 pub mod kubeio;
 pub mod leader;
 pub mod metrics;
@@ -31,10 +29,6 @@ pub mod problem;
 pub mod quota;
 pub mod reconcile;
 pub mod run;
-pub mod staging;
-pub mod tls;
-pub mod verify;
-pub mod vsphere;
 pub mod wave;
 
 pub use error::{Error, Result};

@@ -162,13 +162,13 @@ enum Command {
     /// Run the controllers (the default).
     Run,
     /// Convert a VM's disks and stage them in S3 (what the conversion Job runs).
-    Convert(Box<ferry_controller::convert::ConvertArgs>),
+    Convert(Box<ferry_convert::ConvertArgs>),
     /// Check imported volumes against the staged images' checksums (what the verification Job
     /// runs).
-    Verify(ferry_controller::verify::VerifyArgs),
+    Verify(ferry_convert::verify::VerifyArgs),
     /// Copy the areas of each disk changed since a change id into its imported volume and
     /// read them back (what a warm migration's delta Job runs).
-    Delta(ferry_controller::convert::delta::DeltaArgs),
+    Delta(ferry_convert::delta::DeltaArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -235,7 +235,7 @@ fn init_logging(format: LogFormat) {
 fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {
-        let answers = if ferry_controller::vsphere::vim_rs_reads_strictly() {
+        let answers = if ferry_vsphere::vim_rs_reads_strictly() {
             "read strictly (no simulator compatibility)"
         } else {
             "TOLERANT: vim_rs vcsim_compat drops what it cannot read; never use this build"
@@ -271,18 +271,18 @@ fn allowed_images(cli: &Cli) -> Vec<String> {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     match cli.command {
         Some(Command::Convert(args)) => {
-            let code = ferry_controller::convert::run_to_exit_code(*args).await;
+            let code = ferry_convert::run_to_exit_code(*args).await;
             std::process::exit(code);
         }
         Some(Command::Verify(args)) => {
-            let code = ferry_controller::verify::run_to_exit_code(args).await;
+            let code = ferry_convert::verify::run_to_exit_code(args).await;
             std::process::exit(code);
         }
         Some(Command::Delta(args)) => {
-            let code = ferry_controller::convert::delta::run_to_exit_code(args).await;
+            let code = ferry_convert::delta::run_to_exit_code(args).await;
             std::process::exit(code);
         }
         None | Some(Command::Run) => {

@@ -8,13 +8,13 @@ use std::process::Command;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use ferry_controller::convert::{
-    self, ConvertArgs, Credentials, DataPath, DiskSpec, DiskStatus, OutputFormat,
+use ferry_convert::job_contract::{PERMANENT_EXIT_CODE, env};
+use ferry_convert::{
+    self as convert, ConvertArgs, Credentials, DataPath, DiskSpec, DiskStatus, OutputFormat,
     TRANSIENT_EXIT_CODE,
 };
-use ferry_controller::job_contract::{PERMANENT_EXIT_CODE, env};
-use ferry_controller::staging::{RecordState, Staging, StagingConfig, sha256_file};
 use ferry_harness::{DiskKind, InventoryVm, lab};
+use ferry_staging::{RecordState, Staging, StagingConfig, sha256_file};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = ferry_harness::repo_root()
@@ -73,16 +73,14 @@ fn creds(changes: &[(&str, Option<&str>)]) -> Credentials {
 /// Powers a lab VM off: vSphere tells a disk's allocated areas only for a powered-off VM.
 async fn power_off(vm: &InventoryVm) {
     let info = &lab().info;
-    ferry_controller::tls::install_default_provider();
-    let ep = ferry_controller::vsphere::Endpoint {
+    ferry_vsphere::tls::install_default_provider();
+    let ep = ferry_vsphere::Endpoint {
         url: info.vcenter.url.clone(),
         username: info.vcenter.username.clone(),
         password: info.vcenter.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     };
-    let s = ferry_controller::vsphere::Session::connect(&ep)
-        .await
-        .unwrap();
+    let s = ferry_vsphere::Session::connect(&ep).await.unwrap();
     s.power_off(&vm.moref).await.unwrap();
     let _ = s.logout().await;
 }
@@ -674,12 +672,12 @@ async fn a_running_vms_snapshot_is_staged_as_it_froze_the_disk() {
     )
     .unwrap();
     let info = &lab().info;
-    ferry_controller::tls::install_default_provider();
-    let s = ferry_controller::vsphere::Session::connect(&ferry_controller::vsphere::Endpoint {
+    ferry_vsphere::tls::install_default_provider();
+    let s = ferry_vsphere::Session::connect(&ferry_vsphere::Endpoint {
         url: info.vcenter.url.clone(),
         username: info.vcenter.username.clone(),
         password: info.vcenter.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     })
     .await
     .unwrap();

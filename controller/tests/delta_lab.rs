@@ -7,16 +7,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ferry_controller::convert::delta::{self, DeltaArgs, DeltaDisk};
-use ferry_controller::vsphere::{Endpoint, Session, TlsPolicy};
+use ferry_convert::delta::{self, DeltaArgs, DeltaDisk};
 use ferry_harness::{InventoryVm, lab};
+use ferry_vsphere::{Endpoint, Session, TlsPolicy};
 
 const MIB: u64 = 1 << 20;
 const DISK: u64 = 16 * MIB;
 
 fn endpoint() -> Endpoint {
     let vc = &lab().info.vcenter;
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     Endpoint {
         url: vc.url.clone(),
         username: vc.username.clone(),
@@ -95,7 +95,7 @@ async fn round(
     change_id: &str,
     datastore_path: &str,
     volume: &Path,
-) -> Result<delta::DeltaReport, ferry_controller::convert::Error> {
+) -> Result<delta::DeltaReport, ferry_convert::Error> {
     let disk = DeltaDisk::parse(&format!(
         "0:{}:{}:{change_id}:{datastore_path}",
         vm.disks[0].key,

@@ -8,14 +8,14 @@
 mod common;
 
 use common::*;
-use ferry_controller::vsphere::{Endpoint, Session, Thumbprint, TlsPolicy};
 use ferry_crds::Phase;
+use ferry_vsphere::{Endpoint, Session, Thumbprint, TlsPolicy};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 
 /// The forwarder really forwards: a vSphere login through it works, and is counted.
 async fn proven(fwd: &Forwarder, env: &Env) {
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let vc = &env.lab.info.vcenter;
     let s = Session::connect(&Endpoint {
         url: format!("https://127.0.0.1:{}/sdk", fwd.port),

@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use ferry_controller::apis::cdi::DataVolume;
-use ferry_controller::vsphere::{Endpoint, Session, TlsPolicy, Unread};
 use ferry_crds::{ConcernCode, ConditionStatus, ConditionType, Phase, Reason};
+use ferry_vsphere::{Endpoint, Session, TlsPolicy, Unread};
 use k8s_openapi::api::batch::v1::Job;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,7 +23,7 @@ async fn a_disk_ferry_cannot_read_holds_the_migration_in_preflight_naming_it_and
     // What ferry's own vSphere client reads of vcsim's answer: one disk of the two vSphere
     // counts, and the other one named.
     let info = &env.lab.info.vcenter;
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let session = Session::connect(&Endpoint {
         url: info.url.clone(),
         username: info.username.clone(),

@@ -46,13 +46,13 @@ struct Sampler {
 impl Sampler {
     async fn start(env: &Env, vm: &InventoryVm, vmm: &VirtualMachineMigration) -> Sampler {
         let info = &env.lab.info;
-        let ep = ferry_controller::vsphere::Endpoint {
+        let ep = ferry_vsphere::Endpoint {
             url: info.vcenter.url.clone(),
             username: info.vcenter.username.clone(),
             password: info.vcenter.password.clone().into(),
-            tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+            tls: ferry_vsphere::TlsPolicy::Insecure,
         };
-        ferry_controller::tls::install_default_provider();
+        ferry_vsphere::tls::install_default_provider();
         let lab = env.lab;
         let (ns, moref, target) = (env.ns.name.clone(), vm.moref.clone(), names::vm_name(vmm));
         let stop = Arc::new(AtomicBool::new(false));
@@ -65,9 +65,7 @@ impl Sampler {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let session = ferry_controller::vsphere::Session::connect(&ep)
-                    .await
-                    .unwrap();
+                let session = ferry_vsphere::Session::connect(&ep).await.unwrap();
                 let vmis: Api<VirtualMachineInstance> =
                     Api::namespaced(lab.client().await.unwrap(), &ns);
                 let _ = ready_tx.send(());
@@ -120,15 +118,13 @@ impl Drop for Sampler {
 /// The power state of the vcsim VM `moref` now.
 async fn power_of(env: &Env, moref: &str) -> String {
     let info = &env.lab.info;
-    let ep = ferry_controller::vsphere::Endpoint {
+    let ep = ferry_vsphere::Endpoint {
         url: info.vcenter.url.clone(),
         username: info.vcenter.username.clone(),
         password: info.vcenter.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     };
-    let s = ferry_controller::vsphere::Session::connect(&ep)
-        .await
-        .unwrap();
+    let s = ferry_vsphere::Session::connect(&ep).await.unwrap();
     let p = s.power_state(moref).await.unwrap();
     let _ = s.logout().await;
     p.as_str().to_owned()
@@ -429,7 +425,7 @@ struct Stepper {
 
 impl Stepper {
     async fn new(env: &Env) -> Stepper {
-        ferry_controller::tls::install_default_provider();
+        ferry_vsphere::tls::install_default_provider();
         let client = env.lab.client().await.unwrap();
         let policy = ferry_controller::policy::Policy {
             converter_image: ferry_harness::LAB_CONVERTER_IMAGE.to_owned(),

@@ -22,7 +22,7 @@ fn config(ns: &str, lease: &str, me: &str) -> ElectionConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_of_racing_candidates_wins_and_only_its_fence_opens() {
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let lab = lab();
     let ns = lab.namespace("leader-race").await.unwrap();
     let client = lab.client().await.unwrap();

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ferry_controller::staging::{Error, Staging, StagingConfig, sha256_file};
 use ferry_harness::lab;
+use ferry_staging::{Error, Staging, StagingConfig, sha256_file};
 
 fn config(prefix: &str) -> StagingConfig {
     let s3 = &lab().info.s3;
@@ -211,7 +211,7 @@ async fn a_closed_port_is_unreachable_and_transient() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn https_staging_with_a_private_ca_is_trusted_with_its_bundle_only() {
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let tls = &lab().info.s3_tls;
     let ca = std::fs::read_to_string(&tls.ca_file).unwrap();
     let https = |ca_bundle: Option<String>| StagingConfig {
@@ -234,7 +234,7 @@ async fn https_staging_with_a_private_ca_is_trusted_with_its_bundle_only() {
         err.is_err(),
         "a private CA's certificate is not trusted by default"
     );
-    let other = include_str!("../src/testdata/test-ca.pem").to_owned();
+    let other = include_str!("../../vsphere/src/testdata/test-ca.pem").to_owned();
     let err = Staging::new(https(Some(other)))
         .unwrap()
         .bucket_exists()

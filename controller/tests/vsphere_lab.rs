@@ -1,11 +1,11 @@
 //! The vSphere edge against the lab's real vcsim over TLS.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ferry_controller::vsphere::{
+use ferry_harness::{InventoryVm, lab};
+use ferry_vsphere::{
     DiskBacking, Endpoint, Error, Firmware, PowerState, Session, Thumbprint, TlsPolicy, VmSelector,
     validate_layout,
 };
-use ferry_harness::{InventoryVm, lab};
 
 fn endpoint(tls: TlsPolicy) -> Endpoint {
     let vc = &lab().info.vcenter;
@@ -304,7 +304,7 @@ async fn the_folder_service_wants_the_session_cookie() {
         .session_cookie()
         .expect("a vmware_soap_session cookie after login");
     // A client with neither cookie nor credentials is turned away; the session cookie alone is enough.
-    let (config, _) = ferry_controller::tls::client_config(&TlsPolicy::Insecure).unwrap();
+    let (config, _) = ferry_vsphere::tls::client_config(&TlsPolicy::Insecure).unwrap();
     let bare = reqwest::Client::builder()
         .use_preconfigured_tls(config)
         .build()
@@ -354,9 +354,9 @@ fn ca_endpoint(tls: TlsPolicy) -> Endpoint {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ca_signed_vcenter_is_trusted_with_its_ca_bundle_and_refused_without() {
-    ferry_controller::tls::install_default_provider();
+    ferry_vsphere::tls::install_default_provider();
     let pem = std::fs::read_to_string(&lab().info.vcenter_ca.ca_file).unwrap();
-    let bundle = ferry_controller::tls::CaBundle::from_pem(&pem).unwrap();
+    let bundle = ferry_vsphere::tls::CaBundle::from_pem(&pem).unwrap();
     let s = Session::connect(&ca_endpoint(TlsPolicy::CaBundle(bundle)))
         .await
         .unwrap();
@@ -373,8 +373,10 @@ async fn a_ca_signed_vcenter_is_trusted_with_its_ca_bundle_and_refused_without()
     for tls in [
         TlsPolicy::SystemRoots,
         TlsPolicy::CaBundle(
-            ferry_controller::tls::CaBundle::from_pem(include_str!("../src/testdata/test-ca.pem"))
-                .unwrap(),
+            ferry_vsphere::tls::CaBundle::from_pem(include_str!(
+                "../../vsphere/src/testdata/test-ca.pem"
+            ))
+            .unwrap(),
         ),
     ] {
         let err = Session::connect(&ca_endpoint(tls.clone()))
@@ -386,7 +388,7 @@ async fn a_ca_signed_vcenter_is_trusted_with_its_ca_bundle_and_refused_without()
         );
     }
     // The bundle checks the host name too: the main vcsim's self-signed certificate is no CA's.
-    let pem_bundle = ferry_controller::tls::CaBundle::from_pem(&pem).unwrap();
+    let pem_bundle = ferry_vsphere::tls::CaBundle::from_pem(&pem).unwrap();
     let err = Session::connect(&endpoint(TlsPolicy::CaBundle(pem_bundle)))
         .await
         .unwrap_err();

@@ -1,7 +1,7 @@
 //! The cutover Job of a warm migration: one pod running `ferry-controller delta` from the
 //! converter image, with every imported claim mounted writable, that copies the areas of each
 //! disk changed since the first copy's change id — read from the powered-off source's own
-//! disks — into the volume, then reads them back (see `convert/delta.rs`). The verification
+//! disks — into the volume, then reads them back (see `ferry_convert::delta`). The verification
 //! Job's shape (Pod Security `restricted`, the image's user, the result in the termination
 //! message), writable, with the vSphere credentials by `secretKeyRef` as the converter's.
 
@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::verify_job::{Claims, QEMU_ID, RESULT_PATH, device_path, mount_path};
 use crate::Result;
-use crate::job_contract::CONVERTER_PROGRAM;
+use ferry_convert::job_contract::CONVERTER_PROGRAM;
 
 /// The container's name.
 pub const CONTAINER: &str = "cutover";
@@ -199,7 +199,7 @@ mod tests {
         let env = c.env.clone().unwrap();
         let password = env
             .iter()
-            .find(|e| e.name == crate::job_contract::env::VSPHERE_PASSWORD)
+            .find(|e| e.name == ferry_convert::job_contract::env::VSPHERE_PASSWORD)
             .unwrap();
         assert!(password.value.is_none(), "credentials only by secretKeyRef");
         assert!(
@@ -228,7 +228,7 @@ mod tests {
         #[derive(clap::Parser)]
         struct Delta {
             #[command(flatten)]
-            args: crate::convert::delta::DeltaArgs,
+            args: ferry_convert::delta::DeltaArgs,
         }
         let parsed = <Delta as clap::Parser>::try_parse_from(
             std::iter::once("delta".to_owned())
@@ -244,8 +244,7 @@ mod tests {
     #[test]
     fn a_disk_arg_reads_back_as_the_delta_program_parses_it() {
         for block in [false, true] {
-            let parsed =
-                crate::convert::delta::DeltaDisk::parse(&disk_arg(&vol(3, block))).unwrap();
+            let parsed = ferry_convert::delta::DeltaDisk::parse(&disk_arg(&vol(3, block))).unwrap();
             assert_eq!(parsed.index, 3);
             assert_eq!(parsed.device_key, 2003);
             assert_eq!(parsed.change_id, "52 aa bb/1");

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::Result;
-use crate::job_contract::{CONVERTER_PROGRAM, WORK_BYTES, env, extra_env};
+use ferry_convert::job_contract::{CONVERTER_PROGRAM, WORK_BYTES, env, extra_env};
 
 /// Pod attempts after the first; the controller retries on top of that with `spec.retry`.
 pub const BACKOFF_LIMIT: i32 = 2;

@@ -263,7 +263,7 @@ pub fn ownership(
     })
 }
 
-/// The pod failure policy of ferry's Jobs: the container's [`PERMANENT_EXIT_CODE`](crate::job_contract::PERMANENT_EXIT_CODE)
+/// The pod failure policy of ferry's Jobs: the container's [`PERMANENT_EXIT_CODE`](ferry_convert::job_contract::PERMANENT_EXIT_CODE)
 /// (a failure no retry can mend) fails the Job at once instead of spending its back-off.
 fn fail_on_permanent_exit(container: &str) -> k8s_openapi::api::batch::v1::PodFailurePolicy {
     use k8s_openapi::api::batch::v1::{
@@ -275,7 +275,7 @@ fn fail_on_permanent_exit(container: &str) -> k8s_openapi::api::batch::v1::PodFa
             on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
                 container_name: Some(container.to_owned()),
                 operator: "In".to_owned(),
-                values: vec![crate::job_contract::PERMANENT_EXIT_CODE],
+                values: vec![ferry_convert::job_contract::PERMANENT_EXIT_CODE],
             }),
             on_pod_conditions: None,
         }],
@@ -285,7 +285,7 @@ fn fail_on_permanent_exit(container: &str) -> k8s_openapi::api::batch::v1::PodFa
 /// One of ferry's Jobs around `container`: pods that never restart in place, no ServiceAccount
 /// token or service links (the pod needs no API), Pod Security `restricted` running as `uid`
 /// (the converter as the image's user, the verification Job as qemu's, which owns the block
-/// devices CDI hands it), the container's [`PERMANENT_EXIT_CODE`](crate::job_contract::PERMANENT_EXIT_CODE) failing the Job at
+/// devices CDI hands it), the container's [`PERMANENT_EXIT_CODE`](ferry_convert::job_contract::PERMANENT_EXIT_CODE) failing the Job at
 /// once, and the migration's labels on the pod.
 pub(crate) fn restricted_job(
     vmm: &VirtualMachineMigration,

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::Result;
-use crate::job_contract::CONVERTER_PROGRAM;
-use crate::verify::VolumeSpec;
+use ferry_convert::job_contract::CONVERTER_PROGRAM;
+use ferry_convert::verify::VolumeSpec;
 
 /// Annotation on the Job saying what its result is worth: [`Role::Verify`] or [`Role::Bind`].
 pub const ROLE_ANNOTATION: &str = "migration.platform.example/verify-role";
@@ -144,9 +144,9 @@ pub fn volume_arg(v: &VerifyVolume) -> String {
 /// # Guarantees
 /// Owned by and labelled with the migration (pod template too); `image`: the converter's (the
 /// controller's own or an allowed one, as the conversion Job ran); every claim mounted read-only; no service account token; Pod
-/// Security `restricted`; exit code [`crate::job_contract::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
+/// Security `restricted`; exit code [`ferry_convert::job_contract::PERMANENT_EXIT_CODE`] (a mismatch) fails the Job at once;
 /// on success the termination message is the program's result (every volume's checksum, see
-/// [`crate::verify::render_result`]), on failure it falls back to the log's tail, where the
+/// [`ferry_convert::verify::render_result`]), on failure it falls back to the log's tail, where the
 /// program writes both sums.
 ///
 /// # Errors
@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(rule.action, "FailJob");
         assert_eq!(
             rule.on_exit_codes.as_ref().unwrap().values,
-            vec![crate::job_contract::PERMANENT_EXIT_CODE]
+            vec![ferry_convert::job_contract::PERMANENT_EXIT_CODE]
         );
         let bind = verification_job(&migration("web-1"), &vols, Role::Bind, "img").unwrap();
         assert_eq!(

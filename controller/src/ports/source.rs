@@ -1,5 +1,5 @@
 //! The vSphere source: the trait decisions and tests see, and its implementation on
-//! `crate::vsphere` (vim_rs). Errors come back classified as a [`Problem`].
+//! `ferry_vsphere` (vim_rs). Errors come back classified as a [`Problem`].
 
 use ferry_crds::{
     DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, ToolsState,
@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::problem::Problem;
-use crate::vsphere;
+use ferry_vsphere as vsphere;
 
 /// How the vSphere endpoint's certificate is trusted, as its credentials Secret says.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -328,14 +328,14 @@ pub(crate) fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem
                 )
             })?)
         }
-        SourceTrust::CaBundle(pem) => {
-            vsphere::TlsPolicy::CaBundle(crate::tls::CaBundle::from_pem(pem).map_err(|e| {
+        SourceTrust::CaBundle(pem) => vsphere::TlsPolicy::CaBundle(
+            ferry_vsphere::tls::CaBundle::from_pem(pem).map_err(|e| {
                 Problem::permanent(
                     Reason::ThumbprintMismatch,
                     format!("the cacert of Secret {}: {e}", login.secret),
                 )
-            })?)
-        }
+            })?,
+        ),
         SourceTrust::Insecure => vsphere::TlsPolicy::Insecure,
         SourceTrust::SystemRoots => vsphere::TlsPolicy::SystemRoots,
     };
@@ -594,7 +594,7 @@ fn no_snapshots() -> Problem {
 
 /// A failed snapshot operation: a transient error as classified, anything else
 /// `SnapshotFailed` saying what was being `doing`.
-fn snapshot_problem(e: &crate::vsphere::Error, doing: &str) -> Problem {
+fn snapshot_problem(e: &ferry_vsphere::Error, doing: &str) -> Problem {
     let p = problem_of(e);
     if p.transient {
         p
@@ -605,7 +605,7 @@ fn snapshot_problem(e: &crate::vsphere::Error, doing: &str) -> Problem {
 
 /// A failed power operation: a transient error as classified, anything else `PowerOffFailed`
 /// saying what was being `doing`.
-fn power_problem(e: &crate::vsphere::Error, doing: &str) -> Problem {
+fn power_problem(e: &ferry_vsphere::Error, doing: &str) -> Problem {
     let p = problem_of(e);
     if p.transient {
         p

@@ -1,12 +1,12 @@
 //! The S3 staging store: the trait decisions and tests see, and its implementation on
-//! `crate::staging` (object_store). Errors come back classified as a [`Problem`].
+//! `ferry_staging` (object_store). Errors come back classified as a [`Problem`].
 
 use ferry_crds::Reason;
 use futures::future::BoxFuture;
 use secrecy::SecretString;
 
 use crate::problem::Problem;
-use crate::staging;
+use ferry_staging as staging;
 
 /// A staged disk image, as a HEAD request sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub trait StagingApi: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), Problem>>;
 }
 
-/// [`StagingApi`] on [`crate::staging`] (object_store, path-style, SigV4), with full keys (the
+/// [`StagingApi`] on [`ferry_staging`] (object_store, path-style, SigV4), with full keys (the
 /// migration's keys already carry `spec.staging.prefix`).
 #[derive(Debug, Default)]
 pub struct S3Staging;

@@ -182,7 +182,7 @@ pub fn left_in_staging(vmm: &ferry_crds::VirtualMachineMigration) -> Vec<String>
     let bucket = &staging_location(vmm).bucket;
     staged_keys(vmm)
         .iter()
-        .flat_map(|k| [k.clone(), crate::staging::record_key(k)])
+        .flat_map(|k| [k.clone(), ferry_staging::record_key(k)])
         .map(|k| format!("s3://{bucket}/{k}"))
         .collect()
 }

@@ -31,8 +31,8 @@ use super::world::{self, RENAME_HINT, staged_keys};
 use crate::Result;
 use crate::apis::job::JobState;
 use crate::children::cutover_job;
-use crate::convert::delta::{DeltaResult, parse_result};
 use crate::problem::Problem;
+use ferry_convert::delta::{DeltaResult, parse_result};
 
 /// The CuttingOver checkpoint.
 #[derive(Debug)]
@@ -843,8 +843,8 @@ mod tests {
         }
     }
 
-    fn frozen(id: &str) -> Vec<crate::vsphere::SnapshotDisk> {
-        vec![crate::vsphere::SnapshotDisk {
+    fn frozen(id: &str) -> Vec<ferry_vsphere::SnapshotDisk> {
+        vec![ferry_vsphere::SnapshotDisk {
             key: 2000,
             datastore_path: "[ds] vm/disk1-snap.vmdk".into(),
             capacity_bytes: 1 << 30,

@@ -258,7 +258,9 @@ async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::childre
             job: seen.state,
             role,
             message: seen.failure,
-            reported: seen.report.and_then(|m| crate::verify::parse_result(&m)),
+            reported: seen
+                .report
+                .and_then(|m| ferry_convert::verify::parse_result(&m)),
         },
         seen.conflict,
     ))

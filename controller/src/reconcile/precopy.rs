@@ -17,8 +17,8 @@ use ferry_crds::{DiskStatus, VirtualMachineMigration, WarmStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::children::cutover_job::CutoverVolume;
-use crate::convert::delta::DeltaResult;
-use crate::vsphere::SnapshotDisk;
+use ferry_convert::delta::DeltaResult;
+use ferry_vsphere::SnapshotDisk;
 
 /// The precopy interval of `vmm`.
 pub fn interval(vmm: &VirtualMachineMigration) -> Duration {

@@ -21,7 +21,7 @@ use ferry_crds::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::problem::Problem;
-use crate::vsphere::LayoutProblem;
+use ferry_vsphere::LayoutProblem;
 
 /// What Preparing found about the source and the names and places the migration will use:
 /// what preflight weighs.
@@ -30,7 +30,7 @@ pub struct SourceFacts {
     /// The VM as read now (its power state is the current one).
     pub vm: DiscoveredSource,
     /// What about its disks and devices preflight must weigh (empty when nothing).
-    pub layout_problems: Vec<crate::vsphere::LayoutProblem>,
+    pub layout_problems: Vec<ferry_vsphere::LayoutProblem>,
     /// How many virtual disks vSphere counts (`summary.config.numVirtualDisks`), when it says.
     pub disks_reported: Option<u32>,
     /// What of vSphere's answer about the VM ferry could not read, each named.

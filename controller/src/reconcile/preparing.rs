@@ -885,7 +885,7 @@ mod tests {
             && c.reason == Reason::BucketNotFound
             && c.status == ferry_crds::ConditionStatus::False));
         let mut f = facts(PowerState::PoweredOff);
-        f.layout_problems = vec![crate::vsphere::LayoutProblem::RawDeviceMapping {
+        f.layout_problems = vec![ferry_vsphere::LayoutProblem::RawDeviceMapping {
             disk: "Hard disk 1".into(),
         }];
         assert!(
@@ -1311,7 +1311,7 @@ mod tests {
     fn a_critical_concern_after_the_power_off_began_fails_instead_of_holding() {
         // Nothing touched: held in Pending.
         let mut f = facts(PowerState::PoweredOff);
-        f.layout_problems = vec![crate::vsphere::LayoutProblem::Shared {
+        f.layout_problems = vec![ferry_vsphere::LayoutProblem::Shared {
             disk: "Hard disk 1".into(),
         }];
         assert!(matches!(

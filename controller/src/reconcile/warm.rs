@@ -16,7 +16,7 @@ use ferry_crds::{
 
 use crate::children::cutover_job::CutoverVolume;
 use crate::children::proof::{ProofKey, Subject};
-use crate::vsphere::{Snapshot, SnapshotDisk};
+use ferry_vsphere::{Snapshot, SnapshotDisk};
 
 /// The kind a snapshot's creation stamp names.
 pub const SNAPSHOT_KIND: &str = "VirtualMachineSnapshot";

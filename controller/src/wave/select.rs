@@ -21,8 +21,8 @@ use crate::events::Note;
 use crate::pacing::backoff;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
-use crate::vsphere::tags::{self, TagRef};
 use crate::{Error, Result};
+use ferry_vsphere::tags::{self, TagRef};
 
 /// The VMs `selector` chooses from `names` (those under its folder): those matching its name
 /// pattern and, with a tag, among `tagged` (the names of the VMs carrying it), in name order. Pure.

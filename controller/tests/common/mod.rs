@@ -619,16 +619,14 @@ impl Env {
     /// The power state of any VM of the lab's vcsim, as [`Env::power_state`].
     pub async fn power_state_of(&self, vm: &InventoryVm) -> String {
         let info = &self.lab.info;
-        let ep = ferry_controller::vsphere::Endpoint {
+        let ep = ferry_vsphere::Endpoint {
             url: info.vcenter.url.clone(),
             username: info.vcenter.username.clone(),
             password: info.vcenter.password.clone().into(),
-            tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+            tls: ferry_vsphere::TlsPolicy::Insecure,
         };
-        ferry_controller::tls::install_default_provider();
-        let s = ferry_controller::vsphere::Session::connect(&ep)
-            .await
-            .unwrap();
+        ferry_vsphere::tls::install_default_provider();
+        let s = ferry_vsphere::Session::connect(&ep).await.unwrap();
         let p = s.power_state(&vm.moref).await.unwrap();
         let _ = s.logout().await;
         p.as_str().to_owned()
@@ -1211,14 +1209,14 @@ impl Env {
 }
 
 /// A logged-in vSphere session on the lab's vCenter.
-pub async fn lab_session(lab: &Lab) -> ferry_controller::vsphere::Session {
+pub async fn lab_session(lab: &Lab) -> ferry_vsphere::Session {
     let vc = &lab.info.vcenter;
-    ferry_controller::tls::install_default_provider();
-    ferry_controller::vsphere::Session::connect(&ferry_controller::vsphere::Endpoint {
+    ferry_vsphere::tls::install_default_provider();
+    ferry_vsphere::Session::connect(&ferry_vsphere::Endpoint {
         url: vc.url.clone(),
         username: vc.username.clone(),
         password: vc.password.clone().into(),
-        tls: ferry_controller::vsphere::TlsPolicy::Insecure,
+        tls: ferry_vsphere::TlsPolicy::Insecure,
     })
     .await
     .unwrap()

@@ -10,9 +10,9 @@ use k8s_openapi::ByteString;
 
 use super::Error;
 use crate::job_contract::env;
-use crate::staging::StagingConfig;
-use crate::tls::CaBundle;
-use crate::vsphere::{Endpoint, Thumbprint, TlsPolicy};
+use ferry_staging::StagingConfig;
+use ferry_vsphere::tls::CaBundle;
+use ferry_vsphere::{Endpoint, Thumbprint, TlsPolicy};
 
 /// Which environment variable carries which key of the vSphere Secret (the conversion Job's
 /// `secretKeyRef`s).
@@ -82,7 +82,7 @@ impl Credentials {
     ///
     /// # Errors
     /// [`Error::Usage`] for a pin that is not a thumbprint or a bundle without a certificate:
-    /// the controller refuses the same Secret with the same checks ([`crate::tls`]).
+    /// the controller refuses the same Secret with the same checks ([`ferry_vsphere::tls`]).
     pub fn endpoint(&self) -> Result<Endpoint, Error> {
         endpoint_of(&self.vsphere)
     }
@@ -167,7 +167,7 @@ mod tests {
 
     use super::*;
 
-    const CA: &str = include_str!("../testdata/test-ca.pem");
+    const CA: &str = include_str!("../../vsphere/src/testdata/test-ca.pem");
 
     fn env_of(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
         let m: BTreeMap<String, OsString> = kv

@@ -13,7 +13,7 @@ use futures::future::{BoxFuture, Shared};
 use tokio::sync::Mutex;
 
 use super::map::{DiskMap, Piece};
-use crate::vsphere::{self, Session};
+use ferry_vsphere::{self as vsphere, Session};
 
 /// Caps the bytes read per second (a token bucket with no burst beyond one request).
 #[derive(Debug)]

@@ -20,14 +20,16 @@
 //! Disks of a VM run [`scratch::PARALLEL_DISKS`] at a time, parts of a disk several at a time;
 //! memory is bounded by the parts in flight ([`upload::parts_in_flight`]).
 //!
-//! Restartable: each disk has a record beside its image ([`crate::staging::DiskRecord`]); a disk
+//! Restartable: each disk has a record beside its image ([`ferry_staging::DiskRecord`]); a disk
 //! whose record says `Staged` is skipped, a previous run's open multipart upload is aborted
 //! before the disk is done again, and an image is only ever taken as complete with its record.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod credentials;
 pub mod delta;
 mod disk;
 mod error;
+pub mod job_contract;
 mod map;
 mod nbd;
 pub mod qcow2;
@@ -35,6 +37,7 @@ mod qemu;
 mod remote;
 pub mod scratch;
 mod upload;
+pub mod verify;
 mod vmdk;
 
 use std::path::PathBuf;
@@ -51,8 +54,8 @@ pub use upload::{RECORD_INTERVAL, part_size, parts_in_flight};
 pub use vmdk::{DescriptorError, Extent, extents, is_descriptor};
 
 use crate::job_contract::{env, extra_env};
-use crate::staging::{self, DiskRecord, Staging};
-use crate::vsphere::{self, DatastorePath, Endpoint, Session, VmInfo};
+use ferry_staging::{self as staging, DiskRecord, Staging};
+use ferry_vsphere::{self as vsphere, DatastorePath, Endpoint, Session, VmInfo};
 
 /// User metadata of a staged disk image (fixed when its upload starts; the checksum is in its
 /// record).
@@ -553,7 +556,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::vsphere::TlsPolicy;
+    use ferry_vsphere::TlsPolicy;
     use secrecy::ExposeSecret;
 
     #[derive(Debug, Parser)]
@@ -627,7 +630,7 @@ mod tests {
         let mut cmd = std::process::Command::new(exe);
         cmd.args([
             "--exact",
-            "convert::tests::env_child",
+            "tests::env_child",
             "--nocapture",
             "--test-threads=1",
         ]);

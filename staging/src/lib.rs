@@ -4,6 +4,7 @@
 //! its progress and open multipart upload while it works, its SHA-256 and size once staged. The
 //! checksum cannot live in the image's own metadata: a multipart upload fixes that at its start,
 //! before the bytes (and so their hash) are known.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod record;
@@ -163,7 +164,7 @@ fn attributes(metadata: &BTreeMap<String, String>) -> Attributes {
     attributes
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -173,7 +174,7 @@ impl Staging {
     /// Errors: [`Error::Invalid`] for an endpoint that is not an http(s) URL.
     pub fn new(config: StagingConfig) -> Result<Self> {
         // object_store builds its own reqwest client, which takes the process-wide provider.
-        crate::tls::install_default_provider();
+        ferry_vsphere::tls::install_default_provider();
         let endpoint = config.endpoint.trim_end_matches('/');
         let url = reqwest::Url::parse(endpoint).map_err(|e| {
             Error::Invalid(format!(

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use crate::Error;
 pub use crate::job_contract::{PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE};
 
 /// One volume to check: `INDEX=PATH=SIZE=SHA256`.
@@ -108,57 +109,6 @@ pub fn parse_result(text: &str) -> Option<std::collections::BTreeMap<usize, Stri
         .collect()
 }
 
-/// Why a volume does not verify.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The bytes differ.
-    #[error(
-        "disk {index}: checksum mismatch: the imported volume's first {size} bytes have SHA-256 {actual}, the staged image's raw contents {expected}"
-    )]
-    Mismatch {
-        index: usize,
-        size: u64,
-        expected: String,
-        actual: String,
-    },
-    /// The volume holds less than the image.
-    #[error(
-        "disk {index}: the imported volume {path} holds {len} bytes, fewer than the image's {size}"
-    )]
-    Short {
-        index: usize,
-        path: PathBuf,
-        len: u64,
-        size: u64,
-    },
-    /// Nothing at the path.
-    #[error("disk {index}: no imported image at {path}: {source}")]
-    Missing {
-        index: usize,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// Reading failed.
-    #[error("disk {index}: reading {path}: {source}")]
-    Io {
-        index: usize,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl Error {
-    /// The process exit code: permanent for what another read cannot change.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Mismatch { .. } | Error::Short { .. } | Error::Missing { .. } => {
-                PERMANENT_EXIT_CODE
-            }
-            Error::Io { .. } => TRANSIENT_EXIT_CODE,
-        }
-    }
-}
-
 /// One verified volume; printed as a JSON line on stdout.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -171,9 +121,9 @@ pub struct Verified {
 
 /// SHA-256 of the first `size` bytes of `path` (a file at least that long, or a block device).
 ///
-/// Errors: [`Error::Missing`], [`Error::Short`], [`Error::Io`].
+/// Errors: [`Error::Missing`], [`Error::Short`], [`Error::ReadVolume`].
 pub async fn hash_prefix(index: usize, path: &Path, size: u64) -> Result<String, Error> {
-    let io = |source| Error::Io {
+    let io = |source| Error::ReadVolume {
         index,
         path: path.to_owned(),
         source,
@@ -217,7 +167,7 @@ pub async fn hash_prefix(index: usize, path: &Path, size: u64) -> Result<String,
         ctx.update(&buf[..n]);
         left -= n as u64;
     }
-    Ok(crate::staging::hex(ctx.finish().as_ref()))
+    Ok(ferry_staging::hex(ctx.finish().as_ref()))
 }
 
 /// Checks one volume.
@@ -333,7 +283,7 @@ mod tests {
         let img = dir.join("disk.img");
         let content = vec![7u8; 3 << 20];
         std::fs::write(&img, &content).unwrap();
-        let sha = crate::staging::sha256_file(&img).await.unwrap();
+        let sha = ferry_staging::sha256_file(&img).await.unwrap();
         // CDI may grow the image to the claim's size: the tail is not the disk's.
         let mut grown = content.clone();
         grown.extend(vec![0u8; 1 << 20]);

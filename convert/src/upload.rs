@@ -2,7 +2,7 @@
 //! image) and go up to S3 as a multipart upload, several parts at once. Memory is bounded by the
 //! parts in flight (fetched ahead + being hashed + uploading), never by the image's size.
 //!
-//! The converter's record of the disk (see [`crate::staging::DiskRecord`]) is kept on the way:
+//! The converter's record of the disk (see [`ferry_staging::DiskRecord`]) is kept on the way:
 //! progress every [`RECORD_INTERVAL`], the upload's id as soon as it exists (so that a run killed
 //! mid-upload can have its parts aborted by the next), `Staged` with the checksum only after S3
 //! completed the object.
@@ -17,7 +17,7 @@ use futures::{Stream, StreamExt};
 use tokio::task::JoinSet;
 
 use super::Error;
-use crate::staging::{self, DiskRecord, RecordState, Staging};
+use ferry_staging::{self as staging, DiskRecord, RecordState, Staging};
 
 /// How often the record is rewritten while a disk is converted.
 pub const RECORD_INTERVAL: Duration = Duration::from_secs(2);

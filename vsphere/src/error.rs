@@ -233,7 +233,7 @@ pub(crate) fn fault_name(f: &MethodFault) -> String {
 
 /// An error and its sources on one line: reqwest's own message alone ("error sending request")
 /// hides the cause an operator needs ("Connection refused").
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+pub fn chain(err: &dyn std::error::Error) -> String {
     let mut out = err.to_string();
     let mut next = err.source();
     while let Some(e) = next {

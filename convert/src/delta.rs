@@ -27,7 +27,7 @@ use super::disk::{Input, probe};
 use super::remote::{Remote, Throttle};
 use super::{Error, Source, credentials};
 use crate::job_contract::{env, extra_env};
-use crate::vsphere::{self, Session};
+use ferry_vsphere::{self as vsphere, Session};
 
 /// Bytes per read from the datastore and per write to the volume.
 const CHUNK: u64 = 4 << 20;
@@ -282,7 +282,7 @@ async fn round(
     }
     let volume = sync(volume, &disk.target).await?;
     let read_back = read_back(volume, disk.target.clone(), chunks).await?;
-    let source_digest = crate::staging::hex(source_digest.finish().as_ref());
+    let source_digest = ferry_staging::hex(source_digest.finish().as_ref());
     if read_back != source_digest {
         return Err(Error::Verify(format!(
             "{name}: {} reads back {read_back} over the {} changed areas, the source gave {source_digest}",
@@ -389,7 +389,7 @@ async fn read_back(volume: File, path: PathBuf, chunks: Vec<(u64, u64)>) -> Resu
                 })?;
             digest_area(&mut digest, offset, &buf);
         }
-        Ok(crate::staging::hex(digest.finish().as_ref()))
+        Ok(ferry_staging::hex(digest.finish().as_ref()))
     })
     .await
     .map_err(|e| Error::Upload(format!("read-back task: {e}")))?
@@ -445,7 +445,7 @@ mod tests {
             for (o, b) in parts {
                 digest_area(&mut h, *o, b);
             }
-            crate::staging::hex(h.finish().as_ref())
+            ferry_staging::hex(h.finish().as_ref())
         };
         assert_ne!(d(&[(0, b"ab")]), d(&[(1, b"ab")]));
         assert_ne!(d(&[(0, b"ab"), (2, b"c")]), d(&[(0, b"a"), (1, b"bc")]));
@@ -471,7 +471,7 @@ mod tests {
         let got = read_back(volume, path.clone(), vec![(100, 5)])
             .await
             .unwrap();
-        assert_eq!(got, crate::staging::hex(want.finish().as_ref()));
+        assert_eq!(got, ferry_staging::hex(want.finish().as_ref()));
         assert_eq!(&std::fs::read(&path).unwrap()[100..105], b"hello");
         std::fs::remove_file(&path).unwrap();
     }

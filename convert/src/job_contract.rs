@@ -2,7 +2,7 @@
 //! and the programs their Jobs run (`ferry-controller convert`, `ferry-controller verify`): the
 //! program, its environment, its exit codes and its work volume. Both sides import it and it
 //! imports nothing of the crate, so neither side reaches into the other. The record each disk's
-//! converter writes beside its image is the other half of the contract: `staging/record.rs`.
+//! converter writes beside its image is the other half of the contract: `ferry_staging::DiskRecord` (`staging/src/record.rs`).
 
 /// The program both Jobs run, looked up on the image's `PATH`.
 pub const CONVERTER_PROGRAM: &str = "ferry-controller";

@@ -1,7 +1,8 @@
 //! The converter's errors, mapped to the exit codes the conversion Job's failure policy reads.
 
 pub use crate::job_contract::{PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE};
-use crate::{staging, vsphere};
+use ferry_staging as staging;
+use ferry_vsphere as vsphere;
 
 /// Everything that can stop a conversion run.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,40 @@ pub enum Error {
     /// A volume does not read back what a warm round wrote to it: its storage lost a write.
     #[error("verification: {0}")]
     Verify(String),
+    /// Verification: the imported volume's bytes differ from the staged image's.
+    #[error(
+        "disk {index}: checksum mismatch: the imported volume's first {size} bytes have SHA-256 {actual}, the staged image's raw contents {expected}"
+    )]
+    Mismatch {
+        index: usize,
+        size: u64,
+        expected: String,
+        actual: String,
+    },
+    /// Verification: the volume holds less than the image.
+    #[error(
+        "disk {index}: the imported volume {path} holds {len} bytes, fewer than the image's {size}"
+    )]
+    Short {
+        index: usize,
+        path: std::path::PathBuf,
+        len: u64,
+        size: u64,
+    },
+    /// Verification: nothing at the volume's path.
+    #[error("disk {index}: no imported image at {path}: {source}")]
+    Missing {
+        index: usize,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// Verification: reading the volume failed.
+    #[error("disk {index}: reading {path}: {source}")]
+    ReadVolume {
+        index: usize,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl From<super::qcow2::EncodeError> for Error {
@@ -66,8 +101,11 @@ impl Error {
             | Error::BadDisk { .. }
             | Error::SourcePoweredOn { .. }
             | Error::SnapshotGone { .. }
-            | Error::Verify(_) => false,
-            Error::Upload(_) => true,
+            | Error::Verify(_)
+            | Error::Mismatch { .. }
+            | Error::Short { .. }
+            | Error::Missing { .. } => false,
+            Error::Upload(_) | Error::ReadVolume { .. } => true,
             Error::Vsphere { source, .. } => source.is_transient(),
             Error::Staging { source, .. } => source.is_transient(),
             // A missing qemu-img is an image problem; a failed conversion may be a full disk.
@@ -97,7 +135,10 @@ impl Error {
             Error::SnapshotGone { .. } => "SnapshotGone",
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
-            Error::Verify(_) => "Mismatch",
+            Error::Verify(_) | Error::Mismatch { .. } => "Mismatch",
+            Error::Short { .. } => "Short",
+            Error::Missing { .. } => "Missing",
+            Error::ReadVolume { .. } => "Io",
         }
     }
 }

@@ -17,8 +17,8 @@ use super::{
     ConvertArgs, DataPath, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT, META_SOURCE_PATH,
     META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qcow2, qemu, vmdk,
 };
-use crate::staging::{DiskRecord, RecordState, Staging};
-use crate::vsphere::{self, Allocation, DatastorePath};
+use ferry_staging::{DiskRecord, RecordState, Staging};
+use ferry_vsphere::{self as vsphere, Allocation, DatastorePath};
 
 /// What a disk is on the datastore.
 pub(super) enum Input {
@@ -396,7 +396,7 @@ impl Ctx<'_> {
                 hash.update(&b);
                 seen += b.len() as u64;
             }
-            (crate::staging::hex(hash.finish().as_ref()), seen)
+            (ferry_staging::hex(hash.finish().as_ref()), seen)
         });
         let usize_part = usize::try_from(part).map_err(|e| Error::Upload(e.to_string()))?;
         let parts = qcow2::encode(layout, raw, usize_part, seen_tx);

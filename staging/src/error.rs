@@ -1,6 +1,6 @@
 //! Staging errors, classified: what the operator must fix versus what a retry may cure.
 
-use crate::vsphere::error_chain;
+use ferry_vsphere::error_chain;
 
 /// Everything that can go wrong with the S3 staging area.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! The vSphere source: log in over SOAP (vim_rs) with a pinned TLS thumbprint, find a VM, read
 //! what a migration needs to know about it, switch its power, and download its disks.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod answer;
 mod datastore;
@@ -9,6 +10,7 @@ mod layout;
 mod session;
 mod snapshot;
 pub mod tags;
+pub mod tls;
 mod url;
 
 use std::fmt;
@@ -16,7 +18,7 @@ use std::fmt;
 pub use answer::vim_rs_reads_strictly;
 pub use datastore::Allocation;
 pub use error::Error;
-pub(crate) use error::chain as error_chain;
+pub use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
 pub use session::Session;
 pub use snapshot::{Snapshot, SnapshotDisk};
