@@ -321,6 +321,14 @@ impl VirtualMachineMigrationStatus {
 }
 
 impl VirtualMachineMigration {
+    /// The source VM's managed object reference, as Preparing recorded it.
+    pub fn source_moref(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.source.as_ref())
+            .and_then(|s| s.moref.as_deref())
+    }
+
     /// The run strategy the migrated VM ends with: spec.target's, or Halted when its
     /// powerState says off (see [`crate::TargetTemplate::run_strategy_after`]), judged on the
     /// source's power state as ferry first read it.

@@ -9,9 +9,8 @@ use ferry_crds::{VirtualMachineMigration, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Container;
 
-use super::verify_job::{Claims, QEMU_ID, RESULT_PATH, device_path, mount_path};
+use super::verify_job::{Claims, RESULT_PATH, device_path, mount_path};
 use crate::Result;
-use ferry_convert::job_contract::CONVERTER_PROGRAM;
 
 /// The container's name.
 pub const CONTAINER: &str = "cutover";
@@ -102,12 +101,7 @@ fn delta_job(
     snapshot: Option<&str>,
 ) -> Result<Job> {
     let meta = super::child_meta(vmm, name)?;
-    let moref = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-        .unwrap_or_default();
+    let moref = vmm.source_moref().unwrap_or_default().to_owned();
     let mut args = vec![
         "delta".to_owned(),
         "--result-file".to_owned(),
@@ -123,40 +117,23 @@ fn delta_job(
         args.push(disk_arg(v));
         claims.attach(v.index, &v.claim, v.block, false);
     }
-    let Claims {
-        mounts,
-        devices,
-        volumes: pod_volumes,
-    } = claims;
     let container = Container {
         name: container.to_owned(),
         image: Some(image.to_owned()),
-        command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(args),
         env: Some(super::job::vsphere_env(
             &vmm.spec.source.endpoint.credentials_secret_ref.name,
             &moref,
         )),
-        volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
-        volume_devices: Some(devices).filter(|d| !d.is_empty()),
-        termination_message_path: Some(RESULT_PATH.to_owned()),
-        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
-    Ok(super::restricted_job(
-        vmm,
-        meta,
-        container,
-        pod_volumes,
-        QEMU_ID,
-        BACKOFF_LIMIT,
-        ACTIVE_DEADLINE_SECONDS,
-    ))
+    Ok(claims.job(vmm, meta, container, BACKOFF_LIMIT, ACTIVE_DEADLINE_SECONDS))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::children::verify_job::QEMU_ID;
     use ferry_crds::fixtures::migration;
 
     fn vol(index: usize, block: bool) -> CutoverVolume {

@@ -158,12 +158,7 @@ pub fn conversion_job(vmm: &VirtualMachineMigration, image: &str) -> Result<Job>
     let meta = super::child_meta(vmm, names::job_name(vmm))?;
     let src = &vmm.spec.source.endpoint;
     let staging = &vmm.spec.staging;
-    let moref = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-        .unwrap_or_default();
+    let moref = vmm.source_moref().unwrap_or_default().to_owned();
     let s3_secret = &staging.credentials_secret_ref.name;
     let mut env_vars = vsphere_env(&src.credentials_secret_ref.name, &moref);
     env_vars.extend([

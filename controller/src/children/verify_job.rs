@@ -11,6 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Container, PersistentVolumeClaimVolumeSource, Volume, VolumeDevice, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::Result;
 use ferry_convert::job_contract::CONVERTER_PROGRAM;
@@ -95,6 +96,36 @@ impl Claims {
             ..Volume::default()
         });
     }
+
+    /// A Job running the converter's program over these claims in `container` (its name,
+    /// image, arguments and environment): as [`QEMU_ID`], its result in the termination
+    /// message, in the restricted pod of every Job ferry makes.
+    pub fn job(
+        self,
+        vmm: &VirtualMachineMigration,
+        meta: ObjectMeta,
+        container: Container,
+        backoff_limit: i32,
+        active_deadline_seconds: i64,
+    ) -> Job {
+        let container = Container {
+            command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
+            volume_mounts: Some(self.mounts).filter(|m| !m.is_empty()),
+            volume_devices: Some(self.devices).filter(|d| !d.is_empty()),
+            termination_message_path: Some(RESULT_PATH.to_owned()),
+            termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+            ..container
+        };
+        super::restricted_job(
+            vmm,
+            meta,
+            container,
+            self.volumes,
+            QEMU_ID,
+            backoff_limit,
+            active_deadline_seconds,
+        )
+    }
 }
 
 /// One imported volume to verify.
@@ -173,31 +204,13 @@ pub fn verification_job(
         args.push(volume_arg(v));
         claims.attach(v.index, &v.claim, v.block, true);
     }
-    let Claims {
-        mounts,
-        devices,
-        volumes: pod_volumes,
-    } = claims;
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),
-        command: Some(vec![CONVERTER_PROGRAM.to_owned()]),
         args: Some(args),
-        volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
-        volume_devices: Some(devices).filter(|d| !d.is_empty()),
-        termination_message_path: Some(RESULT_PATH.to_owned()),
-        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
-    Ok(super::restricted_job(
-        vmm,
-        meta,
-        container,
-        pod_volumes,
-        QEMU_ID,
-        BACKOFF_LIMIT,
-        ACTIVE_DEADLINE_SECONDS,
-    ))
+    Ok(claims.job(vmm, meta, container, BACKOFF_LIMIT, ACTIVE_DEADLINE_SECONDS))
 }
 
 #[cfg(test)]

@@ -285,6 +285,20 @@ impl SessionCache {
             other => other,
         })
     }
+
+    /// [`Self::with`], the call's vSphere error made a problem by `problem`.
+    async fn call<T, F, Fut>(
+        &self,
+        login: &SourceLogin,
+        op: F,
+        problem: impl FnOnce(&vsphere::Error) -> Problem,
+    ) -> Result<T, Problem>
+    where
+        F: Fn(Arc<vsphere::Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, vsphere::Error>>,
+    {
+        self.with(login, op).await?.map_err(|e| problem(&e))
+    }
 }
 
 pub(crate) fn problem_of(e: &vsphere::Error) -> Problem {
@@ -486,13 +500,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.shutdown_guest(moref).await })
-                .await?;
-            r.map_err(|e| power_problem(&e, &format!("asking the guest of {moref} to shut down")))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.shutdown_guest(moref).await },
+            move |e| power_problem(e, &format!("asking the guest of {moref} to shut down")),
+        ))
     }
 
     fn power_off<'a>(
@@ -500,13 +512,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.power_off(moref).await })
-                .await?;
-            r.map_err(|e| power_problem(&e, &format!("powering {moref} off")))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.power_off(moref).await },
+            move |e| power_problem(e, &format!("powering {moref} off")),
+        ))
     }
 
     fn power_on<'a>(
@@ -514,13 +524,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.power_on(moref).await })
-                .await?;
-            r.map_err(|e| problem_of(&e))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.power_on(moref).await },
+            problem_of,
+        ))
     }
 
     fn take_snapshot<'a>(
@@ -530,15 +538,11 @@ impl SourceApi for VsphereSource {
         name: &'a str,
         description: &'a str,
     ) -> BoxFuture<'a, Result<String, Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move {
-                    s.create_snapshot(moref, name, description).await
-                })
-                .await?;
-            r.map_err(|e| snapshot_problem(&e, &format!("taking snapshot {name:?} of {moref}")))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.create_snapshot(moref, name, description).await },
+            move |e| snapshot_problem(e, &format!("taking snapshot {name:?} of {moref}")),
+        ))
     }
 
     fn snapshot_disks<'a>(
@@ -546,13 +550,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         snapshot: &'a str,
     ) -> BoxFuture<'a, Result<Vec<vsphere::SnapshotDisk>, Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.snapshot_disks(snapshot).await })
-                .await?;
-            r.map_err(|e| snapshot_problem(&e, &format!("reading snapshot {snapshot}")))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.snapshot_disks(snapshot).await },
+            move |e| snapshot_problem(e, &format!("reading snapshot {snapshot}")),
+        ))
     }
 
     fn snapshots<'a>(
@@ -560,13 +562,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<Vec<vsphere::Snapshot>, Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.snapshots(moref).await })
-                .await?;
-            r.map_err(|e| problem_of(&e))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.snapshots(moref).await },
+            problem_of,
+        ))
     }
 
     fn remove_snapshot<'a>(
@@ -574,13 +574,11 @@ impl SourceApi for VsphereSource {
         login: &'a SourceLogin,
         snapshot: &'a str,
     ) -> BoxFuture<'a, Result<(), Problem>> {
-        Box::pin(async move {
-            let r = self
-                .sessions
-                .with(login, |s| async move { s.remove_snapshot(snapshot).await })
-                .await?;
-            r.map_err(|e| snapshot_problem(&e, &format!("removing snapshot {snapshot}")))
-        })
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.remove_snapshot(snapshot).await },
+            move |e| snapshot_problem(e, &format!("removing snapshot {snapshot}")),
+        ))
     }
 }
 

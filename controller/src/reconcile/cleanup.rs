@@ -338,7 +338,7 @@ pub(super) async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Proble
     let Some(rec) = super::warm::recorded_snapshot(io.vmm) else {
         return Ok(None);
     };
-    let vm = super::world::source_moref(io.vmm).unwrap_or_default();
+    let vm = io.vmm.source_moref().unwrap_or_default();
     let what = format!("snapshot {:?} of the source VM {vm}", rec.name);
     let login = match credentials::source_login(io).await? {
         Ok(l) => l,

@@ -18,7 +18,7 @@ use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
 use super::credentials;
 use super::io::Io;
-use super::outcome::{Outcome, Record, Step};
+use super::outcome::{Outcome, Record, Step, percent};
 use super::scope::Scope;
 use super::warm;
 use super::world::{RENAME_HINT, staged_keys};
@@ -162,14 +162,14 @@ impl Checkpoint for Converting {
                     // The decision acts on a recorded snapshot only.
                     return Ok(None);
                 };
-                let vm = super::world::source_moref(io.vmm).unwrap_or_default();
+                let vm = io.vmm.source_moref().unwrap_or_default();
                 let done = match action {
                     Action::TakeSnapshot => io
                         .ctx
                         .source
                         .take_snapshot(
                             &login,
-                            &vm,
+                            vm,
                             &rec.name,
                             &warm::snapshot_description(io.vmm, &io.ctx.proof, &rec.name),
                         )
@@ -275,34 +275,11 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
         let mut d = old.get(i).cloned().unwrap_or_default();
         d.index = i32::try_from(i).unwrap_or(i32::MAX);
         d.bytes_done = Some(d_done);
-        d.percent = Some(if d_total > 0 {
-            ((d_done as f64 * 10_000.0 / d_total as f64).round() / 100.0).clamp(0.0, 100.0)
-        } else {
-            0.0
-        });
+        d.percent = Some(percent(d_done, d_total));
         d.rate_bytes_per_second = d_rate.filter(|r| *r > 0);
         disks.push(d);
     }
-    let percent = if total > 0 {
-        ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0)
-    } else {
-        0.0
-    };
-    let rate = (rate > 0).then_some(rate);
-    Record {
-        source: None,
-        power_off: None,
-        preflight: None,
-        warm: None,
-        disks: Some(disks),
-        progress: Some(Progress {
-            percent,
-            bytes_done: done,
-            bytes_total: total,
-            rate_bytes_per_second: rate,
-            eta_seconds: rate.map(|r| (total - done).max(0) / r),
-        }),
-    }
+    Record::progress(disks, done, total, Some(rate))
 }
 
 /// Decides the Converting step: the first rule that applies, else what the conversion Job's

@@ -112,7 +112,7 @@ impl Checkpoint for CuttingOver {
                 Ok(login) => {
                     io.ctx
                         .source
-                        .power(&login, &world::source_moref(io.vmm).unwrap_or_default())
+                        .power(&login, io.vmm.source_moref().unwrap_or_default())
                         .await
                 }
                 Err(p) => Err(p),
@@ -173,7 +173,7 @@ impl Checkpoint for CuttingOver {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
-        let moref = world::source_moref(io.vmm).unwrap_or_default();
+        let moref = io.vmm.source_moref().unwrap_or_default();
         match action {
             Action::ShutdownGuest | Action::PowerOff => {
                 let login = match credentials::source_login(io).await? {
@@ -181,9 +181,9 @@ impl Checkpoint for CuttingOver {
                     Err(p) => return Ok(Some(p)),
                 };
                 let done = if *action == Action::ShutdownGuest {
-                    io.ctx.source.shutdown_guest(&login, &moref).await
+                    io.ctx.source.shutdown_guest(&login, moref).await
                 } else {
-                    io.ctx.source.power_off(&login, &moref).await
+                    io.ctx.source.power_off(&login, moref).await
                 };
                 Ok(done.err())
             }
@@ -199,7 +199,7 @@ impl Checkpoint for CuttingOver {
                 Ok(io
                     .ctx
                     .source
-                    .take_snapshot(&login, &moref, &rec.name, &description)
+                    .take_snapshot(&login, moref, &rec.name, &description)
                     .await
                     .err())
             }

@@ -16,7 +16,7 @@
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, DiskImported},
-    DiskStatus, Phase, Progress, Reason, VirtualMachineMigration, names,
+    DiskStatus, Phase, Reason, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
@@ -390,27 +390,8 @@ fn progress(scope: &Scope<Observed>, dvs: &[DvState]) -> Record {
             (secs >= 1.0 && bytes > 0 && pct < 100.0).then(|| (bytes as f64 / secs) as i64);
         disks.push(d);
     }
-    let percent = if total > 0 {
-        ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0)
-    } else {
-        0.0
-    };
     let rate = (secs >= 1.0 && done > 0).then(|| (done as f64 / secs) as i64);
-    let eta = rate.filter(|r| *r > 0).map(|r| (total - done).max(0) / r);
-    Record {
-        source: None,
-        power_off: None,
-        preflight: None,
-        warm: None,
-        disks: Some(disks),
-        progress: Some(Progress {
-            percent,
-            bytes_done: done,
-            bytes_total: total,
-            rate_bytes_per_second: rate,
-            eta_seconds: eta,
-        }),
-    }
+    Record::progress(disks, done, total, rate)
 }
 
 /// Decides the Importing step: the first rule that applies, else the imports go on. The order is

@@ -102,6 +102,34 @@ pub struct Record {
     pub warm: Option<ferry_crds::WarmStatus>,
 }
 
+impl Record {
+    /// The disks' copy and its sum, as Converting and Importing record them: `done` of `total`
+    /// bytes at `rate` bytes per second (none when nothing moves).
+    pub fn progress(disks: Vec<DiskStatus>, done: i64, total: i64, rate: Option<i64>) -> Self {
+        let rate = rate.filter(|r| *r > 0);
+        Record {
+            disks: Some(disks),
+            progress: Some(Progress {
+                percent: percent(done, total),
+                bytes_done: done,
+                bytes_total: total,
+                rate_bytes_per_second: rate,
+                eta_seconds: rate.map(|r| (total - done).max(0) / r),
+            }),
+            ..Record::default()
+        }
+    }
+}
+
+/// `done` of `total` in percent, to two decimals, within 0–100; 0 of nothing.
+pub fn percent(done: i64, total: i64) -> f64 {
+    if total > 0 {
+        ((done as f64 * 10_000.0 / total as f64).round() / 100.0).clamp(0.0, 100.0)
+    } else {
+        0.0
+    }
+}
+
 /// A checkpoint's decision: the step, the conditions it sets, what it records, and a one-line
 /// summary for people.
 #[derive(Clone, Debug, PartialEq)]

@@ -543,12 +543,7 @@ async fn halt(io: Io<'_>, target: &Target) -> Result<()> {
 /// why it did not, for the record.
 async fn power_on(io: Io<'_>) -> std::result::Result<(), String> {
     let (ctx, vmm) = (io.ctx, io.vmm);
-    let Some(moref) = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.as_deref())
-    else {
+    let Some(moref) = vmm.source_moref() else {
         return Err("the source VM was never recorded".into());
     };
     let login = credentials::source_login(io)

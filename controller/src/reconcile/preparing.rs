@@ -78,14 +78,7 @@ impl Checkpoint for Preparing {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
-        let (Some(login), Some(moref)) = (
-            observed.login.as_ref(),
-            io.vmm
-                .status
-                .as_ref()
-                .and_then(|s| s.source.as_ref())
-                .and_then(|s| s.moref.as_deref()),
-        ) else {
+        let (Some(login), Some(moref)) = (observed.login.as_ref(), io.vmm.source_moref()) else {
             // The decision powers off only what it found and recorded.
             return Ok(None);
         };

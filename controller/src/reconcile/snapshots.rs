@@ -3,7 +3,6 @@
 
 use super::io::Io;
 use super::warm::{self, SnapshotSeen};
-use super::world::source_moref;
 use crate::ports::SourceLogin;
 use crate::problem::Problem;
 
@@ -15,9 +14,9 @@ pub async fn judged(
     rec: &ferry_crds::SnapshotRecord,
     disks: bool,
 ) -> std::result::Result<SnapshotSeen, Problem> {
-    let vm = source_moref(io.vmm).unwrap_or_default();
-    let all = io.ctx.source.snapshots(login, &vm).await?;
-    let seen = warm::judge(io.vmm, &io.ctx.proof, rec, &vm, &all);
+    let vm = io.vmm.source_moref().unwrap_or_default();
+    let all = io.ctx.source.snapshots(login, vm).await?;
+    let seen = warm::judge(io.vmm, &io.ctx.proof, rec, vm, &all);
     match seen {
         SnapshotSeen::Ours { moref, .. } if disks => {
             let frozen = io.ctx.source.snapshot_disks(login, &moref).await?;

@@ -289,14 +289,6 @@ pub async fn block_claims(io: Io<'_>, disks: usize) -> Result<Vec<bool>> {
     Ok(block)
 }
 
-/// The source VM's moref, as Preparing recorded it.
-pub fn source_moref(vmm: &VirtualMachineMigration) -> Option<String> {
-    vmm.status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .and_then(|s| s.moref.clone())
-}
-
 /// A Job of the migration's whose pods report through their termination message (the
 /// verification and cutover Jobs), as observed.
 #[derive(Debug)]
@@ -363,7 +355,7 @@ pub async fn source_power(
     io: Io<'_>,
     login: std::result::Result<SourceLogin, Problem>,
 ) -> std::result::Result<PowerState, Problem> {
-    let Some(moref) = source_moref(io.vmm) else {
+    let Some(moref) = io.vmm.source_moref() else {
         return Err(Problem::permanent(
             Reason::VMNotFound,
             "the source VM was never recorded; raise spec.retry to start over",
@@ -371,7 +363,7 @@ pub async fn source_power(
     };
     io.ctx
         .source
-        .power(&login?, &moref)
+        .power(&login?, moref)
         .await
         .map(|(state, _tools)| state)
 }
