@@ -69,7 +69,7 @@ async fn event_notes(env: &Env, name: &str, reason: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_kubevirt_refuses_fails_creating_vm_with_kubevirts_message_and_leaves_nothing() {
     let mut env = Env::on_lab(
-        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        ferry_harness::lab_with(ferry_harness::KubeVirt::Real, "e2e-kubevirt", 3),
         "e2e-kv-refused",
         16,
     )
@@ -312,7 +312,7 @@ fn requests_of(env: &Env, user: &str, resource: &str) -> Vec<(String, Option<Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
     let mut env = Env::on_lab(
-        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        ferry_harness::lab_with(ferry_harness::KubeVirt::Real, "e2e-kubevirt", 3),
         "e2e-kv-happy",
         16,
     )
@@ -456,7 +456,7 @@ async fn a_cold_migration_succeeds_on_kubevirts_own_virt_controller() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_cancelled_while_validating_leaves_no_instance_or_launcher_pod() {
     let mut env = Env::on_lab(
-        ferry_harness::kubevirt_lab("e2e-kubevirt", 3),
+        ferry_harness::lab_with(ferry_harness::KubeVirt::Real, "e2e-kubevirt", 3),
         "e2e-kv-cancel",
         16,
     )

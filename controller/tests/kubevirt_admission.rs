@@ -446,7 +446,7 @@ async fn dry_run(api: &Api<VirtualMachine>, vm: &VirtualMachine) -> Result<Value
 }
 
 async fn namespace(prefix: &str) -> (TestNamespace, Api<VirtualMachine>) {
-    let ns = ferry_harness::kubevirt_lab("kubevirt-admission", 2)
+    let ns = ferry_harness::lab_with(ferry_harness::KubeVirt::Real, "kubevirt-admission", 2)
         .namespace(prefix)
         .await
         .unwrap();

@@ -359,6 +359,18 @@ fn workspace_bin(name: &str) -> std::path::PathBuf {
 /// opted in for ferry and bound to the lab's endpoints, applied in `ns`.
 /// ferry-sim in namespace `ns`, its volumes under `scratch`; on a lab with KubeVirt's own
 /// virt-controller, as the node only.
+/// `ferry controller` on namespace `ns`, with its own Lease there (other suites' controllers
+/// share the lab) and the lab's converter image.
+fn controller(kc: &Path, ns: &str) -> Command {
+    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    controller
+        .args(["controller", "--kubeconfig"])
+        .arg(kc)
+        .args(["-n", ns, "--leader-elect-namespace", ns])
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
+    controller
+}
+
 fn spawn_sim(lab: &Lab, ns: &str, scratch: &Path) -> ferry_harness::ChildGuard {
     let mut sim = Command::new(workspace_bin("ferry-sim"));
     sim.arg("--kubeconfig")
@@ -455,16 +467,9 @@ async fn with_the_controller_and_sim_the_board_shows_phases_moving_and_r_retries
     ferry_harness::put_vmdk(&bad, &scratch, 16, 2).expect("vmdk");
     apply_credentials(lab, &kc, &ns.name);
 
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    controller
-        .args(["controller", "--kubeconfig"])
-        .arg(&kc)
-        .args(["-n", &ns.name])
-        // Its own Lease, in the test's namespace: other suites' controllers share the lab.
-        .args(["--leader-elect-namespace", &ns.name])
-        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
-        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+        ferry_harness::ChildGuard::spawn("ferry controller", controller(&kc, &ns.name))
+            .expect("controller");
     let _sim = spawn_sim(lab, &ns.name, &scratch);
 
     let tmux = Tmux::start("ferry-flow", &cockpit(&kc, &ns.name, ""), 160, 40);
@@ -548,15 +553,9 @@ async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
     std::fs::write(&disk.vmdk, "# not a VMDK descriptor\n").expect("spoil the descriptor");
     apply_credentials(lab, &kc, &ns.name);
 
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    controller
-        .args(["controller", "--kubeconfig"])
-        .arg(&kc)
-        .args(["-n", &ns.name])
-        .args(["--leader-elect-namespace", &ns.name])
-        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
-        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+        ferry_harness::ChildGuard::spawn("ferry controller", controller(&kc, &ns.name))
+            .expect("controller");
     let _sim = spawn_sim(lab, &ns.name, &scratch);
 
     let tmux = Tmux::start("ferry-podlogs", &cockpit(&kc, &ns.name, ""), 160, 40);
@@ -994,12 +993,8 @@ async fn the_embedded_controller_stands_by_while_another_leads_and_takes_over_af
     .await
     .unwrap();
 
-    let mut embedded = Command::new(env!("CARGO_BIN_EXE_ferry"));
+    let mut embedded = controller(&kc, &ns.name);
     embedded
-        .args(["controller", "--kubeconfig"])
-        .arg(&kc)
-        .args(["-n", &ns.name, "--leader-elect-namespace", &ns.name])
-        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE])
         .env("FERRY_LOG", "info")
         .stderr(log("embedded"))
         .stdout(log("embedded-out"));
@@ -1065,15 +1060,9 @@ async fn a_migration_preflight_holds_reads_blocked_and_p_shows_its_concern_group
     shape(lab, &vm.name, &["--add-disk", "unreadable"]);
     apply_credentials(lab, &kc, &ns.name);
 
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    controller
-        .args(["controller", "--kubeconfig"])
-        .arg(&kc)
-        .args(["-n", &ns.name])
-        .args(["--leader-elect-namespace", &ns.name])
-        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
     let _controller =
-        ferry_harness::ChildGuard::spawn("ferry controller", controller).expect("controller");
+        ferry_harness::ChildGuard::spawn("ferry controller", controller(&kc, &ns.name))
+            .expect("controller");
 
     let tmux = Tmux::start("ferry-preflight", &cockpit(&kc, &ns.name, ""), 160, 40);
     tmux.wait_for("● live", T);

@@ -59,70 +59,103 @@ pub fn decide(
         Listed::Spec
     };
     let assigned = members::assign(&wave.name_any(), &wave.members(), listed, children, others);
-    let mut plan = Plan {
-        create: assigned
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| matches!(m, Member::Create(_)))
-            .map(|(i, _)| i)
-            .collect(),
-        ..Plan::default()
+    let steered = !wave.spec.paused && !wave.spec.cancel;
+    let mut slots = Slots {
+        taken: children.iter().filter(|c| occupies_slot(c, now)).count(),
+        max: usize::try_from(wave.spec.max_in_flight.max(1)).unwrap_or(1),
     };
-    let mut in_flight = children.iter().filter(|c| occupies_slot(c, now)).count();
-    let max = usize::try_from(wave.spec.max_in_flight.max(1)).unwrap_or(1);
     // Cutovers before releases: once the window is open, finishing precopied VMs (each one's
     // downtime running) comes before starting new ones.
-    if !wave.spec.paused && !wave.spec.cancel && cutover_due(wave, now) {
-        for m in &assigned {
-            if in_flight >= max {
-                break;
-            }
-            if let Member::Migrating(c) = m
-                && waits_for_cutover(c, now)
-            {
-                plan.cutover.push(c.name_any());
-                in_flight += 1;
-            }
-        }
-    }
-    if !wave.spec.paused && !wave.spec.cancel {
-        for m in &assigned {
-            if in_flight >= max {
-                break;
-            }
-            if let Member::Migrating(c) = m
-                && c.is_held()
-                && !c.phase().is_terminal()
-            {
-                plan.release.push(c.name_any());
-                in_flight += 1;
-            }
-        }
-    }
-    if wave.spec.cancel {
-        plan.cancel = children
-            .iter()
-            .filter(|c| !c.phase().is_terminal() && !c.spec.cancel)
-            .map(ResourceExt::name_any)
-            .collect();
-    }
-    if wave.spec.retry > 0 {
-        plan.retry = children
-            .iter()
-            .filter(|c| {
-                c.phase() == Phase::Failed && c.spec.retry < wave.spec.retry && !wave.spec.cancel
-            })
-            .map(ResourceExt::name_any)
-            .collect();
-    }
-    plan.status = super::status::status(
+    let cutover = if steered && cutover_due(wave, now) {
+        slots.fill(&assigned, |c| waits_for_cutover(c, now))
+    } else {
+        Vec::new()
+    };
+    let release = if steered {
+        slots.fill(&assigned, |c| c.is_held() && !c.phase().is_terminal())
+    } else {
+        Vec::new()
+    };
+    let status = super::status::status(
         wave,
         children,
         &assigned,
-        (plan.release.len(), plan.cutover.len()),
+        (release.len(), cutover.len()),
         now,
     );
-    plan
+    Plan {
+        create: to_create(&assigned),
+        release,
+        cutover,
+        cancel: to_cancel(wave, children),
+        retry: to_retry(wave, children),
+        status,
+    }
+}
+
+/// The slots of `maxInFlight`: how many are taken, of how many.
+struct Slots {
+    taken: usize,
+    max: usize,
+}
+
+impl Slots {
+    /// The wave's own migrations that `wanted` picks, in `spec.vms` order, while slots are
+    /// free; each takes one.
+    fn fill(
+        &mut self,
+        assigned: &[Member<'_>],
+        wanted: impl Fn(&VirtualMachineMigration) -> bool,
+    ) -> Vec<String> {
+        let mut names = Vec::new();
+        for m in assigned {
+            if self.taken >= self.max {
+                break;
+            }
+            if let Member::Migrating(c) = m
+                && wanted(c)
+            {
+                names.push(c.name_any());
+                self.taken += 1;
+            }
+        }
+        names
+    }
+}
+
+/// The indexes into the wave's VMs whose migration is to be created.
+fn to_create(assigned: &[Member<'_>]) -> Vec<usize> {
+    assigned
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, Member::Create(_)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A cancelled wave cancels every unfinished child not cancelled yet.
+fn to_cancel(wave: &MigrationWave, children: &[VirtualMachineMigration]) -> Vec<String> {
+    if !wave.spec.cancel {
+        return Vec::new();
+    }
+    children
+        .iter()
+        .filter(|c| !c.phase().is_terminal() && !c.spec.cancel)
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// A raised `spec.retry` retries every failed child not retried that often yet (never in a
+/// cancelled wave).
+fn to_retry(wave: &MigrationWave, children: &[VirtualMachineMigration]) -> Vec<String> {
+    if wave.spec.retry == 0 || wave.spec.cancel {
+        return Vec::new();
+    }
+    children
+        .iter()
+        .filter(|c| c.phase() == Phase::Failed && c.spec.retry < wave.spec.retry)
+        .map(ResourceExt::name_any)
+        .collect()
 }
 
 /// The Event a new status deserves over `old`: one Warning `NameCollision` naming every VM newly

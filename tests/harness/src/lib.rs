@@ -15,7 +15,7 @@ pub use error::Error;
 pub use info::{InventoryDisk, InventoryNic, InventoryVm, KubeVirtInfo, LabInfo};
 pub use namespace::TestNamespace;
 pub use process::{ChildGuard, run_offline};
-pub use start::{Lab, kubevirt_lab, lab, repo_root, run_state_dir};
+pub use start::{KubeVirt, Lab, lab, lab_with, repo_root, run_state_dir};
 pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk, qemu_img};
 pub use wait::eventually;
 

@@ -52,21 +52,37 @@ pub fn lab() -> &'static Lab {
     })
 }
 
-/// A lab with KubeVirt's own virt-api and virt-controller, started on first use: the shared
-/// [`lab`] when it runs them (`make test` starts it with `--kubevirt`), else one of this test
-/// process's own (`target/lab/runs/NAME-PID`, `vms` vcsim VMs) that stops when the process
-/// exits.
+/// What a test needs of KubeVirt in its lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeVirt {
+    /// KubeVirt's own virt-api and virt-controller (`ferry-lab --kubevirt`).
+    Real,
+    /// None of it: the test's sim plays KubeVirt whole, which a lab running virt-controller does
+    /// not allow (two controllers of one VirtualMachine would fight over its instance).
+    Absent,
+}
+
+/// A lab with or without KubeVirt's own code, started on first use: the shared [`lab`]
+/// (`FERRY_LAB_STATE`; `make test` starts it with `--kubevirt`) when it is of that kind, else
+/// one of this test process's own (`target/lab/runs/NAME-PID`, `vms` vcsim VMs) that stops
+/// when the process exits. Without a shared lab, only that one is started.
 ///
 /// Panics as [`lab`] does.
-pub fn kubevirt_lab(name: &str, vms: u32) -> &'static Lab {
+pub fn lab_with(kubevirt: KubeVirt, name: &str, vms: u32) -> &'static Lab {
     static OWN: OnceLock<Lab> = OnceLock::new();
-    let shared = lab();
-    if shared.info.kubevirt.is_some() {
-        return shared;
+    if std::env::var_os("FERRY_LAB_STATE").is_some() {
+        let shared = lab();
+        if shared.info.kubevirt.is_some() == (kubevirt == KubeVirt::Real) {
+            return shared;
+        }
     }
     OWN.get_or_init(|| {
-        Lab::start_with_kubevirt(&run_state_dir(name), vms)
-            .unwrap_or_else(|e| panic!("lab with KubeVirt unavailable: {e}"))
+        let dir = run_state_dir(name);
+        match kubevirt {
+            KubeVirt::Real => Lab::start_with_kubevirt(&dir, vms),
+            KubeVirt::Absent => Lab::start(&dir, vms),
+        }
+        .unwrap_or_else(|e| panic!("lab ({kubevirt:?} KubeVirt) unavailable: {e}"))
     })
 }
 

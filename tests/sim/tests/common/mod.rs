@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_harness::{ChildGuard, Lab, TestNamespace, eventually, lab, repo_root, run_state_dir};
+use ferry_harness::{ChildGuard, KubeVirt, Lab, TestNamespace, eventually, lab_with, repo_root};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -18,20 +18,10 @@ use object_store::{Attribute, AttributeValue, Attributes, ObjectStore, PutOption
 
 pub const WAIT: Duration = Duration::from_secs(90);
 
-/// The lab these tests run on. They test the sim playing KubeVirt whole, which a lab running
-/// KubeVirt's own virt-controller does not allow (two controllers of one VirtualMachine would
-/// fight over its instance): the shared lab when it has no KubeVirt, else one of this test
-/// process's own without it (it stops when the process exits).
+/// The lab these tests run on: one without KubeVirt's own code, since they test the sim
+/// playing KubeVirt whole.
 pub fn sim_lab() -> &'static Lab {
-    static OWN: OnceLock<&'static Lab> = OnceLock::new();
-    let shared = lab();
-    if shared.info.kubevirt.is_none() {
-        return shared;
-    }
-    OWN.get_or_init(|| {
-        let own = Lab::start(&run_state_dir("sim-tests"), 4).expect("a lab without KubeVirt");
-        Box::leak(Box::new(own))
-    })
+    lab_with(KubeVirt::Absent, "sim-tests", 4)
 }
 
 /// One test's world: a namespace, a scratch directory, a running sim.
