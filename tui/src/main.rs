@@ -174,6 +174,22 @@ fn init_stderr_logging() {
         .try_init();
 }
 
+/// Says on stderr which clusters could not be listed, and why.
+fn warn_unlisted(state: &ferry::state::State) {
+    for c in state
+        .clusters
+        .iter()
+        .filter(|c| !c.conn.migrations.is_live())
+    {
+        let (word, why) = cli::state_word(&c.conn.migrations);
+        eprintln!(
+            "ferry: context {}: {word}: {}",
+            c.context,
+            why.unwrap_or("")
+        );
+    }
+}
+
 async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
     if cli.readonly {
         anyhow::bail!(strings::readonly_refused(verb));
@@ -232,18 +248,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ),
             }
             // Every row printed is real, but a cluster that could not be listed fails the run.
-            for c in state
-                .clusters
-                .iter()
-                .filter(|c| !c.conn.migrations.is_live())
-            {
-                let (word, why) = cli::state_word(&c.conn.migrations);
-                eprintln!(
-                    "ferry: context {}: {word}: {}",
-                    c.context,
-                    why.unwrap_or("")
-                );
-            }
+            warn_unlisted(&state);
             Ok(if cli::all_listed(&state) {
                 ExitCode::SUCCESS
             } else {
@@ -261,18 +266,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ReportFormat::Csv => print!("{}", ferry::report::csv(&report)),
                 ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
             }
-            for c in state
-                .clusters
-                .iter()
-                .filter(|c| !c.conn.migrations.is_live())
-            {
-                let (word, why) = cli::state_word(&c.conn.migrations);
-                eprintln!(
-                    "ferry: context {}: {word}: {}",
-                    c.context,
-                    why.unwrap_or("")
-                );
-            }
+            warn_unlisted(&state);
             // A report of a wave nobody migrates is a typo, not an empty record.
             if let Some(w) = wave.as_deref()
                 && report.vms.is_empty()

@@ -393,6 +393,21 @@ impl State {
         self.clusters.len() > 1
     }
 
+    /// A row's name as a grouped view (preflight, problems) lists it: after its namespace when
+    /// several are shown, after its context on a board of several clusters.
+    pub fn listed_name(&self, r: &Row) -> String {
+        let name = if self.all_namespaces() {
+            format!("{}/{}", r.key.namespace, r.key.name)
+        } else {
+            r.key.name.clone()
+        };
+        if self.multi_cluster() {
+            format!("{}/{name}", self.context_of(r.key.cluster))
+        } else {
+            name
+        }
+    }
+
     /// A cluster of the board; `None` for an id no cluster has (an action of an old context).
     pub fn cluster(&self, id: ClusterId) -> Option<&ClusterView> {
         self.clusters.get(usize::from(id.0))

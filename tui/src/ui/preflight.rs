@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     state::{
-        GroupKey, Row, State,
+        GroupKey, State,
         preflight::{self, Group},
     },
     strings::{self, preflight as text},
@@ -37,21 +37,6 @@ pub fn severity_style(t: &Theme, severity: Severity, holds: bool) -> Style {
 /// The groups of the rows the board shows.
 fn board_groups(state: &State) -> Vec<Group<'_>> {
     preflight::groups(state.index.visible_range(0, state.index.visible_len()))
-}
-
-/// A row's name as the group view lists it: after its namespace when several are shown, after
-/// its context on a board of several clusters.
-fn name_of(state: &State, r: &Row) -> String {
-    let name = if state.all_namespaces() {
-        format!("{}/{}", r.key.namespace, r.key.name)
-    } else {
-        r.key.name.clone()
-    };
-    if state.multi_cluster() {
-        format!("{}/{name}", state.context_of(r.key.cluster))
-    } else {
-        name
-    }
 }
 
 fn title(state: &State, t: &Theme) -> Line<'static> {
@@ -154,7 +139,7 @@ fn member_lines(
                 vec![
                     Span::raw(format!(
                         "  {:<name_w$} ",
-                        format::fit(&name_of(state, r), name_w)
+                        format::fit(&state.listed_name(r), name_w)
                     )),
                     Span::styled(format!("{phase:<10} "), phase_style),
                 ]
@@ -185,7 +170,7 @@ pub fn draw_group(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: 
     let longest = group
         .members
         .iter()
-        .map(|m| name_of(state, m.row).chars().count())
+        .map(|m| state.listed_name(m.row).chars().count())
         .max()
         .unwrap_or(0);
     let name_w = longest.clamp(8, if width >= 140 { 40 } else { 24 });

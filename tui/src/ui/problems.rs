@@ -12,24 +12,11 @@ use ratatui::{
 use super::{Theme, format};
 use crate::{
     state::{
-        Row, State,
+        State,
         problems::{self, Cause, Group, ProblemKey},
     },
     strings::{self, problems as text},
 };
-
-fn name_of(state: &State, r: &Row) -> String {
-    let name = if state.all_namespaces() {
-        format!("{}/{}", r.key.namespace, r.key.name)
-    } else {
-        r.key.name.clone()
-    };
-    if state.multi_cluster() {
-        format!("{}/{name}", state.context_of(r.key.cluster))
-    } else {
-        name
-    }
-}
 
 fn title(state: &State, groups: &[Group<'_>], t: &Theme) -> Line<'static> {
     let count = |stuck: bool| -> usize {
@@ -89,7 +76,7 @@ fn group_lines(
             let secs = m.for_.as_secs();
             format!(
                 "{} ({})",
-                name_of(state, m.row),
+                state.listed_name(m.row),
                 format::duration(secs.max(0))
             )
         })

@@ -115,16 +115,7 @@ pub(super) fn navigate(state: &mut State, nav: Nav) {
     if len == 0 {
         return;
     }
-    let page = state.page.max(1);
-    let last = len - 1;
-    state.cursor = match nav {
-        Nav::Up => state.cursor.saturating_sub(1),
-        Nav::Down => (state.cursor + 1).min(last),
-        Nav::PageUp => state.cursor.saturating_sub(page),
-        Nav::PageDown => (state.cursor + page).min(last),
-        Nav::Top => 0,
-        Nav::Bottom => last,
-    };
+    state.cursor = moved(state.cursor, len, state.page, nav);
     state.selected = state.index.visible(state.cursor).map(|r| r.key.clone());
     ensure_visible(state);
 }
@@ -372,16 +363,7 @@ fn move_among_problems(
 ) -> Option<problems::ProblemKey> {
     let groups = board_problems(state);
     let at = problems::position(&groups, selected);
-    let last = groups.len().saturating_sub(1);
-    let page = state.page.max(1);
-    let to = match nav {
-        Nav::Up => at.saturating_sub(1),
-        Nav::Down => (at + 1).min(last),
-        Nav::PageUp => at.saturating_sub(page),
-        Nav::PageDown => (at + page).min(last),
-        Nav::Top => 0,
-        Nav::Bottom => last,
-    };
+    let to = moved(at, groups.len(), state.page, nav);
     groups.get(to).map(|g| g.key.clone())
 }
 
@@ -418,20 +400,25 @@ fn board_groups(state: &State) -> Vec<preflight::Group<'_>> {
     preflight::groups(state.index.visible_range(0, state.index.visible_len()))
 }
 
-/// The group `nav` moves the preflight view's cursor to from `selected`.
-fn move_among_groups(state: &State, selected: Option<GroupKey>, nav: Nav) -> Option<GroupKey> {
-    let groups = board_groups(state);
-    let at = preflight::position(&groups, selected);
-    let last = groups.len().saturating_sub(1);
-    let page = state.page.max(1);
-    let to = match nav {
+/// Where `nav` moves a cursor at `at` in a list of `len` shown `page` lines at a time.
+fn moved(at: usize, len: usize, page: usize, nav: Nav) -> usize {
+    let last = len.saturating_sub(1);
+    let page = page.max(1);
+    match nav {
         Nav::Up => at.saturating_sub(1),
         Nav::Down => (at + 1).min(last),
         Nav::PageUp => at.saturating_sub(page),
         Nav::PageDown => (at + page).min(last),
         Nav::Top => 0,
         Nav::Bottom => last,
-    };
+    }
+}
+
+/// The group `nav` moves the preflight view's cursor to from `selected`.
+fn move_among_groups(state: &State, selected: Option<GroupKey>, nav: Nav) -> Option<GroupKey> {
+    let groups = board_groups(state);
+    let at = preflight::position(&groups, selected);
+    let to = moved(at, groups.len(), state.page, nav);
     groups.get(to).map(|g| g.key)
 }
 
