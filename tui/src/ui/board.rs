@@ -5,7 +5,7 @@ use ratatui::{
     layout::{Constraint, Rect},
     style::Style,
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Paragraph, Row as TRow, Table},
+    widgets::{Cell, Paragraph, Row as TRow, Table},
 };
 
 use super::{Theme, format};
@@ -197,12 +197,7 @@ fn title(state: &State, t: &Theme) -> Line<'static> {
 
 /// Draws the board: the rows from `state.offset` that fit.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title(state, t));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, title(state, t));
     let page = inner.height.saturating_sub(1) as usize;
     let w = widths(state, inner.width);
     let sort = state.index.sort().key;

@@ -24,7 +24,7 @@ use ratatui::{
     Frame,
     layout::{Constraint, Layout, Rect},
     text::Line,
-    widgets::Paragraph,
+    widgets::{Block, Borders, Paragraph},
 };
 
 pub use theme::Theme;
@@ -107,6 +107,18 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
         Some(Popup::Welcome { note }) => welcome::draw(frame, t, area, note),
         None => {}
     }
+}
+
+/// Draws a view's rule across the top of `area`, dim, with `title` on it; returns the area
+/// under it.
+pub fn ruled<'a>(frame: &mut Frame, t: &Theme, area: Rect, title: impl Into<Line<'a>>) -> Rect {
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(t.dim())
+        .title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    inner
 }
 
 /// A rectangle of `w`×`h` centred in `area`, clamped to it.

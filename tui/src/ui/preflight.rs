@@ -8,7 +8,7 @@ use ratatui::{
     layout::Rect,
     style::Style,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use super::{
@@ -75,12 +75,7 @@ fn group_line(g: &Group<'_>, selected: bool, t: &Theme) -> Line<'static> {
 
 /// Draws the groups, the one `selected` (else the first) under the cursor and on screen.
 pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, selected: Option<GroupKey>) {
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title(state, t));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, title(state, t));
     let groups = board_groups(state);
     if groups.is_empty() {
         let checked = state

@@ -6,7 +6,7 @@ use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use super::{Theme, format};
@@ -101,12 +101,7 @@ pub fn draw(
         &state.moved,
         state.now,
     );
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title(state, &groups, t));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, title(state, &groups, t));
     let width = usize::from(inner.width);
     let mut lines = vec![Line::styled(format!("  {}", text::STUCK_MEANS), t.dim())];
     if groups.is_empty() {

@@ -5,7 +5,7 @@ use ratatui::{
     Frame,
     layout::{Constraint, Layout, Rect},
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use super::Theme;
@@ -48,12 +48,7 @@ pub fn draw_titled(
     title: Line<'_>,
     body: Body<'_>,
 ) {
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, title);
     let columns = match body {
         Body::Gone(why) => {
             frame.render_widget(
@@ -91,12 +86,7 @@ pub fn draw_headed(
         Span::styled(format!(" {heading} "), t.title()),
         Span::styled(strings::view::in_namespace(&key.namespace), t.dim()),
     ]);
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(title);
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, title);
     let n = u16::try_from(head.len())
         .unwrap_or(u16::MAX)
         .min(inner.height);

@@ -5,7 +5,7 @@ use ratatui::{
     Frame,
     layout::{Constraint, Layout, Rect},
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use super::{Theme, format};
@@ -96,12 +96,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     if let Some(w) = state.index.wave_scope() {
         title.push(Span::styled(text::wave(&w.name), t.key()));
     }
-    let block = Block::default()
-        .borders(Borders::TOP)
-        .border_style(t.dim())
-        .title(Line::from(title));
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
+    let inner = super::ruled(frame, t, area, Line::from(title));
     let [head, body, foot] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Fill(1),
