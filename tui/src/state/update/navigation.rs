@@ -1,6 +1,10 @@
 //! Moving around the screen: the board cursor and its page, the wave strip, views over the
 //! board, marks, sort and the wave scope.
 
+use std::sync::Arc;
+
+use ferry_crds::VirtualMachineMigration;
+
 use super::super::{
     Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
     View, Whole, index::WaveScope, layout, messages, podlogs, preflight, problems,
@@ -201,16 +205,8 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
     let Some(row) = state.selected_row() else {
         return;
     };
-    let key = row.key.clone();
-    fx.push(Effect::FetchChildren {
-        key: key.clone(),
-        obj: row.obj.clone(),
-    });
-    state.children = Some(Children {
-        key: key.clone(),
-        asked_at: state.now,
-        result: None,
-    });
+    let (key, obj) = (row.key.clone(), row.obj.clone());
+    ask_children(state, &key, obj, fx);
     state.views.push(View::Details(key));
     state.scroll = 0;
     state.message = None;
@@ -456,6 +452,25 @@ pub(super) fn show_yaml(state: &mut State, fx: &mut Vec<Effect>) {
     }
     state.views.push(View::Yaml(t));
     state.scroll = 0;
+}
+
+/// Asks for the children of migration `key` (`obj` as the watch last delivered it); the details
+/// view shows them loading until the answer arrives.
+pub(super) fn ask_children(
+    state: &mut State,
+    key: &ObjKey,
+    obj: Arc<VirtualMachineMigration>,
+    fx: &mut Vec<Effect>,
+) {
+    fx.push(Effect::FetchChildren {
+        key: key.clone(),
+        obj,
+    });
+    state.children = Some(Children {
+        key: key.clone(),
+        asked_at: state.now,
+        result: None,
+    });
 }
 
 /// Asks for migration `key` whole; the answer it had stays shown until the new one arrives.

@@ -6,10 +6,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{
     super::{
-        Child, Children, ClusterId, ConnState, Effect, EventRow, Expect, ObjKey, Resource, Row,
-        State, Target, TargetKind, View, WaveRow,
+        Child, ClusterId, ConnState, Effect, EventRow, Expect, ObjKey, Resource, Row, State,
+        Target, TargetKind, View, WaveRow,
     },
-    navigation::{ask_whole, clamp_wave_cursor, resync_cursor},
+    navigation::{ask_children, ask_whole, clamp_wave_cursor, resync_cursor},
 };
 use crate::state::problems::Moved;
 
@@ -46,21 +46,14 @@ pub(super) fn migration_applied(
     let key = row.key.clone();
     let moved = Moved::after(state.moved.get(&key), &row, state.now);
     state.moved.insert(key.clone(), moved);
+    let now = state.now;
     let due = |asked: Option<(&ObjKey, Timestamp)>| {
-        asked.is_none_or(|(k, at)| *k != key || state.now.duration_since(at) >= CHILDREN_REFRESH)
+        asked.is_none_or(|(k, at)| *k != key || now.duration_since(at) >= CHILDREN_REFRESH)
     };
     let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
         && due(state.children.as_ref().map(|c| (&c.key, c.asked_at)));
     if refetch {
-        fx.push(Effect::FetchChildren {
-            key: key.clone(),
-            obj: row.obj.clone(),
-        });
-        state.children = Some(Children {
-            key: key.clone(),
-            asked_at: state.now,
-            result: None,
-        });
+        ask_children(state, &key, row.obj.clone(), fx);
     }
     let reread = matches!(state.view(), Some(View::Yaml(t)) if t.kind == TargetKind::Migration && t.key == key)
         && due(state.whole.as_ref().map(|w| (&w.key, w.asked_at)));
