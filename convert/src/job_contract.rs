@@ -1,4 +1,4 @@
-//! The contract between the controller's Job builders (`children/job.rs`, `children/verify_job.rs`)
+//! The contract between the controller's Job builders (`controller/src/children/job.rs`, `verify_job.rs`, `cutover_job.rs`)
 //! and the programs their Jobs run (`ferry-controller convert`, `ferry-controller verify`): the
 //! program, its environment, its exit codes and its work volume. Both sides import it and it
 //! imports nothing of the crate, so neither side reaches into the other. The record each disk's

@@ -10,7 +10,7 @@
 //! id, up to the snapshot, asked again from `startOffset + length` until the disk is covered),
 //! `VirtualMachineSnapshot.RemoveSnapshot_Task`. Which snapshot is ferry's is the caller's
 //! judgement (its name is recorded before the task, its description carries a creation stamp
-//! only ferry can make: `reconcile::warm`), so that a crash between the task and ferry's record
+//! only ferry can make: `ferry_controller::reconcile::warm`), so that a crash between the task and ferry's record
 //! of it finds the same snapshot, never a second one, and never someone else's.
 
 use vim_rs::mo;
