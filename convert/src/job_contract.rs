@@ -1,8 +1,9 @@
-//! The contract between the controller's Job builders (`controller/src/children/job.rs`, `verify_job.rs`, `cutover_job.rs`)
-//! and the programs their Jobs run (`ferry-controller convert`, `ferry-controller verify`): the
-//! program, its environment, its exit codes and its work volume. Both sides import it and it
-//! imports nothing of the crate, so neither side reaches into the other. The record each disk's
-//! converter writes beside its image is the other half of the contract: `ferry_staging::DiskRecord` (`staging/src/record.rs`).
+//! The contract between the controller's Job builders (`controller/src/children/`: `job.rs`,
+//! `verify_job.rs`, `cutover_job.rs`) and the programs their Jobs run (`ferry-controller
+//! convert`, `verify`, `delta`): the program, its environment, its exit codes and its work
+//! volume. Both sides import it and it imports nothing, so neither side reaches into the other.
+//! The record each disk's converter writes beside its image is the other half of the contract:
+//! `ferry_staging::DiskRecord` (`staging/src/record.rs`).
 
 /// The program both Jobs run, looked up on the image's `PATH`.
 pub const CONVERTER_PROGRAM: &str = "ferry-controller";
