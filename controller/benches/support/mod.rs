@@ -295,6 +295,11 @@ pub fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controll
             &format!("127.0.0.1:{health}"),
         ])
         .args(["--leader-elect", "--leader-elect-namespace", ns])
+        // Renewed as often as deploy's (every 2 s: the Lease's requests count the same), but a
+        // renewal the loaded lab answers late must not stop a bench's only controller: deploy's
+        // 10 s deadline did, half-way through a 1,000-VM wave on 2 busy cores.
+        .args(["--leader-elect-lease-duration", "90s"])
+        .args(["--leader-elect-renew-deadline", "60s"])
         .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
         .env("RUST_LOG", "info,kube=warn")
         .stdout(out())
