@@ -120,23 +120,38 @@ impl Store {
         Ok(self.bucket(bucket)?.join(check_key(key)?))
     }
 
-    /// Reads an object's size, time and metadata; `NoSuchKey` when it is not there.
-    pub fn stat(&self, bucket: &str, key: &str) -> Result<(PathBuf, ObjectInfo), S3Error> {
+    /// Opens an object and reads its size, time and metadata from that open file; `NoSuchKey`
+    /// when it is not there. All three and the bytes read through the file are of one version:
+    /// a PUT renames a new file into place, so reading the path twice (size, then bytes) could
+    /// give the old version's size with the new version's bytes — a torn object, which S3 never
+    /// serves.
+    pub fn open_object(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(std::fs::File, ObjectInfo), S3Error> {
         let path = self.object_path(bucket, key)?;
-        let md = match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => m,
-            Ok(_) => return Err(no_such_key()),
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_such_key()),
             Err(e) => return Err(internal(e)),
         };
-        let meta = read_meta(&path).map_err(internal)?;
+        let md = file.metadata().map_err(internal)?;
+        if !md.is_file() {
+            return Err(no_such_key());
+        }
         let info = ObjectInfo {
             key: key.to_owned(),
             size: md.len(),
             modified: md.modified().map_err(internal)?,
-            meta,
+            meta: read_meta(&file).map_err(internal)?,
         };
-        Ok((path, info))
+        Ok((file, info))
+    }
+
+    /// An object's size, time and metadata (see [`Store::open_object`]).
+    pub fn stat(&self, bucket: &str, key: &str) -> Result<ObjectInfo, S3Error> {
+        self.open_object(bucket, key).map(|(_, info)| info)
     }
 
     /// Moves a finished temporary file (metadata already set on it) into place as `key`.
@@ -231,12 +246,19 @@ fn walk(bucket_dir: &Path, dir: &Path, prefix: &str, out: &mut Vec<ObjectInfo>) 
                 walk(bucket_dir, &path, prefix, out)?;
             }
         } else if ft.is_file() && rel.starts_with(prefix) {
-            let md = e.metadata()?;
+            // Size and metadata of one version, as `Store::open_object` reads them.
+            let file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                // Deleted since the directory was read: not listed.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let md = file.metadata()?;
             out.push(ObjectInfo {
                 key: rel,
                 size: md.len(),
                 modified: md.modified()?,
-                meta: read_meta(&path)?,
+                meta: read_meta(&file)?,
             });
         }
     }
@@ -269,9 +291,9 @@ pub fn write_meta(file: &std::fs::File, meta: &ObjectMeta) -> io::Result<()> {
     Ok(())
 }
 
-fn read_meta(path: &Path) -> io::Result<ObjectMeta> {
+fn read_meta(file: &std::fs::File) -> io::Result<ObjectMeta> {
     let mut buf = vec![0u8; 8192];
-    match rustix::fs::getxattr(path, META_XATTR, &mut buf) {
+    match rustix::fs::fgetxattr(file, META_XATTR, &mut buf) {
         Ok(n) => serde_json::from_slice(&buf[..n]).map_err(io::Error::other),
         // A file put there by hand: no metadata, and an ETag S3 would not give it.
         Err(rustix::io::Errno::NODATA) => Ok(ObjectMeta::default()),
@@ -367,7 +389,7 @@ mod tests {
         assert_eq!(keys("x"), ["x/1", "x/2", "x1"]);
         assert_eq!(keys("x/"), ["x/1", "x/2"]);
         assert_eq!(keys("z/"), Vec::<String>::new());
-        let (_, info) = store.stat("b", "y/1").unwrap();
+        let info = store.stat("b", "y/1").unwrap();
         assert_eq!(info.size, 5);
         assert_eq!(info.meta.user["k"], "y/1");
         assert_eq!(info.meta.etag, hex(&Md5::digest(b"three")));
@@ -389,7 +411,7 @@ mod tests {
         let store = Store::open(root.clone()).unwrap();
         assert_eq!(std::fs::read_dir(store.tmp_dir()).unwrap().count(), 0);
         assert!(store.uploads_dir().join("u").is_dir());
-        assert_eq!(store.stat("b", "x/1").unwrap().1.size, 3);
+        assert_eq!(store.stat("b", "x/1").unwrap().size, 3);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

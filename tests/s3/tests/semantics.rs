@@ -280,3 +280,44 @@ async fn a_multipart_upload_appears_whole_at_completion_and_leaves_nothing_behin
     // The completed object is untouched by the aborted one.
     assert_eq!(c.head(&key).await.unwrap().size, (5 << 20) + 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_object_overwritten_while_it_is_read_is_read_whole() {
+    // S3 serves one version of an object or the other, never the old one's length of the new
+    // one's bytes: the converter rewrites its disk record while the controller reads it.
+    let s = start();
+    let c = client(&s, "bkt", AK);
+    let key = Path::from("r/disk-0.raw.state.json");
+    let short = bytes::Bytes::from_static(b"{\"state\":\"Copying\"}");
+    let long = bytes::Bytes::from(format!(
+        "{{\"state\":\"Staged\",\"pad\":\"{}\"}}",
+        "x".repeat(400)
+    ));
+    c.put(&key, short.clone().into()).await.unwrap();
+    let writer = {
+        let (c, key, short, long) = (c.clone(), key.clone(), short.clone(), long.clone());
+        tokio::spawn(async move {
+            for i in 0..400 {
+                let v = if i % 2 == 0 {
+                    long.clone()
+                } else {
+                    short.clone()
+                };
+                c.put(&key, v.into()).await.unwrap();
+            }
+        })
+    };
+    let mut reads = 0;
+    while !writer.is_finished() {
+        let got = c.get(&key).await.unwrap().bytes().await.unwrap();
+        assert!(
+            got == short || got == long,
+            "a torn read: {} bytes {:?}",
+            got.len(),
+            String::from_utf8_lossy(&got)
+        );
+        reads += 1;
+    }
+    writer.await.unwrap();
+    assert!(reads > 0, "read while it was overwritten");
+}
