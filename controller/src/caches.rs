@@ -27,11 +27,12 @@
 //! its name, uid, ferry's labels and owner references — enough to wake its migration — and a
 //! read that finds a stub reads fresh, as for an absent object. A child its migration released
 //! (no owner reference, the released label: the migrated VM and its volumes, kept by the user
-//! long after) leaves the watches: the release is Validating's last act, written with
-//! Succeeded, so no decision reads it again (one released while its migration still runs — a
-//! status write lost to a crash, or someone else's label — is recorded, so read fresh). Should
-//! one reach a store all the same it keeps its metadata only; every child of a succeeded,
-//! settled migration still watched (the VM's instance) is a stub, and the settled migration
+//! long after) leaves the watches — the apiserver filters by the selector, and tells a watch of
+//! an object that stops matching as of a deletion, so no store ever holds one: the release is
+//! Validating's last act, written with Succeeded, so no decision reads it again (one released
+//! while its migration still runs — a status write lost to a crash, or someone else's label —
+//! is recorded, so read fresh). Every child of a succeeded, settled migration still watched
+//! (the VM's instance) is a stub, and the settled migration
 //! itself is cached cut down (`reconcile::settled`): the controller's memory follows what is in
 //! flight, not the migrated fleet (`ferry_controller_cached_children` counts each form). A VMI
 //! cached whole while its migration ran is cut down at its next event or restart.
@@ -205,19 +206,6 @@ pub fn claimed_migration(meta: &kube::api::ObjectMeta) -> Option<(&str, &str, Op
     ))
 }
 
-/// Whether `meta` is a child's its migration released: ferry releases a child by removing every
-/// owner reference and labelling it released (a VMI keeps its VM's). The store holds such a
-/// child as metadata only, so [`read`] reads it fresh: a migration whose status lags behind
-/// its release (the process died between the release and the status write) must see the whole
-/// object again to find its way to the end.
-fn is_released(meta: &kube::api::ObjectMeta) -> bool {
-    meta.owner_references.as_ref().is_none_or(Vec::is_empty)
-        && meta.labels.as_ref().is_some_and(|l| {
-            l.get(ferry_crds::names::RELEASED_LABEL).map(String::as_str)
-                == Some(ferry_crds::names::RELEASED_VALUE)
-        })
-}
-
 /// What the controller holds of the migration a child claims (see [`slim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holder {
@@ -231,12 +219,10 @@ pub enum Holder {
 
 /// Cuts `obj` down to what the controller reads before it enters a store. `holder` says what
 /// the controller holds of the migration it claims (namespace, name, uid if labelled); of none,
-/// `obj` becomes a stub (see the module's note). A child its migration released (ferry does so
-/// last of all, in Validating: no owner reference, the released label) keeps its metadata
-/// only — all a decision reads of it is that it is released — and every child of a succeeded,
-/// settled migration (its released VM and DataVolumes, the VM's instance) is a stub, read fresh
-/// by whoever needs it (a deletion of the record, which leaves released children alone): so
-/// memory follows what is in flight, not the migrated fleet. Pure.
+/// `obj` becomes a stub (see the module's note). Every child of a succeeded, settled migration
+/// that is still watched (the VM's instance; released children are not watched) is a stub, read
+/// fresh by whoever needs it (a deletion of the record): so memory follows what is in flight,
+/// not the migrated fleet. Pure.
 pub fn slim<K: Resource + Default>(
     obj: &mut K,
     holder: impl FnOnce(&str, &str, Option<&str>) -> Holder,
@@ -249,16 +235,9 @@ pub fn slim<K: Resource + Default>(
     }
     let holder = claimed_migration(obj.meta())
         .map_or(Holder::Unknown, |(ns, name, uid)| holder(ns, name, uid));
-    let released = is_released(obj.meta());
-    match (holder, released) {
-        (Holder::Known, true) => {
-            let meta = std::mem::take(obj.meta_mut());
-            *obj = K::default();
-            *obj.meta_mut() = meta;
-            return;
-        }
-        (Holder::Known, false) => return,
-        (Holder::Succeeded | Holder::Unknown, _) => {}
+    match holder {
+        Holder::Known => return,
+        Holder::Succeeded | Holder::Unknown => {}
     }
     let old = std::mem::take(obj.meta_mut());
     let mut stub = K::default();
@@ -284,9 +263,7 @@ pub fn slim<K: Resource + Default>(
 
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one; when it
 /// does not, absent — or fresh from the API when `recorded` (the migration recorded creating
-/// it, see the module's note). A released child, held as metadata only, is taken from the
-/// cache when `released_suffices` (the migration recorded releasing it: all it reads of it is
-/// that it exists, with that uid), else read fresh (see [`is_released`]).
+/// it, see the module's note; a child it released is not watched, so it is read fresh).
 ///
 /// # Errors
 /// Kubernetes API errors of the fresh read.
@@ -297,18 +274,14 @@ pub async fn read<K: Observed>(
     namespace: &str,
     name: &str,
     recorded: bool,
-    released_suffices: bool,
 ) -> Result<Option<K>> {
     let read = match caches.and_then(K::cached) {
         Some(store) => match store.get(&ObjectRef::new(name).within(namespace)) {
-            Some(found)
-                if !is_stub(found.meta()) && (released_suffices || !is_released(found.meta())) =>
-            {
+            Some(found) if !is_stub(found.meta()) => {
                 metrics.cache_read(&K::kind(&()), CacheRead::Hit);
                 return Ok(Some(K::clone(&found)));
             }
-            // A stub says only that the object exists, a released child's metadata that it was
-            // handed over; what a decision reads is read fresh.
+            // A stub says only that the object exists; what a decision reads is read fresh.
             Some(_) => CacheRead::Miss,
             None if recorded => CacheRead::Miss,
             None => {
@@ -354,17 +327,9 @@ mod tests {
         let client = kube::Client::try_from(config).unwrap();
         let caches = caches_with_job(job("ns", "convert-a"));
         let metrics = Metrics::default();
-        let found: Option<Job> = read(
-            &client,
-            Some(&caches),
-            &metrics,
-            "ns",
-            "convert-a",
-            false,
-            false,
-        )
-        .await
-        .unwrap();
+        let found: Option<Job> = read(&client, Some(&caches), &metrics, "ns", "convert-a", false)
+            .await
+            .unwrap();
         assert_eq!(found.unwrap().metadata.name.as_deref(), Some("convert-a"));
         // The same name in another namespace is not in the cache: absent, unless recorded.
         let other: Option<Job> = read(
@@ -374,7 +339,6 @@ mod tests {
             "other",
             "convert-a",
             false,
-            false,
         )
         .await
         .unwrap();
@@ -382,31 +346,15 @@ mod tests {
             other.is_none(),
             "absent from the cache and never made: absent"
         );
-        let other: Result<Option<Job>> = read(
-            &client,
-            Some(&caches),
-            &metrics,
-            "other",
-            "convert-a",
-            true,
-            false,
-        )
-        .await;
+        let other: Result<Option<Job>> =
+            read(&client, Some(&caches), &metrics, "other", "convert-a", true).await;
         assert!(
             other.is_err(),
             "recorded but not in the cache yet: read from the API"
         );
         // A kind without a cache always goes to the API.
-        let secret: Result<Option<Secret>> = read(
-            &client,
-            Some(&caches),
-            &metrics,
-            "ns",
-            "convert-a",
-            false,
-            false,
-        )
-        .await;
+        let secret: Result<Option<Secret>> =
+            read(&client, Some(&caches), &metrics, "ns", "convert-a", false).await;
         assert!(secret.is_err(), "Secrets are read fresh");
         let text = metrics.encode();
         assert!(
@@ -516,60 +464,6 @@ mod tests {
     }
 
     #[test]
-    fn a_released_child_keeps_its_metadata_only() {
-        use crate::apis::kubevirt::VirtualMachine;
-        let vm = |owned: bool| {
-            let mut v: VirtualMachine = serde_json::from_value(serde_json::json!({
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-                "metadata": {"name": "web-1", "namespace": "ns", "uid": "vm-uid",
-                    "labels": {ferry_crds::names::MIGRATION_LABEL: "m",
-                        ferry_crds::names::MIGRATION_UID_LABEL: "m-uid",
-                        ferry_crds::names::RELEASED_LABEL: "true"},
-                    "annotations": {proof::STAMP_ANNOTATION: "stamp"}},
-                "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
-                "status": {"printableStatus": "Running"},
-            }))
-            .unwrap();
-            if owned {
-                v.metadata.owner_references = Some(vec![
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                        kind: "VirtualMachineMigration".into(),
-                        name: "m".into(),
-                        uid: "m-uid".into(),
-                        ..Default::default()
-                    },
-                ]);
-            }
-            v
-        };
-        // Released: no template, no status; still ferry's by its stamp, and not a stub.
-        let mut released = vm(false);
-        let mut of_settled = released.clone();
-        slim(&mut released, known);
-        assert!(released.spec.template.is_none() && released.spec.run_strategy.is_none());
-        // Once its migration succeeded and settled, nothing reads it: a stub (read fresh).
-        slim(&mut of_settled, |_, _, _| Holder::Succeeded);
-        assert!(is_stub(&of_settled.metadata) && of_settled.spec.template.is_none());
-        assert!(released.status.is_none());
-        assert!(!is_stub(&released.metadata));
-        assert!(
-            released
-                .metadata
-                .annotations
-                .as_ref()
-                .unwrap()
-                .contains_key(proof::STAMP_ANNOTATION)
-        );
-        assert_eq!(released.metadata.uid.as_deref(), Some("vm-uid"));
-        let size = serde_json::to_vec(&released).unwrap().len();
-        assert!(size < 512, "a released child is small: {size} bytes");
-        // Owned still (not released, whatever its labels say): whole.
-        let mut owned = vm(true);
-        slim(&mut owned, known);
-        assert!(owned.spec.template.is_some() && owned.status.is_some());
-    }
-
-    #[test]
     fn an_instance_owned_by_its_vm_stays_whole() {
         use crate::apis::kubevirt::VirtualMachineInstance;
         let mut vmi: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
@@ -606,49 +500,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stub_and_a_released_child_are_read_fresh_and_a_whole_child_is_not() {
+    async fn a_stub_is_read_fresh_and_a_whole_child_is_not() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let metrics = Metrics::default();
         // Any read that goes to the API fails: nothing listens there.
-        let read_job = |j: Job, released_suffices: bool| {
+        let read_job = |j: Job| {
             let (client, metrics) = (&client, &metrics);
             async move {
                 let caches = caches_with_job(j);
-                let found: Result<Option<Job>> = read(
-                    client,
-                    Some(&caches),
-                    metrics,
-                    "ns",
-                    "convert-a",
-                    false,
-                    released_suffices,
-                )
-                .await;
+                let found: Result<Option<Job>> =
+                    read(client, Some(&caches), metrics, "ns", "convert-a", false).await;
                 found
             }
         };
         let mut stub = labelled_job("m-uid");
         slim(&mut stub, |_, _, _| Holder::Unknown);
-        // Released, with a migration that may still be catching up with its release (it died
-        // between the release and its status write): its decisions need the whole object.
-        let mut released = labelled_job("m-uid");
-        released.metadata.labels.as_mut().unwrap().insert(
-            ferry_crds::names::RELEASED_LABEL.into(),
-            ferry_crds::names::RELEASED_VALUE.into(),
-        );
-        slim(&mut released, known);
-        assert!(released.spec.is_none(), "held as metadata only");
-        assert!(
-            read_job(released.clone(), true).await.is_ok(),
-            "where its release is all that is read, from the cache"
-        );
-        for (what, j) in [("a stub", stub), ("a released child", released)] {
-            assert!(read_job(j, false).await.is_err(), "{what} goes to the API");
-        }
+        assert!(read_job(stub).await.is_err(), "a stub goes to the API");
         let mut whole = labelled_job("m-uid");
         slim(&mut whole, known);
-        let found = read_job(whole, false).await;
+        let found = read_job(whole).await;
         assert!(found.unwrap().unwrap().spec.is_some(), "from the cache");
     }
 }

@@ -657,3 +657,18 @@ fn children_selector() -> String {
     use ferry_crds::names::{MIGRATION_UID_LABEL, RELEASED_LABEL, RELEASED_VALUE};
     format!("{MIGRATION_UID_LABEL},{RELEASED_LABEL}!={RELEASED_VALUE}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_child_watches_leave_released_children_out() {
+        // The apiserver filters by this selector and tells a watch of an object that stops
+        // matching as of a deletion: no store holds a released child (`caches`).
+        assert_eq!(
+            children_selector(),
+            "migration.platform.example/migration-uid,migration.platform.example/released!=true"
+        );
+    }
+}

@@ -342,14 +342,14 @@ pub(crate) fn endpoint(login: &SourceLogin) -> Result<vsphere::Endpoint, Problem
                 )
             })?)
         }
-        SourceTrust::CaBundle(pem) => vsphere::TlsPolicy::CaBundle(
-            ferry_vsphere::tls::CaBundle::from_pem(pem).map_err(|e| {
+        SourceTrust::CaBundle(pem) => {
+            vsphere::TlsPolicy::CaBundle(vsphere::tls::CaBundle::from_pem(pem).map_err(|e| {
                 Problem::permanent(
                     Reason::ThumbprintMismatch,
                     format!("the cacert of Secret {}: {e}", login.secret),
                 )
-            })?,
-        ),
+            })?)
+        }
         SourceTrust::Insecure => vsphere::TlsPolicy::Insecure,
         SourceTrust::SystemRoots => vsphere::TlsPolicy::SystemRoots,
     };
@@ -592,7 +592,7 @@ fn no_snapshots() -> Problem {
 
 /// A failed snapshot operation: a transient error as classified, anything else
 /// `SnapshotFailed` saying what was being `doing`.
-fn snapshot_problem(e: &ferry_vsphere::Error, doing: &str) -> Problem {
+fn snapshot_problem(e: &vsphere::Error, doing: &str) -> Problem {
     let p = problem_of(e);
     if p.transient {
         p
@@ -603,7 +603,7 @@ fn snapshot_problem(e: &ferry_vsphere::Error, doing: &str) -> Problem {
 
 /// A failed power operation: a transient error as classified, anything else `PowerOffFailed`
 /// saying what was being `doing`.
-fn power_problem(e: &ferry_vsphere::Error, doing: &str) -> Problem {
+fn power_problem(e: &vsphere::Error, doing: &str) -> Problem {
     let p = problem_of(e);
     if p.transient {
         p

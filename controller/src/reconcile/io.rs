@@ -82,11 +82,6 @@ impl Io<'_> {
     /// Kubernetes API errors.
     pub async fn read<K: crate::caches::Observed>(&self, name: &str) -> Result<Option<K>> {
         let record = self.record(&K::kind(&()), name);
-        // Of a child the migration recorded releasing, all it reads is that it exists, with
-        // that uid: the metadata the cache holds suffices. A child the cache holds released
-        // while the record does not say so (a status lagging behind the release, or someone
-        // else's edit) is read whole.
-        let released_suffices = record.is_some_and(|r| r.released);
         crate::caches::read(
             &self.ctx.client,
             self.ctx.children.as_ref(),
@@ -94,7 +89,6 @@ impl Io<'_> {
             &self.vmm.namespace().unwrap_or_default(),
             name,
             record.is_some(),
-            released_suffices,
         )
         .await
     }
