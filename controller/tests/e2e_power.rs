@@ -465,13 +465,14 @@ impl Stepper {
 /// Where each migration of the cancel test is stopped and cancelled (or deleted).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum At {
-    /// Preparing, the source powered off.
+    /// Preparing, the source's guest asked to shut down (its VMware Tools running; a hard
+    /// power-off hands over to Converting in the reconcile that made it).
     Preparing,
     /// Converting, its Job running.
     Converting,
     /// Importing, a DataVolume made.
     Importing,
-    /// CreatingVM, the VM made (Halted).
+    /// CreatingVM, the VM made (made to start: its instance may be there already).
     CreatingVm,
     /// Starting, the VM set to run and its instance there.
     Starting,
@@ -552,6 +553,8 @@ async fn a_cancel_in_every_phase_and_a_delete_never_overlap_and_power_the_source
     let mut runs = vec![];
     for (i, (name, at, delete)) in stops.iter().enumerate() {
         let vm = if i == 0 {
+            // Tools running: the guest is asked to shut down first, a step of its own.
+            env.shape(&env.vm.name, &["--tools", "running"]);
             env.vm.clone()
         } else {
             env.another_vm(4).0

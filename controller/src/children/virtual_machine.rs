@@ -2,8 +2,8 @@
 //! source, disks on the imported DataVolumes.
 
 use ferry_crds::{
-    DiscoveredNic, DiscoveredSource, Firmware, NetworkMapping, NicModel, RunStrategy,
-    TargetTemplate, VirtualMachineMigration, names,
+    DiscoveredNic, DiscoveredSource, Firmware, NetworkMapping, NicModel, TargetTemplate,
+    VirtualMachineMigration, names,
 };
 use serde_json::{Map, Value, json};
 
@@ -142,7 +142,8 @@ pub fn domain(
     (domain, volumes, networks)
 }
 
-/// The migrated VirtualMachine, `runStrategy: Halted`, on the imported DataVolumes.
+/// The migrated VirtualMachine, with the migration's final run strategy, on the imported
+/// DataVolumes (CreatingVM makes one that starts only once the source was seen powered off).
 ///
 /// # Guarantees
 /// Named [`names::vm_name`]; owned by and labelled with the migration; its instance template
@@ -185,7 +186,7 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
         rest.insert("preference".into(), json!({"name": p.name, "kind": p.kind}));
     }
     let spec = VirtualMachineSpec {
-        run_strategy: Some(run_strategy_name(RunStrategy::Halted).to_owned()),
+        run_strategy: Some(run_strategy_name(vmm.final_run_strategy()).to_owned()),
         template: Some(json!({"metadata": {"labels": template_labels}, "spec": vmi_spec})),
         rest,
     };
@@ -242,12 +243,27 @@ mod tests {
     }
 
     #[test]
-    fn the_vm_is_halted_on_the_imported_volumes_with_the_source_shape() {
-        let vm = virtual_machine(&discovered(source())).unwrap();
+    fn the_vm_is_made_with_its_final_run_strategy_on_the_imported_volumes_with_the_source_shape() {
+        let vmm = discovered(source());
+        let vm = virtual_machine(&vmm).unwrap();
         assert_eq!(vm.metadata.name.as_deref(), Some("dc0-h0-vm0"));
         let v = serde_json::to_value(&vm).unwrap();
         assert_eq!(v["apiVersion"], "kubevirt.io/v1");
-        assert_eq!(v["spec"]["runStrategy"], "Halted");
+        assert_eq!(
+            v["spec"]["runStrategy"],
+            run_strategy_name(vmm.final_run_strategy())
+        );
+        // The strategy the spec asks for, as Starting would have set it: powerState Off
+        // leaves it Halted.
+        let mut off = vmm.clone();
+        off.spec.target.template.power_state = Some(ferry_crds::TargetPowerState::PoweredOff);
+        let halted = serde_json::to_value(virtual_machine(&off).unwrap()).unwrap();
+        assert_eq!(halted["spec"]["runStrategy"], "Halted");
+        let mut always = vmm.clone();
+        always.spec.target.template.power_state = Some(ferry_crds::TargetPowerState::PoweredOn);
+        always.spec.target.template.run_strategy = ferry_crds::RunStrategy::Always;
+        let on = serde_json::to_value(virtual_machine(&always).unwrap()).unwrap();
+        assert_eq!(on["spec"]["runStrategy"], "Always");
         let t = &v["spec"]["template"];
         assert_eq!(t["metadata"]["labels"][names::MIGRATION_LABEL], "web-1");
         let d = &t["spec"]["domain"];

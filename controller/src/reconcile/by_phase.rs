@@ -218,7 +218,10 @@ mod tests {
             (
                 "VM rejected by the API",
                 failed::<creating_vm::CreatingVm>(
-                    super::super::world::VmState::Absent,
+                    creating_vm::Observed {
+                        vm: super::super::world::VmState::Absent,
+                        source_power: Some(Ok(ferry_crds::PowerState::PoweredOff)),
+                    },
                     creating_vm::Action::CreateVm,
                     p(Reason::VMCreateFailed),
                     0,

@@ -1,9 +1,12 @@
-//! CreatingVM: the KubeVirt VirtualMachine exists, `Halted`, wired to the imported volumes.
+//! CreatingVM: the KubeVirt VirtualMachine exists, wired to the imported volumes, with the run
+//! strategy the migration asks for — made only after the source's power was looked at again
+//! (the cutover), when that strategy starts it. One write makes and starts the VM: Starting
+//! then only waits for its instance.
 
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, VMCreated},
-    Phase, Reason, names,
+    Phase, PowerState, Reason, names,
 };
 
 use super::checkpoint::Checkpoint;
@@ -11,6 +14,7 @@ use super::cleanup::Cleanup;
 use super::io::{Created, Io};
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
+use super::starting::starts;
 use super::world::{self, VmState};
 use crate::children::{Conflict, Holder, virtual_machine};
 use crate::problem::Problem;
@@ -20,10 +24,20 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct CreatingVm;
 
+/// What CreatingVM observes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// The VirtualMachine under the target name.
+    pub vm: VmState,
+    /// The source VM's power state, looked at again right before a VM that starts is made
+    /// (`None` when nothing is about to be made, or the VM is made not to start).
+    pub source_power: Option<std::result::Result<PowerState, Problem>>,
+}
+
 /// What CreatingVM does to the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Create the KubeVirt VirtualMachine.
+    /// Create the KubeVirt VirtualMachine with its final run strategy.
     CreateVm,
 }
 
@@ -31,18 +45,26 @@ impl Checkpoint for CreatingVm {
     const PHASE: Phase = Phase::CreatingVM;
     const CONDITIONS: &'static [ConditionType] = &[VMCreated];
     const RETRY_CLEANUP: &'static [Cleanup] = &[];
-    type Observed = VmState;
+    type Observed = Observed;
     type Action = Action;
 
-    async fn observe(io: Io<'_>) -> Result<VmState> {
-        world::vm_state(io).await
+    async fn observe(io: Io<'_>) -> Result<Observed> {
+        let vm = world::vm_state(io).await?;
+        let about_to_start = vm == VmState::Absent && starts(io.vmm.final_run_strategy());
+        let source_power = if about_to_start {
+            let login = super::credentials::source_login(io).await?;
+            Some(world::source_power(io, login).await)
+        } else {
+            None
+        };
+        Ok(Observed { vm, source_power })
     }
 
-    fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
+    fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         decide(scope)
     }
 
-    async fn execute(io: Io<'_>, _: &VmState, action: &Action) -> Result<Option<Problem>> {
+    async fn execute(io: Io<'_>, _: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::CreateVm => {
                 let vm = virtual_machine::virtual_machine(io.vmm)?;
@@ -64,20 +86,34 @@ impl Checkpoint for CreatingVm {
 }
 
 /// Decides the CreatingVM step. Pure.
-pub fn decide(scope: &Scope<VmState>) -> Outcome<Action> {
-    let vm = &scope.world;
+///
+/// # Guarantees
+/// A VM whose run strategy starts it is made only when the source was just seen powered off:
+/// someone may have powered the source on again in vSphere since its disks were copied, and
+/// starting the copy then would run two machines with one identity on stale disks.
+pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let name = names::vm_name(&scope.vmm);
-    match vm {
-        VmState::Absent => Outcome::new(
-            Step::Act(vec![Action::CreateVm]),
-            format!("creating VirtualMachine {name}"),
-        )
-        .with(
-            VMCreated,
-            Unknown,
-            Reason::InProgress,
-            format!("creating VirtualMachine {name}"),
-        ),
+    match &scope.world.vm {
+        VmState::Absent => match &scope.world.source_power {
+            Some(Err(p)) => Outcome::from_problem(scope, p, Some(VMCreated)),
+            Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Outcome::failure(
+                Reason::SourcePoweredOn,
+                super::starting::source_powered_on_message(),
+                true,
+                Phase::CreatingVM,
+                VMCreated,
+            ),
+            Some(Ok(PowerState::PoweredOff)) | None => Outcome::new(
+                Step::Act(vec![Action::CreateVm]),
+                format!("creating VirtualMachine {name}"),
+            )
+            .with(
+                VMCreated,
+                Unknown,
+                Reason::InProgress,
+                format!("creating VirtualMachine {name}"),
+            ),
+        },
         VmState::Ours { .. } => Outcome::new(
             Step::Advance {
                 to: Phase::Starting,
@@ -122,37 +158,81 @@ mod tests {
     use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 
-    fn step(vm: VmState) -> Step<Action> {
+    fn step(vm: VmState, source_power: Option<PowerState>) -> Step<Action> {
         let vmm = migration("m").with_phase(Phase::CreatingVM);
         decide(&Scope {
             vmm,
             now: ts(0).0,
             policy: Policy::default(),
             retries: 0,
-            world: vm,
+            world: Observed {
+                vm,
+                source_power: source_power.map(Ok),
+            },
         })
         .step
     }
 
     #[test]
     fn table() {
-        assert_eq!(step(VmState::Absent), Step::Act(vec![Action::CreateVm]));
         assert_eq!(
-            step(VmState::Ours {
-                run_strategy: Some("Halted".into()),
-                released: false,
-            }),
+            step(VmState::Absent, Some(PowerState::PoweredOff)),
+            Step::Act(vec![Action::CreateVm])
+        );
+        // Made not to start (Halted, Manual): the source's power is not asked.
+        assert_eq!(
+            step(VmState::Absent, None),
+            Step::Act(vec![Action::CreateVm])
+        );
+        for on in [PowerState::PoweredOn, PowerState::Suspended] {
+            assert!(matches!(
+                step(VmState::Absent, Some(on)),
+                Step::Fail {
+                    reason: Reason::SourcePoweredOn,
+                    retriable: true,
+                    resume: Phase::CreatingVM,
+                    ..
+                }
+            ));
+        }
+        assert_eq!(
+            step(
+                VmState::Ours {
+                    run_strategy: Some("Always".into()),
+                    released: false,
+                },
+                None
+            ),
             Step::Advance {
                 to: Phase::Starting
             }
         );
         assert!(matches!(
-            step(VmState::Foreign),
+            step(VmState::Foreign, None),
             Step::Fail {
                 reason: Reason::TargetNameTaken,
                 retriable: false,
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn vsphere_trouble_while_looking_at_the_source_creates_nothing() {
+        let vmm = migration("m").with_phase(Phase::CreatingVM);
+        let out = decide(&Scope {
+            vmm,
+            now: ts(0).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                vm: VmState::Absent,
+                source_power: Some(Err(Problem::transient(
+                    Reason::EndpointUnreachable,
+                    "connection refused",
+                ))),
+            },
+        });
+        assert!(out.actions().is_empty(), "{:?}", out.step);
     }
 }

@@ -77,6 +77,10 @@ impl Checkpoint for Preparing {
         decide(scope)
     }
 
+    fn on_actions_done(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action> {
+        powered_off(scope, planned)
+    }
+
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
         let (Some(login), Some(moref)) = (observed.login.as_ref(), io.vmm.source_moref()) else {
             // The decision powers off only what it found and recorded.
@@ -381,6 +385,49 @@ pub(super) fn power_off_step(
             }
         }
     }
+}
+
+/// After a hard power-off: vSphere answers it once its task finished (or the VM was off
+/// already), so the source is proven off, and the rules are weighed again as the next look
+/// would find it. When they hand over to Converting, Converting starts in this reconcile and
+/// one status write records the power-off with the step it completes; otherwise (anything but
+/// that hand-over) the power-off's own outcome stands, and the next look decides. Pure.
+fn powered_off(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Action> {
+    let (Ok(facts), Some(done)) = (&scope.world.facts, planned.record.power_off.as_ref()) else {
+        return planned;
+    };
+    if planned.actions() != [Action::PowerOff] {
+        return planned;
+    }
+    let mut vmm = scope.vmm.clone();
+    vmm.status
+        .get_or_insert_with(Default::default)
+        .source_power_off = Some(done.clone());
+    let mut facts = facts.clone();
+    facts.vm.power_state = Some(PowerState::PoweredOff);
+    let after = Scope {
+        vmm,
+        now: scope.now,
+        policy: scope.policy.clone(),
+        retries: scope.retries,
+        world: Observed {
+            facts: Ok(facts),
+            login: scope.world.login.clone(),
+        },
+    };
+    let next = decide(&after);
+    if next.step
+        != (Step::Advance {
+            to: Phase::Converting,
+        })
+    {
+        return planned;
+    }
+    let record = Record {
+        power_off: Some(done.clone()),
+        ..next.record.clone()
+    };
+    next.recording(record)
 }
 
 /// The next power-off step.
@@ -1086,6 +1133,51 @@ mod tests {
         );
         let disks = o.record.disks.unwrap();
         assert_eq!((disks.len(), disks[0].capacity_bytes), (1, Some(1 << 26)));
+    }
+
+    #[test]
+    fn a_hard_power_off_answered_hands_over_to_converting_with_its_record() {
+        let sc = scope(
+            recorded(PowerState::PoweredOn),
+            Ok(facts(PowerState::PoweredOn)),
+            0,
+        );
+        let planned = decide(&sc);
+        assert_eq!(planned.step, Step::Act(vec![Action::PowerOff]));
+        let done = <Preparing as Checkpoint>::on_actions_done(&sc, planned);
+        assert_eq!(
+            done.step,
+            Step::Advance {
+                to: Phase::Converting
+            },
+            "one status write for the power-off and the step it completes"
+        );
+        let off = done
+            .record
+            .power_off
+            .clone()
+            .expect("the power-off recorded");
+        assert_eq!(off.hard_power_off_at, Some(ts(10)));
+        assert_eq!(
+            done.record.source.as_ref().and_then(|s| s.power_state),
+            Some(PowerState::PoweredOn),
+            "the original power state, for a cancel to restore"
+        );
+        let validated = done.conditions.iter().find(|c| c.type_ == Validated);
+        assert_eq!(validated.map(|c| c.status), Some(True));
+    }
+
+    #[test]
+    fn a_guest_asked_to_shut_down_is_waited_for_not_handed_over() {
+        let sc = scope(
+            on_with(None, 60),
+            Ok(with_tools(PowerState::PoweredOn, ToolsState::Running)),
+            0,
+        );
+        let planned = decide(&sc);
+        assert_eq!(planned.step, Step::Act(vec![Action::ShutdownGuest]));
+        let done = <Preparing as Checkpoint>::on_actions_done(&sc, planned.clone());
+        assert_eq!(done.step, planned.step, "the guest takes its time");
     }
 
     /// A migration that recorded the source as powered on, with `done` as its power-off so far

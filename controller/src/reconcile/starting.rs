@@ -97,6 +97,11 @@ impl Checkpoint for Starting {
     }
 }
 
+/// What a start refused because the source runs again says (CreatingVM refuses the same).
+pub fn source_powered_on_message() -> String {
+    say::source_powered_on()
+}
+
 /// The ferry reason of a KubeVirt error state.
 pub fn reason_of(e: KvError) -> Reason {
     match e {

@@ -220,10 +220,11 @@ pub fn with_releases(
 }
 
 /// How often at most the counts that move as migrations go from phase to phase (the phase
-/// breakdown, in flight, pending, queued, running, succeeded) are written: a wave of a thousand
-/// moves them thousands of times, and every write is a request to a shared apiserver. Each
-/// migration's own status carries its phase at once.
-pub const COUNTS_INTERVAL: Duration = Duration::from_secs(2);
+/// breakdown, in flight, pending, queued, running, succeeded, and the preflight's tallies and
+/// claims of the members not started yet) are written: a wave of a thousand moves them
+/// thousands of times, and every write is a request to a shared apiserver. Each migration's own
+/// status carries its phase at once, so the wave's strip trails its rows by at most this.
+pub const COUNTS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Whether the wave's `new` status is worth a write over `old`, `since_last` after this
 /// controller last wrote it: the wave's phase, its conditions, collisions, preflight and every
@@ -256,6 +257,17 @@ pub fn worth_writing(
             cancelled: s.counts.cancelled,
             ..Default::default()
         },
+        // What the operator must act on before the window, at once: a blocked member, a quota
+        // the wave overruns. The tallies and the claims move with every member that starts
+        // (each admission took a write of its own before).
+        preflight: s
+            .preflight
+            .as_ref()
+            .map(|p| ferry_crds::wave::WavePreflight {
+                blocked: p.blocked,
+                quota_short: p.quota_short.clone(),
+                ..Default::default()
+            }),
         ..counted(s)
     };
     if steady(old) != steady(new) {
@@ -345,9 +357,38 @@ mod tests {
         let just = Some(Duration::from_millis(500));
         assert_eq!(
             worth_writing(Some(&old), &counted, just, i),
-            Worth::Later(Duration::from_millis(1500))
+            Worth::Later(COUNTS_INTERVAL - Duration::from_millis(500))
         );
-        assert_eq!(worth_writing(Some(&old), &counted, soon, i), Worth::Now);
+        assert_eq!(
+            worth_writing(Some(&old), &counted, Some(COUNTS_INTERVAL), i),
+            Worth::Now
+        );
+        // A member that starts takes its claims off the preflight's sum: a count like the rest.
+        let mut before = old.clone();
+        before.preflight = Some(ferry_crds::wave::WavePreflight {
+            checked: 3,
+            ready: 3,
+            claims: [("requests.storage".to_owned(), 20)].into(),
+            ..Default::default()
+        });
+        let mut started = before.clone();
+        if let Some(p) = started.preflight.as_mut() {
+            p.claims.insert("requests.storage".to_owned(), 10);
+        }
+        assert_eq!(
+            worth_writing(Some(&before), &started, just, i),
+            Worth::Later(COUNTS_INTERVAL - Duration::from_millis(500))
+        );
+        let mut blocked = started.clone();
+        if let Some(p) = blocked.preflight.as_mut() {
+            p.blocked = 1;
+        }
+        assert_eq!(worth_writing(Some(&started), &blocked, just, i), Worth::Now);
+        let mut short = started.clone();
+        if let Some(p) = short.preflight.as_mut() {
+            p.quota_short = vec!["requests.storage".into()];
+        }
+        assert_eq!(worth_writing(Some(&started), &short, just, i), Worth::Now);
         let mut failed = counted.clone();
         failed.counts.failed = 1;
         assert_eq!(worth_writing(Some(&old), &failed, just, i), Worth::Now);
