@@ -596,12 +596,7 @@ async fn a_source_powered_on_before_the_cutover_is_not_started_beside_it() {
         "{message}"
     );
     assert!(
-        env.ns
-            .api::<VirtualMachine>()
-            .get_opt(&names::vm_name(&v))
-            .await
-            .unwrap()
-            .is_none(),
+        !has_vm(&env, &v).await,
         "no VM made beside a running source"
     );
     assert!(
@@ -680,13 +675,15 @@ async fn a_damaged_import_fails_importing_with_both_checksums() {
         message.contains(&recorded) && message.contains(&actual),
         "both sums: {message}"
     );
-    assert!(
-        env.ns
-            .api::<VirtualMachine>()
-            .get_opt(&names::vm_name(&v))
-            .await
-            .unwrap()
-            .is_none(),
-        "no VM on a damaged disk"
-    );
+    assert!(!has_vm(&env, &v).await, "no VM on a damaged disk");
+}
+
+/// Whether the migration's target VirtualMachine exists.
+async fn has_vm(env: &Env, v: &VirtualMachineMigration) -> bool {
+    env.ns
+        .api::<VirtualMachine>()
+        .get_opt(&names::vm_name(v))
+        .await
+        .unwrap()
+        .is_some()
 }
