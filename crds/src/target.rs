@@ -273,7 +273,8 @@ pub struct TargetTemplate {
     pub storage_map: Vec<StorageMapping>,
 
     /// KubeVirt run strategy of the new VirtualMachine: Always (default), Halted, Manual,
-    /// RerunOnFailure or Once. The VM is created Halted and switched to this in Starting.
+    /// RerunOnFailure or Once. The VM is created with it in CreatingVM, right after the source
+    /// VM is seen powered off again.
     #[serde(default)]
     pub run_strategy: RunStrategy,
 
