@@ -1,6 +1,7 @@
-//! Starting: the requested run strategy set on the VirtualMachine (after the source's power was
-//! looked at again: the cutover), its instance `Running` — or, with readiness `None`, not waited
-//! for. KubeVirt's error states (printableStatus `ErrorUnschedulable`, `ErrorPvcNotFound`,
+//! Starting: the requested run strategy set on the VirtualMachine — CreatingVM makes it with that
+//! strategy; a VM whose strategy differs (one an older controller made `Halted`) is set here,
+//! after the source's power was looked at again: the cutover — and its instance `Running`, or,
+//! with readiness `None`, not waited for. KubeVirt's error states (printableStatus `ErrorUnschedulable`, `ErrorPvcNotFound`,
 //! `DataVolumeError`, `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`) end it with that
 //! reason and KubeVirt's message after a short grace, not after the start timeout.
 
