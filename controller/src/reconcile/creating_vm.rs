@@ -14,7 +14,7 @@ use super::cleanup::Cleanup;
 use super::io::{Created, Io};
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
-use super::starting::starts;
+use super::starting::{cutover_refused, starts};
 use super::world::{self, VmState};
 use crate::children::{Conflict, Holder, virtual_machine};
 use crate::problem::Problem;
@@ -51,12 +51,7 @@ impl Checkpoint for CreatingVm {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let vm = world::vm_state(io).await?;
         let about_to_start = vm == VmState::Absent && starts(io.vmm.final_run_strategy());
-        let source_power = if about_to_start {
-            let login = super::credentials::source_login(io).await?;
-            Some(world::source_power(io, login).await)
-        } else {
-            None
-        };
+        let source_power = world::cutover_look(io, about_to_start).await?;
         Ok(Observed { vm, source_power })
     }
 
@@ -88,32 +83,24 @@ impl Checkpoint for CreatingVm {
 /// Decides the CreatingVM step. Pure.
 ///
 /// # Guarantees
-/// A VM whose run strategy starts it is made only when the source was just seen powered off:
-/// someone may have powered the source on again in vSphere since its disks were copied, and
-/// starting the copy then would run two machines with one identity on stale disks.
+/// A VM whose run strategy starts it is made only when the source was just seen powered off
+/// (the cutover's rule, [`cutover_refused`]).
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let name = names::vm_name(&scope.vmm);
     match &scope.world.vm {
-        VmState::Absent => match &scope.world.source_power {
-            Some(Err(p)) => Outcome::from_problem(scope, p, Some(VMCreated)),
-            Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Outcome::failure(
-                Reason::SourcePoweredOn,
-                super::starting::source_powered_on_message(),
-                true,
-                Phase::CreatingVM,
-                VMCreated,
-            ),
-            Some(Ok(PowerState::PoweredOff)) | None => Outcome::new(
-                Step::Act(vec![Action::CreateVm]),
-                format!("creating VirtualMachine {name}"),
-            )
-            .with(
-                VMCreated,
-                Unknown,
-                Reason::InProgress,
-                format!("creating VirtualMachine {name}"),
-            ),
-        },
+        VmState::Absent => cutover_refused(scope, scope.world.source_power.as_ref(), VMCreated)
+            .unwrap_or_else(|| {
+                Outcome::new(
+                    Step::Act(vec![Action::CreateVm]),
+                    format!("creating VirtualMachine {name}"),
+                )
+                .with(
+                    VMCreated,
+                    Unknown,
+                    Reason::InProgress,
+                    format!("creating VirtualMachine {name}"),
+                )
+            }),
         VmState::Ours { .. } => Outcome::new(
             Step::Advance {
                 to: Phase::Starting,

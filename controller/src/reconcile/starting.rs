@@ -1,9 +1,10 @@
-//! Starting: the requested run strategy set on the VirtualMachine — CreatingVM makes it with that
-//! strategy; a VM whose strategy differs (one an older controller made `Halted`) is set here,
-//! after the source's power was looked at again: the cutover — and its instance `Running`, or,
-//! with readiness `None`, not waited for. KubeVirt's error states (printableStatus `ErrorUnschedulable`, `ErrorPvcNotFound`,
-//! `DataVolumeError`, `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`) end it with that
-//! reason and KubeVirt's message after a short grace, not after the start timeout.
+//! Starting: the requested run strategy set on the VirtualMachine — CreatingVM makes it with
+//! that strategy; a VM whose strategy differs (one an older controller made `Halted`) is set
+//! here, after the source's power was looked at again: the cutover — and its instance
+//! `Running`, or, with readiness `None`, not waited for. KubeVirt's error states
+//! (printableStatus `ErrorUnschedulable`, `ErrorPvcNotFound`, `DataVolumeError`,
+//! `CrashLoopBackOff`, `ErrImagePull`, `ImagePullBackOff`) end it with that reason and
+//! KubeVirt's message after a short grace, not after the start timeout.
 
 use ferry_crds::{
     ConditionStatus::{False, True, Unknown},
@@ -64,15 +65,9 @@ impl Checkpoint for Starting {
         let about_to_start = starts(wanted)
             && matches!(&kubevirt.vm, VmState::Ours { run_strategy, .. }
                 if run_strategy.as_deref() != Some(run_strategy_name(wanted)));
-        let source_power = if about_to_start {
-            let login = super::credentials::source_login(io).await?;
-            Some(world::source_power(io, login).await)
-        } else {
-            None
-        };
         Ok(Observed {
             kubevirt,
-            source_power,
+            source_power: world::cutover_look(io, about_to_start).await?,
         })
     }
 
@@ -98,9 +93,26 @@ impl Checkpoint for Starting {
     }
 }
 
-/// What a start refused because the source runs again says (CreatingVM refuses the same).
-pub fn source_powered_on_message() -> String {
-    say::source_powered_on()
+/// The cutover's rule, for a VM about to be made or set to start, on the source's power as
+/// [`world::cutover_look`] found it: someone may have powered the source on again in vSphere
+/// since its disks were copied, and starting the copy then would run two machines with one
+/// identity on stale disks. `None` when the source is off (or was not looked at). Pure.
+pub fn cutover_refused<W, A>(
+    scope: &Scope<W>,
+    power: Option<&std::result::Result<PowerState, Problem>>,
+    marks: ConditionType,
+) -> Option<Outcome<A>> {
+    match power {
+        Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(marks))),
+        Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Some(Outcome::failure(
+            Reason::SourcePoweredOn,
+            say::source_powered_on(),
+            true,
+            scope.phase(),
+            marks,
+        )),
+        Some(Ok(PowerState::PoweredOff)) | None => None,
+    }
 }
 
 /// The ferry reason of a KubeVirt error state.
@@ -205,21 +217,12 @@ fn left_halted(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     })
 }
 
-/// The cutover: someone may have powered the source on again in vSphere since its disks were
-/// copied, and starting the copy then would run two machines with one identity on stale disks.
+/// The cutover, before a VM made with another strategy is set to start ([`cutover_refused`]).
 fn source_back_on(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     if strategy_set(scope) || !starts(wanted(scope)) {
         return None;
     }
-    match &scope.world.source_power {
-        Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(VMStarted))),
-        Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Some(fail(
-            Reason::SourcePoweredOn,
-            say::source_powered_on(),
-            Phase::Starting,
-        )),
-        Some(Ok(PowerState::PoweredOff)) | None => None,
-    }
+    cutover_refused(scope, scope.world.source_power.as_ref(), VMStarted)
 }
 
 /// Setting the run strategy is what makes KubeVirt start the VM (or leave it for the user to

@@ -348,6 +348,22 @@ pub async fn reporting_job(io: Io<'_>, name: &str, container: &str) -> Result<Re
     })
 }
 
+/// The cutover's look at the source, right before a VM that starts is made or started: its
+/// power state now (`None` when nothing is about to start, and vSphere is not asked).
+///
+/// # Errors
+/// Kubernetes API errors (reading the credentials).
+pub async fn cutover_look(
+    io: Io<'_>,
+    about_to_start: bool,
+) -> Result<Option<std::result::Result<PowerState, Problem>>> {
+    if !about_to_start {
+        return Ok(None);
+    }
+    let login = super::credentials::source_login(io).await?;
+    Ok(Some(source_power(io, login).await))
+}
+
 /// The source VM's power state now, as vSphere reports it through `login` (the observation's
 /// own, so the Secret is read once per reconcile): looked at again before its disks are read and
 /// before the cutover. `Err` when vSphere or the credentials failed (classified).
