@@ -31,11 +31,14 @@
 //! an object that stops matching as of a deletion, so no store ever holds one: the release is
 //! Validating's last act, written with Succeeded, so no decision reads it again (one released
 //! while its migration still runs — a status write lost to a crash, or someone else's label —
-//! is recorded, so read fresh). Every child of a succeeded, settled migration still watched
-//! (the VM's instance) is a stub, and the settled migration
-//! itself is cached cut down (`reconcile::settled`): the controller's memory follows what is in
-//! flight, not the migrated fleet (`ferry_controller_cached_children` counts each form). A VMI
-//! cached whole while its migration ran is cut down at its next event or restart.
+//! is recorded, so read fresh). A child of a succeeded, settled migration that is still watched
+//! (the VM's instance: KubeVirt makes it with the VM's template labels and does not update them)
+//! is not held at all — its event is turned into a deletion before the store — and the settled
+//! migration itself is cached cut down (`reconcile::settled`): the controller's memory follows
+//! what is in flight, not the migrated fleet (`ferry_controller_cached_children` counts each
+//! form). Nothing reads such a child from a store: a settled migration decides nothing, and the
+//! deletion of its record reads what it needs fresh. A VMI cached whole while its migration ran
+//! leaves the store at its next event or restart.
 
 use std::fmt::Debug;
 
@@ -217,16 +220,28 @@ pub enum Holder {
     Succeeded,
 }
 
-/// Cuts `obj` down to what the controller reads before it enters a store. `holder` says what
-/// the controller holds of the migration it claims (namespace, name, uid if labelled); of none,
-/// `obj` becomes a stub (see the module's note). Every child of a succeeded, settled migration
-/// that is still watched (the VM's instance; released children are not watched) is a stub, read
-/// fresh by whoever needs it (a deletion of the record): so memory follows what is in flight,
-/// not the migrated fleet. Pure.
+/// What a store holds of an object [`slim`] looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// What decisions read of it: a child of a migration in flight (or that may yet be).
+    Read,
+    /// A stub: its migration is unknown (see the module's note).
+    Stub,
+    /// Nothing: a child of a succeeded, settled migration, which nobody reads from a store
+    /// again. Its event becomes a deletion, so that a copy held from before goes too.
+    Nothing,
+}
+
+/// Cuts `obj` down to what the controller reads before it enters a store, and says whether a
+/// store holds it at all. `holder` says what the controller holds of the migration it claims
+/// (namespace, name, uid if labelled); of none, `obj` becomes a stub (see the module's note).
+/// A child of a succeeded, settled migration that is still watched (the VM's instance; released
+/// children are not watched) is held in no form, since nothing reads it from a store: so memory
+/// follows what is in flight, not the migrated fleet. Pure.
 pub fn slim<K: Resource + Default>(
     obj: &mut K,
     holder: impl FnOnce(&str, &str, Option<&str>) -> Holder,
-) {
+) -> Kept {
     let meta = obj.meta_mut();
     // No decision reads who managed which field; on a migrated VM that is most of its bytes.
     meta.managed_fields = None;
@@ -235,10 +250,11 @@ pub fn slim<K: Resource + Default>(
     }
     let holder = claimed_migration(obj.meta())
         .map_or(Holder::Unknown, |(ns, name, uid)| holder(ns, name, uid));
-    match holder {
-        Holder::Known => return,
-        Holder::Succeeded | Holder::Unknown => {}
-    }
+    let kept = match holder {
+        Holder::Known => return Kept::Read,
+        Holder::Succeeded => Kept::Nothing,
+        Holder::Unknown => Kept::Stub,
+    };
     let old = std::mem::take(obj.meta_mut());
     let mut stub = K::default();
     let meta = stub.meta_mut();
@@ -259,6 +275,7 @@ pub fn slim<K: Resource + Default>(
     });
     meta.annotations = Some([(STUB_ANNOTATION.to_owned(), String::new())].into());
     *obj = stub;
+    kept
 }
 
 /// The object `name` of kind `K` in `namespace`: from the cache when it shows one; when it
@@ -418,7 +435,7 @@ mod tests {
     #[test]
     fn a_child_of_a_known_migration_keeps_what_decisions_read() {
         let mut j = labelled_job("m-uid");
-        slim(&mut j, known);
+        assert_eq!(slim(&mut j, known), Kept::Read);
         let a = j.metadata.annotations.as_ref().unwrap();
         assert_eq!(
             a.len(),
@@ -447,7 +464,7 @@ mod tests {
                     Holder::Unknown
                 }
             };
-            slim(&mut j, knows);
+            assert_eq!(slim(&mut j, knows), Kept::Stub, "{uid}");
             assert!(is_stub(&j.metadata), "{uid}");
             assert!(j.spec.is_none() && j.status.is_none());
             assert_eq!(j.metadata.name.as_deref(), Some("convert-a"));
@@ -482,8 +499,12 @@ mod tests {
             vmi.status.is_some(),
             "Validating reads its phase and readiness"
         );
-        // Once its migration succeeded and settled, nothing reads it: a stub (read fresh).
-        slim(&mut settled, |_, _, _| Holder::Succeeded);
+        // Once its migration succeeded and settled, nothing reads it: not held at all (what
+        // goes on to the store, a deletion, is a stub of its name).
+        assert_eq!(
+            slim(&mut settled, |_, _, _| Holder::Succeeded),
+            Kept::Nothing
+        );
         assert!(is_stub(&settled.metadata) && settled.status.is_none());
     }
 

@@ -324,11 +324,12 @@ fn controllers(
         }
     };
     // One watch of the migrations for both controllers; see `migration_watch`.
-    let (migration_store, migration_events, wave_events, migration_watch) = migration_watch(
-        api::<VirtualMachineMigration>(&client, ns),
-        initial(watcher::Config::default()),
-        opts.waves,
-    );
+    let (migration_store, migration_events, wave_events, settled, migration_watch) =
+        migration_watch(
+            api::<VirtualMachineMigration>(&client, ns),
+            initial(watcher::Config::default()),
+            opts.waves,
+        );
     let migrations = Controller::for_shared_stream(migration_events, migration_store.clone())
         .with_config(config.clone());
     // The children's watches keep their objects: checkpoints observe them there (see
@@ -339,25 +340,32 @@ fn controllers(
     // watches: the migrated fleet is not held at all. One labelled released by someone else
     // while its migration runs is read fresh, as is every recorded child a cache does not show.
     let children = initial(watcher::Config::default().labels(&children_selector()));
+    // A migration that succeeds releases its Job-less children (they leave the watches); its
+    // VM's instance, which keeps the labels it was made with, leaves the VMI store then.
+    let never = || futures::stream::pending();
     let (jobs, job_events) = cached_watch(
         api::<Job>(&client, ns),
         children.clone(),
         migration_store.clone(),
+        never(),
     );
     let (datavolumes, dv_events) = cached_watch(
         api::<DataVolume>(&client, ns),
         children.clone(),
         migration_store.clone(),
+        never(),
     );
     let (vms, vm_events) = cached_watch(
         api::<VirtualMachine>(&client, ns),
         children,
         migration_store.clone(),
+        never(),
     );
     let (vmis, vmi_events) = cached_watch(
         api::<VirtualMachineInstance>(&client, ns),
         initial(watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL)),
         migration_store.clone(),
+        settled,
     );
     let caches = Caches {
         jobs,
@@ -501,7 +509,8 @@ fn controllers(
 const MIGRATION_EVENT_BUFFER: usize = 1024;
 
 /// The one watch of the migrations, kept in the returned store, and the triggers it gives the
-/// migration controller (objects applied) and, with `waves`, the wave controller (deletions too).
+/// migration controller (objects applied) and, with `waves`, the wave controller (deletions too);
+/// and the namespace and name of each migration seen succeeded and settled (see `cached_watch`).
 /// Every event reaches a trigger only once the store holds it: the wave controller reads its
 /// children from this store, and a trigger from a watch of its own could outrun it, so that a
 /// wave summed up a child's old phase and, with nothing else to come, kept that status until its
@@ -515,12 +524,16 @@ fn migration_watch(
     Store<VirtualMachineMigration>,
     impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
     impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
+    impl futures::Stream<Item = (String, String)> + Send + 'static,
     impl Future<Output = ()> + Send + 'static,
 ) {
     use futures::SinkExt;
     use futures::channel::mpsc;
     use kube::runtime::watcher::Event;
     let (store, writer) = reflector::store();
+    // Unbounded: the VMI watch that takes these waits for this store's first list, and a
+    // bounded send here would wait for it in turn. One small item per migration that succeeds.
+    let (settled_tx, settled) = mpsc::unbounded();
     let (mut to_migrations, migration_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
     let (mut to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
     let reader = store.clone();
@@ -541,7 +554,17 @@ fn migration_watch(
             // After `reflect`: the store already holds this event (a first list's objects
             // only once it is done, so they go out then, from the store).
             let (touched, deleted) = match event {
-                Ok(Event::Apply(o)) => (vec![Arc::new(o)], false),
+                Ok(Event::Apply(o)) => {
+                    if crate::reconcile::settled::is_slim(&o)
+                        && o.phase() == ferry_crds::Phase::Succeeded
+                    {
+                        let _ = settled_tx.unbounded_send((
+                            kube::ResourceExt::namespace(&o).unwrap_or_default(),
+                            kube::ResourceExt::name_any(&o),
+                        ));
+                    }
+                    (vec![Arc::new(o)], false)
+                }
                 Ok(Event::Delete(o)) => (vec![Arc::new(o)], true),
                 Ok(Event::InitDone) => (reader.state(), false),
                 Ok(Event::Init | Event::InitApply(_)) => continue,
@@ -561,7 +584,7 @@ fn migration_watch(
             }
         }
     };
-    (store, migration_events, wave_events, drive)
+    (store, migration_events, wave_events, settled, drive)
 }
 
 /// Objects per page of a watch's first list with paged lists: at most this many objects of up to
@@ -571,11 +594,14 @@ const CHILD_PAGE_SIZE: u32 = 50;
 /// A watch of `api` under `config` whose objects, cut down by [`caches::slim`] against the
 /// migrations in `migrations`, a store keeps, and its events (deletions included) for a
 /// controller's trigger. It starts once `migrations` has had its first list, so that children
-/// of existing migrations enter the store whole rather than as stubs.
+/// of existing migrations enter the store whole rather than as stubs. Each migration `settled`
+/// names (namespace, name: succeeded and settled) takes its children out of the store, as their
+/// next event would (a child held whole while it ran would otherwise stay until then).
 fn cached_watch<K>(
     api: Api<K>,
     config: watcher::Config,
     migrations: Store<VirtualMachineMigration>,
+    settled: impl futures::Stream<Item = (String, String)> + Send + 'static,
 ) -> (
     Store<K>,
     impl futures::Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
@@ -591,6 +617,25 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    let reader: Store<K> = store.clone();
+    // A deletion of each child the store holds of that migration: a stub of its name is all a
+    // deletion needs, and without ferry's labels it wakes no reconcile.
+    let forgotten = settled.flat_map(move |(ns, name)| {
+        let gone: Vec<std::result::Result<watcher::Event<K>, watcher::Error>> = reader
+            .state()
+            .iter()
+            .filter(|o| {
+                caches::claimed_migration(o.meta()).is_some_and(|(n, m, _)| n == ns && m == name)
+            })
+            .map(|o| {
+                let mut k = K::default();
+                k.meta_mut().name.clone_from(&o.meta().name);
+                k.meta_mut().namespace.clone_from(&o.meta().namespace);
+                Ok(watcher::Event::Delete(k))
+            })
+            .collect();
+        futures::stream::iter(gone)
+    });
     let ready = {
         let migrations = migrations.clone();
         async move {
@@ -600,26 +645,45 @@ where
             }
         }
     };
+    let holder = move |ns: &str, name: &str, uid: Option<&str>| match migrations
+        .get(&ObjectRef::new(name).within(ns))
+    {
+        Some(m) if uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)) => {
+            if reconcile::settled::is_slim(&m) && m.phase() == ferry_crds::Phase::Succeeded {
+                caches::Holder::Succeeded
+            } else {
+                caches::Holder::Known
+            }
+        }
+        _ => caches::Holder::Unknown,
+    };
     let events = futures::stream::once(ready)
         .map(move |()| watcher(api.clone(), config.clone()))
         .flatten()
         .default_backoff()
-        .modify(move |o| {
-            caches::slim(o, |ns, name, uid| {
-                match migrations.get(&ObjectRef::new(name).within(ns)) {
-                    Some(m) if uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)) => {
-                        if reconcile::settled::is_slim(&m)
-                            && m.phase() == ferry_crds::Phase::Succeeded
-                        {
-                            caches::Holder::Succeeded
-                        } else {
-                            caches::Holder::Known
-                        }
+        .filter_map(move |event| {
+            futures::future::ready(match event {
+                Ok(watcher::Event::Apply(mut o)) => Some(Ok(match caches::slim(&mut o, &holder) {
+                    // Held in no form: a copy from before (whole, while its migration ran)
+                    // goes with a deletion; the trigger's reconcile of a settled migration
+                    // does nothing.
+                    caches::Kept::Nothing => watcher::Event::Delete(o),
+                    caches::Kept::Read | caches::Kept::Stub => watcher::Event::Apply(o),
+                })),
+                Ok(watcher::Event::InitApply(mut o)) => match caches::slim(&mut o, &holder) {
+                    caches::Kept::Nothing => None,
+                    caches::Kept::Read | caches::Kept::Stub => {
+                        Some(Ok(watcher::Event::InitApply(o)))
                     }
-                    _ => caches::Holder::Unknown,
+                },
+                Ok(watcher::Event::Delete(mut o)) => {
+                    caches::slim(&mut o, &holder);
+                    Some(Ok(watcher::Event::Delete(o)))
                 }
-            });
-        })
+                other => Some(other),
+            })
+        });
+    let events = futures::stream::select(events, forgotten)
         .reflect(writer)
         .touched_objects();
     (store, events)
