@@ -44,7 +44,7 @@ fn stats(name: &str, mut samples: Vec<Duration>) {
 fn loaded(n: usize) -> State {
     let mut s = State::new("bench", Scope::All, false, support::now());
     let t = Instant::now();
-    update(&mut s, Action::MigrationsListed(C0, support::many(n, 20)));
+    update(&mut s, Action::migrations_listed(C0, support::many(n, 20)));
     println!(
         "list of {n} migrations into the state: {:.1} ms",
         t.elapsed().as_secs_f64() * 1e3

@@ -91,7 +91,7 @@ pub async fn load_all(clusters: &[Cluster], scope: Option<Scope>, wave: Option<S
         let c = ClusterId(u16::try_from(i).unwrap_or(u16::MAX));
         match listed {
             Ok((vmms, waves)) => {
-                update(&mut state, Action::MigrationsListed(c, vmms));
+                update(&mut state, Action::migrations_listed(c, vmms));
                 update(&mut state, Action::WavesListed(c, waves));
                 for r in [Resource::Migrations, Resource::Waves] {
                     update(&mut state, Action::Connection(c, r, ConnState::Live));
@@ -126,7 +126,7 @@ pub async fn load(cluster: &Cluster, scope: Scope, wave: Option<String>) -> Resu
         .list(&ListParams::default())
         .await?;
     let c = ClusterId::default();
-    update(&mut state, Action::MigrationsListed(c, vmms.items));
+    update(&mut state, Action::migrations_listed(c, vmms.items));
     update(&mut state, Action::WavesListed(c, waves.items));
     if let Some(w) = wave {
         update(&mut state, Action::Command(format!("wave {w}")));

@@ -21,7 +21,8 @@ async fn a_storm_of_a_thousand_changes_between_two_frames_is_drawn_in_one_frame(
     let mut rt = Runtime::new(vec![], ConnectOptions::default());
     let tx = rt.data_sender();
     let objs = many(n, 20);
-    tx.send(Action::MigrationsListed(C0, objs.clone())).unwrap();
+    tx.send(Action::migrations_listed(C0, objs.clone()))
+        .unwrap();
     tx.send(Action::Connection(
         C0,
         Resource::Migrations,
@@ -127,7 +128,8 @@ async fn a_frame_names_the_changes_it_received_and_when_for_the_event_to_screen_
     let mut rt = Runtime::new(vec![], ConnectOptions::default());
     let tx = rt.data_sender();
     let objs = many(10, 2);
-    tx.send(Action::MigrationsListed(C0, objs.clone())).unwrap();
+    tx.send(Action::migrations_listed(C0, objs.clone()))
+        .unwrap();
     let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<FrameInfo>();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let changes = tokio::spawn(async move {
@@ -200,7 +202,8 @@ async fn changes_to_rows_off_screen_draw_no_frame_and_the_next_change_on_screen_
     let mut rt = Runtime::new(vec![], ConnectOptions::default());
     let tx = rt.data_sender();
     let objs = many(n, 20);
-    tx.send(Action::MigrationsListed(C0, objs.clone())).unwrap();
+    tx.send(Action::migrations_listed(C0, objs.clone()))
+        .unwrap();
     // Sorted by name: the first rows are on screen, the last ones far below it.
     let mut by_name = objs.clone();
     by_name.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

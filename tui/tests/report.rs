@@ -17,7 +17,7 @@ use support::{C0, demo_wave, now};
 /// What `ferry report demo-wave -n demo` reads: one list, then the wave's scope.
 fn loaded(wave: Option<&str>) -> State {
     let mut s = State::new("lab", Scope::Namespace("demo".into()), false, now());
-    update(&mut s, Action::MigrationsListed(C0, demo_wave()));
+    update(&mut s, Action::migrations_listed(C0, demo_wave()));
     if let Some(w) = wave {
         update(&mut s, Action::Command(format!("wave {w}")));
     }

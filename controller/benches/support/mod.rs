@@ -267,6 +267,17 @@ impl Controller {
 }
 
 pub fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controller {
+    start_controller_in(bin, lab, Some(ns), ns, log)
+}
+
+/// A controller of namespace `ns`, or of every namespace, its Lease in `lease_ns`.
+pub fn start_controller_in(
+    bin: &Path,
+    lab: &Lab,
+    ns: Option<&str>,
+    lease_ns: &str,
+    log: &Path,
+) -> Controller {
     let (metrics, health) = (free_port(), free_port());
     let out = || {
         std::fs::OpenOptions::new()
@@ -287,14 +298,15 @@ pub fn start_controller(bin: &Path, lab: &Lab, ns: &str, log: &Path) -> Controll
     };
     cmd.arg("--kubeconfig")
         .arg(&lab.info.kubeconfig)
-        .args(["--namespace", ns, "--concurrency", "64"])
+        .args(ns.map(|ns| ["--namespace", ns]).into_iter().flatten())
+        .args(["--concurrency", "64"])
         .args([
             "--metrics-addr",
             &format!("127.0.0.1:{metrics}"),
             "--health-addr",
             &format!("127.0.0.1:{health}"),
         ])
-        .args(["--leader-elect", "--leader-elect-namespace", ns])
+        .args(["--leader-elect", "--leader-elect-namespace", lease_ns])
         // Renewed as often as deploy's (every 2 s: the Lease's requests count the same), but a
         // renewal the loaded lab answers late must not stop a bench's only controller: deploy's
         // 10 s deadline did, half-way through a 1,000-VM wave on 2 busy cores.

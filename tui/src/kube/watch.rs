@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio::{sync::mpsc::UnboundedSender, task::JoinHandle};
 
 use crate::{
-    state::{Action, ClusterId, ConnState, EventKind, EventRow, ObjKey, Resource, Scope},
+    state::{Action, ClusterId, ConnState, EventKind, EventRow, ObjKey, Resource, Row, Scope},
     strings,
 };
 
@@ -77,19 +77,21 @@ fn key_of<K: KubeResource>(cluster: ClusterId, o: &K) -> ObjKey {
 
 impl Watched for VirtualMachineMigration {
     const RESOURCE: Resource = Resource::Migrations;
-    type Kept = VirtualMachineMigration;
-    fn keep(mut self, _: ClusterId) -> Option<Self> {
+    // A row as each object of a list arrives: the list's buffer holds small rows, not 10,000
+    // objects inline (1.7 KB each) that would then be made into rows beside them.
+    type Kept = Row;
+    fn keep(mut self, cluster: ClusterId) -> Option<Row> {
         trim_migration(&mut self);
-        Some(self)
+        Some(Row::from_object(cluster, self))
     }
-    fn applied(self, cluster: ClusterId) -> Option<Action> {
-        let o = self.keep(cluster)?;
-        Some(Action::MigrationApplied(cluster, Box::new(o)))
+    fn applied(mut self, cluster: ClusterId) -> Option<Action> {
+        trim_migration(&mut self);
+        Some(Action::MigrationApplied(cluster, Box::new(self)))
     }
     fn deleted(self, cluster: ClusterId) -> Option<Action> {
         Some(Action::MigrationDeleted(key_of(cluster, &self)))
     }
-    fn listed(cluster: ClusterId, all: Vec<Self>) -> Action {
+    fn listed(cluster: ClusterId, all: Vec<Row>) -> Action {
         Action::MigrationsListed(cluster, all)
     }
 }

@@ -99,8 +99,9 @@ pub enum Action {
     MigrationApplied(ClusterId, Box<VirtualMachineMigration>),
     /// A migration is gone.
     MigrationDeleted(ObjKey),
-    /// A (re-)list of every migration in a cluster's scope finished.
-    MigrationsListed(ClusterId, Vec<VirtualMachineMigration>),
+    /// A (re-)list of every migration in a cluster's scope finished: their rows, each made as
+    /// its object arrived (a list of 10,000 never sits in memory as objects and rows at once).
+    MigrationsListed(ClusterId, Vec<super::Row>),
     /// A wave was added or changed.
     WaveApplied(ClusterId, Box<MigrationWave>),
     /// A wave is gone.
@@ -236,6 +237,18 @@ pub enum Action {
     ToggleHelp,
     /// Leave.
     Quit,
+}
+
+impl Action {
+    /// A finished list of `objs` in `cluster`, made into rows.
+    pub fn migrations_listed(cluster: ClusterId, objs: Vec<VirtualMachineMigration>) -> Action {
+        Action::MigrationsListed(
+            cluster,
+            objs.into_iter()
+                .map(|o| super::Row::from_object(cluster, o))
+                .collect(),
+        )
+    }
 }
 
 /// I/O the state asks for; the app runs it and reports back with actions.

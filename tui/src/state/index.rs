@@ -432,15 +432,19 @@ impl Index {
 
     /// Replaces every row of one cluster (its re-list), keeping the other clusters' rows.
     pub fn replace_cluster(&mut self, cluster: ClusterId, rows: Vec<Row>) {
-        let others: Vec<Row> = self
+        let mut others: Vec<Row> = self
             .slots
             .drain(..)
             .flatten()
             .filter(|r| r.key.cluster != cluster)
             .collect();
-        let mut all = others;
-        all.extend(rows);
-        self.replace_all(all);
+        // One cluster (the usual case): the list's rows as they are, not copied once more.
+        if others.is_empty() {
+            self.replace_all(rows);
+        } else {
+            others.extend(rows);
+            self.replace_all(others);
+        }
     }
 
     /// Changes the sort and re-sorts the view.

@@ -111,7 +111,7 @@ impl Pip {
 }
 
 /// A migration as the board sees it. `obj` is the trimmed object, kept for details and YAML.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// Namespace and name.
     pub key: ObjKey,

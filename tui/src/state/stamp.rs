@@ -86,7 +86,7 @@ mod tests {
         let objs = (0..100)
             .map(|i| migration(&format!("m{i:03}")).with_phase(Phase::Importing))
             .collect();
-        update(&mut s, Action::MigrationsListed(C0, objs));
+        update(&mut s, Action::migrations_listed(C0, objs));
         update(
             &mut s,
             Action::Resize(Screen {

@@ -32,7 +32,7 @@ fn key(name: &str) -> ObjKey {
 
 fn state_with(objs: Vec<VirtualMachineMigration>) -> State {
     let mut s = State::new("lab", Scope::Namespace("default".into()), false, now());
-    update(&mut s, Action::MigrationsListed(C0, objs));
+    update(&mut s, Action::migrations_listed(C0, objs));
     update(
         &mut s,
         Action::Connection(C0, Resource::Migrations, ConnState::Live),
@@ -538,7 +538,7 @@ fn a_relist_replaces_rows_and_forgets_marks_of_vanished_ones() {
     update(&mut s, Action::MarkAllVisible);
     update(
         &mut s,
-        Action::MigrationsListed(C0, vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]),
+        Action::migrations_listed(C0, vec![vmm("b", Phase::Queued), vmm("c", Phase::Pending)]),
     );
     assert_eq!(visible_names(&s), ["b", "c"]);
     assert_eq!(s.marks.len(), 1);
@@ -968,11 +968,11 @@ fn two_clusters_hold_the_same_names_apart_and_actions_go_to_the_right_one() {
     let b = ClusterId(1);
     update(
         &mut s,
-        Action::MigrationsListed(C0, vec![vmm("x", Phase::Importing)]),
+        Action::migrations_listed(C0, vec![vmm("x", Phase::Importing)]),
     );
     update(
         &mut s,
-        Action::MigrationsListed(
+        Action::migrations_listed(
             b,
             vec![vmm("x", Phase::Converting), vmm("y", Phase::Failed)],
         ),
@@ -981,7 +981,7 @@ fn two_clusters_hold_the_same_names_apart_and_actions_go_to_the_right_one() {
     // A re-list of one cluster leaves the other's rows alone.
     update(
         &mut s,
-        Action::MigrationsListed(b, vec![vmm("x", Phase::Converting)]),
+        Action::migrations_listed(b, vec![vmm("x", Phase::Converting)]),
     );
     assert_eq!(
         visible_keys(&s),
@@ -1016,7 +1016,7 @@ fn two_clusters_hold_the_same_names_apart_and_actions_go_to_the_right_one() {
     // An action from a cluster the board no longer has is dropped.
     update(
         &mut s,
-        Action::MigrationsListed(ClusterId(7), vec![vmm("z", Phase::Pending)]),
+        Action::migrations_listed(ClusterId(7), vec![vmm("z", Phase::Pending)]),
     );
     assert_eq!(s.index.len(), 2);
     // :ctx a,b asks for both contexts.
@@ -1335,7 +1335,7 @@ fn the_watch_remembers_when_a_migrations_bytes_last_moved() {
     update(&mut s, Action::MigrationApplied(C0, Box::new(o.clone())));
     assert_eq!(s.moved[&key("a")].at, ts(5000).0);
     update(&mut s, Action::Tick(ts(6000).0));
-    update(&mut s, Action::MigrationsListed(C0, vec![o]));
+    update(&mut s, Action::migrations_listed(C0, vec![o]));
     assert_eq!(
         s.moved[&key("a")].at,
         ts(5000).0,

@@ -152,7 +152,7 @@ mod tests {
     fn state(w: u16, h: u16, waves: usize, logs: bool) -> State {
         let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(0).0);
         let rows = (0..200).map(|i| migration(&format!("m{i:03}"))).collect();
-        update(&mut s, Action::MigrationsListed(C0, rows));
+        update(&mut s, Action::migrations_listed(C0, rows));
         let strip = (0..waves).map(|i| wave(&format!("w{i}"), 1)).collect();
         update(&mut s, Action::WavesListed(C0, strip));
         if logs {
@@ -242,7 +242,7 @@ mod tests {
         let rows = (0..10_000)
             .map(|i| migration(&format!("m{i:05}")))
             .collect();
-        update(&mut s, Action::MigrationsListed(C0, rows));
+        update(&mut s, Action::migrations_listed(C0, rows));
         for (w, h) in [(80, 24), (200, 60)] {
             update(
                 &mut s,

@@ -344,7 +344,7 @@ pub fn sample_events(ns: &str) -> Vec<EventRow> {
 pub fn sample_state(scope: Scope) -> State {
     let mut s = State::new("lab", scope, false, now());
     let ns = "apps";
-    update(&mut s, Action::MigrationsListed(C0, sample_migrations(ns)));
+    update(&mut s, Action::migrations_listed(C0, sample_migrations(ns)));
     update(&mut s, Action::WavesListed(C0, sample_waves(ns)));
     update(&mut s, Action::EventsListed(C0, sample_events(ns)));
     for r in Resource::ALL {
@@ -573,11 +573,11 @@ pub fn two_cluster_state() -> State {
     let b = ClusterId(1);
     update(
         &mut s,
-        Action::MigrationsListed(C0, sample_migrations("apps")),
+        Action::migrations_listed(C0, sample_migrations("apps")),
     );
     let mut other = sample_migrations("apps");
     other.truncate(6);
-    update(&mut s, Action::MigrationsListed(b, other));
+    update(&mut s, Action::migrations_listed(b, other));
     for c in [C0, b] {
         for r in Resource::ALL {
             update(&mut s, Action::Connection(c, r, ConnState::Live));

@@ -35,7 +35,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
             if state.cluster(c).is_none() => {}
         Action::MigrationApplied(c, obj) => watch::migration_applied(state, c, *obj, &mut fx),
         Action::MigrationDeleted(key) => watch::migration_deleted(state, key),
-        Action::MigrationsListed(c, objs) => watch::migrations_listed(state, c, objs),
+        Action::MigrationsListed(c, rows) => watch::migrations_listed(state, c, rows),
         Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj),
         Action::WaveDeleted(key) => watch::wave_deleted(state, key),
         Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs),

@@ -76,13 +76,8 @@ pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
     resync_cursor(state);
 }
 
-pub(super) fn migrations_listed(
-    state: &mut State,
-    c: ClusterId,
-    objs: Vec<VirtualMachineMigration>,
-) {
+pub(super) fn migrations_listed(state: &mut State, c: ClusterId, rows: Vec<Row>) {
     heard_from(state, c);
-    let rows: Vec<Row> = objs.into_iter().map(|o| Row::from_object(c, o)).collect();
     let now = state.now;
     let moved: Vec<(ObjKey, Moved)> = rows
         .iter()
