@@ -553,7 +553,7 @@ fn migration_watch(
         while let Some(event) = events.next().await {
             // After `reflect`: the store already holds this event (a first list's objects
             // only once it is done, so they go out then, from the store).
-            let (touched, deleted) = match event {
+            let (touched, deleted, listed) = match event {
                 Ok(Event::Apply(o)) => {
                     if crate::reconcile::settled::is_slim(&o)
                         && o.phase() == ferry_crds::Phase::Succeeded
@@ -563,10 +563,10 @@ fn migration_watch(
                             kube::ResourceExt::name_any(&o),
                         ));
                     }
-                    (vec![Arc::new(o)], false)
+                    (vec![Arc::new(o)], false, false)
                 }
-                Ok(Event::Delete(o)) => (vec![Arc::new(o)], true),
-                Ok(Event::InitDone) => (reader.state(), false),
+                Ok(Event::Delete(o)) => (vec![Arc::new(o)], true, false),
+                Ok(Event::InitDone) => (reader.state(), false, true),
                 Ok(Event::Init | Event::InitApply(_)) => continue,
                 Err(e) => {
                     warn!(error = %e, "watching migrations");
@@ -575,7 +575,11 @@ fn migration_watch(
             };
             for o in touched {
                 // A closed trigger is a controller that stopped: the others still get theirs.
-                if !deleted {
+                // A list's settled migrations are not sent: their reconcile would do nothing
+                // (`reconcile::settled`), and 10,000 of them grew the work queue for good. One
+                // that settles later is (its reconcile forgets what this process held of it).
+                let settled = listed && crate::reconcile::settled::is_slim(&o);
+                if !deleted && !settled {
                     let _ = to_migrations.send(o.clone()).await;
                 }
                 if waves {
