@@ -555,9 +555,7 @@ fn migration_watch(
             // only once it is done, so they go out then, from the store).
             let (touched, deleted, listed) = match event {
                 Ok(Event::Apply(o)) => {
-                    if crate::reconcile::settled::is_slim(&o)
-                        && o.phase() == ferry_crds::Phase::Succeeded
-                    {
+                    if crate::reconcile::settled::is_slim_success(&o) {
                         let _ = settled_tx.unbounded_send((
                             kube::ResourceExt::namespace(&o).unwrap_or_default(),
                             kube::ResourceExt::name_any(&o),
@@ -653,7 +651,7 @@ where
         .get(&ObjectRef::new(name).within(ns))
     {
         Some(m) if uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)) => {
-            if reconcile::settled::is_slim(&m) && m.phase() == ferry_crds::Phase::Succeeded {
+            if reconcile::settled::is_slim_success(&m) {
                 caches::Holder::Succeeded
             } else {
                 caches::Holder::Known

@@ -40,6 +40,12 @@ pub fn is_slim(vmm: &VirtualMachineMigration) -> bool {
         .is_some_and(|a| a.contains_key(SLIM_MARK))
 }
 
+/// Whether `vmm` is a cached slim form of a migration that succeeded: nothing of its children
+/// is read again (the child caches hold none of them). Pure.
+pub fn is_slim_success(vmm: &VirtualMachineMigration) -> bool {
+    is_slim(vmm) && vmm.phase() == ferry_crds::Phase::Succeeded
+}
+
 /// Cuts `vmm` down before it enters the cache: its managed fields always (nothing reads them),
 /// and, when it is settled, everything a settled migration is no longer read for. Pure.
 pub fn slim(vmm: &mut VirtualMachineMigration, now: &Time) {
@@ -146,6 +152,7 @@ mod tests {
         let mut slimmed = full.clone();
         slim(&mut slimmed, &t0());
         assert!(is_slim(&slimmed));
+        assert!(is_slim_success(&slimmed) && !is_slim_success(&full));
         let after = serde_json::to_vec(&slimmed).unwrap().len();
         assert!(after * 3 < before, "{after} bytes of {before}");
         let (a, b) = (
