@@ -6,7 +6,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_crds::VirtualMachineMigration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
@@ -93,9 +92,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// The key of the creation stamps on the children ferry makes (see [`crate::children::proof`]).
     pub proof: ProofKey,
-    /// The migration controller's cache of every migration it watches: where a wave reads its
-    /// children (no list of megabytes per reconcile); `None` lists them from the API.
-    pub migrations: Option<Store<VirtualMachineMigration>>,
+    /// What the migration controller holds of every migration it watches: where a wave reads
+    /// its children (no list of megabytes per reconcile).
+    pub migrations: Option<crate::migrations::Migrations>,
     /// The watch caches of the migrations' children, where checkpoints observe them; `None`
     /// reads every child from the API.
     pub children: Option<Caches>,
@@ -183,10 +182,11 @@ impl Context {
         }
     }
 
-    /// This context, reading waves' children from `store` (the migration controller's cache).
+    /// This context, reading waves' children from `migrations` (what the migration controller
+    /// holds).
     #[must_use]
-    pub fn with_migration_store(mut self, store: Store<VirtualMachineMigration>) -> Self {
-        self.migrations = Some(store);
+    pub fn with_migrations(mut self, migrations: crate::migrations::Migrations) -> Self {
+        self.migrations = Some(migrations);
         self
     }
 
@@ -370,6 +370,27 @@ impl Context {
         });
     }
 
+    /// Forgets each migration and wave whose uid neither `cached` (taken now) nor the sweep
+    /// before has (`uncached` is what that sweep found uncached; this one's replaces it): they
+    /// are gone, or settled with nothing left to reconcile. Two sweeps, so that one that entered
+    /// a cache and noted something here after `cached` was taken is not forgotten.
+    pub fn sweep(
+        &self,
+        cached: &std::collections::HashSet<String>,
+        uncached: &mut std::collections::HashSet<String>,
+    ) {
+        let mut map = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|uid, _| cached.contains(uid) || !uncached.contains(uid));
+        *uncached = map
+            .keys()
+            .filter(|uid| !cached.contains(*uid))
+            .cloned()
+            .collect();
+    }
+
     /// Forgets `uid` (its migration is gone).
     pub fn forget(&self, uid: &str) {
         let mut map = self
@@ -464,5 +485,25 @@ mod tests {
             Cached::Unknown,
             "forgotten with the object"
         );
+    }
+
+    #[tokio::test]
+    async fn a_sweep_forgets_what_two_sweeps_in_a_row_found_uncached() {
+        let ctx = offline();
+        for uid in ["in-flight", "settled", "new"] {
+            ctx.note_version(uid, Some("1".into()));
+        }
+        let mut uncached = std::collections::HashSet::new();
+        let cached: std::collections::HashSet<String> = ["in-flight".to_owned()].into();
+        ctx.sweep(&cached, &mut uncached);
+        assert!(
+            ctx.knows_version("settled") && ctx.knows_version("new"),
+            "one sweep forgets nothing: it may have been taken before they were cached"
+        );
+        let cached: std::collections::HashSet<String> =
+            ["in-flight".to_owned(), "new".to_owned()].into();
+        ctx.sweep(&cached, &mut uncached);
+        assert!(!ctx.knows_version("settled"), "uncached twice: forgotten");
+        assert!(ctx.knows_version("in-flight") && ctx.knows_version("new"));
     }
 }

@@ -22,6 +22,7 @@ pub mod health;
 pub mod kubeio;
 pub mod leader;
 pub mod metrics;
+pub mod migrations;
 pub mod pacing;
 pub mod policy;
 pub mod ports;

@@ -213,7 +213,7 @@ impl Default for Metrics {
         let cached_migrations = Family::<FormLabel, Gauge>::default();
         registry.register(
             "cached_migrations",
-            "Migrations the watch cache holds: whole, or settled (cut down to what a wave counts)",
+            "Migrations the controller holds: whole, settled (cut down in the watch cache), or record (succeeded and settled: what a wave counts)",
             cached_migrations.clone(),
         );
         Self {

@@ -25,6 +25,7 @@ use crate::context::Context;
 use crate::health::{self, Endpoints, Readiness};
 use crate::leader::{ElectionConfig, Elector, Fence};
 use crate::metrics::Metrics;
+use crate::migrations::{Migrations, Record, Succeeded};
 use crate::policy::Policy;
 use crate::{Result, reconcile, wave};
 
@@ -324,17 +325,22 @@ fn controllers(
         }
     };
     // One watch of the migrations for both controllers; see `migration_watch`.
-    let (migration_store, migration_events, wave_events, settled, migration_watch) =
-        migration_watch(
-            api::<VirtualMachineMigration>(&client, ns),
-            initial(watcher::Config::default()),
-            opts.waves,
-        );
-    let migrations = Controller::for_shared_stream(migration_events, migration_store.clone())
+    let MigrationWatch {
+        migrations: held,
+        migration_events,
+        wave_events,
+        settled,
+        drive: migration_watch,
+    } = migration_watch(
+        api::<VirtualMachineMigration>(&client, ns),
+        initial(watcher::Config::default()),
+        opts.waves,
+    );
+    let migrations = Controller::for_shared_stream(migration_events, held.store.clone())
         .with_config(config.clone());
     // The children's watches keep their objects: checkpoints observe them there (see
     // `caches`). Only labelled children are watched, and only what decisions read of a child of
-    // a migration in `migration_store` is kept (`caches::slim`): anyone may label a Job. A first
+    // a migration `held` is kept (`caches::slim`): anyone may label a Job. A first
     // list of large labelled objects is never held all at once (streamed, or small pages).
     // Released children (the migrated VM and its volumes: the user's from then on) leave the
     // watches: the migrated fleet is not held at all. One labelled released by someone else
@@ -346,25 +352,25 @@ fn controllers(
     let (jobs, job_events) = cached_watch(
         api::<Job>(&client, ns),
         children.clone(),
-        migration_store.clone(),
+        held.clone(),
         never(),
     );
     let (datavolumes, dv_events) = cached_watch(
         api::<DataVolume>(&client, ns),
         children.clone(),
-        migration_store.clone(),
+        held.clone(),
         never(),
     );
     let (vms, vm_events) = cached_watch(
         api::<VirtualMachine>(&client, ns),
         children,
-        migration_store.clone(),
+        held.clone(),
         never(),
     );
     let (vmis, vmi_events) = cached_watch(
         api::<VirtualMachineInstance>(&client, ns),
         initial(watcher::Config::default().labels(ferry_crds::names::MIGRATION_LABEL)),
-        migration_store.clone(),
+        held.clone(),
         settled,
     );
     let caches = Caches {
@@ -413,7 +419,7 @@ fn controllers(
             served.metrics.clone(),
             key,
         )
-        .with_migration_store(migration_store.clone())
+        .with_migrations(held.clone())
         .with_child_caches(caches.clone())
         .with_quota_store(quota_store),
     );
@@ -421,18 +427,41 @@ fn controllers(
     let readiness = served.readiness.clone();
     // What the caches hold, for the metrics (and the test that a released child is not held
     // whole): counted every few seconds rather than on each event.
+    // Every few seconds too, what reconciles remembered of migrations and waves no longer
+    // cached is forgotten: a migration that succeeded and settled leaves the store for a
+    // record, with no reconcile of its own to forget it (and one running as it settles may
+    // note its last write after that).
     let counted = {
         let (caches, metrics) = (caches.clone(), served.metrics.clone());
-        let migrations = migration_store.clone();
+        let migrations = held.clone();
+        let (ctx, wave_store) = (ctx.clone(), wave_store.clone());
         async move {
             let mut every = tokio::time::interval(Duration::from_secs(5));
+            let mut uncached = std::collections::HashSet::new();
             loop {
                 every.tick().await;
+                if migrations.ready() && (!run_waves || is_ready(&wave_store)) {
+                    let mut cached = migrations.uids_in_store();
+                    if run_waves {
+                        cached.extend(
+                            wave_store
+                                .state()
+                                .iter()
+                                .filter_map(|w| kube::ResourceExt::uid(&**w)),
+                        );
+                    }
+                    ctx.sweep(&cached, &mut uncached);
+                }
                 let (settled, whole): (Vec<_>, Vec<_>) = migrations
+                    .store
                     .state()
                     .into_iter()
                     .partition(|m| reconcile::settled::is_slim(m));
-                for (form, n) in [("settled", settled.len()), ("whole", whole.len())] {
+                for (form, n) in [
+                    ("settled", settled.len()),
+                    ("whole", whole.len()),
+                    ("record", migrations.succeeded.len()),
+                ] {
                     let labels = crate::metrics::FormLabel {
                         form: form.to_owned(),
                     };
@@ -455,10 +484,7 @@ fn controllers(
         }
     };
     let synced = async move {
-        while !(is_ready(&migration_store)
-            && (!run_waves || is_ready(&wave_store))
-            && caches.ready())
-        {
+        while !(held.ready() && (!run_waves || is_ready(&wave_store)) && caches.ready()) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         readiness.set_ready();
@@ -508,76 +534,141 @@ fn controllers(
 /// How many migration events may wait for a controller's trigger before the watch waits.
 const MIGRATION_EVENT_BUFFER: usize = 1024;
 
-/// The one watch of the migrations, kept in the returned store, and the triggers it gives the
-/// migration controller (objects applied) and, with `waves`, the wave controller (deletions too);
-/// and the namespace and name of each migration seen succeeded and settled (see `cached_watch`).
-/// Every event reaches a trigger only once the store holds it: the wave controller reads its
-/// children from this store, and a trigger from a watch of its own could outrun it, so that a
-/// wave summed up a child's old phase and, with nothing else to come, kept that status until its
-/// next resync. The returned future drives the watch; it runs until dropped.
+/// The one watch of the migrations, and what it gives.
+struct MigrationWatch<M, W, S, D> {
+    /// What it holds: the store, and the records of migrations that succeeded and settled.
+    migrations: Migrations,
+    /// The migration controller's trigger: objects applied (not those that succeeded and
+    /// settled: their reconcile would do nothing, and they are not in its store).
+    migration_events: M,
+    /// With waves, the wave controller's trigger: every event (deletions too).
+    wave_events: W,
+    /// The namespace and name of each migration seen succeed and settle (see `cached_watch`).
+    settled: S,
+    /// Drives the watch; runs until dropped.
+    drive: D,
+}
+
+/// The one watch of the migrations, kept in a store and, for those that succeeded and settled,
+/// as records ([`crate::migrations`]); its triggers for the migration controller and, with
+/// `waves`, the wave controller. Every event reaches a trigger only once it is held: the wave
+/// controller reads its children from what is held, and a trigger from a watch of its own could
+/// outrun it, so that a wave summed up a child's old phase and, with nothing else to come, kept
+/// that status until its next resync. A migration moves between the store and the records so
+/// that it is always in one of them (added to the new place before it leaves the old): a wave
+/// that saw it in neither would create it again.
 #[allow(clippy::type_complexity)]
 fn migration_watch(
     api: Api<VirtualMachineMigration>,
     config: watcher::Config,
     waves: bool,
-) -> (
-    Store<VirtualMachineMigration>,
+) -> MigrationWatch<
     impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
     impl futures::Stream<Item = Arc<VirtualMachineMigration>> + Send + 'static,
     impl futures::Stream<Item = (String, String)> + Send + 'static,
     impl Future<Output = ()> + Send + 'static,
-) {
+> {
     use futures::SinkExt;
     use futures::channel::mpsc;
     use kube::runtime::watcher::Event;
     let (store, writer) = reflector::store();
+    let migrations = Migrations {
+        store,
+        succeeded: Succeeded::default(),
+    };
     // Unbounded: the VMI watch that takes these waits for this store's first list, and a
     // bounded send here would wait for it in turn. One small item per migration that succeeds.
     let (settled_tx, settled) = mpsc::unbounded();
     let (mut to_migrations, migration_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
     let (mut to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
-    let reader = store.clone();
+    let held = migrations.clone();
+    let mut writer = writer;
     let drive = async move {
-        // Settled migrations enter the store cut down (`reconcile::settled`): memory follows
-        // what is in flight, not the finished records a migration program leaves behind.
-        let events = watcher(api, config)
-            .default_backoff()
-            .modify(|vmm| {
-                let now = Time(crate::context::whole_seconds(
-                    k8s_openapi::jiff::Timestamp::now(),
-                ));
-                crate::reconcile::settled::slim(vmm, &now);
-            })
-            .reflect(writer);
+        let key = |o: &VirtualMachineMigration| {
+            (
+                kube::ResourceExt::namespace(o).unwrap_or_default(),
+                kube::ResourceExt::name_any(o),
+            )
+        };
+        // Settled migrations enter the store cut down (`reconcile::settled`), and those that
+        // succeeded leave it for a record: memory follows what is in flight, not the finished
+        // records a migration program leaves behind.
+        let events = watcher(api, config).default_backoff().modify(|vmm| {
+            let now = Time(crate::context::whole_seconds(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+            crate::reconcile::settled::slim(vmm, &now);
+        });
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
-            // After `reflect`: the store already holds this event (a first list's objects
-            // only once it is done, so they go out then, from the store).
-            let (touched, deleted, listed) = match event {
-                Ok(Event::Apply(o)) => {
-                    if crate::reconcile::settled::is_slim_success(&o) {
-                        let _ = settled_tx.unbounded_send((
-                            kube::ResourceExt::namespace(&o).unwrap_or_default(),
-                            kube::ResourceExt::name_any(&o),
-                        ));
-                    }
-                    (vec![Arc::new(o)], false, false)
-                }
-                Ok(Event::Delete(o)) => (vec![Arc::new(o)], true, false),
-                Ok(Event::InitDone) => (reader.state(), false, true),
-                Ok(Event::Init | Event::InitApply(_)) => continue,
+            let event = match event {
+                Ok(e) => e,
                 Err(e) => {
                     warn!(error = %e, "watching migrations");
                     continue;
+                }
+            };
+            // Held (the store and the records changed together, see `Succeeded::write`)
+            // before any trigger goes out. A first list's objects go out once it is done,
+            // from the store.
+            let (touched, to_controller, listed) = {
+                let mut records = held.succeeded.write();
+                match event {
+                    Event::Init => {
+                        records.begin_list();
+                        writer.apply_watcher_event(&Event::Init);
+                        continue;
+                    }
+                    Event::InitApply(o) => {
+                        match Record::of(&o) {
+                            Some(r) => {
+                                let (ns, name) = key(&o);
+                                records.listed(&ns, &name, r);
+                            }
+                            None => writer.apply_watcher_event(&Event::InitApply(o)),
+                        }
+                        continue;
+                    }
+                    Event::InitDone => {
+                        writer.apply_watcher_event(&Event::InitDone);
+                        records.end_list();
+                        (held.store.state(), true, true)
+                    }
+                    Event::Apply(o) => {
+                        let (ns, name) = key(&o);
+                        let recorded = match Record::of(&o) {
+                            // It succeeded and settled: a record from now on, and its
+                            // children leave the caches.
+                            Some(r) => {
+                                records.insert(&ns, &name, r);
+                                writer.apply_watcher_event(&Event::Delete(o.clone()));
+                                let _ = settled_tx.unbounded_send((ns, name));
+                                true
+                            }
+                            None => {
+                                writer.apply_watcher_event(&Event::Apply(o.clone()));
+                                records.remove(&ns, &name);
+                                false
+                            }
+                        };
+                        (vec![Arc::new(o)], !recorded, false)
+                    }
+                    Event::Delete(o) => {
+                        let (ns, name) = key(&o);
+                        writer.apply_watcher_event(&Event::Delete(o.clone()));
+                        records.remove(&ns, &name);
+                        (vec![Arc::new(o)], false, false)
+                    }
                 }
             };
             for o in touched {
                 // A closed trigger is a controller that stopped: the others still get theirs.
                 // A list's settled migrations are not sent: their reconcile would do nothing
                 // (`reconcile::settled`), and 10,000 of them grew the work queue for good. One
-                // that settles later is (its reconcile forgets what this process held of it).
+                // that fails or is cancelled later is (its reconcile forgets what this process
+                // held of it); one that succeeds is a record, forgotten by the sweep.
                 let settled = listed && crate::reconcile::settled::is_slim(&o);
-                if !deleted && !settled {
+                if to_controller && !settled {
                     let _ = to_migrations.send(o.clone()).await;
                 }
                 if waves {
@@ -586,7 +677,13 @@ fn migration_watch(
             }
         }
     };
-    (store, migration_events, wave_events, settled, drive)
+    MigrationWatch {
+        migrations,
+        migration_events,
+        wave_events,
+        settled,
+        drive,
+    }
 }
 
 /// Objects per page of a watch's first list with paged lists: at most this many objects of up to
@@ -594,7 +691,7 @@ fn migration_watch(
 const CHILD_PAGE_SIZE: u32 = 50;
 
 /// A watch of `api` under `config` whose objects, cut down by [`caches::slim`] against the
-/// migrations in `migrations`, a store keeps, and its events (deletions included) for a
+/// migrations `migrations` holds, a store keeps, and its events (deletions included) for a
 /// controller's trigger. It starts once `migrations` has had its first list, so that children
 /// of existing migrations enter the store whole rather than as stubs. Each migration `settled`
 /// names (namespace, name: succeeded and settled) takes its children out of the store, as their
@@ -602,7 +699,7 @@ const CHILD_PAGE_SIZE: u32 = 50;
 fn cached_watch<K>(
     api: Api<K>,
     config: watcher::Config,
-    migrations: Store<VirtualMachineMigration>,
+    migrations: Migrations,
     settled: impl futures::Stream<Item = (String, String)> + Send + 'static,
 ) -> (
     Store<K>,
@@ -642,23 +739,12 @@ where
         let migrations = migrations.clone();
         async move {
             // Polled rather than awaited: a store wakes one waiter only (see `is_ready`).
-            while !is_ready(&migrations) {
+            while !migrations.ready() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     };
-    let holder = move |ns: &str, name: &str, uid: Option<&str>| match migrations
-        .get(&ObjectRef::new(name).within(ns))
-    {
-        Some(m) if uid.is_none_or(|u| m.metadata.uid.as_deref() == Some(u)) => {
-            if reconcile::settled::is_slim_success(&m) {
-                caches::Holder::Succeeded
-            } else {
-                caches::Holder::Known
-            }
-        }
-        _ => caches::Holder::Unknown,
-    };
+    let holder = move |ns: &str, name: &str, uid: Option<&str>| migrations.holder(ns, name, uid);
     let events = futures::stream::once(ready)
         .map(move |()| watcher(api.clone(), config.clone()))
         .flatten()

@@ -16,12 +16,10 @@ use ferry_crds::{VirtualMachineMigration, VirtualMachineMigrationStatus, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+pub use crate::migrations::{SLIM_MARK, is_slim, is_slim_success};
+
 use super::intents::{self, Intent};
 use super::status;
-
-/// The annotation that marks a cached copy as a settled migration's slim form. Only the cache
-/// holds it; it is never written to the API.
-pub const SLIM_MARK: &str = "cache.migration.platform.example/settled";
 
 /// Whether `vmm` is finished and settled: ferry's finalizer on, not being deleted, no intent but
 /// [`Intent::Settled`], and a status that intent would not change. Pure.
@@ -30,20 +28,6 @@ pub fn settled(vmm: &VirtualMachineMigration, now: &Time) -> bool {
         && vmm.metadata.deletion_timestamp.is_none()
         && intents::decide(vmm) == Intent::Settled
         && status::after_intent(vmm, &Intent::Settled, now).as_ref() == vmm.status.as_ref()
-}
-
-/// Whether `vmm` is a cached slim form (see the module's note). Pure.
-pub fn is_slim(vmm: &VirtualMachineMigration) -> bool {
-    vmm.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(SLIM_MARK))
-}
-
-/// Whether `vmm` is a cached slim form of a migration that succeeded: nothing of its children
-/// is read again (the child caches hold none of them). Pure.
-pub fn is_slim_success(vmm: &VirtualMachineMigration) -> bool {
-    is_slim(vmm) && vmm.phase() == ferry_crds::Phase::Succeeded
 }
 
 /// Cuts `vmm` down before it enters the cache: its managed fields always (nothing reads them),

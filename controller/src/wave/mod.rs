@@ -19,13 +19,13 @@ use ferry_crds::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::freshness::Cached;
 use crate::kubeio::create_if_absent;
+use crate::migrations::Migrations;
 use crate::pacing::Worth;
 use crate::{Error, Result};
 
@@ -63,7 +63,7 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     // The children are read from the migration controller's cache only. Until it has synced,
     // the wave waits: listing the namespace instead (as it once did) held every migration of a
     // settled cluster in memory at once, whole, on each restart (10,000: 270 MB of heap).
-    let Some(store) = cache_ready(&ctx) else {
+    let Some(held) = cache_ready(&ctx) else {
         return Ok(Requeue::requeue(CACHE_WAIT));
     };
     if let Some(wait) = wait_before_look(ctx.last_looked(&uid, None), now, MIN_CACHE_INTERVAL) {
@@ -72,7 +72,7 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     ctx.last_looked(&uid, Some(now));
     ctx.metrics.reconcile(CONTROLLER);
     let started = std::time::Instant::now();
-    let result = reconcile_wave(&wave, &ctx, store).await;
+    let result = reconcile_wave(&wave, &ctx, held).await;
     if result.is_ok()
         && let Some(uid) = wave.uid()
     {
@@ -84,11 +84,9 @@ pub async fn reconcile(wave: Arc<MigrationWave>, ctx: Arc<Context>) -> Result<Re
     result
 }
 
-/// The migration controller's cache, once it has synced.
-fn cache_ready(ctx: &Context) -> Option<&Store<VirtualMachineMigration>> {
-    ctx.migrations
-        .as_ref()
-        .filter(|s| crate::caches::is_ready(s))
+/// What the migration controller holds, once its watch has synced.
+fn cache_ready(ctx: &Context) -> Option<&Migrations> {
+    ctx.migrations.as_ref().filter(|m| m.ready())
 }
 
 /// Whether `c` is this wave's child: its owner reference names the wave's uid. A migration
@@ -110,28 +108,21 @@ struct Seen {
     others: Vec<VirtualMachineMigration>,
 }
 
-/// What `store` (the migration cache, synced) shows of the wave's children and names.
-fn seen(
-    wave: &MigrationWave,
-    members: &[WaveVm],
-    ctx: &Context,
-    store: &Store<VirtualMachineMigration>,
-) -> Seen {
-    let (ns, name) = (wave.namespace(), wave.name_any());
-    let cached: Vec<VirtualMachineMigration> = store
-        .state()
-        .iter()
-        .filter(|c| c.namespace() == ns && owned_by(c, wave))
-        .map(|c| (**c).clone())
-        .collect();
+/// What `held` (what the migration controller holds, synced) shows of the wave's children and
+/// names: those that succeeded and settled are rebuilt from their records.
+fn seen(wave: &MigrationWave, members: &[WaveVm], ctx: &Context, held: &Migrations) -> Seen {
+    let (ns, name) = (wave.namespace().unwrap_or_default(), wave.name_any());
+    let cached = match wave.metadata.uid.as_deref() {
+        Some(uid) => held.owned_by(&ns, uid),
+        None => Vec::new(),
+    };
     let own: std::collections::HashSet<String> = cached.iter().map(ResourceExt::name_any).collect();
     let others = members
         .iter()
         .map(|m| child_migration_name(&name, m))
         .filter(|n| !own.contains(n))
-        .filter_map(|n| store.get(&ObjectRef::new(&n).within(ns.as_deref().unwrap_or_default())))
+        .filter_map(|n| held.get(&ns, &n))
         .filter(|c| !owned_by(c, wave))
-        .map(|c| (*c).clone())
         .collect();
     let uid = wave.uid().unwrap_or_default();
     let (children, pending) = decide::with_releases(cached, &ctx.given(&uid));
@@ -166,14 +157,10 @@ enum Current {
     Gone,
 }
 
-/// One wave reconcile: observe (the wave, its children from `store`, the names its VMs would
+/// One wave reconcile: observe (the wave, its children from `held`, the names its VMs would
 /// take) → the pure [`decide::decide`] → [`execute`] its creates and patches → one status write
 /// when [`decide::worth_writing`] says so → the requeue [`decide::requeue_after`] gives.
-async fn reconcile_wave(
-    wave: &MigrationWave,
-    ctx: &Context,
-    store: &Store<VirtualMachineMigration>,
-) -> Result<Requeue> {
+async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) -> Result<Requeue> {
     let ns = wave.namespace().ok_or(Error::MissingField {
         kind: "MigrationWave",
         field: "metadata.namespace",
@@ -201,7 +188,7 @@ async fn reconcile_wave(
     let uid = wave.uid().unwrap_or_default();
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    let seen = seen(&wave, &members, ctx, store);
+    let seen = seen(&wave, &members, ctx, held);
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
     // Each VM's preflight weighs its own claims; the wave weighs them together, against the
