@@ -220,7 +220,7 @@ impl FrameObserver for FrameLog {
                 .index
                 .visible_range(state.offset, state.page)
                 .map(|r| {
-                    let rv = r.obj.metadata.resource_version.as_deref().unwrap_or("");
+                    let rv = r.resource_version.as_str();
                     (format!("{}/{}", r.key.namespace, r.key.name), rv)
                 })
                 .collect()
@@ -389,6 +389,16 @@ impl Runtime {
                 tokio::spawn(async move {
                     let result = crate::kube::watch::whole_yaml(client, &key).await;
                     let _ = tx.send(Action::Whole { key, result });
+                });
+            }
+            Effect::FetchMigration { key } => {
+                let Some(client) = self.client_of(key.cluster) else {
+                    return After::Continue;
+                };
+                let tx = self.ui_tx.clone();
+                tokio::spawn(async move {
+                    let result = crate::kube::watch::read_migration(client, &key).await;
+                    let _ = tx.send(Action::MigrationRead { key, result });
                 });
             }
             Effect::FetchPods { key } => {

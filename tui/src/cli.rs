@@ -1,7 +1,7 @@
 //! The plain commands for scripts: `ferry board --once` and `ferry cancel|retry|pause|resume|
 //! delete`. They reuse the state's rules, so a script and a key press do the same thing.
 
-use ::kube::{Api, api::ListParams};
+use ::kube::{Api, ResourceExt, api::ListParams};
 use ferry_crds::{ConditionType, MigrationWave, Severity, VirtualMachineMigration};
 use serde_json::json;
 
@@ -9,7 +9,7 @@ use crate::{
     error::Result,
     kube::{Cluster, actions},
     state::{
-        Action, ClusterId, ClusterView, ConnState, Outcome, Resource, Scope, State, Target,
+        Action, ClusterId, ClusterView, ConnState, ObjKey, Outcome, Resource, Scope, State, Target,
         TargetKind, Verb, execute, plan, update,
     },
     strings::{self, column, skip},
@@ -70,6 +70,25 @@ async fn list_one(
 /// namespace) into a fresh state, as the watches would; a cluster that cannot be listed keeps
 /// no rows and says why in its connection state.
 pub async fn load_all(clusters: &[Cluster], scope: Option<Scope>, wave: Option<String>) -> State {
+    load_all_keeping(clusters, scope, wave, false).await.0
+}
+
+/// As [`load_all`], and the listed migrations with their clusters: what `ferry report` reads,
+/// which the state's rows do not keep.
+pub async fn load_all_with_objects(
+    clusters: &[Cluster],
+    scope: Option<Scope>,
+    wave: Option<String>,
+) -> (State, Vec<(ClusterId, VirtualMachineMigration)>) {
+    load_all_keeping(clusters, scope, wave, true).await
+}
+
+async fn load_all_keeping(
+    clusters: &[Cluster],
+    scope: Option<Scope>,
+    wave: Option<String>,
+    keep: bool,
+) -> (State, Vec<(ClusterId, VirtualMachineMigration)>) {
     let views = clusters
         .iter()
         .map(|c| {
@@ -87,10 +106,14 @@ pub async fn load_all(clusters: &[Cluster], scope: Option<Scope>, wave: Option<S
             .map(|(c, v)| list_one(c, &v.scope)),
     )
     .await;
+    let mut kept = vec![];
     for (i, listed) in lists.into_iter().enumerate() {
         let c = ClusterId(u16::try_from(i).unwrap_or(u16::MAX));
         match listed {
             Ok((vmms, waves)) => {
+                if keep {
+                    kept.extend(vmms.iter().map(|o| (c, o.clone())));
+                }
                 update(&mut state, Action::migrations_listed(c, vmms));
                 update(&mut state, Action::WavesListed(c, waves));
                 for r in [Resource::Migrations, Resource::Waves] {
@@ -105,7 +128,7 @@ pub async fn load_all(clusters: &[Cluster], scope: Option<Scope>, wave: Option<S
     if let Some(w) = wave {
         update(&mut state, Action::Command(format!("wave {w}")));
     }
-    state
+    (state, kept)
 }
 
 /// Lists migrations and waves of `scope` in one cluster into a fresh state.
@@ -340,18 +363,19 @@ pub fn board_json(state: &State) -> serde_json::Value {
     json!({ "clusters": clusters, "migrations": items })
 }
 
-/// `ferry report`: the report of the migrations a loaded state shows (its wave scope, its
-/// namespaces), at the state's clock.
-pub fn report(state: &State) -> crate::report::Report {
+/// `ferry report`: the report of the `listed` migrations (each with its cluster) that a loaded
+/// state shows (its wave scope, its namespaces), at the state's clock. The state's rows keep no
+/// object ([`crate::state::Row`]), so the command keeps its list for this.
+pub fn report<'a>(
+    state: &State,
+    listed: impl IntoIterator<Item = (ClusterId, &'a VirtualMachineMigration)>,
+) -> crate::report::Report {
     let wave = state.index.wave_scope().map(|w| w.name.clone());
-    crate::report::build(
-        state
-            .index
-            .visible_range(0, state.index.visible_len())
-            .map(|r| r.obj.as_ref()),
-        wave.as_deref(),
-        state.now,
-    )
+    let shown = listed.into_iter().filter_map(|(c, o)| {
+        let key = ObjKey::at(c, o.namespace().unwrap_or_default(), o.name_any());
+        state.index.position(&key).map(|_| o)
+    });
+    crate::report::build(shown, wave.as_deref(), state.now)
 }
 
 /// What happened to one named object.

@@ -259,8 +259,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             init_stderr_logging();
             let wave = wave_name.clone().or_else(|| cli.wave.clone());
             let clusters = cluster::connect_all(&cli.connect_options()).await?;
-            let state = cli::load_all(&clusters, cli.scope(), wave.clone()).await;
-            let report = cli::report(&state);
+            let (state, listed) =
+                cli::load_all_with_objects(&clusters, cli.scope(), wave.clone()).await;
+            let report = cli::report(&state, listed.iter().map(|(c, o)| (*c, o)));
             match output {
                 ReportFormat::Md => print!("{}", ferry::report::markdown(&report)),
                 ReportFormat::Csv => print!("{}", ferry::report::csv(&report)),

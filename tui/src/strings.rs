@@ -329,6 +329,14 @@ pub mod details {
     /// The migration was deleted while shown.
     pub const GONE: &str = "gone: the migration was deleted";
 
+    /// The migration is being read from the API (rows keep no object; issue #30).
+    pub const READING_MIGRATION: &str = "reading the migration…";
+
+    /// The migration could not be read from the API.
+    pub fn cannot_read(why: &str) -> String {
+        format!("cannot read the migration: {why}")
+    }
+
     /// The source VM and its endpoint.
     pub fn source(vm: &str, url: &str) -> String {
         format!("{vm} @ {url}")

@@ -857,9 +857,25 @@ async fn the_store_keeps_no_managed_fields_and_a_bounded_event_history_per_objec
             update(&mut state, a);
         }
     }
-    let row = state.index.get(&key).expect("row");
+    // Rows keep no object; the one the details view keeps (read on opening, then the watch's)
+    // is trimmed as well.
+    state.selected = Some(key.clone());
+    let fx = update(&mut state, ferry::state::Action::Enter);
     assert!(
-        row.obj.metadata.managed_fields.is_none(),
+        fx.contains(&ferry::state::Effect::FetchMigration { key: key.clone() }),
+        "{fx:?}"
+    );
+    let result = ferry::kube::watch::read_migration(client.clone(), &key).await;
+    update(
+        &mut state,
+        ferry::state::Action::MigrationRead {
+            key: key.clone(),
+            result,
+        },
+    );
+    let opened = state.opened(&key).expect("the details' copy");
+    assert!(
+        opened.metadata.managed_fields.is_none(),
         "trimmed in the store"
     );
     let notes: Vec<String> = state

@@ -14,19 +14,21 @@ use ferry_crds::Phase;
 use insta::assert_snapshot;
 use support::{C0, demo_wave, now};
 
-/// What `ferry report demo-wave -n demo` reads: one list, then the wave's scope.
-fn loaded(wave: Option<&str>) -> State {
+/// What `ferry report demo-wave -n demo` reads: one list, then the wave's scope; the report of
+/// the listed objects the state shows (its rows keep no object).
+fn report_of(wave: Option<&str>) -> report::Report {
     let mut s = State::new("lab", Scope::Namespace("demo".into()), false, now());
-    update(&mut s, Action::migrations_listed(C0, demo_wave()));
+    let listed = demo_wave();
+    update(&mut s, Action::migrations_listed(C0, listed.clone()));
     if let Some(w) = wave {
         update(&mut s, Action::Command(format!("wave {w}")));
     }
-    s
+    cli::report(&s, listed.iter().map(|o| (C0, o)))
 }
 
 #[test]
 fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_totals_it() {
-    let r = cli::report(&loaded(Some("demo-wave")));
+    let r = report_of(Some("demo-wave"));
     assert_eq!(r.wave.as_deref(), Some("demo-wave"));
     let names: Vec<&str> = r.vms.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
@@ -90,7 +92,7 @@ fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_tot
 
 #[test]
 fn the_markdown_is_one_table_line_per_vm_and_one_per_wave() {
-    let r = cli::report(&loaded(Some("demo-wave")));
+    let r = report_of(Some("demo-wave"));
     let md = report::markdown(&r);
     let table_lines = md.lines().filter(|l| l.starts_with("| ")).count();
     // Two header lines (VMs, totals), five VMs, one wave.
@@ -110,7 +112,7 @@ fn the_markdown_is_one_table_line_per_vm_and_one_per_wave() {
 
 #[test]
 fn csv_has_a_line_per_vm_and_per_wave_with_the_same_columns() {
-    let r = cli::report(&loaded(None));
+    let r = report_of(None);
     let csv = report::csv(&r);
     let lines: Vec<&str> = csv.lines().collect();
     // Header, six migrations, two waves.

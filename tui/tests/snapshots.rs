@@ -14,8 +14,8 @@ use insta::assert_snapshot;
 use k8s_openapi::jiff::SignedDuration;
 use ratatui::{Terminal, backend::TestBackend};
 use support::{
-    C0, LONG_FAILURE, now, sample_state, two_cluster_state, with_long_failure, with_preflight,
-    with_problems,
+    C0, LONG_FAILURE, long_failure, now, preflight_migrations, read_answer, sample_migrations,
+    sample_state, two_cluster_state, with_long_failure, with_preflight, with_problems,
 };
 
 fn render(state: &mut State, w: u16, h: u16) -> String {
@@ -209,7 +209,9 @@ fn board_with_log_pane() {
 #[test]
 fn details() {
     at_both_sizes("details", |s| {
-        apply(s, [Action::Nav(Nav::Down), Action::Enter])
+        apply(s, [Action::Nav(Nav::Down), Action::Enter]);
+        let read = read_answer(s, sample_migrations("apps"));
+        apply(s, [read]);
     });
 }
 
@@ -221,6 +223,8 @@ fn details_of_a_failed_migration_with_children() {
             apply(s, [Action::Edit(Edit::Char(c))]);
         }
         apply(s, [Action::Submit, Action::Enter]);
+        let read = read_answer(s, sample_migrations("apps"));
+        apply(s, [read]);
         let key = s.selected.clone().unwrap();
         let child = |kind: &str, name: &str, state: &str| ferry::state::Child {
             kind: kind.into(),
@@ -249,7 +253,12 @@ fn yaml() {
         apply(s, [Action::ShowYaml]);
         // What the API answers: the migration whole, as the app writes it.
         let key = s.selected_row().unwrap().key.clone();
-        let text = serde_yaml::to_string(&*s.index.get(&key).unwrap().obj).unwrap();
+        let mut o = sample_migrations("apps")
+            .into_iter()
+            .find(|o| o.metadata.name.as_deref() == Some(key.name.as_str()))
+            .unwrap();
+        ferry::kube::watch::trim_meta(&mut o.metadata);
+        let text = serde_yaml::to_string(&o).unwrap();
         apply(
             s,
             [Action::Whole {
@@ -507,6 +516,8 @@ fn details_of_a_migration_preflight_holds() {
             apply(s, [Action::Edit(Edit::Char(c))]);
         }
         apply(s, [Action::Submit, Action::Enter]);
+        let read = read_answer(s, preflight_migrations("apps"));
+        apply(s, [read]);
     });
 }
 
@@ -536,22 +547,27 @@ fn details_of_a_warm_migration_waiting_for_its_cutover() {
             predicted_downtime_seconds: Some(161),
             ..ferry_crds::WarmStatus::default()
         }));
-        apply(s, [Action::MigrationApplied(C0, Box::new(o))]);
+        apply(s, [Action::MigrationApplied(C0, Box::new(o.clone()))]);
         apply(s, [Action::StartFilter]);
         for c in "warm-db".chars() {
             apply(s, [Action::Edit(Edit::Char(c))]);
         }
         apply(s, [Action::Submit, Action::Enter]);
+        let read = read_answer(s, [o]);
+        apply(s, [read]);
     });
 }
 
-/// Opens the details of the failed `w1-cache-02`.
+/// Opens the details of the failed `w1-cache-02` (of [`with_long_failure`]), and the API
+/// answers their read.
 fn details_of_the_failed_one(s: &mut State) {
     apply(s, [Action::StartFilter]);
     for c in "w1-cache-02".chars() {
         apply(s, [Action::Edit(Edit::Char(c))]);
     }
     apply(s, [Action::Submit, Action::Enter]);
+    let read = read_answer(s, [long_failure()]);
+    apply(s, [read]);
 }
 
 #[test]

@@ -26,10 +26,11 @@ pub fn trim_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
     }
 }
 
-/// Cuts a migration down to what the board, details, timeline, preflight, problems and report
-/// read: its discovered source, child records, staging record, preflight's quota claims and
-/// owner references are read by none of them (issue #30: the board's memory at 10,000). The
-/// YAML view reads the whole object from the API when it opens ([`whole_yaml`]).
+/// Cuts a migration down to what the details view and the rows read: its discovered source,
+/// child records, staging record, preflight's quota claims and owner references are read by
+/// none of them. Rows keep only a few fields of it, not the object (issue #30: the board's
+/// memory at 10,000); the details view keeps the one it shows ([`read_migration`]), the YAML
+/// view reads the whole object from the API when it opens ([`whole_yaml`]).
 pub fn trim_migration(o: &mut VirtualMachineMigration) {
     trim_meta(&mut o.metadata);
     o.metadata.owner_references = None;
@@ -50,6 +51,18 @@ pub async fn whole_yaml(client: Client, key: &ObjKey) -> Result<String, String> 
     let mut o = api.get(&key.name).await.map_err(|e| e.to_string())?;
     trim_meta(&mut o.metadata);
     serde_yaml::to_string(&o).map_err(|e| e.to_string())
+}
+
+/// Migration `key` read from the API for the details view, trimmed as the watch trims it (the
+/// view then takes the watch's copies); or why it could not be read, in one line.
+pub async fn read_migration(
+    client: Client,
+    key: &ObjKey,
+) -> Result<Box<VirtualMachineMigration>, String> {
+    let api: Api<VirtualMachineMigration> = Api::namespaced(client, &key.namespace);
+    let mut o = api.get(&key.name).await.map_err(|e| super::one_line(&e))?;
+    trim_migration(&mut o);
+    Ok(Box::new(o))
 }
 
 /// An object kind the cockpit watches. What a list delivers is kept as it arrives, trimmed

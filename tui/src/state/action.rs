@@ -140,6 +140,13 @@ pub enum Action {
         /// Its YAML, or why it could not be read.
         result: Result<String, String>,
     },
+    /// A migration was read for the details view (trimmed as the watch trims it).
+    MigrationRead {
+        /// The migration.
+        key: ObjKey,
+        /// It, or why it could not be read.
+        result: Result<Box<VirtualMachineMigration>, String>,
+    },
     /// The pods of a migration's Jobs and importers were listed for the pod logs view.
     PodsFound {
         /// The migration.
@@ -274,11 +281,16 @@ pub enum Effect {
     FetchChildren {
         /// The migration.
         key: ObjKey,
-        /// As the watch last delivered it.
+        /// As the details view last had it.
         obj: Arc<VirtualMachineMigration>,
     },
     /// Read a migration whole, for the YAML view (in the cluster of `key`).
     FetchWhole {
+        /// The migration.
+        key: ObjKey,
+    },
+    /// Read a migration, for the details view (in the cluster of `key`).
+    FetchMigration {
         /// The migration.
         key: ObjKey,
     },

@@ -167,6 +167,10 @@ impl WaveScope {
     }
 }
 
+/// [`Index::replace_all`] turns a list's buffer of rows into its slots in place, which takes
+/// a slot as large as a row (a `Row` has a niche for `None`).
+const _SLOT_IS_A_ROW: () = assert!(size_of::<Option<Row>>() == size_of::<Row>());
+
 /// Every migration in scope, and the visible ones in board order.
 #[derive(Debug, Default)]
 pub struct Index {
@@ -404,27 +408,29 @@ impl Index {
     }
 
     /// Replaces every row (a re-list), then sorts once.
-    pub fn replace_all(&mut self, rows: Vec<Row>) {
-        self.slots.clear();
+    pub fn replace_all(&mut self, mut rows: Vec<Row>) {
         self.free.clear();
         self.by_key.clear();
         self.counts = Default::default();
         self.completions.clear();
-        self.slots.reserve(rows.len());
-        for row in rows {
-            if let Some(&id) = self.by_key.get(&row.key) {
+        // The list's own buffer becomes the slots, its growth slack given back first: an
+        // `Option<Row>` is as large as a `Row` (see `_SLOT_IS_A_ROW`), so the standard library
+        // collects in place. A list of 10,000 never holds its rows twice, and its buffer's
+        // doubling is not kept for good (issue #30).
+        rows.shrink_to_fit();
+        self.slots = rows.into_iter().map(Some).collect();
+        for id in 0..self.slots.len() {
+            let Some(row) = self.slots[id].take() else {
+                continue;
+            };
+            if let Some(earlier) = self.by_key.insert(row.key.clone(), id) {
                 // A list never repeats a key; keep the later one if it did.
-                if let Some(old) = self.slots[id].take() {
+                if let Some(old) = self.slots[earlier].take() {
                     self.account(&old, false);
                 }
-                self.account(&row, true);
-                self.put(id, row);
-                continue;
+                self.free.push(earlier);
             }
             self.account(&row, true);
-            let id = self.slots.len();
-            self.by_key.insert(row.key.clone(), id);
-            self.slots.push(None);
             self.put(id, row);
         }
         self.rebuild();

@@ -2,9 +2,9 @@
 //! failure, its status message, its conditions' messages and its Events' notes, in the order
 //! the view lists them. Pure: `ui/details.rs` draws them, `update` copies one.
 
-use ferry_crds::ConditionType;
+use ferry_crds::{ConditionType, VirtualMachineMigration};
 
-use super::{EventKind, EventStore, Row};
+use super::{EventKind, EventStore, ObjKey};
 use crate::strings;
 
 /// Which message of a migration: stable while others come and go (an Event arriving shifts
@@ -30,15 +30,16 @@ pub struct Message {
     pub text: String,
 }
 
-/// The messages of `row`: its failure, its status message, each condition's (in the order of
+/// The messages of migration `o` (the details view's copy, [`super::Opened`]; `key` is its
+/// key): its failure, its status message, each condition's (in the order of
 /// `ConditionType::ALL`), then its Events' notes, newest first.
 ///
 /// # Guarantees
 /// No message is empty; each [`About`] appears at most once; the order is the order the
 /// details view draws them in.
-pub fn of(row: &Row, events: &EventStore) -> Vec<Message> {
+pub fn of(o: &VirtualMachineMigration, key: &ObjKey, events: &EventStore) -> Vec<Message> {
     let mut out = vec![];
-    let status = row.obj.status.as_ref();
+    let status = o.status.as_ref();
     if let Some(f) = status.and_then(|s| s.last_failure.as_ref()) {
         out.push(Message {
             about: About::Failure,
@@ -55,18 +56,14 @@ pub fn of(row: &Row, events: &EventStore) -> Vec<Message> {
         });
     }
     for ty in ConditionType::ALL {
-        if let Some(c) = row
-            .obj
-            .condition(ty)
-            .filter(|c| !c.message.trim().is_empty())
-        {
+        if let Some(c) = o.condition(ty).filter(|c| !c.message.trim().is_empty()) {
             out.push(Message {
                 about: About::Condition(ty),
                 text: c.message.clone(),
             });
         }
     }
-    for e in events.of(EventKind::Migration, &row.key).rev() {
+    for e in events.of(EventKind::Migration, key).rev() {
         if !e.note.trim().is_empty() {
             out.push(Message {
                 about: About::Event(e.uid.clone()),
@@ -108,9 +105,9 @@ mod tests {
     };
 
     use super::*;
-    use crate::state::{ClusterId, EventRow, ObjKey};
+    use crate::state::EventRow;
 
-    fn failed_row() -> Row {
+    fn failed() -> VirtualMachineMigration {
         let mut o = migration("vm-a").with_phase(Phase::Failed);
         o.metadata.namespace = Some("ns".into());
         let s = o.status.as_mut().unwrap();
@@ -133,7 +130,7 @@ mod tests {
             Some(1),
             &ts(100),
         );
-        Row::from_object(ClusterId::default(), o)
+        o
     }
 
     fn event(uid: &str, at: i64, note: &str) -> EventRow {
@@ -151,12 +148,13 @@ mod tests {
 
     #[test]
     fn the_failure_comes_first_whole_then_conditions_then_events_newest_first() {
-        let row = failed_row();
+        let o = failed();
+        let key = ObjKey::new("ns", "vm-a");
         let mut events = EventStore::default();
         events.upsert(event("old", 10, "started"));
         events.upsert(event("new", 20, "failed: importer pod restarted 3 times"));
         events.upsert(event("blank", 30, " "));
-        let m = of(&row, &events);
+        let m = of(&o, &key, &events);
         let about: Vec<About> = m.iter().map(|m| m.about.clone()).collect();
         assert_eq!(
             about,
@@ -183,10 +181,11 @@ mod tests {
 
     #[test]
     fn the_selection_moves_on_wraps_and_survives_an_event_arriving() {
-        let row = failed_row();
+        let o = failed();
+        let key = ObjKey::new("ns", "vm-a");
         let mut events = EventStore::default();
         events.upsert(event("e1", 10, "one"));
-        let m = of(&row, &events);
+        let m = of(&o, &key, &events);
         assert_eq!(m.len(), 3);
         // Nothing chosen: the first is shown selected, the key moves to the second.
         let second = next(&m, None);
@@ -196,7 +195,7 @@ mod tests {
         assert_eq!(next(&m, third.as_ref()), Some(About::Failure), "wraps");
         // A newer Event lands before e1; the selection stays on e1.
         events.upsert(event("e2", 20, "two"));
-        let m = of(&row, &events);
+        let m = of(&o, &key, &events);
         assert_eq!(position(&m, third.as_ref()), 3);
         // A selection that went away falls back to the first.
         assert_eq!(position(&m, Some(&About::Status)), 0);

@@ -23,7 +23,10 @@ mod tests;
 use std::{
     collections::{HashMap, HashSet},
     fmt,
+    sync::Arc,
 };
+
+use ferry_crds::VirtualMachineMigration;
 
 use crate::strings;
 
@@ -34,7 +37,7 @@ pub use filter::Filter;
 pub use index::{Index, Sort, SortKey, WaveScope};
 pub use layout::Screen;
 pub use preflight::GroupKey;
-pub use row::{Pip, Row};
+pub use row::{Pip, Row, Step};
 pub use stamp::Stamp;
 pub use update::{execute, plan, update};
 pub use wave::{Refused, WarmWave, WaveCutover, WaveRow};
@@ -268,6 +271,21 @@ pub struct Whole {
     pub result: Option<Result<String, String>>,
 }
 
+/// The migration the details view shows, as the watch cuts it: the one object the cockpit keeps
+/// (rows keep none: at 10,000 migrations their objects were most of its memory, issue #30).
+/// Read from the API when the view opens and after a re-list (whose objects are not kept),
+/// then replaced by each watch event about it while the view is open.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Opened {
+    /// Whose.
+    pub key: ObjKey,
+    /// Whether a read is under way whose answer is wanted: a watch event that arrives first
+    /// makes it unwanted (the watch's copy is as new as the read's, and it keeps coming).
+    pub reading: bool,
+    /// The object, or why it could not be read; `None` until the first answer.
+    pub result: Option<Result<Arc<VirtualMachineMigration>, String>>,
+}
+
 /// A one-line message at the bottom, for a few seconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flash {
@@ -333,6 +351,8 @@ pub struct State {
     pub children: Option<Children>,
     /// The whole migration of the YAML view.
     pub whole: Option<Whole>,
+    /// The migration of the details view.
+    pub opened: Option<Opened>,
     /// The pod logs view's pods and lines.
     pub podlogs: Option<podlogs::PodLogs>,
     /// Bottom-line message.
@@ -376,6 +396,7 @@ impl State {
             report: None,
             children: None,
             whole: None,
+            opened: None,
             podlogs: None,
             flash: None,
             quit: false,
@@ -442,6 +463,20 @@ impl State {
     /// The row under the cursor.
     pub fn selected_row(&self) -> Option<&Row> {
         self.selected.as_ref().and_then(|k| self.index.get(k))
+    }
+
+    /// The details view's copy of migration `key`, once read (see [`Opened`]).
+    pub fn opened(&self, key: &ObjKey) -> Option<&VirtualMachineMigration> {
+        match self
+            .opened
+            .as_ref()
+            .filter(|o| o.key == *key)?
+            .result
+            .as_ref()?
+        {
+            Ok(o) => Some(o),
+            Err(_) => None,
+        }
     }
 
     /// The wave the strip's sparkline is about: the scoped wave, else the strip's cursor.

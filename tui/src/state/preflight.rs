@@ -109,10 +109,23 @@ pub fn position(groups: &[Group<'_>], selected: Option<GroupKey>) -> usize {
         .unwrap_or(0)
 }
 
-/// Counts over `rows` as a wave's status counts its migrations: preflighted, ready, blocked,
-/// ready with warnings (all zero when none was preflighted).
+/// Counts over `rows` as a wave's status counts its migrations ([`WavePreflight::of`]):
+/// preflighted, ready, blocked, ready with warnings (all zero when none was preflighted). No
+/// claims: the watch trims them (`kube::watch::trim_migration`), so the cockpit never had them.
 pub fn tally<'a>(rows: impl IntoIterator<Item = &'a Row>) -> WavePreflight {
-    WavePreflight::of(rows.into_iter().map(|r| r.obj.as_ref())).unwrap_or_default()
+    let mut out = WavePreflight::default();
+    for p in rows.into_iter().filter_map(Row::preflight) {
+        out.checked += 1;
+        if p.blocking().next().is_some() {
+            out.blocked += 1;
+        } else {
+            out.ready += 1;
+            if p.concerns.iter().any(|c| c.severity == Severity::Warning) {
+                out.warnings += 1;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

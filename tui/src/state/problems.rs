@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use ferry_crds::{Phase, Reason};
+use ferry_crds::{Phase, Reason, VirtualMachineMigration};
 use k8s_openapi::jiff::SignedDuration;
 
 use super::{ObjKey, Row, Timestamp};
@@ -74,12 +74,7 @@ impl Moved {
     /// phase entry: the cockpit cannot know of bytes that moved before it looked, so a copy
     /// may show as stuck until its next status write (at most `--status-interval` away).
     pub fn after(prev: Option<&Moved>, row: &Row, now: Timestamp) -> Moved {
-        let bytes = row
-            .obj
-            .status
-            .as_ref()
-            .and_then(|s| s.progress.as_ref())
-            .map_or(0, |p| p.bytes_done);
+        let bytes = row.bytes_done;
         let entered = row.phase_since.unwrap_or(now);
         let at = match prev {
             Some(p) if p.phase == row.phase && p.attempt == row.attempt => {
@@ -157,12 +152,41 @@ pub struct Group<'a> {
     pub members: Vec<Member<'a>>,
 }
 
-/// The first line of `message` with the names of `row` (the migration's, its target VM's,
-/// its source VM's) made `*`: the same failure of two VMs reads the same.
-fn first_line(row: &Row, message: &str) -> String {
+/// The line the problems view groups migration `o` (named `name`, in `phase`, with the board's
+/// `message`) by, or an empty one in a phase that is never a problem: the first line of its
+/// failure's message when it failed (the board's message when it has no failure record), else
+/// of the board's message. Made once per row, with the object at hand (rows keep none).
+pub fn line_of(o: &VirtualMachineMigration, name: &str, phase: Phase, message: &str) -> String {
+    match phase {
+        Phase::Failed => {
+            let failure = o.status.as_ref().and_then(|s| s.last_failure.as_ref());
+            first_line(o, name, failure.map_or(message, |f| f.message.as_str()))
+        }
+        Phase::Pending
+        | Phase::Queued
+        | Phase::Preparing
+        | Phase::Converting
+        | Phase::Importing
+        | Phase::CuttingOver
+        | Phase::CreatingVM
+        | Phase::Starting
+        | Phase::Validating
+        | Phase::Succeeded
+        | Phase::Cancelled => {
+            if usual_time(phase).is_some() {
+                first_line(o, name, message)
+            } else {
+                String::new()
+            }
+        }
+    }
+}
+
+/// The first line of `message` with the names of `o` (the migration's, `name`, its target
+/// VM's, its source VM's) made `*`: the same failure of two VMs reads the same.
+fn first_line(o: &VirtualMachineMigration, name: &str, message: &str) -> String {
     let line = message.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let o = &row.obj;
-    let mut names = vec![row.key.name.clone(), ferry_crds::names::vm_name(o)];
+    let mut names = vec![name.to_owned(), ferry_crds::names::vm_name(o)];
     if let Some(vm) = o.spec.source.vm.value() {
         names.push(vm.to_owned());
     }
@@ -203,17 +227,16 @@ fn problem(
     moved: &HashMap<ObjKey, Moved>,
     now: Timestamp,
 ) -> Option<(Cause, String, SignedDuration)> {
-    let status = row.obj.status.as_ref();
     match row.phase {
         Phase::Failed => {
-            let (reason, message, at) = match status.and_then(|s| s.last_failure.as_ref()) {
-                Some(f) => (f.reason, f.message.as_str(), Some(f.time.0)),
+            let (reason, at) = match row.failure {
+                Some((reason, at)) => (reason, Some(at)),
                 // A failure without its record (an older controller): the reason the board
                 // has nothing better for.
-                None => (Reason::Failed, row.message.as_str(), row.completed_at),
+                None => (Reason::Failed, row.completed_at),
             };
             let for_ = now.duration_since(at.unwrap_or(now));
-            Some((Cause::Failed(reason), first_line(row, message), for_))
+            Some((Cause::Failed(reason), row.problem_line.to_string(), for_))
         }
         Phase::Pending
         | Phase::Queued
@@ -233,13 +256,7 @@ fn problem(
                 .or(row.phase_since)
                 .unwrap_or(now);
             let still = now.duration_since(since);
-            (still > usual).then(|| {
-                (
-                    Cause::Stuck(row.phase),
-                    first_line(row, &row.message),
-                    still,
-                )
-            })
+            (still > usual).then(|| (Cause::Stuck(row.phase), row.problem_line.to_string(), still))
         }
     }
 }

@@ -1,15 +1,16 @@
-//! One board row: the few fields of a `VirtualMachineMigration` the board shows, computed once
-//! per watch event so that drawing and sorting never walk the object again.
-
-use std::sync::Arc;
+//! One board row: the few fields of a `VirtualMachineMigration` the board and its lists
+//! (timeline, preflight, problems, verbs) read, computed once per watch event so that drawing
+//! and sorting never walk the object again. A row keeps no object: at 10,000 migrations the
+//! trimmed objects were most of the cockpit's memory (issue #30); the details view reads the one
+//! it shows on demand ([`super::Opened`]).
 
 use ferry_crds::{
-    ConcernCode, Condition, ConditionStatus, ConditionType, Phase, PreflightStatus, Reason,
-    VirtualMachineMigration,
+    ConcernCode, Condition, ConditionStatus, ConditionType, MigrationMode, Phase, PreflightStatus,
+    Reason, VirtualMachineMigration,
 };
 use kube::ResourceExt;
 
-use super::{ClusterId, ObjKey, Timestamp};
+use super::{ClusterId, ObjKey, Timestamp, problems};
 use crate::strings;
 
 /// What a condition pip tells a person, which is not always its status: a `False` that only
@@ -110,7 +111,20 @@ impl Pip {
     }
 }
 
-/// A migration as the board sees it. `obj` is the trimmed object, kept for details and YAML.
+/// One stay in a phase as `status.history` records it, in seconds since the epoch: what the
+/// timeline draws of every row (the history's attempts are the details view's, read whole).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The phase.
+    pub phase: Phase,
+    /// Entered.
+    pub entered: i64,
+    /// Left; `None` while in it (or, for a terminal phase, for good).
+    pub left: Option<i64>,
+}
+
+/// A migration as the board sees it: no object (see the module's doc), only what the board,
+/// its lists and its verbs read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// Namespace and name.
@@ -148,13 +162,34 @@ pub struct Row {
     pub retry: i64,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
-    /// The trimmed object.
-    pub obj: Arc<VirtualMachineMigration>,
+    /// A warm migration's `spec.warm.cutover` (asked for); `None` for a cold one. The cutover
+    /// verb and its pending marker read it.
+    pub cutover: Option<bool>,
+    /// `metadata.resourceVersion`: the retry verb's patch is conditional on it (two operators
+    /// pressing `r` at once raise the token once), and the frame log records it.
+    pub resource_version: String,
+    /// `status.progress.bytesDone` (0 without progress): what "stuck" is measured by.
+    pub bytes_done: i64,
+    /// `status.lastFailure`'s reason and time, when it has one.
+    pub failure: Option<(Reason, Timestamp)>,
+    /// The line the problems view groups it by ([`problems::line_of`]); empty in a phase that
+    /// is never a problem.
+    pub problem_line: Box<str>,
+    /// `status.history`, as the timeline draws it.
+    pub history: Box<[Step]>,
+    /// Its last preflight, if one ran: the preflight view lists every row's concerns with their
+    /// messages, and `board --once` prints them.
+    pub preflight: Option<Box<PreflightStatus>>,
 }
 
 impl Row {
-    /// The row of a (trimmed) migration of `cluster`.
+    /// The row of a (trimmed) migration of `cluster`; the object is dropped.
     pub fn from_object(cluster: ClusterId, obj: VirtualMachineMigration) -> Row {
+        Row::of(cluster, &obj)
+    }
+
+    /// The row of a (trimmed) migration of `cluster`, the object left to the caller.
+    pub fn of(cluster: ClusterId, obj: &VirtualMachineMigration) -> Row {
         let key = ObjKey::at(cluster, obj.namespace().unwrap_or_default(), obj.name_any());
         let status = obj.status.as_ref();
         let phase = obj.phase();
@@ -188,7 +223,9 @@ impl Row {
             })
             .or_else(|| status.and_then(|s| s.started_at.as_ref()).map(|t| t.0))
             .or_else(|| obj.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        let message = message_of(obj);
         Row {
+            problem_line: problems::line_of(obj, &key.name, phase, &message).into(),
             key,
             wave: obj.wave().map(str::to_owned),
             phase,
@@ -199,19 +236,40 @@ impl Row {
             attempt: status.map_or(0, |s| s.attempts),
             phase_since,
             completed_at: status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0),
-            message: message_of(&obj),
-            held_by: held_by(&obj),
+            message,
+            held_by: held_by(obj),
             cancel: obj.spec.cancel,
             paused: obj.spec.paused,
             retry: obj.spec.retry,
             deleting: obj.metadata.deletion_timestamp.is_some(),
-            obj: Arc::new(obj),
+            cutover: match obj.spec.mode {
+                MigrationMode::Warm => Some(obj.spec.warm.as_ref().is_some_and(|w| w.cutover)),
+                MigrationMode::Cold => None,
+            },
+            resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+            bytes_done: progress.map_or(0, |p| p.bytes_done),
+            failure: status
+                .and_then(|s| s.last_failure.as_ref())
+                .map(|f| (f.reason, f.time.0)),
+            history: status
+                .map(|s| {
+                    s.history
+                        .iter()
+                        .map(|h| Step {
+                            phase: h.phase,
+                            entered: h.entered_at.0.as_second(),
+                            left: h.left_at.as_ref().map(|t| t.0.as_second()),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            preflight: status.and_then(|s| s.preflight.clone()).map(Box::new),
         }
     }
 
     /// Its last preflight, if one ran.
     pub fn preflight(&self) -> Option<&PreflightStatus> {
-        self.obj.status.as_ref()?.preflight.as_ref()
+        self.preflight.as_deref()
     }
 }
 

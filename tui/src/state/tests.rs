@@ -696,26 +696,53 @@ fn esc_backs_out_of_input_popup_view_then_filter_marks_and_wave() {
     }
 }
 
+/// The phase of the details view's copy of `name`.
+fn opened_phase(s: &State, name: &str) -> Option<Phase> {
+    s.opened(&key(name)).map(VirtualMachineMigration::phase)
+}
+
 #[test]
-fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_seconds() {
+fn details_read_their_migration_then_its_children_and_then_follow_the_watch() {
     let mut s = state_with(vec![vmm("a", Phase::Importing)]);
     let fx = update(&mut s, Action::Enter);
-    assert!(
-        matches!(fx.as_slice(), [Effect::FetchChildren { obj: o, .. }] if o.metadata.name.as_deref() == Some("a"))
+    // Rows keep no object: the details ask for theirs, and nothing else yet.
+    assert_eq!(fx, vec![Effect::FetchMigration { key: key("a") }]);
+    assert_eq!(s.view(), Some(&View::Details(key("a"))));
+    assert_eq!(s.opened(&key("a")), None, "not read yet");
+    // The answer: the copy the view draws, and its children are asked for from it.
+    let fx = update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("a"),
+            result: Ok(Box::new(vmm("a", Phase::Importing))),
+        },
     );
     assert!(
-        update(
-            &mut s,
-            Action::MigrationApplied(C0, Box::new(vmm("a", Phase::Importing)))
-        )
-        .is_empty()
+        matches!(fx.as_slice(), [Effect::FetchChildren { obj: o, .. }] if o.metadata.name.as_deref() == Some("a")),
+        "{fx:?}"
     );
+    assert_eq!(opened_phase(&s, "a"), Some(Phase::Importing));
+    // A change within two seconds of the children's read: the copy follows, children wait.
+    let mut changed = vmm("a", Phase::Importing);
+    changed.status.as_mut().unwrap().message = Some("disk 1 of 2".into());
+    let fx = update(&mut s, Action::MigrationApplied(C0, Box::new(changed)));
+    assert!(fx.is_empty(), "{fx:?}");
+    let message = |s: &State| {
+        s.opened(&key("a"))
+            .and_then(|o| o.status.as_ref()?.message.clone())
+    };
+    assert_eq!(message(&s).as_deref(), Some("disk 1 of 2"));
     update(&mut s, Action::Tick(ts(3602).0));
     let fx = update(
         &mut s,
         Action::MigrationApplied(C0, Box::new(vmm("a", Phase::CreatingVM))),
     );
     assert_eq!(fx.len(), 1);
+    assert_eq!(
+        opened_phase(&s, "a"),
+        Some(Phase::CreatingVM),
+        "the watch's copy"
+    );
     update(
         &mut s,
         Action::Children {
@@ -727,6 +754,92 @@ fn details_ask_for_children_and_refresh_them_on_changes_at_most_every_two_second
         s.children.as_ref().and_then(|c| c.result.clone()),
         Some(Ok(vec![]))
     );
+    // Another migration's change keeps no object.
+    update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(vmm("b", Phase::Importing))),
+    );
+    assert_eq!(s.opened(&key("b")), None);
+    assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
+    update(&mut s, Action::Back);
+    assert_eq!(s.opened, None, "nothing kept once the view is closed");
+    assert_eq!(s.children, None);
+}
+
+#[test]
+fn a_read_the_watch_overtook_is_dropped_and_a_re_list_reads_again_keeping_the_copy_shown() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing), vmm("b", Phase::Queued)]);
+    update(&mut s, Action::Enter);
+    // The watch's copy arrives before the read's answer: the answer is older news.
+    update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(vmm("a", Phase::CreatingVM))),
+    );
+    let fx = update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("a"),
+            result: Ok(Box::new(vmm("a", Phase::Importing))),
+        },
+    );
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
+    // A re-list keeps no object and caught up without events: the copy is read again, and
+    // stays shown meanwhile.
+    let fx = update(
+        &mut s,
+        Action::migrations_listed(C0, vec![vmm("a", Phase::Starting), vmm("b", Phase::Queued)]),
+    );
+    assert_eq!(fx, vec![Effect::FetchMigration { key: key("a") }]);
+    assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
+    // The re-read fails (the cluster went away): the copy stays, no panic, no exit.
+    update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("a"),
+            result: Err("connection refused".into()),
+        },
+    );
+    assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
+    // An answer about a migration not shown is dropped.
+    update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("b"),
+            result: Ok(Box::new(vmm("b", Phase::Queued))),
+        },
+    );
+    assert_eq!(s.opened(&key("b")), None);
+    // A re-list of another cluster reads nothing.
+    assert!(
+        update(&mut s, Action::MigrationsListed(ClusterId(1), vec![])).is_empty(),
+        "no such cluster: dropped"
+    );
+}
+
+#[test]
+fn details_that_cannot_read_their_migration_say_why_and_have_no_message_to_copy() {
+    let mut s = state_with(vec![vmm("a", Phase::Importing)]);
+    update(&mut s, Action::Enter);
+    // While it is read: nothing to copy or select, and no panic.
+    assert!(update(&mut s, Action::CopyMessage).is_empty());
+    update(&mut s, Action::NextMessage);
+    assert_eq!(s.message, None);
+    update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("a"),
+            result: Err("virtualmachinemigrations \"a\" is forbidden".into()),
+        },
+    );
+    assert!(matches!(
+        s.opened.as_ref().and_then(|o| o.result.clone()),
+        Some(Err(e)) if e.contains("forbidden")
+    ));
+    assert!(update(&mut s, Action::CopyMessage).is_empty());
+    assert!(s.flash.as_ref().is_some_and(|f| f.error));
+    // The children are never asked for without the object that names them.
+    assert_eq!(s.children, None);
 }
 
 #[test]
@@ -1208,7 +1321,7 @@ fn the_copy_key_takes_the_selected_rows_message_on_the_board_and_nothing_in_the_
         retriable: true,
         time: ts(10),
     });
-    let mut s = state_with(vec![failed]);
+    let mut s = state_with(vec![failed.clone()]);
     let fx = update(&mut s, Action::CopyMessage);
     assert_eq!(
         fx,
@@ -1218,8 +1331,15 @@ fn the_copy_key_takes_the_selected_rows_message_on_the_board_and_nothing_in_the_
         )],
         "the board's message, whole"
     );
-    // In details, the failure with its own line breaks.
+    // In details, once read, the failure with its own line breaks.
     update(&mut s, Action::Enter);
+    update(
+        &mut s,
+        Action::MigrationRead {
+            key: key("a"),
+            result: Ok(Box::new(failed)),
+        },
+    );
     let fx = update(&mut s, Action::CopyMessage);
     let [Effect::Copy(text)] = fx.as_slice() else {
         panic!("{fx:?}");

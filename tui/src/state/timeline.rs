@@ -20,11 +20,10 @@ pub struct Stay {
 /// The stays of a migration, oldest first.
 pub fn stays(row: &Row, now: Timestamp) -> impl Iterator<Item = Stay> + '_ {
     let now = now.as_second();
-    let history = row.obj.status.as_ref().map_or(&[][..], |s| &s.history[..]);
-    history.iter().map(move |h| {
-        let from = h.entered_at.0.as_second();
-        let to = match (&h.left_at, h.phase.is_terminal()) {
-            (Some(t), _) => t.0.as_second(),
+    row.history.iter().map(move |h| {
+        let from = h.entered;
+        let to = match (h.left, h.phase.is_terminal()) {
+            (Some(t), _) => t,
             (None, true) => from,
             (None, false) => now,
         };

@@ -1,5 +1,7 @@
 //! Details of one migration: spec summary, preflight's concerns, conditions, disks, children,
 //! phase timeline, and its live Events. Two columns on wide screens, one scrolling column otherwise.
+//! The board's rows keep no object: the view draws the copy it read on opening and the watch
+//! keeps current ([`crate::state::Opened`]), and says so while it is read or when it cannot be.
 
 use ferry_crds::{ConditionType, Severity, VirtualMachineMigration};
 use ratatui::{
@@ -83,12 +85,12 @@ fn kv(k: &str, v: String, t: &Theme) -> Line<'static> {
 
 fn summary(
     row: &Row,
+    o: &VirtualMachineMigration,
     state: &State,
     t: &Theme,
     width: usize,
     selected: Option<&About>,
 ) -> Vec<Line<'static>> {
-    let o: &VirtualMachineMigration = &row.obj;
     let s = &o.spec;
     let status = o.status.clone().unwrap_or_default();
     let mut out = vec![section(text::SPEC, t)];
@@ -246,14 +248,20 @@ const MESSAGE_INDENT: usize = 6;
 
 /// Preflight's concerns, Critical first (as recorded), each with its message wrapped to a
 /// column `width` wide; accepted ones marked, and the ones that could be said so.
-fn preflight(row: &Row, state: &State, t: &Theme, width: usize) -> Vec<Line<'static>> {
+fn preflight(
+    row: &Row,
+    o: &VirtualMachineMigration,
+    state: &State,
+    t: &Theme,
+    width: usize,
+) -> Vec<Line<'static>> {
     let mut out = vec![section(text::PREFLIGHT, t)];
-    let Some(p) = row.preflight() else {
+    let Some(p) = o.status.as_ref().and_then(|s| s.preflight.as_ref()) else {
         out.push(Line::styled(format!("  {}", text::NOT_CHECKED), t.dim()));
         return out;
     };
     let spec_changed =
-        p.observed_generation.is_some() && p.observed_generation != row.obj.metadata.generation;
+        p.observed_generation.is_some() && p.observed_generation != o.metadata.generation;
     let ago = p
         .checked_at
         .as_ref()
@@ -345,6 +353,7 @@ fn gutter(selected: bool, t: &Theme) -> Span<'static> {
 
 fn conditions(
     row: &Row,
+    o: &VirtualMachineMigration,
     state: &State,
     t: &Theme,
     width: usize,
@@ -355,7 +364,7 @@ fn conditions(
         Line::styled(text::conditions_header(), t.dim()),
     ];
     for ty in ConditionType::ALL {
-        let c = row.obj.condition(ty);
+        let c = o.condition(ty);
         // A cold migration has no cutover.
         if ty == ConditionType::CutOver && c.is_none() {
             continue;
@@ -387,9 +396,9 @@ fn conditions(
     out
 }
 
-fn disks(row: &Row, t: &Theme) -> Vec<Line<'static>> {
+fn disks(row: &Row, o: &VirtualMachineMigration, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![section(text::DISKS, t)];
-    let status = row.obj.status.clone().unwrap_or_default();
+    let status = o.status.clone().unwrap_or_default();
     if status.disks.is_empty() {
         out.push(Line::styled(format!("  {}", text::NO_DISKS), t.dim()));
     }
@@ -463,9 +472,9 @@ fn children(key: &ObjKey, state: &State, t: &Theme) -> Vec<Line<'static>> {
     out
 }
 
-fn timeline(row: &Row, state: &State, t: &Theme) -> Vec<Line<'static>> {
+fn timeline(o: &VirtualMachineMigration, state: &State, t: &Theme) -> Vec<Line<'static>> {
     let mut out = vec![section(text::TIMELINE, t)];
-    let status = row.obj.status.clone().unwrap_or_default();
+    let status = o.status.clone().unwrap_or_default();
     if status.history.is_empty() {
         out.push(Line::styled(format!("  {}", text::NO_HISTORY), t.dim()));
     }
@@ -527,8 +536,36 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
         scrolled::draw(frame, state, t, area, heading, Body::Gone(text::GONE));
         return;
     };
+    let read = state.opened.as_ref().filter(|o| o.key == *key);
+    let o = match read.and_then(|o| o.result.as_ref()) {
+        Some(Ok(o)) => o.as_ref(),
+        Some(Err(e)) => {
+            let line = Line::styled(format!("  {}", text::cannot_read(e)), t.bad());
+            scrolled::draw(
+                frame,
+                state,
+                t,
+                area,
+                heading,
+                Body::Columns(vec![vec![line]]),
+            );
+            return;
+        }
+        None => {
+            let line = Line::styled(format!("  {}", text::READING_MIGRATION), t.dim());
+            scrolled::draw(
+                frame,
+                state,
+                t,
+                area,
+                heading,
+                Body::Columns(vec![vec![line]]),
+            );
+            return;
+        }
+    };
     // The message the copy key takes, marked where it is drawn.
-    let list = messages::of(row, &state.events);
+    let list = messages::of(o, key, &state.events);
     let selected = list
         .get(messages::position(&list, state.message.as_ref()))
         .map(|m| &m.about);
@@ -546,23 +583,96 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
     ));
     // The rule above the view takes a row, never a column.
     let columns = if wide {
-        let mut left = summary(row, state, t, col, selected);
-        left.extend(preflight(row, state, t, col));
-        left.extend(disks(row, t));
+        let mut left = summary(row, o, state, t, col, selected);
+        left.extend(preflight(row, o, state, t, col));
+        left.extend(disks(row, o, t));
         left.extend(children(key, state, t));
-        left.extend(timeline(row, state, t));
-        let mut right = conditions(row, state, t, col, selected);
+        left.extend(timeline(o, state, t));
+        let mut right = conditions(row, o, state, t, col, selected);
         right.extend(events);
         vec![left, right]
     } else {
-        let mut lines = summary(row, state, t, col, selected);
-        lines.extend(preflight(row, state, t, col));
-        lines.extend(conditions(row, state, t, col, selected));
-        lines.extend(disks(row, t));
+        let mut lines = summary(row, o, state, t, col, selected);
+        lines.extend(preflight(row, o, state, t, col));
+        lines.extend(conditions(row, o, state, t, col, selected));
+        lines.extend(disks(row, o, t));
         lines.extend(children(key, state, t));
-        lines.extend(timeline(row, state, t));
+        lines.extend(timeline(o, state, t));
         lines.extend(events);
         vec![lines]
     };
     scrolled::draw(frame, state, t, area, heading, Body::Columns(columns));
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_crds::{
+        Phase,
+        fixtures::{migration, ts},
+    };
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use crate::{
+        state::{Action, ClusterId, ObjKey, Scope, State, update},
+        ui::{Options, Theme},
+    };
+
+    fn screen(s: &State) -> String {
+        let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap_or_else(|e| panic!("{e}"));
+        term.draw(|f| {
+            crate::ui::draw(
+                f,
+                s,
+                Options {
+                    theme: Theme::MONO,
+                    logs: false,
+                },
+            )
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        term.backend().to_string()
+    }
+
+    /// Rows keep no object (`Row` has no such field): the view draws the copy it read, and
+    /// until it has one says what it is doing, or why it cannot.
+    #[test]
+    fn details_say_they_are_reading_or_why_they_cannot_and_then_draw_the_read_copy() {
+        let key = ObjKey::new("default", "vm-a");
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
+        let o = migration("vm-a").with_phase(Phase::Importing);
+        update(&mut s, Action::migrations_listed(ClusterId(0), vec![o]));
+        update(&mut s, Action::Enter);
+        let text = screen(&s);
+        assert!(text.contains("reading the migration…"), "{text}");
+        assert!(!text.contains("── spec"), "{text}");
+        update(
+            &mut s,
+            Action::MigrationRead {
+                key: key.clone(),
+                result: Err("connection refused".into()),
+            },
+        );
+        let text = screen(&s);
+        assert!(
+            text.contains("cannot read the migration: connection refused"),
+            "{text}"
+        );
+        // Asked again (a re-list), and answered: the sections of the read copy.
+        update(&mut s, Action::Back);
+        update(&mut s, Action::Enter);
+        let mut read = migration("vm-a").with_phase(Phase::Importing);
+        if let Some(st) = read.status.as_mut() {
+            st.message = Some("read from the API".into());
+        }
+        update(
+            &mut s,
+            Action::MigrationRead {
+                key,
+                result: Ok(Box::new(read)),
+            },
+        );
+        let text = screen(&s);
+        assert!(text.contains("read from the API"), "{text}");
+        assert!(!text.contains("reading the migration"), "{text}");
+    }
 }

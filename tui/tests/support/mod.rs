@@ -610,20 +610,7 @@ pub const LONG_FAILURE: &str = "DataVolume w1-cache-02-disk-0 failed: Unable to 
 /// `status.lastFailure`, a long condition message, and Events whose notes do not fit a line.
 pub fn with_long_failure(s: &mut State) {
     let ns = "apps";
-    let mut o = vmm(ns, "w1-cache-02", Some("w1"), Phase::Failed, 2);
-    let st = o.status.as_mut().unwrap();
-    st.last_failure.as_mut().unwrap().message = LONG_FAILURE.into();
-    ferry_crds::condition::set_condition(
-        &mut st.conditions,
-        ConditionType::DiskImported,
-        ConditionStatus::False,
-        Reason::ImportFailed,
-        "DataVolume w1-cache-02-disk-0 failed: Unable to process data: Unable to transfer \
-         source data to target file",
-        Some(1),
-        &ts(3002),
-    );
-    update(s, Action::MigrationApplied(C0, Box::new(o)));
+    update(s, Action::MigrationApplied(C0, Box::new(long_failure())));
     let key = ObjKey::new(ns, "w1-cache-02");
     let ev = |i: i64, type_: &str, reason: &str, note: &str| EventRow {
         uid: format!("cache-ev-{i}"),
@@ -655,6 +642,49 @@ pub fn with_long_failure(s: &mut State) {
              `ferry retry w1-cache-02` once the cause is fixed",
         )),
     );
+}
+
+/// The object [`with_long_failure`] applies: `w1-cache-02` failed with [`LONG_FAILURE`].
+pub fn long_failure() -> VirtualMachineMigration {
+    let mut o = vmm("apps", "w1-cache-02", Some("w1"), Phase::Failed, 2);
+    let st = o.status.as_mut().unwrap();
+    st.last_failure.as_mut().unwrap().message = LONG_FAILURE.into();
+    ferry_crds::condition::set_condition(
+        &mut st.conditions,
+        ConditionType::DiskImported,
+        ConditionStatus::False,
+        Reason::ImportFailed,
+        "DataVolume w1-cache-02-disk-0 failed: Unable to process data: Unable to transfer \
+         source data to target file",
+        Some(1),
+        &ts(3002),
+    );
+    o
+}
+
+/// What the API answers the details view's read of the migration it opened (`Effect::
+/// FetchMigration`), as the app delivers it: the last object of `objs` with that namespace and
+/// name (the version the test applied last), trimmed as the watch trims it.
+pub fn read_answer(s: &State, objs: impl IntoIterator<Item = VirtualMachineMigration>) -> Action {
+    let key = s
+        .opened
+        .as_ref()
+        .expect("the details asked for a read")
+        .key
+        .clone();
+    let mut o = objs
+        .into_iter()
+        .filter(|o| {
+            o.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                && o.metadata.name.as_deref() == Some(key.name.as_str())
+        })
+        .last()
+        .unwrap_or_else(|| panic!("no object {key} among the fixtures"));
+    ferry::kube::watch::trim_migration(&mut o);
+    Action::MigrationRead {
+        key,
+        result: Ok(Box::new(o)),
+    }
 }
 
 /// A wave on a bad day: besides `w1-cache-02` (see [`with_long_failure`]), two more imports of

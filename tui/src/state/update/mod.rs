@@ -35,7 +35,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
             if state.cluster(c).is_none() => {}
         Action::MigrationApplied(c, obj) => watch::migration_applied(state, c, *obj, &mut fx),
         Action::MigrationDeleted(key) => watch::migration_deleted(state, key),
-        Action::MigrationsListed(c, rows) => watch::migrations_listed(state, c, rows),
+        Action::MigrationsListed(c, rows) => watch::migrations_listed(state, c, rows, &mut fx),
         Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj),
         Action::WaveDeleted(key) => watch::wave_deleted(state, key),
         Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs),
@@ -45,6 +45,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::Connection(c, r, s) => watch::connection(state, c, r, s),
         Action::Children { key, result } => watch::children(state, key, result),
         Action::Whole { key, result } => watch::whole(state, key, result),
+        Action::MigrationRead { key, result } => watch::read(state, key, result, &mut fx),
         Action::PodsFound { key, result } => podlogs::found(state, &key, result, &mut fx),
         Action::LogLines { session, lines } => podlogs::lines(state, session, lines),
         Action::LogEnded { session, result } => podlogs::ended(state, session, result),

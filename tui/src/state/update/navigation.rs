@@ -6,8 +6,8 @@ use std::sync::Arc;
 use ferry_crds::VirtualMachineMigration;
 
 use super::super::{
-    Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Popup, Sort, State, Target, TargetKind,
-    View, Whole, index::WaveScope, layout, messages, podlogs, preflight, problems,
+    Children, Effect, Filter, Focus, GroupKey, Nav, ObjKey, Opened, Popup, Sort, State, Target,
+    TargetKind, View, Whole, index::WaveScope, layout, messages, podlogs, preflight, problems,
 };
 use super::session::flash;
 use crate::strings;
@@ -202,11 +202,13 @@ pub(super) fn enter(state: &mut State, fx: &mut Vec<Effect>) {
         state.focus = Focus::Board;
         return;
     }
-    let Some(row) = state.selected_row() else {
+    let Some(key) = state.selected_row().map(|r| r.key.clone()) else {
         return;
     };
-    let (key, obj) = (row.key.clone(), row.obj.clone());
-    ask_children(state, &key, obj, fx);
+    // The row keeps no object: the details read it (and then its children, which it names).
+    state.opened = None;
+    state.children = None;
+    ask_opened(state, &key, fx);
     state.views.push(View::Details(key));
     state.scroll = 0;
     state.message = None;
@@ -218,10 +220,11 @@ pub(super) fn next_message(state: &mut State) {
     let Some(View::Details(key)) = state.views.last() else {
         return;
     };
-    let Some(row) = state.index.get(key) else {
+    // Not read yet (or not readable): no message to select.
+    let Some(o) = state.opened(key) else {
         return;
     };
-    let list = messages::of(row, &state.events);
+    let list = messages::of(o, key, &state.events);
     state.message = messages::next(&list, state.message.as_ref());
     let at = messages::position(&list, state.message.as_ref());
     let text = match list.get(at).map(|m| &m.about) {
@@ -250,6 +253,9 @@ pub(super) fn back(state: &mut State) {
         state.scroll = 0;
         if state.views.is_empty() {
             state.children = None;
+        }
+        if !state.views.iter().any(|v| matches!(v, View::Details(_))) {
+            state.opened = None;
         }
         if !state.views.iter().any(|v| matches!(v, View::Yaml(_))) {
             state.whole = None;
@@ -470,6 +476,22 @@ pub(super) fn ask_children(
         key: key.clone(),
         asked_at: state.now,
         result: None,
+    });
+}
+
+/// Asks for migration `key` for the details view; the copy it has stays shown until the answer
+/// arrives (or a watch event, which makes the answer unwanted).
+pub(super) fn ask_opened(state: &mut State, key: &ObjKey, fx: &mut Vec<Effect>) {
+    fx.push(Effect::FetchMigration { key: key.clone() });
+    let shown = state
+        .opened
+        .take()
+        .filter(|o| o.key == *key)
+        .and_then(|o| o.result);
+    state.opened = Some(Opened {
+        key: key.clone(),
+        reading: true,
+        result: shown,
     });
 }
 

@@ -48,8 +48,9 @@ pub(super) fn context_switched(state: &mut State, clusters: Vec<ClusterView>) {
 /// there, on the board the selected row's (what its MESSAGE column starts).
 pub(super) fn copy_message(state: &mut State, fx: &mut Vec<Effect>) {
     let text = match state.views.last() {
-        Some(View::Details(key)) => state.index.get(key).and_then(|row| {
-            let list = messages::of(row, &state.events);
+        // Not read yet (or not readable): nothing to copy.
+        Some(View::Details(key)) => state.opened(key).and_then(|o| {
+            let list = messages::of(o, key, &state.events);
             let at = messages::position(&list, state.message.as_ref());
             list.into_iter().nth(at).map(|m| m.text)
         }),
@@ -91,6 +92,7 @@ fn reset_data(state: &mut State) {
     state.pending.clear();
     state.views.clear();
     state.children = None;
+    state.opened = None;
     // Its stream stops with the runtime's switch (Effect::Rewatch / SwitchContexts).
     state.podlogs = None;
     state.popup = None;

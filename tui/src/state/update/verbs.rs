@@ -169,13 +169,9 @@ fn skip_reason(state: &State, verb: Verb, t: &Target) -> Option<&'static str> {
                 Verb::Pause if r.paused => Some(skip::PAUSED),
                 Verb::Resume if !r.paused => Some(skip::NOT_PAUSED),
                 Verb::Delete if r.deleting => Some(skip::DELETING),
-                Verb::Cutover if r.obj.spec.mode != ferry_crds::MigrationMode::Warm => {
-                    Some(skip::NOT_WARM)
-                }
+                Verb::Cutover if r.cutover.is_none() => Some(skip::NOT_WARM),
                 Verb::Cutover if r.phase.is_terminal() => Some(skip::FINISHED),
-                Verb::Cutover if r.obj.spec.warm.as_ref().is_some_and(|w| w.cutover) => {
-                    Some(skip::CUTTING_OVER)
-                }
+                Verb::Cutover if r.cutover == Some(true) => Some(skip::CUTTING_OVER),
                 _ => None,
             }
         }
@@ -241,19 +237,20 @@ fn request_for(state: &State, id: u64, verb: Verb, t: &Target) -> (Effect, Expec
 /// `spec.retry`, `spec.cancel` and the resourceVersion of `t` as the watch last showed them.
 fn retry_intent<'s>(state: &'s State, t: &Target) -> (i64, bool, Option<&'s str>) {
     let found = match t.kind {
-        TargetKind::Migration => state
-            .index
-            .get(&t.key)
-            .map(|r| (r.retry, r.cancel, &r.obj.metadata)),
-        TargetKind::Wave => state
-            .waves
-            .iter()
-            .find(|w| w.key == t.key)
-            .map(|w| (w.retry, w.cancel, &w.obj.metadata)),
+        TargetKind::Migration => state.index.get(&t.key).map(|r| {
+            // A row made without one (never from the API) patches unconditionally, as before.
+            let rv = Some(r.resource_version.as_str()).filter(|v| !v.is_empty());
+            (r.retry, r.cancel, rv)
+        }),
+        TargetKind::Wave => state.waves.iter().find(|w| w.key == t.key).map(|w| {
+            (
+                w.retry,
+                w.cancel,
+                w.obj.metadata.resource_version.as_deref(),
+            )
+        }),
     };
-    found.map_or((0, false, None), |(retry, cancel, meta)| {
-        (retry, cancel, meta.resource_version.as_deref())
-    })
+    found.unwrap_or((0, false, None))
 }
 
 fn send(state: &mut State, c: Confirm, fx: &mut Vec<Effect>) {

@@ -1,5 +1,8 @@
 //! What the watches deliver, applied as it comes: a pending marker ends only when the watch
-//! shows its effect, and the details view re-reads children as its migration changes.
+//! shows its effect, and the details view takes its migration's changes (and re-reads its
+//! children) as they come.
+
+use std::sync::Arc;
 
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -9,7 +12,7 @@ use super::{
         Child, ClusterId, ConnState, Effect, EventRow, Expect, ObjKey, Resource, Row, State,
         Target, TargetKind, View, WaveRow,
     },
-    navigation::{ask_children, ask_whole, clamp_wave_cursor, resync_cursor},
+    navigation::{ask_children, ask_opened, ask_whole, clamp_wave_cursor, resync_cursor},
 };
 use crate::state::problems::Moved;
 
@@ -39,7 +42,7 @@ pub(super) fn migration_applied(
     fx: &mut Vec<Effect>,
 ) {
     heard_from(state, c);
-    let row = Row::from_object(c, obj);
+    let row = Row::of(c, &obj);
     settle_pending(state, TargetKind::Migration, &row.key, |e| {
         expect_met_row(e, &row)
     });
@@ -50,10 +53,16 @@ pub(super) fn migration_applied(
     let due = |asked: Option<(&ObjKey, Timestamp)>| {
         asked.is_none_or(|(k, at)| *k != key || now.duration_since(at) >= CHILDREN_REFRESH)
     };
-    let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
-        && due(state.children.as_ref().map(|c| (&c.key, c.asked_at)));
-    if refetch {
-        ask_children(state, &key, row.obj.clone(), fx);
+    // The details view's copy follows the watch; no other row keeps its object.
+    if let Some(o) = state.opened.as_mut().filter(|o| o.key == key) {
+        let obj = Arc::new(obj);
+        o.result = Some(Ok(obj.clone()));
+        o.reading = false;
+        let refetch = matches!(state.view(), Some(View::Details(k)) if *k == key)
+            && due(state.children.as_ref().map(|c| (&c.key, c.asked_at)));
+        if refetch {
+            ask_children(state, &key, obj, fx);
+        }
     }
     let reread = matches!(state.view(), Some(View::Yaml(t)) if t.kind == TargetKind::Migration && t.key == key)
         && due(state.whole.as_ref().map(|w| (&w.key, w.asked_at)));
@@ -76,7 +85,12 @@ pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
     resync_cursor(state);
 }
 
-pub(super) fn migrations_listed(state: &mut State, c: ClusterId, rows: Vec<Row>) {
+pub(super) fn migrations_listed(
+    state: &mut State,
+    c: ClusterId,
+    rows: Vec<Row>,
+    fx: &mut Vec<Effect>,
+) {
     heard_from(state, c);
     let now = state.now;
     let moved: Vec<(ObjKey, Moved)> = rows
@@ -104,6 +118,16 @@ pub(super) fn migrations_listed(state: &mut State, c: ClusterId, rows: Vec<Row>)
         if met {
             state.pending.remove(&t);
         }
+    }
+    // A (re-)list keeps no object, and the changes it caught up with came as no event: the
+    // details view's copy is read again (the one it has stays shown meanwhile).
+    if let Some(key) = state
+        .opened
+        .as_ref()
+        .filter(|o| o.key.cluster == c)
+        .map(|o| o.key.clone())
+    {
+        ask_opened(state, &key, fx);
     }
     resync_cursor(state);
 }
@@ -171,6 +195,39 @@ pub(super) fn whole(state: &mut State, key: ObjKey, result: Result<String, Strin
     }
 }
 
+/// The migration of the details view read; an answer about one no longer shown, or one a watch
+/// event overtook, is dropped. A failed re-read keeps the copy shown (the cluster's state says
+/// the connection is in trouble); a failed first read is shown in the view.
+pub(super) fn read(
+    state: &mut State,
+    key: ObjKey,
+    result: Result<Box<VirtualMachineMigration>, String>,
+    fx: &mut Vec<Effect>,
+) {
+    let Some(o) = state.opened.as_mut().filter(|o| o.key == key && o.reading) else {
+        return;
+    };
+    o.reading = false;
+    match result {
+        Ok(obj) => {
+            let obj: Arc<VirtualMachineMigration> = Arc::from(obj);
+            o.result = Some(Ok(obj.clone()));
+            // Its children are read once the object that names them is here.
+            let asked = state.children.as_ref().filter(|c| c.key == key);
+            let due =
+                asked.is_none_or(|c| state.now.duration_since(c.asked_at) >= CHILDREN_REFRESH);
+            if due {
+                ask_children(state, &key, obj, fx);
+            }
+        }
+        Err(e) => {
+            if !matches!(o.result, Some(Ok(_))) {
+                o.result = Some(Err(e));
+            }
+        }
+    }
+}
+
 /// Children read for details; an answer about a migration no longer shown is dropped.
 pub(super) fn children(state: &mut State, key: ObjKey, result: Result<Vec<Child>, String>) {
     if let Some(c) = state.children.as_mut().filter(|c| c.key == key) {
@@ -202,7 +259,7 @@ fn expect_met_row(e: &Expect, row: &Row) -> bool {
         Expect::Paused(p) => row.paused == p,
         Expect::RetryAtLeast(n) => row.retry >= n,
         Expect::Gone => row.deleting,
-        Expect::Cutover => row.obj.spec.warm.as_ref().is_some_and(|w| w.cutover),
+        Expect::Cutover => row.cutover == Some(true),
     }
 }
 
