@@ -539,28 +539,16 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect, key: &ObjKe
     let read = state.opened.as_ref().filter(|o| o.key == *key);
     let o = match read.and_then(|o| o.result.as_ref()) {
         Some(Ok(o)) => o.as_ref(),
-        Some(Err(e)) => {
-            let line = Line::styled(format!("  {}", text::cannot_read(e)), t.bad());
-            scrolled::draw(
-                frame,
-                state,
-                t,
-                area,
-                heading,
-                Body::Columns(vec![vec![line]]),
-            );
-            return;
-        }
-        None => {
-            let line = Line::styled(format!("  {}", text::READING_MIGRATION), t.dim());
-            scrolled::draw(
-                frame,
-                state,
-                t,
-                area,
-                heading,
-                Body::Columns(vec![vec![line]]),
-            );
+        // Until the migration is read, or when it cannot be, one line says so.
+        failed_or_reading => {
+            let line = match failed_or_reading {
+                Some(Err(e)) => Line::styled(format!("  {}", text::cannot_read(e)), t.bad()),
+                Some(Ok(_)) | None => {
+                    Line::styled(format!("  {}", text::READING_MIGRATION), t.dim())
+                }
+            };
+            let body = Body::Columns(vec![vec![line]]);
+            scrolled::draw(frame, state, t, area, heading, body);
             return;
         }
     };
