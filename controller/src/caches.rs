@@ -176,9 +176,14 @@ cached!(
     uncached Secret, ConfigMap, PersistentVolumeClaim
 );
 
-/// The annotations a decision reads from a cached child: the creation stamp (`Io::own`) and the
-/// verification Job's role (Importing). Every other annotation is dropped before the store.
-const READ_ANNOTATIONS: [&str; 2] = [proof::STAMP_ANNOTATION, verify_job::ROLE_ANNOTATION];
+/// The annotations a decision reads from a cached child: the creation stamp (`Io::own`), the
+/// verification Job's role and the DataVolumes it was made for (Importing). Every other
+/// annotation is dropped before the store.
+const READ_ANNOTATIONS: [&str; 3] = [
+    proof::STAMP_ANNOTATION,
+    verify_job::ROLE_ANNOTATION,
+    verify_job::VOLUMES_ANNOTATION,
+];
 
 /// The labels a stub keeps: those that map an object to its migration.
 const STUB_LABELS: [&str; 2] = [
@@ -415,6 +420,10 @@ mod tests {
             [
                 (proof::STAMP_ANNOTATION.to_owned(), "v1.ab".to_owned()),
                 (verify_job::ROLE_ANNOTATION.to_owned(), "verify".to_owned()),
+                (
+                    verify_job::VOLUMES_ANNOTATION.to_owned(),
+                    "dv-uid".to_owned(),
+                ),
                 ("big".to_owned(), "x".repeat(600 * 1024)),
             ]
             .into(),
@@ -439,13 +448,11 @@ mod tests {
         let a = j.metadata.annotations.as_ref().unwrap();
         assert_eq!(
             a.len(),
-            2,
-            "only the stamp and the role stay: {:?}",
+            3,
+            "only the stamp, the role and the volumes stay: {:?}",
             a.keys()
         );
-        assert!(
-            a.contains_key(proof::STAMP_ANNOTATION) && a.contains_key(verify_job::ROLE_ANNOTATION)
-        );
+        assert!(READ_ANNOTATIONS.iter().all(|k| a.contains_key(*k)));
         assert!(j.metadata.managed_fields.is_none());
         assert!(j.spec.is_some(), "the spec decisions read stays");
         assert!(!is_stub(&j.metadata));

@@ -636,22 +636,24 @@ fn migration_watch(
                     }
                     Event::Apply(o) => {
                         let (ns, name) = key(&o);
-                        let recorded = match Record::of(&o) {
+                        match Record::of(&o) {
                             // It succeeded and settled: a record from now on, and its
-                            // children leave the caches.
+                            // children leave the caches. (A settled copy is small, and this
+                            // happens once per migration.)
                             Some(r) => {
                                 records.insert(&ns, &name, r);
                                 writer.apply_watcher_event(&Event::Delete(o.clone()));
                                 let _ = settled_tx.unbounded_send((ns, name));
-                                true
+                                (vec![Arc::new(o)], false, false)
                             }
+                            // The store's own copy goes out: not a second one per event.
                             None => {
-                                writer.apply_watcher_event(&Event::Apply(o.clone()));
+                                writer.apply_watcher_event(&Event::Apply(o));
                                 records.remove(&ns, &name);
-                                false
+                                let stored = held.store.get(&ObjectRef::new(&name).within(&ns));
+                                (stored.into_iter().collect(), true, false)
                             }
-                        };
-                        (vec![Arc::new(o)], !recorded, false)
+                        }
                     }
                     Event::Delete(o) => {
                         let (ns, name) = key(&o);

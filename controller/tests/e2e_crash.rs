@@ -200,3 +200,101 @@ async fn a_status_that_lags_behind_the_release_still_ends_succeeded() {
     // Never two live copies: the target runs, so the source stays off.
     assert_eq!(env.power_state().await, "poweredOff");
 }
+
+/// A verification of a DataVolume that was replaced since says nothing of the volume there is.
+/// The controller is stopped as soon as it made the verification Job; the Job passes; then the
+/// DataVolume is deleted by hand (as the soak does), and the restarted controller makes it
+/// again. It is imported again and a new verification Job, made for the new DataVolume, checks
+/// it: the old Job's pass is not taken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_of_a_replaced_datavolume_is_made_again() {
+    use ferry_controller::apis::cdi::DataVolume;
+    use ferry_controller::children::verify_job;
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::ResourceExt;
+    use kube::api::DeleteParams;
+    let mut env = Env::new("e2e-crash-reverify", 16).await;
+    env.start_sim();
+    env.start_controller();
+    let creations = Creations::watch(&env).await;
+    let jobs: kube::Api<Job> = env.ns.api();
+    let dvs: kube::Api<DataVolume> = env.ns.api();
+    let vmm = env.migration("reverify");
+    let job_name = ferry_crds::names::verify_job_name(&vmm);
+    let dv = dv_name("reverify", 0);
+    let mut made = std::pin::pin!(
+        watcher(
+            jobs.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={job_name}"))
+        )
+        .applied_objects()
+        .filter_map(|j| async move { j.ok() })
+    );
+    env.create(&vmm).await;
+    let first = next_job(&mut made, None).await;
+    if let Some(c) = env.controller.as_mut() {
+        c.kill();
+    }
+    let old = dvs.get(&dv).await.unwrap();
+    assert_eq!(verify_job::made_for(&first), Some(vec![old.uid().unwrap()]));
+    ferry_harness::eventually(
+        "the first verification to pass",
+        Duration::from_secs(120),
+        || async {
+            let j = jobs.get(&job_name).await.ok()?;
+            (j.status?.succeeded? >= 1).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(
+        env.get("reverify").await.phase(),
+        Phase::Importing,
+        "stopped before it read the pass"
+    );
+    dvs.delete(&dv, &DeleteParams::background()).await.unwrap();
+    ferry_harness::eventually("the DataVolume gone", Duration::from_secs(60), || async {
+        matches!(dvs.get_opt(&dv).await, Ok(None)).then_some(())
+    })
+    .await
+    .unwrap();
+    env.start_controller();
+    let second = next_job(&mut made, first.uid()).await;
+    let new = dvs.get(&dv).await.unwrap();
+    assert_ne!(new.uid(), old.uid(), "the DataVolume was made again");
+    assert_eq!(
+        verify_job::made_for(&second),
+        Some(vec![new.uid().unwrap()]),
+        "the new verification checks the new DataVolume"
+    );
+    let v = env.wait_terminal("reverify", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    assert_eq!(
+        creations.duplicates(),
+        vec![
+            (format!("DataVolume/{dv}"), 2),
+            (format!("Job/{job_name}"), 2)
+        ],
+        "only the deleted DataVolume and its verification were made again"
+    );
+    let raw = env.scratch.join("expected.raw");
+    qemu_raw(&env.disk.vmdk, &raw);
+    assert!(same_file(&env.volume(&dv), &raw));
+}
+
+/// The next Job `made` sees whose uid is not `not`.
+async fn next_job(
+    made: &mut (impl futures::Stream<Item = k8s_openapi::api::batch::v1::Job> + Unpin),
+    not: Option<String>,
+) -> k8s_openapi::api::batch::v1::Job {
+    use kube::ResourceExt;
+    loop {
+        let j = tokio::time::timeout(Duration::from_secs(300), made.next())
+            .await
+            .expect("a Job in time")
+            .expect("the Job watch goes on");
+        if j.uid() != not {
+            return j;
+        }
+    }
+}

@@ -9,8 +9,8 @@ use crate::{
     error::Result,
     kube::{Cluster, actions},
     state::{
-        Action, ClusterId, ClusterView, ConnState, ObjKey, Outcome, Resource, Scope, State, Target,
-        TargetKind, Verb, execute, plan, update,
+        Action, ClusterId, ClusterView, ConnState, ObjKey, Outcome, Resource, Row, Scope, State,
+        Target, TargetKind, Verb, execute, plan, update,
     },
     strings::{self, column, skip},
     ui::format,
@@ -111,10 +111,12 @@ async fn load_all_keeping(
         let c = ClusterId(u16::try_from(i).unwrap_or(u16::MAX));
         match listed {
             Ok((vmms, waves)) => {
+                // Rows are made from borrowed objects: the report keeps them, none is copied.
+                let rows = vmms.iter().map(|o| Row::of(c, o)).collect();
+                update(&mut state, Action::MigrationsListed(c, rows));
                 if keep {
-                    kept.extend(vmms.iter().map(|o| (c, o.clone())));
+                    kept.extend(vmms.into_iter().map(|o| (c, o)));
                 }
-                update(&mut state, Action::migrations_listed(c, vmms));
                 update(&mut state, Action::WavesListed(c, waves));
                 for r in [Resource::Migrations, Resource::Waves] {
                     update(&mut state, Action::Connection(c, r, ConnState::Live));

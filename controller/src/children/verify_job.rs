@@ -19,6 +19,10 @@ use ferry_convert::verify::VolumeSpec;
 
 /// Annotation on the Job saying what its result is worth: [`Role::Verify`] or [`Role::Bind`].
 pub const ROLE_ANNOTATION: &str = "migration.platform.example/verify-role";
+/// Annotation on the Job naming, in disk order and comma-separated, the uids of the DataVolumes
+/// it was made to check: a Job whose DataVolumes were since replaced (deleted, then made again
+/// under the same names) read bytes that are gone, whatever it reports.
+pub const VOLUMES_ANNOTATION: &str = "migration.platform.example/verify-volumes";
 /// The container's name.
 pub const CONTAINER: &str = "verify";
 /// Pod attempts after the first (an I/O error may pass).
@@ -128,6 +132,13 @@ impl Claims {
     }
 }
 
+/// The uids of the DataVolumes a verification Job was made to check, in disk order, from its
+/// annotation (`None`: it has none, made by an older ferry). Pure.
+pub fn made_for(job: &Job) -> Option<Vec<String>> {
+    let v = job.metadata.annotations.as_ref()?.get(VOLUMES_ANNOTATION)?;
+    Some(v.split(',').map(str::to_owned).collect())
+}
+
 /// One imported volume to verify.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyVolume {
@@ -135,6 +146,8 @@ pub struct VerifyVolume {
     pub index: usize,
     /// The claim (the DataVolume's name).
     pub claim: String,
+    /// The DataVolume's uid: which one of that name the Job checks.
+    pub data_volume_uid: String,
     /// `volumeMode: Block` (a device), else Filesystem (CDI's `disk.img` at the volume's root).
     pub block: bool,
     /// Bytes to hash: the staged image's virtual size.
@@ -189,10 +202,11 @@ pub fn verification_job(
     image: &str,
 ) -> Result<Job> {
     let mut meta = super::child_meta(vmm, names::verify_job_name(vmm))?;
-    meta.annotations = Some(BTreeMap::from([(
-        ROLE_ANNOTATION.to_owned(),
-        role.as_str().to_owned(),
-    )]));
+    let made_for: Vec<&str> = volumes.iter().map(|v| v.data_volume_uid.as_str()).collect();
+    meta.annotations = Some(BTreeMap::from([
+        (ROLE_ANNOTATION.to_owned(), role.as_str().to_owned()),
+        (VOLUMES_ANNOTATION.to_owned(), made_for.join(",")),
+    ]));
     let mut args = vec![
         "verify".to_owned(),
         "--result-file".to_owned(),
@@ -225,6 +239,7 @@ mod tests {
             VerifyVolume {
                 index: 0,
                 claim: "web-1-disk-0".into(),
+                data_volume_uid: "uid-0".into(),
                 block: false,
                 size: 64 << 20,
                 sha256: sha.clone(),
@@ -232,6 +247,7 @@ mod tests {
             VerifyVolume {
                 index: 1,
                 claim: "web-1-disk-1".into(),
+                data_volume_uid: "uid-1".into(),
                 block: true,
                 size: 1 << 30,
                 sha256: sha.clone(),
@@ -313,5 +329,10 @@ mod tests {
             Role::Bind
         );
         assert_eq!(Role::parse(None), Role::Verify);
+        // Both roles name the DataVolumes they were made for; a Job without the record has none.
+        let uids = Some(vec!["uid-0".to_owned(), "uid-1".to_owned()]);
+        let verify = verification_job(&migration("web-1"), &vols, Role::Verify, "img").unwrap();
+        assert_eq!((made_for(&verify), made_for(&bind)), (uids.clone(), uids));
+        assert_eq!(made_for(&Job::default()), None);
     }
 }

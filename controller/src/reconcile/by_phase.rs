@@ -163,6 +163,7 @@ mod tests {
             credentials: Ok(None),
             secret_present: false,
             dvs: vec![],
+            dv_uids: vec![],
             verify: super::super::importing::Verification::default(),
             block: vec![],
             conflict: None,

@@ -51,6 +51,9 @@ pub struct Observed {
     pub secret_present: bool,
     /// One per disk.
     pub dvs: Vec<DvState>,
+    /// Per disk, the uid of its DataVolume when it is this migration's (`None`: absent, or
+    /// another's).
+    pub dv_uids: Vec<Option<String>>,
     /// A child name (CDI Secret or CA ConfigMap, a DataVolume) held by an object that is not
     /// this migration's: never read as progress.
     pub conflict: Option<Problem>,
@@ -73,6 +76,8 @@ pub struct Verification {
     /// Once it completed: the checksum of each disk, as reported by a pod of this Job that ran
     /// ferry's verify program (`None`: no such pod reported any).
     pub reported: Option<BTreeMap<usize, String>>,
+    /// The uids of the DataVolumes it was made to check, in disk order (`None`: not recorded).
+    pub made_for: Option<Vec<String>>,
 }
 
 impl Default for Verification {
@@ -82,6 +87,7 @@ impl Default for Verification {
             role: Role::Verify,
             message: None,
             reported: None,
+            made_for: None,
         }
     }
 }
@@ -96,7 +102,8 @@ pub enum Action {
     CreateDataVolume(usize),
     /// Create the verification Job.
     CreateVerifyJob(Role),
-    /// Delete the verification Job (one that only bound the claims).
+    /// Delete the verification Job (one that only bound the claims, or one made for DataVolumes
+    /// since replaced).
     DeleteVerifyJob,
 }
 
@@ -110,17 +117,24 @@ impl Checkpoint for Importing {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let mut conflicts = vec![];
         let mut dvs = vec![];
+        let mut dv_uids = vec![];
         for i in 0..staged_keys(io.vmm).len() {
             let found = io
                 .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
                 .await?;
-            dvs.push(match found.as_ref().map(|d| io.own(d)) {
+            let (state, uid) = match found.as_ref().map(|d| io.own(d)) {
                 Some(Ownership::Foreign(c)) => {
                     conflicts.push(c);
-                    DvState::Absent
+                    (DvState::Absent, None)
                 }
-                Some(Ownership::Ours { .. }) | None => cdi::observe(found.as_ref()),
-            });
+                Some(Ownership::Ours { .. }) => (
+                    cdi::observe(found.as_ref()),
+                    found.as_ref().and_then(|d| d.uid()),
+                ),
+                None => (cdi::observe(None), None),
+            };
+            dvs.push(state);
+            dv_uids.push(uid);
         }
         // The CDI Secret (and CA ConfigMap) and the staging credentials they are made from
         // matter only until every DataVolume exists. The Secret is there when the migration
@@ -151,6 +165,7 @@ impl Checkpoint for Importing {
             credentials,
             secret_present,
             dvs,
+            dv_uids,
             verify,
             block,
             conflict: conflicts.first().map(|c| c.problem(world::RENAME_HINT)),
@@ -166,7 +181,7 @@ impl Checkpoint for Importing {
             Action::CreateS3Secret => return create_s3_secret(io, observed).await,
             Action::CreateDataVolume(i) => return create_data_volume(io, observed, *i).await,
             Action::CreateVerifyJob(role) => {
-                let volumes = match verify_volumes(io.vmm, &observed.block) {
+                let volumes = match verify_volumes(io.vmm, &observed.block, &observed.dv_uids) {
                     Ok(v) => v,
                     // The decision creates the Job only with every checksum in hand.
                     Err(_) => return Ok(None),
@@ -261,6 +276,7 @@ async fn verification(io: Io<'_>) -> Result<(Verification, Option<crate::childre
             reported: seen
                 .report
                 .and_then(|m| ferry_convert::verify::parse_result(&m)),
+            made_for: seen.job.as_ref().and_then(verify_job::made_for),
         },
         seen.conflict,
     ))
@@ -300,14 +316,16 @@ pub fn verified_by_ferry(
     }
 }
 
-/// What the verification Job checks: per disk its claim, the staged image's virtual size and
-/// raw-contents checksum (recorded in Converting). Pure.
+/// What the verification Job checks: per disk its claim and the uid of the DataVolume now under
+/// that name (`uids`), the staged image's virtual size and raw-contents checksum (recorded in
+/// Converting). Pure.
 ///
 /// # Errors
 /// The disks whose size or checksum is not recorded (staged by an older ferry).
 pub fn verify_volumes(
     vmm: &VirtualMachineMigration,
     block: &[bool],
+    uids: &[Option<String>],
 ) -> std::result::Result<Vec<VerifyVolume>, String> {
     let disks = vmm
         .status
@@ -325,6 +343,7 @@ pub fn verify_volumes(
             (Some(size), Some(sha256)) => out.push(VerifyVolume {
                 index: i,
                 claim: names::datavolume_name(vmm, i),
+                data_volume_uid: uids.get(i).cloned().flatten().unwrap_or_default(),
                 block: block.get(i).copied().unwrap_or(false),
                 size,
                 sha256,
@@ -400,6 +419,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let record = progress(scope, &scope.world.dvs);
     conflict(scope)
         .or_else(|| datavolume_failed(scope))
+        .or_else(|| stale_verification(scope))
         .or_else(|| verification_failed(scope))
         .or_else(|| verify_step(scope))
         .or_else(|| credentials_missing(scope))
@@ -436,6 +456,44 @@ fn datavolume_failed(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
             DiskImported,
         ))
     })
+}
+
+/// A verification Job made for other DataVolumes than those under its names now (one was
+/// deleted, by someone or by a retry's cleanup, and made again, or is being deleted) read bytes
+/// that are gone: whatever it reports, passed or failed, it goes, and a new one checks the
+/// volumes there are. A Job that does not say what it was made for (an older ferry's) goes too:
+/// one more verification costs minutes, a wrong one a VM.
+fn stale_verification(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let verify = &scope.world.verify;
+    if matches!(verify.job, JobState::Absent | JobState::Deleting) {
+        return None;
+    }
+    let now: Option<Vec<&str>> = scope
+        .world
+        .dvs
+        .iter()
+        .zip(&scope.world.dv_uids)
+        .map(|(dv, uid)| match dv {
+            DvState::Absent | DvState::Deleting => None,
+            _ => uid.as_deref(),
+        })
+        .collect();
+    let then: Option<Vec<&str>> = verify
+        .made_for
+        .as_ref()
+        .map(|v| v.iter().map(String::as_str).collect());
+    if now.is_some() && now == then {
+        return None;
+    }
+    let msg = say::stale_verification(&names::verify_job_name(&scope.vmm));
+    Some(
+        Outcome::new(Step::Act(vec![Action::DeleteVerifyJob]), msg.clone()).with(
+            DiskImported,
+            Unknown,
+            Reason::InProgress,
+            msg,
+        ),
+    )
 }
 
 /// A verification Job that failed fails the import, whatever the imports say (one that only
@@ -489,7 +547,7 @@ fn verify_step(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     let verify = &scope.world.verify;
     Some(match (&verify.job, verify.role) {
         (JobState::Absent, _) => create_verify_job(scope, done),
-        (JobState::Deleting, _) => wait(scope, say::binding_job_going()),
+        (JobState::Deleting, _) => wait(scope, say::verify_job_going()),
         (_, Role::Bind) if done => replace_binding_job(scope),
         (_, Role::Bind) => wait(scope, say::claims_bound(n)),
         (JobState::Running { .. }, Role::Verify) if done => wait(scope, say::verifying(n)),
@@ -520,7 +578,7 @@ fn wait(scope: &Scope<Observed>, msg: String) -> Outcome<Action> {
 /// the claims (it would read while CDI writes). Without the recorded checksums there is nothing
 /// to check against: converting again records them.
 fn create_verify_job(scope: &Scope<Observed>, done: bool) -> Outcome<Action> {
-    if let Err(which) = verify_volumes(&scope.vmm, &scope.world.block) {
+    if let Err(which) = verify_volumes(&scope.vmm, &scope.world.block, &scope.world.dv_uids) {
         return Outcome::failure(
             Reason::ImportFailed,
             say::no_raw_checksum(&which),
@@ -714,8 +772,14 @@ mod say {
         )
     }
 
-    pub fn binding_job_going() -> String {
-        "waiting for the binding Job to go".into()
+    pub fn verify_job_going() -> String {
+        "waiting for the previous verification Job to go".into()
+    }
+
+    pub fn stale_verification(job: &str) -> String {
+        format!(
+            "the DataVolumes the verification Job {job} was made for were replaced: it goes, and a new one checks the volumes there are"
+        )
     }
 
     pub fn replacing_binding_job() -> String {
@@ -801,6 +865,11 @@ mod tests {
             }
         }
         let block = vec![false; dvs.len()];
+        let dv_uids = dvs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (*d != DvState::Absent).then(|| dv_uid(i)))
+            .collect();
         Scope {
             vmm,
             now: ts(10).0,
@@ -810,11 +879,23 @@ mod tests {
                 credentials: credentials.map(|()| None),
                 secret_present,
                 dvs,
+                dv_uids,
                 verify,
                 block,
                 conflict: None,
             },
         }
+    }
+
+    /// The uid of disk `i`'s DataVolume, as the cases observe it.
+    fn dv_uid(i: usize) -> String {
+        format!("dv-uid-{i}")
+    }
+
+    /// What a verification Job made for `n` disks' DataVolumes, as the cases observe them,
+    /// records.
+    fn made_for(n: usize) -> Option<Vec<String>> {
+        Some((0..n).map(dv_uid).collect())
     }
 
     fn scope_with(
@@ -838,10 +919,15 @@ mod tests {
             role,
             message: message.map(str::to_owned),
             reported,
+            made_for: None,
         }
     }
 
-    fn verifying(dvs: Vec<DvState>, v: Verification) -> Outcome<Action> {
+    /// Decides with the Job `v`, made for the DataVolumes observed unless `v` says otherwise.
+    fn verifying(dvs: Vec<DvState>, mut v: Verification) -> Outcome<Action> {
+        if v.made_for.is_none() {
+            v.made_for = made_for(dvs.len());
+        }
         decide(&scope_verifying(dvs, true, Ok(()), v))
     }
 
@@ -1002,6 +1088,7 @@ mod tests {
         let vols = verify_volumes(
             &scope_with(vec![DvState::Succeeded; 2], true, Ok(())).vmm,
             &[false, true],
+            &[Some(dv_uid(0)), Some(dv_uid(1))],
         )
         .unwrap();
         assert_eq!(
@@ -1009,6 +1096,7 @@ mod tests {
             VerifyVolume {
                 index: 1,
                 claim: "m-disk-1".into(),
+                data_volume_uid: dv_uid(1),
                 block: true,
                 size: 64 << 20,
                 sha256: sha(1)
@@ -1225,6 +1313,7 @@ mod tests {
             role: Role::Verify,
             message: None,
             reported,
+            made_for: None,
         };
         let ok = verifying(
             vec![Succeeded, Succeeded],
@@ -1261,5 +1350,101 @@ mod tests {
                 o.step
             );
         }
+    }
+    #[test]
+    fn a_verification_made_for_replaced_datavolumes_goes_whatever_it_says() {
+        use DvState::*;
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            message: "claim m-disk-1 not found".into(),
+        };
+        let other = Some(vec![dv_uid(0), "an-earlier-uid".to_owned()]);
+        type Case = (
+            &'static str,
+            Vec<DvState>,
+            JobState,
+            Role,
+            Option<Vec<String>>,
+        );
+        let stale: Vec<Case> = vec![
+            (
+                "passed, then disk 1's DataVolume was made again: its pass was of gone bytes",
+                vec![Succeeded, Succeeded],
+                JobState::Complete,
+                Role::Verify,
+                other.clone(),
+            ),
+            (
+                "failed because disk 1's DataVolume went under it: not a failed import",
+                vec![Succeeded, Succeeded],
+                failed.clone(),
+                Role::Verify,
+                other.clone(),
+            ),
+            (
+                "running while disk 1's DataVolume is made again",
+                vec![Succeeded, running(10.0, 0)],
+                JobState::Running { failed: 0 },
+                Role::Verify,
+                other,
+            ),
+            (
+                "disk 1's DataVolume is being deleted",
+                vec![Succeeded, Deleting],
+                failed.clone(),
+                Role::Verify,
+                made_for(2),
+            ),
+            (
+                "disk 1's DataVolume is gone",
+                vec![Succeeded, Absent],
+                JobState::Complete,
+                Role::Verify,
+                made_for(2),
+            ),
+            (
+                "a binding Job whose claim was made again",
+                vec![AwaitingConsumer { populator: false }; 2],
+                JobState::Running { failed: 0 },
+                Role::Bind,
+                Some(vec!["an-earlier-uid".to_owned(), dv_uid(1)]),
+            ),
+        ];
+        for (what, dvs, state, role, made) in stale {
+            let mut v = job(state, role, Some("checksum mismatch: aa, bb"));
+            v.made_for = made;
+            let o = verifying(dvs, v);
+            assert_eq!(o.step, Step::Act(vec![Action::DeleteVerifyJob]), "{what}");
+            let c = o.conditions.first().unwrap();
+            assert_eq!(
+                (c.status, c.reason),
+                (Unknown, Reason::InProgress),
+                "{what}: the import goes on"
+            );
+            assert!(o.message.contains("m-verify"), "{what}: {}", o.message);
+        }
+        // A Job that does not say what it was made for (an older ferry's) is checked again.
+        let mut unrecorded = job(JobState::Complete, Role::Verify, None);
+        unrecorded.made_for = None;
+        let scope = scope_verifying(vec![Succeeded], true, Ok(()), unrecorded);
+        assert_eq!(
+            decide(&scope).step,
+            Step::Act(vec![Action::DeleteVerifyJob])
+        );
+        // Once the old Job is going, the new DataVolume imports; once it is gone and every disk
+        // is imported again, a new verification is made.
+        let going = job(JobState::Deleting, Role::Verify, None);
+        assert_eq!(
+            verifying(vec![Succeeded, Absent], going.clone()).step,
+            Step::Act(vec![Action::CreateDataVolume(1)])
+        );
+        assert!(matches!(
+            verifying(vec![Succeeded, Succeeded], going).step,
+            Step::Wait { .. }
+        ));
+        assert_eq!(
+            verifying(vec![Succeeded, Succeeded], Verification::default()).step,
+            Step::Act(vec![Action::CreateVerifyJob(Role::Verify)])
+        );
     }
 }
