@@ -629,3 +629,37 @@ async fn a_cutover_cuts_a_running_precopy_round_short_and_copies_its_changes() {
     assert_eq!(s.snapshots(&env.vm.moref).await.unwrap(), vec![]);
     let _ = s.logout().await;
 }
+
+/// A DataVolume deleted by hand while the migration waits for its cutover took the first copy
+/// and its precopy rounds with it. The migration fails at once, naming it, for good (importing
+/// again would skip the rounds' changes); the cutover asked for after it never powers the
+/// source off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datavolume_deleted_before_the_cutover_fails_it_and_the_source_runs_on() {
+    use ferry_controller::apis::cdi::DataVolume;
+    use kube::api::DeleteParams;
+    let (env, _flat) = warm_env("e2e-warm-lost").await;
+    env.create(&env.warm_migration("lost", false)).await;
+    env.wait_for("lost", "the first copy imported", 300, waiting_for_cutover)
+        .await;
+    let dvs: kube::Api<DataVolume> = env.ns.api();
+    let dv = dv_name("lost", 0);
+    dvs.delete(&dv, &DeleteParams::background()).await.unwrap();
+    env.patch_spec("lost", serde_json::json!({"warm": {"cutover": true}}))
+        .await;
+    let v = env.wait_terminal("lost", 120).await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let c = v.condition(ConditionType::CutOver).unwrap();
+    assert_eq!(c.reason, Reason::CutoverFailed, "{}", serde_yaml_status(&v));
+    assert!(c.message.contains(&dv), "{}", c.message);
+    let failure = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert!(
+        !failure.retriable,
+        "importing again would skip the rounds' changes"
+    );
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "the source is never powered off for a cutover with nothing to copy onto"
+    );
+}

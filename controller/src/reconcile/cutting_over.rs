@@ -29,8 +29,9 @@ use super::snapshots;
 use super::warm;
 use super::world::{self, RENAME_HINT, staged_keys};
 use crate::Result;
+use crate::apis::cdi::DataVolume;
 use crate::apis::job::JobState;
-use crate::children::cutover_job;
+use crate::children::{Ownership, cutover_job};
 use crate::problem::Problem;
 use ferry_convert::delta::{DeltaResult, parse_result};
 
@@ -55,6 +56,9 @@ pub struct Observed {
     pub block: Vec<bool>,
     /// Before the cutover began: the precopy round's Job and snapshot.
     pub round: Option<RoundSeen>,
+    /// The migration's DataVolumes that are gone, being deleted, or held by an object not its
+    /// own: the first copy and its precopy rounds were in them.
+    pub lost: Vec<String>,
 }
 
 /// A precopy round as observed.
@@ -149,6 +153,7 @@ impl Checkpoint for CuttingOver {
             reported,
             block,
             round,
+            lost: lost_volumes(io).await?,
         })
     }
 
@@ -479,6 +484,7 @@ impl<'a> Round<'a> {
 /// Decides the CuttingOver step: the first rule that applies. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     conflict(scope)
+        .or_else(|| volumes_lost(scope))
         .or_else(|| round(scope))
         .or_else(|| waiting(scope))
         .or_else(|| begin(scope))
@@ -519,6 +525,43 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
 fn conflict(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     let p = scope.world.conflict.as_ref()?;
     Some(Outcome::from_problem(scope, p, Some(CutOver)))
+}
+
+/// The migration's DataVolumes not there as its own (read from the cache, which asks the
+/// apiserver for a recorded child it does not hold).
+async fn lost_volumes(io: Io<'_>) -> Result<Vec<String>> {
+    let mut lost = vec![];
+    for i in 0..staged_keys(io.vmm).len() {
+        let name = names::datavolume_name(io.vmm, i);
+        let kept = match io.read::<DataVolume>(&name).await? {
+            Some(d) => {
+                d.metadata.deletion_timestamp.is_none()
+                    && matches!(io.own(&d), Ownership::Ours { .. })
+            }
+            None => false,
+        };
+        if !kept {
+            lost.push(name);
+        }
+    }
+    Ok(lost)
+}
+
+/// A DataVolume deleted after its import took the first copy and every precopy round with it:
+/// a cutover has nothing to copy onto, and the source is not powered off for one. Importing
+/// again would not mend it: the change ids recorded since the first copy would then skip the
+/// rounds' changes, and the disk would be silently wrong. Only a new migration copies afresh.
+fn volumes_lost(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if scope.world.lost.is_empty() {
+        return None;
+    }
+    Some(Outcome::failure(
+        Reason::CutoverFailed,
+        say::volumes_lost(&scope.world.lost),
+        false,
+        Phase::CuttingOver,
+        CutOver,
+    ))
 }
 
 fn begun(scope: &Scope<Observed>) -> bool {
@@ -704,6 +747,13 @@ fn cut_over(scope: &Scope<Observed>) -> Outcome<Action> {
 mod say {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    pub(super) fn volumes_lost(names: &[String]) -> String {
+        format!(
+            "DataVolume(s) {} were deleted after the import: the first copy and its precopy rounds went with them, so there is nothing to cut over onto; delete this migration and create it again to copy the VM afresh",
+            names.join(", ")
+        )
+    }
+
     pub(super) fn waiting(at: Option<&Time>, rounds: i32, next: Option<&Time>) -> String {
         let copied = match (rounds, next) {
             (r, Some(n)) => format!("{r} round(s) copied, the next at {}", n.0),
@@ -827,6 +877,7 @@ mod tests {
             reported: None,
             block: vec![false],
             round: None,
+            lost: vec![],
         }
     }
 
@@ -959,6 +1010,53 @@ mod tests {
         assert!(matches!(o.step, Step::Wait { .. }), "{o:?}");
         assert_eq!(o.conditions[0].reason, Reason::WaitingForCutover);
         assert!(o.record.power_off.is_none());
+    }
+
+    #[test]
+    fn a_datavolume_deleted_after_the_import_fails_the_cutover_before_the_source_is_touched() {
+        let lost = || Observed {
+            source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),
+            lost: vec!["m-disk-0".to_owned()],
+            ..world()
+        };
+        let mut due = warm_vmm();
+        due.spec.warm.as_mut().unwrap().cutover = true;
+        let mut begun = due.clone();
+        begun.status.as_mut().unwrap().warm = Some(Box::new(ferry_crds::WarmStatus {
+            cutover_started_at: Some(fixtures::t0()),
+            ..Default::default()
+        }));
+        for (what, vmm, w) in [
+            ("waiting for the cutover", warm_vmm(), lost()),
+            (
+                "in a precopy round",
+                warm_vmm(),
+                Observed {
+                    lost: vec!["m-disk-0".to_owned()],
+                    ..round_seen(JobState::Running { failed: 0 }, None)
+                },
+            ),
+            ("the cutover due, the source on", due, lost()),
+            ("the cutover begun", begun, lost()),
+        ] {
+            let o = decide(&scope(vmm, w));
+            match &o.step {
+                Step::Fail {
+                    reason: Reason::CutoverFailed,
+                    retriable: false,
+                    message,
+                    ..
+                } => assert!(
+                    message.contains("m-disk-0") && message.contains("create it again"),
+                    "{what}: {message}"
+                ),
+                other => panic!("{what}: {other:?}"),
+            }
+            assert!(
+                o.record.power_off.is_none(),
+                "{what}: the source is not touched"
+            );
+        }
     }
 
     #[test]
