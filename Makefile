@@ -4,7 +4,7 @@ SHELL := bash
 LAB_STATE ?= target/lab/state
 CARGO ?= cargo
 
-.PHONY: all tools lab-build lab build check test bench demo crds fmt clippy image image-test
+.PHONY: all tools lab-build lab build check test bench demo demo-check crds fmt clippy image image-test
 
 all: build
 
@@ -54,11 +54,17 @@ test: lab-build
 demo: lab-build
 	@assets/demo.sh
 
+## `make demo` with the cockpit replaced by a scripted check (make test runs it): the injected
+## failures fail, a retry of each succeeds, the wave ends Succeeded, the stop leaves no process.
+demo-check: lab-build
+	@DEMO_HEADLESS=1 assets/demo.sh
+
 ## Benchmarks (timings live here, never in tests).
 bench: lab-build
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench --workspace
 	FERRY_SOAK_VMS=200 $(CARGO) test -p ferry-controller --test soak -- --nocapture
+	FERRY_BIN_DIR=target/release $(CARGO) test -p ferry-controller --test e2e_stop -- --nocapture
 
 ## Regenerate deploy/crds from the Rust types.
 crds:

@@ -68,11 +68,25 @@ if [[ -n "$LEFT" ]]; then
     echo "processes of the tests' own labs survived them:"; ps -o pid,args -p $LEFT; STATUS=1
 fi
 
+# The README's first command, as a newcomer runs it, with the cockpit replaced by a scripted
+# check (assets/demo.sh, DEMO_HEADLESS): a lab of its own, started after the suites' lab stopped.
+echo "== make demo, headless (log in $LOG_DIR/demo-check.log)"
+DEMO_HEADLESS=1 DEMO_NO_BUILD=1 LAB_STATE="$PWD/target/lab/demo-check" DEMO_WORK="$PWD/target/demo-check" \
+    DEMO_METRICS_ADDR= DEMO_HEALTH_ADDR= assets/demo.sh >"$LOG_DIR/demo-check.log" 2>&1
+DEMO_STATUS=$?
+if [[ "$DEMO_STATUS" == 0 ]]; then
+    echo "demo check: ok ($(grep -E '^== demo check passed' "$LOG_DIR/demo-check.log"))"
+else
+    echo "demo check: FAILED (exit $DEMO_STATUS); the end of its log:"; tail -40 "$LOG_DIR/demo-check.log"
+    STATUS=1
+fi
+
 PASSED=$(grep -Eo '^test result: .* ([0-9]+) passed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 FAILED=$(grep -Eo '^test result: .* ([0-9]+) failed' "$LOG_DIR/cargo-test.log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
 GO_PASSED=$(grep -c '^--- PASS' "$LOG_DIR/go-test.log" || true)
 GO_FAILED=$(grep -c '^--- FAIL' "$LOG_DIR/go-test.log" || true)
 PASSED=$((PASSED + GO_PASSED)); FAILED=$((FAILED + GO_FAILED))
+if [[ "$DEMO_STATUS" == 0 ]]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); fi
 if [[ "$GO_STATUS" != 0 && "$STATUS" == 0 ]]; then STATUS=$GO_STATUS; fi
 echo
 echo "$PASSED passed, $FAILED failed"

@@ -72,6 +72,13 @@ struct Memo {
     /// This attempt found every name it will create free (Preparing's check, once per attempt:
     /// a name taken later is found by its create).
     names_free: bool,
+    /// When this process last looked at the source for the migration's preflight, and for which
+    /// spec generation: findings unchanged since keep `status.preflight.checkedAt` (nothing to
+    /// write), so the schedule of the next look is timed from here.
+    preflight_ran: Option<(
+        Option<i64>,
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    )>,
 }
 
 /// Shared state of the controllers.
@@ -359,6 +366,31 @@ impl Context {
     /// Notes that this attempt of `uid` found every name it will create free.
     pub fn note_names_free(&self, uid: &str) {
         self.memo(uid, |m| m.names_free = true);
+    }
+
+    /// When this process last looked at the source for the preflight of `uid` at spec
+    /// `generation` (none for another generation).
+    pub fn preflight_ran(
+        &self,
+        uid: &str,
+        generation: Option<i64>,
+    ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+        self.peek(uid, |m| {
+            m.preflight_ran
+                .as_ref()
+                .filter(|(g, _)| *g == generation)
+                .map(|(_, at)| at.clone())
+        })
+    }
+
+    /// Notes that the preflight of `uid` at spec `generation` looks at the source `now`.
+    pub fn note_preflight(
+        &self,
+        uid: &str,
+        generation: Option<i64>,
+        now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) {
+        self.memo(uid, |m| m.preflight_ran = Some((generation, now)));
     }
 
     /// Ends what the attempt of `uid` read once: its credentials and its check of the names

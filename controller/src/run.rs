@@ -205,7 +205,7 @@ pub async fn run_until(
     served.metrics.leader.set(1);
     let key = proof_key(&client, &opts).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controllers = controllers(client, &opts, &served, key, stop_rx);
+    let (controllers, ctx) = controllers(client, &opts, &served, key, stop_rx);
     tokio::pin!(controllers);
     tokio::select! {
         () = &mut controllers => {}
@@ -214,9 +214,13 @@ pub async fn run_until(
             finish_within(controllers, opts.shutdown_grace).await;
         }
     }
+    ctx.source.close(LOGOUT_WITHIN).await;
     info!("controllers stopped");
     Ok(())
 }
+
+/// How long each vSphere session's logout may take when the controller stops.
+const LOGOUT_WITHIN: Duration = Duration::from_secs(3);
 
 /// Runs the controllers only while this candidate holds the Lease of `election`.
 ///
@@ -264,7 +268,7 @@ pub async fn run_elected(
         key = proof_key(&client, &opts) => key?,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controllers = controllers(client, &opts, &served, key, stop_rx);
+    let (controllers, ctx) = controllers(client, &opts, &served, key, stop_rx);
     tokio::pin!(controllers);
     let lost = tokio::select! {
         lost = elector.hold() => Some(lost),
@@ -284,6 +288,7 @@ pub async fn run_elected(
         warn!(reason = %lost, "leadership lost; stopping");
         return Err(crate::Error::LeadershipLost(lost));
     }
+    ctx.source.close(LOGOUT_WITHIN).await;
     elector.release().await;
     info!("controllers stopped");
     Ok(())
@@ -299,15 +304,16 @@ async fn finish_within(controllers: impl Future<Output = ()>, grace: Duration) {
     }
 }
 
-/// Both controllers, ending when `stop` turns true (after their running reconciles); marks
-/// `served` ready once their caches have synced.
+/// Both controllers, ending when `stop` turns true (after their running reconciles), and the
+/// context they share (its vSphere sessions are logged out once they end); marks `served` ready
+/// once their caches have synced.
 fn controllers(
     client: Client,
     opts: &RunOptions,
     served: &Served,
     key: ProofKey,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> impl Future<Output = ()> + Send + 'static {
+) -> (impl Future<Output = ()> + Send + 'static, Arc<Context>) {
     let ns = opts.namespace.as_deref();
     let config = ControllerConfig::default().concurrency(opts.concurrency);
     let stopped = move || {
@@ -497,6 +503,7 @@ fn controllers(
                 debug!(error = %e, "migration controller");
             }
         });
+    let shared = ctx.clone();
     let waves = waves
         .run(wave::reconcile, wave::error_policy, ctx)
         .for_each(|r| async move {
@@ -510,7 +517,7 @@ fn controllers(
         waves = opts.waves,
         "controllers running"
     );
-    async move {
+    let run = async move {
         let synced = tokio::spawn(synced);
         let counted = tokio::spawn(counted);
         let controllers = async move {
@@ -528,7 +535,12 @@ fn controllers(
         futures::future::select(controllers, watches).await;
         synced.abort();
         counted.abort();
-    }
+        // Gone before this returns, with what they hold (the context and its vSphere
+        // sessions): not dropped later by the runtime's own shutdown.
+        let _ = synced.await;
+        let _ = counted.await;
+    };
+    (run, shared)
 }
 
 /// How many migration events may wait for a controller's trigger before the watch waits.
@@ -788,8 +800,21 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<()> {
     run_until(client, opts, shutdown_signal()).await
 }
 
-/// Resolves on SIGTERM or SIGINT.
+/// Resolves on the first SIGTERM or SIGINT; a second one ends the process at once (exit 130),
+/// whatever the stop is still waiting for: once the handlers are installed, the signals no
+/// longer end the process by themselves.
 pub async fn shutdown_signal() {
+    first_signal().await;
+    info!("stopping (a second SIGTERM or SIGINT exits at once)");
+    tokio::spawn(async {
+        first_signal().await;
+        warn!("second signal: exiting at once");
+        std::process::exit(130);
+    });
+}
+
+/// Resolves on the next SIGTERM or SIGINT.
+async fn first_signal() {
     #[cfg(unix)]
     {
         if let Ok(mut term) =

@@ -189,6 +189,15 @@ pub enum Reason {
     Paused,
     /// A transient error; the controller retries with backoff.
     TransientError,
+    /// The API server refused one of ferry's writes (RBAC forbidden, a CRD validation rule, an
+    /// invalid object): the message carries its words whole. Tried a few times, then failed.
+    APIRefused,
+    /// An admission policy or webhook denied one of ferry's writes: the message carries its
+    /// words whole. Tried a few times, then failed (a retry tries again once it is fixed).
+    AdmissionDenied,
+    /// A ResourceQuota of the namespace refused one of ferry's creates: the migration waits and
+    /// tries again (the quota may be raised), the quota's words whole in the message.
+    QuotaExceeded,
     /// spec.retry was raised; the failed checkpoint is cleaned up and resumed.
     RetryRequested,
     /// spec.cancel is true; cleaning up.
@@ -221,6 +230,10 @@ pub enum Reason {
     SourcePoweredOn,
     /// Powering the source VM off failed.
     PowerOffFailed,
+    /// The source VM changed after ferry recorded what it copies (a disk added, removed or
+    /// resized, its configuration changed, a power cycle): the copy is not its final state.
+    /// Nothing was created; raise spec.retry to start over from Preparing.
+    SourceChanged,
     /// A VirtualMachine with the target name exists and does not belong to this migration.
     TargetNameTaken,
     /// A credentials Secret lacks the opt-in label migration.platform.example/credentials:
@@ -319,6 +332,9 @@ impl Reason {
         Reason::HeldByWave,
         Reason::Paused,
         Reason::TransientError,
+        Reason::APIRefused,
+        Reason::AdmissionDenied,
+        Reason::QuotaExceeded,
         Reason::RetryRequested,
         Reason::Cancelling,
         Reason::Discovered,
@@ -333,6 +349,7 @@ impl Reason {
         Reason::UnsupportedDiskLayout,
         Reason::SourcePoweredOn,
         Reason::PowerOffFailed,
+        Reason::SourceChanged,
         Reason::TargetNameTaken,
         Reason::CredentialsNotAllowed,
         Reason::CredentialsMismatch,
@@ -380,6 +397,9 @@ impl Reason {
             Reason::HeldByWave => "HeldByWave",
             Reason::Paused => "Paused",
             Reason::TransientError => "TransientError",
+            Reason::APIRefused => "APIRefused",
+            Reason::AdmissionDenied => "AdmissionDenied",
+            Reason::QuotaExceeded => "QuotaExceeded",
             Reason::RetryRequested => "RetryRequested",
             Reason::Cancelling => "Cancelling",
             Reason::Discovered => "Discovered",
@@ -394,6 +414,7 @@ impl Reason {
             Reason::UnsupportedDiskLayout => "UnsupportedDiskLayout",
             Reason::SourcePoweredOn => "SourcePoweredOn",
             Reason::PowerOffFailed => "PowerOffFailed",
+            Reason::SourceChanged => "SourceChanged",
             Reason::TargetNameTaken => "TargetNameTaken",
             Reason::CredentialsNotAllowed => "CredentialsNotAllowed",
             Reason::CredentialsMismatch => "CredentialsMismatch",

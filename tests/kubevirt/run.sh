@@ -40,9 +40,10 @@ fi
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
 # The lab's own virtualmachines/virtualmachineinstances CRDs are schema-less; KubeVirt's replace them.
 "$BIN/ferry-kubevirt" manifests --namespace "$NS" --only crds,cdi-stubs | k apply --server-side --force-conflicts -f - >/dev/null
-k wait --for condition=Established --timeout 60s crd -l 'app.kubernetes.io/component=kubevirt' >/dev/null 2>&1 || true
-k wait --for condition=Established --timeout 60s crd/kubevirts.kubevirt.io crd/virtualmachines.kubevirt.io \
-  crd/virtualmachineinstances.kubevirt.io crd/cdiconfigs.cdi.kubevirt.io >/dev/null
+"$ROOT/tests/lab/wait-established.sh" "$BIN/kubectl" --kubeconfig "$LAB/kubeconfig" -- \
+  -l 'app.kubernetes.io/component=kubevirt' >/dev/null
+"$ROOT/tests/lab/wait-established.sh" "$BIN/kubectl" --kubeconfig "$LAB/kubeconfig" -- \
+  kubevirts.kubevirt.io virtualmachines.kubevirt.io virtualmachineinstances.kubevirt.io cdiconfigs.cdi.kubevirt.io >/dev/null
 "$BIN/ferry-kubevirt" manifests --namespace "$NS" --only rbac | k apply --server-side --force-conflicts -f - >/dev/null
 k -n "$NS" create configmap kubevirt-ca --from-file=ca-bundle="$P/ca.crt" --dry-run=client -o yaml | k apply -f - >/dev/null
 cat <<YAML | k apply -f - >/dev/null

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
@@ -37,6 +38,9 @@ import (
 const (
 	labToolsKey    = "ferry.lab.tools"         // "running", "not-running", "not-installed"
 	labShutdownKey = "ferry.lab.guestShutdown" // "obey" (default) or "ignore"
+	// A Go duration: CreateSnapshot_Task on the VM starts that long after it is called
+	// (snapshots.go), the time a loaded vCenter takes, in which someone else may act.
+	labSnapshotDelayKey = "ferry.lab.snapshotDelay"
 )
 
 func extraConfigValue(vm *simulator.VirtualMachine, key string) string {
@@ -194,6 +198,8 @@ type shapeSpec struct {
 	rdm         bool
 	passthrough string
 	cbt         string
+	// How long each CreateSnapshot_Task on the VM waits before it starts (a Go duration).
+	snapshotDelay string
 }
 
 // runShape is `ferry-lab shape --state-dir DIR --vm NAME [changes]`: one ReconfigVM_Task (and a
@@ -215,7 +221,7 @@ func runShape(args []string) int {
 	fs.StringVar(&s.guestShutdown, "guest-shutdown", "", "what the guest does with ShutdownGuest: obey or ignore")
 	fs.StringVar(&s.guestID, "guest-id", "", "guest OS identifier, e.g. windows2019srv_64Guest")
 	fs.StringVar(&s.power, "power", "", "on or off, after the changes")
-	fs.StringVar(&s.addDisk, "add-disk", "", "add a second disk: unreadable (one a strict client cannot read, see unreadableDisk)")
+	fs.StringVar(&s.addDisk, "add-disk", "", "add a second disk: unreadable (one a strict client cannot read, see unreadableDisk) or plain (a 16 MiB flat VMDK, as ReconfigVM_Task adds one to a running VM)")
 	fs.StringVar(&s.snapshot, "snapshot", "", "take a snapshot of this name (CreateSnapshot_Task), after the changes")
 	fs.StringVar(&s.diskMode, "disk-mode", "", "every disk's mode: persistent, independent_persistent, independent_nonpersistent")
 	fs.BoolVar(&s.multiWriter, "multi-writer", false, "share every disk with other VMs (sharing: sharingMultiWriter)")
@@ -223,6 +229,7 @@ func runShape(args []string) int {
 	fs.BoolVar(&s.rdm, "rdm", false, "turn every disk into a raw device mapping (physical compatibility mode, as a LUN passed to the VM)")
 	fs.StringVar(&s.passthrough, "passthrough", "", "pass a host device through: usb or pci")
 	fs.StringVar(&s.cbt, "cbt", "", "changed block tracking (config.changeTrackingEnabled): on or off")
+	fs.StringVar(&s.snapshotDelay, "snapshot-delay", "", "each CreateSnapshot_Task on the VM starts this long after it is called, e.g. 3s (0s: at once)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -351,7 +358,12 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 	if s.memoryMiB > 0 {
 		spec.MemoryMB = int64(s.memoryMiB)
 	}
-	for key, v := range map[string]string{labToolsKey: s.tools, labShutdownKey: s.guestShutdown} {
+	if s.snapshotDelay != "" {
+		if _, err := time.ParseDuration(s.snapshotDelay); err != nil {
+			return spec, fmt.Errorf("-snapshot-delay %q: %w", s.snapshotDelay, err)
+		}
+	}
+	for key, v := range map[string]string{labToolsKey: s.tools, labShutdownKey: s.guestShutdown, labSnapshotDelayKey: s.snapshotDelay} {
 		if v != "" {
 			spec.ExtraConfig = append(spec.ExtraConfig, &types.OptionValue{Key: key, Value: v})
 		}
@@ -473,10 +485,15 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 		return spec, fmt.Errorf("-passthrough %q: usb or pci", s.passthrough)
 	}
 	if s.addDisk != "" {
-		if s.addDisk != "unreadable" {
-			return spec, fmt.Errorf("-add-disk %q: unreadable", s.addDisk)
+		var disk *types.VirtualDisk
+		switch s.addDisk {
+		case "unreadable":
+			disk, err = unreadableDisk(devices, s.vm)
+		case "plain":
+			disk, err = plainDisk(devices, s.vm)
+		default:
+			return spec, fmt.Errorf("-add-disk %q: unreadable or plain", s.addDisk)
 		}
-		disk, err := unreadableDisk(devices, s.vm)
 		if err != nil {
 			return spec, err
 		}
@@ -489,13 +506,9 @@ func shapeConfigSpec(ctx context.Context, vm *object.VirtualMachine, s shapeSpec
 	return spec, nil
 }
 
-// unreadableDisk is a second disk, "Hard disk 2" (a real flat VMDK beside the first), whose
-// deviceInfo is an ExtendedElementDescription with a message argument that has no value. The API
-// requires KeyAnyValue.value and vcsim answers without it (Go leaves a nil value out), so a
-// client that reads answers strictly (vim_rs without vcsim_compat) cannot read this device: the
-// stand-in for any device a vCenter may answer that ferry cannot read (a newer vSphere's field or
-// type, say). vcsim counts it in summary.config.numVirtualDisks, as vCenter counts every disk.
-func unreadableDisk(devices object.VirtualDeviceList, vm string) (*types.VirtualDisk, error) {
+// secondDisk is a new disk "[LocalDS_0] VM/disk2.vmdk" of capacityKB on the first disk's
+// controller, with the key of a device to add.
+func secondDisk(devices object.VirtualDeviceList, vm string, capacityKB int64) (*types.VirtualDisk, error) {
 	disks := devices.SelectByType((*types.VirtualDisk)(nil))
 	if len(disks) == 0 {
 		return nil, fmt.Errorf("%s has no disk to put a second one beside", vm)
@@ -506,7 +519,32 @@ func unreadableDisk(devices object.VirtualDeviceList, vm string) (*types.Virtual
 	}
 	disk := devices.CreateDisk(ctrl, types.ManagedObjectReference{}, "["+vcDatastore+"] "+vm+"/disk2.vmdk")
 	disk.Key = -200
-	disk.CapacityInKB = 1 << 10
+	disk.CapacityInKB = capacityKB
+	return disk, nil
+}
+
+// plainDisk is a second disk, "Hard disk 2", of 16 MiB, as an administrator adds one with
+// ReconfigVM_Task (vcsim creates its file; a test puts real contents behind it).
+func plainDisk(devices object.VirtualDeviceList, vm string) (*types.VirtualDisk, error) {
+	disk, err := secondDisk(devices, vm, 16<<10)
+	if err != nil {
+		return nil, err
+	}
+	disk.DeviceInfo = &types.Description{Label: "Hard disk 2", Summary: "16,384 KB"}
+	return disk, nil
+}
+
+// unreadableDisk is a second disk, "Hard disk 2" (a real flat VMDK beside the first), whose
+// deviceInfo is an ExtendedElementDescription with a message argument that has no value. The API
+// requires KeyAnyValue.value and vcsim answers without it (Go leaves a nil value out), so a
+// client that reads answers strictly (vim_rs without vcsim_compat) cannot read this device: the
+// stand-in for any device a vCenter may answer that ferry cannot read (a newer vSphere's field or
+// type, say). vcsim counts it in summary.config.numVirtualDisks, as vCenter counts every disk.
+func unreadableDisk(devices object.VirtualDeviceList, vm string) (*types.VirtualDisk, error) {
+	disk, err := secondDisk(devices, vm, 1<<10)
+	if err != nil {
+		return nil, err
+	}
 	disk.DeviceInfo = &types.ExtendedElementDescription{
 		ElementDescription: types.ElementDescription{
 			Description: types.Description{Label: "Hard disk 2", Summary: "1,024 KB"},

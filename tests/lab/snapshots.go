@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/types"
@@ -274,6 +275,11 @@ func (v *vsphereFiles) createSnapshot(w http.ResponseWriter, r *http.Request, bo
 	if !ok {
 		replay(w, passOn(next, r, body))
 		return
+	}
+	var delay string
+	v.withLock(vm, func() { delay = extraConfigValue(vm, labSnapshotDelayKey) })
+	if d, err := time.ParseDuration(delay); err == nil && d > 0 {
+		time.Sleep(d)
 	}
 	mu := v.vmLock(this)
 	mu.Lock()

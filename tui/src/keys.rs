@@ -645,14 +645,24 @@ pub fn action_for(state: &State, ev: KeyEvent) -> Option<Action> {
                 .find(|b| b.keys.iter().any(|k| k.code == key.code))
                 .map(|b| (b.action)());
         }
+        // Over the board, whose footer offers q:quit, `q` quits at the first press; the
+        // overlay's own title says what closes it.
         Some(Popup::Help | Popup::Report) => {
             return match key.code {
-                KeyCode::Esc | KeyCode::Enter | KeyCode::Char('q' | '?') => Some(Action::Back),
+                KeyCode::Char('q') => Some(Action::Quit),
+                KeyCode::Esc | KeyCode::Enter | KeyCode::Char('?') => Some(Action::Back),
                 _ => None,
             };
         }
-        // The welcome goes with any key, which then does nothing else.
-        Some(Popup::Welcome { .. }) => return Some(Action::Back),
+        // The welcome lists `q` as the key that quits; any other key closes it and does
+        // nothing else (its last line says so).
+        Some(Popup::Welcome { .. }) => {
+            return Some(if key.code == KeyCode::Char('q') {
+                Action::Quit
+            } else {
+                Action::Back
+            });
+        }
         Some(Popup::WavePicker { .. }) => {
             return match key.code {
                 KeyCode::Esc | KeyCode::Char('q' | 'w') => Some(Action::Back),
@@ -735,6 +745,28 @@ mod tests {
                 };
                 assert_eq!(action_for(&state, ev).as_ref(), Some(a), "{key}");
             }
+        }
+    }
+
+    #[test]
+    fn q_quits_at_the_first_press_over_the_welcome_and_the_help() {
+        let mut state = State::new(
+            "lab",
+            crate::state::Scope::All,
+            false,
+            ferry_crds::fixtures::ts(0).0,
+        );
+        let press = |s: &State, c: KeyCode| action_for(s, KeyEvent::new(c, KeyModifiers::NONE));
+        state.popup = Some(Popup::Welcome {
+            note: String::new(),
+        });
+        assert_eq!(press(&state, KeyCode::Char('q')), Some(Action::Quit));
+        assert_eq!(press(&state, KeyCode::Char('j')), Some(Action::Back));
+        assert_eq!(press(&state, KeyCode::Char('?')), Some(Action::Back));
+        for popup in [Popup::Help, Popup::Report] {
+            state.popup = Some(popup);
+            assert_eq!(press(&state, KeyCode::Char('q')), Some(Action::Quit));
+            assert_eq!(press(&state, KeyCode::Esc), Some(Action::Back));
         }
     }
 

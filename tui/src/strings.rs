@@ -1240,7 +1240,7 @@ pub mod welcome {
     /// Its first line.
     pub const TITLE: &str = " ferry: a live board of every VM migration. Keys to try:";
     /// Its last line.
-    pub const ANY_KEY: &str = " Any key closes this; ? shows every key.";
+    pub const ANY_KEY: &str = " Any other key closes this; ? then shows every key.";
     /// Try: moving the cursor.
     pub const MOVE: &str = "move on the board";
     /// Try: opening a migration.

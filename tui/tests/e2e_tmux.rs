@@ -1266,3 +1266,69 @@ async fn x_then_y_cuts_over_a_waiting_warm_migration_and_a_warm_wave_and_refuses
     tmux.wait_for("2 precopied, waiting · cutover now", T);
     tmux.keys(&["q"]);
 }
+
+/// The README's first command as a newcomer runs it (but for its build of the binaries, which
+/// this test run made already): `make demo` in a terminal reaches the board behind its welcome, the keys the welcome suggests do what it says, and one `q` ends
+/// the cockpit and the whole demo — lab, controller, sim — with nothing of it left running.
+/// (The demo's own stop fails, exit 1, if anything outlives SIGTERM and its stdin's end.)
+#[tokio::test(flavor = "multi_thread")]
+async fn make_demo_reaches_the_board_and_one_q_ends_the_demo_with_nothing_left() {
+    let state = run_state_dir("demo-tmux");
+    let work = state.with_extension("work");
+    let cmd = format!(
+        "cd {root} && LAB_STATE={state} DEMO_WORK={work} DEMO_VMS=10 DEMO_IMPORT_MIB_S=12 \
+         DEMO_METRICS_ADDR= DEMO_HEALTH_ADDR= DEMO_NO_BUILD=1 make demo; \
+         echo \"demo exited $?\"; sleep 600",
+        root = repo_root().display(),
+        state = state.display(),
+        work = work.display(),
+    );
+    let tmux = Tmux::start("ferry-demo", &cmd, 120, 40);
+    // A warm machine: the lab, ten VMDKs and the wave come up in well under a minute; the
+    // bound is for a loaded one (and a workspace build that has nothing to do).
+    let screen = tmux.wait_for(" welcome ", Duration::from_secs(600));
+    assert!(screen.contains("q  quit"), "{screen}");
+    assert!(
+        screen.contains("Any other key closes this"),
+        "the welcome says what closes it: {screen}"
+    );
+    // What the welcome suggests: move, open one, the waves, back, a filter.
+    tmux.keys(&["j"]);
+    tmux.wait("the board under the welcome", T, |s| {
+        !s.contains(" welcome ") && s.contains("demo-wave")
+    });
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("── conditions", T);
+    tmux.keys(&["Escape"]);
+    tmux.wait("back on the board", T, |s| !s.contains("── conditions"));
+    tmux.keys(&["w"]);
+    tmux.wait_for("every wave", T);
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["/"]);
+    tmux.keys(&["phase:Queued", "Enter"]);
+    tmux.wait("a filtered board", T, |s| {
+        s.contains("filter “phase:Queued”")
+    });
+    tmux.keys(&["Escape"]);
+    // (Its own press: an Esc followed at once by q reads as Alt-q.)
+    tmux.wait("the filter cleared", T, |s| !s.contains("filter “"));
+    // One q: the cockpit quits, the demo stops all it started.
+    tmux.keys(&["q"]);
+    let end = tmux.wait_for("demo exited", Duration::from_secs(120));
+    assert!(
+        end.contains("demo exited 0"),
+        "the demo's stop left something running: {end}"
+    );
+    // The lab's processes name its state directory in their arguments (this test's own shell
+    // only sets LAB_STATE).
+    let pattern = format!("--state-dir {0}|{0}/", state.display());
+    let left = Command::new("pgrep")
+        .args(["-f", "--", &pattern])
+        .output()
+        .expect("pgrep");
+    assert!(
+        left.stdout.is_empty(),
+        "processes of the demo left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}

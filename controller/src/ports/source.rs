@@ -130,6 +130,13 @@ pub trait SourceApi: Send + Sync + 'static {
         let _ = (login, snapshot);
         Box::pin(async { Err(no_snapshots()) })
     }
+    /// Logs out of every session this source keeps, each within `within`: what a controller
+    /// that stops does while its runtime still runs (a session dropped later logs out in its
+    /// destructor, which blocks on a runtime that no longer drives its I/O).
+    fn close(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
+        let _ = within;
+        Box::pin(async {})
+    }
     /// The names of the VMs under the folder at inventory path `folder` (any depth), or of all.
     fn list_vms<'a>(
         &'a self,
@@ -253,6 +260,33 @@ impl SessionCache {
         );
         *held = Some(s.clone());
         Ok(s)
+    }
+
+    /// Takes every session out of the cache and logs them out, all at once and within `within`
+    /// (a session whose logout times out is marked ended all the same: vim_rs marks it before
+    /// it asks). Returns how many it logged out.
+    async fn close_all(&self, within: std::time::Duration) -> usize {
+        let slots: Vec<Slot> = std::mem::take(
+            &mut *self
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_iter()
+        .map(|(_, slot)| slot)
+        .collect();
+        let logouts = slots.into_iter().map(|slot| async move {
+            let session = slot.lock().await.take()?;
+            tokio::time::timeout(within, session.logout())
+                .await
+                .ok()?
+                .ok()
+        });
+        futures::future::join_all(logouts)
+            .await
+            .into_iter()
+            .flatten()
+            .count()
     }
 
     /// Forgets `stale` (only if it is still the cached session of `login`).
@@ -417,6 +451,13 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
 }
 
 impl SourceApi for VsphereSource {
+    fn close(&self, within: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let closed = self.sessions.close_all(within).await;
+            tracing::info!(sessions = closed, "logged out of vSphere");
+        })
+    }
+
     fn list_vms<'a>(
         &'a self,
         login: &'a SourceLogin,

@@ -345,7 +345,10 @@ pub(super) async fn remove_snapshot(io: Io<'_>) -> Result<Option<(String, Proble
         Err(p) => return Ok(Some((what, p))),
     };
     let problem = match super::snapshots::judged(io, &login, &rec, false).await {
-        Ok(super::warm::SnapshotSeen::Ours { moref, .. }) => {
+        Ok(
+            super::warm::SnapshotSeen::Ours { moref, .. }
+            | super::warm::SnapshotSeen::Crowded { moref, .. },
+        ) => {
             let p = io.ctx.source.remove_snapshot(&login, &moref).await.err();
             if p.is_none() {
                 info!(migration = %io.vmm.name_any(), snapshot = %rec.name, "snapshot removed");

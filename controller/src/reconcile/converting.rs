@@ -468,7 +468,9 @@ fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Acti
     match &scope.world.snapshot {
         None => None,
         Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(DiskConverted))),
-        Some(Ok(warm::SnapshotSeen::Foreign(why))) => Some(snapshot_refused(why)),
+        Some(Ok(warm::SnapshotSeen::Foreign(why) | warm::SnapshotSeen::Crowded { why, .. })) => {
+            Some(snapshot_refused(why))
+        }
         Some(Ok(warm::SnapshotSeen::Absent { depth })) => match warm::chain_too_deep(*depth) {
             Some(why) => Some(snapshot_refused(&why)),
             None => Some(out(Step::Act(vec![Action::TakeSnapshot]), None, None)),

@@ -16,9 +16,9 @@ use super::outcome::{Outcome, Step};
 use super::scope::Scope;
 use super::starting::{cutover_refused, starts};
 use super::world::{self, VmState};
+use crate::Result;
 use crate::children::{Conflict, Holder, virtual_machine};
 use crate::problem::Problem;
-use crate::{Error, Result};
 
 /// The CreatingVM checkpoint.
 #[derive(Debug)]
@@ -63,17 +63,17 @@ impl Checkpoint for CreatingVm {
         match action {
             Action::CreateVm => {
                 let vm = virtual_machine::virtual_machine(io.vmm)?;
-                match io.create(vm).await {
-                    Ok(Created::Taken(c)) => Ok(Some(taken(&names::vm_name(io.vmm), &c))),
-                    Ok(Created::Made | Created::Ours | Created::Vanished) => Ok(None),
-                    // The API server refused the object itself: no retry changes that.
-                    Err(Error::Kube(kube::Error::Api(s))) if matches!(s.code, 400 | 403 | 422) => {
-                        Ok(Some(Problem::permanent(
-                            Reason::VMCreateFailed,
-                            format!("the VirtualMachine was rejected: {}", s.message),
-                        )))
-                    }
-                    Err(e) => Err(e),
+                match io.create(vm).await? {
+                    Created::Taken(c) => Ok(Some(taken(&names::vm_name(io.vmm), &c))),
+                    Created::Made | Created::Ours | Created::Vanished => Ok(None),
+                    // A quota may be raised: wait for it.
+                    Created::Refused(p) if p.reason == Reason::QuotaExceeded => Ok(Some(p)),
+                    // KubeVirt's webhooks refuse the object itself (its machine type, its
+                    // devices), built from the spec: no retry changes that.
+                    Created::Refused(p) => Ok(Some(Problem::permanent(
+                        Reason::VMCreateFailed,
+                        format!("the VirtualMachine was rejected: {}", p.message),
+                    ))),
                 }
             }
         }

@@ -310,7 +310,7 @@ fn round(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
             },
             precopy::say::copying(r.n, scope.disk_count()),
         )),
-        JobState::Failed { reason, message } => Some(r.fail(say::job_failed(
+        JobState::Failed { reason, message } => Some(r.fail(say::round_job_failed(
             reason,
             seen.failure.as_deref().unwrap_or(message.as_str()),
         ))),
@@ -443,13 +443,15 @@ impl<'a> Round<'a> {
         match seen.snapshot.as_ref()? {
             Err(p) if p.transient => Some(Outcome::from_problem(scope, p, Some(CutOver))),
             Err(p) => Some(self.fail(p.message.clone())),
-            Ok(warm::SnapshotSeen::Foreign(why)) => Some(Outcome::failure(
-                Reason::SnapshotFailed,
-                why.clone(),
-                true,
-                Phase::CuttingOver,
-                CutOver,
-            )),
+            Ok(warm::SnapshotSeen::Foreign(why) | warm::SnapshotSeen::Crowded { why, .. }) => {
+                Some(Outcome::failure(
+                    Reason::SnapshotFailed,
+                    precopy::say::refused(n, why),
+                    true,
+                    Phase::CuttingOver,
+                    CutOver,
+                ))
+            }
             Ok(warm::SnapshotSeen::Absent { .. }) if rec.moref.is_some() => {
                 Some(self.fail(say::snapshot_gone(&rec.name)))
             }
@@ -809,6 +811,10 @@ mod say {
 
     pub(super) fn job_failed(reason: &str, message: &str) -> String {
         format!("the cutover Job failed ({reason}): {message}")
+    }
+
+    pub(super) fn round_job_failed(reason: &str, message: &str) -> String {
+        format!("the round's Job failed ({reason}): {message}")
     }
 
     pub(super) fn powered_on_during_copy() -> String {

@@ -61,13 +61,18 @@ pub enum Created {
     Vanished,
     /// The name is held by an object that is not the migration's.
     Taken(Conflict),
+    /// The API server refused the create (a quota, an admission policy, RBAC, a validation
+    /// rule): [`crate::problem::refused`], its words whole.
+    Refused(Problem),
 }
 
 impl Created {
-    /// The problem a taken name is (see [`Conflict::problem`]; `hint` is the way out).
+    /// The problem a taken name is (see [`Conflict::problem`]; `hint` is the way out), or the
+    /// refusal.
     pub fn problem(&self, hint: &str) -> Option<Problem> {
         match self {
             Created::Taken(c) => Some(c.problem(hint)),
+            Created::Refused(p) => Some(p.clone()),
             Created::Made | Created::Ours | Created::Vanished => None,
         }
     }
@@ -147,7 +152,16 @@ impl Io<'_> {
         let name = obj.name_any();
         let subject = children::subject(self.vmm, &kind, &name);
         self.ctx.proof.stamp_onto(obj.meta_mut(), &subject);
-        match crate::kubeio::create(&self.ctx.metrics, &self.api::<K>(), &obj).await? {
+        let made = match crate::kubeio::create(&self.ctx.metrics, &self.api::<K>(), &obj).await {
+            Err(crate::Error::Kube(e)) => {
+                if let Some(p) = crate::problem::refused(&format!("create {kind} {name}"), &e) {
+                    return Ok(Created::Refused(p));
+                }
+                return Err(e.into());
+            }
+            other => other?,
+        };
+        match made {
             Some(uid) => {
                 self.ledger.push(LedgerEntry::Made(subject.record(&uid)));
                 Ok(Created::Made)

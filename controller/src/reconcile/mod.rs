@@ -270,11 +270,18 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         }
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
-    if matches!(intent, Intent::Start)
-        && let Some(wait) = preflight::waiting(vmm, &now, ctx.policy.preflight_recheck)
-    {
-        // Held by preflight and not due for another look: nothing is read or written.
-        return Ok(Requeue::requeue(wait));
+    let uid = vmm.uid().unwrap_or_default();
+    let ran = ctx.preflight_ran(&uid, vmm.metadata.generation);
+    if matches!(intent, Intent::Start) && preflight::held(vmm) {
+        if let Some(wait) =
+            preflight::waiting(vmm, &now, ctx.policy.preflight_recheck, ran.as_ref())
+        {
+            // Held by preflight and not due for another look: nothing is read or written.
+            return Ok(Requeue::requeue(wait));
+        }
+        // Due: Preparing looks at the source again now; the next look is an interval later,
+        // whether or not its findings change the status.
+        ctx.note_preflight(&uid, vmm.metadata.generation, now.clone());
     }
     // A migration paused before it started, or held by a wave that was paused (planned) when
     // it made it, is preflighted, nothing touched, on a schedule.
@@ -284,8 +291,10 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         _ => false,
     };
     let mut fresh_preflight = None;
-    if paused_preflight && preflight::recheck_in(vmm, &now, ctx.policy.preflight_recheck).is_none()
+    if paused_preflight
+        && preflight::recheck_in(vmm, &now, ctx.policy.preflight_recheck, ran.as_ref()).is_none()
     {
+        ctx.note_preflight(&uid, vmm.metadata.generation, now.clone());
         fresh_preflight = Some(preflight_only(io, &now).await?);
     }
     if let Some(mut new) = status::after_intent(vmm, &intent, &now) {

@@ -10,7 +10,7 @@ use ferry_crds::{
 };
 
 use super::scope::Scope;
-use crate::problem::Problem;
+use crate::problem::{Problem, Tries};
 
 /// The step a checkpoint takes now.
 #[derive(Clone, Debug, PartialEq)]
@@ -225,6 +225,11 @@ impl<A> Outcome<A> {
         marks: Option<ConditionType>,
     ) -> Self {
         let phase = scope.phase();
+        let budget = match problem.tries {
+            Tries::Policy => Some(scope.policy.max_transient_retries),
+            Tries::Few => Some(crate::problem::FEW_TRIES),
+            Tries::Unbounded => None,
+        };
         let step = if !problem.transient {
             Step::Fail {
                 reason: problem.reason,
@@ -232,7 +237,7 @@ impl<A> Outcome<A> {
                 retriable: false,
                 resume: phase,
             }
-        } else if scope.retries >= scope.policy.max_transient_retries {
+        } else if budget.is_some_and(|b| scope.retries >= b) {
             Step::Fail {
                 reason: problem.reason,
                 message: format!(

@@ -200,6 +200,10 @@ pub mod say {
         format!("precopy round {round} failed ({why}); the next round copies its changes again")
     }
 
+    pub fn refused(round: i32, why: &str) -> String {
+        format!("precopy round {round}: {why}")
+    }
+
     pub fn cut_short(round: i32) -> String {
         format!(
             "the cutover is due: precopy round {round} is cut short (its Job deleted, its snapshot removed)"

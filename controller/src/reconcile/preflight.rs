@@ -364,24 +364,49 @@ pub fn holds(code: Code) -> bool {
 }
 
 /// How long until a migration held or paused in Pending is checked again; `None` when it is
-/// due now (never checked, the spec changed since, or the interval passed). Pure.
-pub fn recheck_in(vmm: &VirtualMachineMigration, now: &Time, every: Duration) -> Option<Duration> {
+/// due now (never checked, the spec changed since, or the interval passed). The interval runs
+/// from the later of `checkedAt` and `ran`, when this process last looked for the same spec
+/// generation: findings unchanged keep the old `checkedAt` (nothing to write), and the look
+/// after them must not come at every reconcile. Pure.
+pub fn recheck_in(
+    vmm: &VirtualMachineMigration,
+    now: &Time,
+    every: Duration,
+    ran: Option<&Time>,
+) -> Option<Duration> {
     let p = vmm.status.as_ref()?.preflight.as_ref()?;
     if p.observed_generation != vmm.metadata.generation {
         return None;
     }
     let at = p.checked_at.as_ref()?;
+    let at = ran.filter(|r| r.0 > at.0).unwrap_or(at);
     let since = now.0.duration_since(at.0);
     let since = Duration::try_from(since).unwrap_or_default();
     every.checked_sub(since).filter(|d| !d.is_zero())
 }
 
+/// Whether preflight holds the migration in Pending: a Critical concern nobody accepted, of a
+/// code that holds. Pure.
+pub fn held(vmm: &VirtualMachineMigration) -> bool {
+    vmm.phase() == ferry_crds::Phase::Pending
+        && vmm
+            .status
+            .as_ref()
+            .and_then(|s| s.preflight.as_ref())
+            .is_some_and(|p| p.blocking().any(|c| holds(c.code)))
+}
+
 /// How long a migration held in Pending by preflight waits before its next look; `None` when
-/// it is not held or the look is due. Pure.
-pub fn waiting(vmm: &VirtualMachineMigration, now: &Time, every: Duration) -> Option<Duration> {
-    let p = vmm.status.as_ref()?.preflight.as_ref()?;
-    let held = vmm.phase() == ferry_crds::Phase::Pending && p.blocking().any(|c| holds(c.code));
-    held.then(|| recheck_in(vmm, now, every)).flatten()
+/// it is not held or the look is due (`ran` as in [`recheck_in`]). Pure.
+pub fn waiting(
+    vmm: &VirtualMachineMigration,
+    now: &Time,
+    every: Duration,
+    ran: Option<&Time>,
+) -> Option<Duration> {
+    held(vmm)
+        .then(|| recheck_in(vmm, now, every, ran))
+        .flatten()
 }
 
 /// Whether ferry read the source VM whole: every part of vSphere's answer, and at least as many
@@ -1012,7 +1037,7 @@ mod tests {
         let later =
             |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_000_000 + s).unwrap());
         let mut vmm = fixtures::migration("m");
-        assert_eq!(recheck_in(&vmm, &t0, every), None, "never checked");
+        assert_eq!(recheck_in(&vmm, &t0, every, None), None, "never checked");
         let st = vmm.status.get_or_insert_with(Default::default);
         st.preflight = Some(PreflightStatus {
             checked_at: Some(t0.clone()),
@@ -1020,13 +1045,28 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            recheck_in(&vmm, &later(100), every),
+            recheck_in(&vmm, &later(100), every, None),
             Some(Duration::from_secs(500))
         );
-        assert_eq!(recheck_in(&vmm, &later(600), every), None, "due");
+        assert_eq!(recheck_in(&vmm, &later(600), every, None), None, "due");
+        // Looked again at 600 and found the same (checkedAt stays t0): the next look is due
+        // an interval after that look, not at every reconcile from then on.
+        assert_eq!(
+            recheck_in(&vmm, &later(700), every, Some(&later(600))),
+            Some(Duration::from_secs(500))
+        );
+        assert_eq!(
+            recheck_in(&vmm, &later(1200), every, Some(&later(600))),
+            None
+        );
+        // A look older than checkedAt (another replica wrote since) counts from checkedAt.
+        assert_eq!(
+            recheck_in(&vmm, &later(100), every, Some(&later(-50))),
+            Some(Duration::from_secs(500))
+        );
         vmm.metadata.generation = Some(2);
         assert_eq!(
-            recheck_in(&vmm, &later(100), every),
+            recheck_in(&vmm, &later(100), every, Some(&later(50))),
             None,
             "the spec changed"
         );

@@ -77,6 +77,10 @@ pub enum SnapshotSeen {
     },
     /// The recorded name is held by a snapshot ferry cannot prove it took; why, in words.
     Foreign(String),
+    /// Ferry's own (its moref: the one carrying this migration's valid stamp) among others of
+    /// the same name that ferry did not take; why ferry will not go on, naming them. Its own is
+    /// removed at the end, cancel or deletion; the others are left alone.
+    Crowded { moref: String, why: String },
 }
 
 /// Judges the VM's snapshots against the record: ferry's by the recorded moref, or (before
@@ -121,11 +125,28 @@ pub fn judge(
         [] => absent,
         [one] if stamped(one) => ours(one),
         [one] => foreign(one),
-        many => SnapshotSeen::Foreign(format!(
-            "the source VM {vm} has {} snapshots named {:?}; ferry takes one and cannot tell which is its own. Remove the others, then retry",
-            many.len(),
-            rec.name
-        )),
+        many => {
+            let (own, others): (Vec<&&Snapshot>, Vec<&&Snapshot>) =
+                many.iter().partition(|s| stamped(s));
+            let others: Vec<&str> = others.iter().map(|s| s.moref.as_str()).collect();
+            match own.as_slice() {
+                [own] => SnapshotSeen::Crowded {
+                    moref: own.moref.clone(),
+                    why: format!(
+                        "the source VM {vm} has {} other snapshot(s) named {:?} ({}) that ferry did not take, beside its own ({}): ferry removes its own and leaves the others. Remove or rename them, then retry",
+                        others.len(),
+                        rec.name,
+                        others.join(", "),
+                        own.moref
+                    ),
+                },
+                _ => SnapshotSeen::Foreign(format!(
+                    "the source VM {vm} has {} snapshots named {:?}, none or several with this migration's stamp; ferry cannot tell which is its own and leaves them all. Remove them, then retry",
+                    many.len(),
+                    rec.name
+                )),
+            }
+        }
     }
 }
 
@@ -359,12 +380,25 @@ mod tests {
             ),
             "a stamp for another migration proves nothing for this one"
         );
-        // Two of the name, even one stamped: ferry cannot tell, and says so.
+        // Two of the name, one with ferry's stamp: that one is ferry's (cleanup removes it),
+        // the other is named and left alone.
         let twin = snap("snapshot-5", &name, "", 3);
-        assert!(matches!(
-            judge(&vmm, &key(1), &rec, "vm-1", &[taken.clone(), twin.clone()]),
-            SnapshotSeen::Foreign(w) if w.contains("2 snapshots")
-        ));
+        for pair in [[taken.clone(), twin.clone()], [twin.clone(), taken.clone()]] {
+            let SnapshotSeen::Crowded { moref, why } = judge(&vmm, &key(1), &rec, "vm-1", &pair)
+            else {
+                panic!("ferry's stamped snapshot among twins is its own");
+            };
+            assert_eq!(moref, "snapshot-2");
+            assert!(why.contains("snapshot-5") && why.contains("retry"), "{why}");
+        }
+        // Two of the name without ferry's stamp, or both with it: ferry cannot tell.
+        let stamped_twin = snap("snapshot-6", &name, &ours, 3);
+        for pair in [[twin.clone(), twin.clone()], [taken.clone(), stamped_twin]] {
+            assert!(matches!(
+                judge(&vmm, &key(1), &rec, "vm-1", &pair),
+                SnapshotSeen::Foreign(w) if w.contains("2 snapshots")
+            ));
+        }
         // Once the moref is recorded it decides: the twin does not confuse it, and a recorded
         // moref now held by a snapshot of another name is not ferry's.
         let recorded = SnapshotRecord {

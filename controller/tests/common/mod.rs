@@ -26,8 +26,12 @@ pub const S3_SECRET: &str = "staging";
 /// The fault annotation of ferry-sim.
 pub const FAULT: &str = "sim.ferry.example/fault";
 
-/// The directory of this build's binaries: the test executable lives in `<target>/<profile>/deps`.
+/// The directory of this build's binaries: the test executable lives in `<target>/<profile>/deps`;
+/// `$FERRY_BIN_DIR` (relative to the workspace) for another build's, e.g. `target/release`.
 pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("FERRY_BIN_DIR").filter(|d| !d.is_empty()) {
+        return workspace().join(dir);
+    }
     let exe = std::env::current_exe().expect("current_exe");
     exe.parent()
         .and_then(Path::parent)

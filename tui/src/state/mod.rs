@@ -213,8 +213,8 @@ pub enum Popup {
         /// The selected line.
         cursor: usize,
     },
-    /// What to try first (`--welcome`), with a note from whoever started the cockpit; any key
-    /// closes it.
+    /// What to try first (`--welcome`), with a note from whoever started the cockpit; `q`
+    /// quits, any other key closes it.
     Welcome {
         /// A line about this board (the demo says what it injected), may be empty.
         note: String,

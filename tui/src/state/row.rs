@@ -45,7 +45,10 @@ impl Pip {
                 | Reason::Paused
                 | Reason::RetryRequested
                 | Reason::Cancelling => Pip::Waiting,
-                Reason::TransientError => Pip::Retrying,
+                Reason::TransientError
+                | Reason::APIRefused
+                | Reason::AdmissionDenied
+                | Reason::QuotaExceeded => Pip::Retrying,
                 // Every other reason on a False condition is a failure of that checkpoint
                 // (listed: a new reason must be placed here, it is not red by default).
                 Reason::Discovered
@@ -59,6 +62,7 @@ impl Pip {
                 | Reason::PreflightFailed
                 | Reason::UnsupportedDiskLayout
                 | Reason::SourcePoweredOn
+                | Reason::SourceChanged
                 | Reason::CutOver
                 | Reason::CutoverFailed
                 | Reason::SnapshotFailed
