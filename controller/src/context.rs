@@ -142,12 +142,13 @@ impl Context {
         metrics: Arc<Metrics>,
         proof: ProofKey,
     ) -> Self {
+        let source = Arc::new(VsphereSource::counted(metrics.vsphere_calls.clone()));
         Self::with_ports(
             client,
             policy,
             metrics,
             Ports {
-                source: Arc::new(VsphereSource::default()),
+                source,
                 staging: Arc::new(S3Staging),
                 clock: Arc::new(SystemClock),
                 proof,

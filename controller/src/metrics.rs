@@ -119,6 +119,9 @@ pub struct Metrics {
     pub migration_reads: Family<CacheReadLabels, Counter>,
     /// Lists of the vCenter inventory made to resolve a wave's `spec.selector`.
     pub wave_inventory_lists: Counter,
+    /// Calls to vSphere (a login, a look at a VM, a power operation, a snapshot: each one or a
+    /// few requests to vCenter), by every migration and wave.
+    pub vsphere_calls: Counter,
     /// Children the watch caches hold, by kind and form (refreshed every few seconds).
     pub cached_children: Family<CachedLabels, Gauge>,
     /// Migrations the watch cache holds, by form: `whole` or `settled` (cut down, see
@@ -204,6 +207,12 @@ impl Default for Metrics {
             "Lists of the vCenter inventory made to resolve a wave's spec.selector",
             wave_inventory_lists.clone(),
         );
+        let vsphere_calls = Counter::default();
+        registry.register(
+            "vsphere_calls",
+            "Calls to vSphere: logins, looks at VMs, power operations, snapshots",
+            vsphere_calls.clone(),
+        );
         let cached_children = Family::<CachedLabels, Gauge>::default();
         registry.register(
             "cached_children",
@@ -220,6 +229,7 @@ impl Default for Metrics {
             cached_children,
             cached_migrations,
             wave_inventory_lists,
+            vsphere_calls,
             requests,
             cache_reads,
             migration_reads,

@@ -776,3 +776,75 @@ async fn a_missing_network_attachment_holds_until_it_exists_and_another_namespac
         serde_yaml_status(&foreign)
     );
 }
+
+/// A held migration costs vCenter nothing between its scheduled looks, also after its first
+/// interval: findings unchanged keep the old `checkedAt` (nothing to write), and the next look
+/// is timed from the last one this controller made, not from `checkedAt` (which made every
+/// reconcile past the first interval a whole read of the VM). Counted at the controller's
+/// vSphere port (`ferry_controller_vsphere_calls_total`: each login or call to the lab's
+/// vCenter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_migration_reads_vcenter_only_on_its_recheck_schedule() {
+    const CALLS: &str = "ferry_controller_vsphere_calls_total";
+    let mut env = Env::new("preflight-schedule", 4).await;
+    env.extra_controller_args = vec!["--preflight-recheck".into(), "20s".into()];
+    env.start_sim();
+    env.start_controller();
+    // Held by a Critical concern that stays: an instancetype nobody creates.
+    let mut vmm = env.migration("waits");
+    vmm.spec.target.template.placement.instancetype = Some(ferry_crds::InstancetypeRef {
+        name: format!("{}-none", env.ns.name),
+        kind: ferry_crds::InstancetypeKind::VirtualMachineClusterInstancetype,
+    });
+    env.create(&vmm).await;
+    env.wait_for("waits", "preflight to hold it", 120, |v| {
+        ready_reason(v) == Some(Reason::PreflightFailed)
+    })
+    .await;
+    // The next look comes by the schedule, a first interval after the hold.
+    let after_hold = calls_settled(&env, CALLS).await;
+    eventually(
+        "the scheduled look after the first interval",
+        Duration::from_secs(90),
+        || async { (env.metric(CALLS) > after_hold).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    let before = calls_settled(&env, CALLS).await;
+    let reconciles = env.reconciles();
+    // Ten reconciles right after that look, well within the next interval.
+    for n in 0..10 {
+        env.annotate("waits", "example.com/nudge", Some(&n.to_string()))
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eventually("ten more reconciles", Duration::from_secs(30), || async {
+        (env.reconciles() >= reconciles + 10).then_some(())
+    })
+    .await
+    .unwrap();
+    let calls = env.metric(CALLS) - before;
+    println!(
+        "{} reconciles between two looks: {calls} vSphere calls",
+        env.reconciles() - reconciles
+    );
+    assert_eq!(
+        calls,
+        0,
+        "a held migration read vCenter between its looks; logs in {}",
+        env.scratch.display()
+    );
+}
+
+/// The metric `series` once it has not moved for two seconds (a look at vSphere is done).
+async fn calls_settled(env: &Env, series: &str) -> u64 {
+    let mut last = env.metric(series);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = env.metric(series);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}

@@ -161,6 +161,19 @@ pub struct VsphereSource {
     sessions: SessionCache,
 }
 
+impl VsphereSource {
+    /// A source whose calls to vSphere (each login and each call on a session) count in
+    /// `calls`.
+    pub fn counted(calls: prometheus_client::metrics::counter::Counter) -> Self {
+        Self {
+            sessions: SessionCache {
+                calls,
+                ..SessionCache::default()
+            },
+        }
+    }
+}
+
 /// What identifies a session: the Secret it logged in with, and everything of that Secret the
 /// login used. A changed password or trust is another key, so a rotated Secret logs in anew.
 #[derive(Clone)]
@@ -211,6 +224,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<vsphere::Session>>>>;
 #[derive(Default)]
 pub struct SessionCache {
     slots: std::sync::Mutex<Vec<(SessionKey, Slot)>>,
+    /// Logins and calls made (the metric `vsphere_calls`).
+    calls: prometheus_client::metrics::counter::Counter,
 }
 
 impl std::fmt::Debug for SessionCache {
@@ -253,6 +268,7 @@ impl SessionCache {
         if let Some(s) = held.as_ref() {
             return Ok(s.clone());
         }
+        self.calls.inc();
         let s = Arc::new(
             vsphere::Session::connect(&ep)
                 .await
@@ -311,10 +327,13 @@ impl SessionCache {
         Fut: std::future::Future<Output = Result<T, vsphere::Error>>,
     {
         let s = self.session(login).await?;
+        self.calls.inc();
         Ok(match call(s.clone()).await {
             Err(e) if not_authenticated(&e) => {
                 self.drop_session(login, &s).await;
-                call(self.session(login).await?).await
+                let s = self.session(login).await?;
+                self.calls.inc();
+                call(s).await
             }
             other => other,
         })
