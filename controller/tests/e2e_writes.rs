@@ -50,6 +50,7 @@ impl SourceApi for Source {
             layout_problems: vec![],
             disks_reported: None,
             unread: vec![],
+            state: None,
         });
         Box::pin(async move { found })
     }

@@ -394,3 +394,66 @@ async fn a_ca_signed_vcenter_is_trusted_with_its_ca_bundle_and_refused_without()
         .unwrap_err();
     assert!(matches!(err, Error::TlsUntrusted { .. }), "{err:?}");
 }
+
+fn shape(vm: &str, args: &[&str]) {
+    let out =
+        std::process::Command::new(ferry_harness::repo_root().join("target/lab/bin/ferry-lab"))
+            .arg("shape")
+            .arg("--state-dir")
+            .arg(&lab().info.state_dir)
+            .args(["--vm", vm])
+            .args(args)
+            .output()
+            .expect("ferry-lab shape");
+    assert!(
+        out.status.success(),
+        "ferry-lab shape {vm} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A VM's marks (what defines a copy of it) and the power-ons vCenter recorded since: a power
+/// cycle shows as an event after the marks' time, a disk added and the reconfiguration in the
+/// marks themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn marks_and_power_on_events_tell_a_power_cycle_and_a_disk_added() {
+    let vm = lab().claim_vm().unwrap();
+    shape(&vm.name, &["--power", "off"]);
+    let s = Session::connect(&pinned_sha1()).await.unwrap();
+    let before = s.marks(&vm.moref).await.unwrap();
+    assert_eq!(before.power_state, PowerState::PoweredOff);
+    assert_eq!(before.disks.len(), 1);
+    assert_eq!(before.disks_reported, Some(1));
+    assert!(before.unread.is_empty(), "{:?}", before.unread);
+    assert_eq!(
+        s.powered_on_since(&vm.moref, &before.at).await.unwrap(),
+        Vec::<String>::new(),
+        "nothing since the marks were read"
+    );
+
+    shape(&vm.name, &["--power", "on"]);
+    shape(&vm.name, &["--power", "off"]);
+    let ons = s.powered_on_since(&vm.moref, &before.at).await.unwrap();
+    assert_eq!(ons.len(), 1, "one power-on since: {ons:?}");
+    let again = s.marks(&vm.moref).await.unwrap();
+    assert_eq!(again.power_state, PowerState::PoweredOff, "off again");
+    assert!(
+        s.powered_on_since(&vm.moref, &again.at)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the marks read after it see no power-on since"
+    );
+
+    shape(&vm.name, &["--add-disk", "plain"]);
+    let grown = s.marks(&vm.moref).await.unwrap();
+    assert_eq!(grown.disks.len(), 2, "{:?}", grown.disks);
+    assert_eq!(grown.disks_reported, Some(2));
+    assert_eq!(grown.disks[1].capacity_bytes, 16 << 20);
+    assert_ne!(
+        grown.change_version, before.change_version,
+        "a reconfiguration moves config.changeVersion"
+    );
+    assert!(grown.change_version.is_some());
+    s.logout().await.unwrap();
+}

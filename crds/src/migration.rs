@@ -240,6 +240,11 @@ pub struct VirtualMachineMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_power_off: Option<SourcePowerOff>,
 
+    /// What defines the copy of the source, recorded at the power-off it is made after (see
+    /// SourceState): read again before the migrated VM is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_state: Option<Box<crate::source::SourceState>>,
+
     /// Ferry powering the source VM back on (cancel, failure under OnCancelOrFailure, delete):
     /// the target stopped first, then the source; how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]

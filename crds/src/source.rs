@@ -379,6 +379,54 @@ pub struct DiscoveredSource {
     pub nics: Vec<DiscoveredNic>,
 }
 
+/// What defines the copy of the source VM, as vCenter reported it when ferry recorded it: at the
+/// power-off the copy is made after (a cold migration's, as it leaves Preparing; a warm one's at
+/// the cutover). Before the migrated VM is made, ferry reads the source again: anything changed —
+/// a disk added, removed or resized, the configuration changed, a disk written, a power-on since
+/// — fails the migration with SourceChanged, since the copy is not the source's final state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceState {
+    /// vCenter's clock when it was read (ServiceInstance.CurrentTime): the power-ons vCenter
+    /// records from then on are power cycles of the source.
+    #[schemars(length(max = 64))]
+    pub read_at: String,
+    /// The checkpoint that recorded it (Preparing, or CuttingOver for a warm migration).
+    pub recorded_in: crate::Phase,
+    /// The attempt that recorded it (status.attempts then).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub attempt: i32,
+    /// `config.changeVersion`: it moves with every reconfiguration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub change_version: Option<String>,
+    /// `summary.config.numVirtualDisks`: how many virtual disks vSphere counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_virtual_disks: Option<i32>,
+    /// The virtual disks, in device order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub disks: Vec<SourceDiskState>,
+}
+
+/// One disk of a [`SourceState`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceDiskState {
+    /// Device key.
+    pub key: i32,
+    /// The backing file, `[datastore] dir/file.vmdk`.
+    #[schemars(length(max = 1024))]
+    pub file: String,
+    /// Capacity in bytes.
+    pub capacity_bytes: i64,
+    /// `backing.changeId` with changed block tracking on: any write moves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub change_id: Option<String>,
+}
+
 /// How ferry powered the source VM off, for the decision across reconciles and for people.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

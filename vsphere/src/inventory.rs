@@ -34,6 +34,7 @@ vim_retrievable!(
         firmware = "config.firmware"?,
         secure_boot = "config.boot_options.efi_secure_boot_enabled"?,
         change_tracking = "config.change_tracking_enabled"?,
+        change_version = "config.change_version"?,
         num_cpu = "config.hardware.num_cpu"?,
         cores_per_socket = "config.hardware.num_cores_per_socket"?,
         memory_mb = "config.hardware.memory_mb"?,
@@ -312,9 +313,21 @@ pub(crate) fn disks(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<DiskInfo> {
                 .and_then(sharing)
                 .is_some_and(|s| s == "sharingMultiWriter"),
             encrypted: backing.is_some_and(encrypted),
+            change_id: change_id(dev),
         });
     }
     out
+}
+
+/// The change id of a flat disk's backing (changed block tracking on), none without.
+pub(crate) fn change_id(dev: &(dyn VirtualDeviceTrait + 'static)) -> Option<String> {
+    dev.backing
+        .as_deref()?
+        .as_any_ref()
+        .downcast_ref::<VirtualDiskFlatVer2BackingInfo>()?
+        .change_id
+        .clone()
+        .filter(|c| !c.is_empty())
 }
 
 /// The network cards of a VM, in device order.

@@ -182,6 +182,7 @@ mod tests {
             disk_mode: "persistent".into(),
             shared: false,
             encrypted: false,
+            change_id: None,
         }
     }
 
@@ -198,6 +199,7 @@ mod tests {
             tools: super::super::ToolsState::NotInstalled,
             firmware: Firmware::Bios,
             secure_boot: false,
+            change_version: None,
             change_tracking: Some(true),
             num_cpu: 1,
             cores_per_socket: 1,

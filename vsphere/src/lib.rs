@@ -7,6 +7,7 @@ mod datastore;
 mod error;
 mod inventory;
 mod layout;
+mod marks;
 mod session;
 mod snapshot;
 pub mod tags;
@@ -20,6 +21,7 @@ pub use datastore::Allocation;
 pub use error::Error;
 pub use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
+pub use marks::Marks;
 pub use session::Session;
 pub use snapshot::{Snapshot, SnapshotDisk};
 pub use url::{DatastorePath, download_url};
@@ -119,6 +121,9 @@ pub struct DiskInfo {
     pub shared: bool,
     /// `backing.keyId` is set: the disk is encrypted.
     pub encrypted: bool,
+    /// `backing.changeId`: where the disk stands in its history, with changed block tracking on
+    /// (any write moves it on); none without.
+    pub change_id: Option<String>,
 }
 
 /// One network card of a VM.
@@ -219,6 +224,8 @@ pub struct VmInfo {
     pub secure_boot: bool,
     /// `config.changeTrackingEnabled` (absent when the endpoint leaves it out).
     pub change_tracking: Option<bool>,
+    /// `config.changeVersion`: changes with every reconfiguration of the VM.
+    pub change_version: Option<String>,
     pub num_cpu: u32,
     /// `config.hardware.numCoresPerSocket` (1 when unset).
     pub cores_per_socket: u32,

@@ -48,7 +48,7 @@ impl std::fmt::Debug for Session {
     }
 }
 
-fn vm_ref(moref: &str) -> ManagedObjectReference {
+pub(crate) fn vm_ref(moref: &str) -> ManagedObjectReference {
     ManagedObjectReference {
         r#type: MoTypesEnum::VirtualMachine,
         value: moref.to_owned(),
@@ -169,7 +169,7 @@ impl Session {
     ///
     /// Not [`Session::retrieve_one`]: that leaves the reading to vim_rs, which fails the whole
     /// read on one device it cannot build and says nothing about which.
-    async fn vm_props(&self, moref: &str) -> Result<Option<(VmProps, Vec<Unread>)>> {
+    pub(crate) async fn vm_props(&self, moref: &str) -> Result<Option<(VmProps, Vec<Unread>)>> {
         let pc = &self.client.service_content().property_collector.value;
         let spec = PropertyFilterSpec {
             object_set: vec![ObjectSpec {
@@ -410,6 +410,7 @@ impl Session {
             firmware: inventory::firmware(p.firmware.as_deref()),
             secure_boot: p.secure_boot.unwrap_or(false),
             change_tracking: p.change_tracking,
+            change_version: p.change_version,
             num_cpu: p.num_cpu.unwrap_or_default().max(0) as u32,
             cores_per_socket: p.cores_per_socket.unwrap_or(1).max(1) as u32,
             memory_mib: p.memory_mb.unwrap_or_default().max(0) as u64,

@@ -15,10 +15,7 @@
 
 use vim_rs::mo;
 use vim_rs::types::enums::MoTypesEnum;
-use vim_rs::types::structs::{
-    ManagedObjectReference, VirtualDiskFlatVer2BackingInfo, VirtualMachineSnapshotTree,
-};
-use vim_rs::types::traits::VirtualDeviceTrait;
+use vim_rs::types::structs::{ManagedObjectReference, VirtualMachineSnapshotTree};
 
 use super::session::Session;
 use super::{Error, Result, inventory};
@@ -69,17 +66,6 @@ fn flatten(trees: &[VirtualMachineSnapshotTree], depth: usize, out: &mut Vec<Sna
             out,
         );
     }
-}
-
-/// The change id of a flat disk's backing.
-fn change_id(dev: &(dyn VirtualDeviceTrait + 'static)) -> Option<String> {
-    dev.backing
-        .as_deref()?
-        .as_any_ref()
-        .downcast_ref::<VirtualDiskFlatVer2BackingInfo>()?
-        .change_id
-        .clone()
-        .filter(|c| !c.is_empty())
 }
 
 impl Session {
@@ -136,7 +122,7 @@ impl Session {
         let devices = config.hardware.device.unwrap_or_default();
         let ids: Vec<(i32, Option<String>)> = devices
             .iter()
-            .map(|d| (d.key, change_id(d.as_ref())))
+            .map(|d| (d.key, inventory::change_id(d.as_ref())))
             .collect();
         Ok(inventory::disks(&devices)
             .into_iter()

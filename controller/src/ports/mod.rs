@@ -5,5 +5,5 @@
 pub mod source;
 pub mod staging;
 
-pub use source::{Discovered, SourceApi, SourceLogin, SourceTrust, VsphereSource};
+pub use source::{Discovered, Marks, SourceApi, SourceLogin, SourceTrust, VsphereSource};
 pub use staging::{ConverterProgress, S3Staging, StagedObject, StagingApi, StagingLogin};

@@ -2,8 +2,8 @@
 //! `ferry_vsphere` (vim_rs). Errors come back classified as a [`Problem`].
 
 use ferry_crds::{
-    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, ToolsState,
-    VmLookup,
+    DiscoveredDisk, DiscoveredNic, DiscoveredSource, Firmware, PowerState, Reason, SourceDiskState,
+    SourceState, ToolsState, VmLookup,
 };
 use std::sync::Arc;
 
@@ -56,6 +56,21 @@ pub struct Discovered {
     /// What of vSphere's answer ferry could not read, each named (devices by key, label, type,
     /// backing); empty when it read all of it.
     pub unread: Vec<String>,
+    /// What defines a copy of it as found (read after vCenter's clock), for the record a cold
+    /// migration keeps of its source as it powered it off; `None` from a source that cannot
+    /// tell.
+    pub state: Option<SourceState>,
+}
+
+/// A VM's marks now: what defines a copy of it ([`SourceState`], its `recordedIn` and attempt
+/// left for the recorder to set), and its power state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Marks {
+    /// Its disks, their change ids and count, its configuration's version, and vCenter's clock
+    /// when read.
+    pub state: SourceState,
+    /// Its power state.
+    pub power: PowerState,
 }
 
 /// The vSphere source.
@@ -72,6 +87,26 @@ pub trait SourceApi: Send + Sync + 'static {
         login: &'a SourceLogin,
         moref: &'a str,
     ) -> BoxFuture<'a, Result<(PowerState, ToolsState), Problem>>;
+    /// The VM's marks now (see [`Marks`]).
+    fn marks<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<Marks, Problem>> {
+        let _ = (login, moref);
+        Box::pin(async { Err(no_marks()) })
+    }
+    /// When the VM was powered on from `since` on (vCenter's clock, as [`SourceState::read_at`]),
+    /// by vCenter's events: each power-on's time.
+    fn powered_on_since<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        since: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, Problem>> {
+        let _ = (login, moref, since);
+        Box::pin(async { Err(no_marks()) })
+    }
     /// Asks the guest to shut down through VMware Tools; returns at once (the guest takes its
     /// time, or ignores it). A VM already off is fine.
     fn shutdown_guest<'a>(
@@ -422,6 +457,46 @@ fn power_state(p: vsphere::PowerState) -> PowerState {
     }
 }
 
+/// What defines a copy of a VM with `disks`, read at `at` (vCenter's clock).
+fn state_of(
+    at: String,
+    change_version: Option<String>,
+    disks: &[vsphere::DiskInfo],
+    counted: Option<u32>,
+) -> SourceState {
+    SourceState {
+        read_at: at,
+        change_version,
+        num_virtual_disks: counted.and_then(|n| i32::try_from(n).ok()),
+        disks: disks
+            .iter()
+            .map(|d| SourceDiskState {
+                key: d.key,
+                file: d.datastore_path.clone(),
+                capacity_bytes: i64::try_from(d.capacity_bytes).unwrap_or(i64::MAX),
+                change_id: d.change_id.clone(),
+            })
+            .collect(),
+        ..SourceState::default()
+    }
+}
+
+/// The source VM is gone.
+fn gone(moref: &str, login: &SourceLogin) -> Problem {
+    Problem::permanent(
+        Reason::VMNotFound,
+        format!("the source VM {moref} is gone from {}", login.url),
+    )
+}
+
+/// A source port that cannot read what defines a copy of a VM.
+fn no_marks() -> Problem {
+    Problem::permanent(
+        Reason::SourceChanged,
+        "this source cannot tell what defines a copy of the VM, so ferry cannot prove the copy is its final state",
+    )
+}
+
 fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
     let cpus = i32::try_from(vm.num_cpu).ok();
     DiscoveredSource {
@@ -510,12 +585,16 @@ impl SourceApi for VsphereSource {
                 VmLookup::Uuid(u) => vsphere::VmSelector::Uuid(u.to_owned()),
             };
             let sel = &selector;
+            // vCenter's clock first: a power-on after it is one this answer does not show.
             let found = self
                 .sessions
-                .with(login, |s| async move { s.find_vm(sel).await })
+                .with(login, |s| async move {
+                    let at = s.current_time().await?;
+                    Ok(s.find_vm(sel).await?.map(|info| (at, info)))
+                })
                 .await?;
-            let info = match found {
-                Ok(Some(info)) => info,
+            let (at, info) = match found {
+                Ok(Some(found)) => found,
                 Ok(None) | Err(vsphere::Error::NotFound(_)) => {
                     return Err(Problem::permanent(
                         Reason::VMNotFound,
@@ -530,8 +609,48 @@ impl SourceApi for VsphereSource {
                 layout_problems,
                 disks_reported: info.disks_reported,
                 unread: info.unread.iter().map(ToString::to_string).collect(),
+                state: Some(state_of(
+                    at,
+                    info.change_version.clone(),
+                    &info.disks,
+                    info.disks_reported,
+                )),
             })
         })
+    }
+
+    fn marks<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+    ) -> BoxFuture<'a, Result<Marks, Problem>> {
+        Box::pin(async move {
+            let r = self
+                .sessions
+                .with(login, |s| async move { s.marks(moref).await })
+                .await?;
+            match r {
+                Ok(m) => Ok(Marks {
+                    power: power_state(m.power_state),
+                    state: state_of(m.at, m.change_version, &m.disks, m.disks_reported),
+                }),
+                Err(vsphere::Error::NotFound(_)) => Err(gone(moref, login)),
+                Err(e) => Err(problem_of(&e)),
+            }
+        })
+    }
+
+    fn powered_on_since<'a>(
+        &'a self,
+        login: &'a SourceLogin,
+        moref: &'a str,
+        since: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, Problem>> {
+        Box::pin(self.sessions.call(
+            login,
+            move |s| async move { s.powered_on_since(moref, since).await },
+            problem_of,
+        ))
     }
 
     fn power<'a>(

@@ -222,6 +222,7 @@ mod tests {
                     creating_vm::Observed {
                         vm: super::super::world::VmState::Absent,
                         source_power: Some(Ok(ferry_crds::PowerState::PoweredOff)),
+                        source_changed: Some(Ok(creating_vm::tests::unchanged())),
                     },
                     creating_vm::Action::CreateVm,
                     p(Reason::VMCreateFailed),

@@ -390,10 +390,7 @@ fn staged(scope: &Scope<Observed>, converted: Option<&[StagedObject]>) -> Option
             bytes_total: bytes,
             ..Progress::default()
         }),
-        source: None,
-        power_off: None,
-        preflight: None,
-        warm: None,
+        ..Record::default()
     };
     let msg = say::converted(scope.disk_count(), bytes);
     // A warm migration's snapshot goes once its disks are staged: the VM runs on without it.
@@ -475,6 +472,17 @@ fn warm_snapshot(scope: &Scope<Observed>, creating: bool) -> Option<Outcome<Acti
             Some(why) => Some(snapshot_refused(&why)),
             None => Some(out(Step::Act(vec![Action::TakeSnapshot]), None, None)),
         },
+        Some(Ok(warm::SnapshotSeen::Ours { disks, .. }))
+            if !super::source_state::snapshot_changes(&scope.vmm, disks).is_empty() =>
+        {
+            Some(super::source_state::changed(
+                super::source_state::vm_name(&scope.vmm),
+                "after Preparing found it, before ferry's first snapshot",
+                &super::source_state::snapshot_changes(&scope.vmm, disks),
+                Phase::Converting,
+                DiskConverted,
+            ))
+        }
         Some(Ok(warm::SnapshotSeen::Ours { moref, disks })) => {
             w.snapshot = Some(ferry_crds::SnapshotRecord {
                 moref: Some(moref.clone()),
@@ -793,11 +801,37 @@ mod tests {
             decide_warm(warm::SnapshotSeen::Absent { depth: 3 }).step,
             Step::Act(vec![Action::TakeSnapshot])
         );
+        let frozen = |keys: &[i32]| -> Vec<ferry_vsphere::SnapshotDisk> {
+            keys.iter()
+                .map(|k| ferry_vsphere::SnapshotDisk {
+                    key: *k,
+                    datastore_path: format!("[LocalDS_0] DC0_H0_VM0/disk-{k}-snapshot.vmdk"),
+                    capacity_bytes: 64 << 20,
+                    change_id: Some("52 aa/1".into()),
+                })
+                .collect()
+        };
         let ours = decide_warm(warm::SnapshotSeen::Ours {
             moref: "snapshot-9".into(),
-            disks: vec![],
+            disks: frozen(&[2000]),
         });
         assert!(matches!(ours.step, Step::Wait { .. }), "{:?}", ours.step);
+        // A disk added after Preparing found the VM is in the snapshot: no copy of an old set.
+        let grown = decide_warm(warm::SnapshotSeen::Ours {
+            moref: "snapshot-9".into(),
+            disks: frozen(&[2000, 2001]),
+        });
+        assert!(
+            matches!(
+                grown.step,
+                Step::Fail {
+                    reason: Reason::SourceChanged,
+                    ..
+                }
+            ),
+            "{:?}",
+            grown.step
+        );
         let rec = ours.record.warm.and_then(|w| w.snapshot).unwrap();
         assert_eq!(
             rec.moref.as_deref(),

@@ -1,6 +1,8 @@
 //! CreatingVM: the KubeVirt VirtualMachine exists, wired to the imported volumes, with the run
-//! strategy the migration asks for — made only after the source's power was looked at again
-//! (the cutover), when that strategy starts it. One write makes and starts the VM: Starting
+//! strategy the migration asks for — made only after the source was looked at again: off, when
+//! that strategy starts it (the cutover), and unchanged since ferry recorded what it copies
+//! (`source_state`: no disk added, removed, resized or written, no reconfiguration, no power
+//! cycle), else `SourceChanged` and nothing made. One write makes and starts the VM: Starting
 //! then only waits for its instance.
 
 use ferry_crds::{
@@ -32,6 +34,9 @@ pub struct Observed {
     /// The source VM's power state, looked at again right before a VM that starts is made
     /// (`None` when nothing is about to be made, or the VM is made not to start).
     pub source_power: Option<std::result::Result<PowerState, Problem>>,
+    /// Right before the VM is made (`None` otherwise): the source against what ferry recorded
+    /// of it.
+    pub source_changed: Option<std::result::Result<world::FinalLook, Problem>>,
 }
 
 /// What CreatingVM does to the world.
@@ -50,9 +55,22 @@ impl Checkpoint for CreatingVm {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let vm = world::vm_state(io).await?;
+        let look = if vm == VmState::Absent {
+            Some(world::final_look(io).await?)
+        } else {
+            None
+        };
         let about_to_start = vm == VmState::Absent && starts(io.vmm.final_run_strategy());
-        let source_power = world::cutover_look(io, about_to_start).await?;
-        Ok(Observed { vm, source_power })
+        let source_power = look
+            .as_ref()
+            .filter(|_| about_to_start)
+            .map(|l| l.as_ref().map(|f| f.power).map_err(Clone::clone));
+        let source_changed = look;
+        Ok(Observed {
+            vm,
+            source_power,
+            source_changed,
+        })
     }
 
     fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
@@ -89,6 +107,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     let name = names::vm_name(&scope.vmm);
     match &scope.world.vm {
         VmState::Absent => cutover_refused(scope, scope.world.source_power.as_ref(), VMCreated)
+            .or_else(|| source_changed(scope))
             .unwrap_or_else(|| {
                 Outcome::new(
                     Step::Act(vec![Action::CreateVm]),
@@ -123,6 +142,25 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     }
 }
 
+/// The source changed since ferry recorded what it copies (or could not be looked at): nothing
+/// is made. Pure.
+fn source_changed(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    match scope.world.source_changed.as_ref()? {
+        Err(p) => Some(Outcome::from_problem(scope, p, Some(VMCreated))),
+        Ok(look) if look.changes.is_empty() => None,
+        Ok(look) => Some(super::source_state::changed(
+            super::source_state::vm_name(&scope.vmm),
+            &format!(
+                "after ferry recorded what it copies (vCenter's clock {})",
+                look.recorded_at.as_deref().unwrap_or("?")
+            ),
+            &look.changes,
+            Phase::CreatingVM,
+            VMCreated,
+        )),
+    }
+}
+
 fn name_taken(name: &str) -> String {
     format!(
         "a VirtualMachine named {name} exists and is not this migration's; delete it or set spec.target.name"
@@ -140,10 +178,18 @@ fn taken(name: &str, c: &Conflict) -> Problem {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
+
+    pub(crate) fn unchanged() -> world::FinalLook {
+        world::FinalLook {
+            power: PowerState::PoweredOff,
+            changes: vec![],
+            recorded_at: None,
+        }
+    }
 
     fn step(vm: VmState, source_power: Option<PowerState>) -> Step<Action> {
         let vmm = migration("m").with_phase(Phase::CreatingVM);
@@ -155,6 +201,7 @@ mod tests {
             world: Observed {
                 vm,
                 source_power: source_power.map(Ok),
+                source_changed: Some(Ok(unchanged())),
             },
         })
         .step
@@ -205,6 +252,37 @@ mod tests {
     }
 
     #[test]
+    fn a_source_changed_since_its_record_fails_before_the_vm_is_made() {
+        let vmm = migration("m").with_phase(Phase::CreatingVM);
+        for power in [Some(PowerState::PoweredOff), None] {
+            let out = decide(&Scope {
+                vmm: vmm.clone(),
+                now: ts(0).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    vm: VmState::Absent,
+                    source_power: power.map(Ok),
+                    source_changed: Some(Ok(world::FinalLook {
+                        changes: vec!["a disk was added (2001: [ds] vm/disk2.vmdk, 16 MiB)".into()],
+                        recorded_at: Some("2026-12-06T10:00:00Z".into()),
+                        ..unchanged()
+                    })),
+                },
+            });
+            assert!(out.actions().is_empty(), "nothing made: {:?}", out.step);
+            let Step::Fail {
+                reason, retriable, ..
+            } = &out.step
+            else {
+                panic!("a failure: {:?}", out.step);
+            };
+            assert_eq!((*reason, *retriable), (Reason::SourceChanged, true));
+            assert!(out.message.contains("a disk was added"), "{}", out.message);
+        }
+    }
+
+    #[test]
     fn vsphere_trouble_while_looking_at_the_source_creates_nothing() {
         let vmm = migration("m").with_phase(Phase::CreatingVM);
         let out = decide(&Scope {
@@ -215,6 +293,10 @@ mod tests {
             world: Observed {
                 vm: VmState::Absent,
                 source_power: Some(Err(Problem::transient(
+                    Reason::EndpointUnreachable,
+                    "connection refused",
+                ))),
+                source_changed: Some(Err(Problem::transient(
                     Reason::EndpointUnreachable,
                     "connection refused",
                 ))),

@@ -44,6 +44,9 @@ pub struct CuttingOver;
 pub struct Observed {
     /// The source's power and Tools, looked at once the cutover is due.
     pub source: Option<std::result::Result<(PowerState, ToolsState), Problem>>,
+    /// The source's marks (its disks, their change ids, its configuration's version), looked at
+    /// with its power once the cutover is due.
+    pub marks: Option<std::result::Result<crate::ports::Marks, Problem>>,
     /// The cutover Job (`Absent` when its name is held by an object not ours: `conflict`).
     pub job: JobState,
     /// The Job's name held by someone else's object.
@@ -111,18 +114,18 @@ impl Checkpoint for CuttingOver {
             .warm
             .as_ref()
             .is_some_and(|w| w.cutover_due(&now));
-        let source = if begun || due {
-            Some(match credentials::source_login(io).await? {
+        let (source, marks) = if begun || due {
+            match credentials::source_login(io).await? {
                 Ok(login) => {
-                    io.ctx
-                        .source
-                        .power(&login, io.vmm.source_moref().unwrap_or_default())
-                        .await
+                    let moref = io.vmm.source_moref().unwrap_or_default();
+                    let power = io.ctx.source.power(&login, moref).await;
+                    let marks = io.ctx.source.marks(&login, moref).await;
+                    (Some(power), Some(marks))
                 }
-                Err(p) => Err(p),
-            })
+                Err(p) => (Some(Err(p.clone())), Some(Err(p))),
+            }
         } else {
-            None
+            (None, None)
         };
         let seen =
             world::reporting_job(io, &names::cutover_job_name(io.vmm), cutover_job::CONTAINER)
@@ -147,6 +150,7 @@ impl Checkpoint for CuttingOver {
         };
         Ok(Observed {
             source,
+            marks,
             job: state,
             conflict,
             message,
@@ -470,6 +474,17 @@ impl<'a> Round<'a> {
                 });
                 Some(self.soon(w, precopy::say::taking_snapshot(n)))
             }
+            Ok(warm::SnapshotSeen::Ours { disks, .. })
+                if !super::source_state::snapshot_changes(&scope.vmm, disks).is_empty() =>
+            {
+                Some(super::source_state::changed(
+                    super::source_state::vm_name(&scope.vmm),
+                    &format!("before precopy round {n}"),
+                    &super::source_state::snapshot_changes(&scope.vmm, disks),
+                    Phase::CuttingOver,
+                    CutOver,
+                ))
+            }
             Ok(warm::SnapshotSeen::Ours { disks, .. }) => Some(
                 match precopy::volumes(&scope.vmm, &scope.world.block, disks) {
                     Ok(_) => self.waiting(
@@ -491,7 +506,9 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .or_else(|| waiting(scope))
         .or_else(|| begin(scope))
         .or_else(|| source_unknown(scope))
+        .or_else(|| disks_changed(scope))
         .or_else(|| source_on(scope))
+        .or_else(|| record_final_state(scope))
         .unwrap_or_else(|| match &scope.world.job {
             JobState::Absent => create_job(scope),
             JobState::Deleting => Outcome::new(
@@ -631,6 +648,73 @@ fn source_unknown(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         return None;
     };
     Some(Outcome::from_problem(scope, p, Some(CutOver)))
+}
+
+/// The source's disks are not the ones the first copy and its rounds copied (one added,
+/// removed or resized since Preparing found them): no cutover copies an old set, and the source
+/// is not powered off for one.
+fn disks_changed(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let marks = match scope.world.marks.as_ref()? {
+        Ok(m) => m,
+        Err(p) => return Some(Outcome::from_problem(scope, p, Some(CutOver))),
+    };
+    let copied = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let mut changes = super::source_state::disk_set_changes(copied, &marks.state.disks);
+    let counted = marks.state.num_virtual_disks;
+    if counted.is_some_and(|n| usize::try_from(n).ok() != Some(copied.len())) && changes.is_empty()
+    {
+        changes.push(format!(
+            "vSphere counts {} disks, {} copied",
+            counted.unwrap_or_default(),
+            copied.len()
+        ));
+    }
+    (!changes.is_empty()).then(|| {
+        super::source_state::changed(
+            super::source_state::vm_name(&scope.vmm),
+            "while it was copied ahead of its cutover",
+            &changes,
+            Phase::CuttingOver,
+            CutOver,
+        )
+    })
+}
+
+/// The source is off for the cutover and its Job is not made yet: what defines the copy the Job
+/// makes is recorded first, to be read again before the migrated VM is made.
+fn record_final_state(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let Some(Ok(marks)) = &scope.world.marks else {
+        return None;
+    };
+    if scope.world.job != JobState::Absent
+        || super::source_state::recorded_by(&scope.vmm, Phase::CuttingOver).is_some()
+    {
+        return None;
+    }
+    let msg = say::recording_final_state();
+    Some(
+        Outcome::new(
+            Step::Wait {
+                requeue: Duration::from_millis(50),
+            },
+            msg.clone(),
+        )
+        .with(CutOver, Unknown, Reason::InProgress, msg)
+        .recording(Record {
+            source_state: Some(super::source_state::recorded(
+                &scope.vmm,
+                &marks.state,
+                Phase::CuttingOver,
+            )),
+            ..Record::default()
+        }),
+    )
 }
 
 /// The source still runs: powered off as Preparing powers a cold one off, before the Job is
@@ -813,6 +897,10 @@ mod say {
         format!("the cutover Job failed ({reason}): {message}")
     }
 
+    pub(super) fn recording_final_state() -> String {
+        "cutting over: the source is off; recording its disks and configuration as the copy will hold them".into()
+    }
+
     pub(super) fn round_job_failed(reason: &str, message: &str) -> String {
         format!("the round's Job failed ({reason}): {message}")
     }
@@ -859,7 +947,9 @@ mod tests {
         s.source = Some(Box::new(DiscoveredSource {
             moref: Some("vm-1".into()),
             disks: vec![DiscoveredDisk {
+                key: 2000,
                 datastore_path: "[ds] vm/disk1.vmdk".into(),
+                capacity_bytes: 1 << 30,
                 ..DiscoveredDisk::default()
             }],
             ..DiscoveredSource::default()
@@ -877,6 +967,7 @@ mod tests {
     fn world() -> Observed {
         Observed {
             source: None,
+            marks: None,
             job: JobState::Absent,
             conflict: None,
             message: None,
@@ -1063,6 +1154,87 @@ mod tests {
                 "{what}: the source is not touched"
             );
         }
+    }
+
+    fn marks(keys: &[(i32, i64)], power: PowerState) -> crate::ports::Marks {
+        crate::ports::Marks {
+            power,
+            state: ferry_crds::SourceState {
+                read_at: "2026-12-06T10:00:00Z".into(),
+                change_version: Some("v1".into()),
+                num_virtual_disks: Some(i32::try_from(keys.len()).unwrap()),
+                disks: keys
+                    .iter()
+                    .map(|(key, cap)| ferry_crds::SourceDiskState {
+                        key: *key,
+                        file: format!("[ds] vm/disk{key}.vmdk"),
+                        capacity_bytes: *cap,
+                        change_id: Some("52 aa/9".into()),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn begun(vmm: &ferry_crds::VirtualMachineMigration) -> ferry_crds::VirtualMachineMigration {
+        let mut v = vmm.clone();
+        v.spec.warm.as_mut().unwrap().cutover = true;
+        v.status.as_mut().unwrap().warm = Some(Box::new(ferry_crds::WarmStatus {
+            cutover_started_at: Some(fixtures::t0()),
+            ..Default::default()
+        }));
+        v
+    }
+
+    #[test]
+    fn a_disk_added_while_the_source_ran_fails_the_cutover_before_the_source_is_touched() {
+        for (what, keys) in [
+            ("added", vec![(2000, 1 << 30), (2001, 16 << 20)]),
+            ("resized", vec![(2000, 2 << 30)]),
+            ("removed and another added", vec![(2002, 1 << 30)]),
+        ] {
+            let o = decide(&scope(
+                begun(&warm_vmm()),
+                Observed {
+                    source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),
+                    marks: Some(Ok(marks(&keys, PowerState::PoweredOn))),
+                    ..world()
+                },
+            ));
+            let Step::Fail {
+                reason, retriable, ..
+            } = &o.step
+            else {
+                panic!("{what}: {:?}", o.step);
+            };
+            assert_eq!(
+                (*reason, *retriable),
+                (Reason::SourceChanged, true),
+                "{what}"
+            );
+            assert!(o.actions().is_empty(), "{what}: not powered off");
+            assert!(o.record.power_off.is_none(), "{what}");
+        }
+    }
+
+    #[test]
+    fn off_for_the_cutover_the_source_is_recorded_before_the_job_is_made() {
+        let vmm = begun(&warm_vmm());
+        let off = || Observed {
+            source: Some(Ok((PowerState::PoweredOff, ToolsState::NotRunning))),
+            marks: Some(Ok(marks(&[(2000, 1 << 30)], PowerState::PoweredOff))),
+            ..world()
+        };
+        let o = decide(&scope(vmm.clone(), off()));
+        assert!(o.actions().is_empty(), "{:?}", o.step);
+        let rec = o.record.source_state.clone().expect("recorded");
+        assert_eq!(rec.recorded_in, Phase::CuttingOver);
+        assert_eq!(rec.disks[0].change_id.as_deref(), Some("52 aa/9"));
+        let mut recorded = vmm.clone();
+        recorded.status.as_mut().unwrap().source_state = Some(Box::new(rec));
+        let o = decide(&scope(recorded, off()));
+        assert_eq!(o.actions(), vec![Action::CreateJob], "{:?}", o.step);
     }
 
     #[test]

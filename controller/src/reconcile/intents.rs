@@ -185,8 +185,14 @@ fn retry(vmm: &VirtualMachineMigration) -> Option<Intent> {
 fn retry_failed(vmm: &VirtualMachineMigration) -> Intent {
     let last = vmm.status.as_ref().and_then(|s| s.last_failure.as_ref());
     let failed_at = last.map_or(Phase::Preparing, |f| f.phase);
-    let powered_on_meanwhile =
-        last.is_some_and(|f| f.reason == ferry_crds::Reason::SourcePoweredOn);
+    // Someone powered the source on, or changed it, after ferry recorded what it copies: what
+    // was copied is stale.
+    let powered_on_meanwhile = last.is_some_and(|f| {
+        matches!(
+            f.reason,
+            ferry_crds::Reason::SourcePoweredOn | ferry_crds::Reason::SourceChanged
+        )
+    });
     let powered_back =
         (restores_on_failure(vmm) || powered_on_meanwhile) && failed_at != Phase::Preparing;
     // Staging or conversion changed while it was settled: what was staged is not what the spec
@@ -350,6 +356,21 @@ mod tests {
                         cleanup: vec![Cleanup::VerifyJob, Cleanup::UnfinishedDataVolumes],
                     }
                 },
+            ),
+            (
+                "retry after the source changed starts over",
+                {
+                    let mut v = failed_at(Phase::CreatingVM).with_retry(1);
+                    v.status
+                        .as_mut()
+                        .unwrap()
+                        .last_failure
+                        .as_mut()
+                        .unwrap()
+                        .reason = ferry_crds::Reason::SourceChanged;
+                    v
+                },
+                |i| matches!(i, Intent::Retry { resume: Phase::Preparing, cleanup } if cleanup.contains(&Cleanup::AllDataVolumes)),
             ),
             (
                 "retry of a failed conversion drops the Job, its snapshot and staging",

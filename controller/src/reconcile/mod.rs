@@ -24,6 +24,7 @@ pub mod preparing;
 pub mod scope;
 pub mod settled;
 pub mod snapshots;
+pub mod source_state;
 pub mod starting;
 pub mod status;
 pub mod validating;

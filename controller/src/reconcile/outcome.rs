@@ -100,6 +100,9 @@ pub struct Record {
     pub preflight: Option<PreflightStatus>,
     /// A warm migration's state (Converting, CuttingOver).
     pub warm: Option<ferry_crds::WarmStatus>,
+    /// What defines the copy of the source, at the power-off it is made after (Preparing for a
+    /// cold migration, CuttingOver for a warm one).
+    pub source_state: Option<ferry_crds::SourceState>,
 }
 
 impl Record {

@@ -35,6 +35,9 @@ pub struct SourceFacts {
     pub disks_reported: Option<u32>,
     /// What of vSphere's answer about the VM ferry could not read, each named.
     pub unread: Vec<String>,
+    /// What defines a copy of it as read now (a cold migration records it as it leaves
+    /// Preparing, the source off).
+    pub state: Option<ferry_crds::SourceState>,
     /// The staging bucket: reachable and present, or why not.
     pub bucket: Result<(), Problem>,
     /// A VirtualMachine with the target name that this migration does not own.
@@ -201,6 +204,7 @@ impl SourceFacts {
             layout_problems: vec![],
             disks_reported: Some(disks),
             unread: vec![],
+            state: None,
             bucket: Ok(()),
             target_taken: false,
             conflicts: vec![],

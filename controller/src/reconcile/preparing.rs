@@ -142,6 +142,7 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         layout_problems: discovered.layout_problems,
         disks_reported: discovered.disks_reported,
         unread: discovered.unread,
+        state: discovered.state,
         bucket,
         target_taken,
         conflicts,
@@ -321,6 +322,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         power_off: None,
         preflight: None,
         warm: None,
+        source_state: None,
     }
 }
 
@@ -690,7 +692,17 @@ fn ready(f: &Found) -> Outcome<Action> {
     let step = Step::Advance {
         to: Phase::Converting,
     };
-    f.discovered(Outcome::new(step, say::ready(&f.name))).with(
+    let mut out = f.discovered(Outcome::new(step, say::ready(&f.name)));
+    // A cold copy is made after this power-off: what defines it is recorded, to be read again
+    // before the migrated VM is made (a warm migration records it at its cutover).
+    if f.scope.vmm.spec.mode == ferry_crds::MigrationMode::Cold && !f.is_on() {
+        out.record.source_state = f
+            .facts
+            .state
+            .as_ref()
+            .map(|s| super::source_state::recorded(&f.scope.vmm, s, Phase::Preparing));
+    }
+    out.with(
         Validated,
         True,
         Reason::Validated,

@@ -121,6 +121,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     if let Some(w) = &outcome.record.warm {
         s.warm = Some(Box::new(w.clone()));
     }
+    if let Some(r) = &outcome.record.source_state {
+        s.source_state = Some(Box::new(r.clone()));
+    }
 
     s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
     let phase = s.phase;

@@ -348,6 +348,71 @@ pub async fn reporting_job(io: Io<'_>, name: &str, container: &str) -> Result<Re
     })
 }
 
+/// The source as it stands right before the migrated VM is made, against what ferry recorded
+/// of it at the power-off the copy was made after ([`ferry_crds::SourceState`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinalLook {
+    /// Its power state now.
+    pub power: PowerState,
+    /// What changed since the record, in words (`source_state::changes`): empty when nothing
+    /// did, or nothing was recorded (a migration an older ferry took through its power-off).
+    pub changes: Vec<String>,
+    /// When the record was read (vCenter's clock), if there is one.
+    pub recorded_at: Option<String>,
+}
+
+/// [`FinalLook`]: the source's marks now and the power-ons vCenter recorded since the record.
+/// `Err` when vSphere or the credentials failed (classified).
+///
+/// # Errors
+/// Kubernetes API errors (reading the credentials).
+pub async fn final_look(io: Io<'_>) -> Result<std::result::Result<FinalLook, Problem>> {
+    let login = match super::credentials::source_login(io).await? {
+        Ok(l) => l,
+        Err(p) => return Ok(Err(p)),
+    };
+    let Some(moref) = io.vmm.source_moref() else {
+        return Ok(Err(never_recorded()));
+    };
+    let marks = match io.ctx.source.marks(&login, moref).await {
+        Ok(m) => m,
+        Err(p) => return Ok(Err(p)),
+    };
+    let recorded = io
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source_state.as_deref());
+    let Some(recorded) = recorded else {
+        return Ok(Ok(FinalLook {
+            power: marks.power,
+            changes: vec![],
+            recorded_at: None,
+        }));
+    };
+    let ons = match io
+        .ctx
+        .source
+        .powered_on_since(&login, moref, &recorded.read_at)
+        .await
+    {
+        Ok(o) => o,
+        Err(p) => return Ok(Err(p)),
+    };
+    Ok(Ok(FinalLook {
+        power: marks.power,
+        changes: super::source_state::changes(recorded, &marks.state, &ons),
+        recorded_at: Some(recorded.read_at.clone()),
+    }))
+}
+
+fn never_recorded() -> Problem {
+    Problem::permanent(
+        Reason::VMNotFound,
+        "the source VM was never recorded; raise spec.retry to start over",
+    )
+}
+
 /// The cutover's look at the source, right before a VM that starts is made or started: its
 /// power state now (`None` when nothing is about to start, and vSphere is not asked).
 ///
@@ -372,10 +437,7 @@ pub async fn source_power(
     login: std::result::Result<SourceLogin, Problem>,
 ) -> std::result::Result<PowerState, Problem> {
     let Some(moref) = io.vmm.source_moref() else {
-        return Err(Problem::permanent(
-            Reason::VMNotFound,
-            "the source VM was never recorded; raise spec.retry to start over",
-        ));
+        return Err(never_recorded());
     };
     io.ctx
         .source
