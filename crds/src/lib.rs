@@ -57,7 +57,7 @@ pub use target::{
 pub use warm::{MigrationMode, SnapshotRecord, WarmSpec, WarmStatus};
 pub use wave::{
     MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision, WaveCounts, WavePhase,
-    WavePreflight, WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
+    WavePreflight, WaveRefusal, WaveSelector, WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

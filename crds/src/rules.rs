@@ -185,6 +185,22 @@ pub fn power_on_needs_a_start() -> Rule {
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 
+/// A wave's VM may not ask for powerState PoweredOn when the template's run strategy never
+/// starts the VM: its migration would be refused by the API server, the wave's others made.
+pub fn wave_power_on_needs_a_start() -> Rule {
+    Rule::new(
+        "!has(self.template.target.runStrategy) \
+         || !(self.template.target.runStrategy in ['Halted', 'Manual']) \
+         || self.vms.all(v, !has(v.powerState) || v.powerState != 'PoweredOn')",
+    )
+    .message(
+        "a VM's powerState PoweredOn needs a template runStrategy that starts the VM (Always, \
+         RerunOnFailure or Once); with Halted or Manual use powerState PoweredOff or leave it unset",
+    )
+    .field_path(".vms")
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Ferry's own labels are how it finds its children (with its creation proof); a placement
 /// that set them would make a VM look like another migration's.
 pub fn placement_labels_not_ferrys() -> Rule {
@@ -214,6 +230,7 @@ pub fn all() -> Vec<Rule> {
         vms_or_selector(),
         readiness_needs_a_start(),
         power_on_needs_a_start(),
+        wave_power_on_needs_a_start(),
         placement_labels_not_ferrys(),
     ]
 }

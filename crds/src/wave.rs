@@ -52,6 +52,7 @@ pub const MAX_REPORTED_COLLISIONS: usize = 100;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::rules::vms_or_selector())]
+#[x_kube(validation = crate::rules::wave_power_on_needs_a_start())]
 pub struct MigrationWaveSpec {
     /// What every migration of the wave shares: source endpoint, target, staging, conversion.
     /// Changes apply to migrations the wave has not created yet.
@@ -386,6 +387,14 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub collisions: Vec<WaveCollision>,
+    /// VMs of the wave whose migration the API server refused to create (an admission policy,
+    /// a ResourceQuota, RBAC, a validation rule), in spec.vms order, at most 100: the wave goes
+    /// on with the others and tries each again every 30 s. One a quota refused waits for
+    /// the quota; any other counts as done (the wave ends Failed) until a retry of it passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub refused: Vec<WaveRefusal>,
     /// What preflight found over the wave's migrations (absent until one was preflighted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<WavePreflight>,
@@ -462,6 +471,25 @@ impl WavePreflight {
         }
         (out.checked > 0).then_some(out)
     }
+}
+
+/// A VM of a wave whose migration the API server refused to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveRefusal {
+    /// Position of the VM in spec.vms (or status.selectedVms), from 0.
+    pub index: i32,
+    /// The VM, as the wave lists it.
+    pub vm: String,
+    /// The migration the wave would create for it.
+    pub migration: String,
+    /// Who refused: QuotaExceeded, AdmissionDenied or APIRefused.
+    pub reason: crate::Reason,
+    /// The API server's words, whole.
+    #[schemars(length(max = 4096))]
+    pub message: String,
+    /// Since when (the first refusal of this kind).
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 /// A VM of a wave that gets no migration: the name of its migration is another VM's.

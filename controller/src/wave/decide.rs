@@ -3,7 +3,7 @@
 
 use ferry_crds::{
     MigrationMode, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
-    WaveCollision,
+    WaveCollision, WaveRefusal, WaveVm,
 };
 use std::time::Duration;
 
@@ -185,6 +185,79 @@ pub fn collision_note(
     })
 }
 
+/// How long a child this controller created may be missing from the cache before it is
+/// created again (the cache normally shows it within milliseconds), and how long a child the
+/// API server refused waits before it is tried again.
+pub const CREATED_GRACE: Duration = Duration::from_secs(30);
+
+/// What the API server refused of this look's creates: the member's index, the migration's name
+/// and the refusal (`problem::refused`).
+pub type Refused = Vec<(usize, String, crate::problem::Problem)>;
+
+/// The refusals to record after a look that tried to create the members `tried`: `old`'s for
+/// members not tried this time, and this look's (each keeping its `since` when its member was
+/// refused for the same reason before). A member tried and made leaves the list. Pure.
+pub fn refusals(
+    old: &[WaveRefusal],
+    members: &[WaveVm],
+    tried: &[usize],
+    refused: &Refused,
+    now: &Time,
+) -> Vec<WaveRefusal> {
+    let was = |i: usize| {
+        old.iter()
+            .find(|r| usize::try_from(r.index).ok() == Some(i))
+    };
+    let mut out: Vec<WaveRefusal> = old
+        .iter()
+        .filter(|r| usize::try_from(r.index).map_or(true, |i| !tried.contains(&i)))
+        .cloned()
+        .collect();
+    for (i, name, p) in refused {
+        let since = was(*i)
+            .filter(|r| r.reason == p.reason)
+            .map_or_else(|| now.clone(), |r| r.since.clone());
+        out.push(WaveRefusal {
+            index: i32::try_from(*i).unwrap_or(i32::MAX),
+            vm: members
+                .get(*i)
+                .and_then(|m| m.vm.value())
+                .unwrap_or("(no VM)")
+                .to_owned(),
+            migration: name.clone(),
+            reason: p.reason,
+            message: p.message.clone(),
+            since,
+        });
+    }
+    out.sort_by_key(|r| r.index);
+    out
+}
+
+/// The Event a new status deserves over `old` for its refusals: one Warning naming every VM
+/// newly refused (or refused for another reason), with the API server's words. Pure.
+pub fn refusal_note(old: Option<&MigrationWaveStatus>, new: &MigrationWaveStatus) -> Option<Note> {
+    let known = |r: &WaveRefusal| {
+        old.is_some_and(|o| {
+            o.refused
+                .iter()
+                .any(|k| (&k.migration, k.reason) == (&r.migration, r.reason))
+        })
+    };
+    let fresh: Vec<&WaveRefusal> = new.refused.iter().filter(|r| !known(r)).collect();
+    let first = fresh.first()?;
+    Some(Note {
+        warning: true,
+        reason: EventReason::Condition(first.reason),
+        action: EventAction::Retry,
+        note: fresh
+            .iter()
+            .map(|r| format!("VM {} gets no migration yet: {}", r.vm, r.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
 /// Children as read from a cache, with the releases and cutovers this controller gave that the
 /// cache does not show yet applied to them: a release (or cutover) not yet seen must still count
 /// as a taken slot, or the next plan would go past `maxInFlight`. Pure.
@@ -295,7 +368,14 @@ pub fn requeue_after(
     worth: Worth,
     now: &Time,
 ) -> Duration {
-    let busy = !plan.create.is_empty() || !plan.release.is_empty() || !plan.cutover.is_empty();
+    // A member the API server refused is tried again after the create grace, not at once.
+    let refused = &plan.status.refused;
+    let creating = plan.create.iter().any(|i| {
+        !refused
+            .iter()
+            .any(|r| usize::try_from(r.index).ok() == Some(*i))
+    });
+    let busy = creating || !plan.release.is_empty() || !plan.cutover.is_empty();
     let steering = !wave.spec.paused && !wave.spec.cancel;
     let precopied = children.iter().any(|c| waits_for_cutover(c, now));
     let waiting = steering
@@ -310,6 +390,9 @@ pub fn requeue_after(
     } else {
         Duration::from_secs(300)
     };
+    if !refused.is_empty() {
+        after = after.min(CREATED_GRACE + Duration::from_millis(100));
+    }
     // Precopied migrations wait for the wave's cutover time: be there when it comes.
     if steering
         && precopied
@@ -774,6 +857,77 @@ mod tests {
         assert_eq!(p.release, vec!["w-web-1".to_owned(), "w-db".to_owned()]);
         assert_eq!(p.status.collisions.len(), 1);
         assert_eq!(p.status.phase, WavePhase::Running);
+    }
+
+    #[test]
+    fn a_member_the_api_refuses_is_recorded_and_the_others_go_on() {
+        let w = wave("w", 3);
+        let first = decide(&w, &[], &[], &t0());
+        assert_eq!(first.create, vec![0, 1, 2]);
+        let name = |i: usize| child_migration(&w, &w.spec.vms[i]).unwrap().name_any();
+        let denied = crate::problem::Problem::transient(
+            Reason::AdmissionDenied,
+            "the API server refused to create VirtualMachineMigration w-1 (403): denied request",
+        );
+        let refused: Refused = vec![(1, name(1), denied)];
+        let recorded = refusals(&[], &w.spec.vms, &first.create, &refused, &t0());
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(
+            (recorded[0].index, recorded[0].reason),
+            (1, Reason::AdmissionDenied)
+        );
+        let mut known = w.clone();
+        known.status.get_or_insert_with(Default::default).refused = recorded.clone();
+        // The others were made and run; the refused one is named, and Degraded says why.
+        let kids: Vec<_> = [0, 2]
+            .iter()
+            .map(|i| {
+                child_migration(&w, &w.spec.vms[*i])
+                    .unwrap()
+                    .with_phase(Phase::Importing)
+                    .released()
+            })
+            .collect();
+        let p = decide(&known, &kids, &[], &t0());
+        assert_eq!(p.status.refused, recorded);
+        let d = p.status.condition(WaveConditionType::Degraded).unwrap();
+        assert_eq!(
+            (d.status, d.reason),
+            (ConditionStatus::True, Reason::AdmissionDenied)
+        );
+        assert!(d.message.contains("denied request"), "{}", d.message);
+        assert_eq!(p.status.phase, WavePhase::Running);
+        let note = refusal_note(None, &p.status).expect("an Event");
+        assert!(note.note.contains("denied request"), "{}", note.note);
+        assert_eq!(refusal_note(Some(&p.status), &p.status), None, "once");
+        // Not tried again within the grace (no create, no hot loop): looked at again then.
+        assert!(
+            requeue_after(&known, &p, &kids, Worth::No, &t0())
+                <= CREATED_GRACE + Duration::from_secs(1)
+        );
+        // The others done, the refused one counts as done: the wave ends Failed.
+        let done: Vec<_> = kids
+            .iter()
+            .cloned()
+            .map(|c| c.with_phase(Phase::Succeeded))
+            .collect();
+        let p = decide(&known, &done, &[], &t0());
+        assert_eq!(p.status.phase, WavePhase::Failed);
+        // A quota's refusal is waited for: the wave runs on.
+        let mut quota = known.clone();
+        quota.status.as_mut().unwrap().refused[0].reason = Reason::QuotaExceeded;
+        assert_eq!(
+            decide(&quota, &done, &[], &t0()).status.phase,
+            WavePhase::Running
+        );
+        // Tried again and made: it leaves the list.
+        assert!(refusals(&recorded, &w.spec.vms, &[1], &Refused::new(), &t0()).is_empty());
+        // Not tried this time: kept, with its first time.
+        let later = Time(t0().0.checked_add(Duration::from_secs(60)).unwrap());
+        assert_eq!(
+            refusals(&recorded, &w.spec.vms, &[], &Refused::new(), &later),
+            recorded
+        );
     }
 
     #[test]

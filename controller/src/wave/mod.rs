@@ -43,9 +43,7 @@ pub const CACHE_WAIT: Duration = Duration::from_secs(1);
 
 pub use decide::SATURATED_REQUEUE;
 
-/// How long a child this controller created may be missing from the cache before it is
-/// created again (the cache normally shows it within milliseconds).
-pub const CREATED_GRACE: Duration = Duration::from_secs(30);
+pub use decide::CREATED_GRACE;
 
 /// How long to wait before reading the children again, when the last read was at `last`. Pure.
 pub fn wait_before_look(last: Option<Instant>, now: Instant, min: Duration) -> Option<Duration> {
@@ -197,7 +195,28 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         let quotas = ctx.cached_quotas(&ns).unwrap_or_default();
         p.quota_short = crate::reconcile::preflight::wave_short(&p.claims, &quotas, &ns);
     }
-    execute(ctx, &wave, &members, &seen, &plan, &vmms).await?;
+    let (tried, refused) = execute(ctx, &wave, &members, &seen, &plan, &vmms).await?;
+    let old_refused = wave
+        .status
+        .as_ref()
+        .map(|s| s.refused.as_slice())
+        .unwrap_or_default();
+    let refusals = decide::refusals(old_refused, &members, &tried, &refused, &now);
+    if refusals != old_refused {
+        // What the API server refused counts in this very status (Degraded, the phase): the
+        // plan again, with the refusals known.
+        let mut known = wave.clone();
+        known.status.get_or_insert_with(Default::default).refused = refusals;
+        let quota_short = plan
+            .status
+            .preflight
+            .as_ref()
+            .map(|p| p.quota_short.clone());
+        plan = decide::decide(&known, &seen.children, &seen.others, &now);
+        if let (Some(p), Some(q)) = (plan.status.preflight.as_mut(), quota_short) {
+            p.quota_short = q;
+        }
+    }
     let worth = decide::worth_writing(
         wave.status.as_ref(),
         &plan.status,
@@ -205,11 +224,17 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         ctx.policy.status_interval,
     );
     if worth == Worth::Now {
-        let note = decide::collision_note(wave.status.as_ref(), &plan.status);
-        if let Some(note) = &note {
-            warn!(wave = %wave.name_any(), collisions = %note.note, "VMs get no migration");
+        let notes: Vec<_> = [
+            decide::collision_note(wave.status.as_ref(), &plan.status),
+            decide::refusal_note(wave.status.as_ref(), &plan.status),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        for note in &notes {
+            warn!(wave = %wave.name_any(), why = %note.note, "VMs get no migration");
         }
-        write::status(ctx, &wave, &plan.status, note.as_ref()).await?;
+        write::status(ctx, &wave, &plan.status, &notes).await?;
     }
     Ok(Requeue::requeue(decide::requeue_after(
         &wave,
@@ -221,8 +246,9 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
 }
 
 /// Carries out `plan`: creates the children it names (not twice while a fresh one is on its way
-/// into the cache) and patches the intents it names onto children (a release counted as taken
-/// until the cache shows it).
+/// into the cache, nor one the API server refused within [`CREATED_GRACE`]: the others are made
+/// all the same) and patches the intents it names onto children (a release counted as taken
+/// until the cache shows it). Returns the members it tried to create, and what was refused.
 async fn execute(
     ctx: &Context,
     wave: &MigrationWave,
@@ -230,7 +256,9 @@ async fn execute(
     seen: &Seen,
     plan: &decide::Plan,
     vmms: &Api<VirtualMachineMigration>,
-) -> Result<()> {
+) -> Result<(Vec<usize>, decide::Refused)> {
+    let mut refused = decide::Refused::new();
+    let mut tried = vec![];
     let uid = wave.uid().unwrap_or_default();
     let mut created = ctx.created(&uid);
     let present: std::collections::HashSet<String> =
@@ -242,8 +270,23 @@ async fn execute(
         if created.contains_key(&name) {
             continue;
         }
-        create_if_absent(&ctx.metrics, vmms, &child, names::WAVE_FIELD_MANAGER).await?;
-        created.insert(name, Instant::now());
+        tried.push(*i);
+        match create_if_absent(&ctx.metrics, vmms, &child, names::WAVE_FIELD_MANAGER).await {
+            Ok(_) => {
+                created.insert(name, Instant::now());
+            }
+            Err(Error::Kube(e)) => {
+                let doing = format!("create VirtualMachineMigration {name}");
+                let Some(p) = crate::problem::refused(&doing, &e) else {
+                    return Err(e.into());
+                };
+                warn!(wave = %wave.name_any(), migration = %name, why = %p.message, "refused");
+                // Tried again once the grace has passed, not at every look.
+                created.insert(name.clone(), Instant::now());
+                refused.push((*i, name, p));
+            }
+            Err(e) => return Err(e),
+        }
     }
     ctx.set_created(&uid, created);
     let uids: HashMap<String, String> = seen
@@ -290,7 +333,7 @@ async fn execute(
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
-    Ok(())
+    Ok((tried, refused))
 }
 
 /// What the work queue does after a failed wave reconcile: the policy's backoff per wave

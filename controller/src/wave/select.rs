@@ -224,7 +224,7 @@ pub async fn resolve(
             ))
         }
     };
-    super::write::status(ctx, wave, &status, note.as_ref()).await?;
+    super::write::status(ctx, wave, &status, note.as_slice()).await?;
     Ok(requeue)
 }
 

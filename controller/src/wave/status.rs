@@ -5,7 +5,7 @@ use ferry_crds::condition::{self, WaveConditionType};
 use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
-    WaveCollision, WaveCounts, WavePhase,
+    WaveCollision, WaveCounts, WavePhase, WaveRefusal,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -21,6 +21,9 @@ struct Tally<'a> {
     finished: i32,
     collisions: Vec<&'a WaveCollision>,
     collided: i32,
+    /// VMs whose migration the API server refused to create (recorded by an earlier look) and
+    /// that still have none.
+    refused: Vec<&'a WaveRefusal>,
     /// Every VM's migration finished, or the VM gets none.
     all_done: bool,
     all_succeeded: bool,
@@ -36,9 +39,25 @@ impl<'a> Tally<'a> {
     fn of(
         children: &[VirtualMachineMigration],
         assigned: &'a [Member<'_>],
+        refused: &'a [WaveRefusal],
         (releasing, cutting): (usize, usize),
         now: &Time,
     ) -> Self {
+        let refused: Vec<&WaveRefusal> = refused
+            .iter()
+            .filter(|r| {
+                assigned
+                    .iter()
+                    .any(|m| matches!(m, Member::Create(name) if *name == r.migration))
+            })
+            .collect();
+        // A refusal only someone's change mends counts as done (as a collision does); a quota's
+        // is waited for.
+        let given_up = |name: &str| {
+            refused
+                .iter()
+                .any(|r| r.migration == name && r.reason != Reason::QuotaExceeded)
+        };
         let counts = WaveCounts::from_phases(children.iter().map(VirtualMachineMigration::phase));
         let occupied = children.iter().filter(|c| occupies_slot(c, now)).count();
         let waiting = children
@@ -64,8 +83,9 @@ impl<'a> Tally<'a> {
                 && assigned.iter().all(|m| match m {
                     Member::Migrating(c) => c.phase().is_terminal(),
                     Member::Collides(_) => true,
-                    Member::Create(_) => false,
+                    Member::Create(name) => given_up(name),
                 }),
+            refused,
             all_succeeded: assigned
                 .iter()
                 .all(|m| matches!(m, Member::Migrating(c) if c.phase() == Phase::Succeeded)),
@@ -82,7 +102,7 @@ pub(super) fn status(
     now: &Time,
 ) -> MigrationWaveStatus {
     let old = wave.status.clone().unwrap_or_default();
-    let t = Tally::of(children, assigned, giving, now);
+    let t = Tally::of(children, assigned, &old.refused, giving, now);
     let phase = phase(wave, &t, children.is_empty());
     let started_at = old
         .started_at
@@ -113,6 +133,12 @@ pub(super) fn status(
             .iter()
             .take(MAX_REPORTED_COLLISIONS)
             .map(|c| (*c).clone())
+            .collect(),
+        refused: t
+            .refused
+            .iter()
+            .take(MAX_REPORTED_COLLISIONS)
+            .map(|r| (*r).clone())
             .collect(),
         observed_generation: wave.metadata.generation,
         phase,
@@ -237,8 +263,11 @@ fn progressing(wave: &MigrationWave, phase: WavePhase, t: &Tally<'_>) -> Verdict
             ConditionStatus::False,
             Reason::Failed,
             format!(
-                "{} failed, {} cancelled, {} got no migration (name collision)",
-                t.counts.failed, t.counts.cancelled, t.collided
+                "{} failed, {} cancelled, {} got no migration (name collision), {} refused by the API server",
+                t.counts.failed,
+                t.counts.cancelled,
+                t.collided,
+                t.refused.len()
             ),
         ),
     }
@@ -281,6 +310,19 @@ fn degraded(phase: WavePhase, t: &Tally<'_>) -> Verdict {
             t.collided, first.message
         );
         return (ConditionStatus::True, Reason::NameCollision, message);
+    }
+    if let Some(first) = t.refused.first() {
+        let more = match t.refused.len() {
+            1 => String::new(),
+            n => format!(" (and {} more in status.refused)", n - 1),
+        };
+        let message = format!(
+            "{} of {total} VMs get no migration: VM {}: {}{more}",
+            t.refused.len(),
+            first.vm,
+            first.message
+        );
+        return (ConditionStatus::True, first.reason, message);
     }
     if t.counts.failed > 0 {
         let message = format!(

@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::events::Note;
 use crate::{Error, Result};
 
-/// Writes `status` on `wave` (as read, its version the precondition) and publishes `note`.
+/// Writes `status` on `wave` (as read, its version the precondition) and publishes `notes`.
 ///
 /// # Errors
 /// [`Error::Conflict`] when the wave changed since it was read; other Kubernetes API failures.
@@ -20,7 +20,7 @@ pub async fn status(
     ctx: &Context,
     wave: &MigrationWave,
     status: &MigrationWaveStatus,
-    note: Option<&Note>,
+    notes: &[Note],
 ) -> Result<()> {
     let ns = wave.namespace().ok_or(Error::MissingField {
         kind: "MigrationWave",
@@ -51,7 +51,7 @@ pub async fn status(
     ctx.note_version(&uid, written.resource_version());
     ctx.note_write(&uid);
     ctx.metrics.write("status", "MigrationWave");
-    if let Some(note) = note {
+    for note in notes {
         publish(ctx, wave, note).await;
     }
     Ok(())

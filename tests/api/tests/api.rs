@@ -439,6 +439,18 @@ fn create_time_cases() -> Vec<Invalid> {
             &["spec.vms[0].targetName"],
         ),
         invalid(
+            "wave VM powered on by a halted template",
+            Wave,
+            vec![
+                ("/spec/template/target/runStrategy", Some(json!("Halted"))),
+                ("/spec/vms/1/powerState", Some(json!("PoweredOn"))),
+            ],
+            &[
+                "spec.vms",
+                "powerState PoweredOn needs a template runStrategy",
+            ],
+        ),
+        invalid(
             "maxInFlight 0",
             Wave,
             vec![("/spec/maxInFlight", Some(json!(0)))],
