@@ -119,12 +119,12 @@ async fn cancelled_before_the_cutover_the_source_runs_on_untouched_with_no_snaps
     let _ = s.logout().await;
 }
 
-/// A snapshot named as ferry names its own, planted on the source before the migration starts:
-/// its name proves nothing (the migration's uid is readable by whoever reads the migration).
-/// Preflight holds the migration (a VM with snapshots is not migrated), ferry takes no snapshot
-/// of its own, and cancelled, it leaves the planted one where it is. (A snapshot planted after
-/// preflight, between the record of ferry's name and its task, is judged by its creation stamp:
-/// `reconcile::warm`'s and `reconcile::converting`'s unit tests.)
+/// A snapshot named as ferry names its own (`migration.platform.example/warm-<uid>-<attempt>`,
+/// the first attempt 1), planted on the source before the migration starts: its name proves
+/// nothing (the migration's uid is readable by whoever reads the migration). Preflight holds the
+/// migration (a VM with snapshots is not migrated), ferry takes no snapshot of its own, and
+/// cancelled, it leaves the planted one where it is. (One planted between the record of ferry's
+/// name and its task: the test after this one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_ferrys_name_that_ferry_did_not_take_holds_the_migration_and_stays() {
     let mut env = Env::new("e2e-warm-planted", 16).await;
@@ -135,7 +135,7 @@ async fn a_snapshot_of_ferrys_name_that_ferry_did_not_take_holds_the_migration_a
     let planted = s
         .create_snapshot(
             &env.vm.moref,
-            &format!("ferry-warm-{uid}-0"),
+            &format!("{}warm-{uid}-1", ferry_crds::names::PREFIX),
             "taken by ferry for the warm migration (a copy of its words, no stamp)",
         )
         .await
@@ -168,6 +168,69 @@ async fn a_snapshot_of_ferrys_name_that_ferry_did_not_take_holds_the_migration_a
         "the planted snapshot stays, and ferry took none of its own"
     );
     assert_eq!(env.power_state().await, "poweredOn", "never powered off");
+    let _ = s.logout().await;
+}
+
+/// A snapshot of ferry's exact name planted between the moment ferry records the name and the
+/// moment its snapshot is taken (the lab's vCenter holds ferry's CreateSnapshot_Task for a few
+/// seconds, `shape --snapshot-delay`, and says so with a file beside the VM's disk): ferry's own
+/// is taken too, and only it carries ferry's stamp. The migration fails (SnapshotFailed) naming
+/// the planted one; deleted, it removes its own snapshot — read back through the lab's vCenter —
+/// and leaves the planted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_ferrys_name_planted_while_ferry_takes_its_own_leaves_only_ferrys_removed() {
+    let mut env = Env::new("e2e-warm-clash", 16).await;
+    env.flat_and_running().await;
+    env.shape(&env.vm.name, &["--snapshot-delay", "6s"]);
+    env.start_sim();
+    env.start_controller();
+    let created = env.create(&env.warm_migration("clash", false)).await;
+    let uid = created.metadata.uid.clone().unwrap();
+    let name = format!("{}warm-{uid}-1", ferry_crds::names::PREFIX);
+    env.wait_for("clash", "ferry's snapshot named", 180, |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.warm.as_ref())
+            .and_then(|w| w.snapshot.as_ref())
+            .is_some_and(|r| r.name == name && r.moref.is_none())
+    })
+    .await;
+    // Ferry's CreateSnapshot_Task is in: the lab marks it while it holds it.
+    let pending = env.vm.disks[0]
+        .local_path
+        .with_file_name(".ferry-lab-snapshot-pending");
+    ferry_harness::eventually("ferry's snapshot task held", std::time::Duration::from_secs(60), || async {
+        pending.exists().then_some(())
+    })
+    .await
+    .unwrap();
+    env.shape(&env.vm.name, &["--snapshot-delay", "0s"]);
+    let s = lab_session(env.lab).await;
+    let planted = s
+        .create_snapshot(&env.vm.moref, &name, "planted under ferry's name, no stamp")
+        .await
+        .unwrap();
+    assert!(pending.exists(), "planted while ferry's task was still held");
+
+    let failed = env.wait_terminal("clash", 120).await;
+    assert_eq!(failed.phase(), Phase::Failed, "{}", serde_yaml_status(&failed));
+    let f = failed.status.clone().unwrap().last_failure.unwrap();
+    assert_eq!(f.reason, Reason::SnapshotFailed, "{f:?}");
+    assert!(f.message.contains(&planted), "names the planted one: {}", f.message);
+    let both = s.snapshots(&env.vm.moref).await.unwrap();
+    assert_eq!(both.len(), 2, "ferry's own and the planted one: {both:?}");
+
+    env.api()
+        .delete("clash", &Default::default())
+        .await
+        .unwrap();
+    env.wait_gone("clash", 120).await;
+    let left = s.snapshots(&env.vm.moref).await.unwrap();
+    assert_eq!(
+        left.iter().map(|x| x.moref.as_str()).collect::<Vec<_>>(),
+        [planted.as_str()],
+        "ferry's own snapshot is gone, the planted one stays"
+    );
     let _ = s.logout().await;
 }
 

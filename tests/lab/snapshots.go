@@ -51,6 +51,10 @@ import (
 
 const maxSnapshotLevels = 32
 
+// snapshotPendingFile is there, beside a VM's first disk, while a CreateSnapshot_Task on it
+// waits out the VM's ferry.lab.snapshotDelay.
+const snapshotPendingFile = ".ferry-lab-snapshot-pending"
+
 // diskView is what the lab needs of one VirtualDisk.
 type diskView struct {
 	key         int32
@@ -276,10 +280,26 @@ func (v *vsphereFiles) createSnapshot(w http.ResponseWriter, r *http.Request, bo
 		replay(w, passOn(next, r, body))
 		return
 	}
-	var delay string
-	v.withLock(vm, func() { delay = extraConfigValue(vm, labSnapshotDelayKey) })
+	var delay, dir string
+	v.withLock(vm, func() {
+		delay = extraConfigValue(vm, labSnapshotDelayKey)
+		if ds := disksOf(vm.Config.Hardware.Device); len(ds) > 0 {
+			if p, ok := v.local(ds[0].fileName); ok {
+				dir = filepath.Dir(p)
+			}
+		}
+	})
 	if d, err := time.ParseDuration(delay); err == nil && d > 0 {
+		// While it waits, a file beside the VM's first disk says so: what a test does in
+		// that window happens between the client's call and the snapshot.
+		marker := filepath.Join(dir, snapshotPendingFile)
+		if dir != "" {
+			_ = os.WriteFile(marker, nil, 0o644)
+		}
 		time.Sleep(d)
+		if dir != "" {
+			_ = os.Remove(marker)
+		}
 	}
 	mu := v.vmLock(this)
 	mu.Lock()
