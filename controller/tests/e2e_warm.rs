@@ -199,9 +199,11 @@ async fn a_snapshot_of_ferrys_name_planted_while_ferry_takes_its_own_leaves_only
     let pending = env.vm.disks[0]
         .local_path
         .with_file_name(".ferry-lab-snapshot-pending");
-    ferry_harness::eventually("ferry's snapshot task held", std::time::Duration::from_secs(60), || async {
-        pending.exists().then_some(())
-    })
+    ferry_harness::eventually(
+        "ferry's snapshot task held",
+        std::time::Duration::from_secs(60),
+        || async { pending.exists().then_some(()) },
+    )
     .await
     .unwrap();
     env.shape(&env.vm.name, &["--snapshot-delay", "0s"]);
@@ -210,13 +212,25 @@ async fn a_snapshot_of_ferrys_name_planted_while_ferry_takes_its_own_leaves_only
         .create_snapshot(&env.vm.moref, &name, "planted under ferry's name, no stamp")
         .await
         .unwrap();
-    assert!(pending.exists(), "planted while ferry's task was still held");
+    assert!(
+        pending.exists(),
+        "planted while ferry's task was still held"
+    );
 
     let failed = env.wait_terminal("clash", 120).await;
-    assert_eq!(failed.phase(), Phase::Failed, "{}", serde_yaml_status(&failed));
+    assert_eq!(
+        failed.phase(),
+        Phase::Failed,
+        "{}",
+        serde_yaml_status(&failed)
+    );
     let f = failed.status.clone().unwrap().last_failure.unwrap();
     assert_eq!(f.reason, Reason::SnapshotFailed, "{f:?}");
-    assert!(f.message.contains(&planted), "names the planted one: {}", f.message);
+    assert!(
+        f.message.contains(&planted),
+        "names the planted one: {}",
+        f.message
+    );
     let both = s.snapshots(&env.vm.moref).await.unwrap();
     assert_eq!(both.len(), 2, "ferry's own and the planted one: {both:?}");
 
