@@ -104,6 +104,8 @@ PY
 
 echo "== CRDs, namespace $NS, Secrets from lab.json, wave demo-wave"
 "$KUBECTL" "${K[@]}" apply -f deploy/crds/ >/dev/null
+# The controller's namespace: it keeps the key of its creation stamps there.
+"$KUBECTL" "${K[@]}" apply -f deploy/controller/namespace.yaml >/dev/null
 tests/lab/wait-established.sh "$KUBECTL" "${K[@]}" -- >/dev/null
 "$KUBECTL" "${K[@]}" create namespace "$NS" --dry-run=client -o yaml | "$KUBECTL" "${K[@]}" apply -f - >/dev/null
 # Credentials Secrets are opted in for ferry (the label) and bound to their endpoints (url and

@@ -239,13 +239,14 @@ pub enum Kept {
 
 /// Cuts `obj` down to what the controller reads before it enters a store, and says whether a
 /// store holds it at all. `holder` says what the controller holds of the migration it claims
-/// (namespace, name, uid if labelled); of none, `obj` becomes a stub (see the module's note).
+/// (namespace, name, uid if labelled) for a child of `obj`'s name; of none (or not under a name
+/// ferry gives that migration's children), `obj` becomes a stub (see the module's note).
 /// A child of a succeeded, settled migration that is still watched (the VM's instance; released
 /// children are not watched) is held in no form, since nothing reads it from a store: so memory
 /// follows what is in flight, not the migrated fleet. Pure.
 pub fn slim<K: Resource + Default>(
     obj: &mut K,
-    holder: impl FnOnce(&str, &str, Option<&str>) -> Holder,
+    holder: impl FnOnce(&str, &str, Option<&str>, &str) -> Holder,
 ) -> Kept {
     let meta = obj.meta_mut();
     // No decision reads who managed which field; on a migrated VM that is most of its bytes.
@@ -253,8 +254,10 @@ pub fn slim<K: Resource + Default>(
     if let Some(a) = meta.annotations.as_mut() {
         a.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
     }
-    let holder = claimed_migration(obj.meta())
-        .map_or(Holder::Unknown, |(ns, name, uid)| holder(ns, name, uid));
+    let child = obj.meta().name.clone().unwrap_or_default();
+    let holder = claimed_migration(obj.meta()).map_or(Holder::Unknown, |(ns, name, uid)| {
+        holder(ns, name, uid, &child)
+    });
     let kept = match holder {
         Holder::Known => return Kept::Read,
         Holder::Succeeded => Kept::Nothing,
@@ -433,7 +436,7 @@ mod tests {
         j
     }
 
-    fn known(ns: &str, name: &str, uid: Option<&str>) -> Holder {
+    fn known(ns: &str, name: &str, uid: Option<&str>, _child: &str) -> Holder {
         if (ns, name, uid) == ("ns", "m", Some("m-uid")) {
             Holder::Known
         } else {
@@ -464,9 +467,9 @@ mod tests {
         for uid in ["other-uid", "m-uid"] {
             let mut j = labelled_job(uid);
             // The second round: the right uid, but no migration of that name is known.
-            let knows = |ns: &str, name: &str, u: Option<&str>| {
+            let knows = |ns: &str, name: &str, u: Option<&str>, c: &str| {
                 if uid == "other-uid" {
-                    known(ns, name, u)
+                    known(ns, name, u, c)
                 } else {
                     Holder::Unknown
                 }
@@ -501,7 +504,7 @@ mod tests {
         }))
         .unwrap();
         let mut settled = vmi.clone();
-        slim(&mut vmi, |_, _, _| Holder::Known);
+        slim(&mut vmi, |_, _, _, _| Holder::Known);
         assert!(
             vmi.status.is_some(),
             "Validating reads its phase and readiness"
@@ -509,7 +512,7 @@ mod tests {
         // Once its migration succeeded and settled, nothing reads it: not held at all (what
         // goes on to the store, a deletion, is a stub of its name).
         assert_eq!(
-            slim(&mut settled, |_, _, _| Holder::Succeeded),
+            slim(&mut settled, |_, _, _, _| Holder::Succeeded),
             Kept::Nothing
         );
         assert!(is_stub(&settled.metadata) && settled.status.is_none());
@@ -543,7 +546,7 @@ mod tests {
             }
         };
         let mut stub = labelled_job("m-uid");
-        slim(&mut stub, |_, _, _| Holder::Unknown);
+        slim(&mut stub, |_, _, _, _| Holder::Unknown);
         assert!(read_job(stub).await.is_err(), "a stub goes to the API");
         let mut whole = labelled_job("m-uid");
         slim(&mut whole, known);

@@ -94,9 +94,10 @@ struct Cli {
     /// (`namespace/name` in target.networks); refused by preflight otherwise.
     #[arg(long, env = "FERRY_CROSS_NAMESPACE_NETWORKS")]
     cross_namespace_networks: bool,
-    /// The Secret holding the key of ferry's creation stamps, `NAME` or `NAMESPACE/NAME`
-    /// (made when absent; default namespace: $POD_NAMESPACE, else the kubeconfig's). Keep it
-    /// where the authors of migrations cannot read it.
+    /// The Secret holding the key of ferry's creation stamps, `NAME` or `NAMESPACE/NAME` (made
+    /// when absent). `NAME` is in the controller's own namespace: its Lease's
+    /// (--leader-elect-namespace, $POD_NAMESPACE), else ferry-system — never the kubeconfig's:
+    /// whoever may create a Secret where the key is read could choose it.
     #[arg(long, default_value = ferry_controller::children::proof::DEFAULT_SECRET_NAME)]
     proof_key_secret: String,
     #[command(subcommand)]
@@ -313,16 +314,10 @@ async fn main() -> anyhow::Result<()> {
                 waves: !cli.no_waves,
                 streaming_lists: !cli.paged_lists,
                 shutdown_grace: cli.leader.shutdown_grace,
-                proof_key: match cli.proof_key_secret.split_once('/') {
-                    Some((ns, name)) => ferry_controller::ProofKeySecret {
-                        namespace: Some(ns.to_owned()),
-                        name: name.to_owned(),
-                    },
-                    None => ferry_controller::ProofKeySecret {
-                        namespace: None,
-                        name: cli.proof_key_secret.clone(),
-                    },
-                },
+                proof_key: ferry_controller::ProofKeySecret::named(
+                    &cli.proof_key_secret,
+                    cli.leader.leader_elect_namespace.as_deref(),
+                ),
             };
             let config = config(cli.kubeconfig.as_ref()).await?;
             if cli.leader.leader_elect {

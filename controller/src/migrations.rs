@@ -268,8 +268,10 @@ impl Migrations {
         }
     }
 
-    /// Who holds a child labelled for `ns`/`name` with migration uid `uid`, if it says.
-    pub fn holder(&self, ns: &str, name: &str, uid: Option<&str>) -> Holder {
+    /// Who holds a child named `child`, labelled for `ns`/`name` with migration uid `uid`, if it
+    /// says: a migration with work left holds only children under the names ferry gives them
+    /// (`names::is_child_name`) — anything else labelled for it is anyone's, and is a stub.
+    pub fn holder(&self, ns: &str, name: &str, uid: Option<&str>, child: &str) -> Holder {
         let records = self.succeeded.read();
         let matches = |u: Option<&str>| uid.is_none_or(|want| u == Some(want));
         if let Some(m) = self.store.get(&ObjectRef::new(name).within(ns)) {
@@ -277,7 +279,8 @@ impl Migrations {
                 (false, _) => Holder::Unknown,
                 // Only a record is one, but the rule is the rule wherever it is held.
                 (true, true) => Holder::Succeeded,
-                (true, false) => Holder::Known,
+                (true, false) if ferry_crds::names::is_child_name(&m, child) => Holder::Known,
+                (true, false) => Holder::Unknown,
             };
         }
         match records.get(ns, name) {

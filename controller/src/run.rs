@@ -56,39 +56,52 @@ pub struct RunOptions {
     pub streaming_lists: bool,
 }
 
-/// Where the creation-stamp key lives (see [`crate::children::proof`]): a Secret readable by the
-/// controller and, ideally, by nobody who may create objects in a migration's namespace.
+/// Where the creation-stamp key lives (see [`crate::children::proof`]): a Secret in the
+/// controller's own namespace (its Lease's), readable by the controller only — never in the
+/// namespace of a migration, nor in whatever namespace a kubeconfig points at: anyone who may
+/// create a Secret there could choose the key and forge ferry's stamps. The in-cluster
+/// controller and the cockpit's `ferry controller` read the same one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProofKeySecret {
-    /// Its namespace: when `None`, `$POD_NAMESPACE` (the controller's own), else the client's
-    /// default namespace.
-    pub namespace: Option<String>,
+    /// Its namespace: the controller's own.
+    pub namespace: String,
     /// Its name.
     pub name: String,
 }
 
+/// The controller's namespace when nothing names it: what `deploy/` installs it in.
+pub const CONTROLLER_NAMESPACE: &str = "ferry-system";
+
+impl ProofKeySecret {
+    /// The Secret `--proof-key-secret` names: `NAMESPACE/NAME`, or `NAME` in `own`, the
+    /// controller's namespace (its Lease's: `--leader-elect-namespace`, `$POD_NAMESPACE`), else
+    /// [`CONTROLLER_NAMESPACE`].
+    pub fn named(flag: &str, own: Option<&str>) -> Self {
+        match flag.split_once('/') {
+            Some((ns, name)) => Self {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+            },
+            None => Self {
+                namespace: own
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(CONTROLLER_NAMESPACE)
+                    .to_owned(),
+                name: flag.to_owned(),
+            },
+        }
+    }
+}
+
 impl Default for ProofKeySecret {
     fn default() -> Self {
-        Self {
-            namespace: None,
-            name: proof::DEFAULT_SECRET_NAME.to_owned(),
-        }
+        Self::named(proof::DEFAULT_SECRET_NAME, None)
     }
 }
 
 /// Reads (or makes) the creation-stamp key named by `opts` through `client`.
 async fn proof_key(client: &Client, opts: &RunOptions) -> Result<ProofKey> {
-    let ns = opts
-        .proof_key
-        .namespace
-        .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|n| !n.is_empty())
-        })
-        .unwrap_or_else(|| client.default_namespace().to_owned());
-    proof::load_or_create(client, &ns, &opts.proof_key.name).await
+    proof::load_or_create(client, &opts.proof_key.namespace, &opts.proof_key.name).await
 }
 
 impl Default for RunOptions {
@@ -609,6 +622,7 @@ fn migration_watch(
             let now = Time(crate::context::whole_seconds(
                 k8s_openapi::jiff::Timestamp::now(),
             ));
+            crate::reconcile::settled::strip_foreign(vmm);
             crate::reconcile::settled::slim(vmm, &now);
         });
         futures::pin_mut!(events);
@@ -758,7 +772,9 @@ where
             }
         }
     };
-    let holder = move |ns: &str, name: &str, uid: Option<&str>| migrations.holder(ns, name, uid);
+    let holder = move |ns: &str, name: &str, uid: Option<&str>, child: &str| {
+        migrations.holder(ns, name, uid, child)
+    };
     let events = futures::stream::once(ready)
         .map(move |()| watcher(api.clone(), config.clone()))
         .flatten()

@@ -200,6 +200,67 @@ async fn an_operator_steers_and_only_an_editor_authors() {
         patch_as(&env, op, kind, name, "merge", &patch)
             .unwrap_or_else(|e| panic!("the operator's {patch} on {kind}/{name}: {e}"));
     }
+    // A warm migration's cutover is the operator's act too; the rest of spec.warm is not.
+    let mut warm = migration_json(&env, "mw");
+    warm["spec"]["mode"] = json!("Warm");
+    warm["spec"]["warm"] = json!({"precopyIntervalSeconds": 3600});
+    create_as(&env, None, &warm, false).unwrap();
+    patch_as(
+        &env,
+        op,
+        "virtualmachinemigration",
+        "mw",
+        "merge",
+        &json!({"spec": {"warm": {"cutover": true}}}),
+    )
+    .unwrap_or_else(|e| panic!("the operator's cutover: {e}"));
+    assert!(
+        env.get("mw").await.spec.warm.is_some_and(|w| w.cutover),
+        "cut over"
+    );
+    let err = patch_as(
+        &env,
+        op,
+        "virtualmachinemigration",
+        "mw",
+        "merge",
+        &json!({"spec": {"warm": {"precopyIntervalSeconds": 60}}}),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("spec.warm.precopyIntervalSeconds") && err.contains("ferry-edit"),
+        "{err}"
+    );
+    // Who owns a migration, and what its deletion waits for, are not intents: an owner
+    // reference would move the lone migration into the wave, which then steers it.
+    let wave_uid = kubectl_as(
+        &env,
+        None,
+        &[
+            "get",
+            "migrationwave",
+            "w",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    )
+    .unwrap();
+    let adopt = json!([{"op": "add", "path": "/metadata/ownerReferences", "value": [{
+        "apiVersion": ferry_crds::API_VERSION, "kind": "MigrationWave", "name": "w",
+        "uid": wave_uid.trim(),
+    }]}]);
+    let err = patch_as(&env, op, "virtualmachinemigration", "m", "json", &adopt).unwrap_err();
+    assert!(
+        err.contains("metadata.ownerReferences") && err.contains("ferry-edit"),
+        "{err}"
+    );
+    let finalize = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    let err = patch_as(&env, op, "virtualmachinemigration", "m", "merge", &finalize).unwrap_err();
+    assert!(
+        err.contains("metadata.finalizers") && err.contains("ferry-edit"),
+        "{err}"
+    );
+    assert!(env.get("m").await.metadata.owner_references.is_none());
     let m = env.get("m").await;
     assert!(
         m.spec.paused && m.spec.cancel && m.spec.retry == 1,

@@ -133,3 +133,97 @@ async fn foreign_labelled_jobs_cost_the_controller_next_to_nothing() {
     .await
     .unwrap();
 }
+
+/// The audit's case: Jobs labelled with a live migration's name and uid (it waits, paused, so
+/// the controller holds it with work left) are stubs — only children under the names ferry gives
+/// that migration are held whole — and migrations carrying large annotations of anyone's are held
+/// without them (only ferry's own annotations are kept, on running and settled ones alike).
+/// 300 such Jobs of 600 KiB and 200 paused migrations of 250 KB each grow the controller by less
+/// than 20 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_labelled_for_a_live_migration_and_annotated_migrations_grow_the_controller_little() {
+    const MIGRATIONS: usize = 200;
+    let mut env = Env::new("e2e-tenancy-live", 16).await;
+    env.start_sim();
+    env.start_controller();
+    env.create(&env.migration("before")).await;
+    let v = env.wait_terminal("before", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    let mut held = env.migration("held");
+    held.spec.paused = true;
+    held.spec.target.name = Some("held-vm".into());
+    let held = env.create(&held).await;
+    env.wait_for("held", "the paused migration seen", 60, |v| {
+        v.status.is_some()
+    })
+    .await;
+    let idle = env.controller_rss();
+
+    let (name, uid) = (
+        held.metadata.name.clone().unwrap(),
+        held.metadata.uid.clone().unwrap(),
+    );
+    let jobs: Api<Job> = env.ns.api();
+    futures::stream::iter(0..JOBS)
+        .map(|i| {
+            let jobs = jobs.clone();
+            let mut job = tenant_job(i);
+            let labels = job.metadata.labels.get_or_insert_with(Default::default);
+            labels.insert(names::MIGRATION_LABEL.to_owned(), name.clone());
+            labels.insert(names::MIGRATION_UID_LABEL.to_owned(), uid.clone());
+            async move { jobs.create(&PostParams::default(), &job).await }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    let blob: String = std::iter::repeat_n('d', 250 * 1000).collect();
+    futures::stream::iter(0..MIGRATIONS)
+        .map(|i| {
+            let mut m = env.migration(&format!("annotated-{i}"));
+            m.spec.paused = true;
+            m.metadata.annotations =
+                Some([("tenant.example/blob".to_owned(), blob.clone())].into());
+            let api = env.api();
+            async move { api.create(&PostParams::default(), &m).await }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    // Taken in: the stubs and the migrations counted in the controller's metrics.
+    let series = |kind: &str, form: &str| {
+        format!("ferry_controller_cached_children{{kind=\"{kind}\",form=\"{form}\"}}")
+    };
+    ferry_harness::eventually(
+        "the Jobs and the migrations taken in",
+        std::time::Duration::from_secs(180),
+        || async {
+            let stubs = env.metric(&series("Job", "stub"));
+            let whole = env.metric("ferry_controller_cached_migrations{form=\"whole\"}");
+            (stubs >= JOBS as u64 && whole >= MIGRATIONS as u64).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; metrics:\n{}", env.metrics_text()));
+    let loaded = env.controller_rss();
+    let grown = loaded.saturating_sub(idle);
+    eprintln!(
+        "controller RSS: {} MiB with a paused migration, {} MiB with {JOBS} Jobs of 600 KiB labelled for it and {MIGRATIONS} migrations of 250 KB annotations",
+        idle >> 20,
+        loaded >> 20
+    );
+    assert!(
+        grown < 20 << 20,
+        "the controller grew by {} MiB (from {} to {} MiB)",
+        grown >> 20,
+        idle >> 20,
+        loaded >> 20
+    );
+    jobs.delete_collection(
+        &DeleteParams::background(),
+        &ListParams::default().labels("tenant=yes"),
+    )
+    .await
+    .unwrap();
+}

@@ -151,6 +151,28 @@ pub fn datavolume_name(vmm: &VirtualMachineMigration, disk_index: usize) -> Stri
     derived(&vmm.name_any(), &format!("disk-{disk_index}"))
 }
 
+/// Whether `name` is one ferry gives a child of `vmm`: its Jobs (convert, verify, cutover,
+/// precopy), the DataVolume of each disk it knows of, its VirtualMachine (whose instance has the
+/// same name). Anyone may label an object with a migration's name and uid; only these names
+/// are worth holding whole.
+pub fn is_child_name(vmm: &VirtualMachineMigration, name: &str) -> bool {
+    let disks = vmm.status.as_ref().map_or(0, |s| {
+        s.disks
+            .len()
+            .max(s.source.as_ref().map_or(0, |d| d.disks.len()))
+    });
+    [
+        job_name(vmm),
+        verify_job_name(vmm),
+        cutover_job_name(vmm),
+        precopy_job_name(vmm),
+        vm_name(vmm),
+    ]
+    .iter()
+    .any(|n| n == name)
+        || (0..disks).any(|i| datavolume_name(vmm, i) == name)
+}
+
 /// Name of the KubeVirt VirtualMachine: `spec.target.name` when set, otherwise the source VM's
 /// name (from the spec, else as discovered) made a DNS-1123 label, otherwise the migration's
 /// name made one.
@@ -217,6 +239,29 @@ pub fn wave_member_name(wave: &str, vm: &str) -> String {
 mod tests {
     use super::*;
     use crate::{DiskFormat, fixtures::migration};
+
+    #[test]
+    fn only_the_names_ferry_gives_a_migrations_children_are_its_childrens() {
+        let m = migration("web").with_disks(2);
+        for name in [
+            job_name(&m),
+            verify_job_name(&m),
+            cutover_job_name(&m),
+            precopy_job_name(&m),
+            datavolume_name(&m, 0),
+            datavolume_name(&m, 1),
+            vm_name(&m),
+        ] {
+            assert!(is_child_name(&m, &name), "{name}");
+        }
+        for name in [
+            "tenant-1".to_owned(),
+            datavolume_name(&m, 2),
+            format!("{}-x", job_name(&m)),
+        ] {
+            assert!(!is_child_name(&m, &name), "{name}");
+        }
+    }
 
     fn is_label(s: &str) -> bool {
         !s.is_empty()

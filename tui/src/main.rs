@@ -307,6 +307,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     converter_image: converter_image.trim().to_owned(),
                     ..ferry_controller::policy::Policy::default()
                 },
+                // The in-cluster controller's key, in its namespace (the Lease's): one key for
+                // both, and never one from the kubeconfig's namespace.
+                proof_key: ferry_controller::ProofKeySecret::named(
+                    ferry_controller::children::proof::DEFAULT_SECRET_NAME,
+                    Some(leader_elect_namespace.as_str()),
+                ),
                 ..ferry_controller::RunOptions::default()
             };
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -132,6 +132,9 @@ fn install_crds(kubeconfig: &Path) {
         &["apply", "--server-side", "--force-conflicts", "-f", &crds],
         None,
     );
+    // The controller's namespace, where it keeps the key of its creation stamps.
+    let ns = repo_root().join("deploy/controller/namespace.yaml");
+    kubectl(kubeconfig, &["apply", "-f", &ns.to_string_lossy()], None);
     kubectl(
         kubeconfig,
         &[

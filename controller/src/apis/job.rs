@@ -73,20 +73,15 @@ pub fn last_failure_message(pods: &[Pod], container: &str) -> Option<String> {
 }
 
 /// The termination message of `container` in a pod of `job` that succeeded running exactly the
-/// Job's own container: controlled by the Job (by uid) and with the template's image, command
-/// and arguments — a pod anyone else made, with the Job's labels but another program, says
-/// nothing. `None` when no such pod ended with a message. Pure.
+/// Job's own pod: controlled by the Job (by uid) and with the template's whole spec as it bears
+/// on what runs and what it reads — containers (image, command, arguments, environment,
+/// mounts, devices, security), volumes, service account and its token, host namespaces. A pod
+/// anyone else made with the Job's labels and owner — another program, or the same with a decoy
+/// claim mounted — says nothing. `None` when no such pod ended with a message. Pure.
 pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<String> {
     let uid = job.metadata.uid.as_deref()?;
-    let want = job
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == container)?;
+    let template = job.spec.as_ref()?.template.spec.as_ref()?;
+    template.containers.iter().find(|c| c.name == container)?;
     let runs_ours = |p: &Pod| {
         let controlled = p
             .metadata
@@ -94,17 +89,7 @@ pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<Str
             .iter()
             .flatten()
             .any(|o| o.controller == Some(true) && o.uid == uid);
-        let same = p.spec.as_ref().is_some_and(|s| {
-            s.containers.len() == 1
-                && s.init_containers.as_ref().is_none_or(Vec::is_empty)
-                && s.containers.iter().all(|c| {
-                    c.name == want.name
-                        && c.image == want.image
-                        && c.command == want.command
-                        && c.args == want.args
-                })
-        });
-        controlled && same
+        controlled && p.spec.as_ref().is_some_and(|s| runs_template(template, s))
     };
     pods.iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
@@ -125,6 +110,53 @@ pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<Str
                 .clone()
         })
         .next()
+}
+
+/// Whether `pod` runs what `template` says: the same containers (init ones included) with
+/// the same image, command, arguments, environment, mounts, devices, working directory and
+/// security; the same volumes; the same service account, token mounting, host namespaces and
+/// pod security. What the API server and the scheduler add to every pod (defaults a Job's
+/// template gets too, tolerations, the node) is not compared. Pure.
+pub fn runs_template(
+    template: &k8s_openapi::api::core::v1::PodSpec,
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+) -> bool {
+    use k8s_openapi::api::core::v1::Container;
+    let same_container = |a: &Container, b: &Container| {
+        a.name == b.name
+            && a.image == b.image
+            && a.command == b.command
+            && a.args == b.args
+            && a.env == b.env
+            && a.env_from == b.env_from
+            && a.volume_mounts == b.volume_mounts
+            && a.volume_devices == b.volume_devices
+            && a.working_dir == b.working_dir
+            && a.security_context == b.security_context
+    };
+    let same_list = |a: &[Container], b: &[Container]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_container(a, b))
+    };
+    let account = |s: &k8s_openapi::api::core::v1::PodSpec| {
+        s.service_account_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_owned())
+    };
+    let flag = |f: Option<bool>| f.unwrap_or(false);
+    same_list(&template.containers, &pod.containers)
+        && same_list(
+            template.init_containers.as_deref().unwrap_or_default(),
+            pod.init_containers.as_deref().unwrap_or_default(),
+        )
+        && template.volumes.as_deref().unwrap_or_default()
+            == pod.volumes.as_deref().unwrap_or_default()
+        && account(template) == account(pod)
+        && template.automount_service_account_token == pod.automount_service_account_token
+        && flag(template.host_network) == flag(pod.host_network)
+        && flag(template.host_pid) == flag(pod.host_pid)
+        && flag(template.host_ipc) == flag(pod.host_ipc)
+        && template.security_context == pod.security_context
 }
 
 #[cfg(test)]
@@ -310,5 +342,47 @@ mod tests {
             s.init_containers = Some(vec![container("sh")]);
         }
         assert_eq!(succeeded_message(&job, &[with_init], "verify"), None);
+        // The same program, with a decoy claim mounted, as another account, or with the
+        // host's network: not the Job's pod.
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume, VolumeMount};
+        let mut decoy = ours.clone();
+        if let Some(s) = decoy.spec.as_mut() {
+            s.volumes = Some(vec![Volume {
+                name: "disk-0".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: "decoy".into(),
+                    read_only: None,
+                }),
+                ..Volume::default()
+            }]);
+            s.containers[0].volume_mounts = Some(vec![VolumeMount {
+                name: "disk-0".into(),
+                mount_path: "/disks/0".into(),
+                ..VolumeMount::default()
+            }]);
+        }
+        let mut account = ours.clone();
+        if let Some(s) = account.spec.as_mut() {
+            s.service_account_name = Some("builder".into());
+        }
+        let mut host = ours.clone();
+        if let Some(s) = host.spec.as_mut() {
+            s.host_network = Some(true);
+        }
+        for other in [decoy, account, host] {
+            assert_eq!(
+                succeeded_message(&job, std::slice::from_ref(&other), "verify"),
+                None,
+                "{other:?}"
+            );
+        }
+        // What the API server adds to every pod (the default account, the node) is not a
+        // difference.
+        let mut defaulted = ours.clone();
+        if let Some(s) = defaulted.spec.as_mut() {
+            s.service_account_name = Some("default".into());
+            s.node_name = Some("sim-node".into());
+        }
+        assert!(succeeded_message(&job, &[defaulted], "verify").is_some());
     }
 }

@@ -212,6 +212,11 @@ pub async fn load_or_create(
             }
             // Another replica made it a moment ago: read theirs.
             Err(e) if is_already_exists(&e) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(Error::ProofKey(format!(
+                    "the controller's namespace {namespace} does not exist (deploy/ makes it): create it, or name the key's Secret with --proof-key-secret NAMESPACE/NAME"
+                )));
+            }
             Err(e) => return Err(e.into()),
         }
     }

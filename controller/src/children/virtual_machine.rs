@@ -197,6 +197,63 @@ pub fn virtual_machine(vmm: &VirtualMachineMigration) -> Result<VirtualMachine> 
     })
 }
 
+/// Why `vm`, found under the migration's target name with its creation stamp, is not the VM
+/// ferry makes for it, if it is not: its volumes must be exactly the migration's DataVolumes,
+/// disk `i` on `datavolume_name(i)` — no container disk, no service account token, no claim
+/// of anyone else — and it may bring no DataVolume templates of its own. A stamp proves only
+/// who may have made the object; what it would boot is checked too. Pure.
+pub fn not_ferrys(vmm: &VirtualMachineMigration, vm: &VirtualMachine) -> Option<String> {
+    let disks = vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.source.as_ref())
+        .map_or(0, |s| s.disks.len());
+    let want: Vec<String> = (0..disks)
+        .map(|i| format!("dataVolume {}", names::datavolume_name(vmm, i)))
+        .collect();
+    let volumes = vm
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.pointer("/spec/volumes"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let have: Vec<String> = volumes
+        .iter()
+        .map(|v| {
+            let source = v
+                .as_object()
+                .and_then(|o| o.iter().find(|(k, _)| k.as_str() != "name"));
+            match source {
+                Some((kind, s)) if kind == "dataVolume" => format!(
+                    "dataVolume {}",
+                    s.get("name").and_then(Value::as_str).unwrap_or_default()
+                ),
+                Some((kind, _)) => kind.clone(),
+                None => "a volume without a source".to_owned(),
+            }
+        })
+        .collect();
+    let templates = vm
+        .spec
+        .rest
+        .get("dataVolumeTemplates")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    if have != want {
+        Some(format!(
+            "its volumes are [{}], not the migration's DataVolumes [{}]",
+            have.join(", "),
+            want.join(", ")
+        ))
+    } else if templates {
+        Some("it brings DataVolume templates of its own".to_owned())
+    } else {
+        None
+    }
+}
+
 /// The instance's scheduling from the placement: nodeSelector, affinity and tolerations, as
 /// KubeVirt's VirtualMachineInstanceSpec names them (the same shapes as a Pod's). Pure.
 fn scheduling(vmi_spec: &mut Value, placement: &ferry_crds::VmPlacement) {

@@ -223,6 +223,7 @@ mod tests {
                         vm: super::super::world::VmState::Absent,
                         source_power: Some(Ok(ferry_crds::PowerState::PoweredOff)),
                         source_changed: Some(Ok(creating_vm::tests::unchanged())),
+                        not_ferrys: None,
                     },
                     creating_vm::Action::CreateVm,
                     p(Reason::VMCreateFailed),

@@ -19,6 +19,7 @@ use super::scope::Scope;
 use super::starting::{cutover_refused, starts};
 use super::world::{self, VmState};
 use crate::Result;
+use crate::apis::kubevirt::VirtualMachine;
 use crate::children::{Conflict, Holder, virtual_machine};
 use crate::problem::Problem;
 
@@ -37,6 +38,9 @@ pub struct Observed {
     /// Right before the VM is made (`None` otherwise): the source against what ferry recorded
     /// of it.
     pub source_changed: Option<std::result::Result<world::FinalLook, Problem>>,
+    /// The VM under the target name carries this migration's creation stamp but is not the VM
+    /// ferry makes (`virtual_machine::not_ferrys`): why.
+    pub not_ferrys: Option<String>,
 }
 
 /// What CreatingVM does to the world.
@@ -54,7 +58,12 @@ impl Checkpoint for CreatingVm {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let vm = world::vm_state(io).await?;
+        let found = io.read::<VirtualMachine>(&names::vm_name(io.vmm)).await?;
+        let vm = world::classify_vm(found.as_ref(), io);
+        let not_ferrys = found
+            .as_ref()
+            .filter(|_| matches!(vm, VmState::Ours { .. }))
+            .and_then(|f| virtual_machine::not_ferrys(io.vmm, f));
         let look = if vm == VmState::Absent {
             Some(world::final_look(io).await?)
         } else {
@@ -70,6 +79,7 @@ impl Checkpoint for CreatingVm {
             vm,
             source_power,
             source_changed,
+            not_ferrys,
         })
     }
 
@@ -120,6 +130,16 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                     format!("creating VirtualMachine {name}"),
                 )
             }),
+        VmState::Ours { .. } if scope.world.not_ferrys.is_some() => Outcome::failure(
+            Reason::TargetConflict,
+            format!(
+                "VirtualMachine {name} carries this migration's creation stamp but is not the VM ferry makes: {}; ferry neither starts nor deletes it. Delete it (or set spec.target.name), then raise spec.retry",
+                scope.world.not_ferrys.as_deref().unwrap_or_default()
+            ),
+            true,
+            Phase::CreatingVM,
+            VMCreated,
+        ),
         VmState::Ours { .. } => Outcome::new(
             Step::Advance {
                 to: Phase::Starting,
@@ -202,6 +222,7 @@ pub(crate) mod tests {
                 vm,
                 source_power: source_power.map(Ok),
                 source_changed: Some(Ok(unchanged())),
+                not_ferrys: None,
             },
         })
         .step
@@ -268,6 +289,7 @@ pub(crate) mod tests {
                         recorded_at: Some("2026-12-06T10:00:00Z".into()),
                         ..unchanged()
                     })),
+                    not_ferrys: None,
                 },
             });
             assert!(out.actions().is_empty(), "nothing made: {:?}", out.step);
@@ -300,6 +322,7 @@ pub(crate) mod tests {
                     Reason::EndpointUnreachable,
                     "connection refused",
                 ))),
+                not_ferrys: None,
             },
         });
         assert!(out.actions().is_empty(), "{:?}", out.step);

@@ -30,6 +30,17 @@ pub fn settled(vmm: &VirtualMachineMigration, now: &Time) -> bool {
         && status::after_intent(vmm, &Intent::Settled, now).as_ref() == vmm.status.as_ref()
 }
 
+/// Drops from a migration what no decision reads and anyone who may edit it can make large:
+/// every annotation but ferry's own (`migration.platform.example/...`: the wave's hold, the
+/// abandon-cleanup), kubectl's last-applied copy among them, and the managed fields. Applied to
+/// every migration the watch holds, running or settled. Pure.
+pub fn strip_foreign(vmm: &mut VirtualMachineMigration) {
+    vmm.metadata.managed_fields = None;
+    if let Some(a) = vmm.metadata.annotations.as_mut() {
+        a.retain(|k, _| k.starts_with(names::PREFIX));
+    }
+}
+
 /// Cuts `vmm` down before it enters the cache: its managed fields always (nothing reads them),
 /// and, when it is settled, everything a settled migration is no longer read for. Pure.
 pub fn slim(vmm: &mut VirtualMachineMigration, now: &Time) {
@@ -80,6 +91,31 @@ mod tests {
     use super::*;
     use ferry_crds::Phase;
     use ferry_crds::fixtures::{migration, t0};
+
+    #[test]
+    fn only_ferrys_annotations_stay_on_a_held_migration() {
+        let mut m = migration("m").with_phase(Phase::Importing);
+        m.metadata.annotations = Some(
+            [
+                (names::HOLD_ANNOTATION.to_owned(), "wave".to_owned()),
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+                    "{...}".to_owned(),
+                ),
+                ("tenant.example/blob".to_owned(), "x".repeat(1000)),
+            ]
+            .into(),
+        );
+        strip_foreign(&mut m);
+        assert_eq!(
+            m.metadata
+                .annotations
+                .unwrap()
+                .into_keys()
+                .collect::<Vec<_>>(),
+            [names::HOLD_ANNOTATION]
+        );
+    }
 
     fn done() -> VirtualMachineMigration {
         let mut done = migration("m").with_phase(Phase::Succeeded);

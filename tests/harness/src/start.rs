@@ -346,8 +346,10 @@ impl Lab {
         cmd
     }
 
-    /// Applies ferry's CRDs from `deploy/crds` (server-side, idempotent) and waits until both
-    /// are established.
+    /// Applies ferry's CRDs from `deploy/crds` (server-side, idempotent) and the controller's
+    /// namespace (`deploy/controller/namespace.yaml`: where the controller keeps the key of its
+    /// creation stamps, whatever namespace it watches), and waits until both CRDs are
+    /// established.
     ///
     /// # Errors
     /// kubectl's, with its stderr.
@@ -355,6 +357,8 @@ impl Lab {
         let dir = repo_root().join("deploy/crds");
         let dir = dir.to_string_lossy();
         self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &dir])?;
+        let ns = repo_root().join("deploy/controller/namespace.yaml");
+        self.kubectl_ok(&["apply", "-f", &ns.to_string_lossy()])?;
         // `kubectl wait --for=condition=...` fails at once instead of waiting when it reads a
         // CRD whose `status.conditions` the apiserver has not yet written ("accessor error:
         // <nil> is of the type <nil>"). That window is short but real on a loaded machine, so
