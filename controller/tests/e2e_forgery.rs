@@ -191,9 +191,11 @@ async fn a_forged_virtual_machine_is_a_conflict_and_left_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verification_job_forged_during_the_migration_never_verifies_it() {
     let mut env = Env::new("e2e-forge-mid", 16).await;
-    env.start_sim();
     env.start_controller();
     let vmm = env.create(&env.migration("mid")).await;
+    // No sim yet: the converter Job is made but no pod of it runs, so the migration holds in
+    // Converting until the forgery is in place (a 16 MiB copy at the sim's speed is over before a
+    // poll could catch Converting).
     env.wait_phase("mid", Phase::Converting, 120).await;
     let jobs: Api<Job> = env.ns.api();
     let name = names::verify_job_name(&vmm);
@@ -201,6 +203,7 @@ async fn a_verification_job_forged_during_the_migration_never_verifies_it() {
         .create(&PostParams::default(), &forged_job(&vmm, &name))
         .await
         .unwrap();
+    env.start_sim();
     let v = env.wait_terminal("mid", 300).await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let (reason, message) = last_failure(&v);
