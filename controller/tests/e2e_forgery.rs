@@ -275,3 +275,159 @@ async fn a_migration_records_the_uid_of_every_child_it_created() {
         "stamped"
     );
 }
+
+/// A report counts only from the verification Job's own pod. Here the Job's pods never run (the
+/// sim, the node, is gone once the import is done); a pod made by someone else — the Job's
+/// labels, the Job as its controller, the very containers of its template, and a decoy claim
+/// mounted besides — "succeeds" with a report of exactly the staged checksums, and the Job is
+/// marked complete as the Job controller would count that pod. ferry reads no report from it:
+/// the migration fails, no VM made. Without the comparison of the pod's spec with the Job's
+/// template the decoy's report verifies the import.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_from_a_pod_that_is_not_the_jobs_own_verifies_nothing() {
+    use k8s_openapi::api::core::v1::{Pod, PodSpec, Volume, VolumeMount};
+    let mut env = Env::new("e2e-forge-decoy", 16).await;
+    // Imports of 16 s: the migration is paused while one runs.
+    env.sim_args = vec!["--throughput-mib".into(), "1".into()];
+    env.start_sim();
+    env.start_controller();
+    let vmm = env.create(&env.migration("decoyed")).await;
+    env.wait_phase("decoyed", Phase::Importing, 180).await;
+    env.patch_spec("decoyed", serde_json::json!({"paused": true}))
+        .await;
+    let dvs: Api<DataVolume> = env.ns.api();
+    let dv = names::datavolume_name(&vmm, 0);
+    ferry_harness::eventually(
+        "the import to finish",
+        std::time::Duration::from_secs(180),
+        || async {
+            dvs.get_opt(&dv)
+                .await
+                .ok()
+                .flatten()
+                .filter(|d| d.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+        },
+    )
+    .await
+    .unwrap();
+    // No node from here on: no pod of the verification Job will run.
+    env.sim = None;
+    env.patch_spec("decoyed", serde_json::json!({"paused": false}))
+        .await;
+    let jobs: Api<Job> = env.ns.api();
+    let name = names::verify_job_name(&vmm);
+    let job = ferry_harness::eventually(
+        "the verification Job",
+        std::time::Duration::from_secs(120),
+        || async { jobs.get_opt(&name).await.ok().flatten() },
+    )
+    .await
+    .unwrap();
+
+    // The decoy: the template's pod, and a claim of the decoy's choosing mounted besides.
+    let template = job.spec.as_ref().unwrap().template.clone();
+    let mut spec: PodSpec = template.spec.clone().unwrap();
+    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: "decoy".into(),
+        persistent_volume_claim: Some(
+            k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                claim_name: "decoy-claim".into(),
+                read_only: Some(true),
+            },
+        ),
+        ..Volume::default()
+    });
+    spec.containers[0]
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(VolumeMount {
+            name: "decoy".into(),
+            mount_path: "/decoy".into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    let container = spec.containers[0].name.clone();
+    let mut meta = template.metadata.clone().unwrap_or_default();
+    meta.name = Some(format!("{name}-decoy"));
+    meta.owner_references = Some(vec![job.controller_owner_ref(&()).unwrap()]);
+    let pods: Api<Pod> = env.ns.api();
+    let decoy = pods
+        .create(
+            &PostParams::default(),
+            &Pod {
+                metadata: meta,
+                spec: Some(spec),
+                ..Pod::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Its report: exactly the checksums ferry staged (what would let the import pass).
+    let staged = env.api().get("decoyed").await.unwrap();
+    let mut report = format!("{}\n", ferry_convert::verify::RESULT_HEADER);
+    for d in &staged.status.as_ref().unwrap().disks {
+        report.push_str(&format!(
+            "{}:{}\n",
+            d.index,
+            d.raw_checksum.as_deref().unwrap()
+        ));
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    pods.patch_status(
+        &decoy.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{
+                "name": container, "image": decoy.spec.as_ref().unwrap().containers[0].image,
+                "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": report,
+                    "startedAt": now, "finishedAt": now}},
+            }],
+        }})),
+    )
+    .await
+    .unwrap();
+    // The Job controller counts a pod it controls: the Job completes on the decoy's success.
+    let status = |s: serde_json::Value| kube::api::Patch::Merge(serde_json::json!({ "status": s }));
+    jobs.patch_status(
+        &name,
+        &Default::default(),
+        &status(serde_json::json!({"startTime": now, "active": 1})),
+    )
+    .await
+    .unwrap();
+    let cond = |t: &str| {
+        serde_json::json!({"type": t, "status": "True", "reason": "CompletionsReached",
+            "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
+            "lastTransitionTime": now})
+    };
+    jobs.patch_status(
+        &name,
+        &Default::default(),
+        &status(
+            serde_json::json!({"active": 0, "ready": 0, "terminating": 0, "succeeded": 1,
+            "completionTime": now,
+            "conditions": [cond("SuccessCriteriaMet"), cond("Complete")]}),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let v = env.wait_terminal("decoyed", 180).await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let (reason, message) = last_failure(&v);
+    assert!(
+        message.contains("no pod of it that ran ferry's verify program reported checksums"),
+        "{reason}: {message}"
+    );
+    let vms: Api<VirtualMachine> = env.ns.api();
+    assert!(
+        vms.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no VM made on the decoy's word"
+    );
+}

@@ -54,10 +54,12 @@ pub fn observe(job: Option<&Job>) -> JobState {
     }
 }
 
-/// What the last failed pod of a Job said when its `container` ended: the termination message
-/// (the file, or the log's tail under `FallbackToLogsOnError`), its last non-empty line. Pure.
-pub fn last_failure_message(pods: &[Pod], container: &str) -> Option<String> {
-    pods.iter()
+/// What the last failed pod of `job` said when its `container` ended: the termination message
+/// (the file, or the log's tail under `FallbackToLogsOnError`), its last non-empty line. Only
+/// the Job's own pods speak ([`own_pods`]): a decoy's failure would put its words in the
+/// migration's status. Pure.
+pub fn last_failure_message(job: &Job, pods: &[Pod], container: &str) -> Option<String> {
+    own_pods(job, pods)
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
         .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .and_then(|p| p.status.as_ref()?.container_statuses.as_ref())
@@ -72,17 +74,17 @@ pub fn last_failure_message(pods: &[Pod], container: &str) -> Option<String> {
         })
 }
 
-/// The termination message of `container` in a pod of `job` that succeeded running exactly the
-/// Job's own pod: controlled by the Job (by uid) and with the template's whole spec as it bears
-/// on what runs and what it reads — containers (image, command, arguments, environment,
-/// mounts, devices, security), volumes, service account and its token, host namespaces. A pod
+/// The pods of `pods` that are exactly `job`'s own: controlled by the Job (by uid) and with the
+/// template's whole spec as it bears on what runs and what it reads ([`runs_template`]). A pod
 /// anyone else made with the Job's labels and owner — another program, or the same with a decoy
-/// claim mounted — says nothing. `None` when no such pod ended with a message. Pure.
-pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<String> {
-    let uid = job.metadata.uid.as_deref()?;
-    let template = job.spec.as_ref()?.template.spec.as_ref()?;
-    template.containers.iter().find(|c| c.name == container)?;
-    let runs_ours = |p: &Pod| {
+/// claim mounted — is not one. Pure.
+pub fn own_pods<'a>(job: &'a Job, pods: &'a [Pod]) -> impl Iterator<Item = &'a Pod> + 'a {
+    let uid = job.metadata.uid.as_deref();
+    let template = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    pods.iter().filter(move |p| {
+        let (Some(uid), Some(template)) = (uid, template) else {
+            return false;
+        };
         let controlled = p
             .metadata
             .owner_references
@@ -90,10 +92,16 @@ pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<Str
             .flatten()
             .any(|o| o.controller == Some(true) && o.uid == uid);
         controlled && p.spec.as_ref().is_some_and(|s| runs_template(template, s))
-    };
-    pods.iter()
+    })
+}
+
+/// The termination message of `container` in a pod of `job` that succeeded, from the Job's own
+/// pods only ([`own_pods`]). `None` when no such pod ended with a message. Pure.
+pub fn succeeded_message(job: &Job, pods: &[Pod], container: &str) -> Option<String> {
+    let template = job.spec.as_ref()?.template.spec.as_ref()?;
+    template.containers.iter().find(|c| c.name == container)?;
+    own_pods(job, pods)
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-        .filter(|p| runs_ours(p))
         .filter_map(|p| {
             p.status
                 .as_ref()?
@@ -216,14 +224,45 @@ mod tests {
 
     #[test]
     fn the_last_failed_pod_says_why() {
+        use k8s_openapi::api::batch::v1::JobSpec;
+        use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
         use k8s_openapi::api::core::v1::{
             ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let spec = PodSpec {
+            containers: vec![Container {
+                name: "verify".into(),
+                image: Some("ferry".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        };
+        let job = Job {
+            metadata: kube::api::ObjectMeta {
+                uid: Some("job-uid".into()),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(spec.clone()),
+                },
+                ..JobSpec::default()
+            }),
+            status: None,
         };
         let pod = |at: i64, phase: &str, msg: &str| Pod {
             metadata: kube::api::ObjectMeta {
                 creation_timestamp: Some(ferry_crds::fixtures::ts(at)),
+                owner_references: Some(vec![OwnerReference {
+                    uid: "job-uid".into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
                 ..Default::default()
             },
+            spec: Some(spec.clone()),
             status: Some(PodStatus {
                 phase: Some(phase.into()),
                 container_statuses: Some(vec![ContainerStatus {
@@ -252,11 +291,21 @@ mod tests {
             pod(9, "Running", "not yet"),
         ];
         assert_eq!(
-            last_failure_message(&pods, "verify").as_deref(),
+            last_failure_message(&job, &pods, "verify").as_deref(),
             Some("verify: disk 1: checksum mismatch")
         );
-        assert_eq!(last_failure_message(&pods, "other"), None);
-        assert_eq!(last_failure_message(&[], "verify"), None);
+        assert_eq!(last_failure_message(&job, &pods, "other"), None);
+        assert_eq!(last_failure_message(&job, &[], "verify"), None);
+        // A later failed pod that is not the Job's own (another image) says nothing.
+        let mut decoy = pod(7, "Failed", "verify: forged\n");
+        if let Some(s) = decoy.spec.as_mut() {
+            s.containers[0].image = Some("decoy".into());
+        }
+        let with_decoy = [pods[1].clone(), decoy];
+        assert_eq!(
+            last_failure_message(&job, &with_decoy, "verify").as_deref(),
+            Some("verify: disk 1: checksum mismatch")
+        );
     }
 
     #[test]

@@ -329,8 +329,8 @@ pub async fn reporting_job(io: Io<'_>, name: &str, container: &str) -> Result<Re
             .map(|l| l.items)
     };
     let (failure, report) = match (&state, job.as_ref()) {
-        (JobState::Failed { .. }, Some(_)) => (
-            job_state::last_failure_message(&pods().await?, container),
+        (JobState::Failed { .. }, Some(j)) => (
+            job_state::last_failure_message(j, &pods().await?, container),
             None,
         ),
         (JobState::Complete, Some(j)) => (
