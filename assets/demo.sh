@@ -158,7 +158,8 @@ echo "== controller and sim (logs in $WORK)"
 # The converter image is required and pinned by digest; ferry-sim runs the converter from $BIN
 # whatever the image, so this one (ferry_harness::LAB_CONVERTER_IMAGE, a reserved .test domain)
 # is never pulled.
-"$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" \
+# The lab has no deploy/controller admission policies: the controller is told not to wait for them.
+FERRY_ADMISSION_POLICIES=not-required "$BIN/ferry-controller" --kubeconfig "$STATE/kubeconfig" \
     --converter-image registry.ferry.test/ferry/controller@sha256:edf95329aade2a36c424fd070bbd114b031620b33b642329b7b5c3e7ad4cbd17 \
     --metrics-addr "${DEMO_METRICS_ADDR-127.0.0.1:18080}" --health-addr "${DEMO_HEALTH_ADDR-127.0.0.1:18081}" \
     >"$WORK/controller.log" 2>&1 3>&- &

@@ -108,6 +108,9 @@ pub struct Context {
     /// A watch cache of the ResourceQuotas where migrations run, which preflight weighs the
     /// disks' claims against (no list per migration); `None` lists them from the API.
     pub quotas: Option<Store<k8s_openapi::api::core::v1::ResourceQuota>>,
+    /// Whether ferry's admission policies are in force, and what is held back while they are
+    /// not ([`crate::admission_guard`]); not required unless [`Context::with_guard`] says so.
+    pub guard: Arc<crate::admission_guard::Guard>,
     memory: Mutex<HashMap<String, Memo>>,
 }
 
@@ -186,6 +189,7 @@ impl Context {
             migrations: None,
             children: None,
             quotas: None,
+            guard: Arc::new(crate::admission_guard::Guard::not_required()),
             memory: Mutex::default(),
         }
     }
@@ -221,6 +225,12 @@ impl Context {
 
     /// This context, reading ResourceQuotas from `store` (a watch of them).
     #[must_use]
+    /// The guard of the admission policies the controller runs under.
+    pub fn with_guard(mut self, guard: Arc<crate::admission_guard::Guard>) -> Self {
+        self.guard = guard;
+        self
+    }
+
     pub fn with_quota_store(
         mut self,
         store: Store<k8s_openapi::api::core::v1::ResourceQuota>,

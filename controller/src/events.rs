@@ -184,6 +184,15 @@ pub fn cleanup_incomplete(what: &str) -> Note {
     Note::warning(EventReason::CleanupIncomplete, EventAction::Cleanup, what)
 }
 
+/// The Warning of a migration held because ferry's admission policies are not in force. Pure.
+pub fn held_for_policies(message: &str) -> Note {
+    Note::warning(
+        EventReason::Condition(Reason::PoliciesNotInForce),
+        EventAction::Preflight,
+        message,
+    )
+}
+
 /// The Warning of a delete whose cleanup cannot remove what the migration staged (it retries).
 /// Pure.
 pub fn cleanup_blocked(message: &str) -> Note {

@@ -30,9 +30,10 @@ pub enum Stand {
     Ready,
 }
 
-/// Readiness: ready only once the controllers' caches have synced, or as a standby.
+/// Readiness: ready only once the controllers' caches have synced, or as a standby — and, as
+/// the leader, only while ferry's admission policies are in force (or not required).
 #[derive(Debug, Default)]
-pub struct Readiness(AtomicU8);
+pub struct Readiness(AtomicU8, std::sync::Mutex<Option<String>>);
 
 impl Readiness {
     /// Marks the controller ready (caches synced).
@@ -59,9 +60,26 @@ impl Readiness {
         }
     }
 
+    /// Marks the admission policies not in force (`Some(why)`) or in force.
+    pub fn set_policies(&self, why: Option<String>) {
+        *self
+            .1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
+    /// Why the admission policies are not in force, if they are not.
+    pub fn policies(&self) -> Option<String> {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Whether `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
         self.stand() != Stand::Syncing
+            && (self.stand() == Stand::Standby || self.policies().is_none())
     }
 }
 
@@ -88,7 +106,14 @@ pub fn route(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
     match (path, &endpoints.health, &endpoints.metrics) {
         ("/healthz", Some(_), _) => respond(StatusCode::OK, "text/plain", "ok\n".into()),
         ("/readyz", Some(r), _) => match r.stand() {
-            Stand::Ready => respond(StatusCode::OK, "text/plain", "ready\n".into()),
+            Stand::Ready => match r.policies() {
+                None => respond(StatusCode::OK, "text/plain", "ready\n".into()),
+                Some(why) => respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("{}\n", crate::admission_guard::held_back(&why)),
+                ),
+            },
             Stand::Standby => respond(
                 StatusCode::OK,
                 "text/plain",

@@ -7,6 +7,7 @@
 //! cockpit. See ARCHITECTURE.md at the repository root.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admission_guard;
 pub mod apis;
 pub mod binding;
 pub mod caches;

@@ -100,6 +100,11 @@ struct Cli {
     /// whoever may create a Secret where the key is read could choose it.
     #[arg(long, default_value = ferry_controller::children::proof::DEFAULT_SECRET_NAME)]
     proof_key_secret: String,
+    /// Whether ferry's admission policies (deploy/controller) must be in force: while they are
+    /// not, no migration is made, started or retried, and /readyz says why. not-required is for
+    /// labs without them.
+    #[arg(long, value_enum, env = "FERRY_ADMISSION_POLICIES", default_value_t = ferry_controller::admission_guard::Requirement::Required)]
+    admission_policies: ferry_controller::admission_guard::Requirement,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -313,6 +318,8 @@ async fn main() -> anyhow::Result<()> {
                 },
                 waves: !cli.no_waves,
                 streaming_lists: !cli.paged_lists,
+                admission_policies: cli.admission_policies
+                    == ferry_controller::admission_guard::Requirement::Required,
                 shutdown_grace: cli.leader.shutdown_grace,
                 proof_key: ferry_controller::ProofKeySecret::named(
                     &cli.proof_key_secret,

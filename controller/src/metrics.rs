@@ -107,6 +107,9 @@ pub struct Metrics {
     pub wave_reconcile_seconds: Histogram,
     /// 1 while this instance leads (always 1 without leader election), 0 as a standby.
     pub leader: Gauge,
+    /// 1 while ferry's admission policies are in force, 0 while they are not (work held back),
+    /// -1 when they are not required (`--admission-policies not-required`) or not looked at yet.
+    pub admission_policies_in_force: Gauge,
     /// Writes the fence refused because leadership was not surely held.
     pub fenced_writes: Counter,
     /// Requests to the Kubernetes API, by verb (under leader election, where the client is
@@ -172,6 +175,13 @@ impl Default for Metrics {
             wave_reconcile_seconds.clone(),
         );
         let leader = Gauge::default();
+        let admission_policies_in_force = Gauge::default();
+        admission_policies_in_force.set(-1);
+        registry.register(
+            "admission_policies_in_force",
+            "1 while ferry's admission policies are in force, 0 while not (work held back), -1 not required or not looked at yet",
+            admission_policies_in_force.clone(),
+        );
         let fenced_writes = Counter::default();
         registry.register(
             "leader",
@@ -240,6 +250,7 @@ impl Default for Metrics {
             reconcile_seconds,
             wave_reconcile_seconds,
             leader,
+            admission_policies_in_force,
             fenced_writes,
             registry,
         }

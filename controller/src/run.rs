@@ -54,6 +54,9 @@ pub struct RunOptions {
     /// objects was held whole (restarted among 300 foreign 600 KiB Jobs: a peak of 85 rather
     /// than 210 MiB). Off for an API server without WatchList.
     pub streaming_lists: bool,
+    /// Whether ferry's admission policies must be in force for it to make, start and retry
+    /// migrations ([`crate::admission_guard`]); off only in labs without them.
+    pub admission_policies: bool,
 }
 
 /// Where the creation-stamp key lives (see [`crate::children::proof`]): a Secret in the
@@ -69,8 +72,7 @@ pub struct ProofKeySecret {
     pub name: String,
 }
 
-/// The controller's namespace when nothing names it: what `deploy/` installs it in.
-pub const CONTROLLER_NAMESPACE: &str = "ferry-system";
+pub use crate::children::proof::CONTROLLER_NAMESPACE;
 
 impl ProofKeySecret {
     /// The Secret `--proof-key-secret` names: `NAMESPACE/NAME`, or `NAME` in `own`, the
@@ -116,6 +118,7 @@ impl Default for RunOptions {
             shutdown_grace: Duration::from_secs(20),
             proof_key: ProofKeySecret::default(),
             streaming_lists: true,
+            admission_policies: true,
         }
     }
 }
@@ -430,6 +433,11 @@ fn controllers(
             warn!(error = %e, "watching resource quotas");
         }
     });
+    let guard = Arc::new(if opts.admission_policies {
+        crate::admission_guard::Guard::required()
+    } else {
+        crate::admission_guard::Guard::not_required()
+    });
     // Waves read their children from the migration controller's cache rather than listing them.
     let ctx = Arc::new(
         Context::new(
@@ -440,8 +448,40 @@ fn controllers(
         )
         .with_migrations(held.clone())
         .with_child_caches(caches.clone())
-        .with_quota_store(quota_store),
+        .with_quota_store(quota_store)
+        .with_guard(guard.clone()),
     );
+    // The admission policies, looked at now and every RECHECK while the controllers run.
+    let guarding = {
+        let (client, readiness, metrics) = (
+            client.clone(),
+            served.readiness.clone(),
+            served.metrics.clone(),
+        );
+        let scope = ns.map(str::to_owned);
+        async move {
+            if !guard.is_required() {
+                return;
+            }
+            loop {
+                let verdict = crate::admission_guard::look(&client, scope.as_deref()).await;
+                let why = verdict.why_not();
+                if guard.set(verdict) {
+                    match &why {
+                        Some(w) => {
+                            warn!(why = %w, "admission policies not in force: making, starting and retrying no migration")
+                        }
+                        None => info!("admission policies in force"),
+                    }
+                }
+                metrics
+                    .admission_policies_in_force
+                    .set(i64::from(why.is_none()));
+                readiness.set_policies(why);
+                tokio::time::sleep(crate::admission_guard::RECHECK).await;
+            }
+        }
+    };
     let run_waves = opts.waves;
     let readiness = served.readiness.clone();
     // What the caches hold, for the metrics (and the test that a released child is not held
@@ -533,6 +573,7 @@ fn controllers(
     let run = async move {
         let synced = tokio::spawn(synced);
         let counted = tokio::spawn(counted);
+        let guarding = tokio::spawn(guarding);
         let controllers = async move {
             if run_waves {
                 futures::join!(migrations, waves);
@@ -548,6 +589,8 @@ fn controllers(
         futures::future::select(controllers, watches).await;
         synced.abort();
         counted.abort();
+        guarding.abort();
+        let _ = guarding.await;
         // Gone before this returns, with what they hold (the context and its vSphere
         // sessions): not dropped later by the runtime's own shutdown.
         let _ = synced.await;

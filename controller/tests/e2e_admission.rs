@@ -461,9 +461,13 @@ fn job(env: &Env, image: &str, f: impl FnOnce(&mut Value)) -> Value {
                         "runAsUser": 65532,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
                     "containers": [{
                         "name": "convert",
                         "image": image,
+                        "command": ["ferry-controller"],
+                        "args": ["convert", "--format", "raw"],
+                        "env": [{"name": "FERRY_VSPHERE_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "vsphere", "key": "password"}}}],
                         "securityContext": {
                             "allowPrivilegeEscalation": false,
                             "runAsNonRoot": true,
@@ -564,7 +568,7 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
                 j["spec"]["template"]["spec"]["volumes"] =
                     json!([{"name": "root", "hostPath": {"path": "/"}}]);
             }),
-            "must not use hostPath volumes",
+            "mount only emptyDirs and the migration's own claims",
         ),
         (
             "a Job running as root",
@@ -593,6 +597,61 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
                 j["metadata"]["labels"] = json!({});
             }),
             "only Jobs with a migration's labels",
+        ),
+        (
+            "a Job running a shell",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["command"] = json!(["/bin/sh"]);
+                j["spec"]["template"]["spec"]["containers"][0]["args"] =
+                    json!(["-c", "cat /var/run/secrets/*"]);
+            }),
+            "must run ferry's program",
+        ),
+        (
+            "a Job running another subcommand of ferry's program",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["run"]);
+            }),
+            "must run ferry's program",
+        ),
+        (
+            "a Job as another ServiceAccount",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["serviceAccountName"] = "builder".into();
+            }),
+            "no ServiceAccount but the namespace's default",
+        ),
+        (
+            "a Job with a projected token",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["volumes"] = json!([{"name": "token", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token", "audience": "https://kubernetes.default.svc"}}]}}]);
+            }),
+            "mount only emptyDirs and the migration's own claims",
+        ),
+        (
+            "a Job mounting a Secret",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["volumes"] =
+                    json!([{"name": "s", "secret": {"secretName": "tenant-db"}}]);
+            }),
+            "mount only emptyDirs and the migration's own claims",
+        ),
+        (
+            "a Job mounting another migration's claim",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["volumes"] =
+                    json!([{"name": "d", "persistentVolumeClaim": {"claimName": "other-disk-0"}}]);
+            }),
+            "mount only emptyDirs and the migration's own claims",
+        ),
+        (
+            "a Job with envFrom",
+            job(&env, &image, |j| {
+                j["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+                    json!([{"secretRef": {"name": "tenant-db"}}]);
+            }),
+            "take their environment only as values",
         ),
         (
             "a CDI Secret with another key",
@@ -670,4 +729,230 @@ async fn the_controllers_service_account_may_make_only_ferrys_children() {
     for (what, obj) in &allowed {
         create_as(&env, sa, obj, true).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
+    let verify = job(&env, &image, |j| {
+        j["metadata"]["name"] = "m-verify".into();
+        let pod = &mut j["spec"]["template"]["spec"];
+        pod["containers"][0]["args"] = json!(["verify", "--volume", "0=/disks/0=1=x"]);
+        pod["volumes"] = json!([{"name": "disk-0", "persistentVolumeClaim": {"claimName": "m-disk-0", "readOnly": true}}]);
+        pod["containers"][0]["volumeMounts"] =
+            json!([{"name": "disk-0", "mountPath": "/disks/0", "readOnly": true}]);
+    });
+    create_as(&env, sa, &verify, true).unwrap_or_else(|e| panic!("the verification Job: {e}"));
+
+    // Every child as ferry's own builders make it passes: conversion, verification, cutover
+    // and precopy Jobs, the DataVolumes, the VirtualMachine.
+    {
+        use ferry_controller::children::{
+            cutover_job, datavolume, job, verify_job, virtual_machine,
+        };
+        let mut vmm = ferry_crds::fixtures::migration("m").with_disks(2);
+        vmm.metadata.namespace = Some(env.ns.name.clone());
+        if let Some(s) = vmm.status.as_mut().and_then(|s| s.source.as_mut()) {
+            s.moref = Some("vm-42".into());
+        }
+        let verify: Vec<verify_job::VerifyVolume> = (0..2)
+            .map(|i| verify_job::VerifyVolume {
+                index: i,
+                claim: ferry_crds::names::datavolume_name(&vmm, i),
+                data_volume_uid: format!("00000000-0000-0000-0000-00000000000{i}"),
+                block: i == 1,
+                size: 1 << 20,
+                sha256: "0".repeat(64),
+            })
+            .collect();
+        let delta: Vec<cutover_job::CutoverVolume> = (0..2)
+            .map(|i| cutover_job::CutoverVolume {
+                index: i,
+                claim: ferry_crds::names::datavolume_name(&vmm, i),
+                block: i == 1,
+                device_key: 2000 + i as i32,
+                change_id: "52 1a/3".into(),
+                datastore_path: format!("[LocalDS_0] DC0_H0_VM0/disk{i}.vmdk"),
+            })
+            .collect();
+        let ours: Vec<(&str, Value)> = vec![
+            (
+                "ferry's conversion Job",
+                serde_json::to_value(job::conversion_job(&vmm, &image).unwrap()).unwrap(),
+            ),
+            (
+                "ferry's verification Job",
+                serde_json::to_value(
+                    verify_job::verification_job(&vmm, &verify, verify_job::Role::Verify, &image)
+                        .unwrap(),
+                )
+                .unwrap(),
+            ),
+            (
+                "ferry's cutover Job",
+                serde_json::to_value(cutover_job::cutover_job(&vmm, &delta, &image).unwrap())
+                    .unwrap(),
+            ),
+            (
+                "ferry's precopy Job",
+                serde_json::to_value(
+                    cutover_job::precopy_job(&vmm, &delta, &image, "snapshot-1").unwrap(),
+                )
+                .unwrap(),
+            ),
+            (
+                "ferry's DataVolume",
+                serde_json::to_value(
+                    datavolume::data_volume(
+                        &vmm,
+                        0,
+                        1 << 30,
+                        &ferry_controller::children::secret::s3_secret_name(&vmm),
+                        Some("m-staging-ca"),
+                    )
+                    .unwrap(),
+                )
+                .unwrap(),
+            ),
+            (
+                "ferry's VirtualMachine",
+                serde_json::to_value(virtual_machine::virtual_machine(&vmm).unwrap()).unwrap(),
+            ),
+        ];
+        for (what, obj) in &ours {
+            create_as(&env, sa, obj, true).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+
+    // DataVolumes and VirtualMachines: only in ferry's shapes.
+    let dv = |f: &dyn Fn(&mut Value)| {
+        let mut d = json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "m-disk-0", "namespace": env.ns.name, "labels": ferry_labels()},
+            "spec": {
+                "source": {"s3": {"url": "http://s3.example/b/k", "secretRef": "m-staging-s3"}},
+                "storage": {"resources": {"requests": {"storage": "1Gi"}}},
+            },
+        });
+        f(&mut d);
+        d
+    };
+    let vm = |f: &dyn Fn(&mut Value)| {
+        let mut v = json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "m-vm", "namespace": env.ns.name, "labels": ferry_labels()},
+            "spec": {
+                "runStrategy": "Halted",
+                "template": {
+                    "metadata": {"labels": ferry_labels()},
+                    "spec": {
+                        "domain": {"devices": {"disks": [{"name": "disk-0", "disk": {"bus": "virtio"}}]},
+                                   "memory": {"guest": "128Mi"}},
+                        "volumes": [{"name": "disk-0", "dataVolume": {"name": "m-disk-0"}}],
+                    },
+                },
+            },
+        });
+        f(&mut v);
+        v
+    };
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "a DataVolume cloning another claim",
+            dv(&|d| {
+                d["spec"]["source"] =
+                    json!({"pvc": {"namespace": "kube-system", "name": "etcd-data"}})
+            }),
+            "import from S3 only",
+        ),
+        (
+            "a DataVolume with a tenant's Secret",
+            dv(&|d| d["spec"]["source"]["s3"]["secretRef"] = "tenant-db".into()),
+            "import from S3 only",
+        ),
+        (
+            "an unlabelled DataVolume",
+            dv(&|d| d["metadata"]["labels"] = json!({})),
+            "only DataVolumes and VirtualMachines with a migration's labels",
+        ),
+        (
+            "a VirtualMachine booting a container disk with a ServiceAccount volume",
+            vm(&|v| {
+                v["spec"]["template"]["spec"]["domain"]["devices"]["disks"] = json!([
+                    {"name": "root", "disk": {"bus": "virtio"}}, {"name": "sa", "disk": {"bus": "virtio"}}]);
+                v["spec"]["template"]["spec"]["volumes"] = json!([
+                    {"name": "root", "containerDisk": {"image": "docker.io/library/alpine:latest"}},
+                    {"name": "sa", "serviceAccount": {"serviceAccountName": "default"}}]);
+            }),
+            "boot only the migration's DataVolumes",
+        ),
+        (
+            "a VirtualMachine on another migration's DataVolume",
+            vm(&|v| {
+                v["spec"]["template"]["spec"]["volumes"][0]["dataVolume"]["name"] =
+                    "other-disk-0".into()
+            }),
+            "boot only the migration's DataVolumes",
+        ),
+        (
+            "a VirtualMachine with dataVolumeTemplates",
+            vm(&|v| {
+                v["spec"]["dataVolumeTemplates"] = json!([{"metadata": {"name": "m-disk-0"},
+                "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}])
+            }),
+            "boot only the migration's DataVolumes",
+        ),
+    ];
+    for (what, obj, message) in &refused {
+        let err = create_as(&env, sa, obj, true).expect_err(what);
+        assert!(
+            err.contains("ferry-controller-kubevirt") && err.contains(message),
+            "{what}: {err}"
+        );
+        create_as(&env, None, obj, true).unwrap_or_else(|e| panic!("{what} as the admin: {e}"));
+    }
+    create_as(&env, sa, &dv(&|_| {}), true).unwrap_or_else(|e| panic!("ferry's DataVolume: {e}"));
+    create_as(&env, sa, &vm(&|_| {}), true).unwrap_or_else(|e| panic!("ferry's VM: {e}"));
+
+    // Deletes: only of what carries ferry's labels. A tenant's Secret and a DataVolume ferry
+    // never made stay (a server-side dry run of each delete, as the ServiceAccount).
+    create_as(
+        &env,
+        None,
+        &secret(&env, "tenant-db", "Opaque", json!({}), &["password"]),
+        false,
+    )
+    .unwrap();
+    create_as(
+        &env,
+        None,
+        &dv(&|d| d["metadata"]["labels"] = json!({"app": "tenant"})),
+        false,
+    )
+    .unwrap();
+    for (kind, name) in [("secret", "tenant-db"), ("datavolume", "m-disk-0")] {
+        let err =
+            kubectl_as(&env, sa, &["delete", kind, name, "--dry-run=server"]).expect_err(kind);
+        assert!(
+            err.contains("ferry-controller-deletes")
+                && err.contains("may delete only objects it made"),
+            "{kind}: {err}"
+        );
+        kubectl_as(&env, None, &["delete", kind, name, "--dry-run=server"])
+            .unwrap_or_else(|e| panic!("{kind} as the admin: {e}"));
+    }
+    create_as(
+        &env,
+        None,
+        &secret(
+            &env,
+            "m-staging-s3",
+            "Opaque",
+            ferry_labels(),
+            &["accessKeyId", "secretKey"],
+        ),
+        false,
+    )
+    .unwrap();
+    kubectl_as(
+        &env,
+        sa,
+        &["delete", "secret", "m-staging-s3", "--dry-run=server"],
+    )
+    .unwrap_or_else(|e| panic!("ferry's own Secret: {e}"));
 }

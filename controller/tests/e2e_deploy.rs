@@ -36,6 +36,8 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
         .chain([
             "--converter-image".to_owned(),
             deployed.converter_image.clone(),
+            "--admission-policies".to_owned(),
+            "required".to_owned(),
         ])
         .collect();
     env.start_sim();
@@ -55,4 +57,66 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Secret reads are each namespace's to allow: without the RoleBinding of
+/// `ferry-credentials-reader` the controller's account cannot read the migration's credentials
+/// and the migration waits with `CredentialsNotAllowed`, naming the RoleBinding to make; once
+/// the namespace's admin makes it, the migration goes on by itself and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_has_not_allowed_secret_reads_waits_until_it_does() {
+    let mut env = Env::new("e2e-deploy-optin", 16).await;
+    let deployed = install_deploy(&env).await;
+    env.lab
+        .kubectl_ok(&[
+            "-n",
+            &env.ns.name,
+            "delete",
+            "rolebinding",
+            "ferry-credentials-reader",
+        ])
+        .unwrap();
+    env.impersonate(CONTROLLER_SA, &CONTROLLER_SA_GROUPS);
+    env.extra_controller_args = vec![
+        "--converter-image".to_owned(),
+        deployed.converter_image.clone(),
+        "--admission-policies".to_owned(),
+        "required".to_owned(),
+    ];
+    env.start_sim();
+    env.start_controller();
+    env.create(&env.migration("optin")).await;
+    let waiting = env
+        .wait_for(
+            "optin",
+            "the migration to wait for the RoleBinding",
+            120,
+            |v| {
+                v.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.reason == ferry_crds::Reason::CredentialsNotAllowed)
+                })
+            },
+        )
+        .await;
+    let said = serde_yaml_status(&waiting);
+    assert!(
+        said.contains("create rolebinding ferry-credentials-reader"),
+        "{said}"
+    );
+    assert!(!waiting.phase().is_terminal(), "{said}");
+    env.lab
+        .kubectl_ok(&[
+            "-n",
+            &env.ns.name,
+            "create",
+            "rolebinding",
+            "ferry-credentials-reader",
+            "--clusterrole=ferry-credentials-reader",
+            "--serviceaccount=ferry-system:ferry-controller",
+        ])
+        .unwrap();
+    let v = env.wait_terminal("optin", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
 }

@@ -279,7 +279,14 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     // With the admission policies bound to this namespace: the controller's requests must pass
     // them too (its children's shape, the author right its wave uses to create a migration).
     let deployed = install_deploy(&env).await;
-    env.extra_controller_args = vec!["--converter-image".into(), deployed.converter_image.clone()];
+    // The policies required, as deployed: the controller looks at them (get, list) and finds
+    // them in force (bound to this namespace).
+    env.extra_controller_args = vec![
+        "--converter-image".into(),
+        deployed.converter_image.clone(),
+        "--admission-policies".into(),
+        "required".into(),
+    ];
     env.use_controller_token();
     env.start_sim();
     let started = SystemTime::now();
@@ -546,7 +553,13 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let admin = admin_client(&env).await;
     let roles: Api<ClusterRole> = Api::all(admin.clone());
     let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
-    let role = roles.get("ferry-controller").await.unwrap();
+    // The ClusterRole, and what each namespace grants by its RoleBinding (reading its Secrets):
+    // proven together, as the controller used them here.
+    let mut role = roles.get("ferry-controller").await.unwrap();
+    let reader = roles.get("ferry-credentials-reader").await.unwrap();
+    role.rules
+        .get_or_insert_with(Vec::new)
+        .extend(reader.rules.unwrap_or_default());
     let mut report = vec![];
     let mut unused = vec![];
     let mut not_needed = vec![];

@@ -234,6 +234,9 @@ pub enum Reason {
     /// resized, its configuration changed, a power cycle): the copy is not its final state.
     /// Nothing was created; raise spec.retry to start over from Preparing.
     SourceChanged,
+    /// ferry's admission policies (deploy/controller) are not in force: no migration is made,
+    /// started or retried until they are; what is missing is in the message.
+    PoliciesNotInForce,
     /// A VirtualMachine with the target name exists and does not belong to this migration.
     TargetNameTaken,
     /// A credentials Secret lacks the opt-in label migration.platform.example/credentials:
@@ -350,6 +353,7 @@ impl Reason {
         Reason::SourcePoweredOn,
         Reason::PowerOffFailed,
         Reason::SourceChanged,
+        Reason::PoliciesNotInForce,
         Reason::TargetNameTaken,
         Reason::CredentialsNotAllowed,
         Reason::CredentialsMismatch,
@@ -415,6 +419,7 @@ impl Reason {
             Reason::SourcePoweredOn => "SourcePoweredOn",
             Reason::PowerOffFailed => "PowerOffFailed",
             Reason::SourceChanged => "SourceChanged",
+            Reason::PoliciesNotInForce => "PoliciesNotInForce",
             Reason::TargetNameTaken => "TargetNameTaken",
             Reason::CredentialsNotAllowed => "CredentialsNotAllowed",
             Reason::CredentialsMismatch => "CredentialsMismatch",

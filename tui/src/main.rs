@@ -125,6 +125,10 @@ enum Command {
         /// Reconciles running at once per controller.
         #[arg(long, default_value_t = 16)]
         concurrency: u16,
+        /// Whether ferry's admission policies (deploy/controller) must be in force: while they
+        /// are not, no migration is made, started or retried. not-required is for labs.
+        #[arg(long, value_enum, env = "FERRY_ADMISSION_POLICIES", default_value_t = ferry_controller::admission_guard::Requirement::Required)]
+        admission_policies: ferry_controller::admission_guard::Requirement,
     },
 }
 
@@ -288,6 +292,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             metrics_addr,
             health_addr,
             concurrency,
+            admission_policies,
         }) => {
             ferry_controller::policy::check_pinned_image(converter_image)
                 .map_err(|e| anyhow::anyhow!("--converter-image: {e}"))?;
@@ -313,6 +318,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     ferry_controller::children::proof::DEFAULT_SECRET_NAME,
                     Some(leader_elect_namespace.as_str()),
                 ),
+                admission_policies: *admission_policies
+                    == ferry_controller::admission_guard::Requirement::Required,
                 ..ferry_controller::RunOptions::default()
             };
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -370,7 +370,9 @@ fn controller(kc: &Path, ns: &str) -> Command {
         .args(["controller", "--kubeconfig"])
         .arg(kc)
         .args(["-n", ns, "--leader-elect-namespace", ns])
-        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE]);
+        .args(["--converter-image", ferry_harness::LAB_CONVERTER_IMAGE])
+        // A lab without deploy/controller's admission policies.
+        .env("FERRY_ADMISSION_POLICIES", "not-required");
     controller
 }
 
@@ -919,7 +921,8 @@ async fn the_board_shows_a_conversion_moving_while_the_row_says_converting() {
         // Progress is written at most every --status-interval (10 s by default, as long as
         // this whole conversion): every 2 s, so the board has a percentage to show moving.
         .args(["--status-interval", "2s"])
-        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE);
+        .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
+        .env("FERRY_ADMISSION_POLICIES", "not-required");
     let _controller =
         ferry_harness::ChildGuard::spawn("ferry-controller", controller).expect("controller");
     let _sim = spawn_sim(lab, &ns.name, &scratch);
@@ -1001,6 +1004,7 @@ async fn the_embedded_controller_stands_by_while_another_leads_and_takes_over_af
         .args(["--leader-elect", "--leader-elect-namespace", &ns.name])
         .args(["--leader-elect-identity", "in-cluster"])
         .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
+        .env("FERRY_ADMISSION_POLICIES", "not-required")
         .stderr(log("in-cluster"))
         .stdout(log("in-cluster-out"));
     let first = ferry_harness::ChildGuard::spawn("in-cluster", incluster).expect("controller");

@@ -298,6 +298,8 @@ pub fn start_controller_in(
     };
     cmd.arg("--kubeconfig")
         .arg(&lab.info.kubeconfig)
+        // A lab without deploy/controller's admission policies.
+        .env("FERRY_ADMISSION_POLICIES", "not-required")
         .args(ns.map(|ns| ["--namespace", ns]).into_iter().flatten())
         .args(["--concurrency", "64"])
         .args([

@@ -279,7 +279,6 @@ mod tests {
                 }]),
                 ..Default::default()
             }),
-            ..Pod::default()
         };
         let pods = [
             pod(1, "Failed", "old\n"),

@@ -50,6 +50,10 @@ pub const STAMP_ANNOTATION: &str = "migration.platform.example/created-by-ferry"
 pub const KEY_FIELD: &str = "key";
 /// The Secret holding the key when `--proof-key-secret` does not name one.
 pub const DEFAULT_SECRET_NAME: &str = "ferry-controller-proof-key";
+
+/// The controller's namespace when nothing names it: what `deploy/` installs it in (and where
+/// the key's Secret lives).
+pub const CONTROLLER_NAMESPACE: &str = "ferry-system";
 /// Bytes of key made for a new Secret (and the fewest a Secret's key may have).
 pub const KEY_BYTES: usize = 32;
 /// The stamp format's version, first in every stamp.

@@ -18,7 +18,19 @@ async fn read(io: Io<'_>, name: &str, what: &str) -> Result<Result<SecretData, P
     if let Some(s) = io.ctx.remembered_secret(&uid, name) {
         return Ok(Ok(SecretData::of(&s)));
     }
-    Ok(match io.api::<Secret>().get_opt(name).await? {
+    let found = match io.api::<Secret>().get_opt(name).await {
+        // Secret reads are the namespace's to allow (README, "Install in a cluster"): without
+        // the RoleBinding, say so, and go on by itself once it is made.
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            let ns = io.vmm.namespace().unwrap_or_default();
+            return Ok(Err(Problem::transient(
+                Reason::CredentialsNotAllowed,
+                say::not_readable(name, what, &ns),
+            )));
+        }
+        other => other?,
+    };
+    Ok(match found {
         Some(s) => {
             io.ctx.remember_secret(&uid, &s);
             Ok(SecretData::of(&s))
@@ -67,4 +79,14 @@ pub async fn staging_login_at(
             .await?
             .and_then(|s| bind_staging(st, &s)),
     )
+}
+
+mod say {
+    /// The namespace has not allowed ferry to read its Secrets.
+    pub fn not_readable(name: &str, what: &str, ns: &str) -> String {
+        format!(
+            "ferry-controller may not read Secret {name} ({what}): namespace {ns} has not allowed it to read its Secrets; its admin allows that with a RoleBinding of the ClusterRole ferry-credentials-reader to ferry's ServiceAccount: kubectl -n {ns} create rolebinding ferry-credentials-reader --clusterrole=ferry-credentials-reader --serviceaccount={}:ferry-controller",
+            crate::children::proof::CONTROLLER_NAMESPACE
+        )
+    }
 }

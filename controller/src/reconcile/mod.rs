@@ -233,6 +233,17 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         // A cancel, a retry, a pause, the end: the attempt's credentials are read again.
         ctx.forget_attempt(&vmm.uid().unwrap_or_default());
     }
+    // Nothing is started or retried while ferry's admission policies are not in force (a
+    // cancel, a pause, a delete and work under way go on: they were allowed when they began).
+    if matches!(intent, Intent::Start | Intent::Retry { .. })
+        && let Some(why) = ctx.guard.why_not()
+    {
+        if let Some(new) = status::held_for_policies(vmm, &why, &now) {
+            let note = crate::events::held_for_policies(new.message.as_deref().unwrap_or_default());
+            write::status(ctx, &mut vmm.clone(), new, vec![note]).await?;
+        }
+        return Ok(Requeue::requeue(crate::admission_guard::RECHECK));
+    }
     match &intent {
         Intent::Proceed => return proceed(io, now, None, vec![]).await,
         Intent::Cancel { cleanup } => {

@@ -246,6 +246,32 @@ pub fn held_as_before(before: Option<&Status>, mut held: Status) -> Status {
     held
 }
 
+/// A migration ferry would start or retry, held while its admission policies are not in force
+/// ([`crate::admission_guard`]): the phase kept, `Ready` False with `PoliciesNotInForce` and
+/// what is missing. `None` when the status already says so. Pure.
+pub fn held_for_policies(vmm: &VirtualMachineMigration, why: &str, now: &Time) -> Option<Status> {
+    let message = crate::admission_guard::held_back(why);
+    let mut s = initial(vmm, now);
+    let already = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Ready)
+        .is_some_and(|c| c.reason == Reason::PoliciesNotInForce && c.message == message);
+    if already {
+        return None;
+    }
+    ready(
+        &mut s,
+        vmm.metadata.generation,
+        now,
+        ConditionStatus::False,
+        Reason::PoliciesNotInForce,
+        message.clone(),
+    );
+    s.message = Some(message);
+    Some(s)
+}
+
 /// The status once `intent` was carried out (its cleanup done); `None` for
 /// [`Intent::Proceed`], whose status the checkpoint decides, and [`Intent::RestorePower`], whose
 /// status is [`after_power`]'s. Pure.

@@ -258,6 +258,46 @@ pub fn refusal_note(old: Option<&MigrationWaveStatus>, new: &MigrationWaveStatus
     })
 }
 
+/// While ferry's admission policies are not in force ([`crate::admission_guard`]): the plan
+/// makes, releases, retries and cuts over nothing (its cancels stand: they only stop work), and
+/// the status says why in `Degraded` (`PoliciesNotInForce`). Pure.
+pub fn hold_for_policies(plan: &mut Plan, why: &str, generation: Option<i64>, now: &Time) {
+    plan.create.clear();
+    plan.release.clear();
+    plan.retry.clear();
+    plan.cutover.clear();
+    ferry_crds::condition::set_condition(
+        &mut plan.status.conditions,
+        ferry_crds::condition::WaveConditionType::Degraded,
+        ferry_crds::ConditionStatus::True,
+        Reason::PoliciesNotInForce,
+        crate::admission_guard::held_back(why),
+        generation,
+        now,
+    );
+}
+
+/// The Event when the wave starts holding back for the policies (not at every look). Pure.
+pub fn policies_note(old: Option<&MigrationWaveStatus>, new: &MigrationWaveStatus) -> Option<Note> {
+    let holding = |s: &MigrationWaveStatus| {
+        s.condition(ferry_crds::condition::WaveConditionType::Degraded)
+            .is_some_and(|c| c.reason == Reason::PoliciesNotInForce)
+    };
+    if old.is_some_and(holding) || !holding(new) {
+        return None;
+    }
+    let message = new
+        .condition(ferry_crds::condition::WaveConditionType::Degraded)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    Some(Note {
+        warning: true,
+        reason: EventReason::Condition(Reason::PoliciesNotInForce),
+        action: EventAction::Preflight,
+        note: message,
+    })
+}
+
 /// Children as read from a cache, with the releases and cutovers this controller gave that the
 /// cache does not show yet applied to them: a release (or cutover) not yet seen must still count
 /// as a taken slot, or the next plan would go past `maxInFlight`. Pure.

@@ -189,6 +189,10 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
     let seen = seen(&wave, &members, ctx, held);
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
+    let held_back = ctx.guard.why_not();
+    if let Some(why) = &held_back {
+        decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &now);
+    }
     // Each VM's preflight weighs its own claims; the wave weighs them together, against the
     // quotas as the watch of them shows (none before its first list: a summary, not a gate).
     if let Some(p) = plan.status.preflight.as_mut() {
@@ -216,6 +220,9 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         if let (Some(p), Some(q)) = (plan.status.preflight.as_mut(), quota_short) {
             p.quota_short = q;
         }
+        if let Some(why) = &held_back {
+            decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &now);
+        }
     }
     let worth = decide::worth_writing(
         wave.status.as_ref(),
@@ -227,6 +234,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         let notes: Vec<_> = [
             decide::collision_note(wave.status.as_ref(), &plan.status),
             decide::refusal_note(wave.status.as_ref(), &plan.status),
+            decide::policies_note(wave.status.as_ref(), &plan.status),
         ]
         .into_iter()
         .flatten()
@@ -236,13 +244,12 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         }
         write::status(ctx, &wave, &plan.status, &notes).await?;
     }
-    Ok(Requeue::requeue(decide::requeue_after(
-        &wave,
-        &plan,
-        &seen.children,
-        worth,
-        &now,
-    )))
+    let after = decide::requeue_after(&wave, &plan, &seen.children, worth, &now);
+    Ok(Requeue::requeue(match held_back {
+        // Looked at again when the guard may have a new verdict.
+        Some(_) => after.min(crate::admission_guard::RECHECK),
+        None => after,
+    }))
 }
 
 /// Carries out `plan`: creates the children it names (not twice while a fresh one is on its way

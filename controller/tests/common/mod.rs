@@ -354,6 +354,9 @@ impl Env {
             .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
             // An explicit --converter-image among the extra arguments wins over this.
             .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
+            // A lab without deploy/controller's admission policies (tests that install them
+            // ask for them with --admission-policies required).
+            .env("FERRY_ADMISSION_POLICIES", "not-required")
             .stdout(self.log_append("controller"))
             .stderr(self.log_append("controller"));
         self.controller = Some(ChildGuard::spawn("ferry-controller", cmd).unwrap());
@@ -1112,25 +1115,73 @@ pub async fn install_deploy(env: &Env) -> Deployed {
     });
     let file = env.scratch.join("policy-probe.json");
     std::fs::write(&file, serde_json::to_vec(&probe).unwrap()).unwrap();
-    // The binding takes effect when the API server's policy informer has it.
+    let dv_probe = serde_json::json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "policy-probe", "namespace": env.ns.name},
+        "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Mi"}}}},
+    });
+    let dv_file = env.scratch.join("policy-probe-dv.json");
+    std::fs::write(&dv_file, serde_json::to_vec(&dv_probe).unwrap()).unwrap();
+    // Something of the namespace's own, for the deletes' policy to refuse.
+    if let Err(e) = env
+        .lab
+        .kubectl_ok(&["-n", &env.ns.name, "create", "configmap", "policy-probe"])
+    {
+        assert!(e.to_string().contains("already exists"), "{e}");
+    }
+    let as_controller = |args: &[&str]| {
+        let mut cmd = env.lab.kubectl();
+        cmd.args(["-n", &env.ns.name])
+            .args(args)
+            .args(["--as", CONTROLLER_SA]);
+        for g in CONTROLLER_SA_GROUPS {
+            cmd.args(["--as-group", g]);
+        }
+        let out = cmd.output().unwrap();
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // The bindings take effect when the API server's policy informer has them.
     eventually(
         "the admission policies enforced",
         Duration::from_secs(60),
         || async {
-            let mut cmd = env.lab.kubectl();
-            cmd.args(["create", "--dry-run=server", "-f", file.to_str().unwrap()])
-                .args(["--as", CONTROLLER_SA]);
-            for g in CONTROLLER_SA_GROUPS {
-                cmd.args(["--as-group", g]);
-            }
-            let out = cmd.output().unwrap();
-            (!out.status.success()
-                && String::from_utf8_lossy(&out.stderr).contains("ferry-controller-blast-radius"))
+            let refused = |args: &[&str], policy: &str| {
+                as_controller(args).is_some_and(|e| e.contains(policy))
+            };
+            (refused(
+                &["create", "--dry-run=server", "-f", file.to_str().unwrap()],
+                "ferry-controller-blast-radius",
+            ) && refused(
+                &[
+                    "create",
+                    "--dry-run=server",
+                    "-f",
+                    dv_file.to_str().unwrap(),
+                ],
+                "ferry-controller-kubevirt",
+            ) && refused(
+                &["delete", "--dry-run=server", "configmap", "policy-probe"],
+                "ferry-controller-deletes",
+            ))
             .then_some(())
         },
     )
     .await
-    .expect("the blast-radius policy refusing a privileged Job");
+    .expect("the controller's admission policies refusing what ferry never does");
+    // The namespace allows ferry to read its Secrets, as its admin would (README, "What the
+    // controller's account can do").
+    if let Err(e) = env.lab.kubectl_ok(&[
+        "-n",
+        &env.ns.name,
+        "create",
+        "rolebinding",
+        "ferry-credentials-reader",
+        "--clusterrole=ferry-credentials-reader",
+        "--serviceaccount=ferry-system:ferry-controller",
+    ]) {
+        // Applied again (a test that put back what it removed): it is there already.
+        assert!(e.to_string().contains("already exists"), "{e}");
+    }
     deployed
 }
 

@@ -130,6 +130,8 @@ impl Replica {
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .env("FERRY_CONVERTER_IMAGE", ferry_harness::LAB_CONVERTER_IMAGE)
+            // A lab without deploy/controller's admission policies.
+            .env("FERRY_ADMISSION_POLICIES", "not-required")
             .env("RUST_LOG", "info,kube=warn,ferry_controller=debug")
             .stdout(log())
             .stderr(log());

@@ -48,7 +48,8 @@ impl Pip {
                 Reason::TransientError
                 | Reason::APIRefused
                 | Reason::AdmissionDenied
-                | Reason::QuotaExceeded => Pip::Retrying,
+                | Reason::QuotaExceeded
+                | Reason::PoliciesNotInForce => Pip::Retrying,
                 // Every other reason on a False condition is a failure of that checkpoint
                 // (listed: a new reason must be placed here, it is not red by default).
                 Reason::Discovered
