@@ -495,7 +495,13 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
             .items
             .iter()
             .map(ResourceExt::name_any)
-            .filter(|n| n != VSPHERE_SECRET && n != S3_SECRET)
+            // The credentials, and the controllers' creation-proof key: it lives in their
+            // namespace, the Lease's, which is the wave's here.
+            .filter(|n| {
+                n != VSPHERE_SECRET
+                    && n != S3_SECRET
+                    && n != ferry_controller::children::proof::DEFAULT_SECRET_NAME
+            })
             .collect();
         let dvs_left: BTreeMap<String, String> = dvs
             .list(&ListParams::default())
