@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Real guests for the lab: small Debian systems ferry migrates and a test boots afterwards.
+#
+#   tests/guests/build.sh GUEST     prints the path of GUEST's raw disk image, building it once
+#
+# Each guest is made from Debian packages (debootstrap --variant=minbase: a kernel, systemd,
+# qemu-guest-agent) on a 1 GiB thin raw disk, and booted once under qemu (TCG) before it is
+# cached: that first boot generates its machine id and writes /var/lib/ferry/marker, a file
+# only that guest has. On every boot the guest writes one line to its serial console:
+#
+#   ferry-guest: machine-id=<id> marker=<contents of /var/lib/ferry/marker> boots=<n>
+#
+# so a test that boots the migrated bytes can tell they are this guest's (the first boot's line
+# is kept beside the image, GUEST.first-boot). Cached in ${FERRY_CACHE:-~/.cache/ferry}/guests,
+# keyed by the recipe (this script and the guest's packages): built once per machine.
+#
+# Guests:
+#   bios-virtio   BIOS, MBR, ext4 root; its initramfs carries virtio's drivers (Debian's
+#                 default, MODULES=most): boots on KubeVirt's defaults as it is.
+#
+# Needs root (debootstrap, loop devices); installs what it needs from Debian's packages
+# (debootstrap, fdisk, extlinux, qemu-system-x86) when missing.
+set -euo pipefail
+
+GUEST="${1:-}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${FERRY_CACHE:-$HOME/.cache/ferry}/guests"
+SUITE=bookworm
+MIRROR="${FERRY_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+SIZE=1G
+# How long the first boot may take under TCG on a busy 2-core machine.
+BOOT_S="${FERRY_GUEST_BOOT_S:-300}"
+
+say() { echo "guests/build: $*" >&2; }
+
+case "$GUEST" in
+  bios-virtio) PACKAGES="linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent" ;;
+  *) say "usage: tests/guests/build.sh bios-virtio"; exit 2 ;;
+esac
+
+if [ "$(id -u)" != 0 ]; then
+  say "needs root: debootstrap and loop devices"
+  exit 1
+fi
+need=()
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
+command -v extlinux >/dev/null 2>&1 || need+=(extlinux syslinux-common)
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+if [ ${#need[@]} -gt 0 ]; then
+  say "installing ${need[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+mkdir -p "$CACHE"
+KEY="$( (echo "$GUEST $SUITE $MIRROR $PACKAGES $SIZE"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+OUT="$CACHE/$GUEST-$KEY.raw"
+if [ -f "$OUT" ] && [ -f "$OUT.first-boot" ]; then
+  echo "$OUT"
+  exit 0
+fi
+exec 9>"$CACHE/.build.lock"
+if ! flock -n 9; then say "another guest build holds $CACHE/.build.lock; waiting"; flock 9; fi
+if [ -f "$OUT" ] && [ -f "$OUT.first-boot" ]; then
+  echo "$OUT"
+  exit 0
+fi
+
+WORK="$(mktemp -d "$CACHE/.work-XXXXXX")"
+MNT="$WORK/mnt"
+LOOP=""
+cleanup() {
+  set +e
+  mountpoint -q "$MNT" && umount "$MNT"
+  [ -n "$LOOP" ] && losetup -d "$LOOP"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+STARTED=$SECONDS
+
+# ---- the root file system -----------------------------------------------------------------
+say "$GUEST: debootstrap $SUITE with $PACKAGES (a few minutes, once)"
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$WORK/root" "$MIRROR" \
+  >"$WORK/debootstrap.log" 2>&1 || { tail -30 "$WORK/debootstrap.log" >&2; exit 1; }
+R="$WORK/root"
+echo "ferry-guest" >"$R/etc/hostname"
+echo "LABEL=root / ext4 defaults 0 1" >"$R/etc/fstab"
+# Empty: systemd makes the guest's own machine id on its first boot, and keeps it.
+: >"$R/etc/machine-id"
+rm -f "$R/var/lib/dbus/machine-id"
+mkdir -p "$R/var/lib/ferry"
+cat >"$R/usr/local/sbin/ferry-hello" <<'EOF'
+#!/bin/sh
+# The guest's line on its serial console, on every boot (tests/guests/build.sh).
+set -e
+m=/var/lib/ferry/marker
+[ -s "$m" ] || { echo "ferry-marker-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" >"$m"; }
+n=$(( $(cat /var/lib/ferry/boots 2>/dev/null || echo 0) + 1 ))
+echo "$n" >/var/lib/ferry/boots
+sync
+echo "ferry-guest: machine-id=$(cat /etc/machine-id) marker=$(cat "$m") boots=$n" >/dev/ttyS0
+EOF
+chmod 0755 "$R/usr/local/sbin/ferry-hello"
+cat >"$R/etc/systemd/system/ferry-hello.service" <<'EOF'
+[Unit]
+Description=ferry's guest line on the serial console
+After=local-fs.target systemd-machine-id-commit.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/ferry-hello
+
+[Install]
+WantedBy=multi-user.target
+EOF
+ln -sf /etc/systemd/system/ferry-hello.service \
+  "$R/etc/systemd/system/multi-user.target.wants/ferry-hello.service"
+rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
+KVER="$(basename "$(ls "$R"/boot/vmlinuz-* | sort | tail -1)" | sed 's/^vmlinuz-//')"
+
+# ---- the disk: MBR, one active ext4 partition, extlinux -------------------------------------
+truncate -s "$SIZE" "$WORK/disk.raw"
+echo 'label: dos
+start=2048, type=83, bootable' | sfdisk -q "$WORK/disk.raw"
+OFFSET=$((2048 * 512))
+PART_BYTES=$(( $(stat -c %s "$WORK/disk.raw") - OFFSET ))
+LOOP="$(losetup -f --show --offset "$OFFSET" --sizelimit "$PART_BYTES" "$WORK/disk.raw")"
+# No 64bit feature: extlinux reads the file system it boots from.
+mkfs.ext4 -q -L root -O ^64bit,^metadata_csum "$LOOP"
+mkdir -p "$MNT"
+mount "$LOOP" "$MNT"
+(cd "$R" && tar --numeric-owner -cf - .) | (cd "$MNT" && tar --numeric-owner -xf -)
+mkdir -p "$MNT/boot/extlinux"
+cat >"$MNT/boot/extlinux/extlinux.conf" <<EOF
+DEFAULT debian
+TIMEOUT 1
+PROMPT 0
+LABEL debian
+  KERNEL /boot/vmlinuz-$KVER
+  APPEND initrd=/boot/initrd.img-$KVER root=LABEL=root rw console=ttyS0,115200 quiet
+EOF
+extlinux --install "$MNT/boot/extlinux" >/dev/null 2>&1
+umount "$MNT"
+losetup -d "$LOOP"
+LOOP=""
+dd if=/usr/lib/syslinux/mbr/mbr.bin of="$WORK/disk.raw" bs=440 count=1 conv=notrunc status=none
+
+# ---- its first boot: machine id and marker made, the line seen --------------------------
+say "$GUEST: first boot under qemu (TCG), at most $BOOT_S s"
+"$HERE/boot.sh" "$WORK/disk.raw" "$BOOT_S" >"$WORK/first-boot" || {
+  say "$GUEST: the first boot printed no ferry-guest line; its console:"
+  tail -40 "$WORK/disk.raw.console" >&2 || true
+  exit 1
+}
+mv "$WORK/disk.raw" "$OUT"
+mv "$WORK/first-boot" "$OUT.first-boot"
+say "$GUEST: built in $((SECONDS - STARTED)) s: $OUT ($(cat "$OUT.first-boot"))"
+echo "$OUT"
