@@ -5,9 +5,10 @@
 #   tests/guests/boot.sh IMAGE SECONDS [BUS]
 #
 # IMAGE is booted as the one disk on BUS (virtio by default, as KubeVirt's default disk bus;
-# sata, scsi), with SeaBIOS, 512 MiB, no network, the console kept in IMAGE.console. The
+# sata, scsi, pvscsi), with SeaBIOS, 512 MiB, no network, the console kept in IMAGE.console. The
 # guest's writes go to IMAGE. Exits 0 with the line once the guest printed it (then qemu is
-# stopped), 1 when SECONDS pass without it.
+# stopped), 3 as soon as its initramfs gives up finding its root disk, 1 when SECONDS pass
+# without either.
 set -euo pipefail
 
 IMAGE="$1"
@@ -20,7 +21,9 @@ case "$BUS" in
   virtio) DISK=(-drive "file=$IMAGE,format=$FORMAT,if=virtio,cache=writeback") ;;
   sata) DISK=(-drive "file=$IMAGE,format=$FORMAT,if=none,id=d0,cache=writeback" -device ahci,id=ahci -device ide-hd,drive=d0,bus=ahci.0) ;;
   scsi) DISK=(-drive "file=$IMAGE,format=$FORMAT,if=none,id=d0,cache=writeback" -device virtio-scsi-pci,id=scsi -device scsi-hd,drive=d0) ;;
-  *) echo "guests/boot: BUS is virtio, sata or scsi" >&2; exit 2 ;;
+  # VMware's paravirtual SCSI controller, as a VM on ESXi has it (qemu emulates it).
+  pvscsi) DISK=(-drive "file=$IMAGE,format=$FORMAT,if=none,id=d0,cache=writeback" -device pvscsi,id=pv -device scsi-hd,drive=d0,bus=pv.0) ;;
+  *) echo "guests/boot: BUS is virtio, sata, scsi or pvscsi" >&2; exit 2 ;;
 esac
 
 : >"$CONSOLE"
@@ -34,6 +37,10 @@ for _ in $(seq 1 "$SECONDS_MAX"); do
   if [ -n "$line" ]; then
     echo "$line"
     exit 0
+  fi
+  # Debian's initramfs, its root disk not found (no driver for its controller): it will not boot.
+  if grep -a -q 'Gave up waiting for root' "$CONSOLE"; then
+    exit 3
   fi
   kill -0 "$QEMU" 2>/dev/null || break
   sleep 1

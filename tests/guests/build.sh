@@ -17,6 +17,10 @@
 # Guests:
 #   bios-virtio   BIOS, MBR, ext4 root; its initramfs carries virtio's drivers (Debian's
 #                 default, MODULES=most): boots on KubeVirt's defaults as it is.
+#   bios-vmware   BIOS, MBR, ext4 root, Debian's generic kernel (virtio as modules) with an
+#                 initramfs of VMware's storage drivers only (MODULES=list: vmw_pvscsi, mptspi,
+#                 as a host-only RHEL initramfs made on VMware has): first booted on PVSCSI; on
+#                 virtio it cannot find its root disk until converted.
 #
 # Needs root (debootstrap, loop devices); installs what it needs from Debian's packages
 # (debootstrap, fdisk, extlinux, qemu-system-x86) when missing.
@@ -33,9 +37,15 @@ BOOT_S="${FERRY_GUEST_BOOT_S:-300}"
 
 say() { echo "guests/build: $*" >&2; }
 
+# The bus of the guest's first boot: the one its source platform gives it.
+FIRST_BUS=virtio
 case "$GUEST" in
   bios-virtio) PACKAGES="linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent" ;;
-  *) say "usage: tests/guests/build.sh bios-virtio"; exit 2 ;;
+  bios-vmware)
+    PACKAGES="linux-image-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent"
+    FIRST_BUS=pvscsi
+    ;;
+  *) say "usage: tests/guests/build.sh bios-virtio|bios-vmware"; exit 2 ;;
 esac
 
 if [ "$(id -u)" != 0 ]; then
@@ -55,7 +65,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$CACHE"
-KEY="$( (echo "$GUEST $SUITE $MIRROR $PACKAGES $SIZE"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+KEY="$( (echo "$GUEST $SUITE $MIRROR $PACKAGES $SIZE $FIRST_BUS"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
 OUT="$CACHE/$GUEST-$KEY.raw"
 if [ -f "$OUT" ] && [ -f "$OUT.first-boot" ]; then
   echo "$OUT"
@@ -117,6 +127,15 @@ WantedBy=multi-user.target
 EOF
 ln -sf /etc/systemd/system/ferry-hello.service \
   "$R/etc/systemd/system/multi-user.target.wants/ferry-hello.service"
+if [ "$GUEST" = bios-vmware ]; then
+  # Only VMware's storage drivers (and what the root file system needs) in the initramfs.
+  sed -i 's/^MODULES=.*/MODULES=list/' "$R/etc/initramfs-tools/initramfs.conf"
+  printf '%s\n' vmw_pvscsi mptspi sd_mod ext4 >>"$R/etc/initramfs-tools/modules"
+  mount -t proc proc "$R/proc"
+  chroot "$R" update-initramfs -u -k all >"$WORK/initramfs.log" 2>&1 || {
+    umount "$R/proc"; tail -20 "$WORK/initramfs.log" >&2; exit 1; }
+  umount "$R/proc"
+fi
 rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
 KVER="$(basename "$(ls "$R"/boot/vmlinuz-* | sort | tail -1)" | sed 's/^vmlinuz-//')"
 
@@ -149,7 +168,7 @@ dd if=/usr/lib/syslinux/mbr/mbr.bin of="$WORK/disk.raw" bs=440 count=1 conv=notr
 
 # ---- its first boot: machine id and marker made, the line seen --------------------------
 say "$GUEST: first boot under qemu (TCG), at most $BOOT_S s"
-"$HERE/boot.sh" "$WORK/disk.raw" "$BOOT_S" >"$WORK/first-boot" || {
+"$HERE/boot.sh" "$WORK/disk.raw" "$BOOT_S" "$FIRST_BUS" >"$WORK/first-boot" || {
   say "$GUEST: the first boot printed no ferry-guest line; its console:"
   tail -40 "$WORK/disk.raw.console" >&2 || true
   exit 1
