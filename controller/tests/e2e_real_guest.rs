@@ -8,6 +8,9 @@
 //! qemu as KubeVirt would attach it (virtio). The guest's line must name the source's machine id
 //! and marker, on its second boot ever: the migrated bytes are the source's system, and it runs.
 //!
+//! `uefi-virtio` (GPT, systemd-boot) on a vCenter VM with EFI firmware becomes a VirtualMachine
+//! with EFI, and its volume boots on OVMF.
+//!
 //! `bios-vmware`, whose initramfs carries only VMware's storage drivers (first booted on PVSCSI),
 //! migrated the same way, does not find its root disk on virtio, and boots on PVSCSI from the
 //! same migrated bytes: the case guest conversion is for.
@@ -62,7 +65,19 @@ fn guest(
 /// Migrates `image` cold as the VM of a new test namespace `ns` and returns a copy of the
 /// imported volume (the claim stays as it is).
 async fn migrated(ns: &str, image: &std::path::Path) -> (Env, std::path::PathBuf) {
+    migrated_shaped(ns, image, &[]).await
+}
+
+/// As [`migrated`], the vcsim VM shaped first (`ferry-lab shape` arguments).
+async fn migrated_shaped(
+    ns: &str,
+    image: &std::path::Path,
+    shape: &[&str],
+) -> (Env, std::path::PathBuf) {
     let mut env = Env::new(ns, 1).await;
+    if !shape.is_empty() {
+        env.shape(&env.vm.name.clone(), shape);
+    }
     // The guest is the VM's disk, as vSphere would hold it.
     let vmdk = &env.vm.disks[0].local_path;
     let convert = Command::new("qemu-img")
@@ -90,12 +105,19 @@ async fn migrated(ns: &str, image: &std::path::Path) -> (Env, std::path::PathBuf
     (env, copy)
 }
 
-/// `tests/guests/boot.sh IMAGE 300 BUS`: its exit code, its line, and its console's end.
+/// `tests/guests/boot.sh IMAGE 300 BUS` on SeaBIOS: its exit code, its line, and its
+/// console's end.
 fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
+    boot_on(image, bus, "bios")
+}
+
+/// As [`boot`], on `firmware` (`bios`: SeaBIOS; `efi`: OVMF without Secure Boot).
+fn boot_on(image: &std::path::Path, bus: &str, firmware: &str) -> (Option<i32>, String, String) {
     let out = Command::new(ferry_harness::repo_root().join("tests/guests/boot.sh"))
         .arg(image)
         .arg("300")
         .arg(bus)
+        .env("FERRY_FIRMWARE", firmware)
         .output()
         .unwrap();
     let console =
@@ -153,6 +175,34 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_on_virtio_unti
         code,
         Some(0),
         "on PVSCSI it boots; its console's end:\n{console}"
+    );
+    let migrated = fields(&line);
+    assert_eq!(
+        migrated.get("machine-id"),
+        source.get("machine-id"),
+        "{line}"
+    );
+    assert_eq!(migrated.get("marker"), source.get("marker"), "{line}");
+}
+
+/// A UEFI guest (GPT, an EFI system partition with systemd-boot) on a vCenter VM whose firmware
+/// is `efi`: ferry makes a VirtualMachine with EFI (Secure Boot off, as the source had it), and
+/// the migrated volume boots on OVMF, naming the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
+    use ferry_controller::apis::kubevirt::VirtualMachine;
+    let (image, source) = guest("uefi-virtio");
+    let (env, volume) = migrated_shaped("e2e-real-guest-efi", &image, &["--firmware", "efi"]).await;
+    let vms: kube::Api<VirtualMachine> = env.ns.api();
+    let vm = vms.list(&Default::default()).await.unwrap().items.remove(0);
+    let v = serde_json::to_value(&vm).unwrap();
+    let efi = &v["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"];
+    assert_eq!(efi["secureBoot"], serde_json::json!(false), "{v}");
+    let (code, line, console) = boot_on(&volume, "virtio", "efi");
+    assert_eq!(
+        code,
+        Some(0),
+        "the migrated UEFI guest printed no line; its console's end:\n{console}"
     );
     let migrated = fields(&line);
     assert_eq!(

@@ -5,7 +5,7 @@
 #   tests/guests/boot.sh IMAGE SECONDS [BUS]
 #
 # IMAGE is booted as the one disk on BUS (virtio by default, as KubeVirt's default disk bus;
-# sata, scsi, pvscsi), with SeaBIOS, 512 MiB, no network, the console kept in IMAGE.console. The
+# sata, scsi, pvscsi), with SeaBIOS (OVMF with FERRY_FIRMWARE=efi), 512 MiB, no network, the console kept in IMAGE.console. The
 # guest's writes go to IMAGE. Exits 0 with the line once the guest printed it (then qemu is
 # stopped), 3 as soon as its initramfs gives up finding its root disk, 1 when SECONDS pass
 # without either.
@@ -26,9 +26,17 @@ case "$BUS" in
   *) echo "guests/boot: BUS is virtio, sata, scsi or pvscsi" >&2; exit 2 ;;
 esac
 
+# FERRY_FIRMWARE=efi: OVMF without Secure Boot, its variables in a copy beside the image.
+FIRMWARE_ARGS=()
+if [ "${FERRY_FIRMWARE:-bios}" = efi ]; then
+  cp /usr/share/OVMF/OVMF_VARS_4M.fd "$IMAGE.vars"
+  FIRMWARE_ARGS=(-drive "if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd"
+    -drive "if=pflash,format=raw,file=$IMAGE.vars")
+fi
 : >"$CONSOLE"
 qemu-system-x86_64 -machine pc,accel=tcg -m 512 -smp 1 -nographic -nodefaults \
-  -serial "file:$CONSOLE" -net none -no-reboot "${DISK[@]}" </dev/null >/dev/null 2>&1 &
+  -serial "file:$CONSOLE" -net none -no-reboot "${FIRMWARE_ARGS[@]}" "${DISK[@]}" \
+  </dev/null >/dev/null 2>&1 &
 QEMU=$!
 trap 'kill "$QEMU" 2>/dev/null; wait "$QEMU" 2>/dev/null || true' EXIT
 for _ in $(seq 1 "$SECONDS_MAX"); do

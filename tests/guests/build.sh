@@ -17,13 +17,17 @@
 # Guests:
 #   bios-virtio   BIOS, MBR, ext4 root; its initramfs carries virtio's drivers (Debian's
 #                 default, MODULES=most): boots on KubeVirt's defaults as it is.
+#   uefi-virtio   UEFI: GPT, an EFI system partition with systemd-boot (the removable path,
+#                 EFI/BOOT/BOOTX64.EFI) and the kernel, an ext4 root; virtio in its initramfs;
+#                 boots on OVMF without Secure Boot (the vCenter VM's firmware `efi`).
 #   bios-vmware   BIOS, MBR, ext4 root, Debian's generic kernel (virtio as modules) with an
 #                 initramfs of VMware's storage drivers only (MODULES=list: vmw_pvscsi, mptspi,
 #                 as a host-only RHEL initramfs made on VMware has): first booted on PVSCSI; on
 #                 virtio it cannot find its root disk until converted.
 #
-# Needs root (debootstrap, loop devices); installs what it needs from Debian's packages
-# (debootstrap, fdisk, extlinux, qemu-system-x86) when missing.
+# Needs root (debootstrap, loop devices for the ext4 root; the EFI system partition is written
+# with mtools); installs what it needs from Debian's packages (debootstrap, fdisk, extlinux,
+# qemu-system-x86, dosfstools, mtools, ovmf) when missing.
 set -euo pipefail
 
 GUEST="${1:-}"
@@ -37,15 +41,20 @@ BOOT_S="${FERRY_GUEST_BOOT_S:-300}"
 
 say() { echo "guests/build: $*" >&2; }
 
-# The bus of the guest's first boot: the one its source platform gives it.
+# The bus of the guest's first boot: the one its source platform gives it; and its firmware.
 FIRST_BUS=virtio
+FIRMWARE=bios
 case "$GUEST" in
   bios-virtio) PACKAGES="linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent" ;;
+  uefi-virtio)
+    PACKAGES="linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent,systemd-boot-efi"
+    FIRMWARE=efi
+    ;;
   bios-vmware)
     PACKAGES="linux-image-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent"
     FIRST_BUS=pvscsi
     ;;
-  *) say "usage: tests/guests/build.sh bios-virtio|bios-vmware"; exit 2 ;;
+  *) say "usage: tests/guests/build.sh bios-virtio|uefi-virtio|bios-vmware"; exit 2 ;;
 esac
 
 if [ "$(id -u)" != 0 ]; then
@@ -57,6 +66,9 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
 command -v extlinux >/dev/null 2>&1 || need+=(extlinux syslinux-common)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+command -v mkfs.vfat >/dev/null 2>&1 || need+=(dosfstools)
+command -v mcopy >/dev/null 2>&1 || need+=(mtools)
+[ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] || need+=(ovmf)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
@@ -65,7 +77,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$CACHE"
-KEY="$( (echo "$GUEST $SUITE $MIRROR $PACKAGES $SIZE $FIRST_BUS"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
+KEY="$( (echo "$GUEST $SUITE $MIRROR $PACKAGES $SIZE $FIRST_BUS $FIRMWARE"; cat "${BASH_SOURCE[0]}") | sha256sum | cut -c1-16)"
 OUT="$CACHE/$GUEST-$KEY.raw"
 if [ -f "$OUT" ] && [ -f "$OUT.first-boot" ]; then
   echo "$OUT"
@@ -139,36 +151,67 @@ fi
 rm -rf "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/*
 KVER="$(basename "$(ls "$R"/boot/vmlinuz-* | sort | tail -1)" | sed 's/^vmlinuz-//')"
 
-# ---- the disk: MBR, one active ext4 partition, extlinux -------------------------------------
+# ---- the disk --------------------------------------------------------------------------
 truncate -s "$SIZE" "$WORK/disk.raw"
-echo 'label: dos
-start=2048, type=83, bootable' | sfdisk -q "$WORK/disk.raw"
-OFFSET=$((2048 * 512))
-PART_BYTES=$(( $(stat -c %s "$WORK/disk.raw") - OFFSET ))
-LOOP="$(losetup -f --show --offset "$OFFSET" --sizelimit "$PART_BYTES" "$WORK/disk.raw")"
-# No 64bit feature: extlinux reads the file system it boots from.
-mkfs.ext4 -q -L root -O ^64bit,^metadata_csum "$LOOP"
-mkdir -p "$MNT"
-mount "$LOOP" "$MNT"
-(cd "$R" && tar --numeric-owner -cf - .) | (cd "$MNT" && tar --numeric-owner -xf -)
-mkdir -p "$MNT/boot/extlinux"
-cat >"$MNT/boot/extlinux/extlinux.conf" <<EOF
-DEFAULT debian
-TIMEOUT 1
-PROMPT 0
-LABEL debian
-  KERNEL /boot/vmlinuz-$KVER
-  APPEND initrd=/boot/initrd.img-$KVER root=LABEL=root rw console=ttyS0,115200 quiet
-EOF
-extlinux --install "$MNT/boot/extlinux" >/dev/null 2>&1
-umount "$MNT"
-losetup -d "$LOOP"
-LOOP=""
-dd if=/usr/lib/syslinux/mbr/mbr.bin of="$WORK/disk.raw" bs=440 count=1 conv=notrunc status=none
+# The partition at byte $1 of $2 bytes, as the loop device $LOOP.
+attach() {
+  LOOP="$(losetup -f --show --offset "$1" --sizelimit "$2" "$WORK/disk.raw")"
+  mkdir -p "$MNT"
+}
+# Partition N of the disk as "START SIZE" in bytes, as sfdisk laid it out (it aligns).
+part() {
+  sfdisk -d "$WORK/disk.raw" | sed -n "s/.*disk\.raw$1 : start= *\([0-9]*\), size= *\([0-9]*\).*/\1 \2/p" |
+    awk '{print $1 * 512, $2 * 512}'
+}
+detach() {
+  umount "$MNT"
+  losetup -d "$LOOP"
+  LOOP=""
+}
+APPEND="root=LABEL=root rw console=ttyS0,115200 quiet"
+if [ "$FIRMWARE" = bios ]; then
+  # MBR, one active ext4 partition, extlinux.
+  printf 'label: dos\nstart=2048, type=83, bootable\n' | sfdisk -q "$WORK/disk.raw"
+  attach $(part 1)
+  # No 64bit feature: extlinux reads the file system it boots from.
+  mkfs.ext4 -q -L root -O ^64bit,^metadata_csum "$LOOP"
+  mount "$LOOP" "$MNT"
+  (cd "$R" && tar --numeric-owner -cf - .) | (cd "$MNT" && tar --numeric-owner -xf -)
+  mkdir -p "$MNT/boot/extlinux"
+  printf 'DEFAULT debian\nTIMEOUT 1\nPROMPT 0\nLABEL debian\n  KERNEL /boot/vmlinuz-%s\n  APPEND initrd=/boot/initrd.img-%s %s\n' \
+    "$KVER" "$KVER" "$APPEND" >"$MNT/boot/extlinux/extlinux.conf"
+  extlinux --install "$MNT/boot/extlinux" >/dev/null 2>&1
+  detach
+  dd if=/usr/lib/syslinux/mbr/mbr.bin of="$WORK/disk.raw" bs=440 count=1 conv=notrunc status=none
+else
+  # GPT: a 100 MiB EFI system partition (systemd-boot on the removable path, the kernel and its
+  # initramfs, one loader entry) and the ext4 root.
+  printf 'label: gpt\nstart=2048, size=204800, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=esp\nstart=206848, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root\n' |
+    sfdisk -q "$WORK/disk.raw"
+  read -r ESP ESP_BYTES < <(part 1)
+  attach $(part 2)
+  mkfs.ext4 -q -L root -O ^64bit,^metadata_csum "$LOOP"
+  mount "$LOOP" "$MNT"
+  (cd "$R" && tar --numeric-owner -cf - .) | (cd "$MNT" && tar --numeric-owner -xf -)
+  detach
+  # FAT, written with mtools into the image (no vfat mount needed).
+  # One sector a cluster: enough clusters for FAT32 in 100 MiB.
+  mkfs.vfat -F 32 -s 1 -n ESP --offset $((ESP / 512)) "$WORK/disk.raw" $((ESP_BYTES / 1024)) >/dev/null 2>&1
+  export MTOOLS_SKIP_CHECK=1
+  FAT="$WORK/disk.raw@@$ESP"
+  for d in /EFI /EFI/BOOT /loader /loader/entries; do mmd -i "$FAT" "::$d"; done
+  printf 'default debian.conf\ntimeout 0\n' >"$WORK/loader.conf"
+  printf 'title Debian\nlinux /vmlinuz\ninitrd /initrd.img\noptions %s\n' "$APPEND" >"$WORK/debian.conf"
+  mcopy -i "$FAT" "$R/usr/lib/systemd/boot/efi/systemd-bootx64.efi" ::/EFI/BOOT/BOOTX64.EFI
+  mcopy -i "$FAT" "$R/boot/vmlinuz-$KVER" ::/vmlinuz
+  mcopy -i "$FAT" "$R/boot/initrd.img-$KVER" ::/initrd.img
+  mcopy -i "$FAT" "$WORK/loader.conf" ::/loader/loader.conf
+  mcopy -i "$FAT" "$WORK/debian.conf" ::/loader/entries/debian.conf
+fi
 
 # ---- its first boot: machine id and marker made, the line seen --------------------------
 say "$GUEST: first boot under qemu (TCG), at most $BOOT_S s"
-"$HERE/boot.sh" "$WORK/disk.raw" "$BOOT_S" "$FIRST_BUS" >"$WORK/first-boot" || {
+FERRY_FIRMWARE="$FIRMWARE" "$HERE/boot.sh" "$WORK/disk.raw" "$BOOT_S" "$FIRST_BUS" >"$WORK/first-boot" || {
   say "$GUEST: the first boot printed no ferry-guest line; its console:"
   tail -40 "$WORK/disk.raw.console" >&2 || true
   exit 1
