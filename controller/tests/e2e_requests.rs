@@ -15,7 +15,7 @@ use common::*;
 use ferry_crds::Phase;
 
 /// Bounds for one migration: issue 24's targets, ≤ 30 requests, ≤ 22 writes, ≤ 10 status
-/// writes. Measured (session 25): 27, 18, 7 (session 13: 30, 21, 9). The writes: 7 status (a
+/// writes. Measured (commit 399b59c): 27, 18, 7 (commit d48ef13: 30, 21, 9). The writes: 7 status (a
 /// hard power-off hands over to Converting in its own reconcile, and CreatingVM makes the VM
 /// with its run strategy, so Starting patches nothing), the finalizer, 2 Events (start, end),
 /// 5 creates (conversion Job, CDI Secret, DataVolume, VM, verification Job), the release of the
