@@ -32,13 +32,7 @@ async fn the_deploy_base_applies_and_its_role_suffices_for_a_migration() {
         .iter()
         .map(|s| (*s).to_owned())
         .chain(["--leader-elect-lease-name".to_owned(), lease])
-        // The image the blast-radius policy allows the ServiceAccount's Jobs.
-        .chain([
-            "--converter-image".to_owned(),
-            deployed.converter_image.clone(),
-            "--admission-policies".to_owned(),
-            "required".to_owned(),
-        ])
+        .chain(deployed.controller_args())
         .collect();
     env.start_sim();
     env.start_controller();
@@ -77,12 +71,7 @@ async fn a_namespace_that_has_not_allowed_secret_reads_waits_until_it_does() {
         ])
         .unwrap();
     env.impersonate(CONTROLLER_SA, &CONTROLLER_SA_GROUPS);
-    env.extra_controller_args = vec![
-        "--converter-image".to_owned(),
-        deployed.converter_image.clone(),
-        "--admission-policies".to_owned(),
-        "required".to_owned(),
-    ];
+    env.extra_controller_args = deployed.controller_args();
     env.start_sim();
     env.start_controller();
     env.create(&env.migration("optin")).await;

@@ -39,12 +39,7 @@ async fn without_its_policies_in_force_the_controller_makes_and_starts_nothing_u
         .kubectl_ok(&["delete", "validatingadmissionpolicybinding", &authoring])
         .unwrap();
     env.impersonate(CONTROLLER_SA, &CONTROLLER_SA_GROUPS);
-    env.extra_controller_args = vec![
-        "--converter-image".to_owned(),
-        deployed.converter_image.clone(),
-        "--admission-policies".to_owned(),
-        "required".to_owned(),
-    ];
+    env.extra_controller_args = deployed.controller_args();
     env.start_sim();
     env.start_controller();
 

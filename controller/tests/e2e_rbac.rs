@@ -281,12 +281,7 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     let deployed = install_deploy(&env).await;
     // The policies required, as deployed: the controller looks at them (get, list) and finds
     // them in force (bound to this namespace).
-    env.extra_controller_args = vec![
-        "--converter-image".into(),
-        deployed.converter_image.clone(),
-        "--admission-policies".into(),
-        "required".into(),
-    ];
+    env.extra_controller_args = deployed.controller_args();
     env.use_controller_token();
     env.start_sim();
     let started = SystemTime::now();

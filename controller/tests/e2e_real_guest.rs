@@ -35,6 +35,21 @@ fn fields(line: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// The guest's `line`, checked to name the source's machine id and marker; its fields.
+fn names_the_source(
+    line: &str,
+    source: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    let migrated = fields(line);
+    assert_eq!(
+        migrated.get("machine-id"),
+        source.get("machine-id"),
+        "{line}"
+    );
+    assert_eq!(migrated.get("marker"), source.get("marker"), "{line}");
+    migrated
+}
+
 /// `tests/guests/build.sh GUEST`: the cached guest image, and its first boot's fields.
 fn guest(
     name: &str,
@@ -141,13 +156,7 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
         Some(0),
         "the migrated guest printed no line; its console's end:\n{console}"
     );
-    let migrated = fields(&line);
-    assert_eq!(
-        migrated.get("machine-id"),
-        source.get("machine-id"),
-        "{line}"
-    );
-    assert_eq!(migrated.get("marker"), source.get("marker"), "{line}");
+    let migrated = names_the_source(&line, &source);
     assert_eq!(
         migrated.get("boots").map(String::as_str),
         Some("2"),
@@ -176,13 +185,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_on_virtio_unti
         Some(0),
         "on PVSCSI it boots; its console's end:\n{console}"
     );
-    let migrated = fields(&line);
-    assert_eq!(
-        migrated.get("machine-id"),
-        source.get("machine-id"),
-        "{line}"
-    );
-    assert_eq!(migrated.get("marker"), source.get("marker"), "{line}");
+    names_the_source(&line, &source);
 }
 
 /// A UEFI guest (GPT, an EFI system partition with systemd-boot) on a vCenter VM whose firmware
@@ -204,11 +207,5 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
         Some(0),
         "the migrated UEFI guest printed no line; its console's end:\n{console}"
     );
-    let migrated = fields(&line);
-    assert_eq!(
-        migrated.get("machine-id"),
-        source.get("machine-id"),
-        "{line}"
-    );
-    assert_eq!(migrated.get("marker"), source.get("marker"), "{line}");
+    names_the_source(&line, &source);
 }

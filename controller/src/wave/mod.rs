@@ -189,10 +189,14 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
     let seen = seen(&wave, &members, ctx, held);
     let now = Time(crate::context::whole_seconds(ctx.clock.now()));
     let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
+    // While the admission policies are not in force, every plan (the re-plan below too) holds.
     let held_back = ctx.guard.why_not();
-    if let Some(why) = &held_back {
-        decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &now);
-    }
+    let hold = |plan: &mut decide::Plan| {
+        if let Some(why) = &held_back {
+            decide::hold_for_policies(plan, why, wave.metadata.generation, &now);
+        }
+    };
+    hold(&mut plan);
     // Each VM's preflight weighs its own claims; the wave weighs them together, against the
     // quotas as the watch of them shows (none before its first list: a summary, not a gate).
     if let Some(p) = plan.status.preflight.as_mut() {
@@ -220,9 +224,7 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         if let (Some(p), Some(q)) = (plan.status.preflight.as_mut(), quota_short) {
             p.quota_short = q;
         }
-        if let Some(why) = &held_back {
-            decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &now);
-        }
+        hold(&mut plan);
     }
     let worth = decide::worth_writing(
         wave.status.as_ref(),

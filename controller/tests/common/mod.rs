@@ -1006,6 +1006,20 @@ pub struct Deployed {
     lab: &'static Lab,
 }
 
+impl Deployed {
+    /// The controller's arguments as deployed: the converter image the blast-radius policy
+    /// allows its Jobs, and its admission policies required (it looks at them and finds them
+    /// in force, bound to the test's namespace).
+    pub fn controller_args(&self) -> Vec<String> {
+        vec![
+            "--converter-image".to_owned(),
+            self.converter_image.clone(),
+            "--admission-policies".to_owned(),
+            "required".to_owned(),
+        ]
+    }
+}
+
 impl Drop for Deployed {
     fn drop(&mut self) {
         for b in &self.bindings {
