@@ -276,18 +276,18 @@ async fn a_guest_agent_that_never_connects_fails_validating_with_its_reason() {
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(
         (f.phase, f.reason),
-        (Phase::Validating, Reason::GuestAgentTimeout)
+        (Phase::Validating, Reason::GuestNotReady)
     );
     let c = v.condition(ConditionType::GuestReady).unwrap();
     assert_eq!(
         (c.status, c.reason),
-        (ConditionStatus::False, Reason::GuestAgentTimeout)
+        (ConditionStatus::False, Reason::GuestNotReady)
     );
     assert_eq!(
         v.condition(ConditionType::VMStarted).unwrap().status,
         ConditionStatus::True
     );
-    env.wait_event("silent", "GuestAgentTimeout").await;
+    env.wait_event("silent", "GuestNotReady").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,7 +217,7 @@ fn assert_failed_waiting_for_the_agent(v: &VirtualMachineMigration) {
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(
         (f.phase, f.reason),
-        (Phase::Validating, Reason::GuestAgentTimeout)
+        (Phase::Validating, Reason::GuestNotReady)
     );
 }
 

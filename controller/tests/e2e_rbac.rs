@@ -282,6 +282,9 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     // The policies required, as deployed: the controller looks at them (get, list) and finds
     // them in force (bound to this namespace).
     env.extra_controller_args = deployed.controller_args();
+    // Long enough for scenario 2 to cancel a guest that waits, short for 2b's to fail.
+    env.extra_controller_args
+        .extend(["--agent-timeout".into(), "20s".into()]);
     env.use_controller_token();
     env.start_sim();
     let started = SystemTime::now();
@@ -330,6 +333,30 @@ async fn every_verb_of_the_controllers_cluster_role_is_used_and_needed() {
     env.wait_phase("cancelled", Phase::Cancelled, 120).await;
     scenarios.push((
         "a cancel in Validating, retried and cancelled again",
+        t,
+        SystemTime::now(),
+    ));
+
+    // 2b. A guest that never gets ready: it fails GuestNotReady with its serial console's last
+    //     lines, read from its launcher pod's guest-console-log container (pods/log).
+    let t = SystemTime::now();
+    let mut vmm = in_cluster_migration(&env, "unready", Some("agent=always"));
+    vmm.spec.target.template.readiness = Some(ferry_crds::Readiness::AgentConnected);
+    env.create(&vmm).await;
+    let v = env.wait_terminal("unready", 300).await;
+    let f = v
+        .status
+        .as_ref()
+        .and_then(|s| s.last_failure.clone())
+        .unwrap();
+    assert_eq!(f.reason, ferry_crds::Reason::GuestNotReady, "{}", f.message);
+    assert!(
+        f.message.contains("serial console is empty"),
+        "{}",
+        f.message
+    );
+    scenarios.push((
+        "a guest that never gets ready (its console read)",
         t,
         SystemTime::now(),
     ));

@@ -1,22 +1,23 @@
-//! A real operating system booted from the bytes ferry moved.
+//! A real operating system booted from the bytes ferry moved, by the node.
 //!
-//! `tests/guests/build.sh bios-virtio` makes a small Debian guest (BIOS, MBR, ext4, its
-//! initramfs with virtio's drivers) and boots it once: that boot made its machine id and a file
-//! only it has (`/var/lib/ferry/marker`), and printed its line. The guest goes behind a vcsim VM
-//! as that VM's VMDK; ferry migrates it cold — vCenter, the converter Job, S3, the import, the
-//! verification — and the imported volume (the sim's file for the claim) is then booted under
-//! qemu as KubeVirt would attach it (virtio). The guest's line must name the source's machine id
-//! and marker, on its second boot ever: the migrated bytes are the source's system, and it runs.
+//! `tests/guests/build.sh GUEST` makes a small Debian guest and boots it once: that boot made
+//! its machine id and a file only it has (`/var/lib/ferry/marker`), and printed its line. The
+//! guest goes behind a vcsim VM as that VM's VMDK; ferry migrates it cold — vCenter, the
+//! converter Job, S3, the import, the verification, the VirtualMachine — and ferry-sim, playing
+//! the node with `--guests qemu`, runs the instance KubeVirt's own virt-controller made as a
+//! qemu process from the VMI's spec (firmware, disks on their bus from the imported volume's
+//! file, the guest agent's channel). The migration waits for the guest's own agent
+//! (`readiness: AgentConnected`); the guest's line, read from its serial console through
+//! `pods/log` of the launcher's `guest-console-log` container, must name the source's machine
+//! id and marker: the migrated bytes are the source's system, and it runs.
 //!
-//! `uefi-virtio` (GPT, systemd-boot) on a vCenter VM with EFI firmware becomes a VirtualMachine
-//! with EFI, and its volume boots on OVMF.
-//!
-//! `bios-vmware`, whose initramfs carries only VMware's storage drivers (first booted on PVSCSI),
-//! migrated the same way, does not find its root disk on virtio, and boots on PVSCSI from the
-//! same migrated bytes: the case guest conversion is for.
-//!
-//! The node's part (the instance running qemu from the VMI's spec, readiness from the guest's
-//! agent) is not played by ferry-sim yet: these tests boot the volume themselves.
+//! * `bios-virtio` boots on KubeVirt's defaults (SeaBIOS, virtio) and its agent connects;
+//! * `uefi-virtio` (GPT, systemd-boot) on a vCenter VM with EFI firmware becomes a
+//!   VirtualMachine with EFI (Secure Boot off) and boots on OVMF;
+//! * `bios-vmware`, whose initramfs carries only VMware's storage drivers, does not find its
+//!   root disk on virtio: without guest conversion the migration fails `GuestNotReady` with the
+//!   console's last lines, the target stopped and the source powered on again. The same
+//!   migrated bytes boot on PVSCSI (`tests/guests/boot.sh`): what conversion is for.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -24,7 +25,8 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use ferry_crds::{Phase, names};
+use ferry_controller::apis::kubevirt::VirtualMachineInstance;
+use ferry_crds::{Phase, Readiness, Reason, RestorePowerState, names};
 
 /// The guest's serial line, split into its fields.
 fn fields(line: &str) -> std::collections::BTreeMap<String, String> {
@@ -77,22 +79,19 @@ fn guest(
     (image, source)
 }
 
-/// Migrates `image` cold as the VM of a new test namespace `ns` and returns a copy of the
-/// imported volume (the claim stays as it is).
-async fn migrated(ns: &str, image: &std::path::Path) -> (Env, std::path::PathBuf) {
-    migrated_shaped(ns, image, &[]).await
-}
-
-/// As [`migrated`], the vcsim VM shaped first (`ferry-lab shape` arguments).
+/// Migrates `image` cold as the (512 MiB, one vCPU) VM of a new test namespace `ns`, shaped
+/// first with `shape` (`ferry-lab shape` arguments), the node running real guests; waits for
+/// the migration to end (the guest's agent is what it waits for, at most `agent_timeout`).
 async fn migrated_shaped(
     ns: &str,
     image: &std::path::Path,
     shape: &[&str],
-) -> (Env, std::path::PathBuf) {
+    agent_timeout: &str,
+) -> (Env, ferry_crds::VirtualMachineMigration) {
     let mut env = Env::new(ns, 1).await;
-    if !shape.is_empty() {
-        env.shape(&env.vm.name.clone(), shape);
-    }
+    let mut args = vec!["--memory", "512", "--cpus", "1"];
+    args.extend_from_slice(shape);
+    env.shape(&env.vm.name.clone(), &args);
     // The guest is the VM's disk, as vSphere would hold it.
     let vmdk = &env.vm.disks[0].local_path;
     let convert = Command::new("qemu-img")
@@ -106,33 +105,83 @@ async fn migrated_shaped(
         "{}",
         String::from_utf8_lossy(&convert.stderr)
     );
+    env.sim_args = vec!["--guests".into(), "qemu".into()];
+    env.extra_controller_args = vec!["--agent-timeout".into(), agent_timeout.into()];
     env.start_sim();
     env.start_controller();
-    let vmm = env.create(&env.migration("guest")).await;
-    let v = env.wait_terminal("guest", 600).await;
-    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
-    let volume = env
-        .volumes
-        .join(&env.ns.name)
-        .join(format!("{}.img", names::datavolume_name(&vmm, 0)));
-    let copy = env.scratch.join("migrated.raw");
-    std::fs::copy(&volume, &copy).unwrap();
-    (env, copy)
+    let mut vmm = env.migration("guest");
+    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+    vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
+    env.create(&vmm).await;
+    let v = env
+        .wait_for("guest", "the migration to settle", 900, |v| {
+            v.phase().is_terminal()
+                && v.status
+                    .as_ref()
+                    .and_then(|s| s.source_power_restore.as_deref())
+                    .is_none_or(|r| r.result.is_some())
+        })
+        .await;
+    (env, v)
+}
+
+/// The serial console of the migrated VM's instance so far, through `pods/log` of its launcher
+/// pod's `guest-console-log` container, as an operator reads it.
+async fn console_of(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let vmis: kube::Api<VirtualMachineInstance> = env.ns.api();
+    let vmi = vmis.get(&names::vm_name(v)).await.unwrap();
+    let uid = vmi.metadata.uid.clone().unwrap();
+    let pods: kube::Api<Pod> = env.ns.api();
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .await
+        .unwrap();
+    let pod = listed.items.first().expect("the instance's launcher pod");
+    let params = kube::api::LogParams {
+        container: Some("guest-console-log".into()),
+        ..Default::default()
+    };
+    pods.logs(pod.metadata.name.as_deref().unwrap(), &params)
+        .await
+        .unwrap()
+}
+
+/// Waits (at most 120 s) for the guest's line on the migrated VM's console.
+async fn guest_line(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> String {
+    let found = ferry_harness::eventually(
+        "the guest's line on its console",
+        std::time::Duration::from_secs(120),
+        || async {
+            let console = console_of(env, v).await;
+            console
+                .lines()
+                .find_map(|l| l.find("ferry-guest: ").map(|i| l[i..].trim().to_owned()))
+        },
+    )
+    .await;
+    match found {
+        Ok(line) => line,
+        Err(_) => panic!("no guest line; the console:\n{}", console_of(env, v).await),
+    }
+}
+
+/// The migration succeeded with the guest's own agent, and the instance says what the agent
+/// said of the guest.
+async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineMigration) {
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(v));
+    let vmis: kube::Api<VirtualMachineInstance> = env.ns.api();
+    let vmi = serde_json::to_value(vmis.get(&names::vm_name(v)).await.unwrap()).unwrap();
+    assert_eq!(vmi["status"]["guestOSInfo"]["id"], "debian", "{vmi}");
 }
 
 /// `tests/guests/boot.sh IMAGE 300 BUS` on SeaBIOS: its exit code, its line, and its
 /// console's end.
 fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
-    boot_on(image, bus, "bios")
-}
-
-/// As [`boot`], on `firmware` (`bios`: SeaBIOS; `efi`: OVMF without Secure Boot).
-fn boot_on(image: &std::path::Path, bus: &str, firmware: &str) -> (Option<i32>, String, String) {
     let out = Command::new(ferry_harness::repo_root().join("tests/guests/boot.sh"))
         .arg(image)
         .arg("300")
         .arg(bus)
-        .env("FERRY_FIRMWARE", firmware)
         .output()
         .unwrap();
     let console =
@@ -149,13 +198,9 @@ fn boot_on(image: &std::path::Path, bus: &str, firmware: &str) -> (Option<i32>, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
     let (image, source) = guest("bios-virtio");
-    let (_env, volume) = migrated("e2e-real-guest", &image).await;
-    let (code, line, console) = boot(&volume, "virtio");
-    assert_eq!(
-        code,
-        Some(0),
-        "the migrated guest printed no line; its console's end:\n{console}"
-    );
+    let (env, v) = migrated_shaped("e2e-real-guest", &image, &[], "600s").await;
+    assert_booted_with_its_agent(&env, &v).await;
+    let line = guest_line(&env, &v).await;
     let migrated = names_the_source(&line, &source);
     assert_eq!(
         migrated.get("boots").map(String::as_str),
@@ -165,21 +210,39 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
 }
 
 /// The guest that needs converting: its initramfs has only VMware's storage drivers. Migrated
-/// byte for byte, on virtio (KubeVirt's default bus) it does not find its root disk; the same
-/// migrated bytes on VMware's PVSCSI boot and name the source. What ferry does not do yet —
-/// inspect such a guest and convert it — is what this shows is needed.
+/// byte for byte (ferry converts no guest yet), on virtio (KubeVirt's default bus) it does not
+/// find its root disk: the migration fails `GuestNotReady` with what the console said, the
+/// target is stopped and the source runs again. The same migrated bytes boot on VMware's PVSCSI
+/// and name the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_on_virtio_until_converted() {
     let (image, source) = guest("bios-vmware");
-    let (_env, volume) = migrated("e2e-real-guest-vmw", &image).await;
-    let (code, _, console) = boot(&volume, "virtio");
-    assert_eq!(
-        code,
-        Some(3),
-        "on virtio its initramfs gives up finding its root; its console's end:\n{console}"
+    let (env, v) = migrated_shaped("e2e-real-guest-vmw", &image, &[], "150s").await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert_eq!(f.reason, Reason::GuestNotReady, "{}", f.message);
+    assert!(
+        f.message.contains("Gave up waiting for root"),
+        "the console's last lines: {}",
+        f.message
     );
-    assert!(console.contains("Gave up waiting for root"), "{console}");
-    let (code, line, console) = boot(&volume, "pvscsi");
+    assert_eq!(
+        env.power_state().await,
+        "poweredOn",
+        "the source runs again"
+    );
+    let vmis: kube::Api<VirtualMachineInstance> = env.ns.api();
+    assert!(
+        vmis.get_opt(&names::vm_name(&v)).await.unwrap().is_none(),
+        "the target is stopped"
+    );
+    let volume = env
+        .volumes
+        .join(&env.ns.name)
+        .join(format!("{}.img", names::datavolume_name(&v, 0)));
+    let copy = env.scratch.join("migrated.raw");
+    std::fs::copy(&volume, &copy).unwrap();
+    let (code, line, console) = boot(&copy, "pvscsi");
     assert_eq!(
         code,
         Some(0),
@@ -190,22 +253,18 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_on_virtio_unti
 
 /// A UEFI guest (GPT, an EFI system partition with systemd-boot) on a vCenter VM whose firmware
 /// is `efi`: ferry makes a VirtualMachine with EFI (Secure Boot off, as the source had it), and
-/// the migrated volume boots on OVMF, naming the source.
+/// the node boots it on OVMF; its agent connects and its line names the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
     use ferry_controller::apis::kubevirt::VirtualMachine;
     let (image, source) = guest("uefi-virtio");
-    let (env, volume) = migrated_shaped("e2e-real-guest-efi", &image, &["--firmware", "efi"]).await;
+    let (env, v) =
+        migrated_shaped("e2e-real-guest-efi", &image, &["--firmware", "efi"], "600s").await;
     let vms: kube::Api<VirtualMachine> = env.ns.api();
     let vm = vms.list(&Default::default()).await.unwrap().items.remove(0);
-    let v = serde_json::to_value(&vm).unwrap();
-    let efi = &v["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"];
-    assert_eq!(efi["secureBoot"], serde_json::json!(false), "{v}");
-    let (code, line, console) = boot_on(&volume, "virtio", "efi");
-    assert_eq!(
-        code,
-        Some(0),
-        "the migrated UEFI guest printed no line; its console's end:\n{console}"
-    );
-    names_the_source(&line, &source);
+    let vm = serde_json::to_value(&vm).unwrap();
+    let efi = &vm["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"];
+    assert_eq!(efi["secureBoot"], serde_json::json!(false), "{vm}");
+    assert_booted_with_its_agent(&env, &v).await;
+    names_the_source(&guest_line(&env, &v).await, &source);
 }

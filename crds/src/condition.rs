@@ -289,6 +289,9 @@ pub enum Reason {
     GuestAgentConnected,
     /// The guest agent did not connect in time.
     GuestAgentTimeout,
+    /// The guest did not pass its readiness check (`spec.target.readiness`) within the agent
+    /// timeout; the message carries the serial console's last lines.
+    GuestNotReady,
     /// KubeVirt cannot schedule the VM's pod (VM printableStatus `ErrorUnschedulable`).
     ErrorUnschedulable,
     /// A claim of the VM is missing (VM printableStatus `ErrorPvcNotFound`).
@@ -376,6 +379,7 @@ impl Reason {
         Reason::VMStartFailed,
         Reason::GuestAgentConnected,
         Reason::GuestAgentTimeout,
+        Reason::GuestNotReady,
         Reason::ErrorUnschedulable,
         Reason::ErrorPvcNotFound,
         Reason::DataVolumeError,
@@ -442,6 +446,7 @@ impl Reason {
             Reason::VMStartFailed => "VMStartFailed",
             Reason::GuestAgentConnected => "GuestAgentConnected",
             Reason::GuestAgentTimeout => "GuestAgentTimeout",
+            Reason::GuestNotReady => "GuestNotReady",
             Reason::ErrorUnschedulable => "ErrorUnschedulable",
             Reason::ErrorPvcNotFound => "ErrorPvcNotFound",
             Reason::DataVolumeError => "DataVolumeError",

@@ -173,6 +173,7 @@ mod tests {
             vmi: super::super::world::VmiState::Absent,
             trouble: None,
             leftovers: None,
+            console: None,
         };
         use super::super::{creating_vm, importing, preparing, validating};
         let rows = vec![

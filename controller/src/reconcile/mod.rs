@@ -9,6 +9,7 @@
 pub mod by_phase;
 pub mod checkpoint;
 pub mod cleanup;
+pub mod console;
 pub mod converting;
 pub mod creating_vm;
 pub mod credentials;

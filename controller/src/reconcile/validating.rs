@@ -15,6 +15,7 @@ use tracing::info;
 
 use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
+use super::console;
 use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Step};
@@ -22,7 +23,7 @@ use super::scope::Scope;
 use super::world::{self, VmState, VmiState, staged_keys};
 use crate::Result;
 use crate::apis::cdi::DataVolume;
-use crate::apis::kubevirt::{Trouble, VirtualMachine, VmiPhase};
+use crate::apis::kubevirt::{Trouble, VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::children::{Ownership, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
@@ -73,6 +74,9 @@ pub struct Observed {
     /// What remains to clean and release; only looked at once the guest is ready and the VM not
     /// yet released (`None` otherwise), so that waiting for a guest costs two reads.
     pub leftovers: Option<Result<Leftovers, Problem>>,
+    /// The serial console's last lines (or why they could not be read); only read once the
+    /// guest is out of time, for the failure's message.
+    pub console: Option<Result<Vec<String>, String>>,
 }
 
 /// What Validating does to the world.
@@ -83,6 +87,18 @@ pub enum Action {
     /// later must not delete the migrated VM). The VM's release is the last act: a released VM
     /// means everything else is done.
     Finish,
+}
+
+/// Whether the guest has had its time (the agent timeout, in this phase) by the clock now.
+fn out_of_time(io: Io<'_>) -> bool {
+    let entered = io.vmm.status.as_ref().and_then(|s| {
+        let last = s.history.last()?;
+        (last.phase == s.phase).then_some(last.entered_at.0)
+    });
+    let now = io.ctx.clock.now();
+    entered
+        .and_then(|t| now.duration_since(t).try_into().ok())
+        .is_some_and(|waited: std::time::Duration| waited > io.ctx.policy.agent_timeout)
 }
 
 /// Whether the guest passed the readiness check of `vmm`. Pure.
@@ -117,8 +133,18 @@ impl Checkpoint for Validating {
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let world::KubeVirtState { vm, vmi, trouble } = world::kubevirt_state(io).await?;
-        let leftovers = if guest_ready(io.vmm, &vmi) && !released(&vm) {
+        let ready = guest_ready(io.vmm, &vmi);
+        let leftovers = if ready && !released(&vm) {
             Some(leftovers(io).await?)
+        } else {
+            None
+        };
+        let console = if !ready && out_of_time(io) && matches!(vmi, VmiState::Present { .. }) {
+            let name = names::vm_name(io.vmm);
+            match io.read::<VirtualMachineInstance>(&name).await? {
+                Some(instance) => Some(console::read(io, &instance).await),
+                None => None,
+            }
         } else {
             None
         };
@@ -127,6 +153,7 @@ impl Checkpoint for Validating {
             vmi,
             trouble,
             leftovers,
+            console,
         })
     }
 
@@ -324,14 +351,13 @@ fn guest_timed_out(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         return None;
     }
     let secs = waited.as_secs();
-    let (reason, msg) = match readiness(scope) {
-        Readiness::AgentConnected => (Reason::GuestAgentTimeout, say::no_agent_within(secs)),
-        Readiness::Running | Readiness::None => {
-            (Reason::VMStartFailed, say::not_ready_within(secs))
-        }
+    let msg = match readiness(scope) {
+        Readiness::AgentConnected => say::no_agent_within(secs),
+        Readiness::Running | Readiness::None => say::not_ready_within(secs),
     };
+    let msg = format!("{msg}{}", say::console(scope.world.console.as_ref()));
     Some(Outcome::failure(
-        reason,
+        Reason::GuestNotReady,
         msg,
         true,
         Phase::Validating,
@@ -435,6 +461,18 @@ mod say {
         )
     }
 
+    /// The serial console's last lines, as the end of a failure's message.
+    pub(super) fn console(read: Option<&Result<Vec<String>, String>>) -> String {
+        match read {
+            Some(Ok(lines)) if !lines.is_empty() => {
+                format!(". The serial console's last lines:\n{}", lines.join("\n"))
+            }
+            Some(Ok(_)) => ". The serial console is empty".into(),
+            Some(Err(why)) => format!(". The serial console could not be read: {why}"),
+            None => String::new(),
+        }
+    }
+
     pub(super) fn waiting_for_the_agent() -> String {
         "waiting for the guest agent".into()
     }
@@ -535,6 +573,7 @@ mod tests {
             vm,
             vmi,
             trouble,
+            console: None,
         };
         decide(&Scope {
             vmm,
@@ -617,7 +656,7 @@ mod tests {
                 late
             ),
             Step::Fail {
-                reason: Reason::GuestAgentTimeout,
+                reason: Reason::GuestNotReady,
                 resume: Phase::Validating,
                 ..
             }
@@ -649,6 +688,25 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_guest_out_of_time_says_what_its_console_said() {
+        let lines = vec![
+            "Gave up waiting for root file system device.".to_owned(),
+            "(initramfs)".to_owned(),
+        ];
+        let m = say::console(Some(&Ok(lines)));
+        assert!(
+            m.ends_with("last lines:\nGave up waiting for root file system device.\n(initramfs)"),
+            "{m}"
+        );
+        assert_eq!(
+            say::console(Some(&Ok(vec![]))),
+            ". The serial console is empty"
+        );
+        assert!(say::console(Some(&Err("no pod".into()))).contains("could not be read: no pod"));
+        assert_eq!(say::console(None), "");
     }
 
     /// What each readiness waits for, and the reason GuestReady then gives.

@@ -23,11 +23,13 @@ use tracing::{debug, info, warn};
 
 use crate::clock;
 use crate::conditions;
+use crate::domain;
 use crate::kubevirt::{
     PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
     VirtualMachineInstanceStatus, phase,
 };
 use crate::pods;
+use crate::qemu;
 use crate::scheduling;
 use crate::sim::Sim;
 use crate::vms::{
@@ -98,12 +100,26 @@ pub enum PodAction {
     Delete,
 }
 
+/// What to do about a real guest's qemu (`--guests qemu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuestAction {
+    #[default]
+    Nothing,
+    /// Start qemu from the VMI's spec (virt-launcher defines and starts the domain).
+    Start,
+    /// Press the power button (virt-launcher's ACPI shutdown).
+    PowerDown,
+    /// Kill qemu (the grace is over, or the launcher is gone) and forget it.
+    Kill,
+}
+
 /// One decision for a VMI and its launcher pod: at most one write each, and when to look again.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub pod: PodAction,
     pub vmi: Option<VirtualMachineInstanceStatus>,
     pub requeue: Option<Duration>,
+    pub guest: GuestAction,
 }
 
 impl Decision {
@@ -112,6 +128,7 @@ impl Decision {
             pod: PodAction::Nothing,
             vmi: None,
             requeue: Some(d.max(Duration::from_millis(10))),
+            guest: GuestAction::Nothing,
         }
     }
     fn nothing() -> Decision {
@@ -119,6 +136,7 @@ impl Decision {
             pod: PodAction::Nothing,
             vmi: None,
             requeue: None,
+            guest: GuestAction::Nothing,
         }
     }
     fn pod(a: PodAction) -> Decision {
@@ -126,6 +144,7 @@ impl Decision {
             pod: a,
             vmi: None,
             requeue: Some(Duration::from_millis(10)),
+            guest: GuestAction::Nothing,
         }
     }
     fn vmi(s: VirtualMachineInstanceStatus) -> Decision {
@@ -133,9 +152,17 @@ impl Decision {
             pod: PodAction::Nothing,
             vmi: Some(s),
             requeue: Some(Duration::from_millis(10)),
+            guest: GuestAction::Nothing,
         }
     }
+    fn with_guest(mut self, g: GuestAction) -> Decision {
+        self.guest = g;
+        self
+    }
 }
+
+/// How often a real guest is looked at while it runs (its agent, its exit).
+pub const GUEST_POLL: Duration = Duration::from_secs(1);
 
 /// The machine types virt-handler's node labeller finds on the sim's host and labels
 /// `machine-type.node.kubevirt.io/<type>=true` (`prepareLabels`,
@@ -302,10 +329,19 @@ pub fn running(pod: &Pod, now: &Time) -> PodStatus {
         host_ip: Some("127.0.0.1".into()),
         start_time: Some(started.clone()),
         conditions: Some(conditions),
-        init_container_statuses: spec
-            .init_containers
-            .as_ref()
-            .map(|cs| cs.iter().map(done).collect()),
+        // A sidecar (an init container with restartPolicy Always, as `guest-console-log`) keeps
+        // running beside the containers (KEP-753).
+        init_container_statuses: spec.init_containers.as_ref().map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    if c.restart_policy.as_deref() == Some("Always") {
+                        run(c)
+                    } else {
+                        done(c)
+                    }
+                })
+                .collect()
+        }),
         container_statuses: Some(spec.containers.iter().map(run).collect()),
         ..PodStatus::default()
     }
@@ -371,6 +407,11 @@ pub const UNSCHEDULABLE_FAULT: &str =
 /// virt-controller owns (`Pending`, `Scheduling`) with its pod not yet ours, is left alone;
 /// a guest stops no sooner than its grace after the deletion of its VMI or pod (twice that when
 /// `late`, never when `lost`); a pod goes only once its VMI's guest is down.
+///
+/// With a real guest (`guest` is its qemu's view), the guest runs while qemu runs: it is
+/// started when the VMI would go `Running`, the agent connects when the guest's own agent
+/// answered, the VMI ends when qemu exits (`Succeeded` after a power-off, else `Failed`), and a
+/// stop presses the power button and kills qemu only when the grace is over.
 pub fn decide(
     vmi: &VirtualMachineInstance,
     pod: &Pod,
@@ -378,6 +419,7 @@ pub fn decide(
     node: &str,
     t: &Timing,
     now: Timestamp,
+    guest: Option<&qemu::View>,
 ) -> Decision {
     let now_t = Time(now);
     let now_s = kubevirt_time(now);
@@ -418,7 +460,7 @@ pub fn decide(
         return Decision::nothing();
     }
 
-    let guest = vst.phase == phase::SCHEDULED || vst.phase == phase::RUNNING;
+    let up = vst.phase == phase::SCHEDULED || vst.phase == phase::RUNNING;
     // The guest is asked to stop by deleting its VMI (virt-handler) or its pod (the kubelet's
     // SIGTERM to virt-launcher), whichever came first.
     let stop_asked = [
@@ -433,7 +475,25 @@ pub fn decide(
         if fates.stop == Some(StopFate::Lost) {
             return Decision::nothing();
         }
-        if guest {
+        if up && let Some(g) = guest {
+            let mut s = vst;
+            enter(&mut s, phase::SUCCEEDED, &now_s);
+            if !g.started || g.exited.is_some() {
+                return Decision::vmi(s).with_guest(GuestAction::Kill);
+            }
+            let grace = t.second * u32::try_from(grace_seconds(vmi)).unwrap_or(u32::MAX);
+            let due = clock::add(asked, Duration::from_secs(1) + grace);
+            if now < due {
+                let action = if g.powerdown_sent {
+                    GuestAction::Nothing
+                } else {
+                    GuestAction::PowerDown
+                };
+                return Decision::wait(clock::elapsed(now, due).min(GUEST_POLL)).with_guest(action);
+            }
+            return Decision::vmi(s).with_guest(GuestAction::Kill);
+        }
+        if up {
             let periods = if fates.stop == Some(StopFate::Late) {
                 2
             } else {
@@ -460,10 +520,10 @@ pub fn decide(
 
     if pod_final {
         // virt-launcher is gone: virt-handler reports the domain gone.
-        if guest {
+        if up {
             let mut s = vst;
             enter(&mut s, phase::FAILED, &now_s);
-            return Decision::vmi(s);
+            return Decision::vmi(s).with_guest(GuestAction::Kill);
         }
         return Decision::nothing();
     }
@@ -509,8 +569,10 @@ pub fn decide(
             }
             let mut s = vst;
             enter(&mut s, phase::RUNNING, &now_s);
-            Decision::vmi(s)
+            let start = guest.map_or(GuestAction::Nothing, |_| GuestAction::Start);
+            Decision::vmi(s).with_guest(start)
         }
+        phase::RUNNING if let Some(g) = guest => real_guest_runs(vst, g, &now_s),
         phase::RUNNING => {
             if fates.silent || conditions::is_true(&vst.conditions, "AgentConnected") {
                 return Decision::nothing();
@@ -534,6 +596,35 @@ pub fn decide(
         }
         // Pending, Scheduling: virt-controller's.
         _ => Decision::nothing(),
+    }
+}
+
+/// A real guest while its VMI is `Running`: it ends when qemu ends (or never started here: the
+/// domain is gone, as virt-handler finds after a node restart), and its agent connects once the
+/// guest's agent answered. Pure.
+fn real_guest_runs(mut s: VirtualMachineInstanceStatus, g: &qemu::View, now_s: &str) -> Decision {
+    let ended = match (g.started, g.exited, &g.failed_to_start) {
+        (false, _, _) | (_, _, Some(_)) => Some(phase::FAILED),
+        (true, Some(0), None) => Some(phase::SUCCEEDED),
+        (true, Some(_), None) => Some(phase::FAILED),
+        (true, None, None) => None,
+    };
+    if let Some(p) = ended {
+        enter(&mut s, p, now_s);
+        return Decision::vmi(s).with_guest(GuestAction::Kill);
+    }
+    match &g.agent {
+        Some(os) if !conditions::is_true(&s.conditions, "AgentConnected") => {
+            s.conditions.push(conditions::Condition {
+                type_: "AgentConnected".into(),
+                status: "True".into(),
+                last_probe_time: Some(now_s.to_owned()),
+                ..conditions::Condition::default()
+            });
+            s.guest_os_info = Some(os.clone());
+            Decision::vmi(s)
+        }
+        _ => Decision::wait(GUEST_POLL),
     }
 }
 
@@ -618,6 +709,18 @@ async fn decide_fates(sim: &Sim, vmi: &VirtualMachineInstance, pod: &Pod) -> Res
         anns = crate::vms::fates(sim, &vm).await?;
     }
     anns.insert(FATED_ANNOTATION.into(), "true".into());
+    // The serial console's log, kept for the `guest-console-log` container (empty for a guest
+    // the sim only pretends to run, as a guest that writes nothing to its console).
+    let console = qemu::console_log(
+        sim.settings.volumes.root(),
+        &ns,
+        &vmi.uid().unwrap_or_default(),
+    );
+    crate::logs::Writer::open(&console).map_err(|e| Error::io(&console, e))?;
+    anns.insert(
+        pods::CONSOLE_LOG_ANNOTATION.into(),
+        console.display().to_string(),
+    );
     let patch = serde_json::json!({"metadata": {"annotations": anns}});
     sim.api::<Pod>(&ns)
         .patch(
@@ -646,6 +749,7 @@ async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Ctx>) -> Result<Ac
             decide_fates(sim, &vmi, pod).await?;
             return Ok(Action::requeue(Duration::from_millis(10)));
         };
+        let view = (sim.settings.guests == qemu::GuestMode::Qemu).then(|| sim.guests.view(&uid));
         let d = decide(
             &vmi,
             pod,
@@ -653,7 +757,9 @@ async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Ctx>) -> Result<Ac
             &sim.settings.node_name,
             &ctx.timing,
             clock::now(),
+            view.as_ref(),
         );
+        act_on_guest(sim, &vmi, d.guest);
         act(sim, &vmi, pod, d.pod, d.vmi).await?;
         next = match (next, d.requeue) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -661,6 +767,33 @@ async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Ctx>) -> Result<Ac
         };
     }
     Ok(next.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Starts, powers down or kills the VMI's qemu.
+fn act_on_guest(sim: &Sim, vmi: &VirtualMachineInstance, action: GuestAction) {
+    let uid = vmi.uid().unwrap_or_default();
+    let ns = vmi.namespace().unwrap_or_default();
+    match action {
+        GuestAction::Nothing => {}
+        GuestAction::Start => match domain::machine(&vmi.spec) {
+            Ok(m) => {
+                let volumes = &sim.settings.volumes;
+                let disks = m
+                    .disks
+                    .iter()
+                    .map(|d| volumes.image(&ns, &d.claim))
+                    .collect();
+                let console = qemu::console_log(volumes.root(), &ns, &uid);
+                sim.guests.start(&uid, &m, disks, &console);
+            }
+            Err(why) => {
+                warn!(vmi = %format!("{ns}/{}", vmi.name_any()), %why, "domain not defined");
+                sim.guests.refuse(&uid, why);
+            }
+        },
+        GuestAction::PowerDown => sim.guests.power_down(&uid),
+        GuestAction::Kill => sim.guests.kill(&uid),
+    }
 }
 
 async fn act(
@@ -902,7 +1035,11 @@ mod tests {
     }
 
     fn decide_at(v: &VirtualMachineInstance, p: &Pod, f: &Fates, now: &str) -> Decision {
-        decide(v, p, f, "sim-node", &t(), at(now))
+        decide(v, p, f, "sim-node", &t(), at(now), None)
+    }
+
+    fn decide_real(v: &VirtualMachineInstance, p: &Pod, g: &qemu::View, now: &str) -> Decision {
+        decide(v, p, &Fates::default(), "sim-node", &t(), at(now), Some(g))
     }
 
     fn ready(p: &Pod) -> Option<String> {
@@ -1087,6 +1224,106 @@ mod tests {
             decide_at(&v, &p, &silent, "2026-01-01T01:00:00Z"),
             Decision::nothing()
         );
+    }
+
+    #[test]
+    fn a_real_guest_starts_with_running_and_its_own_agent_connects_it() {
+        let p = running_pod();
+        let v = vmi(phase::SCHEDULED, T0);
+        let none = qemu::View::default();
+        let d = decide_real(&v, &p, &none, "2026-01-01T00:00:01Z");
+        assert_eq!(d.guest, GuestAction::Start);
+        let mut v = v;
+        v.status = d.vmi;
+        assert_eq!(v.status.as_ref().unwrap().phase, phase::RUNNING);
+        let up = qemu::View {
+            started: true,
+            ..qemu::View::default()
+        };
+        // However long it takes, only the guest's own agent connects it.
+        let d = decide_real(&v, &p, &up, "2026-01-01T01:00:00Z");
+        assert_eq!((d.vmi, d.guest), (None, GuestAction::Nothing));
+        assert_eq!(d.requeue, Some(GUEST_POLL));
+        let os =
+            serde_json::json!({"id": "debian", "prettyName": "Debian GNU/Linux 12 (bookworm)"});
+        let answered = qemu::View {
+            agent: Some(os.clone()),
+            ..up.clone()
+        };
+        let s = decide_real(&v, &p, &answered, "2026-01-01T01:00:01Z")
+            .vmi
+            .unwrap();
+        assert!(conditions::is_true(&s.conditions, "AgentConnected"));
+        assert_eq!(s.guest_os_info, Some(os));
+    }
+
+    #[test]
+    fn a_real_guest_ends_when_qemu_ends() {
+        let p = running_pod();
+        let mut v = vmi(phase::RUNNING, T0);
+        v.status.as_mut().unwrap().node_name = Some("sim-node".into());
+        for (view, want) in [
+            (
+                qemu::View {
+                    started: true,
+                    exited: Some(0),
+                    ..qemu::View::default()
+                },
+                phase::SUCCEEDED,
+            ),
+            (
+                qemu::View {
+                    started: true,
+                    exited: Some(1),
+                    ..qemu::View::default()
+                },
+                phase::FAILED,
+            ),
+            (
+                qemu::View {
+                    started: true,
+                    failed_to_start: Some("no".into()),
+                    ..qemu::View::default()
+                },
+                phase::FAILED,
+            ),
+            // Never started by this node (it restarted): the domain is gone.
+            (qemu::View::default(), phase::FAILED),
+        ] {
+            let d = decide_real(&v, &p, &view, "2026-01-01T00:00:05Z");
+            assert_eq!(d.vmi.unwrap().phase, want, "{view:?}");
+            assert_eq!(d.guest, GuestAction::Kill);
+        }
+    }
+
+    #[test]
+    fn a_stopped_real_guest_gets_the_power_button_then_is_killed_after_its_grace() {
+        let p = running_pod();
+        let v = deleted(vmi(phase::RUNNING, T0), "2026-01-01T00:00:10Z");
+        let up = qemu::View {
+            started: true,
+            ..qemu::View::default()
+        };
+        let d = decide_real(&v, &p, &up, "2026-01-01T00:00:11Z");
+        assert_eq!((d.vmi.clone(), d.guest), (None, GuestAction::PowerDown));
+        let pressed = qemu::View {
+            powerdown_sent: true,
+            ..up.clone()
+        };
+        let d = decide_real(&v, &p, &pressed, "2026-01-01T00:00:12Z");
+        assert_eq!((d.vmi.clone(), d.guest), (None, GuestAction::Nothing));
+        // It powered off: the VMI succeeds at once.
+        let off = qemu::View {
+            exited: Some(0),
+            ..pressed.clone()
+        };
+        let d = decide_real(&v, &p, &off, "2026-01-01T00:00:13Z");
+        assert_eq!(d.vmi.unwrap().phase, phase::SUCCEEDED);
+        assert_eq!(d.guest, GuestAction::Kill);
+        // It ignored the button: killed once the grace (30 s) is over.
+        let d = decide_real(&v, &p, &pressed, "2026-01-01T00:00:42Z");
+        assert_eq!(d.vmi.unwrap().phase, phase::SUCCEEDED);
+        assert_eq!(d.guest, GuestAction::Kill);
     }
 
     #[test]

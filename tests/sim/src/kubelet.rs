@@ -731,7 +731,10 @@ async fn container_logs(
     }
     let running =
         log_state(&pod, container, query.previous).map_err(|m| text(StatusCode::BAD_REQUEST, m))?;
-    let Some(path) = pods::container_log(&pod, &sim.settings.volumes) else {
+    let own = &sim.settings.volumes;
+    let Some(path) =
+        pods::console_log(&pod, container, own).or_else(|| pods::container_log(&pod, own))
+    else {
         return Err(text(
             StatusCode::BAD_REQUEST,
             format!("container {container:?} in pod {name:?} is not available"),

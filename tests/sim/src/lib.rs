@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod conditions;
 pub mod datavolumes;
+pub mod domain;
 mod error;
 pub mod faults;
 pub mod handler;
@@ -20,6 +21,7 @@ pub mod node;
 pub mod pods;
 pub mod process;
 pub mod pvcs;
+pub mod qemu;
 /// Quantities, shared with the controller.
 pub use ferry_crds::quantity;
 pub mod s3;

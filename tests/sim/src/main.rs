@@ -77,6 +77,12 @@ struct Cli {
     /// ServiceAccounts. Default: `--kubeconfig`'s user (whose VMI status writes virt-api drops).
     #[arg(long)]
     virt_handler_kubeconfig: Option<PathBuf>,
+    /// What runs a VMI's guest: `simulated` (nothing: Running and the agent after delays) or
+    /// `qemu` (a `qemu-system-x86_64` process from the VMI's spec and its volumes' files, TCG;
+    /// Running while it runs, the agent when the guest's own agent answers; with
+    /// `--kubevirt real`).
+    #[arg(long, default_value = "simulated", value_parser = ["simulated", "qemu"])]
+    guests: String,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -150,6 +156,15 @@ async fn main() -> anyhow::Result<()> {
             ferry_sim::KubeVirt::Real
         } else {
             ferry_sim::KubeVirt::Sim
+        },
+        guests: if cli.guests == "qemu" {
+            anyhow::ensure!(
+                cli.kubevirt == "real",
+                "--guests qemu plays virt-launcher for KubeVirt's own virt-controller: it needs --kubevirt real"
+            );
+            ferry_sim::qemu::GuestMode::Qemu
+        } else {
+            ferry_sim::qemu::GuestMode::Simulated
         },
     };
     let handler = handler.unwrap_or_else(|| client.clone());

@@ -286,6 +286,49 @@ pub fn container_log(pod: &Pod, own: &Volumes) -> Option<PathBuf> {
     })
 }
 
+/// Where a launcher pod's serial console log lives on the host (`guest-console-log`), written
+/// by the node that runs its VMI (see `qemu::console_log`).
+pub const CONSOLE_LOG_ANNOTATION: &str = "sim.ferry.example/console-log";
+
+/// virt-controller's name for the launcher's container that tails the serial console
+/// (`generateSerialConsoleLogContainer`, `pkg/virt-controller/services/serialconsolelog.go`).
+pub const GUEST_CONSOLE_LOG: &str = "guest-console-log";
+
+/// The serial console log of a launcher pod's `guest-console-log` container: the file its
+/// [`CONSOLE_LOG_ANNOTATION`] names when that is the log of this pod's VMI
+/// (`…/_guests/<namespace>/<vmi uid>/console.log`, absolute, without `..`), else where `own`
+/// volumes keep it. `None` for any other container or pod. Pure.
+pub fn console_log(pod: &Pod, container: &str, own: &Volumes) -> Option<PathBuf> {
+    if container != GUEST_CONSOLE_LOG {
+        return None;
+    }
+    let ns = pod.namespace()?;
+    let uid = pod.labels().get("kubevirt.io/created-by")?.clone();
+    let tail = Path::new("_guests")
+        .join(&ns)
+        .join(&uid)
+        .join("console.log");
+    let mine = own.root().join(&tail);
+    let Some(named) = pod
+        .annotations()
+        .get(CONSOLE_LOG_ANNOTATION)
+        .map(PathBuf::from)
+    else {
+        return Some(mine);
+    };
+    let plain = named.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    });
+    Some(if named.is_absolute() && plain && named.ends_with(&tail) {
+        named
+    } else {
+        mine
+    })
+}
+
 /// The container's id in its status (`<runtime>://<id>`, as the kubelet writes it): the kubelet
 /// refuses the logs of a terminated container that has none (`validateContainerLogStatus`).
 pub fn container_id(pod: &Pod) -> String {
@@ -701,5 +744,45 @@ mod tests {
             ..Pod::default()
         };
         assert_eq!(container_id(&p), "ferry-sim://0f3a");
+    }
+
+    #[test]
+    fn a_launchers_console_log_is_its_vmis_only() {
+        let own = Volumes::new("/mine");
+        let pod = |named: Option<&str>| {
+            let mut p = Pod::default();
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.labels =
+                Some([("kubevirt.io/created-by".to_owned(), "u-1".to_owned())].into());
+            p.metadata.annotations =
+                named.map(|n| [(CONSOLE_LOG_ANNOTATION.to_owned(), n.to_owned())].into());
+            p
+        };
+        let mine = PathBuf::from("/mine/_guests/ns/u-1/console.log");
+        assert_eq!(
+            console_log(&pod(None), GUEST_CONSOLE_LOG, &own),
+            Some(mine.clone())
+        );
+        assert_eq!(
+            console_log(
+                &pod(Some("/other/_guests/ns/u-1/console.log")),
+                GUEST_CONSOLE_LOG,
+                &own
+            ),
+            Some(PathBuf::from("/other/_guests/ns/u-1/console.log")),
+            "another sim's node"
+        );
+        for bad in [
+            "/etc/shadow",
+            "/x/_guests/ns/u-2/console.log",
+            "/x/../_guests/ns/u-1/console.log",
+        ] {
+            assert_eq!(
+                console_log(&pod(Some(bad)), GUEST_CONSOLE_LOG, &own),
+                Some(mine.clone()),
+                "{bad}"
+            );
+        }
+        assert_eq!(console_log(&pod(None), "compute", &own), None);
     }
 }

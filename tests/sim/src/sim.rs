@@ -15,7 +15,7 @@ use tracing::info;
 use crate::clock::Speed;
 use crate::faults::Rates;
 use crate::volumes::Volumes;
-use crate::{Result, datavolumes, handler, jobs, kubelet, node, pvcs, vms};
+use crate::{Result, datavolumes, handler, jobs, kubelet, node, pvcs, qemu, vms};
 
 /// Who plays KubeVirt's control plane.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,6 +49,8 @@ pub struct Settings {
     pub kubelet: kubelet::Config,
     /// Who plays KubeVirt's control plane.
     pub kubevirt: KubeVirt,
+    /// What runs a guest (with `KubeVirt::Real`): nothing, or qemu.
+    pub guests: qemu::GuestMode,
 }
 
 /// Shared state of the running sim.
@@ -60,6 +62,8 @@ pub struct Sim {
     pub handler: Client,
     pub settings: Settings,
     pub tasks: Arc<Tasks>,
+    /// The real guests this node runs (`--guests qemu`).
+    pub guests: qemu::Instances,
 }
 
 impl std::fmt::Debug for Sim {
@@ -82,6 +86,7 @@ impl Sim {
             handler,
             settings,
             tasks: Arc::new(Tasks::default()),
+            guests: qemu::Instances::default(),
         })
     }
 
@@ -145,6 +150,7 @@ impl Sim {
             () = node => {},
         }
         self.tasks.shutdown().await;
+        self.guests.kill_all();
         pvc_store.stop();
         Ok(())
     }

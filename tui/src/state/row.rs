@@ -86,6 +86,7 @@ impl Pip {
                 | Reason::VMStartFailed
                 | Reason::GuestAgentConnected
                 | Reason::GuestAgentTimeout
+                | Reason::GuestNotReady
                 | Reason::ErrorUnschedulable
                 | Reason::ErrorPvcNotFound
                 | Reason::DataVolumeError

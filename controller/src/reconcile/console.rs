@@ -1,0 +1,105 @@
+//! The migrated guest's serial console, as KubeVirt keeps it: the `guest-console-log` container
+//! of the instance's virt-launcher pod (virt-controller adds it unless the cluster or the VM
+//! turns serial console logging off; `pkg/virt-controller/services/serialconsolelog.go`),
+//! read through `pods/log`. Read only when a guest failed its readiness check, so that the
+//! failure says what the guest said.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{ListParams, LogParams};
+
+use super::io::Io;
+use crate::apis::kubevirt::VirtualMachineInstance;
+
+/// The launcher's container that tails serial port 0.
+pub const CONTAINER: &str = "guest-console-log";
+/// How many of the console's last lines a failure carries.
+pub const LINES: usize = 15;
+
+/// The last `n` lines of a console's output, as words a status may carry: escape sequences
+/// and control characters dropped, carriage returns ending lines, blank lines left out. Pure.
+pub fn last_lines(raw: &str, n: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // CSI (ESC [ … final byte) and other two-character escapes.
+            '\u{1b}' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for d in chars.by_ref() {
+                        if ('\u{40}'..='\u{7e}').contains(&d) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            '\n' | '\r' => lines.push(std::mem::take(&mut line)),
+            '\t' => line.push(' '),
+            c if c.is_control() => {}
+            c => line.push(c),
+        }
+    }
+    lines.push(line);
+    let kept: Vec<String> = lines
+        .into_iter()
+        .map(|l| l.trim_end().to_owned())
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    kept[kept.len().saturating_sub(n)..].to_vec()
+}
+
+/// The console's last lines of the instance `vmi` (ferry's, classified by the caller): from
+/// the launcher pod that instance controls. `Err` says why they could not be read.
+pub async fn read(io: Io<'_>, vmi: &VirtualMachineInstance) -> Result<Vec<String>, String> {
+    let uid = vmi.metadata.uid.clone().unwrap_or_default();
+    let pods = io
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .await
+        .map_err(|e| format!("listing the instance's pods: {e}"))?;
+    let launcher = pods
+        .items
+        .iter()
+        .find(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .ok_or("the instance has no virt-launcher pod")?;
+    let params = LogParams {
+        container: Some(CONTAINER.into()),
+        tail_lines: Some(i64::try_from(LINES * 4).unwrap_or(60)),
+        limit_bytes: Some(16 * 1024),
+        ..LogParams::default()
+    };
+    let text = io
+        .api::<Pod>()
+        .logs(&launcher.name_any(), &params)
+        .await
+        .map_err(|e| format!("reading {}'s {CONTAINER}: {e}", launcher.name_any()))?;
+    Ok(last_lines(&text, LINES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_lines_are_kept_without_escapes_or_blank_lines() {
+        let raw = "\u{1b}[2J\u{1b}[01;01HSeaBIOS\r\n\r\nBooting from Hard Disk...\r\nGave up waiting for root file system device.\r\n  - Check rootdelay=\r\n\u{7}(initramfs) ";
+        assert_eq!(
+            last_lines(raw, 3),
+            [
+                "Gave up waiting for root file system device.",
+                "  - Check rootdelay=",
+                "(initramfs)"
+            ]
+        );
+        assert_eq!(last_lines(raw, 10)[0], "SeaBIOS");
+        assert!(last_lines("", 5).is_empty());
+    }
+}

@@ -1,0 +1,435 @@
+//! virt-launcher's part with a real hypervisor (`--guests qemu`): each VMI this node runs is a
+//! `qemu-system-x86_64` process (TCG) built from its spec (`domain.rs`), its serial port kept as
+//! the launcher pod's `guest-console-log` container keeps it (a log the kubelet serves through
+//! `pods/log`), its guest agent asked over the virtio-serial channel as virt-handler asks it
+//! (`guest-sync`, then `guest-info` and `guest-get-osinfo`; `pkg/virt-handler/...agent-poller`
+//! in KubeVirt v1.8.3), and ACPI's power button pressed through QMP when the guest is asked to
+//! stop (virt-launcher's `Shutdown` is libvirt's ACPI shutdown).
+//!
+//! What is known of each instance (`View`) is what the node's decisions read; the processes,
+//! sockets and files are here.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tracing::{info, warn};
+
+use crate::domain::{self, Firmware, Machine};
+
+/// What the node knows of one instance's guest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct View {
+    /// qemu was started for it.
+    pub started: bool,
+    /// qemu could not be started: why.
+    pub failed_to_start: Option<String>,
+    /// qemu exited, with this code (0: the guest powered off).
+    pub exited: Option<i32>,
+    /// The guest agent answered: its `guest-get-osinfo`, as `status.guestOSInfo` carries it.
+    pub agent: Option<Value>,
+    /// The power button was pressed.
+    pub powerdown_sent: bool,
+}
+
+#[derive(Debug)]
+struct Instance {
+    view: Mutex<View>,
+    pid: Mutex<Option<u32>>,
+    dir: PathBuf,
+}
+
+/// What runs a VMI's guest on this node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuestMode {
+    /// Nothing: the sim pretends (Running after a delay, an agent that connects after another).
+    #[default]
+    Simulated,
+    /// qemu, from the VMI's spec and its volumes' files.
+    Qemu,
+}
+
+/// The instances this node runs, by VMI uid.
+#[derive(Debug, Default)]
+pub struct Instances {
+    map: Mutex<HashMap<String, Arc<Instance>>>,
+}
+
+/// Where an instance's sockets live: short, for a Unix socket's path limit.
+fn socket_dir(uid: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ferry-qemu-{uid}"))
+}
+
+/// The serial console's log of an instance, under the node's volume directory.
+pub fn console_log(volumes_root: &Path, namespace: &str, uid: &str) -> PathBuf {
+    volumes_root
+        .join("_guests")
+        .join(namespace)
+        .join(uid)
+        .join("console.log")
+}
+
+impl Instances {
+    /// What is known of instance `uid` (default: never started here).
+    pub fn view(&self, uid: &str) -> View {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(uid)
+            .map(|i| i.view.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// Starts qemu for instance `uid` running `m` on `disks` (unless started already); its
+    /// serial port goes to `console`. A start that fails is remembered in its view.
+    pub fn start(&self, uid: &str, m: &Machine, disks: Vec<PathBuf>, console: &Path) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.contains_key(uid) {
+            return;
+        }
+        let dir = socket_dir(uid);
+        let inst = Arc::new(Instance {
+            view: Mutex::new(View {
+                started: true,
+                ..View::default()
+            }),
+            pid: Mutex::new(None),
+            dir: dir.clone(),
+        });
+        map.insert(uid.to_owned(), inst.clone());
+        drop(map);
+        if let Err(e) = spawn(uid, &inst, m, disks, console) {
+            warn!(vmi_uid = %uid, error = %e, "qemu not started");
+            inst.view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .failed_to_start = Some(e);
+        }
+    }
+
+    /// Remembers that instance `uid` cannot run here, and why.
+    pub fn refuse(&self, uid: &str, why: String) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(uid.to_owned()).or_insert_with(|| {
+            Arc::new(Instance {
+                view: Mutex::new(View {
+                    started: true,
+                    failed_to_start: Some(why),
+                    ..View::default()
+                }),
+                pid: Mutex::new(None),
+                dir: socket_dir(uid),
+            })
+        });
+    }
+
+    /// Presses the guest's power button (once).
+    pub fn power_down(&self, uid: &str) {
+        let Some(inst) = self.get(uid) else { return };
+        {
+            let mut v = inst.view.lock().unwrap_or_else(|e| e.into_inner());
+            if v.powerdown_sent || v.exited.is_some() {
+                return;
+            }
+            v.powerdown_sent = true;
+        }
+        let qmp = inst.dir.join("qmp.sock");
+        tokio::spawn(async move {
+            if let Err(e) = press_power_button(&qmp).await {
+                warn!(error = %e, "QMP system_powerdown");
+            }
+        });
+    }
+
+    /// Kills instance `uid`'s qemu and forgets it.
+    pub fn kill(&self, uid: &str) {
+        let inst = self
+            .map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        if let Some(inst) = inst {
+            kill_pid(&inst);
+            let _ = std::fs::remove_dir_all(&inst.dir);
+        }
+    }
+
+    /// Kills every instance (the node stops).
+    pub fn kill_all(&self) {
+        let uids: Vec<String> = self
+            .map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for uid in uids {
+            self.kill(&uid);
+        }
+    }
+
+    fn get(&self, uid: &str) -> Option<Arc<Instance>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+    }
+}
+
+fn kill_pid(inst: &Instance) {
+    if let Some(pid) = inst.pid.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn spawn(
+    uid: &str,
+    inst: &Arc<Instance>,
+    m: &Machine,
+    disks: Vec<PathBuf>,
+    console: &Path,
+) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(&inst.dir);
+    std::fs::create_dir_all(&inst.dir).map_err(|e| format!("{}: {e}", inst.dir.display()))?;
+    for d in &disks {
+        if !d.is_file() {
+            return Err(format!("volume file {} is missing", d.display()));
+        }
+    }
+    let files = domain::Files {
+        disks,
+        agent: inst.dir.join("qga.sock"),
+        qmp: inst.dir.join("qmp.sock"),
+        vars: inst.dir.join("vars.fd"),
+    };
+    if let Firmware::Efi { secure_boot } = m.firmware {
+        let vars = if secure_boot {
+            domain::OVMF_VARS_MS
+        } else {
+            domain::OVMF_VARS
+        };
+        std::fs::copy(vars, &files.vars).map_err(|e| format!("{vars}: {e}"))?;
+    }
+    if let Some(dir) = console.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let writer = crate::logs::Writer::open(console).map_err(|e| format!("console log: {e}"))?;
+    let args = domain::argv(m, &files);
+    let mut child = tokio::process::Command::new("qemu-system-x86_64")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("qemu-system-x86_64: {e}"))?;
+    info!(vmi_uid = %uid, args = %args.join(" "), "qemu started");
+    *inst.pid.lock().unwrap_or_else(|e| e.into_inner()) = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    tokio::spawn(crate::logs::pump(
+        stdout,
+        None::<tokio::process::ChildStderr>,
+        writer,
+    ));
+    let (inst_exit, uid_exit) = (inst.clone(), uid.to_owned());
+    tokio::spawn(async move {
+        let mut err = String::new();
+        if let Some(mut e) = stderr {
+            use tokio::io::AsyncReadExt;
+            let _ = e.read_to_string(&mut err).await;
+        }
+        let code = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(-1);
+        info!(vmi_uid = %uid_exit, code, stderr = %err.trim(), "qemu exited");
+        inst_exit
+            .pid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        inst_exit
+            .view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .exited = Some(code);
+    });
+    let inst_agent = inst.clone();
+    tokio::spawn(async move { poll_agent(inst_agent).await });
+    Ok(())
+}
+
+/// Asks the guest agent until it answers (virt-handler's poller: the channel connected, then
+/// `guest-info` and the OS info), while qemu runs.
+async fn poll_agent(inst: Arc<Instance>) {
+    let sock = inst.dir.join("qga.sock");
+    let mut id: u64 = 1;
+    loop {
+        if inst
+            .view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .exited
+            .is_some()
+        {
+            return;
+        }
+        if let Ok(stream) = UnixStream::connect(&sock).await {
+            let mut agent = Agent::new(stream);
+            loop {
+                id += 1;
+                let synced = agent
+                    .ask(
+                        &json!({"execute": "guest-sync", "arguments": {"id": id}}),
+                        |r| r.get("return").and_then(Value::as_u64) == Some(id),
+                    )
+                    .await;
+                match synced {
+                    Ok(Some(_)) => break,
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+                if inst
+                    .view
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .exited
+                    .is_some()
+                {
+                    return;
+                }
+            }
+            let info = agent
+                .ask(&json!({"execute": "guest-info"}), |r| {
+                    r.get("return").is_some()
+                })
+                .await;
+            let os = agent
+                .ask(&json!({"execute": "guest-get-osinfo"}), |r| {
+                    r.get("return").is_some()
+                })
+                .await;
+            if let (Ok(Some(info)), Ok(Some(os))) = (info, os) {
+                let version = info["return"]["version"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let os_info = guest_os_info(&os["return"]);
+                info!(agent_version = %version, os = %os_info, "guest agent answered");
+                inst.view.lock().unwrap_or_else(|e| e.into_inner()).agent = Some(os_info);
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `guest-get-osinfo`'s answer as virt-handler writes `status.guestOSInfo`
+/// (`VirtualMachineInstanceGuestOSInfo`). Pure.
+pub fn guest_os_info(os: &Value) -> Value {
+    let s = |k: &str| os.get(k).and_then(Value::as_str).unwrap_or_default();
+    json!({
+        "name": s("name"),
+        "kernelRelease": s("kernel-release"),
+        "version": s("version"),
+        "prettyName": s("pretty-name"),
+        "versionId": s("version-id"),
+        "kernelVersion": s("kernel-version"),
+        "machine": s("machine"),
+        "id": s("id"),
+    })
+}
+
+/// One connection to the guest agent: a JSON request per line, answers per line.
+struct Agent {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+    buf: Vec<u8>,
+}
+
+impl Agent {
+    fn new(stream: UnixStream) -> Agent {
+        let (r, w) = stream.into_split();
+        Agent {
+            reader: BufReader::new(r),
+            writer: w,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends `req` and reads answers for 2 s until one that `wanted` accepts; `None` when none
+    /// came (a guest whose agent is not up yet swallows the request).
+    async fn ask(
+        &mut self,
+        req: &Value,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> std::io::Result<Option<Value>> {
+        let mut line = serde_json::to_vec(req).unwrap_or_default();
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            // `read_until` keeps what it read in `buf` when the timeout drops it.
+            let read =
+                tokio::time::timeout_at(deadline, self.reader.read_until(b'\n', &mut self.buf))
+                    .await;
+            match read {
+                Err(_) => return Ok(None),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(0)) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "agent channel closed",
+                    ));
+                }
+                Ok(Ok(_)) => {
+                    let text = std::mem::take(&mut self.buf);
+                    // A guest-sync-delimited 0xff, or noise before the agent started: skipped.
+                    let text: Vec<u8> = text.into_iter().filter(|b| *b != 0xff).collect();
+                    if let Ok(v) = serde_json::from_slice::<Value>(&text)
+                        && wanted(&v)
+                    {
+                        return Ok(Some(v));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// QMP: the greeting, capabilities, then `system_powerdown` (the ACPI power button).
+async fn press_power_button(qmp: &Path) -> std::io::Result<()> {
+    let stream = UnixStream::connect(qmp).await?;
+    let (r, mut w) = stream.into_split();
+    let mut lines = BufReader::new(r).lines();
+    let _greeting = lines.next_line().await?;
+    w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n").await?;
+    let _ = lines.next_line().await?;
+    w.write_all(b"{\"execute\":\"system_powerdown\"}\n").await?;
+    let _ = lines.next_line().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_agents_os_info_is_written_as_virt_handler_writes_it() {
+        let os = json!({"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 12 (bookworm)",
+                        "version": "12 (bookworm)", "version-id": "12", "kernel-release": "6.1.0-28-cloud-amd64",
+                        "kernel-version": "#1 SMP", "machine": "x86_64"});
+        let v = guest_os_info(&os);
+        assert_eq!(v["prettyName"], "Debian GNU/Linux 12 (bookworm)");
+        assert_eq!(v["kernelRelease"], "6.1.0-28-cloud-amd64");
+        assert_eq!(v["versionId"], "12");
+        assert_eq!(v["id"], "debian");
+    }
+}
