@@ -1,5 +1,5 @@
 //! Real guests, end to end against the lab: VMs shaped in vcsim through the vSphere API map to
-//! the KubeVirt devices the README's table says; a guest without an agent succeeds under the
+//! the KubeVirt devices the table of docs/real-guests.md says; a guest without an agent succeeds under the
 //! default readiness; KubeVirt's error states and CDI's importer back-off end a migration in
 //! seconds with their own words; first-consumer StorageClasses work; the source is shut down
 //! through VMware Tools first and powered off hard after the grace; a source powered on during

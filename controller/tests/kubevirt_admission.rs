@@ -2,7 +2,7 @@
 //!
 //! A lab of this test's own runs KubeVirt's virt-api and virt-controller (`ferry-lab
 //! --kubevirt`, KubeVirt v1.8.3: its CRDs with their schemas, its mutating and validating
-//! webhooks served by virt-api on 127.0.0.1). For every row of the README's device-mapping table
+//! webhooks served by virt-api on 127.0.0.1). For every row of the device-mapping table (docs/real-guests.md)
 //! (and the network mappings and placements beside it) the VirtualMachine is built exactly as the
 //! controller builds it — [`virtual_machine`] on a migration whose `status.source` and
 //! `spec.target.template` describe the row — and created as a server-side dry run: the

@@ -43,7 +43,7 @@ impl fmt::Display for Severity {
 }
 
 /// A concern's stable code: tools and people match on it, and `spec.preflight.accept` names it.
-/// The README lists each with its fix.
+/// docs/preflight.md lists each with its fix.
 #[derive(
     Clone,
     Copy,
@@ -240,7 +240,7 @@ impl fmt::Display for ConcernCode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Concern {
-    /// Stable code (see the README's table).
+    /// Stable code (see the table in docs/preflight.md).
     pub code: ConcernCode,
     /// Critical blocks the migration; Warning and Info do not.
     pub severity: Severity,

@@ -95,7 +95,7 @@ impl NicModel {
     }
 }
 
-/// How the source's devices become the migrated VM's: the mapping is in the README; each field
+/// How the source's devices become the migrated VM's: the mapping is in docs/real-guests.md; each field
 /// overrides one part of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

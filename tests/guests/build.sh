@@ -51,7 +51,7 @@ case "$GUEST" in
     FIRMWARE=efi
     ;;
   bios-vmware)
-    PACKAGES="linux-image-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent"
+    PACKAGES="linux-image-amd64,initramfs-tools,systemd-sysv,udev,qemu-guest-agent,grub-pc"
     FIRST_BUS=pvscsi
     ;;
   *) say "usage: tests/guests/build.sh bios-virtio|uefi-virtio|bios-vmware"; exit 2 ;;
@@ -140,6 +140,43 @@ EOF
 ln -sf /etc/systemd/system/ferry-hello.service \
   "$R/etc/systemd/system/multi-user.target.wants/ferry-hello.service"
 if [ "$GUEST" = bios-vmware ]; then
+  # GRUB 2, as an installer leaves a VMware guest (and as virt-v2v expects one): extlinux boots
+  # the first boot, on which the guest installs GRUB on its own disk and makes its menu
+  # (ferry-grub.service, once), so every later boot is GRUB's.
+  cat >"$R/etc/default/grub" <<'EOF'
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=1
+GRUB_DISTRIBUTOR=Debian
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+GRUB_CMDLINE_LINUX="console=ttyS0,115200 rootdelay=30"
+GRUB_TERMINAL="serial console"
+GRUB_SERIAL_COMMAND="serial --unit=0 --speed=115200"
+EOF
+  cat >"$R/usr/local/sbin/ferry-grub" <<'EOF'
+#!/bin/sh
+# Installs GRUB on the disk holding / and writes its menu; then never again.
+set -e
+disk="/dev/$(lsblk -no PKNAME "$(findmnt -no SOURCE /)")"
+grub-install --target=i386-pc "$disk"
+update-grub
+systemctl disable ferry-grub.service
+EOF
+  chmod 0755 "$R/usr/local/sbin/ferry-grub"
+  cat >"$R/etc/systemd/system/ferry-grub.service" <<'EOF'
+[Unit]
+Description=GRUB installed on the guest's own disk (first boot)
+Before=ferry-hello.service
+After=local-fs.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/ferry-grub
+
+[Install]
+WantedBy=multi-user.target
+EOF
+  ln -sf /etc/systemd/system/ferry-grub.service \
+    "$R/etc/systemd/system/multi-user.target.wants/ferry-grub.service"
   # Only VMware's storage drivers (and what the root file system needs) in the initramfs.
   sed -i 's/^MODULES=.*/MODULES=list/' "$R/etc/initramfs-tools/initramfs.conf"
   printf '%s\n' vmw_pvscsi mptspi sd_mod ext4 >>"$R/etc/initramfs-tools/modules"

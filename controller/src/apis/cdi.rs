@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 /// Annotation asking CDI to bind (and so import) at once even on a `WaitForFirstConsumer`
 /// StorageClass. ferry does not set it: its verification Job is the claims' first consumer, as
-/// Forklift's conversion pod is (see the README); a DataVolume that carries it is still read.
+/// Forklift's conversion pod is (see docs/real-guests.md); a DataVolume that carries it is still read.
 pub const BIND_IMMEDIATE_ANNOTATION: &str = "cdi.kubevirt.io/storage.bind.immediate.requested";
 
 /// `DataVolume.spec`: an S3 source and a storage request. Unknown fields are kept.

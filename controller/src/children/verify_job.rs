@@ -2,7 +2,7 @@
 //! every imported claim mounted read-only, that hashes each volume's first virtual-size bytes
 //! and compares them with the raw-contents checksum the converter recorded. It runs before the
 //! VirtualMachine is created, and on a StorageClass that binds on first consumer it is that
-//! consumer (see the README).
+//! consumer (see docs/real-guests.md).
 
 use std::collections::BTreeMap;
 

@@ -89,7 +89,7 @@ pub fn firmware(source: &DiscoveredSource) -> (Value, Option<Value>) {
 }
 
 /// The domain of the migrated VM: CPU, memory, firmware, machine type, disks on the imported
-/// DataVolumes (the first boots) and NICs, after the mapping in the README. Pure.
+/// DataVolumes (the first boots) and NICs, after the mapping in docs/real-guests.md. Pure.
 pub fn domain(
     vmm: &VirtualMachineMigration,
     source: &DiscoveredSource,
@@ -421,7 +421,7 @@ mod tests {
         );
     }
 
-    /// The README's mapping table, row by row: what each source shape and spec.target.devices
+    /// The mapping table of docs/real-guests.md, row by row: what each source shape and spec.target.devices
     /// become in the VirtualMachine's domain.
     #[test]
     fn the_device_mapping_table() {

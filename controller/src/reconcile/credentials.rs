@@ -19,7 +19,7 @@ async fn read(io: Io<'_>, name: &str, what: &str) -> Result<Result<SecretData, P
         return Ok(Ok(SecretData::of(&s)));
     }
     let found = match io.api::<Secret>().get_opt(name).await {
-        // Secret reads are the namespace's to allow (README, "Install in a cluster"): without
+        // Secret reads are the namespace's to allow (docs/operations-and-security.md, "Install"): without
         // the RoleBinding, say so, and go on by itself once it is made.
         Err(kube::Error::Api(s)) if s.code == 403 => {
             let ns = io.vmm.namespace().unwrap_or_default();

@@ -1182,7 +1182,7 @@ pub async fn install_deploy(env: &Env) -> Deployed {
     )
     .await
     .expect("the controller's admission policies refusing what ferry never does");
-    // The namespace allows ferry to read its Secrets, as its admin would (README, "What the
+    // The namespace allows ferry to read its Secrets, as its admin would (docs/operations-and-security.md, "What the
     // controller's account can do").
     if let Err(e) = env.lab.kubectl_ok(&[
         "-n",
