@@ -2,7 +2,7 @@
 //! `qemu-system-x86_64` process (TCG) built from its spec (`domain.rs`), its serial port kept as
 //! the launcher pod's `guest-console-log` container keeps it (a log the kubelet serves through
 //! `pods/log`), its guest agent asked over the virtio-serial channel as virt-handler asks it
-//! (`guest-sync`, then `guest-info` and `guest-get-osinfo`; `pkg/virt-handler/...agent-poller`
+//! (`guest-sync`, then `guest-info` and `guest-get-osinfo`; `pkg/virt-launcher/virtwrap/agent-poller/`
 //! in KubeVirt v1.8.3), and ACPI's power button pressed through QMP when the guest is asked to
 //! stop (virt-launcher's `Shutdown` is libvirt's ACPI shutdown).
 //!
