@@ -43,7 +43,7 @@ check: tools
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferry-controller --test cli_images
 	$(CARGO) test -p ferry --test controller_cli --test frames --test snapshots --test memory
-	$(CARGO) test -p ferry-crds --test samples
+	$(CARGO) test -p ferry-crds --test samples --test docs
 	$(CARGO) test -p ferry-lab-s3 --test semantics
 
 ## Every test: unit, snapshot, lab integration and end-to-end, against one shared lab.
