@@ -37,7 +37,11 @@ struct Block {
 
 fn blocks(page: &Path) -> Vec<Block> {
     let text = std::fs::read_to_string(page).unwrap();
-    let name = page.strip_prefix(root()).unwrap_or(page).display().to_string();
+    let name = page
+        .strip_prefix(root())
+        .unwrap_or(page)
+        .display()
+        .to_string();
     let mut out = vec![];
     let mut open: Option<Block> = None;
     for (i, line) in text.lines().enumerate() {
@@ -119,13 +123,26 @@ fn make_targets() -> Vec<String> {
 /// word with a placeholder in capitals or a glob is left alone).
 fn repo_paths(text: &str) -> Vec<String> {
     const TOP: &[&str] = &[
-        "deploy/", "tests/", "assets/", "image/", "controller/", "tui/", "crds/", "docs/",
-        "convert/", "staging/", "vsphere/", ".ci/",
+        "deploy/",
+        "tests/",
+        "assets/",
+        "image/",
+        "controller/",
+        "tui/",
+        "crds/",
+        "docs/",
+        "convert/",
+        "staging/",
+        "vsphere/",
+        ".ci/",
     ];
     text.split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | ')' | '=' | ';'))
         .map(|w| w.trim_end_matches([',', '.', ':']))
         .filter(|w| TOP.iter().any(|t| w.starts_with(t)))
-        .filter(|w| !w.chars().any(|c| c.is_ascii_uppercase() || matches!(c, '*' | '$' | '<' | '{')))
+        .filter(|w| {
+            !w.chars()
+                .any(|c| c.is_ascii_uppercase() || matches!(c, '*' | '$' | '<' | '{'))
+        })
         .map(str::to_owned)
         .collect()
 }
@@ -157,12 +174,18 @@ fn every_sh_block_is_shell_whose_make_targets_and_paths_exist() {
                     if t.contains('=') || t.starts_with('-') {
                         continue;
                     }
-                    assert!(targets.iter().any(|x| x == t), "{at}: make {t}: no such target");
+                    assert!(
+                        targets.iter().any(|x| x == t),
+                        "{at}: make {t}: no such target"
+                    );
                 }
             }
             let command = line.split('#').next().unwrap_or_default();
             for p in repo_paths(command) {
-                assert!(root().join(&p).exists(), "{at}: {p} is not in the repository");
+                assert!(
+                    root().join(&p).exists(),
+                    "{at}: {p} is not in the repository"
+                );
             }
         }
         checked += 1;
@@ -174,7 +197,10 @@ fn every_sh_block_is_shell_whose_make_targets_and_paths_exist() {
 #[test]
 fn the_readme_is_a_map() {
     let size = std::fs::metadata(root().join("README.md")).unwrap().len();
-    assert!(size <= 20 * 1024, "README.md is {size} bytes; keep it under 20 KiB");
+    assert!(
+        size <= 20 * 1024,
+        "README.md is {size} bytes; keep it under 20 KiB"
+    );
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     for page in pages().iter().skip(1) {
         let name = page.file_name().unwrap().to_string_lossy();
