@@ -66,6 +66,10 @@ pub enum Error {
     /// This instance lost the leader Lease (it stops; a restart makes it a standby).
     #[error("leadership lost: {0}")]
     LeadershipLost(#[from] crate::leader::Lost),
+
+    /// A flag of the controller's run is missing or wrong (see `args`).
+    #[error("{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
 }
 
 impl Error {
@@ -86,6 +90,7 @@ impl Error {
             Error::Conflict => "conflict",
             Error::ProofKey(_) => "proof_key",
             Error::LeadershipLost(_) => "leadership_lost",
+            Error::Flag { .. } => "flag",
         }
     }
 

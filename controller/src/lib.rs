@@ -9,6 +9,7 @@
 
 pub mod admission_guard;
 pub mod apis;
+pub mod args;
 pub mod binding;
 pub mod caches;
 pub mod children;

@@ -106,7 +106,14 @@ async fn migrated_shaped(
         "{}",
         String::from_utf8_lossy(&convert.stderr)
     );
-    env.sim_args = vec!["--guests".into(), "qemu".into()];
+    // The tests' sims share one node; one that stops leaves its kubelet endpoint to another
+    // within this interval (the console is read through it).
+    env.sim_args = vec![
+        "--guests".into(),
+        "qemu".into(),
+        "--node-status-update-frequency".into(),
+        "2s".into(),
+    ];
     env.extra_controller_args = vec!["--agent-timeout".into(), agent_timeout.into()];
     env.start_sim();
     env.start_controller();

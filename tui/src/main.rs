@@ -105,30 +105,11 @@ enum Command {
     /// It takes part in the in-cluster controller's leader election (the same Lease), so it
     /// acts only while no other controller leads, and it runs the converter image it is given.
     Controller {
-        /// Image of the conversion Jobs: the in-cluster controller's (its FERRY_CONVERTER_IMAGE),
-        /// on a named registry and pinned by digest. Required: the converter receives the
-        /// vCenter password and the S3 keys.
-        #[arg(long, env = "FERRY_CONVERTER_IMAGE")]
-        converter_image: String,
-        /// Namespace of the leader Lease, the in-cluster controller's.
-        #[arg(long, default_value = "ferry-system")]
-        leader_elect_namespace: String,
-        /// Name of the leader Lease, the in-cluster controller's.
-        #[arg(long, default_value = "ferry-controller")]
-        leader_elect_lease_name: String,
-        /// Serve Prometheus metrics here, e.g. 127.0.0.1:9090.
-        #[arg(long)]
-        metrics_addr: Option<std::net::SocketAddr>,
-        /// Serve /healthz and /readyz here.
-        #[arg(long)]
-        health_addr: Option<std::net::SocketAddr>,
-        /// Reconciles running at once per controller.
-        #[arg(long, default_value_t = 16)]
-        concurrency: u16,
-        /// Whether ferry's admission policies (deploy/controller) must be in force: while they
-        /// are not, no migration is made, started or retried. not-required is for labs.
-        #[arg(long, value_enum, env = "FERRY_ADMISSION_POLICIES", default_value_t = ferry_controller::admission_guard::Requirement::Required)]
-        admission_policies: ferry_controller::admission_guard::Requirement,
+        /// The controller's run: the same flags and defaults as `ferry-controller`, but that
+        /// the cockpit opens no port unless asked and is always a candidate for the leader
+        /// Lease (ferry-system's unless told otherwise).
+        #[command(flatten)]
+        run: Box<ferry_controller::args::ControllerArgs>,
     },
 }
 
@@ -285,55 +266,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Some(Command::Controller {
-            converter_image,
-            leader_elect_namespace,
-            leader_elect_lease_name,
-            metrics_addr,
-            health_addr,
-            concurrency,
-            admission_policies,
-        }) => {
-            ferry_controller::policy::check_pinned_image(converter_image)
-                .map_err(|e| anyhow::anyhow!("--converter-image: {e}"))?;
+        Some(Command::Controller { run }) => {
+            use ferry_controller::args::FrontDoor;
+            // The flags are checked before any cluster is contacted.
+            let opts = run.run_options(cli.namespace.clone(), FrontDoor::Cockpit)?;
+            let election = run
+                .election(FrontDoor::Cockpit)?
+                .context("the cockpit's controller is always a leader candidate")?;
             let filter = EnvFilter::try_from_env("FERRY_LOG")
-                .unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+                .unwrap_or_else(|_| EnvFilter::new(ferry_controller::args::DEFAULT_LOG_FILTER));
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)
                 .try_init();
             let c = cluster::connect(&cli.connect_options()).await?;
-            let opts = ferry_controller::RunOptions {
-                namespace: cli.namespace.clone(),
-                concurrency: *concurrency,
-                metrics_addr: *metrics_addr,
-                health_addr: *health_addr,
-                policy: ferry_controller::policy::Policy {
-                    converter_image: converter_image.trim().to_owned(),
-                    ..ferry_controller::policy::Policy::default()
-                },
-                // The in-cluster controller's key, in its namespace (the Lease's): one key for
-                // both, and never one from the kubeconfig's namespace.
-                proof_key: ferry_controller::ProofKeySecret::named(
-                    ferry_controller::children::proof::DEFAULT_SECRET_NAME,
-                    Some(leader_elect_namespace.as_str()),
-                ),
-                admission_policies: *admission_policies
-                    == ferry_controller::admission_guard::Requirement::Required,
-                ..ferry_controller::RunOptions::default()
-            };
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_owned())
-                .unwrap_or_else(|_| "host".into());
-            let election = ferry_controller::leader::ElectionConfig {
-                lease_name: leader_elect_lease_name.clone(),
-                namespace: leader_elect_namespace.clone(),
-                identity: format!("ferry-cockpit-{host}-{}", std::process::id()),
-                lease_duration: std::time::Duration::from_secs(15),
-                renew_deadline: std::time::Duration::from_secs(10),
-                retry_period: std::time::Duration::from_secs(2),
-            };
-            tracing::info!(context = %c.context, namespace = ?opts.namespace, lease = %format!("{leader_elect_namespace}/{leader_elect_lease_name}"), "running the controller in-process, as a candidate for the leader Lease");
+            tracing::info!(context = %c.context, namespace = ?opts.namespace, lease = %format!("{}/{}", election.namespace, election.lease_name), "running the controller in-process, as a candidate for the leader Lease");
             ferry_controller::run_elected(
                 c.config,
                 opts,

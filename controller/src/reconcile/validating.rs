@@ -89,6 +89,9 @@ pub enum Action {
     Finish,
 }
 
+/// How long past the agent timeout a failure waits for the serial console to be readable.
+pub const CONSOLE_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Whether the guest has had its time (the agent timeout, in this phase) by the clock now.
 fn out_of_time(io: Io<'_>) -> bool {
     let entered = io.vmm.status.as_ref().and_then(|s| {
@@ -348,6 +351,13 @@ fn kubevirt_trouble(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
 fn guest_timed_out(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     let waited = scope.in_phase_for();
     if waited <= scope.policy.agent_timeout {
+        return None;
+    }
+    // The console could not be read (its node's kubelet did not answer, say): the failure
+    // waits a little for it, so that it says what the guest said; then goes without.
+    if matches!(scope.world.console, Some(Err(_)))
+        && waited <= scope.policy.agent_timeout + CONSOLE_GRACE
+    {
         return None;
     }
     let secs = waited.as_secs();
@@ -685,6 +695,49 @@ mod tests {
             ),
             Step::Fail {
                 resume: Phase::CreatingVM,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_unreadable_console_holds_the_failure_for_its_grace_only() {
+        let late = Policy::default().agent_timeout.as_secs() as i64 + 1;
+        let at = |elapsed: i64, console: Option<Result<Vec<String>, String>>| {
+            let mut vmm = migration("m").with_phase(Phase::Validating);
+            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+            if let Some(s) = vmm.status.as_mut() {
+                ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
+            }
+            decide(&Scope {
+                vmm,
+                now: ts(elapsed).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    vm: ours(),
+                    vmi: vmi("Running", true, false),
+                    trouble: None,
+                    leftovers: None,
+                    console,
+                },
+            })
+            .step
+        };
+        let unreadable = || Some(Err("connection refused".to_owned()));
+        assert!(matches!(at(late, unreadable()), Step::Wait { .. }));
+        let past = late + CONSOLE_GRACE.as_secs() as i64;
+        assert!(matches!(
+            at(past, unreadable()),
+            Step::Fail {
+                reason: Reason::GuestNotReady,
+                ..
+            }
+        ));
+        assert!(matches!(
+            at(late, Some(Ok(vec!["(initramfs)".into()]))),
+            Step::Fail {
+                reason: Reason::GuestNotReady,
                 ..
             }
         ));
