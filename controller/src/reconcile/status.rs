@@ -17,6 +17,25 @@ use super::outcome::{CondUpdate, Outcome, Step};
 use super::power;
 use crate::pacing::Worth;
 
+/// The most `status.message` holds (the CRD's `maxLength`).
+pub const SUMMARY_MAX: usize = 1024;
+
+/// `status.message` is a one-line summary: the first line of `message`, cut (at a character
+/// boundary, with an ellipsis) to what the CRD holds. The whole message stays in the
+/// conditions and `lastFailure` (32 KiB each); a longer summary would fail every status write.
+/// Pure.
+pub fn summary(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    if line.len() <= SUMMARY_MAX {
+        return line.to_owned();
+    }
+    let mut cut = SUMMARY_MAX - '…'.len_utf8();
+    while !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &line[..cut])
+}
+
 /// The status as read, with every condition present — a cold migration has no cutover, and no
 /// `CutOver` condition. Pure.
 pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
@@ -125,7 +144,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
         s.source_state = Some(Box::new(r.clone()));
     }
 
-    s.message = Some(outcome.message.clone()).filter(|m| !m.is_empty());
+    s.message = Some(summary(&outcome.message)).filter(|m| !m.is_empty());
     let phase = s.phase;
     let reconciled = match &outcome.step {
         Step::Advance { to } => {
@@ -268,7 +287,7 @@ pub fn held_for_policies(vmm: &VirtualMachineMigration, why: &str, now: &Time) -
         Reason::PoliciesNotInForce,
         message.clone(),
     );
-    s.message = Some(message);
+    s.message = Some(summary(&message));
     Some(s)
 }
 
@@ -401,7 +420,7 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
     };
     if let Some((status, reason, ready_message, message)) = ready_and_message {
         ready(&mut s, generation, now, status, reason, ready_message);
-        s.message = Some(message);
+        s.message = Some(summary(&message));
     }
     if !(matches!(intent, Intent::Settled) && s.phase == Phase::Failed) {
         s.observed_generation = generation;
@@ -431,7 +450,7 @@ pub fn cancelling(
         format!("cancelling in {phase}: {what}"),
     );
     s.source_power_restore = record.cloned().map(Box::new);
-    s.message = Some(format!("cancelling: {what}"));
+    s.message = Some(summary(&format!("cancelling: {what}")));
     s.observed_generation = generation;
     s
 }
@@ -456,7 +475,7 @@ pub fn cleanup_blocked(vmm: &VirtualMachineMigration, why: &str, now: &Time) -> 
         Reason::CleanupBlocked,
         message.clone(),
     );
-    s.message = Some(message);
+    s.message = Some(summary(&message));
     s
 }
 
@@ -490,7 +509,7 @@ pub fn with_power(
     s.source_power_restore = Some(Box::new(r.clone()));
     let what = r.message.clone().unwrap_or_default();
     if before != Some(r) {
-        s.message = Some(what.clone());
+        s.message = Some(summary(&what));
     }
     let gave_up = r.result == Some(PowerRestoreResult::TargetStillRunning);
     let said = s
@@ -613,6 +632,15 @@ pub fn has_all_conditions(conds: &[Condition]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_is_the_first_line_and_fits_the_crd() {
+        assert_eq!(summary("short\nand more"), "short");
+        let long = "é".repeat(1000);
+        let s = summary(&long);
+        assert!(s.len() <= SUMMARY_MAX && s.ends_with('…'), "{}", s.len());
+        assert_eq!(summary(""), "");
+    }
     use crate::reconcile::cleanup::Cleanup;
     use crate::reconcile::outcome::Outcome;
 
