@@ -223,7 +223,10 @@ fn spawn(
     }
     let writer = crate::logs::Writer::open(console).map_err(|e| format!("console log: {e}"))?;
     let args = domain::argv(m, &files);
-    let mut child = tokio::process::Command::new("qemu-system-x86_64")
+    // qemu dies with the sim even when the sim is SIGKILLed (as the tests' guards stop it):
+    // util-linux's setpriv sets the parent-death signal, then becomes qemu (same pid).
+    let mut child = tokio::process::Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "qemu-system-x86_64"])
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
