@@ -273,17 +273,23 @@ pub fn container_log(pod: &Pod, own: &Volumes) -> Option<PathBuf> {
         .join(&ns)
         .join(&job)
         .join(format!("attempt-{attempt}.log"));
+    Some(named_if_its(named, &tail, mine))
+}
+
+/// `named` when it is an absolute path without `..` ending in `tail` (the file a pod may point
+/// the node at), else `mine`. Pure.
+fn named_if_its(named: PathBuf, tail: &Path, mine: PathBuf) -> PathBuf {
     let plain = named.components().all(|c| {
         matches!(
             c,
             std::path::Component::RootDir | std::path::Component::Normal(_)
         )
     });
-    Some(if named.is_absolute() && plain && named.ends_with(&tail) {
+    if named.is_absolute() && plain && named.ends_with(tail) {
         named
     } else {
         mine
-    })
+    }
 }
 
 /// Where a launcher pod's serial console log lives on the host (`guest-console-log`), written
@@ -316,17 +322,7 @@ pub fn console_log(pod: &Pod, container: &str, own: &Volumes) -> Option<PathBuf>
     else {
         return Some(mine);
     };
-    let plain = named.components().all(|c| {
-        matches!(
-            c,
-            std::path::Component::RootDir | std::path::Component::Normal(_)
-        )
-    });
-    Some(if named.is_absolute() && plain && named.ends_with(&tail) {
-        named
-    } else {
-        mine
-    })
+    Some(named_if_its(named, &tail, mine))
 }
 
 /// The container's id in its status (`<runtime>://<id>`, as the kubelet writes it): the kubelet

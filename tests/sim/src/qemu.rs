@@ -44,6 +44,17 @@ struct Instance {
     dir: PathBuf,
 }
 
+impl Instance {
+    /// What is known of it (a poisoned lock still holds the last view).
+    fn known(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn exited(&self) -> bool {
+        self.known().exited.is_some()
+    }
+}
+
 /// What runs a VMI's guest on this node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GuestMode {
@@ -78,9 +89,7 @@ impl Instances {
     /// What is known of instance `uid` (default: never started here).
     pub fn view(&self, uid: &str) -> View {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(uid)
-            .map(|i| i.view.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .unwrap_or_default()
+        map.get(uid).map(|i| i.known().clone()).unwrap_or_default()
     }
 
     /// Starts qemu for instance `uid` running `m` on `disks` (unless started already); its
@@ -103,10 +112,7 @@ impl Instances {
         drop(map);
         if let Err(e) = spawn(uid, &inst, m, disks, console) {
             warn!(vmi_uid = %uid, error = %e, "qemu not started");
-            inst.view
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .failed_to_start = Some(e);
+            inst.known().failed_to_start = Some(e);
         }
     }
 
@@ -130,7 +136,7 @@ impl Instances {
     pub fn power_down(&self, uid: &str) {
         let Some(inst) = self.get(uid) else { return };
         {
-            let mut v = inst.view.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = inst.known();
             if v.powerdown_sent || v.exited.is_some() {
                 return;
             }
@@ -257,11 +263,7 @@ fn spawn(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        inst_exit
-            .view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .exited = Some(code);
+        inst_exit.known().exited = Some(code);
     });
     let inst_agent = inst.clone();
     tokio::spawn(async move { poll_agent(inst_agent).await });
@@ -274,13 +276,7 @@ async fn poll_agent(inst: Arc<Instance>) {
     let sock = inst.dir.join("qga.sock");
     let mut id: u64 = 1;
     loop {
-        if inst
-            .view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .exited
-            .is_some()
-        {
+        if inst.exited() {
             return;
         }
         if let Ok(stream) = UnixStream::connect(&sock).await {
@@ -298,13 +294,7 @@ async fn poll_agent(inst: Arc<Instance>) {
                     Ok(None) => {}
                     Err(_) => break,
                 }
-                if inst
-                    .view
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .exited
-                    .is_some()
-                {
+                if inst.exited() {
                     return;
                 }
             }
@@ -325,7 +315,7 @@ async fn poll_agent(inst: Arc<Instance>) {
                     .to_owned();
                 let os_info = guest_os_info(&os["return"]);
                 info!(agent_version = %version, os = %os_info, "guest agent answered");
-                inst.view.lock().unwrap_or_else(|e| e.into_inner()).agent = Some(os_info);
+                inst.known().agent = Some(os_info);
                 return;
             }
         }
