@@ -15,6 +15,19 @@ echo "== the OCI image (target/image/ferry) from this build, for its proof tests
 echo "   file system is cached in ~/.cache/ferry/image (a cold one takes 2-5 minutes)"
 image/build.sh --profile "${FERRY_IMAGE_PROFILE:-debug}" || exit 1
 
+# The real guests e2e_real_guest migrates and boots: built once per machine (debootstrap from
+# Debian's packages, a first boot under TCG), cached in ~/.cache/ferry/guests like the lab, and
+# built here, before the suites' clock starts, one after another.
+echo "== the lab's real guests (tests/guests/build.sh; cached, a cold build takes about 5 minutes)"
+GUESTS_STARTED=$(date +%s)
+for g in bios-virtio uefi-virtio bios-vmware; do
+    tests/guests/build.sh "$g" >/dev/null || { echo "tests/guests/build.sh $g failed"; exit 1; }
+done
+echo "== guests ready in $(( $(date +%s) - GUESTS_STARTED )) s"
+# The suites write disks, staged objects and volumes (GiBs at their peak): a full disk fails
+# every later suite for a reason that is not theirs, so the free space is on record.
+echo "== free space where the suites write: $(df -h --output=avail target | tail -1 | tr -d ' ')"
+
 # With KubeVirt's own virt-api and virt-controller (--kubevirt): every VirtualMachine the
 # suites create is admitted by KubeVirt's webhooks and run by its controller; ferry-sim plays
 # the node only (and CDI). The sim's own suites, which test it playing KubeVirt whole, start a
@@ -48,6 +61,7 @@ export FERRY_LAB_STATE="$STATE"
 timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
     cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG_DIR/cargo-test.log"
 STATUS=${PIPESTATUS[0]}
+echo "== free space after the suites: $(df -h --output=avail target | tail -1 | tr -d ' ')"
 
 echo "== stopping the lab"
 LAB_PID=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["pid"])' "$STATE/lab.json" 2>/dev/null || true)

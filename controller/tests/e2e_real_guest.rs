@@ -28,6 +28,11 @@ use common::*;
 use ferry_controller::apis::kubevirt::VirtualMachineInstance;
 use ferry_crds::{Phase, Readiness, Reason, RestorePowerState, names};
 
+/// One real guest at a time: each runs under TCG on a core of its own, beside the lab, a
+/// converter and a sim, on CI's two cores; three at once starved everything else of CPU and
+/// held three guests' disks (a few GiB each) at once.
+static ONE_GUEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The guest's serial line, split into its fields.
 fn fields(line: &str) -> std::collections::BTreeMap<String, String> {
     line.trim_start_matches("ferry-guest: ")
@@ -226,6 +231,7 @@ fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
+    let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-virtio");
     let (env, v) = migrated_shaped("e2e-real-guest", &image, &[], true, "300s").await;
     assert_booted_with_its_agent(&env, &v).await;
@@ -245,6 +251,7 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
 /// and name the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converted() {
+    let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-vmware");
     let (env, v) = migrated_shaped("e2e-real-guest-vmw", &image, &[], false, "150s").await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
@@ -285,6 +292,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converte
 /// the node boots it on OVMF; its agent connects and its line names the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
+    let _one = ONE_GUEST.lock().await;
     use ferry_controller::apis::kubevirt::VirtualMachine;
     let (image, source) = guest("uefi-virtio");
     let (env, v) = migrated_shaped(
@@ -296,7 +304,14 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
     )
     .await;
     let vms: kube::Api<VirtualMachine> = env.ns.api();
-    let vm = vms.list(&Default::default()).await.unwrap().items.remove(0);
+    let vm = vms
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no VirtualMachine: {}", serde_yaml_status(&v)));
     let vm = serde_json::to_value(&vm).unwrap();
     let efi = &vm["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"];
     assert_eq!(efi["secureBoot"], serde_json::json!(false), "{vm}");

@@ -651,8 +651,30 @@ impl Drop for Env {
         if let Some(mut s) = self.sim.take() {
             s.kill();
         }
-        if !std::thread::panicking() && std::env::var_os("FERRY_KEEP_SCRATCH").is_none() {
+        if std::env::var_os("FERRY_KEEP_SCRATCH").is_some() {
+            return;
+        }
+        if std::thread::panicking() {
+            // A failed test keeps what explains it (logs, manifests, kubeconfigs) but not its
+            // disks and volumes: on CI's one disk, failures that each kept a few GiB of images
+            // filled it, and every later suite failed for want of space, not for its own fault.
+            remove_large_files(&self.scratch, LARGE_FILE);
+        } else {
             let _ = std::fs::remove_dir_all(&self.scratch);
+        }
+    }
+}
+
+/// Files at least this big in a failed test's scratch directory are disk images, not logs.
+const LARGE_FILE: u64 = 32 << 20;
+
+/// Removes the regular files of at least `min` bytes under `dir`.
+fn remove_large_files(dir: &Path, min: u64) {
+    let mut files = vec![];
+    walk(dir, &mut files);
+    for f in files {
+        if std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file() && m.len() >= min) {
+            let _ = std::fs::remove_file(&f);
         }
     }
 }
