@@ -79,6 +79,16 @@ pub struct ControllerArgs {
     /// a selector choosing more fails the wave with SelectorTooBroad.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u16).range(1..=5000))]
     pub wave_selector_limit: u16,
+    /// Most migrations copying at once from one ESXi host, across every wave and lone
+    /// migration (0: no limit). Forklift's default is 20 per host; about 10 is its published
+    /// optimum. A migration over the limit waits in Queued, its source untouched.
+    #[arg(long, env = "FERRY_MAX_COPIES_PER_HOST", default_value_t = 0)]
+    pub max_copies_per_host: u32,
+    /// Most migrations copying at once from one datastore, across every wave and lone
+    /// migration (0: no limit). A migration over the limit waits in Queued, its source
+    /// untouched.
+    #[arg(long, env = "FERRY_MAX_COPIES_PER_DATASTORE", default_value_t = 0)]
+    pub max_copies_per_datastore: u32,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// Image of the conversion Jobs: the controller's own, on a named registry and pinned by
@@ -258,6 +268,10 @@ impl ControllerArgs {
                 converter_image,
                 allowed_converter_images,
                 cross_namespace_networks: self.cross_namespace_networks,
+                copy_limits: crate::copy_slots::Limits {
+                    per_host: self.max_copies_per_host,
+                    per_datastore: self.max_copies_per_datastore,
+                },
                 ..Policy::default()
             },
             waves: !self.no_waves,

@@ -111,6 +111,8 @@ pub struct Context {
     /// Whether ferry's admission policies are in force, and what is held back while they are
     /// not ([`crate::admission_guard`]); not required unless [`Context::with_guard`] says so.
     pub guard: Arc<crate::admission_guard::Guard>,
+    /// The copy slots granted and not yet shown by a status ([`crate::copy_slots`]).
+    pub slots: crate::copy_slots::Slots,
     memory: Mutex<HashMap<String, Memo>>,
 }
 
@@ -190,8 +192,39 @@ impl Context {
             children: None,
             quotas: None,
             guard: Arc::new(crate::admission_guard::Guard::not_required()),
+            slots: crate::copy_slots::Slots::default(),
             memory: Mutex::default(),
         }
+    }
+
+    /// Whether migration `uid` may copy from `mine` now, under the policy's copy limits,
+    /// counting the migrations the watch shows copying and the grants not shown yet; a grant is
+    /// taken when it may ([`crate::copy_slots`]). Without the migrations' watch (a context of
+    /// the unit tests), or before it listed, nothing is counted but the grants.
+    pub fn copy_slot(
+        &self,
+        uid: &str,
+        mine: &crate::copy_slots::Place,
+    ) -> crate::copy_slots::Verdict {
+        use crate::copy_slots::{Place, holds};
+        let limits = self.policy.copy_limits;
+        if !limits.any() {
+            return crate::copy_slots::Verdict::Free;
+        }
+        let holders: Vec<(String, Place)> = self
+            .migrations
+            .as_ref()
+            .map(|m| {
+                m.store
+                    .state()
+                    .iter()
+                    .filter(|v| holds(v))
+                    .filter_map(|v| Some((v.metadata.uid.clone()?, Place::of(v)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.slots
+            .take(uid, mine, &holders, limits, std::time::Instant::now())
     }
 
     /// This context, reading waves' children from `migrations` (what the migration controller

@@ -17,6 +17,7 @@ pub mod client;
 pub mod context;
 #[cfg(test)]
 mod contract_tests;
+pub mod copy_slots;
 mod error;
 pub mod events;
 pub mod freshness;

@@ -61,6 +61,12 @@ pub struct Policy {
     /// [`ferry_crds::wave::MAX_WAVE_VMS`], what `status.selectedVms` holds); a selector choosing
     /// more fails the wave with `SelectorTooBroad`. Lower it to bound what one selector can start.
     pub wave_selector_limit: usize,
+    /// Most migrations copying at once from one ESXi host and from one datastore, across every
+    /// wave and lone migration (0: no limit); see [`crate::copy_slots`].
+    pub copy_limits: crate::copy_slots::Limits,
+    /// How often a migration waiting for a copy slot looks again (from what the controller
+    /// holds in memory: nothing is read from vSphere or written while it waits).
+    pub copy_slot_recheck: Duration,
 }
 
 /// Whether `reference` names one image for good: a registry host (a short name like
@@ -149,6 +155,8 @@ impl Default for Policy {
             allowed_converter_images: vec![],
             cross_namespace_networks: false,
             wave_selector_limit: ferry_crds::wave::MAX_WAVE_VMS,
+            copy_limits: crate::copy_slots::Limits::default(),
+            copy_slot_recheck: Duration::from_secs(5),
         }
     }
 }

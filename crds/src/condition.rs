@@ -185,6 +185,14 @@ pub enum Reason {
     InProgress,
     /// Held in `Queued` by its MigrationWave.
     HeldByWave,
+    /// Waiting in `Queued` before the source is touched: its ESXi host already has the
+    /// controller's limit of migrations copying from it (`--max-copies-per-host`); the message
+    /// names the host and the count.
+    HostCopyLimit,
+    /// Waiting in `Queued` before the source is touched: a datastore of its disks already has
+    /// the controller's limit of migrations copying from it (`--max-copies-per-datastore`); the
+    /// message names the datastore and the count.
+    DatastoreCopyLimit,
     /// spec.paused is true; no new step is taken.
     Paused,
     /// A transient error; the controller retries with backoff.
@@ -336,6 +344,8 @@ impl Reason {
         Reason::NotStarted,
         Reason::InProgress,
         Reason::HeldByWave,
+        Reason::HostCopyLimit,
+        Reason::DatastoreCopyLimit,
         Reason::Paused,
         Reason::TransientError,
         Reason::APIRefused,
@@ -403,6 +413,8 @@ impl Reason {
             Reason::NotStarted => "NotStarted",
             Reason::InProgress => "InProgress",
             Reason::HeldByWave => "HeldByWave",
+            Reason::HostCopyLimit => "HostCopyLimit",
+            Reason::DatastoreCopyLimit => "DatastoreCopyLimit",
             Reason::Paused => "Paused",
             Reason::TransientError => "TransientError",
             Reason::APIRefused => "APIRefused",

@@ -377,6 +377,34 @@ pub struct DiscoveredSource {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub nics: Vec<DiscoveredNic>,
+    /// The ESXi host the VM is registered on, by name (`runtime.host`): its disks are read
+    /// through it, so the controller's per-host limit of copies counts it there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub host: Option<String>,
+}
+
+impl DiscoveredSource {
+    /// The datastores holding the VM's disks (from their `[datastore] path`), each once, in
+    /// disk order: what the per-datastore limit of copies counts. Pure.
+    pub fn datastores(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = vec![];
+        for d in &self.disks {
+            if let Some(ds) = datastore_of(&d.datastore_path)
+                && !out.contains(&ds)
+            {
+                out.push(ds);
+            }
+        }
+        out
+    }
+}
+
+/// The datastore of a `[datastore] dir/file.vmdk` path; `None` when it is not one. Pure.
+pub fn datastore_of(path: &str) -> Option<&str> {
+    let rest = path.trim_start().strip_prefix('[')?;
+    let (ds, _) = rest.split_once(']')?;
+    Some(ds).filter(|d| !d.is_empty())
 }
 
 /// What defines the copy of the source VM, as vCenter reported it when ferry recorded it: at the
@@ -496,6 +524,28 @@ impl PowerRestoreResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_datastores_are_read_from_the_disks_paths_each_once() {
+        let disk = |path: &str| DiscoveredDisk {
+            key: 2000,
+            label: "Hard disk".into(),
+            datastore_path: path.into(),
+            capacity_bytes: 1,
+            controller: None,
+        };
+        let vm = DiscoveredSource {
+            disks: vec![
+                disk("[LocalDS_0] vm/vm.vmdk"),
+                disk("[ssd 2] vm/vm_1.vmdk"),
+                disk("[LocalDS_0] vm/vm_2.vmdk"),
+                disk("vm/no-datastore.vmdk"),
+            ],
+            ..DiscoveredSource::default()
+        };
+        assert_eq!(vm.datastores(), ["LocalDS_0", "ssd 2"]);
+        assert_eq!(datastore_of("[] x"), None);
+    }
 
     #[test]
     fn lookup_accepts_exactly_one_selector() {

@@ -41,6 +41,7 @@ vim_retrievable!(
         devices = "config.hardware.device"?,
         num_virtual_disks = "summary.config.num_virtual_disks"?,
         power_state = "runtime.power_state"?,
+        host = "runtime.host"?,
         guest_family = "guest.guest_family"?,
         tools_running = "guest.tools_running_status"?,
         tools_status = "guest.tools_status"?,

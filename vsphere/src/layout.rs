@@ -210,6 +210,7 @@ mod tests {
             nics: vec![],
             passthrough: vec![],
             snapshots: 0,
+            host: None,
             datacenter: "DC0".into(),
         }
     }

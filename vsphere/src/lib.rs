@@ -242,6 +242,9 @@ pub struct VmInfo {
     /// How many snapshot trees the VM has (`rootSnapshot`): with any, its disks' current data
     /// is in delta files on top of the base ones.
     pub snapshots: usize,
+    /// The ESXi host the VM is registered on (`runtime.host`), by its name: where its disks
+    /// are read from, so what a per-host limit of copies counts (absent when vSphere says none).
+    pub host: Option<String>,
     /// Inventory path of the VM's datacenter (its name, or `folder/name` when nested): the
     /// `dcPath` of datastore downloads.
     pub datacenter: String,

@@ -393,6 +393,10 @@ impl Session {
                 }
             }
         }
+        let host = match &p.host {
+            Some(h) => Some(self.name_of(h).await?),
+            None => None,
+        };
         let guest_id = p.guest_id.unwrap_or_default();
         let tools = inventory::tools(p.tools_running.as_deref(), p.tools_status.as_ref());
         // guest.guestFamily is what running Tools report; without them it is stale or a guess.
@@ -420,6 +424,7 @@ impl Session {
             disks_reported: p.num_virtual_disks.and_then(|n| u32::try_from(n).ok()),
             unread,
             nics,
+            host,
             datacenter,
         }))
     }

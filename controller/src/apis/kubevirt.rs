@@ -90,6 +90,12 @@ pub struct VirtualMachineInstanceStatus {
     /// Why the VMI is in its phase, when KubeVirt says.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The instance's pods, by uid, to their node: written by virt-controller, which made them
+    /// (`pkg/virt-controller/watch/vmi.go`), in the VMI's status, which only KubeVirt's own
+    /// components may write. What says which pod is the instance's launcher: a label or an
+    /// owner reference on a pod is anyone's to write who may create pods in the namespace.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub active_pods: std::collections::BTreeMap<String, String>,
 }
 
 /// `VirtualMachineInstance.status.phase` (KubeVirt `v1.VirtualMachineInstancePhase`); a phase

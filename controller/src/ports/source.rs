@@ -541,6 +541,7 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
                 device_type: Some(n.device_type),
             })
             .collect(),
+        host: vm.host.clone(),
     }
 }
 

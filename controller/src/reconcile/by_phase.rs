@@ -158,6 +158,7 @@ mod tests {
         let prep = || super::super::preparing::Observed {
             facts: Err(p(Reason::VMNotFound)),
             login: None,
+            slot: crate::copy_slots::Verdict::Free,
         };
         let imp = || super::super::importing::Observed {
             credentials: Ok(None),

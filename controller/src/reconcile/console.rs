@@ -52,8 +52,25 @@ pub fn last_lines(raw: &str, n: usize) -> Vec<String> {
     kept[kept.len().saturating_sub(n)..].to_vec()
 }
 
+/// Which of `pods` is the launcher of `vmi`: one the instance's status names active (by uid)
+/// and that the instance controls. The label that found them and the owner reference are
+/// anyone's to write who may create pods there; the VMI's status is KubeVirt's. Pure.
+pub fn launcher<'p>(vmi: &VirtualMachineInstance, pods: &'p [Pod]) -> Option<&'p Pod> {
+    let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
+    let active = vmi.status.as_ref().map(|s| &s.active_pods)?;
+    pods.iter().find(|p| {
+        p.metadata
+            .uid
+            .as_ref()
+            .is_some_and(|u| active.contains_key(u))
+            && p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+    })
+}
+
 /// The console's last lines of the instance `vmi` (ferry's, classified by the caller): from
-/// the launcher pod that instance controls. `Err` says why they could not be read.
+/// its launcher pod ([`launcher`]). `Err` says why they could not be read.
 pub async fn read(io: Io<'_>, vmi: &VirtualMachineInstance) -> Result<Vec<String>, String> {
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     let pods = io
@@ -61,15 +78,8 @@ pub async fn read(io: Io<'_>, vmi: &VirtualMachineInstance) -> Result<Vec<String
         .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
         .await
         .map_err(|e| format!("listing the instance's pods: {e}"))?;
-    let launcher = pods
-        .items
-        .iter()
-        .find(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .ok_or("the instance has no virt-launcher pod")?;
+    let launcher =
+        launcher(vmi, &pods.items).ok_or("the instance names no active virt-launcher pod")?;
     let params = LogParams {
         container: Some(CONTAINER.into()),
         tail_lines: Some(i64::try_from(LINES * 4).unwrap_or(60)),
@@ -87,6 +97,42 @@ pub async fn read(io: Io<'_>, vmi: &VirtualMachineInstance) -> Result<Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pod(uid: &str, owner: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("virt-launcher-{uid}"), "uid": uid,
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachineInstance", "name": "vm", "uid": owner,
+                    "controller": true}]}
+        }))
+        .unwrap()
+    }
+
+    fn vmi(active: &[&str]) -> VirtualMachineInstance {
+        let pods: serde_json::Map<String, serde_json::Value> = active
+            .iter()
+            .map(|u| ((*u).to_owned(), serde_json::json!("node-0")))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm", "uid": "vmi-1"},
+            "spec": {}, "status": {"phase": "Running", "activePods": pods}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_launcher_is_the_pod_the_instance_names_not_one_that_claims_it() {
+        // Someone's pod, labelled and owned as a launcher would be: not named by the instance.
+        let forged = pod("p-forged", "vmi-1");
+        let real = pod("p-real", "vmi-1");
+        let pods = [forged.clone(), real.clone()];
+        let found = launcher(&vmi(&["p-real"]), &pods).unwrap();
+        assert_eq!(found.metadata.uid.as_deref(), Some("p-real"));
+        assert!(launcher(&vmi(&[]), &[forged]).is_none());
+        // Named active, but controlled by another instance.
+        assert!(launcher(&vmi(&["p-other"]), &[pod("p-other", "vmi-2")]).is_none());
+    }
 
     #[test]
     fn the_last_lines_are_kept_without_escapes_or_blank_lines() {

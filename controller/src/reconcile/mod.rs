@@ -284,6 +284,14 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
     let uid = vmm.uid().unwrap_or_default();
+    if matches!(intent, Intent::Start) && status::waits_for_copy_slot(vmm) {
+        let place = crate::copy_slots::Place::of(vmm).unwrap_or_default();
+        if ctx.copy_slot(&uid, &place) != crate::copy_slots::Verdict::Free {
+            // Still no slot: nothing is read from vSphere, nothing written.
+            return Ok(Requeue::requeue(ctx.policy.copy_slot_recheck));
+        }
+        // A slot is held for it now: Preparing looks at the source again and goes on.
+    }
     let ran = ctx.preflight_ran(&uid, vmm.metadata.generation);
     if matches!(intent, Intent::Start) && preflight::held(vmm) {
         if let Some(wait) =

@@ -34,10 +34,14 @@ pub enum Step<A> {
         /// Details for the operator.
         message: String,
     },
-    /// Preflight found a Critical concern before anything was touched: back to `Pending`
-    /// (reason `PreflightFailed`), to be checked again after `recheck` or on a spec change.
+    /// Before anything was touched, the migration may not go on yet: preflight found a
+    /// Critical concern (reason `PreflightFailed`: back to `Pending`), or its source's ESXi host
+    /// or a datastore has the controller's limit of copies running (`HostCopyLimit`,
+    /// `DatastoreCopyLimit`: to `Queued`); checked again after `recheck` or on a spec change.
     Hold {
-        /// The concerns that hold the migration, for the operator.
+        /// Why.
+        reason: Reason,
+        /// What holds the migration, for the operator.
         message: String,
         /// When to check again.
         recheck: Duration,

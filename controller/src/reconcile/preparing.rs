@@ -38,6 +38,9 @@ pub struct Observed {
     pub facts: Result<SourceFacts, Problem>,
     /// The vSphere login, when its Secret could be read.
     pub login: Option<SourceLogin>,
+    /// Whether the source's host and datastores have a copy slot for it (taken when they do;
+    /// `Free` unless the migration is in Preparing and its source was found).
+    pub slot: crate::copy_slots::Verdict,
 }
 
 /// What Preparing does to the world.
@@ -63,13 +66,24 @@ impl Checkpoint for Preparing {
                 return Ok(Observed {
                     facts: Err(p),
                     login: None,
+                    slot: crate::copy_slots::Verdict::Free,
                 });
             }
         };
         let facts = facts(io, &login).await?;
+        // Only a migration about to touch its source takes a slot: preflight alone (a paused
+        // or held one, in Pending or Queued) takes none.
+        let slot = match &facts {
+            Ok(f) if io.vmm.phase() == Phase::Preparing => io.ctx.copy_slot(
+                io.vmm.metadata.uid.as_deref().unwrap_or_default(),
+                &crate::copy_slots::Place::of_source(&f.vm),
+            ),
+            _ => crate::copy_slots::Verdict::Free,
+        };
         Ok(Observed {
             facts,
             login: Some(login),
+            slot,
         })
     }
 
@@ -415,6 +429,7 @@ fn powered_off(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Act
         world: Observed {
             facts: Ok(facts),
             login: scope.world.login.clone(),
+            slot: scope.world.slot.clone(),
         },
     };
     let next = decide(&after);
@@ -478,6 +493,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .or_else(|| image_not_allowed(&f))
         .or_else(|| bucket_unusable(&f))
         .or_else(|| held(&f))
+        .or_else(|| no_copy_slot(&f))
         .or_else(|| power_unrecorded(&f))
         .or_else(|| powering_off(&f))
         .unwrap_or_else(|| ready(&f))
@@ -544,6 +560,15 @@ impl<'a> Found<'a> {
         self.discovered(Outcome::from_problem(self.scope, p, Some(Validated)))
     }
 
+    /// Whether ferry began powering the source off in this attempt (it is touched).
+    fn touched(&self) -> bool {
+        self.scope
+            .vmm
+            .status
+            .as_ref()
+            .is_some_and(|s| s.source_power_off.is_some())
+    }
+
     /// Whether the source is powered on or suspended: either way, ferry must power it off.
     fn is_on(&self) -> bool {
         matches!(
@@ -575,16 +600,11 @@ fn held(f: &Found) -> Option<Outcome<Action>> {
         return None;
     }
     let msg = say::held(&f.name, &blocking);
-    let touched = f
-        .scope
-        .vmm
-        .status
-        .as_ref()
-        .is_some_and(|s| s.source_power_off.is_some());
-    if touched {
+    if f.touched() {
         return Some(f.invalid(Reason::PreflightFailed, msg));
     }
     let hold = Step::Hold {
+        reason: Reason::PreflightFailed,
         message: msg.clone(),
         recheck: f.scope.policy.preflight_recheck,
     };
@@ -595,6 +615,25 @@ fn held(f: &Found) -> Option<Outcome<Action>> {
         msg,
     );
     Some(f.discovered(out))
+}
+
+/// Before any power change: the source's ESXi host or a datastore of its disks has the
+/// controller's limit of copies running; the migration waits in Queued, nothing touched.
+fn no_copy_slot(f: &Found) -> Option<Outcome<Action>> {
+    let crate::copy_slots::Verdict::Full { reason, .. } = &f.scope.world.slot else {
+        return None;
+    };
+    if f.touched() {
+        // It holds its slot since its power-off; the count that says otherwise is behind.
+        return None;
+    }
+    let msg = f.scope.world.slot.message().unwrap_or_default();
+    let hold = Step::Hold {
+        reason: *reason,
+        message: msg.clone(),
+        recheck: f.scope.policy.copy_slot_recheck,
+    };
+    Some(f.discovered(Outcome::new(hold, msg)))
 }
 
 /// Someone else's VirtualMachine has the target name: ferry never takes it over.
@@ -839,8 +878,45 @@ mod tests {
             world: Observed {
                 facts: world,
                 login: None,
+                slot: crate::copy_slots::Verdict::Free,
             },
         }
+    }
+
+    #[test]
+    fn without_a_copy_slot_it_waits_in_queued_with_its_source_untouched() {
+        let full = crate::copy_slots::Verdict::Full {
+            reason: Reason::HostCopyLimit,
+            name: "esx-07".into(),
+            copying: 2,
+            limit: 2,
+        };
+        let mut s = scope(migration("m"), Ok(facts(PowerState::PoweredOn)), 0);
+        s.world.slot = full.clone();
+        let out = decide(&s);
+        let Step::Hold {
+            reason, message, ..
+        } = &out.step
+        else {
+            panic!("{:?}", out.step)
+        };
+        assert_eq!(*reason, Reason::HostCopyLimit);
+        assert!(
+            message.contains("esx-07") && message.contains('2'),
+            "{message}"
+        );
+        assert!(out.actions().is_empty(), "nothing touched");
+        let after = super::super::status::after_outcome(&s.vmm, &out, &ferry_crds::fixtures::t0());
+        assert_eq!(after.phase, Phase::Queued);
+        // Once its power-off began it holds its slot: a count that says otherwise is behind.
+        let mut touched = migration("m");
+        touched
+            .status
+            .get_or_insert_with(Default::default)
+            .source_power_off = Some(Default::default());
+        let mut s = scope(touched, Ok(facts(PowerState::PoweredOn)), 0);
+        s.world.slot = full;
+        assert!(!matches!(decide(&s).step, Step::Hold { .. }));
     }
 
     fn step(vmm: VirtualMachineMigration, world: Result<SourceFacts, Problem>) -> Step<Action> {

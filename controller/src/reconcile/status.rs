@@ -208,14 +208,16 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
             }
             false
         }
-        Step::Hold { message, .. } => {
-            enter(&mut s, Phase::Pending, now);
+        Step::Hold {
+            reason, message, ..
+        } => {
+            enter(&mut s, held_in(*reason), now);
             ready(
                 &mut s,
                 generation,
                 now,
                 ConditionStatus::False,
-                Reason::PreflightFailed,
+                *reason,
                 message.clone(),
             );
             true
@@ -250,13 +252,33 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     s
 }
 
-/// The status `held` (preflight sent the migration back to Pending) with the phase history,
-/// start time and attempts `before` had when it was Pending then (no status yet counts as
-/// Pending): nothing started. Pure.
+/// The phase a hold for `reason` leaves the migration in: `Queued` while it waits for a copy
+/// slot, else (preflight) `Pending`. Pure.
+pub fn held_in(reason: Reason) -> Phase {
+    match reason {
+        Reason::HostCopyLimit | Reason::DatastoreCopyLimit => Phase::Queued,
+        _ => Phase::Pending,
+    }
+}
+
+/// Whether `vmm` waits in `Queued` for a copy slot ([`crate::copy_slots`]). Pure.
+pub fn waits_for_copy_slot(vmm: &VirtualMachineMigration) -> bool {
+    vmm.phase() == Phase::Queued
+        && vmm.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == ConditionType::Ready
+                    && matches!(c.reason, Reason::HostCopyLimit | Reason::DatastoreCopyLimit)
+            })
+        })
+}
+
+/// The status `held` (preflight sent the migration back to Pending, or a copy limit to Queued)
+/// with the phase history, start time and attempts `before` had when it was not started (no
+/// status yet counts as Pending): nothing started. Pure.
 pub fn held_as_before(before: Option<&Status>, mut held: Status) -> Status {
     let fresh = Status::default();
     let b = before.unwrap_or(&fresh);
-    if b.phase == Phase::Pending {
+    if matches!(b.phase, Phase::Pending | Phase::Queued) {
         held.history = b.history.clone();
         held.started_at = b.started_at.clone();
         held.attempts = b.attempts;
@@ -1197,6 +1219,7 @@ mod tests {
         assert_eq!(started.phase, Phase::Preparing);
         let hold: Outcome<()> = Outcome::new(
             Step::Hold {
+                reason: Reason::PreflightFailed,
                 message: "held".into(),
                 recheck: std::time::Duration::from_secs(600),
             },

@@ -139,6 +139,9 @@ pub struct InventoryVm {
     pub memory_mib: i64,
     #[serde(default)]
     pub firmware: String,
+    /// The ESXi host it is registered on, by name.
+    #[serde(default)]
+    pub host: String,
     #[serde(default)]
     pub disks: Vec<InventoryDisk>,
     #[serde(default)]

@@ -412,6 +412,17 @@ impl Lab {
         self.claim_from(self.info.inventory()?, "claims")
     }
 
+    /// Claims the first free VM of the main vCenter that `wanted` accepts (e.g. on one host).
+    pub fn claim_vm_where(&self, wanted: impl Fn(&InventoryVm) -> bool) -> Result<InventoryVm> {
+        let vms = self
+            .info
+            .inventory()?
+            .into_iter()
+            .filter(|v| wanted(v))
+            .collect();
+        self.claim_from(vms, "claims")
+    }
+
     /// Claims a VM of the CA-signed vCenter, as [`Lab::claim_vm`] does of the main one.
     pub fn claim_vm_ca(&self) -> Result<InventoryVm> {
         self.claim_from(self.info.inventory_ca()?, "claims-ca")

@@ -41,6 +41,8 @@ impl Pip {
                 Reason::NotStarted
                 | Reason::InProgress
                 | Reason::HeldByWave
+                | Reason::HostCopyLimit
+                | Reason::DatastoreCopyLimit
                 | Reason::WaitingForCutover
                 | Reason::Paused
                 | Reason::RetryRequested
