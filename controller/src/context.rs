@@ -197,20 +197,22 @@ impl Context {
         }
     }
 
-    /// Whether migration `uid` may copy from `mine` now, under the policy's copy limits,
-    /// counting the migrations the watch shows copying and the grants not shown yet; a grant is
+    /// Whether migration `vmm` may copy from `mine` now, under the policy's copy limits
+    /// (lowered by its own `spec.conversion.copyLimits`), counting the migrations the watch shows copying and the grants not shown yet; a grant is
     /// taken when it may ([`crate::copy_slots`]). Without the migrations' watch (a context of
     /// the unit tests), or before it listed, nothing is counted but the grants.
     pub fn copy_slot(
         &self,
-        uid: &str,
+        vmm: &ferry_crds::VirtualMachineMigration,
         mine: &crate::copy_slots::Place,
     ) -> crate::copy_slots::Verdict {
         use crate::copy_slots::{Place, holds};
+        let own = vmm.spec.conversion.copy_limits.as_ref();
         let limits = self.policy.copy_limits;
-        if !limits.any() {
+        if !limits.within(own).0.any() {
             return crate::copy_slots::Verdict::Free;
         }
+        let uid = vmm.metadata.uid.as_deref().unwrap_or_default();
         let holders: Vec<(String, Place)> = self
             .migrations
             .as_ref()
@@ -223,8 +225,13 @@ impl Context {
                     .collect()
             })
             .unwrap_or_default();
-        self.slots
-            .take(uid, mine, &holders, limits, std::time::Instant::now())
+        self.slots.take(
+            uid,
+            mine,
+            &holders,
+            (limits, own),
+            std::time::Instant::now(),
+        )
     }
 
     /// This context, reading waves' children from `migrations` (what the migration controller

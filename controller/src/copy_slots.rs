@@ -55,10 +55,48 @@ pub struct Limits {
     pub per_datastore: u32,
 }
 
+/// Where a limit comes from, as a message names it.
+const HOST_FLAG: &str = "the controller's --max-copies-per-host";
+const DATASTORE_FLAG: &str = "the controller's --max-copies-per-datastore";
+const HOST_SPEC: &str = "its spec.conversion.copyLimits.perHost";
+const DATASTORE_SPEC: &str = "its spec.conversion.copyLimits.perDatastore";
+
 impl Limits {
     /// Whether any limit is set.
     pub fn any(self) -> bool {
         self.per_host > 0 || self.per_datastore > 0
+    }
+
+    /// The limits for a migration asking for `own` (`spec.conversion.copyLimits`): each the
+    /// lower of the controller's and its own, never higher than the controller's; with where
+    /// each comes from (host, datastore). Pure.
+    pub fn within(
+        self,
+        own: Option<&ferry_crds::CopyLimits>,
+    ) -> (Self, (&'static str, &'static str)) {
+        let lower = |controller: u32, own: Option<u32>, flag, spec| match own {
+            Some(o) if o > 0 && (controller == 0 || o < controller) => (o, spec),
+            _ => (controller, flag),
+        };
+        let (per_host, host_by) = lower(
+            self.per_host,
+            own.and_then(|o| o.per_host),
+            HOST_FLAG,
+            HOST_SPEC,
+        );
+        let (per_datastore, datastore_by) = lower(
+            self.per_datastore,
+            own.and_then(|o| o.per_datastore),
+            DATASTORE_FLAG,
+            DATASTORE_SPEC,
+        );
+        (
+            Self {
+                per_host,
+                per_datastore,
+            },
+            (host_by, datastore_by),
+        )
     }
 }
 
@@ -77,6 +115,8 @@ pub enum Verdict {
         copying: usize,
         /// The limit.
         limit: u32,
+        /// Where the limit comes from: the controller's flag or the migration's spec.
+        by: &'static str,
     },
 }
 
@@ -90,13 +130,20 @@ impl Verdict {
                 name,
                 copying,
                 limit,
+                by,
             } => {
-                let (what, flag) = match reason {
-                    Reason::HostCopyLimit => ("ESXi host", "--max-copies-per-host"),
-                    _ => ("datastore", "--max-copies-per-datastore"),
+                let what = match reason {
+                    Reason::HostCopyLimit => "ESXi host",
+                    _ => "datastore",
                 };
+                let copy = if *copying == 1 {
+                    "1 migration copies".to_owned()
+                } else {
+                    format!("{copying} migrations copy")
+                };
+                // What a narrow board column shows first: where it waits.
                 Some(format!(
-                    "waiting for a copy slot, the source untouched: {copying} migrations copy from {what} {name} now, the controller's limit is {limit} ({flag})"
+                    "waiting for a copy slot on {what} {name}: {copy} from it now, the limit is {limit} ({by}); the source is untouched"
                 ))
             }
         }
@@ -126,11 +173,21 @@ pub fn holds(vmm: &VirtualMachineMigration) -> bool {
 }
 
 /// Whether `mine` may copy while `others` (each holder's place, not including its own) do,
-/// within `limits`. Pure.
+/// within `limits` (the controller's). Pure.
 pub fn verdict<'a>(
     mine: &Place,
     others: impl IntoIterator<Item = &'a Place>,
     limits: Limits,
+) -> Verdict {
+    verdict_by(mine, others, limits, (HOST_FLAG, DATASTORE_FLAG))
+}
+
+/// [`verdict`], each limit named by where it comes from (`by`: host, datastore). Pure.
+fn verdict_by<'a>(
+    mine: &Place,
+    others: impl IntoIterator<Item = &'a Place>,
+    limits: Limits,
+    by: (&'static str, &'static str),
 ) -> Verdict {
     if !limits.any() {
         return Verdict::Free;
@@ -145,12 +202,13 @@ pub fn verdict<'a>(
             *stores.entry(d.as_str()).or_default() += 1;
         }
     }
-    let full = |reason, name: &str, copying: usize, limit: u32| {
+    let full = |reason, name: &str, copying: usize, limit: u32, by| {
         (limit > 0 && copying >= limit as usize).then(|| Verdict::Full {
             reason,
             name: name.to_owned(),
             copying,
             limit,
+            by,
         })
     };
     let host = mine.host.as_deref().and_then(|h| {
@@ -159,6 +217,7 @@ pub fn verdict<'a>(
             h,
             hosts.get(h).copied().unwrap_or(0),
             limits.per_host,
+            by.0,
         )
     });
     host.or_else(|| {
@@ -168,6 +227,7 @@ pub fn verdict<'a>(
                 d,
                 stores.get(d.as_str()).copied().unwrap_or(0),
                 limits.per_datastore,
+                by.1,
             )
         })
     })
@@ -187,16 +247,18 @@ pub struct Slots {
 
 impl Slots {
     /// Takes a slot for migration `uid` copying from `mine`, given the `holders` the watch
-    /// shows (uid and place, `uid`'s own included or not), or says which limit holds it. Atomic
-    /// over every caller: the count and the grant happen under one lock.
+    /// shows (uid and place, `uid`'s own included or not), within `limits` (the controller's,
+    /// lowered by the migration's `own`), or says which limit holds it. Atomic over every
+    /// caller: the count and the grant happen under one lock.
     pub fn take(
         &self,
         uid: &str,
         mine: &Place,
         holders: &[(String, Place)],
-        limits: Limits,
+        (limits, own): (Limits, Option<&ferry_crds::CopyLimits>),
         now: Instant,
     ) -> Verdict {
+        let (limits, by) = limits.within(own);
         let mut granted = self.granted.lock().unwrap_or_else(|p| p.into_inner());
         // A grant the watch now shows as a holder, or too old, is no longer remembered here.
         granted.retain(|u, (_, at)| {
@@ -211,7 +273,7 @@ impl Slots {
                 .filter(|(u, _)| *u != uid)
                 .map(|(_, (p, _))| p),
         );
-        let v = verdict(mine, others, limits);
+        let v = verdict_by(mine, others, limits, by);
         if v == Verdict::Free {
             granted.insert(uid.to_owned(), (mine.clone(), now));
         }
@@ -254,6 +316,7 @@ mod tests {
             name,
             copying,
             limit,
+            ..
         } = verdict(&a, [&a, &b], limits)
         else {
             panic!("two copy from esx1 already")
@@ -280,6 +343,42 @@ mod tests {
     }
 
     #[test]
+    fn a_migrations_own_limits_only_lower_the_controllers() {
+        let controller = Limits {
+            per_host: 4,
+            per_datastore: 0,
+        };
+        let own = |h, d| ferry_crds::CopyLimits {
+            per_host: h,
+            per_datastore: d,
+        };
+        let (l, by) = controller.within(Some(&own(Some(1), Some(3))));
+        assert_eq!((l.per_host, l.per_datastore), (1, 3));
+        assert_eq!(by, (HOST_SPEC, DATASTORE_SPEC));
+        // Higher than the controller's: the controller's holds.
+        let (l, by) = controller.within(Some(&own(Some(9), None)));
+        assert_eq!((l.per_host, l.per_datastore), (4, 0));
+        assert_eq!(by, (HOST_FLAG, DATASTORE_FLAG));
+        // The message says which limit held it.
+        let slots = Slots::default();
+        let p = place("esx1", &["ds1"]);
+        let at = Instant::now();
+        let mine = own(Some(1), None);
+        let shown = [("x".to_owned(), p.clone())];
+        let v = slots.take("m", &p, &shown, (controller, Some(&mine)), at);
+        assert!(
+            v.message()
+                .unwrap()
+                .contains("limit is 1 (its spec.conversion.copyLimits.perHost)"),
+            "{v:?}"
+        );
+        assert_eq!(
+            slots.take("m", &p, &shown, (controller, None), at),
+            Verdict::Free
+        );
+    }
+
+    #[test]
     fn two_callers_at_once_cannot_both_take_the_last_slot() {
         let slots = Slots::default();
         let limits = Limits {
@@ -288,31 +387,37 @@ mod tests {
         };
         let at = Instant::now();
         let p = place("esx1", &["ds1"]);
-        assert_eq!(slots.take("a", &p, &[], limits, at), Verdict::Free);
+        assert_eq!(slots.take("a", &p, &[], (limits, None), at), Verdict::Free);
         // b decides before a's status shows: a's grant counts.
         assert!(matches!(
-            slots.take("b", &p, &[], limits, at),
+            slots.take("b", &p, &[], (limits, None), at),
             Verdict::Full { copying: 1, .. }
         ));
         // a asks again (its next reconcile): still its own.
-        assert_eq!(slots.take("a", &p, &[], limits, at), Verdict::Free);
+        assert_eq!(slots.take("a", &p, &[], (limits, None), at), Verdict::Free);
         // The watch shows a as a holder: counted once, from the watch.
         let shown = [("a".to_owned(), p.clone())];
         assert!(matches!(
-            slots.take("b", &p, &shown, limits, at),
+            slots.take("b", &p, &shown, (limits, None), at),
             Verdict::Full { copying: 1, .. }
         ));
         // a finished copying (no longer a holder): b takes the slot.
-        assert_eq!(slots.take("b", &p, &[], limits, at), Verdict::Free);
+        assert_eq!(slots.take("b", &p, &[], (limits, None), at), Verdict::Free);
         // A grant never shown is given back after its time.
         assert!(matches!(
-            slots.take("c", &p, &[], limits, at),
+            slots.take("c", &p, &[], (limits, None), at),
             Verdict::Full { .. }
         ));
         let later = at + GRANT_TTL + Duration::from_secs(1);
-        assert_eq!(slots.take("c", &p, &[], limits, later), Verdict::Free);
+        assert_eq!(
+            slots.take("c", &p, &[], (limits, None), later),
+            Verdict::Free
+        );
         slots.give_back("c");
-        assert_eq!(slots.take("d", &p, &[], limits, later), Verdict::Free);
+        assert_eq!(
+            slots.take("d", &p, &[], (limits, None), later),
+            Verdict::Free
+        );
     }
 
     #[test]

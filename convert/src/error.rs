@@ -10,7 +10,8 @@ pub enum Error {
     /// The arguments cannot work (bad disk pair, bad thumbprint, no datacenter).
     #[error("invalid arguments: {0}")]
     Usage(String),
-    #[error("disk {disk}: {source}")]
+    /// `disk` names it: `disk N (datastore path)`.
+    #[error("{disk}: {source}")]
     Vsphere {
         disk: String,
         source: vsphere::Error,
@@ -28,7 +29,8 @@ pub enum Error {
         missing: bool,
     },
     /// The downloaded VMDK is not something we can follow.
-    #[error("disk {disk}: {detail}")]
+    /// `disk` names it: `disk N (datastore path)`.
+    #[error("{disk}: {detail}")]
     BadDisk { disk: String, detail: String },
     /// The source VM is not off: its disks may change under the copy.
     #[error(

@@ -38,4 +38,34 @@ pub struct ConversionSpec {
     /// Format of the converted images: raw (default) or qcow2.
     #[serde(default)]
     pub format: DiskFormat,
+
+    /// Limits of copies at once from this VM's ESXi host and from its datastores, lower than
+    /// the controller's (`--max-copies-per-host`, `--max-copies-per-datastore`): the migration
+    /// starts copying only while fewer than these copy from them (in a wave's template, for
+    /// every VM of the wave). A limit above the controller's changes nothing: the platform's
+    /// limit protects the host for everyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_limits: Option<CopyLimits>,
+}
+
+impl ConversionSpec {
+    /// Whether `other` makes the same staged images: the same converter and format. Its
+    /// `copyLimits` only decide when a copy starts, not what it makes. Pure.
+    pub fn makes_the_same_images_as(&self, other: &ConversionSpec) -> bool {
+        self.image == other.image && self.format == other.format
+    }
+}
+
+/// A migration's own limits of copies at once; see [`ConversionSpec::copy_limits`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyLimits {
+    /// Most migrations copying at once from the VM's ESXi host, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub per_host: Option<u32>,
+    /// Most migrations copying at once from each datastore of its disks, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub per_datastore: Option<u32>,
 }

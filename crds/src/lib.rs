@@ -31,7 +31,7 @@ pub mod wave_child;
 
 pub use child::ChildRecord;
 pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
-pub use conversion::{ConversionSpec, DiskFormat};
+pub use conversion::{ConversionSpec, CopyLimits, DiskFormat};
 pub use error::{Error, Result};
 pub use event::{EventAction, EventReason};
 pub use history::{MAX_HISTORY, PhaseTransition};

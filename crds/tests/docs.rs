@@ -5,71 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-
 use ferry_crds::{MigrationWave, VirtualMachineMigration};
 use serde::Deserialize;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
 
-/// The README and the pages of docs/.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
-    pages
-}
-
-/// A fenced block: its page, first line, language and text.
-struct Block {
-    page: String,
-    line: usize,
-    lang: String,
-    text: String,
-}
-
-fn blocks(page: &Path) -> Vec<Block> {
-    let text = std::fs::read_to_string(page).unwrap();
-    let name = page
-        .strip_prefix(root())
-        .unwrap_or(page)
-        .display()
-        .to_string();
-    let mut out = vec![];
-    let mut open: Option<Block> = None;
-    for (i, line) in text.lines().enumerate() {
-        let fence = line.trim_start().strip_prefix("```");
-        match (&mut open, fence) {
-            (None, Some(lang)) => {
-                open = Some(Block {
-                    page: name.clone(),
-                    line: i + 1,
-                    lang: lang.trim().to_owned(),
-                    text: String::new(),
-                });
-            }
-            (Some(_), Some(_)) => out.push(open.take().unwrap()),
-            (Some(b), None) => {
-                b.text.push_str(line);
-                b.text.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    assert!(open.is_none(), "{name}: a fence is never closed");
-    out
-}
-
-fn all_blocks() -> Vec<Block> {
-    pages().iter().flat_map(|p| blocks(p)).collect()
-}
+use common::doc_blocks::{all_blocks, pages, root};
 
 #[test]
 fn every_block_names_its_language() {

@@ -475,28 +475,50 @@ fn screen(size: Size) -> Action {
     })
 }
 
+/// What the loop runs on: the terminal and the state it draws, the runtime that carries out
+/// effects, what it applies first, where keys come from, what stops it, and who sees frames.
+pub struct Drive<'a, B: Backend, K, S> {
+    /// The terminal drawn on.
+    pub terminal: &'a mut Terminal<B>,
+    /// The state updated and drawn.
+    pub state: &'a mut State,
+    /// Watches, patches and the other effects.
+    pub rt: &'a mut Runtime,
+    /// Actions applied before anything else (the screen's size, a wave to open, ...).
+    pub first: Vec<Action>,
+    /// The terminal's events.
+    pub keys: K,
+    /// Resolves when the loop must end (a signal, a test's end).
+    pub stop: S,
+    /// Colours.
+    pub theme: Theme,
+    /// Told about every frame.
+    pub observer: &'a mut dyn FrameObserver,
+}
+
 /// Runs the loop on `terminal` until the state quits, `keys` ends or `stop` resolves: applies
 /// `first`, then keys, the clock, watch actions and effects' answers, drawing after each batch
 /// (at most every [`FRAME`]) and telling `observer` about every frame.
 ///
 /// # Errors
 /// The terminal failed.
-#[allow(clippy::too_many_arguments)]
-pub async fn drive<B, K>(
-    terminal: &mut Terminal<B>,
-    state: &mut State,
-    rt: &mut Runtime,
-    first: Vec<Action>,
-    mut keys_in: K,
-    stop: impl Future<Output = ()>,
-    theme: Theme,
-    observer: &mut dyn FrameObserver,
-) -> Result<()>
+pub async fn drive<B, K, S>(d: Drive<'_, B, K, S>) -> Result<()>
 where
     B: Backend,
     B::Error: Into<crate::Error>,
     K: Stream<Item = std::io::Result<TermEvent>> + Unpin,
+    S: Future<Output = ()>,
 {
+    let Drive {
+        terminal,
+        state,
+        rt,
+        first,
+        keys: mut keys_in,
+        stop,
+        theme,
+        observer,
+    } = d;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut dirty = true;
@@ -698,16 +720,16 @@ pub async fn run(opts: AppOptions) -> Result<()> {
             _ = sighup.recv() => {}
         }
     };
-    let result = drive(
-        &mut terminal,
-        &mut state,
-        &mut rt,
+    let result = drive(Drive {
+        terminal: &mut terminal,
+        state: &mut state,
+        rt: &mut rt,
         first,
-        EventStream::new(),
+        keys: EventStream::new(),
         stop,
-        Theme::from_env(),
-        observer.as_mut(),
-    )
+        theme: Theme::from_env(),
+        observer: observer.as_mut(),
+    })
     .await;
     drop(rt);
     ratatui::restore();

@@ -175,7 +175,10 @@ fn warn_unlisted(state: &ferry::state::State) {
     }
 }
 
+/// `ferry cancel|retry|pause|resume|delete|cutover NAME...`: one verb on named migrations (or
+/// the `--wave`'s).
 async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
+    init_stderr_logging();
     if cli.readonly {
         anyhow::bail!(strings::readonly_refused(verb));
     }
@@ -206,107 +209,113 @@ async fn act(cli: &Cli, verb: Verb, names: &[String]) -> Result<ExitCode> {
     })
 }
 
+/// Runs the subcommand `cli` names: one function each.
 async fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
-        None | Some(Command::Board { once: false, .. }) => {
-            init_tui_logging();
-            let opts = AppOptions {
-                connect: cli.connect_options(),
-                scope: cli.scope(),
-                wave: cli.wave.clone(),
-                readonly: cli.readonly,
-                welcome: cli.welcome.clone(),
-                frame_log: std::env::var_os("FERRY_FRAME_LOG").map(PathBuf::from),
-            };
-            app::run(opts).await.context("ferry")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(Command::Board { once: true, output }) => {
-            init_stderr_logging();
-            let clusters = cluster::connect_all(&cli.connect_options()).await?;
-            let state = cli::load_all(&clusters, cli.scope(), cli.wave.clone()).await;
-            match output {
-                Output::Text => print!("{}", cli::board_text(&state)),
-                Output::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&cli::board_json(&state))?
-                ),
-            }
-            // Every row printed is real, but a cluster that could not be listed fails the run.
-            warn_unlisted(&state);
-            Ok(if cli::all_listed(&state) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        None | Some(Command::Board { once: false, .. }) => board_live(&cli).await,
+        Some(Command::Board { once: true, output }) => board_once(&cli, *output).await,
         Some(Command::Report { wave_name, output }) => {
-            init_stderr_logging();
-            let wave = wave_name.clone().or_else(|| cli.wave.clone());
-            let clusters = cluster::connect_all(&cli.connect_options()).await?;
-            let (state, listed) =
-                cli::load_all_with_objects(&clusters, cli.scope(), wave.clone()).await;
-            let report = cli::report(&state, listed.iter().map(|(c, o)| (*c, o)));
-            match output {
-                ReportFormat::Md => print!("{}", ferry::report::markdown(&report)),
-                ReportFormat::Csv => print!("{}", ferry::report::csv(&report)),
-                ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-            }
-            warn_unlisted(&state);
-            // A report of a wave nobody migrates is a typo, not an empty record.
-            if let Some(w) = wave.as_deref()
-                && report.vms.is_empty()
-            {
-                eprintln!("ferry: {}", strings::no_migration_of_wave(w));
-                return Ok(ExitCode::FAILURE);
-            }
-            Ok(if cli::all_listed(&state) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            report(&cli, wave_name.as_deref(), *output).await
         }
-        Some(Command::Controller { run }) => {
-            use ferry_controller::args::FrontDoor;
-            // The flags are checked before any cluster is contacted.
-            let opts = run.run_options(cli.namespace.clone(), FrontDoor::Cockpit)?;
-            let election = run
-                .election(FrontDoor::Cockpit)?
-                .context("the cockpit's controller is always a leader candidate")?;
-            let filter = EnvFilter::try_from_env("FERRY_LOG")
-                .unwrap_or_else(|_| EnvFilter::new(ferry_controller::args::DEFAULT_LOG_FILTER));
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .try_init();
-            let c = cluster::connect(&cli.connect_options()).await?;
-            tracing::info!(context = %c.context, namespace = ?opts.namespace, lease = %format!("{}/{}", election.namespace, election.lease_name), "running the controller in-process, as a candidate for the leader Lease");
-            ferry_controller::run_elected(
-                c.config,
-                opts,
-                election,
-                ferry_controller::run::shutdown_signal(),
-            )
-            .await
-            .context("controller")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(cmd) => {
-            init_stderr_logging();
-            let (verb, names) = match cmd {
-                Command::Cancel(n) => (Verb::Cancel, n),
-                Command::Retry(n) => (Verb::Retry, n),
-                Command::Pause(n) => (Verb::Pause, n),
-                Command::Resume(n) => (Verb::Resume, n),
-                Command::Delete(n) => (Verb::Delete, n),
-                Command::Cutover(n) => (Verb::Cutover, n),
-                Command::Board { .. } | Command::Controller { .. } | Command::Report { .. } => {
-                    unreachable!("handled above")
-                }
-            };
-            act(&cli, verb, &names.names).await
-        }
+        Some(Command::Controller { run }) => controller(&cli, run).await,
+        Some(Command::Cancel(n)) => act(&cli, Verb::Cancel, &n.names).await,
+        Some(Command::Retry(n)) => act(&cli, Verb::Retry, &n.names).await,
+        Some(Command::Pause(n)) => act(&cli, Verb::Pause, &n.names).await,
+        Some(Command::Resume(n)) => act(&cli, Verb::Resume, &n.names).await,
+        Some(Command::Delete(n)) => act(&cli, Verb::Delete, &n.names).await,
+        Some(Command::Cutover(n)) => act(&cli, Verb::Cutover, &n.names).await,
     }
+}
+
+/// `ferry` (and `ferry board`): the live cockpit.
+async fn board_live(cli: &Cli) -> Result<ExitCode> {
+    init_tui_logging();
+    let opts = AppOptions {
+        connect: cli.connect_options(),
+        scope: cli.scope(),
+        wave: cli.wave.clone(),
+        readonly: cli.readonly,
+        welcome: cli.welcome.clone(),
+        frame_log: std::env::var_os("FERRY_FRAME_LOG").map(PathBuf::from),
+    };
+    app::run(opts).await.context("ferry")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ferry board --once`: the board printed once, as text or JSON.
+async fn board_once(cli: &Cli, output: Output) -> Result<ExitCode> {
+    init_stderr_logging();
+    let clusters = cluster::connect_all(&cli.connect_options()).await?;
+    let state = cli::load_all(&clusters, cli.scope(), cli.wave.clone()).await;
+    match output {
+        Output::Text => print!("{}", cli::board_text(&state)),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&cli::board_json(&state))?
+        ),
+    }
+    // Every row printed is real, but a cluster that could not be listed fails the run.
+    warn_unlisted(&state);
+    Ok(listed_code(&state))
+}
+
+/// `ferry report`: a wave's (or the scope's) record, as markdown, CSV or JSON.
+async fn report(cli: &Cli, wave_name: Option<&str>, output: ReportFormat) -> Result<ExitCode> {
+    init_stderr_logging();
+    let wave = wave_name.map(str::to_owned).or_else(|| cli.wave.clone());
+    let clusters = cluster::connect_all(&cli.connect_options()).await?;
+    let (state, listed) = cli::load_all_with_objects(&clusters, cli.scope(), wave.clone()).await;
+    let report = cli::report(&state, listed.iter().map(|(c, o)| (*c, o)));
+    match output {
+        ReportFormat::Md => print!("{}", ferry::report::markdown(&report)),
+        ReportFormat::Csv => print!("{}", ferry::report::csv(&report)),
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    warn_unlisted(&state);
+    // A report of a wave nobody migrates is a typo, not an empty record.
+    if let Some(w) = wave.as_deref()
+        && report.vms.is_empty()
+    {
+        eprintln!("ferry: {}", strings::no_migration_of_wave(w));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(listed_code(&state))
+}
+
+/// Success only when every cluster could be listed.
+fn listed_code(state: &ferry::state::State) -> ExitCode {
+    if cli::all_listed(state) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `ferry controller`: the controller in process, a candidate for the leader Lease.
+async fn controller(cli: &Cli, run: &ferry_controller::args::ControllerArgs) -> Result<ExitCode> {
+    use ferry_controller::args::FrontDoor;
+    // The flags are checked before any cluster is contacted.
+    let opts = run.run_options(cli.namespace.clone(), FrontDoor::Cockpit)?;
+    let election = run
+        .election(FrontDoor::Cockpit)?
+        .context("the cockpit's controller is always a leader candidate")?;
+    let filter = EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(ferry_controller::args::DEFAULT_LOG_FILTER));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let c = cluster::connect(&cli.connect_options()).await?;
+    tracing::info!(context = %c.context, namespace = ?opts.namespace, lease = %format!("{}/{}", election.namespace, election.lease_name), "running the controller in-process, as a candidate for the leader Lease");
+    ferry_controller::run_elected(
+        c.config,
+        opts,
+        election,
+        ferry_controller::run::shutdown_signal(),
+    )
+    .await
+    .context("controller")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[tokio::main]

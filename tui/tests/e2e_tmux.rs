@@ -1311,6 +1311,8 @@ async fn make_demo_reaches_the_board_and_one_q_ends_the_demo_with_nothing_left()
     tmux.keys(&["w"]);
     tmux.wait_for("every wave", T);
     tmux.keys(&["Escape"]);
+    // (Its own press, seen: an Esc followed at once by / reads as Alt-/.)
+    tmux.wait("the waves closed", T, |s| !s.contains("every wave"));
     tmux.keys(&["/"]);
     tmux.keys(&["phase:Queued", "Enter"]);
     tmux.wait("a filtered board", T, |s| {

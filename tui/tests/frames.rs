@@ -67,21 +67,21 @@ async fn a_storm_of_a_thousand_changes_between_two_frames_is_drawn_in_one_frame(
             .count();
         let _ = frames_tx.send((f.clone(), s.index.len(), stormed));
     };
-    app::drive(
-        &mut terminal,
-        &mut state,
-        &mut rt,
-        vec![Action::Resize(Screen {
+    app::drive(app::Drive {
+        terminal: &mut terminal,
+        state: &mut state,
+        rt: &mut rt,
+        first: vec![Action::Resize(Screen {
             width: 120,
             height: 40,
         })],
-        futures::stream::pending(),
-        async {
+        keys: futures::stream::pending(),
+        stop: async {
             let _ = stop_rx.await;
         },
-        Theme::MONO,
-        &mut observer,
-    )
+        theme: Theme::MONO,
+        observer: &mut observer,
+    })
     .await
     .unwrap();
     let after = storm.await.unwrap();
@@ -161,18 +161,18 @@ async fn a_frame_names_the_changes_it_received_and_when_for_the_event_to_screen_
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros();
-    app::drive(
-        &mut terminal,
-        &mut state,
-        &mut rt,
-        vec![],
-        futures::stream::pending(),
-        async {
+    app::drive(app::Drive {
+        terminal: &mut terminal,
+        state: &mut state,
+        rt: &mut rt,
+        first: vec![],
+        keys: futures::stream::pending(),
+        stop: async {
             let _ = stop_rx.await;
         },
-        Theme::MONO,
-        &mut Recorder(frames_tx),
-    )
+        theme: Theme::MONO,
+        observer: &mut Recorder(frames_tx),
+    })
     .await
     .unwrap();
     let (first, sent, got) = changes.await.unwrap();
@@ -241,21 +241,21 @@ async fn changes_to_rows_off_screen_draw_no_frame_and_the_next_change_on_screen_
         frames
     });
     let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
-    app::drive(
-        &mut terminal,
-        &mut state,
-        &mut rt,
-        vec![Action::Resize(Screen {
+    app::drive(app::Drive {
+        terminal: &mut terminal,
+        state: &mut state,
+        rt: &mut rt,
+        first: vec![Action::Resize(Screen {
             width: 120,
             height: 40,
         })],
-        futures::stream::pending(),
-        async {
+        keys: futures::stream::pending(),
+        stop: async {
             let _ = stop_rx.await;
         },
-        Theme::MONO,
-        &mut Recorder(frames_tx),
-    )
+        theme: Theme::MONO,
+        observer: &mut Recorder(frames_tx),
+    })
     .await
     .unwrap();
     let frames = changes.await.unwrap();
@@ -322,18 +322,18 @@ async fn the_copy_key_writes_the_whole_failure_as_one_osc_52_sequence() {
         let _ = drawn_tx.send(());
     };
     let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
-    app::drive(
-        &mut terminal,
-        &mut state,
-        &mut rt,
+    app::drive(app::Drive {
+        terminal: &mut terminal,
+        state: &mut state,
+        rt: &mut rt,
         first,
-        futures::stream::pending(),
-        async {
+        keys: futures::stream::pending(),
+        stop: async {
             drawn_rx.recv().await;
         },
-        Theme::MONO,
-        &mut observer,
-    )
+        theme: Theme::MONO,
+        observer: &mut observer,
+    })
     .await
     .unwrap();
 

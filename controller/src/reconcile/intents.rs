@@ -121,7 +121,10 @@ pub fn staging_changed(vmm: &VirtualMachineMigration) -> bool {
     vmm.status
         .as_ref()
         .and_then(|s| s.staging.as_ref())
-        .is_some_and(|r| r.location != vmm.spec.staging || r.conversion != vmm.spec.conversion)
+        .is_some_and(|r| {
+            r.location != vmm.spec.staging
+                || !r.conversion.makes_the_same_images_as(&vmm.spec.conversion)
+        })
 }
 
 /// Applies the intent policies in order. Pure.
@@ -469,6 +472,13 @@ mod tests {
         moved.spec.staging.prefix = Some("elsewhere".into());
         let mut reformatted = vmm.clone();
         reformatted.spec.conversion.format = ferry_crds::DiskFormat::Qcow2;
+        // Its own copy limits decide when a copy starts, not what it makes: no start over.
+        let mut limited = vmm.clone();
+        limited.spec.conversion.copy_limits = Some(ferry_crds::CopyLimits {
+            per_host: Some(1),
+            per_datastore: None,
+        });
+        assert!(!staging_changed(&limited));
         for changed in [moved, reformatted] {
             assert!(staging_changed(&changed));
             assert_eq!(

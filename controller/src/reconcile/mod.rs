@@ -286,7 +286,7 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     let uid = vmm.uid().unwrap_or_default();
     if matches!(intent, Intent::Start) && status::waits_for_copy_slot(vmm) {
         let place = crate::copy_slots::Place::of(vmm).unwrap_or_default();
-        if ctx.copy_slot(&uid, &place) != crate::copy_slots::Verdict::Free {
+        if ctx.copy_slot(vmm, &place) != crate::copy_slots::Verdict::Free {
             // Still no slot: nothing is read from vSphere, nothing written.
             return Ok(Requeue::requeue(ctx.policy.copy_slot_recheck));
         }

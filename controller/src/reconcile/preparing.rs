@@ -74,10 +74,9 @@ impl Checkpoint for Preparing {
         // Only a migration about to touch its source takes a slot: preflight alone (a paused
         // or held one, in Pending or Queued) takes none.
         let slot = match &facts {
-            Ok(f) if io.vmm.phase() == Phase::Preparing => io.ctx.copy_slot(
-                io.vmm.metadata.uid.as_deref().unwrap_or_default(),
-                &crate::copy_slots::Place::of_source(&f.vm),
-            ),
+            Ok(f) if io.vmm.phase() == Phase::Preparing => io
+                .ctx
+                .copy_slot(io.vmm, &crate::copy_slots::Place::of_source(&f.vm)),
             _ => crate::copy_slots::Verdict::Free,
         };
         Ok(Observed {
@@ -890,6 +889,7 @@ mod tests {
             name: "esx-07".into(),
             copying: 2,
             limit: 2,
+            by: "the controller's --max-copies-per-host",
         };
         let mut s = scope(migration("m"), Ok(facts(PowerState::PoweredOn)), 0);
         s.world.slot = full.clone();

@@ -395,7 +395,7 @@ pub fn worth_writing(
 /// While a wave waits for free slots, it looks again this often even without a trigger: a cache
 /// read costs no request, and a slot freed is refilled within this even if a trigger was
 /// coalesced away. (Its triggers come from the cache it reads, after the cache has the change:
-/// `run::migration_watch`.)
+/// `run::watches::migration_watch`.)
 pub const SATURATED_REQUEUE: Duration = Duration::from_secs(1);
 
 /// When to look at the wave again, with no trigger: soon while it creates or releases; every

@@ -1011,3 +1011,49 @@ async fn server_side_apply_of_one_condition_leaves_the_others_alone() {
         [("Validated".into(), "UnsupportedDiskLayout".into())]
     );
 }
+
+#[path = "../../../crds/tests/common/doc_blocks.rs"]
+mod doc_blocks;
+
+/// Every migration and wave the README and docs/ show, whole, as the API server would take it
+/// (a server-side dry-run in a test namespace: the schema, the CEL rules, the defaults); the
+/// docs' own check (`crds/tests/docs.rs`) only parses them.
+#[tokio::test]
+async fn every_object_the_docs_show_passes_the_api_servers_validation() {
+    use serde::Deserialize;
+    let ns = setup("api-docs").await;
+    let vmms = dynamic_api::<VirtualMachineMigration>(&ns);
+    let waves = dynamic_api::<MigrationWave>(&ns);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let (mut tried, mut refused) = (0, vec![]);
+    for b in doc_blocks::all_blocks().iter().filter(|b| b.lang == "yaml") {
+        for (i, doc) in serde_yaml::Deserializer::from_str(&b.text).enumerate() {
+            let mut v = serde_json::to_value(serde_yaml::Value::deserialize(doc).unwrap()).unwrap();
+            let api = match v["kind"].as_str() {
+                Some("VirtualMachineMigration") => &vmms,
+                Some("MigrationWave") => &waves,
+                _ => continue,
+            };
+            // A fragment shown for one field is not an object to apply.
+            if v["metadata"]["name"].as_str().is_none() || v["spec"].is_null() {
+                continue;
+            }
+            v["metadata"]["namespace"] = json!(ns.name);
+            let obj: DynamicObject = serde_json::from_value(v).unwrap();
+            tried += 1;
+            if let Err(e) = api.create(&dry_run, &obj).await {
+                refused.push(format!(
+                    "{}:{} (document {i}): {}",
+                    b.page,
+                    b.line,
+                    api_error(e).1
+                ));
+            }
+        }
+    }
+    assert!(tried >= 3, "the docs show {tried} whole objects");
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+}
