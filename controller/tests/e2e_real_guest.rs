@@ -33,6 +33,17 @@ use ferry_crds::{Phase, Readiness, Reason, RestorePowerState, names};
 /// held three guests' disks (a few GiB each) at once.
 static ONE_GUEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Empties the source VM's VMDK (a copy of a cached guest, in the lab's datastore) when the
+/// test ends, passed or not: each is up to a GiB that the lab's state would otherwise hold until
+/// the end of `make test`.
+struct EmptiedAtEnd(std::path::PathBuf);
+
+impl Drop for EmptiedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::File::create(&self.0);
+    }
+}
+
 /// The guest's serial line, split into its fields.
 fn fields(line: &str) -> std::collections::BTreeMap<String, String> {
     line.trim_start_matches("ferry-guest: ")
@@ -93,8 +104,9 @@ async fn migrated_shaped(
     shape: &[&str],
     virtio_drivers: bool,
     agent_timeout: &str,
-) -> (Env, ferry_crds::VirtualMachineMigration) {
+) -> (Env, ferry_crds::VirtualMachineMigration, EmptiedAtEnd) {
     let mut env = Env::new(ns, 1).await;
+    let source = EmptiedAtEnd(env.vm.disks[0].local_path.clone());
     let mut args = vec!["--memory", "512", "--cpus", "1"];
     args.extend_from_slice(shape);
     env.shape(&env.vm.name.clone(), &args);
@@ -138,7 +150,7 @@ async fn migrated_shaped(
                     .is_none_or(|r| r.result.is_some())
         })
         .await;
-    (env, v)
+    (env, v, source)
 }
 
 /// The serial console of the migrated VM's instance so far, through `pods/log` of its launcher
@@ -233,7 +245,7 @@ fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
 async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
     let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-virtio");
-    let (env, v) = migrated_shaped("e2e-real-guest", &image, &[], true, "300s").await;
+    let (env, v, _source) = migrated_shaped("e2e-real-guest", &image, &[], true, "300s").await;
     assert_booted_with_its_agent(&env, &v).await;
     let line = guest_line(&env, &v).await;
     let migrated = names_the_source(&line, &source);
@@ -253,7 +265,7 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
 async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converted() {
     let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-vmware");
-    let (env, v) = migrated_shaped("e2e-real-guest-vmw", &image, &[], false, "150s").await;
+    let (env, v, _source) = migrated_shaped("e2e-real-guest-vmw", &image, &[], false, "150s").await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(f.reason, Reason::GuestNotReady, "{}", f.message);
@@ -295,7 +307,7 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
     let _one = ONE_GUEST.lock().await;
     use ferry_controller::apis::kubevirt::VirtualMachine;
     let (image, source) = guest("uefi-virtio");
-    let (env, v) = migrated_shaped(
+    let (env, v, _source) = migrated_shaped(
         "e2e-real-guest-efi",
         &image,
         &["--firmware", "efi"],
