@@ -301,6 +301,7 @@ async fn main() {
                         Phase::Failed => panic!("{case}: failed:\n{}", serde_yaml_status(&v)),
                         Phase::Importing
                         | Phase::CuttingOver
+                        | Phase::ConvertingGuest
                         | Phase::CreatingVM
                         | Phase::Starting
                         | Phase::Validating
@@ -315,6 +316,7 @@ async fn main() {
                         | Phase::Preparing
                         | Phase::Importing
                         | Phase::CuttingOver
+                        | Phase::ConvertingGuest
                         | Phase::CreatingVM
                         | Phase::Starting
                         | Phase::Validating

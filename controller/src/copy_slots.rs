@@ -163,6 +163,7 @@ pub fn holds(vmm: &VirtualMachineMigration) -> bool {
         | Phase::Queued
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating

@@ -137,6 +137,7 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => {}

@@ -39,6 +39,9 @@ enum Command {
     /// Copy the areas of each disk changed since a change id into its imported volume and
     /// read them back (what a warm migration's delta Job runs).
     Delta(ferry_convert::delta::DeltaArgs),
+    /// Convert the imported guest to run on KubeVirt with virt-v2v-in-place, all or nothing
+    /// (what the guest Job runs).
+    ConvertGuest(ferry_convert::guest::GuestArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -98,6 +101,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Some(Command::Verify(args)) => {
             let code = ferry_convert::verify::run_to_exit_code(args).await;
+            std::process::exit(code);
+        }
+        Some(Command::ConvertGuest(args)) => {
+            let code = ferry_convert::guest::run_to_exit_code(args).await;
             std::process::exit(code);
         }
         Some(Command::Delta(args)) => {

@@ -53,6 +53,9 @@ pub enum Error {
     /// A volume does not read back what a warm round wrote to it: its storage lost a write.
     #[error("verification: {0}")]
     Verify(String),
+    /// Guest conversion: virt-v2v failed, or a volume holds bytes ferry cannot account for.
+    #[error("guest conversion: {0}")]
+    Guest(String),
     /// Verification: the imported volume's bytes differ from the staged image's.
     #[error(
         "disk {index}: checksum mismatch: the imported volume's first {size} bytes have SHA-256 {actual}, the staged image's raw contents {expected}"
@@ -104,6 +107,7 @@ impl Error {
             | Error::SourcePoweredOn { .. }
             | Error::SnapshotGone { .. }
             | Error::Verify(_)
+            | Error::Guest(_)
             | Error::Mismatch { .. }
             | Error::Short { .. }
             | Error::Missing { .. } => false,
@@ -138,6 +142,7 @@ impl Error {
             Error::Io { .. } => "Io",
             Error::Upload(_) => "Upload",
             Error::Verify(_) | Error::Mismatch { .. } => "Mismatch",
+            Error::Guest(_) => "GuestConversion",
             Error::Short { .. } => "Short",
             Error::Missing { .. } => "Missing",
             Error::ReadVolume { .. } => "Io",

@@ -29,6 +29,7 @@ pub mod credentials;
 pub mod delta;
 mod disk;
 mod error;
+pub mod guest;
 pub mod job_contract;
 mod map;
 mod nbd;

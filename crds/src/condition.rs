@@ -35,6 +35,9 @@ pub enum ConditionType {
     /// A warm migration's cutover is done: the source powered off and what changed since the
     /// first copy written into the volumes and read back.
     CutOver,
+    /// The imported guest was inspected and, when `spec.conversion.guest` asked for it,
+    /// converted to run on KubeVirt (the reason says which).
+    GuestConverted,
     /// The KubeVirt VirtualMachine exists.
     VMCreated,
     /// The VirtualMachineInstance was observed `Running`.
@@ -105,6 +108,7 @@ impl ConditionType {
         ConditionType::DiskConverted,
         ConditionType::DiskImported,
         ConditionType::CutOver,
+        ConditionType::GuestConverted,
         ConditionType::VMCreated,
         ConditionType::VMStarted,
         ConditionType::GuestReady,
@@ -119,10 +123,29 @@ impl ConditionType {
             ConditionType::DiskConverted => "DiskConverted",
             ConditionType::DiskImported => "DiskImported",
             ConditionType::CutOver => "CutOver",
+            ConditionType::GuestConverted => "GuestConverted",
             ConditionType::VMCreated => "VMCreated",
             ConditionType::VMStarted => "VMStarted",
             ConditionType::GuestReady => "GuestReady",
             ConditionType::Ready => "Ready",
+        }
+    }
+}
+
+impl ConditionType {
+    /// Whether the cockpit's board gives the condition a pip of its own: all but `CutOver` and
+    /// `GuestConverted`, which only some migrations have and whose phases show them (eight pips).
+    pub fn on_the_board(self) -> bool {
+        match self {
+            ConditionType::CutOver | ConditionType::GuestConverted => false,
+            ConditionType::SourceDiscovered
+            | ConditionType::Validated
+            | ConditionType::DiskConverted
+            | ConditionType::DiskImported
+            | ConditionType::VMCreated
+            | ConditionType::VMStarted
+            | ConditionType::GuestReady
+            | ConditionType::Ready => true,
         }
     }
 }
@@ -284,6 +307,15 @@ pub enum Reason {
     CutoverFailed,
     /// vSphere refused to take or remove a snapshot of the source.
     SnapshotFailed,
+    // --- GuestConverted (ConvertingGuest) ---
+    /// The guest was converted to run on KubeVirt (`virt-v2v-in-place`), and the converted
+    /// volumes' checksums recorded.
+    GuestConverted,
+    /// Inspection found the guest's boot path already has virtio's drivers: nothing converted
+    /// (`conversion.guest: Auto`).
+    GuestNeedsNoConversion,
+    /// Inspecting or converting the guest failed; the volumes hold the verified bytes.
+    GuestConversionFailed,
     // --- VMCreated / VMStarted / GuestReady ---
     /// The VirtualMachine exists.
     VMCreated,
@@ -383,6 +415,9 @@ impl Reason {
         Reason::CutOver,
         Reason::CutoverFailed,
         Reason::SnapshotFailed,
+        Reason::GuestConverted,
+        Reason::GuestNeedsNoConversion,
+        Reason::GuestConversionFailed,
         Reason::VMCreated,
         Reason::VMCreateFailed,
         Reason::VMRunning,
@@ -452,6 +487,9 @@ impl Reason {
             Reason::CutOver => "CutOver",
             Reason::CutoverFailed => "CutoverFailed",
             Reason::SnapshotFailed => "SnapshotFailed",
+            Reason::GuestConverted => "GuestConverted",
+            Reason::GuestNeedsNoConversion => "GuestNeedsNoConversion",
+            Reason::GuestConversionFailed => "GuestConversionFailed",
             Reason::VMCreated => "VMCreated",
             Reason::VMCreateFailed => "VMCreateFailed",
             Reason::VMRunning => "VMRunning",

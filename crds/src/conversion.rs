@@ -46,11 +46,17 @@ pub struct ConversionSpec {
     /// limit protects the host for everyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_limits: Option<CopyLimits>,
+
+    /// Whether the imported guest is converted to run on KubeVirt (`virt-v2v-in-place`, in a
+    /// Job, after the volumes are verified): Never (default), Auto or Always.
+    #[serde(default)]
+    pub guest: crate::GuestConversion,
 }
 
 impl ConversionSpec {
     /// Whether `other` makes the same staged images: the same converter and format. Its
-    /// `copyLimits` only decide when a copy starts, not what it makes. Pure.
+    /// `copyLimits` only decide when a copy starts, and `guest` what happens after the
+    /// import, not what it stages. Pure.
     pub fn makes_the_same_images_as(&self, other: &ConversionSpec) -> bool {
         self.image == other.image && self.format == other.format
     }

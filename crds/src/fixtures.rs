@@ -211,11 +211,16 @@ impl VirtualMachineMigration {
     pub fn with_initial_conditions(mut self) -> Self {
         let generation = self.metadata.generation;
         let cold = self.spec.mode == crate::MigrationMode::Cold;
+        let converts = self.spec.conversion.guest.converts();
         let conditions = &mut self.status_mut().conditions;
         condition::init_conditions(conditions, generation, &t0());
-        // As the controller writes them: a cold migration has no cutover.
+        // As the controller writes them: a cold migration has no cutover, one that does not
+        // convert its guest no GuestConverted.
         if cold {
             conditions.retain(|c| c.type_ != ConditionType::CutOver);
+        }
+        if !converts {
+            conditions.retain(|c| c.type_ != ConditionType::GuestConverted);
         }
         self
     }

@@ -10,6 +10,7 @@ mod error;
 pub mod event;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod guest;
 pub mod history;
 pub mod intent;
 mod listed;
@@ -34,6 +35,7 @@ pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
 pub use conversion::{ConversionSpec, CopyLimits, DiskFormat};
 pub use error::{Error, Result};
 pub use event::{EventAction, EventReason};
+pub use guest::{GuestConversion, GuestStatus, GuestVolume};
 pub use history::{MAX_HISTORY, PhaseTransition};
 pub use migration::{
     DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,

@@ -35,6 +35,7 @@ use crate::{
     validation = crate::rules::name_fits_label(),
     validation = crate::rules::staging_fixed_while_running(),
     validation = crate::rules::mode_fixed_while_running(),
+    validation = crate::rules::warm_converts_no_guest(),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
         description = "Checkpoint the migration is in"),
     printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress.percent",
@@ -259,6 +260,10 @@ pub struct VirtualMachineMigrationStatus {
     /// Overall copy progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+
+    /// What ConvertingGuest found of the guest and did to its volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<Box<crate::GuestStatus>>,
 
     /// A warm migration: its rounds, the snapshot it holds, its cutover.
     #[serde(default, skip_serializing_if = "Option::is_none")]

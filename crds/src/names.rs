@@ -134,6 +134,11 @@ pub fn verify_job_name(vmm: &VirtualMachineMigration) -> String {
     derived(&vmm.name_any(), "verify")
 }
 
+/// Name of the Job converting the imported guest (`virt-v2v-in-place`): `<migration>-guest`.
+pub fn guest_job_name(vmm: &VirtualMachineMigration) -> String {
+    derived(&vmm.name_any(), "guest")
+}
+
 /// Name of the Job copying a warm migration's last changes into its volumes at the cutover:
 /// `<migration>-cutover`.
 pub fn cutover_job_name(vmm: &VirtualMachineMigration) -> String {

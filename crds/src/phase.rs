@@ -40,6 +40,10 @@ pub enum Phase {
     /// A warm migration's cutover: waiting for its time, then the source powered off and what
     /// changed since the first copy written into the volumes. A cold migration skips it.
     CuttingOver,
+    /// Inspecting the imported guest and, when `spec.conversion.guest` asks for it, converting
+    /// it to run on KubeVirt (`virt-v2v-in-place`) in a Job. A migration whose
+    /// `conversion.guest` is `Never` skips it.
+    ConvertingGuest,
     /// Creating the KubeVirt VirtualMachine on the imported volumes.
     CreatingVM,
     /// Starting the VirtualMachine and waiting for its instance to run.
@@ -63,6 +67,7 @@ impl Phase {
         Phase::Converting,
         Phase::Importing,
         Phase::CuttingOver,
+        Phase::ConvertingGuest,
         Phase::CreatingVM,
         Phase::Starting,
         Phase::Validating,
@@ -74,11 +79,12 @@ impl Phase {
     /// The checkpoints a migration passes through, in order: the phases
     /// [`Phase::is_checkpoint`] names, as the compiler checks (a cold migration skips
     /// `CuttingOver`).
-    pub const CHECKPOINTS: [Phase; 7] = [
+    pub const CHECKPOINTS: [Phase; 8] = [
         Phase::Preparing,
         Phase::Converting,
         Phase::Importing,
         Phase::CuttingOver,
+        Phase::ConvertingGuest,
         Phase::CreatingVM,
         Phase::Starting,
         Phase::Validating,
@@ -98,6 +104,7 @@ impl Phase {
             Phase::Converting => "Converting",
             Phase::Importing => "Importing",
             Phase::CuttingOver => "CuttingOver",
+            Phase::ConvertingGuest => "ConvertingGuest",
             Phase::CreatingVM => "CreatingVM",
             Phase::Starting => "Starting",
             Phase::Validating => "Validating",
@@ -118,6 +125,7 @@ impl Phase {
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => false,
@@ -136,6 +144,7 @@ impl Phase {
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => true,
@@ -159,14 +168,16 @@ impl Phase {
 
     /// The phase that follows a checkpoint when its desired state holds: the next checkpoint, or
     /// `Succeeded` after `Validating`. `Pending` and `Queued` lead to `Preparing`; terminal
-    /// phases have no successor. (A cold migration's Importing goes on to `CreatingVM`.)
+    /// phases have no successor. (A cold migration's Importing goes on to `ConvertingGuest`, and
+    /// a migration whose guest is not converted goes on to `CreatingVM`.)
     pub fn next(self) -> Option<Phase> {
         match self {
             Phase::Pending | Phase::Queued => Some(Phase::Preparing),
             Phase::Preparing => Some(Phase::Converting),
             Phase::Converting => Some(Phase::Importing),
             Phase::Importing => Some(Phase::CuttingOver),
-            Phase::CuttingOver => Some(Phase::CreatingVM),
+            Phase::CuttingOver => Some(Phase::ConvertingGuest),
+            Phase::ConvertingGuest => Some(Phase::CreatingVM),
             Phase::CreatingVM => Some(Phase::Starting),
             Phase::Starting => Some(Phase::Validating),
             Phase::Validating => Some(Phase::Succeeded),

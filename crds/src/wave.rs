@@ -310,6 +310,7 @@ impl WaveCounts {
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => &mut self.running,
@@ -593,7 +594,7 @@ mod tests {
             WaveCounts {
                 pending: 1,
                 queued: 1,
-                running: 7,
+                running: 8,
                 succeeded: 1,
                 failed: 1,
                 cancelled: 1

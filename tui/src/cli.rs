@@ -338,7 +338,7 @@ pub fn board_json(state: &State) -> serde_json::Value {
         .map(|r| {
             let conditions: serde_json::Map<String, serde_json::Value> = ConditionType::ALL
                 .iter()
-                .filter(|t| **t != ConditionType::CutOver)
+                .filter(|t| t.on_the_board())
                 .zip(r.conditions.iter())
                 .map(|(t, s)| (t.as_str().to_owned(), json!(s.as_str())))
                 .collect();

@@ -234,6 +234,7 @@ fn add(t: &mut Totals, r: &VmRecord) {
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => t.under_way += 1,

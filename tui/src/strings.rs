@@ -798,6 +798,7 @@ pub mod header {
             Phase::Converting => "Conv",
             Phase::Importing => "Imp",
             Phase::CuttingOver => "Cut",
+            Phase::ConvertingGuest => "Guest",
             Phase::CreatingVM => "VM",
             Phase::Starting => "Start",
             Phase::Validating => "Valid",

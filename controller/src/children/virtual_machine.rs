@@ -95,7 +95,15 @@ pub fn domain(
     source: &DiscoveredSource,
     target: &TargetTemplate,
 ) -> (Value, Vec<Value>, Vec<Value>) {
-    let devices_spec = &target.devices;
+    // A guest ferry converted has virtio's drivers (virt-v2v installs them), whatever the spec
+    // said of the source.
+    let mut devices_spec = target.devices.clone();
+    devices_spec.virtio_drivers |= vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.guest.as_ref())
+        .is_some_and(|g| g.converted);
+    let devices_spec = &devices_spec;
     let bus = devices_spec.disk_bus().as_str();
     let (disks, volumes): (Vec<Value>, Vec<Value>) = (0..source.disks.len())
         .map(|i| {
@@ -550,6 +558,22 @@ mod tests {
                 serde_json::to_string_pretty(&d).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn a_guest_ferry_converted_gets_virtio_whatever_the_spec_said_of_the_source() {
+        let mut vmm = discovered(source());
+        assert_eq!(
+            domain_of(&vmm)["devices"]["disks"][0]["disk"]["bus"],
+            "sata"
+        );
+        vmm.status.as_mut().unwrap().guest = Some(Box::new(ferry_crds::GuestStatus {
+            converted: true,
+            ..Default::default()
+        }));
+        let d = domain_of(&vmm);
+        assert_eq!(d["devices"]["disks"][0]["disk"]["bus"], "virtio");
+        assert_eq!(d["devices"]["interfaces"][0]["model"], "virtio");
     }
 
     #[test]

@@ -29,6 +29,10 @@ macro_rules! with_checkpoint {
                 type $c = $crate::reconcile::cutting_over::CuttingOver;
                 $body
             }
+            P::ConvertingGuest => {
+                type $c = $crate::reconcile::converting_guest::ConvertingGuest;
+                $body
+            }
             P::CreatingVM => {
                 type $c = $crate::reconcile::creating_vm::CreatingVm;
                 $body

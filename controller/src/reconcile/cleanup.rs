@@ -39,6 +39,8 @@ pub enum Cleanup {
     Vmi,
     /// A warm migration's cutover Job (and its pods).
     CutoverJob,
+    /// The guest conversion Job (and its pods).
+    GuestJob,
     /// A warm migration's precopy round's Job (and its pods).
     PrecopyJob,
     /// The snapshot a warm migration took of the source and recorded (judged ferry's by its
@@ -103,6 +105,9 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             }
             Cleanup::CutoverJob => {
                 delete_owned::<Job>(io, &names::cutover_job_name(vmm)).await?;
+            }
+            Cleanup::GuestJob => {
+                delete_owned::<Job>(io, &names::guest_job_name(vmm)).await?;
             }
             Cleanup::PrecopyJob => {
                 delete_writer_job(io, &names::precopy_job_name(vmm)).await?;

@@ -641,9 +641,19 @@ fn verified(scope: &Scope<Observed>) -> Outcome<Action> {
     let to = if super::warm::is_warm(&scope.vmm) {
         Phase::CuttingOver
     } else {
-        Phase::CreatingVM
+        after_the_copy(&scope.vmm)
     };
     Outcome::new(Step::Advance { to }, msg.clone()).with(DiskImported, True, Reason::Imported, msg)
+}
+
+/// Where a migration goes once its copy is in the volumes (after Importing, or CuttingOver's
+/// cutover): ConvertingGuest when its guest is to be converted, else CreatingVM. Pure.
+pub fn after_the_copy(vmm: &VirtualMachineMigration) -> Phase {
+    if vmm.spec.conversion.guest.converts() {
+        Phase::ConvertingGuest
+    } else {
+        Phase::CreatingVM
+    }
 }
 
 /// The CDI Secret is made from the staging credentials: without them no DataVolume reads staging.

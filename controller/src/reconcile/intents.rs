@@ -11,11 +11,12 @@ use super::by_phase::retry_cleanup;
 use super::cleanup::Cleanup;
 
 /// What a retry that starts over from Preparing removes: every partial result.
-const START_OVER: [Cleanup; 9] = [
+const START_OVER: [Cleanup; 10] = [
     Cleanup::Job,
     Cleanup::Snapshot,
     Cleanup::Staging,
     Cleanup::VerifyJob,
+    Cleanup::GuestJob,
     Cleanup::S3Secret,
     Cleanup::AllDataVolumes,
     Cleanup::CutoverJob,
@@ -78,6 +79,7 @@ pub fn cancel_cleanup() -> Vec<Cleanup> {
         Cleanup::Snapshot,
         Cleanup::Staging,
         Cleanup::VerifyJob,
+        Cleanup::GuestJob,
         Cleanup::S3Secret,
         Cleanup::UnfinishedDataVolumes,
         Cleanup::CutoverJob,
@@ -176,6 +178,7 @@ fn retry(vmm: &VirtualMachineMigration) -> Option<Intent> {
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating

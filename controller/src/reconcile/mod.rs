@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod cleanup;
 pub mod console;
 pub mod converting;
+pub mod converting_guest;
 pub mod creating_vm;
 pub mod credentials;
 pub mod cutting_over;

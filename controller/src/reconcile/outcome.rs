@@ -107,6 +107,8 @@ pub struct Record {
     /// What defines the copy of the source, at the power-off it is made after (Preparing for a
     /// cold migration, CuttingOver for a warm one).
     pub source_state: Option<ferry_crds::SourceState>,
+    /// What ConvertingGuest found of the guest and did (ConvertingGuest).
+    pub guest: Option<ferry_crds::GuestStatus>,
 }
 
 impl Record {

@@ -336,6 +336,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         preflight: None,
         warm: None,
         source_state: None,
+        guest: None,
     }
 }
 

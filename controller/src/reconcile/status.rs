@@ -44,6 +44,10 @@ pub fn initial(vmm: &VirtualMachineMigration, now: &Time) -> Status {
     if !super::warm::is_warm(vmm) {
         s.conditions.retain(|c| c.type_ != ConditionType::CutOver);
     }
+    if !vmm.spec.conversion.guest.converts() {
+        s.conditions
+            .retain(|c| c.type_ != ConditionType::GuestConverted);
+    }
     s
 }
 
@@ -142,6 +146,9 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     }
     if let Some(r) = &outcome.record.source_state {
         s.source_state = Some(Box::new(r.clone()));
+    }
+    if let Some(g) = &outcome.record.guest {
+        s.guest = Some(Box::new(g.clone()));
     }
 
     s.message = Some(summary(&outcome.message)).filter(|m| !m.is_empty());
@@ -402,6 +409,10 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
                     if *t == ConditionType::CutOver && !super::warm::is_warm(vmm) {
                         continue;
                     }
+                    if *t == ConditionType::GuestConverted && !vmm.spec.conversion.guest.converts()
+                    {
+                        continue;
+                    }
                     condition::set_condition(
                         &mut s.conditions,
                         *t,
@@ -547,6 +558,7 @@ pub fn with_power(
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating) => Some(p),
@@ -644,10 +656,11 @@ pub fn worth_writing(
 
 /// Whether every one of the eight conditions is present exactly once.
 pub fn has_all_conditions(conds: &[Condition]) -> bool {
-    // CutOver only on warm migrations: at most once.
+    // CutOver only on warm migrations, GuestConverted only on those converting their guest:
+    // at most once.
     ConditionType::ALL.iter().all(|t| {
         let n = conds.iter().filter(|c| c.type_ == *t).count();
-        n == 1 || (*t == ConditionType::CutOver && n == 0)
+        n == 1 || (matches!(t, ConditionType::CutOver | ConditionType::GuestConverted) && n == 0)
     })
 }
 

@@ -853,6 +853,8 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
             // http sources only): whatever bytes arrive are imported.
             Ok(Copied::Done { bytes, .. }) => {
                 let img = vols.image(&ns, &name);
+                // A new volume: nothing a pod wrote beside an earlier one of this name.
+                let _ = tokio::fs::remove_dir_all(vols.files(&ns, &name)).await;
                 if let Err(e) = crate::image::install_raw(&part, &img).await {
                     let _ = tokio::fs::remove_file(&part).await;
                     let message = format!("Unable to convert the image to raw: {e}");
@@ -940,6 +942,7 @@ async fn sweep(ctx: Arc<Ctx>) {
         let files = ctx.sim.settings.volumes.list();
         for path in volumes::orphans(&files, &live, ctx.sim.settings.namespace.as_deref()) {
             // A DataVolume created after the snapshot above would be in the store by now.
+            let _ = std::fs::remove_dir_all(volumes::files_of(&path));
             match std::fs::remove_file(&path) {
                 Ok(()) => {
                     info!(path = %path.display(), "removed the volume of a deleted DataVolume")

@@ -4,8 +4,8 @@
 //!
 //! The process runs on the host, so a mount path (say `/var/run/ferry/disk-0`) cannot exist
 //! where the program looks. Each attempt gets a root directory; every mount becomes a directory
-//! under it (a claim's volume file linked in as `disk.img`, as CDI lays out a Filesystem volume;
-//! a block device as the link itself), and every argument and environment value that names a
+//! under it (a claim's own directory, kept as long as its volume, with the volume file linked in
+//! as `disk.img`, as CDI lays out a Filesystem volume; a block device as the link itself), and every argument and environment value that names a
 //! path under a mount is rewritten to the host directory that stands for it.
 
 use std::collections::BTreeMap;
@@ -42,8 +42,10 @@ pub struct Mount {
 pub enum MountKind {
     /// An empty directory (`emptyDir`).
     Dir,
-    /// A directory holding `disk.img`, a link to the claim's volume file (Filesystem claim).
-    ClaimDir { image: PathBuf },
+    /// A link to the claim's own directory (`files`, kept as long as the volume: what a pod
+    /// writes there outlives the pod, as on a real volume), which holds `disk.img`, a link to
+    /// the claim's volume file (Filesystem claim).
+    ClaimDir { image: PathBuf, files: PathBuf },
     /// A link to the claim's volume file (a block device).
     Device { image: PathBuf },
     /// An empty file the container may write: its termination message file
@@ -90,6 +92,7 @@ pub fn plan(
         let kind = if let Some(c) = &v.persistent_volume_claim {
             MountKind::ClaimDir {
                 image: vols.image(ns, &c.claim_name),
+                files: vols.files(ns, &c.claim_name),
             }
         } else if v.empty_dir.is_some() {
             MountKind::Dir
@@ -149,9 +152,16 @@ pub fn make(mounts: &[Mount]) -> std::io::Result<()> {
     for m in mounts {
         match &m.kind {
             MountKind::Dir => std::fs::create_dir_all(&m.host_path)?,
-            MountKind::ClaimDir { image } => {
-                std::fs::create_dir_all(&m.host_path)?;
-                std::os::unix::fs::symlink(image, m.host_path.join("disk.img"))?;
+            MountKind::ClaimDir { image, files } => {
+                std::fs::create_dir_all(files)?;
+                let disk = files.join("disk.img");
+                if std::fs::symlink_metadata(&disk).is_err() {
+                    std::os::unix::fs::symlink(image, &disk)?;
+                }
+                if let Some(parent) = m.host_path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::os::unix::fs::symlink(files, &m.host_path)?;
             }
             MountKind::Device { image } => {
                 if let Some(parent) = m.host_path.parent() {
@@ -570,6 +580,41 @@ mod tests {
     }
 
     #[test]
+    fn what_a_pod_writes_on_a_claim_outlives_the_pod() {
+        let dir = std::env::temp_dir().join(format!("ferry-sim-claimdir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let vols = Volumes::new(dir.join("v"));
+        std::fs::create_dir_all(dir.join("v/ns")).unwrap();
+        std::fs::write(vols.image("ns", "c"), b"bytes").unwrap();
+        let (spec, c) = spec();
+        for attempt in 0..2 {
+            let root = dir.join(format!("attempt-{attempt}"));
+            let m = plan(&spec, &c, "ns", &vols, &root).unwrap();
+            let m: Vec<Mount> = m
+                .into_iter()
+                .map(|mut m| {
+                    if let MountKind::ClaimDir { image, files } = &mut m.kind {
+                        *image = vols.image("ns", "c");
+                        *files = vols.files("ns", "c");
+                    }
+                    m
+                })
+                .collect();
+            make(&m).unwrap();
+            let mount = root.join("var/run/ferry/disk-0");
+            assert_eq!(std::fs::read(mount.join("disk.img")).unwrap(), b"bytes");
+            if attempt == 0 {
+                std::fs::write(mount.join("journal"), b"kept").unwrap();
+            } else {
+                assert_eq!(std::fs::read(mount.join("journal")).unwrap(), b"kept");
+            }
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+        assert!(vols.files("ns", "c").join("journal").is_file());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn mounts_stand_on_the_host_under_the_attempts_root() {
         let (spec, c) = spec();
         let vols = Volumes::new("/v");
@@ -581,7 +626,8 @@ mod tests {
                     container_path: "/var/run/ferry/disk-0".into(),
                     host_path: "/r/var/run/ferry/disk-0".into(),
                     kind: MountKind::ClaimDir {
-                        image: "/v/ns/m-disk-0.img".into()
+                        image: "/v/ns/m-disk-0.img".into(),
+                        files: "/v/ns/m-disk-0.files".into(),
                     },
                 },
                 Mount {

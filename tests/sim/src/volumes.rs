@@ -24,6 +24,13 @@ impl Volumes {
         self.root.join(namespace).join(format!("{name}.img"))
     }
 
+    /// The directory a Filesystem claim's mount stands for: the claim's own files (CDI's
+    /// `disk.img`, a link to [`Volumes::image`], and whatever a pod writes beside it), kept as
+    /// long as the volume, as a real volume's file system is.
+    pub fn files(&self, namespace: &str, name: &str) -> PathBuf {
+        self.root.join(namespace).join(format!("{name}.files"))
+    }
+
     /// Where an import writes before the bytes are verified.
     pub fn partial(&self, namespace: &str, name: &str) -> PathBuf {
         self.root.join(namespace).join(format!("{name}.img.part"))
@@ -69,6 +76,11 @@ impl Volumes {
         }
         out
     }
+}
+
+/// The directory of files beside the volume file `image` (see [`Volumes::files`]). Pure.
+pub fn files_of(image: &Path) -> PathBuf {
+    image.with_extension("files")
 }
 
 /// The volume files to delete: those whose claim is in none of `live` (`namespace/claim`)

@@ -41,6 +41,9 @@ pub fn usual_time(phase: Phase) -> Option<SignedDuration> {
         // A warm migration waits here for its cutover, which is the operator's time (hours or
         // days); the cutover's own steps say where they stand in its message.
         Phase::CuttingOver => return None,
+        // virt-v2v converts a Linux guest in a few minutes under TCG (libguestfs' appliance
+        // boots, the initramfs is rebuilt); a Windows guest takes longer. An hour is stuck.
+        Phase::ConvertingGuest => 60 * MIN,
         // One create of a VirtualMachine: seconds.
         Phase::CreatingVM => 5 * MIN,
         // Scheduling the virt-launcher pod and booting it: a few minutes; the controller's own
@@ -168,6 +171,7 @@ pub fn line_of(o: &VirtualMachineMigration, name: &str, phase: Phase, message: &
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating
@@ -244,6 +248,7 @@ fn problem(
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating

@@ -76,6 +76,9 @@ impl Pip {
                 | Reason::TargetConflict
                 | Reason::Converted
                 | Reason::ConversionFailed
+                | Reason::GuestConverted
+                | Reason::GuestNeedsNoConversion
+                | Reason::GuestConversionFailed
                 | Reason::StagingUnavailable
                 | Reason::BucketNotFound
                 | Reason::ChecksumMismatch
@@ -145,7 +148,8 @@ pub struct Row {
     pub percent: Option<f64>,
     /// `status.progress.rateBytesPerSecond`.
     pub rate: Option<i64>,
-    /// The eight conditions in seed order but `CutOver` (a warm migration's phase shows it), as
+    /// The eight conditions in seed order but `CutOver` and `GuestConverted` (their phases show
+    /// them), as
     /// their statuses (absent ones are `Unknown`).
     pub conditions: [ConditionStatus; 8],
     /// The eight conditions as a person should read them (see [`Pip::of`]).
@@ -203,10 +207,9 @@ impl Row {
         let phase = obj.phase();
         let mut conditions = [ConditionStatus::Unknown; 8];
         let mut pips = [Pip::Waiting; 8];
-        // Eight pips: every condition but a warm migration's CutOver, which its phase shows.
-        let board = ConditionType::ALL
-            .into_iter()
-            .filter(|t| *t != ConditionType::CutOver);
+        // Eight pips: every condition but a warm migration's CutOver and a converted guest's
+        // GuestConverted, which their phases show (the details list them).
+        let board = ConditionType::ALL.into_iter().filter(|t| t.on_the_board());
         for ((st, pip), t) in conditions.iter_mut().zip(pips.iter_mut()).zip(board) {
             let c = obj.condition(t);
             if let Some(c) = c {

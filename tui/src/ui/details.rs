@@ -365,8 +365,8 @@ fn conditions(
     ];
     for ty in ConditionType::ALL {
         let c = o.condition(ty);
-        // A cold migration has no cutover.
-        if ty == ConditionType::CutOver && c.is_none() {
+        // A cold migration has no cutover, one whose guest is not converted no GuestConverted.
+        if matches!(ty, ConditionType::CutOver | ConditionType::GuestConverted) && c.is_none() {
             continue;
         }
         let status = c.map_or(ferry_crds::ConditionStatus::Unknown, |c| c.status);

@@ -104,7 +104,7 @@ impl Theme {
             Phase::Preparing => Color::LightBlue,
             Phase::Converting => Color::Blue,
             Phase::Importing => Color::Cyan,
-            Phase::CuttingOver => Color::LightCyan,
+            Phase::CuttingOver | Phase::ConvertingGuest => Color::LightCyan,
             Phase::CreatingVM | Phase::Starting => Color::LightMagenta,
             Phase::Validating => Color::LightGreen,
             Phase::Succeeded => Color::Green,
@@ -145,6 +145,7 @@ impl Theme {
             Phase::Converting => ("C", "━"),
             Phase::Importing => ("I", "━"),
             Phase::CuttingOver => ("X", "━"),
+            Phase::ConvertingGuest => ("O", "━"),
             Phase::CreatingVM => ("V", "━"),
             Phase::Starting => ("S", "━"),
             Phase::Validating => ("G", "━"),
@@ -165,6 +166,7 @@ impl Theme {
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating

@@ -26,6 +26,7 @@ fn reason_true(t: ConditionType) -> Reason {
         ConditionType::DiskConverted => Reason::Converted,
         ConditionType::DiskImported => Reason::Imported,
         ConditionType::CutOver => Reason::CutOver,
+        ConditionType::GuestConverted => Reason::GuestConverted,
         ConditionType::VMCreated => Reason::VMCreated,
         ConditionType::VMStarted => Reason::VMRunning,
         ConditionType::GuestReady => Reason::GuestAgentConnected,
@@ -38,7 +39,7 @@ fn conditions_done(p: Phase) -> usize {
         Phase::Pending | Phase::Queued | Phase::Preparing => 0,
         Phase::Converting => 2,
         Phase::Importing => 3,
-        Phase::CuttingOver | Phase::CreatingVM => 4,
+        Phase::CuttingOver | Phase::ConvertingGuest | Phase::CreatingVM => 4,
         Phase::Starting => 5,
         Phase::Validating => 6,
         Phase::Succeeded => 8,
@@ -67,7 +68,7 @@ pub fn vmm(
     // These are cold migrations: no CutOver condition.
     for (k, t) in ConditionType::ALL
         .into_iter()
-        .filter(|t| *t != ConditionType::CutOver)
+        .filter(|t| !matches!(t, ConditionType::CutOver | ConditionType::GuestConverted))
         .enumerate()
     {
         if k < done {
@@ -83,6 +84,7 @@ pub fn vmm(
         | Phase::Converting
         | Phase::Importing
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => Some((ConditionStatus::False, Reason::InProgress)),
@@ -110,10 +112,10 @@ pub fn vmm(
             left_at: None,
         });
     }
-    // Cold migrations: no CuttingOver.
+    // Cold migrations of guests not converted: no CuttingOver, no ConvertingGuest.
     let cold = Phase::CHECKPOINTS
         .into_iter()
-        .filter(|p| *p != Phase::CuttingOver);
+        .filter(|p| !matches!(p, Phase::CuttingOver | Phase::ConvertingGuest));
     for (idx, p) in cold.enumerate() {
         // Checkpoints passed: those before the current one; all for a success, up to
         // Importing (where it failed) for a failure, up to CreatingVM for a cancel.
@@ -128,6 +130,7 @@ pub fn vmm(
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
+            | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
             | Phase::Validating => 3,
@@ -159,6 +162,7 @@ pub fn vmm(
         Phase::Converting => Some(((i * 17) % 50) as f64),
         Phase::Importing => Some(50.0 + ((i * 13) % 50) as f64),
         Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating
@@ -215,6 +219,7 @@ pub fn vmm(
         | Phase::Preparing
         | Phase::Converting
         | Phase::CuttingOver
+        | Phase::ConvertingGuest
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating => {}
