@@ -26,7 +26,10 @@ use std::process::Command;
 
 use common::*;
 use ferry_controller::apis::kubevirt::VirtualMachineInstance;
-use ferry_crds::{Phase, Readiness, Reason, RestorePowerState, names};
+use ferry_crds::{
+    ConditionStatus, ConditionType, GuestConversion, Phase, Readiness, Reason, RestorePowerState,
+    names,
+};
 
 /// One real guest at a time: each runs under TCG on a core of its own, beside the lab, a
 /// converter and a sim, on CI's two cores; three at once starved everything else of CPU and
@@ -104,6 +107,7 @@ async fn migrated_shaped(
     shape: &[&str],
     virtio_drivers: bool,
     agent_timeout: &str,
+    guest: GuestConversion,
 ) -> (Env, ferry_crds::VirtualMachineMigration, EmptiedAtEnd) {
     let mut env = Env::new(ns, 1).await;
     let source = EmptiedAtEnd(env.vm.disks[0].local_path.clone());
@@ -139,6 +143,7 @@ async fn migrated_shaped(
     // Without it ferry puts the disks on SATA and the NICs on e1000e, which a guest without
     // virtio's drivers finds; the virtio guests' cloud kernel has no SATA driver.
     vmm.spec.target.template.devices.virtio_drivers = virtio_drivers;
+    vmm.spec.conversion.guest = guest;
     vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
     env.create(&vmm).await;
     let v = env
@@ -245,7 +250,15 @@ fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
 async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
     let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-virtio");
-    let (env, v, _source) = migrated_shaped("e2e-real-guest", &image, &[], true, "300s").await;
+    let (env, v, _source) = migrated_shaped(
+        "e2e-real-guest",
+        &image,
+        &[],
+        true,
+        "300s",
+        GuestConversion::Never,
+    )
+    .await;
     assert_booted_with_its_agent(&env, &v).await;
     let line = guest_line(&env, &v).await;
     let migrated = names_the_source(&line, &source);
@@ -265,7 +278,15 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
 async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converted() {
     let _one = ONE_GUEST.lock().await;
     let (image, source) = guest("bios-vmware");
-    let (env, v, _source) = migrated_shaped("e2e-real-guest-vmw", &image, &[], false, "150s").await;
+    let (env, v, _source) = migrated_shaped(
+        "e2e-real-guest-vmw",
+        &image,
+        &[],
+        false,
+        "150s",
+        GuestConversion::Never,
+    )
+    .await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(f.reason, Reason::GuestNotReady, "{}", f.message);
@@ -299,6 +320,74 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converte
     names_the_source(&line, &source);
 }
 
+/// The same guest with `conversion.guest: Auto`: ferry's guest Job converts it
+/// (`virt-v2v-in-place` on an overlay, landed on the volume through its journal), records what
+/// it did and the converted volume's checksum, and makes the VM on virtio; the guest boots from
+/// the converted bytes, its agent connects and its line names the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_with_only_vmwares_drivers_boots_once_ferry_converted_it() {
+    let _one = ONE_GUEST.lock().await;
+    use ferry_controller::apis::kubevirt::VirtualMachine;
+    let (image, source) = guest("bios-vmware");
+    let (env, v, _source) = migrated_shaped(
+        "e2e-real-guest-conv",
+        &image,
+        &[],
+        false,
+        "300s",
+        GuestConversion::Auto,
+    )
+    .await;
+    let status = v.status.as_ref().unwrap();
+    let guest = status
+        .guest
+        .as_deref()
+        .unwrap_or_else(|| panic!("no status.guest: {}", serde_yaml_status(&v)));
+    assert!(guest.converted, "{guest:?}");
+    assert!(
+        guest
+            .operating_system
+            .as_deref()
+            .is_some_and(|os| os.contains("12")),
+        "the OS virt-v2v converted: {guest:?}"
+    );
+    let c = v.condition(ConditionType::GuestConverted).unwrap();
+    assert_eq!(
+        (c.status, c.reason),
+        (ConditionStatus::True, Reason::GuestConverted),
+        "{c:?}"
+    );
+    // The guest Job recorded the converted volume's checksum, not the staged one (the volume
+    // itself moves on once the guest boots and writes to it; `convert/tests/guest.rs` proves
+    // the record is what the landing left).
+    assert_eq!(guest.volumes.len(), 1, "{guest:?}");
+    let recorded = &guest.volumes[0].sha256;
+    assert_eq!(recorded.len(), 64, "{guest:?}");
+    assert_ne!(
+        Some(recorded.as_str()),
+        status.disks[0].raw_checksum.as_deref(),
+        "the conversion changed the volume"
+    );
+    assert!(guest.volumes[0].written_bytes > 0, "{guest:?}");
+    // Nothing of the landing is left beside the volume.
+    let files = env
+        .volumes
+        .join(&env.ns.name)
+        .join(format!("{}.files", names::datavolume_name(&v, 0)));
+    for f in [ferry_convert::guest::JOURNAL, ferry_convert::guest::LANDING] {
+        assert!(!files.join(f).exists(), "{f} left beside the volume");
+    }
+    let vms: kube::Api<VirtualMachine> = env.ns.api();
+    let vm = vms.get(&names::vm_name(&v)).await.unwrap();
+    let vm = serde_json::to_value(&vm).unwrap();
+    assert_eq!(
+        vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]["disk"]["bus"], "virtio",
+        "a converted guest gets virtio: {vm}"
+    );
+    assert_booted_with_its_agent(&env, &v).await;
+    names_the_source(&guest_line(&env, &v).await, &source);
+}
+
 /// A UEFI guest (GPT, an EFI system partition with systemd-boot) on a vCenter VM whose firmware
 /// is `efi`: ferry makes a VirtualMachine with EFI (Secure Boot off, as the source had it), and
 /// the node boots it on OVMF; its agent connects and its line names the source.
@@ -313,6 +402,7 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
         &["--firmware", "efi"],
         true,
         "300s",
+        GuestConversion::Never,
     )
     .await;
     let vms: kube::Api<VirtualMachine> = env.ns.api();

@@ -330,9 +330,15 @@ async fn landed_before(disks: &[Disk<'_>]) -> Result<Option<Outcome>, Error> {
     let Some(mut outcome) = read_json::<Outcome>(&disks[0].done()).await? else {
         return Ok(None);
     };
-    outcome.volumes.clear();
-    for d in disks {
-        let Some(rec) = read_json::<Landed>(&d.done()).await? else {
+    // Disk 0's record is the whole outcome: its own volume's is among the outcome's volumes.
+    let recorded = std::mem::take(&mut outcome.volumes);
+    for (i, d) in disks.iter().enumerate() {
+        let rec = if i == 0 {
+            recorded.iter().find(|v| v.disk == d.spec.index).cloned()
+        } else {
+            read_json::<Landed>(&d.done()).await?
+        };
+        let Some(rec) = rec else {
             return Err(Error::Guest(format!(
                 "disk {}: the conversion ferry recorded on disk 0 has no record on this disk",
                 d.spec.index

@@ -279,6 +279,37 @@ pub mod details {
     pub const MESSAGE: &str = "message";
     pub const FAILURE: &str = "failure";
     pub const WARM: &str = "warm";
+    pub const GUEST: &str = "guest";
+
+    /// What ferry found of the guest and did to it (`status.guest`), or what it will do
+    /// (`spec.conversion.guest`) before ConvertingGuest has run.
+    pub fn guest(
+        asked: &str,
+        os: Option<&str>,
+        converted: Option<bool>,
+        written: Option<String>,
+        seconds: Option<u32>,
+        last_change: Option<&str>,
+    ) -> String {
+        let Some(converted) = converted else {
+            return format!("conversion {asked}: not yet");
+        };
+        let mut out = match (converted, os) {
+            (true, Some(os)) => format!("{os}, converted to run on KubeVirt (virt-v2v)"),
+            (true, None) => "converted to run on KubeVirt (virt-v2v)".to_owned(),
+            (false, _) => "no operating system virt-v2v converts: unchanged".to_owned(),
+        };
+        if let Some(w) = written {
+            out.push_str(&format!(", {w} written"));
+        }
+        if let Some(s) = seconds {
+            out.push_str(&format!(" in {s} s"));
+        }
+        if let Some(c) = last_change {
+            out.push_str(&format!("; {c}"));
+        }
+        out
+    }
 
     /// A warm migration's precopy: rounds copied, the last delta, the guest's change rate, the
     /// next round, the cutover's predicted copy, and the cutover (each part only when known).

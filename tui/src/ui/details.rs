@@ -175,6 +175,9 @@ fn summary(
     if let Some(w) = warm(o, &status, state.now) {
         out.extend(wrapped_value(label(text::WARM, t), &w, width, t.text()));
     }
+    if let Some(g) = guest(o, &status) {
+        out.extend(wrapped_value(label(text::GUEST, t), &g, width, t.text()));
+    }
     // Whole, wrapped: the failure is the one thing the operator must read in full.
     if let Some(m) = status.message.as_deref().filter(|m| !m.trim().is_empty()) {
         let head = message_label(text::MESSAGE, selected == Some(&About::Status), t);
@@ -223,6 +226,27 @@ fn warm(
         next,
         predicted_downtime(&w),
         &cutover,
+    ))
+}
+
+/// The guest line, for a migration that converts its guest: what ConvertingGuest found and did.
+fn guest(
+    o: &VirtualMachineMigration,
+    status: &ferry_crds::VirtualMachineMigrationStatus,
+) -> Option<String> {
+    if !o.spec.conversion.guest.converts() {
+        return None;
+    }
+    let g = status.guest.as_deref();
+    let written: u64 = g.map_or(0, |g| g.volumes.iter().map(|v| v.written_bytes).sum());
+    Some(text::guest(
+        o.spec.conversion.guest.as_str(),
+        g.and_then(|g| g.operating_system.as_deref()),
+        g.map(|g| g.converted),
+        g.filter(|g| g.converted)
+            .map(|_| format::bytes(i64::try_from(written).unwrap_or(i64::MAX))),
+        g.and_then(|g| g.seconds),
+        g.and_then(|g| g.changes.last().map(String::as_str)),
     ))
 }
 
