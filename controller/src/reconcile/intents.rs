@@ -204,11 +204,29 @@ fn retry_failed(vmm: &VirtualMachineMigration) -> Intent {
     // Staging or conversion changed while it was settled: what was staged is not what the spec
     // asks for now.
     let respecified = staging_changed(vmm) && failed_at != Phase::Preparing;
+    // The guest is now to be converted and was not: its VM (made for the unconverted guest) goes,
+    // and the conversion runs before a new one is made.
+    let convert_now = vmm.spec.conversion.guest.converts()
+        && !vmm
+            .status
+            .as_ref()
+            .and_then(|s| s.guest.as_ref())
+            .is_some_and(|g| g.converted)
+        && failed_at > Phase::ConvertingGuest
+        && failed_at.is_checkpoint();
     let resume = if powered_back || respecified || !failed_at.is_checkpoint() {
         Phase::Preparing
+    } else if convert_now {
+        Phase::ConvertingGuest
     } else {
         failed_at
     };
+    if resume == Phase::ConvertingGuest && convert_now {
+        return Intent::Retry {
+            resume,
+            cleanup: vec![Cleanup::Vm, Cleanup::GuestJob],
+        };
+    }
     let damaged = resume == Phase::Importing
         && last.is_some_and(|f| f.reason == ferry_crds::Reason::ChecksumMismatch);
     let cleanup = if resume == Phase::Preparing && failed_at != Phase::Preparing {
@@ -421,6 +439,39 @@ mod tests {
             assert_eq!(resume, Phase::Preparing, "{phase}");
             assert_eq!(cleanup, START_OVER.to_vec(), "{phase}: stale copies go");
         }
+    }
+
+    #[test]
+    fn a_retry_after_the_guest_was_asked_converted_converts_it_before_a_new_vm() {
+        let mut vmm = failed_at(Phase::Validating).with_retry(1);
+        vmm.spec.source.power.restore_power_state = RestorePowerState::Never;
+        assert!(matches!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::Validating,
+                ..
+            }
+        ));
+        vmm.spec.conversion.guest = ferry_crds::GuestConversion::Auto;
+        assert_eq!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::ConvertingGuest,
+                cleanup: vec![Cleanup::Vm, Cleanup::GuestJob],
+            }
+        );
+        // Converted already: the retry resumes where it failed.
+        vmm.status.as_mut().unwrap().guest = Some(Box::new(ferry_crds::GuestStatus {
+            converted: true,
+            ..Default::default()
+        }));
+        assert!(matches!(
+            decide(&vmm),
+            Intent::Retry {
+                resume: Phase::Validating,
+                ..
+            }
+        ));
     }
 
     #[test]
