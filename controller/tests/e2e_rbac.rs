@@ -826,6 +826,21 @@ async fn ferry_view_watches_and_ferry_operate_steers_but_neither_reads_secrets()
             "ferry-view is bound in its namespace only"
         );
     }
+    // Its launcher pod's console: the one VirtualMachineInstance is read, not listed.
+    let vmi = |verb: &str| Request {
+        group: "kubevirt.io".into(),
+        resource: "virtualmachineinstances".into(),
+        name: (verb == "get").then(|| "web-1".to_owned()),
+        ..ask(verb, "virtualmachineinstances", &ns)
+    };
+    assert!(
+        allowed(&client, &viewer, &vmi("get")).await,
+        "ferry-view may get the migrated VM's instance"
+    );
+    assert!(
+        !allowed(&client, &format!("nobody-{ns}"), &vmi("get")).await,
+        "without ferry-view no one may: the rule is needed"
+    );
     for (verb, resource) in [("create", "pods/exec"), ("get", "pods"), ("watch", "pods")] {
         assert!(
             !allowed(&client, &viewer, &ask(verb, resource, &ns)).await,

@@ -687,9 +687,15 @@ pub mod podlogs {
     /// The pods are being listed.
     pub const LISTING: &str = "listing the migration's pods…";
 
+    /// What made the migrated VM's launcher pod, as the list's owner column says it (its log is
+    /// the VM's serial console).
+    pub fn launcher_owner(vm: &str) -> String {
+        format!("VM {vm} (console)")
+    }
+
     /// No pod: none of its Jobs has one, it has no Job yet, or they were deleted with it.
     pub const NO_PODS: &str =
-        "no pods: the migration has no Job or importer pod now (a Job's pods go with it)";
+        "no pods: the migration has no Job, importer or VM pod now (a Job's pods go with it)";
 
     /// The pods could not be listed, with why.
     pub fn cannot_list(why: &str) -> String {

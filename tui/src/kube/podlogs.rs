@@ -6,6 +6,11 @@
 //! a Job of a similar name, or an earlier Job of the same name whose pods wait for the garbage
 //! collector, has another uid. Reading the record takes only `get` on the migration (which
 //! `ferry-view` has), not `get` on Jobs.
+//!
+//! The migrated VM's launcher pod is listed too, its serial console (`guest-console-log`, the
+//! sidecar KubeVirt keeps it in) first: the pod its instance's `status.activePods` names and
+//! the instance controls, as the controller reads it for `GuestNotReady`
+//! (`ferry_controller::reconcile::console::launcher`).
 
 use ::kube::{
     Api, Client, ResourceExt,
@@ -49,6 +54,40 @@ fn info(p: Pod, owner: String) -> PodInfo {
     }
 }
 
+/// The migrated VM's launcher pod `p`, its serial console's container first (the one the view
+/// follows) when it has one.
+fn launcher_info(p: Pod, vm: &str) -> PodInfo {
+    use ferry_controller::reconcile::console::CONTAINER;
+    let console = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.name == CONTAINER));
+    let mut i = info(p, say::launcher_owner(vm));
+    // A launcher is virt-controller's, never a Job's, whatever its labels say.
+    i.job_uid = None;
+    if console {
+        i.containers.insert(0, CONTAINER.to_owned());
+    }
+    i
+}
+
+/// The migrated VM's launcher pod, when its instance runs (optional: KubeVirt's API may be
+/// absent, the instance gone, or reading it not allowed).
+async fn launcher(client: Client, vmm: &VirtualMachineMigration) -> Option<PodInfo> {
+    use ferry_controller::apis::kubevirt::VirtualMachineInstance;
+    let ns = vmm.metadata.namespace.as_deref()?;
+    let vm = ferry_crds::names::vm_name(vmm);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let vmi = vmis.get_opt(&vm).await.ok()??;
+    let uid = vmi.metadata.uid.clone()?;
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    let lp = ListParams::default().labels(&format!("kubevirt.io/created-by={uid}"));
+    let list = pods.list(&lp).await.ok()?;
+    let p = ferry_controller::reconcile::console::launcher(&vmi, &list.items)?;
+    Some(launcher_info(p.clone(), &vm))
+}
+
 fn list_error(e: &::kube::Error, ns: &str) -> String {
     match e {
         ::kube::Error::Api(s) if s.code == 403 => say::list_forbidden(ns),
@@ -65,7 +104,11 @@ pub async fn find(client: Client, key: &ObjKey) -> Result<(Vec<JobRef>, Vec<PodI
         .get(&key.name)
         .await
         .map_err(|e| say::cannot_read_migration(&super::one_line(&e)))?;
-    let records = vmm.status.map(|s| s.children).unwrap_or_default();
+    let records = vmm
+        .status
+        .as_ref()
+        .map(|s| s.children.clone())
+        .unwrap_or_default();
     let jobs: Vec<JobRef> = records
         .iter()
         .filter(|c| c.kind == "Job" && !c.uid.is_empty())
@@ -101,6 +144,7 @@ pub async fn find(client: Client, key: &ObjKey) -> Result<(Vec<JobRef>, Vec<PodI
             }));
         }
     }
+    found.extend(launcher(pods.into_client(), &vmm).await);
     Ok((jobs, found))
 }
 
@@ -187,4 +231,35 @@ pub async fn follow(
         session,
         result: Ok(()),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    #[test]
+    fn a_launchers_console_comes_first_and_it_is_no_jobs() {
+        let mut p = Pod::default();
+        p.metadata.name = Some("virt-launcher-web-1-abcde".into());
+        p.metadata.labels = Some([(JOB_UID_LABEL.to_owned(), "forged".to_owned())].into());
+        p.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "compute".into(),
+                ..Container::default()
+            }],
+            init_containers: Some(vec![Container {
+                name: "guest-console-log".into(),
+                ..Container::default()
+            }]),
+            ..PodSpec::default()
+        });
+        let i = launcher_info(p.clone(), "web-1");
+        assert_eq!(i.containers, ["guest-console-log", "compute"]);
+        assert_eq!(i.job_uid, None);
+        assert_eq!(i.owner, "VM web-1 (console)");
+        p.spec.as_mut().unwrap().init_containers = None;
+        assert_eq!(launcher_info(p, "web-1").containers, ["compute"]);
+    }
 }
