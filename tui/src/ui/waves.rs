@@ -60,30 +60,40 @@ pub fn progress_spans(
         }
         None => {}
     }
-    let mut rest = vec![Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight))];
+    // What follows the counts, each with its priority: when the line does not fit its room,
+    // the lowest goes first (the in-flight label, then throughput, then the ETA), never the
+    // intents.
+    let mut rest: Vec<(u8, Span<'static>)> = vec![(
+        4,
+        Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)),
+    )];
     if wide {
-        rest.push(Span::styled(text::IN_FLIGHT, t.dim()));
+        rest.push((1, Span::styled(text::IN_FLIGHT, t.dim())));
     }
     if let Some(tp) = w.throughput_per_hour {
-        rest.push(Span::raw(text::per_hour(tp)));
+        rest.push((2, Span::raw(text::per_hour(tp))));
     }
     if let Some(eta) = w.eta_seconds {
-        rest.push(Span::raw(format!(
-            " {}",
-            strings::eta(&format::duration(eta))
-        )));
+        rest.push((
+            3,
+            Span::raw(format!(" {}", strings::eta(&format::duration(eta)))),
+        ));
     }
     if w.paused {
-        rest.push(Span::styled(text::PAUSED, t.warn()));
+        rest.push((5, Span::styled(text::PAUSED, t.warn())));
     }
     if w.cancel {
-        rest.push(Span::styled(text::CANCEL, t.warn()));
+        rest.push((5, Span::styled(text::CANCEL, t.warn())));
     }
     // Before in flight and throughput: a wave paused to be planned shows what holds its VMs
     // while nothing else about it moves. In words when the whole line then fits (before the
     // wave moves, nothing else fills it), else in glyphs.
     if let Some(p) = &w.preflight {
-        let used: usize = spans.iter().chain(&rest).map(Span::width).sum();
+        let used: usize = spans
+            .iter()
+            .chain(rest.iter().map(|(_, s)| s))
+            .map(Span::width)
+            .sum();
         let words = preflight_spans(p, t, true);
         let fits = used + words.iter().map(Span::width).sum::<usize>() <= room;
         spans.extend(if fits {
@@ -94,7 +104,11 @@ pub fn progress_spans(
     }
     // Before in flight too: while a warm wave's migrations wait, its cutover is what comes next.
     if let Some(words) = warm_text(w, state.now, true) {
-        let used: usize = spans.iter().chain(&rest).map(Span::width).sum();
+        let used: usize = spans
+            .iter()
+            .chain(rest.iter().map(|(_, s)| s))
+            .map(Span::width)
+            .sum();
         let fits = used + Span::raw(words.as_str()).width() <= room;
         let shown = if fits {
             words
@@ -106,7 +120,23 @@ pub fn progress_spans(
             .is_some_and(|warm| warm.cutover(state.now) == WaveCutover::Now);
         spans.push(Span::styled(shown, if due { t.warn() } else { t.text() }));
     }
-    spans.extend(rest);
+    // One cell is left free: what is drawn after the line (the strip's sparkline label) never
+    // reads as part of it.
+    let budget = room.saturating_sub(1);
+    let head: usize = spans.iter().map(Span::width).sum();
+    while head + rest.iter().map(|(_, s)| s.width()).sum::<usize>() > budget {
+        let Some(lowest) = rest
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, _))| *p < 5)
+            .min_by_key(|(_, (p, _))| *p)
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        rest.remove(lowest);
+    }
+    spans.extend(rest.into_iter().map(|(_, s)| s));
     spans
 }
 
