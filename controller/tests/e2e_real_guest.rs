@@ -388,6 +388,82 @@ async fn a_guest_with_only_vmwares_drivers_boots_once_ferry_converted_it() {
     names_the_source(&guest_line(&env, &v).await, &source);
 }
 
+/// Warm: the VMware-only guest, its VMDK an ESXi flat disk, is copied while its source runs,
+/// cut over at once (`warm.cutover`), and converted after the cutover, inside the downtime (its
+/// volume holds the first copy and the cutover's changes, which no checksum covers: the guest
+/// Job converts it unverified, landing all or nothing); it boots on virtio and names the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_with_only_vmwares_drivers_migrated_warm_is_converted_after_its_cutover() {
+    let _one = ONE_GUEST.lock().await;
+    let (image, source) = guest("bios-vmware");
+    let mut env = Env::new("e2e-real-guest-warm", 1).await;
+    let descriptor = env.vm.disks[0].local_path.clone();
+    let flat = descriptor.with_file_name(format!(
+        "{}-flat.vmdk",
+        descriptor.file_stem().unwrap().to_str().unwrap()
+    ));
+    let _source_disk = EmptiedAtEnd(flat.clone());
+    env.shape(&env.vm.name.clone(), &["--memory", "512", "--cpus", "1"]);
+    // The guest as ESXi keeps a disk: a descriptor and its flat extent.
+    let cp = Command::new("cp")
+        .args(["--sparse=always"])
+        .arg(&image)
+        .arg(&flat)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let sectors = std::fs::metadata(&image).unwrap().len() / 512;
+    std::fs::write(
+        &descriptor,
+        format!(
+            "# Disk DescriptorFile\nversion=1\nencoding=\"UTF-8\"\nCID=fffffffe\nparentCID=ffffffff\ncreateType=\"vmfs\"\n\n# Extent description\nRW {sectors} VMFS \"{}\"\n\n# The Disk Data Base\n#DDB\nddb.adapterType = \"lsilogic\"\n",
+            flat.file_name().unwrap().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let s = lab_session(env.lab).await;
+    s.power_on(&env.vm.moref).await.unwrap();
+    let _ = s.logout().await;
+    env.sim_args = vec![
+        "--guests".into(),
+        "qemu".into(),
+        "--node-status-update-frequency".into(),
+        "2s".into(),
+    ];
+    env.extra_controller_args = vec!["--agent-timeout".into(), "300s".into()];
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.warm_migration("guest", true);
+    vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+    vmm.spec.target.template.devices.virtio_drivers = false;
+    vmm.spec.conversion.guest = GuestConversion::Auto;
+    vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
+    env.create(&vmm).await;
+    let v = env.wait_terminal("guest", 900).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    let status = v.status.as_ref().unwrap();
+    let visited: Vec<Phase> = status.history.iter().map(|h| h.phase).collect();
+    assert_eq!(
+        visited,
+        [
+            Phase::Preparing,
+            Phase::Converting,
+            Phase::Importing,
+            Phase::CuttingOver,
+            Phase::ConvertingGuest,
+            Phase::CreatingVM,
+            Phase::Starting,
+            Phase::Validating,
+            Phase::Succeeded
+        ],
+        "converted after the cutover"
+    );
+    let guest = status.guest.as_deref().unwrap();
+    assert!(guest.converted, "{guest:?}");
+    assert_booted_with_its_agent(&env, &v).await;
+    names_the_source(&guest_line(&env, &v).await, &source);
+}
+
 /// A UEFI guest (GPT, an EFI system partition with systemd-boot) on a vCenter VM whose firmware
 /// is `efi`: ferry makes a VirtualMachine with EFI (Secure Boot off, as the source had it), and
 /// the node boots it on OVMF; its agent connects and its line names the source.

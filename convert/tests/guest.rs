@@ -179,6 +179,7 @@ impl Fixture {
             virt_v2v: virt_v2v.to_owned(),
             qemu_img: which("qemu-img"),
             kvm: false,
+            unverified: false,
         }
     }
 

@@ -35,7 +35,6 @@ use crate::{
     validation = crate::rules::name_fits_label(),
     validation = crate::rules::staging_fixed_while_running(),
     validation = crate::rules::mode_fixed_while_running(),
-    validation = crate::rules::warm_converts_no_guest(),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase",
         description = "Checkpoint the migration is in"),
     printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress.percent",

@@ -139,21 +139,6 @@ pub fn mode_fixed_while_running() -> Rule {
     .reason(kube::core::Reason::FieldValueForbidden)
 }
 
-/// A warm migration does not convert its guest yet: its volumes hold the staged copy and what
-/// its cutover wrote, which no checksum ferry keeps accounts for, and the guest Job converts
-/// only volumes it can account for. At the root: it reads spec.mode and spec.conversion.
-pub fn warm_converts_no_guest() -> Rule {
-    Rule::new(
-        "!has(self.spec.mode) || self.spec.mode != 'Warm' || !has(self.spec.conversion) \
-         || !has(self.spec.conversion.guest) || self.spec.conversion.guest == 'Never'",
-    )
-    .message(
-        "spec.conversion.guest must be Never for a warm migration (spec.mode: Warm): ferry does \
-         not convert a warm migration's guest yet",
-    )
-    .reason(kube::core::Reason::FieldValueForbidden)
-}
-
 /// `spec.retry` is a token that only grows.
 pub fn retry_only_grows() -> Rule {
     Rule::new("self >= oldSelf")

@@ -65,6 +65,11 @@ pub fn guest_job(
         "--work-dir".to_owned(),
         WORK_MOUNT.to_owned(),
     ];
+    // A warm migration's volumes hold the first copy and its cutover's changes: no checksum
+    // covers them.
+    if vmm.spec.mode == ferry_crds::MigrationMode::Warm {
+        args.push("--unverified".to_owned());
+    }
     let mut claims = Claims::default();
     for v in volumes {
         args.push("--volume".to_owned());
@@ -133,6 +138,10 @@ mod tests {
         let args = c.args.clone().unwrap();
         assert_eq!(args[..3], ["convert-guest", "--mode", "always"]);
         assert!(args.contains(&volume_arg(&vols[0])), "{args:?}");
+        assert!(
+            !args.contains(&"--unverified".to_owned()),
+            "a cold one is checked"
+        );
         let mounts = c.volume_mounts.clone().unwrap();
         assert!(mounts.iter().all(|m| m.read_only.is_none()), "{mounts:?}");
         assert!(mounts.iter().any(|m| m.mount_path == WORK_MOUNT));

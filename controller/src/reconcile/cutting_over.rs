@@ -818,7 +818,7 @@ fn cut_over(scope: &Scope<Observed>) -> Outcome<Action> {
     let msg = say::cut_over(bytes);
     Outcome::new(
         Step::Advance {
-            to: Phase::CreatingVM,
+            to: super::importing::after_the_copy(&scope.vmm),
         },
         msg.clone(),
     )
