@@ -740,7 +740,12 @@ pub fn serde_yaml_status(v: &VirtualMachineMigration) -> String {
 pub fn all_conditions_true(v: &VirtualMachineMigration) -> bool {
     ConditionType::ALL.iter().all(|t| match v.condition(*t) {
         Some(c) => c.status == ConditionStatus::True,
-        None => *t == ConditionType::CutOver && v.spec.mode == ferry_crds::MigrationMode::Cold,
+        // A cold migration has no CutOver, one that does not convert its guest no GuestConverted.
+        None => match t {
+            ConditionType::CutOver => v.spec.mode == ferry_crds::MigrationMode::Cold,
+            ConditionType::GuestConverted => !v.spec.conversion.guest.converts(),
+            _ => false,
+        },
     })
 }
 
