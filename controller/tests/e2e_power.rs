@@ -166,7 +166,7 @@ async fn vmi_of(env: &Env, v: &VirtualMachineMigration) -> Option<VirtualMachine
 /// A failure in Starting under OnCancelOrFailure: the first instance fails, KubeVirt backs off
 /// (CrashLoopBackOff ends Starting after the error grace) and would start the next one ten
 /// seconds later. ferry halts the VM before it powers the source on, so that next one never
-/// comes.
+/// comes. Retried, it migrates, and `ferry report` shows both attempts' outages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_in_starting_halts_the_target_before_the_source_is_powered_on() {
     let mut env = Env::new("power-starting", 4).await;
@@ -196,6 +196,71 @@ async fn a_failure_in_starting_halts_the_target_before_the_source_is_powered_on(
     assert!(vmi_of(&env, &v).await.is_none());
     assert!(seen.samples >= 8 && seen.source_on > 0, "{seen:?}");
     assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+
+    // Retried (the fault fires once): the source was powered back on, so the retry starts over
+    // and powers it off again. The report keeps both outages, in all three formats.
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.patch_spec("crashy", serde_json::json!({"retry": 1}))
+        .await;
+    let v = env.wait_phase("crashy", Phase::Succeeded, 300).await;
+    let seen = sampler.finish().await;
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+    let status = v.status.as_ref().unwrap();
+    assert_eq!(status.attempts, 2);
+    let first = status
+        .earlier_outages
+        .first()
+        .expect("attempt 1's outage kept");
+    assert_eq!(
+        (first.attempt, first.restored_at.clone()),
+        (1, r.finished_at.clone())
+    );
+    let report = |format: &str| {
+        let out = std::process::Command::new(bin_dir().join("ferry"))
+            .arg("--kubeconfig")
+            .arg(&env.lab.info.kubeconfig)
+            .args(["-n", &env.ns.name, "report", "-o", format])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&report("json")).unwrap();
+    let outages = json["vms"][0]["outages"].as_array().unwrap().clone();
+    let ends: Vec<(i64, &str)> = outages
+        .iter()
+        .map(|o| {
+            (
+                o["attempt"].as_i64().unwrap(),
+                o["endedBy"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ends, [(1, "SourceRestored"), (2, "Migrated")], "{json}");
+    let secs: Vec<i64> = outages
+        .iter()
+        .map(|o| o["seconds"].as_i64().unwrap())
+        .collect();
+    let sum = json["vms"][0]["downtimeSeconds"].as_i64().unwrap();
+    assert_eq!(sum, secs.iter().sum::<i64>());
+    let csv = report("csv");
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(
+        col("outages"),
+        format!("#1={}:restored;#2={}:migrated", secs[0], secs[1])
+    );
+    assert_eq!(col("downtime_seconds"), sum.to_string());
+    let md = report("md");
+    assert!(
+        md.contains("in all (attempt 1: ") && md.contains("(source powered back on) · attempt 2: "),
+        "{md}"
+    );
 }
 
 /// A lab with the sim at speed 10 and a controller that waits `agent_timeout` for a guest

@@ -46,8 +46,8 @@ pub use preflight::{Concern, ConcernCode, PreflightSpec, PreflightStatus, Severi
 pub use secret::SecretRef;
 pub use source::{
     DiscoveredDisk, DiscoveredNic, DiscoveredSource, DiskController, Firmware, GuestOsFamily,
-    NicDeviceType, PowerState, RestorePowerState, SourceDiskState, SourceEndpoint, SourcePowerOff,
-    SourceSpec, SourceState, ToolsState, VmLookup, VmSelector,
+    NicDeviceType, PowerState, RestorePowerState, SourceDiskState, SourceEndpoint, SourceOutage,
+    SourcePowerOff, SourceSpec, SourceState, ToolsState, VmLookup, VmSelector,
 };
 pub use staging::{StagingRecord, StagingSpec};
 pub use target::{

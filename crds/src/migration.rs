@@ -250,6 +250,12 @@ pub struct VirtualMachineMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_power_restore: Option<Box<SourcePowerRestore>>,
 
+    /// The source's outages in earlier attempts that a retry started over (their power-off
+    /// records are replaced by the new attempt's), oldest first, at most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub earlier_outages: Vec<crate::source::SourceOutage>,
+
     /// Per-disk state, one entry per source disk.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]

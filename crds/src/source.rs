@@ -468,6 +468,69 @@ pub struct SourcePowerOff {
     pub hard_power_off_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
+impl SourcePowerOff {
+    /// When ferry began powering the source off: the guest shutdown asked for, else the hard
+    /// power-off; `None` when ferry found it off and powered nothing off.
+    pub fn began_at(&self) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+        [
+            self.shutdown_guest_at.as_ref(),
+            self.hard_power_off_at.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|t| t.0)
+        .cloned()
+    }
+}
+
+/// How many earlier outages `status.earlierOutages` keeps; the oldest are dropped first.
+pub const MAX_EARLIER_OUTAGES: usize = 16;
+
+/// The source's outage in an attempt that a retry started over from Preparing: what the new
+/// attempt's `sourcePowerOff` would otherwise overwrite. The report adds it to the current one,
+/// so that downtime runs from ferry's first power-off request, through every attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceOutage {
+    /// The attempt whose power-off began it.
+    #[schemars(range(min = 1))]
+    pub attempt: i32,
+    /// When ferry began powering the source off.
+    pub from: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// When ferry powered the source back on; absent: it stayed off into the next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl SourceOutage {
+    /// The outage of `attempt`, which is ending: none when ferry powered nothing off in it.
+    /// It ended when ferry powered the source back on; otherwise the source stayed off.
+    pub fn of_attempt(
+        attempt: i32,
+        power_off: Option<&SourcePowerOff>,
+        restore: Option<&SourcePowerRestore>,
+    ) -> Option<SourceOutage> {
+        let from = power_off?.began_at()?;
+        let restored_at = restore
+            .filter(|r| r.result == Some(PowerRestoreResult::PoweredOn))
+            .and_then(|r| r.finished_at.clone())
+            .filter(|t| t.0 >= from.0);
+        Some(SourceOutage {
+            attempt,
+            from,
+            restored_at,
+        })
+    }
+
+    /// Adds `outage` to `outages`, keeping at most [`MAX_EARLIER_OUTAGES`]. Pure.
+    pub fn keep(outages: &mut Vec<SourceOutage>, outage: SourceOutage) {
+        outages.push(outage);
+        if outages.len() > MAX_EARLIER_OUTAGES {
+            outages.drain(..outages.len() - MAX_EARLIER_OUTAGES);
+        }
+    }
+}
+
 /// Ferry powering the source VM back on after a cancel, a failure (restorePowerState
 /// OnCancelOrFailure) or a delete. The source is powered on only once the target is proven not
 /// running: ferry stops the target VM first (runStrategy Halted) and waits, bounded, for its
@@ -523,6 +586,59 @@ impl PowerRestoreResult {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_attempts_outage_runs_from_the_first_power_off_request_to_the_restore() {
+        use crate::fixtures::ts;
+        let off = SourcePowerOff {
+            shutdown_guest_at: Some(ts(30)),
+            hard_power_off_at: Some(ts(20)),
+        };
+        let restore = |result, at| SourcePowerRestore {
+            requested_at: ts(50),
+            target_stopping_since: None,
+            result: Some(result),
+            finished_at: Some(ts(at)),
+            message: None,
+        };
+        let o = SourceOutage::of_attempt(
+            2,
+            Some(&off),
+            Some(&restore(PowerRestoreResult::PoweredOn, 60)),
+        )
+        .unwrap();
+        assert_eq!(
+            (o.attempt, o.from, o.restored_at),
+            (2, ts(20), Some(ts(60)))
+        );
+        // Not powered on: it stays off into the next attempt.
+        let o = SourceOutage::of_attempt(
+            2,
+            Some(&off),
+            Some(&restore(PowerRestoreResult::PowerOnFailed, 60)),
+        )
+        .unwrap();
+        assert_eq!(o.restored_at, None);
+        // Found off, nothing powered off: no outage of its own.
+        assert_eq!(
+            SourceOutage::of_attempt(1, Some(&SourcePowerOff::default()), None),
+            None
+        );
+        assert_eq!(SourceOutage::of_attempt(1, None, None), None);
+        let mut kept = vec![];
+        for a in 1..=20 {
+            SourceOutage::keep(
+                &mut kept,
+                SourceOutage {
+                    attempt: a,
+                    from: ts(a.into()),
+                    restored_at: None,
+                },
+            );
+        }
+        assert_eq!(kept.len(), MAX_EARLIER_OUTAGES);
+        assert_eq!(kept[0].attempt, 5, "the oldest go first");
+    }
     use super::*;
 
     #[test]

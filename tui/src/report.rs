@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use ferry_crds::{
-    ConditionStatus, ConditionType, Phase, VirtualMachineMigration, source::PowerRestoreResult,
+    ConditionStatus, ConditionType, Phase, SourcePowerOff, VirtualMachineMigration,
+    VirtualMachineMigrationStatus, source::PowerRestoreResult,
 };
 use serde::Serialize;
 
@@ -28,17 +29,22 @@ pub struct Stay {
     pub seconds: i64,
 }
 
-/// How long the VM was out of service: from the moment ferry began powering the source off
+/// One stretch of the VM out of service: from the moment ferry began powering the source off
 /// (`status.sourcePowerOff`: the guest shutdown asked for, else the hard power-off) until the
-/// migrated VM ran (`VMStarted` turned True), or until ferry powered the source back on.
+/// migrated VM ran (`VMStarted` turned True), or until ferry powered the source back on. A
+/// retry that starts over keeps its attempt's stretch (`status.earlierOutages`), so a VM
+/// retried after its source was powered back on has one per attempt.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Downtime {
+pub struct Outage {
+    /// The attempt whose power-off began it.
+    pub attempt: i32,
     /// When ferry began powering the source off.
     pub from: Timestamp,
     /// When the VM ran again (migrated, or the source powered back on); `None`: still down.
     pub to: Option<Timestamp>,
-    /// What ended it.
+    /// What ended it; `None` with an end: the source was powered on outside ferry before
+    /// ferry's next power-off (the end is that power-off, at the latest).
     pub ended_by: Option<DowntimeEnd>,
     /// Its length (until the report, while still down).
     pub seconds: i64,
@@ -97,8 +103,11 @@ pub struct VmRecord {
     pub bytes_moved: i64,
     /// See [`VmRecord::bytes_moved`].
     pub bytes_total: i64,
-    /// `None` when ferry never powered the source off (it was off, or not reached yet).
-    pub downtime: Option<Downtime>,
+    /// Every stretch out of service, oldest first; empty when ferry never powered the source
+    /// off (it was off, or not reached yet).
+    pub outages: Vec<Outage>,
+    /// The outages added up; `None` when there was none.
+    pub downtime_seconds: Option<i64>,
     /// The last failure, if any.
     pub failure: Option<Failure>,
 }
@@ -123,7 +132,7 @@ pub struct Totals {
     pub retries: i64,
     /// Bytes copied.
     pub bytes_moved: i64,
-    /// Downtime of all its VMs added up, and the longest.
+    /// Downtime of all its VMs added up (every attempt's), and the longest VM's.
     pub downtime_seconds: i64,
     /// See [`Totals::downtime_seconds`].
     pub longest_downtime_seconds: i64,
@@ -151,17 +160,12 @@ fn secs(from: Timestamp, to: Timestamp) -> i64 {
     to.duration_since(from).as_secs().max(0)
 }
 
-fn downtime(o: &VirtualMachineMigration, now: Timestamp) -> Option<Downtime> {
-    let s = o.status.as_ref()?;
-    let off = s.source_power_off.as_ref()?;
-    let from = [
-        off.shutdown_guest_at.as_ref(),
-        off.hard_power_off_at.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|t| t.0)
-    .min()?;
+/// When the VM ran again after `from`: the migrated VM started, or ferry powered the source
+/// back on.
+fn end_after(
+    s: &VirtualMachineMigrationStatus,
+    from: Timestamp,
+) -> Option<(Timestamp, DowntimeEnd)> {
     let ran = s
         .condition(ConditionType::VMStarted)
         .filter(|c| c.status == ConditionStatus::True && c.last_transition_time.0 >= from)
@@ -171,14 +175,66 @@ fn downtime(o: &VirtualMachineMigration, now: Timestamp) -> Option<Downtime> {
         .as_ref()
         .filter(|r| r.result == Some(PowerRestoreResult::PoweredOn))
         .and_then(|r| r.finished_at.as_ref())
+        .filter(|t| t.0 >= from)
         .map(|t| (t.0, DowntimeEnd::SourceRestored));
-    let end = ran.or(restored);
-    Some(Downtime {
-        from,
-        to: end.map(|(t, _)| t),
-        ended_by: end.map(|(_, e)| e),
-        seconds: secs(from, end.map_or(now, |(t, _)| t)),
-    })
+    ran.or(restored)
+}
+
+fn outages(o: &VirtualMachineMigration, now: Timestamp) -> Vec<Outage> {
+    let Some(s) = o.status.as_ref() else {
+        return Vec::new();
+    };
+    let mut out: Vec<Outage> = s
+        .earlier_outages
+        .iter()
+        .map(|e| Outage {
+            attempt: e.attempt,
+            from: e.from.0,
+            to: e.restored_at.as_ref().map(|t| t.0),
+            ended_by: e.restored_at.as_ref().map(|_| DowntimeEnd::SourceRestored),
+            seconds: 0,
+        })
+        .collect();
+    let current = s
+        .source_power_off
+        .as_ref()
+        .and_then(SourcePowerOff::began_at)
+        .map(|t| t.0);
+    let open = out.last_mut().filter(|l| l.to.is_none());
+    match (current, open) {
+        // The source stayed off into this attempt, which found it off: one stretch goes on.
+        (None, Some(open)) => {
+            let end = end_after(s, open.from);
+            open.to = end.map(|(t, _)| t);
+            open.ended_by = end.map(|(_, e)| e);
+        }
+        (None, None) => {}
+        (Some(from), open) => {
+            // Someone powered it on in between, unseen: that stretch ended by this power-off.
+            if let Some(open) = open {
+                open.to = Some(from);
+            }
+            let end = end_after(s, from);
+            // The attempt it began in: a retry that resumes past Preparing keeps the record.
+            let attempt = s
+                .history
+                .iter()
+                .rev()
+                .find(|h| h.entered_at.0 <= from)
+                .map_or(s.attempts, |h| h.attempt);
+            out.push(Outage {
+                attempt,
+                from,
+                to: end.map(|(t, _)| t),
+                ended_by: end.map(|(_, e)| e),
+                seconds: 0,
+            });
+        }
+    }
+    for o in &mut out {
+        o.seconds = secs(o.from, o.to.unwrap_or(now));
+    }
+    out
 }
 
 fn record(o: &VirtualMachineMigration, now: Timestamp) -> VmRecord {
@@ -194,6 +250,7 @@ fn record(o: &VirtualMachineMigration, now: Timestamp) -> VmRecord {
             seconds: secs(h.entered_at.0, h.left_at.as_ref().map_or(now, |t| t.0)),
         })
         .collect();
+    let outages = outages(o, now);
     let (bytes_moved, bytes_total) = status
         .progress
         .as_ref()
@@ -211,7 +268,8 @@ fn record(o: &VirtualMachineMigration, now: Timestamp) -> VmRecord {
         phases,
         bytes_moved,
         bytes_total,
-        downtime: downtime(o, now),
+        downtime_seconds: (!outages.is_empty()).then(|| outages.iter().map(|o| o.seconds).sum()),
+        outages,
         failure: status.last_failure.as_ref().map(|f| Failure {
             phase: f.phase,
             reason: f.reason.as_str(),
@@ -241,9 +299,9 @@ fn add(t: &mut Totals, r: &VmRecord) {
     }
     t.retries += i64::from((r.attempts - 1).max(0));
     t.bytes_moved += r.bytes_moved;
-    if let Some(d) = &r.downtime {
-        t.downtime_seconds += d.seconds;
-        t.longest_downtime_seconds = t.longest_downtime_seconds.max(d.seconds);
+    if let Some(d) = r.downtime_seconds {
+        t.downtime_seconds += d;
+        t.longest_downtime_seconds = t.longest_downtime_seconds.max(d);
     }
     t.started_at = match (t.started_at, r.started_at) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -335,15 +393,50 @@ fn phases_line(r: &VmRecord) -> String {
     out
 }
 
-fn downtime_cell(d: Option<&Downtime>) -> String {
-    match d {
-        None => text::NONE.to_owned(),
-        Some(d) => match d.ended_by {
-            Some(DowntimeEnd::Migrated) => format::duration(d.seconds),
-            Some(DowntimeEnd::SourceRestored) => text::restored(&format::duration(d.seconds)),
-            None => text::still_down(&format::duration(d.seconds)),
-        },
+fn outage_cell(o: &Outage) -> String {
+    let d = format::duration(o.seconds);
+    match (o.ended_by, o.to) {
+        (Some(DowntimeEnd::Migrated), _) => d,
+        (Some(DowntimeEnd::SourceRestored), _) => text::restored(&d),
+        (None, Some(_)) => text::powered_on_elsewhere(&d),
+        (None, None) => text::still_down(&d),
     }
+}
+
+/// One outage as it is; several each with its attempt, then their sum.
+fn downtime_cell(v: &VmRecord) -> String {
+    match v.outages.as_slice() {
+        [] => text::NONE.to_owned(),
+        [one] => outage_cell(one),
+        many => {
+            let each: Vec<String> = many
+                .iter()
+                .map(|o| text::of_attempt(o.attempt, &outage_cell(o)))
+                .collect();
+            text::outages_summed(
+                &each.join(" · "),
+                &format::duration(v.downtime_seconds.unwrap_or_default()),
+            )
+        }
+    }
+}
+
+/// The outages in a CSV field: `#attempt=seconds:end` each, `;` between.
+fn outages_field(v: &VmRecord) -> String {
+    let each: Vec<String> = v
+        .outages
+        .iter()
+        .map(|o| {
+            let end = match (o.ended_by, o.to) {
+                (Some(DowntimeEnd::Migrated), _) => "migrated",
+                (Some(DowntimeEnd::SourceRestored), _) => "restored",
+                (None, Some(_)) => "poweredOnElsewhere",
+                (None, None) => "down",
+            };
+            format!("#{}={}:{end}", o.attempt, o.seconds)
+        })
+        .collect();
+    each.join(";")
 }
 
 fn failure_cell(f: Option<&Failure>) -> String {
@@ -383,7 +476,7 @@ pub fn markdown(r: &Report) -> String {
             when(v.completed_at),
             phases_line(v),
             text::bytes(&format::bytes(v.bytes_moved), &format::bytes(v.bytes_total)),
-            downtime_cell(v.downtime.as_ref()),
+            downtime_cell(v),
             failure_cell(v.failure.as_ref()),
         ];
         let cells: Vec<String> = cells.iter().map(|c| md(c)).collect();
@@ -451,12 +544,12 @@ pub fn csv(r: &Report) -> String {
             phases.join(";"),
             v.bytes_moved.to_string(),
             v.bytes_total.to_string(),
-            v.downtime
-                .as_ref()
-                .map(|d| d.seconds.to_string())
+            v.downtime_seconds
+                .map(|d| d.to_string())
                 .unwrap_or_default(),
-            t(v.downtime.as_ref().map(|d| d.from)),
-            t(v.downtime.as_ref().and_then(|d| d.to)),
+            t(v.outages.first().map(|o| o.from)),
+            t(v.outages.last().and_then(|o| o.to)),
+            outages_field(v),
             v.failure
                 .as_ref()
                 .map(|f| f.reason.to_owned())
@@ -484,7 +577,7 @@ pub fn csv(r: &Report) -> String {
             String::new(),
             w.downtime_seconds.to_string(),
         ]);
-        row.extend(std::iter::repeat_n(String::new(), 4));
+        row.extend(std::iter::repeat_n(String::new(), 5));
         row.extend([
             w.vms.to_string(),
             w.succeeded.to_string(),
@@ -580,12 +673,16 @@ mod tests {
             &ts(400),
         );
         let r = build([&o], Some("w"), ts(1000).0);
-        let d = r.vms[0].downtime.as_ref().unwrap();
+        let [d] = r.vms[0].outages.as_slice() else {
+            panic!("one outage: {:?}", r.vms[0].outages);
+        };
         assert_eq!((d.from, d.to, d.seconds), (ts(130).0, Some(ts(400).0), 270));
-        assert_eq!(d.ended_by, Some(DowntimeEnd::Migrated));
+        assert_eq!((d.ended_by, d.attempt), (Some(DowntimeEnd::Migrated), 1));
+        assert_eq!(r.vms[0].downtime_seconds, Some(270));
         // Never powered off by ferry: no downtime to report.
         let never = through("b", Some("w"), &ALL, Phase::Succeeded);
-        assert_eq!(build([&never], None, ts(1000).0).vms[0].downtime, None);
+        let never = &build([&never], None, ts(1000).0).vms[0];
+        assert_eq!((never.outages.len(), never.downtime_seconds), (0, None));
     }
 
     #[test]
@@ -605,7 +702,7 @@ mod tests {
         });
         let r = build([&o], Some("w"), ts(1150).0);
         let v = &r.vms[0];
-        let d = v.downtime.as_ref().unwrap();
+        let d = &v.outages[0];
         assert_eq!((d.to, d.seconds), (None, 1000));
         assert!(v.failure.as_ref().unwrap().is_final);
         let md = markdown(&r);
@@ -623,6 +720,114 @@ mod tests {
             csv.contains("\"DataVolume a-disk-0 failed:\nUnable to process | data\""),
             "{csv}"
         );
+    }
+
+    /// Attempt 1 powered the source off at 130, failed, and ferry powered it back on at 220;
+    /// the retry started over, powered it off again at 400, and the VM ran at 700.
+    fn retried_after_a_restore() -> VirtualMachineMigration {
+        let mut o = through(
+            "r",
+            Some("w"),
+            &[
+                (Preparing, 1),
+                (Converting, 1),
+                (Preparing, 2),
+                (Converting, 2),
+            ],
+            Phase::Succeeded,
+        );
+        let s = o.status.as_mut().unwrap();
+        s.earlier_outages = vec![ferry_crds::SourceOutage {
+            attempt: 1,
+            from: ts(130),
+            restored_at: Some(ts(220)),
+        }];
+        s.source_power_off = Some(SourcePowerOff {
+            shutdown_guest_at: Some(ts(400)),
+            hard_power_off_at: None,
+        });
+        ferry_crds::condition::set_condition(
+            &mut s.conditions,
+            ConditionType::VMStarted,
+            ConditionStatus::True,
+            Reason::VMRunning,
+            "",
+            Some(1),
+            &ts(700),
+        );
+        o
+    }
+
+    #[test]
+    fn a_vm_retried_after_its_source_was_restored_keeps_both_outages_in_every_format() {
+        let o = retried_after_a_restore();
+        let r = build([&o], Some("w"), ts(1000).0);
+        let v = &r.vms[0];
+        let got: Vec<_> = v
+            .outages
+            .iter()
+            .map(|o| (o.attempt, o.seconds, o.ended_by))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 90, Some(DowntimeEnd::SourceRestored)),
+                (2, 300, Some(DowntimeEnd::Migrated))
+            ]
+        );
+        assert_eq!(v.downtime_seconds, Some(390));
+        assert_eq!(r.totals[0].downtime_seconds, 390);
+        let md = markdown(&r);
+        let line = md.lines().find(|l| l.starts_with("| r |")).unwrap();
+        assert!(
+            line.contains(
+                "6m30s in all (attempt 1: 1m30s (source powered back on) · attempt 2: 5m00s)"
+            ),
+            "{line}"
+        );
+        let csv = csv(&r);
+        let row = csv.lines().nth(1).unwrap();
+        let col = |name: &str| {
+            let i = text::CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+            row.split(',').nth(i).unwrap().to_owned()
+        };
+        assert_eq!(col("downtime_seconds"), "390");
+        assert_eq!(col("outages"), "#1=90:restored;#2=300:migrated");
+        assert_eq!(col("downtime_from"), ts(130).0.to_string());
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["vms"][0]["downtimeSeconds"], 390);
+        assert_eq!(json["vms"][0]["outages"][0]["endedBy"], "SourceRestored");
+        assert_eq!(json["vms"][0]["outages"][1]["attempt"], 2);
+    }
+
+    #[test]
+    fn a_source_left_off_into_the_next_attempt_is_one_outage() {
+        let mut o = retried_after_a_restore();
+        let s = o.status.as_mut().unwrap();
+        // Not powered back on: attempt 2 found it off and powered nothing off.
+        s.earlier_outages[0].restored_at = None;
+        s.source_power_off = Some(SourcePowerOff::default());
+        let v = &build([&o], Some("w"), ts(1000).0).vms[0];
+        let got: Vec<_> = v
+            .outages
+            .iter()
+            .map(|o| (o.attempt, o.seconds, o.ended_by))
+            .collect();
+        assert_eq!(got, [(1, 570, Some(DowntimeEnd::Migrated))]);
+        // Powered on by someone else in between, then off again by ferry at 400.
+        let s = o.status.as_mut().unwrap();
+        s.source_power_off = Some(SourcePowerOff {
+            shutdown_guest_at: Some(ts(400)),
+            hard_power_off_at: None,
+        });
+        let v = &build([&o], Some("w"), ts(1000).0).vms[0];
+        let got: Vec<_> = v
+            .outages
+            .iter()
+            .map(|o| (o.attempt, o.seconds, o.ended_by))
+            .collect();
+        assert_eq!(got, [(1, 270, None), (2, 300, Some(DowntimeEnd::Migrated))]);
+        assert!(markdown(&build([&o], None, ts(1000).0)).contains("(powered on outside ferry)"));
     }
 
     #[test]

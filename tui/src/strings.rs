@@ -1341,7 +1341,7 @@ pub mod report {
         "Ended (UTC)",
     ];
     /// The CSV's columns.
-    pub const CSV_COLUMNS: [&str; 23] = [
+    pub const CSV_COLUMNS: [&str; 24] = [
         "row",
         "wave",
         "namespace",
@@ -1357,6 +1357,7 @@ pub mod report {
         "downtime_seconds",
         "downtime_from",
         "downtime_to",
+        "outages",
         "failure_reason",
         "failure_message",
         "vms",
@@ -1379,8 +1380,8 @@ pub mod report {
     pub fn generated(at: &str) -> String {
         format!(
             "Generated {at} by `ferry report` from the cluster's VirtualMachineMigrations. \
-             Downtime: from ferry's first power-off request to the source until the migrated \
-             VM ran (VMStarted) or ferry powered the source back on."
+             Downtime: from ferry's power-off request to the source until the migrated VM ran \
+             (VMStarted) or ferry powered the source back on, each attempt's outage summed."
         )
     }
 
@@ -1397,6 +1398,22 @@ pub mod report {
     /// A downtime that ferry ended by powering the source back on.
     pub fn restored(d: &str) -> String {
         format!("{d} (source powered back on)")
+    }
+
+    /// A downtime that ended when someone powered the source on outside ferry (seen when ferry
+    /// powered it off again).
+    pub fn powered_on_elsewhere(d: &str) -> String {
+        format!("{d} (powered on outside ferry)")
+    }
+
+    /// One outage of several, with its attempt.
+    pub fn of_attempt(attempt: i32, cell: &str) -> String {
+        format!("attempt {attempt}: {cell}")
+    }
+
+    /// Several outages, then their sum.
+    pub fn outages_summed(each: &str, sum: &str) -> String {
+        format!("{sum} in all ({each})")
     }
 
     /// A downtime still going on at the report.

@@ -40,7 +40,7 @@ fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_tot
     );
     let vm = |i: usize| &r.vms[i];
     // Moved at once: down from the shutdown request (20 s in) until it ran.
-    let d0 = vm(0).downtime.as_ref().unwrap();
+    let d0 = &vm(0).outages[0];
     assert_eq!(d0.ended_by, Some(DowntimeEnd::Migrated));
     assert_eq!(d0.seconds, 45 + 380 + 410 + 3 + 35 - 20);
     // Failed at 40 % of its import, retried, moved: the failure kept as retried past, the
@@ -53,20 +53,20 @@ fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_tot
     assert!(f2.message.contains("import fault at 40%"), "{}", f2.message);
     assert!(v2.phases.iter().any(|s| s.phase == Phase::Failed));
     assert_eq!(
-        v2.downtime.as_ref().unwrap().seconds,
+        v2.downtime_seconds.unwrap(),
         44 + 371 + 160 + 240 + 415 + 3 + 31 - 20
     );
     // The conversion that failed: final, and its source powered back on ended its downtime.
     let v3 = vm(3);
     assert_eq!(v3.phase, Phase::Failed);
     assert!(v3.failure.as_ref().unwrap().is_final);
-    let d3 = v3.downtime.as_ref().unwrap();
+    let d3 = &v3.outages[0];
     assert_eq!(
         (d3.ended_by, d3.seconds),
         (Some(DowntimeEnd::SourceRestored), 46 + 95 + 12 - 20)
     );
     // Still importing: down until now.
-    let d4 = vm(4).downtime.as_ref().unwrap();
+    let d4 = &vm(4).outages[0];
     assert_eq!((d4.to, d4.seconds), (None, 3600 - 1000 - 20));
 
     let [t] = r.totals.as_slice() else {
@@ -80,11 +80,7 @@ fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_tot
         t.bytes_moved,
         r.vms.iter().map(|v| v.bytes_moved).sum::<i64>()
     );
-    let downtimes: Vec<i64> = r
-        .vms
-        .iter()
-        .map(|v| v.downtime.as_ref().unwrap().seconds)
-        .collect();
+    let downtimes: Vec<i64> = r.vms.iter().map(|v| v.downtime_seconds.unwrap()).collect();
     assert_eq!(t.downtime_seconds, downtimes.iter().sum::<i64>());
     assert_eq!(t.longest_downtime_seconds, *downtimes.iter().max().unwrap());
     assert_eq!(t.completed_at, None, "vm4 is under way");

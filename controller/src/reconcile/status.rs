@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ferry_crds::source::{PowerRestoreResult, SourcePowerRestore};
+use ferry_crds::source::{PowerRestoreResult, SourceOutage, SourcePowerRestore};
 use ferry_crds::{
     Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, StagingRecord,
     VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history, names,
@@ -425,6 +425,15 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
                 }
             }
             if resume == Phase::Preparing {
+                // The ending attempt's outage outlives its power-off record, which the new
+                // attempt replaces: the report adds up every attempt's downtime.
+                if let Some(outage) = SourceOutage::of_attempt(
+                    s.attempts - 1,
+                    s.source_power_off.as_ref(),
+                    s.source_power_restore.as_deref(),
+                ) {
+                    SourceOutage::keep(&mut s.earlier_outages, outage);
+                }
                 s.disks.clear();
                 s.progress = None;
                 // Its staged objects were removed (by the record): the new attempt stages on what
@@ -728,6 +737,51 @@ mod tests {
             status_of(&vmm, ConditionType::DiskImported),
             (Unknown, Reason::NotStarted)
         );
+    }
+
+    #[test]
+    fn a_retry_that_starts_over_keeps_the_ending_attempts_outage() {
+        let mut s = started(&migration("m"), &t0());
+        s.phase = Phase::Failed;
+        s.source_power_off = Some(ferry_crds::SourcePowerOff {
+            shutdown_guest_at: Some(ts(10)),
+            hard_power_off_at: Some(ts(40)),
+        });
+        s.source_power_restore = Some(Box::new(SourcePowerRestore {
+            requested_at: ts(90),
+            target_stopping_since: None,
+            result: Some(PowerRestoreResult::PoweredOn),
+            finished_at: Some(ts(100)),
+            message: None,
+        }));
+        let failed = with_status(migration("m"), s);
+        // Resumed where it failed: the source stayed off and its power-off record stays.
+        let resumed = retried(&failed, Phase::Importing, &ts(200));
+        assert!(resumed.earlier_outages.is_empty());
+        assert!(resumed.source_power_off.is_some());
+        // Started over: the record goes, the outage is kept with the attempt it belonged to.
+        let over = retried(&failed, Phase::Preparing, &ts(200));
+        assert_eq!(over.source_power_off, None);
+        assert_eq!(
+            over.earlier_outages,
+            vec![SourceOutage {
+                attempt: 1,
+                from: ts(10),
+                restored_at: Some(ts(100)),
+            }]
+        );
+        // Started over again with the source found off (no power-off of its own): nothing is
+        // added; the first outage goes on.
+        let mut again = over.clone();
+        again.source_power_off = Some(Default::default());
+        again.source_power_restore = None;
+        let again = retried(
+            &with_status(migration("m"), again),
+            Phase::Preparing,
+            &ts(300),
+        );
+        assert_eq!(again.earlier_outages, over.earlier_outages);
+        assert_eq!(again.attempts, 3);
     }
 
     #[test]
