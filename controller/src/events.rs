@@ -276,6 +276,7 @@ mod tests {
             message: "x".into(),
             retriable: true,
             time: t1(),
+            cause: None,
         });
         status::enter(&mut f, Phase::Failed, &t1());
         let n = notes(&s1, &f);

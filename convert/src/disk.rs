@@ -130,6 +130,7 @@ impl Ctx<'_> {
                 r.state = RecordState::Failed;
                 r.stage = "failed".into();
                 r.error = Some(e.to_string());
+                r.reason = Some(e.reason().to_owned());
                 r.updated_unix_ms = now_ms();
                 if let Err(w) = self.staging.put_record(&disk.key, &r).await {
                     tracing::warn!(key = %disk.key, error = %w, "failure not recorded");

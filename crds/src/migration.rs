@@ -199,6 +199,12 @@ pub struct LastFailure {
     pub retriable: bool,
     /// When it failed.
     pub time: Time,
+    /// The failing component's own classification, where it gives one (the converter's
+    /// `BadDisk`, `QemuImg`, …; else the Job's reason): the same cause on two migrations is the
+    /// same problem, whatever their messages name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub cause: Option<String>,
 }
 
 /// Observed state of a migration, written only by the controller through the status subresource.
@@ -493,6 +499,7 @@ mod tests {
             message: "DataVolume web-1-disk-0 failed".into(),
             retriable: true,
             time: t0(),
+            cause: None,
         });
         record_phase(&mut status.history, Phase::Preparing, 1, &t0());
         record_phase(&mut status.history, Phase::Importing, 1, &t1());

@@ -59,6 +59,9 @@ pub struct DiskRecord {
     /// Why the converter stopped (`Failed` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The converter's classification of `error` (`BadDisk`, `QemuImg`, …; `Failed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// When the record was written, milliseconds since the Unix epoch.
     #[serde(default)]
     pub updated_unix_ms: u64,
@@ -84,6 +87,7 @@ impl DiskRecord {
             virtual_size: None,
             raw_sha256: None,
             error: None,
+            reason: None,
             updated_unix_ms: 0,
             job_uid: None,
         }

@@ -699,6 +699,7 @@ mod tests {
             message: "DataVolume a-disk-0 failed:\nUnable to process | data".into(),
             retriable: true,
             time: ts(280),
+            cause: None,
         });
         let r = build([&o], Some("w"), ts(1150).0);
         let v = &r.vms[0];

@@ -629,6 +629,55 @@ async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
+/// Two VMs whose flat extents are short (vcsim's own disks: a 10 GiB descriptor over an empty
+/// flat file) fail their conversions with the converter's `BadDisk`, each message naming its
+/// own disk and its own pod. At 80×24 the problems view shows one group, whose line is the
+/// cause.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_truncated_disks_are_one_problem_group_whose_line_says_baddisk_at_80_columns() {
+    let lab = lab();
+    let kc = lab.info.kubeconfig.clone();
+    install_crds(&kc);
+    let ns = lab.namespace("tui-causes").await.expect("namespace");
+    let scratch = repo_root().join(format!("target/lab/tui-causes-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    apply_credentials(lab, &kc, &ns.name);
+    let _controller =
+        ferry_harness::ChildGuard::spawn("ferry controller", controller(&kc, &ns.name))
+            .expect("controller");
+    let _sim = spawn_sim(lab, &ns.name, &scratch);
+    let tmux = Tmux::start("ferry-causes", &cockpit(&kc, &ns.name, ""), 80, 24);
+    tmux.wait_for("● live", T);
+    for name in ["short-a", "short-b"] {
+        let vm = lab.claim_vm().expect("vm");
+        kubectl(
+            &kc,
+            &["apply", "-f", "-"],
+            Some(&lab_migration(lab, &ns.name, name, &vm.name, None)),
+        );
+    }
+    tmux.wait("both Failed", Duration::from_secs(240), |s| {
+        ["short-a", "short-b"]
+            .iter()
+            .all(|n| row_phase(s, n).as_deref() == Some("Failed"))
+    });
+    for name in ["short-a", "short-b"] {
+        let cause = jsonpath(&kc, &ns.name, "vmm", name, "{.status.lastFailure.cause}");
+        assert_eq!(cause, "BadDisk", "{name}");
+    }
+    tmux.keys(&["!"]);
+    let view = tmux.wait("one group of two", T, |s| {
+        s.lines()
+            .any(|l| l.contains("2 × failed") && l.contains("BadDisk"))
+    });
+    assert!(
+        !view.lines().any(|l| l.contains("1 × failed")),
+        "no group of one:\n{view}"
+    );
+    tmux.keys(&["Escape", "q"]);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 fn tmux_env_cockpit(kubeconfigs: &std::ffi::OsStr, args: &str) -> String {
     format!(
         "KUBECONFIG={} exec {} {args}",

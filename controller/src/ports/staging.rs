@@ -41,6 +41,8 @@ pub struct ConverterProgress {
     pub rate_bytes_per_second: Option<i64>,
     /// Why the converter stopped on this disk, when it did.
     pub error: Option<String>,
+    /// The converter's classification of `error` (`BadDisk`, …).
+    pub reason: Option<String>,
 }
 
 /// Where staging is, as its credentials Secret is bound to, with the credentials.
@@ -183,6 +185,7 @@ impl StagingApi for S3Staging {
                 bytes_total: i(r.bytes_total),
                 rate_bytes_per_second: r.rate_bytes_per_second.map(i),
                 error: r.error,
+                reason: r.reason,
             }))
         })
     }

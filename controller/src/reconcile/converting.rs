@@ -579,19 +579,31 @@ fn staged_incomplete(scope: &Scope<Observed>) -> Outcome<Action> {
 }
 
 /// The Job failed: the converter's own words, from its records, say why (the Job's condition
-/// only says which exit code matched).
+/// only says which exit code matched), and come first; its classification (`BadDisk`, …) is the
+/// failure's cause, else the Job's reason.
 fn conversion_failed(scope: &Scope<Observed>, reason: &str, message: &str) -> Outcome<Action> {
-    let said: Vec<String> = scope
+    let records = scope
         .world
         .progress
         .iter()
         .enumerate()
         .filter_map(|(i, p)| {
-            p.as_ref()
-                .and_then(|p| p.error.as_deref())
-                .map(|e| say::converter_said(i, e))
-        })
-        .collect();
+            let p = p.as_ref()?;
+            p.error.as_deref().map(|e| (i, e, p.reason.as_deref()))
+        });
+    let mut said = vec![];
+    let mut causes: Vec<&str> = vec![];
+    for (i, error, cause) in records {
+        said.push(say::converter_said(i, error));
+        if let Some(c) = cause.filter(|c| !causes.contains(c)) {
+            causes.push(c);
+        }
+    }
+    let cause = if causes.is_empty() {
+        Some(reason.to_owned()).filter(|r| !r.is_empty())
+    } else {
+        Some(causes.join("+"))
+    };
     Outcome::failure(
         Reason::ConversionFailed,
         say::conversion_failed(reason, message, &said),
@@ -599,6 +611,7 @@ fn conversion_failed(scope: &Scope<Observed>, reason: &str, message: &str) -> Ou
         Phase::Converting,
         DiskConverted,
     )
+    .with_cause(cause)
 }
 
 /// What staging holds of each disk (`None`: nothing, or unreadable).
@@ -687,24 +700,34 @@ mod say {
         )
     }
 
+    /// The converter's error of disk `i`, which names its disk itself when it knows it.
     pub fn converter_said(i: usize, error: &str) -> String {
-        format!("disk {i}: {error}")
+        let named = error
+            .strip_prefix(&format!("disk {i}"))
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()));
+        if named {
+            error.to_owned()
+        } else {
+            format!("disk {i}: {error}")
+        }
     }
 
+    /// The converter's words first (what is wrong with which disk), the Job's boilerplate
+    /// last.
     pub fn conversion_failed(reason: &str, message: &str, said: &[String]) -> String {
-        format!(
-            "the conversion Job failed ({reason}{}){}; see its pod logs, then raise spec.retry",
-            if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            },
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", said.join("; "))
-            }
-        )
+        let job = if message.is_empty() {
+            format!("the conversion Job failed ({reason})")
+        } else {
+            format!("the conversion Job failed ({reason}: {message})")
+        };
+        if said.is_empty() {
+            format!("{job}; see its pod logs, then raise spec.retry")
+        } else {
+            format!(
+                "{}; {job}; see its pod logs, then raise spec.retry",
+                said.join("; ")
+            )
+        }
     }
 }
 
@@ -979,6 +1002,7 @@ mod tests {
             bytes_total: 100,
             rate_bytes_per_second: rate,
             error: None,
+            reason: None,
         };
         let o = decide(&Scope {
             vmm,
@@ -1054,6 +1078,7 @@ mod tests {
                     bytes_total: 0,
                     rate_bytes_per_second: None,
                     error: Some("disk 0 (ds/a.vmdk): extent a-flat.vmdk has 10 bytes, but the descriptor needs 20".into()),
+                    reason: Some("BadDisk".into()),
                 })],
                 source_power: None,
                 conflict: None,
@@ -1065,7 +1090,17 @@ mod tests {
         let Step::Fail { message, .. } = &o.step else {
             panic!("{:?}", o.step)
         };
-        assert!(message.contains("the descriptor needs 20"), "{message}");
+        // The converter's words first, the Job's boilerplate last; its classification is the
+        // failure's cause.
+        assert!(
+            message.starts_with("disk 0 (ds/a.vmdk): extent"),
+            "{message}"
+        );
+        assert!(
+            message.contains("; the conversion Job failed (PodFailurePolicy)"),
+            "{message}"
+        );
+        assert_eq!(o.cause.as_deref(), Some("BadDisk"));
     }
 
     #[test]

@@ -289,6 +289,7 @@ mod tests {
                 message: String::new(),
                 retriable: true,
                 time: t0(),
+                cause: None,
             });
         }
         vmm

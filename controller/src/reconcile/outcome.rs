@@ -151,6 +151,8 @@ pub struct Outcome<A> {
     pub record: Record,
     /// `status.message`.
     pub message: String,
+    /// A failure's cause, as the failing component classifies it (`status.lastFailure.cause`).
+    pub cause: Option<String>,
 }
 
 impl<A> Outcome<A> {
@@ -161,7 +163,14 @@ impl<A> Outcome<A> {
             conditions: vec![],
             record: Record::default(),
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// A failure's cause (see [`Outcome::cause`]).
+    pub fn with_cause(mut self, cause: Option<String>) -> Self {
+        self.cause = cause;
+        self
     }
 
     /// Adds a condition update.

@@ -200,6 +200,7 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
                 message: message.clone(),
                 retriable: *retriable,
                 time: now.clone(),
+                cause: outcome.cause.clone(),
             });
             enter(&mut s, Phase::Failed, now);
             ready(
@@ -587,6 +588,7 @@ pub fn with_power(
         message: format!("{what}{earlier}"),
         retriable: false,
         time: now.clone(),
+        cause: None,
     });
     ready(
         s,
@@ -1199,6 +1201,7 @@ mod tests {
                     message: "no agent".into(),
                     retriable: true,
                     time: t0(),
+                    cause: None,
                 });
                 s.source_power_restore = Some(Box::new(restore_record(None, "waiting")));
             }

@@ -119,6 +119,7 @@ mod tests {
                 .into(),
             retriable: true,
             time: ts(100),
+            cause: None,
         });
         s.message = Some("   ".into());
         ferry_crds::condition::set_condition(

@@ -163,6 +163,11 @@ pub fn line_of(o: &VirtualMachineMigration, name: &str, phase: Phase, message: &
     match phase {
         Phase::Failed => {
             let failure = o.status.as_ref().and_then(|s| s.last_failure.as_ref());
+            // The failing component's classification is the cause itself: two truncated disks
+            // are one problem, whatever paths and pods their messages name.
+            if let Some(cause) = failure.and_then(|f| f.cause.as_deref()) {
+                return cause.to_owned();
+            }
             first_line(o, name, failure.map_or(message, |f| f.message.as_str()))
         }
         Phase::Pending
@@ -200,6 +205,41 @@ fn first_line(o: &VirtualMachineMigration, name: &str, message: &str) -> String 
     for n in names.iter().filter(|n| !n.is_empty()) {
         out = replace_word(&out, n, "*");
     }
+    mask_generated(&out)
+}
+
+/// `s` with the random suffix of every generated name made `*`: a pod of a Job is named
+/// `<job>-<5 characters>` by the Job controller (`*-convert-x7k2p` → `*-convert-*`), so the
+/// same failure of two Jobs reads the same. The suffix is what the API server's
+/// `generateName` appends: five of `bcdfghjklmnpqrstvwxz2456789` (apimachinery's
+/// `util/rand.String`), a set without vowels, so few words of a message match it.
+fn mask_generated(s: &str) -> String {
+    const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+    let mut out = String::with_capacity(s.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        match word.rsplit_once('-') {
+            Some((stem, tail))
+                if !stem.is_empty()
+                    && tail.len() == 5
+                    && tail.chars().all(|c| ALPHABET.contains(c)) =>
+            {
+                out.push_str(stem);
+                out.push_str("-*");
+            }
+            _ => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '*' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
     out
 }
 
@@ -330,6 +370,7 @@ mod tests {
             message: message.into(),
             retriable: true,
             time: ts(1000),
+            cause: None,
         });
         Row::from_object(ClusterId::default(), o)
     }
@@ -353,6 +394,51 @@ mod tests {
             eta_seconds: None,
         });
         Row::from_object(ClusterId::default(), o)
+    }
+
+    #[test]
+    fn generated_names_are_masked_and_a_components_cause_groups_whatever_the_message() {
+        assert_eq!(
+            mask_generated("pod ns/*-convert-x7k2p failed; disk-0 and key-abcde stay"),
+            "pod ns/*-convert-* failed; disk-0 and key-abcde stay"
+        );
+        // Two conversions failed by the same cause, their messages naming their own pods and
+        // paths: one group, its line the cause.
+        let with_cause = |name: &str, path: &str, pod: &str| {
+            let mut o = migration(name).with_phase(Phase::Failed);
+            o.status.as_mut().unwrap().last_failure = Some(LastFailure {
+                phase: Phase::Converting,
+                reason: Reason::ConversionFailed,
+                message: format!("disk 0 ({path}): short extent; pod {pod}"),
+                retriable: true,
+                time: ts(1000),
+                cause: Some("BadDisk".into()),
+            });
+            Row::from_object(ClusterId::default(), o)
+        };
+        let a = with_cause("a", "[ds] A/a.vmdk", "a-convert-x7k2p");
+        let b = with_cause("b", "[ds] B/b.vmdk", "b-convert-q9zt4");
+        let rows = [a, b];
+        let g = groups(&rows, &HashMap::new(), ts(2000).0);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!(g[0].key.line, "BadDisk");
+        assert_eq!(names(&g[0]), ["a", "b"]);
+        // Without a cause (an older controller), the pods' suffixes are masked: still one group.
+        let plain = |name: &str, pod: &str| {
+            failed(
+                name,
+                Reason::ConversionFailed,
+                &format!("the conversion Job failed (PodFailurePolicy: pod ns/{pod} exited 3)"),
+            )
+        };
+        let rows = [plain("c", "c-convert-x7k2p"), plain("d", "d-convert-q9zt4")];
+        let g = groups(&rows, &HashMap::new(), ts(2000).0);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert!(
+            g[0].key.line.contains("pod ns/*-convert-* exited"),
+            "{}",
+            g[0].key.line
+        );
     }
 
     fn names(g: &Group<'_>) -> Vec<String> {

@@ -311,7 +311,11 @@ fn message_of(obj: &VirtualMachineMigration) -> String {
         .as_ref()
         .filter(|_| status.phase == Phase::Failed)
     {
-        return one_line(&format!("{}: {}", f.reason.as_str(), f.message));
+        // The cause first: it is what a narrow MESSAGE column has room for.
+        return one_line(&match f.cause.as_deref() {
+            Some(cause) => format!("{cause} ({}): {}", f.reason.as_str(), f.message),
+            None => format!("{}: {}", f.reason.as_str(), f.message),
+        });
     }
     // The controller's own message names every blocker after a preamble; the board leads
     // with the first one's code, which is what fits a narrow MESSAGE column.

@@ -995,6 +995,7 @@ fn row_message_prefers_the_last_failure_then_the_status_message() {
         message: "dv\nfailed".into(),
         retriable: true,
         time: ts(1),
+        cause: None,
     });
     assert_eq!(
         Row::from_object(C0, o.clone()).message,
@@ -1014,6 +1015,7 @@ fn a_deletion_stuck_on_its_cleanup_says_so_before_the_failure() {
         message: "dv failed".into(),
         retriable: true,
         time: ts(1),
+        cause: None,
     });
     ferry_crds::condition::set_condition(
         &mut st.conditions,
@@ -1320,6 +1322,7 @@ fn the_copy_key_takes_the_selected_rows_message_on_the_board_and_nothing_in_the_
         message: "qemu-img convert exited 1:\n  write failed: No space left on device".into(),
         retriable: true,
         time: ts(10),
+        cause: None,
     });
     let mut s = state_with(vec![failed.clone()]);
     let fx = update(&mut s, Action::CopyMessage);
@@ -1359,6 +1362,7 @@ fn failed_with(name: &str, reason: ferry_crds::Reason, message: &str) -> Virtual
         message: message.into(),
         retriable: true,
         time: ts(10),
+        cause: None,
     });
     o
 }

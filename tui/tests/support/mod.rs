@@ -199,6 +199,7 @@ pub fn vmm(
                         .into(),
                 retriable: true,
                 time: ts(3000 + i),
+                cause: None,
             });
             s.completed_at = Some(ts(3000 + i));
             ferry_crds::condition::set_condition(
@@ -826,6 +827,7 @@ pub fn demo_wave() -> Vec<VirtualMachineMigration> {
             .into(),
         retriable: true,
         time: ts(64 + 44 + 371 + 160),
+        cause: None,
     });
     let (mut vm3, failed_at) = vm(
         3,
@@ -844,6 +846,7 @@ pub fn demo_wave() -> Vec<VirtualMachineMigration> {
                 .into(),
             retriable: true,
             time: ts(failed_at),
+            cause: None,
         });
         s.source_power_restore = Some(Box::new(SourcePowerRestore {
             requested_at: ts(failed_at),
