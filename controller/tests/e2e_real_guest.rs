@@ -100,7 +100,8 @@ fn guest(
 
 /// Migrates `image` cold as the (512 MiB, one vCPU) VM of a new test namespace `ns`, shaped
 /// first with `shape` (`ferry-lab shape` arguments), the node running real guests; waits for
-/// the migration to end (the guest's agent is what it waits for, at most `agent_timeout`).
+/// the migration to end (the guest's agent is what it waits for, at most `agent_timeout`;
+/// `restore`: the source's power after a failure).
 async fn migrated_shaped(
     ns: &str,
     image: &std::path::Path,
@@ -108,6 +109,7 @@ async fn migrated_shaped(
     virtio_drivers: bool,
     agent_timeout: &str,
     guest: GuestConversion,
+    restore: RestorePowerState,
 ) -> (Env, ferry_crds::VirtualMachineMigration, EmptiedAtEnd) {
     let mut env = Env::new(ns, 1).await;
     let source = EmptiedAtEnd(env.vm.disks[0].local_path.clone());
@@ -144,7 +146,7 @@ async fn migrated_shaped(
     // virtio's drivers finds; the virtio guests' cloud kernel has no SATA driver.
     vmm.spec.target.template.devices.virtio_drivers = virtio_drivers;
     vmm.spec.conversion.guest = guest;
-    vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
+    vmm.spec.source.power.restore_power_state = restore;
     env.create(&vmm).await;
     let v = env
         .wait_for("guest", "the migration to settle", 900, |v| {
@@ -257,6 +259,7 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
         true,
         "300s",
         GuestConversion::Never,
+        RestorePowerState::OnCancelOrFailure,
     )
     .await;
     assert_booted_with_its_agent(&env, &v).await;
@@ -269,14 +272,22 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
     );
 }
 
-/// The guest that needs converting: its initramfs has only VMware's storage drivers. Migrated
-/// byte for byte (ferry converts no guest yet), on SATA (ferry's bus for a guest not said to
-/// have virtio's drivers) it does not find its root disk: the migration fails `GuestNotReady` with what the console said, the
-/// target is stopped and the source runs again. The same migrated bytes boot on VMware's PVSCSI
-/// and name the source.
+/// The guest that needs converting: its initramfs has only VMware's storage drivers.
+///
+/// Migrated byte for byte (`conversion.guest: Never`), on SATA (ferry's bus for a guest not said
+/// to have virtio's drivers) it does not find its root disk: the migration fails `GuestNotReady`
+/// with what the console said. The same migrated bytes boot on VMware's PVSCSI and name the
+/// source. The source stays off (`restorePowerState: Never`), so a retry with
+/// `conversion.guest: Auto` resumes at ConvertingGuest on the volumes already imported, after
+/// removing the VM made for the unconverted guest: ferry's guest Job converts it
+/// (`virt-v2v-in-place` on an overlay, landed on the volume through its journal), records what
+/// it did and the converted volume's checksum, and makes the VM on virtio; the guest boots from
+/// the converted bytes, its agent connects and its line names the source. (One migration for
+/// both: each copy and boot of a real guest costs minutes of CI's two cores.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converted() {
+async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_it() {
     let _one = ONE_GUEST.lock().await;
+    use ferry_controller::apis::kubevirt::VirtualMachine;
     let (image, source) = guest("bios-vmware");
     let (env, v, _source) = migrated_shaped(
         "e2e-real-guest-vmw",
@@ -285,6 +296,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converte
         false,
         "150s",
         GuestConversion::Never,
+        RestorePowerState::Never,
     )
     .await;
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
@@ -297,13 +309,8 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converte
     );
     assert_eq!(
         env.power_state().await,
-        "poweredOn",
-        "the source runs again"
-    );
-    let vmis: kube::Api<VirtualMachineInstance> = env.ns.api();
-    assert!(
-        vmis.get_opt(&names::vm_name(&v)).await.unwrap().is_none(),
-        "the target is stopped"
+        "poweredOff",
+        "restorePowerState: Never"
     );
     let volume = env
         .volumes
@@ -318,27 +325,42 @@ async fn a_guest_with_only_vmwares_drivers_does_not_find_its_root_until_converte
         "on PVSCSI it boots; its console's end:\n{console}"
     );
     names_the_source(&line, &source);
-}
+    std::fs::remove_file(&copy).unwrap();
 
-/// The same guest with `conversion.guest: Auto`: ferry's guest Job converts it
-/// (`virt-v2v-in-place` on an overlay, landed on the volume through its journal), records what
-/// it did and the converted volume's checksum, and makes the VM on virtio; the guest boots from
-/// the converted bytes, its agent connects and its line names the source.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guest_with_only_vmwares_drivers_boots_once_ferry_converted_it() {
-    let _one = ONE_GUEST.lock().await;
-    use ferry_controller::apis::kubevirt::VirtualMachine;
-    let (image, source) = guest("bios-vmware");
-    let (env, v, _source) = migrated_shaped(
-        "e2e-real-guest-conv",
-        &image,
-        &[],
-        false,
-        "300s",
-        GuestConversion::Auto,
+    // Converted on retry, from where the volumes are.
+    let old_vm_uid = {
+        let vms: kube::Api<VirtualMachine> = env.ns.api();
+        vms.get(&names::vm_name(&v)).await.unwrap().metadata.uid
+    };
+    env.patch_spec(
+        "guest",
+        serde_json::json!({"conversion": {"guest": "Auto"}, "retry": 1}),
     )
     .await;
+    let v = env
+        .wait_for("guest", "the retry to end", 900, |v| {
+            v.phase().is_terminal() && v.status.as_ref().is_some_and(|s| s.attempts == 2)
+        })
+        .await;
     let status = v.status.as_ref().unwrap();
+    let second: Vec<Phase> = status
+        .history
+        .iter()
+        .filter(|h| h.attempt == 2)
+        .map(|h| h.phase)
+        .collect();
+    assert_eq!(
+        second,
+        [
+            Phase::ConvertingGuest,
+            Phase::CreatingVM,
+            Phase::Starting,
+            Phase::Validating,
+            Phase::Succeeded
+        ],
+        "resumed at ConvertingGuest, nothing copied again: {}",
+        serde_yaml_status(&v)
+    );
     let guest = status
         .guest
         .as_deref()
@@ -379,6 +401,10 @@ async fn a_guest_with_only_vmwares_drivers_boots_once_ferry_converted_it() {
     }
     let vms: kube::Api<VirtualMachine> = env.ns.api();
     let vm = vms.get(&names::vm_name(&v)).await.unwrap();
+    assert_ne!(
+        vm.metadata.uid, old_vm_uid,
+        "the unconverted guest's VM was replaced"
+    );
     let vm = serde_json::to_value(&vm).unwrap();
     assert_eq!(
         vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]["disk"]["bus"], "virtio",
@@ -479,6 +505,7 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
         true,
         "300s",
         GuestConversion::Never,
+        RestorePowerState::OnCancelOrFailure,
     )
     .await;
     let vms: kube::Api<VirtualMachine> = env.ns.api();

@@ -55,7 +55,14 @@ pub fn guest_job(
     volumes: &[VerifyVolume],
     image: &str,
 ) -> Result<Job> {
-    let meta = super::child_meta(vmm, names::guest_job_name(vmm))?;
+    let mut meta = super::child_meta(vmm, names::guest_job_name(vmm))?;
+    // The DataVolumes it converts, by uid: one replaced under the same name after the Job was
+    // made is not what its report is about (see `converting_guest`).
+    let made_for: Vec<&str> = volumes.iter().map(|v| v.data_volume_uid.as_str()).collect();
+    meta.annotations = Some(std::collections::BTreeMap::from([(
+        super::verify_job::VOLUMES_ANNOTATION.to_owned(),
+        made_for.join(","),
+    )]));
     let mut args = vec![
         "convert-guest".to_owned(),
         "--mode".to_owned(),
@@ -126,13 +133,18 @@ mod tests {
         let vols = [VerifyVolume {
             index: 0,
             claim: "web-1-disk-0".into(),
-            data_volume_uid: String::new(),
+            data_volume_uid: "dv-uid-0".into(),
             block: false,
             size: 1 << 30,
             sha256: "ab".repeat(32),
         }];
         let job = guest_job(&vmm, &vols, "img").unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("web-1-guest"));
+        assert_eq!(
+            super::super::verify_job::made_for(&job),
+            Some(vec!["dv-uid-0".to_owned()]),
+            "pinned to the DataVolumes it converts"
+        );
         let pod = job.spec.unwrap().template.spec.unwrap();
         let c = &pod.containers[0];
         let args = c.args.clone().unwrap();

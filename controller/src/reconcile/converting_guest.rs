@@ -22,8 +22,9 @@ use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world;
 use crate::Result;
+use crate::apis::cdi::DataVolume;
 use crate::apis::job::JobState;
-use crate::children::guest_job;
+use crate::children::{Ownership, guest_job, verify_job};
 use crate::problem::Problem;
 use ferry_convert::guest::Outcome as Converted;
 
@@ -44,6 +45,11 @@ pub struct Observed {
     pub conflict: Option<Problem>,
     /// Per disk, whether its claim is a block device; read only when the Job is to be made.
     pub block: Vec<bool>,
+    /// Per disk, the uid of the migration's own DataVolume under its name (`None`: absent or
+    /// being deleted; one that is not ferry's is a `conflict`).
+    pub dv_uids: Vec<Option<String>>,
+    /// The uids of the DataVolumes the guest Job was made for (its annotation).
+    pub made_for: Option<Vec<String>>,
 }
 
 /// What ConvertingGuest does to the world.
@@ -64,7 +70,25 @@ impl Checkpoint for ConvertingGuest {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let seen =
             world::reporting_job(io, &names::guest_job_name(io.vmm), guest_job::CONTAINER).await?;
-        let block = if seen.state == JobState::Absent && seen.conflict.is_none() {
+        let mut conflict = seen.conflict.map(|c| c.problem(world::RENAME_HINT));
+        let mut dv_uids = vec![];
+        for i in 0..world::staged_keys(io.vmm).len() {
+            let found = io
+                .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
+                .await?;
+            let uid = match found.as_ref().map(|d| (d, io.own(d))) {
+                Some((_, Ownership::Foreign(c))) => {
+                    conflict = conflict.or_else(|| Some(c.problem(world::RENAME_HINT)));
+                    None
+                }
+                Some((d, Ownership::Ours { .. })) if d.metadata.deletion_timestamp.is_none() => {
+                    d.metadata.uid.clone()
+                }
+                Some(_) | None => None,
+            };
+            dv_uids.push(uid);
+        }
+        let block = if seen.state == JobState::Absent && conflict.is_none() {
             world::block_claims(io, world::staged_keys(io.vmm).len()).await?
         } else {
             vec![]
@@ -76,8 +100,10 @@ impl Checkpoint for ConvertingGuest {
                 .report
                 .as_deref()
                 .and_then(ferry_convert::guest::parse_result),
-            conflict: seen.conflict.map(|c| c.problem(world::RENAME_HINT)),
+            conflict,
             block,
+            made_for: seen.job.as_ref().and_then(verify_job::made_for),
+            dv_uids,
         })
     }
 
@@ -88,7 +114,7 @@ impl Checkpoint for ConvertingGuest {
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::CreateJob => {
-                let Ok(volumes) = verify_volumes(io.vmm, &observed.block, &[]) else {
+                let Ok(volumes) = verify_volumes(io.vmm, &observed.block, &observed.dv_uids) else {
                     // The decision creates the Job only with every checksum in hand.
                     return Ok(None);
                 };
@@ -113,6 +139,9 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         return Outcome::from_problem(scope, p, Some(GuestConverted));
     }
     let job = names::guest_job_name(&scope.vmm);
+    if let Some(i) = scope.world.dv_uids.iter().position(Option::is_none) {
+        return volume_gone(scope, i);
+    }
     match &scope.world.job {
         JobState::Absent => create(scope, &job),
         JobState::Deleting => wait(scope, say::job_going(&job)),
@@ -127,6 +156,13 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
                 GuestConverted,
             )
         }
+        JobState::Complete if !made_for_these(&scope.world) => Outcome::failure(
+            Reason::GuestConversionFailed,
+            say::made_for_others(&job),
+            true,
+            Phase::ConvertingGuest,
+            GuestConverted,
+        ),
         JobState::Complete => match &scope.world.reported {
             Some(c) => converted(scope, c),
             None => Outcome::failure(
@@ -140,8 +176,34 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     }
 }
 
+/// Whether the guest Job was made for exactly the DataVolumes there now: one replaced under the
+/// same name since holds bytes the Job's report is not about.
+fn made_for_these(w: &Observed) -> bool {
+    let now: Option<Vec<&str>> = w.dv_uids.iter().map(Option::as_deref).collect();
+    let then: Option<Vec<&str>> = w
+        .made_for
+        .as_ref()
+        .map(|v| v.iter().map(String::as_str).collect());
+    now.is_some() && now == then
+}
+
+/// Disk `i`'s DataVolume is gone (or going) since it was imported: its bytes, which ferry
+/// verified (cold) or cut over (warm), are lost, and the guest Job converts nothing else. A cold
+/// migration imports it again from staging; a warm one's cutover changes were never staged.
+fn volume_gone(scope: &Scope<Observed>, i: usize) -> Outcome<Action> {
+    let dv = names::datavolume_name(&scope.vmm, i);
+    let warm = scope.vmm.spec.mode == ferry_crds::MigrationMode::Warm;
+    Outcome::failure(
+        Reason::GuestConversionFailed,
+        say::volume_gone(&dv, warm),
+        !warm,
+        Phase::Importing,
+        GuestConverted,
+    )
+}
+
 fn create(scope: &Scope<Observed>, job: &str) -> Outcome<Action> {
-    if let Err(which) = verify_volumes(&scope.vmm, &scope.world.block, &[]) {
+    if let Err(which) = verify_volumes(&scope.vmm, &scope.world.block, &scope.world.dv_uids) {
         return Outcome::failure(
             Reason::GuestConversionFailed,
             say::no_checksums(&which),
@@ -246,6 +308,24 @@ mod say {
         )
     }
 
+    pub fn made_for_others(job: &str) -> String {
+        format!(
+            "the guest Job {job} was made for DataVolumes that were since replaced under the same names: its report is not about the volumes there now, and nothing is taken as converted"
+        )
+    }
+
+    pub fn volume_gone(dv: &str, warm: bool) -> String {
+        if warm {
+            format!(
+                "the DataVolume {dv} is gone since the cutover: the bytes ferry cut over are lost, and no guest is converted; cancel, then migrate again"
+            )
+        } else {
+            format!(
+                "the DataVolume {dv} is gone since it was imported and verified: no guest is converted; raise spec.retry to import it again from staging"
+            )
+        }
+    }
+
     pub fn no_checksums(which: &str) -> String {
         format!(
             "no verified checksum recorded for {which}: the guest Job converts only volumes ferry can account for"
@@ -298,6 +378,8 @@ mod tests {
             reported: None,
             conflict: None,
             block: vec![false],
+            dv_uids: vec![Some("dv-1".into())],
+            made_for: Some(vec!["dv-1".into()]),
         }
     }
 
@@ -371,6 +453,56 @@ mod tests {
         assert!(g.converted);
         assert_eq!(g.volumes[0].sha256, "cd".repeat(32));
         assert!(out.message.contains("12.15"), "{}", out.message);
+    }
+
+    fn reported() -> Converted {
+        Converted {
+            operating_system: Some("12.15".into()),
+            converted: true,
+            changes: vec![],
+            volumes: vec![Landed {
+                disk: 0,
+                sha256: "cd".repeat(32),
+                written_bytes: 14 << 20,
+            }],
+            seconds: 63,
+        }
+    }
+
+    #[test]
+    fn a_report_about_datavolumes_replaced_since_the_job_was_made_converts_nothing() {
+        let mut w = observed(JobState::Complete);
+        w.reported = Some(reported());
+        w.made_for = Some(vec!["dv-0-before".into()]);
+        let out = decide(&scope(staged(), w.clone()));
+        assert!(
+            matches!(&out.step, Step::Fail { reason: Reason::GuestConversionFailed, message, .. } if message.contains("since replaced")),
+            "{out:?}"
+        );
+        assert!(out.record.guest.is_none());
+        // Made without the annotation: not known to be about these volumes either.
+        w.made_for = None;
+        let out = decide(&scope(staged(), w));
+        assert!(matches!(out.step, Step::Fail { .. }), "{out:?}");
+    }
+
+    #[test]
+    fn a_datavolume_gone_since_the_import_converts_nothing_and_says_what_a_retry_does() {
+        let mut w = observed(JobState::Absent);
+        w.dv_uids = vec![None];
+        let out = decide(&scope(staged(), w.clone()));
+        assert!(
+            matches!(&out.step, Step::Fail { retriable: true, resume: Phase::Importing, message, .. } if message.contains("import it again")),
+            "cold: imported again from staging: {out:?}"
+        );
+        let mut warm = staged();
+        warm.spec.mode = ferry_crds::MigrationMode::Warm;
+        w.job = JobState::Running { failed: 0 };
+        let out = decide(&scope(warm, w));
+        assert!(
+            matches!(&out.step, Step::Fail { retriable: false, message, .. } if message.contains("cutover")),
+            "warm: the cutover's bytes are lost: {out:?}"
+        );
     }
 
     #[test]
