@@ -144,6 +144,17 @@ fn wait_full_board(log: &Path, n: usize, timeout: Duration) -> u128 {
     }
 }
 
+/// Microseconds since the epoch of the first frame showing a migration's row (the list may be
+/// under way).
+fn first_rows_at(log: &Path) -> u128 {
+    frames(log)
+        .into_iter()
+        .find(|f| f["migrations"].as_u64().is_some_and(|m| m > 0))
+        .and_then(|f| f["at_us"].as_u64())
+        .unwrap_or(0)
+        .into()
+}
+
 /// utime + stime of a process, in seconds.
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -569,6 +580,7 @@ spec:
     }
     let log = out_dir.join("cockpit-e2e-frames.jsonl");
     let mut ferry_s = vec![];
+    let mut first_s = vec![];
     let mut pid = 0;
     let mut m0 = HashMap::new();
     let mut launched = Instant::now();
@@ -582,17 +594,26 @@ spec:
         pid = start_cockpit(&kc, &log);
         let full = wait_full_board(&log, n, Duration::from_secs(120));
         ferry_s.push((full - started) as f64 / 1e6);
+        first_s.push((first_rows_at(&log).saturating_sub(started)) as f64 / 1e6);
         if run < 2 {
             let _ = tmux(&["kill-session", "-t", SESSION]);
         }
     }
     let (k, f) = (pct(&sorted(kubectl_s), 0.5), pct(&sorted(ferry_s), 0.5));
+    let first = pct(&sorted(first_s), 0.5);
+    table.row(
+        &format!("first rows, {n} migrations (median of 3)"),
+        format!("{first:.2} s"),
+        format!("{k:.2} s"),
+        "≤ 0.5 s",
+        Some(first <= 0.5),
+    );
     table.row(
         &format!("first full board, {n} migrations (median of 3)"),
         format!("{f:.2} s"),
         format!("{k:.2} s"),
-        "≤ 1.5× kubectl",
-        Some(f <= 1.5 * k),
+        "≤ 1.3× kubectl's list",
+        Some(f <= 1.3 * k),
     );
     let rss_listed = status_kib(pid, "VmRSS");
 

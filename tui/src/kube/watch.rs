@@ -82,7 +82,16 @@ pub trait Watched:
     fn deleted(self, cluster: ClusterId) -> Option<Action>;
     /// The action of a finished (re-)list.
     fn listed(cluster: ClusterId, all: Vec<Self::Kept>) -> Action;
+    /// The action that shows the first objects of a list still under way (`None`: the list
+    /// is shown once finished).
+    fn arriving(_cluster: ClusterId, _first: &[Self::Kept]) -> Option<Action> {
+        None
+    }
 }
+
+/// How many objects of a list are shown before the list ends: more than a screen's rows
+/// (a list streams in the store's order, namespace then name, which is the board's).
+const FIRST_ROWS: usize = 128;
 
 fn key_of<K: KubeResource>(cluster: ClusterId, o: &K) -> ObjKey {
     ObjKey::at(cluster, o.namespace().unwrap_or_default(), o.name_any())
@@ -106,6 +115,10 @@ impl Watched for VirtualMachineMigration {
     }
     fn listed(cluster: ClusterId, all: Vec<Row>) -> Action {
         Action::MigrationsListed(cluster, all)
+    }
+    // At 10,000 migrations a list takes seconds: the first screen of rows is drawn at once.
+    fn arriving(cluster: ClusterId, first: &[Row]) -> Option<Action> {
+        Some(Action::MigrationsArriving(cluster, first.to_vec()))
     }
 }
 
@@ -298,7 +311,17 @@ async fn run<K: Watched>(api: Api<K>, cluster: ClusterId, tx: UnboundedSender<Ac
                         return;
                     }
                 }
-                Some(Ok(watcher::Event::InitApply(o))) => buf.extend(o.keep(cluster)),
+                Some(Ok(watcher::Event::InitApply(o))) => {
+                    let before = buf.len();
+                    buf.extend(o.keep(cluster));
+                    if before < FIRST_ROWS
+                        && buf.len() == FIRST_ROWS
+                        && let Some(a) = K::arriving(cluster, &buf)
+                        && !send(a)
+                    {
+                        return;
+                    }
+                }
                 Some(Ok(watcher::Event::InitDone)) => {
                     attempt = 0;
                     if !send(K::listed(cluster, std::mem::take(&mut buf)))

@@ -102,6 +102,9 @@ pub enum Action {
     /// A (re-)list of every migration in a cluster's scope finished: their rows, each made as
     /// its object arrived (a list of 10,000 never sits in memory as objects and rows at once).
     MigrationsListed(ClusterId, Vec<super::Row>),
+    /// The first rows of a (re-)list still under way, shown at once; the finished list
+    /// ([`Action::MigrationsListed`]) replaces them.
+    MigrationsArriving(ClusterId, Vec<super::Row>),
     /// A wave was added or changed.
     WaveApplied(ClusterId, Box<MigrationWave>),
     /// A wave is gone.

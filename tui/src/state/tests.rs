@@ -1742,3 +1742,33 @@ fn scrolling_up_leaves_the_tail_and_the_end_key_sticks_to_it_again() {
     update(&mut s, Action::Nav(Nav::Bottom));
     assert!(s.podlogs.as_ref().unwrap().tail);
 }
+
+#[test]
+fn the_first_rows_of_a_list_under_way_are_shown_and_the_finished_list_replaces_them() {
+    let mut s = State::new("lab", Scope::Namespace("default".into()), false, now());
+    update(
+        &mut s,
+        Action::Connection(C0, Resource::Migrations, ConnState::Listing),
+    );
+    let rows = |names: &[&str]| -> Vec<Row> {
+        names
+            .iter()
+            .map(|n| Row::from_object(C0, vmm(n, Phase::Importing)))
+            .collect()
+    };
+    update(&mut s, Action::MigrationsArriving(C0, rows(&["a", "b"])));
+    assert_eq!(
+        visible_names(&s),
+        ["a", "b"],
+        "on the board before the list ends"
+    );
+    // The list ends: b went meanwhile, c came.
+    update(&mut s, Action::MigrationsListed(C0, rows(&["a", "c"])));
+    assert_eq!(visible_names(&s), ["a", "c"]);
+    // Rows of a cluster the board does not have are dropped.
+    update(
+        &mut s,
+        Action::MigrationsArriving(ClusterId(1), rows(&["z"])),
+    );
+    assert_eq!(visible_names(&s), ["a", "c"]);
+}

@@ -28,6 +28,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         // An action of a cluster the board no longer has (an old context's watch) is dropped.
         Action::MigrationApplied(c, _)
         | Action::MigrationsListed(c, _)
+        | Action::MigrationsArriving(c, _)
         | Action::WaveApplied(c, _)
         | Action::WavesListed(c, _)
         | Action::EventsListed(c, _)
@@ -36,6 +37,7 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         Action::MigrationApplied(c, obj) => watch::migration_applied(state, c, *obj, &mut fx),
         Action::MigrationDeleted(key) => watch::migration_deleted(state, key),
         Action::MigrationsListed(c, rows) => watch::migrations_listed(state, c, rows, &mut fx),
+        Action::MigrationsArriving(c, rows) => watch::migrations_arriving(state, c, rows),
         Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj),
         Action::WaveDeleted(key) => watch::wave_deleted(state, key),
         Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs),

@@ -85,6 +85,19 @@ pub(super) fn migration_deleted(state: &mut State, key: ObjKey) {
     resync_cursor(state);
 }
 
+/// The first rows of a list under way: on the board at once, as they are; the finished list
+/// settles what is pending and replaces the cluster's rows.
+pub(super) fn migrations_arriving(state: &mut State, c: ClusterId, rows: Vec<Row>) {
+    heard_from(state, c);
+    let now = state.now;
+    for row in rows {
+        let moved = Moved::after(state.moved.get(&row.key), &row, now);
+        state.moved.insert(row.key.clone(), moved);
+        state.index.upsert(row);
+    }
+    resync_cursor(state);
+}
+
 pub(super) fn migrations_listed(
     state: &mut State,
     c: ClusterId,
