@@ -604,10 +604,13 @@ fn conversion_failed(scope: &Scope<Observed>, reason: &str, message: &str) -> Ou
     } else {
         Some(causes.join("+"))
     };
+    // The converter's permanent exit code matched the Job's failure policy: the same input fails
+    // the same way until something changes (the disk, the spec).
+    let permanent = reason == "PodFailurePolicy";
     Outcome::failure(
         Reason::ConversionFailed,
         say::conversion_failed(reason, message, &said),
-        true,
+        !permanent,
         Phase::Converting,
         DiskConverted,
     )
@@ -1101,6 +1104,16 @@ mod tests {
             "{message}"
         );
         assert_eq!(o.cause.as_deref(), Some("BadDisk"));
+        assert!(
+            matches!(
+                o.step,
+                Step::Fail {
+                    retriable: false,
+                    ..
+                }
+            ),
+            "a bad disk fails the same way again: not retriable as it is"
+        );
     }
 
     #[test]

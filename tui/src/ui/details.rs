@@ -178,15 +178,17 @@ fn summary(
     if let Some(g) = guest(o, &status) {
         out.extend(wrapped_value(label(text::GUEST, t), &g, width, t.text()));
     }
-    // Whole, wrapped: the failure is the one thing the operator must read in full.
-    if let Some(m) = status.message.as_deref().filter(|m| !m.trim().is_empty()) {
-        let head = message_label(text::MESSAGE, selected == Some(&About::Status), t);
-        out.extend(wrapped_value(head, m, width, t.text()));
-    }
+    // Whole, wrapped: the failure is the one thing the operator must read in full, so it comes
+    // before the status message (which may speak of what followed it: the source's power), in
+    // the order of `state::messages::of`.
     if let Some(f) = &status.last_failure {
         let head = message_label(text::FAILURE, selected == Some(&About::Failure), t);
         let whole = text::failure(f.reason.as_str(), &f.phase, &f.message, f.retriable);
         out.extend(wrapped_value(head, &whole, width, t.bad()));
+    }
+    if let Some(m) = status.message.as_deref().filter(|m| !m.trim().is_empty()) {
+        let head = message_label(text::MESSAGE, selected == Some(&About::Status), t);
+        out.extend(wrapped_value(head, m, width, t.text()));
     }
     out
 }
