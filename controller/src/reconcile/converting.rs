@@ -183,11 +183,7 @@ impl Checkpoint for Converting {
                 Ok(done.err())
             }
             Action::CreateJob => {
-                let image = match io
-                    .ctx
-                    .policy
-                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
-                {
+                let image = match io.converter_image() {
                     Ok(i) => i,
                     // The decision creates the Job only with an allowed image.
                     Err(_) => return Ok(None),

@@ -118,11 +118,7 @@ impl Checkpoint for ConvertingGuest {
                     // The decision creates the Job only with every checksum in hand.
                     return Ok(None);
                 };
-                let Ok(image) = io
-                    .ctx
-                    .policy
-                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
-                else {
+                let Ok(image) = io.converter_image() else {
                     // Converting refused a disallowed image before anything was imported.
                     return Ok(None);
                 };

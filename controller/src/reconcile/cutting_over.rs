@@ -222,9 +222,7 @@ impl Checkpoint for CuttingOver {
                 };
                 let (Ok(volumes), Ok(image)) = (
                     precopy::volumes(io.vmm, &observed.block, disks),
-                    io.ctx
-                        .policy
-                        .converter_image_for(io.vmm.spec.conversion.image.as_deref()),
+                    io.converter_image(),
                 ) else {
                     // The decision makes the Job only with every disk in the snapshot.
                     return Ok(None);
@@ -243,11 +241,7 @@ impl Checkpoint for CuttingOver {
                     // The decision creates the Job only with every disk's change id recorded.
                     return Ok(None);
                 };
-                let Ok(image) = io
-                    .ctx
-                    .policy
-                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
-                else {
+                let Ok(image) = io.converter_image() else {
                     // Converting refused a disallowed image before anything was copied.
                     return Ok(None);
                 };

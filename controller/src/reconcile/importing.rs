@@ -186,11 +186,7 @@ impl Checkpoint for Importing {
                     // The decision creates the Job only with every checksum in hand.
                     Err(_) => return Ok(None),
                 };
-                let image = match io
-                    .ctx
-                    .policy
-                    .converter_image_for(io.vmm.spec.conversion.image.as_deref())
-                {
+                let image = match io.converter_image() {
                     Ok(i) => i,
                     // Converting refused a disallowed image before anything was imported.
                     Err(_) => return Ok(None),

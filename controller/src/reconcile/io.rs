@@ -79,6 +79,17 @@ impl Created {
 }
 
 impl Io<'_> {
+    /// The converter image this migration's Jobs run: `spec.conversion.image` when the policy
+    /// allows it, else the controller's own (see [`crate::policy::Policy::converter_image_for`]).
+    ///
+    /// # Errors
+    /// Why the image is not allowed (the message of `ConverterImageNotAllowed`).
+    pub fn converter_image(&self) -> std::result::Result<String, String> {
+        self.ctx
+            .policy
+            .converter_image_for(self.vmm.spec.conversion.image.as_deref())
+    }
+
     /// The object `name` of kind `K` in the migration's namespace, through the children's watch
     /// caches where the controller keeps one (see [`crate::caches`]: what the cache does not
     /// show is absent, unless the migration recorded creating it).

@@ -144,10 +144,7 @@ async fn facts(io: Io<'_>, login: &SourceLogin) -> Result<Result<SourceFacts, Pr
         }
         found
     };
-    let converter_image = io
-        .ctx
-        .policy
-        .converter_image_for(io.vmm.spec.conversion.image.as_deref());
+    let converter_image = io.converter_image();
     let classes = preflight::named_classes(io.vmm, &discovered.source.disks);
     let missing_classes = missing_classes(io, &classes).await?;
     Ok(Ok(SourceFacts {
