@@ -249,6 +249,9 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
     match &intent {
         Intent::Proceed => return proceed(io, now, None, vec![]).await,
         Intent::Cancel { cleanup } => {
+            // A copy slot granted and not yet shown by a status is free again at once, not
+            // after the grant's TTL: a cancelled migration copies nothing more.
+            ctx.slots.give_back(&vmm.uid().unwrap_or_default());
             // The target stopped and the source powered back on first; nothing is removed
             // before that (the VM stays, halted, for as long as ferry waits on it).
             let report = power::restore(io, intents::restores_on_cancel(vmm), &now).await?;
@@ -578,6 +581,8 @@ fn requeue_after_step<A, W>(step: &Step<A>, scope: &Scope<W>) -> (Option<Duratio
 }
 
 async fn on_delete(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> {
+    // Its copy slot, granted and not yet shown by a status, is free again at once.
+    ctx.slots.give_back(&vmm.uid().unwrap_or_default());
     // The migration goes with its finalizer: what cleanup deleted needs no record.
     let ledger = Ledger::default();
     let io = Io {
