@@ -22,11 +22,11 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::conditions::{self, Condition, Flavour};
+use crate::context::Sim;
 use crate::faults::Step;
 use crate::migration::{Child, Faults};
 use crate::pvcs::Pvcs;
 use crate::s3::{self, Copied, Credentials};
-use crate::sim::Sim;
 use crate::{Error, Result, clock, quantity, storage, volumes};
 
 /// `DataVolume.spec`: the source and the claim to create.

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock;
 use crate::conditions;
+use crate::context::Sim;
 use crate::domain;
 use crate::kubevirt::{
     PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
@@ -31,7 +32,6 @@ use crate::kubevirt::{
 use crate::pods;
 use crate::qemu;
 use crate::scheduling;
-use crate::sim::Sim;
 use crate::vms::{
     AGENT_FATE_ANNOTATION, STOP_FATE_ANNOTATION, Timing, VMI_FATE_ANNOTATION, grace_seconds,
 };

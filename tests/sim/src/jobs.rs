@@ -25,10 +25,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
+use crate::context::Sim;
 use crate::faults::Step;
 use crate::migration::{Child, Faults};
 use crate::process::{self, PodFacts, Sources};
-use crate::sim::Sim;
 use crate::{Error, Result, clock};
 use crate::{pods, storage};
 

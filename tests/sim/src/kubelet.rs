@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,25 +54,14 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
+use crate::context::Sim;
 use crate::logs::{self, Cursor, Options, Render, Stream};
 use crate::pods;
-use crate::sim::Sim;
 use crate::{Error, Result};
 
-/// What the command line says about the endpoint.
-#[derive(Clone, Debug, Default)]
-pub struct Config {
-    /// The port (`--kubelet-port`); 0 takes any free one.
-    pub port: u16,
-    /// The CAs whose client certificates authenticate (`--client-ca-file`, else the cluster CA of
-    /// the kubeconfig). Empty: nobody authenticates.
-    pub client_ca: Vec<CertificateDer<'static>>,
-    /// A serving certificate chain and key in PEM (`--tls-cert-file`, `--tls-private-key-file`);
-    /// `None`: self-signed, made at start.
-    pub serving: Option<(PathBuf, PathBuf)>,
-    /// How often the Node is looked at (`--node-status-update-frequency`).
-    pub status_every: Duration,
-}
+/// What the command line says about the endpoint (kept beside the other settings, in
+/// `context.rs`).
+pub use crate::context::KubeletConfig as Config;
 
 /// The bound endpoint, before it serves.
 pub struct Endpoint {

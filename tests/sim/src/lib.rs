@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod conditions;
+pub mod context;
 pub mod datavolumes;
 pub mod domain;
 mod error;
@@ -31,5 +32,5 @@ pub mod storage;
 pub mod vms;
 pub mod volumes;
 
+pub use context::{KubeVirt, Settings, Sim};
 pub use error::{Error, Result};
-pub use sim::{KubeVirt, Settings, Sim};

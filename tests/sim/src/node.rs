@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use tracing::{debug, info, warn};
 
-use crate::sim::Sim;
+use crate::context::Sim;
 use crate::{Result, clock, scheduling};
 
 /// The annotation that says a sim registered the Node.

@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
-use crate::sim::Sim;
+use crate::context::Sim;
 
 /// The finalizer the StorageObjectInUseProtection admission plugin adds to every claim.
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";

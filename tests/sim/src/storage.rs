@@ -9,7 +9,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::Api;
 
 use crate::Result;
-use crate::sim::Sim;
+use crate::context::Sim;
 
 /// The annotation the scheduler sets on a delayed-binding claim once it picked a node.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";

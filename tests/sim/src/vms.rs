@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::{self, Speed};
 use crate::conditions::{self, Flavour};
+use crate::context::Sim;
 use crate::faults::Step;
 use crate::kubevirt::{
     PhaseTransition, StartFailure, VirtualMachine, VirtualMachineInstance,
@@ -36,7 +37,6 @@ use crate::kubevirt::{
 use crate::migration::{Child, Faults};
 use crate::pvcs::Pvcs;
 use crate::scheduling;
-use crate::sim::Sim;
 use crate::volumes::Volumes;
 use crate::{Error, Result};
 
