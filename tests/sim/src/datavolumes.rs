@@ -16,6 +16,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{CustomResource, Resource, ResourceExt};
+use object_store::ObjectStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
@@ -23,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::conditions::{self, Condition, Flavour};
 use crate::context::Sim;
-use crate::faults::Step;
+use crate::faults::{Fault, Step};
 use crate::migration::{Child, Faults};
 use crate::pvcs::Pvcs;
 use crate::s3::{self, Copied, Credentials};
@@ -148,45 +149,12 @@ pub fn progress_string(done: u64, total: u64) -> String {
 const REASON_POD_RUNNING: &str = "Pod is running";
 const REASON_TRANSFER_RUNNING: &str = "TransferRunning";
 
-/// The status CDI would show for `stage`, from the previous status. Pure.
-///
-/// Guarantees: `restartCount` grows by one exactly for `Restarting`; `progress` is "100.0%"
-/// once `Succeeded`; `Ready` is `True` only when `Succeeded`; condition transition times move
-/// only on status changes.
-pub fn next_status(
-    old: &DataVolumeStatus,
-    claim: &str,
-    stage: &Stage,
-    now: &str,
-) -> DataVolumeStatus {
-    let mut s = old.clone();
-    s.claim_name = Some(claim.to_string());
-    let c = &mut s.conditions;
-    let bound = !matches!(stage, Stage::Pending | Stage::AwaitingConsumer { .. });
-    if bound {
-        conditions::set(
-            c,
-            Flavour::Cdi,
-            "Bound",
-            true,
-            "Bound",
-            &format!("PVC {claim} Bound"),
-            now,
-        );
-    } else {
-        conditions::set(
-            c,
-            Flavour::Cdi,
-            "Bound",
-            false,
-            "Pending",
-            &format!("PVC {claim} Pending"),
-            now,
-        );
-    }
-    // (status, reason, message) of `Ready` and of `Running`, as CDI derives them from the pod.
-    type Cond<'a> = (bool, &'a str, String);
-    let (phase, ready, running): (&str, Cond<'_>, Cond<'_>) = match stage {
+/// (status, reason, message) of `Ready` and of `Running`, as CDI derives them from the pod.
+type Cond<'a> = (bool, &'a str, String);
+
+/// The phase of `stage` and its `Ready` and `Running` conditions. Pure.
+fn phase_and_conditions(stage: &Stage) -> (&'static str, Cond<'_>, Cond<'_>) {
+    match stage {
         Stage::Pending => (
             phase::PENDING,
             (false, "", String::new()),
@@ -231,7 +199,46 @@ pub fn next_status(
             (false, "", String::new()),
             (false, "Error", message.clone()),
         ),
-    };
+    }
+}
+
+/// The status CDI would show for `stage`, from the previous status. Pure.
+///
+/// Guarantees: `restartCount` grows by one exactly for `Restarting`; `progress` is "100.0%"
+/// once `Succeeded`; `Ready` is `True` only when `Succeeded`; condition transition times move
+/// only on status changes.
+pub fn next_status(
+    old: &DataVolumeStatus,
+    claim: &str,
+    stage: &Stage,
+    now: &str,
+) -> DataVolumeStatus {
+    let mut s = old.clone();
+    s.claim_name = Some(claim.to_string());
+    let c = &mut s.conditions;
+    let bound = !matches!(stage, Stage::Pending | Stage::AwaitingConsumer { .. });
+    if bound {
+        conditions::set(
+            c,
+            Flavour::Cdi,
+            "Bound",
+            true,
+            "Bound",
+            &format!("PVC {claim} Bound"),
+            now,
+        );
+    } else {
+        conditions::set(
+            c,
+            Flavour::Cdi,
+            "Bound",
+            false,
+            "Pending",
+            &format!("PVC {claim} Pending"),
+            now,
+        );
+    }
+    let (phase, ready, running) = phase_and_conditions(stage);
     conditions::set(c, Flavour::Cdi, "Ready", ready.0, ready.1, &ready.2, now);
     conditions::set(
         c,
@@ -629,62 +636,41 @@ async fn bind_claim(ctx: &Ctx, pvc: &PersistentVolumeClaim, size_hint: u64) -> R
     Ok(())
 }
 
-/// One DataVolume's import, from whatever its status says to `Succeeded` or `Failed`.
+/// Where one step of an import leaves it.
+enum Then<T> {
+    /// Go on, with what the step found.
+    Go(T),
+    /// The importer pod starts over: it waited for something it mounts.
+    Again,
+    /// The import is over: it succeeded or failed for good (the status says which), or its
+    /// DataVolume is gone.
+    Over,
+}
+
+/// One DataVolume's import, from whatever its status says to `Succeeded` or `Failed`. Each
+/// turn of the loop is one importer pod: its mounts, its claim and scheduling, then the copy;
+/// a pod that waited for a mount or failed on the way is started over, as CDI restarts it.
 async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
     let ns = dv.namespace().unwrap_or_default();
     let name = dv.name_any();
     let uid = dv.uid().unwrap_or_default();
-    let sim = &ctx.sim;
-    // The event that started this task may be older than the import that just finished: only
-    // the object as it is now says whether there is work left.
-    let Some(dv) = sim.api::<DataVolume>(&ns).get_opt(&name).await? else {
+    let Some(dv) = still_to_import(ctx, &ns, &name, &uid).await? else {
         return Ok(());
     };
-    if dv.uid().as_deref() != Some(uid.as_str())
-        || finished(&dv)
-        || dv.meta().deletion_timestamp.is_some()
-    {
-        return Ok(());
-    }
     let dv = &dv;
     let mut imp = Importer {
         ctx,
-        ns: ns.clone(),
-        name: name.clone(),
+        ns,
+        name,
         uid,
         status: dv.status.clone().unwrap_or_default(),
     };
-    let vols = &sim.settings.volumes;
 
     if imp.status.phase.is_none() {
         imp.write(&Stage::Pending).await?;
     }
-    let source = classify(&dv.spec);
-    let s3src = match source {
-        SourceKind::S3(s) => Some(s.clone()),
-        SourceKind::Blank => None,
-        SourceKind::Unsupported(kind) => {
-            let message =
-                format!("ferry-sim cannot import source {kind:?}: only s3 and blank are simulated");
-            return imp.write(&Stage::Failed { message }).await;
-        }
-        SourceKind::Missing => {
-            return imp
-                .write(&Stage::Failed {
-                    message: "the DataVolume has no spec.source".into(),
-                })
-                .await;
-        }
-    };
-    let location = match s3src.as_ref().map(|s| s3::parse_url(&s.url)).transpose() {
-        Ok(l) => l,
-        Err(e) => {
-            return imp
-                .write(&Stage::Failed {
-                    message: e.to_string(),
-                })
-                .await;
-        }
+    let Then::Go((s3src, location)) = source(&mut imp, dv).await? else {
+        return Ok(());
     };
 
     let binding = binding_of(ctx, dv).await?;
@@ -692,48 +678,10 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
         if !imp.alive() {
             return Ok(());
         }
-        let creds = match credentials(
-            sim,
-            &ns,
-            s3src.as_ref().and_then(|s| s.secret_ref.as_deref()),
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(message) => {
-                ensure_claim(ctx, dv, 1 << 30, binding == storage::Binding::Immediate).await?;
-                imp.write(&Stage::Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message,
-                })
-                .await?;
-                if !imp.sleep(Duration::from_secs(2)).await {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        let certs = match cert_config_map(
-            sim,
-            &ns,
-            s3src.as_ref().and_then(|s| s.cert_config_map.as_deref()),
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(message) => {
-                // The importer pod cannot mount a missing ConfigMap: it waits, like the Secret.
-                ensure_claim(ctx, dv, 1 << 30, binding == storage::Binding::Immediate).await?;
-                imp.write(&Stage::Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message,
-                })
-                .await?;
-                if !imp.sleep(Duration::from_secs(2)).await {
-                    return Ok(());
-                }
-                continue;
-            }
+        let (creds, certs) = match mounts(&mut imp, dv, s3src.as_ref(), binding).await? {
+            Then::Go(mounted) => mounted,
+            Then::Again => continue,
+            Then::Over => return Ok(()),
         };
         let store = location
             .as_ref()
@@ -749,142 +697,322 @@ async fn import(ctx: &Ctx, dv: &DataVolume) -> Result<()> {
                     .await;
             }
         };
-        // The claim is sized from the object when the DataVolume names no size.
-        let size_hint = match (&store, &location) {
-            (Some(st), Some(l)) => s3::size(st.as_ref(), &l.key).await.unwrap_or(1 << 30),
-            _ => 1 << 30,
-        };
-        ensure_claim(ctx, dv, size_hint, binding == storage::Binding::Immediate).await?;
-        if let storage::Binding::FirstConsumer { populator } = binding {
-            imp.write(&Stage::AwaitingConsumer { populator }).await?;
-            if !consumer_scheduled(&imp).await? {
-                return Ok(());
-            }
-            // Without populators CDI's importer starts once the consumer bound the claim;
-            // with them the claim binds only once populated (below).
-            if !populator
-                && let Some(pvc) = sim.api::<PersistentVolumeClaim>(&ns).get_opt(&name).await?
-            {
-                bind_claim(ctx, &pvc, size_hint).await?;
-            }
-        }
-        imp.write(&Stage::Scheduled).await?;
-        if !imp.sleep(Duration::from_millis(500)).await {
+        let Then::Go(size_hint) =
+            scheduled(&mut imp, dv, store.as_deref(), location.as_ref(), binding).await?
+        else {
             return Ok(());
-        }
+        };
 
-        let dir = vols.root().join(&ns);
+        let vols = &ctx.sim.settings.volumes;
+        let dir = vols.root().join(&imp.ns);
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| Error::io(&dir, e))?;
         let (Some(store), Some(location)) = (store, &location) else {
-            let size =
-                quantity::parse_bytes(&claim_size(ctx, &ns, &name).await).unwrap_or(size_hint);
-            blank(vols, &ns, &name, size).await?;
-            if binding == (storage::Binding::FirstConsumer { populator: true })
-                && let Some(pvc) = sim.api::<PersistentVolumeClaim>(&ns).get_opt(&name).await?
-            {
-                bind_claim(ctx, &pvc, size).await?;
-            }
-            return imp.write(&Stage::Succeeded).await;
+            return fill_blank(&mut imp, binding, size_hint).await;
         };
 
-        // Fresh annotations: a `once` fault recorded on the DataVolume by the previous attempt counts.
-        let Some(fresh) = sim.api::<DataVolume>(&ns).get_opt(&name).await? else {
+        let Then::Go(fault) = fault_for(&imp).await? else {
             return Ok(());
         };
-        let mut faults = match Faults::load(&sim.client, &child_of(&fresh)).await {
-            Ok(f) => f,
-            Err(e) => {
-                warn!(dv = %name, error = %e, "reading faults; importing without");
-                Faults::none(&ns, &name)
-            }
-        };
-        let fault = faults
-            .take(&sim.client, &sim.settings.rates, Step::Import)
-            .await?;
-
-        imp.write(&Stage::Running { done: 0, total: 0 }).await?;
-        let part = vols.partial(&ns, &name);
-        let (tx, mut rx) = watch::channel((0u64, 0u64));
-        let rate = sim.settings.throughput * sim.settings.speed.factor();
-        let copy = s3::copy(
-            store.as_ref(),
-            &location.key,
-            &part,
-            rate,
-            fault.map(|f| f.at_percent),
-            &tx,
-        );
-        let mut copy = std::pin::pin!(copy);
-        // CDI refreshes progress about every 500 ms; at high speeds a floor keeps the apiserver calm.
-        let tick = sim.settings.speed.ms(500).max(Duration::from_millis(100));
-        let outcome = loop {
-            tokio::select! {
-                r = &mut copy => break Some(r),
-                () = tokio::time::sleep(tick) => {
-                    if !imp.alive() { break None; }
-                    let (done, total) = *rx.borrow_and_update();
-                    imp.write(&Stage::Running { done, total }).await?;
-                }
-            }
-        };
-        let Some(outcome) = outcome else {
-            let _ = tokio::fs::remove_file(&part).await;
+        let part = vols.partial(&imp.ns, &imp.name);
+        let Then::Go((outcome, total)) =
+            transfer(&mut imp, store.as_ref(), location, fault, &part).await?
+        else {
             return Ok(());
         };
-        match outcome {
-            Ok(Copied::Stopped { bytes }) => {
-                let (_, total) = *rx.borrow();
-                imp.write(&Stage::Running { done: bytes, total }).await?;
-                let terminal = fault.is_some_and(|f| f.terminal);
-                let message = format!(
-                    "Unable to process data: injected {} import fault at {}% (ferry-sim)",
-                    if terminal { "permanent" } else { "transient" },
-                    fault.map_or(0.0, |f| f.at_percent)
-                );
-                let _ = tokio::fs::remove_file(&part).await;
-                if terminal {
-                    return imp.write(&Stage::Failed { message }).await;
-                }
-                imp.write(&Stage::Restarting { message }).await?;
-            }
-            // CDI does not check an S3 object against anything (its checksum field exists for
-            // http sources only): whatever bytes arrive are imported.
-            Ok(Copied::Done { bytes, .. }) => {
-                let img = vols.image(&ns, &name);
-                // A new volume: nothing a pod wrote beside an earlier one of this name.
-                let _ = tokio::fs::remove_dir_all(vols.files(&ns, &name)).await;
-                if let Err(e) = crate::image::install_raw(&part, &img).await {
-                    let _ = tokio::fs::remove_file(&part).await;
-                    let message = format!("Unable to convert the image to raw: {e}");
-                    return imp.write(&Stage::Failed { message }).await;
-                }
-                imp.write(&Stage::Running {
-                    done: bytes,
-                    total: bytes,
-                })
-                .await?;
-                if binding == (storage::Binding::FirstConsumer { populator: true })
-                    && let Some(pvc) = sim.api::<PersistentVolumeClaim>(&ns).get_opt(&name).await?
-                {
-                    // The populated volume is handed to the claim only now.
-                    bind_claim(ctx, &pvc, bytes).await?;
-                }
-                imp.write(&Stage::Succeeded).await?;
-                return Ok(());
-            }
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&part).await;
-                let message = format!("Unable to connect to s3 data source: {e}");
-                imp.write(&Stage::Restarting { message }).await?;
-            }
+        if !settle(&mut imp, outcome, total, fault, &part, binding).await? {
+            return Ok(());
         }
         if !imp
             .sleep(restart_backoff(imp.status.restart_count - 1))
             .await
         {
             return Ok(());
+        }
+    }
+}
+
+/// The DataVolume as it is now, if it still has an import to do.
+async fn still_to_import(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> Result<Option<DataVolume>> {
+    // The event that started this task may be older than the import that just finished: only
+    // the object as it is now says whether there is work left.
+    let Some(dv) = ctx.sim.api::<DataVolume>(ns).get_opt(name).await? else {
+        return Ok(None);
+    };
+    if dv.uid().as_deref() != Some(uid) || finished(&dv) || dv.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(dv))
+}
+
+/// The S3 source and its location (`None` for a blank volume); a source the sim cannot
+/// import fails the DataVolume at once.
+async fn source(
+    imp: &mut Importer<'_>,
+    dv: &DataVolume,
+) -> Result<Then<(Option<S3Source>, Option<s3::S3Location>)>> {
+    let s3src = match classify(&dv.spec) {
+        SourceKind::S3(s) => Some(s.clone()),
+        SourceKind::Blank => None,
+        SourceKind::Unsupported(kind) => {
+            let message =
+                format!("ferry-sim cannot import source {kind:?}: only s3 and blank are simulated");
+            imp.write(&Stage::Failed { message }).await?;
+            return Ok(Then::Over);
+        }
+        SourceKind::Missing => {
+            imp.write(&Stage::Failed {
+                message: "the DataVolume has no spec.source".into(),
+            })
+            .await?;
+            return Ok(Then::Over);
+        }
+    };
+    match s3src.as_ref().map(|s| s3::parse_url(&s.url)).transpose() {
+        Ok(location) => Ok(Then::Go((s3src, location))),
+        Err(e) => {
+            imp.write(&Stage::Failed {
+                message: e.to_string(),
+            })
+            .await?;
+            Ok(Then::Over)
+        }
+    }
+}
+
+/// The Secret and the ConfigMap the importer pod mounts; while one is missing the pod cannot
+/// start (`CreateContainerConfigError`) and is tried again.
+async fn mounts(
+    imp: &mut Importer<'_>,
+    dv: &DataVolume,
+    s3src: Option<&S3Source>,
+    binding: storage::Binding,
+) -> Result<Then<(Option<Credentials>, Vec<String>)>> {
+    let sim = &imp.ctx.sim;
+    let creds = match credentials(sim, &imp.ns, s3src.and_then(|s| s.secret_ref.as_deref())).await {
+        Ok(c) => c,
+        Err(message) => return unmountable(imp, dv, binding, message).await,
+    };
+    let certs = match cert_config_map(
+        sim,
+        &imp.ns,
+        s3src.and_then(|s| s.cert_config_map.as_deref()),
+    )
+    .await
+    {
+        Ok(c) => c,
+        // The importer pod cannot mount a missing ConfigMap: it waits, like the Secret.
+        Err(message) => return unmountable(imp, dv, binding, message).await,
+    };
+    Ok(Then::Go((creds, certs)))
+}
+
+/// An importer pod that cannot mount what it needs: its claim is made anyway, it waits, and
+/// it is tried again in two seconds.
+async fn unmountable<T>(
+    imp: &mut Importer<'_>,
+    dv: &DataVolume,
+    binding: storage::Binding,
+    message: String,
+) -> Result<Then<T>> {
+    ensure_claim(imp.ctx, dv, 1 << 30, binding == storage::Binding::Immediate).await?;
+    imp.write(&Stage::Waiting {
+        reason: "CreateContainerConfigError".into(),
+        message,
+    })
+    .await?;
+    if !imp.sleep(Duration::from_secs(2)).await {
+        return Ok(Then::Over);
+    }
+    Ok(Then::Again)
+}
+
+/// The claim made (sized from the object when the DataVolume names no size), a consumer
+/// awaited when it binds on first consumer, and the importer pod scheduled; gives the size.
+async fn scheduled(
+    imp: &mut Importer<'_>,
+    dv: &DataVolume,
+    store: Option<&dyn ObjectStore>,
+    location: Option<&s3::S3Location>,
+    binding: storage::Binding,
+) -> Result<Then<u64>> {
+    let ctx = imp.ctx;
+    let sim = &ctx.sim;
+    // The claim is sized from the object when the DataVolume names no size.
+    let size_hint = match (store, location) {
+        (Some(st), Some(l)) => s3::size(st, &l.key).await.unwrap_or(1 << 30),
+        _ => 1 << 30,
+    };
+    ensure_claim(ctx, dv, size_hint, binding == storage::Binding::Immediate).await?;
+    if let storage::Binding::FirstConsumer { populator } = binding {
+        imp.write(&Stage::AwaitingConsumer { populator }).await?;
+        if !consumer_scheduled(imp).await? {
+            return Ok(Then::Over);
+        }
+        // Without populators CDI's importer starts once the consumer bound the claim;
+        // with them the claim binds only once populated (below).
+        if !populator
+            && let Some(pvc) = sim
+                .api::<PersistentVolumeClaim>(&imp.ns)
+                .get_opt(&imp.name)
+                .await?
+        {
+            bind_claim(ctx, &pvc, size_hint).await?;
+        }
+    }
+    imp.write(&Stage::Scheduled).await?;
+    if !imp.sleep(Duration::from_millis(500)).await {
+        return Ok(Then::Over);
+    }
+    Ok(Then::Go(size_hint))
+}
+
+/// A blank volume: a sparse file of the claim's size, handed to a populated claim only now.
+async fn fill_blank(
+    imp: &mut Importer<'_>,
+    binding: storage::Binding,
+    size_hint: u64,
+) -> Result<()> {
+    let ctx = imp.ctx;
+    let sim = &ctx.sim;
+    let (ns, name) = (imp.ns.as_str(), imp.name.as_str());
+    let size = quantity::parse_bytes(&claim_size(ctx, ns, name).await).unwrap_or(size_hint);
+    blank(&sim.settings.volumes, ns, name, size).await?;
+    if binding == (storage::Binding::FirstConsumer { populator: true })
+        && let Some(pvc) = sim.api::<PersistentVolumeClaim>(ns).get_opt(name).await?
+    {
+        bind_claim(ctx, &pvc, size).await?;
+    }
+    imp.write(&Stage::Succeeded).await
+}
+
+/// The fault injected into this attempt, if any.
+async fn fault_for(imp: &Importer<'_>) -> Result<Then<Option<Fault>>> {
+    let sim = &imp.ctx.sim;
+    // Fresh annotations: a `once` fault recorded on the DataVolume by the previous attempt counts.
+    let Some(fresh) = sim.api::<DataVolume>(&imp.ns).get_opt(&imp.name).await? else {
+        return Ok(Then::Over);
+    };
+    let mut faults = match Faults::load(&sim.client, &child_of(&fresh)).await {
+        Ok(f) => f,
+        Err(e) => {
+            warn!(dv = %imp.name, error = %e, "reading faults; importing without");
+            Faults::none(&imp.ns, &imp.name)
+        }
+    };
+    let fault = faults
+        .take(&sim.client, &sim.settings.rates, Step::Import)
+        .await?;
+    Ok(Then::Go(fault))
+}
+
+/// The copy into `part`, its progress written as it goes; gives the copy's outcome and the
+/// object's size as last seen. Over, the partial file removed, once the DataVolume is gone.
+async fn transfer(
+    imp: &mut Importer<'_>,
+    store: &dyn ObjectStore,
+    location: &s3::S3Location,
+    fault: Option<Fault>,
+    part: &std::path::Path,
+) -> Result<Then<(Result<Copied>, u64)>> {
+    let sim = &imp.ctx.sim;
+    imp.write(&Stage::Running { done: 0, total: 0 }).await?;
+    let (tx, mut rx) = watch::channel((0u64, 0u64));
+    let rate = sim.settings.throughput * sim.settings.speed.factor();
+    let copy = s3::copy(
+        store,
+        &location.key,
+        part,
+        rate,
+        fault.map(|f| f.at_percent),
+        &tx,
+    );
+    let mut copy = std::pin::pin!(copy);
+    // CDI refreshes progress about every 500 ms; at high speeds a floor keeps the apiserver calm.
+    let tick = sim.settings.speed.ms(500).max(Duration::from_millis(100));
+    let outcome = loop {
+        tokio::select! {
+            r = &mut copy => break Some(r),
+            () = tokio::time::sleep(tick) => {
+                if !imp.alive() { break None; }
+                let (done, total) = *rx.borrow_and_update();
+                imp.write(&Stage::Running { done, total }).await?;
+            }
+        }
+    };
+    let Some(outcome) = outcome else {
+        let _ = tokio::fs::remove_file(part).await;
+        return Ok(Then::Over);
+    };
+    let (_, total) = *rx.borrow();
+    Ok(Then::Go((outcome, total)))
+}
+
+/// What the copy's outcome makes of the import: installed and `Succeeded`, `Failed` for good,
+/// or the importer pod restarted (`true`).
+async fn settle(
+    imp: &mut Importer<'_>,
+    outcome: Result<Copied>,
+    total: u64,
+    fault: Option<Fault>,
+    part: &std::path::Path,
+    binding: storage::Binding,
+) -> Result<bool> {
+    let ctx = imp.ctx;
+    let sim = &ctx.sim;
+    let vols = &sim.settings.volumes;
+    match outcome {
+        Ok(Copied::Stopped { bytes }) => {
+            imp.write(&Stage::Running { done: bytes, total }).await?;
+            let terminal = fault.is_some_and(|f| f.terminal);
+            let message = format!(
+                "Unable to process data: injected {} import fault at {}% (ferry-sim)",
+                if terminal { "permanent" } else { "transient" },
+                fault.map_or(0.0, |f| f.at_percent)
+            );
+            let _ = tokio::fs::remove_file(part).await;
+            if terminal {
+                imp.write(&Stage::Failed { message }).await?;
+                return Ok(false);
+            }
+            imp.write(&Stage::Restarting { message }).await?;
+            Ok(true)
+        }
+        // CDI does not check an S3 object against anything (its checksum field exists for
+        // http sources only): whatever bytes arrive are imported.
+        Ok(Copied::Done { bytes, .. }) => {
+            let img = vols.image(&imp.ns, &imp.name);
+            // A new volume: nothing a pod wrote beside an earlier one of this name.
+            let _ = tokio::fs::remove_dir_all(vols.files(&imp.ns, &imp.name)).await;
+            if let Err(e) = crate::image::install_raw(part, &img).await {
+                let _ = tokio::fs::remove_file(part).await;
+                let message = format!("Unable to convert the image to raw: {e}");
+                imp.write(&Stage::Failed { message }).await?;
+                return Ok(false);
+            }
+            imp.write(&Stage::Running {
+                done: bytes,
+                total: bytes,
+            })
+            .await?;
+            if binding == (storage::Binding::FirstConsumer { populator: true })
+                && let Some(pvc) = sim
+                    .api::<PersistentVolumeClaim>(&imp.ns)
+                    .get_opt(&imp.name)
+                    .await?
+            {
+                // The populated volume is handed to the claim only now.
+                bind_claim(ctx, &pvc, bytes).await?;
+            }
+            imp.write(&Stage::Succeeded).await?;
+            Ok(false)
+        }
+        Err(e) => {
+            let _ = tokio::fs::remove_file(part).await;
+            let message = format!("Unable to connect to s3 data source: {e}");
+            imp.write(&Stage::Restarting { message }).await?;
+            Ok(true)
         }
     }
 }

@@ -426,96 +426,22 @@ pub fn decide(
     let vst = vmi.status.clone().unwrap_or_default();
     let pst = pod.status.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
-    let pod_phase = pst.phase.as_deref().unwrap_or("Pending");
+    let pod_phase = pod_phase(pod);
     let pod_final = pod_phase == "Succeeded" || pod_phase == "Failed";
     let bound = spec.node_name.as_deref().filter(|n| !n.is_empty());
     let since = |ts: Option<Timestamp>| clock::elapsed(ts.unwrap_or(now), now);
 
     // The scheduler.
     let Some(bound) = bound else {
-        if pod.metadata.deletion_timestamp.is_some() {
-            return Decision::nothing();
-        }
-        let msg = if fates.unschedulable {
-            Some(UNSCHEDULABLE_FAULT)
-        } else if !pod_fits(&spec, node) {
-            Some(scheduling::NO_NODE_MATCHES)
-        } else {
-            None
-        };
-        if let Some(msg) = msg {
-            let have = condition(pod, "PodScheduled");
-            if have.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(msg)) {
-                return Decision::nothing();
-            }
-            return Decision::pod(PodAction::Status(Box::new(unschedulable(msg, &now_t))));
-        }
-        let waited = since(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
-        if waited < t.scheduling {
-            return Decision::wait(t.scheduling - waited);
-        }
-        return Decision::pod(PodAction::Bind);
+        return schedule(pod, &spec, fates, node, t, now);
     };
     if bound != node {
         return Decision::nothing();
     }
 
     let up = vst.phase == phase::SCHEDULED || vst.phase == phase::RUNNING;
-    // The guest is asked to stop by deleting its VMI (virt-handler) or its pod (the kubelet's
-    // SIGTERM to virt-launcher), whichever came first.
-    let stop_asked = [
-        vmi.metadata.deletion_timestamp.as_ref(),
-        pod.metadata.deletion_timestamp.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|t| t.0)
-    .min();
-    if let Some(asked) = stop_asked {
-        if fates.stop == Some(StopFate::Lost) {
-            return Decision::nothing();
-        }
-        if up && let Some(g) = guest {
-            let mut s = vst;
-            enter(&mut s, phase::SUCCEEDED, &now_s);
-            if !g.started || g.exited.is_some() {
-                return Decision::vmi(s).with_guest(GuestAction::Kill);
-            }
-            let grace = t.second * u32::try_from(grace_seconds(vmi)).unwrap_or(u32::MAX);
-            let due = clock::add(asked, Duration::from_secs(1) + grace);
-            if now < due {
-                let action = if g.powerdown_sent {
-                    GuestAction::Nothing
-                } else {
-                    GuestAction::PowerDown
-                };
-                return Decision::wait(clock::elapsed(now, due).min(GUEST_POLL)).with_guest(action);
-            }
-            return Decision::vmi(s).with_guest(GuestAction::Kill);
-        }
-        if up {
-            let periods = if fates.stop == Some(StopFate::Late) {
-                2
-            } else {
-                1
-            };
-            let grace = t.second * u32::try_from(grace_seconds(vmi) * periods).unwrap_or(u32::MAX);
-            let due = clock::add(asked, Duration::from_secs(1) + grace);
-            if now < due {
-                return Decision::wait(clock::elapsed(now, due));
-            }
-            let mut s = vst;
-            enter(&mut s, phase::SUCCEEDED, &now_s);
-            return Decision::vmi(s);
-        }
-        if !pod_final {
-            let code = if vst.phase == phase::FAILED { 1 } else { 0 };
-            return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
-        }
-        if pod.metadata.deletion_timestamp.is_some() {
-            return Decision::pod(PodAction::Delete);
-        }
-        return Decision::nothing();
+    if let Some(stop) = stopping(vmi, pod, fates, t, now, guest) {
+        return stop;
     }
 
     if pod_final {
@@ -553,6 +479,152 @@ pub fn decide(
         return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
     }
     let waited = since(vst.phase_since().and_then(clock::parse));
+    guest_step(vst, fates, t, waited, guest, now_s)
+}
+
+/// The launcher pod's phase as its status says it (`Pending` before it has one).
+fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// The scheduler's part, for a launcher pod bound to no node yet: an injected or a real misfit
+/// is written once as `PodScheduled=False`, else the pod is bound to this node after the
+/// scheduling delay. Pure.
+fn schedule(
+    pod: &Pod,
+    spec: &PodSpec,
+    fates: &Fates,
+    node: &str,
+    t: &Timing,
+    now: Timestamp,
+) -> Decision {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Decision::nothing();
+    }
+    let msg = if fates.unschedulable {
+        Some(UNSCHEDULABLE_FAULT)
+    } else if !pod_fits(spec, node) {
+        Some(scheduling::NO_NODE_MATCHES)
+    } else {
+        None
+    };
+    if let Some(msg) = msg {
+        let have = condition(pod, "PodScheduled");
+        if have.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(msg)) {
+            return Decision::nothing();
+        }
+        return Decision::pod(PodAction::Status(Box::new(unschedulable(msg, &Time(now)))));
+    }
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let waited = clock::elapsed(created.unwrap_or(now), now);
+    if waited < t.scheduling {
+        return Decision::wait(t.scheduling - waited);
+    }
+    Decision::pod(PodAction::Bind)
+}
+
+/// The stop of a guest whose VMI or pod is being deleted, `None` while neither is: the guest
+/// stops once its grace is over (twice that when `late`, never when `lost`), then its pod ends,
+/// then the pod goes. Pure.
+fn stopping(
+    vmi: &VirtualMachineInstance,
+    pod: &Pod,
+    fates: &Fates,
+    t: &Timing,
+    now: Timestamp,
+    guest: Option<&qemu::View>,
+) -> Option<Decision> {
+    // The guest is asked to stop by deleting its VMI (virt-handler) or its pod (the kubelet's
+    // SIGTERM to virt-launcher), whichever came first.
+    let asked = [
+        vmi.metadata.deletion_timestamp.as_ref(),
+        pod.metadata.deletion_timestamp.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|t| t.0)
+    .min()?;
+    let vst = vmi.status.clone().unwrap_or_default();
+    let up = vst.phase == phase::SCHEDULED || vst.phase == phase::RUNNING;
+    let pod_phase = pod_phase(pod);
+    let pod_final = pod_phase == "Succeeded" || pod_phase == "Failed";
+    if fates.stop == Some(StopFate::Lost) {
+        return Some(Decision::nothing());
+    }
+    if up && let Some(g) = guest {
+        return Some(stop_real_guest(vmi, vst, g, t, asked, now));
+    }
+    if up {
+        let periods = if fates.stop == Some(StopFate::Late) {
+            2
+        } else {
+            1
+        };
+        let grace = t.second * u32::try_from(grace_seconds(vmi) * periods).unwrap_or(u32::MAX);
+        let due = clock::add(asked, Duration::from_secs(1) + grace);
+        if now < due {
+            return Some(Decision::wait(clock::elapsed(now, due)));
+        }
+        let mut s = vst;
+        enter(&mut s, phase::SUCCEEDED, &kubevirt_time(now));
+        return Some(Decision::vmi(s));
+    }
+    if !pod_final {
+        let code = if vst.phase == phase::FAILED { 1 } else { 0 };
+        return Some(Decision::pod(PodAction::Status(Box::new(ended(
+            pod,
+            code,
+            &Time(now),
+        )))));
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some(Decision::pod(PodAction::Delete));
+    }
+    Some(Decision::nothing())
+}
+
+/// A real guest asked to stop (at `asked`): the power button is pressed once, and qemu is
+/// killed when the grace is over or the guest is already down. Pure.
+fn stop_real_guest(
+    vmi: &VirtualMachineInstance,
+    vst: VirtualMachineInstanceStatus,
+    g: &qemu::View,
+    t: &Timing,
+    asked: Timestamp,
+    now: Timestamp,
+) -> Decision {
+    let mut s = vst;
+    enter(&mut s, phase::SUCCEEDED, &kubevirt_time(now));
+    if !g.started || g.exited.is_some() {
+        return Decision::vmi(s).with_guest(GuestAction::Kill);
+    }
+    let grace = t.second * u32::try_from(grace_seconds(vmi)).unwrap_or(u32::MAX);
+    let due = clock::add(asked, Duration::from_secs(1) + grace);
+    if now < due {
+        let action = if g.powerdown_sent {
+            GuestAction::Nothing
+        } else {
+            GuestAction::PowerDown
+        };
+        return Decision::wait(clock::elapsed(now, due).min(GUEST_POLL)).with_guest(action);
+    }
+    Decision::vmi(s).with_guest(GuestAction::Kill)
+}
+
+/// The guest of a running launcher pod, `waited` into its VMI's phase: it goes `Running` after
+/// the start delay (or `Failed` when fated to), and its agent connects after the agent's delay
+/// (never when `silent`). Pure.
+fn guest_step(
+    vst: VirtualMachineInstanceStatus,
+    fates: &Fates,
+    t: &Timing,
+    waited: Duration,
+    guest: Option<&qemu::View>,
+    now_s: String,
+) -> Decision {
     match vst.phase.as_str() {
         phase::SCHEDULED if fates.fail => {
             if waited < t.fail_after {

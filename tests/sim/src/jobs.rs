@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, PersistentVolumeClaim, Pod, PodStatus, Secret,
+    ConfigMap, Container, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -26,7 +26,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::context::Sim;
-use crate::faults::Step;
+use crate::faults::{Fault, Step};
 use crate::migration::{Child, Faults};
 use crate::process::{self, PodFacts, Sources};
 use crate::{Error, Result, clock};
@@ -314,14 +314,9 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
     let sim = &ctx.sim;
-    // The event that started this runner may predate the end of the previous one: only the
-    // Job as it is now says whether pods are still due.
-    let Some(job) = sim.api::<Job>(&ns).get_opt(&name).await? else {
+    let Some(job) = still_runnable(ctx, &ns, &name, &uid).await? else {
         return Ok(());
     };
-    if job.uid().as_deref() != Some(uid.as_str()) || observe(&job) != JobState::Runnable {
-        return Ok(());
-    }
     let job = &job;
     let mut status = job.status.clone().unwrap_or_default();
     loop {
@@ -362,43 +357,7 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
         let log = sim.settings.volumes.job_log(&ns, &name, attempt);
         let exit = match (ended, fault) {
             (Some(exit), _) => exit,
-            (None, Some(f)) => {
-                let started = now();
-                tokio::time::sleep(sim.settings.speed.ms(1000)).await;
-                let message = format!(
-                    "injected {} convert fault (ferry-sim)",
-                    if f.terminal { "permanent" } else { "transient" }
-                );
-                append_log(&log, &message);
-                // The kubelet reports the container's exit on the pod, as for a real one: a pod
-                // left Pending would never go when its Job is deleted.
-                if let Some(c) = job
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.template.spec.as_ref())
-                    .and_then(|p| p.containers.first())
-                {
-                    let id = pods::container_id(&pod);
-                    let ended = pods::status_terminated(
-                        c,
-                        &id,
-                        "127.0.0.1",
-                        &started,
-                        &now(),
-                        1,
-                        Some(message.clone()),
-                    );
-                    pod_status(ctx, &pod, &ended).await?;
-                }
-                Exit {
-                    success: false,
-                    terminal: f.terminal,
-                    message,
-                    code: Some(1),
-                    container: String::new(),
-                    pod: pod.name_any(),
-                }
-            }
+            (None, Some(f)) => faulted(ctx, job, &pod, f, &log).await?,
             (None, None) => match run_pod(ctx, job, &pod, attempt, &log).await? {
                 Some(exit) => exit,
                 None => {
@@ -413,12 +372,8 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
             Next::RunAgain { backoff } => {
                 status = counted;
                 write(ctx, &ns, &name, &status).await?;
-                let deadline = tokio::time::Instant::now() + sim.settings.speed.delay(backoff);
-                while tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    if !alive(ctx, &ns, &name, &uid) {
-                        return Ok(());
-                    }
+                if !backed_off(ctx, &ns, &name, &uid, backoff).await {
+                    return Ok(());
                 }
             }
             next => {
@@ -432,6 +387,71 @@ async fn execute(ctx: &Ctx, job: &Job) -> Result<()> {
             }
         }
     }
+}
+
+/// The Job as it is now, if pods are still due.
+async fn still_runnable(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> Result<Option<Job>> {
+    // The event that started this runner may predate the end of the previous one: only the
+    // Job as it is now says whether pods are still due.
+    let Some(job) = ctx.sim.api::<Job>(ns).get_opt(name).await? else {
+        return Ok(None);
+    };
+    if job.uid().as_deref() != Some(uid) || observe(&job) != JobState::Runnable {
+        return Ok(None);
+    }
+    Ok(Some(job))
+}
+
+/// An attempt an injected fault fails: no process runs, the container exits 1 after a second
+/// with the fault in its log and its termination message.
+async fn faulted(ctx: &Ctx, job: &Job, pod: &Pod, f: Fault, log: &std::path::Path) -> Result<Exit> {
+    let started = now();
+    tokio::time::sleep(ctx.sim.settings.speed.ms(1000)).await;
+    let message = format!(
+        "injected {} convert fault (ferry-sim)",
+        if f.terminal { "permanent" } else { "transient" }
+    );
+    append_log(log, &message);
+    // The kubelet reports the container's exit on the pod, as for a real one: a pod
+    // left Pending would never go when its Job is deleted.
+    if let Some(c) = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+    {
+        let id = pods::container_id(pod);
+        let ended = pods::status_terminated(
+            c,
+            &id,
+            "127.0.0.1",
+            &started,
+            &now(),
+            1,
+            Some(message.clone()),
+        );
+        pod_status(ctx, pod, &ended).await?;
+    }
+    Ok(Exit {
+        success: false,
+        terminal: f.terminal,
+        message,
+        code: Some(1),
+        container: String::new(),
+        pod: pod.name_any(),
+    })
+}
+
+/// Waits out the back-off before the next pod; `false` when the Job went away meanwhile.
+async fn backed_off(ctx: &Ctx, ns: &str, name: &str, uid: &str, backoff: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + ctx.sim.settings.speed.delay(backoff);
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !alive(ctx, ns, name, uid) {
+            return false;
+        }
+    }
+    true
 }
 
 /// A line of the sim's own in the attempt's log (with its index record, see `logs`).
@@ -672,6 +692,46 @@ async fn claims_bound(ctx: &Ctx, job: &Job, pod: &Pod, container: &Container) ->
     }
 }
 
+/// One run of the Job's container in its pod, as the kubelet runs it (`run_pod`).
+struct Run<'a> {
+    ctx: &'a Ctx,
+    /// The Job's namespace, name and uid.
+    ns: String,
+    name: String,
+    uid: String,
+    pod: &'a Pod,
+    container: Container,
+    log: &'a std::path::Path,
+}
+
+impl Run<'_> {
+    /// How the run ended, for the Job controller.
+    fn exit(&self, success: bool, terminal: bool, message: String, code: Option<i32>) -> Exit {
+        Exit {
+            success,
+            terminal,
+            message,
+            code,
+            container: self.container.name.clone(),
+            pod: self.pod.name_any(),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        alive(self.ctx, &self.ns, &self.name, &self.uid)
+    }
+}
+
+/// Where one step of a run leaves it.
+enum Then<T> {
+    /// Go on, with what the step made.
+    Go(T),
+    /// The container ended, or will never start, thus.
+    Exited(Exit),
+    /// The Job went away meanwhile (its process, if any, killed).
+    Gone,
+}
+
 /// Runs the Job's first container once in `pod`; `None` when the Job went away meanwhile (the
 /// process, if any, is killed).
 async fn run_pod(
@@ -682,16 +742,12 @@ async fn run_pod(
     log: &std::path::Path,
 ) -> Result<Option<Exit>> {
     let sim = &ctx.sim;
-    let ns = job.namespace().unwrap_or_default();
-    let name = job.name_any();
-    let uid = job.uid().unwrap_or_default();
     let template = job
         .spec
         .as_ref()
         .map(|s| s.template.clone())
         .unwrap_or_default();
     let pod_spec = template.spec.clone().unwrap_or_default();
-    let pod_name = pod_obj.name_any();
     let Some(container) = pod_spec.containers.first().cloned() else {
         return Ok(Some(Exit {
             success: false,
@@ -699,59 +755,25 @@ async fn run_pod(
             message: "the pod template has no container".into(),
             code: None,
             container: String::new(),
-            pod: pod_name,
+            pod: pod_obj.name_any(),
         }));
     };
-    let exit = |success: bool, terminal: bool, message: String, code: Option<i32>| Exit {
-        success,
-        terminal,
-        message,
-        code,
-        container: container.name.clone(),
-        pod: pod_name.clone(),
+    let run = Run {
+        ctx,
+        ns: job.namespace().unwrap_or_default(),
+        name: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+        pod: pod_obj,
+        container,
+        log,
     };
-    if !claims_bound(ctx, job, pod_obj, &container).await? {
+    if !claims_bound(ctx, job, pod_obj, &run.container).await? {
         return Ok(None);
     }
-    let pod = PodFacts {
-        name: pod_name.clone(),
-        namespace: ns.clone(),
-        uid: pod_obj.uid().unwrap_or_else(|| format!("{uid}-{attempt}")),
-        node_name: sim.settings.node_name.clone(),
-        service_account: pod_spec
-            .service_account_name
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        // The pod's own labels: the Job controller adds its own (the Job's uid) to the template's,
-        // and the downward API reads them there.
-        labels: pod_obj.labels().clone(),
-        annotations: pod_obj.annotations().clone(),
-    };
-    // The kubelet retries a container it cannot configure (CreateContainerConfigError) forever.
-    let mut warned = false;
-    let (env, argv) = loop {
-        let src = sources(sim, &ns, &container).await?;
-        let resolved = process::resolve_env(&container, &pod, &src)
-            .and_then(|env| process::argv(&container, &env).map(|argv| (env, argv)));
-        match resolved {
-            Ok(ok) => break ok,
-            Err(msg) if msg.contains("has no command") => {
-                append_log(log, &msg);
-                return Ok(Some(exit(false, true, msg, None)));
-            }
-            Err(msg) => {
-                if !warned {
-                    warn!(job = %format!("{ns}/{name}"), "CreateContainerConfigError: {msg}");
-                    append_log(log, &format!("CreateContainerConfigError: {msg}"));
-                    warned = true;
-                }
-                tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100)))
-                    .await;
-                if !alive(ctx, &ns, &name, &uid) {
-                    return Ok(None);
-                }
-            }
-        }
+    let (env, argv) = match configured(&run, &pod_facts(&run, &pod_spec, attempt)).await? {
+        Then::Go(configured) => configured,
+        Then::Exited(exit) => return Ok(Some(exit)),
+        Then::Gone => return Ok(None),
     };
     let path_var = std::env::var("PATH").unwrap_or_default();
     let Some(program) = process::find_executable(&argv[0], &sim.settings.bin_dir, &path_var) else {
@@ -761,16 +783,22 @@ async fn run_pod(
             sim.settings.bin_dir.display()
         );
         append_log(log, &message);
-        return Ok(Some(exit(false, false, message, Some(127))));
+        return Ok(Some(run.exit(false, false, message, Some(127))));
     };
-    let workdir = std::env::temp_dir().join(format!("ferry-sim-{uid}-{attempt}"));
+    let workdir = std::env::temp_dir().join(format!("ferry-sim-{}-{attempt}", run.uid));
     // The container's mounts stand under the attempt's root; paths into them are rewritten.
     let root = workdir.join("root");
-    let mounts = match pods::plan(&pod_spec, &container, &ns, &sim.settings.volumes, &root) {
+    let mounts = match pods::plan(
+        &pod_spec,
+        &run.container,
+        &run.ns,
+        &sim.settings.volumes,
+        &root,
+    ) {
         Ok(m) => m,
         Err(message) => {
             append_log(log, &message);
-            return Ok(Some(exit(false, true, message, None)));
+            return Ok(Some(run.exit(false, true, message, None)));
         }
     };
     let _ = std::fs::remove_dir_all(&workdir);
@@ -788,38 +816,128 @@ async fn run_pod(
     pod_status(
         ctx,
         pod_obj,
-        &pods::status_running(&container, &id, "127.0.0.1", &started),
+        &pods::status_running(&run.container, &id, "127.0.0.1", &started),
     )
     .await?;
+    let Some((status, written)) = supervise(&run, &program, &argv, &env, &workdir, &mounts).await?
+    else {
+        return Ok(None);
+    };
+    report_exit(&run, status, &written, &id, &started)
+        .await
+        .map(Some)
+}
+
+/// What the pod tells its container about itself (the downward API's facts).
+fn pod_facts(run: &Run<'_>, pod_spec: &PodSpec, attempt: i32) -> PodFacts {
+    PodFacts {
+        name: run.pod.name_any(),
+        namespace: run.ns.clone(),
+        uid: run
+            .pod
+            .uid()
+            .unwrap_or_else(|| format!("{}-{attempt}", run.uid)),
+        node_name: run.ctx.sim.settings.node_name.clone(),
+        service_account: pod_spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        // The pod's own labels: the Job controller adds its own (the Job's uid) to the template's,
+        // and the downward API reads them there.
+        labels: run.pod.labels().clone(),
+        annotations: run.pod.annotations().clone(),
+    }
+}
+
+/// The container's environment and command line, resolved from the Secrets and ConfigMaps it
+/// names as the kubelet resolves them; a container without a command never starts.
+async fn configured(
+    run: &Run<'_>,
+    pod: &PodFacts,
+) -> Result<Then<(Vec<(String, String)>, Vec<String>)>> {
+    let sim = &run.ctx.sim;
+    // The kubelet retries a container it cannot configure (CreateContainerConfigError) forever.
+    let mut warned = false;
+    loop {
+        let src = sources(sim, &run.ns, &run.container).await?;
+        let resolved = process::resolve_env(&run.container, pod, &src)
+            .and_then(|env| process::argv(&run.container, &env).map(|argv| (env, argv)));
+        match resolved {
+            Ok(ok) => return Ok(Then::Go(ok)),
+            Err(msg) if msg.contains("has no command") => {
+                append_log(run.log, &msg);
+                return Ok(Then::Exited(run.exit(false, true, msg, None)));
+            }
+            Err(msg) => {
+                if !warned {
+                    warn!(job = %format!("{}/{}", run.ns, run.name), "CreateContainerConfigError: {msg}");
+                    append_log(run.log, &format!("CreateContainerConfigError: {msg}"));
+                    warned = true;
+                }
+                tokio::time::sleep(sim.settings.speed.ms(2000).max(Duration::from_millis(100)))
+                    .await;
+                if !run.alive() {
+                    return Ok(Then::Gone);
+                }
+            }
+        }
+    }
+}
+
+/// The container's process, from its start to its exit; gives its exit status and the
+/// termination message file it wrote. `None` when the Job went away meanwhile: the process is
+/// killed.
+async fn supervise(
+    run: &Run<'_>,
+    program: &std::path::Path,
+    argv: &[String],
+    env: &[(String, String)],
+    workdir: &std::path::Path,
+    mounts: &[pods::Mount],
+) -> Result<Option<(std::process::ExitStatus, String)>> {
+    let sim = &run.ctx.sim;
     let mut proc = process::spawn(
-        &program,
+        program,
         &argv[1..],
-        &env,
-        &workdir,
-        log,
+        env,
+        workdir,
+        run.log,
         &sim.settings.bin_dir,
     )?;
-    debug!(job = %name, program = %program.display(), "started");
+    debug!(job = %run.name, program = %program.display(), "started");
     let status = loop {
         tokio::select! {
             st = proc.wait() => break Some(st),
             () = tokio::time::sleep(Duration::from_millis(500)) => {
-                if !alive(ctx, &ns, &name, &uid) { break None; }
+                if !run.alive() { break None; }
             }
         }
     };
     // All its output is in the log before the pod says it terminated (see `Running::finish`).
     proc.finish().await;
     // Read before the attempt's root goes: the kubelet reads it when the container ends.
-    let written = pods::termination_file(&mounts)
+    let written = pods::termination_file(mounts)
         .and_then(|f| std::fs::read_to_string(f).ok())
         .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&workdir);
+    let _ = std::fs::remove_dir_all(workdir);
     let Some(status) = status else {
-        info!(job = %format!("{ns}/{name}"), "job deleted; killed its process");
+        info!(job = %format!("{}/{}", run.ns, run.name), "job deleted; killed its process");
         return Ok(None);
     };
-    let status = status.map_err(|e| Error::io(&program, e))?;
+    let status = status.map_err(|e| Error::io(program, e))?;
+    Ok(Some((status, written)))
+}
+
+/// The container's exit, written on the pod as the kubelet reports it (its code and
+/// termination message), and read for the Job controller.
+async fn report_exit(
+    run: &Run<'_>,
+    status: std::process::ExitStatus,
+    written: &str,
+    id: &str,
+    started: &Time,
+) -> Result<Exit> {
+    let log = run.log;
     // A process killed by a signal reads as the shell would report it: 128 + the signal.
     let code = status.code().unwrap_or_else(|| {
         128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
@@ -831,26 +949,26 @@ async fn run_pod(
     };
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let termination = pods::termination_message(
-        &written,
+        written,
         &text,
         !status.success(),
-        container.termination_message_policy.as_deref(),
+        run.container.termination_message_policy.as_deref(),
     );
     pod_status(
-        ctx,
-        pod_obj,
+        run.ctx,
+        run.pod,
         &pods::status_terminated(
-            &container,
-            &id,
+            &run.container,
+            id,
             "127.0.0.1",
-            &started,
+            started,
             &now(),
             code,
             termination,
         ),
     )
     .await?;
-    Ok(Some(exit(status.success(), false, message, Some(code))))
+    Ok(run.exit(status.success(), false, message, Some(code)))
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -695,13 +695,15 @@ async fn pod_here(
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 const STATE_CHECK: Duration = Duration::from_secs(1);
 
-async fn container_logs(
+/// The log of the pod's container and whether the container runs, once the kubelet's checks
+/// passed: the pod is on this node, has the container, and its container's state has a log.
+async fn log_of(
     sim: &Arc<Sim>,
     ns: &str,
     name: &str,
     container: &str,
-    query: Query,
-) -> std::result::Result<Response<Body>, Response<Body>> {
+    previous: bool,
+) -> std::result::Result<(PathBuf, bool), Response<Body>> {
     let pod = match pod_here(sim, ns, name).await {
         Ok(Some(p)) => p,
         Ok(None) => {
@@ -719,7 +721,7 @@ async fn container_logs(
         ));
     }
     let running =
-        log_state(&pod, container, query.previous).map_err(|m| text(StatusCode::BAD_REQUEST, m))?;
+        log_state(&pod, container, previous).map_err(|m| text(StatusCode::BAD_REQUEST, m))?;
     let own = &sim.settings.volumes;
     let Some(path) =
         pods::console_log(&pod, container, own).or_else(|| pods::container_log(&pod, own))
@@ -729,6 +731,19 @@ async fn container_logs(
             format!("container {container:?} in pod {name:?} is not available"),
         ));
     };
+    Ok((path, running))
+}
+
+/// `getContainerLogs`: the container's log as `ReadLogs` reads it, followed while the container
+/// runs when asked to.
+async fn container_logs(
+    sim: &Arc<Sim>,
+    ns: &str,
+    name: &str,
+    container: &str,
+    query: Query,
+) -> std::result::Result<Response<Body>, Response<Body>> {
+    let (path, running) = log_of(sim, ns, name, container, query.previous).await?;
     let mut cursor = Cursor::default();
     let first = logs::read_new(&path, &mut cursor, !running).map_err(|e| {
         let p = path.display();

@@ -208,7 +208,6 @@ pub fn step_vmi(
     now: Timestamp,
 ) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
     let old = vmi.status.clone().unwrap_or_default();
-    let mut s = old.clone();
     let now_s = clock::format(now);
     let since = old.phase_since().and_then(clock::parse).unwrap_or(now);
     let waited = clock::elapsed(since, now);
@@ -217,169 +216,237 @@ pub fn step_vmi(
     let silent = anns
         .get(AGENT_FATE_ANNOTATION)
         .is_some_and(|v| v == "silent");
-    let after = |d: Duration| Some(d.saturating_sub(waited).max(Duration::from_millis(10)));
-    let kv = Flavour::KubeVirt;
-    let changed = |s: VirtualMachineInstanceStatus| if s == old { None } else { Some(s) };
-    match old.phase.as_str() {
-        "" => {
-            enter(&mut s, phase::PENDING, &now_s);
-            conditions::set(
-                &mut s.conditions,
-                kv,
-                "Ready",
-                false,
-                "PodNotExists",
-                "virt-launcher pod has not yet been scheduled",
-                &now_s,
-            );
-            (Some(s), Some(t.pending))
-        }
-        phase::PENDING => {
-            match volumes {
-                VolumeCheck::MissingClaim(c) => {
-                    let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
-                    let msg = format!("PVC {ns}/{c} does not exist, waiting for it to appear");
-                    conditions::set(
-                        &mut s.conditions,
-                        kv,
-                        "Synchronized",
-                        false,
-                        "FailedPvcNotFound",
-                        &msg,
-                        &now_s,
-                    );
-                    return (changed(s), Some(t.recheck));
-                }
-                VolumeCheck::NotImported(_) | VolumeCheck::DataVolumeFailed(_) => {
-                    let msg = "Not all of the VMI's DVs are ready";
-                    conditions::set(
-                        &mut s.conditions,
-                        kv,
-                        "DataVolumesReady",
-                        false,
-                        "NotAllDVsReady",
-                        msg,
-                        &now_s,
-                    );
-                    return (changed(s), Some(t.recheck));
-                }
-                VolumeCheck::Ready => {
-                    conditions::remove(&mut s.conditions, "Synchronized");
-                    if conditions::find(&s.conditions, "DataVolumesReady").is_some() {
-                        conditions::set(
-                            &mut s.conditions,
-                            kv,
-                            "DataVolumesReady",
-                            true,
-                            "AllDVsReady",
-                            "All of the VMI's DVs are bound and ready",
-                            &now_s,
-                        );
-                    }
-                }
-            }
-            if waited < t.pending {
-                return (changed(s), after(t.pending));
-            }
-            enter(&mut s, phase::SCHEDULING, &now_s);
-            (Some(s), Some(t.scheduling))
-        }
-        phase::SCHEDULING => {
-            if !scheduling::fits(&vmi.spec, node) {
-                conditions::set(
-                    &mut s.conditions,
-                    kv,
-                    "PodScheduled",
-                    false,
-                    "Unschedulable",
-                    scheduling::NO_NODE_MATCHES,
-                    &now_s,
-                );
-                return (changed(s), None);
-            }
-            if fate == Some("unschedulable") {
-                let msg = "0/1 nodes are available: 1 Insufficient devices.kubevirt.io/kvm (fault injected by ferry-sim)";
-                conditions::set(
-                    &mut s.conditions,
-                    kv,
-                    "PodScheduled",
-                    false,
-                    "Unschedulable",
-                    msg,
-                    &now_s,
-                );
-                return (changed(s), None);
-            }
-            if waited < t.scheduling {
-                return (None, after(t.scheduling));
-            }
-            enter(&mut s, phase::SCHEDULED, &now_s);
-            s.node_name = Some(node.to_string());
-            conditions::set(&mut s.conditions, kv, "PodScheduled", true, "", "", &now_s);
-            conditions::set(
-                &mut s.conditions,
-                kv,
-                "Ready",
-                false,
-                "GuestNotRunning",
-                "Guest VM is not reported as running",
-                &now_s,
-            );
-            let next = if fate == Some("fail") {
-                t.fail_after
-            } else {
-                t.scheduled
-            };
-            (Some(s), Some(next))
-        }
-        phase::SCHEDULED => {
-            if fate == Some("fail") {
-                if waited < t.fail_after {
-                    return (None, after(t.fail_after));
-                }
-                enter(&mut s, phase::FAILED, &now_s);
-                s.reason = Some("FaultInjected".into());
-                conditions::set(
-                    &mut s.conditions,
-                    kv,
-                    "Ready",
-                    false,
-                    "GuestNotRunning",
-                    "virt-launcher exited: fault injected by ferry-sim",
-                    &now_s,
-                );
-                return (Some(s), None);
-            }
-            if waited < t.scheduled {
-                return (None, after(t.scheduled));
-            }
-            enter(&mut s, phase::RUNNING, &now_s);
-            conditions::set(&mut s.conditions, kv, "Ready", true, "", "", &now_s);
-            (Some(s), (!silent).then_some(t.agent))
-        }
-        phase::RUNNING => {
-            if silent || conditions::is_true(&s.conditions, "AgentConnected") {
-                return (None, None);
-            }
-            if waited < t.agent {
-                return (None, after(t.agent));
-            }
-            conditions::set(
-                &mut s.conditions,
-                kv,
-                "AgentConnected",
-                true,
-                "",
-                "",
-                &now_s,
-            );
-            s.guest_os_info = Some(
-                serde_json::json!({"id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"}),
-            );
-            (Some(s), None)
-        }
+    let look = Look {
+        old,
+        now_s,
+        waited,
+        t,
+    };
+    match look.old.phase.as_str() {
+        "" => vmi_created(&look),
+        phase::PENDING => vmi_pending(vmi, volumes, &look),
+        phase::SCHEDULING => vmi_scheduling(vmi, node, fate, &look),
+        phase::SCHEDULED => vmi_scheduled(fate, silent, &look),
+        phase::RUNNING => vmi_running(silent, &look),
         _ => (None, None),
     }
+}
+
+/// One look at a VMI in its phase (`step_vmi`): its status as it was, how long it has been in
+/// that phase, and the time as KubeVirt writes it.
+struct Look<'a> {
+    old: VirtualMachineInstanceStatus,
+    now_s: String,
+    waited: Duration,
+    t: &'a Timing,
+}
+
+impl Look<'_> {
+    /// Another look once the VMI has been `d` in its phase (10 ms from now at the soonest).
+    fn after(&self, d: Duration) -> Option<Duration> {
+        Some(d.saturating_sub(self.waited).max(Duration::from_millis(10)))
+    }
+
+    /// `s` to write, unless it is the status as it was.
+    fn changed(&self, s: VirtualMachineInstanceStatus) -> Option<VirtualMachineInstanceStatus> {
+        if s == self.old { None } else { Some(s) }
+    }
+}
+
+/// A new VMI: `Pending`, its launcher pod not scheduled yet. Pure.
+fn vmi_created(look: &Look<'_>) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
+    let mut s = look.old.clone();
+    let now_s = &look.now_s;
+    enter(&mut s, phase::PENDING, now_s);
+    conditions::set(
+        &mut s.conditions,
+        Flavour::KubeVirt,
+        "Ready",
+        false,
+        "PodNotExists",
+        "virt-launcher pod has not yet been scheduled",
+        now_s,
+    );
+    (Some(s), Some(look.t.pending))
+}
+
+/// A `Pending` VMI waits for its volumes (their conditions say why), then goes `Scheduling`.
+/// Pure.
+fn vmi_pending(
+    vmi: &VirtualMachineInstance,
+    volumes: &VolumeCheck,
+    look: &Look<'_>,
+) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
+    let (t, now_s, kv) = (look.t, &look.now_s, Flavour::KubeVirt);
+    let mut s = look.old.clone();
+    match volumes {
+        VolumeCheck::MissingClaim(c) => {
+            let ns = vmi.metadata.namespace.as_deref().unwrap_or("");
+            let msg = format!("PVC {ns}/{c} does not exist, waiting for it to appear");
+            conditions::set(
+                &mut s.conditions,
+                kv,
+                "Synchronized",
+                false,
+                "FailedPvcNotFound",
+                &msg,
+                now_s,
+            );
+            return (look.changed(s), Some(t.recheck));
+        }
+        VolumeCheck::NotImported(_) | VolumeCheck::DataVolumeFailed(_) => {
+            let msg = "Not all of the VMI's DVs are ready";
+            conditions::set(
+                &mut s.conditions,
+                kv,
+                "DataVolumesReady",
+                false,
+                "NotAllDVsReady",
+                msg,
+                now_s,
+            );
+            return (look.changed(s), Some(t.recheck));
+        }
+        VolumeCheck::Ready => {
+            conditions::remove(&mut s.conditions, "Synchronized");
+            if conditions::find(&s.conditions, "DataVolumesReady").is_some() {
+                conditions::set(
+                    &mut s.conditions,
+                    kv,
+                    "DataVolumesReady",
+                    true,
+                    "AllDVsReady",
+                    "All of the VMI's DVs are bound and ready",
+                    now_s,
+                );
+            }
+        }
+    }
+    if look.waited < t.pending {
+        return (look.changed(s), look.after(t.pending));
+    }
+    enter(&mut s, phase::SCHEDULING, now_s);
+    (Some(s), Some(t.scheduling))
+}
+
+/// A `Scheduling` VMI: unschedulable (for real or by fate) it stays, else it is `Scheduled` on
+/// the node after the scheduling delay. Pure.
+fn vmi_scheduling(
+    vmi: &VirtualMachineInstance,
+    node: &str,
+    fate: Option<&str>,
+    look: &Look<'_>,
+) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
+    let (t, now_s, kv) = (look.t, &look.now_s, Flavour::KubeVirt);
+    let mut s = look.old.clone();
+    if !scheduling::fits(&vmi.spec, node) {
+        conditions::set(
+            &mut s.conditions,
+            kv,
+            "PodScheduled",
+            false,
+            "Unschedulable",
+            scheduling::NO_NODE_MATCHES,
+            now_s,
+        );
+        return (look.changed(s), None);
+    }
+    if fate == Some("unschedulable") {
+        let msg = "0/1 nodes are available: 1 Insufficient devices.kubevirt.io/kvm (fault injected by ferry-sim)";
+        conditions::set(
+            &mut s.conditions,
+            kv,
+            "PodScheduled",
+            false,
+            "Unschedulable",
+            msg,
+            now_s,
+        );
+        return (look.changed(s), None);
+    }
+    if look.waited < t.scheduling {
+        return (None, look.after(t.scheduling));
+    }
+    enter(&mut s, phase::SCHEDULED, now_s);
+    s.node_name = Some(node.to_string());
+    conditions::set(&mut s.conditions, kv, "PodScheduled", true, "", "", now_s);
+    conditions::set(
+        &mut s.conditions,
+        kv,
+        "Ready",
+        false,
+        "GuestNotRunning",
+        "Guest VM is not reported as running",
+        now_s,
+    );
+    let next = if fate == Some("fail") {
+        t.fail_after
+    } else {
+        t.scheduled
+    };
+    (Some(s), Some(next))
+}
+
+/// A `Scheduled` VMI: `Failed` when fated to, else `Running` and `Ready` after the launcher's
+/// start. Pure.
+fn vmi_scheduled(
+    fate: Option<&str>,
+    silent: bool,
+    look: &Look<'_>,
+) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
+    let (t, now_s, kv) = (look.t, &look.now_s, Flavour::KubeVirt);
+    let mut s = look.old.clone();
+    if fate == Some("fail") {
+        if look.waited < t.fail_after {
+            return (None, look.after(t.fail_after));
+        }
+        enter(&mut s, phase::FAILED, now_s);
+        s.reason = Some("FaultInjected".into());
+        conditions::set(
+            &mut s.conditions,
+            kv,
+            "Ready",
+            false,
+            "GuestNotRunning",
+            "virt-launcher exited: fault injected by ferry-sim",
+            now_s,
+        );
+        return (Some(s), None);
+    }
+    if look.waited < t.scheduled {
+        return (None, look.after(t.scheduled));
+    }
+    enter(&mut s, phase::RUNNING, now_s);
+    conditions::set(&mut s.conditions, kv, "Ready", true, "", "", now_s);
+    (Some(s), (!silent).then_some(t.agent))
+}
+
+/// A `Running` VMI: its agent connects after the agent's delay, never when `silent`. Pure.
+fn vmi_running(
+    silent: bool,
+    look: &Look<'_>,
+) -> (Option<VirtualMachineInstanceStatus>, Option<Duration>) {
+    let (t, now_s) = (look.t, &look.now_s);
+    let mut s = look.old.clone();
+    if silent || conditions::is_true(&s.conditions, "AgentConnected") {
+        return (None, None);
+    }
+    if look.waited < t.agent {
+        return (None, look.after(t.agent));
+    }
+    conditions::set(
+        &mut s.conditions,
+        Flavour::KubeVirt,
+        "AgentConnected",
+        true,
+        "",
+        "",
+        now_s,
+    );
+    s.guest_os_info = Some(
+        serde_json::json!({"id": "ferry-sim", "name": "ferry-sim guest", "prettyName": "ferry-sim guest"}),
+    );
+    (Some(s), None)
 }
 
 /// A VMI's `spec.terminationGracePeriodSeconds`, KubeVirt's default when unset. Pure.
@@ -871,36 +938,64 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             .await?;
     }
     if let Some(add) = d.vm_finalizer {
-        let mut finalizers: Vec<String> = vm
-            .finalizers()
-            .iter()
-            .filter(|f| *f != VM_FINALIZER)
-            .cloned()
-            .collect();
-        if add {
-            finalizers.push(VM_FINALIZER.to_owned());
-        }
-        let patch = serde_json::json!({"metadata": {
-            "finalizers": finalizers, "resourceVersion": vm.resource_version(),
-        }});
-        sim.api::<VirtualMachine>(&ns)
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        set_vm_finalizer(sim, &vm, add).await?;
         if !add {
             info!(vm = %format!("{ns}/{name}"), "VM released (its VMI is gone)");
             return Ok(Action::await_change());
         }
     }
-    match d.action {
+    if let Some(now) = act_on_vmi(sim, &vm, vmi.as_ref(), d.action).await? {
+        return Ok(now);
+    }
+    Ok(d.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The VM's own finalizer, added or removed.
+async fn set_vm_finalizer(sim: &Sim, vm: &VirtualMachine, add: bool) -> Result<()> {
+    let mut finalizers: Vec<String> = vm
+        .finalizers()
+        .iter()
+        .filter(|f| *f != VM_FINALIZER)
+        .cloned()
+        .collect();
+    if add {
+        finalizers.push(VM_FINALIZER.to_owned());
+    }
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers, "resourceVersion": vm.resource_version(),
+    }});
+    sim.api::<VirtualMachine>(&vm.namespace().unwrap_or_default())
+        .patch(
+            &vm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// What the decision does to the VM's instance (`vmi`, the one it controls); `Some` when the
+/// VM is to be looked at again at once rather than as the decision asks.
+async fn act_on_vmi(
+    sim: &Sim,
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+    action: VmiAction,
+) -> Result<Option<Action>> {
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let vmis = sim.api::<VirtualMachineInstance>(&ns);
+    match action {
         VmiAction::Nothing => {}
         VmiAction::Create => {
-            let want = vmi_for(&vm, &fates(sim, &vm).await?);
+            let want = vmi_for(vm, &fates(sim, vm).await?);
             match vmis.create(&PostParams::default(), &want).await {
                 Ok(_) => info!(vm = %format!("{ns}/{name}"), "created VMI"),
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => return Err(e.into()),
             }
-            return Ok(Action::requeue(Duration::from_millis(10)));
+            // A created VMI is looked at again at once.
+            return Ok(Some(Action::requeue(Duration::from_millis(10))));
         }
         VmiAction::Delete => {
             vmis.delete(&name, &DeleteParams::background())
@@ -910,7 +1005,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             info!(vm = %format!("{ns}/{name}"), "deleted VMI");
         }
         VmiAction::Release => {
-            if let Some(v) = &vmi {
+            if let Some(v) = vmi {
                 let finalizers: Vec<&String> = v
                     .finalizers()
                     .iter()
@@ -931,7 +1026,6 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             vmis.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             if vmi
-                .as_ref()
                 .and_then(|v| v.status.as_ref())
                 .map(|s| s.phase.as_str())
                 != Some(status.phase.as_str())
@@ -940,7 +1034,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action> {
             }
         }
     }
-    Ok(d.requeue.map_or_else(Action::await_change, Action::requeue))
+    Ok(None)
 }
 
 fn ignore_not_found(e: kube::Error) -> std::result::Result<(), kube::Error> {
