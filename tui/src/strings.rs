@@ -188,9 +188,10 @@ pub fn needs_role(role: &str) -> String {
     format!("(needs {role})")
 }
 
-/// A refused binding in the help overlay: `cancel: needs ferry-operate`.
+/// A refused binding in the help overlay: `cutover needs ferry-operate` (27 characters, what
+/// a cell of the two-column help holds at 80 columns).
 pub fn help_refused(what: &str, role: &str) -> String {
-    format!("{what}: needs {role}")
+    format!("{what} needs {role}")
 }
 
 /// A 403 in the outcome box, whole: the API server's words, then what grants it.

@@ -107,6 +107,13 @@ impl Check {
         }
     }
 
+    /// Whether a 403's message is RBAC refusing this check (`User "viewer" cannot patch
+    /// resource "virtualmachinemigrations" …`), rather than an admission policy or webhook
+    /// refusing the request (also 403, about the request, not the user's role).
+    pub fn refused_in(self, message: &str) -> bool {
+        message.contains(&format!("cannot {} resource", self.verb()))
+    }
+
     /// The least of ferry's roles that grants it (`deploy/controller/user-roles.yaml`;
     /// `ferry-edit` and the built-in `edit` and `admin` include `ferry-operate`).
     pub fn role(self) -> &'static str {
@@ -275,6 +282,11 @@ mod tests {
             );
         }
         // And the view role does not grant what the operate role is named for.
+        let rbac = "virtualmachinemigrations.migration.platform.example \"a\" is forbidden: User \"viewer\" cannot patch resource \"virtualmachinemigrations\" in API group \"migration.platform.example\" in the namespace \"apps\"";
+        assert!(Check::PatchMigrations.refused_in(rbac));
+        assert!(!Check::DeleteMigrations.refused_in(rbac));
+        let policy = "migrationwaves.migration.platform.example \"w\" is forbidden: ValidatingAdmissionPolicy 'ferry-authoring' with binding 'ferry-authoring' denied request: only intents";
+        assert!(!Check::PatchWaves.refused_in(policy));
         for c in [Check::PatchMigrations, Check::DeleteWaves] {
             assert!(!grants(&rules_of(VIEW_ROLE), c), "{VIEW_ROLE} grants {c:?}");
         }

@@ -125,20 +125,30 @@ pub fn footer_lines(state: &State, width: u16) -> Vec<String> {
 /// line is broken inside it. Every character but the spaces a break replaces is kept, in order.
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(1);
+    // The text's own indent starts its first line (a report's entries are indented).
+    let body = text.trim_start_matches(' ');
+    let indent = (text.len() - body.len()).min(width - 1);
     let mut lines = vec![];
-    let mut line = String::new();
-    let mut len = 0;
-    for word in text.split(' ') {
+    let mut line = " ".repeat(indent);
+    let mut len = indent;
+    // Whether `line` holds a word yet (a separating space goes before the next one).
+    let mut worded = false;
+    for word in body.split(' ') {
         let mut word = word;
         let mut wlen = word.chars().count();
-        if len > 0 && len + 1 + wlen <= width {
-            line.push(' ');
+        let sep = usize::from(worded);
+        if len + sep + wlen <= width {
+            if worded {
+                line.push(' ');
+            }
             line.push_str(word);
-            len += 1 + wlen;
+            len += sep + wlen;
+            worded = true;
             continue;
         }
         if len > 0 {
             lines.push(std::mem::take(&mut line));
+            len = 0;
         }
         // A word longer than a line fills lines of its own.
         while wlen > width {
@@ -152,6 +162,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
         }
         line.push_str(word);
         len = wlen;
+        worded = true;
     }
     if len > 0 || lines.is_empty() {
         lines.push(line);
@@ -184,5 +195,7 @@ mod tests {
         }
         assert_eq!(wrap("", 10), vec![String::new()]);
         assert_eq!(wrap("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
+        // The text's own indent starts its first line.
+        assert_eq!(wrap("  ab cd", 5), vec!["  ab", "cd"]);
     }
 }

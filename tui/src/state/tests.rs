@@ -2014,4 +2014,22 @@ fn a_403_after_a_confirm_names_the_role_and_greys_the_verb_from_then_on() {
     update(&mut s, Action::Back);
     update(&mut s, Action::Request(Verb::Cancel));
     assert_eq!(s.popup, None, "no second confirmation of what was refused");
+    // An admission policy's 403 is about the request, not the role: nothing is greyed.
+    let mut s = state_with(vec![vmm("delta", Phase::Importing)]);
+    update(&mut s, Action::Request(Verb::Pause));
+    let fx = update(&mut s, Action::Confirm);
+    let [Effect::Patch { id, target, .. }] = fx.as_slice() else {
+        panic!("{fx:?}");
+    };
+    let policy = "virtualmachinemigrations.migration.platform.example \"delta\" is forbidden: ValidatingAdmissionPolicy 'ferry-authoring' with binding 'ferry-authoring' denied request";
+    update(
+        &mut s,
+        Action::Outcome {
+            id: *id,
+            target: target.clone(),
+            outcome: Outcome::Forbidden(policy.into()),
+        },
+    );
+    assert_eq!(refusal(&s, &Action::Request(Verb::Pause)), None);
+    assert!(!s.flash.as_ref().unwrap().text.contains("ferry-operate"));
 }

@@ -101,7 +101,7 @@ pub fn draw_report(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             Some(_) => t.bad(),
         };
         let text = match o {
-            Some(Outcome::Forbidden(m)) => {
+            Some(Outcome::Forbidden(m)) if Check::of(report.verb, target.kind).refused_in(m) => {
                 let check = Check::of(report.verb, target.kind);
                 let needs = strings::needs(
                     check.verb(),

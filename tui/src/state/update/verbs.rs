@@ -175,13 +175,15 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
     let Some(verb) = state.report.as_ref().filter(|r| r.id == id).map(|r| r.verb) else {
         return;
     };
-    if let Outcome::Forbidden(_) = outcome {
-        // Refused after all (not known before, or changed since): the key is greyed from now.
-        let check = Check::of(verb, target.kind);
+    if let Outcome::Forbidden(m) = &outcome
+        && Check::of(verb, target.kind).refused_in(m)
+    {
+        // RBAC refused it after all (not known before, or changed since): the key is greyed
+        // from now. A policy's 403 is about the request, and greys nothing.
         let key = &target.key;
         state
             .access
-            .refused_by_server(key.cluster, &key.namespace, check);
+            .refused_by_server(key.cluster, &key.namespace, Check::of(verb, target.kind));
     }
     let Some(report) = state.report.as_mut().filter(|r| r.id == id) else {
         return;
@@ -196,7 +198,7 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
             .iter()
             .any(|(_, o)| !o.as_ref().is_some_and(Outcome::is_applied));
         let text = match report.entries.as_slice() {
-            [(t, Some(Outcome::Forbidden(_)))] => {
+            [(t, Some(Outcome::Forbidden(m)))] if Check::of(report.verb, t.kind).refused_in(m) => {
                 let check = Check::of(report.verb, t.kind);
                 strings::single_forbidden(
                     report.verb,
