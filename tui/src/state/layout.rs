@@ -148,7 +148,6 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
         }
         if len > 0 {
             lines.push(std::mem::take(&mut line));
-            len = 0;
         }
         // A word longer than a line fills lines of its own.
         while wlen > width {
