@@ -323,6 +323,11 @@ subjects:
     tmux.keys(&["y"]);
     tmux.wait_for("kind: VirtualMachineMigration", T);
     tmux.keys(&["Escape"]);
+    // On the board again before the next key: an Escape followed at once by `r` reads as
+    // Alt-r.
+    tmux.wait("back on the board", T, |s| {
+        s.contains("IN-PHASE") && !s.contains("kind: VirtualMachineMigration")
+    });
     tmux.keys(&["r"]);
     let screen = tmux.wait("the refusal of retry, whole", T, |s| {
         words(s).contains(&whole("retry"))
