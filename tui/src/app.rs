@@ -28,7 +28,7 @@ use tokio::{
 use crate::{
     error::Result,
     keys,
-    kube::{self as cluster, Cluster, ConnectOptions, actions, children, podlogs, watch},
+    kube::{self as cluster, Cluster, ConnectOptions, access, actions, children, podlogs, watch},
     state::{Action, ClusterId, ClusterView, Effect, Popup, Scope, Screen, Stamp, State, update},
     ui::{self, Options, Theme},
 };
@@ -369,6 +369,20 @@ impl Runtime {
                     if let Some(a) = actions::run(client, e).await {
                         let _ = tx.send(a);
                     }
+                });
+            }
+            Effect::ReviewAccess {
+                cluster,
+                namespace,
+                generation,
+            } => {
+                let Some(client) = self.client_of(cluster) else {
+                    return After::Continue;
+                };
+                let tx = self.ui_tx.clone();
+                tokio::spawn(async move {
+                    let a = access::review(client, cluster, namespace, generation).await;
+                    let _ = tx.send(a);
                 });
             }
             Effect::FetchChildren { key, obj } => {

@@ -579,6 +579,42 @@ pub fn footer_key(action: &Action) -> Option<String> {
     plain.or(b.keys.first()).map(|k| short(*k))
 }
 
+/// One hint of a footer line, and the role that grants it when the API server refuses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HintPart {
+    /// `c:cancel`.
+    pub text: String,
+    /// The role that grants it, when every action of the hint is refused for what it would
+    /// act on now (see [`crate::state::refusal`]).
+    pub needs: Option<&'static str>,
+}
+
+/// The hints of `list` as `state` offers them.
+pub fn hint_parts(list: &[Hint], state: &State) -> Vec<HintPart> {
+    list.iter()
+        .map(|h| {
+            let keys: Vec<String> = h.actions.iter().filter_map(footer_key).collect();
+            let refusals: Vec<_> = h
+                .actions
+                .iter()
+                .map(|a| crate::state::refusal(state, a))
+                .collect();
+            let needs = if refusals.iter().all(Option::is_some) {
+                refusals
+                    .first()
+                    .and_then(|r| r.as_ref())
+                    .map(|r| r.check.role())
+            } else {
+                None
+            };
+            HintPart {
+                text: format!("{}:{}", keys.join("/"), h.word),
+                needs,
+            }
+        })
+        .collect()
+}
+
 /// One footer line: `?:help  /:filter  s/S:sort`.
 pub fn hints(list: &[Hint]) -> String {
     let parts: Vec<String> = list

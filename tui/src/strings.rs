@@ -171,6 +171,40 @@ pub fn outcome(o: Option<&Outcome>) -> String {
     }
 }
 
+/// What a refused verb needs and which of ferry's roles grants it: `needs patch on
+/// virtualmachinemigrations in apps: grant ferry-operate`.
+pub fn needs(api_verb: &str, resource: &str, namespace: &str, role: &str) -> String {
+    format!("needs {api_verb} on {resource} in {namespace}: grant {role}")
+}
+
+/// A key whose verb the API server's answers refuse, pressed: `retry needs patch on
+/// virtualmachinemigrations in apps: grant ferry-operate`.
+pub fn refused(what: &str, api_verb: &str, resource: &str, namespace: &str, role: &str) -> String {
+    format!("{what} {}", needs(api_verb, resource, namespace, role))
+}
+
+/// A refused key where it is offered (the footer, the help): `(needs ferry-operate)`.
+pub fn needs_role(role: &str) -> String {
+    format!("(needs {role})")
+}
+
+/// A refused binding in the help overlay: `cutover needs ferry-operate` (27 characters, what
+/// a cell of the two-column help holds at 80 columns).
+pub fn help_refused(what: &str, role: &str) -> String {
+    format!("{what} needs {role}")
+}
+
+/// A 403 in the outcome box, whole: the API server's words, then what grants it.
+pub fn forbidden_whole(message: &str, verb: Verb, needs: &str) -> String {
+    format!("forbidden: {message} — {} {needs}", verb.as_str())
+}
+
+/// A single-object action the API server refused, for the bottom line (the outcome box has
+/// the API server's words): `cancel charlie: forbidden, needs patch on … : grant ferry-operate`.
+pub fn single_forbidden(verb: Verb, name: &str, needs: &str) -> String {
+    format!("{} {name}: forbidden, {needs}", verb.as_str())
+}
+
 /// The outcome of a single-object action.
 pub fn single_outcome(verb: Verb, name: &str, o: Option<&Outcome>) -> String {
     format!("{} {name}: {}", verb.as_str(), outcome(o))
@@ -205,6 +239,9 @@ pub mod skip {
         "a cold wave (spec.template.mode Cold): only a warm wave's migrations wait for a cutover";
     /// Cutover of a wave asked for already.
     pub const WAVE_CUTOVER_ASKED: &str = "already asked to cut over";
+    /// In a namespace whose answer refuses the verb (every verb needs what `ferry-operate`
+    /// grants: patch or delete on migrations and waves).
+    pub const REFUSED: &str = "in a namespace that refuses you this (needs ferry-operate)";
 }
 
 /// The full-screen views over the board: details, YAML, events.

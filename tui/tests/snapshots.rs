@@ -5,8 +5,8 @@ mod support;
 
 use ferry::{
     state::{
-        Action, ConnState, Edit, Nav, Outcome, Resource, Scope, Screen, State, Target, TargetKind,
-        Verb, messages::About, update,
+        Action, Check, ConnState, Edit, Nav, Outcome, Resource, Scope, Screen, State, Target,
+        TargetKind, Verb, messages::About, update,
     },
     ui::{self, Options, Theme},
 };
@@ -429,6 +429,83 @@ fn report_with_a_forbidden_outcome() {
         );
         assert_eq!(entries[0].kind, TargetKind::Migration);
     });
+}
+
+/// What `ferry-view` alone grants in `apps`: no patch, no delete (the logs, yes).
+fn view_only_in_apps(s: &mut State) {
+    let refused = [
+        Check::PatchMigrations,
+        Check::PatchWaves,
+        Check::DeleteMigrations,
+        Check::DeleteWaves,
+    ];
+    apply(
+        s,
+        [Action::AccessReviewed {
+            cluster: C0,
+            namespace: "apps".into(),
+            generation: 0,
+            answers: Check::ALL
+                .into_iter()
+                .map(|c| (c, Ok(!refused.contains(&c))))
+                .collect(),
+        }],
+    );
+}
+
+#[test]
+fn board_of_a_read_only_user_greys_the_verbs_and_names_the_role() {
+    at_both_sizes("board_view_only", view_only_in_apps);
+}
+
+#[test]
+fn help_of_a_read_only_user_greys_the_verbs_and_names_the_role() {
+    at_both_sizes("help_view_only", |s| {
+        view_only_in_apps(s);
+        apply(s, [Action::ToggleHelp]);
+    });
+}
+
+#[test]
+fn a_refused_key_says_what_grants_it_whole_instead_of_asking() {
+    at_both_sizes("refused_retry", |s| {
+        view_only_in_apps(s);
+        // w1-cache-02 failed: retry applies, and is refused.
+        apply(s, [Action::StartFilter]);
+        for c in "phase:Failed".chars() {
+            apply(s, [Action::Edit(Edit::Char(c))]);
+        }
+        apply(s, [Action::Submit, Action::Request(Verb::Retry)]);
+        assert!(s.popup.is_none(), "no confirmation");
+    });
+}
+
+#[test]
+fn a_403_that_still_happens_is_shown_whole_with_the_role_that_grants_it() {
+    // One migration, as the lab's viewer meets it: the API server's whole message, the
+    // namespace at its end, wrapped in the outcome box at 80×24 and 120×40.
+    for (w, h) in [(80, 24), (120, 40)] {
+        let mut s = sample_state(Scope::Namespace("apps".into()));
+        apply(&mut s, [Action::Request(Verb::Cancel), Action::Confirm]);
+        let report = s.report.as_ref().unwrap();
+        let (id, target) = (report.id, report.entries[0].0.clone());
+        let message = format!(
+            "virtualmachinemigrations.migration.platform.example \"{name}\" is forbidden: User \"viewer\" cannot patch resource \"virtualmachinemigrations\" in API group \"migration.platform.example\" in the namespace \"apps\"",
+            name = target.key.name
+        );
+        apply(
+            &mut s,
+            [Action::Outcome {
+                id,
+                target,
+                outcome: Outcome::Forbidden(message),
+            }],
+        );
+        let screen = render(&mut s, w, h);
+        assert!(screen.contains("grant ferry-operate"), "{screen}");
+        assert!(screen.contains("Esc/Enter closes"), "{screen}");
+        assert_snapshot!(format!("report_forbidden_whole_{w}x{h}"), screen);
+    }
 }
 
 #[test]

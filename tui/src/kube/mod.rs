@@ -1,5 +1,6 @@
 //! The cluster edge: the client, the watches that feed actions, the requests effects ask for.
 
+pub mod access;
 pub mod actions;
 pub mod children;
 pub mod podlogs;

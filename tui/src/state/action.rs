@@ -7,6 +7,7 @@ use ferry_crds::{MigrationWave, VirtualMachineMigration};
 
 use super::{
     ClusterId, ClusterView, ObjKey, Timestamp,
+    access::Check,
     conn::{ConnState, Resource},
     events::EventRow,
     layout::Screen,
@@ -128,6 +129,18 @@ pub enum Action {
         target: Target,
         /// The answer.
         outcome: Outcome,
+    },
+    /// What the API server answered about what the user may do in a namespace
+    /// ([`Effect::ReviewAccess`]).
+    AccessReviewed {
+        /// The cluster.
+        cluster: ClusterId,
+        /// The namespace.
+        namespace: String,
+        /// The generation the question was asked in (see [`super::Access`]).
+        generation: u64,
+        /// Each check, allowed or not, or why the review failed.
+        answers: Vec<(Check, Result<bool, String>)>,
     },
     /// Children of a migration were read.
     Children {
@@ -279,6 +292,17 @@ pub enum Effect {
         id: u64,
         /// The object.
         target: Target,
+    },
+    /// Ask the API server what the user may do in `namespace` (`SelfSubjectAccessReview`s,
+    /// as the user the client acts as, `--as` included); the answer comes back as
+    /// [`Action::AccessReviewed`].
+    ReviewAccess {
+        /// The cluster.
+        cluster: ClusterId,
+        /// The namespace.
+        namespace: String,
+        /// Handed back with the answer.
+        generation: u64,
     },
     /// Read the children of a migration (in the cluster of `key`).
     FetchChildren {

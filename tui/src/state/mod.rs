@@ -1,6 +1,7 @@
 //! The whole cockpit state. It changes only through [`update`], a pure function from an
 //! [`Action`] to the [`Effect`]s (I/O) it asks for; nothing here draws or talks to the cluster.
 
+pub mod access;
 pub mod action;
 pub mod conn;
 pub mod events;
@@ -30,6 +31,7 @@ use ferry_crds::VirtualMachineMigration;
 
 use crate::strings;
 
+pub use access::{Access, Check, Refusal};
 pub use action::{Action, Child, Edit, Effect, Nav, Outcome, Scope, Target, TargetKind, Verb};
 pub use conn::{ConnState, Connection, Resource};
 pub use events::{EventKind, EventRow, EventStore};
@@ -39,7 +41,7 @@ pub use layout::Screen;
 pub use preflight::GroupKey;
 pub use row::{Pip, Row, Step};
 pub use stamp::Stamp;
-pub use update::{execute, plan, update};
+pub use update::{execute, plan, refusal, refusal_text, update};
 pub use wave::{Refused, WarmWave, WaveCutover, WaveRow};
 
 /// Instants, as the Kubernetes types carry them.
@@ -357,6 +359,8 @@ pub struct State {
     pub podlogs: Option<podlogs::PodLogs>,
     /// Bottom-line message.
     pub flash: Option<Flash>,
+    /// What the user may do, per namespace, as the API server answered.
+    pub access: Access,
     /// Set by `q` / `:q`.
     pub quit: bool,
     next_id: u64,
@@ -399,6 +403,7 @@ impl State {
             opened: None,
             podlogs: None,
             flash: None,
+            access: Access::default(),
             quit: false,
             next_id: 1,
         }

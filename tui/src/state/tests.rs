@@ -785,12 +785,23 @@ fn a_read_the_watch_overtook_is_dropped_and_a_re_list_reads_again_keeping_the_co
     assert!(fx.is_empty(), "{fx:?}");
     assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
     // A re-list keeps no object and caught up without events: the copy is read again, and
-    // stays shown meanwhile.
+    // stays shown meanwhile (and the namespace's permissions are asked again, as after every
+    // re-list).
     let fx = update(
         &mut s,
         Action::migrations_listed(C0, vec![vmm("a", Phase::Starting), vmm("b", Phase::Queued)]),
     );
-    assert_eq!(fx, vec![Effect::FetchMigration { key: key("a") }]);
+    assert_eq!(
+        fx,
+        vec![
+            Effect::ReviewAccess {
+                cluster: C0,
+                namespace: "default".into(),
+                generation: 0
+            },
+            Effect::FetchMigration { key: key("a") }
+        ]
+    );
     assert_eq!(opened_phase(&s, "a"), Some(Phase::CreatingVM));
     // The re-read fails (the cluster went away): the copy stays, no panic, no exit.
     update(
@@ -1771,4 +1782,288 @@ fn the_first_rows_of_a_list_under_way_are_shown_and_the_finished_list_replaces_t
         Action::MigrationsArriving(ClusterId(1), rows(&["z"])),
     );
     assert_eq!(visible_names(&s), ["a", "c"]);
+}
+
+// --- permissions known up front (issue #49) ---
+
+/// The API server's answer for `namespace`: `allowed` for every check but those in `refused`.
+fn answer(s: &mut State, namespace: &str, refused: &[Check]) {
+    let answers = Check::ALL
+        .into_iter()
+        .map(|c| (c, Ok(!refused.contains(&c))))
+        .collect();
+    update(
+        s,
+        Action::AccessReviewed {
+            cluster: C0,
+            namespace: namespace.into(),
+            generation: 0,
+            answers,
+        },
+    );
+}
+
+/// What only `ferry-view` grants: no patch, no delete; the logs.
+const VIEW_ONLY: &[Check] = &[
+    Check::PatchMigrations,
+    Check::PatchWaves,
+    Check::DeleteMigrations,
+    Check::DeleteWaves,
+];
+
+#[test]
+fn a_verb_the_api_refuses_opens_no_confirm_and_says_which_role_grants_it() {
+    let mut s = state_with(vec![vmm("web-1", Phase::Failed)]);
+    answer(&mut s, "default", VIEW_ONLY);
+    let cases = [
+        (
+            Action::Request(Verb::Retry),
+            "retry needs patch on virtualmachinemigrations in default: grant ferry-operate",
+        ),
+        (
+            Action::Request(Verb::Cancel),
+            "cancel needs patch on virtualmachinemigrations in default: grant ferry-operate",
+        ),
+        (
+            Action::TogglePause,
+            "pause needs patch on virtualmachinemigrations in default: grant ferry-operate",
+        ),
+        (
+            Action::Request(Verb::Delete),
+            "delete needs delete on virtualmachinemigrations in default: grant ferry-operate",
+        ),
+        (
+            Action::Request(Verb::Cutover),
+            "cutover needs patch on virtualmachinemigrations in default: grant ferry-operate",
+        ),
+    ];
+    for (action, want) in cases {
+        assert!(refusal(&s, &action).is_some(), "{action:?} is greyed");
+        let fx = update(&mut s, action.clone());
+        assert!(fx.is_empty(), "{action:?}: {fx:?}");
+        assert_eq!(s.popup, None, "{action:?} asks for no confirmation");
+        let flash = s.flash.take().expect("a message");
+        assert!(flash.error);
+        assert_eq!(flash.text, want);
+    }
+    // The logs are ferry-view's: allowed here, refused elsewhere with that role named.
+    assert_eq!(refusal(&s, &Action::ShowPodLogs), None);
+    answer(&mut s, "default", &[Check::GetPodLogs]);
+    let fx = update(&mut s, Action::ShowPodLogs);
+    assert!(fx.is_empty());
+    assert!(s.views.is_empty(), "the view does not open");
+    assert_eq!(
+        s.flash.as_ref().map(|f| f.text.as_str()),
+        Some("pod logs needs get on pods/log in default: grant ferry-view")
+    );
+}
+
+#[test]
+fn a_verb_allowed_or_not_known_asks_to_confirm_as_before() {
+    // Not answered yet.
+    let mut s = state_with(vec![vmm("web-1", Phase::Failed)]);
+    assert_eq!(refusal(&s, &Action::Request(Verb::Retry)), None);
+    update(&mut s, Action::Request(Verb::Retry));
+    assert!(matches!(s.popup, Some(Popup::Confirm(ref c)) if c.verb == Verb::Retry));
+    // Allowed.
+    let mut s = state_with(vec![vmm("web-1", Phase::Failed)]);
+    answer(&mut s, "default", &[]);
+    update(&mut s, Action::Request(Verb::Retry));
+    assert!(matches!(s.popup, Some(Popup::Confirm(ref c)) if c.verb == Verb::Retry));
+    let fx = update(&mut s, Action::Confirm);
+    assert!(matches!(fx.as_slice(), [Effect::Patch { .. }]), "{fx:?}");
+    // The review failed: unknown, the API server decides.
+    let mut s = state_with(vec![vmm("web-1", Phase::Failed)]);
+    answer(&mut s, "default", VIEW_ONLY);
+    update(
+        &mut s,
+        Action::AccessReviewed {
+            cluster: C0,
+            namespace: "default".into(),
+            generation: 0,
+            answers: vec![(Check::PatchMigrations, Err("connection reset".into()))],
+        },
+    );
+    assert_eq!(refusal(&s, &Action::Request(Verb::Retry)), None);
+    update(&mut s, Action::Request(Verb::Retry));
+    assert!(matches!(s.popup, Some(Popup::Confirm(_))));
+    // Delete is still known refused.
+    assert!(refusal(&s, &Action::Request(Verb::Delete)).is_some());
+}
+
+#[test]
+fn a_refusal_wraps_whole_at_80_columns_and_the_board_gives_it_the_lines() {
+    let ns = "migrations-of-the-finance-department-eu-west";
+    let mut o = vmm("web-1", Phase::Failed);
+    o.metadata.namespace = Some(ns.into());
+    let mut s = State::new("lab", Scope::All, false, now());
+    update(&mut s, Action::migrations_listed(C0, vec![o]));
+    update(
+        &mut s,
+        Action::Resize(layout::Screen {
+            width: 80,
+            height: 24,
+        }),
+    );
+    let page_before = s.page;
+    answer(&mut s, ns, VIEW_ONLY);
+    update(&mut s, Action::Request(Verb::Retry));
+    let text = s.flash.as_ref().unwrap().text.clone();
+    assert_eq!(
+        text,
+        format!("retry needs patch on virtualmachinemigrations in {ns}: grant ferry-operate")
+    );
+    assert!(
+        text.chars().count() > 78,
+        "the case needs a message longer than a line"
+    );
+    let lines = layout::footer_lines(&s, 80);
+    assert!(lines.len() >= 2, "{lines:?}");
+    // The footer keeps a column of margin on each side.
+    assert!(lines.iter().all(|l| l.chars().count() <= 78), "{lines:?}");
+    assert_eq!(lines.join(" "), text, "every word, in order, none cut");
+    let screen = s.screen.unwrap();
+    let bands = layout::Bands::of(screen, &s);
+    assert_eq!(usize::from(bands.footer), lines.len());
+    assert_eq!(
+        bands.header + bands.strip + bands.body + bands.logs + bands.footer,
+        24
+    );
+    assert_eq!(
+        s.page,
+        page_before - (lines.len() - 1),
+        "the board gives up the lines"
+    );
+}
+
+#[test]
+fn marked_rows_in_a_refused_namespace_are_skipped_and_the_others_confirmed() {
+    let mut a = vmm("a", Phase::Importing);
+    a.metadata.namespace = Some("apps".into());
+    let mut b = vmm("b", Phase::Importing);
+    b.metadata.namespace = Some("finance".into());
+    let mut s = State::new("lab", Scope::All, false, now());
+    update(&mut s, Action::migrations_listed(C0, vec![a, b]));
+    answer(&mut s, "finance", VIEW_ONLY);
+    answer(&mut s, "apps", &[]);
+    update(&mut s, Action::MarkAllVisible);
+    // Not every marked row is refused: the key is not greyed.
+    assert_eq!(refusal(&s, &Action::Request(Verb::Cancel)), None);
+    update(&mut s, Action::Request(Verb::Cancel));
+    let Some(Popup::Confirm(c)) = &s.popup else {
+        panic!("a confirmation: {:?}", s.popup);
+    };
+    assert_eq!(c.targets.len(), 1);
+    assert_eq!(c.targets[0].key.namespace, "apps");
+    assert_eq!(c.skipped.len(), 1);
+    assert_eq!(c.skipped[0].0.key.namespace, "finance");
+    assert_eq!(c.skipped[0].1, crate::strings::skip::REFUSED);
+    // Every marked row refused: greyed, named by the first.
+    update(&mut s, Action::Back);
+    answer(&mut s, "apps", VIEW_ONLY);
+    let r = refusal(&s, &Action::Request(Verb::Cancel)).unwrap();
+    assert_eq!(r.namespace, "apps");
+    assert_eq!(r.check.role(), "ferry-operate");
+}
+
+#[test]
+fn each_namespace_is_reviewed_when_it_first_appears_and_again_after_a_relist() {
+    let reviews = |fx: &[Effect]| -> Vec<String> {
+        let mut v: Vec<String> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::ReviewAccess { namespace, .. } => Some(namespace.clone()),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let in_ns = |name: &str, ns: &str| {
+        let mut o = vmm(name, Phase::Pending);
+        o.metadata.namespace = Some(ns.into());
+        o
+    };
+    let mut s = State::new("lab", Scope::All, false, now());
+    let fx = update(
+        &mut s,
+        Action::migrations_listed(
+            C0,
+            vec![in_ns("a", "apps"), in_ns("b", "apps"), in_ns("c", "db")],
+        ),
+    );
+    assert_eq!(reviews(&fx), ["apps", "db"]);
+    let fx = update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(in_ns("d", "apps"))),
+    );
+    assert_eq!(reviews(&fx), Vec::<String>::new(), "asked once");
+    let fx = update(
+        &mut s,
+        Action::MigrationApplied(C0, Box::new(in_ns("e", "web"))),
+    );
+    assert_eq!(reviews(&fx), ["web"], "a new namespace");
+    // A reconnect re-lists: every namespace again.
+    let fx = update(
+        &mut s,
+        Action::migrations_listed(C0, vec![in_ns("a", "apps"), in_ns("e", "web")]),
+    );
+    assert_eq!(reviews(&fx), ["apps", "web"]);
+    // A wave's namespace too.
+    let mut w = ferry_crds::fixtures::wave("w1", 1);
+    w.metadata.namespace = Some("waves".into());
+    let fx = update(&mut s, Action::WaveApplied(C0, Box::new(w)));
+    assert_eq!(reviews(&fx), ["waves"]);
+    // After `:ns`, an answer to a question asked before is dropped.
+    update(&mut s, Action::Command("ns apps".into()));
+    answer(&mut s, "apps", VIEW_ONLY);
+    assert_eq!(s.access.allowed(C0, "apps", Check::PatchMigrations), None);
+}
+
+#[test]
+fn a_403_after_a_confirm_names_the_role_and_greys_the_verb_from_then_on() {
+    let mut s = state_with(vec![vmm("charlie", Phase::Importing)]);
+    update(&mut s, Action::Request(Verb::Cancel));
+    let fx = update(&mut s, Action::Confirm);
+    let [Effect::Patch { id, target, .. }] = fx.as_slice() else {
+        panic!("{fx:?}");
+    };
+    let message = "virtualmachinemigrations.migration.platform.example \"charlie\" is forbidden: User \"viewer\" cannot patch resource \"virtualmachinemigrations\" in API group \"migration.platform.example\" in the namespace \"default\"";
+    update(
+        &mut s,
+        Action::Outcome {
+            id: *id,
+            target: target.clone(),
+            outcome: Outcome::Forbidden(message.into()),
+        },
+    );
+    assert_eq!(s.popup, Some(Popup::Report));
+    assert_eq!(
+        s.flash.as_ref().map(|f| f.text.as_str()),
+        Some(
+            "cancel charlie: forbidden, needs patch on virtualmachinemigrations in default: grant ferry-operate"
+        )
+    );
+    assert!(refusal(&s, &Action::Request(Verb::Cancel)).is_some());
+    update(&mut s, Action::Back);
+    update(&mut s, Action::Request(Verb::Cancel));
+    assert_eq!(s.popup, None, "no second confirmation of what was refused");
+    // An admission policy's 403 is about the request, not the role: nothing is greyed.
+    let mut s = state_with(vec![vmm("delta", Phase::Importing)]);
+    update(&mut s, Action::Request(Verb::Pause));
+    let fx = update(&mut s, Action::Confirm);
+    let [Effect::Patch { id, target, .. }] = fx.as_slice() else {
+        panic!("{fx:?}");
+    };
+    let policy = "virtualmachinemigrations.migration.platform.example \"delta\" is forbidden: ValidatingAdmissionPolicy 'ferry-authoring' with binding 'ferry-authoring' denied request";
+    update(
+        &mut s,
+        Action::Outcome {
+            id: *id,
+            target: target.clone(),
+            outcome: Outcome::Forbidden(policy.into()),
+        },
+    );
+    assert_eq!(refusal(&s, &Action::Request(Verb::Pause)), None);
+    assert!(!s.flash.as_ref().unwrap().text.contains("ferry-operate"));
 }

@@ -10,7 +10,7 @@ use ratatui::{
 use super::{Theme, centered};
 use crate::{
     keys,
-    state::{Confirm, Outcome, State, TargetKind},
+    state::{Check, Confirm, Outcome, State, TargetKind, layout},
     strings::{self, confirm as text},
 };
 
@@ -83,25 +83,51 @@ pub fn draw_confirm(frame: &mut Frame, state: &State, t: &Theme, area: Rect, c: 
     );
 }
 
-/// Draws the report of the last mutation.
+/// Draws the report of the last mutation. Every answer is shown whole, wrapped to the box (a
+/// 403 names the namespace and the role that grants the verb), and the box is as tall as the
+/// wrapped lines: what does not fit the screen is counted, never cut mid-answer.
 pub fn draw_report(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let Some(report) = &state.report else { return };
-    let mut lines = vec![Line::styled(report.summary(), t.title()), Line::raw("")];
-    let room = area.height.saturating_sub(6) as usize;
-    for (target, o) in report.entries.iter().take(room) {
+    let r = centered(area, 96, area.height);
+    let inner = usize::from(r.width.saturating_sub(2)).max(1);
+    // Header (summary and a blank line) and footer (a blank line and how to close it).
+    let room = usize::from(area.height).saturating_sub(2 + 4);
+    let mut body: Vec<Line> = vec![];
+    let mut shown = 0;
+    for (target, o) in &report.entries {
         let style = match o {
             None => t.dim(),
             Some(Outcome::Applied) => t.ok(),
             Some(_) => t.bad(),
         };
-        lines.push(Line::from(vec![
-            Span::raw(format!("  {:<28} ", target.key.name)),
-            Span::styled(strings::outcome(o.as_ref()), style),
-        ]));
+        let text = match o {
+            Some(Outcome::Forbidden(m)) if Check::of(report.verb, target.kind).refused_in(m) => {
+                let check = Check::of(report.verb, target.kind);
+                let needs = strings::needs(
+                    check.verb(),
+                    &check.resource_path(),
+                    &target.key.namespace,
+                    check.role(),
+                );
+                strings::forbidden_whole(m, report.verb, &needs)
+            }
+            o => strings::outcome(o.as_ref()),
+        };
+        let lines = layout::wrap(&format!("  {:<28} {text}", target.key.name), inner);
+        // One more entry only if it fits whole (with the line that counts the rest).
+        let left = report.entries.len() - shown;
+        let need = lines.len() + usize::from(left > 1);
+        if body.len() + need > room && shown > 0 {
+            break;
+        }
+        body.extend(lines.into_iter().map(|l| Line::styled(l, style)));
+        shown += 1;
     }
-    if report.entries.len() > room {
+    let mut lines = vec![Line::styled(report.summary(), t.title()), Line::raw("")];
+    lines.extend(body);
+    if report.entries.len() > shown {
         lines.push(Line::styled(
-            text::more(report.entries.len() - room),
+            text::more(report.entries.len() - shown),
             t.dim(),
         ));
     }
@@ -114,10 +140,5 @@ pub fn draw_report(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         .borders(Borders::ALL)
         .border_style(t.title())
         .title(text::REPORT_TITLE);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .block(block)
-            .wrap(Wrap { trim: false }),
-        r,
-    );
+    frame.render_widget(Paragraph::new(lines).block(block), r);
 }

@@ -71,7 +71,7 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
     }
     let t = &opts.theme;
     // The same bands the state takes its page from.
-    let bands = Bands::of(area.height, state);
+    let bands = Bands::of(screen, state);
     let [head, strip, body, logs_area, foot] = Layout::vertical([
         Constraint::Length(bands.header),
         Constraint::Length(bands.strip),
@@ -100,7 +100,7 @@ pub fn draw(frame: &mut Frame, state: &State, opts: Options) {
     }
     footer::draw(frame, state, t, foot);
     match &state.popup {
-        Some(Popup::Help) => help::draw(frame, t, area),
+        Some(Popup::Help) => help::draw(frame, state, t, area),
         Some(Popup::Confirm(c)) => confirm::draw_confirm(frame, state, t, area, c),
         Some(Popup::Report) => confirm::draw_report(frame, state, t, area),
         Some(Popup::WavePicker { cursor }) => picker::draw(frame, state, t, area, *cursor),

@@ -10,7 +10,7 @@ mod session;
 mod verbs;
 mod watch;
 
-pub use verbs::{execute, plan};
+pub use verbs::{execute, plan, refusal, refusal_text};
 
 use super::{Action, Effect, State, View};
 
@@ -33,18 +33,27 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
         | Action::WavesListed(c, _)
         | Action::EventsListed(c, _)
         | Action::Connection(c, ..)
+        | Action::AccessReviewed { cluster: c, .. }
             if state.cluster(c).is_none() => {}
         Action::MigrationApplied(c, obj) => watch::migration_applied(state, c, *obj, &mut fx),
         Action::MigrationDeleted(key) => watch::migration_deleted(state, key),
         Action::MigrationsListed(c, rows) => watch::migrations_listed(state, c, rows, &mut fx),
         Action::MigrationsArriving(c, rows) => watch::migrations_arriving(state, c, rows),
-        Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj),
+        Action::WaveApplied(c, obj) => watch::wave_applied(state, c, *obj, &mut fx),
         Action::WaveDeleted(key) => watch::wave_deleted(state, key),
-        Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs),
+        Action::WavesListed(c, objs) => watch::waves_listed(state, c, objs, &mut fx),
         Action::EventApplied(ev) => watch::event_applied(state, ev),
         Action::EventDeleted(ev) => state.events.remove(ev.kind, &ev.regarding, &ev.uid),
         Action::EventsListed(c, evs) => watch::events_listed(state, c, evs),
         Action::Connection(c, r, s) => watch::connection(state, c, r, s),
+        Action::AccessReviewed {
+            cluster,
+            namespace,
+            generation,
+            answers,
+        } => state
+            .access
+            .answered(cluster, namespace, generation, answers),
         Action::Children { key, result } => watch::children(state, key, result),
         Action::Whole { key, result } => watch::whole(state, key, result),
         Action::MigrationRead { key, result } => watch::read(state, key, result, &mut fx),

@@ -5,12 +5,22 @@ use super::super::{
     Effect, State, View,
     podlogs::{self, JobRef, PodInfo, PodLogs, Stream},
 };
-use super::navigation::focused_target;
+use super::{
+    navigation::focused_target,
+    session::flash,
+    verbs::{refusal, refusal_text},
+};
 use crate::{state::TargetKind, strings};
 
 /// `L`: the logs of the focused migration's pods; their list is asked for first.
 pub(super) fn show(state: &mut State, fx: &mut Vec<Effect>) {
     if state.views.iter().any(|v| matches!(v, View::PodLogs(_))) || state.popup.is_some() {
+        return;
+    }
+    // The API server said it refuses the logs there: say so and which role grants them,
+    // rather than open a view that can only say forbidden.
+    if let Some(r) = refusal(state, &super::super::Action::ShowPodLogs) {
+        flash(state, refusal_text(&r), true);
         return;
     }
     let Some(t) = focused_target(state).filter(|t| t.kind == TargetKind::Migration) else {

@@ -90,6 +90,8 @@ fn reset_data(state: &mut State) {
     state.marks.clear();
     state.moved.clear();
     state.pending.clear();
+    // Another scope or context: its namespaces are asked about as they appear.
+    state.access.clear();
     state.views.clear();
     state.children = None;
     state.opened = None;

@@ -5,8 +5,8 @@ use ferry_crds::{Phase, WavePhase, intent};
 
 use super::{
     super::{
-        Confirm, Effect, Expect, Focus, ObjKey, Outcome, Pending, Popup, Report, State, Target,
-        TargetKind, Verb, View,
+        Action, Check, Confirm, Effect, Expect, Focus, ObjKey, Outcome, Pending, Popup, Refusal,
+        Report, State, Target, TargetKind, Verb, View,
     },
     navigation::focused_target,
     session::flash,
@@ -38,9 +38,30 @@ pub(super) fn request(state: &mut State, verb: Verb) {
         flash(state, strings::NOTHING_SELECTED.to_owned(), true);
         return;
     }
+    // What the API server already said it refuses is not offered for confirmation: every
+    // target refused, the key says why and which role grants it; some refused, they are
+    // skipped (and listed as such) and the rest confirmed. Unknown counts as allowed.
+    let (refused, all): (Vec<Target>, Vec<Target>) = all
+        .into_iter()
+        .partition(|t| refused(state, Check::of(verb, t.kind), &t.key));
+    if all.is_empty()
+        && let Some(t) = refused.first()
+    {
+        let r = Refusal {
+            what: verb.as_str(),
+            check: Check::of(verb, t.kind),
+            cluster: t.key.cluster,
+            namespace: t.key.namespace.clone(),
+        };
+        flash(state, refusal_text(&r), true);
+        return;
+    }
     let Confirm {
-        targets, skipped, ..
+        targets,
+        mut skipped,
+        ..
     } = plan(state, verb, all);
+    skipped.extend(refused.into_iter().map(|t| (t, skip::REFUSED)));
     if let Some((t, why)) = skipped.first()
         && targets.is_empty()
     {
@@ -53,6 +74,66 @@ pub(super) fn request(state: &mut State, verb: Verb) {
         targets,
         skipped,
     }));
+}
+
+/// Whether the API server's answers refuse `check` in the namespace of `key` (unknown: no).
+fn refused(state: &State, check: Check, key: &ObjKey) -> bool {
+    state.access.allowed(key.cluster, &key.namespace, check) == Some(false)
+}
+
+/// The words of a refusal: `retry needs patch on virtualmachinemigrations in apps: grant
+/// ferry-operate`.
+pub fn refusal_text(r: &Refusal) -> String {
+    strings::refused(
+        r.what,
+        r.check.verb(),
+        &r.check.resource_path(),
+        &r.namespace,
+        r.check.role(),
+    )
+}
+
+/// Why the key of `action` is refused for what it would act on now: every object it would
+/// act on (at least one) is in a namespace whose answer refuses what it needs. `None` for an
+/// action that needs nothing of the API, with nothing to act on, or with some object allowed
+/// or not known. The footer and the help grey such a key out; pressing it says this.
+pub fn refusal(state: &State, action: &Action) -> Option<Refusal> {
+    let (what, verb) = match action {
+        Action::Request(v) => (v.as_str(), Some(*v)),
+        Action::TogglePause => (Verb::Pause.as_str(), Some(Verb::Pause)),
+        Action::ShowPodLogs => (strings::hint::POD_LOGS, None),
+        _ => return None,
+    };
+    let check = |kind| verb.map_or(Check::GetPodLogs, |v| Check::of(v, kind));
+    let refusal_of = |t: &Target| Refusal {
+        what,
+        check: check(t.kind),
+        cluster: t.key.cluster,
+        namespace: t.key.namespace.clone(),
+    };
+    let Some(verb) = verb else {
+        // The pod logs view is about the focused migration alone.
+        let t = focused_target(state).filter(|t| t.kind == TargetKind::Migration)?;
+        return refused(state, Check::GetPodLogs, &t.key).then(|| refusal_of(&t));
+    };
+    if on_marks(state) && !state.marks.is_empty() {
+        // Drawn every frame: no copy of the marks, and the first allowed one ends it.
+        let mut first: Option<&ObjKey> = None;
+        for k in &state.marks {
+            if !refused(state, Check::of(verb, TargetKind::Migration), k) {
+                return None;
+            }
+            first = Some(first.map_or(k, |f| f.min(k)));
+        }
+        return first.map(|k| {
+            refusal_of(&Target {
+                kind: TargetKind::Migration,
+                key: k.clone(),
+            })
+        });
+    }
+    let t = focused_target(state)?;
+    refused(state, Check::of(verb, t.kind), &t.key).then(|| refusal_of(&t))
 }
 
 /// The operator said yes to the open confirm dialog.
@@ -91,6 +172,19 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
     if !outcome.is_applied() {
         state.pending.remove(&target);
     }
+    let Some(verb) = state.report.as_ref().filter(|r| r.id == id).map(|r| r.verb) else {
+        return;
+    };
+    if let Outcome::Forbidden(m) = &outcome
+        && Check::of(verb, target.kind).refused_in(m)
+    {
+        // RBAC refused it after all (not known before, or changed since): the key is greyed
+        // from now. A policy's 403 is about the request, and greys nothing.
+        let key = &target.key;
+        state
+            .access
+            .refused_by_server(key.cluster, &key.namespace, Check::of(verb, target.kind));
+    }
     let Some(report) = state.report.as_mut().filter(|r| r.id == id) else {
         return;
     };
@@ -104,6 +198,19 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
             .iter()
             .any(|(_, o)| !o.as_ref().is_some_and(Outcome::is_applied));
         let text = match report.entries.as_slice() {
+            [(t, Some(Outcome::Forbidden(m)))] if Check::of(report.verb, t.kind).refused_in(m) => {
+                let check = Check::of(report.verb, t.kind);
+                strings::single_forbidden(
+                    report.verb,
+                    &t.key.name,
+                    &strings::needs(
+                        check.verb(),
+                        &check.resource_path(),
+                        &t.key.namespace,
+                        check.role(),
+                    ),
+                )
+            }
             [(t, o)] => strings::single_outcome(report.verb, &t.key.name, o.as_ref()),
             _ => report.summary(),
         };
@@ -118,20 +225,7 @@ pub(super) fn outcome(state: &mut State, id: u64, target: Target, outcome: Outco
 /// marked migrations (on the board, and in the problems view, whose Enter marks a group),
 /// else the selected one.
 fn targets(state: &State) -> Vec<Target> {
-    let on_marks = match state.views.last() {
-        None => state.focus == Focus::Board,
-        Some(View::Problems(_)) => true,
-        Some(
-            View::Details(_)
-            | View::Yaml(_)
-            | View::Events(_)
-            | View::PodLogs(_)
-            | View::Timeline
-            | View::Preflight(_)
-            | View::PreflightGroup(_),
-        ) => false,
-    };
-    if on_marks && !state.marks.is_empty() {
+    if on_marks(state) && !state.marks.is_empty() {
         let mut keys: Vec<&ObjKey> = state.marks.iter().collect();
         keys.sort();
         return keys
@@ -143,6 +237,23 @@ fn targets(state: &State) -> Vec<Target> {
             .collect();
     }
     focused_target(state).into_iter().collect()
+}
+
+/// Whether a verb here acts on the marked migrations (when there are any).
+fn on_marks(state: &State) -> bool {
+    match state.views.last() {
+        None => state.focus == Focus::Board,
+        Some(View::Problems(_)) => true,
+        Some(
+            View::Details(_)
+            | View::Yaml(_)
+            | View::Events(_)
+            | View::PodLogs(_)
+            | View::Timeline
+            | View::Preflight(_)
+            | View::PreflightGroup(_),
+        ) => false,
+    }
 }
 
 fn is_paused(state: &State, t: &Target) -> bool {

@@ -16,6 +16,12 @@ use super::{
 };
 use crate::state::problems::Moved;
 
+/// The distinct namespaces of a list, in their first order.
+fn namespaces<'a>(all: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    all.filter(|ns| seen.insert(*ns)).collect()
+}
+
 /// Notes that a cluster's watches delivered something.
 fn heard_from(state: &mut State, c: ClusterId) {
     let now = state.now;
@@ -69,6 +75,7 @@ pub(super) fn migration_applied(
     if reread {
         ask_whole(state, &key, fx);
     }
+    state.access.ask(c, &row.key.namespace, fx);
     state.index.upsert(row);
     resync_cursor(state);
 }
@@ -113,6 +120,15 @@ pub(super) fn migrations_listed(
     // This cluster's memory is the list's: a migration gone meanwhile is forgotten.
     state.moved.retain(|k, _| k.cluster != c);
     state.moved.extend(moved);
+    // A (re-)list, the first or after a reconnect: every namespace of the cluster is asked
+    // about again, as it may have changed while the watch was away.
+    state.access.relisted(c);
+    for ns in namespaces(rows.iter().map(|r| r.key.namespace.as_str())) {
+        state.access.ask(c, ns, fx);
+    }
+    for w in state.waves.iter().filter(|w| w.key.cluster == c) {
+        state.access.ask(c, &w.key.namespace, fx);
+    }
     state.index.replace_cluster(c, rows);
     let index = &state.index;
     state.marks.retain(|k| index.get(k).is_some());
@@ -145,9 +161,15 @@ pub(super) fn migrations_listed(
     resync_cursor(state);
 }
 
-pub(super) fn wave_applied(state: &mut State, c: ClusterId, obj: MigrationWave) {
+pub(super) fn wave_applied(
+    state: &mut State,
+    c: ClusterId,
+    obj: MigrationWave,
+    fx: &mut Vec<Effect>,
+) {
     heard_from(state, c);
     let row = WaveRow::from_object(c, obj);
+    state.access.ask(c, &row.key.namespace, fx);
     settle_pending(state, TargetKind::Wave, &row.key, |e| {
         expect_met_wave(e, &row)
     });
@@ -167,11 +189,19 @@ pub(super) fn wave_deleted(state: &mut State, key: ObjKey) {
     clamp_wave_cursor(state);
 }
 
-pub(super) fn waves_listed(state: &mut State, c: ClusterId, objs: Vec<MigrationWave>) {
+pub(super) fn waves_listed(
+    state: &mut State,
+    c: ClusterId,
+    objs: Vec<MigrationWave>,
+    fx: &mut Vec<Effect>,
+) {
     let mut rows: Vec<WaveRow> = objs
         .into_iter()
         .map(|o| WaveRow::from_object(c, o))
         .collect();
+    for ns in namespaces(rows.iter().map(|w| w.key.namespace.as_str())) {
+        state.access.ask(c, ns, fx);
+    }
     state.waves.retain(|w| w.key.cluster != c);
     rows.append(&mut state.waves);
     rows.sort_by(|a, b| a.key.cmp(&b.key));
