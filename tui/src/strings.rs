@@ -896,6 +896,10 @@ pub mod column {
     pub const ATTEMPT: &str = "ATTEMPT";
     pub const ATTEMPT_SHORT: &str = "ATT";
     pub const IN_PHASE: &str = "IN-PHASE";
+    /// A narrow board's PROGRESS (its percentage alone).
+    pub const PROGRESS_SHORT: &str = "DONE";
+    /// A narrow board's IN-PHASE.
+    pub const IN_PHASE_SHORT: &str = "FOR";
     pub const MESSAGE: &str = "MESSAGE";
     pub const CONTEXT: &str = "CONTEXT";
     pub const STATE: &str = "STATE";

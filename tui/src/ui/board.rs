@@ -25,6 +25,7 @@ struct Widths {
     progress: u16,
     rate: bool,
     attempt: u16,
+    in_phase: u16,
 }
 
 fn widths(state: &State, width: u16) -> Widths {
@@ -36,7 +37,9 @@ fn widths(state: &State, width: u16) -> Widths {
         .max()
         .unwrap_or(4) as u16;
     let name = longest.clamp(8, if wide { 32 } else { 18 });
-    let gauge = if wide { 10 } else { 4 };
+    // Narrow, MESSAGE gets the room the others can spare: the percentage without its gauge,
+    // the time in the phase to its largest unit (`47m`, not `47m37s`).
+    let gauge = if wide { 10 } else { 0 };
     let cluster = if state.multi_cluster() {
         let longest = state
             .clusters
@@ -63,6 +66,7 @@ fn widths(state: &State, width: u16) -> Widths {
         progress: gauge + 5 + if wide { 10 } else { 0 },
         rate: wide,
         attempt: if wide { 7 } else { 3 },
+        in_phase: if wide { 8 } else { 5 },
     }
 }
 
@@ -224,7 +228,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     header.extend([
         head(column::WAVE, Some(SortKey::Wave)),
         head(column::PHASE, Some(SortKey::Phase)),
-        head(column::PROGRESS, Some(SortKey::Progress)),
+        head(
+            if w.rate {
+                column::PROGRESS
+            } else {
+                column::PROGRESS_SHORT
+            },
+            Some(SortKey::Progress),
+        ),
         head(
             if w.rate {
                 column::CONDITIONS
@@ -241,7 +252,14 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             },
             Some(SortKey::Attempt),
         ),
-        head(column::IN_PHASE, Some(SortKey::InPhase)),
+        head(
+            if w.rate {
+                column::IN_PHASE
+            } else {
+                column::IN_PHASE_SHORT
+            },
+            Some(SortKey::InPhase),
+        ),
         head(column::MESSAGE, None),
     ]);
     cons.extend([
@@ -250,7 +268,7 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         Constraint::Length(w.progress),
         Constraint::Length(if w.rate { 10 } else { 8 }),
         Constraint::Length(w.attempt),
-        Constraint::Length(8),
+        Constraint::Length(w.in_phase),
     ]);
     // MESSAGE takes what the other columns leave (each followed by one space): it shows the
     // message's start and an ellipsis, the details view the whole of it.
@@ -294,7 +312,11 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
                 Cell::from(progress(r, &w, t)),
                 Cell::from(pips(r, t)),
                 Cell::from(format!("{:>3}", r.attempt)),
-                Cell::from(format!("{:>7}", format::age(r.phase_since, state.now))),
+                Cell::from(if w.rate {
+                    format!("{:>7}", format::age(r.phase_since, state.now))
+                } else {
+                    format!("{:>4}", format::short_age(r.phase_since, state.now))
+                }),
                 Cell::from(Span::styled(
                     format::fit(&r.message, message_w),
                     if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {

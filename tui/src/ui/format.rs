@@ -18,6 +18,22 @@ pub fn secs_between(then: Timestamp, now: Timestamp) -> i64 {
     now.as_second().saturating_sub(then.as_second()).max(0)
 }
 
+/// A length to its largest unit, at most four characters: `59s`, `47m`, `23h`, `12d`.
+pub fn short_duration(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// [`short_duration`] of `then` at `now`, or `-`.
+pub fn short_age(then: Option<Timestamp>, now: Timestamp) -> String {
+    then.map_or_else(|| "-".to_owned(), |t| short_duration(secs_between(t, now)))
+}
+
 /// Age of `then` at `now`, or `-`.
 pub fn age(then: Option<Timestamp>, now: Timestamp) -> String {
     then.map_or_else(|| "-".to_owned(), |t| duration(secs_between(t, now)))
