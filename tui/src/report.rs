@@ -646,6 +646,19 @@ mod tests {
 
     use Phase::{Converting, CreatingVM, Importing, Preparing, Starting, Validating};
 
+    /// The migrated VM ran at `at` (`VMStarted` turned True).
+    fn ran_at(s: &mut ferry_crds::VirtualMachineMigrationStatus, at: i64) {
+        ferry_crds::condition::set_condition(
+            &mut s.conditions,
+            ConditionType::VMStarted,
+            ConditionStatus::True,
+            Reason::VMRunning,
+            "",
+            Some(1),
+            &ts(at),
+        );
+    }
+
     const ALL: [(Phase, i32); 6] = [
         (Preparing, 1),
         (Converting, 1),
@@ -663,15 +676,7 @@ mod tests {
             shutdown_guest_at: Some(ts(130)),
             hard_power_off_at: Some(ts(430)),
         });
-        ferry_crds::condition::set_condition(
-            &mut s.conditions,
-            ConditionType::VMStarted,
-            ConditionStatus::True,
-            Reason::VMRunning,
-            "",
-            Some(1),
-            &ts(400),
-        );
+        ran_at(s, 400);
         let r = build([&o], Some("w"), ts(1000).0);
         let [d] = r.vms[0].outages.as_slice() else {
             panic!("one outage: {:?}", r.vms[0].outages);
@@ -747,15 +752,7 @@ mod tests {
             shutdown_guest_at: Some(ts(400)),
             hard_power_off_at: None,
         });
-        ferry_crds::condition::set_condition(
-            &mut s.conditions,
-            ConditionType::VMStarted,
-            ConditionStatus::True,
-            Reason::VMRunning,
-            "",
-            Some(1),
-            &ts(700),
-        );
+        ran_at(s, 700);
         o
     }
 
