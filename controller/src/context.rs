@@ -113,8 +113,20 @@ pub struct Context {
     pub guard: Arc<crate::admission_guard::Guard>,
     /// The copy slots granted and not yet shown by a status ([`crate::copy_slots`]).
     pub slots: crate::copy_slots::Slots,
+    /// The migrations the watch last showed holding a copy slot, and when they were read.
+    holders: Mutex<Option<(std::time::Instant, Holders)>>,
     memory: Mutex<HashMap<String, Memo>>,
 }
+
+/// The migrations holding a copy slot, by uid, with where they copy from.
+type Holders = Arc<Vec<(String, crate::copy_slots::Place)>>;
+
+/// How long the holders read from the migrations' store serve every copy-slot check: one walk
+/// of the store per second, not one per waiting migration every few seconds (10,000
+/// migrations with 1,000 waiting would walk 10 million objects every 5 s). Reading them late
+/// never under-counts: a grant is forgotten only once the holders read show it, and a holder
+/// that stopped is counted a second longer at most.
+const HOLDERS_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -193,6 +205,7 @@ impl Context {
             quotas: None,
             guard: Arc::new(crate::admission_guard::Guard::not_required()),
             slots: crate::copy_slots::Slots::default(),
+            holders: Mutex::default(),
             memory: Mutex::default(),
         }
     }
@@ -213,25 +226,31 @@ impl Context {
             return crate::copy_slots::Verdict::Free;
         }
         let uid = vmm.metadata.uid.as_deref().unwrap_or_default();
-        let holders: Vec<(String, Place)> = self
-            .migrations
-            .as_ref()
-            .map(|m| {
-                m.store
-                    .state()
-                    .iter()
-                    .filter(|v| holds(v))
-                    .filter_map(|v| Some((v.metadata.uid.clone()?, Place::of(v)?)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.slots.take(
-            uid,
-            mine,
-            &holders,
-            (limits, own),
-            std::time::Instant::now(),
-        )
+        let now = std::time::Instant::now();
+        let holders = {
+            let mut seen = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            match seen.as_ref() {
+                Some((at, h)) if now.duration_since(*at) < HOLDERS_FRESH_FOR => h.clone(),
+                _ => {
+                    let h: Holders = Arc::new(
+                        self.migrations
+                            .as_ref()
+                            .map(|m| {
+                                m.store
+                                    .state()
+                                    .iter()
+                                    .filter(|v| holds(v))
+                                    .filter_map(|v| Some((v.metadata.uid.clone()?, Place::of(v)?)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    );
+                    *seen = Some((now, h.clone()));
+                    h
+                }
+            }
+        };
+        self.slots.take(uid, mine, &holders, (limits, own), now)
     }
 
     /// This context, reading waves' children from `migrations` (what the migration controller
