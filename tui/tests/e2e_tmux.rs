@@ -326,7 +326,7 @@ subjects:
     // On the board again before the next key: an Escape followed at once by `r` reads as
     // Alt-r.
     tmux.wait("back on the board", T, |s| {
-        s.contains("IN-PHASE") && !s.contains("kind: VirtualMachineMigration")
+        s.contains(" MESSAGE") && !s.contains("kind: VirtualMachineMigration")
     });
     tmux.keys(&["r"]);
     let screen = tmux.wait("the refusal of retry, whole", T, |s| {
