@@ -419,17 +419,18 @@ pub const DETAILS_HINTS: &[Hint] = &[
         word: hint::EVENTS,
     },
     Hint {
+        actions: &[Action::ShowPodLogs],
+        word: hint::POD_LOGS,
+    },
+    Hint {
         actions: VERBS,
         word: hint::ACT,
     },
+    // Last, and every hint whole at 80 columns (`m:msg` is short for it): whatever a narrow
+    // footer cuts, `?` lists.
     Hint {
         actions: &[Action::ToggleHelp],
         word: hint::HELP,
-    },
-    // Last: at 80 columns the ones before it stay whole.
-    Hint {
-        actions: &[Action::ShowPodLogs],
-        word: hint::POD_LOGS,
     },
 ];
 

@@ -705,7 +705,7 @@ pub mod hint {
     pub const BOARD: &str = "board";
     pub const WAVE_STRIP: &str = "wave strip: ";
     pub const SHOW_GROUP: &str = "its migrations";
-    pub const NEXT_MESSAGE: &str = "next msg";
+    pub const NEXT_MESSAGE: &str = "msg";
     pub const COPY: &str = "copy";
     pub const PROBLEMS: &str = "problems";
     pub const MARK_GROUP: &str = "mark group";
