@@ -665,7 +665,8 @@ async fn l_shows_the_failed_conversion_pods_last_line_through_pods_log() {
 /// Two VMs whose flat extents are short (vcsim's own disks: a 10 GiB descriptor over an empty
 /// flat file) fail their conversions with the converter's `BadDisk`, each message naming its
 /// own disk and its own pod. At 80×24 the problems view shows one group, whose line is the
-/// cause.
+/// cause. Two more fail by the sim's injected convert fault (no converter record: the Job's
+/// reason is their cause): one group of their own.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_truncated_disks_are_one_problem_group_whose_line_says_baddisk_at_80_columns() {
     let lab = lab();
@@ -681,18 +682,23 @@ async fn two_truncated_disks_are_one_problem_group_whose_line_says_baddisk_at_80
     let _sim = spawn_sim(lab, &ns.name, &scratch);
     let tmux = Tmux::start("ferry-causes", &cockpit(&kc, &ns.name, ""), 80, 24);
     tmux.wait_for("● live", T);
-    for name in ["short-a", "short-b"] {
+    let all = [
+        ("short-a", None),
+        ("short-b", None),
+        ("fault-a", Some("convert=permanent")),
+        ("fault-b", Some("convert=permanent")),
+    ];
+    for (name, fault) in all {
         let vm = lab.claim_vm().expect("vm");
         kubectl(
             &kc,
             &["apply", "-f", "-"],
-            Some(&lab_migration(lab, &ns.name, name, &vm.name, None)),
+            Some(&lab_migration(lab, &ns.name, name, &vm.name, fault)),
         );
     }
-    tmux.wait("both Failed", Duration::from_secs(240), |s| {
-        ["short-a", "short-b"]
-            .iter()
-            .all(|n| row_phase(s, n).as_deref() == Some("Failed"))
+    tmux.wait("all Failed", Duration::from_secs(240), |s| {
+        all.iter()
+            .all(|(n, _)| row_phase(s, n).as_deref() == Some("Failed"))
     });
     for name in ["short-a", "short-b"] {
         let cause = jsonpath(&kc, &ns.name, "vmm", name, "{.status.lastFailure.cause}");
@@ -703,6 +709,11 @@ async fn two_truncated_disks_are_one_problem_group_whose_line_says_baddisk_at_80
         s.lines()
             .any(|l| l.contains("2 × failed") && l.contains("BadDisk"))
     });
+    assert!(
+        view.lines()
+            .any(|l| l.contains("2 × failed") && l.contains("PodFailurePolicy")),
+        "the injected faults, one group:\n{view}"
+    );
     assert!(
         !view.lines().any(|l| l.contains("1 × failed")),
         "no group of one:\n{view}"
