@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::IntoStaticStr,
 )]
 pub enum ConditionType {
     /// The source VM's inventory was read from vSphere.
@@ -117,18 +118,7 @@ impl ConditionType {
 
     /// The name written in `status.conditions[].type`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionType::SourceDiscovered => "SourceDiscovered",
-            ConditionType::Validated => "Validated",
-            ConditionType::DiskConverted => "DiskConverted",
-            ConditionType::DiskImported => "DiskImported",
-            ConditionType::CutOver => "CutOver",
-            ConditionType::GuestConverted => "GuestConverted",
-            ConditionType::VMCreated => "VMCreated",
-            ConditionType::VMStarted => "VMStarted",
-            ConditionType::GuestReady => "GuestReady",
-            ConditionType::Ready => "Ready",
-        }
+        self.into()
     }
 }
 
@@ -157,7 +147,19 @@ impl fmt::Display for ConditionType {
 }
 
 /// Status of a condition, as in `metav1.Condition`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+)]
 pub enum ConditionStatus {
     /// The condition holds.
     True,
@@ -171,11 +173,7 @@ pub enum ConditionStatus {
 impl ConditionStatus {
     /// The status as written in the API (`"True"`, `"False"`, `"Unknown"`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionStatus::True => "True",
-            ConditionStatus::False => "False",
-            ConditionStatus::Unknown => "Unknown",
-        }
+        self.into()
     }
 }
 
@@ -198,7 +196,17 @@ impl fmt::Display for ConditionStatus {
 /// Why a condition (or `status.lastFailure`) has its status: a CamelCase identifier that tools can
 /// match on, grouped here by the checkpoint that sets it.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, strum::EnumCount,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::EnumCount,
+    strum::IntoStaticStr,
 )]
 pub enum Reason {
     // --- any condition ---
@@ -444,75 +452,7 @@ impl Reason {
 
     /// The reason as written in the API.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::NotStarted => "NotStarted",
-            Reason::InProgress => "InProgress",
-            Reason::HeldByWave => "HeldByWave",
-            Reason::HostCopyLimit => "HostCopyLimit",
-            Reason::DatastoreCopyLimit => "DatastoreCopyLimit",
-            Reason::Paused => "Paused",
-            Reason::TransientError => "TransientError",
-            Reason::APIRefused => "APIRefused",
-            Reason::AdmissionDenied => "AdmissionDenied",
-            Reason::QuotaExceeded => "QuotaExceeded",
-            Reason::RetryRequested => "RetryRequested",
-            Reason::Cancelling => "Cancelling",
-            Reason::Discovered => "Discovered",
-            Reason::SecretNotFound => "SecretNotFound",
-            Reason::LoginFailed => "LoginFailed",
-            Reason::EndpointUnreachable => "EndpointUnreachable",
-            Reason::ThumbprintMismatch => "ThumbprintMismatch",
-            Reason::VMNotFound => "VMNotFound",
-            Reason::VMAmbiguous => "VMAmbiguous",
-            Reason::Validated => "Validated",
-            Reason::PreflightFailed => "PreflightFailed",
-            Reason::UnsupportedDiskLayout => "UnsupportedDiskLayout",
-            Reason::SourcePoweredOn => "SourcePoweredOn",
-            Reason::PowerOffFailed => "PowerOffFailed",
-            Reason::SourceChanged => "SourceChanged",
-            Reason::PoliciesNotInForce => "PoliciesNotInForce",
-            Reason::TargetNameTaken => "TargetNameTaken",
-            Reason::CredentialsNotAllowed => "CredentialsNotAllowed",
-            Reason::CredentialsMismatch => "CredentialsMismatch",
-            Reason::TargetConflict => "TargetConflict",
-            Reason::Converted => "Converted",
-            Reason::ConversionFailed => "ConversionFailed",
-            Reason::StagingUnavailable => "StagingUnavailable",
-            Reason::BucketNotFound => "BucketNotFound",
-            Reason::ChecksumMismatch => "ChecksumMismatch",
-            Reason::ConverterImageNotAllowed => "ConverterImageNotAllowed",
-            Reason::Imported => "Imported",
-            Reason::ImportFailed => "ImportFailed",
-            Reason::WaitingForCutover => "WaitingForCutover",
-            Reason::CutOver => "CutOver",
-            Reason::CutoverFailed => "CutoverFailed",
-            Reason::SnapshotFailed => "SnapshotFailed",
-            Reason::GuestConverted => "GuestConverted",
-            Reason::GuestNeedsNoConversion => "GuestNeedsNoConversion",
-            Reason::GuestConversionFailed => "GuestConversionFailed",
-            Reason::VMCreated => "VMCreated",
-            Reason::VMCreateFailed => "VMCreateFailed",
-            Reason::VMRunning => "VMRunning",
-            Reason::VMStartFailed => "VMStartFailed",
-            Reason::GuestAgentConnected => "GuestAgentConnected",
-            Reason::GuestAgentTimeout => "GuestAgentTimeout",
-            Reason::GuestNotReady => "GuestNotReady",
-            Reason::ErrorUnschedulable => "ErrorUnschedulable",
-            Reason::ErrorPvcNotFound => "ErrorPvcNotFound",
-            Reason::DataVolumeError => "DataVolumeError",
-            Reason::CrashLoopBackOff => "CrashLoopBackOff",
-            Reason::ErrImagePull => "ErrImagePull",
-            Reason::ImagePullBackOff => "ImagePullBackOff",
-            Reason::VMReady => "VMReady",
-            Reason::NotChecked => "NotChecked",
-            Reason::NameCollision => "NameCollision",
-            Reason::SelectorTooBroad => "SelectorTooBroad",
-            Reason::Succeeded => "Succeeded",
-            Reason::Failed => "Failed",
-            Reason::Cancelled => "Cancelled",
-            Reason::TargetStillRunning => "TargetStillRunning",
-            Reason::CleanupBlocked => "CleanupBlocked",
-        }
+        self.into()
     }
 }
 

@@ -47,7 +47,7 @@ impl fmt::Display for EventReason {
 }
 
 /// `action` of an Event: what the controller did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr)]
 pub enum EventAction {
     /// Moved to the next phase.
     Transition,
@@ -68,15 +68,7 @@ pub enum EventAction {
 impl EventAction {
     /// The action written on the Event.
     pub fn as_str(self) -> &'static str {
-        match self {
-            EventAction::Transition => "Transition",
-            EventAction::Fail => "Fail",
-            EventAction::Cancel => "Cancel",
-            EventAction::Complete => "Complete",
-            EventAction::Retry => "Retry",
-            EventAction::Cleanup => "Cleanup",
-            EventAction::Preflight => "Preflight",
-        }
+        self.into()
     }
 }
 

@@ -5,7 +5,19 @@ use serde::{Deserialize, Serialize};
 
 /// Whether the imported guest is converted to run on KubeVirt (`virt-v2v-in-place`: virtio's
 /// drivers in its initramfs, VMware's tools removed, its boot configuration for the new disks).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+)]
 pub enum GuestConversion {
     /// Never: the volumes hold the source's bytes as they were (the guest must already boot on
     /// the target's devices; `devices.virtioDrivers` says which).
@@ -21,11 +33,7 @@ pub enum GuestConversion {
 impl GuestConversion {
     /// The value's name, as written in the spec.
     pub fn as_str(self) -> &'static str {
-        match self {
-            GuestConversion::Never => "Never",
-            GuestConversion::Auto => "Auto",
-            GuestConversion::Always => "Always",
-        }
+        self.into()
     }
 
     /// Whether the migration passes through ConvertingGuest.

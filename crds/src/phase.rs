@@ -24,6 +24,7 @@ use crate::Error;
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::IntoStaticStr,
 )]
 pub enum Phase {
     /// Accepted; the controller has not started work yet.
@@ -97,21 +98,7 @@ impl Phase {
 
     /// The phase's name as written in `status.phase`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Queued => "Queued",
-            Phase::Preparing => "Preparing",
-            Phase::Converting => "Converting",
-            Phase::Importing => "Importing",
-            Phase::CuttingOver => "CuttingOver",
-            Phase::ConvertingGuest => "ConvertingGuest",
-            Phase::CreatingVM => "CreatingVM",
-            Phase::Starting => "Starting",
-            Phase::Validating => "Validating",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-            Phase::Cancelled => "Cancelled",
-        }
+        self.into()
     }
 
     /// `Succeeded`, `Failed` or `Cancelled`: the controller takes no further step unless

@@ -14,7 +14,18 @@ use serde::{Deserialize, Serialize};
 
 /// How much a concern weighs.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
 )]
 pub enum Severity {
     /// Blocks the migration until its cause is fixed (or the concern accepted, where it may be).
@@ -28,11 +39,7 @@ pub enum Severity {
 impl Severity {
     /// The severity's name as serialized.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Critical => "Critical",
-            Severity::Warning => "Warning",
-            Severity::Info => "Info",
-        }
+        self.into()
     }
 }
 
@@ -57,6 +64,7 @@ impl fmt::Display for Severity {
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::IntoStaticStr,
 )]
 pub enum ConcernCode {
     // --- the source ---
@@ -163,35 +171,7 @@ impl ConcernCode {
 
     /// The code as serialized.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConcernCode::SourceUnavailable => "SourceUnavailable",
-            ConcernCode::PoweredOn => "PoweredOn",
-            ConcernCode::ToolsNotRunning => "ToolsNotRunning",
-            ConcernCode::SnapshotPresent => "SnapshotPresent",
-            ConcernCode::RawDeviceMapping => "RawDeviceMapping",
-            ConcernCode::IndependentDisk => "IndependentDisk",
-            ConcernCode::SharedDisk => "SharedDisk",
-            ConcernCode::EncryptedDisk => "EncryptedDisk",
-            ConcernCode::Passthrough => "Passthrough",
-            ConcernCode::UnsupportedDisk => "UnsupportedDisk",
-            ConcernCode::IncompleteInventory => "IncompleteInventory",
-            ConcernCode::NoDisk => "NoDisk",
-            ConcernCode::SecureBoot => "SecureBoot",
-            ConcernCode::ChangeTrackingOff => "ChangeTrackingOff",
-            ConcernCode::BusWithoutDrivers => "BusWithoutDrivers",
-            ConcernCode::TargetNameTaken => "TargetNameTaken",
-            ConcernCode::NameConflict => "NameConflict",
-            ConcernCode::NetworkUnmapped => "NetworkUnmapped",
-            ConcernCode::NetworkAttachmentMissing => "NetworkAttachmentMissing",
-            ConcernCode::NetworkNotAllowed => "NetworkNotAllowed",
-            ConcernCode::StorageClassMissing => "StorageClassMissing",
-            ConcernCode::InstancetypeMissing => "InstancetypeMissing",
-            ConcernCode::DatastoreUnmapped => "DatastoreUnmapped",
-            ConcernCode::QuotaExceeded => "QuotaExceeded",
-            ConcernCode::StorageCapacityShort => "StorageCapacityShort",
-            ConcernCode::StagingUnavailable => "StagingUnavailable",
-            ConcernCode::ConverterImageNotAllowed => "ConverterImageNotAllowed",
-        }
+        self.into()
     }
 
     /// Whether an operator may accept this code's Critical concern and go on. Only where the

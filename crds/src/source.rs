@@ -559,7 +559,18 @@ pub struct SourcePowerRestore {
 }
 
 /// How ferry's power-on of the source VM ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+)]
 pub enum PowerRestoreResult {
     /// The source VM was powered on, after the target was proven not running.
     PoweredOn,
@@ -575,12 +586,7 @@ pub enum PowerRestoreResult {
 impl PowerRestoreResult {
     /// The name written in the API.
     pub fn as_str(self) -> &'static str {
-        match self {
-            PowerRestoreResult::PoweredOn => "PoweredOn",
-            PowerRestoreResult::TargetStillRunning => "TargetStillRunning",
-            PowerRestoreResult::TargetReleased => "TargetReleased",
-            PowerRestoreResult::PowerOnFailed => "PowerOnFailed",
-        }
+        self.into()
     }
 }
 

@@ -190,7 +190,18 @@ pub struct NetworkMapping {
 }
 
 /// How the volumes of a PersistentVolumeClaim may be mounted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+)]
 pub enum AccessMode {
     /// By one node at a time.
     ReadWriteOnce,
@@ -201,10 +212,7 @@ pub enum AccessMode {
 impl AccessMode {
     /// Kubernetes' name of the mode.
     pub fn as_str(self) -> &'static str {
-        match self {
-            AccessMode::ReadWriteOnce => "ReadWriteOnce",
-            AccessMode::ReadWriteMany => "ReadWriteMany",
-        }
+        self.into()
     }
 }
 
