@@ -139,6 +139,18 @@ pub fn made_for(job: &Job) -> Option<Vec<String>> {
     Some(v.split(',').map(str::to_owned).collect())
 }
 
+/// Whether a Job made for the DataVolumes `made_for` (its annotation, [`made_for`]) was made for
+/// exactly the ones there now, `uids` in disk order (`None`: absent or going). A Job without the
+/// annotation was made for none known. Pure.
+pub fn made_for_these<'a>(
+    made_for: Option<&[String]>,
+    uids: impl IntoIterator<Item = Option<&'a str>>,
+) -> bool {
+    let now: Option<Vec<&str>> = uids.into_iter().collect();
+    let then: Option<Vec<&str>> = made_for.map(|v| v.iter().map(String::as_str).collect());
+    now.is_some() && now == then
+}
+
 /// One imported volume to verify.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyVolume {

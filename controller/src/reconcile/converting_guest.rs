@@ -22,9 +22,8 @@ use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world;
 use crate::Result;
-use crate::apis::cdi::DataVolume;
 use crate::apis::job::JobState;
-use crate::children::{Ownership, guest_job, verify_job};
+use crate::children::{guest_job, verify_job};
 use crate::problem::Problem;
 use ferry_convert::guest::Outcome as Converted;
 
@@ -70,24 +69,22 @@ impl Checkpoint for ConvertingGuest {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let seen =
             world::reporting_job(io, &names::guest_job_name(io.vmm), guest_job::CONTAINER).await?;
-        let mut conflict = seen.conflict.map(|c| c.problem(world::RENAME_HINT));
-        let mut dv_uids = vec![];
-        for i in 0..world::staged_keys(io.vmm).len() {
-            let found = io
-                .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
-                .await?;
-            let uid = match found.as_ref().map(|d| (d, io.own(d))) {
-                Some((_, Ownership::Foreign(c))) => {
-                    conflict = conflict.or_else(|| Some(c.problem(world::RENAME_HINT)));
-                    None
-                }
-                Some((d, Ownership::Ours { .. })) if d.metadata.deletion_timestamp.is_none() => {
-                    d.metadata.uid.clone()
-                }
-                Some(_) | None => None,
-            };
-            dv_uids.push(uid);
-        }
+        let (ours, foreign) = world::own_datavolumes(io).await?;
+        let conflict = seen
+            .conflict
+            .into_iter()
+            .chain(foreign)
+            .next()
+            .map(|c| c.problem(world::RENAME_HINT));
+        // One being deleted is as good as gone: its bytes are going.
+        let dv_uids: Vec<Option<String>> = ours
+            .into_iter()
+            .map(|d| {
+                d.filter(|d| d.metadata.deletion_timestamp.is_none())?
+                    .metadata
+                    .uid
+            })
+            .collect();
         let block = if seen.state == JobState::Absent && conflict.is_none() {
             world::block_claims(io, world::staged_keys(io.vmm).len()).await?
         } else {
@@ -175,12 +172,10 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
 /// Whether the guest Job was made for exactly the DataVolumes there now: one replaced under the
 /// same name since holds bytes the Job's report is not about.
 fn made_for_these(w: &Observed) -> bool {
-    let now: Option<Vec<&str>> = w.dv_uids.iter().map(Option::as_deref).collect();
-    let then: Option<Vec<&str>> = w
-        .made_for
-        .as_ref()
-        .map(|v| v.iter().map(String::as_str).collect());
-    now.is_some() && now == then
+    verify_job::made_for_these(
+        w.made_for.as_deref(),
+        w.dv_uids.iter().map(Option::as_deref),
+    )
 }
 
 /// Disk `i`'s DataVolume is gone (or going) since it was imported: its bytes, which ferry

@@ -30,10 +30,10 @@ use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
 use super::world::{self, staged_keys};
 use crate::Result;
-use crate::apis::cdi::{self, DataVolume, DvState};
+use crate::apis::cdi::{self, DvState};
 use crate::apis::job::JobState;
 use crate::children::verify_job::{self, Role, VerifyVolume};
-use crate::children::{Ownership, datavolume, secret};
+use crate::children::{datavolume, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
 
@@ -115,27 +115,9 @@ impl Checkpoint for Importing {
     type Action = Action;
 
     async fn observe(io: Io<'_>) -> Result<Observed> {
-        let mut conflicts = vec![];
-        let mut dvs = vec![];
-        let mut dv_uids = vec![];
-        for i in 0..staged_keys(io.vmm).len() {
-            let found = io
-                .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
-                .await?;
-            let (state, uid) = match found.as_ref().map(|d| io.own(d)) {
-                Some(Ownership::Foreign(c)) => {
-                    conflicts.push(c);
-                    (DvState::Absent, None)
-                }
-                Some(Ownership::Ours { .. }) => (
-                    cdi::observe(found.as_ref()),
-                    found.as_ref().and_then(|d| d.uid()),
-                ),
-                None => (cdi::observe(None), None),
-            };
-            dvs.push(state);
-            dv_uids.push(uid);
-        }
+        let (ours, mut conflicts) = world::own_datavolumes(io).await?;
+        let dvs: Vec<DvState> = ours.iter().map(|d| cdi::observe(d.as_ref())).collect();
+        let dv_uids: Vec<Option<String>> = ours.iter().map(|d| d.as_ref()?.uid()).collect();
         // The CDI Secret (and CA ConfigMap) and the staging credentials they are made from
         // matter only until every DataVolume exists. The Secret is there when the migration
         // recorded creating it: Preparing found its name free, and a create that finds it taken
@@ -464,7 +446,7 @@ fn stale_verification(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     if matches!(verify.job, JobState::Absent | JobState::Deleting) {
         return None;
     }
-    let now: Option<Vec<&str>> = scope
+    let now = scope
         .world
         .dvs
         .iter()
@@ -472,13 +454,8 @@ fn stale_verification(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         .map(|(dv, uid)| match dv {
             DvState::Absent | DvState::Deleting => None,
             _ => uid.as_deref(),
-        })
-        .collect();
-    let then: Option<Vec<&str>> = verify
-        .made_for
-        .as_ref()
-        .map(|v| v.iter().map(String::as_str).collect());
-    if now.is_some() && now == then {
+        });
+    if verify_job::made_for_these(verify.made_for.as_deref(), now) {
         return None;
     }
     let msg = say::stale_verification(&names::verify_job_name(&scope.vmm));

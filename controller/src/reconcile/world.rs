@@ -268,6 +268,30 @@ pub fn staged_keys(vmm: &VirtualMachineMigration) -> Vec<String> {
     (0..n).map(|i| names::staging_key(vmm, i)).collect()
 }
 
+/// Per disk, the migration's own DataVolume under its name (`None`: absent, or one ferry did
+/// not make, which is in the conflicts: never read as the migration's).
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn own_datavolumes(io: Io<'_>) -> Result<(Vec<Option<DataVolume>>, Vec<Conflict>)> {
+    let mut ours = vec![];
+    let mut conflicts = vec![];
+    for i in 0..staged_keys(io.vmm).len() {
+        let found = io
+            .read::<DataVolume>(&names::datavolume_name(io.vmm, i))
+            .await?;
+        ours.push(match found.as_ref().map(|d| io.own(d)) {
+            Some(Ownership::Foreign(c)) => {
+                conflicts.push(c);
+                None
+            }
+            Some(Ownership::Ours { .. }) => found,
+            None => None,
+        });
+    }
+    Ok((ours, conflicts))
+}
+
 /// Per disk (the first `disks`), whether its claim is a block device (`volumeMode: Block`);
 /// read when a Job mounting the claims is to be made.
 ///
