@@ -6,9 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_crds::VirtualMachineMigration;
-use futures::StreamExt;
+use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::warn;
@@ -64,9 +67,6 @@ pub(super) fn migration_watch(
     impl futures::Stream<Item = (String, String)> + Send + 'static,
     impl Future<Output = ()> + Send + 'static,
 > {
-    use futures::SinkExt;
-    use futures::channel::mpsc;
-    use kube::runtime::watcher::Event;
     let (store, writer) = reflector::store();
     let migrations = Migrations {
         store,
@@ -75,104 +75,29 @@ pub(super) fn migration_watch(
     // Unbounded: the VMI watch that takes these waits for this store's first list, and a
     // bounded send here would wait for it in turn. One small item per migration that succeeds.
     let (settled_tx, settled) = mpsc::unbounded();
-    let (mut to_migrations, migration_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
-    let (mut to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
-    let held = migrations.clone();
-    let mut writer = writer;
+    let (to_migrations, migration_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
+    let (to_waves, wave_events) = mpsc::channel(MIGRATION_EVENT_BUFFER);
+    let mut holding = Holding {
+        held: migrations.clone(),
+        writer,
+        settled: settled_tx,
+    };
+    let mut triggers = Triggers {
+        migrations: to_migrations,
+        waves: to_waves,
+        with_waves: waves,
+    };
     let drive = async move {
-        let key = |o: &VirtualMachineMigration| {
-            (
-                kube::ResourceExt::namespace(o).unwrap_or_default(),
-                kube::ResourceExt::name_any(o),
-            )
-        };
-        // Settled migrations enter the store cut down (`reconcile::settled`), and those that
-        // succeeded leave it for a record: memory follows what is in flight, not the finished
-        // records a migration program leaves behind.
-        let events = watcher(api, config).default_backoff().modify(|vmm| {
-            let now = Time(crate::context::whole_seconds(
-                k8s_openapi::jiff::Timestamp::now(),
-            ));
-            crate::reconcile::settled::strip_foreign(vmm);
-            crate::reconcile::settled::slim(vmm, &now);
-        });
+        let events = migration_events_cut_down(api, config);
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(e) => e,
-                Err(e) => {
-                    warn!(error = %e, "watching migrations");
-                    continue;
-                }
-            };
-            // Held (the store and the records changed together, see `Succeeded::write`)
-            // before any trigger goes out. A first list's objects go out once it is done,
-            // from the store.
-            let (touched, to_controller, listed) = {
-                let mut records = held.succeeded.write();
-                match event {
-                    Event::Init => {
-                        records.begin_list();
-                        writer.apply_watcher_event(&Event::Init);
-                        continue;
-                    }
-                    Event::InitApply(o) => {
-                        match Record::of(&o) {
-                            Some(r) => {
-                                let (ns, name) = key(&o);
-                                records.listed(&ns, &name, r);
-                            }
-                            None => writer.apply_watcher_event(&Event::InitApply(o)),
-                        }
-                        continue;
-                    }
-                    Event::InitDone => {
-                        writer.apply_watcher_event(&Event::InitDone);
-                        records.end_list();
-                        (held.store.state(), true, true)
-                    }
-                    Event::Apply(o) => {
-                        let (ns, name) = key(&o);
-                        match Record::of(&o) {
-                            // It succeeded and settled: a record from now on, and its
-                            // children leave the caches. (A settled copy is small, and this
-                            // happens once per migration.)
-                            Some(r) => {
-                                records.insert(&ns, &name, r);
-                                writer.apply_watcher_event(&Event::Delete(o.clone()));
-                                let _ = settled_tx.unbounded_send((ns, name));
-                                (vec![Arc::new(o)], false, false)
-                            }
-                            // The store's own copy goes out: not a second one per event.
-                            None => {
-                                writer.apply_watcher_event(&Event::Apply(o));
-                                records.remove(&ns, &name);
-                                let stored = held.store.get(&ObjectRef::new(&name).within(&ns));
-                                (stored.into_iter().collect(), true, false)
-                            }
-                        }
-                    }
-                    Event::Delete(o) => {
-                        let (ns, name) = key(&o);
-                        writer.apply_watcher_event(&Event::Delete(o.clone()));
-                        records.remove(&ns, &name);
-                        (vec![Arc::new(o)], false, false)
+            match event {
+                Ok(event) => {
+                    if let Some(touched) = holding.hold(event) {
+                        triggers.send(touched).await;
                     }
                 }
-            };
-            for o in touched {
-                // A closed trigger is a controller that stopped: the others still get theirs.
-                // A list's settled migrations are not sent: their reconcile would do nothing
-                // (`reconcile::settled`), and 10,000 of them grew the work queue for good. One
-                // that fails or is cancelled later is (its reconcile forgets what this process
-                // held of it); one that succeeds is a record, forgotten by the sweep.
-                let settled = listed && crate::reconcile::settled::is_slim(&o);
-                if to_controller && !settled {
-                    let _ = to_migrations.send(o.clone()).await;
-                }
-                if waves {
-                    let _ = to_waves.send(o).await;
-                }
+                Err(e) => warn!(error = %e, "watching migrations"),
             }
         }
     };
@@ -182,6 +107,161 @@ pub(super) fn migration_watch(
         wave_events,
         settled,
         drive,
+    }
+}
+
+/// The migrations' watch, each object cut down as it arrives. Settled migrations enter the
+/// store cut down (`reconcile::settled`), and those that succeeded leave it for a record:
+/// memory follows what is in flight, not the finished records a migration program leaves
+/// behind.
+fn migration_events_cut_down(
+    api: Api<VirtualMachineMigration>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<Event<VirtualMachineMigration>>> + Send + 'static {
+    watcher(api, config).default_backoff().modify(|vmm| {
+        let now = Time(crate::context::whole_seconds(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        crate::reconcile::settled::strip_foreign(vmm);
+        crate::reconcile::settled::slim(vmm, &now);
+    })
+}
+
+/// What the migrations' watch writes to: the store, the records, and the VMI watch told of
+/// each migration that succeeded and settled.
+struct Holding {
+    held: Migrations,
+    writer: Writer<VirtualMachineMigration>,
+    settled: mpsc::UnboundedSender<(String, String)>,
+}
+
+/// The migrations an event touched, once held, for the triggers.
+struct Touched {
+    migrations: Vec<Arc<VirtualMachineMigration>>,
+    /// Whether the migration controller hears of them (not of one that succeeded and
+    /// settled, or was deleted: it is not in its store).
+    to_controller: bool,
+    /// Whether they are a first list's, just done.
+    listed: bool,
+}
+
+impl Holding {
+    /// Holds `event`: the store and the records change together (see `Succeeded::write`),
+    /// before any trigger goes out. A first list's objects go out once it is done, from the
+    /// store.
+    fn hold(&mut self, event: Event<VirtualMachineMigration>) -> Option<Touched> {
+        match event {
+            Event::Init => {
+                let mut records = self.held.succeeded.write();
+                records.begin_list();
+                self.writer.apply_watcher_event(&Event::Init);
+                None
+            }
+            Event::InitApply(o) => {
+                self.listed(o);
+                None
+            }
+            Event::InitDone => {
+                let mut records = self.held.succeeded.write();
+                self.writer.apply_watcher_event(&Event::InitDone);
+                records.end_list();
+                Some(Touched {
+                    migrations: self.held.store.state(),
+                    to_controller: true,
+                    listed: true,
+                })
+            }
+            Event::Apply(o) => Some(self.applied(o)),
+            Event::Delete(o) => {
+                let mut records = self.held.succeeded.write();
+                let (ns, name) = key(&o);
+                self.writer.apply_watcher_event(&Event::Delete(o.clone()));
+                records.remove(&ns, &name);
+                Some(Touched {
+                    migrations: vec![Arc::new(o)],
+                    to_controller: false,
+                    listed: false,
+                })
+            }
+        }
+    }
+
+    /// A first list's migration: a record if it succeeded and settled, else in the store.
+    fn listed(&mut self, o: VirtualMachineMigration) {
+        let mut records = self.held.succeeded.write();
+        match Record::of(&o) {
+            Some(r) => {
+                let (ns, name) = key(&o);
+                records.listed(&ns, &name, r);
+            }
+            None => self.writer.apply_watcher_event(&Event::InitApply(o)),
+        }
+    }
+
+    /// A migration applied after the first list.
+    fn applied(&mut self, o: VirtualMachineMigration) -> Touched {
+        let mut records = self.held.succeeded.write();
+        let (ns, name) = key(&o);
+        match Record::of(&o) {
+            // It succeeded and settled: a record from now on, and its children leave the
+            // caches. (A settled copy is small, and this happens once per migration.)
+            Some(r) => {
+                records.insert(&ns, &name, r);
+                self.writer.apply_watcher_event(&Event::Delete(o.clone()));
+                let _ = self.settled.unbounded_send((ns, name));
+                Touched {
+                    migrations: vec![Arc::new(o)],
+                    to_controller: false,
+                    listed: false,
+                }
+            }
+            // The store's own copy goes out: not a second one per event.
+            None => {
+                self.writer.apply_watcher_event(&Event::Apply(o));
+                records.remove(&ns, &name);
+                let stored = self.held.store.get(&ObjectRef::new(&name).within(&ns));
+                Touched {
+                    migrations: stored.into_iter().collect(),
+                    to_controller: true,
+                    listed: false,
+                }
+            }
+        }
+    }
+}
+
+/// A migration's namespace and name.
+fn key(o: &VirtualMachineMigration) -> (String, String) {
+    (
+        kube::ResourceExt::namespace(o).unwrap_or_default(),
+        kube::ResourceExt::name_any(o),
+    )
+}
+
+/// The controllers' triggers.
+struct Triggers {
+    migrations: mpsc::Sender<Arc<VirtualMachineMigration>>,
+    waves: mpsc::Sender<Arc<VirtualMachineMigration>>,
+    with_waves: bool,
+}
+
+impl Triggers {
+    /// Sends what was `touched` to the controllers that hear of it. A closed trigger is a
+    /// controller that stopped: the others still get theirs.
+    async fn send(&mut self, touched: Touched) {
+        for o in touched.migrations {
+            // A list's settled migrations are not sent: their reconcile would do nothing
+            // (`reconcile::settled`), and 10,000 of them grew the work queue for good. One
+            // that fails or is cancelled later is (its reconcile forgets what this process
+            // held of it); one that succeeds is a record, forgotten by the sweep.
+            let settled = touched.listed && crate::reconcile::settled::is_slim(&o);
+            if touched.to_controller && !settled {
+                let _ = self.migrations.send(o.clone()).await;
+            }
+            if self.with_waves {
+                let _ = self.waves.send(o).await;
+            }
+        }
     }
 }
 
@@ -215,11 +295,33 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let reader: Store<K> = store.clone();
-    // A deletion of each child the store holds of that migration: a stub of its name is all a
-    // deletion needs, and without ferry's labels it wakes no reconcile.
-    let forgotten = settled.flat_map(move |(ns, name)| {
-        let gone: Vec<std::result::Result<watcher::Event<K>, watcher::Error>> = reader
+    let forgotten = forgotten(store.clone(), settled);
+    let ready = first_listed(migrations.clone());
+    let holder = move |ns: &str, name: &str, uid: Option<&str>, child: &str| {
+        migrations.holder(ns, name, uid, child)
+    };
+    let events = futures::stream::once(ready)
+        .map(move |()| watcher(api.clone(), config.clone()))
+        .flatten()
+        .default_backoff()
+        .filter_map(move |event| futures::future::ready(cut_down(event, &holder)));
+    let events = futures::stream::select(events, forgotten)
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
+}
+
+/// A deletion of each child `store` holds of each migration `settled` names: a stub of its
+/// name is all a deletion needs, and without ferry's labels it wakes no reconcile.
+fn forgotten<K>(
+    store: Store<K>,
+    settled: impl futures::Stream<Item = (String, String)> + Send + 'static,
+) -> impl futures::Stream<Item = watcher::Result<Event<K>>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Default + Clone + Send + Sync + 'static,
+{
+    settled.flat_map(move |(ns, name)| {
+        let gone: Vec<watcher::Result<Event<K>>> = store
             .state()
             .iter()
             .filter(|o| {
@@ -229,53 +331,47 @@ where
                 let mut k = K::default();
                 k.meta_mut().name.clone_from(&o.meta().name);
                 k.meta_mut().namespace.clone_from(&o.meta().namespace);
-                Ok(watcher::Event::Delete(k))
+                Ok(Event::Delete(k))
             })
             .collect();
         futures::stream::iter(gone)
-    });
-    let ready = {
-        let migrations = migrations.clone();
-        async move {
-            // Polled rather than awaited: a store wakes one waiter only (see `is_ready`).
-            while !migrations.ready() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+    })
+}
+
+/// Resolves once `migrations` has had its first list. Polled rather than awaited: a store
+/// wakes one waiter only (see `is_ready`).
+async fn first_listed(migrations: Migrations) {
+    while !migrations.ready() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `event` with its object cut down by [`caches::slim`] against `holder`; none for a first
+/// list's object held in no form.
+fn cut_down<K>(
+    event: watcher::Result<Event<K>>,
+    holder: impl Fn(&str, &str, Option<&str>, &str) -> caches::Holder,
+) -> Option<watcher::Result<Event<K>>>
+where
+    K: kube::Resource + Default,
+{
+    match event {
+        Ok(Event::Apply(mut o)) => Some(Ok(match caches::slim(&mut o, &holder) {
+            // Held in no form: a copy from before (whole, while its migration ran) goes with a
+            // deletion; the trigger's reconcile of a settled migration does nothing.
+            caches::Kept::Nothing => Event::Delete(o),
+            caches::Kept::Read | caches::Kept::Stub => Event::Apply(o),
+        })),
+        Ok(Event::InitApply(mut o)) => match caches::slim(&mut o, &holder) {
+            caches::Kept::Nothing => None,
+            caches::Kept::Read | caches::Kept::Stub => Some(Ok(Event::InitApply(o))),
+        },
+        Ok(Event::Delete(mut o)) => {
+            caches::slim(&mut o, &holder);
+            Some(Ok(Event::Delete(o)))
         }
-    };
-    let holder = move |ns: &str, name: &str, uid: Option<&str>, child: &str| {
-        migrations.holder(ns, name, uid, child)
-    };
-    let events = futures::stream::once(ready)
-        .map(move |()| watcher(api.clone(), config.clone()))
-        .flatten()
-        .default_backoff()
-        .filter_map(move |event| {
-            futures::future::ready(match event {
-                Ok(watcher::Event::Apply(mut o)) => Some(Ok(match caches::slim(&mut o, &holder) {
-                    // Held in no form: a copy from before (whole, while its migration ran)
-                    // goes with a deletion; the trigger's reconcile of a settled migration
-                    // does nothing.
-                    caches::Kept::Nothing => watcher::Event::Delete(o),
-                    caches::Kept::Read | caches::Kept::Stub => watcher::Event::Apply(o),
-                })),
-                Ok(watcher::Event::InitApply(mut o)) => match caches::slim(&mut o, &holder) {
-                    caches::Kept::Nothing => None,
-                    caches::Kept::Read | caches::Kept::Stub => {
-                        Some(Ok(watcher::Event::InitApply(o)))
-                    }
-                },
-                Ok(watcher::Event::Delete(mut o)) => {
-                    caches::slim(&mut o, &holder);
-                    Some(Ok(watcher::Event::Delete(o)))
-                }
-                other => Some(other),
-            })
-        });
-    let events = futures::stream::select(events, forgotten)
-        .reflect(writer)
-        .touched_objects();
-    (store, events)
+        other => Some(other),
+    }
 }
 
 /// The label selector of the child watches: children of a migration (its uid label), not
