@@ -139,125 +139,129 @@ fn phase_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("ferry_controller");
-        let reconciles = Family::<ControllerLabel, Counter>::default();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        let writes = Family::<WriteLabels, Counter>::default();
-        let phase_seconds = Family::<PhaseLabel, Histogram>::new_with_constructor(
-            phase_histogram as fn() -> Histogram,
-        );
-        let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed, by error",
-            errors.clone(),
-        );
-        registry.register(
-            "api_writes",
-            "Writes to the Kubernetes API, by verb and kind",
-            writes.clone(),
-        );
-        registry.register(
-            "phase_duration_seconds",
-            "Seconds a migration spent in a phase",
-            phase_seconds.clone(),
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Seconds per reconcile",
-            reconcile_seconds.clone(),
-        );
-        let wave_reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register(
-            "wave_reconcile_duration_seconds",
-            "Seconds per wave reconcile",
-            wave_reconcile_seconds.clone(),
-        );
-        let leader = Gauge::default();
         let admission_policies_in_force = Gauge::default();
+        // Not looked at yet.
         admission_policies_in_force.set(-1);
-        registry.register(
-            "admission_policies_in_force",
-            "1 while ferry's admission policies are in force, 0 while not (work held back), -1 not required or not looked at yet",
-            admission_policies_in_force.clone(),
-        );
-        let fenced_writes = Counter::default();
-        registry.register(
-            "leader",
-            "1 while this instance is the leader, 0 as a standby",
-            leader.clone(),
-        );
-        registry.register(
-            "fenced_writes",
-            "Writes refused because leadership was not surely held",
-            fenced_writes.clone(),
-        );
-        let requests = Family::<crate::client::RequestLabels, Counter>::default();
-        registry.register(
-            "api_requests",
-            "Requests to the Kubernetes API, by verb",
-            requests.clone(),
-        );
-        let cache_reads = Family::<CacheReadLabels, Counter>::default();
-        registry.register(
-            "cache_reads",
-            "Reads by name: hit (watch cache), miss (not in it: read from the API), uncached",
-            cache_reads.clone(),
-        );
-        let migration_reads = Family::<CacheReadLabels, Counter>::default();
-        registry.register(
-            "migration_reads",
-            "Reconciles that took the migration from the cache (hit) or read it fresh (miss)",
-            migration_reads.clone(),
-        );
-        let wave_inventory_lists = Counter::default();
-        registry.register(
-            "wave_inventory_lists",
-            "Lists of the vCenter inventory made to resolve a wave's spec.selector",
-            wave_inventory_lists.clone(),
-        );
-        let vsphere_calls = Counter::default();
-        registry.register(
-            "vsphere_calls",
-            "Calls to vSphere: logins, looks at VMs, power operations, snapshots",
-            vsphere_calls.clone(),
-        );
-        let cached_children = Family::<CachedLabels, Gauge>::default();
-        registry.register(
-            "cached_children",
-            "Children the watch caches hold: whole (in flight), metadata (released) or stub",
-            cached_children.clone(),
-        );
-        let cached_migrations = Family::<FormLabel, Gauge>::default();
-        registry.register(
-            "cached_migrations",
-            "Migrations the controller holds: whole, settled (cut down in the watch cache), or record (succeeded and settled: what a wave counts)",
-            cached_migrations.clone(),
-        );
-        Self {
-            cached_children,
-            cached_migrations,
-            wave_inventory_lists,
-            vsphere_calls,
-            requests,
-            cache_reads,
-            migration_reads,
-            reconciles,
-            errors,
-            writes,
-            phase_seconds,
-            reconcile_seconds,
-            wave_reconcile_seconds,
-            leader,
+        let mut metrics = Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            writes: Family::default(),
+            phase_seconds: Family::new_with_constructor(phase_histogram as fn() -> Histogram),
+            reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            wave_reconcile_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            leader: Gauge::default(),
             admission_policies_in_force,
-            fenced_writes,
-            registry,
-        }
+            fenced_writes: Counter::default(),
+            requests: Family::default(),
+            cache_reads: Family::default(),
+            migration_reads: Family::default(),
+            wave_inventory_lists: Counter::default(),
+            vsphere_calls: Counter::default(),
+            cached_children: Family::default(),
+            cached_migrations: Family::default(),
+            registry: Registry::with_prefix("ferry_controller"),
+        };
+        // In this order in the exposition.
+        metrics.register_reconciles();
+        metrics.register_leadership();
+        metrics.register_reads_and_caches();
+        metrics
     }
 }
 
 impl Metrics {
+    /// The reconciles: how many, their errors and writes, how long they and the phases took.
+    fn register_reconciles(&mut self) {
+        let registry = &mut self.registry;
+        registry.register("reconciles", "Reconciles run", self.reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error",
+            self.errors.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes to the Kubernetes API, by verb and kind",
+            self.writes.clone(),
+        );
+        registry.register(
+            "phase_duration_seconds",
+            "Seconds a migration spent in a phase",
+            self.phase_seconds.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Seconds per reconcile",
+            self.reconcile_seconds.clone(),
+        );
+        registry.register(
+            "wave_reconcile_duration_seconds",
+            "Seconds per wave reconcile",
+            self.wave_reconcile_seconds.clone(),
+        );
+    }
+
+    /// Who may write: the admission policies, the leadership, the fence and the requests
+    /// through it.
+    fn register_leadership(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "admission_policies_in_force",
+            "1 while ferry's admission policies are in force, 0 while not (work held back), -1 not required or not looked at yet",
+            self.admission_policies_in_force.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this instance is the leader, 0 as a standby",
+            self.leader.clone(),
+        );
+        registry.register(
+            "fenced_writes",
+            "Writes refused because leadership was not surely held",
+            self.fenced_writes.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "Requests to the Kubernetes API, by verb",
+            self.requests.clone(),
+        );
+    }
+
+    /// What is read (the caches, the migrations, vSphere) and what the caches hold.
+    fn register_reads_and_caches(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "cache_reads",
+            "Reads by name: hit (watch cache), miss (not in it: read from the API), uncached",
+            self.cache_reads.clone(),
+        );
+        registry.register(
+            "migration_reads",
+            "Reconciles that took the migration from the cache (hit) or read it fresh (miss)",
+            self.migration_reads.clone(),
+        );
+        registry.register(
+            "wave_inventory_lists",
+            "Lists of the vCenter inventory made to resolve a wave's spec.selector",
+            self.wave_inventory_lists.clone(),
+        );
+        registry.register(
+            "vsphere_calls",
+            "Calls to vSphere: logins, looks at VMs, power operations, snapshots",
+            self.vsphere_calls.clone(),
+        );
+        registry.register(
+            "cached_children",
+            "Children the watch caches hold: whole (in flight), metadata (released) or stub",
+            self.cached_children.clone(),
+        );
+        registry.register(
+            "cached_migrations",
+            "Migrations the controller holds: whole, settled (cut down in the watch cache), or record (succeeded and settled: what a wave counts)",
+            self.cached_migrations.clone(),
+        );
+    }
+
     /// Counts one write.
     pub fn write(&self, verb: &str, kind: &str) {
         self.writes
