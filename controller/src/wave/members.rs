@@ -71,9 +71,40 @@ pub fn assign<'a>(
     children: &'a [VirtualMachineMigration],
     others: &[VirtualMachineMigration],
 ) -> Vec<Member<'a>> {
-    let mut by_vm: HashMap<(u8, &str), &'a VirtualMachineMigration> = HashMap::new();
+    let by_vm = children_by_vm(children);
+    let own_by_name = by_name(children);
+    let others_by_name = by_name(others);
+    let (mut out, mut holder) = first_entries(wave, members, listed, &by_vm);
+    for (i, m) in members.iter().enumerate() {
+        if out[i].is_some() {
+            continue;
+        }
+        let name = child_migration_name(wave, m);
+        let taken = if let Some(&j) = holder.get(&name) {
+            Some(NameHolder::Member(j))
+        } else if let Some(c) = own_by_name.get(&name) {
+            Some(NameHolder::Unlisted(c))
+        } else {
+            others_by_name.get(&name).map(|c| NameHolder::Other(c))
+        };
+        out[i] = Some(match taken {
+            Some(taken) => collision(wave, members, listed, i, name, &taken),
+            None => {
+                holder.insert(name.clone(), i);
+                Member::Create(name)
+            }
+        });
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// This wave's children by the VM they migrate. Two children of one VM cannot come from this
+/// controller; the first by name is kept.
+fn children_by_vm(
+    children: &[VirtualMachineMigration],
+) -> HashMap<(u8, &str), &VirtualMachineMigration> {
+    let mut by_vm: HashMap<(u8, &str), &VirtualMachineMigration> = HashMap::new();
     for c in children {
-        // Two children of one VM cannot come from this controller; keep the first by name.
         by_vm
             .entry(key(&c.spec.source.vm))
             .and_modify(|k| {
@@ -83,13 +114,23 @@ pub fn assign<'a>(
             })
             .or_insert(c);
     }
-    let own_by_name: HashMap<String, &VirtualMachineMigration> =
-        children.iter().map(|c| (c.name_any(), c)).collect();
-    let others_by_name: HashMap<String, &VirtualMachineMigration> =
-        others.iter().map(|c| (c.name_any(), c)).collect();
+    by_vm
+}
 
+fn by_name(migrations: &[VirtualMachineMigration]) -> HashMap<String, &VirtualMachineMigration> {
+    migrations.iter().map(|c| (c.name_any(), c)).collect()
+}
+
+/// What is decided before any name is: a VM listed again collides with its first entry, and a
+/// member whose migration exists has it (and holds its name first). The others are left open,
+/// with the index of each member holding a name.
+fn first_entries<'a>(
+    wave: &str,
+    members: &[WaveVm],
+    listed: Listed,
+    by_vm: &HashMap<(u8, &str), &'a VirtualMachineMigration>,
+) -> (Vec<Option<Member<'a>>>, HashMap<String, usize>) {
     let mut out: Vec<Option<Member<'a>>> = vec![None; members.len()];
-    // The first entry of a VM is its entry; existing migrations hold their names first.
     let mut first: HashMap<(u8, &str), usize> = HashMap::new();
     let mut holder: HashMap<String, usize> = HashMap::new();
     for (i, m) in members.iter().enumerate() {
@@ -116,52 +157,67 @@ pub fn assign<'a>(
             out[i] = Some(Member::Migrating(c));
         }
     }
-    for (i, m) in members.iter().enumerate() {
-        if out[i].is_some() {
-            continue;
-        }
-        let name = child_migration_name(wave, m);
-        let collision = |other_vm: String, other_wave: Option<String>, whose: String| {
-            Member::Collides(WaveCollision {
-                index: index(i),
-                vm: shown(&m.vm),
-                migration: name.clone(),
-                other_vm,
-                other_wave,
-                message: format!(
-                    "{} ({}) gets no migration: {name}, the name of its migration, is {whose}; {}",
-                    shown(&m.vm),
-                    listed.at(i),
-                    match listed {
-                        Listed::Spec => "give one of them a targetName",
-                        Listed::Selected => "migrate it in a wave of spec.vms with a targetName",
-                    }
-                ),
-            })
-        };
-        out[i] = Some(if let Some(&j) = holder.get(&name) {
+    (out, holder)
+}
+
+/// Who holds the name a member's new migration would take.
+enum NameHolder<'m> {
+    /// An earlier member of the wave (its index).
+    Member(usize),
+    /// This wave's migration of a VM it no longer lists.
+    Unlisted(&'m VirtualMachineMigration),
+    /// A migration that is not this wave's.
+    Other(&'m VirtualMachineMigration),
+}
+
+/// Member `i`'s collision: `name`, the name of its migration, is `taken`.
+fn collision<'a>(
+    wave: &str,
+    members: &[WaveVm],
+    listed: Listed,
+    i: usize,
+    name: String,
+    taken: &NameHolder<'_>,
+) -> Member<'a> {
+    let (other_vm, other_wave, whose) = match *taken {
+        NameHolder::Member(j) => {
             let other = shown(&members[j].vm);
             let whose = format!("that of {other}'s ({})", listed.at(j));
-            collision(other, Some(wave.to_owned()), whose)
-        } else if let Some(c) = own_by_name.get(&name) {
+            (other, Some(wave.to_owned()), whose)
+        }
+        NameHolder::Unlisted(c) => {
             let other = shown(&c.spec.source.vm);
             let whose =
                 format!("taken by this wave's migration of {other}, which it no longer lists");
-            collision(other, Some(wave.to_owned()), whose)
-        } else if let Some(c) = others_by_name.get(&name) {
+            (other, Some(wave.to_owned()), whose)
+        }
+        NameHolder::Other(c) => {
             let other = shown(&c.spec.source.vm);
             let other_wave = c.wave().map(str::to_owned);
             let whose = match &other_wave {
                 Some(w) => format!("taken by the migration of {other} in wave {w}"),
                 None => format!("taken by the migration of {other}, which is no wave's"),
             };
-            collision(other, other_wave, whose)
-        } else {
-            holder.insert(name.clone(), i);
-            Member::Create(name)
-        });
-    }
-    out.into_iter().flatten().collect()
+            (other, other_wave, whose)
+        }
+    };
+    let m = &members[i];
+    Member::Collides(WaveCollision {
+        index: index(i),
+        vm: shown(&m.vm),
+        message: format!(
+            "{} ({}) gets no migration: {name}, the name of its migration, is {whose}; {}",
+            shown(&m.vm),
+            listed.at(i),
+            match listed {
+                Listed::Spec => "give one of them a targetName",
+                Listed::Selected => "migrate it in a wave of spec.vms with a targetName",
+            }
+        ),
+        migration: name,
+        other_vm,
+        other_wave,
+    })
 }
 
 fn index(i: usize) -> i32 {
