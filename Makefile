@@ -40,6 +40,7 @@ check: tools
 	$(CARGO) fmt --all --check
 	.ci/module-cycles
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p ferry-controller --test e2e_real_guest -- -D warnings
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferry-controller --test cli_images
 	$(CARGO) test -p ferry --test controller_cli --test frames --test snapshots --test memory
