@@ -26,6 +26,7 @@ pub mod preparing;
 pub mod scope;
 pub mod settled;
 pub mod snapshots;
+pub mod source_power_off;
 pub mod source_state;
 pub mod starting;
 pub mod status;

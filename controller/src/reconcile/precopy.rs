@@ -149,7 +149,7 @@ pub fn completed(
 }
 
 /// The longest the cutover's power-off can take: the grace a guest with running VMware Tools
-/// is given to shut down before it is powered off hard (as [`super::preparing`] powers off);
+/// is given to shut down before it is powered off hard (as [`super::source_power_off`] says);
 /// none for a guest without Tools (hard at once) or with a grace of 0.
 fn longest_shutdown(vmm: &VirtualMachineMigration) -> i64 {
     let tools = vmm

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
-    DiskStatus, Phase, PowerState, Reason, SourcePowerOff, ToolsState, names,
+    DiskStatus, Phase, PowerState, Reason, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
@@ -18,6 +18,7 @@ use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::preflight;
 use super::scope::Scope;
+use super::source_power_off::{PowerOffStep, power_off_step};
 use super::world;
 use crate::Result;
 use crate::apis::kubevirt::VirtualMachine;
@@ -43,14 +44,8 @@ pub struct Observed {
     pub slot: crate::copy_slots::Verdict,
 }
 
-/// What Preparing does to the world.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Ask the guest to shut down through VMware Tools (ShutdownGuest).
-    ShutdownGuest,
-    /// Power the source VM off hard.
-    PowerOff,
-}
+/// What Preparing does to the world: the steps of the source's power-off.
+pub use super::source_power_off::PowerAction as Action;
 
 impl Checkpoint for Preparing {
     const PHASE: Phase = Phase::Preparing;
@@ -337,69 +332,6 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
     }
 }
 
-/// How the source gets (or got) powered off: the next action and what to record, or why it is
-/// waiting. Pure.
-///
-/// # Guarantees
-/// * A guest with VMware Tools running is asked to shut down first (once); it is powered off
-///   hard only once `shutdownGracePeriodSeconds` passed since that request.
-/// * Without running Tools, suspended, or with a grace of 0, it is powered off hard at once.
-/// * Every request is recorded (with its time) in the same reconcile's status write.
-pub(super) fn power_off_step(
-    vmm: &ferry_crds::VirtualMachineMigration,
-    at: k8s_openapi::jiff::Timestamp,
-    power: Option<PowerState>,
-    tools: Option<ToolsState>,
-) -> PowerOffStep {
-    let done = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source_power_off.clone())
-        .unwrap_or_default();
-    let grace = vmm.spec.source.power.shutdown_grace_period_seconds.max(0);
-    let now = Time(crate::context::whole_seconds(at));
-    if done.hard_power_off_at.is_some() {
-        // Asked before; the VM is still on (a crash or a slow task): ask again, idempotently.
-        return PowerOffStep::Act(Action::PowerOff, done);
-    }
-    let guest_can_shut_down =
-        power == Some(PowerState::PoweredOn) && tools == Some(ToolsState::Running) && grace > 0;
-    match &done.shutdown_guest_at {
-        None if guest_can_shut_down => PowerOffStep::Act(
-            Action::ShutdownGuest,
-            SourcePowerOff {
-                shutdown_guest_at: Some(now),
-                ..done
-            },
-        ),
-        None => PowerOffStep::Act(
-            Action::PowerOff,
-            SourcePowerOff {
-                hard_power_off_at: Some(now),
-                ..done
-            },
-        ),
-        Some(asked) => {
-            let waited = at.duration_since(asked.0).as_secs();
-            if waited >= grace {
-                PowerOffStep::Act(
-                    Action::PowerOff,
-                    SourcePowerOff {
-                        hard_power_off_at: Some(now),
-                        ..done
-                    },
-                )
-            } else {
-                PowerOffStep::Wait {
-                    left: std::time::Duration::from_secs(
-                        u64::try_from(grace - waited).unwrap_or(0),
-                    ),
-                }
-            }
-        }
-    }
-}
-
 /// After a hard power-off: vSphere answers it once its task finished (or the VM was off
 /// already), so the source is proven off, and the rules are weighed again as the next look
 /// would find it. When they hand over to Converting, Converting starts in this reconcile and
@@ -442,15 +374,6 @@ fn powered_off(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Act
         ..next.record.clone()
     };
     next.recording(record)
-}
-
-/// The next power-off step.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum PowerOffStep {
-    /// Take the action, recording the power-off as given.
-    Act(Action, SourcePowerOff),
-    /// The guest was asked to shut down; a hard power-off follows after `left`.
-    Wait { left: std::time::Duration },
 }
 
 /// How the source ended up off, for the Validated condition.
@@ -842,6 +765,7 @@ mod tests {
         DiscoveredDisk, VirtualMachineMigration,
         fixtures::{migration, ts},
     };
+    use ferry_crds::{SourcePowerOff, ToolsState};
 
     fn vm(power: PowerState) -> DiscoveredSource {
         DiscoveredSource {
