@@ -16,10 +16,10 @@ use ferry_crds::{
 
 use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
-use super::importing::verify_volumes;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
+use super::volumes::verify_volumes;
 use super::world;
 use crate::Result;
 use crate::apis::job::JobState;

@@ -26,6 +26,7 @@ use super::precopy;
 use super::scope::Scope;
 use super::snapshots;
 use super::source_power_off::{PowerAction, PowerOffStep, power_off_step};
+use super::volumes;
 use super::warm;
 use super::world::{self, RENAME_HINT, staged_keys};
 use crate::Result;
@@ -812,7 +813,7 @@ fn cut_over(scope: &Scope<Observed>) -> Outcome<Action> {
     let msg = say::cut_over(bytes);
     Outcome::new(
         Step::Advance {
-            to: super::importing::after_the_copy(&scope.vmm),
+            to: volumes::after_the_copy(&scope.vmm),
         },
         msg.clone(),
     )

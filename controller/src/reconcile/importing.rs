@@ -28,11 +28,12 @@ use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::scope::Scope;
+use super::volumes::{after_the_copy, verify_volumes};
 use super::world::{self, staged_keys};
 use crate::Result;
 use crate::apis::cdi::{self, DvState};
 use crate::apis::job::JobState;
-use crate::children::verify_job::{self, Role, VerifyVolume};
+use crate::children::verify_job::{self, Role};
 use crate::children::{datavolume, secret};
 use crate::ports::StagingLogin;
 use crate::problem::Problem;
@@ -291,48 +292,6 @@ pub fn verified_by_ferry(
         Ok(())
     } else {
         Err(wrong.join("; "))
-    }
-}
-
-/// What the verification Job checks: per disk its claim and the uid of the DataVolume now under
-/// that name (`uids`), the staged image's virtual size and raw-contents checksum (recorded in
-/// Converting). Pure.
-///
-/// # Errors
-/// The disks whose size or checksum is not recorded (staged by an older ferry).
-pub fn verify_volumes(
-    vmm: &VirtualMachineMigration,
-    block: &[bool],
-    uids: &[Option<String>],
-) -> std::result::Result<Vec<VerifyVolume>, String> {
-    let disks = vmm
-        .status
-        .as_ref()
-        .map(|s| s.disks.as_slice())
-        .unwrap_or_default();
-    let mut out = vec![];
-    let mut missing = vec![];
-    for i in 0..staged_keys(vmm).len() {
-        let d = disks.get(i);
-        match (
-            d.and_then(|d| d.virtual_size_bytes),
-            d.and_then(|d| d.raw_checksum.clone()),
-        ) {
-            (Some(size), Some(sha256)) => out.push(VerifyVolume {
-                index: i,
-                claim: names::datavolume_name(vmm, i),
-                data_volume_uid: uids.get(i).cloned().flatten().unwrap_or_default(),
-                block: block.get(i).copied().unwrap_or(false),
-                size,
-                sha256,
-            }),
-            _ => missing.push(format!("disk {i}")),
-        }
-    }
-    if missing.is_empty() {
-        Ok(out)
-    } else {
-        Err(missing.join(", "))
     }
 }
 
@@ -617,16 +576,6 @@ fn verified(scope: &Scope<Observed>) -> Outcome<Action> {
         after_the_copy(&scope.vmm)
     };
     Outcome::new(Step::Advance { to }, msg.clone()).with(DiskImported, True, Reason::Imported, msg)
-}
-
-/// Where a migration goes once its copy is in the volumes (after Importing, or CuttingOver's
-/// cutover): ConvertingGuest when its guest is to be converted, else CreatingVM. Pure.
-pub fn after_the_copy(vmm: &VirtualMachineMigration) -> Phase {
-    if vmm.spec.conversion.guest.converts() {
-        Phase::ConvertingGuest
-    } else {
-        Phase::CreatingVM
-    }
 }
 
 /// The CDI Secret is made from the staging credentials: without them no DataVolume reads staging.
@@ -1067,23 +1016,6 @@ mod tests {
             matches!(o.step, Step::Fail { reason: Reason::ImportFailed, resume: Phase::Converting, ref message, .. } if message.contains("disk 0")),
             "{:?}",
             o.step
-        );
-        let vols = verify_volumes(
-            &scope_with(vec![DvState::Succeeded; 2], true, Ok(())).vmm,
-            &[false, true],
-            &[Some(dv_uid(0)), Some(dv_uid(1))],
-        )
-        .unwrap();
-        assert_eq!(
-            vols[1],
-            VerifyVolume {
-                index: 1,
-                claim: "m-disk-1".into(),
-                data_volume_uid: dv_uid(1),
-                block: true,
-                size: 64 << 20,
-                sha256: sha(1)
-            }
         );
     }
 
