@@ -16,7 +16,7 @@ use super::cleanup::Cleanup;
 use super::io::{Created, Io};
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
-use super::starting::{cutover_refused, starts};
+use super::vm_start::{cutover_refused, starts};
 use super::world::{self, VmState};
 use crate::Result;
 use crate::apis::kubevirt::VirtualMachine;

@@ -31,6 +31,7 @@ pub mod source_state;
 pub mod starting;
 pub mod status;
 pub mod validating;
+pub mod vm_start;
 pub mod volumes;
 pub mod warm;
 pub mod world;

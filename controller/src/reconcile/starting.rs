@@ -18,9 +18,10 @@ use super::cleanup::Cleanup;
 use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
+use super::vm_start::{cutover_refused, on_trouble, starts};
 use super::world::{self, KubeVirtState, VmState, VmiState};
 use crate::Result;
-use crate::apis::kubevirt::{KvError, Trouble, VirtualMachine, VmiPhase, run_strategy_name};
+use crate::apis::kubevirt::{VirtualMachine, VmiPhase, run_strategy_name};
 use crate::problem::Problem;
 
 /// The Starting checkpoint.
@@ -42,14 +43,6 @@ pub struct Observed {
 pub enum Action {
     /// Set the VirtualMachine's run strategy.
     SetRunStrategy(RunStrategy),
-}
-
-/// Whether a run strategy makes KubeVirt start an instance by itself.
-pub fn starts(s: RunStrategy) -> bool {
-    match s {
-        RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once => true,
-        RunStrategy::Halted | RunStrategy::Manual => false,
-    }
 }
 
 impl Checkpoint for Starting {
@@ -90,69 +83,6 @@ impl Checkpoint for Starting {
             }
         }
         Ok(None)
-    }
-}
-
-/// The cutover's rule, for a VM about to be made or set to start, on the source's power as
-/// [`world::cutover_look`] found it: someone may have powered the source on again in vSphere
-/// since its disks were copied, and starting the copy then would run two machines with one
-/// identity on stale disks. `None` when the source is off (or was not looked at). Pure.
-pub fn cutover_refused<W, A>(
-    scope: &Scope<W>,
-    power: Option<&std::result::Result<PowerState, Problem>>,
-    marks: ConditionType,
-) -> Option<Outcome<A>> {
-    match power {
-        Some(Err(p)) => Some(Outcome::from_problem(scope, p, Some(marks))),
-        Some(Ok(PowerState::PoweredOn | PowerState::Suspended)) => Some(Outcome::failure(
-            Reason::SourcePoweredOn,
-            say::source_powered_on(),
-            true,
-            scope.phase(),
-            marks,
-        )),
-        Some(Ok(PowerState::PoweredOff)) | None => None,
-    }
-}
-
-/// The ferry reason of a KubeVirt error state.
-pub fn reason_of(e: KvError) -> Reason {
-    match e {
-        KvError::ErrorUnschedulable => Reason::ErrorUnschedulable,
-        KvError::ErrorPvcNotFound => Reason::ErrorPvcNotFound,
-        KvError::DataVolumeError => Reason::DataVolumeError,
-        KvError::CrashLoopBackOff => Reason::CrashLoopBackOff,
-        KvError::ErrImagePull => Reason::ErrImagePull,
-        KvError::ImagePullBackOff => Reason::ImagePullBackOff,
-    }
-}
-
-/// What to do about a KubeVirt error state in the scope's phase: fail once it lasted the grace
-/// (from when KubeVirt's condition changed, or the phase began, whichever is later), else wait
-/// just past it. Pure.
-pub fn on_trouble<W, A>(scope: &Scope<W>, t: &Trouble, marks: ConditionType) -> Outcome<A> {
-    let entered = scope.phase_entered();
-    let since = match (t.since, entered) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    let lasted = since
-        .and_then(|s| scope.now.duration_since(s).try_into().ok())
-        .unwrap_or(std::time::Duration::ZERO);
-    let grace = scope.policy.kubevirt_error_grace;
-    if lasted >= grace {
-        let message = say::kubevirt_gave_up(t.error, &t.message);
-        Outcome::failure(reason_of(t.error), message, true, scope.phase(), marks)
-    } else {
-        let what = say::kubevirt_reports(t.error, &t.message);
-        let left = grace - lasted;
-        Outcome::new(
-            Step::Wait {
-                requeue: left + std::time::Duration::from_millis(500),
-            },
-            what.clone(),
-        )
-        .with(marks, Unknown, Reason::TransientError, what)
     }
 }
 
@@ -377,7 +307,7 @@ fn fail(reason: Reason, message: String, resume: Phase) -> Outcome<Action> {
 mod say {
     use ferry_crds::{Readiness, RunStrategy};
 
-    use crate::apis::kubevirt::{KvError, VmiPhase, run_strategy_name};
+    use crate::apis::kubevirt::{VmiPhase, run_strategy_name};
 
     pub(super) fn vm_gone() -> String {
         "the VirtualMachine is gone; raise spec.retry to create it again".into()
@@ -408,10 +338,6 @@ mod say {
             ),
             _ => "spec.target.powerState is PoweredOff".into(),
         }
-    }
-
-    pub(super) fn source_powered_on() -> String {
-        "the source VM was powered on again after its disks were copied (someone started it in vSphere): starting the copy would run two machines with one identity on stale disks; raise spec.retry to start over (ferry powers the source off again), or cancel".into()
     }
 
     pub(super) fn starting_the_vm(wanted: RunStrategy) -> String {
@@ -475,34 +401,12 @@ mod say {
     pub(super) fn waiting_for_instance() -> String {
         "waiting for the VirtualMachineInstance".into()
     }
-
-    pub(super) fn kubevirt_reports(error: KvError, message: &str) -> String {
-        format!("KubeVirt reports {}: {message}", error.as_str())
-    }
-
-    /// KubeVirt's report, and what the operator can do about it.
-    pub(super) fn kubevirt_gave_up(error: KvError, message: &str) -> String {
-        let advice = match error {
-            KvError::ErrorUnschedulable => {
-                "free capacity (or fix the VM's requests), then raise spec.retry"
-            }
-            KvError::ErrorPvcNotFound | KvError::DataVolumeError => {
-                "the imported volume is gone or broken; raise spec.retry after fixing it"
-            }
-            KvError::CrashLoopBackOff => {
-                "see the VirtualMachineInstance's events; raise spec.retry"
-            }
-            KvError::ErrImagePull | KvError::ImagePullBackOff => {
-                "KubeVirt's virt-launcher image cannot be pulled; fix the registry, then raise spec.retry"
-            }
-        };
-        format!("{}; {advice}", kubevirt_reports(error, message))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::kubevirt::{KvError, Trouble};
     use crate::policy::Policy;
     use ferry_crds::fixtures::{migration, ts};
 

@@ -20,6 +20,7 @@ use super::credentials;
 use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
+use super::vm_start::on_trouble;
 use super::world::{self, VmState, VmiState, staged_keys};
 use crate::Result;
 use crate::apis::cdi::DataVolume;
@@ -343,7 +344,7 @@ fn vm_gone(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
 /// KubeVirt's own error states end Validating as they end Starting: after a short grace.
 fn kubevirt_trouble(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     let trouble = scope.world.trouble.as_ref();
-    trouble.map(|t| super::starting::on_trouble(scope, t, GuestReady))
+    trouble.map(|t| on_trouble(scope, t, GuestReady))
 }
 
 /// A guest not ready within the agent timeout needs someone to look at it; the reason names
