@@ -173,8 +173,11 @@ impl Staging {
     ///
     /// Errors: [`Error::Invalid`] for an endpoint that is not an http(s) URL.
     pub fn new(config: StagingConfig) -> Result<Self> {
-        // object_store builds its own reqwest client, which takes the process-wide provider.
-        ferry_vsphere::tls::install_default_provider();
+        // object_store builds its own reqwest client, which takes the process-wide provider:
+        // ring, as everywhere in ferry. Idempotent; a provider installed earlier by anyone wins.
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let endpoint = config.endpoint.trim_end_matches('/');
         let url = reqwest::Url::parse(endpoint).map_err(|e| {
             Error::Invalid(format!(

@@ -19,7 +19,6 @@ use std::fmt;
 pub use answer::vim_rs_reads_strictly;
 pub use datastore::Allocation;
 pub use error::Error;
-pub use error::chain as error_chain;
 pub use layout::{LayoutProblem, validate_layout};
 pub use marks::Marks;
 pub use session::Session;
