@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferry_crds::{
-    MigrationWave, VirtualMachineMigration, WaveVm, child_migration, child_migration_name, intent,
-    names,
+    MigrationWave, VirtualMachineMigration, WaveRefusal, WaveSelector, WaveVm, child_migration,
+    child_migration_name, intent, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -170,33 +170,22 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
     if wave.metadata.deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
-    if let Some(selector) = &wave.spec.selector
-        && wave
-            .status
-            .as_ref()
-            .and_then(|s| s.selected_vms.as_ref())
-            .is_none()
-    {
+    if let Some(selector) = unresolved_selector(&wave) {
         // Refused for this spec: nothing changes until the spec does (no inventory list).
         if select::refused(&wave) {
             return Ok(Requeue::await_change());
         }
         return select::resolve(&wave, selector, ctx).await;
     }
-    let uid = wave.uid().unwrap_or_default();
     let members = wave.members();
     let vmms: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let seen = seen(&wave, &members, ctx, held);
-    let now = Time(crate::context::whole_seconds(ctx.clock.now()));
-    let mut plan = decide::decide(&wave, &seen.children, &seen.others, &now);
-    // While the admission policies are not in force, every plan (the re-plan below too) holds.
-    let held_back = ctx.guard.why_not();
-    let hold = |plan: &mut decide::Plan| {
-        if let Some(why) = &held_back {
-            decide::hold_for_policies(plan, why, wave.metadata.generation, &now);
-        }
+    let planning = Planning {
+        seen: &seen,
+        now: Time(crate::context::whole_seconds(ctx.clock.now())),
+        held_back: ctx.guard.why_not(),
     };
-    hold(&mut plan);
+    let mut plan = planning.plan(&wave);
     // Each VM's preflight weighs its own claims; the wave weighs them together, against the
     // quotas as the watch of them shows (none before its first list: a summary, not a gate).
     if let Some(p) = plan.status.preflight.as_mut() {
@@ -209,23 +198,71 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         .as_ref()
         .map(|s| s.refused.as_slice())
         .unwrap_or_default();
-    let refusals = decide::refusals(old_refused, &members, &tried, &refused, &now);
+    let refusals = decide::refusals(old_refused, &members, &tried, &refused, &planning.now);
     if refusals != old_refused {
-        // What the API server refused counts in this very status (Degraded, the phase): the
-        // plan again, with the refusals known.
+        plan = planning.with_refusals(&wave, refusals, &plan);
+    }
+    let worth = write_status(ctx, &wave, &plan).await?;
+    let after = decide::requeue_after(&wave, &plan, &seen.children, worth, &planning.now);
+    Ok(Requeue::requeue(match planning.held_back {
+        // Looked at again when the guard may have a new verdict.
+        Some(_) => after.min(crate::admission_guard::RECHECK),
+        None => after,
+    }))
+}
+
+/// The wave's selector, while it has chosen no VMs yet.
+fn unresolved_selector(wave: &MigrationWave) -> Option<&WaveSelector> {
+    let selected = wave.status.as_ref().and_then(|s| s.selected_vms.as_ref());
+    wave.spec.selector.as_ref().filter(|_| selected.is_none())
+}
+
+/// What a wave's plan is made from: made once, and again once the API server's refusals of
+/// its creates are known.
+struct Planning<'a> {
+    seen: &'a Seen,
+    now: Time,
+    /// Why the admission policies are not in force, while they are not: every plan holds then.
+    held_back: Option<String>,
+}
+
+impl Planning<'_> {
+    /// The pure plan for `wave` as seen, held while the admission policies are not in force.
+    fn plan(&self, wave: &MigrationWave) -> decide::Plan {
+        let mut plan = decide::decide(wave, &self.seen.children, &self.seen.others, &self.now);
+        if let Some(why) = &self.held_back {
+            decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &self.now);
+        }
+        plan
+    }
+
+    /// The plan again, with `refusals` recorded: what the API server refused counts in this
+    /// very status (Degraded, the phase). The quotas are weighed as `first` weighed them.
+    fn with_refusals(
+        &self,
+        wave: &MigrationWave,
+        refusals: Vec<WaveRefusal>,
+        first: &decide::Plan,
+    ) -> decide::Plan {
         let mut known = wave.clone();
         known.status.get_or_insert_with(Default::default).refused = refusals;
-        let quota_short = plan
+        let quota_short = first
             .status
             .preflight
             .as_ref()
             .map(|p| p.quota_short.clone());
-        plan = decide::decide(&known, &seen.children, &seen.others, &now);
+        let mut plan = self.plan(&known);
         if let (Some(p), Some(q)) = (plan.status.preflight.as_mut(), quota_short) {
             p.quota_short = q;
         }
-        hold(&mut plan);
+        plan
     }
+}
+
+/// Writes the plan's status when [`decide::worth_writing`] says now, with a warning for each
+/// note of VMs that get no migration; returns what it said.
+async fn write_status(ctx: &Context, wave: &MigrationWave, plan: &decide::Plan) -> Result<Worth> {
+    let uid = wave.uid().unwrap_or_default();
     let worth = decide::worth_writing(
         wave.status.as_ref(),
         &plan.status,
@@ -244,14 +281,9 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
         for note in &notes {
             warn!(wave = %wave.name_any(), why = %note.note, "VMs get no migration");
         }
-        write::status(ctx, &wave, &plan.status, &notes).await?;
+        write::status(ctx, wave, &plan.status, &notes).await?;
     }
-    let after = decide::requeue_after(&wave, &plan, &seen.children, worth, &now);
-    Ok(Requeue::requeue(match held_back {
-        // Looked at again when the guard may have a new verdict.
-        Some(_) => after.min(crate::admission_guard::RECHECK),
-        None => after,
-    }))
+    Ok(worth)
 }
 
 /// Carries out `plan`: creates the children it names (not twice while a fresh one is on its way
@@ -259,6 +291,20 @@ async fn reconcile_wave(wave: &MigrationWave, ctx: &Context, held: &Migrations) 
 /// all the same) and patches the intents it names onto children (a release counted as taken
 /// until the cache shows it). Returns the members it tried to create, and what was refused.
 async fn execute(
+    ctx: &Context,
+    wave: &MigrationWave,
+    members: &[WaveVm],
+    seen: &Seen,
+    plan: &decide::Plan,
+    vmms: &Api<VirtualMachineMigration>,
+) -> Result<(Vec<usize>, decide::Refused)> {
+    let created = create(ctx, wave, members, seen, plan, vmms).await?;
+    steer(ctx, wave, seen, plan, vmms).await?;
+    Ok(created)
+}
+
+/// Creates the children `plan` names; returns the members it tried, and what was refused.
+async fn create(
     ctx: &Context,
     wave: &MigrationWave,
     members: &[WaveVm],
@@ -298,6 +344,18 @@ async fn execute(
         }
     }
     ctx.set_created(&uid, created);
+    Ok((tried, refused))
+}
+
+/// Patches the intents `plan` names onto the wave's children: release, cancel, cutover, retry.
+async fn steer(
+    ctx: &Context,
+    wave: &MigrationWave,
+    seen: &Seen,
+    plan: &decide::Plan,
+    vmms: &Api<VirtualMachineMigration>,
+) -> Result<()> {
+    let uid = wave.uid().unwrap_or_default();
     let uids: HashMap<String, String> = seen
         .children
         .iter()
@@ -342,7 +400,7 @@ async fn execute(
         ctx.metrics.write("patch", "VirtualMachineMigration");
         info!(wave = %wave.name_any(), migration = %name, %patch, "steered");
     }
-    Ok((tried, refused))
+    Ok(())
 }
 
 /// What the work queue does after a failed wave reconcile: the policy's backoff per wave
