@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::VariantArray,
     strum::IntoStaticStr,
 )]
 pub enum ConditionType {
@@ -73,28 +74,25 @@ impl ConditionKind for ConditionType {
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::VariantArray,
 )]
 pub enum WaveConditionType {
     /// Migrations of the wave are being worked on (False when paused, cancelled or finished).
     Progressing,
-    /// Every migration of the wave succeeded.
-    Ready,
     /// Every migration of the wave finished (succeeded, failed or cancelled), or the wave was
     /// cancelled.
     Completed,
     /// At least one migration of the wave failed (the message gives how many), a VM of it gets
     /// no migration (`NameCollision`), or its selector chose too many VMs (`SelectorTooBroad`).
     Degraded,
+    /// Every migration of the wave succeeded.
+    Ready,
 }
 
 impl WaveConditionType {
-    /// Every wave condition type, in display order.
-    pub const ALL: [WaveConditionType; <WaveConditionType as strum::EnumCount>::COUNT] = [
-        WaveConditionType::Progressing,
-        WaveConditionType::Completed,
-        WaveConditionType::Degraded,
-        WaveConditionType::Ready,
-    ];
+    /// Every wave condition type, in display order (the declaration's, derived).
+    pub const ALL: [WaveConditionType; <WaveConditionType as strum::EnumCount>::COUNT] =
+        crate::listed::array(<WaveConditionType as strum::VariantArray>::VARIANTS);
 }
 
 impl ConditionKind for WaveConditionType {
@@ -102,19 +100,9 @@ impl ConditionKind for WaveConditionType {
 }
 
 impl ConditionType {
-    /// Every condition type, in seed order.
-    pub const ALL: [ConditionType; <ConditionType as strum::EnumCount>::COUNT] = [
-        ConditionType::SourceDiscovered,
-        ConditionType::Validated,
-        ConditionType::DiskConverted,
-        ConditionType::DiskImported,
-        ConditionType::CutOver,
-        ConditionType::GuestConverted,
-        ConditionType::VMCreated,
-        ConditionType::VMStarted,
-        ConditionType::GuestReady,
-        ConditionType::Ready,
-    ];
+    /// Every condition type, in seed order (the declaration's, derived).
+    pub const ALL: [ConditionType; <ConditionType as strum::EnumCount>::COUNT] =
+        crate::listed::array(<ConditionType as strum::VariantArray>::VARIANTS);
 
     /// The name written in `status.conditions[].type`.
     pub fn as_str(self) -> &'static str {
@@ -206,6 +194,7 @@ impl fmt::Display for ConditionStatus {
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::VariantArray,
     strum::IntoStaticStr,
 )]
 pub enum Reason {
@@ -379,86 +368,15 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in declaration order (the compiler checks both).
-    pub const ALL: [Reason; <Reason as strum::EnumCount>::COUNT] = [
-        Reason::NotStarted,
-        Reason::InProgress,
-        Reason::HeldByWave,
-        Reason::HostCopyLimit,
-        Reason::DatastoreCopyLimit,
-        Reason::Paused,
-        Reason::TransientError,
-        Reason::APIRefused,
-        Reason::AdmissionDenied,
-        Reason::QuotaExceeded,
-        Reason::RetryRequested,
-        Reason::Cancelling,
-        Reason::Discovered,
-        Reason::SecretNotFound,
-        Reason::LoginFailed,
-        Reason::EndpointUnreachable,
-        Reason::ThumbprintMismatch,
-        Reason::VMNotFound,
-        Reason::VMAmbiguous,
-        Reason::Validated,
-        Reason::PreflightFailed,
-        Reason::UnsupportedDiskLayout,
-        Reason::SourcePoweredOn,
-        Reason::PowerOffFailed,
-        Reason::SourceChanged,
-        Reason::PoliciesNotInForce,
-        Reason::TargetNameTaken,
-        Reason::CredentialsNotAllowed,
-        Reason::CredentialsMismatch,
-        Reason::TargetConflict,
-        Reason::Converted,
-        Reason::ConversionFailed,
-        Reason::StagingUnavailable,
-        Reason::BucketNotFound,
-        Reason::ChecksumMismatch,
-        Reason::ConverterImageNotAllowed,
-        Reason::Imported,
-        Reason::ImportFailed,
-        Reason::WaitingForCutover,
-        Reason::CutOver,
-        Reason::CutoverFailed,
-        Reason::SnapshotFailed,
-        Reason::GuestConverted,
-        Reason::GuestNeedsNoConversion,
-        Reason::GuestConversionFailed,
-        Reason::VMCreated,
-        Reason::VMCreateFailed,
-        Reason::VMRunning,
-        Reason::VMStartFailed,
-        Reason::GuestAgentConnected,
-        Reason::GuestAgentTimeout,
-        Reason::GuestNotReady,
-        Reason::ErrorUnschedulable,
-        Reason::ErrorPvcNotFound,
-        Reason::DataVolumeError,
-        Reason::CrashLoopBackOff,
-        Reason::ErrImagePull,
-        Reason::ImagePullBackOff,
-        Reason::VMReady,
-        Reason::NotChecked,
-        Reason::NameCollision,
-        Reason::SelectorTooBroad,
-        Reason::Succeeded,
-        Reason::Failed,
-        Reason::Cancelled,
-        Reason::TargetStillRunning,
-        Reason::CleanupBlocked,
-    ];
+    /// Every reason, in declaration order (derived).
+    pub const ALL: [Reason; <Reason as strum::EnumCount>::COUNT] =
+        crate::listed::array(<Reason as strum::VariantArray>::VARIANTS);
 
     /// The reason as written in the API.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 }
-
-crate::listed::every_variant!(ConditionType, ConditionType::ALL, ordered);
-crate::listed::every_variant!(WaveConditionType, WaveConditionType::ALL);
-crate::listed::every_variant!(Reason, Reason::ALL, ordered);
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

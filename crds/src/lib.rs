@@ -41,7 +41,7 @@ pub use migration::{
     DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,
     VirtualMachineMigrationStatus,
 };
-pub use phase::Phase;
+pub use phase::{Phase, Stage};
 pub use preflight::{Concern, ConcernCode, PreflightSpec, PreflightStatus, Severity};
 pub use secret::SecretRef;
 pub use source::{

@@ -1,37 +1,20 @@
-//! Lists of every variant that the compiler keeps true.
+//! Lists of every variant that the compiler writes.
 //!
-//! An enum's `ALL` is typed `[T; T::COUNT]`, with `COUNT` counted by `strum::EnumCount` from the
-//! declaration, and [`every_variant!`] checks at compile time that the list names each variant
-//! once. A new phase, reason or condition type therefore does not compile until it is placed in
-//! its list; nothing downstream can count it as something else.
+//! `strum::VariantArray` derives an enum's variants in declaration order, and [`array`] turns
+//! that slice into the fixed-size `ALL` array that tables indexed by variant are sized with
+//! (`[T; T::COUNT]`, `COUNT` counted by `strum::EnumCount`). A new phase, reason or condition
+//! type is therefore in its list the moment it is declared, and `variant as usize` is its
+//! position there.
 
-/// Fails the build unless `$all` (an array of the fieldless enum `$ty`, `$ty::COUNT` long)
-/// names every variant exactly once. `ordered` also requires declaration order, so that
-/// `variant as usize` is the variant's position in the list.
-macro_rules! every_variant {
-    ($ty:ty, $all:expr, ordered) => {
-        const _: () = {
-            let all = $all;
-            let mut i = 0;
-            while i < all.len() {
-                assert!(all[i] as usize == i, "listed out of declaration order");
-                i += 1;
-            }
-        };
-    };
-    ($ty:ty, $all:expr) => {
-        const _: () = {
-            let all = $all;
-            let mut seen = [false; <$ty as ::strum::EnumCount>::COUNT];
-            let mut i = 0;
-            while i < all.len() {
-                let d = all[i] as usize;
-                assert!(!seen[d], "a variant is listed twice");
-                seen[d] = true;
-                i += 1;
-            }
-        };
-    };
+/// `variants` (an enum's `VARIANTS`) as an array of `N` (its `COUNT`); fails the build unless
+/// the two agree.
+pub(crate) const fn array<T: Copy, const N: usize>(variants: &[T]) -> [T; N] {
+    assert!(variants.len() == N, "VARIANTS and COUNT disagree");
+    let mut out = [variants[0]; N];
+    let mut i = 1;
+    while i < N {
+        out[i] = variants[i];
+        i += 1;
+    }
+    out
 }
-
-pub(crate) use every_variant;

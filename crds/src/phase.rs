@@ -25,6 +25,7 @@ use crate::Error;
     JsonSchema,
     strum::EnumCount,
     strum::IntoStaticStr,
+    strum::VariantArray,
 )]
 pub enum Phase {
     /// Accepted; the controller has not started work yet.
@@ -59,23 +60,28 @@ pub enum Phase {
     Cancelled,
 }
 
+/// Where a [`Phase`] stands in a migration's life ([`Phase::stage`]): waiting to start, at one
+/// of the checkpoints, or ended one of three ways. A wave counts its migrations by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// Accepted, not started.
+    Pending,
+    /// Held by its wave.
+    Queued,
+    /// At one of the checkpoints: work has started and not ended.
+    InFlight,
+    /// Ended: the VM runs in KubeVirt.
+    Succeeded,
+    /// Ended on a permanent error.
+    Failed,
+    /// Ended on request.
+    Cancelled,
+}
+
 impl Phase {
-    /// Every phase, in lifecycle order (the declaration's; the compiler checks both).
-    pub const ALL: [Phase; <Phase as strum::EnumCount>::COUNT] = [
-        Phase::Pending,
-        Phase::Queued,
-        Phase::Preparing,
-        Phase::Converting,
-        Phase::Importing,
-        Phase::CuttingOver,
-        Phase::ConvertingGuest,
-        Phase::CreatingVM,
-        Phase::Starting,
-        Phase::Validating,
-        Phase::Succeeded,
-        Phase::Failed,
-        Phase::Cancelled,
-    ];
+    /// Every phase, in lifecycle order (the declaration's, derived).
+    pub const ALL: [Phase; <Phase as strum::EnumCount>::COUNT] =
+        crate::listed::array(<Phase as strum::VariantArray>::VARIANTS);
 
     /// The checkpoints a migration passes through, in order: the phases
     /// [`Phase::is_checkpoint`] names, as the compiler checks (a cold migration skips
@@ -101,21 +107,33 @@ impl Phase {
         self.into()
     }
 
-    /// `Succeeded`, `Failed` or `Cancelled`: the controller takes no further step unless
-    /// `spec.retry` is raised.
-    pub const fn is_terminal(self) -> bool {
+    /// Where the phase stands in a migration's life: the one match over every phase that
+    /// whatever treats the checkpoints alike (a wave's counts, the cockpit's totals and
+    /// colours, which phases are terminal) matches instead of listing them again.
+    pub const fn stage(self) -> Stage {
         match self {
-            Phase::Succeeded | Phase::Failed | Phase::Cancelled => true,
-            Phase::Pending
-            | Phase::Queued
-            | Phase::Preparing
+            Phase::Pending => Stage::Pending,
+            Phase::Queued => Stage::Queued,
+            Phase::Preparing
             | Phase::Converting
             | Phase::Importing
             | Phase::CuttingOver
             | Phase::ConvertingGuest
             | Phase::CreatingVM
             | Phase::Starting
-            | Phase::Validating => false,
+            | Phase::Validating => Stage::InFlight,
+            Phase::Succeeded => Stage::Succeeded,
+            Phase::Failed => Stage::Failed,
+            Phase::Cancelled => Stage::Cancelled,
+        }
+    }
+
+    /// `Succeeded`, `Failed` or `Cancelled`: the controller takes no further step unless
+    /// `spec.retry` is raised.
+    pub const fn is_terminal(self) -> bool {
+        match self.stage() {
+            Stage::Succeeded | Stage::Failed | Stage::Cancelled => true,
+            Stage::Pending | Stage::Queued | Stage::InFlight => false,
         }
     }
 
@@ -126,20 +144,13 @@ impl Phase {
 
     /// One of the checkpoints (`Preparing` … `Validating`).
     pub const fn is_checkpoint(self) -> bool {
-        match self {
-            Phase::Preparing
-            | Phase::Converting
-            | Phase::Importing
-            | Phase::CuttingOver
-            | Phase::ConvertingGuest
-            | Phase::CreatingVM
-            | Phase::Starting
-            | Phase::Validating => true,
-            Phase::Pending
-            | Phase::Queued
-            | Phase::Succeeded
-            | Phase::Failed
-            | Phase::Cancelled => false,
+        match self.stage() {
+            Stage::InFlight => true,
+            Stage::Pending
+            | Stage::Queued
+            | Stage::Succeeded
+            | Stage::Failed
+            | Stage::Cancelled => false,
         }
     }
 
@@ -172,8 +183,6 @@ impl Phase {
         }
     }
 }
-
-crate::listed::every_variant!(Phase, Phase::ALL, ordered);
 
 // CHECKPOINTS holds exactly the phases `is_checkpoint` names, in lifecycle order.
 const _: () = {

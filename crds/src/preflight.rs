@@ -64,6 +64,7 @@ impl fmt::Display for Severity {
     Deserialize,
     JsonSchema,
     strum::EnumCount,
+    strum::VariantArray,
     strum::IntoStaticStr,
 )]
 pub enum ConcernCode {
@@ -138,36 +139,9 @@ pub enum ConcernCode {
 }
 
 impl ConcernCode {
-    /// Every code, in declaration order (checked at compile time to list each once).
-    pub const ALL: [ConcernCode; <ConcernCode as strum::EnumCount>::COUNT] = [
-        ConcernCode::SourceUnavailable,
-        ConcernCode::PoweredOn,
-        ConcernCode::ToolsNotRunning,
-        ConcernCode::SnapshotPresent,
-        ConcernCode::RawDeviceMapping,
-        ConcernCode::IndependentDisk,
-        ConcernCode::SharedDisk,
-        ConcernCode::EncryptedDisk,
-        ConcernCode::Passthrough,
-        ConcernCode::UnsupportedDisk,
-        ConcernCode::IncompleteInventory,
-        ConcernCode::NoDisk,
-        ConcernCode::SecureBoot,
-        ConcernCode::ChangeTrackingOff,
-        ConcernCode::BusWithoutDrivers,
-        ConcernCode::TargetNameTaken,
-        ConcernCode::NameConflict,
-        ConcernCode::NetworkUnmapped,
-        ConcernCode::NetworkAttachmentMissing,
-        ConcernCode::NetworkNotAllowed,
-        ConcernCode::StorageClassMissing,
-        ConcernCode::InstancetypeMissing,
-        ConcernCode::DatastoreUnmapped,
-        ConcernCode::QuotaExceeded,
-        ConcernCode::StorageCapacityShort,
-        ConcernCode::StagingUnavailable,
-        ConcernCode::ConverterImageNotAllowed,
-    ];
+    /// Every code, in declaration order (derived).
+    pub const ALL: [ConcernCode; <ConcernCode as strum::EnumCount>::COUNT] =
+        crate::listed::array(<ConcernCode as strum::VariantArray>::VARIANTS);
 
     /// The code as serialized.
     pub fn as_str(self) -> &'static str {
@@ -293,8 +267,6 @@ impl PreflightStatus {
         )
     }
 }
-
-crate::listed::every_variant!(ConcernCode, ConcernCode::ALL, ordered);
 
 #[cfg(test)]
 mod tests {

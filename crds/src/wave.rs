@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Condition, ConversionSpec, Phase, StagingSpec, TargetTemplate,
+    Condition, ConversionSpec, Phase, Stage, StagingSpec, TargetTemplate,
     condition::{self, WaveConditionType},
     source::{PowerPolicy, SourceEndpoint, VmSelector},
 };
@@ -300,20 +300,13 @@ pub struct WaveCounts {
 impl WaveCounts {
     /// Counts one migration in `phase`.
     pub fn add(&mut self, phase: Phase) {
-        let slot = match phase {
-            Phase::Pending => &mut self.pending,
-            Phase::Queued => &mut self.queued,
-            Phase::Succeeded => &mut self.succeeded,
-            Phase::Failed => &mut self.failed,
-            Phase::Cancelled => &mut self.cancelled,
-            Phase::Preparing
-            | Phase::Converting
-            | Phase::Importing
-            | Phase::CuttingOver
-            | Phase::ConvertingGuest
-            | Phase::CreatingVM
-            | Phase::Starting
-            | Phase::Validating => &mut self.running,
+        let slot = match phase.stage() {
+            Stage::Pending => &mut self.pending,
+            Stage::Queued => &mut self.queued,
+            Stage::InFlight => &mut self.running,
+            Stage::Succeeded => &mut self.succeeded,
+            Stage::Failed => &mut self.failed,
+            Stage::Cancelled => &mut self.cancelled,
         };
         *slot = slot.saturating_add(1);
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use ferry_crds::{
-    ConditionStatus, ConditionType, Phase, SourcePowerOff, VirtualMachineMigration,
+    ConditionStatus, ConditionType, Phase, SourcePowerOff, Stage, VirtualMachineMigration,
     VirtualMachineMigrationStatus, source::PowerRestoreResult,
 };
 use serde::Serialize;
@@ -282,20 +282,11 @@ fn record(o: &VirtualMachineMigration, now: Timestamp) -> VmRecord {
 
 fn add(t: &mut Totals, r: &VmRecord) {
     t.vms += 1;
-    match r.phase {
-        Phase::Succeeded => t.succeeded += 1,
-        Phase::Failed => t.failed += 1,
-        Phase::Cancelled => t.cancelled += 1,
-        Phase::Pending
-        | Phase::Queued
-        | Phase::Preparing
-        | Phase::Converting
-        | Phase::Importing
-        | Phase::CuttingOver
-        | Phase::ConvertingGuest
-        | Phase::CreatingVM
-        | Phase::Starting
-        | Phase::Validating => t.under_way += 1,
+    match r.phase.stage() {
+        Stage::Succeeded => t.succeeded += 1,
+        Stage::Failed => t.failed += 1,
+        Stage::Cancelled => t.cancelled += 1,
+        Stage::Pending | Stage::Queued | Stage::InFlight => t.under_way += 1,
     }
     t.retries += i64::from((r.attempts - 1).max(0));
     t.bytes_moved += r.bytes_moved;

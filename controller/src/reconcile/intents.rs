@@ -4,7 +4,7 @@
 //! power is no cleanup step: a cancel, a delete and a pending power-on go through the power rule
 //! (`power.rs`) before anything else.
 
-use ferry_crds::{Phase, RestorePowerState, VirtualMachineMigration};
+use ferry_crds::{Phase, RestorePowerState, Stage, VirtualMachineMigration};
 use kube::ResourceExt;
 
 use super::by_phase::retry_cleanup;
@@ -164,25 +164,17 @@ fn retry(vmm: &VirtualMachineMigration) -> Option<Intent> {
     if !vmm.retry_requested() {
         return None;
     }
-    match vmm.phase() {
-        Phase::Failed => Some(retry_failed(vmm)),
-        Phase::Cancelled if !vmm.spec.cancel => Some(Intent::Retry {
+    match vmm.phase().stage() {
+        Stage::Failed => Some(retry_failed(vmm)),
+        Stage::Cancelled if !vmm.spec.cancel => Some(Intent::Retry {
             resume: Phase::Preparing,
             cleanup: START_OVER.to_vec(),
         }),
         // Still cancelled: the token waits until cancel is lowered.
-        Phase::Cancelled => None,
-        Phase::Pending
-        | Phase::Queued
-        | Phase::Preparing
-        | Phase::Converting
-        | Phase::Importing
-        | Phase::CuttingOver
-        | Phase::ConvertingGuest
-        | Phase::CreatingVM
-        | Phase::Starting
-        | Phase::Validating
-        | Phase::Succeeded => Some(Intent::AckRetry),
+        Stage::Cancelled => None,
+        Stage::Pending | Stage::Queued | Stage::InFlight | Stage::Succeeded => {
+            Some(Intent::AckRetry)
+        }
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use ferry_crds::source::{PowerRestoreResult, SourceOutage, SourcePowerRestore};
 use ferry_crds::{
-    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, StagingRecord,
-    VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition, history, names,
+    Condition, ConditionStatus, ConditionType, LastFailure, Phase, Progress, Reason, Stage,
+    StagingRecord, VirtualMachineMigration, VirtualMachineMigrationStatus as Status, condition,
+    history, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -126,66 +127,15 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
     for u in &outcome.conditions {
         set(&mut s, generation, now, u);
     }
-    if let Some(src) = &outcome.record.source {
-        s.source = Some(Box::new(src.clone()));
-    }
-    if let Some(d) = &outcome.record.disks {
-        s.disks = d.clone();
-    }
-    if let Some(p) = &outcome.record.progress {
-        s.progress = Some(p.clone());
-    }
-    if let Some(p) = &outcome.record.power_off {
-        s.source_power_off = Some(p.clone());
-    }
-    if let Some(p) = &outcome.record.preflight {
-        s.preflight = Some(p.clone());
-    }
-    if let Some(w) = &outcome.record.warm {
-        s.warm = Some(Box::new(w.clone()));
-    }
-    if let Some(r) = &outcome.record.source_state {
-        s.source_state = Some(Box::new(r.clone()));
-    }
-    if let Some(g) = &outcome.record.guest {
-        s.guest = Some(Box::new(g.clone()));
-    }
-
+    recorded(&mut s, &outcome.record);
     s.message = Some(summary(&outcome.message)).filter(|m| !m.is_empty());
     let phase = s.phase;
+    let not_ready = |s: &mut Status, reason: Reason, message: String| {
+        ready(s, generation, now, ConditionStatus::False, reason, message);
+    };
     let reconciled = match &outcome.step {
         Step::Advance { to } => {
-            if *to == Phase::Converting && s.staging.is_none() {
-                s.staging = Some(Box::new(staging_record(vmm, &s)));
-            }
-            enter(&mut s, *to, now);
-            if *to == Phase::Succeeded {
-                if let Some(p) = s.progress.as_mut() {
-                    *p = Progress {
-                        percent: 100.0,
-                        bytes_done: p.bytes_total,
-                        bytes_total: p.bytes_total,
-                        ..Progress::default()
-                    };
-                }
-                ready(
-                    &mut s,
-                    generation,
-                    now,
-                    ConditionStatus::True,
-                    Reason::Succeeded,
-                    "the VM runs in KubeVirt",
-                );
-            } else {
-                ready(
-                    &mut s,
-                    generation,
-                    now,
-                    ConditionStatus::False,
-                    Reason::InProgress,
-                    format!("{to}"),
-                );
-            }
+            advanced(vmm, &mut s, *to, now);
             true
         }
         Step::Fail {
@@ -194,63 +144,36 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
             retriable,
             resume,
         } => {
-            s.last_failure = Some(LastFailure {
+            let failure = LastFailure {
                 phase: *resume,
                 reason: *reason,
                 message: message.clone(),
                 retriable: *retriable,
                 time: now.clone(),
                 cause: outcome.cause.clone(),
-            });
-            enter(&mut s, Phase::Failed, now);
-            ready(
-                &mut s,
-                generation,
-                now,
-                ConditionStatus::False,
-                Reason::Failed,
-                format!("{phase} failed: {message}"),
-            );
-            if intents::restores_on_failure(vmm) {
-                s.source_power_restore = power::requested(vmm, now).map(Box::new);
-            }
+            };
+            failed(vmm, &mut s, failure, now);
+            not_ready(&mut s, Reason::Failed, format!("{phase} failed: {message}"));
             false
         }
         Step::Hold {
             reason, message, ..
         } => {
             enter(&mut s, held_in(*reason), now);
-            ready(
-                &mut s,
-                generation,
-                now,
-                ConditionStatus::False,
-                *reason,
-                message.clone(),
-            );
+            not_ready(&mut s, *reason, message.clone());
             true
         }
         Step::Retry { reason, message } => {
             s.retries = s.retries.saturating_add(1);
-            ready(
+            not_ready(
                 &mut s,
-                generation,
-                now,
-                ConditionStatus::False,
                 Reason::TransientError,
                 format!("{reason}: {message}"),
             );
             false
         }
         Step::Act(_) | Step::Wait { .. } => {
-            ready(
-                &mut s,
-                generation,
-                now,
-                ConditionStatus::False,
-                Reason::InProgress,
-                format!("{phase}"),
-            );
+            not_ready(&mut s, Reason::InProgress, format!("{phase}"));
             true
         }
     };
@@ -258,6 +181,84 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
         s.observed_generation = generation;
     }
     s
+}
+
+/// What a checkpoint recorded, over the status it found: each part it recorded replaces that
+/// part, the rest stays.
+fn recorded(s: &mut Status, record: &super::outcome::Record) {
+    if let Some(src) = &record.source {
+        s.source = Some(Box::new(src.clone()));
+    }
+    if let Some(d) = &record.disks {
+        s.disks = d.clone();
+    }
+    if let Some(p) = &record.progress {
+        s.progress = Some(p.clone());
+    }
+    if let Some(p) = &record.power_off {
+        s.source_power_off = Some(p.clone());
+    }
+    if let Some(p) = &record.preflight {
+        s.preflight = Some(p.clone());
+    }
+    if let Some(w) = &record.warm {
+        s.warm = Some(Box::new(w.clone()));
+    }
+    if let Some(r) = &record.source_state {
+        s.source_state = Some(Box::new(r.clone()));
+    }
+    if let Some(g) = &record.guest {
+        s.guest = Some(Box::new(g.clone()));
+    }
+}
+
+/// A checkpoint's desired state holds: the migration enters `to` (staging recorded on its way
+/// to Converting; progress full and Ready on Succeeded).
+fn advanced(vmm: &VirtualMachineMigration, s: &mut Status, to: Phase, now: &Time) {
+    let generation = vmm.metadata.generation;
+    if to == Phase::Converting && s.staging.is_none() {
+        s.staging = Some(Box::new(staging_record(vmm, s)));
+    }
+    enter(s, to, now);
+    if to != Phase::Succeeded {
+        let phase = format!("{to}");
+        ready(
+            s,
+            generation,
+            now,
+            ConditionStatus::False,
+            Reason::InProgress,
+            phase,
+        );
+        return;
+    }
+    if let Some(p) = s.progress.as_mut() {
+        *p = Progress {
+            percent: 100.0,
+            bytes_done: p.bytes_total,
+            bytes_total: p.bytes_total,
+            ..Progress::default()
+        };
+    }
+    let message = "the VM runs in KubeVirt";
+    ready(
+        s,
+        generation,
+        now,
+        ConditionStatus::True,
+        Reason::Succeeded,
+        message,
+    );
+}
+
+/// The migration fails with `failure`; under `restorePowerState: OnCancelOrFailure` a source
+/// ferry powered off gets its pending restore.
+fn failed(vmm: &VirtualMachineMigration, s: &mut Status, failure: LastFailure, now: &Time) {
+    s.last_failure = Some(failure);
+    enter(s, Phase::Failed, now);
+    if intents::restores_on_failure(vmm) {
+        s.source_power_restore = power::requested(vmm, now).map(Box::new);
+    }
 }
 
 /// The phase a hold for `reason` leaves the migration in: `Queued` while it waits for a copy
@@ -336,13 +337,12 @@ pub fn held_for_policies(vmm: &VirtualMachineMigration, why: &str, now: &Time) -
 pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) -> Option<Status> {
     let generation = vmm.metadata.generation;
     let mut s = initial(vmm, now);
-    let ready_and_message: Option<(ConditionStatus, Reason, String, String)> = match intent {
+    let said: Option<Said> = match intent {
         Intent::Proceed | Intent::RestorePower => return None,
         Intent::Start => {
             s.attempts = s.attempts.max(1);
             enter(&mut s, Phase::Preparing, now);
-            Some((
-                ConditionStatus::False,
+            Some(Said::not_ready(
                 Reason::InProgress,
                 "Preparing".to_owned(),
                 "looking for the source VM".to_owned(),
@@ -354,114 +354,28 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
                 "queued by MigrationWave {}",
                 vmm.wave().unwrap_or("its wave")
             );
-            Some((
-                ConditionStatus::False,
-                Reason::HeldByWave,
-                held.clone(),
-                held,
-            ))
+            Some(Said::not_ready(Reason::HeldByWave, held.clone(), held))
         }
-        Intent::Paused => Some((
-            ConditionStatus::False,
+        Intent::Paused => Some(Said::not_ready(
             Reason::Paused,
             "spec.paused is true; no new step is taken".to_owned(),
             format!("paused in {}", s.phase),
         )),
-        Intent::Cancel { .. } => {
-            let from = s.phase;
-            for t in conditions_of(from) {
-                if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
-                    condition::set_condition(
-                        &mut s.conditions,
-                        *t,
-                        ConditionStatus::False,
-                        Reason::Cancelled,
-                        "cancelled",
-                        generation,
-                        now,
-                    );
-                }
-            }
-            enter(&mut s, Phase::Cancelled, now);
-            s.progress = None;
-            Some((
-                ConditionStatus::False,
-                Reason::Cancelled,
-                format!("cancelled in {from}; partial results removed"),
-                format!("cancelled in {from}"),
-            ))
-        }
-        Intent::Retry { resume, .. } => {
-            let resume = *resume;
-            // A warm copy taken again takes a snapshot of its own (the old one was removed).
-            if matches!(resume, Phase::Preparing | Phase::Converting) {
-                s.warm = None;
-            }
-            s.attempts = s.attempts.max(1) + 1;
-            s.retry_observed = vmm.spec.retry;
-            let from = resume.checkpoint_index().unwrap_or(0);
-            for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
-                let (reason, msg) = if i == from {
-                    (Reason::RetryRequested, format!("retrying from {resume}"))
-                } else {
-                    (Reason::NotStarted, String::new())
-                };
-                for t in conditions_of(*p) {
-                    if *t == ConditionType::CutOver && !super::warm::is_warm(vmm) {
-                        continue;
-                    }
-                    if *t == ConditionType::GuestConverted && !vmm.spec.conversion.guest.converts()
-                    {
-                        continue;
-                    }
-                    condition::set_condition(
-                        &mut s.conditions,
-                        *t,
-                        ConditionStatus::Unknown,
-                        reason,
-                        msg.clone(),
-                        generation,
-                        now,
-                    );
-                }
-            }
-            if resume == Phase::Preparing {
-                // The ending attempt's outage outlives its power-off record, which the new
-                // attempt replaces: the report adds up every attempt's downtime.
-                if let Some(outage) = SourceOutage::of_attempt(
-                    s.attempts - 1,
-                    s.source_power_off.as_ref(),
-                    s.source_power_restore.as_deref(),
-                ) {
-                    SourceOutage::keep(&mut s.earlier_outages, outage);
-                }
-                s.disks.clear();
-                s.progress = None;
-                // Its staged objects were removed (by the record): the new attempt stages on what
-                // the spec says now.
-                s.staging = None;
-                // A new attempt powers the source off anew (it may have been powered back on).
-                s.source_power_off = None;
-            }
-            // A new attempt: the source is powered off anew, and back on only for its own
-            // cancel or failure.
-            s.source_power_restore = None;
-            s.completed_at = None;
-            enter(&mut s, resume, now);
-            Some((
-                ConditionStatus::False,
-                Reason::RetryRequested,
-                format!("attempt {} from {resume}", s.attempts),
-                format!("retrying from {resume} (attempt {})", s.attempts),
-            ))
-        }
+        Intent::Cancel { .. } => Some(cancelled(vmm, &mut s, now)),
+        Intent::Retry { resume, .. } => Some(retried(vmm, &mut s, *resume, now)),
         Intent::AckRetry => {
             s.retry_observed = vmm.spec.retry;
             None
         }
         Intent::Settled => None,
     };
-    if let Some((status, reason, ready_message, message)) = ready_and_message {
+    if let Some(Said {
+        status,
+        reason,
+        ready_message,
+        message,
+    }) = said
+    {
         ready(&mut s, generation, now, status, reason, ready_message);
         s.message = Some(summary(&message));
     }
@@ -469,6 +383,127 @@ pub fn after_intent(vmm: &VirtualMachineMigration, intent: &Intent, now: &Time) 
         s.observed_generation = generation;
     }
     Some(s)
+}
+
+/// What an intent says: the Ready condition's status, reason and message, and the status
+/// message.
+struct Said {
+    status: ConditionStatus,
+    reason: Reason,
+    ready_message: String,
+    message: String,
+}
+
+impl Said {
+    fn not_ready(reason: Reason, ready_message: String, message: String) -> Self {
+        Self {
+            status: ConditionStatus::False,
+            reason,
+            ready_message,
+            message,
+        }
+    }
+}
+
+/// Cancelled: every condition of the phase it was in that had not come true says so.
+fn cancelled(vmm: &VirtualMachineMigration, s: &mut Status, now: &Time) -> Said {
+    let from = s.phase;
+    for t in conditions_of(from) {
+        if condition::condition_status(&s.conditions, *t) != ConditionStatus::True {
+            condition::set_condition(
+                &mut s.conditions,
+                *t,
+                ConditionStatus::False,
+                Reason::Cancelled,
+                "cancelled",
+                vmm.metadata.generation,
+                now,
+            );
+        }
+    }
+    enter(s, Phase::Cancelled, now);
+    s.progress = None;
+    Said::not_ready(
+        Reason::Cancelled,
+        format!("cancelled in {from}; partial results removed"),
+        format!("cancelled in {from}"),
+    )
+}
+
+/// A new attempt from `resume`: the conditions from there on start over, and what the ending
+/// attempt recorded of the source and staging goes when it starts over from Preparing.
+fn retried(vmm: &VirtualMachineMigration, s: &mut Status, resume: Phase, now: &Time) -> Said {
+    // A warm copy taken again takes a snapshot of its own (the old one was removed).
+    if matches!(resume, Phase::Preparing | Phase::Converting) {
+        s.warm = None;
+    }
+    s.attempts = s.attempts.max(1) + 1;
+    s.retry_observed = vmm.spec.retry;
+    conditions_start_over(vmm, s, resume, now);
+    if resume == Phase::Preparing {
+        starts_over(s);
+    }
+    // A new attempt: the source is powered off anew, and back on only for its own
+    // cancel or failure.
+    s.source_power_restore = None;
+    s.completed_at = None;
+    enter(s, resume, now);
+    Said::not_ready(
+        Reason::RetryRequested,
+        format!("attempt {} from {resume}", s.attempts),
+        format!("retrying from {resume} (attempt {})", s.attempts),
+    )
+}
+
+/// The conditions of `resume` and every checkpoint after it back to Unknown (those the
+/// migration has: CutOver only when warm, GuestConverted only when it converts).
+fn conditions_start_over(vmm: &VirtualMachineMigration, s: &mut Status, resume: Phase, now: &Time) {
+    let from = resume.checkpoint_index().unwrap_or(0);
+    for (i, p) in Phase::CHECKPOINTS.iter().enumerate().skip(from) {
+        let (reason, msg) = if i == from {
+            (Reason::RetryRequested, format!("retrying from {resume}"))
+        } else {
+            (Reason::NotStarted, String::new())
+        };
+        for t in conditions_of(*p) {
+            if *t == ConditionType::CutOver && !super::warm::is_warm(vmm) {
+                continue;
+            }
+            if *t == ConditionType::GuestConverted && !vmm.spec.conversion.guest.converts() {
+                continue;
+            }
+            condition::set_condition(
+                &mut s.conditions,
+                *t,
+                ConditionStatus::Unknown,
+                reason,
+                msg.clone(),
+                vmm.metadata.generation,
+                now,
+            );
+        }
+    }
+}
+
+/// A retry from Preparing: the ending attempt's outage is kept, its disks, staging and
+/// power-off record go.
+fn starts_over(s: &mut Status) {
+    // The ending attempt's outage outlives its power-off record, which the new attempt
+    // replaces: the report adds up every attempt's downtime.
+    if let Some(outage) = SourceOutage::of_attempt(
+        s.attempts - 1,
+        s.source_power_off.as_ref(),
+        s.source_power_restore.as_deref(),
+    ) {
+        SourceOutage::keep(&mut s.earlier_outages, outage);
+    }
+    s.disks.clear();
+    s.progress = None;
+    // Its staged objects were removed (by the record): the new attempt stages on what the spec
+    // says now.
+    s.staging = None;
+    // A new attempt powers the source off anew (it may have been powered back on).
+    s.source_power_off = None;
 }
 
 /// The status of a cancel waiting for the power rule (the target still stopping): the phase
@@ -562,17 +597,10 @@ pub fn with_power(
     if !gave_up || said {
         return;
     }
-    let phase = match vmm.phase() {
-        Phase::Failed | Phase::Cancelled => s.last_failure.as_ref().map(|f| f.phase),
-        p @ (Phase::Preparing
-        | Phase::Converting
-        | Phase::Importing
-        | Phase::CuttingOver
-        | Phase::ConvertingGuest
-        | Phase::CreatingVM
-        | Phase::Starting
-        | Phase::Validating) => Some(p),
-        Phase::Pending | Phase::Queued | Phase::Succeeded => None,
+    let phase = match vmm.phase().stage() {
+        Stage::Failed | Stage::Cancelled => s.last_failure.as_ref().map(|f| f.phase),
+        Stage::InFlight => Some(vmm.phase()),
+        Stage::Pending | Stage::Queued | Stage::Succeeded => None,
     }
     .filter(|p| p.is_checkpoint())
     .unwrap_or(Phase::Preparing);

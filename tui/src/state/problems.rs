@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use ferry_crds::{Phase, Reason, VirtualMachineMigration};
+use ferry_crds::{Phase, Reason, Stage, VirtualMachineMigration};
 use k8s_openapi::jiff::SignedDuration;
 
 use super::{ObjKey, Row, Timestamp};
@@ -160,8 +160,8 @@ pub struct Group<'a> {
 /// failure's message when it failed (the board's message when it has no failure record), else
 /// of the board's message. Made once per row, with the object at hand (rows keep none).
 pub fn line_of(o: &VirtualMachineMigration, name: &str, phase: Phase, message: &str) -> String {
-    match phase {
-        Phase::Failed => {
+    match phase.stage() {
+        Stage::Failed => {
             let failure = o.status.as_ref().and_then(|s| s.last_failure.as_ref());
             // The failing component's classification is the cause itself: two truncated disks
             // are one problem, whatever paths and pods their messages name.
@@ -170,18 +170,7 @@ pub fn line_of(o: &VirtualMachineMigration, name: &str, phase: Phase, message: &
             }
             first_line(o, name, failure.map_or(message, |f| f.message.as_str()))
         }
-        Phase::Pending
-        | Phase::Queued
-        | Phase::Preparing
-        | Phase::Converting
-        | Phase::Importing
-        | Phase::CuttingOver
-        | Phase::ConvertingGuest
-        | Phase::CreatingVM
-        | Phase::Starting
-        | Phase::Validating
-        | Phase::Succeeded
-        | Phase::Cancelled => {
+        Stage::Pending | Stage::Queued | Stage::InFlight | Stage::Succeeded | Stage::Cancelled => {
             if usual_time(phase).is_some() {
                 first_line(o, name, message)
             } else {
@@ -271,8 +260,8 @@ fn problem(
     moved: &HashMap<ObjKey, Moved>,
     now: Timestamp,
 ) -> Option<(Cause, String, SignedDuration)> {
-    match row.phase {
-        Phase::Failed => {
+    match row.phase.stage() {
+        Stage::Failed => {
             let (reason, at) = match row.failure {
                 Some((reason, at)) => (reason, Some(at)),
                 // A failure without its record (an older controller): the reason the board
@@ -282,18 +271,7 @@ fn problem(
             let for_ = now.duration_since(at.unwrap_or(now));
             Some((Cause::Failed(reason), row.problem_line.to_string(), for_))
         }
-        Phase::Pending
-        | Phase::Queued
-        | Phase::Preparing
-        | Phase::Converting
-        | Phase::Importing
-        | Phase::CuttingOver
-        | Phase::ConvertingGuest
-        | Phase::CreatingVM
-        | Phase::Starting
-        | Phase::Validating
-        | Phase::Succeeded
-        | Phase::Cancelled => {
+        Stage::Pending | Stage::Queued | Stage::InFlight | Stage::Succeeded | Stage::Cancelled => {
             let usual = usual_time(row.phase)?;
             let since = moved
                 .get(&row.key)

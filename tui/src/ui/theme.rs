@@ -1,6 +1,6 @@
 //! Colours, and their absence under `NO_COLOR`: every meaning also has a glyph or a word.
 
-use ferry_crds::{Phase, WavePhase};
+use ferry_crds::{Phase, Stage, WavePhase};
 
 use crate::state::Pip;
 use ratatui::style::{Color, Modifier, Style};
@@ -157,20 +157,12 @@ impl Theme {
 
     /// Filled part of a gauge.
     pub fn gauge(&self, p: Phase) -> Style {
-        match p {
-            Phase::Failed => self.fg(Color::Red),
-            Phase::Succeeded => self.fg(Color::Green),
-            Phase::Pending
-            | Phase::Queued
-            | Phase::Preparing
-            | Phase::Converting
-            | Phase::Importing
-            | Phase::CuttingOver
-            | Phase::ConvertingGuest
-            | Phase::CreatingVM
-            | Phase::Starting
-            | Phase::Validating
-            | Phase::Cancelled => self.fg(Color::Cyan),
+        match p.stage() {
+            Stage::Failed => self.fg(Color::Red),
+            Stage::Succeeded => self.fg(Color::Green),
+            Stage::Pending | Stage::Queued | Stage::InFlight | Stage::Cancelled => {
+                self.fg(Color::Cyan)
+            }
         }
     }
 }
