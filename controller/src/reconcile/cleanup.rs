@@ -2,7 +2,7 @@
 //! `intents`; the steps are [`Cleanup`]). The source VM is never touched here: its power goes through the power rule
 //! (`power.rs`), which is done with the target before a cancel or a delete removes anything.
 
-use ferry_crds::names;
+use ferry_crds::{VirtualMachineMigration, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
@@ -91,10 +91,8 @@ impl Report {
 /// # Errors
 /// Kubernetes API errors.
 pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
-    let (ctx, vmm) = (io.ctx, io.vmm);
-    let m = &ctx.metrics;
+    let vmm = io.vmm;
     let mut report = Report::default();
-    let n = staged_keys(vmm).len();
     for step in plan {
         match step {
             Cleanup::Job => {
@@ -114,71 +112,85 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             }
             Cleanup::Snapshot => {
                 if let Some((what, p)) = remove_snapshot(io).await? {
-                    if p.transient {
-                        report.blocked = Some(Blocked {
-                            message: p.message,
-                            left: vec![what],
-                        });
-                    } else {
-                        warn!(migration = %vmm.name_any(), problem = %p.message, "the snapshot could not be removed");
-                        report.unfinished.push(format!("{what}: {}", p.message));
-                    }
+                    report.note(vmm, p, vec![what.clone()], &what);
                 }
             }
             Cleanup::Staging => {
                 if let Some(p) = delete_staging(io).await? {
-                    if p.transient {
-                        report.blocked = Some(Blocked {
-                            message: p.message,
-                            left: left_in_staging(vmm),
-                        });
-                    } else {
-                        warn!(migration = %vmm.name_any(), problem = %p.message, "staging could not be cleaned");
-                        report.unfinished.push(format!("staging: {}", p.message));
-                    }
+                    report.note(vmm, p, left_in_staging(vmm), "staging");
                 }
             }
             Cleanup::S3Secret => {
                 delete_cdi_objects(io).await?;
             }
             Cleanup::UnfinishedDataVolumes | Cleanup::AllDataVolumes => {
-                let dvs = io.api::<DataVolume>();
-                for i in 0..n {
-                    let name = names::datavolume_name(vmm, i);
-                    let Some(dv) = dvs.get_opt(&name).await? else {
-                        continue;
-                    };
-                    let keep = *step == Cleanup::UnfinishedDataVolumes
-                        && cdi::observe(Some(&dv)) == DvState::Succeeded;
-                    if !keep {
-                        delete_if_ours(io, &dvs, &dv).await?;
-                    }
-                }
+                delete_datavolumes(io, *step == Cleanup::UnfinishedDataVolumes).await?;
             }
-            Cleanup::Vm => {
-                let vms = io.api::<VirtualMachine>();
-                let name = names::vm_name(vmm);
-                // A VM the migration recorded releasing is the user's now. One whose owner
-                // reference someone else removed was never handed over: it goes as ours does.
-                if let Some(vm) = vms.get_opt(&name).await?
-                    && !io.released(&vm)
-                {
-                    delete_if_ours(io, &vms, &vm).await?;
-                }
-            }
-            Cleanup::Vmi => {
-                let vmis = io.api::<VirtualMachineInstance>();
-                let name = names::vm_name(vmm);
-                // Only the instance of the VM ferry created (KubeVirt makes the VM its owner).
-                if let Some(vmi) = vmis.get_opt(&name).await?
-                    && classify_vmi(Some(&vmi), recorded_vm_uid(vmm)) != VmiState::Absent
-                {
-                    delete_exact(m, &vmis, &name, &vmi.uid().unwrap_or_default()).await?;
-                }
-            }
+            Cleanup::Vm => delete_vm(io).await?,
+            Cleanup::Vmi => delete_vmi(io).await?,
         }
     }
     Ok(report)
+}
+
+impl Report {
+    /// A step that could not finish: a transient problem blocks the cleanup (`left` is what it
+    /// leaves behind until it passes); a permanent one is noted as unfinished (`what`: its
+    /// subject) and the cleanup goes on.
+    fn note(&mut self, vmm: &VirtualMachineMigration, p: Problem, left: Vec<String>, what: &str) {
+        if p.transient {
+            self.blocked = Some(Blocked {
+                message: p.message,
+                left,
+            });
+        } else {
+            warn!(migration = %vmm.name_any(), problem = %p.message, "{what} could not be cleaned up");
+            self.unfinished.push(format!("{what}: {}", p.message));
+        }
+    }
+}
+
+/// The migration's DataVolumes that ferry made, all of them or (`keep_imported`) those whose
+/// import has not succeeded.
+async fn delete_datavolumes(io: Io<'_>, keep_imported: bool) -> Result<()> {
+    let dvs = io.api::<DataVolume>();
+    for i in 0..staged_keys(io.vmm).len() {
+        let name = names::datavolume_name(io.vmm, i);
+        let Some(dv) = dvs.get_opt(&name).await? else {
+            continue;
+        };
+        let keep = keep_imported && cdi::observe(Some(&dv)) == DvState::Succeeded;
+        if !keep {
+            delete_if_ours(io, &dvs, &dv).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The VirtualMachine ferry made, unless the migration released it.
+async fn delete_vm(io: Io<'_>) -> Result<()> {
+    let vms = io.api::<VirtualMachine>();
+    // A VM the migration recorded releasing is the user's now. One whose owner reference
+    // someone else removed was never handed over: it goes as ours does.
+    if let Some(vm) = vms.get_opt(&names::vm_name(io.vmm)).await?
+        && !io.released(&vm)
+    {
+        delete_if_ours(io, &vms, &vm).await?;
+    }
+    Ok(())
+}
+
+/// The instance of the VirtualMachine ferry made (KubeVirt makes the VM its owner), no other.
+async fn delete_vmi(io: Io<'_>) -> Result<()> {
+    let vmis = io.api::<VirtualMachineInstance>();
+    let name = names::vm_name(io.vmm);
+    if let Some(vmi) = vmis.get_opt(&name).await?
+        && classify_vmi(Some(&vmi), recorded_vm_uid(io.vmm)) != VmiState::Absent
+    {
+        let uid = vmi.uid().unwrap_or_default();
+        delete_exact(&io.ctx.metrics, &vmis, &name, &uid).await?;
+    }
+    Ok(())
 }
 
 /// What the migration staged, as `s3://BUCKET/KEY` (each image and the record beside it), at

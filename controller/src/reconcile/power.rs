@@ -364,7 +364,36 @@ fn next_record(
         Verdict::Halt | Verdict::DeleteInstance | Verdict::Wait { .. } => Some(now.clone()),
         Verdict::Released | Verdict::PowerOn | Verdict::GiveUp { .. } => None,
     });
-    let (result, message) = match (verdict, powered) {
+    let (result, message) = said(
+        &vm,
+        &ns,
+        stopping_since.is_some(),
+        target,
+        verdict,
+        powered,
+        margin,
+    );
+    SourcePowerRestore {
+        requested_at,
+        target_stopping_since: stopping_since,
+        finished_at: result.is_some().then(|| now.clone()),
+        result,
+        message: Some(message),
+    }
+}
+
+/// The restore's result once it has one, and what it says: why the source was (or was not)
+/// powered back on, or what ferry waits for. Pure.
+fn said(
+    vm: &str,
+    ns: &str,
+    stopped_by_ferry: bool,
+    target: &Target,
+    verdict: &Verdict,
+    powered: Option<std::result::Result<(), String>>,
+    margin: Duration,
+) -> (Option<PowerRestoreResult>, String) {
+    match (verdict, powered) {
         (Verdict::Released, _) => (
             Some(PowerRestoreResult::TargetReleased),
             format!(
@@ -379,7 +408,7 @@ fn next_record(
         ),
         (Verdict::PowerOn, _) => (
             Some(PowerRestoreResult::PoweredOn),
-            if stopping_since.is_some() {
+            if stopped_by_ferry {
                 format!(
                     "the source VM was powered back on once VirtualMachine {vm} was halted and its instance gone"
                 )
@@ -425,13 +454,6 @@ fn next_record(
                 margin.as_secs()
             ),
         ),
-    };
-    SourcePowerRestore {
-        requested_at,
-        target_stopping_since: stopping_since,
-        finished_at: result.is_some().then(|| now.clone()),
-        result,
-        message: Some(message),
     }
 }
 
