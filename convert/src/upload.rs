@@ -8,6 +8,7 @@
 //! completed the object.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +18,8 @@ use futures::{Stream, StreamExt};
 use tokio::task::JoinSet;
 
 use super::Error;
-use ferry_staging::{self as staging, DiskRecord, RecordState, Staging};
+use ferry_staging::{self as staging, DiskRecord, Multipart, RecordState, Staging};
+use object_store::multipart::PartId;
 
 /// How often the record is rewritten while a disk is converted.
 pub const RECORD_INTERVAL: Duration = Duration::from_secs(2);
@@ -164,16 +166,70 @@ pub async fn upload(
     parts: impl Stream<Item = Result<Bytes, Error>>,
     record: &RecordWriter,
 ) -> Result<Uploaded, Error> {
-    let progress = record.progress.clone();
-    let s3 = |context: &str| {
-        let context = format!("{key}: {context}");
-        move |source| Error::Staging { context, source }
+    let image = Image {
+        staging,
+        key,
+        size,
+        part,
     };
-    let mut parts = std::pin::pin!(parts);
-    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut seen = 0u64;
+    let parts = std::pin::pin!(parts);
     if size <= part {
         // One PUT: the whole image is one part anyway.
+        return image.put_whole(metadata, parts, &record.progress).await;
+    }
+    let up = staging
+        .create_multipart(key, metadata)
+        .await
+        .map_err(image.s3("starting the multipart upload"))?;
+    let progress = &record.progress;
+    progress.set_upload(Some(up.id.clone()));
+    progress.set_stage("uploading");
+    match image.send_parts(&up, parts, record).await {
+        Ok((ids, hash)) => {
+            staging
+                .complete_multipart(&up, ids)
+                .await
+                .map_err(image.s3("completing the multipart upload"))?;
+            progress.set_upload(None);
+            Ok(Uploaded {
+                sha256: staging::hex(hash.finish().as_ref()),
+                size,
+            })
+        }
+        Err(e) => {
+            if let Err(a) = staging.abort_multipart(key, &up.id).await {
+                tracing::warn!(key, error = %a, "the failed upload could not be aborted");
+            } else {
+                progress.set_upload(None);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The image being uploaded: where it goes, how large it is announced, in parts of what size.
+struct Image<'a> {
+    staging: &'a Staging,
+    key: &'a str,
+    size: u64,
+    part: u64,
+}
+
+impl Image<'_> {
+    /// An S3 error while `context`, named by the image.
+    fn s3(&self, context: &str) -> impl FnOnce(staging::Error) -> Error + use<> {
+        let context = format!("{}: {context}", self.key);
+        move |source| Error::Staging { context, source }
+    }
+
+    /// The image in one PUT, hashed whole.
+    async fn put_whole(
+        &self,
+        metadata: &BTreeMap<String, String>,
+        mut parts: Pin<&mut impl Stream<Item = Result<Bytes, Error>>>,
+        progress: &Progress,
+    ) -> Result<Uploaded, Error> {
+        let (key, size) = (self.key, self.size);
         let mut body = bytes::BytesMut::new();
         while let Some(p) = parts.next().await {
             body.extend_from_slice(&p?);
@@ -185,48 +241,39 @@ pub async fn upload(
                 body.len()
             )));
         }
+        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
         hash.update(&body);
         progress.done.fetch_max(size, Ordering::Relaxed);
-        staging
+        self.staging
             .put_bytes(key, body, metadata)
             .await
-            .map_err(s3("upload"))?;
+            .map_err(self.s3("upload"))?;
         progress.sent.fetch_add(size, Ordering::Relaxed);
-        return Ok(Uploaded {
+        Ok(Uploaded {
             sha256: staging::hex(hash.finish().as_ref()),
             size,
-        });
+        })
     }
-    let up = staging
-        .create_multipart(key, metadata)
-        .await
-        .map_err(s3("starting the multipart upload"))?;
-    progress.set_upload(Some(up.id.clone()));
-    progress.set_stage("uploading");
-    let (progress_in, up_in) = (progress.clone(), up.clone());
-    let outcome: Result<(Vec<object_store::multipart::PartId>, ring::digest::Context), Error> = async move {
-        let (progress, up) = (progress_in, up_in);
-        record.write_now().await.map_err(s3("recording the upload"))?;
+
+    /// Sends `parts` to the multipart upload `up`, several at once, once its id is recorded;
+    /// returns the parts' ids in order and the hash of the whole image.
+    async fn send_parts(
+        &self,
+        up: &Multipart,
+        mut parts: Pin<&mut impl Stream<Item = Result<Bytes, Error>>>,
+        record: &RecordWriter,
+    ) -> Result<(Vec<PartId>, ring::digest::Context), Error> {
+        let (key, size, part) = (self.key, self.size, self.part);
+        let progress = &record.progress;
+        record
+            .write_now()
+            .await
+            .map_err(self.s3("recording the upload"))?;
         let in_flight = parts_in_flight(part);
-        let mut uploads: JoinSet<Result<(usize, object_store::multipart::PartId), Error>> =
-            JoinSet::new();
-        // The hash runs on a thread of its own, in order, beside the uploads: a part goes up
-        // while it is hashed, and no part waits for the hash of the one before it to be sent.
-        let (to_hash, mut hashing) = tokio::sync::mpsc::channel::<Bytes>(in_flight);
-        let hasher = {
-            let progress = progress.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut done = 0;
-                while let Some(p) = hashing.blocking_recv() {
-                    hash.update(&p);
-                    done += p.len() as u64;
-                    progress.done.fetch_max(done, Ordering::Relaxed);
-                }
-                hash
-            })
-        };
+        let mut uploads: JoinSet<Result<(usize, PartId), Error>> = JoinSet::new();
+        let (to_hash, hasher) = hasher(in_flight, progress.clone());
         let mut ids = BTreeMap::new();
-        let mut index = 0usize;
+        let (mut index, mut seen) = (0usize, 0u64);
         while let Some(p) = parts.next().await {
             let p = p?;
             let n = p.len() as u64;
@@ -242,18 +289,7 @@ pub async fn upload(
                     ids.insert(i, id);
                 }
             }
-            let (st, upc, prog) = (staging.clone(), up.clone(), progress.clone());
-            let key = key.to_owned();
-            let i = index;
-            let body = p.clone();
-            uploads.spawn(async move {
-                let id = st.put_part(&upc, i, body).await.map_err(|source| Error::Staging {
-                    context: format!("{key}: part {i}"),
-                    source,
-                })?;
-                prog.sent.fetch_add(n, Ordering::Relaxed);
-                Ok((i, id))
-            });
+            uploads.spawn(self.put_part(up, index, p.clone(), progress.clone()));
             to_hash
                 .send(p)
                 .await
@@ -275,28 +311,53 @@ pub async fn upload(
             .map_err(|e| Error::Upload(format!("hashing: {e}")))?;
         Ok((ids.into_values().collect(), hash))
     }
-    .await;
-    match outcome {
-        Ok((ids, hash)) => {
-            staging
-                .complete_multipart(&up, ids)
+
+    /// Part `i`, `body`, sent to `up`; counted in `progress.sent` once S3 has it.
+    fn put_part(
+        &self,
+        up: &Multipart,
+        i: usize,
+        body: Bytes,
+        progress: Arc<Progress>,
+    ) -> impl Future<Output = Result<(usize, PartId), Error>> + Send + 'static + use<> {
+        let (staging, up, key) = (self.staging.clone(), up.clone(), self.key.to_owned());
+        let n = body.len() as u64;
+        async move {
+            let id = staging
+                .put_part(&up, i, body)
                 .await
-                .map_err(s3("completing the multipart upload"))?;
-            progress.set_upload(None);
-            Ok(Uploaded {
-                sha256: staging::hex(hash.finish().as_ref()),
-                size,
-            })
-        }
-        Err(e) => {
-            if let Err(a) = staging.abort_multipart(key, &up.id).await {
-                tracing::warn!(key, error = %a, "the failed upload could not be aborted");
-            } else {
-                progress.set_upload(None);
-            }
-            Err(e)
+                .map_err(|source| Error::Staging {
+                    context: format!("{key}: part {i}"),
+                    source,
+                })?;
+            progress.sent.fetch_add(n, Ordering::Relaxed);
+            Ok((i, id))
         }
     }
+}
+
+/// The hash, on a thread of its own, in order, beside the uploads: a part goes up while it is
+/// hashed, and no part waits for the hash of the one before it to be sent. `progress.done`
+/// follows the bytes hashed.
+fn hasher(
+    in_flight: usize,
+    progress: Arc<Progress>,
+) -> (
+    tokio::sync::mpsc::Sender<Bytes>,
+    tokio::task::JoinHandle<ring::digest::Context>,
+) {
+    let (to_hash, mut hashing) = tokio::sync::mpsc::channel::<Bytes>(in_flight);
+    let hasher = tokio::task::spawn_blocking(move || {
+        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut done = 0;
+        while let Some(p) = hashing.blocking_recv() {
+            hash.update(&p);
+            done += p.len() as u64;
+            progress.done.fetch_max(done, Ordering::Relaxed);
+        }
+        hash
+    });
+    (to_hash, hasher)
 }
 
 #[cfg(test)]
