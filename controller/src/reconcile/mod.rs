@@ -50,6 +50,7 @@ use tracing::{debug, info, warn};
 
 use self::by_phase::with_checkpoint;
 use self::checkpoint::Checkpoint;
+use self::cleanup::Cleanup;
 use self::intents::Intent;
 use self::io::{Io, Ledger};
 use self::outcome::{Outcome, Step};
@@ -77,50 +78,10 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         field: "metadata.namespace",
     })?;
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-    // The cache may lag behind our own last write: decisions are taken on the cached copy when
-    // it is at or after the version our last write or fresh read returned; a copy behind our
-    // write waits for that write's event; with nothing known, the migration is read fresh.
     let uid = obj.uid().unwrap_or_default();
-    if settled::is_slim(&obj) {
-        // A settled migration, cut down in the cache (`settled::slim`): nothing to do, nothing
-        // read, nothing remembered of it; a newer version comes whole as an event of its own.
-        ctx.metrics.migration_read(true);
-        ctx.forget(&uid);
+    let Some(mut fresh) = to_decide_on(&obj, &ctx, &api, &uid).await? else {
         return Ok(Requeue::await_change());
-    }
-    let cached = ctx.cached(&uid, obj.resource_version().as_deref());
-    if cached == Cached::Behind {
-        // Our write's event brings a reconcile of its own, on a copy that has the write.
-        ctx.metrics.migration_read(true);
-        return Ok(Requeue::await_change());
-    }
-    // A migration this process never wrote nor read, without a status, is taken as cached too:
-    // a copy that lags can only lack the finalizer (its patch has the resourceVersion as
-    // precondition) or a status (whose write has it too). Once ferry wrote it (the finalizer,
-    // the first status), a status-less copy is one that lags behind that write, and is read.
-    let untouched =
-        obj.status.is_none() && obj.meta().deletion_timestamp.is_none() && !ctx.knows_version(&uid);
-    let decidable = matches!(cached, Cached::Current | Cached::Ahead);
-    if !decidable && settled_as_cached(&obj, &ctx) {
-        // Nothing to do on the cached copy, so nothing is read: a newer version (a retry
-        // raised, a deletion) arrives as an event of its own. A restart among 10,000 finished
-        // migrations reads none of them.
-        ctx.metrics.migration_read(true);
-        return Ok(Requeue::await_change());
-    }
-    let fresh = if untouched || decidable {
-        ctx.metrics.migration_read(true);
-        VirtualMachineMigration::clone(&obj)
-    } else {
-        ctx.metrics.migration_read(false);
-        let Some(fresh) = api.get_opt(&obj.name_any()).await? else {
-            ctx.forget(&uid);
-            return Ok(Requeue::await_change());
-        };
-        ctx.note_version(&uid, fresh.resource_version());
-        fresh
     };
-    let mut fresh = fresh;
     let mut has_finalizer = fresh.finalizers().iter().any(|f| f == names::FINALIZER);
     let deleting = fresh.meta().deletion_timestamp.is_some();
     if !has_finalizer && !deleting {
@@ -171,6 +132,59 @@ pub async fn reconcile(obj: Arc<VirtualMachineMigration>, ctx: Arc<Context>) -> 
         .reconcile_seconds
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+/// The copy of `obj` to decide on: the cached one when it is known to be current (or this
+/// process never touched it), else a fresh read; `None` when there is nothing to decide now (a
+/// settled or cut-down copy, a copy behind our own write whose event is coming, or gone).
+///
+/// The cache may lag behind our own last write: decisions are taken on the cached copy when
+/// it is at or after the version our last write or fresh read returned; a copy behind our
+/// write waits for that write's event; with nothing known, the migration is read fresh.
+async fn to_decide_on(
+    obj: &VirtualMachineMigration,
+    ctx: &Context,
+    api: &Api<VirtualMachineMigration>,
+    uid: &str,
+) -> Result<Option<VirtualMachineMigration>> {
+    if settled::is_slim(obj) {
+        // A settled migration, cut down in the cache (`settled::slim`): nothing to do, nothing
+        // read, nothing remembered of it; a newer version comes whole as an event of its own.
+        ctx.metrics.migration_read(true);
+        ctx.forget(uid);
+        return Ok(None);
+    }
+    let cached = ctx.cached(uid, obj.resource_version().as_deref());
+    if cached == Cached::Behind {
+        // Our write's event brings a reconcile of its own, on a copy that has the write.
+        ctx.metrics.migration_read(true);
+        return Ok(None);
+    }
+    // A migration this process never wrote nor read, without a status, is taken as cached too:
+    // a copy that lags can only lack the finalizer (its patch has the resourceVersion as
+    // precondition) or a status (whose write has it too). Once ferry wrote it (the finalizer,
+    // the first status), a status-less copy is one that lags behind that write, and is read.
+    let untouched =
+        obj.status.is_none() && obj.meta().deletion_timestamp.is_none() && !ctx.knows_version(uid);
+    let decidable = matches!(cached, Cached::Current | Cached::Ahead);
+    if !decidable && settled_as_cached(obj, ctx) {
+        // Nothing to do on the cached copy, so nothing is read: a newer version (a retry
+        // raised, a deletion) arrives as an event of its own. A restart among 10,000 finished
+        // migrations reads none of them.
+        ctx.metrics.migration_read(true);
+        return Ok(None);
+    }
+    if untouched || decidable {
+        ctx.metrics.migration_read(true);
+        return Ok(Some(VirtualMachineMigration::clone(obj)));
+    }
+    ctx.metrics.migration_read(false);
+    let Some(fresh) = api.get_opt(&obj.name_any()).await? else {
+        ctx.forget(uid);
+        return Ok(None);
+    };
+    ctx.note_version(uid, fresh.resource_version());
+    Ok(Some(fresh))
 }
 
 /// Adds ferry's finalizer to `vmm` (with its resourceVersion as precondition); returns the
@@ -232,84 +246,28 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         vmm,
         ledger: &ledger,
     };
-    let mut notes = vec![];
-    let mut power_record = None;
     if !matches!(intent, Intent::Proceed) {
         // A cancel, a retry, a pause, the end: the attempt's credentials are read again.
         ctx.forget_attempt(&vmm.uid().unwrap_or_default());
     }
-    // Nothing is started or retried while ferry's admission policies are not in force (a
-    // cancel, a pause, a delete and work under way go on: they were allowed when they began).
-    if matches!(intent, Intent::Start | Intent::Retry { .. })
-        && let Some(why) = ctx.guard.why_not()
-    {
-        if let Some(new) = status::held_for_policies(vmm, &why, &now) {
-            let note = crate::events::held_for_policies(new.message.as_deref().unwrap_or_default());
-            write::status(ctx, &mut vmm.clone(), new, vec![note]).await?;
-        }
-        return Ok(Requeue::requeue(crate::admission_guard::RECHECK));
+    if let Some(wait) = held_for_policies(io, &intent, &now).await? {
+        return Ok(wait);
     }
+    let (mut notes, mut power_record) = (vec![], None);
     match &intent {
         Intent::Proceed => return proceed(io, now, None, vec![]).await,
-        Intent::Cancel { cleanup } => {
-            // A copy slot granted and not yet shown by a status is free again at once, not
-            // after the grant's TTL: a cancelled migration copies nothing more.
-            ctx.slots.give_back(&vmm.uid().unwrap_or_default());
-            // The target stopped and the source powered back on first; nothing is removed
-            // before that (the VM stays, halted, for as long as ferry waits on it).
-            let report = power::restore(io, intents::restores_on_cancel(vmm), &now).await?;
-            if report.released && vmm.phase().is_checkpoint() {
-                // The cancel came after Validating handed the VM over: the migration is
-                // complete, and neither copy is touched.
-                info!(migration = %vmm.name_any(), "cancel after the VM was released: finishing instead");
-                return proceed(io, now, None, vec![]).await;
-            }
-            notes.extend(report.notes(power::record(vmm)));
-            if let Some(wait) = report.pending {
-                let mut new = status::cancelling(vmm, report.record.as_ref(), &now);
-                new.children = ferry_crds::child::apply(new.children, &ledger.take());
-                write::status(ctx, &mut vmm.clone(), new, notes).await?;
-                return Ok(Requeue::requeue(wait.min(ctx.policy.wait_requeue)));
-            }
-            let unfinished = cleanup::run(io, cleanup).await?.or_blocked()?;
-            notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
-            power_record = report.record;
-        }
-        Intent::RestorePower => {
-            let report = power::restore(io, true, &now).await?;
-            let mut new = status::after_power(vmm, report.record.as_ref(), &now);
-            new.children = ferry_crds::child::apply(new.children, &ledger.take());
-            let notes = report.notes(power::record(vmm));
-            write::status(ctx, &mut vmm.clone(), new, notes).await?;
-            return Ok(report.pending.map_or_else(Requeue::await_change, |wait| {
-                Requeue::requeue(wait.min(ctx.policy.wait_requeue))
-            }));
-        }
+        Intent::Cancel { cleanup } => match cancel(io, cleanup, &now).await? {
+            Ok((n, record)) => (notes, power_record) = (n, record),
+            Err(requeue) => return Ok(requeue),
+        },
+        Intent::RestorePower => return restore_power(io, &now).await,
         Intent::Retry { cleanup, .. } => {
             cleanup::run(io, cleanup).await?.or_blocked()?;
         }
         Intent::AckRetry | Intent::Paused | Intent::Held | Intent::Start | Intent::Settled => {}
     }
-    let uid = vmm.uid().unwrap_or_default();
-    if matches!(intent, Intent::Start) && status::waits_for_copy_slot(vmm) {
-        let place = crate::copy_slots::Place::of(vmm).unwrap_or_default();
-        if ctx.copy_slot(vmm, &place) != crate::copy_slots::Verdict::Free {
-            // Still no slot: nothing is read from vSphere, nothing written.
-            return Ok(Requeue::requeue(ctx.policy.copy_slot_recheck));
-        }
-        // A slot is held for it now: Preparing looks at the source again and goes on.
-    }
-    let ran = ctx.preflight_ran(&uid, vmm.metadata.generation);
-    if matches!(intent, Intent::Start) && preflight::held(vmm) {
-        if let Some(wait) =
-            preflight::waiting(vmm, &now, ctx.policy.preflight_recheck, ran.as_ref())
-        {
-            // Held by preflight and not due for another look: nothing is read or written.
-            return Ok(Requeue::requeue(wait));
-        }
-        // Due: Preparing looks at the source again now; the next look is an interval later,
-        // whether or not its findings change the status.
-        ctx.note_preflight(&uid, vmm.metadata.generation, now.clone());
+    if let Some(wait) = not_due_yet(io, &intent, &now) {
+        return Ok(wait);
     }
     // A migration paused before it started, or held by a wave that was paused (planned) when
     // it made it, is preflighted, nothing touched, on a schedule.
@@ -318,6 +276,8 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         Intent::Held => vmm.preflight_while_held(),
         _ => false,
     };
+    let uid = vmm.uid().unwrap_or_default();
+    let ran = ctx.preflight_ran(&uid, vmm.metadata.generation);
     let mut fresh_preflight = None;
     if paused_preflight
         && preflight::recheck_in(vmm, &now, ctx.policy.preflight_recheck, ran.as_ref()).is_none()
@@ -342,6 +302,97 @@ async fn apply(vmm: &VirtualMachineMigration, ctx: &Context) -> Result<Requeue> 
         return Ok(Requeue::requeue(ctx.policy.preflight_recheck));
     }
     Ok(requeue_after_intent(&intent, &ctx.policy))
+}
+
+/// Nothing is started or retried while ferry's admission policies are not in force (a
+/// cancel, a pause, a delete and work under way go on: they were allowed when they began):
+/// the migration says so, and is looked at again later.
+async fn held_for_policies(io: Io<'_>, intent: &Intent, now: &Time) -> Result<Option<Requeue>> {
+    if !matches!(intent, Intent::Start | Intent::Retry { .. }) {
+        return Ok(None);
+    }
+    let Some(why) = io.ctx.guard.why_not() else {
+        return Ok(None);
+    };
+    if let Some(new) = status::held_for_policies(io.vmm, &why, now) {
+        let note = crate::events::held_for_policies(new.message.as_deref().unwrap_or_default());
+        write::status(io.ctx, &mut io.vmm.clone(), new, vec![note]).await?;
+    }
+    Ok(Some(Requeue::requeue(crate::admission_guard::RECHECK)))
+}
+
+/// A cancel: the target stopped and the source powered back on first, then the cleanup. `Ok`
+/// with the notes and the power record when the cleanup is done; `Err` with the requeue when
+/// the power rule waits (nothing is removed before: the VM stays, halted, for as long as ferry
+/// waits on it) or the cancel came too late to undo anything.
+async fn cancel(
+    io: Io<'_>,
+    cleanup: &[Cleanup],
+    now: &Time,
+) -> Result<std::result::Result<(Vec<Note>, Option<ferry_crds::source::SourcePowerRestore>), Requeue>>
+{
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    // A copy slot granted and not yet shown by a status is free again at once, not after the
+    // grant's TTL: a cancelled migration copies nothing more.
+    ctx.slots.give_back(&vmm.uid().unwrap_or_default());
+    let report = power::restore(io, intents::restores_on_cancel(vmm), now).await?;
+    if report.released && vmm.phase().is_checkpoint() {
+        // The cancel came after Validating handed the VM over: the migration is complete, and
+        // neither copy is touched.
+        info!(migration = %vmm.name_any(), "cancel after the VM was released: finishing instead");
+        return Ok(Err(proceed(io, now.clone(), None, vec![]).await?));
+    }
+    let mut notes = report.notes(power::record(vmm));
+    if let Some(wait) = report.pending {
+        let mut new = status::cancelling(vmm, report.record.as_ref(), now);
+        new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
+        write::status(ctx, &mut vmm.clone(), new, notes).await?;
+        return Ok(Err(Requeue::requeue(wait.min(ctx.policy.wait_requeue))));
+    }
+    let unfinished = cleanup::run(io, cleanup).await?.or_blocked()?;
+    notes.extend(unfinished.iter().map(|u| events::cleanup_incomplete(u)));
+    Ok(Ok((notes, report.record)))
+}
+
+/// The source powered back on under the power rule, the status saying how far it got.
+async fn restore_power(io: Io<'_>, now: &Time) -> Result<Requeue> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    let report = power::restore(io, true, now).await?;
+    let mut new = status::after_power(vmm, report.record.as_ref(), now);
+    new.children = ferry_crds::child::apply(new.children, &io.ledger.take());
+    let notes = report.notes(power::record(vmm));
+    write::status(ctx, &mut vmm.clone(), new, notes).await?;
+    Ok(report.pending.map_or_else(Requeue::await_change, |wait| {
+        Requeue::requeue(wait.min(ctx.policy.wait_requeue))
+    }))
+}
+
+/// A start that waits, nothing read nor written: still no copy slot, or held by preflight and
+/// not due for another look. A start due for its look is noted here: Preparing looks at the
+/// source again now, and the next look is an interval later, whether or not its findings
+/// change the status.
+fn not_due_yet(io: Io<'_>, intent: &Intent, now: &Time) -> Option<Requeue> {
+    let (ctx, vmm) = (io.ctx, io.vmm);
+    if !matches!(intent, Intent::Start) {
+        return None;
+    }
+    if status::waits_for_copy_slot(vmm) {
+        let place = crate::copy_slots::Place::of(vmm).unwrap_or_default();
+        if ctx.copy_slot(vmm, &place) != crate::copy_slots::Verdict::Free {
+            return Some(Requeue::requeue(ctx.policy.copy_slot_recheck));
+        }
+        // A slot is held for it now: Preparing looks at the source again and goes on.
+    }
+    if !preflight::held(vmm) {
+        return None;
+    }
+    let uid = vmm.uid().unwrap_or_default();
+    let ran = ctx.preflight_ran(&uid, vmm.metadata.generation);
+    if let Some(wait) = preflight::waiting(vmm, now, ctx.policy.preflight_recheck, ran.as_ref()) {
+        return Some(Requeue::requeue(wait));
+    }
+    ctx.note_preflight(&uid, vmm.metadata.generation, now.clone());
+    None
 }
 
 /// Preflight alone: what Preparing would observe, weighed, touching nothing.
