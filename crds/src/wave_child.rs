@@ -63,19 +63,13 @@ pub fn child_migration(
         kind: "MigrationWave",
         field,
     };
-    let wave_name = wave
-        .metadata
-        .name
-        .as_deref()
-        .ok_or_else(|| missing("name"))?;
-    let namespace = wave
-        .metadata
+    let meta = &wave.metadata;
+    let wave_name = meta.name.as_deref().ok_or_else(|| missing("name"))?;
+    let namespace = meta
         .namespace
         .as_deref()
         .ok_or_else(|| missing("namespace"))?;
-    let uid = wave.metadata.uid.as_deref().ok_or_else(|| missing("uid"))?;
-    let template = &wave.spec.template;
-
+    let uid = meta.uid.as_deref().ok_or_else(|| missing("uid"))?;
     // blockOwnerDeletion: a foreground delete of the wave waits for its migrations' clean-up.
     // Under OwnerReferencesPermissionEnforcement this needs `update` on migrationwaves/finalizers
     // (deploy/controller/clusterrole.yaml).
@@ -87,7 +81,38 @@ pub fn child_migration(
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let spec = VirtualMachineMigrationSpec {
+    let hold = if wave.spec.paused {
+        names::HOLD_PREFLIGHT_VALUE
+    } else {
+        names::HOLD_VALUE
+    };
+    Ok(VirtualMachineMigration {
+        metadata: ObjectMeta {
+            name: Some(child_migration_name(wave_name, vm)),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                names::WAVE_LABEL.to_owned(),
+                wave_name.to_owned(),
+            )])),
+            annotations: Some(BTreeMap::from([(
+                names::HOLD_ANNOTATION.to_owned(),
+                hold.to_owned(),
+            )])),
+            owner_references: Some(vec![owner]),
+            // Born with ferry's finalizer: the migration controller's first look at it needs
+            // no patch (and no fresh read after one).
+            finalizers: Some(vec![names::FINALIZER.to_owned()]),
+            ..ObjectMeta::default()
+        },
+        spec: child_spec(wave, vm),
+        status: None,
+    })
+}
+
+/// The child's spec: the wave's template for `vm`, with its overrides.
+fn child_spec(wave: &MigrationWave, vm: &WaveVm) -> VirtualMachineMigrationSpec {
+    let template = &wave.spec.template;
+    VirtualMachineMigrationSpec {
         source: SourceSpec {
             endpoint: template.source.endpoint.clone(),
             vm: vm.vm.clone(),
@@ -114,33 +139,7 @@ pub fn child_migration(
         paused: false,
         preflight: vm.preflight.clone(),
         retry: 0,
-    };
-    Ok(VirtualMachineMigration {
-        metadata: ObjectMeta {
-            name: Some(child_migration_name(wave_name, vm)),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(
-                names::WAVE_LABEL.to_owned(),
-                wave_name.to_owned(),
-            )])),
-            annotations: Some(BTreeMap::from([(
-                names::HOLD_ANNOTATION.to_owned(),
-                if wave.spec.paused {
-                    names::HOLD_PREFLIGHT_VALUE
-                } else {
-                    names::HOLD_VALUE
-                }
-                .to_owned(),
-            )])),
-            owner_references: Some(vec![owner]),
-            // Born with ferry's finalizer: the migration controller's first look at it needs
-            // no patch (and no fresh read after one).
-            finalizers: Some(vec![names::FINALIZER.to_owned()]),
-            ..ObjectMeta::default()
-        },
-        spec,
-        status: None,
-    })
+    }
 }
 
 #[cfg(test)]
