@@ -59,7 +59,6 @@ impl Ctx<'_> {
         let name = format!("disk {index} ({})", disk.datastore_path);
         // A source someone powered on again is refused before anything is read or recorded.
         super::ensure_off(&self.src, &name).await?;
-        let progress = Progress::new(0);
         let writer = Arc::new(RecordWriter {
             staging: self.staging.clone(),
             key: disk.key.clone(),
@@ -67,18 +66,11 @@ impl Ctx<'_> {
                 job_uid: self.args.job_uid.clone(),
                 ..DiskRecord::converting(&disk.datastore_path, format)
             },
-            progress: progress.clone(),
+            progress: Progress::new(0),
         });
         // A run killed mid-upload left its parts behind: they go before anything else.
         if let Some(id) = previous.and_then(|r| r.upload_id) {
-            tracing::info!(key = %disk.key, upload = %id, "aborting the upload of an earlier run");
-            self.staging
-                .abort_multipart(&disk.key, &id)
-                .await
-                .map_err(|source| Error::Staging {
-                    context: format!("{}: aborting an earlier upload", disk.key),
-                    source,
-                })?;
+            self.abort_earlier(disk, &id).await?;
         }
         let ticker = tokio::spawn(writer.clone().run());
         let started = Instant::now();
@@ -90,53 +82,93 @@ impl Ctx<'_> {
         ticker.abort();
         let _ = ticker.await;
         match outcome {
-            Ok((up, raw_sha256, path, virtual_size, downloaded, allocation_known)) => {
-                let mut r = writer.base.clone();
-                r.state = RecordState::Staged;
-                r.stage = "staged".into();
-                r.bytes_total = progress.total.load(Ordering::Relaxed);
-                r.bytes_done = r.bytes_total;
-                r.sha256 = Some(up.sha256.clone());
-                r.size = Some(up.size);
-                r.virtual_size = Some(virtual_size);
-                r.raw_sha256 = raw_sha256;
-                r.updated_unix_ms = now_ms();
-                self.staging
-                    .put_record(&disk.key, &r)
+            Ok(done) => {
+                self.record_staged(index, disk, &writer, done, started)
                     .await
-                    .map_err(|source| Error::Staging {
-                        context: format!("{}: recording the staged image", disk.key),
-                        source,
-                    })?;
-                Ok(DiskReport {
-                    disk: index,
-                    datastore_path: disk.datastore_path.clone(),
-                    key: disk.key.clone(),
-                    status: DiskStatus::Converted,
-                    format: self.args.format,
-                    path,
-                    size: up.size,
-                    raw_sha256: r.raw_contents_sha256(),
-                    sha256: up.sha256,
-                    virtual_size: Some(virtual_size),
-                    downloaded,
-                    sent: progress.sent.load(Ordering::Relaxed),
-                    allocation_known,
-                    seconds: started.elapsed().as_secs_f64(),
-                })
             }
             Err(e) => {
-                let mut r = writer.base.clone();
-                r.state = RecordState::Failed;
-                r.stage = "failed".into();
-                r.error = Some(e.to_string());
-                r.reason = Some(e.reason().to_owned());
-                r.updated_unix_ms = now_ms();
-                if let Err(w) = self.staging.put_record(&disk.key, &r).await {
-                    tracing::warn!(key = %disk.key, error = %w, "failure not recorded");
-                }
+                self.record_failure(disk, &writer, &e).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Aborts the multipart upload `id` an earlier run of the disk left behind.
+    async fn abort_earlier(&self, disk: &DiskSpec, id: &str) -> Result<(), Error> {
+        tracing::info!(key = %disk.key, upload = %id, "aborting the upload of an earlier run");
+        self.staging
+            .abort_multipart(&disk.key, id)
+            .await
+            .map_err(|source| Error::Staging {
+                context: format!("{}: aborting an earlier upload", disk.key),
+                source,
+            })
+    }
+
+    /// Records the disk `Staged` with what was `done`, and reports it.
+    async fn record_staged(
+        &self,
+        index: usize,
+        disk: &DiskSpec,
+        writer: &RecordWriter,
+        done: Converted,
+        started: Instant,
+    ) -> Result<DiskReport, Error> {
+        let progress = &writer.progress;
+        let Converted {
+            up,
+            raw_sha256,
+            path,
+            virtual_size,
+            downloaded,
+            allocation_known,
+        } = done;
+        let mut r = writer.base.clone();
+        r.state = RecordState::Staged;
+        r.stage = "staged".into();
+        r.bytes_total = progress.total.load(Ordering::Relaxed);
+        r.bytes_done = r.bytes_total;
+        r.sha256 = Some(up.sha256.clone());
+        r.size = Some(up.size);
+        r.virtual_size = Some(virtual_size);
+        r.raw_sha256 = raw_sha256;
+        r.updated_unix_ms = now_ms();
+        self.staging
+            .put_record(&disk.key, &r)
+            .await
+            .map_err(|source| Error::Staging {
+                context: format!("{}: recording the staged image", disk.key),
+                source,
+            })?;
+        Ok(DiskReport {
+            disk: index,
+            datastore_path: disk.datastore_path.clone(),
+            key: disk.key.clone(),
+            status: DiskStatus::Converted,
+            format: self.args.format,
+            path,
+            size: up.size,
+            raw_sha256: r.raw_contents_sha256(),
+            sha256: up.sha256,
+            virtual_size: Some(virtual_size),
+            downloaded,
+            sent: progress.sent.load(Ordering::Relaxed),
+            allocation_known,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Records the disk `Failed` with error `e`; a record that cannot be written is only
+    /// logged: the error is what the run reports.
+    async fn record_failure(&self, disk: &DiskSpec, writer: &RecordWriter, e: &Error) {
+        let mut r = writer.base.clone();
+        r.state = RecordState::Failed;
+        r.stage = "failed".into();
+        r.error = Some(e.to_string());
+        r.reason = Some(e.reason().to_owned());
+        r.updated_unix_ms = now_ms();
+        if let Err(w) = self.staging.put_record(&disk.key, &r).await {
+            tracing::warn!(key = %disk.key, error = %w, "failure not recorded");
         }
     }
 
@@ -249,131 +281,129 @@ impl Ctx<'_> {
         ))
     }
 
-    /// `(uploaded, raw contents' SHA-256 of a qcow2 image, path, virtual size, bytes downloaded,
-    /// allocation known)`.
-    #[allow(clippy::type_complexity)]
+    /// Reads the disk, converts it as the format asks and uploads it, on the data path its
+    /// input takes (see the table in the crate's documentation).
     async fn convert_disk(
         &self,
         index: usize,
         disk: &DiskSpec,
         writer: &RecordWriter,
-    ) -> Result<(Uploaded, Option<String>, DataPath, u64, u64, bool), Error> {
-        let vs = self.vs(disk, index);
-        let progress = writer.progress.clone();
-        let input = self.probe(index, disk).await?;
-        let ds =
-            DatastorePath::parse(&disk.datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
-        match input {
-            Input::Flat(map) => {
-                let (map, known) = self.allocated(disk, map).await?;
-                let size = map.size();
-                let paths = map
-                    .files
-                    .iter()
-                    .map(|f| ds.sibling(f).to_string())
-                    .collect();
-                let remote = self.remote(paths);
-                let layout = match self.args.format {
-                    OutputFormat::Raw => None,
-                    OutputFormat::Qcow2 => Some(qcow2::Layout::new(size, &map.data_areas())),
-                };
-                let image = layout.as_ref().map_or(size, qcow2::Layout::image_size);
-                progress.total.store(image, Ordering::Relaxed);
-                let data = map.data_bytes().max(1);
-                let raw_part = upload::part_size(size);
-                let raw = flat_parts(remote.clone(), Arc::new(map), raw_part, vs);
-                // Parts are hashed whole and in order, so their count moves in steps; the bytes
-                // read so far (the data, stretched over the image) move smoothly.
-                let sampler = {
-                    let (remote, progress) = (remote.clone(), progress.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            let read = remote.fetched.load(Ordering::Relaxed);
-                            let est =
-                                (u128::from(read) * u128::from(image) / u128::from(data)) as u64;
-                            progress.done.fetch_max(est.min(image), Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                    })
-                };
-                let result = match layout {
-                    None => self
-                        .upload(disk, writer, size, size, raw_part, raw)
-                        .await
-                        .map(|up| (up, None, DataPath::FlatStream)),
-                    Some(layout) => self
-                        .upload_qcow2(disk, writer, layout, raw)
-                        .await
-                        .map(|(up, h)| (up, Some(h), DataPath::FlatQcow2)),
-                };
-                sampler.abort();
-                let (up, raw_sha256, path) = result?;
-                let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, raw_sha256, path, size, got, known))
-            }
+    ) -> Result<Converted, Error> {
+        match self.probe(index, disk).await? {
+            Input::Flat(map) => self.convert_flat(index, disk, writer, map).await,
             Input::Sparse {
                 path,
                 len,
                 compressed,
             } => {
                 tracing::info!(disk = %disk.datastore_path, len, compressed, "sparse VMDK: qemu-img reads it over NBD");
-                let remote = self.remote(vec![path]);
-                let file = DiskMap::from_extents(
-                    &[vmdk::Extent {
-                        file: String::new(),
-                        kind: "FLAT".into(),
-                        sectors: len.div_ceil(512),
-                        offset: 0,
-                    }],
-                    &[],
-                )
-                .map_err(|e| Error::Usage(e.to_string()))?;
-                // The file's last sector may be partial: the map is cut to the file's length.
-                let file = file.restricted_to(&[(0, len)]);
-                let cached = Arc::new(CachedDisk::new(
-                    remote.clone(),
-                    file.clone(),
-                    BLOCK,
-                    BLOCKS_KEPT,
-                    BLOCKS_AHEAD,
-                ));
-                let mut sockets = Sockets::new()?;
-                let src_uri = sockets.serve_source("src", cached)?;
-                let qemu_img = &self.args.qemu_img;
-                let vsize = qemu::virtual_size(qemu_img, "vmdk", &src_uri).await?;
-                progress.set_stage("converting");
-                let part = upload::part_size(vsize);
-                let (up, raw_sha256, path) = match self.args.format {
-                    OutputFormat::Raw => {
-                        progress.total.store(vsize, Ordering::Relaxed);
-                        let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
-                        let up = self.upload(disk, writer, vsize, vsize, part, raw).await?;
-                        (up, None, DataPath::QemuSink)
-                    }
-                    OutputFormat::Qcow2 => {
-                        // The layout comes from qemu-img's map of the VMDK, which reads its grain
-                        // tables: through small blocks and no read-ahead, so that tables spread
-                        // through a stream-optimized file do not pull in the grains around them.
-                        let tables = Arc::new(CachedDisk::new(
-                            remote.clone(),
-                            file,
-                            TABLE_BLOCK,
-                            BLOCKS_KEPT,
-                            0,
-                        ));
-                        let map_uri = sockets.serve_source("map", tables)?;
-                        let areas = qemu::data_areas(qemu_img, "vmdk", &map_uri).await?;
-                        let layout = qcow2::Layout::new(vsize, &areas);
-                        progress.total.store(layout.image_size(), Ordering::Relaxed);
-                        let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
-                        let (up, h) = self.upload_qcow2(disk, writer, layout, raw).await?;
-                        (up, Some(h), DataPath::QemuSinkQcow2)
-                    }
-                };
-                let got = remote.fetched.load(Ordering::Relaxed);
-                Ok((up, raw_sha256, path, vsize, got, true))
+                self.convert_sparse(disk, writer, path, len).await
             }
         }
+    }
+
+    /// Flat extents: ranges fetched in parallel (only the allocated areas, when vSphere says
+    /// which) straight into the upload, or into ferry's qcow2 writer first.
+    async fn convert_flat(
+        &self,
+        index: usize,
+        disk: &DiskSpec,
+        writer: &RecordWriter,
+        map: DiskMap,
+    ) -> Result<Converted, Error> {
+        let vs = self.vs(disk, index);
+        let progress = &writer.progress;
+        let ds =
+            DatastorePath::parse(&disk.datastore_path).map_err(|e| Error::Usage(e.to_string()))?;
+        let (map, known) = self.allocated(disk, map).await?;
+        let size = map.size();
+        let paths = map
+            .files
+            .iter()
+            .map(|f| ds.sibling(f).to_string())
+            .collect();
+        let remote = self.remote(paths);
+        let layout = match self.args.format {
+            OutputFormat::Raw => None,
+            OutputFormat::Qcow2 => Some(qcow2::Layout::new(size, &map.data_areas())),
+        };
+        let image = layout.as_ref().map_or(size, qcow2::Layout::image_size);
+        progress.total.store(image, Ordering::Relaxed);
+        let data = map.data_bytes().max(1);
+        let raw_part = upload::part_size(size);
+        let raw = flat_parts(remote.clone(), Arc::new(map), raw_part, vs);
+        let sampler = sample_reads(remote.clone(), progress.clone(), image, data);
+        let result = match layout {
+            None => self
+                .upload(disk, writer, size, size, raw_part, raw)
+                .await
+                .map(|up| (up, None, DataPath::FlatStream)),
+            Some(layout) => self
+                .upload_qcow2(disk, writer, layout, raw)
+                .await
+                .map(|(up, h)| (up, Some(h), DataPath::FlatQcow2)),
+        };
+        sampler.abort();
+        let (up, raw_sha256, path) = result?;
+        Ok(Converted {
+            up,
+            raw_sha256,
+            path,
+            virtual_size: size,
+            downloaded: remote.fetched.load(Ordering::Relaxed),
+            allocation_known: known,
+        })
+    }
+
+    /// A sparse VMDK file of `len` bytes at `path`: qemu-img reads it over NBD and writes its
+    /// raw contents into the NBD sink, straight into the upload or into ferry's qcow2 writer.
+    async fn convert_sparse(
+        &self,
+        disk: &DiskSpec,
+        writer: &RecordWriter,
+        path: String,
+        len: u64,
+    ) -> Result<Converted, Error> {
+        let progress = &writer.progress;
+        let remote = self.remote(vec![path]);
+        let file = whole_file(len)?;
+        let cached = Arc::new(CachedDisk::new(
+            remote.clone(),
+            file.clone(),
+            BLOCK,
+            BLOCKS_KEPT,
+            BLOCKS_AHEAD,
+        ));
+        let mut sockets = Sockets::new()?;
+        let src_uri = sockets.serve_source("src", cached)?;
+        let qemu_img = &self.args.qemu_img;
+        let vsize = qemu::virtual_size(qemu_img, "vmdk", &src_uri).await?;
+        progress.set_stage("converting");
+        let part = upload::part_size(vsize);
+        let (up, raw_sha256, path) = match self.args.format {
+            OutputFormat::Raw => {
+                progress.total.store(vsize, Ordering::Relaxed);
+                let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
+                let up = self.upload(disk, writer, vsize, vsize, part, raw).await?;
+                (up, None, DataPath::QemuSink)
+            }
+            OutputFormat::Qcow2 => {
+                let layout =
+                    sparse_layout(&mut sockets, remote.clone(), file, qemu_img, vsize).await?;
+                progress.total.store(layout.image_size(), Ordering::Relaxed);
+                let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
+                let (up, h) = self.upload_qcow2(disk, writer, layout, raw).await?;
+                (up, Some(h), DataPath::QemuSinkQcow2)
+            }
+        };
+        Ok(Converted {
+            up,
+            raw_sha256,
+            path,
+            virtual_size: vsize,
+            downloaded: remote.fetched.load(Ordering::Relaxed),
+            allocation_known: true,
+        })
     }
 
     /// Uploads the qcow2 image of `layout` made on the way from `raw` (the disk's contents in
@@ -414,6 +444,70 @@ impl Ctx<'_> {
         }
         Ok((up, raw_sha256))
     }
+}
+
+/// What a disk's data path did.
+struct Converted {
+    up: Uploaded,
+    /// The SHA-256 of a qcow2 image's raw contents.
+    raw_sha256: Option<String>,
+    path: DataPath,
+    virtual_size: u64,
+    /// Bytes read from the datastore.
+    downloaded: u64,
+    allocation_known: bool,
+}
+
+/// Parts are hashed whole and in order, so their count moves in steps; the bytes read so far
+/// (the `data`, stretched over the `image`) move smoothly: `progress.done` follows them until
+/// the task is aborted.
+fn sample_reads(
+    remote: Arc<Remote>,
+    progress: Arc<Progress>,
+    image: u64,
+    data: u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let read = remote.fetched.load(Ordering::Relaxed);
+            let est = (u128::from(read) * u128::from(image) / u128::from(data)) as u64;
+            progress.done.fetch_max(est.min(image), Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// A file of `len` bytes as a map of one flat extent. Its last sector may be partial: the map
+/// is cut to the file's length.
+fn whole_file(len: u64) -> Result<DiskMap, Error> {
+    let file = DiskMap::from_extents(
+        &[vmdk::Extent {
+            file: String::new(),
+            kind: "FLAT".into(),
+            sectors: len.div_ceil(512),
+            offset: 0,
+        }],
+        &[],
+    )
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    Ok(file.restricted_to(&[(0, len)]))
+}
+
+/// The qcow2 layout of a sparse VMDK (`file`, read through `remote`) of virtual size `vsize`,
+/// from qemu-img's map of it, which reads its grain tables: through small blocks and no
+/// read-ahead, so that tables spread through a stream-optimized file do not pull in the grains
+/// around them.
+async fn sparse_layout(
+    sockets: &mut Sockets,
+    remote: Arc<Remote>,
+    file: DiskMap,
+    qemu_img: &std::path::Path,
+    vsize: u64,
+) -> Result<qcow2::Layout, Error> {
+    let tables = Arc::new(CachedDisk::new(remote, file, TABLE_BLOCK, BLOCKS_KEPT, 0));
+    let map_uri = sockets.serve_source("map", tables)?;
+    let areas = qemu::data_areas(qemu_img, "vmdk", &map_uri).await?;
+    Ok(qcow2::Layout::new(vsize, &areas))
 }
 
 /// Reads the `.vmdk` at `datastore_path` (disk `index`) and tells what it is.

@@ -364,33 +364,66 @@ pub(crate) async fn ensure_off(src: &Source, disk: &str) -> Result<(), Error> {
 
 async fn convert_all(args: &ConvertArgs, creds: &Credentials) -> Result<ConvertReport, Error> {
     let endpoint = creds.endpoint()?;
+    let staging = open_staging(args, creds).await?;
+    let mut report = ConvertReport::default();
+    let todo = skip_staged(args, &staging, &mut report).await?;
+    let mut summary = RunSummary {
+        summary: true,
+        ..RunSummary::default()
+    };
+    if !todo.is_empty() {
+        // Logged in only when some disk needs work: a re-run with everything staged does not
+        // touch vSphere at all.
+        let converted = convert_disks(args, &endpoint, &staging, todo, &mut summary).await?;
+        report.disks.extend(converted);
+    }
+    report.disks.sort_by_key(|d| d.disk);
+    summary.peak_rss_bytes = peak_rss("self");
+    (summary.cpu_seconds, summary.qemu_cpu_seconds) = cpu_seconds();
+    summary.sent_bytes = report.disks.iter().map(|d| d.sent).sum();
+    summary.downloaded_bytes = report.disks.iter().map(|d| d.downloaded).sum();
+    println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    Ok(report)
+}
+
+/// The staging the credentials name, once its bucket is known to exist: some S3 servers create
+/// a missing bucket on PUT instead of refusing.
+async fn open_staging(args: &ConvertArgs, creds: &Credentials) -> Result<Staging, Error> {
     let config = creds.staging_config(&args.s3_region, &args.s3_prefix)?;
     let staging = Staging::new(config).map_err(|source| Error::Staging {
         context: "staging configuration".into(),
         source,
     })?;
-    // Checked up front: some S3 servers create a missing bucket on PUT instead of refusing.
     match staging.bucket_exists().await {
-        Ok(true) => {}
+        Ok(true) => Ok(staging),
         Ok(false) => {
             let source = staging::Error::NoSuchBucket {
                 bucket: creds.s3.bucket.clone(),
                 endpoint: creds.s3.endpoint.clone(),
             };
-            return Err(Error::Staging {
+            Err(Error::Staging {
                 context: "staging".into(),
                 source,
-            });
+            })
         }
-        Err(source) => {
-            return Err(Error::Staging {
-                context: "staging".into(),
-                source,
-            });
-        }
+        Err(source) => Err(Error::Staging {
+            context: "staging".into(),
+            source,
+        }),
     }
-    let mut report = ConvertReport::default();
-    let mut todo: Vec<(usize, &DiskSpec, Option<DiskRecord>)> = Vec::new();
+}
+
+/// A disk still to convert: its index, what it is, and its record from an earlier run.
+type Todo<'a> = (usize, &'a DiskSpec, Option<DiskRecord>);
+
+/// Reports (and prints) each disk this same Job already staged, as its record and image show;
+/// returns the others.
+async fn skip_staged<'a>(
+    args: &'a ConvertArgs,
+    staging: &Staging,
+    report: &mut ConvertReport,
+) -> Result<Vec<Todo<'a>>, Error> {
+    let mut todo = Vec::new();
     for (pos, disk) in args.disks.iter().enumerate() {
         let index = disk.index.unwrap_or(pos);
         let started = Instant::now();
@@ -428,64 +461,51 @@ async fn convert_all(args: &ConvertArgs, creds: &Credentials) -> Result<ConvertR
             _ => todo.push((index, disk, record)),
         }
     }
-    let mut summary = RunSummary {
-        summary: true,
-        ..RunSummary::default()
+    Ok(todo)
+}
+
+/// Converts the disks of `todo`, [`scratch::PARALLEL_DISKS`] at a time, each one's line printed
+/// as it is done; notes in `summary` what the work directory and qemu-img held. Returns the
+/// first error once every disk that started has finished or failed.
+async fn convert_disks(
+    args: &ConvertArgs,
+    endpoint: &Endpoint,
+    staging: &Staging,
+    todo: Vec<Todo<'_>>,
+    summary: &mut RunSummary,
+) -> Result<Vec<DiskReport>, Error> {
+    let src = Arc::new(open_source(args, endpoint).await?);
+    let throttle = args
+        .max_read_rate
+        .filter(|r| *r > 0)
+        .map(|r| Arc::new(remote::Throttle::new(r)));
+    let scratch_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = tokio::spawn(scratch::watch(args.work_dir.clone(), scratch_peak.clone()));
+    let ctx = disk::Ctx {
+        args,
+        src: src.clone(),
+        staging: staging.clone(),
+        throttle,
     };
-    if !todo.is_empty() {
-        // Logged in only when some disk needs work: a re-run with everything staged does not
-        // touch vSphere at all.
-        let src = Arc::new(open_source(args, &endpoint).await?);
-        let throttle = args
-            .max_read_rate
-            .filter(|r| *r > 0)
-            .map(|r| Arc::new(remote::Throttle::new(r)));
-        let scratch_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let sampler = tokio::spawn(scratch::watch(args.work_dir.clone(), scratch_peak.clone()));
-        let ctx = disk::Ctx {
-            args,
-            src: src.clone(),
-            staging: staging.clone(),
-            throttle,
-        };
-        let results: Vec<Result<DiskReport, Error>> = futures::stream::iter(todo)
-            .map(|(index, disk, record)| {
-                let ctx = &ctx;
-                async move {
-                    let r = ctx.convert(index, disk, record).await;
-                    if let Ok(line) = &r {
-                        println!("{}", serde_json::to_string(line).unwrap_or_default());
-                    }
-                    r
+    let results: Vec<Result<DiskReport, Error>> = futures::stream::iter(todo)
+        .map(|(index, disk, record)| {
+            let ctx = &ctx;
+            async move {
+                let r = ctx.convert(index, disk, record).await;
+                if let Ok(line) = &r {
+                    println!("{}", serde_json::to_string(line).unwrap_or_default());
                 }
-            })
-            .buffer_unordered(scratch::PARALLEL_DISKS)
-            .collect()
-            .await;
-        sampler.abort();
-        let _ = src.session.logout().await;
-        let mut first_err = None;
-        for r in results {
-            match r {
-                Ok(line) => report.disks.push(line),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
+                r
             }
-        }
-        summary.scratch_peak_bytes = scratch_peak.load(std::sync::atomic::Ordering::Relaxed);
-        summary.peak_qemu_rss_bytes = qemu::peak_child_rss();
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-    }
-    report.disks.sort_by_key(|d| d.disk);
-    summary.peak_rss_bytes = peak_rss("self");
-    (summary.cpu_seconds, summary.qemu_cpu_seconds) = cpu_seconds();
-    summary.sent_bytes = report.disks.iter().map(|d| d.sent).sum();
-    summary.downloaded_bytes = report.disks.iter().map(|d| d.downloaded).sum();
-    println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-    Ok(report)
+        })
+        .buffer_unordered(scratch::PARALLEL_DISKS)
+        .collect()
+        .await;
+    sampler.abort();
+    let _ = src.session.logout().await;
+    summary.scratch_peak_bytes = scratch_peak.load(std::sync::atomic::Ordering::Relaxed);
+    summary.peak_qemu_rss_bytes = qemu::peak_child_rss();
+    results.into_iter().collect()
 }
 
 async fn open_source(args: &ConvertArgs, endpoint: &Endpoint) -> Result<Source, Error> {
