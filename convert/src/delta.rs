@@ -24,6 +24,7 @@ use ring::digest::{Context as Sha256, SHA256};
 use serde::Serialize;
 
 use super::disk::{Input, probe};
+use super::map::DiskMap;
 use super::remote::{Remote, Throttle};
 use super::{Error, Source, credentials};
 use crate::job_contract::{env, extra_env};
@@ -221,15 +222,7 @@ async fn round(
     throttle: Option<Arc<Throttle>>,
 ) -> Result<DeltaReport, Error> {
     let name = format!("disk {} ({})", disk.index, disk.datastore_path);
-    let map = match probe(src, disk.index, &disk.datastore_path).await? {
-        Input::Flat(map) => map,
-        Input::Sparse { .. } => {
-            return Err(Error::BadDisk {
-                disk: name,
-                detail: "a warm round reads flat extents only; this disk is a sparse VMDK".into(),
-            });
-        }
-    };
+    let map = flat_map(src, disk, &name).await?;
     let size = map.size();
     let areas = src
         .session
@@ -247,10 +240,49 @@ async fn round(
         })?;
     let volume = open_volume(&disk.target, size)?;
     let chunks = chunks(&areas, size);
+    let remote = remote(src, disk, &map, throttle)?;
+    let (source_digest, bytes) =
+        copy_chunks(remote, Arc::new(map), chunks.clone(), &volume, disk, &name).await?;
+    let volume = sync(volume, &disk.target).await?;
+    let read_back = read_back(volume, disk.target.clone(), chunks).await?;
+    if read_back != source_digest {
+        return Err(Error::Verify(format!(
+            "{name}: {} reads back {read_back} over the {} changed areas, the source gave {source_digest}",
+            disk.target.display(),
+            areas.len()
+        )));
+    }
+    Ok(DeltaReport {
+        disk: disk.index,
+        areas: areas.len(),
+        bytes,
+        sha256: source_digest,
+    })
+}
+
+/// The disk's flat extents; a sparse VMDK is refused (changed block tracking reports areas of
+/// the virtual disk, which only a flat extent maps one to one).
+async fn flat_map(src: &Source, disk: &DeltaDisk, name: &str) -> Result<DiskMap, Error> {
+    match probe(src, disk.index, &disk.datastore_path).await? {
+        Input::Flat(map) => Ok(map),
+        Input::Sparse { .. } => Err(Error::BadDisk {
+            disk: name.to_owned(),
+            detail: "a warm round reads flat extents only; this disk is a sparse VMDK".into(),
+        }),
+    }
+}
+
+/// The datastore files of `map`, read through the session (within `throttle`).
+fn remote(
+    src: &Source,
+    disk: &DeltaDisk,
+    map: &DiskMap,
+    throttle: Option<Arc<Throttle>>,
+) -> Result<Arc<Remote>, Error> {
     // The descriptor names its extents relative to itself.
     let ds = vsphere::DatastorePath::parse(&disk.datastore_path)
         .map_err(|e| Error::Usage(e.to_string()))?;
-    let remote = Arc::new(Remote::new(
+    Ok(Arc::new(Remote::new(
         src.session.clone(),
         src.datacenter.clone(),
         map.files
@@ -258,12 +290,22 @@ async fn round(
             .map(|f| ds.sibling(f).to_string())
             .collect(),
         throttle,
-    ));
-    let map = Arc::new(map);
-    // Read ahead a few chunks, write each in order as it comes.
-    let mut reads = futures::stream::iter(chunks.clone())
+    )))
+}
+
+/// Reads `chunks` of the disk a few ahead and writes each, in order as it comes, at its offset
+/// into `volume`; returns the source's digest of the areas and the bytes copied.
+async fn copy_chunks(
+    remote: Arc<Remote>,
+    map: Arc<DiskMap>,
+    chunks: Vec<(u64, u64)>,
+    volume: &File,
+    disk: &DeltaDisk,
+    name: &str,
+) -> Result<(String, u64), Error> {
+    let mut reads = futures::stream::iter(chunks)
         .map(|(offset, len)| {
-            let (remote, map, name) = (remote.clone(), map.clone(), name.clone());
+            let (remote, map, name) = (remote.clone(), map.clone(), name.to_owned());
             async move {
                 let bytes = remote
                     .read(&map, offset, len)
@@ -278,24 +320,9 @@ async fn round(
     while let Some((offset, data)) = reads.try_next().await? {
         digest_area(&mut source_digest, offset, &data);
         bytes += data.len() as u64;
-        write_at(&volume, &disk.target, offset, data).await?;
+        write_at(volume, &disk.target, offset, data).await?;
     }
-    let volume = sync(volume, &disk.target).await?;
-    let read_back = read_back(volume, disk.target.clone(), chunks).await?;
-    let source_digest = ferry_staging::hex(source_digest.finish().as_ref());
-    if read_back != source_digest {
-        return Err(Error::Verify(format!(
-            "{name}: {} reads back {read_back} over the {} changed areas, the source gave {source_digest}",
-            disk.target.display(),
-            areas.len()
-        )));
-    }
-    Ok(DeltaReport {
-        disk: disk.index,
-        areas: areas.len(),
-        bytes,
-        sha256: source_digest,
-    })
+    Ok((ferry_staging::hex(source_digest.finish().as_ref()), bytes))
 }
 
 /// The changed areas cut into chunks of at most [`CHUNK`], clipped to the disk. Pure.
