@@ -232,12 +232,7 @@ fn assemble(body: &str, props: &[PropSpan], keep: impl Fn(usize) -> Keep) -> Str
 /// their text says (key, type, label, backing type and file).
 fn scan(body: &str) -> Result<Vec<PropSpan>, String> {
     let mut reader = Reader::from_str(body);
-    let mut path: Vec<String> = Vec::new();
-    let mut props: Vec<PropSpan> = Vec::new();
-    // Within the current propSet: its start, name, and the value's entries so far.
-    let mut prop: Option<(usize, String, Option<Items>)> = None;
-    let mut entry: Option<(usize, UnreadDevice)> = None;
-    let mut text = String::new();
+    let mut scanner = Scanner::default();
     let malformed = |e: quick_xml::Error, at: u64| {
         format!("vSphere's answer is not well-formed XML at byte {at}: {e}")
     };
@@ -248,102 +243,134 @@ fn scan(body: &str) -> Result<Vec<PropSpan>, String> {
             .map_err(|e| malformed(e, reader.error_position()))?;
         let after = usize::try_from(reader.buffer_position()).unwrap_or(usize::MAX);
         match event {
-            Event::Start(e) => {
-                let name = local(&e);
-                text.clear();
-                match (path.last().map(String::as_str), name.as_str()) {
-                    (Some("objects"), "propSet") => prop = Some((before, String::new(), None)),
-                    (Some("propSet"), "val") => {
-                        if let Some((_, _, items)) = prop.as_mut() {
-                            *items = Some(Items {
-                                inner: after..after,
-                                each: Vec::new(),
-                            });
-                        }
-                    }
-                    (Some("val"), _) if path.len() >= 2 && path[path.len() - 2] == "propSet" => {
-                        entry = Some((
-                            before,
-                            UnreadDevice {
-                                kind: xsi_type(&e).unwrap_or_default(),
-                                ..UnreadDevice::default()
-                            },
-                        ));
-                    }
-                    (Some(_), "backing") if entry.is_some() && in_entry(&path) == 0 => {
-                        if let Some((_, d)) = entry.as_mut() {
-                            d.backing = xsi_type(&e);
-                        }
-                    }
-                    _ => {}
-                }
-                path.push(name);
-            }
-            Event::End(_) => {
-                let name = path.pop().unwrap_or_default();
-                let parent = path.last().map(String::as_str);
-                match (parent, name.as_str()) {
-                    (Some("propSet"), "name") => {
-                        if let Some((_, n, _)) = prop.as_mut() {
-                            *n = text.trim().to_owned();
-                        }
-                    }
-                    (Some("propSet"), "val") => {
-                        if let Some((_, _, Some(items))) = prop.as_mut() {
-                            items.inner.end = before;
-                        }
-                    }
-                    (Some("objects"), "propSet") => {
-                        if let Some((start, name, items)) = prop.take() {
-                            props.push(PropSpan {
-                                name,
-                                span: start..after,
-                                items: items.filter(|i| !i.each.is_empty()),
-                            });
-                        }
-                    }
-                    (Some("val"), _) if path.len() >= 2 && path[path.len() - 2] == "propSet" => {
-                        if let (Some((start, d)), Some((_, _, Some(items)))) =
-                            (entry.take(), prop.as_mut())
-                        {
-                            items.each.push((start..after, d));
-                        }
-                    }
-                    _ => {
-                        if let Some((_, d)) = entry.as_mut() {
-                            let value = text.trim();
-                            match (in_entry(&path), parent, name.as_str()) {
-                                (0, _, "key") => d.key = value.parse().ok(),
-                                (1, Some("deviceInfo"), "label") => {
-                                    d.label = Some(value.to_owned())
-                                }
-                                (1, Some("backing"), "fileName") => {
-                                    d.file = Some(value.to_owned()).filter(|f| !f.is_empty())
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                }
-                text.clear();
-            }
-            Event::Text(t) => text.push_str(t.as_ref()),
-            Event::CData(t) => text.push_str(t.as_ref()),
+            Event::Start(e) => scanner.start(&e, before, after),
+            Event::End(_) => scanner.end(before, after),
+            Event::Text(t) => scanner.text.push_str(t.as_ref()),
+            Event::CData(t) => scanner.text.push_str(t.as_ref()),
             Event::GeneralRef(r) => {
                 if let Ok(Some(c)) = r.resolve_char_ref() {
-                    text.push(c);
+                    scanner.text.push(c);
                 } else if let Some(s) = quick_xml::escape::resolve_predefined_entity(r.as_ref()) {
-                    text.push_str(s);
+                    scanner.text.push_str(s);
                 }
             }
             Event::Eof => break,
             _ => {}
         }
     }
-    if props.is_empty() {
+    if scanner.props.is_empty() {
         return Err("vSphere's answer holds no property".into());
     }
-    Ok(props)
+    Ok(scanner.props)
+}
+
+/// What [`scan`] has seen of the answer so far.
+#[derive(Default)]
+struct Scanner {
+    /// The open elements, outermost first.
+    path: Vec<String>,
+    props: Vec<PropSpan>,
+    /// Within the current propSet: its start, name, and the value's entries so far.
+    prop: Option<(usize, String, Option<Items>)>,
+    /// Within an entry of an array value: its start, and what its text said so far.
+    entry: Option<(usize, UnreadDevice)>,
+    /// The text of the element being read.
+    text: String,
+}
+
+impl Scanner {
+    /// Whether the innermost open element is a property's value (`propSet/val`): an element
+    /// starting or ending right inside it is an entry of the value.
+    fn in_value(&self) -> bool {
+        matches!(self.path.as_slice(), [.., set, val] if set == "propSet" && val == "val")
+    }
+
+    /// Element `e` starts at `before`; its content at `after`.
+    fn start(&mut self, e: &BytesStart<'_>, before: usize, after: usize) {
+        let name = local(e);
+        self.text.clear();
+        match (self.path.last().map(String::as_str), name.as_str()) {
+            (Some("objects"), "propSet") => self.prop = Some((before, String::new(), None)),
+            (Some("propSet"), "val") => {
+                if let Some((_, _, items)) = self.prop.as_mut() {
+                    *items = Some(Items {
+                        inner: after..after,
+                        each: Vec::new(),
+                    });
+                }
+            }
+            (Some("val"), _) if self.in_value() => {
+                self.entry = Some((
+                    before,
+                    UnreadDevice {
+                        kind: xsi_type(e).unwrap_or_default(),
+                        ..UnreadDevice::default()
+                    },
+                ));
+            }
+            (Some(_), "backing") if self.entry.is_some() && in_entry(&self.path) == 0 => {
+                if let Some((_, d)) = self.entry.as_mut() {
+                    d.backing = xsi_type(e);
+                }
+            }
+            _ => {}
+        }
+        self.path.push(name);
+    }
+
+    /// The innermost open element ends: its end tag starts at `before` and ends at `after`.
+    fn end(&mut self, before: usize, after: usize) {
+        let name = self.path.pop().unwrap_or_default();
+        let in_value = self.in_value();
+        let parent = self.path.last().map(String::as_str);
+        match (parent, name.as_str()) {
+            (Some("propSet"), "name") => {
+                if let Some((_, n, _)) = self.prop.as_mut() {
+                    *n = self.text.trim().to_owned();
+                }
+            }
+            (Some("propSet"), "val") => {
+                if let Some((_, _, Some(items))) = self.prop.as_mut() {
+                    items.inner.end = before;
+                }
+            }
+            (Some("objects"), "propSet") => {
+                if let Some((start, name, items)) = self.prop.take() {
+                    self.props.push(PropSpan {
+                        name,
+                        span: start..after,
+                        items: items.filter(|i| !i.each.is_empty()),
+                    });
+                }
+            }
+            (Some("val"), _) if in_value => {
+                if let (Some((start, d)), Some((_, _, Some(items)))) =
+                    (self.entry.take(), self.prop.as_mut())
+                {
+                    items.each.push((start..after, d));
+                }
+            }
+            _ => {
+                if let Some((_, d)) = self.entry.as_mut() {
+                    device_field(d, in_entry(&self.path), parent, &name, self.text.trim());
+                }
+            }
+        }
+        self.text.clear();
+    }
+}
+
+/// What element `name` (under `parent`, `depth` below an entry's own children) with text
+/// `value` says of the device the entry is: its key, label or backing file. Pure.
+fn device_field(d: &mut UnreadDevice, depth: usize, parent: Option<&str>, name: &str, value: &str) {
+    match (depth, parent, name) {
+        (0, _, "key") => d.key = value.parse().ok(),
+        (1, Some("deviceInfo"), "label") => d.label = Some(value.to_owned()),
+        (1, Some("backing"), "fileName") => {
+            d.file = Some(value.to_owned()).filter(|f| !f.is_empty())
+        }
+        _ => {}
+    }
 }
 
 /// How deep below an array entry's own children the current element is: 0 for the entry's
