@@ -361,70 +361,36 @@ impl Runtime {
                 let (Effect::Patch { target, .. } | Effect::Delete { target, .. }) = &e else {
                     return After::Continue;
                 };
-                let Some(client) = self.client_of(target.key.cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
-                    if let Some(a) = actions::run(client, e).await {
-                        let _ = tx.send(a);
-                    }
-                });
+                let cluster = target.key.cluster;
+                self.answer_later(cluster, |client| actions::run(client, e));
             }
             Effect::ReviewAccess {
                 cluster,
                 namespace,
                 generation,
-            } => {
-                let Some(client) = self.client_of(cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
-                    let a = access::review(client, cluster, namespace, generation).await;
-                    let _ = tx.send(a);
-                });
-            }
+            } => self.answer_later(cluster, move |client| async move {
+                Some(access::review(client, cluster, namespace, generation).await)
+            }),
             Effect::FetchChildren { key, obj } => {
-                let Some(client) = self.client_of(key.cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
+                self.answer_later(key.cluster, |client| async move {
                     let (_, result) = children::read(client, &obj).await;
-                    let _ = tx.send(Action::Children { key, result });
+                    Some(Action::Children { key, result })
                 });
             }
-            Effect::FetchWhole { key } => {
-                let Some(client) = self.client_of(key.cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
-                    let result = crate::kube::watch::whole_yaml(client, &key).await;
-                    let _ = tx.send(Action::Whole { key, result });
-                });
-            }
+            Effect::FetchWhole { key } => self.answer_later(key.cluster, |client| async move {
+                let result = crate::kube::watch::whole_yaml(client, &key).await;
+                Some(Action::Whole { key, result })
+            }),
             Effect::FetchMigration { key } => {
-                let Some(client) = self.client_of(key.cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
+                self.answer_later(key.cluster, |client| async move {
                     let result = crate::kube::watch::read_migration(client, &key).await;
-                    let _ = tx.send(Action::MigrationRead { key, result });
+                    Some(Action::MigrationRead { key, result })
                 });
             }
-            Effect::FetchPods { key } => {
-                let Some(client) = self.client_of(key.cluster) else {
-                    return After::Continue;
-                };
-                let tx = self.ui_tx.clone();
-                tokio::spawn(async move {
-                    let result = podlogs::find(client, &key).await;
-                    let _ = tx.send(Action::PodsFound { key, result });
-                });
-            }
+            Effect::FetchPods { key } => self.answer_later(key.cluster, |client| async move {
+                let result = podlogs::find(client, &key).await;
+                Some(Action::PodsFound { key, result })
+            }),
             Effect::FollowLog {
                 key,
                 session,
@@ -445,40 +411,63 @@ impl Runtime {
                 self.stop_log();
                 self.watch(state);
             }
-            Effect::Copy(text) => {
-                // Written between frames: the terminal's own buffer was flushed with the last
-                // frame, so the sequence never lands inside one. A failed write loses the copy,
-                // never the screen.
-                let copy = crossterm::clipboard::CopyToClipboard::to_clipboard_from(text);
-                if let Err(e) = crossterm::execute!(self.clipboard, copy) {
-                    tracing::warn!(error = %e, "copying to the clipboard (OSC 52) failed");
-                }
-            }
-            Effect::SwitchContexts(contexts) => {
-                self.stop_log();
-                let opts = ConnectOptions {
-                    contexts,
-                    ..self.connect.clone()
-                };
-                return match cluster::connect_all(&opts).await {
-                    Ok(clusters) => {
-                        let views = clusters
-                            .iter()
-                            .map(|c| {
-                                ClusterView::new(&c.context, Scope::Namespace(c.namespace.clone()))
-                            })
-                            .collect();
-                        self.clusters = clusters;
-                        self.connect = opts;
-                        // The watches start once the state knows the new clusters.
-                        self.watches.clear();
-                        After::Feed(Action::ContextSwitched(views))
-                    }
-                    Err(e) => After::Feed(Action::ContextFailed(e.to_string())),
-                };
-            }
+            Effect::Copy(text) => self.copy(text),
+            Effect::SwitchContexts(contexts) => return self.switch_contexts(contexts).await,
         }
         After::Continue
+    }
+
+    /// Runs `task` on cluster `c`'s client in the background (nothing without one); the
+    /// action it answers comes back on the ui channel.
+    fn answer_later<T, F>(&self, c: ClusterId, task: T)
+    where
+        T: FnOnce(::kube::Client) -> F,
+        F: Future<Output = Option<Action>> + Send + 'static,
+    {
+        let Some(client) = self.client_of(c) else {
+            return;
+        };
+        let tx = self.ui_tx.clone();
+        let answer = task(client);
+        tokio::spawn(async move {
+            if let Some(a) = answer.await {
+                let _ = tx.send(a);
+            }
+        });
+    }
+
+    /// Puts `text` on the clipboard (OSC 52). Written between frames: the terminal's own
+    /// buffer was flushed with the last frame, so the sequence never lands inside one. A failed
+    /// write loses the copy, never the screen.
+    fn copy(&mut self, text: String) {
+        let copy = crossterm::clipboard::CopyToClipboard::to_clipboard_from(text);
+        if let Err(e) = crossterm::execute!(self.clipboard, copy) {
+            tracing::warn!(error = %e, "copying to the clipboard (OSC 52) failed");
+        }
+    }
+
+    /// Connects to `contexts` instead of the clusters so far; the state learns of them (or of
+    /// the failure) from the action it answers.
+    async fn switch_contexts(&mut self, contexts: Vec<String>) -> After {
+        self.stop_log();
+        let opts = ConnectOptions {
+            contexts,
+            ..self.connect.clone()
+        };
+        match cluster::connect_all(&opts).await {
+            Ok(clusters) => {
+                let views = clusters
+                    .iter()
+                    .map(|c| ClusterView::new(&c.context, Scope::Namespace(c.namespace.clone())))
+                    .collect();
+                self.clusters = clusters;
+                self.connect = opts;
+                // The watches start once the state knows the new clusters.
+                self.watches.clear();
+                After::Feed(Action::ContextSwitched(views))
+            }
+            Err(e) => After::Feed(Action::ContextFailed(e.to_string())),
+        }
     }
 }
 
@@ -535,32 +524,86 @@ where
     } = d;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut dirty = true;
-    // What the last frame showed of the plain board.
-    let mut drawn: Option<Stamp> = None;
-    let mut last_draw = Instant::now() - FRAME;
-    let mut frames: u64 = 0;
-    let (mut applied, mut from_watches) = (0usize, 0usize);
-    let mut updating = Duration::ZERO;
-    let details = observer.details();
-    let mut arrived: Vec<Arrival> = vec![];
-    // Actions waiting for `update`: from the terminal, the watches, the clock, and what
-    // effects answer at once. This loop is the only caller of `update`.
-    let mut queue: VecDeque<Action> = first.into();
+    let mut turns = Turns::new(first, observer.details());
     tokio::pin!(stop);
     loop {
+        if turns.apply(state, rt).await {
+            return Ok(());
+        }
+        if turns.dirty && turns.last_draw.elapsed() >= FRAME {
+            turns.draw(terminal, state, theme, observer)?;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(turns.last_draw + FRAME), if turns.dirty => {}
+            _ = tick.tick() => turns.queue.push_back(Action::Tick(Timestamp::now())),
+            ev = keys_in.next() => match ev {
+                Some(Ok(TermEvent::Key(k))) => {
+                    if let Some(a) = keys::action_for(state, k) { turns.queue.push_back(a) }
+                }
+                Some(Ok(TermEvent::Resize(width, height))) => {
+                    turns.queue.push_back(Action::Resize(Screen { width, height }));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(()),
+            },
+            Some(a) = rt.data_rx.recv() => turns.take_watch_actions(a, rt),
+            Some(a) = rt.ui_rx.recv() => turns.queue.push_back(a),
+            () = &mut stop => return Ok(()),
+        }
+    }
+}
+
+/// What the loop keeps from one turn to the next: the actions waiting, whether the screen
+/// needs a frame, and what the next frame's [`FrameInfo`] will say.
+struct Turns {
+    /// Actions waiting for `update`: from the terminal, the watches, the clock, and what
+    /// effects answer at once. This loop is the only caller of `update`.
+    queue: VecDeque<Action>,
+    dirty: bool,
+    /// What the last frame showed of the plain board.
+    drawn: Option<Stamp>,
+    last_draw: Instant,
+    frames: u64,
+    applied: usize,
+    from_watches: usize,
+    updating: Duration,
+    /// Whether the observer asked for arrivals and scheduling.
+    details: bool,
+    arrived: Vec<Arrival>,
+}
+
+impl Turns {
+    fn new(first: Vec<Action>, details: bool) -> Turns {
+        Turns {
+            queue: first.into(),
+            dirty: true,
+            drawn: None,
+            last_draw: Instant::now() - FRAME,
+            frames: 0,
+            applied: 0,
+            from_watches: 0,
+            updating: Duration::ZERO,
+            details,
+            arrived: vec![],
+        }
+    }
+
+    /// Applies every queued action to `state`, carrying out the effects `update` returns;
+    /// whether the loop ends.
+    async fn apply(&mut self, state: &mut State, rt: &mut Runtime) -> bool {
         let mut quit = false;
-        let batch = !queue.is_empty();
+        let batch = !self.queue.is_empty();
         let mut only_changes = true;
         let applying = Instant::now();
-        while let Some(a) = queue.pop_front() {
+        while let Some(a) = self.queue.pop_front() {
             only_changes &= matches!(a, Action::MigrationApplied(..) | Action::Tick(_));
-            applied += 1;
+            self.applied += 1;
             let contexts_switched = matches!(a, Action::ContextSwitched(_));
             for fx in update(state, a) {
                 match rt.run(fx, state).await {
                     After::Continue => {}
-                    After::Feed(a) => queue.push_back(a),
+                    After::Feed(a) => self.queue.push_back(a),
                     After::Quit => quit = true,
                 }
             }
@@ -569,93 +612,90 @@ where
             }
         }
         if batch {
-            updating += applying.elapsed();
+            self.updating += applying.elapsed();
         }
         if quit || state.quit {
-            return Ok(());
+            return true;
         }
         // Migration changes and ticks that leave the plain board as it was drawn (rows off
         // screen, the same second) need no frame; anything else is drawn.
-        if batch && (!only_changes || drawn.is_none() || Stamp::of(state) != drawn) {
-            dirty = true;
+        if batch && (!only_changes || self.drawn.is_none() || Stamp::of(state) != self.drawn) {
+            self.dirty = true;
         }
-        if dirty && last_draw.elapsed() >= FRAME {
-            let read_before = state.index.rows_read();
-            // The log pane's new lines, moved from the logger's buffer (it keeps the last
-            // thousand; a frame comes at least once a second with the clock).
-            tui_logger::move_events();
-            let mut render = Duration::ZERO;
-            let (drawn_ok, draw, sched) = Sched::around(details, || {
-                terminal.draw(|f| {
-                    let t = Instant::now();
-                    ui::draw(f, state, Options { theme, logs: true });
-                    render = t.elapsed();
-                })
-            });
-            drawn_ok.map_err(Into::into)?;
-            frames += 1;
-            let info = FrameInfo {
-                n: frames,
-                actions: applied,
-                watch_actions: from_watches,
-                update: updating,
-                draw,
-                render,
-                sched,
-                rows_read: state.index.rows_read() - read_before,
-                arrived: std::mem::take(&mut arrived),
-            };
-            observer.frame(state, &info);
-            drawn = Stamp::of(state);
-            (applied, from_watches, updating) = (0, 0, Duration::ZERO);
-            last_draw = Instant::now();
-            dirty = false;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(last_draw + FRAME), if dirty => {}
-            _ = tick.tick() => queue.push_back(Action::Tick(Timestamp::now())),
-            ev = keys_in.next() => match ev {
-                Some(Ok(TermEvent::Key(k))) => {
-                    if let Some(a) = keys::action_for(state, k) { queue.push_back(a) }
-                }
-                Some(Ok(TermEvent::Resize(width, height))) => {
-                    queue.push_back(Action::Resize(Screen { width, height }));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e.into()),
-                None => return Ok(()),
-            },
-            Some(a) = rt.data_rx.recv() => {
-                queue.push_back(Action::Tick(Timestamp::now()));
-                // Take what else is queued too: one frame for a burst of watch events.
-                let mut next = Some(a);
-                while let Some(a) = next {
-                    if details && let Action::MigrationApplied(_, o) = &a {
-                        arrived.push(Arrival {
-                            key: format!(
-                                "{}/{}",
-                                o.metadata.namespace.as_deref().unwrap_or(""),
-                                o.metadata.name.as_deref().unwrap_or("")
-                            ),
-                            resource_version: o
-                                .metadata
-                                .resource_version
-                                .clone()
-                                .unwrap_or_default(),
-                            at_us: epoch_us(),
-                        });
-                    }
-                    queue.push_back(a);
-                    from_watches += 1;
-                    next = if queue.len() < BATCH {
-                        rt.data_rx.try_recv().ok()
-                    } else {
-                        None
-                    };
-                }
+        false
+    }
+
+    /// Draws a frame of `state` and tells `observer` about it.
+    fn draw<B>(
+        &mut self,
+        terminal: &mut Terminal<B>,
+        state: &State,
+        theme: Theme,
+        observer: &mut dyn FrameObserver,
+    ) -> Result<()>
+    where
+        B: Backend,
+        B::Error: Into<crate::Error>,
+    {
+        let read_before = state.index.rows_read();
+        // The log pane's new lines, moved from the logger's buffer (it keeps the last
+        // thousand; a frame comes at least once a second with the clock).
+        tui_logger::move_events();
+        let mut render = Duration::ZERO;
+        let (drawn_ok, draw, sched) = Sched::around(self.details, || {
+            terminal.draw(|f| {
+                let t = Instant::now();
+                ui::draw(f, state, Options { theme, logs: true });
+                render = t.elapsed();
+            })
+        });
+        drawn_ok.map_err(Into::into)?;
+        self.frames += 1;
+        let info = FrameInfo {
+            n: self.frames,
+            actions: self.applied,
+            watch_actions: self.from_watches,
+            update: self.updating,
+            draw,
+            render,
+            sched,
+            rows_read: state.index.rows_read() - read_before,
+            arrived: std::mem::take(&mut self.arrived),
+        };
+        observer.frame(state, &info);
+        self.drawn = Stamp::of(state);
+        (self.applied, self.from_watches, self.updating) = (0, 0, Duration::ZERO);
+        self.last_draw = Instant::now();
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Queues `a` from the watches, with the clock, and what else they have queued too: one
+    /// frame for a burst of watch events.
+    fn take_watch_actions(&mut self, a: Action, rt: &mut Runtime) {
+        self.queue.push_back(Action::Tick(Timestamp::now()));
+        let mut next = Some(a);
+        while let Some(a) = next {
+            if self.details
+                && let Action::MigrationApplied(_, o) = &a
+            {
+                self.arrived.push(Arrival {
+                    key: format!(
+                        "{}/{}",
+                        o.metadata.namespace.as_deref().unwrap_or(""),
+                        o.metadata.name.as_deref().unwrap_or("")
+                    ),
+                    resource_version: o.metadata.resource_version.clone().unwrap_or_default(),
+                    at_us: epoch_us(),
+                });
             }
-            Some(a) = rt.ui_rx.recv() => queue.push_back(a),
-            () = &mut stop => return Ok(()),
+            self.queue.push_back(a);
+            self.from_watches += 1;
+            next = if self.queue.len() < BATCH {
+                rt.data_rx.try_recv().ok()
+            } else {
+                None
+            };
         }
     }
 }

@@ -204,6 +204,43 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
     let inner = super::ruled(frame, t, area, title(state, t));
     let page = inner.height.saturating_sub(1) as usize;
     let w = widths(state, inner.width);
+    let (header, mut cons) = header(state, &w, t);
+    let message_w = message_width(&cons, inner.width);
+    cons.push(Constraint::Fill(1));
+    let focused = state.focus == Focus::Board;
+    let rows: Vec<TRow> = state
+        .index
+        .visible_range(state.offset, page)
+        .enumerate()
+        .map(|(i, r)| {
+            let cursor = state.offset + i == state.cursor;
+            let row = TRow::new(cells(state, r, &w, t, cursor, message_w));
+            if cursor {
+                row.style(t.cursor(focused))
+            } else {
+                row.style(Style::new())
+            }
+        })
+        .collect();
+    let empty = rows.is_empty();
+    let table = Table::new(rows, cons)
+        .header(TRow::new(header))
+        .column_spacing(1);
+    frame.render_widget(table, inner);
+    if empty && inner.height > 2 {
+        let area = Rect {
+            y: inner.y + 2,
+            height: 1,
+            ..inner
+        };
+        let hint = Paragraph::new(Span::styled(empty_hint(state), t.dim())).centered();
+        frame.render_widget(hint, area);
+    }
+}
+
+/// The header's cells, the sort column's in the key's style, and the widths of every column
+/// but MESSAGE.
+fn header(state: &State, w: &Widths, t: &Theme) -> (Vec<Cell<'static>>, Vec<Constraint>) {
     let sort = state.index.sort().key;
     let head = |label: &'static str, key: Option<SortKey>| {
         let style = if key == Some(sort) {
@@ -213,6 +250,8 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         };
         Cell::from(Span::styled(label, style))
     };
+    // Narrow, the long column titles have short forms.
+    let long_or_short = |long, short| if w.rate { long } else { short };
     let mut header = vec![Cell::from("")];
     let mut cons = vec![Constraint::Length(3)];
     if w.cluster > 0 {
@@ -229,35 +268,19 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         head(column::WAVE, Some(SortKey::Wave)),
         head(column::PHASE, Some(SortKey::Phase)),
         head(
-            if w.rate {
-                column::PROGRESS
-            } else {
-                column::PROGRESS_SHORT
-            },
+            long_or_short(column::PROGRESS, column::PROGRESS_SHORT),
             Some(SortKey::Progress),
         ),
         head(
-            if w.rate {
-                column::CONDITIONS
-            } else {
-                column::CONDITIONS_SHORT
-            },
+            long_or_short(column::CONDITIONS, column::CONDITIONS_SHORT),
             None,
         ),
         head(
-            if w.rate {
-                column::ATTEMPT
-            } else {
-                column::ATTEMPT_SHORT
-            },
+            long_or_short(column::ATTEMPT, column::ATTEMPT_SHORT),
             Some(SortKey::Attempt),
         ),
         head(
-            if w.rate {
-                column::IN_PHASE
-            } else {
-                column::IN_PHASE_SHORT
-            },
+            long_or_short(column::IN_PHASE, column::IN_PHASE_SHORT),
             Some(SortKey::InPhase),
         ),
         head(column::MESSAGE, None),
@@ -270,8 +293,12 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
         Constraint::Length(w.attempt),
         Constraint::Length(w.in_phase),
     ]);
-    // MESSAGE takes what the other columns leave (each followed by one space): it shows the
-    // message's start and an ellipsis, the details view the whole of it.
+    (header, cons)
+}
+
+/// MESSAGE takes what the other columns (`cons`, each followed by one space) leave of `width`:
+/// it shows the message's start and an ellipsis, the details view the whole of it.
+fn message_width(cons: &[Constraint], width: u16) -> usize {
     let fixed: u16 = cons
         .iter()
         .map(|c| match c {
@@ -283,81 +310,69 @@ pub fn draw(frame: &mut Frame, state: &State, t: &Theme, area: Rect) {
             | Constraint::Fill(_) => 1,
         })
         .sum();
-    let message_w = usize::from(inner.width.saturating_sub(fixed));
-    cons.push(Constraint::Fill(1));
-    let focused = state.focus == Focus::Board;
-    let rows: Vec<TRow> = state
-        .index
-        .visible_range(state.offset, page)
-        .enumerate()
-        .map(|(i, r)| {
-            let cursor = state.offset + i == state.cursor;
-            let mut cells = vec![Cell::from(gutter(state, r, t, cursor))];
-            if w.cluster > 0 {
-                cells.push(Cell::from(cluster_cell(state, r, &w, t)));
-            }
-            cells.push(Cell::from(format::fit(&r.key.name, w.name as usize)));
-            if w.namespace > 0 {
-                cells.push(Cell::from(Span::styled(
-                    format::fit(&r.key.namespace, w.namespace as usize),
-                    t.dim(),
-                )));
-            }
-            cells.extend([
-                Cell::from(Span::styled(
-                    format::fit(r.wave.as_deref().unwrap_or(strings::NONE), w.wave as usize),
-                    t.dim(),
-                )),
-                Cell::from(phase(r, t)),
-                Cell::from(progress(r, &w, t)),
-                Cell::from(pips(r, t)),
-                Cell::from(format!("{:>3}", r.attempt)),
-                Cell::from(if w.rate {
-                    format!("{:>7}", format::age(r.phase_since, state.now))
-                } else {
-                    format!("{:>4}", format::short_age(r.phase_since, state.now))
-                }),
-                Cell::from(Span::styled(
-                    format::fit(&r.message, message_w),
-                    if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
-                        t.bad()
-                    } else {
-                        t.text()
-                    },
-                )),
-            ]);
-            let row = TRow::new(cells);
-            if cursor {
-                row.style(t.cursor(focused))
-            } else {
-                row.style(Style::new())
-            }
-        })
-        .collect();
-    let empty = rows.is_empty();
-    let table = Table::new(rows, cons)
-        .header(TRow::new(header))
-        .column_spacing(1);
-    frame.render_widget(table, inner);
-    if empty && inner.height > 2 {
-        let crd_missing = state
-            .clusters
-            .iter()
-            .all(|c| matches!(c.conn.migrations, crate::state::ConnState::CrdMissing));
-        let msg = if crd_missing {
-            strings::CRD_HINT
-        } else if state.clusters.iter().all(|c| !c.conn.ever_listed) {
-            strings::LOADING
-        } else if state.index.is_empty() {
-            strings::EMPTY_BOARD
+    usize::from(width.saturating_sub(fixed))
+}
+
+/// The cells of row `r`'s line, the `cursor`'s or not.
+fn cells(
+    state: &State,
+    r: &Row,
+    w: &Widths,
+    t: &Theme,
+    cursor: bool,
+    message_w: usize,
+) -> Vec<Cell<'static>> {
+    let mut cells = vec![Cell::from(gutter(state, r, t, cursor))];
+    if w.cluster > 0 {
+        cells.push(Cell::from(cluster_cell(state, r, w, t)));
+    }
+    cells.push(Cell::from(format::fit(&r.key.name, w.name as usize)));
+    if w.namespace > 0 {
+        cells.push(Cell::from(Span::styled(
+            format::fit(&r.key.namespace, w.namespace as usize),
+            t.dim(),
+        )));
+    }
+    cells.extend([
+        Cell::from(Span::styled(
+            format::fit(r.wave.as_deref().unwrap_or(strings::NONE), w.wave as usize),
+            t.dim(),
+        )),
+        Cell::from(phase(r, t)),
+        Cell::from(progress(r, w, t)),
+        Cell::from(pips(r, t)),
+        Cell::from(format!("{:>3}", r.attempt)),
+        Cell::from(if w.rate {
+            format!("{:>7}", format::age(r.phase_since, state.now))
         } else {
-            strings::EMPTY_FILTERED
-        };
-        let area = Rect {
-            y: inner.y + 2,
-            height: 1,
-            ..inner
-        };
-        frame.render_widget(Paragraph::new(Span::styled(msg, t.dim())).centered(), area);
+            format!("{:>4}", format::short_age(r.phase_since, state.now))
+        }),
+        Cell::from(Span::styled(
+            format::fit(&r.message, message_w),
+            if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
+                t.bad()
+            } else {
+                t.text()
+            },
+        )),
+    ]);
+    cells
+}
+
+/// Why the board shows no row: no CRD, nothing listed yet, no migration, or none through the
+/// filter.
+fn empty_hint(state: &State) -> &'static str {
+    let crd_missing = state
+        .clusters
+        .iter()
+        .all(|c| matches!(c.conn.migrations, crate::state::ConnState::CrdMissing));
+    if crd_missing {
+        strings::CRD_HINT
+    } else if state.clusters.iter().all(|c| !c.conn.ever_listed) {
+        strings::LOADING
+    } else if state.index.is_empty() {
+        strings::EMPTY_BOARD
+    } else {
+        strings::EMPTY_FILTERED
     }
 }
