@@ -205,11 +205,9 @@ async fn guest_line(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> Strin
     }
 }
 
-/// The migration succeeded with the guest's own agent, and the instance says what the agent
-/// said of the guest.
-async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineMigration) {
-    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(v));
-    // Read whole: ferry's own VMI type keeps only the status fields it decides on.
+/// The migrated VM's instance, read whole: ferry's own VMI type keeps only the status fields it
+/// decides on.
+fn vmi_json(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> serde_json::Value {
     let json = env
         .lab
         .kubectl_ok(&[
@@ -222,10 +220,54 @@ async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineM
             "json",
         ])
         .unwrap();
-    let vmi: serde_json::Value = serde_json::from_str(&json).unwrap();
+    serde_json::from_str(&json).unwrap()
+}
+
+/// The migration succeeded with the guest's own agent, and the instance says what the agent
+/// said of the guest: its OS, and (virt-handler's `status.interfaces`, within a minute: the
+/// agent is asked again 10 s after its first answer) the guest's own name for the VMI's
+/// interface, found by the interface's MAC.
+async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineMigration) {
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(v));
+    let vmi = vmi_json(env, v);
     let os = &vmi["status"]["guestOSInfo"];
     assert_eq!(os["id"], "debian", "{vmi}");
     assert_eq!(os["prettyName"], "Debian GNU/Linux 12 (bookworm)", "{vmi}");
+    let spec = &vmi["spec"]["domain"]["devices"]["interfaces"][0];
+    let name = spec["name"]
+        .as_str()
+        .expect("the VMI's interface")
+        .to_owned();
+    // ferry keeps the source's MAC; libvirt (and the guest) write it in lower case.
+    let mac = spec["macAddress"]
+        .as_str()
+        .expect("the source's MAC kept")
+        .to_lowercase();
+    let from_the_agent = |i: &serde_json::Value| {
+        i["name"] == name.as_str()
+            && i["mac"] == mac.as_str()
+            && i["interfaceName"].as_str().is_some_and(|n| !n.is_empty())
+            && i["infoSource"]
+                .as_str()
+                .is_some_and(|s| s.split(", ").any(|s| s == "guest-agent"))
+    };
+    let reported = ferry_harness::eventually(
+        "the guest agent's interface in the instance's status",
+        std::time::Duration::from_secs(60),
+        || async {
+            let vmi = vmi_json(env, v);
+            let ifaces = vmi["status"]["interfaces"].as_array()?.clone();
+            ifaces.into_iter().find(&from_the_agent)
+        },
+    )
+    .await;
+    if reported.is_err() {
+        let vmi = vmi_json(env, v);
+        panic!(
+            "no interface {name} ({mac}) with the guest's name from its agent; status.interfaces: {}",
+            vmi["status"]["interfaces"]
+        );
+    }
 }
 
 /// `tests/guests/boot.sh IMAGE 300 BUS` on SeaBIOS: its exit code, its line, and its

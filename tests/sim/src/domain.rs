@@ -8,8 +8,16 @@
 //! its volume's claim (`virtio`, `sata`, `scsi`) in `bootOrder` (else listed order), each
 //! interface's model and MAC (user networking stands in for the pod network), the guest agent's
 //! virtio-serial channel (`org.qemu.guest_agent.0`, always present), and serial port 0.
-//! A spec the node cannot run here (a volume that is not a claim, a bus qemu lacks) is refused
-//! with its reason, as virt-launcher fails a domain it cannot define.
+//! The interfaces are the domain's as KubeVirt's network configurator makes them
+//! (`DomainConfigurator.Configure`, `converter/network/configurator.go`): an interface with
+//! `state: absent` is left out; a MAC is the spec's `macAddress` (as libvirt writes it, lower
+//! case) or, without one, libvirt's own (`52:54:00:…`; here derived from the VMI's uid, so the
+//! same instance gets the same one); a virtio interface has as many queues as vCPUs with
+//! `networkInterfaceMultiqueue` (`NetworkQueuesCapacity`, `virtio-queues.go`; qemu's user network
+//! still runs one), else one.
+//! A spec the node cannot run here (a volume that is not a claim, a bus qemu lacks, an SR-IOV or
+//! binding-plugin interface, a link set down) is refused with its reason, as virt-launcher fails
+//! a domain it cannot define.
 
 use serde_json::Value;
 
@@ -33,11 +41,18 @@ pub struct Disk {
     pub boot_order: Option<u64>,
 }
 
-/// One network interface.
+/// One network interface of the domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nic {
+    /// The VMI spec's interface name (the domain's alias `ua-<name>`).
+    pub name: String,
     pub model: String,
-    pub mac: Option<String>,
+    /// As the domain has it: lower case, never absent.
+    pub mac: String,
+    /// The driver's queues (`queueCount` in the VMI's status).
+    pub queues: u32,
+    /// Bound with `masquerade` (the guest's link-local addresses are not reported).
+    pub masquerade: bool,
 }
 
 /// What qemu is asked to run.
@@ -52,6 +67,8 @@ pub struct Machine {
     pub memory_mib: u64,
     pub disks: Vec<Disk>,
     pub nics: Vec<Nic>,
+    /// The name of the network (and its interface) that is the pod network, if any.
+    pub pod_network: Option<String>,
 }
 
 /// Files of one running instance.
@@ -81,8 +98,8 @@ fn count(v: Option<&Value>) -> u64 {
     v.and_then(Value::as_u64).filter(|n| *n > 0).unwrap_or(1)
 }
 
-/// The machine of a VMI spec, or why this node cannot run it.
-pub fn machine(spec: &VirtualMachineInstanceSpec) -> Result<Machine, String> {
+/// The machine of the VMI `uid`'s spec, or why this node cannot run it.
+pub fn machine(spec: &VirtualMachineInstanceSpec, uid: &str) -> Result<Machine, String> {
     let rest = Value::Object(spec.rest.clone());
     let domain = rest.get("domain").cloned().unwrap_or(Value::Null);
     let firmware = match at(&domain, &["firmware", "bootloader", "efi"]) {
@@ -106,34 +123,91 @@ pub fn machine(spec: &VirtualMachineInstanceSpec) -> Result<Machine, String> {
     let bytes = crate::quantity::parse_bytes(memory)
         .ok_or_else(|| format!("memory {memory:?} is not a quantity"))?;
     let disks = disks(spec, &domain)?;
-    let nics = at(&domain, &["devices", "interfaces"])
+    let (sockets, cores, threads) = (
+        count(cpu.get("sockets")),
+        count(cpu.get("cores")),
+        count(cpu.get("threads")),
+    );
+    let multiqueue = at(&domain, &["devices", "networkInterfaceMultiqueue"])
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let vcpus = u32::try_from(sockets * cores * threads).unwrap_or(u32::MAX);
+    let nics = nics(&domain, uid, multiqueue.then_some(vcpus))?;
+    let pod_network = rest
+        .get("networks")
         .and_then(Value::as_array)
-        .map(|ifs| {
-            ifs.iter()
-                .map(|i| Nic {
-                    model: i
-                        .get("model")
-                        .and_then(Value::as_str)
-                        .unwrap_or("virtio")
-                        .to_owned(),
-                    mac: i
-                        .get("macAddress")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+        .into_iter()
+        .flatten()
+        .find(|n| n.get("pod").is_some())
+        .and_then(|n| n.get("name").and_then(Value::as_str))
+        .map(str::to_owned);
     Ok(Machine {
         firmware,
         machine_type,
-        sockets: count(cpu.get("sockets")),
-        cores: count(cpu.get("cores")),
-        threads: count(cpu.get("threads")),
+        sockets,
+        cores,
+        threads,
         memory_mib: (bytes / (1024 * 1024)).max(1),
         disks,
         nics,
+        pod_network,
     })
+}
+
+/// The domain's interfaces from `domain.devices.interfaces` (`absent` ones left out); with
+/// `multiqueue`, a virtio interface's queues (vCPUs, at most 256).
+fn nics(domain: &Value, uid: &str, multiqueue: Option<u32>) -> Result<Vec<Nic>, String> {
+    let listed = at(domain, &["devices", "interfaces"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, iface) in listed.iter().enumerate() {
+        let s = |k: &str| iface.get(k).and_then(Value::as_str);
+        let name = s("name").unwrap_or_default().to_owned();
+        match s("state") {
+            Some("absent") => continue,
+            Some("down") => {
+                return Err(format!(
+                    "interface {name:?}: this node does not set a link down"
+                ));
+            }
+            _ => {}
+        }
+        if let Some(kind) = ["sriov", "binding", "passtBinding"]
+            .into_iter()
+            .find(|k| iface.get(k).is_some())
+        {
+            return Err(format!("interface {name:?}: {kind} is not supported"));
+        }
+        let model = s("model").unwrap_or("virtio").to_owned();
+        let queues = match multiqueue {
+            Some(n) if model == "virtio" => n.min(256),
+            _ => 1,
+        };
+        out.push(Nic {
+            mac: s("macAddress").map_or_else(|| libvirt_mac(uid, i), str::to_lowercase),
+            name,
+            model,
+            queues,
+            masquerade: iface.get("masquerade").is_some(),
+        });
+    }
+    Ok(out)
+}
+
+/// A MAC address as libvirt makes one for an interface without (`virMacAddrGenerate`: QEMU's
+/// prefix `52:54:00`, then three bytes; random there, here of the VMI's uid and the interface's
+/// index). Pure.
+fn libvirt_mac(uid: &str, index: usize) -> String {
+    // FNV-1a.
+    let h = format!("{uid}/{index}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let b = h.to_be_bytes();
+    format!("52:54:00:{:02x}:{:02x}:{:02x}", b[5], b[6], b[7])
 }
 
 /// The disks of `domain.devices.disks`, each backed by its volume's claim, in boot order.
@@ -261,15 +335,11 @@ pub fn argv(m: &Machine, f: &Files) -> Vec<String> {
         a.extend(["-nic".into(), "none".into()]);
     }
     for (i, n) in m.nics.iter().enumerate() {
-        let mut dev = format!("{},netdev=net{i}", nic_device(&n.model));
-        if let Some(mac) = &n.mac {
-            dev.push_str(&format!(",mac={mac}"));
-        }
         a.extend([
             "-netdev".into(),
             format!("user,id=net{i}"),
             "-device".into(),
-            dev,
+            format!("{},netdev=net{i},mac={}", nic_device(&n.model), n.mac),
         ]);
     }
     a.extend([
@@ -332,7 +402,7 @@ mod tests {
             }),
             &[("d0", "m-disk-0"), ("d1", "m-disk-1")],
         );
-        let m = machine(&s).unwrap();
+        let m = machine(&s, "vmi-uid").unwrap();
         assert_eq!(m.firmware, Firmware::Bios);
         assert_eq!(m.memory_mib, 512);
         assert_eq!(
@@ -362,15 +432,65 @@ mod tests {
             json!({"memory": {"guest": "1Gi"}, "firmware": {"bootloader": {"efi": efi}},
                    "devices": {"disks": [{"name": "d0", "disk": {"bus": "virtio"}}]}})
         };
-        let off = machine(&spec(d(json!({"secureBoot": false})), &[("d0", "x")])).unwrap();
+        let off = machine(&spec(d(json!({"secureBoot": false})), &[("d0", "x")]), "u").unwrap();
         assert_eq!(off.firmware, Firmware::Efi { secure_boot: false });
         let a = argv(&off, &files(1)).join(" ");
         assert!(a.contains(OVMF_CODE) && !a.contains("smm=on"), "{a}");
         // KubeVirt's default for an efi bootloader is Secure Boot on.
-        let on = machine(&spec(d(json!({})), &[("d0", "x")])).unwrap();
+        let on = machine(&spec(d(json!({})), &[("d0", "x")]), "u").unwrap();
         assert_eq!(on.firmware, Firmware::Efi { secure_boot: true });
         let a = argv(&on, &files(1)).join(" ");
         assert!(a.contains(OVMF_CODE_SECBOOT) && a.contains("smm=on"), "{a}");
+    }
+
+    #[test]
+    fn the_interfaces_are_the_domains_with_their_macs_and_queues() {
+        let mut s = spec(
+            json!({
+                "cpu": {"sockets": 2, "cores": 2},
+                "memory": {"guest": "1Gi"},
+                "devices": {
+                    "networkInterfaceMultiqueue": true,
+                    "disks": [{"name": "d0", "disk": {"bus": "virtio"}}],
+                    "interfaces": [
+                        {"name": "net-0", "model": "virtio", "masquerade": {}, "macAddress": "00:0C:29:32:64:63"},
+                        {"name": "gone", "bridge": {}, "state": "absent"},
+                        {"name": "net-1", "model": "e1000e", "bridge": {}}
+                    ]
+                }
+            }),
+            &[("d0", "x")],
+        );
+        s.rest.insert(
+            "networks".into(),
+            json!([{"name": "net-1", "multus": {"networkName": "br"}}, {"name": "net-0", "pod": {}}]),
+        );
+        let m = machine(&s, "vmi-uid").unwrap();
+        assert_eq!(m.pod_network.as_deref(), Some("net-0"));
+        let n = &m.nics;
+        assert_eq!(n.len(), 2, "absent left out: {n:?}");
+        assert_eq!(
+            (n[0].mac.as_str(), n[0].queues, n[0].masquerade),
+            ("00:0c:29:32:64:63", 4, true)
+        );
+        // No MAC in the spec: libvirt's prefix, the same for the same instance; one queue off virtio.
+        assert!(
+            n[1].mac.starts_with("52:54:00:") && n[1].mac.len() == 17,
+            "{}",
+            n[1].mac
+        );
+        assert_eq!(machine(&s, "vmi-uid").unwrap().nics[1].mac, n[1].mac);
+        assert_ne!(machine(&s, "other").unwrap().nics[1].mac, n[1].mac);
+        assert_eq!((n[1].queues, n[1].masquerade), (1, false));
+        let a = argv(&m, &files(1)).join(" ");
+        assert!(
+            a.contains("virtio-net-pci,netdev=net0,mac=00:0c:29:32:64:63"),
+            "{a}"
+        );
+        assert!(
+            a.contains(&format!("e1000e,netdev=net1,mac={}", n[1].mac)),
+            "{a}"
+        );
     }
 
     #[test]
@@ -383,13 +503,27 @@ mod tests {
             name: "c".into(),
             ..Volume::default()
         });
-        assert!(machine(&s).unwrap_err().contains("not a claim"));
+        assert!(machine(&s, "vmi-uid").unwrap_err().contains("not a claim"));
         let s = spec(
             json!({"memory": {"guest": "1Gi"}, "devices": {"disks": [{"name": "d0", "disk": {"bus": "usb"}}]}}),
             &[("d0", "x")],
         );
-        assert!(machine(&s).unwrap_err().contains("usb"));
+        assert!(machine(&s, "vmi-uid").unwrap_err().contains("usb"));
         let s = spec(json!({"devices": {}}), &[]);
-        assert!(machine(&s).unwrap_err().contains("memory"));
+        assert!(machine(&s, "vmi-uid").unwrap_err().contains("memory"));
+        for (iface, why) in [
+            (json!({"name": "n", "sriov": {}}), "sriov"),
+            (
+                json!({"name": "n", "binding": {"name": "passt"}}),
+                "binding",
+            ),
+            (json!({"name": "n", "bridge": {}, "state": "down"}), "down"),
+        ] {
+            let s = spec(
+                json!({"memory": {"guest": "1Gi"}, "devices": {"interfaces": [iface]}}),
+                &[],
+            );
+            assert!(machine(&s, "vmi-uid").unwrap_err().contains(why), "{why}");
+        }
     }
 }

@@ -29,6 +29,7 @@ use crate::kubevirt::{
     PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
     VirtualMachineInstanceStatus, phase,
 };
+use crate::netstat;
 use crate::pods;
 use crate::qemu;
 use crate::scheduling;
@@ -672,8 +673,9 @@ fn guest_step(
 }
 
 /// A real guest while its VMI is `Running`: it ends when qemu ends (or never started here: the
-/// domain is gone, as virt-handler finds after a node restart), and its agent connects once the
-/// guest's agent answered. Pure.
+/// domain is gone, as virt-handler finds after a node restart), its agent connects once the
+/// guest's agent answered, and its interfaces are the domain's with what the agent said of them
+/// (`netstat.rs`), written when they change. Pure.
 fn real_guest_runs(mut s: VirtualMachineInstanceStatus, g: &qemu::View, now_s: &str) -> Decision {
     let ended = match (g.started, g.exited, &g.failed_to_start) {
         (false, _, _) | (_, _, Some(_)) => Some(phase::FAILED),
@@ -685,18 +687,33 @@ fn real_guest_runs(mut s: VirtualMachineInstanceStatus, g: &qemu::View, now_s: &
         enter(&mut s, p, now_s);
         return Decision::vmi(s).with_guest(GuestAction::Kill);
     }
-    match &g.agent {
-        Some(os) if !conditions::is_true(&s.conditions, "AgentConnected") => {
-            s.conditions.push(conditions::Condition {
-                type_: "AgentConnected".into(),
-                status: "True".into(),
-                last_probe_time: Some(now_s.to_owned()),
-                ..conditions::Condition::default()
-            });
-            s.guest_os_info = Some(os.clone());
-            Decision::vmi(s)
-        }
-        _ => Decision::wait(GUEST_POLL),
+    let mut changed = false;
+    if let Some(os) = &g.agent
+        && !conditions::is_true(&s.conditions, "AgentConnected")
+    {
+        s.conditions.push(conditions::Condition {
+            type_: "AgentConnected".into(),
+            status: "True".into(),
+            last_probe_time: Some(now_s.to_owned()),
+            ..conditions::Condition::default()
+        });
+        s.guest_os_info = Some(os.clone());
+        changed = true;
+    }
+    let interfaces = netstat::interfaces(
+        &g.nics,
+        g.pod_network.as_deref(),
+        &g.interfaces,
+        &s.interfaces,
+    );
+    if interfaces != s.interfaces {
+        s.interfaces = interfaces;
+        changed = true;
+    }
+    if changed {
+        Decision::vmi(s)
+    } else {
+        Decision::wait(GUEST_POLL)
     }
 }
 
@@ -847,7 +864,7 @@ fn act_on_guest(sim: &Sim, vmi: &VirtualMachineInstance, action: GuestAction) {
     let ns = vmi.namespace().unwrap_or_default();
     match action {
         GuestAction::Nothing => {}
-        GuestAction::Start => match domain::machine(&vmi.spec) {
+        GuestAction::Start => match domain::machine(&vmi.spec, &uid) {
             Ok(m) => {
                 let volumes = &sim.settings.volumes;
                 let disks = m
@@ -951,18 +968,24 @@ async fn act(
             .body(serde_json::to_vec(&ops)?)
             .map_err(|e| Error::Invalid(format!("VMI patch request: {e}")))?;
         sim.handler.request::<serde_json::Value>(req).await?;
-        let old = vmi.status.as_ref().map(|s| s.phase.as_str());
-        if old != Some(status.phase.as_str()) {
-            info!(vmi = %format!("{ns}/{}", vmi.name_any()), phase = %status.phase, "VMI phase (virt-handler)");
-        } else {
-            info!(vmi = %format!("{ns}/{}", vmi.name_any()), "guest agent connected");
+        let key = format!("{ns}/{}", vmi.name_any());
+        if old.phase != status.phase {
+            info!(vmi = %key, phase = %status.phase, "VMI phase (virt-handler)");
+        }
+        if old.guest_os_info.is_none() && status.guest_os_info.is_some() {
+            info!(vmi = %key, "guest agent connected");
+        }
+        if old.interfaces != status.interfaces {
+            let ifaces = serde_json::to_string(&status.interfaces).unwrap_or_default();
+            info!(vmi = %key, interfaces = %ifaces, "VMI interfaces (virt-handler)");
         }
     }
     Ok(())
 }
 
 /// The JSON patch from `old` to `new` VMI status, touching only what virt-handler changed: the
-/// phase, the transition timestamps and conditions it appends, `reason`, `guestOSInfo`; guarded
+/// phase, the transition timestamps and conditions it appends, `reason`, `guestOSInfo`,
+/// `interfaces` (whole, as virt-controller patches them too, `prepareVMIPatch`); guarded
 /// by a test of the resource version. A merge patch would write back every condition as the sim
 /// reads it, without the `null` times KubeVirt's schema keeps (`nullable`), and virt-controller's
 /// patches, which `test` the conditions as it serialises them (`prepareVMIPatch`), would all fail.
@@ -1020,6 +1043,13 @@ pub fn vmi_patch(
     }
     if new.guest_os_info != old.guest_os_info {
         ops.push(json!({"op": "add", "path": "/status/guestOSInfo", "value": new.guest_os_info}));
+    }
+    if new.interfaces != old.interfaces {
+        if new.interfaces.is_empty() {
+            ops.push(json!({"op": "remove", "path": "/status/interfaces"}));
+        } else {
+            ops.push(json!({"op": "add", "path": "/status/interfaces", "value": new.interfaces}));
+        }
     }
     ops
 }
@@ -1327,6 +1357,75 @@ mod tests {
             .unwrap();
         assert!(conditions::is_true(&s.conditions, "AgentConnected"));
         assert_eq!(s.guest_os_info, Some(os));
+    }
+
+    #[test]
+    fn a_real_guests_interfaces_are_the_domains_then_the_agents_too() {
+        use crate::kubevirt::NetworkInterface;
+        let p = running_pod();
+        let mut v = vmi(phase::RUNNING, T0);
+        // virt-controller's entry for the pod network.
+        v.status.as_mut().unwrap().interfaces = vec![NetworkInterface {
+            name: "net-0".into(),
+            pod_interface_name: "eth0".into(),
+            ..NetworkInterface::default()
+        }];
+        let up = qemu::View {
+            started: true,
+            nics: vec![domain::Nic {
+                name: "net-0".into(),
+                model: "virtio".into(),
+                mac: "00:0c:29:32:64:63".into(),
+                queues: 1,
+                masquerade: true,
+            }],
+            pod_network: Some("net-0".into()),
+            ..qemu::View::default()
+        };
+        let s = decide_real(&v, &p, &up, "2026-01-01T00:00:01Z")
+            .vmi
+            .unwrap();
+        assert!(!conditions::is_true(&s.conditions, "AgentConnected"));
+        let i = &s.interfaces[0];
+        assert_eq!(
+            (
+                i.mac.as_str(),
+                i.info_source.as_str(),
+                i.pod_interface_name.as_str()
+            ),
+            ("00:0c:29:32:64:63", "domain", "eth0")
+        );
+        v.status = Some(s);
+        assert_eq!(decide_real(&v, &p, &up, "2026-01-01T00:00:02Z").vmi, None);
+        let answered = qemu::View {
+            agent: Some(serde_json::json!({"id": "debian"})),
+            interfaces: vec![netstat::GuestInterface {
+                name: "enp1s0".into(),
+                mac: "00:0c:29:32:64:63".into(),
+                ..netstat::GuestInterface::default()
+            }],
+            ..up.clone()
+        };
+        let s = decide_real(&v, &p, &answered, "2026-01-01T00:00:03Z")
+            .vmi
+            .unwrap();
+        assert!(conditions::is_true(&s.conditions, "AgentConnected"));
+        let i = &s.interfaces[0];
+        assert_eq!(
+            (i.interface_name.as_str(), i.info_source.as_str()),
+            ("enp1s0", "domain, guest-agent")
+        );
+        let old = v.status.clone().unwrap();
+        let ops = vmi_patch(None, &old, &s);
+        assert!(
+            ops.contains(
+                &serde_json::json!({"op": "add", "path": "/status/interfaces",
+                "value": [{"name": "net-0", "mac": "00:0c:29:32:64:63", "interfaceName": "enp1s0",
+                           "infoSource": "domain, guest-agent", "queueCount": 1, "linkState": "up",
+                           "podInterfaceName": "eth0"}]})
+            ),
+            "{ops:?}"
+        );
     }
 
     #[test]

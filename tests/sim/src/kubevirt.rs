@@ -161,6 +161,46 @@ pub struct VirtualMachineInstanceStatus {
         rename = "guestOSInfo"
     )]
     pub guest_os_info: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<NetworkInterface>,
+}
+
+/// One of `status.interfaces` (`VirtualMachineInstanceNetworkInterface`): every field
+/// `omitempty`, as Go writes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// The first of `ipAddresses`.
+    #[serde(
+        default,
+        rename = "ipAddress",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    /// The VMI spec's interface (and network) name; empty for an interface only the guest has.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, rename = "ipAddresses", skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    /// Written by virt-controller (the pod's interface), kept by virt-handler.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_interface_name: String,
+    /// The guest's name for it (`enp1s0`), from the guest agent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub interface_name: String,
+    /// `domain`, `guest-agent`, `multus-status`, joined with `, `.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub info_source: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queue_count: i32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub link_state: String,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

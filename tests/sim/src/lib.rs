@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod kubevirt;
 pub mod logs;
 pub mod migration;
+pub mod netstat;
 pub mod node;
 pub mod pods;
 pub mod process;

@@ -1,10 +1,13 @@
 //! virt-launcher's part with a real hypervisor (`--guests qemu`): each VMI this node runs is a
 //! `qemu-system-x86_64` process (TCG) built from its spec (`domain.rs`), its serial port kept as
 //! the launcher pod's `guest-console-log` container keeps it (a log the kubelet serves through
-//! `pods/log`), its guest agent asked over the virtio-serial channel as virt-handler asks it
-//! (`guest-sync`, then `guest-info` and `guest-get-osinfo`; `pkg/virt-launcher/virtwrap/agent-poller/`
-//! in KubeVirt v1.8.3), and ACPI's power button pressed through QMP when the guest is asked to
-//! stop (virt-launcher's `Shutdown` is libvirt's ACPI shutdown).
+//! `pods/log`), its guest agent asked over the virtio-serial channel as virt-launcher asks it
+//! (`guest-sync`, then `guest-info`, `guest-get-osinfo` and `guest-network-get-interfaces`; the
+//! interfaces again 10 s later, then at intervals doubling up to 120 s: the agent poller's
+//! `pollInitialInterval` and `--qemu-agent-sys-interval`, `pkg/virt-launcher/virtwrap/agent-poller/`
+//! and `cmd/virt-launcher/virt-launcher.go` in KubeVirt v1.8.3; libvirt syncs before each
+//! command), and ACPI's power button pressed through QMP when the guest is asked to stop
+//! (virt-launcher's `Shutdown` is libvirt's ACPI shutdown).
 //!
 //! What is known of each instance (`View`) is what the node's decisions read; the processes,
 //! sockets and files are here.
@@ -20,7 +23,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tracing::{info, warn};
 
-use crate::domain::{self, Firmware, Machine};
+use crate::domain::{self, Firmware, Machine, Nic};
+use crate::netstat::{self, GuestInterface};
 
 /// What the node knows of one instance's guest.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,6 +37,12 @@ pub struct View {
     pub exited: Option<i32>,
     /// The guest agent answered: its `guest-get-osinfo`, as `status.guestOSInfo` carries it.
     pub agent: Option<Value>,
+    /// The domain's interfaces, as qemu was started with them.
+    pub nics: Vec<Nic>,
+    /// The pod network's name in the VMI's spec.
+    pub pod_network: Option<String>,
+    /// The guest's interfaces in the agent's last answer (none before one).
+    pub interfaces: Vec<GuestInterface>,
     /// The power button was pressed.
     pub powerdown_sent: bool,
 }
@@ -103,6 +113,8 @@ impl Instances {
         let inst = Arc::new(Instance {
             view: Mutex::new(View {
                 started: true,
+                nics: m.nics.clone(),
+                pod_network: m.pod_network.clone(),
                 ..View::default()
             }),
             pid: Mutex::new(None),
@@ -270,57 +282,88 @@ fn spawn(
     Ok(())
 }
 
-/// Asks the guest agent until it answers (virt-handler's poller: the channel connected, then
-/// `guest-info` and the OS info), while qemu runs.
+/// The agent poller's first interval after the first round, doubled after each round
+/// (`pollInitialInterval`).
+const POLL_FIRST: Duration = Duration::from_secs(10);
+/// Its longest (`--qemu-agent-sys-interval`'s default).
+const POLL_MAX: Duration = Duration::from_secs(120);
+
+/// Asks the guest agent while qemu runs: until it answers `guest-info` and the OS info (the
+/// channel connected), then the guest's interfaces on the agent poller's schedule.
 async fn poll_agent(inst: Arc<Instance>) {
     let sock = inst.dir.join("qga.sock");
     let mut id: u64 = 1;
+    let mut every = POLL_FIRST;
     loop {
         if inst.exited() {
             return;
         }
         if let Ok(stream) = UnixStream::connect(&sock).await {
             let mut agent = Agent::new(stream);
-            loop {
-                id += 1;
-                let synced = agent
-                    .ask(
-                        &json!({"execute": "guest-sync", "arguments": {"id": id}}),
-                        |r| r.get("return").and_then(Value::as_u64) == Some(id),
-                    )
-                    .await;
-                match synced {
-                    Ok(Some(_)) => break,
-                    Ok(None) => {}
-                    Err(_) => break,
+            while agent.sync(&inst, &mut id).await {
+                let answered = inst.known().agent.is_some();
+                if !answered {
+                    if !first_answers(&mut agent, &inst).await {
+                        break;
+                    }
+                } else if !ask_interfaces(&mut agent, &inst).await {
+                    break;
                 }
-                if inst.exited() {
-                    return;
-                }
-            }
-            let info = agent
-                .ask(&json!({"execute": "guest-info"}), |r| {
-                    r.get("return").is_some()
-                })
-                .await;
-            let os = agent
-                .ask(&json!({"execute": "guest-get-osinfo"}), |r| {
-                    r.get("return").is_some()
-                })
-                .await;
-            if let (Ok(Some(info)), Ok(Some(os))) = (info, os) {
-                let version = info["return"]["version"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                let os_info = guest_os_info(&os["return"]);
-                info!(agent_version = %version, os = %os_info, "guest agent answered");
-                inst.known().agent = Some(os_info);
-                return;
+                tokio::time::sleep(every).await;
+                every = (every * 2).min(POLL_MAX);
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// `guest-info`, the OS info and the interfaces, the first time: false when the agent did not
+/// answer the first two.
+async fn first_answers(agent: &mut Agent, inst: &Instance) -> bool {
+    let answered = |r: &Value| r.get("return").is_some();
+    let info = agent.ask(&json!({"execute": "guest-info"}), answered).await;
+    let os = agent
+        .ask(&json!({"execute": "guest-get-osinfo"}), answered)
+        .await;
+    let (Ok(Some(info)), Ok(Some(os))) = (info, os) else {
+        return false;
+    };
+    let interfaces = interfaces(agent).await.ok().flatten();
+    let version = info["return"]["version"].as_str().unwrap_or_default();
+    let os_info = guest_os_info(&os["return"]);
+    info!(agent_version = %version, os = %os_info, interfaces = ?interfaces, "guest agent answered");
+    let mut v = inst.known();
+    v.agent = Some(os_info);
+    v.interfaces = interfaces.unwrap_or_default();
+    true
+}
+
+/// The interfaces again: false when the channel closed.
+async fn ask_interfaces(agent: &mut Agent, inst: &Instance) -> bool {
+    match interfaces(agent).await {
+        Ok(Some(now)) => {
+            let mut v = inst.known();
+            if v.interfaces != now {
+                info!(interfaces = ?now, "guest agent: the guest's interfaces");
+                v.interfaces = now;
+            }
+            true
+        }
+        // No answer, or one libvirt would not take: the last answer stands.
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
+/// `guest-network-get-interfaces`, read as virt-launcher stores it (`None`: no answer, or an
+/// error).
+async fn interfaces(agent: &mut Agent) -> std::io::Result<Option<Vec<GuestInterface>>> {
+    let answer = agent
+        .ask(&json!({"execute": "guest-network-get-interfaces"}), |r| {
+            r.get("return").is_some() || r.get("error").is_some()
+        })
+        .await?;
+    Ok(answer.as_ref().and_then(netstat::guest_interfaces))
 }
 
 /// `guest-get-osinfo`'s answer as virt-handler writes `status.guestOSInfo`
@@ -353,6 +396,26 @@ impl Agent {
             reader: BufReader::new(r),
             writer: w,
             buf: Vec::new(),
+        }
+    }
+
+    /// `guest-sync` until the agent answers it (a guest whose agent is not up yet swallows the
+    /// request): false when the channel closed or qemu exited.
+    async fn sync(&mut self, inst: &Instance, id: &mut u64) -> bool {
+        loop {
+            *id += 1;
+            let want = *id;
+            let synced = self
+                .ask(
+                    &json!({"execute": "guest-sync", "arguments": {"id": want}}),
+                    |r| r.get("return").and_then(Value::as_u64) == Some(want),
+                )
+                .await;
+            match synced {
+                Ok(Some(_)) => return true,
+                Ok(None) if !inst.exited() => {}
+                _ => return false,
+            }
         }
     }
 
