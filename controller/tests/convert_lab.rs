@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use ferry_convert::job_contract::{PERMANENT_EXIT_CODE, env};
 use ferry_convert::{
-    self as convert, ConvertArgs, Credentials, DataPath, DiskSpec, DiskStatus, OutputFormat,
+    self as convert, ConvertArgs, Credentials, DataPath, DiskFormat, DiskSpec, DiskStatus,
     TRANSIENT_EXIT_CODE,
 };
 use ferry_harness::{DiskKind, InventoryVm, lab};
@@ -28,7 +28,7 @@ fn prefix(test: &str) -> String {
     format!("tests/convert-{test}-{}", std::process::id())
 }
 
-fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: OutputFormat, work: &Path) -> ConvertArgs {
+fn args(vm: &InventoryVm, disks: Vec<DiskSpec>, format: DiskFormat, work: &Path) -> ConvertArgs {
     let info = &lab().info;
     ConvertArgs {
         // The datacenter is found from the VM, as in the Job.
@@ -141,7 +141,7 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     };
 
     let report = convert::run(
-        args(&vm, vec![spec.clone()], OutputFormat::Raw, &work),
+        args(&vm, vec![spec.clone()], DiskFormat::Raw, &work),
         creds(&[]),
     )
     .await
@@ -188,7 +188,7 @@ async fn a_64_mib_vmdk_becomes_a_staged_raw_image_and_a_rerun_skips_it() {
     );
 
     // The re-run finds the object staged and never logs in: a wrong password cannot hurt it.
-    let again = args(&vm, vec![spec], OutputFormat::Raw, &work);
+    let again = args(&vm, vec![spec], DiskFormat::Raw, &work);
     let wrong = creds(&[(env::VSPHERE_PASSWORD, Some("wrong"))]);
     let report = convert::run(again, wrong).await.unwrap();
     assert_eq!(report.disks[0].status, DiskStatus::Skipped);
@@ -210,7 +210,7 @@ async fn qcow2_output_converts_back_to_the_original_bytes() {
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: key.clone(),
     };
-    let mut a = args(&vm, vec![spec], OutputFormat::Qcow2, &dir.join("work"));
+    let mut a = args(&vm, vec![spec], DiskFormat::Qcow2, &dir.join("work"));
     // Insecure mode and an explicit datacenter take the other paths through the arguments.
     let insecure = creds(&[
         (env::VSPHERE_THUMBPRINT, None),
@@ -265,13 +265,13 @@ async fn failures_exit_permanent_or_transient() {
     };
 
     let bad_password = creds(&[(env::VSPHERE_PASSWORD, Some("wrong"))]);
-    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let a = args(&vm, vec![spec.clone()], DiskFormat::Raw, &work);
     let err = convert::run(a, bad_password).await.unwrap_err();
     assert_eq!(err.reason(), "BadCredentials", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
 
     let no_bucket = creds(&[(env::S3_BUCKET, Some("no-such-bucket"))]);
-    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let a = args(&vm, vec![spec.clone()], DiskFormat::Raw, &work);
     let err = convert::run(a, no_bucket).await.unwrap_err();
     assert_eq!(err.reason(), "NoSuchBucket", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
@@ -279,7 +279,7 @@ async fn failures_exit_permanent_or_transient() {
 
     let zeros = "00".repeat(32);
     let wrong_pin = creds(&[(env::VSPHERE_THUMBPRINT, Some(zeros.as_str()))]);
-    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let a = args(&vm, vec![spec.clone()], DiskFormat::Raw, &work);
     let err = convert::run(a, wrong_pin).await.unwrap_err();
     assert_eq!(err.reason(), "ThumbprintMismatch", "{err}");
     assert_eq!(err.exit_code(), PERMANENT_EXIT_CODE);
@@ -291,7 +291,7 @@ async fn failures_exit_permanent_or_transient() {
         .port();
     let url = format!("https://127.0.0.1:{port}/sdk");
     let closed = creds(&[(env::VSPHERE_URL, Some(url.as_str()))]);
-    let a = args(&vm, vec![spec.clone()], OutputFormat::Raw, &work);
+    let a = args(&vm, vec![spec.clone()], DiskFormat::Raw, &work);
     let err = convert::run(a, closed).await.unwrap_err();
     assert_eq!(err.reason(), "Unreachable", "{err}");
     assert_eq!(err.exit_code(), TRANSIENT_EXIT_CODE);
@@ -301,7 +301,7 @@ async fn failures_exit_permanent_or_transient() {
         ..spec.clone()
     };
     let err = convert::run(
-        args(&vm, vec![missing_disk], OutputFormat::Raw, &work),
+        args(&vm, vec![missing_disk], DiskFormat::Raw, &work),
         creds(&[]),
     )
     .await
@@ -360,7 +360,7 @@ async fn an_esxi_style_descriptor_is_followed_to_its_flat_extent() {
         key: key.clone(),
     };
     let report = convert::run(
-        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        args(&vm, vec![spec], DiskFormat::Raw, &dir.join("work")),
         creds(&[]),
     )
     .await
@@ -394,7 +394,7 @@ async fn a_descriptor_whose_flat_extent_is_short_is_refused_not_copied_as_zeros(
         key: format!("{}/disk-0.raw", prefix("short")),
     };
     let err = convert::run(
-        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        args(&vm, vec![spec], DiskFormat::Raw, &dir.join("work")),
         creds(&[]),
     )
     .await
@@ -430,22 +430,18 @@ fn same(a: &Path, b: &Path) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() {
     let cases = [
-        (DiskKind::Flat, OutputFormat::Raw, DataPath::FlatStream),
-        (DiskKind::Flat, OutputFormat::Qcow2, DataPath::FlatQcow2),
-        (DiskKind::Sparse, OutputFormat::Raw, DataPath::QemuSink),
-        (
-            DiskKind::Sparse,
-            OutputFormat::Qcow2,
-            DataPath::QemuSinkQcow2,
-        ),
+        (DiskKind::Flat, DiskFormat::Raw, DataPath::FlatStream),
+        (DiskKind::Flat, DiskFormat::Qcow2, DataPath::FlatQcow2),
+        (DiskKind::Sparse, DiskFormat::Raw, DataPath::QemuSink),
+        (DiskKind::Sparse, DiskFormat::Qcow2, DataPath::QemuSinkQcow2),
         (
             DiskKind::StreamOptimized,
-            OutputFormat::Raw,
+            DiskFormat::Raw,
             DataPath::QemuSink,
         ),
         (
             DiskKind::StreamOptimized,
-            OutputFormat::Qcow2,
+            DiskFormat::Qcow2,
             DataPath::QemuSinkQcow2,
         ),
     ];
@@ -519,15 +515,15 @@ async fn every_input_and_output_pair_stages_what_qemu_img_makes_of_the_source() 
                 d.downloaded
                     <= std::fs::metadata(&disk.vmdk).unwrap().len()
                         + match format {
-                            OutputFormat::Raw => 0,
-                            OutputFormat::Qcow2 => (1 << 20) + 2 * (64 << 10),
+                            DiskFormat::Raw => 0,
+                            DiskFormat::Qcow2 => (1 << 20) + 2 * (64 << 10),
                         },
                 "{name}: {} downloaded of a file of {}",
                 d.downloaded,
                 std::fs::metadata(&disk.vmdk).unwrap().len()
             ),
         }
-        if format == OutputFormat::Qcow2 {
+        if format == DiskFormat::Qcow2 {
             let check = qemu_img(&["check", "-f", "qcow2", staged.to_str().unwrap()]);
             assert!(check.contains("No errors were found"), "{name}: {check}");
             // The zero MiBs are not stored: 20 MiB of data and a few clusters of metadata.
@@ -611,7 +607,7 @@ async fn a_converter_killed_mid_upload_leaves_no_complete_looking_object_and_a_r
         key: key.clone(),
     };
     let report = convert::run(
-        args(&vm, vec![spec], OutputFormat::Raw, &dir.join("work")),
+        args(&vm, vec![spec], DiskFormat::Raw, &dir.join("work")),
         creds(&[]),
     )
     .await
@@ -642,7 +638,7 @@ async fn a_powered_on_source_is_refused_before_its_disks_are_read() {
         datastore_path: vm.disks[0].datastore_path.clone(),
         key: format!("{}/disk-0.raw", prefix("on")),
     };
-    let err = convert::run(args(&vm, vec![spec], OutputFormat::Raw, &work), creds(&[]))
+    let err = convert::run(args(&vm, vec![spec], DiskFormat::Raw, &work), creds(&[]))
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "SourcePoweredOn", "{err}");
@@ -710,7 +706,7 @@ async fn a_running_vms_snapshot_is_staged_as_it_froze_the_disk() {
     let mut a = args(
         &vm,
         vec![spec(&frozen.datastore_path)],
-        OutputFormat::Raw,
+        DiskFormat::Raw,
         &dir.join("work"),
     );
     a.snapshot = Some(snap.clone());
@@ -728,7 +724,7 @@ async fn a_running_vms_snapshot_is_staged_as_it_froze_the_disk() {
     let mut live = args(
         &vm,
         vec![spec(&vm.disks[0].datastore_path)],
-        OutputFormat::Raw,
+        DiskFormat::Raw,
         &dir.join("work"),
     );
     live.snapshot = None;

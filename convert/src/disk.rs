@@ -14,8 +14,8 @@ use super::map::DiskMap;
 use super::remote::{CachedDisk, Remote, Throttle};
 use super::upload::{self, Progress, RecordWriter, Uploaded};
 use super::{
-    ConvertArgs, DataPath, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT, META_SOURCE_PATH,
-    META_VIRTUAL_SIZE, OutputFormat, Source, nbd, qcow2, qemu, vmdk,
+    ConvertArgs, DataPath, DiskFormat, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT,
+    META_SOURCE_PATH, META_VIRTUAL_SIZE, Source, nbd, qcow2, qemu, vmdk,
 };
 use ferry_staging::{DiskRecord, RecordState, Staging};
 use ferry_vsphere::{self as vsphere, Allocation, DatastorePath};
@@ -55,7 +55,7 @@ impl Ctx<'_> {
         disk: &DiskSpec,
         previous: Option<DiskRecord>,
     ) -> Result<DiskReport, Error> {
-        let format = self.args.format.as_str();
+        let format = self.args.format;
         let name = format!("disk {index} ({})", disk.datastore_path);
         // A source someone powered on again is refused before anything is read or recorded.
         super::ensure_off(&self.src, &name).await?;
@@ -324,8 +324,8 @@ impl Ctx<'_> {
             .collect();
         let remote = self.remote(paths);
         let layout = match self.args.format {
-            OutputFormat::Raw => None,
-            OutputFormat::Qcow2 => Some(qcow2::Layout::new(size, &map.data_areas())),
+            DiskFormat::Raw => None,
+            DiskFormat::Qcow2 => Some(qcow2::Layout::new(size, &map.data_areas())),
         };
         let image = layout.as_ref().map_or(size, qcow2::Layout::image_size);
         progress.total.store(image, Ordering::Relaxed);
@@ -381,13 +381,13 @@ impl Ctx<'_> {
         progress.set_stage("converting");
         let part = upload::part_size(vsize);
         let (up, raw_sha256, path) = match self.args.format {
-            OutputFormat::Raw => {
+            DiskFormat::Raw => {
                 progress.total.store(vsize, Ordering::Relaxed);
                 let raw = qemu_raw(&sockets, qemu_img.clone(), src_uri, vsize, part)?;
                 let up = self.upload(disk, writer, vsize, vsize, part, raw).await?;
                 (up, None, DataPath::QemuSink)
             }
-            OutputFormat::Qcow2 => {
+            DiskFormat::Qcow2 => {
                 let layout =
                     sparse_layout(&mut sockets, remote.clone(), file, qemu_img, vsize).await?;
                 progress.total.store(layout.image_size(), Ordering::Relaxed);

@@ -64,21 +64,14 @@ pub const META_SOURCE_PATH: &str = "source-path";
 pub const META_FORMAT: &str = "format";
 pub const META_VIRTUAL_SIZE: &str = "virtual-size";
 
-/// Output image format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
-    Raw,
-    Qcow2,
-}
+/// The staged images' format: the API's type, read from `--format` by its lowercase name.
+pub use ferry_crds::DiskFormat;
 
-impl OutputFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Raw => "raw",
-            Self::Qcow2 => "qcow2",
-        }
-    }
+/// `--format`'s parser: the format names [`DiskFormat`] has, listed in `--help`.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = DiskFormat> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(DiskFormat::NAMES)
+        .try_map(|name| name.parse::<DiskFormat>())
 }
 
 /// One disk to convert: `[INDEX=]DATASTORE_PATH=STAGING_KEY`.
@@ -135,8 +128,8 @@ pub struct ConvertArgs {
     /// A disk: `[INDEX=]DATASTORE_PATH=STAGING_KEY`; repeat per disk (one per line in the env).
     #[arg(long = "disk", env = extra_env::DISKS, value_delimiter = '\n', required = true, value_parser = DiskSpec::parse)]
     pub disks: Vec<DiskSpec>,
-    #[arg(long, env = env::FORMAT, value_enum, default_value_t = OutputFormat::Raw)]
-    pub format: OutputFormat,
+    #[arg(long, env = env::FORMAT, value_parser = format_parser(), default_value = "raw")]
+    pub format: DiskFormat,
     #[arg(long, env = env::S3_REGION, default_value = "us-east-1")]
     pub s3_region: String,
     #[arg(long, env = extra_env::S3_PREFIX, default_value = "")]
@@ -192,7 +185,7 @@ pub struct DiskReport {
     pub datastore_path: String,
     pub key: String,
     pub status: DiskStatus,
-    pub format: OutputFormat,
+    pub format: DiskFormat,
     pub path: DataPath,
     /// Bytes of the staged image.
     pub size: u64,
@@ -433,7 +426,7 @@ async fn skip_staged<'a>(
         };
         let record = staging.record(&disk.key).await.map_err(s3)?;
         let image = staging.head(&disk.key).await.map_err(s3)?;
-        let format = args.format.as_str();
+        let format = args.format;
         match (&record, &image) {
             (Some(r), Some(img))
                 if r.is_staged(&disk.datastore_path, format, img.size)
@@ -763,7 +756,7 @@ mod tests {
             datastore_path: "[ds] a.vmdk".into(),
             key: "k".into(),
             status: DiskStatus::Skipped,
-            format: OutputFormat::Raw,
+            format: DiskFormat::Raw,
             path: DataPath::FlatStream,
             size: 5,
             sha256: "s".into(),

@@ -3,9 +3,26 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// The one disk-format type from the API through the converter's `--format` and its report to
+// the staged record: each writes it by the same lowercase name.
 /// Format of the converted disk images: raw or qcow2.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum DiskFormat {
     /// Raw image: imports fastest, as large as the disk.
     #[default]
@@ -15,12 +32,12 @@ pub enum DiskFormat {
 }
 
 impl DiskFormat {
+    /// Every format's name, in declaration order (derived).
+    pub const NAMES: &'static [&'static str] = <Self as strum::VariantNames>::VARIANTS;
+
     /// The format's name, also the staged objects' file extension.
     pub fn as_str(self) -> &'static str {
-        match self {
-            DiskFormat::Raw => "raw",
-            DiskFormat::Qcow2 => "qcow2",
-        }
+        self.into()
     }
 }
 
@@ -74,4 +91,20 @@ pub struct CopyLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub per_datastore: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_format_is_written_and_read_by_one_name_everywhere() {
+        for (f, name) in [(DiskFormat::Raw, "raw"), (DiskFormat::Qcow2, "qcow2")] {
+            assert_eq!(f.as_str(), name);
+            assert_eq!(serde_json::to_value(f).unwrap(), name);
+            assert_eq!(name.parse::<DiskFormat>().unwrap(), f);
+        }
+        assert_eq!(DiskFormat::NAMES, ["raw", "qcow2"]);
+        assert!("vmdk".parse::<DiskFormat>().is_err());
+    }
 }

@@ -6,6 +6,7 @@
 //! that a later run, or a cleanup, can abort it); once the image is complete it carries the
 //! image's SHA-256 and size. An image without a `Staged` record is never taken as complete.
 
+use ferry_crds::DiskFormat;
 use serde::{Deserialize, Serialize};
 
 /// Where a disk stands.
@@ -28,7 +29,7 @@ pub struct DiskRecord {
     /// Datastore path of the source disk.
     pub source_path: String,
     /// Output format, `raw` or `qcow2`.
-    pub format: String,
+    pub format: DiskFormat,
     /// What the converter is doing: `reading`, `converting`, `uploading`, `staged`.
     #[serde(default)]
     pub stage: String,
@@ -72,11 +73,11 @@ pub struct DiskRecord {
 
 impl DiskRecord {
     /// A fresh record of a disk about to be converted.
-    pub fn converting(source_path: &str, format: &str) -> Self {
+    pub fn converting(source_path: &str, format: DiskFormat) -> Self {
         Self {
             state: RecordState::Converting,
             source_path: source_path.to_owned(),
-            format: format.to_owned(),
+            format,
             stage: "reading".to_owned(),
             upload_id: None,
             bytes_done: 0,
@@ -95,10 +96,14 @@ impl DiskRecord {
 
     /// Whether the record says the image of `source_path` in `format` is complete with a
     /// well-formed checksum of `image_size` bytes and of its raw contents.
-    pub fn is_staged(&self, source_path: &str, format: &str, image_size: u64) -> bool {
+    pub fn is_staged(&self, source_path: &str, format: DiskFormat, image_size: u64) -> bool {
+        self.source_path == source_path && self.format == format && self.is_complete(image_size)
+    }
+
+    /// Whether the record says its image is complete with a well-formed checksum of
+    /// `image_size` bytes and of its raw contents, whichever disk and format it is of.
+    pub fn is_complete(&self, image_size: u64) -> bool {
         self.state == RecordState::Staged
-            && self.source_path == source_path
-            && self.format == format
             && self.size == Some(image_size)
             && self.sha256.as_deref().is_some_and(is_digest)
             && self.raw_contents_sha256().as_deref().is_some_and(is_digest)
@@ -106,9 +111,9 @@ impl DiskRecord {
 
     /// SHA-256 of what an imported volume holds: the image's own for a raw image.
     pub fn raw_contents_sha256(&self) -> Option<String> {
-        match self.format.as_str() {
-            "raw" => self.sha256.clone(),
-            _ => self.raw_sha256.clone(),
+        match self.format {
+            DiskFormat::Raw => self.sha256.clone(),
+            DiskFormat::Qcow2 => self.raw_sha256.clone(),
         }
     }
 }
@@ -128,40 +133,50 @@ mod tests {
 
     #[test]
     fn only_a_staged_record_of_the_same_disk_format_and_size_counts() {
-        let mut r = DiskRecord::converting("[ds] a/a.vmdk", "raw");
-        assert!(!r.is_staged("[ds] a/a.vmdk", "raw", 10), "converting");
+        let mut r = DiskRecord::converting("[ds] a/a.vmdk", DiskFormat::Raw);
+        assert!(
+            !r.is_staged("[ds] a/a.vmdk", DiskFormat::Raw, 10),
+            "converting"
+        );
         r.state = RecordState::Staged;
         r.size = Some(10);
         r.sha256 = Some("ab".repeat(32));
-        assert!(r.is_staged("[ds] a/a.vmdk", "raw", 10));
-        assert!(!r.is_staged("[ds] a/a.vmdk", "qcow2", 10), "format");
-        assert!(!r.is_staged("[ds] b/b.vmdk", "raw", 10), "source");
+        assert!(r.is_staged("[ds] a/a.vmdk", DiskFormat::Raw, 10));
         assert!(
-            !r.is_staged("[ds] a/a.vmdk", "raw", 11),
+            !r.is_staged("[ds] a/a.vmdk", DiskFormat::Qcow2, 10),
+            "format"
+        );
+        assert!(!r.is_staged("[ds] b/b.vmdk", DiskFormat::Raw, 10), "source");
+        assert!(
+            !r.is_staged("[ds] a/a.vmdk", DiskFormat::Raw, 11),
             "image of another size"
         );
         r.sha256 = Some("xyz".into());
-        assert!(!r.is_staged("[ds] a/a.vmdk", "raw", 10), "bad checksum");
-        let mut q = DiskRecord::converting("[ds] a/a.vmdk", "qcow2");
+        assert!(
+            !r.is_staged("[ds] a/a.vmdk", DiskFormat::Raw, 10),
+            "bad checksum"
+        );
+        let mut q = DiskRecord::converting("[ds] a/a.vmdk", DiskFormat::Qcow2);
         q.state = RecordState::Staged;
         q.size = Some(10);
         q.sha256 = Some("ab".repeat(32));
         assert!(
-            !q.is_staged("[ds] a/a.vmdk", "qcow2", 10),
+            !q.is_staged("[ds] a/a.vmdk", DiskFormat::Qcow2, 10),
             "a qcow2 image without its raw contents' checksum is converted again"
         );
         q.raw_sha256 = Some("cd".repeat(32));
-        assert!(q.is_staged("[ds] a/a.vmdk", "qcow2", 10));
+        assert!(q.is_staged("[ds] a/a.vmdk", DiskFormat::Qcow2, 10));
         assert_eq!(q.raw_contents_sha256(), Some("cd".repeat(32)));
     }
 
     #[test]
     fn records_are_camel_case_json_and_read_back() {
-        let mut r = DiskRecord::converting("[ds] a/a.vmdk", "qcow2");
+        let mut r = DiskRecord::converting("[ds] a/a.vmdk", DiskFormat::Qcow2);
         r.upload_id = Some("u-1".into());
         r.bytes_done = 5;
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["state"], "converting");
+        assert_eq!(v["format"], "qcow2", "written by the same name as before");
         assert_eq!(v["uploadId"], "u-1");
         assert_eq!(v["bytesDone"], 5);
         assert!(v.get("sha256").is_none());

@@ -108,39 +108,49 @@ fn quantities(q: &[(&str, &str)]) -> std::collections::BTreeMap<String, Quantity
 /// The converter's arguments: `convert --disk INDEX=DATASTORE_PATH=STAGING_KEY ...`, one per
 /// discovered disk in device order. Pure.
 pub fn converter_args(vmm: &VirtualMachineMigration) -> Vec<String> {
-    let disks = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.source.as_ref())
-        .map(|s| s.disks.as_slice())
-        .unwrap_or_default();
     let mut args = vec!["convert".to_owned()];
-    // A warm migration reads each disk as its snapshot froze it (recorded in Converting).
-    let snapshot = vmm
-        .status
-        .as_ref()
-        .and_then(|s| s.warm.as_ref())
-        .and_then(|w| w.snapshot.as_ref())
-        .and_then(|s| s.moref.clone());
-    let frozen = |i: usize| {
-        vmm.status
-            .as_ref()
-            .and_then(|s| s.disks.get(i))
-            .and_then(|d| d.snapshot_path.clone())
-    };
-    if let Some(m) = &snapshot {
+    if let Some(m) = snapshot_moref(vmm) {
         args.push("--snapshot".to_owned());
-        args.push(m.clone());
+        args.push(m);
     }
-    for (i, d) in disks.iter().enumerate() {
-        let path = match &snapshot {
-            Some(_) => frozen(i).unwrap_or_else(|| d.datastore_path.clone()),
-            None => d.datastore_path.clone(),
-        };
+    for (i, path) in source_paths(vmm).into_iter().enumerate() {
         args.push("--disk".to_owned());
         args.push(format!("{i}={path}={}", names::staging_key(vmm, i)));
     }
     args
+}
+
+/// The snapshot a warm migration's converter reads (recorded in Converting).
+fn snapshot_moref(vmm: &VirtualMachineMigration) -> Option<String> {
+    vmm.status
+        .as_ref()
+        .and_then(|s| s.warm.as_ref())
+        .and_then(|w| w.snapshot.as_ref())
+        .and_then(|s| s.moref.clone())
+}
+
+/// The datastore path the converter reads each discovered disk from, in device order: a warm
+/// migration's as its snapshot froze it. What the converter records its image to be of. Pure.
+pub fn source_paths(vmm: &VirtualMachineMigration) -> Vec<String> {
+    let status = vmm.status.as_ref();
+    let disks = status
+        .and_then(|s| s.source.as_ref())
+        .map(|s| s.disks.as_slice())
+        .unwrap_or_default();
+    let frozen = |i: usize| {
+        status
+            .and_then(|s| s.disks.get(i))
+            .and_then(|d| d.snapshot_path.clone())
+    };
+    let warm = snapshot_moref(vmm).is_some();
+    disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match warm {
+            true => frozen(i).unwrap_or_else(|| d.datastore_path.clone()),
+            false => d.datastore_path.clone(),
+        })
+        .collect()
 }
 
 /// The conversion Job of `vmm` ([`names::job_name`]), running `image`.

@@ -23,6 +23,10 @@ pub struct StagedObject {
     pub virtual_size: Option<i64>,
     /// The uid of the conversion Job that recorded it complete.
     pub job_uid: Option<String>,
+    /// The datastore path of the source disk its record says it is an image of.
+    pub source_path: Option<String>,
+    /// The format its record says it is in.
+    pub format: Option<ferry_crds::DiskFormat>,
 }
 
 /// A lowercase SHA-256 hex digest, or nothing.
@@ -148,10 +152,8 @@ impl StagingApi for S3Staging {
                 return Ok(None);
             };
             let record = st.record(key).await.map_err(|e| s3_problem(&e))?;
-            let record = record.filter(|r| {
-                r.state == staging::RecordState::Staged
-                    && r.is_staged(&r.source_path, &r.format, o.size)
-            });
+            // Complete, whichever disk and format: the migration compares those with its own.
+            let record = record.filter(|r| r.is_complete(o.size));
             let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             Ok(Some(StagedObject {
                 size: i(o.size),
@@ -163,6 +165,8 @@ impl StagingApi for S3Staging {
                         .as_ref(),
                 ),
                 virtual_size: record.as_ref().and_then(|r| r.virtual_size).map(i),
+                source_path: record.as_ref().map(|r| r.source_path.clone()),
+                format: record.as_ref().map(|r| r.format),
                 job_uid: record.and_then(|r| r.job_uid),
             }))
         })

@@ -281,7 +281,7 @@ fn running_progress(scope: &Scope<Observed>) -> Record {
 /// Decides the Converting step: the first rule that applies, else what the conversion Job's
 /// state says. The order is the semantics. Pure.
 pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
-    let converted = converted(&scope.world);
+    let converted = converted(scope);
     // About to hand the credentials to a converter: only opted-in, bound ones, and only to the
     // controller's image or an allowed one.
     let creating = scope.world.job == JobState::Absent && converted.is_none();
@@ -627,12 +627,17 @@ fn by_our_job(world: &Observed, o: &StagedObject) -> bool {
     world.job_uid.is_some() && o.job_uid.as_deref() == world.job_uid.as_deref()
 }
 
-/// Every disk's image with both checksums, recorded by this attempt's Job; `None` while one is
-/// not (or there are no disks).
-fn converted(world: &Observed) -> Option<Vec<StagedObject>> {
+/// Every disk's image with both checksums, recorded by this attempt's Job as an image of that
+/// disk in the format asked for; `None` while one is not (or there are no disks).
+fn converted(scope: &Scope<Observed>) -> Option<Vec<StagedObject>> {
+    let world = &scope.world;
+    let paths = crate::children::job::source_paths(&scope.vmm);
+    let format = scope.vmm.spec.conversion.format;
     staged_objects(world)
-        .map(|o| {
+        .enumerate()
+        .map(|(i, o)| {
             o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some() && by_our_job(world, o))
+                .filter(|o| o.format == Some(format) && o.source_path == paths.get(i).cloned())
                 .cloned()
         })
         .collect::<Option<Vec<_>>>()
@@ -752,10 +757,33 @@ mod tests {
             raw_sha256: sha.map(|s| format!("raw-{s}")),
             virtual_size: Some(1 << 26),
             job_uid: Some(JOB_UID.into()),
+            source_path: None,
+            format: None,
         }))
     }
 
     const JOB_UID: &str = "job-of-this-attempt";
+
+    /// The staged objects as this attempt's converter records them: disk `i`'s image of its
+    /// own source path, in the format asked for (left as given where a test set them).
+    fn of_their_disks(
+        staged: Vec<Result<Option<StagedObject>, Problem>>,
+    ) -> Vec<Result<Option<StagedObject>, Problem>> {
+        let paths = crate::children::job::source_paths(&migration("m").with_disks(staged.len()));
+        staged
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.map(|o| {
+                    o.map(|mut o| {
+                        o.source_path = o.source_path.or_else(|| paths.get(i).cloned());
+                        o.format = o.format.or(Some(ferry_crds::DiskFormat::Raw));
+                        o
+                    })
+                })
+            })
+            .collect()
+    }
 
     fn decide_with(
         job: JobState,
@@ -765,6 +793,7 @@ mod tests {
         let vmm = migration("m")
             .with_disks(staged.len())
             .with_phase(Phase::Converting);
+        let staged = of_their_disks(staged);
         decide(&Scope {
             vmm,
             now: ts(0).0,
@@ -1272,6 +1301,8 @@ mod tests {
             raw_sha256: None,
             virtual_size: None,
             job_uid: Some(JOB_UID.into()),
+            source_path: None,
+            format: None,
         }));
         let o = decide_with(JobState::Complete, vec![no_raw], 0);
         assert!(matches!(
@@ -1281,6 +1312,33 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_image_recorded_as_another_disks_or_in_another_format_is_not_converted() {
+        let recorded_as = |path: Option<&str>, format: Option<ferry_crds::DiskFormat>| {
+            let mut o = obj(Some("aa"));
+            if let Ok(Some(o)) = o.as_mut() {
+                o.source_path = path.map(str::to_owned);
+                o.format = format;
+            }
+            o
+        };
+        let advanced = |o| {
+            decide_with(JobState::Complete, vec![o], 0).step
+                == Step::Advance {
+                    to: Phase::Importing,
+                }
+        };
+        assert!(advanced(recorded_as(None, None)), "its own disk, raw");
+        assert!(
+            !advanced(recorded_as(Some("[LocalDS_0] other/disk.vmdk"), None)),
+            "another disk's image under this disk's key"
+        );
+        assert!(
+            !advanced(recorded_as(None, Some(ferry_crds::DiskFormat::Qcow2))),
+            "qcow2 where raw was asked for"
+        );
     }
 
     #[test]
