@@ -8,7 +8,7 @@ use ferry_crds::credentials::{self, S3Credentials, SecretBytes, VsphereCredentia
 use ferry_crds::secret as keys;
 use k8s_openapi::ByteString;
 
-use super::Error;
+use super::error::Error;
 use crate::job_contract::env;
 use ferry_staging::StagingConfig;
 use ferry_vsphere::tls::CaBundle;

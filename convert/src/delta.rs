@@ -23,10 +23,12 @@ use futures::{StreamExt, TryStreamExt};
 use ring::digest::{Context as Sha256, SHA256};
 use serde::Serialize;
 
+use super::credentials;
 use super::disk::{Input, probe};
+use super::error::Error;
 use super::map::DiskMap;
 use super::remote::{Remote, Throttle};
-use super::{Error, Source, credentials};
+use super::source::Source;
 use crate::job_contract::{env, extra_env};
 use ferry_vsphere::{self as vsphere, Session};
 

@@ -10,15 +10,22 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use tokio::net::UnixListener;
 
+use super::args::{ConvertArgs, DiskFormat, DiskSpec};
+use super::error::Error;
 use super::map::DiskMap;
 use super::remote::{CachedDisk, Remote, Throttle};
+use super::report::{DataPath, DiskReport, DiskStatus};
+use super::source::{Source, ensure_off};
 use super::upload::{self, Progress, RecordWriter, Uploaded};
-use super::{
-    ConvertArgs, DataPath, DiskFormat, DiskReport, DiskSpec, DiskStatus, Error, META_FORMAT,
-    META_SOURCE_PATH, META_VIRTUAL_SIZE, Source, nbd, qcow2, qemu, vmdk,
-};
+use super::{nbd, qcow2, qemu, vmdk};
 use ferry_staging::{DiskRecord, RecordState, Staging};
 use ferry_vsphere::{self as vsphere, Allocation, DatastorePath};
+
+/// User metadata of a staged disk image (fixed when its upload starts; the checksum is in its
+/// record).
+pub const META_SOURCE_PATH: &str = "source-path";
+pub const META_FORMAT: &str = "format";
+pub const META_VIRTUAL_SIZE: &str = "virtual-size";
 
 /// What a disk is on the datastore.
 pub(super) enum Input {
@@ -58,7 +65,7 @@ impl Ctx<'_> {
         let format = self.args.format;
         let name = format!("disk {index} ({})", disk.datastore_path);
         // A source someone powered on again is refused before anything is read or recorded.
-        super::ensure_off(&self.src, &name).await?;
+        ensure_off(&self.src, &name).await?;
         let writer = Arc::new(RecordWriter {
             staging: self.staging.clone(),
             key: disk.key.clone(),
@@ -76,7 +83,7 @@ impl Ctx<'_> {
         let started = Instant::now();
         let outcome = match self.convert_disk(index, disk, &writer).await {
             // Still off after the read: the bytes are the disk's, not a moving target's.
-            Ok(done) => super::ensure_off(&self.src, &name).await.map(|()| done),
+            Ok(done) => ensure_off(&self.src, &name).await.map(|()| done),
             Err(e) => Err(e),
         };
         ticker.abort();

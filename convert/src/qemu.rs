@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::Error;
+use super::error::Error;
 
 /// The largest peak resident set of any qemu-img run so far.
 static PEAK_CHILD_RSS: AtomicU64 = AtomicU64::new(0);
@@ -58,7 +58,7 @@ async fn run(qemu_img: &Path, what: &str, args: &[&OsStr]) -> Result<Vec<u8>, Er
         tokio::select! {
             r = &mut work => break r,
             () = tokio::time::sleep(Duration::from_millis(50)) => {
-                PEAK_CHILD_RSS.fetch_max(super::peak_rss(&pid), Ordering::Relaxed);
+                PEAK_CHILD_RSS.fetch_max(super::report::peak_rss(&pid), Ordering::Relaxed);
             }
         }
     };

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::task::JoinSet;
 
-use super::Error;
+use super::error::Error;
 use ferry_staging::{self as staging, DiskRecord, Multipart, RecordState, Staging};
 use object_store::multipart::PartId;
 
