@@ -91,59 +91,9 @@ fn summary(
     width: usize,
     selected: Option<&About>,
 ) -> Vec<Line<'static>> {
-    let s = &o.spec;
     let status = o.status.clone().unwrap_or_default();
-    let mut out = vec![section(text::SPEC, t)];
-    let vm = s.source.vm.value().unwrap_or(strings::UNKNOWN);
-    out.push(kv(
-        text::SOURCE,
-        text::source(
-            vm,
-            s.source
-                .endpoint
-                .url
-                .as_deref()
-                .unwrap_or(text::URL_FROM_SECRET),
-        ),
-        t,
-    ));
-    out.push(kv(
-        text::POWER,
-        text::power(
-            s.source.power.power_off,
-            &s.source.power.restore_power_state,
-        ),
-        t,
-    ));
-    out.push(kv(
-        text::TARGET,
-        text::target(
-            &ferry_crds::names::vm_name(o),
-            s.target.template.storage_class_name.as_deref(),
-            &s.target.template.run_strategy,
-        ),
-        t,
-    ));
-    out.push(kv(
-        text::STAGING,
-        text::staging(
-            &s.staging.endpoint,
-            &s.staging.bucket,
-            s.conversion.format.as_str(),
-        ),
-        t,
-    ));
-    let mut intents = vec![label(text::INTENTS, t)];
-    let flag = |name: &str, on: bool| {
-        Span::styled(text::flag(name, on), if on { t.warn() } else { t.text() })
-    };
-    intents.push(flag(text::CANCEL, s.cancel));
-    intents.push(flag(text::PAUSED, s.paused));
-    intents.push(Span::raw(text::retry(s.retry, status.retry_observed)));
-    if let Some(p) = state.pending_of(&row.key) {
-        intents.push(Span::styled(text::pending(p.verb.as_str()), t.warn()));
-    }
-    out.push(Line::from(intents));
+    let mut out = spec(o, t);
+    out.push(intents(row, o, &status, state, t));
     out.push(section(text::STATUS, t));
     let started = status
         .started_at
@@ -159,18 +109,7 @@ fn summary(
         )),
     ]));
     if let Some(p) = &status.progress {
-        let mut v = text::progress(
-            &format::percent(p.percent),
-            &format::bytes(p.bytes_done),
-            &format::bytes(p.bytes_total),
-        );
-        if let Some(r) = p.rate_bytes_per_second {
-            v.push_str(&format!("  {}", format::rate(r)));
-        }
-        if let Some(e) = p.eta_seconds {
-            v.push_str(&format!("  {}", strings::eta(&format::duration(e))));
-        }
-        out.push(kv(text::PROGRESS, v, t));
+        out.push(kv(text::PROGRESS, progress(p), t));
     }
     if let Some(w) = warm(o, &status, state.now) {
         out.extend(wrapped_value(label(text::WARM, t), &w, width, t.text()));
@@ -191,6 +130,87 @@ fn summary(
         out.extend(wrapped_value(head, m, width, t.text()));
     }
     out
+}
+
+/// The spec's section: the source and its power, the target, the staging.
+fn spec(o: &VirtualMachineMigration, t: &Theme) -> Vec<Line<'static>> {
+    let s = &o.spec;
+    let vm = s.source.vm.value().unwrap_or(strings::UNKNOWN);
+    let url = s.source.endpoint.url.as_deref();
+    vec![
+        section(text::SPEC, t),
+        kv(
+            text::SOURCE,
+            text::source(vm, url.unwrap_or(text::URL_FROM_SECRET)),
+            t,
+        ),
+        kv(
+            text::POWER,
+            text::power(
+                s.source.power.power_off,
+                &s.source.power.restore_power_state,
+            ),
+            t,
+        ),
+        kv(
+            text::TARGET,
+            text::target(
+                &ferry_crds::names::vm_name(o),
+                s.target.template.storage_class_name.as_deref(),
+                &s.target.template.run_strategy,
+            ),
+            t,
+        ),
+        kv(
+            text::STAGING,
+            text::staging(
+                &s.staging.endpoint,
+                &s.staging.bucket,
+                s.conversion.format.as_str(),
+            ),
+            t,
+        ),
+    ]
+}
+
+/// The intents set on the migration, and the one this cockpit sent that has not shown yet.
+fn intents(
+    row: &Row,
+    o: &VirtualMachineMigration,
+    status: &ferry_crds::VirtualMachineMigrationStatus,
+    state: &State,
+    t: &Theme,
+) -> Line<'static> {
+    let s = &o.spec;
+    let flag = |name: &str, on: bool| {
+        Span::styled(text::flag(name, on), if on { t.warn() } else { t.text() })
+    };
+    let mut intents = vec![
+        label(text::INTENTS, t),
+        flag(text::CANCEL, s.cancel),
+        flag(text::PAUSED, s.paused),
+        Span::raw(text::retry(s.retry, status.retry_observed)),
+    ];
+    if let Some(p) = state.pending_of(&row.key) {
+        intents.push(Span::styled(text::pending(p.verb.as_str()), t.warn()));
+    }
+    Line::from(intents)
+}
+
+/// The copy's progress in words: how far, the rate and the ETA when known.
+fn progress(p: &ferry_crds::Progress) -> String {
+    let mut v = text::progress(
+        &format::percent(p.percent),
+        &format::bytes(p.bytes_done),
+        &format::bytes(p.bytes_total),
+    );
+    if let Some(r) = p.rate_bytes_per_second {
+        v.push_str(&format!("  {}", format::rate(r)));
+    }
+    if let Some(e) = p.eta_seconds {
+        v.push_str(&format!("  {}", strings::eta(&format::duration(e))));
+    }
+    v
 }
 
 /// A warm migration's precopy line, once its first copy is done or its cutover planned.

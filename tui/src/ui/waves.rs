@@ -27,6 +27,44 @@ pub fn progress_spans(
     wide: bool,
     room: usize,
 ) -> Vec<Span<'static>> {
+    let mut spans = counts_spans(state, w, t, wide);
+    let mut rest = ranked_rest(w, t, wide);
+    // Before in flight and throughput: a wave paused to be planned shows what holds its VMs
+    // while nothing else about it moves. In words when the whole line then fits (before the
+    // wave moves, nothing else fills it), else in glyphs.
+    if let Some(p) = &w.preflight {
+        let used = width(&spans, &rest);
+        let words = preflight_spans(p, t, true);
+        let fits = used + words.iter().map(Span::width).sum::<usize>() <= room;
+        spans.extend(if fits {
+            words
+        } else {
+            preflight_spans(p, t, false)
+        });
+    }
+    // Before in flight too: while a warm wave's migrations wait, its cutover is what comes next.
+    if let Some(words) = warm_text(w, state.now, true) {
+        let fits = width(&spans, &rest) + Span::raw(words.as_str()).width() <= room;
+        let shown = if fits {
+            words
+        } else {
+            warm_text(w, state.now, false).unwrap_or_default()
+        };
+        let due = w
+            .warm
+            .is_some_and(|warm| warm.cutover(state.now) == WaveCutover::Now);
+        spans.push(Span::styled(shown, if due { t.warn() } else { t.text() }));
+    }
+    // One cell is left free: what is drawn after the line (the strip's sparkline label) never
+    // reads as part of it.
+    let head: usize = spans.iter().map(Span::width).sum();
+    drop_lowest(&mut rest, head, room.saturating_sub(1));
+    spans.extend(rest.into_iter().map(|(_, s)| s));
+    spans
+}
+
+/// The wave's name, phase, gauge and done/total, and what failed or was refused.
+fn counts_spans(state: &State, w: &WaveRow, t: &Theme, wide: bool) -> Vec<Span<'static>> {
     let done = w.done();
     let (fill, empty) = format::gauge(w.percent_done(), if wide { 16 } else { 8 });
     let (name, name_w) = if state.multi_cluster() {
@@ -60,9 +98,13 @@ pub fn progress_spans(
         }
         None => {}
     }
-    // What follows the counts, each with its priority: when the line does not fit its room,
-    // the lowest goes first (the in-flight label, then throughput, then the ETA), never the
-    // intents.
+    spans
+}
+
+/// What follows the counts, each with its priority: when the line does not fit its room, the
+/// lowest goes first (the in-flight label, then throughput, then the ETA), never the intents
+/// (5).
+fn ranked_rest(w: &WaveRow, t: &Theme, wide: bool) -> Vec<(u8, Span<'static>)> {
     let mut rest: Vec<(u8, Span<'static>)> = vec![(
         4,
         Span::raw(format!(" ⇉{}/{}", w.in_flight, w.max_in_flight)),
@@ -85,45 +127,21 @@ pub fn progress_spans(
     if w.cancel {
         rest.push((5, Span::styled(text::CANCEL, t.warn())));
     }
-    // Before in flight and throughput: a wave paused to be planned shows what holds its VMs
-    // while nothing else about it moves. In words when the whole line then fits (before the
-    // wave moves, nothing else fills it), else in glyphs.
-    if let Some(p) = &w.preflight {
-        let used: usize = spans
-            .iter()
-            .chain(rest.iter().map(|(_, s)| s))
-            .map(Span::width)
-            .sum();
-        let words = preflight_spans(p, t, true);
-        let fits = used + words.iter().map(Span::width).sum::<usize>() <= room;
-        spans.extend(if fits {
-            words
-        } else {
-            preflight_spans(p, t, false)
-        });
-    }
-    // Before in flight too: while a warm wave's migrations wait, its cutover is what comes next.
-    if let Some(words) = warm_text(w, state.now, true) {
-        let used: usize = spans
-            .iter()
-            .chain(rest.iter().map(|(_, s)| s))
-            .map(Span::width)
-            .sum();
-        let fits = used + Span::raw(words.as_str()).width() <= room;
-        let shown = if fits {
-            words
-        } else {
-            warm_text(w, state.now, false).unwrap_or_default()
-        };
-        let due = w
-            .warm
-            .is_some_and(|warm| warm.cutover(state.now) == WaveCutover::Now);
-        spans.push(Span::styled(shown, if due { t.warn() } else { t.text() }));
-    }
-    // One cell is left free: what is drawn after the line (the strip's sparkline label) never
-    // reads as part of it.
-    let budget = room.saturating_sub(1);
-    let head: usize = spans.iter().map(Span::width).sum();
+    rest
+}
+
+/// The width of `spans` and `rest` together.
+fn width(spans: &[Span<'_>], rest: &[(u8, Span<'_>)]) -> usize {
+    spans
+        .iter()
+        .chain(rest.iter().map(|(_, s)| s))
+        .map(Span::width)
+        .sum()
+}
+
+/// Drops from `rest` the lowest priority first until it fits `budget` after a `head` that wide
+/// (or only intents are left).
+fn drop_lowest(rest: &mut Vec<(u8, Span<'_>)>, head: usize, budget: usize) {
     while head + rest.iter().map(|(_, s)| s.width()).sum::<usize>() > budget {
         let Some(lowest) = rest
             .iter()
@@ -136,8 +154,6 @@ pub fn progress_spans(
         };
         rest.remove(lowest);
     }
-    spans.extend(rest.into_iter().map(|(_, s)| s));
-    spans
 }
 
 /// A warm wave's cutover on its line: how many of its migrations are precopied and waiting,
