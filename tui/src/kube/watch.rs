@@ -300,54 +300,10 @@ async fn run<K: Watched>(api: Api<K>, cluster: ClusterId, tx: UnboundedSender<Ac
         } else {
             watcher::Config::default()
         };
-        let mut stream = watcher(api.clone(), config).boxed();
-        let mut buf: Vec<K::Kept> = vec![];
-        let err = loop {
-            match stream.next().await {
-                None => break None,
-                Some(Ok(watcher::Event::Init)) => {
-                    buf.clear();
-                    if !send(Action::Connection(cluster, r, ConnState::Listing)) {
-                        return;
-                    }
-                }
-                Some(Ok(watcher::Event::InitApply(o))) => {
-                    let before = buf.len();
-                    buf.extend(o.keep(cluster));
-                    if before < FIRST_ROWS
-                        && buf.len() == FIRST_ROWS
-                        && let Some(a) = K::arriving(cluster, &buf)
-                        && !send(a)
-                    {
-                        return;
-                    }
-                }
-                Some(Ok(watcher::Event::InitDone)) => {
-                    attempt = 0;
-                    if !send(K::listed(cluster, std::mem::take(&mut buf)))
-                        || !send(Action::Connection(cluster, r, ConnState::Live))
-                    {
-                        return;
-                    }
-                }
-                Some(Ok(watcher::Event::Apply(o))) => {
-                    if let Some(a) = o.applied(cluster)
-                        && !send(a)
-                    {
-                        return;
-                    }
-                }
-                Some(Ok(watcher::Event::Delete(o))) => {
-                    if let Some(a) = o.deleted(cluster)
-                        && !send(a)
-                    {
-                        return;
-                    }
-                }
-                Some(Err(e)) => break Some(e),
-            }
+        let err = match watch_once(api.clone(), config, cluster, &tx, &mut attempt).await {
+            Ended::Unheard => return,
+            Ended::Failed(err) => err,
         };
-        drop(stream);
         if streaming && err.as_ref().is_some_and(refuses_streaming) {
             tracing::info!(
                 resource = r.plural(),
@@ -357,25 +313,7 @@ async fn run<K: Watched>(api: Api<K>, cluster: ClusterId, tx: UnboundedSender<Ac
             continue;
         }
         attempt = attempt.saturating_add(1);
-        let delay = Duration::from_secs(1u64 << attempt.min(5).saturating_sub(1)).min(MAX_BACKOFF);
-        let retry_at = Timestamp::now()
-            .checked_add(k8s_openapi::jiff::SignedDuration::try_from(delay).unwrap_or_default())
-            .unwrap_or_else(|_| Timestamp::now());
-        let state = match &err {
-            Some(e) => {
-                tracing::warn!(resource = r.plural(), error = %e, "watch failed");
-                classify(e).unwrap_or_else(|| ConnState::Reconnecting {
-                    retry_at,
-                    attempt,
-                    error: super::one_line(e),
-                })
-            }
-            None => ConnState::Reconnecting {
-                retry_at,
-                attempt,
-                error: strings::WATCH_ENDED.into(),
-            },
-        };
+        let (state, delay) = reconnecting(r, err.as_ref(), attempt);
         if !send(Action::Connection(cluster, r, state)) {
             return;
         }
@@ -384,6 +322,81 @@ async fn run<K: Watched>(api: Api<K>, cluster: ClusterId, tx: UnboundedSender<Ac
             return;
         }
     }
+}
+
+/// How one watch ended.
+enum Ended {
+    /// No one listens any more: the watching is over.
+    Unheard,
+    /// The watch failed, or (`None`) its stream ended: a new one follows.
+    Failed(Option<watcher::Error>),
+}
+
+/// One watch of `api` under `config`, its events sent as actions on `tx` until it fails;
+/// `attempt` starts over once a list is done.
+async fn watch_once<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    cluster: ClusterId,
+    tx: &UnboundedSender<Action>,
+    attempt: &mut u32,
+) -> Ended {
+    let r = K::RESOURCE;
+    let send = |a: Action| tx.send(a).is_ok();
+    let mut stream = watcher(api, config).boxed();
+    let mut buf: Vec<K::Kept> = vec![];
+    loop {
+        let heard = match stream.next().await {
+            None => return Ended::Failed(None),
+            Some(Err(e)) => return Ended::Failed(Some(e)),
+            Some(Ok(watcher::Event::Init)) => {
+                buf.clear();
+                send(Action::Connection(cluster, r, ConnState::Listing))
+            }
+            Some(Ok(watcher::Event::InitApply(o))) => {
+                let before = buf.len();
+                buf.extend(o.keep(cluster));
+                let first_rows = before < FIRST_ROWS && buf.len() == FIRST_ROWS;
+                !first_rows || K::arriving(cluster, &buf).is_none_or(send)
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                *attempt = 0;
+                send(K::listed(cluster, std::mem::take(&mut buf)))
+                    && send(Action::Connection(cluster, r, ConnState::Live))
+            }
+            Some(Ok(watcher::Event::Apply(o))) => o.applied(cluster).is_none_or(send),
+            Some(Ok(watcher::Event::Delete(o))) => o.deleted(cluster).is_none_or(send),
+        };
+        if !heard {
+            return Ended::Unheard;
+        }
+    }
+}
+
+/// After the `attempt`th failure in a row (`err`, or none: the stream ended), what the
+/// connection says, and how long until the next try: a backoff doubling up to
+/// [`MAX_BACKOFF`].
+fn reconnecting(r: Resource, err: Option<&watcher::Error>, attempt: u32) -> (ConnState, Duration) {
+    let delay = Duration::from_secs(1u64 << attempt.min(5).saturating_sub(1)).min(MAX_BACKOFF);
+    let retry_at = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(delay).unwrap_or_default())
+        .unwrap_or_else(|_| Timestamp::now());
+    let state = match err {
+        Some(e) => {
+            tracing::warn!(resource = r.plural(), error = %e, "watch failed");
+            classify(e).unwrap_or_else(|| ConnState::Reconnecting {
+                retry_at,
+                attempt,
+                error: super::one_line(e),
+            })
+        }
+        None => ConnState::Reconnecting {
+            retry_at,
+            attempt,
+            error: strings::WATCH_ENDED.into(),
+        },
+    };
+    (state, delay)
 }
 
 #[cfg(test)]

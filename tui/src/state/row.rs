@@ -35,79 +35,84 @@ impl Pip {
             ConditionStatus::True => Pip::Done,
             ConditionStatus::Unknown => Pip::Waiting,
             ConditionStatus::False if phase.is_terminal() => Pip::Failed,
-            ConditionStatus::False => match c.reason {
-                // Ready (and the conditions of later checkpoints) say False while the
-                // migration is simply under way, held, paused or resuming.
-                Reason::NotStarted
-                | Reason::InProgress
-                | Reason::HeldByWave
-                | Reason::HostCopyLimit
-                | Reason::DatastoreCopyLimit
-                | Reason::WaitingForCutover
-                | Reason::Paused
-                | Reason::RetryRequested
-                | Reason::Cancelling => Pip::Waiting,
-                Reason::TransientError
-                | Reason::APIRefused
-                | Reason::AdmissionDenied
-                | Reason::QuotaExceeded
-                | Reason::PoliciesNotInForce => Pip::Retrying,
-                // Every other reason on a False condition is a failure of that checkpoint
-                // (listed: a new reason must be placed here, it is not red by default).
-                Reason::Discovered
-                | Reason::SecretNotFound
-                | Reason::LoginFailed
-                | Reason::EndpointUnreachable
-                | Reason::ThumbprintMismatch
-                | Reason::VMNotFound
-                | Reason::VMAmbiguous
-                | Reason::Validated
-                | Reason::PreflightFailed
-                | Reason::UnsupportedDiskLayout
-                | Reason::SourcePoweredOn
-                | Reason::SourceChanged
-                | Reason::CutOver
-                | Reason::CutoverFailed
-                | Reason::SnapshotFailed
-                | Reason::PowerOffFailed
-                | Reason::TargetNameTaken
-                | Reason::CredentialsNotAllowed
-                | Reason::CredentialsMismatch
-                | Reason::TargetConflict
-                | Reason::Converted
-                | Reason::ConversionFailed
-                | Reason::GuestConverted
-                | Reason::GuestNeedsNoConversion
-                | Reason::GuestConversionFailed
-                | Reason::StagingUnavailable
-                | Reason::BucketNotFound
-                | Reason::ChecksumMismatch
-                | Reason::ConverterImageNotAllowed
-                | Reason::Imported
-                | Reason::ImportFailed
-                | Reason::VMCreated
-                | Reason::VMCreateFailed
-                | Reason::VMRunning
-                | Reason::VMStartFailed
-                | Reason::GuestAgentConnected
-                | Reason::GuestAgentTimeout
-                | Reason::GuestNotReady
-                | Reason::ErrorUnschedulable
-                | Reason::ErrorPvcNotFound
-                | Reason::DataVolumeError
-                | Reason::CrashLoopBackOff
-                | Reason::ErrImagePull
-                | Reason::ImagePullBackOff
-                | Reason::VMReady
-                | Reason::NotChecked
-                | Reason::NameCollision
-                | Reason::SelectorTooBroad
-                | Reason::Succeeded
-                | Reason::Failed
-                | Reason::Cancelled
-                | Reason::TargetStillRunning
-                | Reason::CleanupBlocked => Pip::Failed,
-            },
+            ConditionStatus::False => Pip::of_false(c.reason),
+        }
+    }
+
+    /// The pip of a False condition with `reason`, of a migration still under way.
+    fn of_false(reason: Reason) -> Pip {
+        match reason {
+            // Ready (and the conditions of later checkpoints) say False while the
+            // migration is simply under way, held, paused or resuming.
+            Reason::NotStarted
+            | Reason::InProgress
+            | Reason::HeldByWave
+            | Reason::HostCopyLimit
+            | Reason::DatastoreCopyLimit
+            | Reason::WaitingForCutover
+            | Reason::Paused
+            | Reason::RetryRequested
+            | Reason::Cancelling => Pip::Waiting,
+            Reason::TransientError
+            | Reason::APIRefused
+            | Reason::AdmissionDenied
+            | Reason::QuotaExceeded
+            | Reason::PoliciesNotInForce => Pip::Retrying,
+            // Every other reason on a False condition is a failure of that checkpoint
+            // (listed: a new reason must be placed here, it is not red by default).
+            Reason::Discovered
+            | Reason::SecretNotFound
+            | Reason::LoginFailed
+            | Reason::EndpointUnreachable
+            | Reason::ThumbprintMismatch
+            | Reason::VMNotFound
+            | Reason::VMAmbiguous
+            | Reason::Validated
+            | Reason::PreflightFailed
+            | Reason::UnsupportedDiskLayout
+            | Reason::SourcePoweredOn
+            | Reason::SourceChanged
+            | Reason::CutOver
+            | Reason::CutoverFailed
+            | Reason::SnapshotFailed
+            | Reason::PowerOffFailed
+            | Reason::TargetNameTaken
+            | Reason::CredentialsNotAllowed
+            | Reason::CredentialsMismatch
+            | Reason::TargetConflict
+            | Reason::Converted
+            | Reason::ConversionFailed
+            | Reason::GuestConverted
+            | Reason::GuestNeedsNoConversion
+            | Reason::GuestConversionFailed
+            | Reason::StagingUnavailable
+            | Reason::BucketNotFound
+            | Reason::ChecksumMismatch
+            | Reason::ConverterImageNotAllowed
+            | Reason::Imported
+            | Reason::ImportFailed
+            | Reason::VMCreated
+            | Reason::VMCreateFailed
+            | Reason::VMRunning
+            | Reason::VMStartFailed
+            | Reason::GuestAgentConnected
+            | Reason::GuestAgentTimeout
+            | Reason::GuestNotReady
+            | Reason::ErrorUnschedulable
+            | Reason::ErrorPvcNotFound
+            | Reason::DataVolumeError
+            | Reason::CrashLoopBackOff
+            | Reason::ErrImagePull
+            | Reason::ImagePullBackOff
+            | Reason::VMReady
+            | Reason::NotChecked
+            | Reason::NameCollision
+            | Reason::SelectorTooBroad
+            | Reason::Succeeded
+            | Reason::Failed
+            | Reason::Cancelled
+            | Reason::TargetStillRunning
+            | Reason::CleanupBlocked => Pip::Failed,
         }
     }
 
@@ -218,22 +223,7 @@ impl Row {
             *pip = Pip::of(c, phase);
         }
         let progress = status.and_then(|s| s.progress.as_ref());
-        let phase_since = status
-            .and_then(|s| {
-                s.history
-                    .last()
-                    .filter(|h| h.phase == phase && h.left_at.is_none())
-            })
-            .map(|h| h.entered_at.0)
-            .or_else(|| {
-                if phase.is_terminal() {
-                    status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0)
-                } else {
-                    None
-                }
-            })
-            .or_else(|| status.and_then(|s| s.started_at.as_ref()).map(|t| t.0))
-            .or_else(|| obj.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        let phase_since = phase_since(obj, phase);
         let message = message_of(obj);
         Row {
             problem_line: problems::line_of(obj, &key.name, phase, &message).into(),
@@ -282,6 +272,28 @@ impl Row {
     pub fn preflight(&self) -> Option<&PreflightStatus> {
         self.preflight.as_deref()
     }
+}
+
+/// Since when the migration is in `phase`: its entry in the history, else (finished) its
+/// completion, its start or its creation, whichever it has.
+fn phase_since(obj: &VirtualMachineMigration, phase: Phase) -> Option<Timestamp> {
+    let status = obj.status.as_ref();
+    status
+        .and_then(|s| {
+            s.history
+                .last()
+                .filter(|h| h.phase == phase && h.left_at.is_none())
+        })
+        .map(|h| h.entered_at.0)
+        .or_else(|| {
+            if phase.is_terminal() {
+                status.and_then(|s| s.completed_at.as_ref()).map(|t| t.0)
+            } else {
+                None
+            }
+        })
+        .or_else(|| status.and_then(|s| s.started_at.as_ref()).map(|t| t.0))
+        .or_else(|| obj.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 /// The first Critical concern that holds `obj` in Pending, when preflight holds it.
