@@ -631,17 +631,34 @@ fn by_our_job(world: &Observed, o: &StagedObject) -> bool {
 /// disk in the format asked for; `None` while one is not (or there are no disks).
 fn converted(scope: &Scope<Observed>) -> Option<Vec<StagedObject>> {
     let world = &scope.world;
-    let paths = crate::children::job::source_paths(&scope.vmm);
     let format = scope.vmm.spec.conversion.format;
     staged_objects(world)
         .enumerate()
         .map(|(i, o)| {
             o.filter(|o| o.sha256.is_some() && o.raw_sha256.is_some() && by_our_job(world, o))
-                .filter(|o| o.format == Some(format) && o.source_path == paths.get(i).cloned())
+                .filter(|o| o.format == Some(format) && of_the_disk(&scope.vmm, i, o))
                 .cloned()
         })
         .collect::<Option<Vec<_>>>()
         .filter(|v| !v.is_empty())
+}
+
+/// Whether a staged image is recorded as one of disk `i`: of its datastore path, or of the
+/// file its snapshot froze (a warm first copy reads that; the Job may have been made before
+/// or after the frozen path was recorded).
+fn of_the_disk(vmm: &ferry_crds::VirtualMachineMigration, i: usize, o: &StagedObject) -> bool {
+    let Some(path) = o.source_path.as_deref() else {
+        return false;
+    };
+    let status = vmm.status.as_ref();
+    let discovered = status
+        .and_then(|s| s.source.as_ref())
+        .and_then(|s| s.disks.get(i))
+        .map(|d| d.datastore_path.as_str());
+    let frozen = status
+        .and_then(|s| s.disks.get(i))
+        .and_then(|d| d.snapshot_path.as_deref());
+    Some(path) == discovered || Some(path) == frozen
 }
 
 /// What Converting says to people: in conditions, failures and Events.
