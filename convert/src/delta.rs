@@ -199,21 +199,7 @@ pub async fn run_to_exit_code(args: DeltaArgs) -> i32 {
         Ok(endpoint) => run(&args, &endpoint).await,
         Err(e) => Err(e),
     };
-    match outcome {
-        Ok(_) => 0,
-        Err(e) => {
-            let kind = if e.is_transient() {
-                "transient"
-            } else {
-                "permanent"
-            };
-            eprintln!(
-                "ferry-controller delta: {kind} failure ({}): {e}",
-                e.reason()
-            );
-            e.exit_code()
-        }
-    }
+    Error::exit_code_of("delta", outcome)
 }
 
 /// One disk's round.

@@ -129,6 +129,24 @@ impl Error {
         }
     }
 
+    /// What a Job's program (`ferry-controller PROGRAM`) exits with after `outcome`: 0, or this
+    /// error's code with the error said on stderr, where the pod's log keeps it.
+    pub fn exit_code_of<T>(program: &str, outcome: Result<T, Error>) -> i32 {
+        let Err(e) = outcome else {
+            return 0;
+        };
+        let kind = if e.is_transient() {
+            "transient"
+        } else {
+            "permanent"
+        };
+        eprintln!(
+            "ferry-controller {program}: {kind} failure ({}): {e}",
+            e.reason()
+        );
+        e.exit_code()
+    }
+
     /// A short, stable label: the inner edge's reason where there is one.
     pub fn reason(&self) -> &'static str {
         match self {

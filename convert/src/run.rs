@@ -34,28 +34,11 @@ pub async fn run(args: ConvertArgs, creds: Credentials) -> Result<ConvertReport,
 /// `secretKeyRef`s), runs [`run`] and turns the outcome into a process exit code, the error on
 /// stderr.
 pub async fn run_to_exit_code(args: ConvertArgs) -> i32 {
-    match Credentials::from_env() {
-        Ok(creds) => exit_code(run(args, creds).await),
-        Err(e) => exit_code(Err(e)),
-    }
-}
-
-fn exit_code(outcome: Result<ConvertReport, Error>) -> i32 {
-    match outcome {
-        Ok(_) => 0,
-        Err(e) => {
-            let kind = if e.is_transient() {
-                "transient"
-            } else {
-                "permanent"
-            };
-            eprintln!(
-                "ferry-controller convert: {kind} failure ({}): {e}",
-                e.reason()
-            );
-            e.exit_code()
-        }
-    }
+    let outcome = match Credentials::from_env() {
+        Ok(creds) => run(args, creds).await,
+        Err(e) => Err(e),
+    };
+    Error::exit_code_of("convert", outcome)
 }
 
 async fn convert_all(args: &ConvertArgs, creds: &Credentials) -> Result<ConvertReport, Error> {

@@ -81,3 +81,20 @@ impl Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and its sources on one line: a client library's own message alone ("error sending
+/// request") hides the cause an operator needs ("Connection refused"). Shared by the vSphere
+/// and the staging clients, which sit side by side above this crate.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        next = e.source();
+    }
+    out
+}

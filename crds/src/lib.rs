@@ -33,7 +33,7 @@ pub mod wave_child;
 pub use child::ChildRecord;
 pub use condition::{Condition, ConditionStatus, ConditionType, Reason};
 pub use conversion::{ConversionSpec, CopyLimits, DiskFormat};
-pub use error::{Error, Result};
+pub use error::{Error, Result, error_chain};
 pub use event::{EventAction, EventReason};
 pub use guest::{GuestConversion, GuestStatus, GuestVolume};
 pub use history::{MAX_HISTORY, PhaseTransition};

@@ -148,24 +148,8 @@ pub(crate) fn from_store(err: &object_store::Error, cx: Context<'_>) -> Error {
         }
         next = e.source();
     }
-    classify(kind, &error_chain(err), cx)
-}
-
-/// An error and its sources on one line: object_store's own message alone hides the cause an
-/// operator needs ("Connection refused"). ferry-vsphere words its errors the same way; staging
-/// keeps its own copy of these lines rather than depend on the vSphere crate.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        next = e.source();
-    }
-    out
+    // object_store's own message alone hides the cause an operator needs ("Connection refused").
+    classify(kind, &ferry_crds::error_chain(err), cx)
 }
 
 #[cfg(test)]

@@ -231,21 +231,8 @@ pub(crate) fn fault_name(f: &MethodFault) -> String {
         .unwrap_or_else(|| "MethodFault".to_owned())
 }
 
-/// An error and its sources on one line: reqwest's own message alone ("error sending request")
-/// hides the cause an operator needs ("Connection refused").
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        next = e.source();
-    }
-    out
-}
+/// An error and its sources on one line (reqwest's own message alone hides the cause).
+pub use ferry_crds::error_chain as chain;
 
 #[cfg(test)]
 mod tests {
