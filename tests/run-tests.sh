@@ -15,6 +15,8 @@ cargo build --workspace --bins --tests --benches || exit 1
 REAL_GUEST_BIN=$(cargo test -p ferry-controller --test e2e_real_guest --no-run 2>&1 \
     | sed -n 's/.*Executable tests\/e2e_real_guest.rs (\(.*\))$/\1/p')
 [[ -x "$REAL_GUEST_BIN" ]] || { echo "e2e_real_guest did not build"; exit 1; }
+# Cargo names it relative to here; the lane runs it from the package's directory, as cargo does.
+REAL_GUEST_BIN="$(realpath "$REAL_GUEST_BIN")"
 
 echo "== the OCI image (target/image/ferry) from this build, for its proof tests; the Debian root"
 echo "   file system is cached in ~/.cache/ferry/image (a cold one takes 2-5 minutes)"
