@@ -20,13 +20,15 @@ async fn read(io: Io<'_>, name: &str, what: &str) -> Result<Result<SecretData, P
     }
     let found = match io.api::<Secret>().get_opt(name).await {
         // Secret reads are the namespace's to allow (docs/operations-and-security.md, "Install"): without
-        // the RoleBinding, say so, and go on by itself once it is made.
+        // the RoleBinding, say so, and go on by itself once it is made. Its admin's act is what
+        // it waits for, as a quota's raise: no budget of retries runs out meanwhile.
         Err(kube::Error::Api(s)) if s.code == 403 => {
             let ns = io.vmm.namespace().unwrap_or_default();
             return Ok(Err(Problem::transient(
                 Reason::CredentialsNotAllowed,
                 say::not_readable(name, what, &ns),
-            )));
+            )
+            .tried(crate::problem::Tries::Unbounded)));
         }
         other => other?,
     };
