@@ -11,7 +11,7 @@ mkdir -p "$LOG_DIR"
 echo "== building the workspace (a cold build takes several minutes on 2 cores)"
 cargo build --workspace --bins --tests --benches || exit 1
 # e2e_real_guest is `test = false` (controller/Cargo.toml): `cargo test --workspace` leaves it to
-# its own lane below, and this is its build.
+# its own step below, and this is its build.
 REAL_GUEST_BIN=$(cargo test -p ferry-controller --test e2e_real_guest --no-run 2>&1 \
     | sed -n 's/.*Executable tests\/e2e_real_guest.rs (\(.*\))$/\1/p')
 [[ -x "$REAL_GUEST_BIN" ]] || { echo "e2e_real_guest did not build"; exit 1; }
@@ -64,24 +64,18 @@ GO_STATUS=$?
 grep -E '^(--- |ok|FAIL)' "$LOG_DIR/go-test.log"
 
 export FERRY_LAB_STATE="$STATE"
-# Two lanes against the one lab. The real guests' suite spends most of its quarter hour waiting
-# on one guest at a time (a TCG boot or a conversion takes one core at most, an initramfs that
-# finds no disk takes none), so it runs beside every other suite instead of after them: measured
-# with vmstat on 2 cores, the machine sat 40-97 % idle while it ran alone. Its output goes to its
-# own log, shown whole when it ends, and counts in the summary like the rest.
-echo "== e2e_real_guest runs beside the other suites (log in $LOG_DIR/real-guest.log)"
-( cd controller && exec timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
-    "$REAL_GUEST_BIN" ) >"$LOG_DIR/real-guest.log" 2>&1 &
-REAL_GUEST_PID=$!
 # A hung test must fail the run with its name on screen, not eat CI's whole time budget.
 timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
     cargo test --workspace --no-fail-fast 2>&1 | tee "$LOG_DIR/cargo-test.log"
 STATUS=${PIPESTATUS[0]}
-wait "$REAL_GUEST_PID"
-REAL_GUEST_STATUS=$?
-echo "== e2e_real_guest (its own lane), exit $REAL_GUEST_STATUS:"
-cat "$LOG_DIR/real-guest.log"
-if [[ "$REAL_GUEST_STATUS" != 0 ]]; then STATUS=1; fi
+# The real guests after every other suite, not beside them: run as a lane of their own (their
+# quarter hour mostly waits on one guest), two other suites failed beside them (a retry budget
+# timed at the tests' 200 ms backoff ran out; a first-consumer claim's migration did not finish
+# in 300 s while the node the tests' sims share also ran a real guest's conversion).
+echo "== e2e_real_guest (log in $LOG_DIR/real-guest.log)"
+( cd controller && exec timeout --signal=TERM --kill-after=30s "${FERRY_TEST_TIMEOUT:-50m}" \
+    "$REAL_GUEST_BIN" ) 2>&1 | tee "$LOG_DIR/real-guest.log"
+if [[ "${PIPESTATUS[0]}" != 0 ]]; then STATUS=1; fi
 echo "== free space after the suites: $(df -h --output=avail target | tail -1 | tr -d ' ')"
 
 echo "== stopping the lab"

@@ -336,7 +336,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
         &image,
         &[],
         false,
-        "240s",
+        "150s",
         GuestConversion::Never,
         RestorePowerState::Never,
     )
