@@ -131,7 +131,7 @@ fn snapshot_moref(vmm: &VirtualMachineMigration) -> Option<String> {
 
 /// The datastore path the converter reads each discovered disk from, in device order: a warm
 /// migration's as its snapshot froze it. What the converter records its image to be of. Pure.
-pub fn source_paths(vmm: &VirtualMachineMigration) -> Vec<String> {
+pub(crate) fn source_paths(vmm: &VirtualMachineMigration) -> Vec<String> {
     let status = vmm.status.as_ref();
     let disks = status
         .and_then(|s| s.source.as_ref())
