@@ -118,6 +118,14 @@ GO_FAILED=$(grep -c '^--- FAIL' "$LOG_DIR/go-test.log" || true)
 PASSED=$((PASSED + GO_PASSED)); FAILED=$((FAILED + GO_FAILED))
 if [[ "$DEMO_STATUS" == 0 ]]; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); fi
 if [[ "$GO_STATUS" != 0 && "$STATUS" == 0 ]]; then STATUS=$GO_STATUS; fi
+# Where the minutes went: each suite's own clock (cargo's "finished in"), slowest first, so that a
+# CI log says what to shorten. Counts, not timings, are what the tests assert.
+echo
+echo "== the slowest suites (seconds)"
+awk '/^ *Running /{name=$0; sub(/^ *Running /,"",name); sub(/ \(.*$/,"",name); gsub(/ /,"_",name)} /^test result: /{for(i=1;i<=NF;i++) if($i=="in"){t=$(i+1); sub("s","",t); print t, name}}' \
+    "$LOG_DIR/cargo-test.log" | sort -rn | head -12 | awk '{printf "%8.0f  %s\n", $1, $2}'
+REAL_GUEST_SECS=$(grep -Eo 'finished in [0-9.]+s' "$LOG_DIR/real-guest.log" | grep -Eo '[0-9.]+' | tail -1)
+printf "%8.0f  %s\n" "${REAL_GUEST_SECS:-0}" "e2e_real_guest (its own step)"
 echo
 echo "$PASSED passed, $FAILED failed"
 exit "$STATUS"

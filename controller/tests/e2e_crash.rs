@@ -301,3 +301,52 @@ async fn next_job(
         }
     }
 }
+
+/// A conversion Job deleted by hand while its pod converts (as the soak does): its pod is
+/// killed, ferry makes the Job again, and the new Job's image, not the killed one's half, is
+/// imported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversion_job_deleted_while_it_converts_is_made_again() {
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::ResourceExt;
+    use kube::api::DeleteParams;
+    let mut env = Env::new("e2e-crash-rejob", 16).await;
+    env.extra_controller_args = vec!["--converter-read-limit".into(), "1048576".into()];
+    env.start_sim();
+    env.start_controller();
+    let creations = Creations::watch(&env).await;
+    let jobs: kube::Api<Job> = env.ns.api();
+    let vmm = env.migration("rejob");
+    let job_name = ferry_crds::names::job_name(&vmm);
+    env.create(&vmm).await;
+    // Its pod runs (the soak deletes the first Job it sees so).
+    let first = ferry_harness::eventually("the Job's pod to run", Duration::from_secs(120), || {
+        let jobs = jobs.clone();
+        let job_name = job_name.clone();
+        async move {
+            let j = jobs.get(&job_name).await.ok()?;
+            (j.status.as_ref()?.active? > 0).then_some(j)
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    jobs.delete(&job_name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let v = env.wait_terminal("rejob", 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    assert_eq!(
+        creations.duplicates(),
+        vec![(format!("Job/{job_name}"), 2)],
+        "only the deleted Job was made again"
+    );
+    assert_ne!(
+        ferry_crds::child::find(&v.status.as_ref().unwrap().children, "Job", &job_name)
+            .map(|r| r.uid.clone()),
+        first.uid(),
+        "the migration records the new Job"
+    );
+    let raw = env.scratch.join("expected.raw");
+    qemu_raw(&env.disk.vmdk, &raw);
+    assert!(same_file(&env.volume(&dv_name("rejob", 0)), &raw));
+}

@@ -402,9 +402,24 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         .iter()
         .filter(|c| c.phase() == Phase::Succeeded)
         .collect();
+    // Why each unexpected failure failed, so that a red run says more than a name.
+    let why: Vec<String> = children
+        .iter()
+        .filter(|c| failed.contains(&c.name_any()) != doomed.contains(&c.name_any()))
+        .map(|c| {
+            let last = c.status.as_ref().and_then(|s| s.last_failure.as_ref());
+            let said = last.map_or("no lastFailure".into(), |f| {
+                format!("{:?} at {}: {}", f.reason, f.phase, f.message)
+            });
+            format!("{} ({}): {said}", c.name_any(), c.phase())
+        })
+        .collect();
     assert_eq!(
-        failed, doomed,
-        "Failed exactly where a permanent fault was injected; phases {by_phase:?}"
+        failed,
+        doomed,
+        "Failed exactly where a permanent fault was injected; phases {by_phase:?}; \
+         unexpected: {why:#?}; logs in {}",
+        scratch.display()
     );
     assert_eq!(succeeded.len() + failed.len(), n, "phases {by_phase:?}");
     let peak = peak.load(Ordering::SeqCst);
