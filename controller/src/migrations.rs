@@ -56,6 +56,8 @@ pub struct Record {
     wave: Option<Box<str>>,
     /// `spec.source.vm`: a wave matches its VMs by it.
     vm: VmSelector,
+    /// With `completed_at`, what a wave's forecast measures a migration by.
+    started_at: Option<Time>,
     completed_at: Option<Time>,
     progress: Option<Progress>,
     /// Its preflight's concerns (codes and severities; what a wave's preflight counts).
@@ -79,6 +81,7 @@ impl Record {
                 .collect(),
             wave: vmm.wave().map(Into::into),
             vm: vmm.spec.source.vm.clone(),
+            started_at: status.and_then(|s| s.started_at.clone()),
             completed_at: status.and_then(|s| s.completed_at.clone()),
             progress: status.and_then(|s| s.progress.clone()),
             preflight: status.and_then(|s| s.preflight.clone()).map(|mut p| {
@@ -129,6 +132,7 @@ impl Record {
             .insert(SLIM_MARK.to_owned(), String::new());
         m.status = Some(VirtualMachineMigrationStatus {
             phase: Phase::Succeeded,
+            started_at: self.started_at.clone(),
             completed_at: self.completed_at.clone(),
             progress: self.progress.clone(),
             preflight: self.preflight.as_deref().cloned(),

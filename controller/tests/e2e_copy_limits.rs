@@ -187,6 +187,7 @@ async fn run_waves(env: &Env, waves: &[(&str, &[String], &ferry_crds::WaveTempla
             selector: None,
             paused: false,
             cancel: false,
+            window: None,
             retry: 0,
             warm: None,
         };

@@ -51,6 +51,7 @@ async fn without_its_policies_in_force_the_controller_makes_and_starts_nothing_u
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

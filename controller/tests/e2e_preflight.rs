@@ -165,6 +165,7 @@ async fn a_paused_wave_is_preflighted_and_then_goes_on_past_a_vm_held_by_preflig
         selector: None,
         paused: true,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };
@@ -302,6 +303,7 @@ async fn a_wave_of_shaped_vms_finds_every_concern_and_only_the_clean_vm_migrates
         selector: None,
         paused: true,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

@@ -329,6 +329,7 @@ async fn a_wave_makes_and_runs_every_member_but_the_one_a_policy_refuses_and_nam
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

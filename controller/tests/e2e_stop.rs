@@ -40,6 +40,7 @@ async fn wave_in_its_middle(env: &Env, name: &str) {
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

@@ -373,6 +373,7 @@ async fn a_warm_wave_precopies_every_vm_then_cuts_them_over_within_max_in_flight
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: Some(ferry_crds::WarmSpec::default()),
     };

@@ -38,6 +38,7 @@ async fn a_wave_migrates_its_vms_within_max_in_flight() {
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };
@@ -110,6 +111,7 @@ async fn cancelling_a_wave_cancels_its_running_and_queued_migrations() {
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };
@@ -181,6 +183,7 @@ fn wave_over(env: &Env, vms: &[&str], paused: bool) -> MigrationWaveSpec {
         selector: None,
         paused,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     }
@@ -351,5 +354,79 @@ async fn a_wave_never_takes_another_waves_migration_of_the_same_name() {
             .items
             .len(),
         1
+    );
+}
+
+/// A wave whose window has ended starts nothing: its migration stays `Queued`, held, its source
+/// untouched, and the wave says so (`forecast.outsideWindow`, Progressing `OutsideWindow`); once
+/// the window is moved to the next night's, the migration starts and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_outside_its_window_starts_nothing_until_the_window_is_moved() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let mut env = Env::new("e2e-wave-window", 8).await;
+    env.start_sim();
+    env.start_controller();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let at = |secs: i64| {
+        Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second() + secs).unwrap())
+    };
+    let mut spec = wave_over(&env, &[&env.vm.name.clone()], false);
+    spec.window = Some(ferry_crds::MaintenanceWindow {
+        start: Some(at(-7200)),
+        end: at(-60),
+    });
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("win", spec))
+        .await
+        .unwrap();
+    let child = ferry_crds::child_migration_name("win", &WaveVm::by_name(env.vm.name.clone()));
+    let w = eventually(
+        "the wave to say its window holds",
+        Duration::from_secs(60),
+        || async {
+            let w = waves.get("win").await.ok()?;
+            let s = w.status.as_ref()?;
+            let held = s.forecast.as_ref().is_some_and(|f| f.outside_window == 1);
+            let said = s
+                .condition(WaveConditionType::Progressing)
+                .is_some_and(|c| c.reason == Reason::OutsideWindow);
+            (held && said).then_some(w)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    let c = w
+        .status
+        .unwrap()
+        .condition(WaveConditionType::Progressing)
+        .cloned()
+        .unwrap();
+    assert!(c.message.contains("past the window's end"), "{}", c.message);
+    let v = env.get(&child).await;
+    assert_eq!(v.phase(), Phase::Queued);
+    assert!(v.is_held(), "never released");
+    assert_eq!(env.power_state().await, "poweredOn", "the source untouched");
+    waves
+        .patch(
+            "win",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"window": {"end": at(3600)}}})),
+        )
+        .await
+        .unwrap();
+    let v = env.wait_terminal(&child, 300).await;
+    assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
+    let w = eventually("the wave to succeed", Duration::from_secs(60), || async {
+        let w = waves.get("win").await.ok()?;
+        (w.status.as_ref()?.phase == WavePhase::Succeeded).then_some(w)
+    })
+    .await
+    .unwrap();
+    let f = w.status.unwrap().forecast.unwrap();
+    assert_eq!(f.outside_window, 0);
+    assert!(
+        f.migration_seconds.is_some(),
+        "measured on the one that succeeded: {f:?}"
     );
 }

@@ -49,6 +49,7 @@ fn spec(env: &Env, selector: WaveSelector) -> MigrationWaveSpec {
         selector: Some(selector),
         paused: true,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     }

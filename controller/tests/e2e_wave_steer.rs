@@ -134,6 +134,7 @@ fn spec(env: &Env, vms: &[String], max_in_flight: i32, paused: bool) -> Migratio
         selector: None,
         paused,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     }

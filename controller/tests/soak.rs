@@ -257,6 +257,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

@@ -213,6 +213,9 @@ pub enum Reason {
     /// the controller's limit of migrations copying from it (`--max-copies-per-datastore`); the
     /// message names the datastore and the count.
     DatastoreCopyLimit,
+    /// A wave's window (spec.window) keeps its held migrations from starting: it has not
+    /// opened, or the forecast says a migration started now would end past its end.
+    OutsideWindow,
     /// spec.paused is true; no new step is taken.
     Paused,
     /// A transient error; the controller retries with backoff.

@@ -157,6 +157,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

@@ -95,6 +95,13 @@ pub struct MigrationWaveSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::WarmSpec>,
 
+    /// The maintenance window: no migration of the wave starts before window.start, nor once
+    /// the forecast (status.forecast: what one of the wave's migrations took) says it would end
+    /// past window.end; those wait, counted in status.forecast.outsideWindow and named by the
+    /// Progressing condition (OutsideWindow), until the window is moved. Running ones go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<MaintenanceWindow>,
+
     /// Retry token: raising it retries every Failed migration of the wave. It may never decrease.
     #[serde(default)]
     #[schemars(range(min = 0))]
@@ -104,6 +111,39 @@ pub struct MigrationWaveSpec {
 
 fn default_max_in_flight() -> i32 {
     DEFAULT_MAX_IN_FLIGHT
+}
+
+/// When a wave may start migrations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// No migration starts before it (RFC 3339; absent: the window is open now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::target::bounded::<Time>")]
+    pub start: Option<Time>,
+    /// Every migration is to be finished by it (RFC 3339): none starts that the forecast says
+    /// would end later.
+    #[schemars(schema_with = "crate::target::bounded::<Time>")]
+    pub end: Time,
+}
+
+/// The wave's forecast, revised at every reconcile.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveForecast {
+    /// Seconds one migration of the wave takes (absent until one succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_seconds: Option<i64>,
+    /// What the figure is measured on.
+    #[schemars(length(max = 256))]
+    pub basis: String,
+    /// When the wave would end at that pace, maxInFlight at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<Time>,
+    /// Held migrations the window keeps from starting now.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub outside_window: i32,
 }
 
 /// Which VMs of the inventory a wave migrates: every condition given must hold.
@@ -389,6 +429,10 @@ pub struct MigrationWaveStatus {
     #[schemars(length(max = 100))]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub refused: Vec<WaveRefusal>,
+    /// The forecast: what one migration takes, when the wave would end, and how many
+    /// migrations spec.window keeps from starting (absent with no window and nothing measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<WaveForecast>,
     /// What preflight found over the wave's migrations (absent until one was preflighted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<WavePreflight>,

@@ -982,6 +982,10 @@ pub mod waves {
     pub const PAUSED: &str = " ‖ paused";
     /// The wave is being cancelled.
     pub const CANCEL: &str = " ✕ cancel";
+    /// Held migrations the wave's window keeps from starting (`status.forecast.outsideWindow`).
+    pub fn outside_window(n: i32) -> String {
+        format!(" ⊘ {n} outside the window")
+    }
     /// In front of the sparkline.
     pub const DONE_PER_MINUTE: &str = "done/min ";
 

@@ -364,6 +364,7 @@ pub async fn run_wave(
         selector: None,
         paused: false,
         cancel: false,
+        window: None,
         retry: 0,
         warm: None,
     };

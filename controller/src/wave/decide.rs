@@ -12,6 +12,7 @@ use kube::ResourceExt;
 
 use super::members::{self, Listed, Member};
 pub use super::slots::{cutover_due, occupies_slot, waits_for_cutover};
+use super::window::{self, Gate};
 use crate::context::Given;
 use crate::events::Note;
 use crate::pacing::Worth;
@@ -71,7 +72,10 @@ pub fn decide(
     } else {
         Vec::new()
     };
-    let release = if steered {
+    // The window keeps new starts back (not cutovers: spec.warm says when those come).
+    let per_migration = window::migration_seconds(children).map(|(secs, _)| secs);
+    let gate = window::gate(wave.spec.window.as_ref(), per_migration, now);
+    let release = if steered && gate == Gate::Open {
         slots.fill(&assigned, |c| c.is_held() && !c.phase().is_terminal())
     } else {
         Vec::new()
@@ -81,6 +85,7 @@ pub fn decide(
         children,
         &assigned,
         (release.len(), cutover.len()),
+        (gate, window::forecast(wave, children, gate, now)),
         now,
     );
     Plan {
@@ -342,8 +347,8 @@ pub const COUNTS_INTERVAL: Duration = Duration::from_secs(5);
 /// Whether the wave's `new` status is worth a write over `old`, `since_last` after this
 /// controller last wrote it: the wave's phase, its conditions, collisions, preflight and every
 /// failure or cancellation at once; the counts migrations move through at most once per
-/// [`COUNTS_INTERVAL`]; the figures that move with every byte copied (bytes, throughput, ETA) at
-/// most once per `interval`. Pure.
+/// [`COUNTS_INTERVAL`]; the figures that move with every byte copied or every second (bytes,
+/// throughput, ETA, the forecast but whom the window holds) at most once per `interval`. Pure.
 pub fn worth_writing(
     old: Option<&MigrationWaveStatus>,
     new: &MigrationWaveStatus,
@@ -359,6 +364,11 @@ pub fn worth_writing(
         bytes_total: 0,
         throughput_per_hour: None,
         eta_seconds: None,
+        // The forecast moves with the clock and each success; whom the window holds is news.
+        forecast: s.forecast.as_ref().map(|f| ferry_crds::WaveForecast {
+            outside_window: f.outside_window,
+            ..Default::default()
+        }),
         ..s.clone()
     };
     let steady = |s: &MigrationWaveStatus| MigrationWaveStatus {

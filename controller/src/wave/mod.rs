@@ -6,6 +6,7 @@ pub mod members;
 pub mod select;
 mod slots;
 mod status;
+mod window;
 mod write;
 
 use std::collections::HashMap;

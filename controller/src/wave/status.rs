@@ -5,12 +5,13 @@ use ferry_crds::condition::{self, WaveConditionType};
 use ferry_crds::wave::MAX_REPORTED_COLLISIONS;
 use ferry_crds::{
     ConditionStatus, MigrationWave, MigrationWaveStatus, Phase, Reason, VirtualMachineMigration,
-    WaveCollision, WaveCounts, WavePhase, WaveRefusal,
+    WaveCollision, WaveCounts, WaveForecast, WavePhase, WaveRefusal,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::members::Member;
 use super::slots::{occupies_slot, waiting_note, waits_for_cutover};
+use super::window::{self, Gate};
 
 /// What the children add up to, before any rule is applied.
 struct Tally<'a> {
@@ -27,6 +28,8 @@ struct Tally<'a> {
     /// Every VM's migration finished, or the VM gets none.
     all_done: bool,
     all_succeeded: bool,
+    /// What the wave says while its window keeps migrations from starting.
+    outside_window: Option<String>,
 }
 
 fn count(n: usize) -> i32 {
@@ -89,6 +92,7 @@ impl<'a> Tally<'a> {
             all_succeeded: assigned
                 .iter()
                 .all(|m| matches!(m, Member::Migrating(c) if c.phase() == Phase::Succeeded)),
+            outside_window: None,
         }
     }
 }
@@ -99,10 +103,17 @@ pub(super) fn status(
     children: &[VirtualMachineMigration],
     assigned: &[Member<'_>],
     giving: (usize, usize),
+    (gate, forecast): (Gate, Option<WaveForecast>),
     now: &Time,
 ) -> MigrationWaveStatus {
     let old = wave.status.clone().unwrap_or_default();
-    let t = Tally::of(children, assigned, &old.refused, giving, now);
+    let mut t = Tally::of(children, assigned, &old.refused, giving, now);
+    t.outside_window = wave
+        .spec
+        .window
+        .as_ref()
+        .zip(forecast.as_ref())
+        .and_then(|(w, f)| window::held_message(w, gate, f));
     let phase = phase(wave, &t, children.is_empty());
     let started_at = old
         .started_at
@@ -150,6 +161,7 @@ pub(super) fn status(
         throughput_per_hour: throughput,
         eta_seconds: eta,
         preflight: ferry_crds::WavePreflight::of(children),
+        forecast,
         bytes_done,
         bytes_total,
         conditions: conditions(wave, &old.conditions, phase, &t, now),
@@ -233,6 +245,18 @@ fn conditions(
 fn progressing(wave: &MigrationWave, phase: WavePhase, t: &Tally<'_>) -> Verdict {
     let (in_flight, finished, total) = (t.in_flight, t.finished, t.total);
     match phase {
+        WavePhase::Running | WavePhase::Pending if t.outside_window.is_some() => (
+            if in_flight > 0 {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            Reason::OutsideWindow,
+            format!(
+                "{in_flight} in flight, {finished} of {total} finished; {}",
+                t.outside_window.as_deref().unwrap_or_default()
+            ),
+        ),
         WavePhase::Running | WavePhase::Pending => (
             ConditionStatus::True,
             Reason::InProgress,

@@ -47,6 +47,7 @@ impl Pip {
             Reason::NotStarted
             | Reason::InProgress
             | Reason::HeldByWave
+            | Reason::OutsideWindow
             | Reason::HostCopyLimit
             | Reason::DatastoreCopyLimit
             | Reason::WaitingForCutover

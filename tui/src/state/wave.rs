@@ -29,6 +29,8 @@ pub struct WaveRow {
     pub eta_seconds: Option<i64>,
     /// `status.startedAt`.
     pub started_at: Option<Timestamp>,
+    /// `status.forecast.outsideWindow`: held migrations its `spec.window` keeps from starting.
+    pub outside_window: i32,
     /// `spec.paused`.
     pub paused: bool,
     /// `spec.cancel`.
@@ -146,6 +148,7 @@ impl WaveRow {
             throughput_per_hour: status.throughput_per_hour,
             eta_seconds: status.eta_seconds,
             started_at: status.started_at.map(|t| t.0),
+            outside_window: status.forecast.as_ref().map_or(0, |f| f.outside_window),
             paused: obj.spec.paused,
             cancel: obj.spec.cancel,
             retry: obj.spec.retry,

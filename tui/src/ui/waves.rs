@@ -121,6 +121,13 @@ fn ranked_rest(w: &WaveRow, t: &Theme, wide: bool) -> Vec<(u8, Span<'static>)> {
             Span::raw(format!(" {}", strings::eta(&format::duration(eta)))),
         ));
     }
+    // What holds the rest of the wave back is never dropped for room.
+    if w.outside_window > 0 {
+        rest.push((
+            5,
+            Span::styled(text::outside_window(w.outside_window), t.warn()),
+        ));
+    }
     if w.paused {
         rest.push((5, Span::styled(text::PAUSED, t.warn())));
     }
@@ -282,6 +289,24 @@ mod tests {
             cutover_at: Some(ts(secs)),
             ..WarmSpec::default()
         })
+    }
+
+    #[test]
+    fn a_wave_says_how_many_its_window_holds_and_never_drops_it_for_room() {
+        let mut w = wave("w", 4);
+        w.status = Some(MigrationWaveStatus {
+            phase: ferry_crds::WavePhase::Running,
+            forecast: Some(ferry_crds::WaveForecast {
+                outside_window: 3,
+                ..Default::default()
+            }),
+            ..MigrationWaveStatus::default()
+        });
+        let row = WaveRow::from_object(ClusterId(0), w);
+        let mut rest = ranked_rest(&row, &Theme::MONO, false);
+        drop_lowest(&mut rest, 0, 1);
+        let kept: String = rest.iter().map(|(_, s)| s.content.to_string()).collect();
+        assert_eq!(kept, " ⊘ 3 outside the window");
     }
 
     #[test]

@@ -1,0 +1,261 @@
+//! The wave's maintenance window and its forecast, pure: how long one of its migrations takes
+//! (measured on those of the wave that succeeded), when the wave would end at that pace, and
+//! whether a held migration may start now. None starts before `spec.window.start`, nor when the
+//! forecast says it would end past `spec.window.end`: an operator's window is a promise to the
+//! application teams, and a migration that would overrun it is one he would not have started.
+
+use ferry_crds::{MaintenanceWindow, MigrationWave, Phase, VirtualMachineMigration, WaveForecast};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// Whether held migrations may start now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// No window, or inside it with the time a migration takes still left.
+    Open,
+    /// The window has not opened yet.
+    NotYet,
+    /// A migration started now would end past the window's end (or the window has ended).
+    Closing,
+}
+
+/// What one migration of the wave takes: the mean, over the wave's succeeded migrations, of the
+/// time from its start (leaving `Queued`) to its end, retries included (they spend the window
+/// too); with how many it is of. `None` until one succeeded: nothing measured, nothing
+/// forecast. (A settled migration is cached cut down; both times stay in it.)
+pub fn migration_seconds(children: &[VirtualMachineMigration]) -> Option<(i64, usize)> {
+    let took: Vec<i64> = children.iter().filter_map(took_seconds).collect();
+    let n = took.len();
+    (n > 0).then(|| (took.iter().sum::<i64>() / i64::try_from(n).unwrap_or(1), n))
+}
+
+/// The seconds one succeeded migration took.
+fn took_seconds(c: &VirtualMachineMigration) -> Option<i64> {
+    if c.phase() != Phase::Succeeded {
+        return None;
+    }
+    let s = c.status.as_ref()?;
+    let (start, end) = (s.started_at.as_ref()?, s.completed_at.as_ref()?);
+    Some((end.0.as_second() - start.0.as_second()).max(0))
+}
+
+/// Whether held migrations may start at `now`, given what one takes.
+pub fn gate(window: Option<&MaintenanceWindow>, per_migration: Option<i64>, now: &Time) -> Gate {
+    let Some(w) = window else {
+        return Gate::Open;
+    };
+    let now = now.0.as_second();
+    if w.start.as_ref().is_some_and(|s| now < s.0.as_second()) {
+        return Gate::NotYet;
+    }
+    let end = w.end.0.as_second();
+    if now >= end || per_migration.is_some_and(|p| now + p > end) {
+        return Gate::Closing;
+    }
+    Gate::Open
+}
+
+/// The wave's forecast at `now`: what one migration takes and its basis, when the wave would
+/// end (the migrations not finished, `maxInFlight` at a time, each taking that long), and how
+/// many held migrations the window keeps from starting. `None` for a wave with no window and
+/// nothing measured yet.
+pub fn forecast(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    gate: Gate,
+    now: &Time,
+) -> Option<WaveForecast> {
+    let measured = migration_seconds(children);
+    if wave.spec.window.is_none() && measured.is_none() {
+        return None;
+    }
+    let total = i64::try_from(wave.members().len().max(children.len())).unwrap_or(i64::MAX);
+    let finished = children.iter().filter(|c| c.phase().is_terminal()).count();
+    let left = total - i64::try_from(finished).unwrap_or(0);
+    let slots = i64::from(wave.spec.max_in_flight.max(1));
+    let ends_at = measured.map(|(secs, _)| {
+        let rounds = (left.max(0) + slots - 1) / slots;
+        seconds_after(now, rounds * secs)
+    });
+    let held = children
+        .iter()
+        .filter(|c| c.is_held() && !c.phase().is_terminal())
+        .count();
+    let outside_window = match gate {
+        Gate::Open => 0,
+        Gate::NotYet | Gate::Closing => i32::try_from(held).unwrap_or(i32::MAX),
+    };
+    Some(WaveForecast {
+        migration_seconds: measured.map(|(s, _)| s),
+        basis: basis(measured),
+        ends_at,
+        outside_window,
+    })
+}
+
+/// Where the forecast's figure comes from, in words.
+fn basis(measured: Option<(i64, usize)>) -> String {
+    match measured {
+        Some((_, n)) => format!("the mean of the {n} migration(s) of this wave that succeeded"),
+        None => "no migration of this wave has succeeded yet: nothing to forecast from".into(),
+    }
+}
+
+/// `now` plus `secs`, as an API time.
+fn seconds_after(now: &Time, secs: i64) -> Time {
+    let at = now.0.as_second().saturating_add(secs);
+    Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or(now.0))
+}
+
+/// What the wave says while its window holds migrations back.
+pub fn held_message(window: &MaintenanceWindow, gate: Gate, f: &WaveForecast) -> Option<String> {
+    let n = f.outside_window;
+    match gate {
+        Gate::Open => None,
+        Gate::NotYet => Some(format!(
+            "{n} migration(s) wait for the window, which opens at {}",
+            window
+                .start
+                .as_ref()
+                .map_or_else(String::new, |s| s.0.to_string())
+        )),
+        Gate::Closing => Some(format!(
+            "{n} migration(s) not started: one takes about {} s ({}), which would end past the \
+             window's end at {}; move spec.window.end to start them",
+            f.migration_seconds.unwrap_or(0),
+            f.basis,
+            window.end.0
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_crds::child_migration;
+    use ferry_crds::fixtures::{ts, wave};
+
+    /// A migration of `w`'s VM `i` that started `from` and succeeded `to` seconds after t0.
+    fn took(w: &MigrationWave, i: usize, from: i64, to: i64) -> VirtualMachineMigration {
+        let mut c = child_migration(w, &w.spec.vms[i])
+            .unwrap()
+            .with_phase(Phase::Succeeded)
+            .released();
+        let s = c.status.get_or_insert_with(Default::default);
+        s.started_at = Some(ts(from));
+        s.completed_at = Some(ts(to));
+        c
+    }
+
+    fn window(start: Option<i64>, end: i64) -> MaintenanceWindow {
+        MaintenanceWindow {
+            start: start.map(ts),
+            end: ts(end),
+        }
+    }
+
+    #[test]
+    fn a_migration_takes_the_mean_of_those_that_succeeded_from_start_to_end() {
+        let w = wave("w", 3);
+        assert_eq!(migration_seconds(&[]), None, "nothing measured");
+        let done = [took(&w, 0, 10, 110), took(&w, 1, 20, 320)];
+        assert_eq!(migration_seconds(&done), Some((200, 2)));
+        let mut queued = child_migration(&w, &w.spec.vms[2]).unwrap();
+        queued = queued.with_phase(Phase::Queued);
+        let with_one_waiting = [done[0].clone(), queued];
+        assert_eq!(migration_seconds(&with_one_waiting), Some((100, 1)));
+    }
+
+    #[test]
+    fn nothing_starts_before_the_window_nor_what_would_end_past_it() {
+        let w = Some(window(Some(100), 1000));
+        assert_eq!(gate(None, Some(10_000), &ts(0)), Gate::Open, "no window");
+        assert_eq!(gate(w.as_ref(), None, &ts(50)), Gate::NotYet);
+        assert_eq!(gate(w.as_ref(), None, &ts(100)), Gate::Open);
+        assert_eq!(
+            gate(w.as_ref(), None, &ts(999)),
+            Gate::Open,
+            "nothing measured"
+        );
+        assert_eq!(gate(w.as_ref(), None, &ts(1000)), Gate::Closing, "ended");
+        assert_eq!(
+            gate(w.as_ref(), Some(300), &ts(700)),
+            Gate::Open,
+            "ends at the end"
+        );
+        assert_eq!(
+            gate(w.as_ref(), Some(300), &ts(701)),
+            Gate::Closing,
+            "ends past it"
+        );
+        let open_now = window(None, 1000);
+        assert_eq!(gate(Some(&open_now), Some(300), &ts(0)), Gate::Open);
+    }
+
+    #[test]
+    fn the_forecast_ends_the_wave_max_in_flight_at_a_time_and_counts_whom_the_window_holds() {
+        let mut w = wave("w", 5).with_max_in_flight(2);
+        assert_eq!(
+            forecast(&w, &[], Gate::Open, &ts(0)),
+            None,
+            "no window, nothing measured"
+        );
+        let mut kids = vec![took(&w, 0, 0, 100)];
+        for i in 1..5 {
+            kids.push(
+                child_migration(&w, &w.spec.vms[i])
+                    .unwrap()
+                    .with_phase(Phase::Queued),
+            );
+        }
+        // Four left, two at a time, 100 s each: 200 s from now.
+        let f = forecast(&w, &kids, Gate::Open, &ts(100)).unwrap();
+        assert_eq!(f.migration_seconds, Some(100));
+        assert_eq!(f.ends_at, Some(ts(300)));
+        assert_eq!(f.outside_window, 0);
+        assert!(f.basis.contains("1 migration(s)"), "{}", f.basis);
+        w.spec.window = Some(window(None, 150));
+        let f = forecast(&w, &kids, Gate::Closing, &ts(100)).unwrap();
+        assert_eq!(f.outside_window, 4, "every held one");
+        let said = held_message(w.spec.window.as_ref().unwrap(), Gate::Closing, &f).unwrap();
+        assert!(said.starts_with("4 migration(s) not started"), "{said}");
+        assert!(said.contains("about 100 s"), "{said}");
+    }
+
+    #[test]
+    fn a_wave_whose_window_would_be_overrun_releases_nothing_and_says_why() {
+        use super::super::decide::decide;
+        let mut w = wave("w", 3).with_max_in_flight(3);
+        let mut kids = vec![took(&w, 0, 0, 100)];
+        for i in 1..3 {
+            kids.push(
+                child_migration(&w, &w.spec.vms[i])
+                    .unwrap()
+                    .with_phase(Phase::Queued),
+            );
+        }
+        let open = decide(&w, &kids, &[], &ts(100));
+        assert_eq!(open.release.len(), 2, "no window: both start");
+        w.spec.window = Some(window(None, 150));
+        let plan = decide(&w, &kids, &[], &ts(100));
+        assert!(plan.release.is_empty(), "100 s from 100 ends past 150");
+        let f = plan.status.forecast.clone().unwrap();
+        assert_eq!(f.outside_window, 2);
+        let progressing = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ferry_crds::condition::WaveConditionType::Progressing)
+            .unwrap();
+        assert_eq!(progressing.reason, ferry_crds::Reason::OutsideWindow);
+        assert!(
+            progressing.message.contains("2 migration(s) not started"),
+            "{}",
+            progressing.message
+        );
+        w.spec.window = Some(window(Some(200), 1000));
+        let plan = decide(&w, &kids, &[], &ts(100));
+        assert!(plan.release.is_empty(), "not open yet");
+        let plan = decide(&w, &kids, &[], &ts(200));
+        assert_eq!(plan.release.len(), 2, "open, with time to finish");
+    }
+}
