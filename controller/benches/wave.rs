@@ -149,7 +149,7 @@ async fn main() {
     let (cpu0, _, _) = usage(ctl.proc.id().unwrap());
     let (api0, lab0) = lab_cpu(&state);
     let sim0 = usage(sim.id().unwrap()).0 + children_cpu(sim.id().unwrap());
-    let wall = run_wave(&waves, "big", &lab, &names[1..], max_in_flight).await;
+    let (wall, forecast) = run_wave_forecast(&waves, "big", &lab, &names[1..], max_in_flight).await;
     let after = http_get(ctl.metrics, "/metrics");
     let (cpu1, peak_rss, _) = usage(ctl.proc.id().unwrap());
     let (api1, lab1) = lab_cpu(&state);
@@ -257,6 +257,17 @@ async fn main() {
             &format!("{n}-VM wave, maxInFlight {max_in_flight}, sim speed {speed}: wall time"),
             format!("{:.0} s", wall.as_secs_f64()),
             &format!("≤ {:.0} s (ideal {:.0} s + 5 %)", ideal * 1.05, ideal),
+        ),
+        row(
+            "  the first forecast of its end (status.forecast.endsAt) vs the actual end",
+            forecast.map_or("no forecast seen".into(), |f| {
+                format!(
+                    "{:.0} % off (made {:.0} s in)",
+                    f.error * 100.0,
+                    f.made_after
+                )
+            }),
+            "≤ 25 % of the time left",
         ),
         row(
             "  one migration alone (the per-migration floor)",

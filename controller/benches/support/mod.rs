@@ -357,6 +357,28 @@ pub async fn run_wave(
     vms: &[String],
     max_in_flight: i32,
 ) -> Duration {
+    run_wave_forecast(waves, name, lab, vms, max_in_flight)
+        .await
+        .0
+}
+
+/// The wave's first forecast of its end (`status.forecast.endsAt`, made once a migration
+/// succeeded) against its actual end: when it was made (seconds into the wave) and its error,
+/// as a share of the time that was left then.
+#[derive(Clone, Copy, Debug)]
+pub struct ForecastCheck {
+    pub made_after: f64,
+    pub error: f64,
+}
+
+/// [`run_wave`], with its first forecast checked against its end.
+pub async fn run_wave_forecast(
+    waves: &Api<MigrationWave>,
+    name: &str,
+    lab: &Lab,
+    vms: &[String],
+    max_in_flight: i32,
+) -> (Duration, Option<ForecastCheck>) {
     let spec = MigrationWaveSpec {
         template: template(lab),
         vms: vms.iter().map(|n| WaveVm::by_name(n.clone())).collect(),
@@ -369,24 +391,44 @@ pub async fn run_wave(
         warm: None,
     };
     let t = Instant::now();
-    waves
+    let created = waves
         .create(&PostParams::default(), &MigrationWave::new(name, spec))
         .await
         .unwrap();
+    let start = created
+        .metadata
+        .creation_timestamp
+        .map_or(0, |c| c.0.as_second());
+    // The first forecast seen: (when, the end it forecast), in epoch seconds.
+    let first = std::sync::Mutex::new(None::<(i64, i64)>);
     let w = eventually(
         &format!("wave {name} to finish"),
         Duration::from_secs(7200),
         || async {
             let w = waves.get(name).await.ok()?;
-            w.status
-                .as_ref()
-                .is_some_and(|s| s.phase.is_terminal())
-                .then_some(w)
+            let s = w.status.as_ref()?;
+            if let Some(end) = s.forecast.as_ref().and_then(|f| f.ends_at.as_ref()) {
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                let mut first = first.lock().unwrap();
+                first.get_or_insert((now, end.0.as_second()));
+            }
+            s.phase.is_terminal().then_some(w)
         },
     )
     .await
     .unwrap();
     let s = w.status.unwrap();
+    let check = first
+        .into_inner()
+        .unwrap()
+        .zip(s.completed_at.as_ref())
+        .map(|((made, forecast), end)| {
+            let end = end.0.as_second();
+            ForecastCheck {
+                made_after: (made - start) as f64,
+                error: (forecast - end).abs() as f64 / ((end - made).max(1)) as f64,
+            }
+        });
     if s.counts.succeeded as usize != vms.len() {
         // What failed, and why: the lab goes with the bench.
         let vmms: Api<ferry_crds::VirtualMachineMigration> = Api::namespaced(
@@ -403,7 +445,7 @@ pub async fn run_wave(
         }
     }
     assert_eq!(s.counts.succeeded as usize, vms.len(), "wave {name}: {s:?}");
-    t.elapsed()
+    (t.elapsed(), check)
 }
 
 pub struct Row {
