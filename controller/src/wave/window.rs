@@ -146,6 +146,14 @@ mod tests {
         c
     }
 
+    /// `w`'s first VM's migration took 100 s; the others' are held in Queued.
+    fn one_done_the_rest_held(w: &MigrationWave) -> Vec<VirtualMachineMigration> {
+        let held = w.spec.vms[1..]
+            .iter()
+            .map(|vm| child_migration(w, vm).unwrap().with_phase(Phase::Queued));
+        std::iter::once(took(w, 0, 0, 100)).chain(held).collect()
+    }
+
     fn window(start: Option<i64>, end: i64) -> MaintenanceWindow {
         MaintenanceWindow {
             start: start.map(ts),
@@ -199,14 +207,7 @@ mod tests {
             None,
             "no window, nothing measured"
         );
-        let mut kids = vec![took(&w, 0, 0, 100)];
-        for i in 1..5 {
-            kids.push(
-                child_migration(&w, &w.spec.vms[i])
-                    .unwrap()
-                    .with_phase(Phase::Queued),
-            );
-        }
+        let kids = one_done_the_rest_held(&w);
         // Four left, two at a time, 100 s each: 200 s from now.
         let f = forecast(&w, &kids, Gate::Open, &ts(100)).unwrap();
         assert_eq!(f.migration_seconds, Some(100));
@@ -225,14 +226,7 @@ mod tests {
     fn a_wave_whose_window_would_be_overrun_releases_nothing_and_says_why() {
         use super::super::decide::decide;
         let mut w = wave("w", 3).with_max_in_flight(3);
-        let mut kids = vec![took(&w, 0, 0, 100)];
-        for i in 1..3 {
-            kids.push(
-                child_migration(&w, &w.spec.vms[i])
-                    .unwrap()
-                    .with_phase(Phase::Queued),
-            );
-        }
+        let kids = one_done_the_rest_held(&w);
         let open = decide(&w, &kids, &[], &ts(100));
         assert_eq!(open.release.len(), 2, "no window: both start");
         w.spec.window = Some(window(None, 150));
