@@ -98,7 +98,8 @@ pub struct MigrationWaveSpec {
     /// The maintenance window: no migration of the wave starts before window.start, nor once
     /// the forecast (status.forecast: what one of the wave's migrations took) says it would end
     /// past window.end; those wait, counted in status.forecast.outsideWindow and named by the
-    /// Progressing condition (OutsideWindow), until the window is moved. Running ones go on.
+    /// Progressing condition (OutsideWindow), until the window is moved. Running ones go on. A
+    /// warm wave's window holds its cutovers instead (between start and end), not its copies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<MaintenanceWindow>,
 

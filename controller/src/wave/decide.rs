@@ -65,17 +65,21 @@ pub fn decide(
         taken: children.iter().filter(|c| occupies_slot(c, now)).count(),
         max: usize::try_from(wave.spec.max_in_flight.max(1)).unwrap_or(1),
     };
+    // The window holds what costs the source its downtime: a cold migration's start (its
+    // power-off comes first), a warm one's cutover (its first copies run beside the VM).
+    let warm = wave.spec.template.mode == MigrationMode::Warm;
+    let per_migration = window::migration_seconds(children)
+        .map(|(secs, _)| secs)
+        .filter(|_| !warm);
+    let gate = window::gate(wave.spec.window.as_ref(), per_migration, now);
     // Cutovers before releases: once the window is open, finishing precopied VMs (each one's
     // downtime running) comes before starting new ones.
-    let cutover = if steered && cutover_due(wave, now) {
+    let cutover = if steered && cutover_due(wave, now) && (gate == Gate::Open || !warm) {
         slots.fill(&assigned, |c| waits_for_cutover(c, now))
     } else {
         Vec::new()
     };
-    // The window keeps new starts back (not cutovers: spec.warm says when those come).
-    let per_migration = window::migration_seconds(children).map(|(secs, _)| secs);
-    let gate = window::gate(wave.spec.window.as_ref(), per_migration, now);
-    let release = if steered && gate == Gate::Open {
+    let release = if steered && (gate == Gate::Open || warm) {
         slots.fill(&assigned, |c| c.is_held() && !c.phase().is_terminal())
     } else {
         Vec::new()

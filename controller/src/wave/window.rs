@@ -3,8 +3,12 @@
 //! whether a held migration may start now. None starts before `spec.window.start`, nor when the
 //! forecast says it would end past `spec.window.end`: an operator's window is a promise to the
 //! application teams, and a migration that would overrun it is one he would not have started.
+//! A warm wave's window holds its cutovers instead (its first copies run beside the VM, no
+//! downtime), by the window's times alone: what a cutover takes is not measured yet.
 
-use ferry_crds::{MaintenanceWindow, MigrationWave, Phase, VirtualMachineMigration, WaveForecast};
+use ferry_crds::{
+    MaintenanceWindow, MigrationMode, MigrationWave, Phase, VirtualMachineMigration, WaveForecast,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Whether held migrations may start now.
@@ -76,10 +80,18 @@ pub fn forecast(
         let rounds = (left.max(0) + slots - 1) / slots;
         seconds_after(now, rounds * secs)
     });
-    let held = children
-        .iter()
-        .filter(|c| c.is_held() && !c.phase().is_terminal())
-        .count();
+    // A warm wave's window holds its cutovers, a cold one's its starts.
+    let held = if wave.spec.template.mode == MigrationMode::Warm {
+        children
+            .iter()
+            .filter(|c| super::slots::waits_for_cutover(c, now))
+            .count()
+    } else {
+        children
+            .iter()
+            .filter(|c| c.is_held() && !c.phase().is_terminal())
+            .count()
+    };
     let outside_window = match gate {
         Gate::Open => 0,
         Gate::NotYet | Gate::Closing => i32::try_from(held).unwrap_or(i32::MAX),
@@ -112,11 +124,16 @@ pub fn held_message(window: &MaintenanceWindow, gate: Gate, f: &WaveForecast) ->
     match gate {
         Gate::Open => None,
         Gate::NotYet => Some(format!(
-            "{n} migration(s) wait for the window, which opens at {}",
+            "{n} migration(s) (a warm wave's: their cutovers) wait for the window, which opens at {}",
             window
                 .start
                 .as_ref()
                 .map_or_else(String::new, |s| s.0.to_string())
+        )),
+        Gate::Closing if f.migration_seconds.is_none() => Some(format!(
+            "{n} migration(s) (a warm wave's: their cutovers) not started: the window ended at {}; \
+             move spec.window to start them",
+            window.end.0
         )),
         Gate::Closing => Some(format!(
             "{n} migration(s) not started: one takes about {} s ({}), which would end past the \
@@ -251,5 +268,34 @@ mod tests {
         assert!(plan.release.is_empty(), "not open yet");
         let plan = decide(&w, &kids, &[], &ts(200));
         assert_eq!(plan.release.len(), 2, "open, with time to finish");
+    }
+
+    #[test]
+    fn a_warm_waves_window_holds_its_cutovers_not_its_first_copies() {
+        use super::super::decide::decide;
+        let mut w = wave("w", 2).with_max_in_flight(2);
+        w.spec.template.mode = MigrationMode::Warm;
+        w.spec.warm = Some(ferry_crds::WarmSpec {
+            cutover: true,
+            ..Default::default()
+        });
+        w.spec.window = Some(window(Some(1000), 2000));
+        let mut precopied = child_migration(&w, &w.spec.vms[0])
+            .unwrap()
+            .with_phase(Phase::CuttingOver)
+            .released();
+        precopied.spec.mode = MigrationMode::Warm;
+        let held = child_migration(&w, &w.spec.vms[1])
+            .unwrap()
+            .with_phase(Phase::Queued);
+        let kids = vec![precopied, held];
+        let before = decide(&w, &kids, &[], &ts(500));
+        assert!(before.cutover.is_empty(), "no cutover before the window");
+        assert_eq!(before.release.len(), 1, "a first copy starts at once");
+        assert_eq!(before.status.forecast.unwrap().outside_window, 1);
+        let inside = decide(&w, &kids, &[], &ts(1500));
+        assert_eq!(inside.cutover.len(), 1, "the cutover in the window");
+        let after = decide(&w, &kids, &[], &ts(2000));
+        assert!(after.cutover.is_empty(), "none once it ended");
     }
 }
