@@ -67,11 +67,8 @@ pub fn decide(
     };
     // The window holds what costs the source its downtime: a cold migration's start (its
     // power-off comes first), a warm one's cutover (its first copies run beside the VM).
-    let warm = wave.spec.template.mode == MigrationMode::Warm;
-    let per_migration = window::migration_seconds(children)
-        .map(|(secs, _)| secs)
-        .filter(|_| !warm);
-    let gate = window::gate(wave.spec.window.as_ref(), per_migration, now);
+    let warm = window::holds_cutovers(wave);
+    let (gate, forecast) = window::judge(wave, children, now);
     // Cutovers before releases: once the window is open, finishing precopied VMs (each one's
     // downtime running) comes before starting new ones.
     let cutover = if steered && cutover_due(wave, now) && (gate == Gate::Open || !warm) {
@@ -89,7 +86,7 @@ pub fn decide(
         children,
         &assigned,
         (release.len(), cutover.len()),
-        (gate, window::forecast(wave, children, gate, now)),
+        (gate, forecast),
         now,
     );
     Plan {

@@ -42,6 +42,27 @@ fn took_seconds(c: &VirtualMachineMigration) -> Option<i64> {
     Some((end.0.as_second() - start.0.as_second()).max(0))
 }
 
+/// Whether the wave's window holds its cutovers (a warm wave: its first copies run beside the
+/// VMs, no downtime) rather than its starts.
+pub fn holds_cutovers(wave: &MigrationWave) -> bool {
+    wave.spec.template.mode == MigrationMode::Warm
+}
+
+/// The window's gate at `now` and the wave's forecast, the wave's migrations measured once.
+pub fn judge(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    now: &Time,
+) -> (Gate, Option<WaveForecast>) {
+    let measured = migration_seconds(children);
+    // What a cutover takes is not measured: a warm wave's gate is the window's times alone.
+    let per_migration = measured
+        .map(|(secs, _)| secs)
+        .filter(|_| !holds_cutovers(wave));
+    let gate = gate(wave.spec.window.as_ref(), per_migration, now);
+    (gate, forecast(wave, children, measured, gate, now))
+}
+
 /// Whether held migrations may start at `now`, given what one takes.
 pub fn gate(window: Option<&MaintenanceWindow>, per_migration: Option<i64>, now: &Time) -> Gate {
     let Some(w) = window else {
@@ -58,17 +79,18 @@ pub fn gate(window: Option<&MaintenanceWindow>, per_migration: Option<i64>, now:
     Gate::Open
 }
 
-/// The wave's forecast at `now`: what one migration takes and its basis, when the wave would
+/// The wave's forecast at `now`: what one migration takes (`measured`, by
+/// [`migration_seconds`]) and its basis, when the wave would
 /// end (the migrations not finished, `maxInFlight` at a time, each taking that long), and how
 /// many held migrations the window keeps from starting. `None` for a wave with no window and
 /// nothing measured yet.
 pub fn forecast(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
+    measured: Option<(i64, usize)>,
     gate: Gate,
     now: &Time,
 ) -> Option<WaveForecast> {
-    let measured = migration_seconds(children);
     if wave.spec.window.is_none() && measured.is_none() {
         return None;
     }
@@ -81,7 +103,7 @@ pub fn forecast(
         seconds_after(now, rounds * secs)
     });
     // A warm wave's window holds its cutovers, a cold one's its starts.
-    let held = if wave.spec.template.mode == MigrationMode::Warm {
+    let held = if holds_cutovers(wave) {
         children
             .iter()
             .filter(|c| super::slots::waits_for_cutover(c, now))
@@ -220,19 +242,19 @@ mod tests {
     fn the_forecast_ends_the_wave_max_in_flight_at_a_time_and_counts_whom_the_window_holds() {
         let mut w = wave("w", 5).with_max_in_flight(2);
         assert_eq!(
-            forecast(&w, &[], Gate::Open, &ts(0)),
+            forecast(&w, &[], None, Gate::Open, &ts(0)),
             None,
             "no window, nothing measured"
         );
         let kids = one_done_the_rest_held(&w);
         // Four left, two at a time, 100 s each: 200 s from now.
-        let f = forecast(&w, &kids, Gate::Open, &ts(100)).unwrap();
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
         assert_eq!(f.migration_seconds, Some(100));
         assert_eq!(f.ends_at, Some(ts(300)));
         assert_eq!(f.outside_window, 0);
         assert!(f.basis.contains("1 migration(s)"), "{}", f.basis);
         w.spec.window = Some(window(None, 150));
-        let f = forecast(&w, &kids, Gate::Closing, &ts(100)).unwrap();
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Closing, &ts(100)).unwrap();
         assert_eq!(f.outside_window, 4, "every held one");
         let said = held_message(w.spec.window.as_ref().unwrap(), Gate::Closing, &f).unwrap();
         assert!(said.starts_with("4 migration(s) not started"), "{said}");
