@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make image`: ferry's one OCI image (ferry-controller, which is also the converter, and
-# qemu-img), built without Docker or any daemon:
+# `make image`: ferry's one OCI image (ferry-controller, which is also the converter and the guest
+# Job's program, with qemu-img and virt-v2v), built without Docker or any daemon:
 #   1. a minimal Debian root file system from the Debian archive (debootstrap --variant=minbase)
 #      with the packages of image/packages.txt, trimmed, with the non-root user 65532 — cached in
 #      ${FERRY_CACHE:-$HOME/.cache/ferry}/image/rootfs-<key>.tar, key = sha256 of the recipe;
@@ -53,9 +53,18 @@ PACKAGES="$(grep -v '^\s*#' "$IMAGE_DIR/packages.txt" | xargs | tr ' ' ',')"
 # Everything that shapes the root file system goes into its cache key.
 make_rootfs() {
   local work=$1
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$work/root" "$MIRROR" \
+  debootstrap --variant=minbase "$SUITE" "$work/root" "$MIRROR" \
     >"$work/debootstrap.log" 2>&1 || { tail -30 "$work/debootstrap.log" >&2; return 1; }
   local r="$work/root"
+  # The packages by apt inside the new root, as the Containerfile installs them: debootstrap's
+  # own --include configures a package set this large (virt-v2v's) in an order that fails.
+  mount -t proc proc "$r/proc"
+  local ok=0
+  chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$work/debootstrap.log" 2>&1 &&
+    chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      ${PACKAGES//,/ } >>"$work/debootstrap.log" 2>&1 || ok=$?
+  umount "$r/proc"
+  [ "$ok" = 0 ] || { tail -30 "$work/debootstrap.log" >&2; return 1; }
   # What a container never needs: package lists and caches, docs (copyright notices stay),
   # manuals, translations, logs, device nodes (the runtime provides /dev).
   rm -rf "$r"/var/cache/apt/* "$r"/var/lib/apt/lists/* "$r"/var/log/* "$r"/usr/share/man \
@@ -63,6 +72,9 @@ make_rootfs() {
     "$r"/run/* "$r"/tmp/*
   find "$r/usr/share/doc" -mindepth 2 -not -name copyright -not -type d -delete
   find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete
+  # The kernel is there for libguestfs' appliance, which supermin builds from the kernel and
+  # its modules alone: the initramfs the kernel's package made is never booted.
+  rm -f "$r"/boot/initrd.img-*
   # The non-root user every ferry pod runs as.
   echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$r/etc/passwd"
   echo 'nonroot:x:65532:' >>"$r/etc/group"
@@ -124,7 +136,7 @@ say "packing target/image/ferry ($REF_NAME:$VERSION, $PROFILE)"
   --user 65532:65532 --entrypoint /usr/local/bin/ferry-controller --workdir / \
   --env PATH=/usr/local/bin:/usr/bin:/bin \
   --label org.opencontainers.image.title=ferry-controller \
-  --label org.opencontainers.image.description="ferry: vSphere to KubeVirt migration controller and converter (qemu-img)" \
+  --label org.opencontainers.image.description="ferry: vSphere to KubeVirt migration controller and converter (qemu-img, virt-v2v)" \
   --label org.opencontainers.image.version="$VERSION" \
   --label org.opencontainers.image.revision="$REVISION" \
   --label org.opencontainers.image.source="$SOURCE_URL" \

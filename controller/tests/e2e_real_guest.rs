@@ -331,7 +331,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
     let _one = ONE_GUEST.lock().await;
     use ferry_controller::apis::kubevirt::VirtualMachine;
     let (image, source) = guest("bios-vmware");
-    let (env, v, _source) = migrated_shaped(
+    let (mut env, v, _source) = migrated_shaped(
         "e2e-real-guest-vmw",
         &image,
         &[],
@@ -374,11 +374,29 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
         let vms: kube::Api<VirtualMachine> = env.ns.api();
         vms.get(&names::vm_name(&v)).await.unwrap().metadata.uid
     };
+    let creations = Creations::watch(&env).await;
     env.patch_spec(
         "guest",
         serde_json::json!({"conversion": {"guest": "Auto"}, "retry": 1}),
     )
     .await;
+    // The controller SIGKILLed and restarted at each point of ConvertingGuest it can be caught
+    // at from outside: on entering it, while the guest Job's pod converts, and once the Job is
+    // complete (its result read or not yet). The guest Job's own kills, at each of its steps:
+    // `guest_job_kills.rs`.
+    env.wait_for("guest", "the retry's ConvertingGuest", 300, |v| {
+        v.phase() == Phase::ConvertingGuest
+    })
+    .await;
+    env.controller.as_mut().unwrap().kill();
+    env.start_controller();
+    let job = names::guest_job_name(&v);
+    guest_job_until(&env, &job, "its pod running", |s| s.active.unwrap_or(0) > 0).await;
+    env.controller.as_mut().unwrap().kill();
+    env.start_controller();
+    guest_job_until(&env, &job, "complete", |s| s.succeeded.unwrap_or(0) > 0).await;
+    env.controller.as_mut().unwrap().kill();
+    env.start_controller();
     let v = env
         .wait_for("guest", "the retry to end", 900, |v| {
             v.phase().is_terminal() && v.status.as_ref().is_some_and(|s| s.attempts == 2)
@@ -454,6 +472,51 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
     );
     assert_booted_with_its_agent(&env, &v).await;
     names_the_source(&guest_line(&env, &v).await, &source);
+    // The unconverted guest's VirtualMachine was replaced once (asserted above); nothing else
+    // was made twice.
+    assert_eq!(
+        creations.duplicates(),
+        vec![(format!("VirtualMachine/{}", names::vm_name(&v)), 2)],
+        "no child made twice across the kills"
+    );
+    assert!(
+        creations.names().contains(&format!("Job/{job}")),
+        "{:?}",
+        creations.names()
+    );
+}
+
+/// Waits (at most 600 s) until the Job `name` of `env`'s namespace has a status that `done`
+/// accepts.
+async fn guest_job_until(
+    env: &Env,
+    name: &str,
+    what: &str,
+    done: impl Fn(&k8s_openapi::api::batch::v1::JobStatus) -> bool,
+) {
+    use futures::StreamExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let jobs: kube::Api<Job> = env.ns.api();
+    let mut seen = std::pin::pin!(
+        watcher(
+            jobs,
+            watcher::Config::default().fields(&format!("metadata.name={name}"))
+        )
+        .default_backoff()
+        .applied_objects()
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        match tokio::time::timeout_at(deadline, seen.next()).await {
+            Ok(Some(Ok(j))) if j.status.as_ref().is_some_and(&done) => return,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => panic!(
+                "the guest Job {name} was not {what} in time; logs in {}",
+                env.scratch.display()
+            ),
+        }
+    }
 }
 
 /// Warm: the VMware-only guest, its VMDK an ESXi flat disk, is copied while its source runs,

@@ -3,7 +3,9 @@
 //! what its digest says, and inside its unpacked root file system — as user 65532, on a
 //! read-only root with a tmpfs at /tmp, as the converter Job runs — ferry-controller (which reads
 //! vSphere's answers strictly: no simulator compatibility) and qemu-img run and a 16 MiB VMDK
-//! converts to raw. The Containerfile describes the same image.
+//! converts to raw; and the guest Job's program launches libguestfs' appliance (virt-v2v under
+//! TCG, as 65532) on a disk holding no operating system, and says so. The Containerfile
+//! describes the same image.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -200,6 +202,63 @@ fn inside_the_image_the_controller_and_qemu_img_run_and_a_vmdk_converts_as_non_r
         std::fs::read(scratch.join("out.raw")).unwrap(),
         pattern,
         "the VMDK converted inside the image holds the original bytes"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// The guest Job's program, `ferry-controller convert-guest --mode auto`, inside the image as
+/// 65532 on a read-only root (a tmpfs at /tmp for the volume and the work directory, the
+/// devices and /proc a container runtime gives a pod): virt-v2v-in-place builds libguestfs'
+/// appliance from the image's own kernel (supermin), boots it under TCG, inspects a blank disk
+/// and finds no operating system, which `auto` passes over: the Job's whole toolchain runs as
+/// the restricted pod runs it. (The node's `/dev/kvm` is not given: TCG, as the Job's default.)
+#[test]
+fn inside_the_image_the_guest_jobs_program_runs_virt_v2v_as_non_root() {
+    let dir = layout();
+    let scratch = repo_root().join(format!("target/image-guest-test-{}", std::process::id()));
+    let root = scratch.join("root");
+    unpacked(&dir, &root);
+    let kernels: Vec<String> = std::fs::read_dir(root.join("boot"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("vmlinuz-"))
+        .collect();
+    assert_eq!(kernels.len(), 1, "one kernel for supermin: {kernels:?}");
+    // 64 MiB of zeros: a disk with no partition table, file system or operating system.
+    let size = 64u64 << 20;
+    let zeros = Command::new("sh")
+        .args(["-c", "head -c 67108864 /dev/zero | sha256sum"])
+        .output()
+        .unwrap();
+    let sha = String::from_utf8_lossy(&zeros.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let script = format!(
+        "for d in null zero full random urandom tty; do touch \"$R/dev/$d\"; mount --bind /dev/$d \"$R/dev/$d\"; done; \
+         mount --bind /proc \"$R/proc\"; \
+         install -d -o 65532 -g 65532 \"$R/tmp/vol\" \"$R/tmp/work\"; \
+         truncate -s {size} \"$R/tmp/vol/disk.img\"; chown 65532:65532 \"$R/tmp/vol/disk.img\"; \
+         chroot --userspec=65532:65532 \"$R\" env HOME=/tmp/work /usr/local/bin/ferry-controller convert-guest \
+           --mode auto --volume 0=/tmp/vol/disk.img={size}={sha} --work-dir /tmp/work --result-file /tmp/result; \
+         echo \"== result\"; cat \"$R/tmp/result\"",
+    );
+    let prelude = "mount -t tmpfs -o mode=0755 tmpfs \"$R/dev\"; ";
+    let out = in_read_only_root(&root, &format!("{prelude}{script}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    let result = text.split("== result\n").nth(1).unwrap_or_default();
+    let o = ferry_convert::guest::parse_result(result)
+        .unwrap_or_else(|| panic!("no result: {text}\n{err}"));
+    // What virt-v2v said, in the test's log: how long its appliance took to say it.
+    eprintln!("{err}\n{o:?}");
+    assert!(!o.converted, "{o:?}");
+    assert_eq!(o.operating_system, None, "{o:?}");
+    assert!(
+        o.changes.iter().any(|c| c.contains("inspection")),
+        "virt-v2v inspected the disk (its appliance ran): {o:?}\n{err}"
     );
     let _ = std::fs::remove_dir_all(&scratch);
 }
