@@ -22,12 +22,9 @@ use std::process::Command;
 
 use ferry_convert::guest::{DONE, JOURNAL, LANDING, parse_result};
 
-/// Bytes of each volume.
-const SIZE: usize = 4 << 20;
-/// Where the fake conversion writes, how much, and what.
-const AT: usize = 1 << 20;
-const LEN: usize = 64 << 10;
-const CONVERTED: u8 = 0x5a;
+#[path = "../../convert/tests/support/volumes.rs"]
+mod volumes;
+use volumes::*;
 
 /// How a step is interrupted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,44 +35,6 @@ enum When {
     After,
     /// A commit: half of the clusters it writes are in the volume, then the program is killed.
     Halfway,
-}
-
-fn which(program: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join(program))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| panic!("{program} is not on PATH (qemu-utils)"))
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Disk `disk`'s verified bytes: no two disks (nor two sectors) alike.
-fn original(disk: usize) -> Vec<u8> {
-    (0..SIZE)
-        .map(|o| ((o / 512) as u8).wrapping_mul(13) ^ (o as u8) ^ (disk as u8).wrapping_mul(0x29))
-        .collect()
-}
-
-/// Disk `disk`'s bytes after the fake's conversion.
-fn converted(disk: usize) -> Vec<u8> {
-    let mut bytes = original(disk);
-    bytes[AT..AT + LEN].fill(CONVERTED);
-    bytes
-}
-
-fn write_script(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// Two volumes (`d0/disk.img`, `d1/disk.img`), the wrappers and a work directory, in a directory
@@ -91,17 +50,8 @@ impl Volumes {
     fn new(name: &str) -> Self {
         let root =
             std::env::temp_dir().join(format!("ferry-guest-kills-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut disks = vec![];
-        for i in 0..2 {
-            let dir = root.join(format!("d{i}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            let img = dir.join("disk.img");
-            std::fs::write(&img, original(i)).unwrap();
-            disks.push(img);
-        }
+        let disks = two_volumes(&root);
         let bin = root.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
         let steps = root.join("steps");
         let counter = root.join("counter");
         // Shared by both wrappers: the step's number, and the kill asked for it (KILL_AT,
@@ -137,7 +87,7 @@ impl Volumes {
             &bin.join("virt-v2v-in-place"),
             &format!(
                 "{}while [ \"$#\" -gt 0 ] && [ \"$1\" != -if ]; do shift; done\nshift 2\n\
-                 for ov; do '{}' -f qcow2 -c 'write -P 0x5a 1M 64k' \"$ov\" > /dev/null || exit 1; done\n\
+                 for ov; do '{}' -f qcow2 -c '{WRITE}' \"$ov\" > /dev/null || exit 1; done\n\
                  echo '{{ \"message\": \"Converting 12.15 to run on KVM\", \"timestamp\": \"t\", \"type\": \"message\" }}'\n\
                  at after && kill -KILL $PPID\nexit 0\n",
                 count("virt-v2v run"),

@@ -26,57 +26,16 @@ use ferry_convert::guest::{DONE, GuestArgs, JOURNAL, LANDING, Mode, Outcome, run
 use ferry_convert::job_contract::PERMANENT_EXIT_CODE;
 use ferry_convert::verify::VolumeSpec;
 
-/// Bytes of each volume.
-const SIZE: usize = 4 << 20;
-/// Where the fake conversion writes, and how much.
-const AT: usize = 1 << 20;
-const LEN: usize = 64 << 10;
-/// What it writes there.
-const CONVERTED: u8 = 0x5a;
-/// The qemu-io command the fake runs on each overlay.
-const WRITE: &str = "write -P 0x5a 1M 64k";
+mod support {
+    pub mod volumes;
+}
+use support::volumes::*;
+
 /// virt-v2v's lines the fake prints on success, and what `run` keeps of them.
 const OS: &str = "12.15";
 const CHANGE: &str = "This guest has virtio drivers installed.";
 /// What the failing fake says.
 const NO_OS: &str = "inspection could not detect the source guest (or physical machine).";
-
-/// A program on PATH, absolute (the fakes run with virt-v2v's environment, not the test's).
-fn which(program: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join(program))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| panic!("{program} is not on PATH (qemu-utils)"))
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn sha256_file(path: &Path) -> String {
-    sha256(&std::fs::read(path).unwrap())
-}
-
-/// Disk `disk`'s verified bytes: a pattern no two disks (nor any two sectors) share.
-fn original(disk: usize) -> Vec<u8> {
-    (0..SIZE)
-        .map(|o| ((o / 512) as u8).wrapping_mul(31) ^ (o as u8) ^ (disk as u8).wrapping_mul(0x11))
-        .collect()
-}
-
-/// Disk `disk`'s bytes after an undisturbed conversion by the fake.
-fn converted(disk: usize) -> Vec<u8> {
-    let mut bytes = original(disk);
-    bytes[AT..AT + LEN].fill(CONVERTED);
-    bytes
-}
 
 fn run_ok(cmd: &mut Command) {
     let out = cmd.output().unwrap();
@@ -102,17 +61,8 @@ impl Fixture {
     fn new(name: &str) -> Self {
         let root =
             std::env::temp_dir().join(format!("ferry-guest-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut disks = vec![];
-        for i in 0..2 {
-            let dir = root.join(format!("d{i}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            let img = dir.join("disk.img");
-            std::fs::write(&img, original(i)).unwrap();
-            disks.push(img);
-        }
+        let disks = two_volumes(&root);
         let bin = root.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
         let calls = root.join("virt-v2v.calls");
         let qemu_io = which("qemu-io");
         // Both fakes write into every overlay (the args after `-if qcow2`): a failed run must
@@ -278,12 +228,6 @@ impl Drop for Fixture {
             let _ = std::fs::remove_dir_all(&self.root);
         }
     }
-}
-
-fn write_script(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[tokio::test]
