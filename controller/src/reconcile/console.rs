@@ -1,8 +1,9 @@
 //! The migrated guest's serial console, as KubeVirt keeps it: the `guest-console-log` container
 //! of the instance's virt-launcher pod (virt-controller adds it unless the cluster or the VM
 //! turns serial console logging off; `pkg/virt-controller/services/serialconsolelog.go`),
-//! read through `pods/log`. Read only when a guest failed its readiness check, so that the
-//! failure says what the guest said.
+//! read through `pods/log`. Read while a running guest keeps ferry waiting, so that a guest that
+//! says it cannot boot fails at once instead of at the end of its readiness timeout, and when a
+//! guest failed its readiness check, so that the failure says what the guest said.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -15,6 +16,35 @@ use crate::apis::kubevirt::VirtualMachineInstance;
 pub const CONTAINER: &str = "guest-console-log";
 /// How many of the console's last lines a failure carries.
 pub const LINES: usize = 15;
+
+/// What a guest's console says when the guest will not come up by itself, with whose words
+/// they are: a line that holds one of these ends the wait for readiness at once.
+const CANNOT_BOOT: &[(&str, &str)] = &[
+    // initramfs-tools (Debian, Ubuntu), scripts/local: the root device never appeared (a
+    // VMware-only initramfs on virtio or SATA); it drops to the `(initramfs)` shell.
+    (
+        "Gave up waiting for root file system device",
+        "initramfs-tools",
+    ),
+    // Linux, kernel/panic.c: nothing after it runs (no init, a root that does not mount).
+    ("Kernel panic - not syncing", "the kernel"),
+    // systemd's emergency.target (dracut's initramfs on RHEL lands there too when its root
+    // never appears): no qemu-guest-agent, no network, a root password prompt.
+    ("You are in emergency mode", "systemd"),
+    // SeaBIOS, src/boot.c: no disk it could boot from (it retries forever).
+    ("No bootable device", "SeaBIOS"),
+];
+
+/// The first of `lines` that says the guest cannot boot ([`CANNOT_BOOT`]), and whose words
+/// those are. Pure.
+pub fn cannot_boot(lines: &[String]) -> Option<(&str, &'static str)> {
+    lines.iter().find_map(|l| {
+        CANNOT_BOOT
+            .iter()
+            .find(|(words, _)| l.contains(words))
+            .map(|(_, whose)| (l.trim(), *whose))
+    })
+}
 
 /// The last `n` lines of a console's output, as words a status may carry: escape sequences
 /// and control characters dropped, carriage returns ending lines, blank lines left out. Pure.
@@ -132,6 +162,42 @@ mod tests {
         assert!(launcher(&vmi(&[]), &[forged]).is_none());
         // Named active, but controlled by another instance.
         assert!(launcher(&vmi(&["p-other"]), &[pod("p-other", "vmi-2")]).is_none());
+    }
+
+    #[test]
+    fn a_console_that_says_the_guest_cannot_boot_is_told_from_one_still_booting() {
+        let lines = |text: &str| last_lines(text, LINES);
+        let stuck = lines(
+            "Loading initial ramdisk ...\r\nBegin: Waiting for root file system ... done.\r\nGave up waiting for root file system device.  Common problems:\r\n - Boot args (cat /proc/cmdline)\r\n(initramfs) ",
+        );
+        assert_eq!(
+            cannot_boot(&stuck),
+            Some((
+                "Gave up waiting for root file system device.  Common problems:",
+                "initramfs-tools"
+            ))
+        );
+        let panicked = lines(
+            "[    2.1] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)",
+        );
+        assert_eq!(cannot_boot(&panicked).map(|(_, w)| w), Some("the kernel"));
+        assert_eq!(
+            cannot_boot(&lines(
+                "You are in emergency mode. After logging in, type \"journalctl -xb\""
+            ))
+            .map(|(_, w)| w),
+            Some("systemd")
+        );
+        assert_eq!(
+            cannot_boot(&lines("No bootable device.  Retrying in 60 seconds.")).map(|(_, w)| w),
+            Some("SeaBIOS")
+        );
+        // A guest on its way, slowly: waiting for its root is not giving up on it.
+        let booting = lines(
+            "SeaBIOS (version 1.16.2-debian-1.16.2-1)\r\nBooting from Hard Disk...\r\nBegin: Waiting for root file system ...\r\n[  OK  ] Reached target Multi-User System.",
+        );
+        assert_eq!(cannot_boot(&booting), None);
+        assert_eq!(cannot_boot(&[]), None);
     }
 
     #[test]

@@ -75,8 +75,10 @@ pub struct Observed {
     /// What remains to clean and release; only looked at once the guest is ready and the VM not
     /// yet released (`None` otherwise), so that waiting for a guest costs two reads.
     pub leftovers: Option<Result<Leftovers, Problem>>,
-    /// The serial console's last lines (or why they could not be read); only read once the
-    /// guest is out of time, for the failure's message.
+    /// The serial console's last lines (or why they could not be read); read while a running
+    /// guest keeps the migration waiting past [`CONSOLE_LOOK_AFTER`] (a console that says the
+    /// guest cannot boot ends the wait), and once the guest is out of time, for the failure's
+    /// message.
     pub console: Option<Result<Vec<String>, String>>,
 }
 
@@ -93,8 +95,13 @@ pub enum Action {
 /// How long past the agent timeout a failure waits for the serial console to be readable.
 pub const CONSOLE_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Whether the guest has had its time (the agent timeout, in this phase) by the clock now.
-fn out_of_time(io: Io<'_>) -> bool {
+/// How long a running guest may keep the migration waiting before its console is looked at,
+/// and then how often: a guest that boots is ready well within it (the lab's Debian guests reach
+/// their agent in 12–15 s under TCG), so a guest that does costs no read.
+pub const CONSOLE_LOOK_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Whether the guest has been in this phase longer than `limit` by the clock now.
+fn in_phase_longer_than(io: Io<'_>, limit: std::time::Duration) -> bool {
     let entered = io.vmm.status.as_ref().and_then(|s| {
         let last = s.history.last()?;
         (last.phase == s.phase).then_some(last.entered_at.0)
@@ -102,7 +109,19 @@ fn out_of_time(io: Io<'_>) -> bool {
     let now = io.ctx.clock.now();
     entered
         .and_then(|t| now.duration_since(t).try_into().ok())
-        .is_some_and(|waited: std::time::Duration| waited > io.ctx.policy.agent_timeout)
+        .is_some_and(|waited: std::time::Duration| waited > limit)
+}
+
+/// Whether the console is read: a guest not ready whose instance is there, once it has had its
+/// time, or while it runs past [`CONSOLE_LOOK_AFTER`]. Pure but for the clock.
+fn console_due(io: Io<'_>, vmi: &VmiState) -> bool {
+    match vmi {
+        VmiState::Absent => false,
+        VmiState::Present { phase, .. } => {
+            in_phase_longer_than(io, io.ctx.policy.agent_timeout)
+                || (*phase == VmiPhase::Running && in_phase_longer_than(io, CONSOLE_LOOK_AFTER))
+        }
+    }
 }
 
 /// Whether the guest passed the readiness check of `vmm`. Pure.
@@ -143,7 +162,7 @@ impl Checkpoint for Validating {
         } else {
             None
         };
-        let console = if !ready && out_of_time(io) && matches!(vmi, VmiState::Present { .. }) {
+        let console = if !ready && console_due(io, &vmi) {
             let name = names::vm_name(io.vmm);
             match io.read::<VirtualMachineInstance>(&name).await? {
                 Some(instance) => Some(console::read(io, &instance).await),
@@ -315,6 +334,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
     if !guest_ready(&scope.vmm, &scope.world.vmi) {
         return vm_gone(scope)
             .or_else(|| kubevirt_trouble(scope))
+            .or_else(|| guest_cannot_boot(scope))
             .or_else(|| guest_timed_out(scope))
             .unwrap_or_else(|| waiting_for_the_guest(scope));
     }
@@ -345,6 +365,28 @@ fn vm_gone(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
 fn kubevirt_trouble(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
     let trouble = scope.world.trouble.as_ref();
     trouble.map(|t| on_trouble(scope, t, GuestReady))
+}
+
+/// A guest whose console says it will not come up by itself (its root disk not found, a
+/// kernel panic, an emergency shell, no bootable disk) needs someone to look at it now, not at
+/// the end of the agent timeout: the same failure, with the line that said so.
+fn guest_cannot_boot(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    let Some(Ok(lines)) = &scope.world.console else {
+        return None;
+    };
+    let (line, whose) = console::cannot_boot(lines)?;
+    let msg = format!(
+        "{}{}",
+        say::cannot_boot(whose, line, scope.in_phase_for().as_secs()),
+        say::console(scope.world.console.as_ref())
+    );
+    Some(Outcome::failure(
+        Reason::GuestNotReady,
+        msg,
+        true,
+        Phase::Validating,
+        GuestReady,
+    ))
 }
 
 /// A guest not ready within the agent timeout needs someone to look at it; the reason names
@@ -396,13 +438,22 @@ fn waiting_for_the_guest(scope: &Scope<Observed>) -> Outcome<Action> {
         (VmiState::Present { phase, .. }, _) => say::waiting_while_instance_is(*phase),
         (VmiState::Absent, _) => say::waiting_without_instance(),
     };
-    Outcome::new(
-        Step::Wait {
-            requeue: scope.requeue_within(scope.policy.agent_timeout),
-        },
-        msg.clone(),
+    // A running guest is looked at again within CONSOLE_LOOK_AFTER: nothing in a watch says
+    // that its console gave up.
+    let requeue = scope.requeue_within(scope.policy.agent_timeout);
+    let requeue = match scope.world.vmi {
+        VmiState::Present {
+            phase: VmiPhase::Running,
+            ..
+        } => requeue.min(CONSOLE_LOOK_AFTER),
+        _ => requeue,
+    };
+    Outcome::new(Step::Wait { requeue }, msg.clone()).with(
+        GuestReady,
+        Unknown,
+        Reason::InProgress,
+        msg,
     )
-    .with(GuestReady, Unknown, Reason::InProgress, msg)
 }
 
 /// Once the guest is ready, what is left of ferry's own work goes and the VM is released, last
@@ -469,6 +520,12 @@ mod say {
     pub(super) fn not_ready_within(secs: u64) -> String {
         format!(
             "the VirtualMachineInstance was not Running and Ready within {secs}s; check the VM's events, then raise spec.retry"
+        )
+    }
+
+    pub(super) fn cannot_boot(whose: &str, line: &str, secs: u64) -> String {
+        format!(
+            "the guest cannot boot: {whose} said \"{line}\" after {secs}s; check its disks' bus and drivers (spec.conversion.guest converts a VMware-only guest), then raise spec.retry"
         )
     }
 
@@ -699,6 +756,66 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_console_that_says_the_guest_cannot_boot_fails_it_before_its_timeout() {
+        let at = |elapsed: i64, console: Option<Result<Vec<String>, String>>| {
+            let mut vmm = migration("m").with_phase(Phase::Validating);
+            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+            if let Some(s) = vmm.status.as_mut() {
+                ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
+            }
+            decide(&Scope {
+                vmm,
+                now: ts(elapsed).0,
+                policy: Policy::default(),
+                retries: 0,
+                world: Observed {
+                    vm: ours(),
+                    vmi: vmi("Running", true, false),
+                    trouble: None,
+                    leftovers: None,
+                    console,
+                },
+            })
+        };
+        let soon = CONSOLE_LOOK_AFTER.as_secs() as i64 + 25;
+        assert!(soon < Policy::default().agent_timeout.as_secs() as i64);
+        let gave_up = vec![
+            "Begin: Waiting for root file system ... done.".to_owned(),
+            "Gave up waiting for root file system device.  Common problems:".to_owned(),
+            "(initramfs)".to_owned(),
+        ];
+        let o = at(soon, Some(Ok(gave_up)));
+        let Step::Fail {
+            reason: Reason::GuestNotReady,
+            resume: Phase::Validating,
+            ..
+        } = o.step
+        else {
+            panic!("{:?}", o.step)
+        };
+        assert!(
+            o.message
+                .contains("initramfs-tools said \"Gave up waiting for root file system device.")
+                && o.message.contains("after 45s")
+                && o.message.ends_with("(initramfs)"),
+            "{}",
+            o.message
+        );
+        // A guest still on its way, or a console not read: the wait goes on, looked at again
+        // within CONSOLE_LOOK_AFTER while the instance runs.
+        for console in [
+            Some(Ok(vec!["Booting from Hard Disk...".to_owned()])),
+            Some(Err("connection refused".to_owned())),
+            None,
+        ] {
+            let Step::Wait { requeue } = at(soon, console.clone()).step else {
+                panic!("{console:?}")
+            };
+            assert!(requeue <= CONSOLE_LOOK_AFTER, "{requeue:?}");
+        }
     }
 
     #[test]
