@@ -145,6 +145,13 @@ pub struct WaveForecast {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub outside_window: i32,
+    /// The first `endsAt` the wave was given, kept as it was made: what its actual end is held
+    /// against (`ferry report`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_ends_at: Option<Time>,
+    /// When that first forecast was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_made_at: Option<Time>,
 }
 
 /// Which VMs of the inventory a wave migrates: every condition given must hold.

@@ -377,7 +377,13 @@ pub fn report<'a>(
         let key = ObjKey::at(c, o.namespace().unwrap_or_default(), o.name_any());
         state.index.position(&key).map(|_| o)
     });
-    crate::report::build(shown, wave.as_deref(), state.now)
+    // Each wave's first forecast of its end, from the waves the state holds.
+    let forecasts = state
+        .waves
+        .iter()
+        .filter_map(|w| Some((w.key.name.clone(), crate::report::first_forecast(&w.obj)?)))
+        .collect();
+    crate::report::build(shown, &forecasts, wave.as_deref(), state.now)
 }
 
 /// What happened to one named object.

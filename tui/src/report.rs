@@ -140,6 +140,53 @@ pub struct Totals {
     pub started_at: Option<Timestamp>,
     /// See [`Totals::started_at`]; `None` while one is under way.
     pub completed_at: Option<Timestamp>,
+    /// The wave's first forecast of its end (`status.forecast`), held against its end.
+    pub forecast: Option<ForecastCheck>,
+}
+
+/// A wave's first forecast of its end, as `status.forecast` keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FirstForecast {
+    /// When it was made.
+    pub made_at: Timestamp,
+    /// The end it forecast.
+    pub ends_at: Timestamp,
+}
+
+/// A first forecast against the end the wave had.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastCheck {
+    /// The forecast.
+    #[serde(flatten)]
+    pub first: FirstForecast,
+    /// How far off it was, in percent of the time from the forecast to the end
+    /// (|forecast − end| / (end − made)); `None` while the wave is under way.
+    pub error_percent: Option<f64>,
+}
+
+impl ForecastCheck {
+    fn against(first: FirstForecast, completed_at: Option<Timestamp>) -> Self {
+        let error_percent = completed_at.map(|end| {
+            let off = (first.ends_at.as_second() - end.as_second()).abs();
+            let span = (end.as_second() - first.made_at.as_second()).max(1);
+            100.0 * off as f64 / span as f64
+        });
+        ForecastCheck {
+            first,
+            error_percent,
+        }
+    }
+}
+
+/// The first forecast of a wave's end that `status.forecast` keeps, if one was made.
+pub fn first_forecast(w: &ferry_crds::MigrationWave) -> Option<FirstForecast> {
+    let f = w.status.as_ref()?.forecast.as_ref()?;
+    Some(FirstForecast {
+        made_at: f.first_made_at.as_ref()?.0,
+        ends_at: f.first_ends_at.as_ref()?.0,
+    })
 }
 
 /// The report.
@@ -301,14 +348,16 @@ fn add(t: &mut Totals, r: &VmRecord) {
 }
 
 /// The report of `migrations` at `now` (`wave`: the one asked for, for the title; the caller
-/// lists only its migrations).
+/// lists only its migrations; `forecasts`: each wave's first forecast of its end, by name).
 ///
 /// # Guarantees
 /// Pure. One record per migration, sorted by wave (none last), namespace and name; one
 /// [`Totals`] per wave that has a migration, adding up exactly its records; a wave's
-/// `completedAt` is its last migration's end, and `None` while any is under way.
+/// `completedAt` is its last migration's end, and `None` while any is under way; its forecast
+/// is held against that end.
 pub fn build<'a>(
     migrations: impl IntoIterator<Item = &'a VirtualMachineMigration>,
+    forecasts: &BTreeMap<String, FirstForecast>,
     wave: Option<&str>,
     now: Timestamp,
 ) -> Report {
@@ -342,6 +391,11 @@ pub fn build<'a>(
             if open.get(&k).copied().unwrap_or(false) {
                 t.completed_at = None;
             }
+            t.forecast = t
+                .wave
+                .as_ref()
+                .and_then(|w| forecasts.get(w))
+                .map(|f| ForecastCheck::against(*f, t.completed_at));
             t
         })
         .collect();
@@ -492,6 +546,16 @@ pub fn markdown(r: &Report) -> String {
             ),
             when(t.started_at),
             when(t.completed_at),
+            t.forecast.map_or_else(
+                || text::NONE.to_owned(),
+                |f| {
+                    text::forecast(
+                        &when(Some(f.first.ends_at)),
+                        &when(Some(f.first.made_at)),
+                        f.error_percent,
+                    )
+                },
+            ),
         ];
         let cells: Vec<String> = cells.iter().map(|c| md(c)).collect();
         out.push_str(&format!("| {} |\n", cells.join(" | ")));
@@ -551,7 +615,7 @@ pub fn csv(r: &Report) -> String {
                 .unwrap_or_default(),
         ];
         // A VM's line leaves the totals' columns empty.
-        let row: Vec<&String> = row.iter().chain(std::iter::repeat_n(&empty, 6)).collect();
+        let row: Vec<&String> = row.iter().chain(std::iter::repeat_n(&empty, 9)).collect();
         let row: Vec<String> = row.iter().map(|c| field(c)).collect();
         out.push_str(&row.join(","));
         out.push('\n');
@@ -576,6 +640,12 @@ pub fn csv(r: &Report) -> String {
             w.cancelled.to_string(),
             w.under_way.to_string(),
             w.retries.to_string(),
+            t(w.forecast.map(|f| f.first.made_at)),
+            t(w.forecast.map(|f| f.first.ends_at)),
+            w.forecast
+                .and_then(|f| f.error_percent)
+                .map(|e| format!("{e:.1}"))
+                .unwrap_or_default(),
         ]);
         let row: Vec<String> = row.iter().map(|c| field(c)).collect();
         out.push_str(&row.join(","));
@@ -668,7 +738,7 @@ mod tests {
             hard_power_off_at: Some(ts(430)),
         });
         ran_at(s, 400);
-        let r = build([&o], Some("w"), ts(1000).0);
+        let r = build([&o], &BTreeMap::new(), Some("w"), ts(1000).0);
         let [d] = r.vms[0].outages.as_slice() else {
             panic!("one outage: {:?}", r.vms[0].outages);
         };
@@ -677,7 +747,7 @@ mod tests {
         assert_eq!(r.vms[0].downtime_seconds, Some(270));
         // Never powered off by ferry: no downtime to report.
         let never = through("b", Some("w"), &ALL, Phase::Succeeded);
-        let never = &build([&never], None, ts(1000).0).vms[0];
+        let never = &build([&never], &BTreeMap::new(), None, ts(1000).0).vms[0];
         assert_eq!((never.outages.len(), never.downtime_seconds), (0, None));
     }
 
@@ -697,7 +767,7 @@ mod tests {
             time: ts(280),
             cause: None,
         });
-        let r = build([&o], Some("w"), ts(1150).0);
+        let r = build([&o], &BTreeMap::new(), Some("w"), ts(1150).0);
         let v = &r.vms[0];
         let d = &v.outages[0];
         assert_eq!((d.to, d.seconds), (None, 1000));
@@ -750,7 +820,7 @@ mod tests {
     #[test]
     fn a_vm_retried_after_its_source_was_restored_keeps_both_outages_in_every_format() {
         let o = retried_after_a_restore();
-        let r = build([&o], Some("w"), ts(1000).0);
+        let r = build([&o], &BTreeMap::new(), Some("w"), ts(1000).0);
         let v = &r.vms[0];
         let got: Vec<_> = v
             .outages
@@ -796,7 +866,7 @@ mod tests {
         // Not powered back on: attempt 2 found it off and powered nothing off.
         s.earlier_outages[0].restored_at = None;
         s.source_power_off = Some(SourcePowerOff::default());
-        let v = &build([&o], Some("w"), ts(1000).0).vms[0];
+        let v = &build([&o], &BTreeMap::new(), Some("w"), ts(1000).0).vms[0];
         let got: Vec<_> = v
             .outages
             .iter()
@@ -809,14 +879,74 @@ mod tests {
             shutdown_guest_at: Some(ts(400)),
             hard_power_off_at: None,
         });
-        let v = &build([&o], Some("w"), ts(1000).0).vms[0];
+        let v = &build([&o], &BTreeMap::new(), Some("w"), ts(1000).0).vms[0];
         let got: Vec<_> = v
             .outages
             .iter()
             .map(|o| (o.attempt, o.seconds, o.ended_by))
             .collect();
         assert_eq!(got, [(1, 270, None), (2, 300, Some(DowntimeEnd::Migrated))]);
-        assert!(markdown(&build([&o], None, ts(1000).0)).contains("(powered on outside ferry)"));
+        assert!(
+            markdown(&build([&o], &BTreeMap::new(), None, ts(1000).0))
+                .contains("(powered on outside ferry)")
+        );
+    }
+
+    #[test]
+    fn a_waves_first_forecast_is_held_against_its_end_in_every_format() {
+        let objs = [
+            through("a", Some("w1"), &ALL, Phase::Succeeded),
+            through("c", Some("w2"), &ALL[..2], Importing),
+        ];
+        let end = build(&objs, &BTreeMap::new(), None, ts(5000).0).totals[0]
+            .completed_at
+            .unwrap()
+            .as_second()
+            - ts(0).0.as_second();
+        // Made 100 s after the start, forecasting an end 10 % of the rest too late.
+        let made = 200;
+        let forecast = |at: i64| FirstForecast {
+            made_at: ts(made).0,
+            ends_at: ts(at).0,
+        };
+        let forecasts = BTreeMap::from([
+            ("w1".to_owned(), forecast(end + (end - made) / 10)),
+            ("w2".to_owned(), forecast(9000)),
+        ]);
+        let r = build(&objs, &forecasts, None, ts(5000).0);
+        let w1 = r.totals[0].forecast.unwrap();
+        assert_eq!(w1.first.made_at, ts(made).0);
+        assert!((w1.error_percent.unwrap() - 10.0).abs() < 0.5, "{w1:?}");
+        let w2 = r.totals[1].forecast.unwrap();
+        assert_eq!(
+            w2.error_percent, None,
+            "under way: nothing to hold it against"
+        );
+        assert!(r.totals.iter().all(|t| t.wave.is_some()));
+
+        let md = markdown(&r);
+        assert!(md.contains("| First forecast of the end |"), "{md}");
+        assert!(md.contains("): 10 % off |"), "{md}");
+        let csv = csv(&r);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let w1_line: Vec<&str> = csv
+            .lines()
+            .find(|l| l.starts_with("total,w1,"))
+            .unwrap()
+            .split(',')
+            .collect();
+        assert_eq!(w1_line.len(), header.len());
+        assert_eq!(w1_line[col("forecast_error_percent")], "10.0");
+        assert_eq!(w1_line[col("forecast_made_at")], ts(made).0.to_string());
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["totals"][0]["forecast"]["madeAt"],
+            ts(made).0.to_string()
+        );
+        // A VM's line keeps every column, the forecast's empty.
+        let vm_line = csv.lines().find(|l| l.starts_with("vm,")).unwrap();
+        assert_eq!(vm_line.split(',').count(), header.len(), "{vm_line}");
     }
 
     #[test]
@@ -847,7 +977,7 @@ mod tests {
             through("c", Some("w2"), &ALL[..2], Importing),
             through("d", None, &ALL, Phase::Cancelled),
         ];
-        let r = build(&objs, None, ts(5000).0);
+        let r = build(&objs, &BTreeMap::new(), None, ts(5000).0);
         let names: Vec<&str> = r.vms.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "r", "c", "d"], "by wave, none last");
         let w1 = &r.totals[0];

@@ -1372,7 +1372,7 @@ pub mod report {
         "Failure",
     ];
     /// The totals' columns (markdown).
-    pub const TOTAL_COLUMNS: [&str; 11] = [
+    pub const TOTAL_COLUMNS: [&str; 12] = [
         "Wave",
         "VMs",
         "Succeeded",
@@ -1384,9 +1384,10 @@ pub mod report {
         "Downtime (sum / longest)",
         "Started (UTC)",
         "Ended (UTC)",
+        "First forecast of the end",
     ];
     /// The CSV's columns.
-    pub const CSV_COLUMNS: [&str; 24] = [
+    pub const CSV_COLUMNS: [&str; 27] = [
         "row",
         "wave",
         "namespace",
@@ -1411,7 +1412,18 @@ pub mod report {
         "cancelled",
         "under_way",
         "retries",
+        "forecast_made_at",
+        "forecast_ends_at",
+        "forecast_error_percent",
     ];
+
+    /// A wave's first forecast of its end against the end it had.
+    pub fn forecast(ends_at: &str, made_at: &str, error_percent: Option<f64>) -> String {
+        match error_percent {
+            Some(e) => format!("{ends_at} (made {made_at}): {e:.0} % off"),
+            None => format!("{ends_at} (made {made_at})"),
+        }
+    }
 
     /// The title.
     pub fn title(wave: Option<&str>) -> String {

@@ -20,15 +20,44 @@ fn report_of(wave: Option<&str>) -> report::Report {
     let mut s = State::new("lab", Scope::Namespace("demo".into()), false, now());
     let listed = demo_wave();
     update(&mut s, Action::migrations_listed(C0, listed.clone()));
+    update(&mut s, Action::WavesListed(C0, vec![demo_wave_object()]));
     if let Some(w) = wave {
         update(&mut s, Action::Command(format!("wave {w}")));
     }
     cli::report(&s, listed.iter().map(|o| (C0, o)))
 }
 
+/// The demo's wave, its first forecast of its end made when its first VM had succeeded.
+fn demo_wave_object() -> ferry_crds::MigrationWave {
+    use ferry_crds::fixtures::ts;
+    let mut w = support::wave_obj(
+        "demo",
+        "demo-wave",
+        5,
+        ferry_crds::wave::WaveCounts::default(),
+        ferry_crds::WavePhase::Running,
+    );
+    w.status.as_mut().unwrap().forecast = Some(ferry_crds::WaveForecast {
+        first_made_at: Some(ts(1000)),
+        first_ends_at: Some(ts(3000)),
+        ..Default::default()
+    });
+    w
+}
+
 #[test]
 fn the_report_of_a_wave_with_injected_failures_says_per_vm_what_happened_and_totals_it() {
     let r = report_of(Some("demo-wave"));
+    // The wave's first forecast of its end, not yet held against an end: one is under way.
+    let f = r.totals[0].forecast.unwrap();
+    assert_eq!(
+        (f.first.made_at, f.first.ends_at, f.error_percent),
+        (
+            ferry_crds::fixtures::ts(1000).0,
+            ferry_crds::fixtures::ts(3000).0,
+            None
+        )
+    );
     assert_eq!(r.wave.as_deref(), Some("demo-wave"));
     let names: Vec<&str> = r.vms.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(

@@ -365,9 +365,12 @@ pub fn worth_writing(
         bytes_total: 0,
         throughput_per_hour: None,
         eta_seconds: None,
-        // The forecast moves with the clock and each success; whom the window holds is news.
+        // The forecast moves with the clock and each success; whom the window holds is news,
+        // and so is the first forecast (made once, kept for the report).
         forecast: s.forecast.as_ref().map(|f| ferry_crds::WaveForecast {
             outside_window: f.outside_window,
+            first_ends_at: f.first_ends_at.clone(),
+            first_made_at: f.first_made_at.clone(),
             ..Default::default()
         }),
         ..s.clone()

@@ -118,11 +118,21 @@ pub fn forecast(
         Gate::Open => 0,
         Gate::NotYet | Gate::Closing => i32::try_from(held).unwrap_or(i32::MAX),
     };
+    // The first end forecast stays as it was made, whatever the later ones say.
+    let first = wave
+        .status
+        .as_ref()
+        .and_then(|s| s.forecast.as_ref())
+        .and_then(|f| f.first_ends_at.clone().zip(f.first_made_at.clone()))
+        .or_else(|| ends_at.clone().map(|e| (e, now.clone())));
+    let (first_ends_at, first_made_at) = first.unzip();
     Some(WaveForecast {
         migration_seconds: measured.map(|(s, _)| s),
         basis: basis(measured),
         ends_at,
         outside_window,
+        first_ends_at,
+        first_made_at,
     })
 }
 
@@ -259,6 +269,37 @@ mod tests {
         let said = held_message(w.spec.window.as_ref().unwrap(), Gate::Closing, &f).unwrap();
         assert!(said.starts_with("4 migration(s) not started"), "{said}");
         assert!(said.contains("about 100 s"), "{said}");
+    }
+
+    #[test]
+    fn the_first_end_forecast_is_kept_as_it_was_made() {
+        let mut w = wave("w", 5).with_max_in_flight(2);
+        let kids = one_done_the_rest_held(&w);
+        let first = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        assert_eq!(
+            (first.first_ends_at.clone(), first.first_made_at.clone()),
+            (Some(ts(300)), Some(ts(100))),
+            "the first forecast is the first"
+        );
+        w.status = Some(ferry_crds::MigrationWaveStatus {
+            forecast: Some(first),
+            ..Default::default()
+        });
+        // Later, slower: the forecast moves, the first stays.
+        let later = [took(&w, 0, 0, 100), took(&w, 1, 100, 400)];
+        let f = forecast(&w, &later, migration_seconds(&later), Gate::Open, &ts(400)).unwrap();
+        assert_eq!(
+            f.ends_at,
+            Some(ts(800)),
+            "three left, two at a time, 200 s each"
+        );
+        assert_eq!(
+            (f.first_ends_at, f.first_made_at),
+            (Some(ts(300)), Some(ts(100)))
+        );
+        // Nothing measured yet: no first forecast either.
+        let none = forecast(&wave("v", 2), &[], None, Gate::Open, &ts(0));
+        assert_eq!(none, None);
     }
 
     #[test]
