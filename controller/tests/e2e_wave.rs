@@ -440,4 +440,14 @@ async fn a_wave_outside_its_window_starts_nothing_until_the_window_is_moved() {
         f.migration_seconds.is_some(),
         "measured on the one that succeeded: {f:?}"
     );
+    // Its first end forecast was kept, made once the one succeeded (what `ferry report` holds
+    // the end against).
+    let (made, first) = (
+        f.first_made_at.clone().unwrap(),
+        f.first_ends_at.clone().unwrap(),
+    );
+    assert!(
+        made.0 >= v.status.as_ref().unwrap().completed_at.clone().unwrap().0 && first.0 >= made.0,
+        "{f:?}"
+    );
 }
