@@ -73,8 +73,17 @@ make_rootfs() {
   find "$r/usr/share/doc" -mindepth 2 -not -name copyright -not -type d -delete
   find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete
   # The kernel is there for libguestfs' appliance, which supermin builds from the kernel and
-  # its modules alone: the initramfs the kernel's package made is never booted.
+  # its modules alone: the initramfs the kernel's package made is never booted. The appliance
+  # runs on qemu's virtual hardware, so the modules for sound, graphics, video capture, radios,
+  # InfiniBand, physical NICs, sensors and staging drivers are never loaded there (its disks,
+  # virtio, SCSI, md, device-mapper and every file system stay).
   rm -f "$r"/boot/initrd.img-*
+  local k
+  for k in "$r"/usr/lib/modules/*/kernel; do
+    rm -rf "$k"/sound "$k"/drivers/{gpu,media,infiniband,iio,staging,comedi,isdn,bluetooth} \
+      "$k"/drivers/net/{wireless,ethernet} "$k"/net/{bluetooth,wireless,mac80211}
+    chroot "$r" depmod -a "$(basename "$(dirname "$k")")"
+  done
   # The non-root user every ferry pod runs as.
   echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin' >>"$r/etc/passwd"
   echo 'nonroot:x:65532:' >>"$r/etc/group"
