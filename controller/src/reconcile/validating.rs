@@ -758,28 +758,35 @@ mod tests {
         ));
     }
 
+    /// The decision `elapsed` seconds into Validating for a running instance whose agent has not
+    /// connected (readiness AgentConnected), its console read as `console`.
+    fn agentless_running(
+        elapsed: i64,
+        console: Option<Result<Vec<String>, String>>,
+    ) -> Outcome<Action> {
+        let mut vmm = migration("m").with_phase(Phase::Validating);
+        vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
+        if let Some(s) = vmm.status.as_mut() {
+            ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
+        }
+        decide(&Scope {
+            vmm,
+            now: ts(elapsed).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                vm: ours(),
+                vmi: vmi("Running", true, false),
+                trouble: None,
+                leftovers: None,
+                console,
+            },
+        })
+    }
+
     #[test]
     fn a_console_that_says_the_guest_cannot_boot_fails_it_before_its_timeout() {
-        let at = |elapsed: i64, console: Option<Result<Vec<String>, String>>| {
-            let mut vmm = migration("m").with_phase(Phase::Validating);
-            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
-            if let Some(s) = vmm.status.as_mut() {
-                ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
-            }
-            decide(&Scope {
-                vmm,
-                now: ts(elapsed).0,
-                policy: Policy::default(),
-                retries: 0,
-                world: Observed {
-                    vm: ours(),
-                    vmi: vmi("Running", true, false),
-                    trouble: None,
-                    leftovers: None,
-                    console,
-                },
-            })
-        };
+        let at = agentless_running;
         let soon = CONSOLE_LOOK_AFTER.as_secs() as i64 + 25;
         assert!(soon < Policy::default().agent_timeout.as_secs() as i64);
         let gave_up = vec![
@@ -821,27 +828,7 @@ mod tests {
     #[test]
     fn an_unreadable_console_holds_the_failure_for_its_grace_only() {
         let late = Policy::default().agent_timeout.as_secs() as i64 + 1;
-        let at = |elapsed: i64, console: Option<Result<Vec<String>, String>>| {
-            let mut vmm = migration("m").with_phase(Phase::Validating);
-            vmm.spec.target.template.readiness = Some(Readiness::AgentConnected);
-            if let Some(s) = vmm.status.as_mut() {
-                ferry_crds::history::record_phase(&mut s.history, Phase::Validating, 1, &ts(0));
-            }
-            decide(&Scope {
-                vmm,
-                now: ts(elapsed).0,
-                policy: Policy::default(),
-                retries: 0,
-                world: Observed {
-                    vm: ours(),
-                    vmi: vmi("Running", true, false),
-                    trouble: None,
-                    leftovers: None,
-                    console,
-                },
-            })
-            .step
-        };
+        let at = |elapsed, console| agentless_running(elapsed, console).step;
         let unreadable = || Some(Err("connection refused".to_owned()));
         assert!(matches!(at(late, unreadable()), Step::Wait { .. }));
         let past = late + CONSOLE_GRACE.as_secs() as i64;
