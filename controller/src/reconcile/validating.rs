@@ -375,18 +375,22 @@ fn guest_cannot_boot(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         return None;
     };
     let (line, whose) = console::cannot_boot(lines)?;
-    let msg = format!(
-        "{}{}",
+    Some(not_ready(
+        scope,
         say::cannot_boot(whose, line, scope.in_phase_for().as_secs()),
-        say::console(scope.world.console.as_ref())
-    );
-    Some(Outcome::failure(
+    ))
+}
+
+/// `GuestNotReady`, retriable in Validating: `why`, then what the console said.
+fn not_ready(scope: &Scope<Observed>, why: String) -> Outcome<Action> {
+    let msg = format!("{why}{}", say::console(scope.world.console.as_ref()));
+    Outcome::failure(
         Reason::GuestNotReady,
         msg,
         true,
         Phase::Validating,
         GuestReady,
-    ))
+    )
 }
 
 /// A guest not ready within the agent timeout needs someone to look at it; the reason names
@@ -408,14 +412,7 @@ fn guest_timed_out(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
         Readiness::AgentConnected => say::no_agent_within(secs),
         Readiness::Running | Readiness::None => say::not_ready_within(secs),
     };
-    let msg = format!("{msg}{}", say::console(scope.world.console.as_ref()));
-    Some(Outcome::failure(
-        Reason::GuestNotReady,
-        msg,
-        true,
-        Phase::Validating,
-        GuestReady,
-    ))
+    Some(not_ready(scope, msg))
 }
 
 /// Otherwise the guest is on its way: wait, saying what for.
