@@ -24,12 +24,14 @@ image/build.sh --profile "${FERRY_IMAGE_PROFILE:-debug}" || exit 1
 
 # The guest Job's program (ferry-controller convert-guest) runs virt-v2v-in-place; where the sim
 # plays the node it runs on this machine. What it needs beyond Debian's virt-v2v package: nbdkit
-# (its `-i disk` input; only recommended, not a dependency) and a kernel in /boot (libguestfs'
-# supermin builds its appliance from the host's). Installed here, not by tests/guests/build.sh:
+# (its `-i disk` input; only recommended, not a dependency), guestfish (it writes the network
+# cards' kept names into the guest) and a kernel in /boot (libguestfs' supermin builds its
+# appliance from the host's). Installed here, not by tests/guests/build.sh:
 # that script is the guests' cache key, and a tool is no part of their recipe.
 V2V_NEED=()
 command -v virt-v2v-in-place >/dev/null 2>&1 || V2V_NEED+=(virt-v2v)
 command -v nbdkit >/dev/null 2>&1 || V2V_NEED+=(nbdkit)
+command -v guestfish >/dev/null 2>&1 || V2V_NEED+=(guestfish)
 compgen -G "/boot/vmlinuz-*" >/dev/null || V2V_NEED+=(linux-image-amd64)
 if (( ${#V2V_NEED[@]} > 0 )); then
     echo "== installing ${V2V_NEED[*]} (Debian's, for the guest conversion Job)"
@@ -38,6 +40,7 @@ if (( ${#V2V_NEED[@]} > 0 )); then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${V2V_NEED[@]}" >/dev/null
     command -v virt-v2v-in-place >/dev/null 2>&1 || { echo "virt-v2v-in-place still missing"; exit 1; }
+    command -v guestfish >/dev/null 2>&1 || { echo "guestfish still missing"; exit 1; }
 fi
 # The real guests e2e_real_guest migrates and boots: built once per machine (debootstrap from
 # Debian's packages, a first boot under TCG), cached in ~/.cache/ferry/guests like the lab, and

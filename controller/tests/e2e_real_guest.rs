@@ -270,6 +270,51 @@ async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineM
     }
 }
 
+/// The converted guest kept its card's VMware name, `ens192` (its vmxnet3 card is in ESXi's PCI
+/// slot 192 as the lab's vCenter reports it), and with it the static address its configuration gives that name
+/// (192.0.2.10/24), as its own agent reports them; `status.guest` says the name was kept.
+/// Without the kept name the virtio card comes up as `enp1s0` with no address.
+async fn assert_kept_its_network_identity(env: &Env, v: &ferry_crds::VirtualMachineMigration) {
+    let vmi = vmi_json(env, v);
+    let mac = vmi["spec"]["domain"]["devices"]["interfaces"][0]["macAddress"]
+        .as_str()
+        .expect("the source's MAC kept")
+        .to_lowercase();
+    let guest = v.status.as_ref().and_then(|s| s.guest.as_deref()).unwrap();
+    assert_eq!(
+        guest.interface_names,
+        [format!("kept ens192 for {mac}")],
+        "{guest:?}"
+    );
+    let kept = |i: &serde_json::Value| {
+        i["mac"] == mac.as_str()
+            && i["interfaceName"] == "ens192"
+            && i["ipAddresses"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|ip| ip == "192.0.2.10"))
+    };
+    let reported = ferry_harness::eventually(
+        "the guest's ens192 with its static address, from its agent",
+        std::time::Duration::from_secs(60),
+        || async {
+            let vmi = vmi_json(env, v);
+            vmi["status"]["interfaces"]
+                .as_array()?
+                .iter()
+                .find(|i| kept(i))
+                .cloned()
+        },
+    )
+    .await;
+    if reported.is_err() {
+        let vmi = vmi_json(env, v);
+        panic!(
+            "the converted guest lost its network identity (want ens192 with 192.0.2.10 on {mac}); status.interfaces: {}",
+            vmi["status"]["interfaces"]
+        );
+    }
+}
+
 /// `tests/guests/boot.sh IMAGE 300 BUS` on SeaBIOS: its exit code, its line, and its
 /// console's end.
 fn boot(image: &std::path::Path, bus: &str) -> (Option<i32>, String, String) {
@@ -334,7 +379,8 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
     let (mut env, v, _source) = migrated_shaped(
         "e2e-real-guest-vmw",
         &image,
-        &[],
+        // VMware's own NIC, which ESXi puts in PCI slot 192: the guest's ens192.
+        &["--nic-type", "vmxnet3"],
         false,
         "300s",
         GuestConversion::Never,
@@ -475,6 +521,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
         "a converted guest gets virtio: {vm}"
     );
     assert_booted_with_its_agent(&env, &v).await;
+    assert_kept_its_network_identity(&env, &v).await;
     names_the_source(&guest_line(&env, &v).await, &source);
     // The unconverted guest's VirtualMachine was replaced once (asserted above); nothing else
     // was made twice.
@@ -538,7 +585,10 @@ async fn a_guest_with_only_vmwares_drivers_migrated_warm_is_converted_after_its_
         descriptor.file_stem().unwrap().to_str().unwrap()
     ));
     let _source_disk = EmptiedAtEnd(flat.clone());
-    env.shape(&env.vm.name.clone(), &["--memory", "512", "--cpus", "1"]);
+    env.shape(
+        &env.vm.name.clone(),
+        &["--memory", "512", "--cpus", "1", "--nic-type", "vmxnet3"],
+    );
     // The guest as ESXi keeps a disk: a descriptor and its flat extent.
     let cp = Command::new("cp")
         .args(["--sparse=always"])
@@ -596,6 +646,7 @@ async fn a_guest_with_only_vmwares_drivers_migrated_warm_is_converted_after_its_
     let guest = status.guest.as_deref().unwrap();
     assert!(guest.converted, "{guest:?}");
     assert_booted_with_its_agent(&env, &v).await;
+    assert_kept_its_network_identity(&env, &v).await;
     names_the_source(&guest_line(&env, &v).await, &source);
 }
 

@@ -451,3 +451,120 @@ async fn a_wave_outside_its_window_starts_nothing_until_the_window_is_moved() {
         "{f:?}"
     );
 }
+
+/// A window that ends before the wave's last VMs can finish. Four VMs, one at a time: once the
+/// first has succeeded (what one migration takes is measured on it) and the second runs, the
+/// window's end is moved to 1.2 migrations from now. The forecast names the last two at risk at
+/// once (`forecast.atRisk`, `atRiskNames`, in `spec.vms` order) while the second still runs; the
+/// second finishes, and the two it named are never started: held in `Queued`, counted outside the
+/// window, the wave `OutsideWindow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forecast_names_the_vms_a_closing_window_will_leave_and_they_do_not_start() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let mut env = Env::new("e2e-wave-risk", 8).await;
+    let mut vms = vec![env.vm.name.clone()];
+    for i in 0..3 {
+        let vm = env.lab.claim_vm().unwrap();
+        put_vmdk(&vm, &env.scratch.join(format!("extra-{i}")), 8, 91 + i).unwrap();
+        vms.push(vm.name);
+    }
+    env.start_sim();
+    env.start_controller();
+    let at = |secs: i64| {
+        Time(
+            k8s_openapi::jiff::Timestamp::from_second(
+                k8s_openapi::jiff::Timestamp::now().as_second() + secs,
+            )
+            .unwrap(),
+        )
+    };
+    let names: Vec<&str> = vms.iter().map(String::as_str).collect();
+    let mut spec = wave_over(&env, &names, false);
+    spec.max_in_flight = 1;
+    spec.window = Some(ferry_crds::MaintenanceWindow {
+        start: None,
+        end: at(3600),
+    });
+    let waves: Api<MigrationWave> = env.ns.api();
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("risk", spec))
+        .await
+        .unwrap();
+    let child = |vm: &str| ferry_crds::child_migration_name("risk", &WaveVm::by_name(vm));
+    let first = env.wait_terminal(&child(&vms[0]), 300).await;
+    assert_eq!(
+        first.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&first)
+    );
+    let measured = eventually(
+        "the wave to measure its first migration",
+        Duration::from_secs(60),
+        || async {
+            let w = waves.get("risk").await.ok()?;
+            w.status?.forecast?.migration_seconds
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    // The end: the second (released when the first ended) fits, the last two do not.
+    let end = at((measured.max(1) * 12) / 10);
+    waves
+        .patch(
+            "risk",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"window": {"end": end}}})),
+        )
+        .await
+        .unwrap();
+    let late: Vec<String> = vms[2..].iter().map(|vm| child(vm)).collect();
+    let named = eventually(
+        "the forecast to name the VMs at risk",
+        Duration::from_secs(60),
+        || async {
+            let f = waves.get("risk").await.ok()?.status?.forecast?;
+            (f.at_risk > 0).then_some(f)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert_eq!(named.at_risk, 2, "{named:?}");
+    assert_eq!(named.at_risk_names, late, "in spec.vms order");
+    let second = env.wait_terminal(&child(&vms[1]), 300).await;
+    assert_eq!(
+        second.phase(),
+        Phase::Succeeded,
+        "{}",
+        serde_yaml_status(&second)
+    );
+    let held = eventually(
+        "the wave to hold the last two outside its window",
+        Duration::from_secs(60),
+        || async {
+            let w = waves.get("risk").await.ok()?;
+            let s = w.status.as_ref()?;
+            let outside = s.forecast.as_ref()?.outside_window;
+            let said = s
+                .condition(WaveConditionType::Progressing)
+                .is_some_and(|c| c.reason == Reason::OutsideWindow);
+            (outside == 2 && said).then_some(w)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    for name in &late {
+        let v = env.get(name).await;
+        assert_eq!(v.phase(), Phase::Queued, "{name} never started");
+        assert!(v.is_held(), "{name} never released");
+        assert!(
+            v.status
+                .as_ref()
+                .and_then(|s| s.started_at.as_ref())
+                .is_none(),
+            "{name}"
+        );
+    }
+    let f = held.status.unwrap().forecast.unwrap();
+    assert_eq!(f.at_risk_names, late, "{f:?}");
+}

@@ -32,6 +32,8 @@ use tokio::process::Command;
 
 use crate::Error;
 pub use crate::job_contract::{PERMANENT_EXIT_CODE, TRANSIENT_EXIT_CODE};
+use crate::libguestfs;
+use crate::nic_names::{self, NicName};
 use crate::verify::{VolumeSpec, hash_prefix};
 
 /// The overlay of a conversion decided on, beside its volume.
@@ -91,6 +93,14 @@ pub struct GuestArgs {
     /// checksum ferry keeps covers (the landing is all or nothing all the same).
     #[arg(long)]
     pub unverified: bool,
+    /// A network card whose name the converted guest keeps, `MAC=NAME` (the name ESXi's PCI
+    /// slot gave it, e.g. `00:50:56:ab:cd:01=ens192`); repeat per card. A name is kept only
+    /// where the guest's network configuration uses it (see `ferry_convert::nic_names`).
+    #[arg(long = "keep-nic-name", value_parser = NicName::parse)]
+    pub nic_names: Vec<NicName>,
+    /// guestfish, which writes the kept names into the guest.
+    #[arg(long, env = "FERRY_GUESTFISH", default_value = "guestfish")]
+    pub guestfish: PathBuf,
 }
 
 /// What the conversion found and did: the Job's result.
@@ -111,6 +121,9 @@ pub struct Outcome {
     /// Seconds virt-v2v ran.
     #[serde(default)]
     pub seconds: u32,
+    /// What became of each network card's name (see `ferry_convert::nic_names`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interface_names: Vec<String>,
 }
 
 /// One volume after the conversion.
@@ -201,6 +214,8 @@ struct Landing {
     /// Per disk, the bytes its journal holds.
     written: Vec<(usize, u64)>,
     seconds: u32,
+    #[serde(default)]
+    interface_names: Vec<String>,
 }
 
 /// One volume's files.
@@ -247,8 +262,55 @@ pub async fn run(args: &GuestArgs) -> Result<Outcome, Error> {
     let work = args.work_dir.join("guest");
     let _ = tokio::fs::remove_dir_all(&work).await;
     mkdir(&work).await?;
+    let overlays = overlays(args, &disks, &work).await?;
+    let started = std::time::Instant::now();
+    // Before virt-v2v: the initramfs it rebuilds carries the names too.
+    let interface_names =
+        nic_names::keep(&args.guestfish, args.kvm, &work, &overlays, &args.nic_names).await?;
+    let (ok, said) = virt_v2v(args, &work, &overlays).await?;
+    let seconds = u32::try_from(started.elapsed().as_secs()).unwrap_or(u32::MAX);
+    if !ok {
+        if found_no_os(&said.errors) && args.mode == Mode::Auto {
+            return Ok(Outcome {
+                operating_system: None,
+                converted: false,
+                changes: said.errors,
+                volumes: vec![],
+                seconds,
+                // Nothing lands: the names were written into overlays now discarded.
+                interface_names: vec![],
+            });
+        }
+        let why = said.errors.last().cloned().unwrap_or_else(|| {
+            "virt-v2v-in-place failed without saying why (see the pod's log)".into()
+        });
+        return Err(Error::Guest(format!("virt-v2v-in-place: {why}")));
+    }
+    let mut written = vec![];
+    for (d, ov) in disks.iter().zip(&overlays) {
+        written.push((d.spec.index, allocated(args, ov).await?));
+        journal(args, d, ov).await?;
+    }
+    let l = Landing {
+        operating_system: said.operating_system,
+        changes: said.changes,
+        written,
+        seconds,
+        interface_names,
+    };
+    write_json(&landing, &l).await?;
+    let _ = tokio::fs::remove_dir_all(&work).await;
+    land(args, &disks, &l).await
+}
+
+/// A qcow2 overlay in `work` over each volume: all virt-v2v (and guestfish) ever write.
+async fn overlays(
+    args: &GuestArgs,
+    disks: &[Disk<'_>],
+    work: &Path,
+) -> Result<Vec<PathBuf>, Error> {
     let mut overlays = vec![];
-    for d in &disks {
+    for d in disks {
         let ov = work.join(format!("disk-{}.qcow2", d.spec.index));
         let backing = absolute(&d.spec.path);
         qemu_img(
@@ -269,38 +331,7 @@ pub async fn run(args: &GuestArgs) -> Result<Outcome, Error> {
         .await?;
         overlays.push(ov);
     }
-    let started = std::time::Instant::now();
-    let (ok, said) = virt_v2v(args, &work, &overlays).await?;
-    let seconds = u32::try_from(started.elapsed().as_secs()).unwrap_or(u32::MAX);
-    if !ok {
-        if found_no_os(&said.errors) && args.mode == Mode::Auto {
-            return Ok(Outcome {
-                operating_system: None,
-                converted: false,
-                changes: said.errors,
-                volumes: vec![],
-                seconds,
-            });
-        }
-        let why = said.errors.last().cloned().unwrap_or_else(|| {
-            "virt-v2v-in-place failed without saying why (see the pod's log)".into()
-        });
-        return Err(Error::Guest(format!("virt-v2v-in-place: {why}")));
-    }
-    let mut written = vec![];
-    for (d, ov) in disks.iter().zip(&overlays) {
-        written.push((d.spec.index, allocated(args, ov).await?));
-        journal(args, d, ov).await?;
-    }
-    let l = Landing {
-        operating_system: said.operating_system,
-        changes: said.changes,
-        written,
-        seconds,
-    };
-    write_json(&landing, &l).await?;
-    let _ = tokio::fs::remove_dir_all(&work).await;
-    land(args, &disks, &l).await
+    Ok(overlays)
 }
 
 /// The volumes with the directory each lives in; a block device is refused.
@@ -422,6 +453,7 @@ async fn land(args: &GuestArgs, disks: &[Disk<'_>], l: &Landing) -> Result<Outco
         changes: l.changes.clone(),
         volumes: volumes.clone(),
         seconds: l.seconds,
+        interface_names: l.interface_names.clone(),
     };
     for (i, (d, v)) in disks.iter().zip(&volumes).enumerate() {
         if i == 0 {
@@ -482,27 +514,10 @@ async fn virt_v2v(
     work: &Path,
     overlays: &[PathBuf],
 ) -> Result<(bool, Said), Error> {
-    let cache = work.join("appliance");
-    mkdir(&cache).await?;
-    let mut cmd = Command::new(&args.virt_v2v);
+    let mut cmd = libguestfs::command(&args.virt_v2v, work, args.kvm).await?;
     cmd.args(["--machine-readable", "-i", "disk", "-if", "qcow2"])
-        .args(overlays)
-        .env("LIBGUESTFS_BACKEND", "direct")
-        .env("LIBGUESTFS_CACHEDIR", &cache)
-        .env("TMPDIR", work)
-        .env("HOME", work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if !args.kvm {
-        cmd.env("LIBGUESTFS_BACKEND_SETTINGS", "force_tcg");
-    }
-    let out = cmd.output().await.map_err(|e| Error::Qemu {
-        what: "virt-v2v-in-place".into(),
-        detail: format!("{}: {e}", args.virt_v2v.display()),
-        missing: e.kind() == std::io::ErrorKind::NotFound,
-    })?;
+        .args(overlays);
+    let out = libguestfs::run(cmd, "virt-v2v-in-place", &args.virt_v2v, None).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The pod's log keeps what virt-v2v said, for whoever reads it.
@@ -704,6 +719,7 @@ not json"#;
                 written_bytes: 14 << 20,
             }],
             seconds: 63,
+            interface_names: vec!["kept ens192 for 00:50:56:00:00:01".into()],
         };
         assert_eq!(parse_result(&render_result(&o)), Some(o));
         assert_eq!(parse_result("exit 3: virt-v2v failed"), None);

@@ -130,6 +130,8 @@ impl Fixture {
             qemu_img: which("qemu-img"),
             kvm: false,
             unverified: false,
+            nic_names: vec![],
+            guestfish: "guestfish".into(),
         }
     }
 

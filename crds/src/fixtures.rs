@@ -28,6 +28,7 @@ pub fn discovered_source() -> DiscoveredSource {
         mac: mac.into(),
         network: network.into(),
         device_type: Some(NicDeviceType::Vmxnet3),
+        pci_slot_number: None,
     };
     DiscoveredSource {
         name: Some("DC0_H0_VM0".into()),

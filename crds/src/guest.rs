@@ -70,6 +70,12 @@ pub struct GuestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub seconds: Option<u32>,
+    /// What became of each network card's name: kept (the name ESXi's PCI slot gave it, which
+    /// the guest's network configuration uses, e.g. `kept ens192 for 00:50:56:…`) or left to
+    /// the guest, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub interface_names: Vec<String>,
 }
 
 /// One converted volume (see [`GuestStatus::volumes`]).

@@ -317,6 +317,10 @@ pub struct DiscoveredNic {
     /// The adapter's device type in vSphere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_type: Option<NicDeviceType>,
+    /// The PCI slot ESXi gave the adapter (`slotInfo.pciSlotNumber`); a Linux guest names the
+    /// adapter after it (`ens192` for slot 192), and a converted guest keeps that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_slot_number: Option<i32>,
 }
 
 /// What the controller read about the source VM in Preparing.

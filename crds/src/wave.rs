@@ -152,6 +152,15 @@ pub struct WaveForecast {
     /// When that first forecast was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_made_at: Option<Time>,
+    /// Migrations of a cold wave with a window that the forecast ends past the window's end: at
+    /// the measured pace they will not make it (one not started yet will wait, `OutsideWindow`).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub at_risk: i32,
+    /// The first of them (at most 32), in the order the wave starts them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub at_risk_names: Vec<String>,
 }
 
 /// Which VMs of the inventory a wave migrates: every condition given must hold.

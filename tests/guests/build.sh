@@ -23,7 +23,9 @@
 #   bios-vmware   BIOS, MBR, ext4 root, Debian's generic kernel (virtio as modules) with an
 #                 initramfs of VMware's storage drivers only (MODULES=list: vmw_pvscsi, mptspi,
 #                 as a host-only RHEL initramfs made on VMware has): first booted on PVSCSI; on
-#                 virtio it cannot find its root disk until converted.
+#                 virtio it cannot find its root disk until converted. Its network is
+#                 configured as on VMware: a static 192.0.2.10/24 on ens192, the name of the
+#                 card in ESXi's PCI slot 192.
 #
 # Needs root (debootstrap, loop devices for the ext4 root; the EFI system partition is written
 # with mtools); installs what it needs from Debian's packages (debootstrap, fdisk, extlinux,
@@ -177,6 +179,13 @@ WantedBy=multi-user.target
 EOF
   ln -sf /etc/systemd/system/ferry-grub.service \
     "$R/etc/systemd/system/multi-user.target.wants/ferry-grub.service"
+  # Its network as a VMware guest's is: the card named after the PCI slot ESXi gives it (ens192
+  # for slot 192, as the lab's vCenter reports it), a static address configured under that name
+  # (systemd-networkd). On KubeVirt the card is elsewhere on the bus: unless the conversion keeps
+  # the name, the address is lost.
+  mkdir -p "$R/etc/systemd/network"
+  printf '[Match]\nName=ens192\n\n[Network]\nAddress=192.0.2.10/24\n' >"$R/etc/systemd/network/ens192.network"
+  chroot "$R" systemctl enable systemd-networkd.service >/dev/null 2>&1
   # Only VMware's storage drivers (and what the root file system needs) in the initramfs.
   sed -i 's/^MODULES=.*/MODULES=list/' "$R/etc/initramfs-tools/initramfs.conf"
   printf '%s\n' vmw_pvscsi mptspi sd_mod ext4 >>"$R/etc/initramfs-tools/modules"

@@ -92,6 +92,38 @@ func syncTools(ctx *simulator.Context, vm *simulator.VirtualMachine) {
 	})
 }
 
+// assignPciSlots gives a powered-on VM's network cards the PCI slots ESXi gives them when the
+// VM powers on (ethernetN.pciSlotNumber in its .vmx, VirtualDevice.slotInfo in the API), which
+// vcsim leaves out of a card added by a reconfiguration (its template's cards carry slot 32). A Linux guest names a card after its slot (systemd's ens192 for slot 192),
+// so its network configuration names the slot: ferry keeps the name (issue 46).
+func assignPciSlots(ctx *simulator.Context, vm *simulator.VirtualMachine) {
+	ctx.WithLock(vm, func() {
+		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn || vm.Config == nil {
+			return
+		}
+		i := 0
+		for _, d := range vm.Config.Hardware.Device {
+			card, ok := d.(types.BaseVirtualEthernetCard)
+			if !ok {
+				continue
+			}
+			if nc := card.GetVirtualEthernetCard(); nc.SlotInfo == nil {
+				nc.SlotInfo = &types.VirtualDevicePciBusSlotInfo{PciSlotNumber: esxiNicSlot(i)}
+			}
+			i++
+		}
+	})
+}
+
+// esxiNicSlot is the PCI slot ESXi (virtual hardware 7 and later) usually gives a VM's i-th
+// network card: 192, 224, 256 behind the first root ports, then 1184, 1216, ... behind the next.
+func esxiNicSlot(i int) int32 {
+	if i < 3 {
+		return int32(192 + 32*i)
+	}
+	return int32(1184 + 32*(i-3))
+}
+
 var shutdownThis = regexp.MustCompile(`<ShutdownGuest[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
 
 // shutdownResponse is vCenter's answer to a ShutdownGuest it handed to the guest's Tools.
@@ -152,6 +184,7 @@ func installGuestBehaviour(m *simulator.Model) {
 			for _, ref := range ctx.Map.AllReference("VirtualMachine") {
 				if vm, ok := ref.(*simulator.VirtualMachine); ok {
 					syncTools(ctx, vm)
+					assignPciSlots(ctx, vm)
 				}
 			}
 		case "ShutdownGuest":

@@ -181,6 +181,10 @@ func TestShapeReconfiguresAVMThroughTheAPI(t *testing.T) {
 	if _, ok := nics[0].(*types.VirtualVmxnet3); !ok || nics[0].(types.BaseVirtualEthernetCard).GetVirtualEthernetCard().MacAddress != mac {
 		t.Errorf("NIC %T, MAC kept %q", nics[0], mac)
 	}
+	// The powered-on VM's new card has the slot ESXi would give it (ens192 in a Linux guest).
+	if slot, ok := nics[0].GetVirtualDevice().SlotInfo.(*types.VirtualDevicePciBusSlotInfo); !ok || slot.PciSlotNumber != 192 {
+		t.Errorf("NIC's slot: %#v, want PCI slot 192", nics[0].GetVirtualDevice().SlotInfo)
+	}
 	for _, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {
 		ctrl := devices.FindByKey(d.GetVirtualDevice().ControllerKey)
 		if _, ok := ctrl.(*types.VirtualAHCIController); !ok {

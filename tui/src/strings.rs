@@ -327,6 +327,7 @@ pub mod details {
         written: Option<String>,
         seconds: Option<u32>,
         last_change: Option<&str>,
+        interface_names: &[String],
     ) -> String {
         let Some(converted) = converted else {
             return format!("conversion {asked}: not yet");
@@ -344,6 +345,9 @@ pub mod details {
         }
         if let Some(c) = last_change {
             out.push_str(&format!("; {c}"));
+        }
+        if !interface_names.is_empty() {
+            out.push_str(&format!("; network: {}", interface_names.join(", ")));
         }
         out
     }
@@ -985,6 +989,10 @@ pub mod waves {
     /// Held migrations the wave's window keeps from starting (`status.forecast.outsideWindow`).
     pub fn outside_window(n: i32) -> String {
         format!(" ⊘ {n} outside the window")
+    }
+    /// Migrations the forecast ends past the window's end (`status.forecast.atRisk`).
+    pub fn at_risk(n: i32) -> String {
+        format!(" ⚠ {n} at risk")
     }
     /// In front of the sparkline.
     pub const DONE_PER_MINUTE: &str = "done/min ";

@@ -72,6 +72,7 @@ fn as_real(mut o: VirtualMachineMigration) -> VirtualMachineMigration {
             mac: "00:50:56:a1:b2:c3".into(),
             network: "dvportgroup-1042".into(),
             device_type: None,
+            pci_slot_number: None,
         }],
         ..Default::default()
     }));

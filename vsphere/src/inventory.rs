@@ -5,11 +5,11 @@ use vim_rs::types::convert::CastFrom;
 use vim_rs::types::enums::{VirtualMachinePowerStateEnum, VirtualMachineToolsStatusEnum};
 use vim_rs::types::struct_enum::StructType;
 use vim_rs::types::structs::{
-    VirtualDisk, VirtualDiskFlatVer1BackingInfo, VirtualDiskFlatVer2BackingInfo,
-    VirtualDiskRawDiskMappingVer1BackingInfo, VirtualDiskSeSparseBackingInfo,
-    VirtualDiskSparseVer1BackingInfo, VirtualDiskSparseVer2BackingInfo,
-    VirtualEthernetCardDistributedVirtualPortBackingInfo, VirtualEthernetCardNetworkBackingInfo,
-    VirtualEthernetCardOpaqueNetworkBackingInfo,
+    VirtualDevicePciBusSlotInfo, VirtualDisk, VirtualDiskFlatVer1BackingInfo,
+    VirtualDiskFlatVer2BackingInfo, VirtualDiskRawDiskMappingVer1BackingInfo,
+    VirtualDiskSeSparseBackingInfo, VirtualDiskSparseVer1BackingInfo,
+    VirtualDiskSparseVer2BackingInfo, VirtualEthernetCardDistributedVirtualPortBackingInfo,
+    VirtualEthernetCardNetworkBackingInfo, VirtualEthernetCardOpaqueNetworkBackingInfo,
 };
 use vim_rs::types::traits::{
     VirtualDeviceBackingInfoTrait, VirtualDeviceFileBackingInfoTrait, VirtualDeviceTrait,
@@ -331,6 +331,15 @@ pub(crate) fn change_id(dev: &(dyn VirtualDeviceTrait + 'static)) -> Option<Stri
         .filter(|c| !c.is_empty())
 }
 
+/// The PCI slot of a device, when vSphere gave it one.
+fn pci_slot(dev: &(dyn VirtualDeviceTrait + 'static)) -> Option<i32> {
+    dev.slot_info
+        .as_deref()?
+        .as_any_ref()
+        .downcast_ref::<VirtualDevicePciBusSlotInfo>()
+        .map(|s| s.pci_slot_number)
+}
+
 /// The network cards of a VM, in device order.
 pub(crate) fn nics(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<NicInfo> {
     let mut out = Vec::new();
@@ -367,6 +376,7 @@ pub(crate) fn nics(devices: &[Box<dyn VirtualDeviceTrait>]) -> Vec<NicInfo> {
             mac: eth.mac_address.clone().unwrap_or_default(),
             device_type: nic_kind(dev.data_type()),
             network,
+            pci_slot: pci_slot(dev),
         });
     }
     out

@@ -133,6 +133,9 @@ pub struct NicInfo {
     pub device_type: NicDeviceType,
     /// Port group name (standard switch), port group key (distributed switch) or opaque network id.
     pub network: String,
+    /// The PCI slot ESXi gave the card (`slotInfo.pciSlotNumber`): a Linux guest names the card
+    /// after it (`ens192` for slot 192). `None` until the VM has powered on.
+    pub pci_slot: Option<i32>,
 }
 
 /// A device in vSphere's answer about a VM that ferry could not read, as far as the answer's text

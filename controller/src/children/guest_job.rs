@@ -38,6 +38,25 @@ pub fn mode(conversion: GuestConversion) -> Option<&'static str> {
     }
 }
 
+/// `MAC=NAME` for each source card ESXi gave a PCI slot, when the target keeps the source's
+/// MACs: the name a Linux guest gives the card on ESXi (`ens<slot>`, systemd's name for a card
+/// in a slot), which the converted guest keeps where its network configuration uses it. With
+/// the MACs not kept no name is asked: the guest would match a MAC the card no longer has. Pure.
+pub fn kept_nic_names(vmm: &VirtualMachineMigration) -> Vec<String> {
+    if !vmm.spec.target.template.devices.preserve_mac_addresses {
+        return vec![];
+    }
+    let Some(source) = vmm.status.as_ref().and_then(|s| s.source.as_deref()) else {
+        return vec![];
+    };
+    source
+        .nics
+        .iter()
+        .filter(|n| !n.mac.is_empty())
+        .filter_map(|n| Some(format!("{}=ens{}", n.mac, n.pci_slot_number?)))
+        .collect()
+}
+
 /// The guest Job of `vmm` ([`names::guest_job_name`]) over `volumes` (each with the checksum
 /// its verification found).
 ///
@@ -76,6 +95,10 @@ pub fn guest_job(
     // covers them.
     if vmm.spec.mode == ferry_crds::MigrationMode::Warm {
         args.push("--unverified".to_owned());
+    }
+    for n in kept_nic_names(vmm) {
+        args.push("--keep-nic-name".to_owned());
+        args.push(n);
     }
     let mut claims = Claims::default();
     for v in volumes {
@@ -169,5 +192,44 @@ mod tests {
             .unwrap();
         assert_eq!(claim.read_only, None);
         assert_eq!(mode(GuestConversion::Never), None);
+    }
+
+    #[test]
+    fn a_card_in_a_slot_keeps_its_name_only_with_its_mac() {
+        let mut vmm = migration("web-1");
+        vmm.spec.conversion.guest = GuestConversion::Auto;
+        let mut source = ferry_crds::fixtures::discovered_source();
+        source.nics[0].pci_slot_number = Some(192);
+        let slotless = source.nics.len() - 1;
+        vmm.status.get_or_insert_with(Default::default).source = Some(Box::new(source.clone()));
+        let mac = &source.nics[0].mac;
+        assert_eq!(
+            kept_nic_names(&vmm),
+            [format!("{mac}=ens192")],
+            "{slotless} left out"
+        );
+        let args = |vmm: &VirtualMachineMigration| {
+            guest_job(vmm, &[], "img")
+                .unwrap()
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .containers[0]
+                .args
+                .clone()
+                .unwrap()
+        };
+        let a = args(&vmm);
+        let at = a
+            .iter()
+            .position(|x| x == "--keep-nic-name")
+            .expect("asked");
+        assert_eq!(a[at + 1], format!("{mac}=ens192"));
+        // A target with MACs of its own: the guest's configuration would not find the card.
+        vmm.spec.target.template.devices.preserve_mac_addresses = false;
+        assert!(kept_nic_names(&vmm).is_empty());
+        assert!(!args(&vmm).contains(&"--keep-nic-name".to_owned()));
     }
 }

@@ -286,6 +286,7 @@ mod tests {
             mac: mac.into(),
             network: network.into(),
             device_type: Some(NicDeviceType::Vmxnet3),
+            pci_slot_number: None,
         }
     }
 

@@ -539,6 +539,7 @@ fn to_discovered(vm: &vsphere::VmInfo) -> DiscoveredSource {
                 mac: n.mac.clone(),
                 network: n.network.clone(),
                 device_type: Some(n.device_type),
+                pci_slot_number: n.pci_slot,
             })
             .collect(),
         host: vm.host.clone(),

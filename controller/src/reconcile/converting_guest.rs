@@ -257,6 +257,7 @@ fn converted(scope: &Scope<Observed>, c: &Converted) -> Outcome<Action> {
             })
             .collect(),
         seconds: Some(c.seconds),
+        interface_names: c.interface_names.iter().take(16).cloned().collect(),
     };
     let (reason, msg) = if c.converted {
         (Reason::GuestConverted, say::done(c))
@@ -432,6 +433,7 @@ mod tests {
                 written_bytes: 14 << 20,
             }],
             seconds: 63,
+            interface_names: vec!["kept ens192 for 00:50:56:00:00:01".into()],
         });
         let out = decide(&scope(staged(), w));
         assert_eq!(
@@ -443,6 +445,7 @@ mod tests {
         let g = out.record.guest.unwrap();
         assert!(g.converted);
         assert_eq!(g.volumes[0].sha256, "cd".repeat(32));
+        assert_eq!(g.interface_names, ["kept ens192 for 00:50:56:00:00:01"]);
         assert!(out.message.contains("12.15"), "{}", out.message);
     }
 
@@ -457,6 +460,7 @@ mod tests {
                 written_bytes: 14 << 20,
             }],
             seconds: 63,
+            interface_names: vec![],
         }
     }
 

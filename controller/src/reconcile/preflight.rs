@@ -847,6 +847,7 @@ mod tests {
                 mac: "00:50:56:00:00:01".into(),
                 network: "VM Network".into(),
                 device_type: None,
+                pci_slot_number: None,
             }],
             ..Default::default()
         })
@@ -1018,6 +1019,7 @@ mod tests {
             mac: "00:50:56:00:00:02".into(),
             network: "Backup".into(),
             device_type: None,
+            pci_slot_number: None,
         });
         let vmm = fixtures::migration("m");
         let c = concerns(&vmm, &f);

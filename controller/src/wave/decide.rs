@@ -371,6 +371,8 @@ pub fn worth_writing(
             outside_window: f.outside_window,
             first_ends_at: f.first_ends_at.clone(),
             first_made_at: f.first_made_at.clone(),
+            at_risk: f.at_risk,
+            at_risk_names: f.at_risk_names.clone(),
             ..Default::default()
         }),
         ..s.clone()

@@ -10,6 +10,7 @@ use ferry_crds::{
     MaintenanceWindow, MigrationMode, MigrationWave, Phase, VirtualMachineMigration, WaveForecast,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 
 /// Whether held migrations may start now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +127,9 @@ pub fn forecast(
         .and_then(|f| f.first_ends_at.clone().zip(f.first_made_at.clone()))
         .or_else(|| ends_at.clone().map(|e| (e, now.clone())));
     let (first_ends_at, first_made_at) = first.unzip();
+    let (at_risk, at_risk_names) = measured.map_or((0, vec![]), |(secs, _)| {
+        self::at_risk(wave, children, secs, now)
+    });
     Some(WaveForecast {
         migration_seconds: measured.map(|(s, _)| s),
         basis: basis(measured),
@@ -133,7 +137,64 @@ pub fn forecast(
         outside_window,
         first_ends_at,
         first_made_at,
+        at_risk,
+        at_risk_names,
     })
+}
+
+/// Most names of migrations at risk a forecast lists.
+pub const AT_RISK_NAMES: usize = 32;
+
+/// The migrations of a cold wave that the forecast ends past its window's end, in the order the
+/// wave starts them: one in flight ends `secs` after its start; the rest start `maxInFlight` at
+/// a time as slots free, in `spec.vms` order, each taking `secs`. Their count and the first
+/// [`AT_RISK_NAMES`] names; none for a wave with no window, or a warm one (what its cutover
+/// takes is not measured). Pure.
+fn at_risk(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    secs: i64,
+    now: &Time,
+) -> (i32, Vec<String>) {
+    let Some(end) = wave.spec.window.as_ref().map(|w| w.end.0.as_second()) else {
+        return (0, vec![]);
+    };
+    if holds_cutovers(wave) {
+        return (0, vec![]);
+    }
+    let now = now.0.as_second();
+    let wave_name = wave.name_any();
+    let by_name: std::collections::BTreeMap<String, &VirtualMachineMigration> =
+        children.iter().map(|c| (c.name_any(), c)).collect();
+    let (mut risk, mut waiting, mut in_flight) = (vec![], vec![], 0_i64);
+    for vm in wave.members() {
+        let name = ferry_crds::child_migration_name(&wave_name, &vm);
+        match by_name.get(&name) {
+            Some(c) if c.phase().is_terminal() => {}
+            Some(c) if !c.is_held() => {
+                in_flight += 1;
+                let started = c
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.started_at.as_ref())
+                    .map_or(now, |t| t.0.as_second());
+                if (started + secs).max(now) > end {
+                    risk.push(name);
+                }
+            }
+            _ => waiting.push(name),
+        }
+    }
+    let slots = i64::from(wave.spec.max_in_flight.max(1));
+    for (k, name) in (0_i64..).zip(waiting) {
+        let round = (in_flight + k) / slots;
+        if now + (round + 1) * secs > end {
+            risk.push(name);
+        }
+    }
+    let n = i32::try_from(risk.len()).unwrap_or(i32::MAX);
+    risk.truncate(AT_RISK_NAMES);
+    (n, risk)
 }
 
 /// Where the forecast's figure comes from, in words.
@@ -269,6 +330,38 @@ mod tests {
         let said = held_message(w.spec.window.as_ref().unwrap(), Gate::Closing, &f).unwrap();
         assert!(said.starts_with("4 migration(s) not started"), "{said}");
         assert!(said.contains("about 100 s"), "{said}");
+    }
+
+    #[test]
+    fn the_forecast_names_the_migrations_that_would_end_past_the_window() {
+        let mut w = wave("w", 5).with_max_in_flight(2);
+        let kids = one_done_the_rest_held(&w);
+        let names: Vec<String> = kids.iter().map(ResourceExt::name_any).collect();
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        assert_eq!((f.at_risk, f.at_risk_names.len()), (0, 0), "no window");
+        // Four left, two at a time, 100 s each: two end at 200, two at 300; the window ends at 250.
+        w.spec.window = Some(window(None, 250));
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        assert_eq!(f.at_risk, 2);
+        assert_eq!(
+            f.at_risk_names,
+            names[3..5],
+            "the last two, in spec.vms order"
+        );
+        // One of them released and running since 100: it ends at 200, in time; of the three
+        // held, the first takes the free slot (ends 200), the next two go at 200 (end 300).
+        let mut kids = kids;
+        kids[1] = kids[1].clone().with_phase(Phase::Importing).released();
+        kids[1]
+            .status
+            .get_or_insert_with(Default::default)
+            .started_at = Some(ts(100));
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        assert_eq!(f.at_risk_names, names[3..5]);
+        // A warm wave's cutovers are not measured: nothing said at risk.
+        w.spec.template.mode = MigrationMode::Warm;
+        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        assert_eq!(f.at_risk, 0);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct WaveRow {
     pub started_at: Option<Timestamp>,
     /// `status.forecast.outsideWindow`: held migrations its `spec.window` keeps from starting.
     pub outside_window: i32,
+    /// `status.forecast.atRisk`: migrations the forecast ends past the window's end.
+    pub at_risk: i32,
     /// `spec.paused`.
     pub paused: bool,
     /// `spec.cancel`.
@@ -149,6 +151,7 @@ impl WaveRow {
             eta_seconds: status.eta_seconds,
             started_at: status.started_at.map(|t| t.0),
             outside_window: status.forecast.as_ref().map_or(0, |f| f.outside_window),
+            at_risk: status.forecast.as_ref().map_or(0, |f| f.at_risk),
             paused: obj.spec.paused,
             cancel: obj.spec.cancel,
             retry: obj.spec.retry,

@@ -269,6 +269,7 @@ fn guest(
             .map(|_| format::bytes(i64::try_from(written).unwrap_or(i64::MAX))),
         g.and_then(|g| g.seconds),
         g.and_then(|g| g.changes.last().map(String::as_str)),
+        g.map_or(&[][..], |g| g.interface_names.as_slice()),
     ))
 }
 
@@ -708,5 +709,43 @@ mod tests {
         let text = screen(&s);
         assert!(text.contains("read from the API"), "{text}");
         assert!(!text.contains("reading the migration"), "{text}");
+    }
+
+    /// The guest line says what the conversion did to the network cards' names.
+    #[test]
+    fn the_guest_line_says_which_network_names_the_conversion_kept() {
+        let key = ObjKey::new("default", "vm-a");
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
+        let mut o = migration("vm-a").with_phase(Phase::Succeeded);
+        o.spec.conversion.guest = ferry_crds::GuestConversion::Auto;
+        if let Some(st) = o.status.as_mut() {
+            st.guest = Some(Box::new(ferry_crds::GuestStatus {
+                operating_system: Some("Debian 12.15".into()),
+                converted: true,
+                interface_names: vec!["kept ens192 for 00:50:56:00:00:01".into()],
+                ..Default::default()
+            }));
+        }
+        update(
+            &mut s,
+            Action::migrations_listed(ClusterId(0), vec![o.clone()]),
+        );
+        update(&mut s, Action::Enter);
+        update(
+            &mut s,
+            Action::MigrationRead {
+                key,
+                result: Ok(Box::new(o)),
+            },
+        );
+        // The screen's rows, each quoted, read as one run of words (the line wraps).
+        let text = screen(&s);
+        let flat = text.replace('"', " ");
+        let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("Debian 12.15, converted"), "{text}");
+        assert!(
+            flat.contains("network: kept ens192 for 00:50:56:00:00:01"),
+            "{text}"
+        );
     }
 }

@@ -128,6 +128,9 @@ fn ranked_rest(w: &WaveRow, t: &Theme, wide: bool) -> Vec<(u8, Span<'static>)> {
             Span::styled(text::outside_window(w.outside_window), t.warn()),
         ));
     }
+    if w.at_risk > 0 {
+        rest.push((5, Span::styled(text::at_risk(w.at_risk), t.warn())));
+    }
     if w.paused {
         rest.push((5, Span::styled(text::PAUSED, t.warn())));
     }
@@ -292,12 +295,13 @@ mod tests {
     }
 
     #[test]
-    fn a_wave_says_how_many_its_window_holds_and_never_drops_it_for_room() {
+    fn a_wave_says_how_many_its_window_holds_and_are_at_risk_and_never_drops_them_for_room() {
         let mut w = wave("w", 4);
         w.status = Some(MigrationWaveStatus {
             phase: ferry_crds::WavePhase::Running,
             forecast: Some(ferry_crds::WaveForecast {
                 outside_window: 3,
+                at_risk: 5,
                 ..Default::default()
             }),
             ..MigrationWaveStatus::default()
@@ -306,7 +310,7 @@ mod tests {
         let mut rest = ranked_rest(&row, &Theme::MONO, false);
         drop_lowest(&mut rest, 0, 1);
         let kept: String = rest.iter().map(|(_, s)| s.content.to_string()).collect();
-        assert_eq!(kept, " ⊘ 3 outside the window");
+        assert_eq!(kept, " ⊘ 3 outside the window ⚠ 5 at risk");
     }
 
     #[test]
