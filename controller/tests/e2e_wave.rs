@@ -468,6 +468,9 @@ async fn the_forecast_names_the_vms_a_closing_window_will_leave_and_they_do_not_
         put_vmdk(&vm, &env.scratch.join(format!("extra-{i}")), 8, 91 + i).unwrap();
         vms.push(vm.name);
     }
+    // Half a MiB a second: each 8 MiB migration takes about 20 s, far more than the wave's
+    // reconciles and this test's polls, so the second still runs when the window moves.
+    env.sim_args = vec!["--throughput-mib".into(), "0.5".into()];
     env.start_sim();
     env.start_controller();
     let at = |secs: i64| {
