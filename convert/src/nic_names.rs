@@ -132,27 +132,97 @@ pub async fn keep(
         local.display()
     );
     let out = libguestfs::run(cmd, "guestfish", guestfish, Some(commands)).await?;
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("guestfish failed without saying why")
-            .trim()
-            .chars()
-            .take(160)
-            .collect::<String>();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The pod's log keeps what guestfish said, and what became of each name.
+    eprint!("{stderr}");
+    let lines = said_by(
+        out.status.success(),
+        &String::from_utf8_lossy(&out.stdout),
+        &stderr,
+        names,
+    )
+    .map_err(|detail| Error::Qemu {
+        what: "guestfish".into(),
+        detail,
+        missing: false,
+    })?;
+    for l in &lines {
+        println!("network: {l}");
+    }
+    Ok(lines)
+}
+
+/// What guestfish's run says of each card: the script's lines; each card left to the guest when
+/// guestfish found no operating system (a disk set virt-v2v will not convert either). `Err`:
+/// anything else that stopped it (its appliance failed, the script did not run), in its own
+/// words: the attempt fails and the Job's next one tries again, rather than convert a guest
+/// that then boots without its addresses. Pure.
+pub fn said_by(
+    ok: bool,
+    stdout: &str,
+    stderr: &str,
+    names: &[NicName],
+) -> Result<Vec<String>, String> {
+    if ok {
+        return Ok(said(stdout));
+    }
+    if stderr.contains("no operating system was found") {
         return Ok(names
             .iter()
-            .map(|n| format!("left {} to the guest: {why}", n.mac))
+            .map(|n| {
+                format!(
+                    "left {} to the guest: guestfish found no operating system",
+                    n.mac
+                )
+            })
             .collect());
     }
-    Ok(said(&String::from_utf8_lossy(&out.stdout)))
+    let why = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.contains("error:"))
+        .or_else(|| stderr.lines().map(str::trim).find(|l| !l.is_empty()))
+        .unwrap_or("guestfish failed without saying why")
+        .chars()
+        .take(200)
+        .collect::<String>();
+    Err(why)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_operating_system_leaves_the_names_and_any_other_failure_is_the_attempts() {
+        let names = [NicName::parse("00:50:56:00:00:01=ens192").unwrap()];
+        assert_eq!(
+            said_by(
+                true,
+                "ferry-nic: kept ens192 for 00:50:56:00:00:01\n",
+                "",
+                &names
+            ),
+            Ok(vec!["kept ens192 for 00:50:56:00:00:01".to_owned()])
+        );
+        assert_eq!(
+            said_by(
+                false,
+                "",
+                "guestfish: no operating system was found on this disk\n\nIf using guestfish '-i' option, remove this option",
+                &names
+            ),
+            Ok(vec![
+                "left 00:50:56:00:00:01 to the guest: guestfish found no operating system"
+                    .to_owned()
+            ])
+        );
+        let crashed = "libguestfs: error: appliance closed the connection unexpectedly.\nThis usually means the libguestfs appliance crashed.\n...into a bug report or message to the libguestfs mailing list.";
+        assert_eq!(
+            said_by(false, "", crashed, &names),
+            Err("libguestfs: error: appliance closed the connection unexpectedly.".to_owned())
+        );
+    }
 
     #[test]
     fn only_a_mac_and_a_plain_name_pass() {

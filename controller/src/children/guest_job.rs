@@ -49,6 +49,10 @@ pub fn kept_nic_names(vmm: &VirtualMachineMigration) -> Vec<String> {
     let Some(source) = vmm.status.as_ref().and_then(|s| s.source.as_deref()) else {
         return vec![];
     };
+    // Interface names by slot are Linux's; a Windows guest keeps its adapters by other means.
+    if source.guest_os_family == Some(ferry_crds::GuestOsFamily::Windows) {
+        return vec![];
+    }
     source
         .nics
         .iter()
@@ -231,5 +235,10 @@ mod tests {
         vmm.spec.target.template.devices.preserve_mac_addresses = false;
         assert!(kept_nic_names(&vmm).is_empty());
         assert!(!args(&vmm).contains(&"--keep-nic-name".to_owned()));
+        // Nor for a Windows guest.
+        vmm.spec.target.template.devices.preserve_mac_addresses = true;
+        source.guest_os_family = Some(ferry_crds::GuestOsFamily::Windows);
+        vmm.status.get_or_insert_with(Default::default).source = Some(Box::new(source));
+        assert!(kept_nic_names(&vmm).is_empty());
     }
 }

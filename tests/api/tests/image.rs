@@ -245,7 +245,8 @@ fn inside_the_image_the_guest_jobs_program_runs_virt_v2v_as_non_root() {
          install -d -o 65532 -g 65532 \"$R/tmp/vol\" \"$R/tmp/work\"; \
          truncate -s {size} \"$R/tmp/vol/disk.img\"; chown 65532:65532 \"$R/tmp/vol/disk.img\"; \
          chroot --userspec=65532:65532 \"$R\" env HOME=/tmp/work /usr/local/bin/ferry-controller convert-guest \
-           --mode auto --volume 0=/tmp/vol/disk.img={size}={sha} --work-dir /tmp/work --result-file /tmp/result; \
+           --mode auto --volume 0=/tmp/vol/disk.img={size}={sha} --work-dir /tmp/work --result-file /tmp/result \
+           --keep-nic-name 00:50:56:00:00:01=ens192; \
          echo \"== result\"; cat \"$R/tmp/result\"",
     );
     let prelude = "mount -t tmpfs -o mode=0755 tmpfs \"$R/dev\"; ";
@@ -263,6 +264,13 @@ fn inside_the_image_the_guest_jobs_program_runs_virt_v2v_as_non_root() {
     assert!(
         o.changes.iter().any(|c| c.contains("inspection")),
         "virt-v2v inspected the disk (its appliance ran): {o:?}\n{err}"
+    );
+    // guestfish ran too (the network cards' names): it found no guest to write them into.
+    assert!(
+        text.contains(
+            "network: left 00:50:56:00:00:01 to the guest: guestfish found no operating system"
+        ),
+        "guestfish in the image: {text}\n{err}"
     );
     let _ = std::fs::remove_dir_all(&scratch);
 }
