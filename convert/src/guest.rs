@@ -517,7 +517,7 @@ async fn virt_v2v(
     let mut cmd = libguestfs::command(&args.virt_v2v, work, args.kvm).await?;
     cmd.args(["--machine-readable", "-i", "disk", "-if", "qcow2"])
         .args(overlays);
-    let out = libguestfs::run(cmd, "virt-v2v-in-place", &args.virt_v2v, None).await?;
+    let out = libguestfs::run(cmd, "virt-v2v-in-place", None).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The pod's log keeps what virt-v2v said, for whoever reads it.

@@ -38,17 +38,13 @@ pub async fn command(program: &Path, work: &Path, kvm: bool) -> Result<Command, 
     Ok(cmd)
 }
 
-/// Runs `cmd` (`what`, the program `program`) to its end, `input` on its standard input.
+/// Runs `cmd` (`what`) to its end, `input` on its standard input.
 ///
 /// # Errors
 /// [`Error::Qemu`] when it cannot be started (`missing` when it is not installed) or its input
 /// not written.
-pub async fn run(
-    mut cmd: Command,
-    what: &str,
-    program: &Path,
-    input: Option<String>,
-) -> Result<Output, Error> {
+pub async fn run(mut cmd: Command, what: &str, input: Option<String>) -> Result<Output, Error> {
+    let program = Path::new(cmd.as_std().get_program()).to_owned();
     let failed = |e: std::io::Error| Error::Qemu {
         what: what.to_owned(),
         detail: format!("{}: {e}", program.display()),

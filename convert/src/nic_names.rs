@@ -70,7 +70,7 @@ const CONFIG: &str = "/etc/systemd/network /etc/network/interfaces /etc/network/
 
 /// The script run inside the guest (its root as `/`): a `.link` file for each card whose name
 /// the configuration uses, and one line a card saying what it did. Pure.
-pub fn script(names: &[NicName]) -> String {
+fn script(names: &[NicName]) -> String {
     let mut s = format!(
         "#!/bin/sh\n# ferry: the names of the guest's network cards that its configuration uses.\nset -u\ncfg=\"{CONFIG}\"\n\
 keep() {{\n\
@@ -90,7 +90,7 @@ keep() {{\n\
 }
 
 /// The lines the script printed, without their prefix. Pure.
-pub fn said(stdout: &str) -> Vec<String> {
+fn said(stdout: &str) -> Vec<String> {
     stdout
         .lines()
         .filter_map(|l| l.trim().strip_prefix("ferry-nic: "))
@@ -131,7 +131,7 @@ pub async fn keep(
         "upload {} /tmp/ferry-nic-names.sh\nsh \"/bin/sh /tmp/ferry-nic-names.sh\"\nrm /tmp/ferry-nic-names.sh\n",
         local.display()
     );
-    let out = libguestfs::run(cmd, "guestfish", guestfish, Some(commands)).await?;
+    let out = libguestfs::run(cmd, "guestfish", Some(commands)).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The pod's log keeps what guestfish said, and what became of each name.
     eprint!("{stderr}");
@@ -157,12 +157,7 @@ pub async fn keep(
 /// anything else that stopped it (its appliance failed, the script did not run), in its own
 /// words: the attempt fails and the Job's next one tries again, rather than convert a guest
 /// that then boots without its addresses. Pure.
-pub fn said_by(
-    ok: bool,
-    stdout: &str,
-    stderr: &str,
-    names: &[NicName],
-) -> Result<Vec<String>, String> {
+fn said_by(ok: bool, stdout: &str, stderr: &str, names: &[NicName]) -> Result<Vec<String>, String> {
     if ok {
         return Ok(said(stdout));
     }
