@@ -39,11 +39,11 @@ async fn wait_ready(r: &Replica, body: &str) {
         },
     )
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}; {}'s log:\n{}", r.name, r.log()));
 }
 
 fn replica(env: &Env, name: &str, server: Option<&str>) -> Replica {
-    let kc = kubeconfig_for(env.lab, &env.scratch, name, server);
+    let kc = kubeconfig_for(env.lab, &env.scratch, &env.ns.name, name, server);
     Replica::new(name, kc, &env.ns.name, LEASE_NAME, &[], &env.scratch)
 }
 
@@ -123,7 +123,7 @@ async fn old_leader_is_fenced(
     env.create(&env.migration("m")).await;
     // Slow import: the leader writes progress while it is frozen.
     env.wait_phase("m", Phase::Importing, 180).await;
-    let before = audited_writes(env.lab, &user_of("a"), Timestamp::UNIX_EPOCH).len();
+    let before = audited_writes(env.lab, &user_of(&env.ns.name, "a"), Timestamp::UNIX_EPOCH).len();
     assert!(before > 0, "the audit log shows a's writes");
     freeze(&a);
     let took = wait_holder(env, "b", 60).await;
@@ -134,7 +134,7 @@ async fn old_leader_is_fenced(
     );
     // b acts as the leader before a comes back.
     eventually("b to write", Duration::from_secs(60), || async {
-        (!audited_writes(env.lab, &user_of("b"), taken_at).is_empty()).then_some(())
+        (!audited_writes(env.lab, &user_of(&env.ns.name, "b"), taken_at).is_empty()).then_some(())
     })
     .await
     .unwrap();
@@ -146,7 +146,7 @@ async fn old_leader_is_fenced(
         "a exits on the lost lease; log:\n{}",
         a.log()
     );
-    let after = audited_writes(env.lab, &user_of("a"), taken_at);
+    let after = audited_writes(env.lab, &user_of(&env.ns.name, "a"), taken_at);
     println!(
         "{prefix}: a's writes: {before} before, {} after b took over; fenced (refused in a): {}",
         after.len(),

@@ -110,7 +110,7 @@ async fn an_elected_controller_exits_promptly_on_sigterm_and_sigint_and_releases
     env.start_sim();
     for (n, sig) in ["TERM", "INT"].into_iter().enumerate() {
         let name = format!("r{n}");
-        let kc = kubeconfig_for(env.lab, &env.scratch, &name, None);
+        let kc = kubeconfig_for(env.lab, &env.scratch, &env.ns.name, &name, None);
         let mut r = Replica::new(&name, kc, &env.ns.name, LEASE_NAME, &[], &env.scratch);
         r.start();
         ferry_harness::eventually(

@@ -38,18 +38,25 @@ pub struct Replica {
 }
 
 /// The user a replica's requests are made as (impersonated, in `system:masters`): how the audit
-/// log tells the replicas apart.
-pub fn user_of(replica: &str) -> String {
-    format!("ferry-replica-{replica}")
+/// log tells the replicas apart. Named after the test's namespace too, since the tests of one
+/// binary run at once against one apiserver and each has its replicas `a` and `b`.
+pub fn user_of(ns: &str, replica: &str) -> String {
+    format!("ferry-replica-{ns}-{replica}")
 }
 
-/// A kubeconfig for `replica`: the lab's, impersonating [`user_of`], pointed at `server` when
-/// given (a proxy) instead of the apiserver.
-pub fn kubeconfig_for(lab: &Lab, dir: &Path, replica: &str, server: Option<&str>) -> PathBuf {
+/// A kubeconfig for `replica` of the test in `ns`: the lab's, impersonating [`user_of`], pointed
+/// at `server` when given (a proxy) instead of the apiserver.
+pub fn kubeconfig_for(
+    lab: &Lab,
+    dir: &Path,
+    ns: &str,
+    replica: &str,
+    server: Option<&str>,
+) -> PathBuf {
     let mut kc = kube::config::Kubeconfig::read_from(&lab.info.kubeconfig).unwrap();
     for a in &mut kc.auth_infos {
         if let Some(info) = a.auth_info.as_mut() {
-            info.impersonate = Some(user_of(replica));
+            info.impersonate = Some(user_of(ns, replica));
             info.impersonate_groups = Some(vec!["system:masters".into()]);
         }
     }
