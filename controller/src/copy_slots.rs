@@ -169,7 +169,8 @@ pub fn holds(vmm: &VirtualMachineMigration) -> bool {
         | Phase::Validating
         | Phase::Succeeded
         | Phase::Failed
-        | Phase::Cancelled => false,
+        | Phase::Cancelled
+        | Phase::RolledBack => false,
     }
 }
 

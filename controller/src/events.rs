@@ -117,6 +117,17 @@ pub fn notes(old: &Status, new: &Status) -> Vec<Note> {
                     format!("{} failed: {msg}", old.phase),
                 ));
             }
+            Phase::RolledBack => {
+                let msg = new
+                    .last_failure
+                    .as_ref()
+                    .map_or(String::new(), |f| f.message.clone());
+                out.push(Note::warning(
+                    EventReason::Entered(Phase::RolledBack),
+                    EventAction::Fail,
+                    format!("rolled back: {msg}"),
+                ));
+            }
             Phase::Cancelled => out.push(Note::normal(
                 EventReason::Entered(Phase::Cancelled),
                 EventAction::Cancel,

@@ -140,7 +140,12 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
     // takes the Lease over once the dead leader's lease ran out).
     let kubeconfigs: Vec<(String, std::path::PathBuf)> = ["a", "b"]
         .iter()
-        .map(|r| ((*r).to_owned(), kubeconfig_for(lab, &scratch, &ns.name, r, None)))
+        .map(|r| {
+            (
+                (*r).to_owned(),
+                kubeconfig_for(lab, &scratch, &ns.name, r, None),
+            )
+        })
         .collect();
     // Replica `slot` in its `generation`th process: `a`, `b` first, then `a3`, `b4`, ...
     let make = {

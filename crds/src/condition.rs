@@ -348,6 +348,13 @@ pub enum Reason {
     VMReady,
     /// Nothing about the guest was checked (readiness `None`).
     NotChecked,
+    /// The guest is ready; its health check (`spec.target.healthCheck`) is being probed.
+    HealthChecking,
+    /// The guest is ready and its health check answered.
+    HealthCheckPassed,
+    /// The health check did not answer within its timeout (the message has the last probe's
+    /// answer).
+    HealthCheckFailed,
     // --- a MigrationWave's conditions ---
     /// A VM of the wave gets no migration: its migration's name (`<wave>-<VM>`) is that of
     /// another VM's migration, in this wave or another one (the message names both VMs).
@@ -361,6 +368,8 @@ pub enum Reason {
     Failed,
     /// The migration was cancelled.
     Cancelled,
+    /// The migrated VM failed its health check and the migration was rolled back to the source.
+    RolledBack,
     /// The target VM's instance did not go within the bound after ferry stopped the VM, so the
     /// source VM was not powered back on (two copies of one VM must never run).
     TargetStillRunning,

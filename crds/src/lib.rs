@@ -11,6 +11,7 @@ pub mod event;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod guest;
+pub mod health;
 pub mod history;
 pub mod intent;
 mod listed;
@@ -36,6 +37,7 @@ pub use conversion::{ConversionSpec, CopyLimits, DiskFormat};
 pub use error::{Error, Result, error_chain};
 pub use event::{EventAction, EventReason};
 pub use guest::{GuestConversion, GuestStatus, GuestVolume};
+pub use health::{HealthCheck, HealthCheckStatus, HttpProbe, OnHealthCheckFailure, TcpProbe};
 pub use history::{MAX_HISTORY, PhaseTransition};
 pub use migration::{
     DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,

@@ -276,6 +276,10 @@ pub struct VirtualMachineMigrationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest: Option<Box<crate::GuestStatus>>,
 
+    /// How the health check of `spec.target.healthCheck` went (Validating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<crate::HealthCheckStatus>,
+
     /// A warm migration: its rounds, the snapshot it holds, its cutover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<Box<crate::WarmStatus>>,

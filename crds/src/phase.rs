@@ -9,7 +9,7 @@ use crate::Error;
 
 /// Where a `VirtualMachineMigration` stands. The six checkpoints (`Preparing` … `Validating`) each
 /// name the desired state the controller is making true; `Succeeded`, `Failed` and `Cancelled`
-/// are terminal until `spec.retry` is raised.
+/// (and `RolledBack`) are terminal until `spec.retry` is raised.
 #[derive(
     Clone,
     Copy,
@@ -58,6 +58,10 @@ pub enum Phase {
     Failed,
     /// Stopped on request (spec.cancel); partial results were cleaned up.
     Cancelled,
+    /// The migrated VM failed its health check (`spec.target.healthCheck`) and was rolled back:
+    /// the target stopped and proven not running, then the source powered back on; the target's
+    /// volumes and halted VM kept. A retry starts over from the source as it is now.
+    RolledBack,
 }
 
 /// Where a [`Phase`] stands in a migration's life ([`Phase::stage`]): waiting to start, at one
@@ -123,7 +127,9 @@ impl Phase {
             | Phase::Starting
             | Phase::Validating => Stage::InFlight,
             Phase::Succeeded => Stage::Succeeded,
-            Phase::Failed => Stage::Failed,
+            // A rollback is a failure the gate caught: retried, counted and shown as one (the
+            // cockpit gives it its own colour).
+            Phase::Failed | Phase::RolledBack => Stage::Failed,
             Phase::Cancelled => Stage::Cancelled,
         }
     }
@@ -179,7 +185,7 @@ impl Phase {
             Phase::CreatingVM => Some(Phase::Starting),
             Phase::Starting => Some(Phase::Validating),
             Phase::Validating => Some(Phase::Succeeded),
-            Phase::Succeeded | Phase::Failed | Phase::Cancelled => None,
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::RolledBack => None,
         }
     }
 }

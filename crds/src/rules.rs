@@ -172,6 +172,28 @@ pub fn readiness_needs_a_start() -> Rule {
     .reason(kube::core::Reason::FieldValueInvalid)
 }
 
+/// A health check probes one way.
+pub fn one_health_probe() -> Rule {
+    Rule::new("has(self.tcp) != has(self.http)")
+        .message("healthCheck takes exactly one of tcp and http")
+        .reason(kube::core::Reason::FieldValueInvalid)
+}
+
+/// A health check probes a running guest: ferry must start the VM and wait for it to be ready.
+pub fn health_check_needs_a_start() -> Rule {
+    Rule::new(
+        "!has(self.healthCheck) || ((!has(self.runStrategy) || !(self.runStrategy in ['Halted', 'Manual'])) \
+         && (!has(self.readiness) || self.readiness != 'None') \
+         && (!has(self.powerState) || self.powerState != 'PoweredOff'))",
+    )
+    .message(
+        "healthCheck probes the running guest: it needs a runStrategy that starts the VM (Always, \
+         RerunOnFailure or Once), readiness Running or AgentConnected, and a powerState other than \
+         PoweredOff (with Auto, a source found powered off gets no check)",
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// powerState PoweredOn asks ferry to start the VM, which a Halted or Manual run strategy never does.
 pub fn power_on_needs_a_start() -> Rule {
     Rule::new(

@@ -585,6 +585,9 @@ pub enum PowerRestoreResult {
     TargetReleased,
     /// vSphere did not power the source VM on (the message says why); ferry does not try again.
     PowerOnFailed,
+    /// A rollback stopped the target, and the source was not ferry's to power on (it was off
+    /// before the migration, or ferry did not power it off): it stays as it is.
+    TargetStopped,
 }
 
 impl PowerRestoreResult {

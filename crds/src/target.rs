@@ -261,6 +261,7 @@ pub fn datastore_of(datastore_path: &str) -> Option<&str> {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::rules::readiness_needs_a_start())]
 #[x_kube(validation = crate::rules::power_on_needs_a_start())]
+#[x_kube(validation = crate::rules::health_check_needs_a_start())]
 pub struct TargetTemplate {
     /// StorageClass of the imported disks' volumes; the cluster's default class when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -317,6 +318,16 @@ pub struct TargetTemplate {
     /// instancetype and preference it takes its size and defaults from.
     #[serde(default, skip_serializing_if = "VmPlacement::is_empty")]
     pub placement: VmPlacement,
+
+    /// A probe of the guest's own service once it is ready (see `HealthCheck`): the migration
+    /// succeeds only when it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<crate::HealthCheck>,
+
+    /// What a failed health check does: RollBack (default; the target stopped, the source
+    /// powered back on, `RolledBack`) or Keep (the target left running, `Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_health_check_failure: Option<crate::OnHealthCheckFailure>,
 }
 
 /// The migrated VM's power state once ferry is done, in vSphere's words. Not `On`/`Off`:

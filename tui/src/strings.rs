@@ -883,6 +883,7 @@ pub mod header {
             Phase::Succeeded => "Done",
             Phase::Failed => "Failed",
             Phase::Cancelled => "Canc",
+            Phase::RolledBack => "Back",
         }
     }
 }

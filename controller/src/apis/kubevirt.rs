@@ -96,6 +96,22 @@ pub struct VirtualMachineInstanceStatus {
     /// owner reference on a pod is anyone's to write who may create pods in the namespace.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub active_pods: std::collections::BTreeMap<String, String>,
+    /// The instance's interfaces as virt-handler reports them, the pod network's first
+    /// (`NetStat.UpdateStatus`, `pkg/network/setup/netstat.go`): where the health check probes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<VmiInterface>,
+}
+
+/// One of `VirtualMachineInstance.status.interfaces`: its name and address.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiInterface {
+    /// The VMI spec's interface name (empty for one only the guest has).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its first IP address (for the pod network, the pod's).
+    #[serde(default)]
+    pub ip_address: Option<String>,
 }
 
 /// `VirtualMachineInstance.status.phase` (KubeVirt `v1.VirtualMachineInstancePhase`); a phase

@@ -45,7 +45,9 @@ macro_rules! with_checkpoint {
                 type $c = $crate::reconcile::validating::Validating;
                 $body
             }
-            P::Pending | P::Queued | P::Succeeded | P::Failed | P::Cancelled => $none,
+            P::Pending | P::Queued | P::Succeeded | P::Failed | P::Cancelled | P::RolledBack => {
+                $none
+            }
         }
     }};
 }
@@ -179,6 +181,7 @@ mod tests {
             trouble: None,
             leftovers: None,
             console: None,
+            probe: None,
         };
         use super::super::{creating_vm, importing, preparing, validating};
         let rows = vec![

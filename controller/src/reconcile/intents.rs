@@ -71,6 +71,17 @@ pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
     vmm.spec.source.power.restore_power_state == RestorePowerState::OnCancelOrFailure
 }
 
+/// Whether a failed health check rolls the migration back (`onHealthCheckFailure`, RollBack
+/// when unset).
+pub fn rolls_back(vmm: &VirtualMachineMigration) -> bool {
+    vmm.spec
+        .target
+        .template
+        .on_health_check_failure
+        .unwrap_or_default()
+        == ferry_crds::OnHealthCheckFailure::RollBack
+}
+
 /// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM (once the power
 /// rule is done with it: see [`Intent::Cancel`]).
 pub fn cancel_cleanup() -> Vec<Cleanup> {
@@ -191,8 +202,10 @@ fn retry_failed(vmm: &VirtualMachineMigration) -> Intent {
             ferry_crds::Reason::SourcePoweredOn | ferry_crds::Reason::SourceChanged
         )
     });
-    let powered_back =
-        (restores_on_failure(vmm) || powered_on_meanwhile) && failed_at != Phase::Preparing;
+    // A rollback gave the source back its place: a retry copies it as it is now.
+    let rolled_back = vmm.phase() == Phase::RolledBack;
+    let powered_back = (restores_on_failure(vmm) || powered_on_meanwhile || rolled_back)
+        && failed_at != Phase::Preparing;
     // Staging or conversion changed while it was settled: what was staged is not what the spec
     // asks for now.
     let respecified = staging_changed(vmm) && failed_at != Phase::Preparing;

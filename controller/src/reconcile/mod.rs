@@ -15,6 +15,7 @@ pub mod converting_guest;
 pub mod creating_vm;
 pub mod credentials;
 pub mod cutting_over;
+pub mod health_gate;
 pub mod importing;
 pub mod intents;
 pub mod io;

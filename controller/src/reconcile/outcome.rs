@@ -109,6 +109,8 @@ pub struct Record {
     pub source_state: Option<ferry_crds::SourceState>,
     /// What ConvertingGuest found of the guest and did (ConvertingGuest).
     pub guest: Option<ferry_crds::GuestStatus>,
+    /// How the health check goes (Validating).
+    pub health: Option<ferry_crds::HealthCheckStatus>,
 }
 
 impl Record {

@@ -223,6 +223,18 @@ pub fn requested(vmm: &VirtualMachineMigration, now: &Time) -> Option<SourcePowe
     })
 }
 
+/// The record of a rollback requested `now`: the target is stopped whatever the source was,
+/// and the source powered back on only when [`wanted`] (ferry powered it off). Pure.
+pub fn requested_for_rollback(now: &Time) -> SourcePowerRestore {
+    SourcePowerRestore {
+        requested_at: now.clone(),
+        target_stopping_since: None,
+        result: None,
+        finished_at: None,
+        message: Some("rolling back: stopping the target first".into()),
+    }
+}
+
 /// Whether `record` is a power-on still under way.
 pub fn is_pending(record: Option<&SourcePowerRestore>) -> bool {
     record.is_some_and(|r| r.result.is_none())
@@ -258,6 +270,7 @@ impl Report {
             ))],
             Some(
                 PowerRestoreResult::PoweredOn
+                | PowerRestoreResult::TargetStopped
                 | PowerRestoreResult::TargetStillRunning
                 | PowerRestoreResult::PowerOnFailed
                 | PowerRestoreResult::TargetReleased,
@@ -320,6 +333,8 @@ pub async fn restore(io: Io<'_>, wanted_by_policy: bool, now: &Time) -> Result<R
             }
             None
         }
+        // A rollback of a source ferry did not power off stops at the target.
+        Verdict::PowerOn if !self::wanted(vmm) => None,
         Verdict::PowerOn => Some(power_on(io).await),
         Verdict::Released | Verdict::Wait { .. } | Verdict::GiveUp { .. } => None,
     };
@@ -346,7 +361,8 @@ pub async fn restore(io: Io<'_>, wanted_by_policy: bool, now: &Time) -> Result<R
     })
 }
 
-/// The record after `verdict` was carried out (`powered`: the power-on's outcome). Pure.
+/// The record after `verdict` was carried out (`powered`: the power-on's outcome, `None` when
+/// none was made). Pure.
 #[allow(clippy::too_many_arguments)]
 fn next_record(
     vmm: &VirtualMachineMigration,
@@ -400,13 +416,20 @@ fn said(
                 "VirtualMachine {vm} was released to its owner (the migration completed): the source VM stays as it is"
             ),
         ),
+        // No power-on was made: a rollback of a source that was not ferry's to power on.
+        (Verdict::PowerOn, None) => (
+            Some(PowerRestoreResult::TargetStopped),
+            format!(
+                "VirtualMachine {vm} is stopped and its instance gone; the source VM was not powered off by ferry, so it stays as it is"
+            ),
+        ),
         (Verdict::PowerOn, Some(Err(why))) => (
             Some(PowerRestoreResult::PowerOnFailed),
             format!(
                 "the target was proven stopped, but vSphere did not power the source VM on: {why}; power it on in vSphere"
             ),
         ),
-        (Verdict::PowerOn, _) => (
+        (Verdict::PowerOn, Some(Ok(()))) => (
             Some(PowerRestoreResult::PoweredOn),
             if stopped_by_ferry {
                 format!(

@@ -329,6 +329,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         warm: None,
         source_state: None,
         guest: None,
+        health: None,
     }
 }
 

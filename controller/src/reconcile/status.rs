@@ -152,8 +152,15 @@ pub fn after_outcome<A>(vmm: &VirtualMachineMigration, outcome: &Outcome<A>, now
                 time: now.clone(),
                 cause: outcome.cause.clone(),
             };
-            failed(vmm, &mut s, failure, now);
-            not_ready(&mut s, Reason::Failed, format!("{phase} failed: {message}"));
+            if failed(vmm, &mut s, failure, now) {
+                not_ready(
+                    &mut s,
+                    Reason::RolledBack,
+                    format!("rolled back: {message}"),
+                );
+            } else {
+                not_ready(&mut s, Reason::Failed, format!("{phase} failed: {message}"));
+            }
             false
         }
         Step::Hold {
@@ -210,6 +217,9 @@ fn recorded(s: &mut Status, record: &super::outcome::Record) {
     if let Some(g) = &record.guest {
         s.guest = Some(Box::new(g.clone()));
     }
+    if let Some(h) = &record.health {
+        s.health_check = Some(h.clone());
+    }
 }
 
 /// A checkpoint's desired state holds: the migration enters `to` (staging recorded on its way
@@ -252,13 +262,22 @@ fn advanced(vmm: &VirtualMachineMigration, s: &mut Status, to: Phase, now: &Time
 }
 
 /// The migration fails with `failure`; under `restorePowerState: OnCancelOrFailure` a source
-/// ferry powered off gets its pending restore.
-fn failed(vmm: &VirtualMachineMigration, s: &mut Status, failure: LastFailure, now: &Time) {
+/// ferry powered off gets its pending restore. A failed health check under `RollBack` is a
+/// rollback instead: `RolledBack`, the target to be stopped whatever the policy, and the source
+/// then powered back on when ferry powered it off. Whether it rolled back.
+fn failed(vmm: &VirtualMachineMigration, s: &mut Status, failure: LastFailure, now: &Time) -> bool {
+    let rollback = failure.reason == Reason::HealthCheckFailed && intents::rolls_back(vmm);
     s.last_failure = Some(failure);
+    if rollback {
+        enter(s, Phase::RolledBack, now);
+        s.source_power_restore = Some(Box::new(power::requested_for_rollback(now)));
+        return true;
+    }
     enter(s, Phase::Failed, now);
     if intents::restores_on_failure(vmm) {
         s.source_power_restore = power::requested(vmm, now).map(Box::new);
     }
+    false
 }
 
 /// The phase a hold for `reason` leaves the migration in: `Queued` while it waits for a copy
@@ -439,6 +458,8 @@ fn retried(vmm: &VirtualMachineMigration, s: &mut Status, resume: Phase, now: &T
     }
     s.attempts = s.attempts.max(1) + 1;
     s.retry_observed = vmm.spec.retry;
+    // Every attempt's guest is probed afresh.
+    s.health_check = None;
     conditions_start_over(vmm, s, resume, now);
     if resume == Phase::Preparing {
         starts_over(s);

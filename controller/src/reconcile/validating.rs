@@ -17,6 +17,7 @@ use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
 use super::console;
 use super::credentials;
+use super::health_gate::{self, Gate};
 use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
@@ -80,6 +81,8 @@ pub struct Observed {
     /// guest cannot boot ends the wait), and once the guest is out of time, for the failure's
     /// message.
     pub console: Option<Result<Vec<String>, String>>,
+    /// The health check's probe, made when one is due (see [`health_gate::due`]).
+    pub probe: Option<health_gate::Probe>,
 }
 
 /// What Validating does to the world.
@@ -157,7 +160,16 @@ impl Checkpoint for Validating {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let world::KubeVirtState { vm, vmi, trouble } = world::kubevirt_state(io).await?;
         let ready = guest_ready(io.vmm, &vmi);
-        let leftovers = if ready && !released(&vm) {
+        let probe = match health_gate::applies(io.vmm) {
+            Some(hc) if ready && !released(&vm) && health_gate::due(io.vmm, io.ctx.clock.now()) => {
+                let instance = io
+                    .read::<VirtualMachineInstance>(&names::vm_name(io.vmm))
+                    .await?;
+                Some(health_gate::probe(hc, instance.as_ref()).await)
+            }
+            _ => None,
+        };
+        let leftovers = if ready && !released(&vm) && health_gate::clear(io.vmm) {
             Some(leftovers(io).await?)
         } else {
             None
@@ -177,6 +189,7 @@ impl Checkpoint for Validating {
             trouble,
             leftovers,
             console,
+            probe,
         })
     }
 
@@ -338,7 +351,59 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             .or_else(|| guest_timed_out(scope))
             .unwrap_or_else(|| waiting_for_the_guest(scope));
     }
-    clean_up_and_release(scope)
+    health(scope).unwrap_or_else(|| clean_up_and_release(scope))
+}
+
+/// The guest is ready; its health check, when one applies and has not passed, holds the
+/// migration: probing, passed (recorded, then the clean-up), or failed (a rollback or, with
+/// `Keep`, a failure with the target left running).
+fn health(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if health_gate::clear(&scope.vmm) {
+        return None;
+    }
+    let hc = health_gate::applies(&scope.vmm)?;
+    let before = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.health_check.as_ref());
+    let record = |status: ferry_crds::HealthCheckStatus| super::outcome::Record {
+        health: Some(status),
+        ..super::outcome::Record::default()
+    };
+    Some(
+        match health_gate::decide(hc, before, scope.world.probe.as_ref(), scope.now) {
+            Gate::Passed(status) => {
+                let msg = say::health_passed(hc, &status);
+                Outcome::new(
+                    Step::Wait {
+                        requeue: std::time::Duration::ZERO,
+                    },
+                    msg.clone(),
+                )
+                .with(GuestReady, Unknown, Reason::HealthCheckPassed, msg)
+                .recording(record(status))
+            }
+            Gate::Probing { status, requeue } => {
+                let msg = say::health_probing(hc, &status);
+                Outcome::new(Step::Wait { requeue }, msg.clone())
+                    .with(GuestReady, Unknown, Reason::HealthChecking, msg)
+                    .recording(record(status))
+            }
+            Gate::Failed { status, waited } => {
+                let rolls_back = super::intents::rolls_back(&scope.vmm);
+                let msg = say::health_failed(hc, &status, waited.as_secs(), rolls_back);
+                Outcome::failure(
+                    Reason::HealthCheckFailed,
+                    msg,
+                    true,
+                    Phase::Validating,
+                    GuestReady,
+                )
+                .recording(record(status))
+            }
+        },
+    )
 }
 
 /// A released VM was handed over: ferry released it only after the guest was ready and all
@@ -486,6 +551,14 @@ fn readiness(scope: &Scope<Observed>) -> Readiness {
 
 /// GuestReady's reason and message once the guest passed the readiness check. Pure.
 fn ready_reason(scope: &Scope<Observed>) -> (Reason, String) {
+    let health = scope
+        .vmm
+        .status
+        .as_ref()
+        .and_then(|s| s.health_check.as_ref());
+    if let (Some(hc), Some(status)) = (health_gate::applies(&scope.vmm), health) {
+        return (Reason::HealthCheckPassed, say::health_passed(hc, status));
+    }
     match readiness(scope) {
         Readiness::None if scope.vmm.final_run_strategy() == RunStrategy::Halted => {
             (Reason::NotChecked, say::halted_nothing_checked())
@@ -499,6 +572,7 @@ fn ready_reason(scope: &Scope<Observed>) -> (Reason, String) {
 /// The words Validating says, in conditions, failures and Events.
 mod say {
     use crate::apis::kubevirt::VmiPhase;
+    use ferry_crds::{HealthCheck, HealthCheckStatus};
 
     pub(super) fn migrated() -> String {
         "migrated".into()
@@ -552,6 +626,49 @@ mod say {
 
     pub(super) fn waiting_without_instance() -> String {
         "waiting for the guest: no VirtualMachineInstance".into()
+    }
+
+    pub(super) fn health_passed(hc: &HealthCheck, s: &HealthCheckStatus) -> String {
+        format!(
+            "the guest is ready and its health check ({}) answered {} time(s) in a row: {}",
+            hc.describe(),
+            s.successes,
+            s.last_result
+        )
+    }
+
+    pub(super) fn health_probing(hc: &HealthCheck, s: &HealthCheckStatus) -> String {
+        let last = if s.last_result.is_empty() {
+            String::new()
+        } else {
+            format!("; last probe: {}", s.last_result)
+        };
+        format!(
+            "the guest is ready; probing its health check ({}): {} of {} in a row answered after {} probe(s){last}",
+            hc.describe(),
+            s.successes,
+            hc.success_threshold,
+            s.probes
+        )
+    }
+
+    pub(super) fn health_failed(
+        hc: &HealthCheck,
+        s: &HealthCheckStatus,
+        secs: u64,
+        rolls_back: bool,
+    ) -> String {
+        let then = if rolls_back {
+            "rolling back: the target is stopped, then the source powered back on; raise spec.retry to migrate again from the source"
+        } else {
+            "the target is left running (onHealthCheckFailure: Keep); raise spec.retry to probe again"
+        };
+        format!(
+            "the health check ({}) did not answer within {secs}s ({} probe(s)); last probe: {}; {then}",
+            hc.describe(),
+            s.probes,
+            s.last_result
+        )
     }
 
     pub(super) fn looking_at_leftovers() -> String {
@@ -639,6 +756,7 @@ mod tests {
             vmi,
             trouble,
             console: None,
+            probe: None,
         };
         decide(&Scope {
             vmm,
@@ -777,8 +895,101 @@ mod tests {
                 trouble: None,
                 leftovers: None,
                 console,
+                probe: None,
             },
         })
+    }
+
+    /// The decision for a ready guest (readiness Running) with a TCP health check of 60 s and
+    /// the status `health`, the probe `probe` made at `at` seconds.
+    fn gated(
+        keep: bool,
+        health: Option<ferry_crds::HealthCheckStatus>,
+        probe: Option<health_gate::Probe>,
+        at: i64,
+    ) -> (VirtualMachineMigration, Outcome<Action>) {
+        let mut vmm = migration("m").with_phase(Phase::Validating);
+        let t = &mut vmm.spec.target.template;
+        t.readiness = Some(Readiness::Running);
+        t.health_check = Some(
+            serde_json::from_value(
+                serde_json::json!({"tcp": {"port": 8080}, "timeoutSeconds": 60}),
+            )
+            .unwrap(),
+        );
+        t.on_health_check_failure = keep.then_some(ferry_crds::OnHealthCheckFailure::Keep);
+        if let Some(s) = vmm.status.as_mut() {
+            s.health_check = health;
+        }
+        let o = decide(&Scope {
+            vmm: vmm.clone(),
+            now: ts(at).0,
+            policy: Policy::default(),
+            retries: 0,
+            world: Observed {
+                vm: ours(),
+                vmi: vmi("Running", true, false),
+                trouble: None,
+                leftovers: Some(Ok(Leftovers::default())),
+                console: None,
+                probe,
+            },
+        });
+        (vmm, o)
+    }
+
+    fn refused() -> Option<health_gate::Probe> {
+        Some(health_gate::Probe {
+            ok: false,
+            said: "tcp 127.0.3.4:8080: Connection refused".into(),
+        })
+    }
+
+    #[test]
+    fn a_health_check_holds_a_ready_guest_and_one_that_never_answers_rolls_it_back() {
+        // Ready, first probe refused: no clean-up, no release; the probe is recorded.
+        let (_, o) = gated(false, None, refused(), 0);
+        assert!(matches!(o.step, Step::Wait { .. }), "{:?}", o.step);
+        let h = o.record.health.clone().unwrap();
+        assert_eq!((h.probes, h.successes, h.passed), (1, 0, false));
+        assert_eq!(o.conditions[0].reason, Reason::HealthChecking);
+        // Past the timeout, still refused: a rollback, the status RolledBack with the target to
+        // be stopped first (whatever restorePowerState says).
+        let (vmm, o) = gated(false, Some(h.clone()), refused(), 61);
+        let Step::Fail {
+            reason: Reason::HealthCheckFailed,
+            ..
+        } = o.step
+        else {
+            panic!("{:?}", o.step)
+        };
+        assert!(o.message.contains("Connection refused") && o.message.contains("rolling back"));
+        let s = super::super::status::after_outcome(&vmm, &o, &ts(61));
+        assert_eq!(s.phase, Phase::RolledBack);
+        let restore = s.source_power_restore.expect("the target is stopped first");
+        assert!(restore.result.is_none());
+        // With Keep: Failed, the target left as it is.
+        let (vmm, o) = gated(true, Some(h), refused(), 61);
+        assert!(o.message.contains("left running"), "{}", o.message);
+        let s = super::super::status::after_outcome(&vmm, &o, &ts(61));
+        assert_eq!(s.phase, Phase::Failed);
+        assert!(s.source_power_restore.is_none());
+    }
+
+    #[test]
+    fn a_health_check_that_answered_lets_the_clean_up_and_release_go_on() {
+        let ok = Some(health_gate::Probe {
+            ok: true,
+            said: "tcp 127.0.3.4:8080: connected".into(),
+        });
+        let (_, o) = gated(false, None, ok, 0);
+        let h = o.record.health.clone().unwrap();
+        assert!(h.passed && o.conditions[0].reason == Reason::HealthCheckPassed);
+        assert!(o.actions().is_empty(), "recorded first");
+        let (_, o) = gated(false, Some(h), None, 1);
+        // The VM is still to be released: the finish, with GuestReady saying what passed.
+        assert_eq!(o.actions(), [Action::Finish]);
+        assert_eq!(o.conditions[0].reason, Reason::HealthCheckPassed);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub fn usual_time(phase: Phase) -> Option<SignedDuration> {
         // says so itself), or for the wave's maxInFlight to free a slot.
         Phase::Pending | Phase::Queued => return None,
         // Over: failed ones are problems of their own, the others are not problems.
-        Phase::Succeeded | Phase::Failed | Phase::Cancelled => return None,
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::RolledBack => return None,
         // Finding the VM and preflight take seconds; the guest shutdown waits at most
         // source.shutdownGracePeriodSeconds (300 s by default) before the hard power-off.
         // Three times that grace is not a slow guest any more.

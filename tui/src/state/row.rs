@@ -52,6 +52,7 @@ impl Pip {
             | Reason::DatastoreCopyLimit
             | Reason::WaitingForCutover
             | Reason::Paused
+            | Reason::HealthChecking
             | Reason::RetryRequested
             | Reason::Cancelling => Pip::Waiting,
             Reason::TransientError
@@ -107,6 +108,9 @@ impl Pip {
             | Reason::ImagePullBackOff
             | Reason::VMReady
             | Reason::NotChecked
+            | Reason::HealthCheckPassed
+            | Reason::HealthCheckFailed
+            | Reason::RolledBack
             | Reason::NameCollision
             | Reason::SelectorTooBroad
             | Reason::Succeeded

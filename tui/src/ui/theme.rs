@@ -110,6 +110,8 @@ impl Theme {
             Phase::Succeeded => Color::Green,
             Phase::Failed => return self.bad(),
             Phase::Cancelled => Color::Yellow,
+            // Its own colour: the gate caught it and the source runs again.
+            Phase::RolledBack => return self.fg(Color::LightRed),
         };
         self.fg(c)
     }
@@ -152,6 +154,7 @@ impl Theme {
             Phase::Succeeded => ("✓", "━"),
             Phase::Failed => ("✕", "━"),
             Phase::Cancelled => ("⊘", "━"),
+            Phase::RolledBack => ("↶", "━"),
         }
     }
 

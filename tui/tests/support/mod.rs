@@ -44,6 +44,7 @@ fn conditions_done(p: Phase) -> usize {
         Phase::Validating => 6,
         Phase::Succeeded => 8,
         Phase::Failed | Phase::Cancelled => 3,
+        Phase::RolledBack => 6,
     }
 }
 
@@ -91,6 +92,7 @@ pub fn vmm(
         Phase::Succeeded => None,
         Phase::Failed => Some((ConditionStatus::False, Reason::Failed)),
         Phase::Cancelled => Some((ConditionStatus::False, Reason::Cancelled)),
+        Phase::RolledBack => Some((ConditionStatus::False, Reason::RolledBack)),
     };
     if let Some((st, reason)) = ready {
         o = o.with_condition(ConditionType::Ready, st, reason);
@@ -123,6 +125,7 @@ pub fn vmm(
             Phase::Succeeded => 5,
             Phase::Failed => 2,
             Phase::Cancelled => 3,
+            Phase::RolledBack => 5,
             // Not terminal: the condition below stops at the current checkpoint instead.
             Phase::Pending
             | Phase::Queued
@@ -166,7 +169,8 @@ pub fn vmm(
         | Phase::CreatingVM
         | Phase::Starting
         | Phase::Validating
-        | Phase::Succeeded => Some(100.0),
+        | Phase::Succeeded
+        | Phase::RolledBack => Some(100.0),
         Phase::Failed => Some(62.5),
         Phase::Pending | Phase::Queued | Phase::Preparing | Phase::Cancelled => None,
     };
@@ -211,6 +215,17 @@ pub fn vmm(
                 Some(1),
                 &ts(3000 + i),
             );
+        }
+        Phase::RolledBack => {
+            s.last_failure = Some(LastFailure {
+                phase: Phase::Validating,
+                reason: Reason::HealthCheckFailed,
+                message: "the health check (tcp 8080) did not answer within 300s".into(),
+                retriable: true,
+                time: ts(3000 + i),
+                cause: None,
+            });
+            s.completed_at = Some(ts(3000 + i));
         }
         Phase::Succeeded => s.completed_at = Some(ts(3590 - 60 * (i % 9))),
         Phase::Cancelled => s.completed_at = Some(ts(2500 + i)),
