@@ -817,3 +817,103 @@ async fn a_cancel_right_after_the_release_touches_neither_copy() {
         "the migrated VM runs on"
     );
 }
+
+/// The health gate: the migrated guest is ready, but the port its health check probes never
+/// answers. ferry rolls back: the target halted and its instance gone before the source is
+/// powered back on (sampled: never both live), `RolledBack` with the probe's answer, the VM and
+/// its volumes kept for inspection. Retried while the test plays the guest's service on the
+/// instance's address, it migrates again from the source and succeeds on the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_never_answered_rolls_back_and_a_retry_succeeds_once_it_answers() {
+    const PORT: u16 = 18080;
+    let mut env = Env::new("power-health", 4).await;
+    env.sim_args = vec!["--speed".into(), "10".into()];
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("gated");
+    vmm.spec.target.template.readiness = Some(Readiness::Running);
+    vmm.spec.target.template.health_check = Some(
+        serde_json::from_value(serde_json::json!({
+            "tcp": {"port": PORT}, "timeoutSeconds": 15, "periodSeconds": 1,
+        }))
+        .unwrap(),
+    );
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.create(&vmm).await;
+    let v = wait_settled(&env, "gated", 300).await;
+    let seen = sampler.finish().await;
+    assert_eq!(v.phase(), Phase::RolledBack, "{}", serde_yaml_status(&v));
+    let status = v.status.as_ref().unwrap();
+    let f = status.last_failure.clone().unwrap();
+    assert_eq!(
+        (f.phase, f.reason),
+        (Phase::Validating, Reason::HealthCheckFailed)
+    );
+    assert!(
+        f.message.contains(&format!(":{PORT}: ")) && f.message.contains("refused"),
+        "the probe's answer: {}",
+        f.message
+    );
+    let h = status.health_check.clone().unwrap();
+    assert!(h.probes >= 2 && !h.passed, "{h:?}");
+    let r = restore_of(&v).unwrap();
+    assert_eq!(r.result, Some(PowerRestoreResult::PoweredOn), "{r:?}");
+    assert_eq!(env.power_state().await, "poweredOn");
+    assert_eq!(
+        vm_of(&env, &v).await.unwrap().spec.run_strategy.as_deref(),
+        Some("Halted"),
+        "the target is kept, stopped"
+    );
+    assert!(vmi_of(&env, &v).await.is_none());
+    let dvs = env
+        .ns
+        .api::<ferry_controller::apis::cdi::DataVolume>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(!dvs.items.is_empty(), "the volumes are kept for inspection");
+    assert!(
+        seen.target_running > 0 && seen.source_on > 0,
+        "both were live, one after the other: {seen:?}"
+    );
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+
+    // Retried: the rollback gave the source its place back, so it is copied again; this time
+    // the test answers on the address the new instance reports.
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.patch_spec("gated", serde_json::json!({"retry": 1}))
+        .await;
+    let ip = eventually(
+        "the new instance's address",
+        Duration::from_secs(300),
+        || async {
+            let vmi = vmi_of(&env, &v).await?;
+            let status = vmi.status?;
+            status.interfaces.iter().find_map(|i| i.ip_address.clone())
+        },
+    )
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind((ip.as_str(), PORT))
+        .await
+        .unwrap_or_else(|e| panic!("binding {ip}:{PORT}: {e}"));
+    let answered = tokio::spawn(async move {
+        let mut n = 0u32;
+        while let Ok((conn, _)) = listener.accept().await {
+            drop(conn);
+            n += 1;
+        }
+        n
+    });
+    let v = env.wait_phase("gated", Phase::Succeeded, 300).await;
+    let seen = sampler.finish().await;
+    answered.abort();
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+    let status = v.status.as_ref().unwrap();
+    assert_eq!(status.attempts, 2);
+    let h = status.health_check.clone().unwrap();
+    assert!(h.passed && h.last_result.contains("connected"), "{h:?}");
+    let ready = ferry_crds::condition::get_condition(&status.conditions, ConditionType::GuestReady)
+        .unwrap();
+    assert_eq!(ready.reason, Reason::HealthCheckPassed, "{}", ready.message);
+}

@@ -628,7 +628,7 @@ pub fn with_power(
     let earlier = s
         .last_failure
         .as_ref()
-        .filter(|_| vmm.phase() == Phase::Failed)
+        .filter(|_| vmm.phase().stage() == Stage::Failed)
         .map(|f| format!(" (the migration had failed in {}: {})", f.phase, f.reason))
         .unwrap_or_default();
     s.last_failure = Some(LastFailure {

@@ -26,8 +26,8 @@ use crate::conditions;
 use crate::context::Sim;
 use crate::domain;
 use crate::kubevirt::{
-    PhaseTransition, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceSpec,
-    VirtualMachineInstanceStatus, phase,
+    NetworkInterface, PhaseTransition, VirtualMachine, VirtualMachineInstance,
+    VirtualMachineInstanceSpec, VirtualMachineInstanceStatus, phase,
 };
 use crate::netstat;
 use crate::pods;
@@ -325,9 +325,14 @@ pub fn running(pod: &Pod, now: &Time) -> PodStatus {
             pod_condition("PodScheduled", true, None, None, now),
         ],
     );
+    let pod_ip = netstat::pod_ip(pod.metadata.uid.as_deref().unwrap_or_default());
     PodStatus {
         phase: Some("Running".into()),
         host_ip: Some("127.0.0.1".into()),
+        pod_ips: Some(vec![k8s_openapi::api::core::v1::PodIP {
+            ip: pod_ip.clone(),
+        }]),
+        pod_ip: Some(pod_ip),
         start_time: Some(started.clone()),
         conditions: Some(conditions),
         // A sidecar (an init container with restartPolicy Always, as `guest-console-log`) keeps
@@ -480,7 +485,35 @@ pub fn decide(
         return Decision::pod(PodAction::Status(Box::new(ended(pod, code, &now_t))));
     }
     let waited = since(vst.phase_since().and_then(clock::parse));
-    guest_step(vst, fates, t, waited, guest, now_s)
+    let pod_net = if guest.is_none() {
+        pod_interfaces(vmi, pod)
+    } else {
+        vec![]
+    };
+    guest_step(vst, fates, t, waited, guest, now_s, pod_net)
+}
+
+/// The interfaces of an instance whose guest is not real, as virt-handler reports them without
+/// an agent: the domain's, the pod network's first with the pod's address (`netstat.rs`). Pure.
+fn pod_interfaces(vmi: &VirtualMachineInstance, pod: &Pod) -> Vec<NetworkInterface> {
+    let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
+    let Ok(m) = crate::domain::machine(&vmi.spec, uid) else {
+        return vec![];
+    };
+    let mut out = netstat::interfaces(&m.nics, m.pod_network.as_deref(), &[], &[]);
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_else(|| netstat::pod_ip(pod.metadata.uid.as_deref().unwrap_or_default()));
+    if let Some(i) = out
+        .iter_mut()
+        .find(|i| Some(i.name.as_str()) == m.pod_network.as_deref())
+    {
+        i.ips = vec![ip.clone()];
+        i.ip = ip;
+    }
+    out
 }
 
 /// The launcher pod's phase as its status says it (`Pending` before it has one).
@@ -625,6 +658,7 @@ fn guest_step(
     waited: Duration,
     guest: Option<&qemu::View>,
     now_s: String,
+    pod_net: Vec<NetworkInterface>,
 ) -> Decision {
     match vst.phase.as_str() {
         phase::SCHEDULED if fates.fail => {
@@ -642,6 +676,9 @@ fn guest_step(
             }
             let mut s = vst;
             enter(&mut s, phase::RUNNING, &now_s);
+            if !pod_net.is_empty() {
+                s.interfaces = pod_net;
+            }
             let start = guest.map_or(GuestAction::Nothing, |_| GuestAction::Start);
             Decision::vmi(s).with_guest(start)
         }
@@ -1326,6 +1363,34 @@ mod tests {
             decide_at(&v, &p, &silent, "2026-01-01T01:00:00Z"),
             Decision::nothing()
         );
+    }
+
+    #[test]
+    fn an_instance_without_a_real_guest_reports_its_pod_address_on_the_pod_network() {
+        let p = running_pod();
+        assert_eq!(
+            p.status.as_ref().unwrap().pod_ip.as_deref(),
+            Some(netstat::pod_ip("pod-uid").as_str())
+        );
+        let mut v = vmi(phase::SCHEDULED, T0);
+        v.spec = serde_json::from_value(serde_json::json!({
+            "domain": {"memory": {"guest": "1Gi"}, "devices": {"interfaces": [
+                {"name": "net-0", "model": "virtio", "masquerade": {}, "macAddress": "00:50:56:00:00:01"}]}},
+            "networks": [{"name": "net-0", "pod": {}}],
+        }))
+        .unwrap();
+        let s = decide_at(&v, &p, &Fates::default(), "2026-01-01T00:00:01Z")
+            .vmi
+            .unwrap();
+        assert_eq!(s.phase, phase::RUNNING);
+        let ip = netstat::pod_ip("pod-uid");
+        assert!(ip.starts_with("127.") && ip != "127.0.0.1", "{ip}");
+        assert_eq!(s.interfaces.len(), 1);
+        assert_eq!(
+            (s.interfaces[0].name.as_str(), s.interfaces[0].ip.as_str()),
+            ("net-0", ip.as_str())
+        );
+        assert_eq!(s.interfaces[0].mac, "00:50:56:00:00:01");
     }
 
     #[test]

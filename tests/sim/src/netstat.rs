@@ -15,6 +15,11 @@
 //!   addresses), one the domain lacks is added (`guest-agent`, at most 10); the pod network's
 //!   interface first; multus' and virt-controller's `podInterfaceName` kept from the status
 //!   before. Without the agent's answer the interfaces are the domain's alone.
+//! * The pod's address: a launcher pod of this node gets a loopback address of its own
+//!   ([`pod_ip`]), which the sim writes in the pod's `status.podIP` as the kubelet would and on
+//!   the pod network's interface of an instance whose guest is not real (as virt-handler writes
+//!   the pod's addresses on a masquerade interface). Nothing listens there unless a test does:
+//!   that test plays the guest's application (a health check's port).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -90,6 +95,21 @@ pub fn guest_interfaces(answer: &Value) -> Option<Vec<GuestInterface>> {
                 g
             })
             .collect(),
+    )
+}
+
+/// The launcher pod `uid`'s address: a loopback address of its own (in 127.0.0.0/8, which
+/// Linux routes to `lo` whole), the same for the pod whenever it is asked. Pure.
+pub fn pod_ip(uid: &str) -> String {
+    // FNV-1a: stable across runs and builds, unlike the standard library's hasher.
+    let h = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!(
+        "127.{}.{}.{}",
+        1 + h % 254,
+        (h >> 8) % 256,
+        1 + (h >> 16) % 254
     )
 }
 
