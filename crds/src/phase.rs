@@ -233,11 +233,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn terminal_phases_are_exactly_succeeded_failed_cancelled() {
+    fn terminal_phases_are_exactly_succeeded_failed_cancelled_rolled_back() {
         let terminal: Vec<_> = Phase::ALL.into_iter().filter(|p| p.is_terminal()).collect();
         assert_eq!(
             terminal,
-            [Phase::Succeeded, Phase::Failed, Phase::Cancelled]
+            [
+                Phase::Succeeded,
+                Phase::Failed,
+                Phase::Cancelled,
+                Phase::RolledBack
+            ]
         );
     }
 

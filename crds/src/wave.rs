@@ -650,12 +650,13 @@ mod tests {
                 queued: 1,
                 running: 8,
                 succeeded: 1,
-                failed: 1,
+                // Failed and RolledBack.
+                failed: 2,
                 cancelled: 1
             }
         );
         assert_eq!(c.total(), Phase::ALL.len() as i32);
-        assert_eq!(c.finished(), 3);
+        assert_eq!(c.finished(), 4);
     }
 
     #[test]

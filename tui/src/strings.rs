@@ -317,6 +317,31 @@ pub mod details {
     pub const FAILURE: &str = "failure";
     pub const WARM: &str = "warm";
     pub const GUEST: &str = "guest";
+    pub const HEALTH: &str = "health";
+
+    /// The health check (`spec.target.healthCheck`): what is probed, what a failure does, and
+    /// the probes so far (`probes`: made, answered in a row, passed).
+    pub fn health(
+        probe: &str,
+        threshold: u32,
+        keep: bool,
+        probes: Option<(u32, u32, bool)>,
+        last: Option<&str>,
+    ) -> String {
+        let then = if keep { "keep" } else { "roll back" };
+        let mut out = format!("{probe}, {threshold} in a row, else {then}");
+        match probes {
+            None => out.push_str(": not probed yet"),
+            Some((_, _, true)) => out.push_str(": passed"),
+            Some((made, row, false)) => {
+                out.push_str(&format!(": {row} of {threshold} after {made} probe(s)"))
+            }
+        }
+        if let Some(l) = last {
+            out.push_str(&format!("; last: {l}"));
+        }
+        out
+    }
 
     /// What ferry found of the guest and did to it (`status.guest`), or what it will do
     /// (`spec.conversion.guest`) before ConvertingGuest has run.

@@ -295,6 +295,39 @@ fn create_time_cases() -> Vec<Invalid> {
             &["spec.target.runStrategy", "Unsupported value"],
         ),
         invalid(
+            "health check with two probes",
+            Vmm,
+            vec![(
+                "/spec/target/healthCheck",
+                Some(json!({"tcp": {"port": 22}, "http": {"port": 80}})),
+            )],
+            &[
+                "spec.target.healthCheck",
+                "healthCheck takes exactly one of tcp and http",
+            ],
+        ),
+        invalid(
+            "health check of a VM ferry leaves stopped",
+            Vmm,
+            vec![
+                (
+                    "/spec/target/healthCheck",
+                    Some(json!({"tcp": {"port": 22}})),
+                ),
+                ("/spec/target/runStrategy", Some(json!("Halted"))),
+            ],
+            &["spec.target", "healthCheck probes the running guest"],
+        ),
+        invalid(
+            "health check of port 0",
+            Vmm,
+            vec![(
+                "/spec/target/healthCheck",
+                Some(json!({"tcp": {"port": 0}})),
+            )],
+            &["spec.target.healthCheck.tcp.port"],
+        ),
+        invalid(
             "unknown volumeMode",
             Vmm,
             vec![("/spec/target/volumeMode", Some(json!("Tape")))],

@@ -117,6 +117,9 @@ fn summary(
     if let Some(g) = guest(o, &status) {
         out.extend(wrapped_value(label(text::GUEST, t), &g, width, t.text()));
     }
+    if let Some(h) = health(o, &status) {
+        out.extend(wrapped_value(label(text::HEALTH, t), &h, width, t.text()));
+    }
     // Whole, wrapped: the failure is the one thing the operator must read in full, so it comes
     // before the status message (which may speak of what followed it: the source's power), in
     // the order of `state::messages::of`.
@@ -270,6 +273,24 @@ fn guest(
         g.and_then(|g| g.seconds),
         g.and_then(|g| g.changes.last().map(String::as_str)),
         g.map_or(&[][..], |g| g.interface_names.as_slice()),
+    ))
+}
+
+/// The health line, for a migration with a health check: what is probed, what it does on a
+/// failure, and how the probes went.
+fn health(
+    o: &VirtualMachineMigration,
+    status: &ferry_crds::VirtualMachineMigrationStatus,
+) -> Option<String> {
+    let t = &o.spec.target.template;
+    let hc = t.health_check.as_ref()?;
+    let h = status.health_check.as_ref();
+    Some(text::health(
+        &hc.describe(),
+        hc.success_threshold,
+        t.on_health_check_failure.unwrap_or_default() == ferry_crds::OnHealthCheckFailure::Keep,
+        h.map(|h| (h.probes, h.successes, h.passed)),
+        h.map(|h| h.last_result.as_str()).filter(|r| !r.is_empty()),
     ))
 }
 
@@ -745,6 +766,47 @@ mod tests {
         assert!(flat.contains("Debian 12.15, converted"), "{text}");
         assert!(
             flat.contains("network: kept ens192 for 00:50:56:00:00:01"),
+            "{text}"
+        );
+    }
+
+    /// A rolled-back migration: its phase and the health line say what the gate found.
+    #[test]
+    fn the_health_line_says_what_was_probed_and_what_the_last_probe_found() {
+        let key = ObjKey::new("default", "vm-a");
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
+        let mut o = migration("vm-a").with_phase(Phase::RolledBack);
+        o.spec.target.template.health_check = Some(
+            serde_json::from_value(
+                serde_json::json!({"tcp": {"port": 8080}, "successThreshold": 2}),
+            )
+            .unwrap(),
+        );
+        if let Some(st) = o.status.as_mut() {
+            st.health_check = Some(ferry_crds::HealthCheckStatus {
+                probes: 30,
+                last_result: "tcp 10.0.0.7:8080: Connection refused".into(),
+                ..Default::default()
+            });
+        }
+        update(
+            &mut s,
+            Action::migrations_listed(ClusterId(0), vec![o.clone()]),
+        );
+        update(&mut s, Action::Enter);
+        update(
+            &mut s,
+            Action::MigrationRead {
+                key,
+                result: Ok(Box::new(o)),
+            },
+        );
+        let text = screen(&s);
+        let flat = text.replace('"', " ");
+        let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("RolledBack"), "{text}");
+        assert!(
+            flat.contains("health tcp 8080, 2 in a row, else roll back: 0 of 2 after 30 probe(s); last: tcp 10.0.0.7:8080: Connection refused"),
             "{text}"
         );
     }
