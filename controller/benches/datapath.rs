@@ -298,7 +298,9 @@ async fn main() {
                             cpu_at_entry = (process_cpu(lab_pid), s3_pid.map_or(0.0, process_cpu));
                         }
                         Phase::Converting => {}
-                        Phase::Failed => panic!("{case}: failed:\n{}", serde_yaml_status(&v)),
+                        Phase::Failed | Phase::RolledBack => {
+                            panic!("{case}: failed:\n{}", serde_yaml_status(&v))
+                        }
                         Phase::Importing
                         | Phase::CuttingOver
                         | Phase::ConvertingGuest

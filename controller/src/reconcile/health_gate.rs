@@ -38,6 +38,17 @@ pub fn applies(vmm: &VirtualMachineMigration) -> Option<&HealthCheck> {
     (vmm.readiness() != Readiness::None).then_some(hc)
 }
 
+/// Whether a failed health check rolls the migration back (`onHealthCheckFailure`, RollBack
+/// when unset). Pure.
+pub fn rolls_back(vmm: &VirtualMachineMigration) -> bool {
+    vmm.spec
+        .target
+        .template
+        .on_health_check_failure
+        .unwrap_or_default()
+        == ferry_crds::OnHealthCheckFailure::RollBack
+}
+
 /// What the status recorded of the check.
 fn recorded(vmm: &VirtualMachineMigration) -> Option<&HealthCheckStatus> {
     vmm.status.as_ref()?.health_check.as_ref()
@@ -107,7 +118,7 @@ pub fn decide(
             .map_or(Duration::ZERO, |t| period.saturating_sub(since(t, now)));
         return Gate::Probing { status: s, requeue };
     };
-    let started = s.started_at.get_or_insert_with(|| Time(now)).clone();
+    let started = s.started_at.get_or_insert(Time(now)).clone();
     s.last_probe_at = Some(Time(now));
     s.probes = s.probes.saturating_add(1);
     s.successes = if p.ok {

@@ -71,17 +71,6 @@ pub fn restores_on_failure(vmm: &VirtualMachineMigration) -> bool {
     vmm.spec.source.power.restore_power_state == RestorePowerState::OnCancelOrFailure
 }
 
-/// Whether a failed health check rolls the migration back (`onHealthCheckFailure`, RollBack
-/// when unset).
-pub fn rolls_back(vmm: &VirtualMachineMigration) -> bool {
-    vmm.spec
-        .target
-        .template
-        .on_health_check_failure
-        .unwrap_or_default()
-        == ferry_crds::OnHealthCheckFailure::RollBack
-}
-
 /// What cancelling removes: the Job, staging, unfinished DataVolumes, the VM (once the power
 /// rule is done with it: see [`Intent::Cancel`]).
 pub fn cancel_cleanup() -> Vec<Cleanup> {

@@ -266,7 +266,8 @@ fn advanced(vmm: &VirtualMachineMigration, s: &mut Status, to: Phase, now: &Time
 /// rollback instead: `RolledBack`, the target to be stopped whatever the policy, and the source
 /// then powered back on when ferry powered it off. Whether it rolled back.
 fn failed(vmm: &VirtualMachineMigration, s: &mut Status, failure: LastFailure, now: &Time) -> bool {
-    let rollback = failure.reason == Reason::HealthCheckFailed && intents::rolls_back(vmm);
+    let rollback =
+        failure.reason == Reason::HealthCheckFailed && super::health_gate::rolls_back(vmm);
     s.last_failure = Some(failure);
     if rollback {
         enter(s, Phase::RolledBack, now);

@@ -391,7 +391,7 @@ fn health(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
                     .recording(record(status))
             }
             Gate::Failed { status, waited } => {
-                let rolls_back = super::intents::rolls_back(&scope.vmm);
+                let rolls_back = health_gate::rolls_back(&scope.vmm);
                 let msg = say::health_failed(hc, &status, waited.as_secs(), rolls_back);
                 Outcome::failure(
                     Reason::HealthCheckFailed,
