@@ -227,6 +227,24 @@ impl Records {
         self.live.get(ns)?.get(name)
     }
 
+    /// The seconds each recorded migration of `ns` not owned by `owner_uid` took from its start
+    /// to its end.
+    fn took_elsewhere<'a>(
+        &'a self,
+        ns: &'a str,
+        owner_uid: &'a str,
+    ) -> impl Iterator<Item = i64> + 'a {
+        self.live
+            .get(ns)
+            .into_iter()
+            .flatten()
+            .filter(move |(_, r)| !r.owned_by(owner_uid))
+            .filter_map(|(_, r)| {
+                let (s, e) = (r.started_at.as_ref()?, r.completed_at.as_ref()?);
+                Some((e.0.as_second() - s.0.as_second()).max(0))
+            })
+    }
+
     fn owned_by<'a>(
         &'a self,
         ns: &'a str,
@@ -312,6 +330,30 @@ impl Migrations {
         out
     }
 
+    /// What a migration of `ns` took, start to end, over those that succeeded and are not
+    /// `owner_uid`'s (other waves', lone ones), settled or not yet: the mean and how many it is
+    /// of. What a wave with nothing of its own measured forecasts by.
+    pub fn measured_elsewhere(&self, ns: &str, owner_uid: &str) -> Option<(i64, usize)> {
+        let records = self.succeeded.read();
+        let unsettled: Vec<i64> = self
+            .store
+            .state()
+            .iter()
+            .filter(|m| m.namespace().as_deref() == Some(ns) && m.phase() == Phase::Succeeded)
+            .filter(|m| !m.owner_references().iter().any(|o| o.uid == owner_uid))
+            .filter_map(|m| {
+                let s = m.status.as_ref()?;
+                let (a, b) = (s.started_at.as_ref()?, s.completed_at.as_ref()?);
+                Some((b.0.as_second() - a.0.as_second()).max(0))
+            })
+            .collect();
+        let (sum, n) = records
+            .took_elsewhere(ns, owner_uid)
+            .chain(unsettled)
+            .fold((0_i64, 0_usize), |(s, n), t| (s.saturating_add(t), n + 1));
+        (n > 0).then(|| (sum / i64::try_from(n).unwrap_or(1), n))
+    }
+
     /// The uids of the migrations the store holds (those a reconcile may still remember).
     pub fn uids_in_store(&self) -> HashSet<String> {
         self.store
@@ -348,6 +390,7 @@ mod tests {
             .insert(names::WAVE_LABEL.to_owned(), "w".into());
         m.spec.source.vm.name = Some(format!("vm-{name}"));
         let s = m.status.get_or_insert_with(Default::default);
+        s.started_at = Some(ferry_crds::fixtures::ts(450));
         s.completed_at = Some(ferry_crds::fixtures::ts(600));
         s.progress = Some(Progress {
             percent: 100.0,
@@ -474,5 +517,18 @@ mod tests {
         assert!(s.read().get("default", &b).is_none());
         s.write().remove("default", &a);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn what_others_took_is_measured_on_the_records_of_other_owners_in_the_namespace() {
+        let s = Succeeded::default();
+        for (name, wave) in [("a", "w1"), ("b", "w2"), ("c", "w2")] {
+            let m = succeeded(name, wave);
+            s.write()
+                .insert("default", &m.name_any(), Record::of(&m).unwrap());
+        }
+        let took: Vec<i64> = s.read().took_elsewhere("default", "w1").collect();
+        assert_eq!(took, [150, 150], "w2's two, not w1's own");
+        assert_eq!(s.read().took_elsewhere("other", "w1").count(), 0);
     }
 }

@@ -570,4 +570,54 @@ async fn the_forecast_names_the_vms_a_closing_window_will_leave_and_they_do_not_
     }
     let f = held.status.unwrap().forecast.unwrap();
     assert_eq!(f.at_risk_names, late, "{f:?}");
+
+    // Before its window opens, a new wave of the namespace with nothing of its own measured is
+    // forecast by what the others took, and told it does not fit: three VMs one at a time in a
+    // window of about two migrations. Nothing of it starts.
+    let fresh: Vec<String> = (0..3).map(|_| env.lab.claim_vm().unwrap().name).collect();
+    let names: Vec<&str> = fresh.iter().map(String::as_str).collect();
+    let mut spec = wave_over(&env, &names, false);
+    spec.max_in_flight = 1;
+    let start = at(3600);
+    spec.window = Some(ferry_crds::MaintenanceWindow {
+        end: Time(
+            k8s_openapi::jiff::Timestamp::from_second(
+                start.0.as_second() + (measured.max(1) * 22) / 10,
+            )
+            .unwrap(),
+        ),
+        start: Some(start.clone()),
+    });
+    waves
+        .create(&PostParams::default(), &MigrationWave::new("later", spec))
+        .await
+        .unwrap();
+    let short = eventually(
+        "the later wave to be told it does not fit its window",
+        Duration::from_secs(60),
+        || async {
+            let f = waves.get("later").await.ok()?.status?.forecast?;
+            (!f.window_short.is_empty()).then_some(f)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
+    assert!(
+        short.basis.contains("namespace's 2 other"),
+        "measured on risk's two: {short:?}"
+    );
+    assert!(
+        short.window_short.contains("does not fit its window")
+            && short.window_short.contains("3 migration(s)")
+            && short.window_short.contains("past the window's end"),
+        "{short:?}"
+    );
+    assert!(
+        short.ends_at.unwrap().0 > start.0,
+        "counted from the window's start"
+    );
+    for vm in &fresh {
+        let name = ferry_crds::child_migration_name("later", &WaveVm::by_name(vm));
+        assert_eq!(env.get(&name).await.phase(), Phase::Queued, "{name}");
+    }
 }

@@ -161,6 +161,11 @@ pub struct WaveForecast {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub at_risk_names: Vec<String>,
+    /// Before a cold wave's window opens: why the wave does not fit in it at the measured pace
+    /// (its end past the window's end, and how many at a time would fit); empty when it fits.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub window_short: String,
 }
 
 /// Which VMs of the inventory a wave migrates: every condition given must hold.

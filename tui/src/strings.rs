@@ -1020,6 +1020,9 @@ pub mod waves {
     pub fn at_risk(n: i32) -> String {
         format!(" ⚠ {n} at risk")
     }
+    /// Before its window opens, the wave does not fit it at the measured pace
+    /// (`status.forecast.windowShort`).
+    pub const DOES_NOT_FIT: &str = " ⚠ does not fit the window";
     /// In front of the sparkline.
     pub const DONE_PER_MINUTE: &str = "done/min ";
 

@@ -54,6 +54,19 @@ pub fn decide(
     others: &[VirtualMachineMigration],
     now: &Time,
 ) -> Plan {
+    decide_measured(wave, children, others, None, now)
+}
+
+/// [`decide`], the wave's forecast made by `elsewhere` (what the namespace's other migrations
+/// took, [`crate::migrations::Migrations::measured_elsewhere`]) until one of its own succeeded.
+/// Pure.
+pub fn decide_measured(
+    wave: &MigrationWave,
+    children: &[VirtualMachineMigration],
+    others: &[VirtualMachineMigration],
+    elsewhere: Option<(i64, usize)>,
+    now: &Time,
+) -> Plan {
     let listed = if wave.spec.selector.is_some() {
         Listed::Selected
     } else {
@@ -68,7 +81,7 @@ pub fn decide(
     // The window holds what costs the source its downtime: a cold migration's start (its
     // power-off comes first), a warm one's cutover (its first copies run beside the VM).
     let warm = window::holds_cutovers(wave);
-    let (gate, forecast) = window::judge(wave, children, now);
+    let (gate, forecast) = window::judge(wave, children, elsewhere, now);
     // Cutovers before releases: once the window is open, finishing precopied VMs (each one's
     // downtime running) comes before starting new ones.
     let cutover = if steered && cutover_due(wave, now) && (gate == Gate::Open || !warm) {

@@ -105,6 +105,9 @@ fn owned_by(c: &VirtualMachineMigration, wave: &MigrationWave) -> bool {
 struct Seen {
     children: Vec<VirtualMachineMigration>,
     others: Vec<VirtualMachineMigration>,
+    /// What the namespace's other migrations took, for a wave with a window none of whose own
+    /// has succeeded yet (not looked at otherwise).
+    elsewhere: Option<(i64, usize)>,
 }
 
 /// What `held` (what the migration controller holds, synced) shows of the wave's children and
@@ -126,7 +129,14 @@ fn seen(wave: &MigrationWave, members: &[WaveVm], ctx: &Context, held: &Migratio
     let uid = wave.uid().unwrap_or_default();
     let (children, pending) = decide::with_releases(cached, &ctx.given(&uid));
     ctx.set_given(&uid, pending);
-    Seen { children, others }
+    let elsewhere = (wave.spec.window.is_some() && window::migration_seconds(&children).is_none())
+        .then(|| held.measured_elsewhere(&ns, &uid))
+        .flatten();
+    Seen {
+        children,
+        others,
+        elsewhere,
+    }
 }
 
 /// The wave as cached when it is at or after the version our last status write or fresh read
@@ -230,7 +240,13 @@ struct Planning<'a> {
 impl Planning<'_> {
     /// The pure plan for `wave` as seen, held while the admission policies are not in force.
     fn plan(&self, wave: &MigrationWave) -> decide::Plan {
-        let mut plan = decide::decide(wave, &self.seen.children, &self.seen.others, &self.now);
+        let mut plan = decide::decide_measured(
+            wave,
+            &self.seen.children,
+            &self.seen.others,
+            self.seen.elsewhere,
+            &self.now,
+        );
         if let Some(why) = &self.held_back {
             decide::hold_for_policies(&mut plan, why, wave.metadata.generation, &self.now);
         }

@@ -49,19 +49,57 @@ pub fn holds_cutovers(wave: &MigrationWave) -> bool {
     wave.spec.template.mode == MigrationMode::Warm
 }
 
-/// The window's gate at `now` and the wave's forecast, the wave's migrations measured once.
+/// What one migration takes, and what it is measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Measure {
+    /// The mean seconds, start to end.
+    pub secs: i64,
+    /// Of how many migrations.
+    pub of: usize,
+    /// Of this wave's own (else of the namespace's other waves and lone migrations).
+    pub own: bool,
+}
+
+impl Measure {
+    /// This wave's own measure ([`migration_seconds`]).
+    pub fn own(m: Option<(i64, usize)>) -> Option<Measure> {
+        m.map(|(secs, of)| Measure {
+            secs,
+            of,
+            own: true,
+        })
+    }
+}
+
+/// The window's gate at `now` and the wave's forecast, the wave's migrations measured once;
+/// until one of them succeeded, by what the namespace's others took (`elsewhere`).
 pub fn judge(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
+    elsewhere: Option<(i64, usize)>,
     now: &Time,
 ) -> (Gate, Option<WaveForecast>) {
-    let measured = migration_seconds(children);
+    let measured =
+        Measure::own(migration_seconds(children)).or(elsewhere.map(|(secs, of)| Measure {
+            secs,
+            of,
+            own: false,
+        }));
     // What a cutover takes is not measured: a warm wave's gate is the window's times alone.
-    let per_migration = measured
-        .map(|(secs, _)| secs)
-        .filter(|_| !holds_cutovers(wave));
+    let per_migration = measured.map(|m| m.secs).filter(|_| !holds_cutovers(wave));
     let gate = gate(wave.spec.window.as_ref(), per_migration, now);
     (gate, forecast(wave, children, measured, gate, now))
+}
+
+/// When the wave's migrations can run from: `now`, or the window's start when it is later.
+fn from(wave: &MigrationWave, now: &Time) -> i64 {
+    let start = wave
+        .spec
+        .window
+        .as_ref()
+        .and_then(|w| w.start.as_ref())
+        .map(|s| s.0.as_second());
+    start.map_or(now.0.as_second(), |s| s.max(now.0.as_second()))
 }
 
 /// Whether held migrations may start at `now`, given what one takes.
@@ -88,7 +126,7 @@ pub fn gate(window: Option<&MaintenanceWindow>, per_migration: Option<i64>, now:
 pub fn forecast(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
-    measured: Option<(i64, usize)>,
+    measured: Option<Measure>,
     gate: Gate,
     now: &Time,
 ) -> Option<WaveForecast> {
@@ -99,10 +137,9 @@ pub fn forecast(
     let finished = children.iter().filter(|c| c.phase().is_terminal()).count();
     let left = total - i64::try_from(finished).unwrap_or(0);
     let slots = i64::from(wave.spec.max_in_flight.max(1));
-    let ends_at = measured.map(|(secs, _)| {
-        let rounds = (left.max(0) + slots - 1) / slots;
-        seconds_after(now, rounds * secs)
-    });
+    let from = from(wave, now);
+    let rounds = (left.max(0) + slots - 1) / slots;
+    let ends_at = measured.map(|m| seconds_after(from, rounds * m.secs));
     // A warm wave's window holds its cutovers, a cold one's its starts.
     let held = if holds_cutovers(wave) {
         children
@@ -127,11 +164,13 @@ pub fn forecast(
         .and_then(|f| f.first_ends_at.clone().zip(f.first_made_at.clone()))
         .or_else(|| ends_at.clone().map(|e| (e, now.clone())));
     let (first_ends_at, first_made_at) = first.unzip();
-    let (at_risk, at_risk_names) = measured.map_or((0, vec![]), |(secs, _)| {
-        self::at_risk(wave, children, secs, now)
-    });
+    let (at_risk, at_risk_names) =
+        measured.map_or((0, vec![]), |m| self::at_risk(wave, children, m.secs, now));
+    let window_short = measured
+        .and_then(|m| short(wave, m, left, now))
+        .unwrap_or_default();
     Some(WaveForecast {
-        migration_seconds: measured.map(|(s, _)| s),
+        migration_seconds: measured.map(|m| m.secs),
         basis: basis(measured),
         ends_at,
         outside_window,
@@ -139,7 +178,39 @@ pub fn forecast(
         first_made_at,
         at_risk,
         at_risk_names,
+        window_short,
     })
+}
+
+/// Before a cold wave's window opens, why its `left` migrations do not fit in it at `m`'s pace,
+/// `maxInFlight` at a time from the window's start; with how many at a time would. `None` when
+/// they fit, once the window is open (the gate and the VMs at risk say it then), and for a warm
+/// wave (what its cutovers take is not measured). Pure.
+fn short(wave: &MigrationWave, m: Measure, left: i64, now: &Time) -> Option<String> {
+    let w = wave.spec.window.as_ref()?;
+    let start = w.start.as_ref()?.0.as_second();
+    if holds_cutovers(wave) || now.0.as_second() >= start || left <= 0 {
+        return None;
+    }
+    let (end, secs) = (w.end.0.as_second(), m.secs.max(1));
+    let slots = i64::from(wave.spec.max_in_flight.max(1));
+    let rounds = (left + slots - 1) / slots;
+    let ends = start + rounds * secs;
+    if ends <= end {
+        return None;
+    }
+    let fit_rounds = (end - start) / secs;
+    let fix = if fit_rounds < 1 {
+        "the window is shorter than one migration".to_owned()
+    } else {
+        let at_once = (left + fit_rounds - 1) / fit_rounds;
+        format!("{at_once} at a time would fit")
+    };
+    Some(format!(
+        "the wave does not fit its window: {left} migration(s) of {secs}s each ({}), {slots} at a time, end {}s past the window's end; {fix}",
+        basis(Some(m)),
+        ends - end
+    ))
 }
 
 /// Most names of migrations at risk a forecast lists.
@@ -162,6 +233,7 @@ fn at_risk(
     if holds_cutovers(wave) {
         return (0, vec![]);
     }
+    let from = from(wave, now);
     let now = now.0.as_second();
     let wave_name = wave.name_any();
     let by_name: std::collections::BTreeMap<String, &VirtualMachineMigration> =
@@ -188,7 +260,7 @@ fn at_risk(
     let slots = i64::from(wave.spec.max_in_flight.max(1));
     for (k, name) in (0_i64..).zip(waiting) {
         let round = (in_flight + k) / slots;
-        if now + (round + 1) * secs > end {
+        if from + (round + 1) * secs > end {
             risk.push(name);
         }
     }
@@ -198,17 +270,25 @@ fn at_risk(
 }
 
 /// Where the forecast's figure comes from, in words.
-fn basis(measured: Option<(i64, usize)>) -> String {
+fn basis(measured: Option<Measure>) -> String {
     match measured {
-        Some((_, n)) => format!("the mean of the {n} migration(s) of this wave that succeeded"),
-        None => "no migration of this wave has succeeded yet: nothing to forecast from".into(),
+        Some(Measure { of, own: true, .. }) => {
+            format!("the mean of the {of} migration(s) of this wave that succeeded")
+        }
+        Some(Measure { of, own: false, .. }) => format!(
+            "none of this wave's has succeeded yet: the mean of the namespace's {of} other migration(s) that succeeded"
+        ),
+        None => {
+            "no migration of this wave or namespace has succeeded yet: nothing to forecast from"
+                .into()
+        }
     }
 }
 
-/// `now` plus `secs`, as an API time.
-fn seconds_after(now: &Time, secs: i64) -> Time {
-    let at = now.0.as_second().saturating_add(secs);
-    Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or(now.0))
+/// `at` (seconds since the epoch) plus `secs`, as an API time.
+fn seconds_after(at: i64, secs: i64) -> Time {
+    let at = at.saturating_add(secs);
+    Time(k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or_default())
 }
 
 /// What the wave says while its window holds migrations back.
@@ -272,6 +352,63 @@ mod tests {
     }
 
     #[test]
+    fn before_its_window_a_wave_is_forecast_by_the_namespace_and_told_when_it_does_not_fit() {
+        // Six VMs, two at a time, none started; the namespace's others took 100 s each.
+        let mut w = wave("w", 6);
+        w.spec.max_in_flight = 2;
+        w.spec.window = Some(window(Some(1000), 1250));
+        let kids: Vec<VirtualMachineMigration> = w
+            .spec
+            .vms
+            .iter()
+            .map(|vm| child_migration(&w, vm).unwrap().with_phase(Phase::Queued))
+            .collect();
+        let (gate, f) = judge(&w, &kids, Some((100, 40)), &ts(100));
+        assert_eq!(gate, Gate::NotYet);
+        let f = f.unwrap();
+        assert!(f.basis.contains("namespace's 40 other"), "{}", f.basis);
+        // From the window's start, not from now: three rounds of 100 s.
+        assert_eq!(f.ends_at, Some(ts(1300)));
+        assert!(
+            f.window_short.contains("50s past the window's end")
+                && f.window_short.contains("3 at a time would fit"),
+            "{}",
+            f.window_short
+        );
+        assert_eq!(f.at_risk, 2, "the last round ends past the window");
+        // Wide enough: nothing said. Open: the gate and the VMs at risk say it instead.
+        w.spec.window = Some(window(Some(1000), 1300));
+        assert!(
+            judge(&w, &kids, Some((100, 40)), &ts(100))
+                .1
+                .unwrap()
+                .window_short
+                .is_empty()
+        );
+        w.spec.window = Some(window(Some(1000), 1250));
+        assert!(
+            judge(&w, &kids, Some((100, 40)), &ts(1000))
+                .1
+                .unwrap()
+                .window_short
+                .is_empty()
+        );
+        // Its own measure wins over the namespace's.
+        let mut own = kids.clone();
+        own[0] = took(&w, 0, 1000, 1050);
+        let f = judge(&w, &own, Some((100, 40)), &ts(1060)).1.unwrap();
+        assert_eq!(f.migration_seconds, Some(50));
+        // A window shorter than one migration.
+        w.spec.window = Some(window(Some(1000), 1050));
+        let f = judge(&w, &kids, Some((100, 40)), &ts(100)).1.unwrap();
+        assert!(
+            f.window_short.contains("shorter than one migration"),
+            "{}",
+            f.window_short
+        );
+    }
+
+    #[test]
     fn a_migration_takes_the_mean_of_those_that_succeeded_from_start_to_end() {
         let w = wave("w", 3);
         assert_eq!(migration_seconds(&[]), None, "nothing measured");
@@ -319,13 +456,27 @@ mod tests {
         );
         let kids = one_done_the_rest_held(&w);
         // Four left, two at a time, 100 s each: 200 s from now.
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(f.migration_seconds, Some(100));
         assert_eq!(f.ends_at, Some(ts(300)));
         assert_eq!(f.outside_window, 0);
         assert!(f.basis.contains("1 migration(s)"), "{}", f.basis);
         w.spec.window = Some(window(None, 150));
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Closing, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Closing,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(f.outside_window, 4, "every held one");
         let said = held_message(w.spec.window.as_ref().unwrap(), Gate::Closing, &f).unwrap();
         assert!(said.starts_with("4 migration(s) not started"), "{said}");
@@ -337,11 +488,25 @@ mod tests {
         let mut w = wave("w", 5).with_max_in_flight(2);
         let kids = one_done_the_rest_held(&w);
         let names: Vec<String> = kids.iter().map(ResourceExt::name_any).collect();
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!((f.at_risk, f.at_risk_names.len()), (0, 0), "no window");
         // Four left, two at a time, 100 s each: two end at 200, two at 300; the window ends at 250.
         w.spec.window = Some(window(None, 250));
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(f.at_risk, 2);
         assert_eq!(
             f.at_risk_names,
@@ -356,11 +521,25 @@ mod tests {
             .status
             .get_or_insert_with(Default::default)
             .started_at = Some(ts(100));
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(f.at_risk_names, names[3..5]);
         // A warm wave's cutovers are not measured: nothing said at risk.
         w.spec.template.mode = MigrationMode::Warm;
-        let f = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let f = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(f.at_risk, 0);
     }
 
@@ -368,7 +547,14 @@ mod tests {
     fn the_first_end_forecast_is_kept_as_it_was_made() {
         let mut w = wave("w", 5).with_max_in_flight(2);
         let kids = one_done_the_rest_held(&w);
-        let first = forecast(&w, &kids, migration_seconds(&kids), Gate::Open, &ts(100)).unwrap();
+        let first = forecast(
+            &w,
+            &kids,
+            Measure::own(migration_seconds(&kids)),
+            Gate::Open,
+            &ts(100),
+        )
+        .unwrap();
         assert_eq!(
             (first.first_ends_at.clone(), first.first_made_at.clone()),
             (Some(ts(300)), Some(ts(100))),
@@ -380,7 +566,14 @@ mod tests {
         });
         // Later, slower: the forecast moves, the first stays.
         let later = [took(&w, 0, 0, 100), took(&w, 1, 100, 400)];
-        let f = forecast(&w, &later, migration_seconds(&later), Gate::Open, &ts(400)).unwrap();
+        let f = forecast(
+            &w,
+            &later,
+            Measure::own(migration_seconds(&later)),
+            Gate::Open,
+            &ts(400),
+        )
+        .unwrap();
         assert_eq!(
             f.ends_at,
             Some(ts(800)),

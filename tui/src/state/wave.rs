@@ -33,6 +33,8 @@ pub struct WaveRow {
     pub outside_window: i32,
     /// `status.forecast.atRisk`: migrations the forecast ends past the window's end.
     pub at_risk: i32,
+    /// `status.forecast.windowShort` is said: before its window opens, the wave does not fit it.
+    pub does_not_fit: bool,
     /// `spec.paused`.
     pub paused: bool,
     /// `spec.cancel`.
@@ -152,6 +154,10 @@ impl WaveRow {
             started_at: status.started_at.map(|t| t.0),
             outside_window: status.forecast.as_ref().map_or(0, |f| f.outside_window),
             at_risk: status.forecast.as_ref().map_or(0, |f| f.at_risk),
+            does_not_fit: status
+                .forecast
+                .as_ref()
+                .is_some_and(|f| !f.window_short.is_empty()),
             paused: obj.spec.paused,
             cancel: obj.spec.cancel,
             retry: obj.spec.retry,

@@ -131,6 +131,9 @@ fn ranked_rest(w: &WaveRow, t: &Theme, wide: bool) -> Vec<(u8, Span<'static>)> {
     if w.at_risk > 0 {
         rest.push((5, Span::styled(text::at_risk(w.at_risk), t.warn())));
     }
+    if w.does_not_fit {
+        rest.push((5, Span::styled(text::DOES_NOT_FIT, t.warn())));
+    }
     if w.paused {
         rest.push((5, Span::styled(text::PAUSED, t.warn())));
     }
@@ -302,6 +305,7 @@ mod tests {
             forecast: Some(ferry_crds::WaveForecast {
                 outside_window: 3,
                 at_risk: 5,
+                window_short: "the wave does not fit its window".into(),
                 ..Default::default()
             }),
             ..MigrationWaveStatus::default()
@@ -310,7 +314,10 @@ mod tests {
         let mut rest = ranked_rest(&row, &Theme::MONO, false);
         drop_lowest(&mut rest, 0, 1);
         let kept: String = rest.iter().map(|(_, s)| s.content.to_string()).collect();
-        assert_eq!(kept, " ⊘ 3 outside the window ⚠ 5 at risk");
+        assert_eq!(
+            kept,
+            " ⊘ 3 outside the window ⚠ 5 at risk ⚠ does not fit the window"
+        );
     }
 
     #[test]
