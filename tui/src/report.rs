@@ -322,7 +322,7 @@ fn record(o: &VirtualMachineMigration, now: Timestamp) -> VmRecord {
             reason: f.reason.as_str(),
             message: f.message.clone(),
             at: f.time.0,
-            is_final: status.phase == Phase::Failed,
+            is_final: status.phase.stage() == Stage::Failed,
         }),
     }
 }
