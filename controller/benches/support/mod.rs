@@ -89,13 +89,7 @@ pub fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use ferry_harness::free_port;
 
 pub fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};

@@ -88,13 +88,7 @@ pub fn install_crds(lab: &Lab) {
 }
 
 /// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use ferry_harness::free_port;
 
 /// One test's world: its namespace, VM, disk, and the processes.
 pub struct Env {

@@ -6,6 +6,7 @@
 mod error;
 mod info;
 mod namespace;
+mod ports;
 mod process;
 mod start;
 mod vmdk;
@@ -14,6 +15,7 @@ mod wait;
 pub use error::Error;
 pub use info::{InventoryDisk, InventoryNic, InventoryVm, KubeVirtInfo, LabInfo};
 pub use namespace::TestNamespace;
+pub use ports::free_port;
 pub use process::{ChildGuard, run_offline};
 pub use start::{KubeVirt, Lab, lab, lab_with, repo_root, run_state_dir};
 pub use vmdk::{DiskKind, RealDisk, put_disk, put_vmdk, qemu_img};
