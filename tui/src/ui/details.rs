@@ -732,21 +732,11 @@ mod tests {
         assert!(!text.contains("reading the migration"), "{text}");
     }
 
-    /// The guest line says what the conversion did to the network cards' names.
-    #[test]
-    fn the_guest_line_says_which_network_names_the_conversion_kept() {
+    /// The details of `o` as the screen shows them once read: the screen, and its rows quoted
+    /// and read as one run of words (a long line wraps).
+    fn details_of(o: ferry_crds::VirtualMachineMigration) -> (String, String) {
         let key = ObjKey::new("default", "vm-a");
         let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
-        let mut o = migration("vm-a").with_phase(Phase::Succeeded);
-        o.spec.conversion.guest = ferry_crds::GuestConversion::Auto;
-        if let Some(st) = o.status.as_mut() {
-            st.guest = Some(Box::new(ferry_crds::GuestStatus {
-                operating_system: Some("Debian 12.15".into()),
-                converted: true,
-                interface_names: vec!["kept ens192 for 00:50:56:00:00:01".into()],
-                ..Default::default()
-            }));
-        }
         update(
             &mut s,
             Action::migrations_listed(ClusterId(0), vec![o.clone()]),
@@ -759,10 +749,26 @@ mod tests {
                 result: Ok(Box::new(o)),
             },
         );
-        // The screen's rows, each quoted, read as one run of words (the line wraps).
         let text = screen(&s);
         let flat = text.replace('"', " ");
         let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+        (text, flat)
+    }
+
+    /// The guest line says what the conversion did to the network cards' names.
+    #[test]
+    fn the_guest_line_says_which_network_names_the_conversion_kept() {
+        let mut o = migration("vm-a").with_phase(Phase::Succeeded);
+        o.spec.conversion.guest = ferry_crds::GuestConversion::Auto;
+        if let Some(st) = o.status.as_mut() {
+            st.guest = Some(Box::new(ferry_crds::GuestStatus {
+                operating_system: Some("Debian 12.15".into()),
+                converted: true,
+                interface_names: vec!["kept ens192 for 00:50:56:00:00:01".into()],
+                ..Default::default()
+            }));
+        }
+        let (text, flat) = details_of(o);
         assert!(flat.contains("Debian 12.15, converted"), "{text}");
         assert!(
             flat.contains("network: kept ens192 for 00:50:56:00:00:01"),
@@ -773,8 +779,6 @@ mod tests {
     /// A rolled-back migration: its phase and the health line say what the gate found.
     #[test]
     fn the_health_line_says_what_was_probed_and_what_the_last_probe_found() {
-        let key = ObjKey::new("default", "vm-a");
-        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
         let mut o = migration("vm-a").with_phase(Phase::RolledBack);
         o.spec.target.template.health_check = Some(
             serde_json::from_value(
@@ -789,21 +793,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        update(
-            &mut s,
-            Action::migrations_listed(ClusterId(0), vec![o.clone()]),
-        );
-        update(&mut s, Action::Enter);
-        update(
-            &mut s,
-            Action::MigrationRead {
-                key,
-                result: Ok(Box::new(o)),
-            },
-        );
-        let text = screen(&s);
-        let flat = text.replace('"', " ");
-        let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (text, flat) = details_of(o);
         assert!(flat.contains("RolledBack"), "{text}");
         assert!(
             flat.contains("health tcp 8080, 2 in a row, else roll back: 0 of 2 after 30 probe(s); last: tcp 10.0.0.7:8080: Connection refused"),
