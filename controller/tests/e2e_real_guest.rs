@@ -36,6 +36,22 @@ use ferry_crds::{
 /// held three guests' disks (a few GiB each) at once.
 static ONE_GUEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// How long a migration that converts or boots a guest may take. `make test` runs this suite
+/// at nice 19 beside the other suites, so a guest gets the CPU they leave: a conversion takes
+/// about 250 s on an idle machine, and one took over 900 s on the project's CI runner
+/// (2026-12-07, 84cd701) while the other suites ran. Once they end, the guest has
+/// the cores, so the wait only needs to outlast them.
+const GUEST_WORK_SECS: u64 = 1800;
+
+/// The controller's `--agent-timeout` here, for the same reason: a boot under TCG takes about a
+/// minute alone, and many more beside the other suites. No test waits it out (the guest that
+/// cannot boot fails on its console's words), so a long one costs a passing run nothing.
+const AGENT_TIMEOUT: &str = "1200s";
+
+/// How long what a booted guest shows (its console's line, its agent's interfaces in the
+/// instance's status: seconds alone) may take to appear, starved as above.
+const AFTER_BOOT_SECS: u64 = 300;
+
 /// Empties the source VM's VMDK (a copy of a cached guest, in the lab's datastore) when the
 /// test ends, passed or not: each is up to a GiB that the lab's state would otherwise hold until
 /// the end of `make test`.
@@ -149,7 +165,7 @@ async fn migrated_shaped(
     vmm.spec.source.power.restore_power_state = restore;
     env.create(&vmm).await;
     let v = env
-        .wait_for("guest", "the migration to settle", 900, |v| {
+        .wait_for("guest", "the migration to settle", GUEST_WORK_SECS, |v| {
             v.phase().is_terminal()
                 && v.status
                     .as_ref()
@@ -183,11 +199,11 @@ async fn console_of(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> kube:
         .await
 }
 
-/// Waits (at most 120 s) for the guest's line on the migrated VM's console.
+/// Waits (at most `AFTER_BOOT_SECS`) for the guest's line on the migrated VM's console.
 async fn guest_line(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> String {
     let found = ferry_harness::eventually(
         "the guest's line on its console",
-        std::time::Duration::from_secs(120),
+        std::time::Duration::from_secs(AFTER_BOOT_SECS),
         || async {
             let console = console_of(env, v).await.ok()?;
             console
@@ -224,7 +240,7 @@ fn vmi_json(env: &Env, v: &ferry_crds::VirtualMachineMigration) -> serde_json::V
 }
 
 /// The migration succeeded with the guest's own agent, and the instance says what the agent
-/// said of the guest: its OS, and (virt-handler's `status.interfaces`, within a minute: the
+/// said of the guest: its OS, and (virt-handler's `status.interfaces`, in seconds: the
 /// agent is asked again 10 s after its first answer) the guest's own name for the VMI's
 /// interface, found by the interface's MAC.
 async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineMigration) {
@@ -253,7 +269,7 @@ async fn assert_booted_with_its_agent(env: &Env, v: &ferry_crds::VirtualMachineM
     };
     let reported = ferry_harness::eventually(
         "the guest agent's interface in the instance's status",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(AFTER_BOOT_SECS),
         || async {
             let vmi = vmi_json(env, v);
             let ifaces = vmi["status"]["interfaces"].as_array()?.clone();
@@ -295,7 +311,7 @@ async fn assert_kept_its_network_identity(env: &Env, v: &ferry_crds::VirtualMach
     };
     let reported = ferry_harness::eventually(
         "the guest's ens192 with its static address, from its agent",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(AFTER_BOOT_SECS),
         || async {
             let vmi = vmi_json(env, v);
             vmi["status"]["interfaces"]
@@ -344,7 +360,7 @@ async fn a_debian_guest_migrated_cold_boots_from_the_imported_volume() {
         &image,
         &[],
         true,
-        "300s",
+        AGENT_TIMEOUT,
         GuestConversion::Never,
         RestorePowerState::OnCancelOrFailure,
     )
@@ -382,7 +398,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
         // VMware's own NIC, which ESXi puts in PCI slot 192: the guest's ens192.
         &["--nic-type", "vmxnet3"],
         false,
-        "300s",
+        AGENT_TIMEOUT,
         GuestConversion::Never,
         RestorePowerState::Never,
     )
@@ -390,7 +406,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
     assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
     let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
     assert_eq!(f.reason, Reason::GuestNotReady, "{}", f.message);
-    // Failed when its console gave up (rootdelay=30), not at the end of the agent's 300 s: the
+    // Failed when its console gave up (rootdelay=30), not at the end of the agent's timeout: the
     // message is the console's, not the timeout's.
     assert!(
         f.message
@@ -448,7 +464,7 @@ async fn a_guest_with_only_vmwares_drivers_does_not_boot_until_a_retry_converts_
     env.controller.as_mut().unwrap().kill();
     env.start_controller();
     let v = env
-        .wait_for("guest", "the retry to end", 900, |v| {
+        .wait_for("guest", "the retry to end", GUEST_WORK_SECS, |v| {
             v.phase().is_terminal() && v.status.as_ref().is_some_and(|s| s.attempts == 2)
         })
         .await;
@@ -557,13 +573,14 @@ async fn guest_job_until(
         .default_backoff()
         .applied_objects()
     );
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(GUEST_WORK_SECS);
     loop {
         match tokio::time::timeout_at(deadline, seen.next()).await {
             Ok(Some(Ok(j))) if j.status.as_ref().is_some_and(&done) => return,
             Ok(Some(_)) => {}
             Ok(None) | Err(_) => panic!(
-                "the guest Job {name} was not {what} in time; logs in {}",
+                "the guest Job {name} was not {what} in time{}; logs in {}",
+                env.job_log_tails(),
                 env.scratch.display()
             ),
         }
@@ -615,7 +632,7 @@ async fn a_guest_with_only_vmwares_drivers_migrated_warm_is_converted_after_its_
         "--node-status-update-frequency".into(),
         "2s".into(),
     ];
-    env.extra_controller_args = vec!["--agent-timeout".into(), "300s".into()];
+    env.extra_controller_args = vec!["--agent-timeout".into(), AGENT_TIMEOUT.into()];
     env.start_sim();
     env.start_controller();
     let mut vmm = env.warm_migration("guest", true);
@@ -624,7 +641,7 @@ async fn a_guest_with_only_vmwares_drivers_migrated_warm_is_converted_after_its_
     vmm.spec.conversion.guest = GuestConversion::Auto;
     vmm.spec.source.power.restore_power_state = RestorePowerState::OnCancelOrFailure;
     env.create(&vmm).await;
-    let v = env.wait_terminal("guest", 900).await;
+    let v = env.wait_terminal("guest", GUEST_WORK_SECS).await;
     assert_eq!(v.phase(), Phase::Succeeded, "{}", serde_yaml_status(&v));
     let status = v.status.as_ref().unwrap();
     let visited: Vec<Phase> = status.history.iter().map(|h| h.phase).collect();
@@ -663,7 +680,7 @@ async fn a_uefi_guest_migrated_cold_boots_on_ovmf() {
         &image,
         &["--firmware", "efi"],
         true,
-        "300s",
+        AGENT_TIMEOUT,
         GuestConversion::Never,
         RestorePowerState::OnCancelOrFailure,
     )

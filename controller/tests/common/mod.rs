@@ -386,6 +386,38 @@ impl Env {
         std::fs::read_to_string(self.scratch.join("controller.log")).unwrap_or_default()
     }
 
+    /// The last lines of each Job's latest attempt in the namespace (the sim writes them under
+    /// `volumes/_jobs/<namespace>/<job>/`), for a failure message: a Job still at work says how
+    /// far it got, as the scratch directory does not outlive a CI run.
+    pub fn job_log_tails(&self) -> String {
+        let dir = self.volumes.join("_jobs").join(&self.ns.name);
+        let mut jobs: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        jobs.sort();
+        let mut out = String::new();
+        for job in jobs {
+            let latest = std::fs::read_dir(&job)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+            let Some(log) = latest else { continue };
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(6)..].join("\n    ");
+            out.push_str(&format!("\n  {}:\n    {tail}", log.display()));
+        }
+        if out.is_empty() {
+            out
+        } else {
+            format!("\nthe Jobs' logs, last lines:{out}")
+        }
+    }
+
     fn log_append(&self, what: &str) -> std::fs::File {
         std::fs::OpenOptions::new()
             .create(true)
@@ -472,7 +504,11 @@ impl Env {
                     .as_ref()
                     .map(serde_yaml_status)
                     .unwrap_or_default();
-                panic!("{e}\nlast status:\n{s}\nlogs in {}", self.scratch.display())
+                panic!(
+                    "{e}\nlast status:\n{s}{}\nlogs in {}",
+                    self.job_log_tails(),
+                    self.scratch.display()
+                )
             }
         }
     }
