@@ -106,6 +106,7 @@ impl Record {
             conversion: Default::default(),
             mode: Default::default(),
             warm: None,
+            hooks: None,
             cancel: false,
             paused: false,
             preflight: None,

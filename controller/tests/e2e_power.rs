@@ -917,3 +917,202 @@ async fn a_health_check_never_answered_rolls_back_and_a_retry_succeeds_once_it_a
         .unwrap();
     assert_eq!(ready.reason, Reason::HealthCheckPassed, "{}", ready.message);
 }
+
+/// The image a test's hooks name: the sim runs their command on the node without pulling it.
+const HOOK_IMAGE: &str = "registry.example/ferry-e2e/hook:1";
+
+/// The hook `point` of `name`'s latest run, from the status.
+fn hook_run(v: &VirtualMachineMigration, point: ferry_crds::HookPoint) -> ferry_crds::HookStatus {
+    let s = v.status.as_ref().unwrap();
+    s.hooks
+        .iter()
+        .find(|h| h.point == point)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {point:?} in status.hooks: {:?}", s.hooks))
+}
+
+/// What the node's log holds of the hook Job `job`'s pod (all its runs: the sim appends).
+fn hook_log(env: &Env, job: &str) -> String {
+    let path = env
+        .volumes
+        .join("_jobs")
+        .join(&env.ns.name)
+        .join(job)
+        .join("attempt-1.log");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A cold migration of a running VM whose `preCutover` hook fails: the migration fails in
+/// Preparing with what the hook said, and the source was never touched (sampled: powered on
+/// throughout; no power-off recorded, nothing copied). Its author mends the hook and retries:
+/// the hook runs again in the new attempt, and the migration goes on to succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_cutover_hook_that_fails_leaves_the_source_untouched_and_its_retry_runs_it_again() {
+    use k8s_openapi::api::batch::v1::Job;
+    let mut env = Env::new("power-prehook", 4).await;
+    env.sim_args = vec!["--speed".into(), "10".into()];
+    env.start_sim();
+    env.start_controller();
+    assert_eq!(env.power_state().await, "poweredOn");
+    let mut vmm = env.migration("hooked");
+    vmm.spec.hooks = Some(
+        serde_json::from_value(serde_json::json!({"preCutover": {
+            "image": HOOK_IMAGE,
+            "command": ["sh", "-c", "echo 'the app still has 3 writers' >&2; exit 3"],
+            "timeoutSeconds": 120,
+        }}))
+        .unwrap(),
+    );
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.create(&vmm).await;
+    let v = wait_settled(&env, "hooked", 300).await;
+    let seen = sampler.finish().await;
+    assert_eq!(v.phase(), Phase::Failed, "{}", serde_yaml_status(&v));
+    let status = v.status.as_ref().unwrap();
+    let f = status.last_failure.clone().unwrap();
+    assert_eq!((f.phase, f.reason), (Phase::Preparing, Reason::HookFailed));
+    assert!(
+        f.message.contains("3 writers"),
+        "what it said: {}",
+        f.message
+    );
+    let run = hook_run(&v, ferry_crds::HookPoint::PreCutover);
+    assert_eq!((run.state, run.attempt), (ferry_crds::HookState::Failed, 1));
+    assert!(status.source_power_off.is_none(), "no power-off began");
+    assert!(
+        seen.samples > 0 && seen.source_on == seen.samples,
+        "the source ran throughout: {seen:?}"
+    );
+    assert_eq!(env.power_state().await, "poweredOn");
+    let jobs: Vec<String> = env
+        .ns
+        .api::<Job>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    assert_eq!(jobs, ["hooked-pre-cutover"], "nothing was copied");
+
+    // Mended and retried: the hook runs again (a new Job of the new attempt) and passes.
+    env.patch_spec(
+        "hooked",
+        serde_json::json!({
+            "hooks": {"preCutover": {"command": ["sh", "-c", "echo quiesced"]}},
+            "retry": 1,
+        }),
+    )
+    .await;
+    let v = env.wait_phase("hooked", Phase::Succeeded, 300).await;
+    let run = hook_run(&v, ferry_crds::HookPoint::PreCutover);
+    assert_eq!(
+        (run.state, run.attempt),
+        (ferry_crds::HookState::Succeeded, 2)
+    );
+    assert!(hook_log(&env, "hooked-pre-cutover").contains("quiesced"));
+    let off = v.status.as_ref().unwrap().source_power_off.clone().unwrap();
+    let started = run.started_at.unwrap();
+    assert!(
+        off.shutdown_guest_at
+            .as_ref()
+            .or(off.hard_power_off_at.as_ref())
+            .is_some_and(|t| t.0 >= started.0),
+        "the power-off came after the hook: {off:?}, hook {started:?}"
+    );
+}
+
+/// A `postCutover` hook that fails is a failed check of the migrated VM: rolled back (the target
+/// halted, the source powered on again; sampled: never both live). Mended and retried, the hook
+/// reads its context file (the migration, the hook, the attempt, the source's ids, the target)
+/// and finds no credential in its environment; its Job mounts no Secret and no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_cutover_hook_that_fails_rolls_back_and_its_retry_reads_its_context() {
+    use k8s_openapi::api::batch::v1::Job;
+    let mut env = Env::new("power-posthook", 4).await;
+    env.sim_args = vec!["--speed".into(), "10".into()];
+    env.start_sim();
+    env.start_controller();
+    let mut vmm = env.migration("hooked");
+    vmm.spec.target.template.readiness = Some(Readiness::Running);
+    vmm.spec.hooks = Some(
+        serde_json::from_value(serde_json::json!({"postCutover": {
+            "image": HOOK_IMAGE,
+            "command": ["sh", "-c", "echo 'the app does not answer on :8080'; exit 1"],
+        }}))
+        .unwrap(),
+    );
+    let sampler = Sampler::start(&env, &env.vm, &vmm).await;
+    env.create(&vmm).await;
+    let v = wait_settled(&env, "hooked", 300).await;
+    let seen = sampler.finish().await;
+    assert_eq!(v.phase(), Phase::RolledBack, "{}", serde_yaml_status(&v));
+    let f = v.status.as_ref().unwrap().last_failure.clone().unwrap();
+    assert_eq!((f.phase, f.reason), (Phase::Validating, Reason::HookFailed));
+    assert!(f.message.contains("does not answer"), "{}", f.message);
+    assert_eq!(
+        restore_of(&v).unwrap().result,
+        Some(PowerRestoreResult::PoweredOn)
+    );
+    assert_eq!(env.power_state().await, "poweredOn");
+    assert!(vmi_of(&env, &v).await.is_none(), "the target is stopped");
+    assert!(seen.target_running > 0 && seen.source_on > 0, "{seen:?}");
+    assert_eq!(seen.both, 0, "two live copies: {seen:?}");
+
+    // Mended: it prints its context and fails on any credential in its environment.
+    let check = "cat \"$FERRY_HOOK_CONTEXT\"; echo; \
+                 if env | grep -iE 'password|secret|token|^aws_|^vsphere'; then exit 1; fi; \
+                 echo no-credentials";
+    env.patch_spec(
+        "hooked",
+        serde_json::json!({
+            "hooks": {"postCutover": {"command": ["sh", "-c", check]}},
+            "retry": 1,
+        }),
+    )
+    .await;
+    let v = env.wait_phase("hooked", Phase::Succeeded, 300).await;
+    let run = hook_run(&v, ferry_crds::HookPoint::PostCutover);
+    assert_eq!(
+        (run.state, run.attempt),
+        (ferry_crds::HookState::Succeeded, 2)
+    );
+    let log = hook_log(&env, "hooked-post-cutover");
+    assert!(log.contains("no-credentials"), "{log}");
+    let context: serde_json::Value = log
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no context in the hook's log: {log}"));
+    assert_eq!(context["hook"], "postCutover", "{context}");
+    assert_eq!(context["migration"]["name"], "hooked");
+    assert_eq!(context["migration"]["attempt"], 2);
+    assert_eq!(context["migration"]["phase"], "Validating");
+    assert_eq!(context["source"]["moref"], env.vm.moref.as_str());
+    assert_eq!(context["target"]["name"], names::vm_name(&v).as_str());
+    let job = env
+        .ns
+        .api::<Job>()
+        .get("hooked-post-cutover")
+        .await
+        .unwrap();
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .all(|v| v.secret.is_none() && v.projected.is_none()),
+        "{:?}",
+        pod.volumes
+    );
+    assert!(
+        pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .all(|e| e.value_from.is_none()),
+        "no Secret in its environment"
+    );
+}

@@ -256,6 +256,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
             },
             conversion: Default::default(),
             mode: Default::default(),
+            hooks: None,
         },
         vms: entries.clone(),
         max_in_flight: MAX_IN_FLIGHT,

@@ -355,6 +355,11 @@ pub enum Reason {
     /// The health check did not answer within its timeout (the message has the last probe's
     /// answer).
     HealthCheckFailed,
+    /// A hook of `spec.hooks` runs (the message names it and its Job).
+    HookRunning,
+    /// A hook of `spec.hooks` failed: exited non-zero, ran past its timeout, or could not start
+    /// (the message has what it said).
+    HookFailed,
     // --- a MigrationWave's conditions ---
     /// A VM of the wave gets no migration: its migration's name (`<wave>-<VM>`) is that of
     /// another VM's migration, in this wave or another one (the message names both VMs).

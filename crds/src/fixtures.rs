@@ -121,6 +121,7 @@ pub fn migration_spec() -> VirtualMachineMigrationSpec {
         conversion: Default::default(),
         mode: Default::default(),
         warm: None,
+        hooks: None,
         cancel: false,
         paused: false,
         preflight: None,
@@ -150,6 +151,7 @@ pub fn wave(name: &str, n: usize) -> MigrationWave {
             staging: staging(),
             conversion: Default::default(),
             mode: Default::default(),
+            hooks: None,
         },
         vms: (0..n)
             .map(|i| WaveVm::by_name(format!("DC0_H0_VM{i}")))

@@ -13,6 +13,7 @@ pub mod fixtures;
 pub mod guest;
 pub mod health;
 pub mod history;
+pub mod hooks;
 pub mod intent;
 mod listed;
 pub mod manifest;
@@ -39,6 +40,7 @@ pub use event::{EventAction, EventReason};
 pub use guest::{GuestConversion, GuestStatus, GuestVolume};
 pub use health::{HealthCheck, HealthCheckStatus, HttpProbe, OnHealthCheckFailure, TcpProbe};
 pub use history::{MAX_HISTORY, PhaseTransition};
+pub use hooks::{Hook, HookPoint, HookState, HookStatus, Hooks};
 pub use migration::{
     DiskStatus, LastFailure, Progress, VirtualMachineMigration, VirtualMachineMigrationSpec,
     VirtualMachineMigrationStatus,

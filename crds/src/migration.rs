@@ -75,6 +75,10 @@ pub struct VirtualMachineMigrationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::WarmSpec>,
 
+    /// Programs of the author's own run before the cutover and after the guest is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::Hooks>,
+
     /// Set to true to stop the migration: its partial results (conversion Job, staged images,
     /// unfinished DataVolumes and VM) are deleted and it ends Cancelled. To start again, set it
     /// back to false and raise retry.
@@ -279,6 +283,10 @@ pub struct VirtualMachineMigrationStatus {
     /// How the health check of `spec.target.healthCheck` went (Validating).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<crate::HealthCheckStatus>,
+
+    /// The hooks of `spec.hooks` run in this attempt, one entry per hook.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::HookStatus>,
 
     /// A warm migration: its rounds, the snapshot it holds, its cutover.
     #[serde(default, skip_serializing_if = "Option::is_none")]

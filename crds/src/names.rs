@@ -139,6 +139,12 @@ pub fn guest_job_name(vmm: &VirtualMachineMigration) -> String {
     derived(&vmm.name_any(), "guest")
 }
 
+/// Name of the Job running the hook at `point` (`spec.hooks`): `<migration>-pre-cutover`,
+/// `<migration>-post-cutover`.
+pub fn hook_job_name(vmm: &VirtualMachineMigration, point: crate::HookPoint) -> String {
+    derived(&vmm.name_any(), point.suffix())
+}
+
 /// Name of the Job copying a warm migration's last changes into its volumes at the cutover:
 /// `<migration>-cutover`.
 pub fn cutover_job_name(vmm: &VirtualMachineMigration) -> String {

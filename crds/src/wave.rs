@@ -269,6 +269,9 @@ pub struct WaveTemplate {
     /// when a warm wave cuts over).
     #[serde(default)]
     pub mode: crate::MigrationMode,
+    /// Every migration's hooks (spec.hooks of a migration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::Hooks>,
 }
 
 /// One VM of a wave: exactly one of `name`, `id`, `uuid`, and optionally the target name.

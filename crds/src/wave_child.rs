@@ -135,6 +135,7 @@ fn child_spec(wave: &MigrationWave, vm: &WaveVm) -> VirtualMachineMigrationSpec 
                 .and_then(|w| w.precopy_interval_seconds),
             ..crate::WarmSpec::default()
         }),
+        hooks: template.hooks.clone(),
         cancel: false,
         paused: false,
         preflight: vm.preflight.clone(),
@@ -160,6 +161,7 @@ mod tests {
         assert_eq!(child.spec.target.template, w.spec.template.target);
         assert_eq!(child.spec.staging, w.spec.template.staging);
         assert_eq!(child.spec.conversion, w.spec.template.conversion);
+        assert_eq!(child.spec.hooks, w.spec.template.hooks);
         assert_eq!(
             (child.spec.cancel, child.spec.paused, child.spec.retry),
             (false, false, 0)

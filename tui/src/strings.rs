@@ -318,6 +318,26 @@ pub mod details {
     pub const WARM: &str = "warm";
     pub const GUEST: &str = "guest";
     pub const HEALTH: &str = "health";
+    pub const HOOKS: &str = "hooks";
+
+    /// How a hook's run in the current attempt went.
+    pub enum HookRun<'a> {
+        Running,
+        Succeeded,
+        Failed(&'a str),
+    }
+
+    /// One hook (`spec.hooks`): which, its image, and its run (`None`: not run in this attempt).
+    pub fn hook(point: &str, image: &str, run: Option<HookRun<'_>>) -> String {
+        let how = match run {
+            None => "not run yet".to_owned(),
+            Some(HookRun::Running) => "running".to_owned(),
+            Some(HookRun::Succeeded) => "succeeded".to_owned(),
+            Some(HookRun::Failed("")) => "failed".to_owned(),
+            Some(HookRun::Failed(said)) => format!("failed: {said}"),
+        };
+        format!("{point} ({image}): {how}")
+    }
 
     /// The health check (`spec.target.healthCheck`): what is probed, what a failure does, and
     /// the probes so far (`probes`: made, answered in a row, passed).

@@ -341,6 +341,7 @@ pub fn template(lab: &Lab) -> WaveTemplate {
         },
         conversion: Default::default(),
         mode: Default::default(),
+        hooks: None,
     }
 }
 

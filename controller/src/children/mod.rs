@@ -9,6 +9,7 @@
 pub mod cutover_job;
 pub mod datavolume;
 pub mod guest_job;
+pub mod hook_job;
 pub mod job;
 pub mod proof;
 pub mod secret;

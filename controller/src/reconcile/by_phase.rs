@@ -165,6 +165,7 @@ mod tests {
             facts: Err(p(Reason::VMNotFound)),
             login: None,
             slot: crate::copy_slots::Verdict::Free,
+            hook: None,
         };
         let imp = || super::super::importing::Observed {
             credentials: Ok(None),
@@ -182,6 +183,7 @@ mod tests {
             leftovers: None,
             console: None,
             probe: None,
+            hook: None,
         };
         use super::super::{creating_vm, importing, preparing, validating};
         let rows = vec![

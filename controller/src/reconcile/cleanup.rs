@@ -43,6 +43,10 @@ pub enum Cleanup {
     GuestJob,
     /// A warm migration's precopy round's Job (and its pods).
     PrecopyJob,
+    /// The `preCutover` hook's Job (and its pods).
+    PreCutoverHookJob,
+    /// The `postCutover` hook's Job (and its pods).
+    PostCutoverHookJob,
     /// The snapshot a warm migration took of the source and recorded (judged ferry's by its
     /// creation stamp).
     Snapshot,
@@ -106,6 +110,14 @@ pub async fn run(io: Io<'_>, plan: &[Cleanup]) -> Result<Report> {
             }
             Cleanup::GuestJob => {
                 delete_owned::<Job>(io, &names::guest_job_name(vmm)).await?;
+            }
+            Cleanup::PreCutoverHookJob => {
+                let name = names::hook_job_name(vmm, ferry_crds::HookPoint::PreCutover);
+                delete_owned::<Job>(io, &name).await?;
+            }
+            Cleanup::PostCutoverHookJob => {
+                let name = names::hook_job_name(vmm, ferry_crds::HookPoint::PostCutover);
+                delete_owned::<Job>(io, &name).await?;
             }
             Cleanup::PrecopyJob => {
                 delete_writer_job(io, &names::precopy_job_name(vmm)).await?;

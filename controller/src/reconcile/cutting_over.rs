@@ -13,13 +13,14 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, CutOver},
-    Phase, PowerState, Reason, ToolsState, names,
+    HookPoint, Phase, PowerState, Reason, ToolsState, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
 use super::credentials;
+use super::hooks;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::precopy;
@@ -63,6 +64,8 @@ pub struct Observed {
     /// The migration's DataVolumes that are gone, being deleted, or held by an object not its
     /// own: the first copy and its precopy rounds were in them.
     pub lost: Vec<String>,
+    /// The `preCutover` hook's Job, read while the hook holds the begun cutover.
+    pub hook: Option<hooks::Seen>,
 }
 
 /// A precopy round as observed.
@@ -90,6 +93,8 @@ pub enum Action {
     PowerOff,
     /// Create the cutover Job.
     CreateJob,
+    /// Create the `preCutover` hook's Job.
+    RunPreCutoverHook,
     /// Take the precopy round's snapshot (its name recorded).
     TakeSnapshot,
     /// Create the precopy round's Job.
@@ -149,6 +154,11 @@ impl Checkpoint for CuttingOver {
         } else {
             vec![]
         };
+        let hook = if begun && runs_pre_hook(io.vmm) {
+            hooks::observe(io, HookPoint::PreCutover).await?
+        } else {
+            None
+        };
         Ok(Observed {
             source,
             marks,
@@ -159,6 +169,7 @@ impl Checkpoint for CuttingOver {
             block,
             round,
             lost: lost_volumes(io).await?,
+            hook,
         })
     }
 
@@ -185,6 +196,7 @@ impl Checkpoint for CuttingOver {
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
         let moref = io.vmm.source_moref().unwrap_or_default();
         match action {
+            Action::RunPreCutoverHook => hooks::create(io, HookPoint::PreCutover).await,
             Action::ShutdownGuest | Action::PowerOff => {
                 let login = match credentials::source_login(io).await? {
                     Ok(l) => l,
@@ -500,6 +512,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .or_else(|| round(scope))
         .or_else(|| waiting(scope))
         .or_else(|| begin(scope))
+        .or_else(|| pre_hook(scope))
         .or_else(|| source_unknown(scope))
         .or_else(|| disks_changed(scope))
         .or_else(|| source_on(scope))
@@ -635,6 +648,31 @@ fn begin(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
             warm: Some(w),
             ..Record::default()
         }),
+    )
+}
+
+/// Whether the `preCutover` hook holds the cutover: one is pending, and neither the source's
+/// power-off nor the cutover Job has begun. Pure.
+fn runs_pre_hook(vmm: &ferry_crds::VirtualMachineMigration) -> bool {
+    vmm.status
+        .as_ref()
+        .is_none_or(|s| s.source_power_off.is_none())
+        && hooks::pending(vmm, HookPoint::PreCutover).is_some()
+}
+
+/// The cutover began: the `preCutover` hook runs before the source is powered off, and must
+/// succeed for the cutover to go on.
+fn pre_hook(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    if !runs_pre_hook(&scope.vmm) || scope.world.job != JobState::Absent {
+        return None;
+    }
+    hooks::decide(
+        scope,
+        HookPoint::PreCutover,
+        scope.world.hook.as_ref(),
+        Action::RunPreCutoverHook,
+        CutOver,
+        Phase::CuttingOver,
     )
 }
 
@@ -970,6 +1008,7 @@ mod tests {
             block: vec![false],
             round: None,
             lost: vec![],
+            hook: None,
         }
     }
 
@@ -1230,6 +1269,54 @@ mod tests {
         recorded.status.as_mut().unwrap().source_state = Some(Box::new(rec));
         let o = decide(&scope(recorded, off()));
         assert_eq!(o.actions(), vec![Action::CreateJob], "{:?}", o.step);
+    }
+
+    #[test]
+    fn a_warm_pre_cutover_hook_runs_once_the_cutover_began_and_before_the_power_off() {
+        let mut vmm = begun(&warm_vmm());
+        vmm.spec.hooks = Some(ferry_crds::Hooks {
+            pre_cutover: Some(ferry_crds::Hook {
+                image: "img".into(),
+                command: vec!["quiesce".into()],
+                args: vec![],
+                timeout_seconds: 60,
+            }),
+            post_cutover: None,
+        });
+        vmm.status.as_mut().unwrap().attempts = 1;
+        let on = |job: JobState| Observed {
+            source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),
+            marks: Some(Ok(marks(&[(2000, 1 << 30)], PowerState::PoweredOn))),
+            hook: Some(hooks::Seen {
+                job,
+                failure: None,
+                conflict: None,
+            }),
+            ..world()
+        };
+        let o = decide(&scope(vmm.clone(), on(JobState::Absent)));
+        assert_eq!(o.step, Step::Act(vec![Action::RunPreCutoverHook]));
+        assert!(o.record.power_off.is_none());
+        let o = decide(&scope(
+            vmm.clone(),
+            on(JobState::Failed {
+                reason: "DeadlineExceeded".into(),
+                message: "Job was active longer than specified deadline".into(),
+            }),
+        ));
+        let Step::Fail { reason, resume, .. } = &o.step else {
+            panic!("{:?}", o.step)
+        };
+        assert_eq!((*reason, *resume), (Reason::HookFailed, Phase::CuttingOver));
+        assert!(o.actions().is_empty() && o.record.power_off.is_none());
+        // Its success recorded: the source is shut down.
+        let done = decide(&scope(vmm.clone(), on(JobState::Complete)))
+            .record
+            .hook
+            .unwrap();
+        vmm.status.as_mut().unwrap().hooks = vec![done];
+        let o = decide(&scope(vmm, on(JobState::Complete)));
+        assert_eq!(o.step, Step::Act(vec![Action::ShutdownGuest]));
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub fn delete_cleanup(vmm: &VirtualMachineMigration) -> Vec<Cleanup> {
     if vmm.phase() == Phase::Succeeded {
         return vec![Cleanup::Staging, Cleanup::S3Secret];
     }
-    cancel_cleanup()
+    with_hook_jobs(vmm, cancel_cleanup())
 }
 
 /// Whether deleting `vmm` powers the source back on (through the power rule): as a cancel
@@ -143,12 +143,46 @@ pub fn staging_changed(vmm: &VirtualMachineMigration) -> bool {
 ///   started ([`staging_changed`]); a retry of a `Cancelled` one starts over from Preparing;
 /// * a pending retry token on a `Cancelled` migration with `cancel` still true waits.
 pub fn decide(vmm: &VirtualMachineMigration) -> Intent {
-    cancel(vmm)
+    let intent = cancel(vmm)
         .or_else(|| retry(vmm))
         .or_else(|| finished(vmm))
         .or_else(|| paused(vmm))
         .or_else(|| not_started(vmm))
-        .unwrap_or(Intent::Proceed)
+        .unwrap_or(Intent::Proceed);
+    match intent {
+        Intent::Cancel { cleanup } => Intent::Cancel {
+            cleanup: with_hook_jobs(vmm, cleanup),
+        },
+        Intent::Retry { resume, cleanup } => Intent::Retry {
+            resume,
+            cleanup: with_hook_jobs(vmm, cleanup),
+        },
+        other => other,
+    }
+}
+
+/// `cleanup` and the Jobs of the migration's hooks (set in its spec, or run in an attempt):
+/// a cancel removes them, and a retry too, so that the next attempt runs each hook it reaches
+/// afresh (the gate asks for this attempt's success: see `hooks`). A migration without hooks
+/// spends no request on them. Pure.
+fn with_hook_jobs(vmm: &VirtualMachineMigration, mut cleanup: Vec<Cleanup>) -> Vec<Cleanup> {
+    use ferry_crds::HookPoint;
+    let ran = |p: HookPoint| {
+        vmm.spec.hooks.as_ref().is_some_and(|h| h.at(p).is_some())
+            || vmm
+                .status
+                .as_ref()
+                .is_some_and(|s| s.hooks.iter().any(|h| h.point == p))
+    };
+    for (point, job) in [
+        (HookPoint::PreCutover, Cleanup::PreCutoverHookJob),
+        (HookPoint::PostCutover, Cleanup::PostCutoverHookJob),
+    ] {
+        if ran(point) && !cleanup.contains(&job) {
+            cleanup.push(job);
+        }
+    }
+    cleanup
 }
 
 /// The operator's cancel wins over everything but deletion, once there is something to cancel.

@@ -16,6 +16,7 @@ pub mod creating_vm;
 pub mod credentials;
 pub mod cutting_over;
 pub mod health_gate;
+pub mod hooks;
 pub mod importing;
 pub mod intents;
 pub mod io;

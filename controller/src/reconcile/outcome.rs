@@ -111,6 +111,8 @@ pub struct Record {
     pub guest: Option<ferry_crds::GuestStatus>,
     /// How the health check goes (Validating).
     pub health: Option<ferry_crds::HealthCheckStatus>,
+    /// A hook's run (the checkpoints with a hook's gate: see `hooks`).
+    pub hook: Option<ferry_crds::HookStatus>,
 }
 
 impl Record {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, SourceDiscovered, Validated},
-    DiskStatus, Phase, PowerState, Reason, names,
+    DiskStatus, HookPoint, Phase, PowerState, Reason, names,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::info;
@@ -14,11 +14,12 @@ use tracing::info;
 use super::checkpoint::Checkpoint;
 use super::cleanup::Cleanup;
 use super::credentials;
+use super::hooks;
 use super::io::Io;
 use super::outcome::{Outcome, Record, Step};
 use super::preflight;
 use super::scope::Scope;
-use super::source_power_off::{PowerOffStep, power_off_step};
+use super::source_power_off::{PowerAction, PowerOffStep, power_off_step};
 use super::world;
 use crate::Result;
 use crate::apis::kubevirt::VirtualMachine;
@@ -42,10 +43,30 @@ pub struct Observed {
     /// Whether the source's host and datastores have a copy slot for it (taken when they do;
     /// `Free` unless the migration is in Preparing and its source was found).
     pub slot: crate::copy_slots::Verdict,
+    /// A cold migration's `preCutover` hook's Job, read while the hook holds it (see `hooks`).
+    pub hook: Option<hooks::Seen>,
 }
 
-/// What Preparing does to the world: the steps of the source's power-off.
-pub use super::source_power_off::PowerAction as Action;
+/// What Preparing does to the world: the steps of the source's power-off, and before them a
+/// cold migration's `preCutover` hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Ask the source's guest to shut down (VMware Tools).
+    ShutdownGuest,
+    /// Power the source off hard.
+    PowerOff,
+    /// Create the `preCutover` hook's Job.
+    RunPreCutoverHook,
+}
+
+impl From<PowerAction> for Action {
+    fn from(a: PowerAction) -> Self {
+        match a {
+            PowerAction::ShutdownGuest => Action::ShutdownGuest,
+            PowerAction::PowerOff => Action::PowerOff,
+        }
+    }
+}
 
 impl Checkpoint for Preparing {
     const PHASE: Phase = Phase::Preparing;
@@ -62,6 +83,7 @@ impl Checkpoint for Preparing {
                     facts: Err(p),
                     login: None,
                     slot: crate::copy_slots::Verdict::Free,
+                    hook: None,
                 });
             }
         };
@@ -74,10 +96,17 @@ impl Checkpoint for Preparing {
                 .copy_slot(io.vmm, &crate::copy_slots::Place::of_source(&f.vm)),
             _ => crate::copy_slots::Verdict::Free,
         };
+        // Read only once every check passed would let it run: a Preparing that fails or
+        // waits for other reasons costs no read.
+        let hook = match &facts {
+            Ok(_) if runs_pre_hook(io.vmm) => hooks::observe(io, HookPoint::PreCutover).await?,
+            _ => None,
+        };
         Ok(Observed {
             facts,
             login: Some(login),
             slot,
+            hook,
         })
     }
 
@@ -90,6 +119,9 @@ impl Checkpoint for Preparing {
     }
 
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
+        if *action == Action::RunPreCutoverHook {
+            return hooks::create(io, HookPoint::PreCutover).await;
+        }
         let (Some(login), Some(moref)) = (observed.login.as_ref(), io.vmm.source_moref()) else {
             // The decision powers off only what it found and recorded.
             return Ok(None);
@@ -108,6 +140,7 @@ impl Checkpoint for Preparing {
                 }
                 info!(%migration, %moref, "source VM powered off");
             }
+            Action::RunPreCutoverHook => {}
         }
         Ok(None)
     }
@@ -330,6 +363,7 @@ fn to_record(scope: &Scope<Observed>, facts: &SourceFacts) -> Record {
         source_state: None,
         guest: None,
         health: None,
+        hook: None,
     }
 }
 
@@ -360,6 +394,7 @@ fn powered_off(scope: &Scope<Observed>, planned: Outcome<Action>) -> Outcome<Act
             facts: Ok(facts),
             login: scope.world.login.clone(),
             slot: scope.world.slot.clone(),
+            hook: scope.world.hook.clone(),
         },
     };
     let next = decide(&after);
@@ -416,6 +451,7 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
         .or_else(|| held(&f))
         .or_else(|| no_copy_slot(&f))
         .or_else(|| power_unrecorded(&f))
+        .or_else(|| pre_hook(&f))
         .or_else(|| powering_off(&f))
         .unwrap_or_else(|| ready(&f))
 }
@@ -606,6 +642,39 @@ fn power_unrecorded(f: &Found) -> Option<Outcome<Action>> {
     Some(out)
 }
 
+/// Whether a cold migration's `preCutover` hook may hold Preparing: one is pending and ferry
+/// has not begun the power-off (a warm migration's runs at its cutover). Pure.
+fn runs_pre_hook(vmm: &ferry_crds::VirtualMachineMigration) -> bool {
+    vmm.spec.mode == ferry_crds::MigrationMode::Cold
+        && vmm
+            .status
+            .as_ref()
+            .is_none_or(|s| s.source_power_off.is_none())
+        && hooks::pending(vmm, HookPoint::PreCutover).is_some()
+}
+
+/// Every check passed: a cold migration's `preCutover` hook runs before the source is touched
+/// (its power-off, its copy); it must succeed for the migration to go on.
+fn pre_hook(f: &Found) -> Option<Outcome<Action>> {
+    if !runs_pre_hook(&f.scope.vmm) {
+        return None;
+    }
+    let out = hooks::decide(
+        f.scope,
+        HookPoint::PreCutover,
+        f.scope.world.hook.as_ref(),
+        Action::RunPreCutoverHook,
+        Validated,
+        Phase::Preparing,
+    )?;
+    let hook = out.record.hook.clone();
+    let out = f.discovered(out);
+    Some(out.recording(Record {
+        hook,
+        ..f.record.clone()
+    }))
+}
+
 /// A running source is powered off for a consistent copy, its guest asked to shut down first.
 /// A warm migration's runs on: its first copy reads a snapshot, and CuttingOver powers it off.
 fn powering_off(f: &Found) -> Option<Outcome<Action>> {
@@ -620,13 +689,13 @@ fn powering_off(f: &Found) -> Option<Outcome<Action>> {
     ) {
         PowerOffStep::Act(action, done) => {
             let message = match action {
-                Action::ShutdownGuest => say::shutdown_asked(
+                PowerAction::ShutdownGuest => say::shutdown_asked(
                     &f.name,
                     f.scope.vmm.spec.source.power.shutdown_grace_period_seconds,
                 ),
-                Action::PowerOff => say::powering_off_hard(&f.name),
+                PowerAction::PowerOff => say::powering_off_hard(&f.name),
             };
-            (Step::Act(vec![action]), message, Some(done))
+            (Step::Act(vec![Action::from(action)]), message, Some(done))
         }
         PowerOffStep::Wait { left } => (
             Step::Wait {
@@ -801,6 +870,7 @@ mod tests {
                 facts: world,
                 login: None,
                 slot: crate::copy_slots::Verdict::Free,
+                hook: None,
             },
         }
     }
@@ -1082,6 +1152,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_cold_pre_cutover_hook_runs_before_the_power_off_and_its_failure_leaves_the_source_on() {
+        use crate::apis::job::JobState;
+        use crate::reconcile::hooks::Seen;
+        let mut vmm = recorded(PowerState::PoweredOn);
+        vmm.spec.hooks = Some(ferry_crds::Hooks {
+            pre_cutover: Some(ferry_crds::Hook {
+                image: "img".into(),
+                command: vec!["quiesce".into()],
+                args: vec![],
+                timeout_seconds: 60,
+            }),
+            post_cutover: None,
+        });
+        vmm.status.as_mut().unwrap().attempts = 1;
+        let with_job = |job: JobState| {
+            let mut s = scope(vmm.clone(), Ok(facts(PowerState::PoweredOn)), 0);
+            s.world.hook = Some(Seen {
+                job,
+                failure: Some("writers left".into()),
+                conflict: None,
+            });
+            decide(&s)
+        };
+        // The hook's Job is made; nothing is powered off.
+        let o = with_job(JobState::Absent);
+        assert_eq!(o.step, Step::Act(vec![Action::RunPreCutoverHook]));
+        assert!(o.record.power_off.is_none());
+        assert!(
+            o.record.source.is_some(),
+            "the discovery is recorded with it"
+        );
+        let o = with_job(JobState::Running { failed: 0 });
+        assert!(matches!(o.step, Step::Wait { .. }), "{:?}", o.step);
+        // It failed: the migration fails in Preparing, the source untouched.
+        let o = with_job(JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            message: String::new(),
+        });
+        assert_eq!(fail_reason(&o.step), Some((Reason::HookFailed, true)));
+        assert!(o.record.power_off.is_none());
+        // It succeeded and that is recorded: the power-off goes on.
+        let o = with_job(JobState::Complete);
+        let done = o.record.hook.clone().unwrap();
+        let mut passed = vmm.clone();
+        passed.status.as_mut().unwrap().hooks = vec![done];
+        let o = decide(&scope(passed, Ok(facts(PowerState::PoweredOn)), 0));
+        assert_eq!(o.step, Step::Act(vec![Action::PowerOff]), "{:?}", o.step);
     }
 
     #[test]

@@ -220,6 +220,12 @@ fn recorded(s: &mut Status, record: &super::outcome::Record) {
     if let Some(h) = &record.health {
         s.health_check = Some(h.clone());
     }
+    if let Some(h) = &record.hook {
+        // One entry per hook: this attempt's run replaces an earlier attempt's.
+        s.hooks.retain(|old| old.point != h.point);
+        s.hooks.push(h.clone());
+        s.hooks.sort_by_key(|h| h.point);
+    }
 }
 
 /// A checkpoint's desired state holds: the migration enters `to` (staging recorded on its way
@@ -266,8 +272,10 @@ fn advanced(vmm: &VirtualMachineMigration, s: &mut Status, to: Phase, now: &Time
 /// rollback instead: `RolledBack`, the target to be stopped whatever the policy, and the source
 /// then powered back on when ferry powered it off. Whether it rolled back.
 fn failed(vmm: &VirtualMachineMigration, s: &mut Status, failure: LastFailure, now: &Time) -> bool {
-    let rollback =
-        failure.reason == Reason::HealthCheckFailed && super::health_gate::rolls_back(vmm);
+    // A failed postCutover hook is a failed check of the migrated VM, as its health check is.
+    let checked = failure.reason == Reason::HealthCheckFailed
+        || (failure.reason == Reason::HookFailed && failure.phase == Phase::Validating);
+    let rollback = checked && super::health_gate::rolls_back(vmm);
     s.last_failure = Some(failure);
     if rollback {
         enter(s, Phase::RolledBack, now);

@@ -7,7 +7,7 @@
 use ferry_crds::{
     ConditionStatus::{True, Unknown},
     ConditionType::{self, GuestReady},
-    Phase, Readiness, Reason, RunStrategy, VirtualMachineMigration, names,
+    HookPoint, Phase, Readiness, Reason, RunStrategy, VirtualMachineMigration, names,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams};
@@ -18,6 +18,7 @@ use super::cleanup::Cleanup;
 use super::console;
 use super::credentials;
 use super::health_gate::{self, Gate};
+use super::hooks;
 use super::io::Io;
 use super::outcome::{Outcome, Step};
 use super::scope::Scope;
@@ -83,6 +84,8 @@ pub struct Observed {
     pub console: Option<Result<Vec<String>, String>>,
     /// The health check's probe, made when one is due (see [`health_gate::due`]).
     pub probe: Option<health_gate::Probe>,
+    /// The `postCutover` hook's Job, read while the hook holds a ready guest.
+    pub hook: Option<hooks::Seen>,
 }
 
 /// What Validating does to the world.
@@ -93,6 +96,8 @@ pub enum Action {
     /// later must not delete the migrated VM). The VM's release is the last act: a released VM
     /// means everything else is done.
     Finish,
+    /// Create the `postCutover` hook's Job.
+    RunPostCutoverHook,
 }
 
 /// How long past the agent timeout a failure waits for the serial console to be readable.
@@ -160,8 +165,22 @@ impl Checkpoint for Validating {
     async fn observe(io: Io<'_>) -> Result<Observed> {
         let world::KubeVirtState { vm, vmi, trouble } = world::kubevirt_state(io).await?;
         let ready = guest_ready(io.vmm, &vmi);
+        // The hook first, then the health check, then the clean-up: each is read only once
+        // the one before let the migration through.
+        let hooked =
+            ready && !released(&vm) && hooks::pending(io.vmm, HookPoint::PostCutover).is_some();
+        let hook = if hooked {
+            hooks::observe(io, HookPoint::PostCutover).await?
+        } else {
+            None
+        };
         let probe = match health_gate::applies(io.vmm) {
-            Some(hc) if ready && !released(&vm) && health_gate::due(io.vmm, io.ctx.clock.now()) => {
+            Some(hc)
+                if ready
+                    && !hooked
+                    && !released(&vm)
+                    && health_gate::due(io.vmm, io.ctx.clock.now()) =>
+            {
                 let instance = io
                     .read::<VirtualMachineInstance>(&names::vm_name(io.vmm))
                     .await?;
@@ -169,7 +188,7 @@ impl Checkpoint for Validating {
             }
             _ => None,
         };
-        let leftovers = if ready && !released(&vm) && health_gate::clear(io.vmm) {
+        let leftovers = if ready && !hooked && !released(&vm) && health_gate::clear(io.vmm) {
             Some(leftovers(io).await?)
         } else {
             None
@@ -190,6 +209,7 @@ impl Checkpoint for Validating {
             leftovers,
             console,
             probe,
+            hook,
         })
     }
 
@@ -200,6 +220,7 @@ impl Checkpoint for Validating {
     async fn execute(io: Io<'_>, observed: &Observed, action: &Action) -> Result<Option<Problem>> {
         match action {
             Action::Finish => finish(io, observed).await,
+            Action::RunPostCutoverHook => hooks::create(io, HookPoint::PostCutover).await,
         }
     }
 
@@ -351,7 +372,22 @@ pub fn decide(scope: &Scope<Observed>) -> Outcome<Action> {
             .or_else(|| guest_timed_out(scope))
             .unwrap_or_else(|| waiting_for_the_guest(scope));
     }
-    health(scope).unwrap_or_else(|| clean_up_and_release(scope))
+    post_hook(scope)
+        .or_else(|| health(scope))
+        .unwrap_or_else(|| clean_up_and_release(scope))
+}
+
+/// The guest is ready: the `postCutover` hook runs, and must succeed, before the health check
+/// and the clean-up (a failure is a failed check: rolled back under `RollBack`).
+fn post_hook(scope: &Scope<Observed>) -> Option<Outcome<Action>> {
+    hooks::decide(
+        scope,
+        HookPoint::PostCutover,
+        scope.world.hook.as_ref(),
+        Action::RunPostCutoverHook,
+        GuestReady,
+        Phase::Validating,
+    )
 }
 
 /// The guest is ready; its health check, when one applies and has not passed, holds the
@@ -757,6 +793,7 @@ mod tests {
             trouble,
             console: None,
             probe: None,
+            hook: None,
         };
         decide(&Scope {
             vmm,
@@ -896,6 +933,7 @@ mod tests {
                 leftovers: None,
                 console,
                 probe: None,
+                hook: None,
             },
         })
     }
@@ -933,6 +971,7 @@ mod tests {
                 leftovers: Some(Ok(Leftovers::default())),
                 console: None,
                 probe,
+                hook: None,
             },
         });
         (vmm, o)

@@ -278,6 +278,7 @@ impl Env {
             conversion: Default::default(),
             mode: Default::default(),
             warm: None,
+            hooks: None,
             cancel: false,
             paused: false,
             preflight: None,
@@ -299,6 +300,7 @@ impl Env {
             staging: t.staging,
             conversion: t.conversion,
             mode: Default::default(),
+            hooks: None,
         }
     }
 

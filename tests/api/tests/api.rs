@@ -319,6 +319,35 @@ fn create_time_cases() -> Vec<Invalid> {
             &["spec.target", "healthCheck probes the running guest"],
         ),
         invalid(
+            "hook without a command",
+            Vmm,
+            vec![(
+                "/spec/hooks",
+                Some(json!({"preCutover": {"image": "reg/q:1", "command": []}})),
+            )],
+            &["spec.hooks.preCutover.command"],
+        ),
+        invalid(
+            "hook without an image",
+            Vmm,
+            vec![(
+                "/spec/hooks",
+                Some(json!({"postCutover": {"command": ["q"]}})),
+            )],
+            &["spec.hooks.postCutover.image", "Required value"],
+        ),
+        invalid(
+            "hook with a timeout of 0",
+            Vmm,
+            vec![(
+                "/spec/hooks",
+                Some(
+                    json!({"preCutover": {"image": "reg/q:1", "command": ["q"], "timeoutSeconds": 0}}),
+                ),
+            )],
+            &["spec.hooks.preCutover.timeoutSeconds"],
+        ),
+        invalid(
             "health check of port 0",
             Vmm,
             vec![(

@@ -770,7 +770,8 @@ async fn run_pod(
     if !claims_bound(ctx, job, pod_obj, &run.container).await? {
         return Ok(None);
     }
-    let (env, argv) = match configured(&run, &pod_facts(&run, &pod_spec, attempt)).await? {
+    let facts = pod_facts(&run, &pod_spec, attempt);
+    let (env, argv) = match configured(&run, &facts).await? {
         Then::Go(configured) => configured,
         Then::Exited(exit) => return Ok(Some(exit)),
         Then::Gone => return Ok(None),
@@ -794,6 +795,7 @@ async fn run_pod(
         &run.ns,
         &sim.settings.volumes,
         &root,
+        &facts,
     ) {
         Ok(m) => m,
         Err(message) => {

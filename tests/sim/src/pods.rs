@@ -51,6 +51,9 @@ pub enum MountKind {
     /// An empty file the container may write: its termination message file
     /// (`terminationMessagePath`, which the kubelet mounts into every container).
     File,
+    /// A directory of files the kubelet writes before the container starts (a `downwardAPI`
+    /// volume): each path in it with its content.
+    Files(Vec<(String, String)>),
 }
 
 /// Where the kubelet mounts a container's termination message file when its spec names none
@@ -67,16 +70,59 @@ pub fn claims(spec: &PodSpec) -> Vec<String> {
         .collect()
 }
 
+/// The files of a `downwardAPI` volume, as the kubelet writes them (`pkg/volume/downwardapi`
+/// in Kubernetes: each item's `fieldRef` through `fieldpath.ExtractFieldPathAsString`, the
+/// whole `metadata.labels` or `metadata.annotations` as sorted `key="value"` lines). Pure.
+///
+/// Errors: a `resourceFieldRef` (the sim's pods have no resources to report), a field the
+/// downward API does not offer, or a path that climbs out of the volume.
+pub fn downward_files(
+    d: &k8s_openapi::api::core::v1::DownwardAPIVolumeSource,
+    pod: &crate::process::PodFacts,
+) -> Result<Vec<(String, String)>, String> {
+    let map = |m: &BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v:?}\n"))
+            .collect::<String>()
+    };
+    let mut out = vec![];
+    for item in d.items.iter().flatten() {
+        if item.path.starts_with('/') || item.path.split('/').any(|p| p == "..") {
+            return Err(format!(
+                "path {:?} must be relative and stay in the volume",
+                item.path
+            ));
+        }
+        let content = match (&item.field_ref, &item.resource_field_ref) {
+            (Some(f), None) => match f.field_path.as_str() {
+                "metadata.labels" => map(&pod.labels),
+                "metadata.annotations" => map(&pod.annotations),
+                path => crate::process::field(path, pod)?,
+            },
+            (None, Some(_)) => return Err("ferry-sim does not provide resourceFieldRef".into()),
+            _ => {
+                return Err(format!(
+                    "item {:?} needs exactly one of fieldRef and resourceFieldRef",
+                    item.path
+                ));
+            }
+        };
+        out.push((item.path.clone(), content));
+    }
+    Ok(out)
+}
+
 /// Where each of the container's mounts and devices stands on the host under `root`. Pure.
 ///
 /// Errors: a mount of a volume the pod does not have, or of a kind the sim does not provide
-/// (anything but `persistentVolumeClaim` and `emptyDir`).
+/// (anything but `persistentVolumeClaim`, `emptyDir` and `downwardAPI` with `fieldRef`s).
 pub fn plan(
     spec: &PodSpec,
     container: &Container,
     ns: &str,
     vols: &Volumes,
     root: &Path,
+    pod: &crate::process::PodFacts,
 ) -> Result<Vec<Mount>, String> {
     let volume = |name: &str| {
         spec.volumes
@@ -96,9 +142,13 @@ pub fn plan(
             }
         } else if v.empty_dir.is_some() {
             MountKind::Dir
+        } else if let Some(d) = &v.downward_api {
+            MountKind::Files(
+                downward_files(d, pod).map_err(|e| format!("volume {:?}: {e}", m.name))?,
+            )
         } else {
             return Err(format!(
-                "volume {:?}: ferry-sim mounts only persistentVolumeClaim and emptyDir volumes",
+                "volume {:?}: ferry-sim mounts only persistentVolumeClaim, emptyDir and downwardAPI volumes",
                 m.name
             ));
         };
@@ -174,6 +224,16 @@ pub fn make(mounts: &[Mount]) -> std::io::Result<()> {
                     std::fs::create_dir_all(parent)?;
                 }
                 std::fs::write(&m.host_path, b"")?;
+            }
+            MountKind::Files(files) => {
+                std::fs::create_dir_all(&m.host_path)?;
+                for (path, content) in files {
+                    let file = m.host_path.join(path);
+                    if let Some(parent) = file.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&file, content)?;
+                }
             }
         }
     }
@@ -589,7 +649,7 @@ mod tests {
         let (spec, c) = spec();
         for attempt in 0..2 {
             let root = dir.join(format!("attempt-{attempt}"));
-            let m = plan(&spec, &c, "ns", &vols, &root).unwrap();
+            let m = plan(&spec, &c, "ns", &vols, &root, &Default::default()).unwrap();
             let m: Vec<Mount> = m
                 .into_iter()
                 .map(|mut m| {
@@ -618,7 +678,7 @@ mod tests {
     fn mounts_stand_on_the_host_under_the_attempts_root() {
         let (spec, c) = spec();
         let vols = Volumes::new("/v");
-        let m = plan(&spec, &c, "ns", &vols, Path::new("/r")).unwrap();
+        let m = plan(&spec, &c, "ns", &vols, Path::new("/r"), &Default::default()).unwrap();
         assert_eq!(
             m,
             vec![
@@ -656,13 +716,86 @@ mod tests {
         assert_eq!(claims(&spec), vec!["m-disk-0", "m-disk-1"]);
         let mut bad = c.clone();
         bad.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
-        assert!(plan(&spec, &bad, "ns", &vols, Path::new("/r")).is_err());
+        assert!(
+            plan(
+                &spec,
+                &bad,
+                "ns",
+                &vols,
+                Path::new("/r"),
+                &Default::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_downward_api_volume_holds_the_pods_fields_as_the_kubelet_writes_them() {
+        use k8s_openapi::api::core::v1::{
+            DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector,
+            ResourceFieldSelector,
+        };
+        let item = |path: &str, field: &str| DownwardAPIVolumeFile {
+            path: path.into(),
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: field.into(),
+            }),
+            ..Default::default()
+        };
+        let pod = crate::process::PodFacts {
+            name: "p".into(),
+            labels: BTreeMap::from([("b".into(), "2".into()), ("a".into(), "1".into())]),
+            annotations: BTreeMap::from([("ctx".into(), "{\"x\":1}".into())]),
+            ..Default::default()
+        };
+        let d = DownwardAPIVolumeSource {
+            items: Some(vec![
+                item("context.json", "metadata.annotations['ctx']"),
+                item("sub/labels", "metadata.labels"),
+                item("name", "metadata.name"),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            downward_files(&d, &pod).unwrap(),
+            [
+                ("context.json".to_owned(), "{\"x\":1}".to_owned()),
+                ("sub/labels".to_owned(), "a=\"1\"\nb=\"2\"\n".to_owned()),
+                ("name".to_owned(), "p".to_owned()),
+            ]
+        );
+        let climbs = DownwardAPIVolumeSource {
+            items: Some(vec![item("../x", "metadata.name")]),
+            ..Default::default()
+        };
+        assert!(downward_files(&climbs, &pod).is_err());
+        let resources = DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "cpu".into(),
+                resource_field_ref: Some(ResourceFieldSelector {
+                    resource: "limits.cpu".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(downward_files(&resources, &pod).is_err());
     }
 
     #[test]
     fn paths_under_mounts_are_rewritten_where_a_path_can_start() {
         let (spec, c) = spec();
-        let m = plan(&spec, &c, "ns", &Volumes::new("/v"), Path::new("/r")).unwrap();
+        let m = plan(
+            &spec,
+            &c,
+            "ns",
+            &Volumes::new("/v"),
+            Path::new("/r"),
+            &Default::default(),
+        )
+        .unwrap();
         let cases = [
             (
                 "/var/run/ferry/disk-0/disk.img",

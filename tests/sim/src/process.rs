@@ -93,7 +93,7 @@ pub fn expand(input: &str, vars: &BTreeMap<String, String>) -> String {
     out
 }
 
-fn field(path: &str, pod: &PodFacts) -> std::result::Result<String, String> {
+pub fn field(path: &str, pod: &PodFacts) -> std::result::Result<String, String> {
     let bracket = |prefix: &str| {
         path.strip_prefix(prefix)
             .and_then(|s| s.strip_prefix("['"))

@@ -53,6 +53,7 @@ impl Pip {
             | Reason::WaitingForCutover
             | Reason::Paused
             | Reason::HealthChecking
+            | Reason::HookRunning
             | Reason::RetryRequested
             | Reason::Cancelling => Pip::Waiting,
             Reason::TransientError
@@ -108,6 +109,7 @@ impl Pip {
             | Reason::ImagePullBackOff
             | Reason::VMReady
             | Reason::NotChecked
+            | Reason::HookFailed
             | Reason::HealthCheckPassed
             | Reason::HealthCheckFailed
             | Reason::RolledBack

@@ -120,6 +120,9 @@ fn summary(
     if let Some(h) = health(o, &status) {
         out.extend(wrapped_value(label(text::HEALTH, t), &h, width, t.text()));
     }
+    if let Some(h) = hooks(o, &status) {
+        out.extend(wrapped_value(label(text::HOOKS, t), &h, width, t.text()));
+    }
     // Whole, wrapped: the failure is the one thing the operator must read in full, so it comes
     // before the status message (which may speak of what followed it: the source's power), in
     // the order of `state::messages::of`.
@@ -292,6 +295,33 @@ fn health(
         h.map(|h| (h.probes, h.successes, h.passed)),
         h.map(|h| h.last_result.as_str()).filter(|r| !r.is_empty()),
     ))
+}
+
+/// The hooks line, for a migration with hooks: each hook's image and how its run in the current
+/// attempt went.
+fn hooks(
+    o: &VirtualMachineMigration,
+    status: &ferry_crds::VirtualMachineMigrationStatus,
+) -> Option<String> {
+    use ferry_crds::{HookPoint, HookState};
+    let spec = o.spec.hooks.as_ref()?;
+    let each: Vec<String> = [HookPoint::PreCutover, HookPoint::PostCutover]
+        .into_iter()
+        .filter_map(|p| {
+            let hook = spec.at(p)?;
+            let run = status
+                .hooks
+                .iter()
+                .find(|h| h.point == p && h.attempt == status.attempts);
+            let state = run.map(|r| match r.state {
+                HookState::Running => text::HookRun::Running,
+                HookState::Succeeded => text::HookRun::Succeeded,
+                HookState::Failed => text::HookRun::Failed(r.message.trim()),
+            });
+            Some(text::hook(p.field(), &hook.image, state))
+        })
+        .collect();
+    (!each.is_empty()).then(|| each.join("; "))
 }
 
 /// The predicted downtime as the warm line says it: the copy, and the longest shutdown when
@@ -797,6 +827,48 @@ mod tests {
         assert!(flat.contains("RolledBack"), "{text}");
         assert!(
             flat.contains("health tcp 8080, 2 in a row, else roll back: 0 of 2 after 30 probe(s); last: tcp 10.0.0.7:8080: Connection refused"),
+            "{text}"
+        );
+    }
+
+    /// The hooks line: each hook's image and how its run in this attempt went.
+    #[test]
+    fn the_hooks_line_says_how_each_hook_ran_in_this_attempt() {
+        let mut o = migration("vm-a").with_phase(Phase::Failed);
+        o.spec.hooks = Some(
+            serde_json::from_value(serde_json::json!({
+                "preCutover": {"image": "reg/quiesce:1", "command": ["q"]},
+                "postCutover": {"image": "reg/smoke:1", "command": ["s"]},
+            }))
+            .unwrap(),
+        );
+        if let Some(st) = o.status.as_mut() {
+            st.attempts = 2;
+            st.hooks = vec![
+                ferry_crds::HookStatus {
+                    point: ferry_crds::HookPoint::PreCutover,
+                    attempt: 2,
+                    job: "vm-a-pre-cutover".into(),
+                    state: ferry_crds::HookState::Failed,
+                    started_at: None,
+                    finished_at: None,
+                    message: "3 writers left\n".into(),
+                },
+                // An earlier attempt's run is not this attempt's.
+                ferry_crds::HookStatus {
+                    point: ferry_crds::HookPoint::PostCutover,
+                    attempt: 1,
+                    job: "vm-a-post-cutover".into(),
+                    state: ferry_crds::HookState::Succeeded,
+                    started_at: None,
+                    finished_at: None,
+                    message: String::new(),
+                },
+            ];
+        }
+        let (text, flat) = details_of(o);
+        assert!(
+            flat.contains("hooks preCutover (reg/quiesce:1): failed: 3 writers left; postCutover (reg/smoke:1): not run yet"),
             "{text}"
         );
     }
