@@ -534,6 +534,21 @@ async fn the_forecast_names_the_vms_a_closing_window_will_leave_and_they_do_not_
     .unwrap_or_else(|e| panic!("{e}; logs in {}", env.scratch.display()));
     assert_eq!(named.at_risk, 2, "{named:?}");
     assert_eq!(named.at_risk_names, late, "in spec.vms order");
+    // Each unfinished one has its start and end; the late ones end past the window's end.
+    let risky: Vec<&str> = named
+        .vms
+        .iter()
+        .filter(|v| v.at_risk)
+        .map(|v| v.migration.as_str())
+        .collect();
+    assert_eq!(risky, late, "{named:?}");
+    assert!(
+        named
+            .vms
+            .iter()
+            .all(|v| v.ends_at.0 > v.starts_at.0 && (v.ends_at.0 > end.0) == v.at_risk),
+        "{named:?}"
+    );
     let second = env.wait_terminal(&child(&vms[1]), 300).await;
     assert_eq!(
         second.phase(),

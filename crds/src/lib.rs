@@ -62,9 +62,9 @@ pub use target::{
 };
 pub use warm::{MigrationMode, SnapshotRecord, WarmSpec, WarmStatus};
 pub use wave::{
-    MaintenanceWindow, MigrationWave, MigrationWaveSpec, MigrationWaveStatus, WaveCollision,
-    WaveCounts, WaveForecast, WavePhase, WavePreflight, WaveRefusal, WaveSelector, WaveSource,
-    WaveTagSelector, WaveTemplate, WaveVm,
+    MaintenanceWindow, MigrationWave, MigrationWaveSpec, MigrationWaveStatus, VmForecast,
+    WaveCollision, WaveCounts, WaveForecast, WavePhase, WavePreflight, WaveRefusal, WaveSelector,
+    WaveSource, WaveTagSelector, WaveTemplate, WaveVm,
 };
 pub use wave_child::{child_migration, child_migration_name};
 

@@ -166,6 +166,28 @@ pub struct WaveForecast {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 1024))]
     pub window_short: String,
+    /// Each unfinished migration's forecast start and end, at the measured pace, in the order
+    /// the wave runs them (those in flight first), at most 256; for a cold wave (a warm one's
+    /// cutovers are not measured). A cold migration's source is off from its start to its end:
+    /// that span is its VM's downtime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub vms: Vec<VmForecast>,
+}
+
+/// One migration's forecast (`status.forecast.vms[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmForecast {
+    /// The migration.
+    pub migration: String,
+    /// When it started (in flight) or is forecast to start.
+    pub starts_at: Time,
+    /// When it is forecast to end.
+    pub ends_at: Time,
+    /// It ends past the window's end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_risk: bool,
 }
 
 /// Which VMs of the inventory a wave migrates: every condition given must hold.

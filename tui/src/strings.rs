@@ -319,6 +319,19 @@ pub mod details {
     pub const GUEST: &str = "guest";
     pub const HEALTH: &str = "health";
     pub const HOOKS: &str = "hooks";
+    pub const FORECAST: &str = "forecast";
+
+    /// The wave's forecast of one migration (`status.forecast.vms`): when it starts (or
+    /// started) and ends at the wave's pace, and whether that is past the window's end.
+    pub fn vm_forecast(starts: &str, ends: &str, started: bool, at_risk: bool) -> String {
+        let start = if started { "started" } else { "starts" };
+        let risk = if at_risk {
+            "; past the window's end: it will not make it at this pace"
+        } else {
+            ""
+        };
+        format!("{start} {starts}, ends about {ends} at the wave's pace{risk}")
+    }
 
     /// How a hook's run in the current attempt went.
     pub enum HookRun<'a> {

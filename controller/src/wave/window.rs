@@ -164,8 +164,9 @@ pub fn forecast(
         .and_then(|f| f.first_ends_at.clone().zip(f.first_made_at.clone()))
         .or_else(|| ends_at.clone().map(|e| (e, now.clone())));
     let (first_ends_at, first_made_at) = first.unzip();
-    let (at_risk, at_risk_names) =
-        measured.map_or((0, vec![]), |m| self::at_risk(wave, children, m.secs, now));
+    let mut vms = measured.map_or_else(Vec::new, |m| plan(wave, children, m.secs, now));
+    let (at_risk, at_risk_names) = self::at_risk(&vms);
+    vms.truncate(VM_FORECASTS);
     let window_short = measured
         .and_then(|m| short(wave, m, left, now))
         .unwrap_or_default();
@@ -179,6 +180,7 @@ pub fn forecast(
         at_risk,
         at_risk_names,
         window_short,
+        vms,
     })
 }
 
@@ -216,57 +218,71 @@ fn short(wave: &MigrationWave, m: Measure, left: i64, now: &Time) -> Option<Stri
 /// Most names of migrations at risk a forecast lists.
 pub const AT_RISK_NAMES: usize = 32;
 
-/// The migrations of a cold wave that the forecast ends past its window's end, in the order the
-/// wave starts them: one in flight ends `secs` after its start; the rest start `maxInFlight` at
-/// a time as slots free, in `spec.vms` order, each taking `secs`. Their count and the first
-/// [`AT_RISK_NAMES`] names; none for a wave with no window, or a warm one (what its cutover
-/// takes is not measured). Pure.
-fn at_risk(
+/// Most migrations a forecast gives a start and end of (`status.forecast.vms`).
+pub const VM_FORECASTS: usize = 256;
+
+/// Each unfinished migration of a cold wave, in the order the wave runs them: one in flight
+/// ends `secs` after its start (now, if that is past); the rest start `maxInFlight` at a time
+/// as slots free, in `spec.vms` order, from now or the window's start, each taking `secs`. At
+/// risk: it ends past the window's end. None for a warm wave (what its cutover takes is not
+/// measured). Pure.
+fn plan(
     wave: &MigrationWave,
     children: &[VirtualMachineMigration],
     secs: i64,
     now: &Time,
-) -> (i32, Vec<String>) {
-    let Some(end) = wave.spec.window.as_ref().map(|w| w.end.0.as_second()) else {
-        return (0, vec![]);
-    };
+) -> Vec<ferry_crds::VmForecast> {
     if holds_cutovers(wave) {
-        return (0, vec![]);
+        return vec![];
     }
+    let end = wave.spec.window.as_ref().map(|w| w.end.0.as_second());
     let from = from(wave, now);
     let now = now.0.as_second();
     let wave_name = wave.name_any();
     let by_name: std::collections::BTreeMap<String, &VirtualMachineMigration> =
         children.iter().map(|c| (c.name_any(), c)).collect();
-    let (mut risk, mut waiting, mut in_flight) = (vec![], vec![], 0_i64);
+    let (mut out, mut waiting) = (vec![], vec![]);
+    let slot = |name: String, start: i64, ends: i64| ferry_crds::VmForecast {
+        migration: name,
+        starts_at: seconds_after(start, 0),
+        ends_at: seconds_after(ends, 0),
+        at_risk: end.is_some_and(|e| ends > e),
+    };
     for vm in wave.members() {
         let name = ferry_crds::child_migration_name(&wave_name, &vm);
         match by_name.get(&name) {
             Some(c) if c.phase().is_terminal() => {}
             Some(c) if !c.is_held() => {
-                in_flight += 1;
                 let started = c
                     .status
                     .as_ref()
                     .and_then(|s| s.started_at.as_ref())
                     .map_or(now, |t| t.0.as_second());
-                if (started + secs).max(now) > end {
-                    risk.push(name);
-                }
+                out.push(slot(name, started, (started + secs).max(now)));
             }
             _ => waiting.push(name),
         }
     }
+    let in_flight = i64::try_from(out.len()).unwrap_or(i64::MAX);
     let slots = i64::from(wave.spec.max_in_flight.max(1));
     for (k, name) in (0_i64..).zip(waiting) {
-        let round = (in_flight + k) / slots;
-        if from + (round + 1) * secs > end {
-            risk.push(name);
-        }
+        let start = from + (in_flight + k) / slots * secs;
+        out.push(slot(name, start, start + secs));
     }
+    out
+}
+
+/// How many of `plan` end past the window's end, and the first [`AT_RISK_NAMES`] of them.
+/// Pure.
+fn at_risk(plan: &[ferry_crds::VmForecast]) -> (i32, Vec<String>) {
+    let risk: Vec<&ferry_crds::VmForecast> = plan.iter().filter(|v| v.at_risk).collect();
     let n = i32::try_from(risk.len()).unwrap_or(i32::MAX);
-    risk.truncate(AT_RISK_NAMES);
-    (n, risk)
+    let names = risk
+        .into_iter()
+        .take(AT_RISK_NAMES)
+        .map(|v| v.migration.clone())
+        .collect();
+    (n, names)
 }
 
 /// Where the forecast's figure comes from, in words.
@@ -530,6 +546,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.at_risk_names, names[3..5]);
+        // Each one's start and end: the running one from its start, the held ones by slot.
+        let each: Vec<(&str, i64, i64, bool)> = f
+            .vms
+            .iter()
+            .map(|v| {
+                (
+                    v.migration.as_str(),
+                    v.starts_at.0.as_second() - ts(0).0.as_second(),
+                    v.ends_at.0.as_second() - ts(0).0.as_second(),
+                    v.at_risk,
+                )
+            })
+            .collect();
+        assert_eq!(
+            each,
+            [
+                (names[1].as_str(), 100, 200, false),
+                (names[2].as_str(), 100, 200, false),
+                (names[3].as_str(), 200, 300, true),
+                (names[4].as_str(), 200, 300, true),
+            ]
+        );
         // A warm wave's cutovers are not measured: nothing said at risk.
         w.spec.template.mode = MigrationMode::Warm;
         let f = forecast(
@@ -541,6 +579,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.at_risk, 0);
+        assert!(
+            f.vms.is_empty(),
+            "no start nor end forecast for a warm wave"
+        );
     }
 
     #[test]

@@ -123,6 +123,16 @@ fn summary(
     if let Some(h) = hooks(o, &status) {
         out.extend(wrapped_value(label(text::HOOKS, t), &h, width, t.text()));
     }
+    if let Some(f) = forecast(row, state) {
+        let style = if f.at_risk { t.warn() } else { t.text() };
+        let said = text::vm_forecast(
+            &format::moment(f.starts_at.0, state.now),
+            &format::moment(f.ends_at.0, state.now),
+            f.starts_at.0 <= state.now,
+            f.at_risk,
+        );
+        out.extend(wrapped_value(label(text::FORECAST, t), &said, width, style));
+    }
     // Whole, wrapped: the failure is the one thing the operator must read in full, so it comes
     // before the status message (which may speak of what followed it: the source's power), in
     // the order of `state::messages::of`.
@@ -295,6 +305,25 @@ fn health(
         h.map(|h| (h.probes, h.successes, h.passed)),
         h.map(|h| h.last_result.as_str()).filter(|r| !r.is_empty()),
     ))
+}
+
+/// The wave's forecast of this migration (`status.forecast.vms` of its wave, as the wave strip
+/// holds it), while it has one.
+fn forecast<'a>(row: &Row, state: &'a State) -> Option<&'a ferry_crds::VmForecast> {
+    let wave = row.wave.as_deref()?;
+    let w = state.waves.iter().find(|w| {
+        w.key.cluster == row.key.cluster
+            && w.key.namespace == row.key.namespace
+            && w.key.name == wave
+    })?;
+    w.obj
+        .status
+        .as_ref()?
+        .forecast
+        .as_ref()?
+        .vms
+        .iter()
+        .find(|v| v.migration == row.key.name)
 }
 
 /// The hooks line, for a migration with hooks: each hook's image and how its run in the current
@@ -869,6 +898,55 @@ mod tests {
         let (text, flat) = details_of(o);
         assert!(
             flat.contains("hooks preCutover (reg/quiesce:1): failed: 3 writers left; postCutover (reg/smoke:1): not run yet"),
+            "{text}"
+        );
+    }
+
+    /// A migration of a wave with a forecast: when it starts and ends at the wave's pace, and
+    /// that it will not make the window.
+    #[test]
+    fn the_forecast_line_says_when_a_migration_of_a_wave_starts_and_ends() {
+        let mut o = migration("vm-a").with_phase(Phase::Queued);
+        o.metadata.labels = Some(std::collections::BTreeMap::from([(
+            ferry_crds::names::WAVE_LABEL.to_owned(),
+            "w".to_owned(),
+        )]));
+        let mut w = ferry_crds::fixtures::wave("w", 1);
+        w.status = Some(ferry_crds::MigrationWaveStatus {
+            forecast: Some(ferry_crds::WaveForecast {
+                vms: vec![ferry_crds::VmForecast {
+                    migration: "vm-a".into(),
+                    starts_at: ts(7200),
+                    ends_at: ts(9000),
+                    at_risk: true,
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let key = ObjKey::new("default", "vm-a");
+        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
+        update(&mut s, Action::WavesListed(ClusterId(0), vec![w]));
+        update(
+            &mut s,
+            Action::migrations_listed(ClusterId(0), vec![o.clone()]),
+        );
+        update(&mut s, Action::Enter);
+        update(
+            &mut s,
+            Action::MigrationRead {
+                key,
+                result: Ok(Box::new(o)),
+            },
+        );
+        let text = screen(&s);
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (starts, ends) = (
+            super::format::moment(ts(7200).0, ts(3600).0),
+            super::format::moment(ts(9000).0, ts(3600).0),
+        );
+        assert!(
+            flat.contains(&format!("forecast starts {starts}, ends about {ends} at the wave's pace; past the window's end")),
             "{text}"
         );
     }
