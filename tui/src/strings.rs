@@ -964,6 +964,8 @@ pub mod column {
     /// A narrow board's IN-PHASE.
     pub const IN_PHASE_SHORT: &str = "FOR";
     pub const MESSAGE: &str = "MESSAGE";
+    /// When the wave's forecast ends the migration (`status.forecast.vms` of its wave).
+    pub const ENDS: &str = "ENDS";
     pub const CONTEXT: &str = "CONTEXT";
     pub const STATE: &str = "STATE";
     pub const ERROR: &str = "ERROR";
@@ -980,6 +982,8 @@ pub mod board {
     pub const STALE_GLYPH: &str = " ✕";
     /// After the context of a cluster not listed yet (or listing again).
     pub const CONNECTING_GLYPH: &str = " ◌";
+    /// After an ENDS time past the wave's window's end.
+    pub const AT_RISK_GLYPH: &str = "⚠";
 
     /// Some clusters of the board show their last known state.
     pub fn stale_of(contexts: &str) -> String {

@@ -26,6 +26,8 @@ struct Widths {
     rate: bool,
     attempt: u16,
     in_phase: u16,
+    /// ENDS, on a wide board while a wave has a forecast of its migrations (0: no column).
+    forecast: u16,
 }
 
 fn widths(state: &State, width: u16) -> Widths {
@@ -67,6 +69,40 @@ fn widths(state: &State, width: u16) -> Widths {
         rate: wide,
         attempt: if wide { 7 } else { 3 },
         in_phase: if wide { 8 } else { 5 },
+        forecast: if wide && state.waves.iter().any(has_forecast) {
+            // `23:10Z⚠`; a time more than a day ahead is cut.
+            7
+        } else {
+            0
+        },
+    }
+}
+
+/// Whether the wave's status forecasts when its migrations end.
+fn has_forecast(w: &crate::state::WaveRow) -> bool {
+    w.obj
+        .status
+        .as_ref()
+        .and_then(|s| s.forecast.as_ref())
+        .is_some_and(|f| !f.vms.is_empty())
+}
+
+/// The ENDS cell: when the wave's forecast ends the migration, `⚠` when past its window.
+fn ends_cell(state: &State, row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
+    let Some(f) = super::details::forecast(row, state) else {
+        return Line::raw("");
+    };
+    let at = format::fit(
+        &format::moment(f.ends_at.0, state.now),
+        usize::from(w.forecast.saturating_sub(1)),
+    );
+    if f.at_risk {
+        Line::from(vec![
+            Span::styled(at, t.warn()),
+            Span::styled(text::AT_RISK_GLYPH, t.warn()),
+        ])
+    } else {
+        Line::from(Span::styled(at, t.dim()))
     }
 }
 
@@ -283,7 +319,6 @@ fn header(state: &State, w: &Widths, t: &Theme) -> (Vec<Cell<'static>>, Vec<Cons
             long_or_short(column::IN_PHASE, column::IN_PHASE_SHORT),
             Some(SortKey::InPhase),
         ),
-        head(column::MESSAGE, None),
     ]);
     cons.extend([
         Constraint::Length(w.wave),
@@ -293,6 +328,11 @@ fn header(state: &State, w: &Widths, t: &Theme) -> (Vec<Cell<'static>>, Vec<Cons
         Constraint::Length(w.attempt),
         Constraint::Length(w.in_phase),
     ]);
+    if w.forecast > 0 {
+        header.push(head(column::ENDS, None));
+        cons.push(Constraint::Length(w.forecast));
+    }
+    header.push(head(column::MESSAGE, None));
     (header, cons)
 }
 
@@ -347,15 +387,18 @@ fn cells(
         } else {
             format!("{:>4}", format::short_age(r.phase_since, state.now))
         }),
-        Cell::from(Span::styled(
-            format::fit(&r.message, message_w),
-            if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
-                t.bad()
-            } else {
-                t.text()
-            },
-        )),
     ]);
+    if w.forecast > 0 {
+        cells.push(Cell::from(ends_cell(state, r, w, t)));
+    }
+    cells.extend([Cell::from(Span::styled(
+        format::fit(&r.message, message_w),
+        if r.phase == ferry_crds::Phase::Failed || r.held_by.is_some() {
+            t.bad()
+        } else {
+            t.text()
+        },
+    ))]);
     cells
 }
 

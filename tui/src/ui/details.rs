@@ -309,7 +309,7 @@ fn health(
 
 /// The wave's forecast of this migration (`status.forecast.vms` of its wave, as the wave strip
 /// holds it), while it has one.
-fn forecast<'a>(row: &Row, state: &'a State) -> Option<&'a ferry_crds::VmForecast> {
+pub(super) fn forecast<'a>(row: &Row, state: &'a State) -> Option<&'a ferry_crds::VmForecast> {
     let wave = row.wave.as_deref()?;
     let w = state.waves.iter().find(|w| {
         w.key.cluster == row.key.cluster
@@ -931,6 +931,29 @@ mod tests {
             &mut s,
             Action::migrations_listed(ClusterId(0), vec![o.clone()]),
         );
+        // The wide board has an ENDS column while a wave forecasts its migrations.
+        let mut term = Terminal::new(TestBackend::new(150, 30)).unwrap_or_else(|e| panic!("{e}"));
+        term.draw(|f| {
+            crate::ui::draw(
+                f,
+                &s,
+                Options {
+                    theme: Theme::MONO,
+                    logs: false,
+                },
+            )
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let board: String = term
+            .backend()
+            .buffer()
+            .content()
+            .chunks(150)
+            .map(|l| l.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect();
+        let ends = super::format::moment(ts(9000).0, ts(3600).0);
+        assert!(board.contains("ENDS"), "{board}");
+        assert!(board.contains(&format!("{ends}⚠")), "{board}");
         update(&mut s, Action::Enter);
         update(
             &mut s,
