@@ -359,3 +359,16 @@ pub fn ready_condition() -> Condition {
         observed_generation: Some(1),
     }
 }
+
+/// Hooks with only a `preCutover` one: image `img`, command `quiesce`, 60 s.
+pub fn pre_cutover_hooks() -> crate::Hooks {
+    crate::Hooks {
+        pre_cutover: Some(crate::Hook {
+            image: "img".into(),
+            command: vec!["quiesce".into()],
+            args: vec![],
+            timeout_seconds: 60,
+        }),
+        post_cutover: None,
+    }
+}

@@ -1274,15 +1274,7 @@ mod tests {
     #[test]
     fn a_warm_pre_cutover_hook_runs_once_the_cutover_began_and_before_the_power_off() {
         let mut vmm = begun(&warm_vmm());
-        vmm.spec.hooks = Some(ferry_crds::Hooks {
-            pre_cutover: Some(ferry_crds::Hook {
-                image: "img".into(),
-                command: vec!["quiesce".into()],
-                args: vec![],
-                timeout_seconds: 60,
-            }),
-            post_cutover: None,
-        });
+        vmm.spec.hooks = Some(ferry_crds::fixtures::pre_cutover_hooks());
         vmm.status.as_mut().unwrap().attempts = 1;
         let on = |job: JobState| Observed {
             source: Some(Ok((PowerState::PoweredOn, ToolsState::Running))),

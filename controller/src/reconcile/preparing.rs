@@ -1159,15 +1159,7 @@ mod tests {
         use crate::apis::job::JobState;
         use crate::reconcile::hooks::Seen;
         let mut vmm = recorded(PowerState::PoweredOn);
-        vmm.spec.hooks = Some(ferry_crds::Hooks {
-            pre_cutover: Some(ferry_crds::Hook {
-                image: "img".into(),
-                command: vec!["quiesce".into()],
-                args: vec![],
-                timeout_seconds: 60,
-            }),
-            post_cutover: None,
-        });
+        vmm.spec.hooks = Some(ferry_crds::fixtures::pre_cutover_hooks());
         vmm.status.as_mut().unwrap().attempts = 1;
         let with_job = |job: JobState| {
             let mut s = scope(vmm.clone(), Ok(facts(PowerState::PoweredOn)), 0);

@@ -794,12 +794,28 @@ mod tests {
     /// The details of `o` as the screen shows them once read: the screen, and its rows quoted
     /// and read as one run of words (a long line wraps).
     fn details_of(o: ferry_crds::VirtualMachineMigration) -> (String, String) {
-        let key = ObjKey::new("default", "vm-a");
+        details_in(listed(vec![], &o), o)
+    }
+
+    /// A state that listed `waves` and the migration `o`.
+    fn listed(
+        waves: Vec<ferry_crds::MigrationWave>,
+        o: &ferry_crds::VirtualMachineMigration,
+    ) -> State {
         let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
+        if !waves.is_empty() {
+            update(&mut s, Action::WavesListed(ClusterId(0), waves));
+        }
         update(
             &mut s,
             Action::migrations_listed(ClusterId(0), vec![o.clone()]),
         );
+        s
+    }
+
+    /// [`details_of`] in a state that listed it already.
+    fn details_in(mut s: State, o: ferry_crds::VirtualMachineMigration) -> (String, String) {
+        let key = ObjKey::new("default", "vm-a");
         update(&mut s, Action::Enter);
         update(
             &mut s,
@@ -924,13 +940,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let key = ObjKey::new("default", "vm-a");
-        let mut s = State::new("lab", Scope::Namespace("default".into()), false, ts(3600).0);
-        update(&mut s, Action::WavesListed(ClusterId(0), vec![w]));
-        update(
-            &mut s,
-            Action::migrations_listed(ClusterId(0), vec![o.clone()]),
-        );
+        let s = listed(vec![w], &o);
         // The wide board has an ENDS column while a wave forecasts its migrations.
         let mut term = Terminal::new(TestBackend::new(150, 30)).unwrap_or_else(|e| panic!("{e}"));
         term.draw(|f| {
@@ -954,16 +964,7 @@ mod tests {
         let ends = super::format::moment(ts(9000).0, ts(3600).0);
         assert!(board.contains("ENDS"), "{board}");
         assert!(board.contains(&format!("{ends}⚠")), "{board}");
-        update(&mut s, Action::Enter);
-        update(
-            &mut s,
-            Action::MigrationRead {
-                key,
-                result: Ok(Box::new(o)),
-            },
-        );
-        let text = screen(&s);
-        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let (text, flat) = details_in(s, o);
         let (starts, ends) = (
             super::format::moment(ts(7200).0, ts(3600).0),
             super::format::moment(ts(9000).0, ts(3600).0),
