@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 STATE="$PWD/target/lab/test-state"
 LOG_DIR="$PWD/target/test-logs"
+export FERRY_TEST_LOG_DIR="$LOG_DIR"
 mkdir -p "$LOG_DIR"
+rm -f "$LOG_DIR/soak.txt"
 
 echo "== building the workspace (a cold build takes several minutes on 2 cores)"
 cargo build --workspace --bins --tests --benches || exit 1
@@ -155,6 +157,8 @@ awk '/^ *Running /{name=$0; sub(/^ *Running /,"",name); sub(/ \(.*$/,"",name); g
     "$LOG_DIR/cargo-test.log" | sort -rn | head -12 | awk '{printf "%8.0f  %s\n", $1, $2}'
 REAL_GUEST_SECS=$(grep -Eo 'finished in [0-9.]+s' "$LOG_DIR/real-guest.log" | grep -Eo '[0-9.]+' | tail -1)
 printf "%8.0f  %s\n" "${REAL_GUEST_SECS:-0}" "e2e_real_guest (its own step)"
+# The soak's own account of its time (set-up, wave, clean-up, phases, leader kills).
+[[ -f "$LOG_DIR/soak.txt" ]] && { echo; cat "$LOG_DIR/soak.txt"; echo; }
 echo
 echo "$PASSED passed, $FAILED failed"
 exit "$STATUS"

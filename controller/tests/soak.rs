@@ -581,7 +581,7 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
             .ok()
             .and_then(|l| l.spec?.lease_transitions)
             .unwrap_or(0);
-    println!(
+    let summary = format!(
         "soak: {n} VMs, maxInFlight {MAX_IN_FLIGHT}: set up in {setup_secs:.0} s, wave finished \
          in {wave_secs:.0} s, cleaned up in {cleanup_secs:.0} s ({:.0} s in all)\n\
          soak: {} Succeeded, {} Failed (permanent faults injected: {}), phases {by_phase:?}\n\
@@ -609,6 +609,12 @@ async fn soak_a_wave_through_leader_kills_an_apiserver_restart_and_deleted_child
         vms_now.len(),
         dvs_now.len(),
     );
+    println!("{summary}");
+    // `make test` captures a passing test's output: its figures go where the run prints them
+    // (`tests/run-tests.sh`), so that a slow soak in CI says where its time went.
+    if let Some(dir) = std::env::var_os("FERRY_TEST_LOG_DIR") {
+        std::fs::write(std::path::Path::new(&dir).join("soak.txt"), &summary).ok();
+    }
     drop(replicas);
     drop(ns);
     lab.stop().unwrap();
