@@ -933,12 +933,7 @@ fn hook_run(v: &VirtualMachineMigration, point: ferry_crds::HookPoint) -> ferry_
 
 /// What the node's log holds of the hook Job `job`'s pod (all its runs: the sim appends).
 fn hook_log(env: &Env, job: &str) -> String {
-    let path = env
-        .volumes
-        .join("_jobs")
-        .join(&env.ns.name)
-        .join(job)
-        .join("attempt-1.log");
+    let path = env.job_logs().join(job).join("attempt-1.log");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

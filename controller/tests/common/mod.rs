@@ -388,11 +388,16 @@ impl Env {
         std::fs::read_to_string(self.scratch.join("controller.log")).unwrap_or_default()
     }
 
+    /// Where the sim writes the namespace's Job logs: `<job>/attempt-<n>.log` under it.
+    pub fn job_logs(&self) -> PathBuf {
+        self.volumes.join("_jobs").join(&self.ns.name)
+    }
+
     /// The last lines of each Job's latest attempt in the namespace (the sim writes them under
     /// `volumes/_jobs/<namespace>/<job>/`), for a failure message: a Job still at work says how
     /// far it got, as the scratch directory does not outlive a CI run.
     pub fn job_log_tails(&self) -> String {
-        let dir = self.volumes.join("_jobs").join(&self.ns.name);
+        let dir = self.job_logs();
         let mut jobs: Vec<PathBuf> = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()

@@ -367,6 +367,25 @@ pub struct State {
 }
 
 impl State {
+    /// The wave's forecast of the migration `row` (`status.forecast.vms` of its wave, as the
+    /// wave strip holds it), while it has one.
+    pub fn forecast_of(&self, row: &Row) -> Option<&ferry_crds::VmForecast> {
+        let wave = row.wave.as_deref()?;
+        let w = self.waves.iter().find(|w| {
+            w.key.cluster == row.key.cluster
+                && w.key.namespace == row.key.namespace
+                && w.key.name == wave
+        })?;
+        w.obj
+            .status
+            .as_ref()?
+            .forecast
+            .as_ref()?
+            .vms
+            .iter()
+            .find(|v| v.migration == row.key.name)
+    }
+
     /// An empty cockpit on one cluster.
     pub fn new(context: impl Into<String>, scope: Scope, readonly: bool, now: Timestamp) -> State {
         State::with_clusters(vec![ClusterView::new(context, scope)], readonly, now)

@@ -89,7 +89,7 @@ fn has_forecast(w: &crate::state::WaveRow) -> bool {
 
 /// The ENDS cell: when the wave's forecast ends the migration, `⚠` when past its window.
 fn ends_cell(state: &State, row: &Row, w: &Widths, t: &Theme) -> Line<'static> {
-    let Some(f) = super::details::forecast(row, state) else {
+    let Some(f) = state.forecast_of(row) else {
         return Line::raw("");
     };
     let at = format::fit(

@@ -123,7 +123,7 @@ fn summary(
     if let Some(h) = hooks(o, &status) {
         out.extend(wrapped_value(label(text::HOOKS, t), &h, width, t.text()));
     }
-    if let Some(f) = forecast(row, state) {
+    if let Some(f) = state.forecast_of(row) {
         let style = if f.at_risk { t.warn() } else { t.text() };
         let said = text::vm_forecast(
             &format::moment(f.starts_at.0, state.now),
@@ -305,25 +305,6 @@ fn health(
         h.map(|h| (h.probes, h.successes, h.passed)),
         h.map(|h| h.last_result.as_str()).filter(|r| !r.is_empty()),
     ))
-}
-
-/// The wave's forecast of this migration (`status.forecast.vms` of its wave, as the wave strip
-/// holds it), while it has one.
-pub(super) fn forecast<'a>(row: &Row, state: &'a State) -> Option<&'a ferry_crds::VmForecast> {
-    let wave = row.wave.as_deref()?;
-    let w = state.waves.iter().find(|w| {
-        w.key.cluster == row.key.cluster
-            && w.key.namespace == row.key.namespace
-            && w.key.name == wave
-    })?;
-    w.obj
-        .status
-        .as_ref()?
-        .forecast
-        .as_ref()?
-        .vms
-        .iter()
-        .find(|v| v.migration == row.key.name)
 }
 
 /// The hooks line, for a migration with hooks: each hook's image and how its run in the current
